@@ -1,0 +1,2 @@
+/* placeholder */
+int mt_cli_placeholder;

@@ -1,0 +1,2 @@
+/* lookup.c */
+int moetune_lookup_placeholder;

@@ -1,0 +1,187 @@
+/* mt.c - logging, clocks, parsing and small helpers shared by every module. */
+#define _POSIX_C_SOURCE 200809L
+#include "mt.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+mt_log_level_t mt_log_level = MT_LOG_INFO;
+static char g_tag[96] = "moetune";
+volatile int mt_stop_requested = 0;
+
+void mt_log_init(const char *tag, mt_log_level_t level) {
+    mt_log_level = level;
+    if (tag) snprintf(g_tag, sizeof g_tag, "%s", tag);
+}
+
+int mt_log_parse_level(const char *name, mt_log_level_t *out) {
+    static const struct { const char *name; mt_log_level_t level; } table[] = {
+        {"error", MT_LOG_ERROR}, {"warn", MT_LOG_WARN}, {"info", MT_LOG_INFO}, {"debug", MT_LOG_DEBUG}};
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (strcmp(name, table[i].name) == 0) {
+            *out = table[i].level;
+            return MT_OK;
+        }
+    }
+    return MT_INVAL;
+}
+
+void mt_log_write(mt_log_level_t level, const char *fmt, ...) {
+    static const char *names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+    char stamp[32];
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    /* One write per line so lines of concurrent processes do not interleave. */
+    fprintf(stderr, "%s.%03ldZ %-5s [%s] %s\n", stamp, ts.tv_nsec / 1000000L, names[level], g_tag, line);
+}
+
+uint64_t mt_now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000ULL + (uint64_t)ts.tv_nsec / 1000ULL;
+}
+
+uint64_t mt_now_ms(void) { return mt_now_us() / 1000ULL; }
+
+int64_t mt_wall_s(void) { return (int64_t)time(NULL); }
+
+char *mt_fmt(char *buf, size_t len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+int mt_parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s || *s == '-' || *s == '+') return MT_INVAL;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end != '\0') return MT_INVAL;
+    *out = (uint64_t)v;
+    return MT_OK;
+}
+
+int mt_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out) {
+    uint64_t v;
+    if (mt_parse_u64(s, &v) != MT_OK || v < min || v > max) return MT_INVAL;
+    *out = (uint32_t)v;
+    return MT_OK;
+}
+
+int mt_parse_double(const char *s, double *out) {
+    if (!s || !*s) return MT_INVAL;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end != '\0' || v != v) return MT_INVAL;
+    *out = v;
+    return MT_OK;
+}
+
+int mt_parse_u32_list(const char *s, uint32_t min, uint32_t max, uint32_t **out, size_t *n,
+                      char *err, size_t errlen) {
+    int rc = MT_OK;
+    char *copy = NULL;
+    uint32_t *vals = NULL;
+    size_t count = 0, cap = 0;
+    *out = NULL;
+    *n = 0;
+    if (!s || !*s) {
+        mt_fmt(err, errlen, "empty list");
+        return MT_INVAL;
+    }
+    copy = strdup(s);
+    if (!copy) return MT_NOMEM;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        uint32_t v;
+        if (mt_parse_u32(tok, min, max, &v) != MT_OK) {
+            mt_fmt(err, errlen, "'%s' is not an integer in %u..%u", tok, min, max);
+            rc = MT_INVAL;
+            goto out;
+        }
+        if (count == cap) {
+            cap = cap ? cap * 2 : 16;
+            uint32_t *grown = realloc(vals, cap * sizeof *vals);
+            if (!grown) {
+                rc = MT_NOMEM;
+                goto out;
+            }
+            vals = grown;
+        }
+        vals[count++] = v;
+    }
+    if (count == 0) {
+        mt_fmt(err, errlen, "empty list");
+        rc = MT_INVAL;
+        goto out;
+    }
+    *out = vals;
+    *n = count;
+    vals = NULL;
+out:
+    free(vals);
+    free(copy);
+    return rc;
+}
+
+uint64_t mt_fnv1a(uint64_t h, const void *data, size_t len) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+int mt_mkdirs(const char *path, char *err, size_t errlen) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
+        mt_fmt(err, errlen, "path too long: %s", path);
+        return MT_INVAL;
+    }
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+            mt_fmt(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+            return MT_IO;
+        }
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
+        mt_fmt(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        return MT_IO;
+    }
+    return MT_OK;
+}
+
+static void on_stop_signal(int sig) {
+    (void)sig;
+    mt_stop_requested = 1;
+}
+
+void mt_install_stop_handlers(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}

@@ -1,0 +1,74 @@
+/*
+ * mt.h - what every moetune module shares: the status codes, logging, clocks and
+ * small string helpers. Nothing else is shared sideways between folders.
+ */
+#ifndef MT_H
+#define MT_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One status type for the whole project: 0 is success, errors are negative. */
+typedef enum {
+    MT_OK = 0,
+    MT_ERR = -1,     /* generic failure; detail is in the owner's error buffer */
+    MT_AGAIN = -2,   /* a socket would block; try again later */
+    MT_BUSY = -3,    /* the database is locked; try again later */
+    MT_NOMEM = -4,
+    MT_INVAL = -5,   /* bad input: a spec, a message, a file */
+    MT_NOTFOUND = -6,
+    MT_IO = -7,      /* disk or file error */
+} mt_status_t;
+
+/* Exit codes of the command-line programs. */
+enum { MT_EXIT_OK = 0, MT_EXIT_FAIL = 1, MT_EXIT_USAGE = 2 };
+
+typedef enum { MT_LOG_ERROR = 0, MT_LOG_WARN, MT_LOG_INFO, MT_LOG_DEBUG } mt_log_level_t;
+
+/* Sets the process-wide log level and the tag printed in every line (e.g. "coord",
+ * "worker host-123-0"). The tag is copied. */
+void mt_log_init(const char *tag, mt_log_level_t level);
+/* Parses "error", "warn", "info", "debug"; returns MT_INVAL for anything else. */
+int mt_log_parse_level(const char *name, mt_log_level_t *out);
+extern mt_log_level_t mt_log_level;
+void mt_log_write(mt_log_level_t level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Logs at a level; the level check runs before the arguments are formatted. */
+#define log_at(level, ...)                                                       \
+    do {                                                                         \
+        if ((level) <= mt_log_level) mt_log_write((level), __VA_ARGS__);        \
+    } while (0)
+
+/* Monotonic milliseconds / microseconds, for timers and durations. */
+uint64_t mt_now_ms(void);
+uint64_t mt_now_us(void);
+/* Wall-clock seconds since the epoch, for stored timestamps. */
+int64_t mt_wall_s(void);
+
+/* Formats into buf (always NUL-terminated, truncated to len). Returns buf. */
+char *mt_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Parses a whole decimal unsigned integer in [min, max]; MT_INVAL otherwise. */
+int mt_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out);
+int mt_parse_u64(const char *s, uint64_t *out);
+int mt_parse_double(const char *s, double *out);
+
+/* Parses a comma-separated list of unsigned integers in [min, max] into a newly allocated
+ * array (caller frees *out). Returns MT_INVAL with a reason in err on a bad element. */
+int mt_parse_u32_list(const char *s, uint32_t min, uint32_t max, uint32_t **out, size_t *n,
+                      char *err, size_t errlen);
+
+/* 64-bit FNV-1a over bytes, continuing from h (start with MT_FNV_INIT). */
+#define MT_FNV_INIT 1469598103934665603ULL
+uint64_t mt_fnv1a(uint64_t h, const void *data, size_t len);
+
+/* Creates a directory and its parents (mode 0755); MT_IO with errno text in err. */
+int mt_mkdirs(const char *path, char *err, size_t errlen);
+
+/* Sends a signal-safe flag: the daemons' loops check it. */
+extern volatile int mt_stop_requested;
+/* Installs SIGINT/SIGTERM handlers that set mt_stop_requested, and ignores SIGPIPE. */
+void mt_install_stop_handlers(void);
+
+#endif

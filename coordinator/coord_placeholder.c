@@ -1,0 +1,1 @@
+int mt_coord_placeholder;

@@ -1,0 +1,2 @@
+#include <stdio.h>
+int main(void) { fputs("placeholder\n", stderr); return 1; }

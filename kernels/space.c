@@ -1,0 +1,212 @@
+/* space.c - the config space and the static rules. See space.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "space.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "mt.h"
+
+const uint32_t krn_default_batch_sizes[] = {1,   2,   4,   8,    16,   24,   32,   48,   64,
+                                            96,  128, 256, 512, 1024, 1536, 2048, 3072, 4096};
+const size_t krn_n_default_batch_sizes = sizeof krn_default_batch_sizes / sizeof krn_default_batch_sizes[0];
+
+static void set_list(uint32_t *dst, uint32_t *n, const uint32_t *src, uint32_t count) {
+    memcpy(dst, src, count * sizeof *src);
+    *n = count;
+}
+
+void krn_space_default(krn_space_t *s) {
+    static const uint32_t bm[] = {16, 32, 64, 128, 256}, bn[] = {32, 64, 128, 256}, bk[] = {64, 128, 256},
+                          gm[] = {1, 16, 32, 64}, nw[] = {4, 8}, ns[] = {2, 3, 4, 5};
+    memset(s, 0, sizeof *s);
+    set_list(s->block_m, &s->n_block_m, bm, 5);
+    set_list(s->block_n, &s->n_block_n, bn, 4);
+    set_list(s->block_k, &s->n_block_k, bk, 3);
+    set_list(s->group_m, &s->n_group_m, gm, 4);
+    set_list(s->num_warps, &s->n_num_warps, nw, 2);
+    set_list(s->num_stages, &s->n_num_stages, ns, 4);
+}
+
+size_t krn_space_size(const krn_space_t *s) {
+    return (size_t)s->n_block_m * s->n_block_n * s->n_block_k * s->n_group_m * s->n_num_warps * s->n_num_stages;
+}
+
+void krn_space_at(const krn_space_t *s, size_t i, krn_config_t *c) {
+    c->num_stages = s->num_stages[i % s->n_num_stages];
+    i /= s->n_num_stages;
+    c->num_warps = s->num_warps[i % s->n_num_warps];
+    i /= s->n_num_warps;
+    c->group_m = s->group_m[i % s->n_group_m];
+    i /= s->n_group_m;
+    c->block_k = s->block_k[i % s->n_block_k];
+    i /= s->n_block_k;
+    c->block_n = s->block_n[i % s->n_block_n];
+    i /= s->n_block_n;
+    c->block_m = s->block_m[i % s->n_block_m];
+}
+
+void krn_limits_default(krn_limits_t *l) {
+    l->smem_per_block = 232448; /* 227 KiB opt-in on sm_90 */
+    l->regs_per_thread = 255;
+    l->cc_major = 9;
+    l->cc_minor = 0;
+}
+
+static uint32_t elem_bytes(const krn_shape_t *shape) {
+    return strncmp(shape->dtype, "fp8", 3) == 0 ? 1u : 2u;
+}
+
+uint32_t krn_smem_bytes(const krn_config_t *c, const krn_shape_t *shape) {
+    uint64_t tile = ((uint64_t)c->block_m * c->block_k + (uint64_t)c->block_k * c->block_n) * elem_bytes(shape);
+    uint64_t total = tile * c->num_stages;
+    return total > UINT32_MAX ? UINT32_MAX : (uint32_t)total;
+}
+
+static int is_pow2(uint32_t v) { return v && !(v & (v - 1)); }
+
+int krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_t *l, char *why, size_t whylen) {
+    uint32_t threads = c->num_warps * 32;
+    if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 ||
+        c->block_n < 16 || c->block_k < 16) {
+        mt_fmt(why, whylen, "block sizes must be powers of two >= 16");
+        return MT_INVAL;
+    }
+    if (!is_pow2(c->num_warps) || c->num_warps > 16) {
+        mt_fmt(why, whylen, "num_warps %u is not a power of two <= 16", c->num_warps);
+        return MT_INVAL;
+    }
+    if (c->num_stages < 1 || c->group_m < 1) {
+        mt_fmt(why, whylen, "num_stages and GROUP_SIZE_M must be >= 1");
+        return MT_INVAL;
+    }
+    /* Divisibility: GEMM1 reduces over K (hidden) and writes 2N columns; GEMM2
+     * reduces over N and writes K columns. The kernel has no tail handling. */
+    if (shape->k % c->block_k != 0) {
+        mt_fmt(why, whylen, "K=%u is not a multiple of BLOCK_SIZE_K=%u", shape->k, c->block_k);
+        return MT_INVAL;
+    }
+    if (shape->n % c->block_k != 0) {
+        mt_fmt(why, whylen, "N=%u is not a multiple of BLOCK_SIZE_K=%u (GEMM2 reduction)", shape->n, c->block_k);
+        return MT_INVAL;
+    }
+    if ((2 * shape->n) % c->block_n != 0 || shape->k % c->block_n != 0) {
+        mt_fmt(why, whylen, "2N=%u or K=%u is not a multiple of BLOCK_SIZE_N=%u", 2 * shape->n, shape->k, c->block_n);
+        return MT_INVAL;
+    }
+    /* Warp tiling: the warps split the BLOCK_M x BLOCK_N tile; every warp needs
+     * at least one 16x8 MMA tile. */
+    if ((uint64_t)c->block_m * c->block_n < (uint64_t)c->num_warps * 16 * 8) {
+        mt_fmt(why, whylen, "tile %ux%u is too small for %u warps", c->block_m, c->block_n, c->num_warps);
+        return MT_INVAL;
+    }
+    /* fp32 accumulators per thread must leave room for addresses and fragments. */
+    uint32_t acc = (uint32_t)(((uint64_t)c->block_m * c->block_n) / threads);
+    if (acc > 128) {
+        mt_fmt(why, whylen, "accumulator needs %u registers per thread (> 128 of %u)", acc, l->regs_per_thread);
+        return MT_INVAL;
+    }
+    uint32_t smem = krn_smem_bytes(c, shape);
+    if (smem > l->smem_per_block) {
+        mt_fmt(why, whylen, "shared memory %u B > %u B limit", smem, l->smem_per_block);
+        return MT_INVAL;
+    }
+    return MT_OK;
+}
+
+int krn_shape_check(const krn_shape_t *s, char *err, size_t errlen) {
+    if (s->e == 0 || s->n == 0 || s->k == 0 || s->topk == 0) {
+        mt_fmt(err, errlen, "E, N, K and topk must all be positive");
+        return MT_INVAL;
+    }
+    if (s->topk > s->e) {
+        mt_fmt(err, errlen, "topk=%u is larger than E=%u", s->topk, s->e);
+        return MT_INVAL;
+    }
+    if (s->e > 65536 || s->n > 1048576 || s->k > 1048576 || s->topk > 64) {
+        mt_fmt(err, errlen, "shape out of range (E <= 65536, N and K <= 1048576, topk <= 64)");
+        return MT_INVAL;
+    }
+    if (strcmp(s->dtype, "bf16") != 0 && strcmp(s->dtype, "fp8_w8a8") != 0) {
+        mt_fmt(err, errlen, "dtype '%s' is not one of bf16, fp8_w8a8", s->dtype);
+        return MT_INVAL;
+    }
+    if ((s->block_n == 0) != (s->block_k == 0)) {
+        mt_fmt(err, errlen, "block_shape needs both sizes");
+        return MT_INVAL;
+    }
+    return MT_OK;
+}
+
+int krn_shape_parse(const char *text, krn_shape_t *s, char *err, size_t errlen) {
+    int rc = MT_OK;
+    char *copy = strdup(text ? text : "");
+    unsigned seen = 0;
+    if (!copy) return MT_NOMEM;
+    memset(s, 0, sizeof *s);
+    snprintf(s->dtype, sizeof s->dtype, "bf16");
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq) {
+            mt_fmt(err, errlen, "'%s' is not key=value", tok);
+            rc = MT_INVAL;
+            goto out;
+        }
+        *eq = '\0';
+        const char *key = tok, *val = eq + 1;
+        static const struct { const char *key; size_t off; unsigned bit; } fields[] = {
+            {"E", offsetof(krn_shape_t, e), 1}, {"N", offsetof(krn_shape_t, n), 2},
+            {"K", offsetof(krn_shape_t, k), 4}, {"topk", offsetof(krn_shape_t, topk), 8}};
+        int done = 0;
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+            if (strcasecmp(key, fields[i].key) != 0) continue;
+            uint32_t v;
+            if (mt_parse_u32(val, 1, 1048576, &v) != MT_OK) {
+                mt_fmt(err, errlen, "%s=%s is not a positive integer", key, val);
+                rc = MT_INVAL;
+                goto out;
+            }
+            *(uint32_t *)((char *)s + fields[i].off) = v;
+            seen |= fields[i].bit;
+            done = 1;
+        }
+        if (done) continue;
+        if (strcasecmp(key, "dtype") == 0) {
+            snprintf(s->dtype, sizeof s->dtype, "%s", val);
+        } else if (strcasecmp(key, "block_shape") == 0) {
+            unsigned bn = 0, bk = 0;
+            char tail = 0;
+            if (sscanf(val, "%ux%u%c", &bn, &bk, &tail) != 2 || bn == 0 || bk == 0) {
+                mt_fmt(err, errlen, "block_shape=%s is not NxK", val);
+                rc = MT_INVAL;
+                goto out;
+            }
+            s->block_n = bn;
+            s->block_k = bk;
+        } else {
+            mt_fmt(err, errlen, "unknown shape field '%s' (expected E, N, K, topk, dtype, block_shape)", key);
+            rc = MT_INVAL;
+            goto out;
+        }
+    }
+    if (seen != 15) {
+        mt_fmt(err, errlen, "shape needs E, N, K and topk");
+        rc = MT_INVAL;
+        goto out;
+    }
+    rc = krn_shape_check(s, err, errlen);
+out:
+    free(copy);
+    return rc;
+}
+
+void krn_shape_name(const krn_shape_t *s, char *buf, size_t len) {
+    int n = snprintf(buf, len, "E=%u,N=%u", s->e, s->n);
+    if (n < 0 || (size_t)n >= len) return;
+    if (strcmp(s->dtype, "bf16") != 0) n += snprintf(buf + n, len - n, ",dtype=%s", s->dtype);
+    if (n < 0 || (size_t)n >= len) return;
+    if (s->block_n) snprintf(buf + n, len - n, ",block_shape=[%u, %u]", s->block_n, s->block_k);
+}

@@ -1,0 +1,78 @@
+/*
+ * space.h - the fused-MoE config space and its static validity rules.
+ *
+ * A config is (BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps,
+ * num_stages). The rules say, before anything is compiled, whether a config can
+ * run for a shape on a device, and if not, why. The planner, the sim backend and
+ * the CUDA backend all use these same rules.
+ */
+#ifndef KRN_SPACE_H
+#define KRN_SPACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint32_t e, n, k, topk;   /* experts, intermediate/TP, hidden, experts per token */
+    char dtype[16];           /* "bf16" (default), "fp8_w8a8" */
+    uint32_t block_n, block_k;/* fp8 block-scale shape; 0 when none */
+} krn_shape_t;
+
+typedef struct {
+    uint32_t block_m, block_n, block_k, group_m, num_warps, num_stages;
+} krn_config_t;
+
+/* What a device allows; krn_limits_default() gives Hopper (sm_90) values. */
+typedef struct {
+    uint32_t smem_per_block;  /* opt-in maximum shared memory per block, bytes */
+    uint32_t regs_per_thread; /* architectural maximum registers per thread */
+    uint32_t cc_major, cc_minor;
+} krn_limits_t;
+
+/* The value lists of a space; each list at most KRN_MAX_VALUES long. */
+#define KRN_MAX_VALUES 16
+typedef struct {
+    uint32_t block_m[KRN_MAX_VALUES], n_block_m;
+    uint32_t block_n[KRN_MAX_VALUES], n_block_n;
+    uint32_t block_k[KRN_MAX_VALUES], n_block_k;
+    uint32_t group_m[KRN_MAX_VALUES], n_group_m;
+    uint32_t num_warps[KRN_MAX_VALUES], n_num_warps;
+    uint32_t num_stages[KRN_MAX_VALUES], n_num_stages;
+} krn_space_t;
+
+/* The default space the serving frameworks tune (1920 configs). */
+void krn_space_default(krn_space_t *space);
+/* Number of configs in the space (product of the list lengths). */
+size_t krn_space_size(const krn_space_t *space);
+/* The i-th config of the space, 0 <= i < krn_space_size(), in a fixed order. */
+void krn_space_at(const krn_space_t *space, size_t i, krn_config_t *out);
+
+/* The default 18 batch sizes the engines' files carry. */
+extern const uint32_t krn_default_batch_sizes[];
+extern const size_t krn_n_default_batch_sizes;
+
+/* Hopper limits: 227 KiB shared memory per block, 255 registers per thread. */
+void krn_limits_default(krn_limits_t *limits);
+
+/* Shared memory in bytes the CUDA kernel needs for cfg (the pipeline's A and B
+ * tiles times num_stages). */
+uint32_t krn_smem_bytes(const krn_config_t *cfg, const krn_shape_t *shape);
+
+/* Checks cfg for shape on a device with limits. Returns MT_OK when it can run,
+ * else MT_INVAL with a one-line reason in why (e.g. "shared memory 294912 B >
+ * 232448 B limit"). */
+int krn_check(const krn_shape_t *shape, const krn_config_t *cfg, const krn_limits_t *limits,
+              char *why, size_t whylen);
+
+/* Parses "E=128,N=768,K=2048,topk=8[,dtype=bf16][,block_shape=128x128]" into shape.
+ * Returns MT_INVAL with a reason in err on a malformed or out-of-range field. */
+int krn_shape_parse(const char *text, krn_shape_t *shape, char *err, size_t errlen);
+
+/* Checks a shape's ranges (all sizes > 0, topk <= E, known dtype). */
+int krn_shape_check(const krn_shape_t *shape, char *err, size_t errlen);
+
+/* Formats the shape the way config files name it, without device:
+ * "E=128,N=768" plus ",dtype=fp8_w8a8" and ",block_shape=[128, 128]" when set. */
+void krn_shape_name(const krn_shape_t *shape, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,271 @@
+/* wire.c - Envelope framing and validation over ZeroMQ. See wire.h. */
+#include "wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "mt.h"
+
+#define MAX_STRING 4096        /* longest string field accepted */
+#define MAX_LIST 65536         /* longest repeated field accepted */
+
+void wire_env_init(wire_env_t *env) {
+    moetune__envelope__init(env);
+    env->protocol_version = WIRE_PROTOCOL_VERSION;
+}
+
+int wire_pack(wire_env_t *env, uint8_t **buf, size_t *len) {
+    env->protocol_version = WIRE_PROTOCOL_VERSION;
+    size_t n = moetune__envelope__get_packed_size(env);
+    uint8_t *p = malloc(n ? n : 1);
+    if (!p) return MT_NOMEM;
+    moetune__envelope__pack(env, p);
+    *buf = p;
+    *len = n;
+    return MT_OK;
+}
+
+/* Table of which role may send which body. */
+static const struct {
+    wire_body_t body;
+    const char *name;
+    wire_role_t from;
+} g_bodies[] = {
+    {MOETUNE__ENVELOPE__BODY_HELLO, "hello", WIRE_FROM_WORKER},
+    {MOETUNE__ENVELOPE__BODY_READY, "ready", WIRE_FROM_WORKER},
+    {MOETUNE__ENVELOPE__BODY_RESULT, "result", WIRE_FROM_WORKER},
+    {MOETUNE__ENVELOPE__BODY_HEARTBEAT, "heartbeat", WIRE_FROM_WORKER},
+    {MOETUNE__ENVELOPE__BODY_BYE, "bye", WIRE_FROM_WORKER},
+    {MOETUNE__ENVELOPE__BODY_WELCOME, "welcome", WIRE_FROM_COORDINATOR},
+    {MOETUNE__ENVELOPE__BODY_JOB, "job", WIRE_FROM_COORDINATOR},
+    {MOETUNE__ENVELOPE__BODY_ACK, "ack", WIRE_FROM_COORDINATOR},
+    {MOETUNE__ENVELOPE__BODY_SHUTDOWN, "shutdown", WIRE_FROM_COORDINATOR},
+    {MOETUNE__ENVELOPE__BODY_ERROR, "error", WIRE_FROM_COORDINATOR},
+    {MOETUNE__ENVELOPE__BODY_SUBMIT, "submit", WIRE_FROM_CLIENT},
+    {MOETUNE__ENVELOPE__BODY_SUBMITTED, "submitted", WIRE_FROM_COORDINATOR},
+    {MOETUNE__ENVELOPE__BODY_STATUS_REQUEST, "status_request", WIRE_FROM_CLIENT},
+    {MOETUNE__ENVELOPE__BODY_STATUS_REPLY, "status_reply", WIRE_FROM_COORDINATOR},
+    {MOETUNE__ENVELOPE__BODY_CANCEL, "cancel", WIRE_FROM_CLIENT},
+    {MOETUNE__ENVELOPE__BODY_CANCELLED, "cancelled", WIRE_FROM_COORDINATOR},
+};
+#define N_BODIES (sizeof g_bodies / sizeof g_bodies[0])
+
+bool wire_allowed(wire_role_t role, wire_body_t body) {
+    for (size_t i = 0; i < N_BODIES; i++)
+        if (g_bodies[i].body == body) return g_bodies[i].from == role;
+    return false;
+}
+
+const char *wire_body_name(wire_body_t body) {
+    for (size_t i = 0; i < N_BODIES; i++)
+        if (g_bodies[i].body == body) return g_bodies[i].name;
+    return "none";
+}
+
+void wire_free(wire_env_t **env) {
+    if (!env || !*env) return;
+    moetune__envelope__free_unpacked(*env, NULL);
+    *env = NULL;
+}
+
+static bool str_ok(const char *s) { return !s || strlen(s) <= MAX_STRING; }
+
+static bool shape_ok(const Moetune__Shape *s) {
+    return s && s->e > 0 && s->n > 0 && s->k > 0 && s->topk > 0 && s->topk <= s->e &&
+           s->e <= 1u << 16 && s->n <= 1u << 20 && s->k <= 1u << 20 && str_ok(s->dtype);
+}
+
+static bool config_ok(const Moetune__Config *c) {
+    return c && c->block_m > 0 && c->block_n > 0 && c->block_k > 0 && c->group_m > 0 &&
+           c->num_warps > 0 && c->num_stages > 0 && c->block_m <= 1024 && c->block_n <= 1024 &&
+           c->block_k <= 1024 && c->group_m <= 1024 && c->num_warps <= 32 && c->num_stages <= 16;
+}
+
+/* Field-level checks per body; returns NULL when valid, else the reason. */
+static const char *validate(const wire_env_t *env) {
+    switch (env->body_case) {
+    case MOETUNE__ENVELOPE__BODY_HELLO: {
+        const Moetune__Hello *h = env->hello;
+        if (!h->worker_id || !*h->worker_id || strlen(h->worker_id) > WIRE_MAX_ID) return "hello: bad worker_id";
+        if (!str_ok(h->host) || !str_ok(h->backend) || !str_ok(h->compiler) || !str_ok(h->kernel_hash))
+            return "hello: string too long";
+        if (h->gpu && (!str_ok(h->gpu->name) || !str_ok(h->gpu->uuid))) return "hello: gpu string too long";
+        return NULL;
+    }
+    case MOETUNE__ENVELOPE__BODY_READY:
+        return env->ready->credits > 1024 ? "ready: too many credits" : NULL;
+    case MOETUNE__ENVELOPE__BODY_RESULT: {
+        const Moetune__Result *r = env->result;
+        if (r->job_id == 0 || r->config_id == 0) return "result: job_id and config_id must be set";
+        if (r->n_measurements == 0 || r->n_measurements > MAX_LIST) return "result: bad measurement count";
+        for (size_t i = 0; i < r->n_measurements; i++) {
+            const Moetune__Measurement *m = r->measurements[i];
+            if (m->batch_size == 0) return "result: batch_size 0";
+            if (m->status <= MOETUNE__STATUS__STATUS_UNKNOWN || m->status > MOETUNE__STATUS__STATUS_CRASHED)
+                return "result: unknown status";
+            if (m->status == MOETUNE__STATUS__STATUS_OK &&
+                !(m->median_us > 0 && m->median_us < 1e12 && m->min_us > 0 && m->mean_us > 0 && m->stddev_us >= 0))
+                return "result: ok measurement with non-positive or non-finite latency";
+            if (!str_ok(m->detail)) return "result: detail too long";
+        }
+        return NULL;
+    }
+    case MOETUNE__ENVELOPE__BODY_HEARTBEAT:
+        return env->heartbeat->n_job_ids > MAX_LIST ? "heartbeat: too many jobs" : NULL;
+    case MOETUNE__ENVELOPE__BODY_JOB: {
+        const Moetune__Job *j = env->job;
+        if (j->job_id == 0 || !shape_ok(j->shape)) return "job: bad id or shape";
+        if (j->n_configs == 0 || j->n_batch_sizes == 0) return "job: no configs or batch sizes";
+        for (size_t i = 0; i < j->n_configs; i++)
+            if (!j->configs[i]->config_id || !config_ok(j->configs[i]->config)) return "job: bad config";
+        for (size_t i = 0; i < j->n_batch_sizes; i++)
+            if (j->batch_sizes[i] == 0) return "job: batch size 0";
+        if (!j->measure) return "job: no measurement settings";
+        return NULL;
+    }
+    case MOETUNE__ENVELOPE__BODY_SUBMIT: {
+        const Moetune__SweepSpec *s = env->submit->spec;
+        if (!s) return "submit: no spec";
+        if (!str_ok(s->name) || !str_ok(s->strategy) || !str_ok(s->device_filter)) return "submit: string too long";
+        if (s->n_shapes > 4096 || s->n_batch_sizes > 4096) return "submit: too many shapes or batch sizes";
+        return NULL; /* the planner checks the spec's meaning and answers with reasons */
+    }
+    case MOETUNE__ENVELOPE__BODY_ERROR:
+        return str_ok(env->error->message) ? NULL : "error: message too long";
+    default:
+        return NULL;
+    }
+}
+
+int wire_unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **out, int *code,
+                char *err, size_t errlen) {
+    int c = 0;
+    wire_env_t *env = NULL;
+    *out = NULL;
+    if (len > max_bytes) {
+        c = WIRE_E_TOO_LARGE;
+        mt_fmt(err, errlen, "message of %zu bytes is over the %zu-byte limit", len, max_bytes);
+        goto fail;
+    }
+    env = moetune__envelope__unpack(NULL, len, buf);
+    if (!env) {
+        c = WIRE_E_DECODE;
+        mt_fmt(err, errlen, "%zu bytes do not decode as an Envelope", len);
+        goto fail;
+    }
+    if (env->protocol_version != WIRE_PROTOCOL_VERSION) {
+        c = WIRE_E_VERSION;
+        mt_fmt(err, errlen, "protocol version %u, expected %u", env->protocol_version, WIRE_PROTOCOL_VERSION);
+        goto fail;
+    }
+    if (env->body_case == MOETUNE__ENVELOPE__BODY__NOT_SET) {
+        c = WIRE_E_BODY;
+        mt_fmt(err, errlen, "envelope has no body");
+        goto fail;
+    }
+    const char *why = validate(env);
+    if (why) {
+        c = WIRE_E_INVALID;
+        mt_fmt(err, errlen, "%s", why);
+        goto fail;
+    }
+    *out = env;
+    return MT_OK;
+fail:
+    wire_free(&env);
+    if (code) *code = c;
+    return MT_INVAL;
+}
+
+int wire_send(void *sock, const void *id, size_t id_len, wire_env_t *env, int flags, char *err,
+              size_t errlen) {
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int rc = wire_pack(env, &buf, &len);
+    if (rc) return rc;
+    if (id && zmq_send(sock, id, id_len, flags | ZMQ_SNDMORE) < 0) goto zerr;
+    if (zmq_send(sock, buf, len, flags) < 0) goto zerr;
+    free(buf);
+    return MT_OK;
+zerr:
+    rc = (zmq_errno() == EAGAIN) ? MT_AGAIN : MT_ERR;
+    if (err) mt_fmt(err, errlen, "send: %s", zmq_strerror(zmq_errno()));
+    free(buf);
+    return rc;
+}
+
+/* Reads and discards the remaining frames of a multi-part message. */
+static void drain(void *sock) {
+    int more = 1;
+    size_t sz = sizeof more;
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        zmq_msg_recv(&m, sock, 0);
+        zmq_msg_close(&m);
+    }
+}
+
+static bool has_more(void *sock) {
+    int more = 0;
+    size_t sz = sizeof more;
+    return zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more;
+}
+
+int wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size_t max_bytes, int flags,
+              wire_env_t **out, wire_reject_t *rej) {
+    zmq_msg_t m;
+    int rc;
+    *out = NULL;
+    if (id_len) *id_len = 0;
+    rej->code = 0;
+    rej->reason[0] = '\0';
+    if (router) {
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, sock, flags) < 0) {
+            int e = zmq_errno();
+            zmq_msg_close(&m);
+            return e == EAGAIN ? MT_AGAIN : MT_ERR;
+        }
+        size_t n = zmq_msg_size(&m);
+        if (n > WIRE_MAX_ID) n = WIRE_MAX_ID;
+        memcpy(id, zmq_msg_data(&m), n);
+        *id_len = n;
+        zmq_msg_close(&m);
+        if (!has_more(sock)) {
+            rej->code = WIRE_E_DECODE;
+            mt_fmt(rej->reason, sizeof rej->reason, "empty message");
+            return MT_INVAL;
+        }
+        flags = 0; /* the rest of a message is already here */
+    }
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, sock, flags) < 0) {
+        int e = zmq_errno();
+        zmq_msg_close(&m);
+        return e == EAGAIN ? MT_AGAIN : MT_ERR;
+    }
+    if (has_more(sock)) {
+        drain(sock);
+        zmq_msg_close(&m);
+        rej->code = WIRE_E_DECODE;
+        mt_fmt(rej->reason, sizeof rej->reason, "message has more than one payload frame");
+        return MT_INVAL;
+    }
+    rc = wire_unpack(zmq_msg_data(&m), zmq_msg_size(&m), max_bytes, out, &rej->code, rej->reason,
+                     sizeof rej->reason);
+    zmq_msg_close(&m);
+    return rc;
+}
+
+void wire_send_error(void *sock, const void *id, size_t id_len, int code, const char *message) {
+    wire_env_t env;
+    Moetune__Error e = MOETUNE__ERROR__INIT;
+    wire_env_init(&env);
+    e.code = code;
+    e.message = (char *)message;
+    env.body_case = MOETUNE__ENVELOPE__BODY_ERROR;
+    env.error = &e;
+    wire_send(sock, id, id_len, &env, ZMQ_DONTWAIT, NULL, 0);
+}

@@ -1,0 +1,82 @@
+/*
+ * backend.h - the interface every measuring backend implements (sim, cuda).
+ *
+ * A backend runs only in the worker's child process: open() is called once after
+ * fork, so CUDA is initialised only there. measure() compiles (or takes a compiled
+ * image), verifies and times one config at every batch size of a job. A config that
+ * fails (invalid on this device, compile error, wrong result, ...) is not an error
+ * of the backend: its status goes into the measurements and measure() returns MT_OK.
+ * measure() returns an error only when the backend itself can no longer work (the
+ * CUDA context is lost); the parent then replaces the child.
+ */
+#ifndef WRK_BACKEND_H
+#define WRK_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "space.h"
+
+/* Options a backend is opened with; from the worker's command line. */
+typedef struct {
+    int gpu_index;              /* --gpu N */
+    double sim_time_scale;      /* --sim-time-scale X: 0 instant, 1 sleep the simulated time */
+    const char *sim_faults;     /* --sim-faults SPEC, or NULL */
+    const char *sim_device;     /* --sim-device NAME: which simulated GPU, or NULL for the default */
+    const char *cache_dir;      /* compiled-image cache directory, or NULL for the default */
+    unsigned compile_threads;   /* size of the compile pool; 0 = backend default */
+} wrk_backend_opts_t;
+
+/* What a backend reports about its device; goes into Hello. */
+typedef struct {
+    char name[128];             /* "NVIDIA H200" */
+    char uuid[64];
+    uint32_t cc_major, cc_minor, sm_count;
+    uint64_t memory_bytes;
+    char driver_version[32], cuda_version[32];
+    uint32_t clock_khz, mem_clock_khz;
+    uint32_t smem_per_block, regs_per_block;
+    char compiler[32];          /* export directory: "cuda_13_0", "sim" */
+    char kernel_hash[32];       /* hash of the kernel sources, hex */
+} wrk_device_t;
+
+/* Measurement settings of a job (proto Measure). */
+typedef struct {
+    uint32_t warmup, min_samples, max_samples;
+    double rsd_target;
+    uint32_t budget_ms, timeout_ms;
+    uint64_t seed;
+} wrk_measure_t;
+
+/* One measurement: status is a Moetune__Status value (MOETUNE__STATUS__STATUS_OK...). */
+typedef struct {
+    int status;
+    double median_us, min_us, mean_us, stddev_us;
+    uint32_t samples;
+    char detail[160];
+} wrk_meas_t;
+
+typedef struct {
+    const char *name;
+    /* Opens the device; fills dev. On failure MT_ERR with a one-line reason in err
+     * (e.g. "no CUDA device: cuInit: CUDA_ERROR_NO_DEVICE"). *state is the backend's. */
+    int (*open)(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err, size_t errlen);
+    /* Optional: announces the configs of a job in the order they will be measured,
+     * so the backend can compile ahead. */
+    int (*prepare)(void *state, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n);
+    /* Measures cfg at each of the n_bs batch sizes into out[0..n_bs). regs/spills
+     * receive the compiled kernel's resource use (0 when not applicable). */
+    int (*measure)(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
+                   size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
+                   char *err, size_t errlen);
+    /* Releases everything; NULL-safe, nulls *state. */
+    void (*close)(void **state);
+} wrk_backend_ops_t;
+
+/* Finds a backend by name ("sim", "cuda"); NULL when unknown or not built. */
+const wrk_backend_ops_t *wrk_backend_find(const char *name);
+
+/* Names of the backends built into this binary, comma-separated. */
+const char *wrk_backend_names(void);
+
+#endif
