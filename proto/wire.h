@@ -36,6 +36,7 @@ enum {
     WIRE_E_SPEC = 7,       /* a sweep spec the coordinator cannot plan */
     WIRE_E_INTERNAL = 8,   /* coordinator-side failure (storage) */
     WIRE_E_NOTFOUND = 9,   /* unknown sweep */
+    WIRE_E_HELLO = 10,     /* message from an unknown worker: say Hello first */
 };
 
 /* Packs env into a new buffer (caller frees *buf). protocol_version is set to
