@@ -1,0 +1,264 @@
+/* test_wire.c - Envelope round trip, and rejection of truncated, oversized,
+ * wrong-version, bodiless and random messages, directly and over ZeroMQ. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "mt.h"
+#include "wire.h"
+
+static uint8_t *pack_result(size_t *len, uint32_t n_meas) {
+    wire_env_t env;
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    Moetune__Measurement *ms = calloc(n_meas, sizeof *ms);
+    Moetune__Measurement **pm = calloc(n_meas, sizeof *pm);
+    for (uint32_t i = 0; i < n_meas; i++) {
+        moetune__measurement__init(&ms[i]);
+        ms[i].batch_size = i + 1;
+        ms[i].status = MOETUNE__STATUS__STATUS_OK;
+        ms[i].median_us = 10.5 + i;
+        ms[i].min_us = 10.0 + i;
+        ms[i].mean_us = 10.7 + i;
+        ms[i].stddev_us = 0.05;
+        ms[i].samples = 20;
+        pm[i] = &ms[i];
+    }
+    r.job_id = 7;
+    r.lease_token = 0xfeedfacecafebeefULL;
+    r.seq = 3;
+    r.config_id = 42;
+    r.n_measurements = n_meas;
+    r.measurements = pm;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    uint8_t *buf = NULL;
+    assert_int_equal(wire_pack(&env, &buf, len), MT_OK);
+    free(pm);
+    free(ms);
+    return buf;
+}
+
+static void test_round_trip(void **state) {
+    (void)state;
+    size_t len;
+    uint8_t *buf = pack_result(&len, 18);
+    wire_env_t *env = NULL;
+    char err[256];
+    int code = 0;
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &env, &code, err, sizeof err), MT_OK);
+    assert_int_equal(env->protocol_version, WIRE_PROTOCOL_VERSION);
+    assert_int_equal(env->body_case, MOETUNE__ENVELOPE__BODY_RESULT);
+    assert_int_equal(env->result->job_id, 7);
+    assert_true(env->result->lease_token == 0xfeedfacecafebeefULL);
+    assert_int_equal(env->result->n_measurements, 18);
+    assert_int_equal(env->result->measurements[17]->batch_size, 18);
+    assert_true(env->result->measurements[4]->median_us == 14.5);
+    wire_free(&env);
+    assert_null(env);
+    free(buf);
+}
+
+static void test_truncated(void **state) {
+    (void)state;
+    size_t len;
+    uint8_t *buf = pack_result(&len, 18);
+    int rejected = 0;
+    /* Every strict prefix must either fail to decode or fail validation; none may crash. */
+    for (size_t cut = 0; cut < len; cut++) {
+        wire_env_t *env = NULL;
+        char err[256];
+        int code = 0;
+        if (wire_unpack(buf, cut, WIRE_DEFAULT_MAX_BYTES, &env, &code, err, sizeof err) != MT_OK) {
+            assert_null(env);
+            assert_true(code == WIRE_E_DECODE || code == WIRE_E_BODY || code == WIRE_E_VERSION ||
+                        code == WIRE_E_INVALID);
+            rejected++;
+        } else {
+            wire_free(&env);
+        }
+    }
+    /* The empty prefix and the one cutting inside the result must be rejected. */
+    assert_true(rejected >= (int)(len / 2));
+    free(buf);
+}
+
+static void test_oversized(void **state) {
+    (void)state;
+    size_t len;
+    uint8_t *buf = pack_result(&len, 18);
+    wire_env_t *env = NULL;
+    char err[256];
+    int code = 0;
+    assert_int_equal(wire_unpack(buf, len, len - 1, &env, &code, err, sizeof err), MT_INVAL);
+    assert_int_equal(code, WIRE_E_TOO_LARGE);
+    assert_non_null(strstr(err, "limit"));
+    free(buf);
+}
+
+static void test_wrong_version(void **state) {
+    (void)state;
+    wire_env_t env;
+    Moetune__Ready ready = MOETUNE__READY__INIT;
+    ready.credits = 1;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
+    env.ready = &ready;
+    env.protocol_version = 99;
+    /* wire_pack always stamps the current version; pack by hand to send a wrong one. */
+    size_t len = moetune__envelope__get_packed_size(&env);
+    uint8_t *buf = malloc(len);
+    moetune__envelope__pack(&env, buf);
+    wire_env_t *out = NULL;
+    char err[256];
+    int code = 0;
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_INVAL);
+    assert_int_equal(code, WIRE_E_VERSION);
+    free(buf);
+}
+
+static void test_no_body_and_bad_fields(void **state) {
+    (void)state;
+    wire_env_t env;
+    wire_env_init(&env);
+    uint8_t *buf;
+    size_t len;
+    wire_env_t *out = NULL;
+    char err[256];
+    int code = 0;
+    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_INVAL);
+    assert_int_equal(code, WIRE_E_BODY);
+    free(buf);
+
+    /* An OK measurement with a negative latency is data, and invalid. */
+    Moetune__Measurement m = MOETUNE__MEASUREMENT__INIT;
+    Moetune__Measurement *pm = &m;
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    m.batch_size = 1;
+    m.status = MOETUNE__STATUS__STATUS_OK;
+    m.median_us = -1;
+    r.job_id = 1;
+    r.config_id = 1;
+    r.n_measurements = 1;
+    r.measurements = &pm;
+    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_INVAL);
+    assert_int_equal(code, WIRE_E_INVALID);
+    free(buf);
+}
+
+static void test_random_bytes(void **state) {
+    (void)state;
+    uint64_t x = 88172645463325252ULL;
+    int accepted = 0;
+    for (int round = 0; round < 20000; round++) {
+        uint8_t buf[256];
+        size_t len = (size_t)(round % 255) + 1;
+        for (size_t i = 0; i < len; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            buf[i] = (uint8_t)x;
+        }
+        wire_env_t *env = NULL;
+        char err[256];
+        int code = 0;
+        if (wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &env, &code, err, sizeof err) == MT_OK) {
+            /* Whatever decodes must carry the right version and a body. */
+            assert_int_equal(env->protocol_version, WIRE_PROTOCOL_VERSION);
+            assert_int_not_equal(env->body_case, MOETUNE__ENVELOPE__BODY__NOT_SET);
+            accepted++;
+            wire_free(&env);
+        } else {
+            assert_null(env);
+            assert_true(code >= WIRE_E_DECODE && code <= WIRE_E_INVALID);
+        }
+    }
+    assert_true(accepted < 200); /* random bytes almost never form a valid message */
+}
+
+static void test_roles(void **state) {
+    (void)state;
+    assert_true(wire_allowed(WIRE_FROM_WORKER, MOETUNE__ENVELOPE__BODY_RESULT));
+    assert_false(wire_allowed(WIRE_FROM_WORKER, MOETUNE__ENVELOPE__BODY_JOB));
+    assert_false(wire_allowed(WIRE_FROM_WORKER, MOETUNE__ENVELOPE__BODY_SUBMIT));
+    assert_true(wire_allowed(WIRE_FROM_CLIENT, MOETUNE__ENVELOPE__BODY_SUBMIT));
+    assert_false(wire_allowed(WIRE_FROM_CLIENT, MOETUNE__ENVELOPE__BODY_RESULT));
+    assert_true(wire_allowed(WIRE_FROM_COORDINATOR, MOETUNE__ENVELOPE__BODY_ACK));
+    assert_string_equal(wire_body_name(MOETUNE__ENVELOPE__BODY_HELLO), "hello");
+}
+
+/* Over a real ROUTER/DEALER pair: garbage and multi-frame junk are rejected with a
+ * reason and the identity, and a good message after them still arrives. */
+static void test_socket_recv(void **state) {
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    void *router = zmq_socket(ctx, ZMQ_ROUTER);
+    void *dealer = zmq_socket(ctx, ZMQ_DEALER);
+    assert_int_equal(zmq_setsockopt(dealer, ZMQ_ROUTING_ID, "w1", 2), 0);
+    assert_int_equal(zmq_bind(router, "inproc://wire-test"), 0);
+    assert_int_equal(zmq_connect(dealer, "inproc://wire-test"), 0);
+
+    zmq_send(dealer, "\xff\xff\xff", 3, 0);
+    zmq_send(dealer, "a", 1, ZMQ_SNDMORE);
+    zmq_send(dealer, "b", 1, 0);
+    wire_env_t env;
+    Moetune__Ready ready = MOETUNE__READY__INIT;
+    ready.credits = 2;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
+    env.ready = &ready;
+    char err[256];
+    assert_int_equal(wire_send(dealer, NULL, 0, &env, 0, err, sizeof err), MT_OK);
+
+    uint8_t id[WIRE_MAX_ID];
+    size_t id_len = 0;
+    wire_env_t *out = NULL;
+    wire_reject_t rej;
+    assert_int_equal(wire_recv(router, true, id, &id_len, WIRE_DEFAULT_MAX_BYTES, 0, &out, &rej), MT_INVAL);
+    assert_int_equal(id_len, 2);
+    assert_memory_equal(id, "w1", 2);
+    assert_int_equal(rej.code, WIRE_E_DECODE);
+    assert_int_equal(wire_recv(router, true, id, &id_len, WIRE_DEFAULT_MAX_BYTES, 0, &out, &rej), MT_INVAL);
+    assert_non_null(strstr(rej.reason, "more than one"));
+    assert_int_equal(wire_recv(router, true, id, &id_len, WIRE_DEFAULT_MAX_BYTES, 0, &out, &rej), MT_OK);
+    assert_int_equal(out->body_case, MOETUNE__ENVELOPE__BODY_READY);
+    assert_int_equal(out->ready->credits, 2);
+    wire_free(&out);
+    assert_int_equal(wire_recv(router, true, id, &id_len, WIRE_DEFAULT_MAX_BYTES, ZMQ_DONTWAIT, &out, &rej),
+                     MT_AGAIN);
+
+    /* An Error reply reaches the dealer. */
+    wire_send_error(router, "w1", 2, WIRE_E_DECODE, "bad bytes");
+    assert_int_equal(wire_recv(dealer, false, NULL, NULL, WIRE_DEFAULT_MAX_BYTES, 0, &out, &rej), MT_OK);
+    assert_int_equal(out->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
+    assert_int_equal(out->error->code, WIRE_E_DECODE);
+    assert_string_equal(out->error->message, "bad bytes");
+    wire_free(&out);
+
+    int linger = 0;
+    zmq_setsockopt(router, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(dealer, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(dealer);
+    zmq_close(router);
+    zmq_ctx_term(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),     cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_oversized),      cmocka_unit_test(test_wrong_version),
+        cmocka_unit_test(test_no_body_and_bad_fields), cmocka_unit_test(test_random_bytes),
+        cmocka_unit_test(test_roles),          cmocka_unit_test(test_socket_recv),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
