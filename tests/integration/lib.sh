@@ -1,0 +1,96 @@
+# Shared helpers for the integration tests: real processes on loopback, a temporary database.
+# Sourced by tests/integration/test_*.sh. Needs MT_BIN_DIR (the build folder).
+set -euo pipefail
+: "${MT_BIN_DIR:?MT_BIN_DIR must point at the build folder}"
+BIN=$MT_BIN_DIR
+T=$(mktemp -d /tmp/moetune-it.XXXXXX)
+DB=$T/moetune.db
+PIDS=()
+COORD_PID=
+
+cleanup() {
+  local rc=$?
+  for p in "${PIDS[@]}" $COORD_PID; do kill -KILL "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
+    echo "---- test failed (rc=$rc); logs from $T:"
+    for f in "$T"/*.log; do [ -f "$f" ] && { echo "== $f"; tail -n 30 "$f"; }; done
+  fi
+  rm -rf "$T"
+  exit $rc
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+pass() { echo "ok: $*"; }
+
+# A free TCP port on loopback.
+free_port() {
+  local p
+  while :; do
+    p=$(( (RANDOM % 20000) + 30000 ))
+    (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return; }
+  done
+}
+
+WPORT=$(free_port)
+CPORT=$(free_port)
+while [ "$CPORT" = "$WPORT" ]; do CPORT=$(free_port); done
+WEP=tcp://127.0.0.1:$WPORT
+CEP=tcp://127.0.0.1:$CPORT
+
+# start_coordinator [extra args...]
+start_coordinator() {
+  "$BIN/moetune-coordinator" --db "$DB" --bind "$WEP" --control "$CEP" "$@" >>"$T/coord.log" 2>&1 &
+  COORD_PID=$!
+  for _ in $(seq 1 100); do
+    "$BIN/moetune" status --control "$CEP" --timeout-ms 200 >/dev/null 2>&1 && return 0
+    kill -0 "$COORD_PID" 2>/dev/null || fail "coordinator exited at start"
+    sleep 0.1
+  done
+  fail "coordinator did not answer on $CEP"
+}
+
+# start_workers N [extra worker args...]
+start_workers() {
+  local n=$1; shift
+  for i in $(seq 1 "$n"); do
+    "$BIN/moetune-worker" --connect "$WEP" --backend sim --id "w$i-$$" "$@" >>"$T/worker$i.log" 2>&1 &
+    PIDS+=($!)
+  done
+}
+
+sql() { sqlite3 -batch -noheader "$DB" "$1"; }
+
+# wait_sweep ID TIMEOUT_S : waits until the sweep leaves 'running'; prints its state.
+wait_sweep() {
+  local id=$1 limit=$2 state=""
+  for _ in $(seq 1 $((limit * 5))); do
+    state=$(sql "SELECT state FROM sweeps WHERE id=$id" 2>/dev/null || true)
+    if [ -n "$state" ] && [ "$state" != running ]; then echo "$state"; return 0; fi
+    sleep 0.2
+  done
+  echo "timeout(${state:-none})"
+}
+
+# check_rows ID : the result rows of the sweep are exactly the planned set, no duplicates.
+check_rows() {
+  local id=$1
+  local planned rows distinct
+  planned=$(sql "SELECT results_planned FROM sweeps WHERE id=$id")
+  rows=$(sql "SELECT count(*) FROM results WHERE sweep_id=$id")
+  distinct=$(sql "SELECT count(*) FROM (SELECT DISTINCT shape_id, config_id, batch_size FROM results WHERE sweep_id=$id)")
+  [ "$planned" -gt 0 ] || fail "sweep $id planned no results"
+  [ "$rows" = "$planned" ] || fail "sweep $id: $rows result rows, $planned planned"
+  [ "$distinct" = "$rows" ] || fail "sweep $id: duplicate rows ($rows rows, $distinct distinct)"
+  # every planned (shape, valid config) has every batch size: valid configs x batch sizes = rows
+  local bad
+  bad=$(sql "SELECT count(*) FROM (SELECT shape_id, config_id, count(*) c FROM results WHERE sweep_id=$id GROUP BY 1,2)
+             WHERE c <> (SELECT count(DISTINCT batch_size) FROM results WHERE sweep_id=$id)")
+  [ "$bad" = 0 ] || fail "sweep $id: $bad configs miss batch sizes"
+  # no config is both rejected and measured
+  local both
+  both=$(sql "SELECT count(*) FROM rejected j JOIN results r ON r.sweep_id=j.sweep_id AND r.shape_id=j.shape_id AND r.config_id=j.config_id WHERE j.sweep_id=$id")
+  [ "$both" = 0 ] || fail "sweep $id: $both rejected configs have results"
+  echo "$rows"
+}
