@@ -1,1 +1,0 @@
-int mt_coord_placeholder;

@@ -1,0 +1,291 @@
+/* planner.c - sweep spec -> jobs. See planner.h. */
+#include "planner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt.h"
+
+void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out) {
+    const Moetune__Measure *m = spec ? spec->measure : NULL;
+    moetune__measure__init(out);
+    out->warmup = m && m->warmup ? m->warmup : 5;
+    out->min_samples = m && m->min_samples ? m->min_samples : 10;
+    out->max_samples = m && m->max_samples ? m->max_samples : 100;
+    out->rsd_target = m && m->rsd_target > 0 ? m->rsd_target : 0.01;
+    out->budget_ms = m && m->budget_ms ? m->budget_ms : 1000;
+    out->timeout_ms = m && m->timeout_ms ? m->timeout_ms : 60000;
+    out->seed = m && m->seed ? m->seed : 1;
+}
+
+void plan_destroy(plan_t **pp) {
+    if (!pp || !*pp) return;
+    plan_t *p = *pp;
+    for (size_t i = 0; i < p->n_shapes; i++) {
+        free(p->shapes[i].valid);
+        free(p->shapes[i].rejected);
+    }
+    free(p->shapes);
+    free(p->batch_sizes);
+    free(p);
+    *pp = NULL;
+}
+
+/* One list of the space: where it lives in the spec and in krn_space_t. */
+typedef struct {
+    const char *name;
+    size_t spec_n_off, spec_v_off;     /* offsets of n_x and x in Moetune__Space */
+    size_t krn_v_off, krn_n_off;       /* offsets of x[] and n_x in krn_space_t */
+} space_list_t;
+
+#define SPACE_LIST(f)                                                                                   \
+    {#f, offsetof(Moetune__Space, n_##f), offsetof(Moetune__Space, f), offsetof(krn_space_t, f),      \
+     offsetof(krn_space_t, n_##f)}
+static const space_list_t g_lists[] = {SPACE_LIST(block_m), SPACE_LIST(block_n),   SPACE_LIST(block_k),
+                                       SPACE_LIST(group_m), SPACE_LIST(num_warps), SPACE_LIST(num_stages)};
+#define N_LISTS (sizeof g_lists / sizeof g_lists[0])
+
+static int has_dup(const uint32_t *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (v[i] == v[j]) return 1;
+    return 0;
+}
+
+/* Empty space (or none) means the default space; otherwise every list must be
+ * non-empty, at most KRN_MAX_VALUES long, positive and unique. */
+static int build_space(const Moetune__Space *sp, krn_space_t *out, char *err, size_t errlen) {
+    size_t total = 0;
+    for (size_t i = 0; sp && i < N_LISTS; i++) total += *(const size_t *)((const char *)sp + g_lists[i].spec_n_off);
+    if (total == 0) {
+        krn_space_default(out);
+        return MT_OK;
+    }
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < N_LISTS; i++) {
+        size_t n = *(const size_t *)((const char *)sp + g_lists[i].spec_n_off);
+        const uint32_t *v = *(uint32_t *const *)((const char *)sp + g_lists[i].spec_v_off);
+        if (n == 0) {
+            mt_fmt(err, errlen, "space: %s list is empty", g_lists[i].name);
+            return MT_INVAL;
+        }
+        if (n > KRN_MAX_VALUES) {
+            mt_fmt(err, errlen, "space: %s has %zu values (at most %d)", g_lists[i].name, n, KRN_MAX_VALUES);
+            return MT_INVAL;
+        }
+        for (size_t j = 0; j < n; j++) {
+            if (v[j] == 0 || v[j] > 1024) {
+                mt_fmt(err, errlen, "space: %s value %u is out of range 1..1024", g_lists[i].name, v[j]);
+                return MT_INVAL;
+            }
+        }
+        if (has_dup(v, n)) {
+            mt_fmt(err, errlen, "space: %s has a repeated value", g_lists[i].name);
+            return MT_INVAL;
+        }
+        memcpy((char *)out + g_lists[i].krn_v_off, v, n * sizeof *v);
+        *(uint32_t *)((char *)out + g_lists[i].krn_n_off) = (uint32_t)n;
+    }
+    return MT_OK;
+}
+
+static int shape_from_msg(const Moetune__Shape *m, krn_shape_t *sh, char *err, size_t errlen) {
+    memset(sh, 0, sizeof *sh);
+    if (!m) {
+        mt_fmt(err, errlen, "shape missing");
+        return MT_INVAL;
+    }
+    sh->e = m->e;
+    sh->n = m->n;
+    sh->k = m->k;
+    sh->topk = m->topk;
+    sh->block_n = m->block_n;
+    sh->block_k = m->block_k;
+    const char *dt = m->dtype && *m->dtype ? m->dtype : "bf16";
+    if (strlen(dt) >= sizeof sh->dtype) {
+        mt_fmt(err, errlen, "dtype '%.32s' is not one of bf16, fp8_w8a8", dt);
+        return MT_INVAL;
+    }
+    snprintf(sh->dtype, sizeof sh->dtype, "%s", dt);
+    return krn_shape_check(sh, err, errlen);
+}
+
+static int shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
+    return a->e == b->e && a->n == b->n && a->k == b->k && a->topk == b->topk && a->block_n == b->block_n &&
+           a->block_k == b->block_k && strcmp(a->dtype, b->dtype) == 0;
+}
+
+int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen) {
+    int rc = MT_OK;
+    plan_t *p = NULL;
+    char why[PLAN_REASON_LEN];
+    *out = NULL;
+    if (!spec) {
+        mt_fmt(err, errlen, "no spec");
+        return MT_INVAL;
+    }
+    if (spec->strategy && *spec->strategy && strcmp(spec->strategy, "exhaustive") != 0) {
+        mt_fmt(err, errlen, "unknown strategy '%.64s' (known: exhaustive)", spec->strategy);
+        return MT_INVAL;
+    }
+    if (spec->n_shapes == 0) {
+        mt_fmt(err, errlen, "the spec has no shapes");
+        return MT_INVAL;
+    }
+    if (spec->n_batch_sizes == 0) {
+        mt_fmt(err, errlen, "the spec has no batch sizes");
+        return MT_INVAL;
+    }
+    for (size_t i = 0; i < spec->n_batch_sizes; i++) {
+        uint32_t b = spec->batch_sizes[i];
+        if (b == 0 || b > PLAN_MAX_BATCH) {
+            mt_fmt(err, errlen, "batch size %u is out of range 1..%u", b, PLAN_MAX_BATCH);
+            return MT_INVAL;
+        }
+    }
+    if (has_dup(spec->batch_sizes, spec->n_batch_sizes)) {
+        mt_fmt(err, errlen, "batch sizes repeat a value");
+        return MT_INVAL;
+    }
+    p = calloc(1, sizeof *p);
+    if (!p) goto nomem;
+    rc = build_space(spec->space, &p->space, err, errlen);
+    if (rc) goto out;
+    p->chunk = spec->chunk ? spec->chunk : PLAN_DEFAULT_CHUNK;
+    p->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
+    plan_measure(spec, &p->measure);
+    if (p->measure.min_samples > p->measure.max_samples) {
+        mt_fmt(err, errlen, "measure: min_samples %u > max_samples %u", p->measure.min_samples,
+               p->measure.max_samples);
+        rc = MT_INVAL;
+        goto out;
+    }
+    p->batch_sizes = malloc(spec->n_batch_sizes * sizeof *p->batch_sizes);
+    p->shapes = calloc(spec->n_shapes, sizeof *p->shapes);
+    if (!p->batch_sizes || !p->shapes) goto nomem;
+    memcpy(p->batch_sizes, spec->batch_sizes, spec->n_batch_sizes * sizeof *p->batch_sizes);
+    p->n_batch_sizes = spec->n_batch_sizes;
+
+    krn_limits_t limits;
+    krn_limits_default(&limits);
+    size_t n_space = krn_space_size(&p->space);
+    for (size_t i = 0; i < spec->n_shapes; i++) {
+        plan_shape_t *ps = &p->shapes[i];
+        char serr[200];
+        if (shape_from_msg(spec->shapes[i], &ps->shape, serr, sizeof serr)) {
+            mt_fmt(err, errlen, "shape %zu: %s", i + 1, serr);
+            rc = MT_INVAL;
+            goto out;
+        }
+        p->n_shapes = i + 1;
+        for (size_t j = 0; j < i; j++) {
+            if (shape_eq(&p->shapes[j].shape, &ps->shape)) {
+                mt_fmt(err, errlen, "shape %zu repeats shape %zu", i + 1, j + 1);
+                rc = MT_INVAL;
+                goto out;
+            }
+        }
+        ps->valid = malloc(n_space * sizeof *ps->valid);
+        ps->rejected = malloc(n_space * sizeof *ps->rejected);
+        if (!ps->valid || !ps->rejected) goto nomem;
+        for (size_t c = 0; c < n_space; c++) {
+            krn_config_t cfg;
+            krn_space_at(&p->space, c, &cfg);
+            if (krn_check(&ps->shape, &cfg, &limits, why, sizeof why) == MT_OK) {
+                ps->valid[ps->n_valid++] = cfg;
+            } else {
+                plan_rejection_t *r = &ps->rejected[ps->n_rejected++];
+                r->cfg = cfg;
+                snprintf(r->reason, sizeof r->reason, "%s", why);
+            }
+        }
+        p->jobs += (uint32_t)((ps->n_valid + p->chunk - 1) / p->chunk);
+        p->configs_valid += (uint32_t)ps->n_valid;
+        p->configs_rejected += (uint32_t)ps->n_rejected;
+        p->results_planned += (uint64_t)ps->n_valid * p->n_batch_sizes;
+    }
+    if (p->configs_valid == 0) {
+        mt_fmt(err, errlen, "no config of the space passes the static rules for any shape");
+        rc = MT_INVAL;
+        goto out;
+    }
+    *out = p;
+    return MT_OK;
+nomem:
+    mt_fmt(err, errlen, "out of memory");
+    rc = MT_NOMEM;
+out:
+    plan_destroy(&p);
+    return rc;
+}
+
+int plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t *rejected, uint32_t *jobs, char *err,
+               size_t errlen) {
+    plan_t *p = NULL;
+    int rc = plan_build(spec, &p, err, errlen);
+    if (rc) return rc;
+    *valid = p->configs_valid;
+    *rejected = p->configs_rejected;
+    *jobs = p->jobs;
+    plan_destroy(&p);
+    return MT_OK;
+}
+
+/* Writes one shape's configs, rejections and jobs inside the open transaction. */
+static int store_shape(store_t *db, const plan_t *p, const plan_shape_t *ps, uint64_t sweep_id, int64_t now) {
+    uint64_t shape_id = 0, config_id = 0, job_id = 0;
+    int rc = store_shape_upsert(db, &ps->shape, &shape_id);
+    for (size_t i = 0; !rc && i < ps->n_rejected; i++) {
+        rc = store_config_upsert(db, &ps->rejected[i].cfg, &config_id);
+        if (!rc) rc = store_rejected_insert(db, sweep_id, shape_id, config_id, ps->rejected[i].reason);
+    }
+    for (size_t i = 0; !rc && i < ps->n_valid; i++) {
+        if (i % p->chunk == 0) rc = store_job_insert(db, sweep_id, shape_id, NULL, now, &job_id);
+        if (!rc) rc = store_config_upsert(db, &ps->valid[i], &config_id);
+        if (!rc) rc = store_job_config_insert(db, job_id, config_id);
+    }
+    return rc;
+}
+
+int plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err, size_t errlen) {
+    plan_t *p = NULL;
+    uint8_t *packed = NULL;
+    uint64_t sweep_id = 0;
+    int64_t now = mt_wall_s();
+    int rc = plan_build(spec, &p, err, errlen);
+    if (rc) return rc;
+    size_t len = moetune__sweep_spec__get_packed_size(spec);
+    packed = malloc(len ? len : 1);
+    if (!packed) {
+        mt_fmt(err, errlen, "out of memory");
+        rc = MT_NOMEM;
+        goto out;
+    }
+    moetune__sweep_spec__pack(spec, packed);
+    rc = store_sweep_insert(db, spec->name, packed, len, now, &sweep_id);
+    if (rc) {
+        mt_fmt(err, errlen, "storing the sweep: %s", store_errmsg(db));
+        goto out;
+    }
+    rc = store_begin(db);
+    for (size_t i = 0; !rc && i < p->n_shapes; i++) rc = store_shape(db, p, &p->shapes[i], sweep_id, now);
+    if (!rc) rc = store_sweep_set_planned(db, sweep_id, p->results_planned);
+    if (!rc) rc = store_commit(db);
+    if (rc) {
+        mt_fmt(err, errlen, "planning sweep %llu: %s", (unsigned long long)sweep_id, store_errmsg(db));
+        store_rollback(db);
+        store_sweep_set_state(db, sweep_id, "failed", now);
+        goto out;
+    }
+    moetune__submitted__init(out);
+    out->sweep_id = sweep_id;
+    out->jobs = p->jobs;
+    out->configs_valid = p->configs_valid;
+    out->configs_rejected = p->configs_rejected;
+    out->results_planned = p->results_planned;
+out:
+    free(packed);
+    plan_destroy(&p);
+    return rc;
+}

@@ -1,0 +1,76 @@
+/*
+ * planner.h - turns a sweep spec into stored jobs.
+ *
+ * plan_build() validates a Moetune__SweepSpec and expands it (defaults filled,
+ * every config of the space checked by the static rules per shape) without
+ * touching the database, so tests and the CLI can count a plan. plan_store()
+ * writes the sweep first, then its shapes, configs, rejections and jobs in one
+ * transaction.
+ */
+#ifndef COORD_PLANNER_H
+#define COORD_PLANNER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moetune.pb-c.h"
+#include "space.h"
+#include "store.h"
+
+#define PLAN_DEFAULT_CHUNK 16
+#define PLAN_DEFAULT_MAX_ATTEMPTS 3
+#define PLAN_MAX_BATCH 1048576u
+#define PLAN_REASON_LEN 128
+
+typedef struct {
+    krn_config_t cfg;
+    char reason[PLAN_REASON_LEN];
+} plan_rejection_t;
+
+typedef struct {
+    krn_shape_t shape;
+    krn_config_t *valid;             /* configs the static rules accept, in space order */
+    size_t n_valid;
+    plan_rejection_t *rejected;      /* the others, with the rule's reason */
+    size_t n_rejected;
+} plan_shape_t;
+
+/* An expanded spec. Owned by the caller; release with plan_destroy(). */
+typedef struct {
+    plan_shape_t *shapes;
+    size_t n_shapes;
+    uint32_t *batch_sizes;
+    size_t n_batch_sizes;
+    krn_space_t space;
+    uint32_t chunk, max_attempts;
+    Moetune__Measure measure;        /* defaults filled */
+    uint32_t jobs, configs_valid, configs_rejected;  /* summed over shapes */
+    uint64_t results_planned;        /* valid configs x batch sizes */
+} plan_t;
+
+/* Fills out with spec's measurement settings, defaults for zero fields (warmup 5,
+ * min_samples 10, max_samples 100, rsd_target 0.01, budget_ms 1000, timeout_ms
+ * 60000, seed 1). spec->measure may be NULL. */
+void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out);
+
+/* Validates and expands spec. On success *out is a new plan. On an invalid spec
+ * returns MT_INVAL with a one-line reason in err (e.g. "unknown strategy 'x'"). */
+int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen);
+
+/* Releases a plan; NULL-safe, nulls *p. */
+void plan_destroy(plan_t **p);
+
+/* Pure count of what spec would plan: configs accepted and rejected (summed over
+ * shapes) and jobs. MT_INVAL with a reason in err for an invalid spec. */
+int plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t *rejected, uint32_t *jobs,
+               char *err, size_t errlen);
+
+/* Validates spec and stores it: the sweep row (packed spec) first, then in one
+ * transaction shapes, configs, rejections, jobs and results_planned. Fills out
+ * (sweep_id, jobs, configs_valid, configs_rejected, results_planned). An invalid
+ * spec stores nothing and returns MT_INVAL; a storage failure returns MT_IO or
+ * MT_BUSY (the sweep row, if written, is marked failed). Reason in err. */
+int plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err,
+               size_t errlen);
+
+#endif

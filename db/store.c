@@ -1,0 +1,739 @@
+/* store.c - open, migrate, and every statement the coordinator runs. See store.h. */
+#include "store.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt.h"
+
+/* Schema version 1; kept identical to db/schema.sql (tests/unit/test_store.c checks). */
+static const char g_schema[] =
+    "-- moetune store, schema version 1. The coordinator applies it through db/store.c\n"
+    "-- (PRAGMA user_version); this file is the readable copy and is embedded at build time.\n"
+    "CREATE TABLE devices (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  name TEXT NOT NULL,\n"
+    "  uuid TEXT NOT NULL UNIQUE,\n"
+    "  cc_major INTEGER, cc_minor INTEGER, sm_count INTEGER, memory_bytes INTEGER,\n"
+    "  driver_version TEXT, cuda_version TEXT\n"
+    ");\n"
+    "CREATE TABLE workers (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  worker_id TEXT NOT NULL UNIQUE,\n"
+    "  host TEXT, pid INTEGER, backend TEXT,\n"
+    "  device_id INTEGER REFERENCES devices(id),\n"
+    "  compiler TEXT, kernel_hash TEXT,\n"
+    "  first_seen INTEGER, last_seen INTEGER\n"
+    ");\n"
+    "CREATE TABLE sweeps (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  name TEXT NOT NULL,\n"
+    "  spec BLOB NOT NULL,              -- packed moetune.SweepSpec\n"
+    "  state TEXT NOT NULL CHECK (state IN ('running', 'done', 'cancelled', 'failed')),\n"
+    "  results_planned INTEGER NOT NULL DEFAULT 0,\n"
+    "  created INTEGER NOT NULL,\n"
+    "  finished INTEGER\n"
+    ");\n"
+    "CREATE TABLE shapes (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  e INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, topk INTEGER NOT NULL,\n"
+    "  dtype TEXT NOT NULL, block_n INTEGER NOT NULL DEFAULT 0, block_k INTEGER NOT NULL DEFAULT 0,\n"
+    "  UNIQUE (e, n, k, topk, dtype, block_n, block_k)\n"
+    ");\n"
+    "CREATE TABLE configs (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  block_m INTEGER NOT NULL, block_n INTEGER NOT NULL, block_k INTEGER NOT NULL,\n"
+    "  group_m INTEGER NOT NULL, num_warps INTEGER NOT NULL, num_stages INTEGER NOT NULL,\n"
+    "  UNIQUE (block_m, block_n, block_k, group_m, num_warps, num_stages)\n"
+    ");\n"
+    "-- configs the static rules rejected when the sweep was planned, with the reason\n"
+    "CREATE TABLE rejected (\n"
+    "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),\n"
+    "  shape_id INTEGER NOT NULL REFERENCES shapes(id),\n"
+    "  config_id INTEGER NOT NULL REFERENCES configs(id),\n"
+    "  reason TEXT NOT NULL,\n"
+    "  PRIMARY KEY (sweep_id, shape_id, config_id)\n"
+    ");\n"
+    "CREATE TABLE jobs (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),\n"
+    "  shape_id INTEGER NOT NULL REFERENCES shapes(id),\n"
+    "  state TEXT NOT NULL CHECK (state IN ('pending', 'leased', 'done', 'failed', 'cancelled')),\n"
+    "  attempts INTEGER NOT NULL DEFAULT 0,\n"
+    "  worker_id TEXT,                  -- current or last lease holder\n"
+    "  lease_token INTEGER,             -- current or last lease token\n"
+    "  lease_expires INTEGER,           -- wall-clock ms\n"
+    "  avoid_worker TEXT,               -- a retry of a crashing config runs elsewhere\n"
+    "  created INTEGER NOT NULL,\n"
+    "  finished INTEGER\n"
+    ");\n"
+    "CREATE INDEX jobs_by_state ON jobs (state, sweep_id);\n"
+    "CREATE TABLE job_configs (\n"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),\n"
+    "  config_id INTEGER NOT NULL REFERENCES configs(id),\n"
+    "  PRIMARY KEY (job_id, config_id)\n"
+    ");\n"
+    "-- configs that killed a worker's child; a second crash quarantines the config\n"
+    "CREATE TABLE crashes (\n"
+    "  sweep_id INTEGER NOT NULL, shape_id INTEGER NOT NULL, config_id INTEGER NOT NULL,\n"
+    "  count INTEGER NOT NULL, last_worker TEXT,\n"
+    "  PRIMARY KEY (sweep_id, shape_id, config_id)\n"
+    ");\n"
+    "CREATE TABLE results (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),\n"
+    "  shape_id INTEGER NOT NULL REFERENCES shapes(id),\n"
+    "  config_id INTEGER NOT NULL REFERENCES configs(id),\n"
+    "  batch_size INTEGER NOT NULL,\n"
+    "  status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'compile_error', 'launch_error',\n"
+    "                                          'wrong_result', 'timeout', 'crashed')),\n"
+    "  median_us REAL, min_us REAL, mean_us REAL, stddev_us REAL, samples INTEGER,\n"
+    "  detail TEXT,\n"
+    "  registers INTEGER, spills INTEGER,\n"
+    "  job_id INTEGER, worker_id TEXT,\n"
+    "  device_id INTEGER REFERENCES devices(id),\n"
+    "  backend TEXT NOT NULL,           -- 'sim' results are simulated, never a measurement\n"
+    "  compiler TEXT NOT NULL,          -- export directory: 'cuda_13_0', 'sim'\n"
+    "  kernel_hash TEXT,\n"
+    "  created INTEGER NOT NULL,\n"
+    "  UNIQUE (sweep_id, shape_id, config_id, batch_size)\n"
+    ");\n"
+    "CREATE INDEX results_best ON results (shape_id, batch_size, status, median_us);\n"
+    "CREATE TABLE exports (\n"
+    "  id INTEGER PRIMARY KEY,\n"
+    "  created INTEGER NOT NULL,\n"
+    "  out_dir TEXT NOT NULL,\n"
+    "  path TEXT NOT NULL,              -- file written, relative to out_dir\n"
+    "  sweep_ids TEXT,                  -- comma-separated sweeps the entries came from\n"
+    "  entries INTEGER NOT NULL,\n"
+    "  changed_entries INTEGER NOT NULL, -- entries that differ from the file it replaced\n"
+    "  content_hash TEXT NOT NULL\n"
+    ");\n";
+
+const char *store_schema_sql(void) { return g_schema; }
+
+/* Every statement, prepared once at open. */
+enum {
+    ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_REQUEUE_LEASED,
+    ST_DEVICE_UPSERT, ST_DEVICE_ID, ST_WORKER_UPSERT,
+    ST_SWEEP_INSERT, ST_SWEEP_PLANNED, ST_SWEEP_STATE,
+    ST_SHAPE_INSERT, ST_SHAPE_ID, ST_CONFIG_INSERT, ST_CONFIG_ID,
+    ST_REJECTED_INSERT, ST_JOB_INSERT, ST_JOB_CONFIG_INSERT, ST_JOB_CONFIG_DELETE, ST_JOB_UPDATE,
+    ST_RESULT_INSERT, ST_CRASH_BUMP, ST_CRASH_COUNT,
+    ST_SWEEPS, ST_JOBS_OPEN, ST_JOB_CONFIGS, ST_SHAPE_GET, ST_CONFIG_GET,
+    ST_RESULT_COUNT, ST_SWEEP_RESULT_COUNTS, ST_JOB_STATE_COUNTS,
+    ST_COUNT
+};
+
+static const char *const g_sql[ST_COUNT] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_REQUEUE_LEASED] = "UPDATE jobs SET state = 'pending' WHERE state = 'leased'",
+    [ST_DEVICE_UPSERT] =
+        "INSERT INTO devices (name, uuid, cc_major, cc_minor, sm_count, memory_bytes, driver_version,"
+        " cuda_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (uuid) DO UPDATE SET"
+        " name = excluded.name, cc_major = excluded.cc_major, cc_minor = excluded.cc_minor,"
+        " sm_count = excluded.sm_count, memory_bytes = excluded.memory_bytes,"
+        " driver_version = excluded.driver_version, cuda_version = excluded.cuda_version",
+    [ST_DEVICE_ID] = "SELECT id FROM devices WHERE uuid = ?1",
+    [ST_WORKER_UPSERT] =
+        "INSERT INTO workers (worker_id, host, pid, backend, device_id, compiler, kernel_hash, first_seen,"
+        " last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8) ON CONFLICT (worker_id) DO UPDATE SET"
+        " host = excluded.host, pid = excluded.pid, backend = excluded.backend,"
+        " device_id = excluded.device_id, compiler = excluded.compiler,"
+        " kernel_hash = excluded.kernel_hash, last_seen = excluded.last_seen",
+    [ST_SWEEP_INSERT] =
+        "INSERT INTO sweeps (name, spec, state, created) VALUES (?1, ?2, 'running', ?3)",
+    [ST_SWEEP_PLANNED] = "UPDATE sweeps SET results_planned = ?2 WHERE id = ?1",
+    [ST_SWEEP_STATE] = "UPDATE sweeps SET state = ?2, finished = ?3 WHERE id = ?1",
+    [ST_SHAPE_INSERT] =
+        "INSERT INTO shapes (e, n, k, topk, dtype, block_n, block_k) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+        " ON CONFLICT DO NOTHING",
+    [ST_SHAPE_ID] =
+        "SELECT id FROM shapes WHERE e = ?1 AND n = ?2 AND k = ?3 AND topk = ?4 AND dtype = ?5"
+        " AND block_n = ?6 AND block_k = ?7",
+    [ST_CONFIG_INSERT] =
+        "INSERT INTO configs (block_m, block_n, block_k, group_m, num_warps, num_stages)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+    [ST_CONFIG_ID] =
+        "SELECT id FROM configs WHERE block_m = ?1 AND block_n = ?2 AND block_k = ?3 AND group_m = ?4"
+        " AND num_warps = ?5 AND num_stages = ?6",
+    [ST_REJECTED_INSERT] =
+        "INSERT INTO rejected (sweep_id, shape_id, config_id, reason) VALUES (?1, ?2, ?3, ?4)"
+        " ON CONFLICT DO NOTHING",
+    [ST_JOB_INSERT] =
+        "INSERT INTO jobs (sweep_id, shape_id, state, avoid_worker, created) VALUES (?1, ?2, 'pending', ?3, ?4)",
+    [ST_JOB_CONFIG_INSERT] = "INSERT INTO job_configs (job_id, config_id) VALUES (?1, ?2)",
+    [ST_JOB_CONFIG_DELETE] = "DELETE FROM job_configs WHERE job_id = ?1 AND config_id = ?2",
+    [ST_JOB_UPDATE] =
+        "UPDATE jobs SET state = ?2, attempts = ?3, worker_id = ?4, lease_token = ?5, lease_expires = ?6,"
+        " finished = ?7 WHERE id = ?1",
+    [ST_RESULT_INSERT] =
+        "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us, mean_us,"
+        " stddev_us, samples, detail, registers, spills, job_id, worker_id, device_id, backend, compiler,"
+        " kernel_hash, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
+        " ?16, ?17, ?18, ?19, ?20) ON CONFLICT (sweep_id, shape_id, config_id, batch_size) DO NOTHING",
+    [ST_CRASH_BUMP] =
+        "INSERT INTO crashes (sweep_id, shape_id, config_id, count, last_worker) VALUES (?1, ?2, ?3, 1, ?4)"
+        " ON CONFLICT (sweep_id, shape_id, config_id) DO UPDATE SET count = count + 1, last_worker = excluded.last_worker",
+    [ST_CRASH_COUNT] = "SELECT count FROM crashes WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3",
+    [ST_SWEEPS] = "SELECT id, name, state, spec, results_planned, created FROM sweeps ORDER BY id",
+    [ST_JOBS_OPEN] =
+        "SELECT id, sweep_id, shape_id, state, attempts, worker_id, lease_token, avoid_worker FROM jobs"
+        " WHERE sweep_id = ?1 AND state IN ('pending', 'leased') ORDER BY id",
+    [ST_JOB_CONFIGS] = "SELECT config_id FROM job_configs WHERE job_id = ?1 ORDER BY config_id",
+    [ST_SHAPE_GET] = "SELECT e, n, k, topk, dtype, block_n, block_k FROM shapes WHERE id = ?1",
+    [ST_CONFIG_GET] =
+        "SELECT block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs WHERE id = ?1",
+    [ST_RESULT_COUNT] =
+        "SELECT COUNT(*) FROM results WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3",
+    [ST_SWEEP_RESULT_COUNTS] =
+        "SELECT COUNT(*), COALESCE(SUM(status <> 'ok'), 0) FROM results WHERE sweep_id = ?1",
+    [ST_JOB_STATE_COUNTS] = "SELECT state, COUNT(*) FROM jobs WHERE sweep_id = ?1 GROUP BY state",
+};
+
+struct store {
+    sqlite3 *db;
+    sqlite3_stmt *st[ST_COUNT];
+    char err[512];
+};
+
+/* Status values of Moetune__Status and their results.status text. */
+static const struct {
+    int status;
+    const char *name;
+} g_status[] = {
+    {MOETUNE__STATUS__STATUS_OK, "ok"},
+    {MOETUNE__STATUS__STATUS_INVALID, "invalid"},
+    {MOETUNE__STATUS__STATUS_COMPILE_ERROR, "compile_error"},
+    {MOETUNE__STATUS__STATUS_LAUNCH_ERROR, "launch_error"},
+    {MOETUNE__STATUS__STATUS_WRONG_RESULT, "wrong_result"},
+    {MOETUNE__STATUS__STATUS_TIMEOUT, "timeout"},
+    {MOETUNE__STATUS__STATUS_CRASHED, "crashed"},
+};
+
+const char *store_status_name(int status) {
+    for (size_t i = 0; i < sizeof g_status / sizeof g_status[0]; i++)
+        if (g_status[i].status == status) return g_status[i].name;
+    return NULL;
+}
+
+const char *store_errmsg(const store_t *s) { return s ? s->err : "no store"; }
+
+/* Maps an SQLite code to ours and records the connection's message. */
+static int fail(store_t *s, int src, const char *what) {
+    mt_fmt(s->err, sizeof s->err, "%s: %s", what, sqlite3_errmsg(s->db));
+    if (src == SQLITE_BUSY || src == SQLITE_LOCKED) return MT_BUSY;
+    return MT_IO;
+}
+
+/* Steps a statement that returns no row, then resets it. */
+static int exec_st(store_t *s, int id) {
+    sqlite3_stmt *st = s->st[id];
+    int src = sqlite3_step(st);
+    int rc = MT_OK;
+    if (src != SQLITE_DONE && src != SQLITE_ROW) rc = fail(s, src, g_sql[id]);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc;
+}
+
+/* Steps a statement expected to return one row whose first column is an integer.
+ * MT_NOTFOUND when there is no row. The statement is reset. */
+static int exec_u64(store_t *s, int id, uint64_t *out) {
+    sqlite3_stmt *st = s->st[id];
+    int src = sqlite3_step(st);
+    int rc = MT_OK;
+    if (src == SQLITE_ROW)
+        *out = (uint64_t)sqlite3_column_int64(st, 0);
+    else if (src == SQLITE_DONE)
+        rc = MT_NOTFOUND;
+    else
+        rc = fail(s, src, g_sql[id]);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc;
+}
+
+static void bind_text(sqlite3_stmt *st, int i, const char *v) {
+    if (v)
+        sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static void bind_i64_or_null(sqlite3_stmt *st, int i, int64_t v) {
+    if (v)
+        sqlite3_bind_int64(st, i, v);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+static int pragma(store_t *s, const char *sql) {
+    char *msg = NULL;
+    int src = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
+    if (src != SQLITE_OK) {
+        mt_fmt(s->err, sizeof s->err, "%s: %s", sql, msg ? msg : sqlite3_errstr(src));
+        sqlite3_free(msg);
+        return src == SQLITE_BUSY ? MT_BUSY : MT_IO;
+    }
+    return MT_OK;
+}
+
+int store_user_version(store_t *s, int *version) {
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL);
+    int rc = MT_OK;
+    if (src != SQLITE_OK) {
+        rc = fail(s, src, "PRAGMA user_version");
+        goto out;
+    }
+    src = sqlite3_step(st);
+    if (src != SQLITE_ROW) {
+        rc = fail(s, src, "PRAGMA user_version");
+        goto out;
+    }
+    *version = sqlite3_column_int(st, 0);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Applies the schema to a fresh database in one transaction. */
+static int migrate(store_t *s) {
+    int version = 0;
+    int rc = store_user_version(s, &version);
+    if (rc) return rc;
+    if (version == STORE_SCHEMA_VERSION) return MT_OK;
+    if (version > STORE_SCHEMA_VERSION) {
+        mt_fmt(s->err, sizeof s->err, "database schema version %d is newer than this program's %d", version,
+               STORE_SCHEMA_VERSION);
+        return MT_INVAL;
+    }
+    char sql[64];
+    rc = pragma(s, "BEGIN IMMEDIATE");
+    if (rc) return rc;
+    rc = pragma(s, g_schema);
+    if (!rc) rc = pragma(s, mt_fmt(sql, sizeof sql, "PRAGMA user_version = %d", STORE_SCHEMA_VERSION));
+    if (!rc) rc = pragma(s, "COMMIT");
+    if (rc) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+int store_open(const char *path, store_t **out, char *err, size_t errlen) {
+    int rc = MT_OK;
+    *out = NULL;
+    store_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        mt_fmt(err, errlen, "out of memory");
+        return MT_NOMEM;
+    }
+    int src = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                              NULL);
+    if (src != SQLITE_OK) {
+        mt_fmt(s->err, sizeof s->err, "cannot open %s: %s", path,
+               s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(src));
+        rc = MT_IO;
+        goto out;
+    }
+    sqlite3_busy_timeout(s->db, 5000);
+    rc = pragma(s, "PRAGMA journal_mode = WAL");
+    if (!rc) rc = pragma(s, "PRAGMA synchronous = NORMAL");
+    if (!rc) rc = pragma(s, "PRAGMA foreign_keys = ON");
+    if (!rc) rc = migrate(s);
+    if (rc) goto out;
+    for (int i = 0; i < ST_COUNT; i++) {
+        src = sqlite3_prepare_v3(s->db, g_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->st[i], NULL);
+        if (src != SQLITE_OK) {
+            rc = fail(s, src, g_sql[i]);
+            goto out;
+        }
+    }
+out:
+    if (rc) {
+        mt_fmt(err, errlen, "%s: %s", path, s->err);
+        store_close(&s);
+        return rc;
+    }
+    *out = s;
+    return MT_OK;
+}
+
+void store_close(store_t **ps) {
+    if (!ps || !*ps) return;
+    store_t *s = *ps;
+    for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
+    if (s->db) sqlite3_close(s->db);
+    free(s);
+    *ps = NULL;
+}
+
+int store_begin(store_t *s) { return exec_st(s, ST_BEGIN); }
+int store_commit(store_t *s) { return exec_st(s, ST_COMMIT); }
+
+void store_rollback(store_t *s) {
+    if (!sqlite3_get_autocommit(s->db)) exec_st(s, ST_ROLLBACK);
+}
+
+int store_requeue_leased(store_t *s, uint32_t *n) {
+    int rc = exec_st(s, ST_REQUEUE_LEASED);
+    if (!rc && n) *n = (uint32_t)sqlite3_changes(s->db);
+    return rc;
+}
+
+int store_device_upsert(store_t *s, const Moetune__Gpu *gpu, uint64_t *id) {
+    char uuid[300];
+    const char *name = gpu && gpu->name && *gpu->name ? gpu->name : "unknown";
+    if (gpu && gpu->uuid && *gpu->uuid)
+        mt_fmt(uuid, sizeof uuid, "%s", gpu->uuid);
+    else
+        mt_fmt(uuid, sizeof uuid, "name:%.280s", name);
+    sqlite3_stmt *st = s->st[ST_DEVICE_UPSERT];
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, uuid, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, gpu ? gpu->cc_major : 0);
+    sqlite3_bind_int64(st, 4, gpu ? gpu->cc_minor : 0);
+    sqlite3_bind_int64(st, 5, gpu ? gpu->sm_count : 0);
+    sqlite3_bind_int64(st, 6, gpu ? (int64_t)gpu->memory_bytes : 0);
+    bind_text(st, 7, gpu ? gpu->driver_version : NULL);
+    bind_text(st, 8, gpu ? gpu->cuda_version : NULL);
+    int rc = exec_st(s, ST_DEVICE_UPSERT);
+    if (rc) return rc;
+    sqlite3_bind_text(s->st[ST_DEVICE_ID], 1, uuid, -1, SQLITE_STATIC);
+    return exec_u64(s, ST_DEVICE_ID, id);
+}
+
+int store_worker_upsert(store_t *s, const Moetune__Hello *h, uint64_t device_id, int64_t now_s) {
+    sqlite3_stmt *st = s->st[ST_WORKER_UPSERT];
+    bind_text(st, 1, h->worker_id);
+    bind_text(st, 2, h->host);
+    sqlite3_bind_int64(st, 3, h->pid);
+    bind_text(st, 4, h->backend);
+    bind_i64_or_null(st, 5, (int64_t)device_id);
+    bind_text(st, 6, h->compiler);
+    bind_text(st, 7, h->kernel_hash);
+    sqlite3_bind_int64(st, 8, now_s);
+    return exec_st(s, ST_WORKER_UPSERT);
+}
+
+int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t spec_len, int64_t created,
+                       uint64_t *id) {
+    sqlite3_stmt *st = s->st[ST_SWEEP_INSERT];
+    sqlite3_bind_text(st, 1, name ? name : "", -1, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, spec_len ? spec : "", (int)spec_len, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, created);
+    int rc = exec_st(s, ST_SWEEP_INSERT);
+    if (!rc) *id = (uint64_t)sqlite3_last_insert_rowid(s->db);
+    return rc;
+}
+
+int store_sweep_set_planned(store_t *s, uint64_t sweep_id, uint64_t results_planned) {
+    sqlite3_bind_int64(s->st[ST_SWEEP_PLANNED], 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(s->st[ST_SWEEP_PLANNED], 2, (int64_t)results_planned);
+    return exec_st(s, ST_SWEEP_PLANNED);
+}
+
+int store_sweep_set_state(store_t *s, uint64_t sweep_id, const char *state, int64_t finished) {
+    sqlite3_stmt *st = s->st[ST_SWEEP_STATE];
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_text(st, 2, state, -1, SQLITE_STATIC);
+    bind_i64_or_null(st, 3, finished);
+    return exec_st(s, ST_SWEEP_STATE);
+}
+
+static void bind_shape(sqlite3_stmt *st, const krn_shape_t *sh) {
+    sqlite3_bind_int64(st, 1, sh->e);
+    sqlite3_bind_int64(st, 2, sh->n);
+    sqlite3_bind_int64(st, 3, sh->k);
+    sqlite3_bind_int64(st, 4, sh->topk);
+    sqlite3_bind_text(st, 5, sh->dtype[0] ? sh->dtype : "bf16", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, sh->block_n);
+    sqlite3_bind_int64(st, 7, sh->block_k);
+}
+
+int store_shape_upsert(store_t *s, const krn_shape_t *shape, uint64_t *id) {
+    bind_shape(s->st[ST_SHAPE_INSERT], shape);
+    int rc = exec_st(s, ST_SHAPE_INSERT);
+    if (rc) return rc;
+    bind_shape(s->st[ST_SHAPE_ID], shape);
+    return exec_u64(s, ST_SHAPE_ID, id);
+}
+
+static void bind_config(sqlite3_stmt *st, const krn_config_t *c) {
+    sqlite3_bind_int64(st, 1, c->block_m);
+    sqlite3_bind_int64(st, 2, c->block_n);
+    sqlite3_bind_int64(st, 3, c->block_k);
+    sqlite3_bind_int64(st, 4, c->group_m);
+    sqlite3_bind_int64(st, 5, c->num_warps);
+    sqlite3_bind_int64(st, 6, c->num_stages);
+}
+
+int store_config_upsert(store_t *s, const krn_config_t *cfg, uint64_t *id) {
+    bind_config(s->st[ST_CONFIG_INSERT], cfg);
+    int rc = exec_st(s, ST_CONFIG_INSERT);
+    if (rc) return rc;
+    if (sqlite3_changes(s->db) == 1) {
+        *id = (uint64_t)sqlite3_last_insert_rowid(s->db);
+        return MT_OK;
+    }
+    bind_config(s->st[ST_CONFIG_ID], cfg);
+    return exec_u64(s, ST_CONFIG_ID, id);
+}
+
+int store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                          const char *reason) {
+    sqlite3_stmt *st = s->st[ST_REJECTED_INSERT];
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
+    sqlite3_bind_int64(st, 3, (int64_t)config_id);
+    sqlite3_bind_text(st, 4, reason ? reason : "", -1, SQLITE_STATIC);
+    return exec_st(s, ST_REJECTED_INSERT);
+}
+
+int store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker,
+                     int64_t created, uint64_t *id) {
+    sqlite3_stmt *st = s->st[ST_JOB_INSERT];
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
+    bind_text(st, 3, avoid_worker);
+    sqlite3_bind_int64(st, 4, created);
+    int rc = exec_st(s, ST_JOB_INSERT);
+    if (!rc) *id = (uint64_t)sqlite3_last_insert_rowid(s->db);
+    return rc;
+}
+
+int store_job_config_insert(store_t *s, uint64_t job_id, uint64_t config_id) {
+    sqlite3_bind_int64(s->st[ST_JOB_CONFIG_INSERT], 1, (int64_t)job_id);
+    sqlite3_bind_int64(s->st[ST_JOB_CONFIG_INSERT], 2, (int64_t)config_id);
+    return exec_st(s, ST_JOB_CONFIG_INSERT);
+}
+
+int store_job_config_delete(store_t *s, uint64_t job_id, uint64_t config_id) {
+    sqlite3_bind_int64(s->st[ST_JOB_CONFIG_DELETE], 1, (int64_t)job_id);
+    sqlite3_bind_int64(s->st[ST_JOB_CONFIG_DELETE], 2, (int64_t)config_id);
+    return exec_st(s, ST_JOB_CONFIG_DELETE);
+}
+
+int store_job_update(store_t *s, const store_job_update_t *u) {
+    sqlite3_stmt *st = s->st[ST_JOB_UPDATE];
+    sqlite3_bind_int64(st, 1, (int64_t)u->id);
+    sqlite3_bind_text(st, 2, u->state, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, u->attempts);
+    bind_text(st, 4, u->worker_id);
+    bind_i64_or_null(st, 5, (int64_t)u->lease_token);
+    bind_i64_or_null(st, 6, u->lease_expires_ms);
+    bind_i64_or_null(st, 7, u->finished);
+    return exec_st(s, ST_JOB_UPDATE);
+}
+
+int store_result_insert(store_t *s, const store_result_t *r, bool *inserted) {
+    const char *status = store_status_name(r->status);
+    if (!status) {
+        mt_fmt(s->err, sizeof s->err, "result status %d is unknown", r->status);
+        return MT_INVAL;
+    }
+    sqlite3_stmt *st = s->st[ST_RESULT_INSERT];
+    sqlite3_bind_int64(st, 1, (int64_t)r->sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)r->shape_id);
+    sqlite3_bind_int64(st, 3, (int64_t)r->config_id);
+    sqlite3_bind_int64(st, 4, r->batch_size);
+    sqlite3_bind_text(st, 5, status, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 6, r->median_us);
+    sqlite3_bind_double(st, 7, r->min_us);
+    sqlite3_bind_double(st, 8, r->mean_us);
+    sqlite3_bind_double(st, 9, r->stddev_us);
+    sqlite3_bind_int64(st, 10, r->samples);
+    bind_text(st, 11, r->detail && *r->detail ? r->detail : NULL);
+    sqlite3_bind_int64(st, 12, r->registers);
+    sqlite3_bind_int64(st, 13, r->spills);
+    bind_i64_or_null(st, 14, (int64_t)r->job_id);
+    bind_text(st, 15, r->worker_id);
+    bind_i64_or_null(st, 16, (int64_t)r->device_id);
+    sqlite3_bind_text(st, 17, r->backend ? r->backend : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 18, r->compiler ? r->compiler : "", -1, SQLITE_STATIC);
+    bind_text(st, 19, r->kernel_hash);
+    sqlite3_bind_int64(st, 20, r->created);
+    int rc = exec_st(s, ST_RESULT_INSERT);
+    if (!rc) *inserted = sqlite3_changes(s->db) == 1;
+    return rc;
+}
+
+static void bind_ssc(sqlite3_stmt *st, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id) {
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
+    sqlite3_bind_int64(st, 3, (int64_t)config_id);
+}
+
+int store_crash_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *count) {
+    uint64_t v = 0;
+    bind_ssc(s->st[ST_CRASH_COUNT], sweep_id, shape_id, config_id);
+    int rc = exec_u64(s, ST_CRASH_COUNT, &v);
+    if (rc == MT_NOTFOUND) {
+        v = 0;
+        rc = MT_OK;
+    }
+    if (!rc) *count = (uint32_t)v;
+    return rc;
+}
+
+int store_crash_bump(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                     const char *worker_id, uint32_t *count) {
+    bind_ssc(s->st[ST_CRASH_BUMP], sweep_id, shape_id, config_id);
+    bind_text(s->st[ST_CRASH_BUMP], 4, worker_id);
+    int rc = exec_st(s, ST_CRASH_BUMP);
+    if (rc) return rc;
+    return store_crash_count(s, sweep_id, shape_id, config_id, count);
+}
+
+static const char *col_text(sqlite3_stmt *st, int i) { return (const char *)sqlite3_column_text(st, i); }
+
+/* Runs a row-returning statement (already bound) and calls row() per row. */
+static int each(store_t *s, int id, int (*row)(sqlite3_stmt *st, void *cb, void *ctx), void *cb, void *ctx) {
+    sqlite3_stmt *st = s->st[id];
+    int rc = MT_OK;
+    for (;;) {
+        int src = sqlite3_step(st);
+        if (src == SQLITE_DONE) break;
+        if (src != SQLITE_ROW) {
+            rc = fail(s, src, g_sql[id]);
+            break;
+        }
+        rc = row(st, cb, ctx);
+        if (rc) break;
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc;
+}
+
+static int sweep_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    store_sweep_row_t r = {
+        .id = (uint64_t)sqlite3_column_int64(st, 0),
+        .name = col_text(st, 1),
+        .state = col_text(st, 2),
+        .spec = sqlite3_column_blob(st, 3),
+        .spec_len = (size_t)sqlite3_column_bytes(st, 3),
+        .results_planned = (uint64_t)sqlite3_column_int64(st, 4),
+        .created = sqlite3_column_int64(st, 5),
+    };
+    if (!r.name) r.name = "";
+    if (!r.state) r.state = "";
+    return ((store_sweep_cb)cb)(ctx, &r);
+}
+
+int store_sweeps_each(store_t *s, store_sweep_cb cb, void *ctx) { return each(s, ST_SWEEPS, sweep_row, (void *)cb, ctx); }
+
+static int job_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    store_job_row_t r = {
+        .id = (uint64_t)sqlite3_column_int64(st, 0),
+        .sweep_id = (uint64_t)sqlite3_column_int64(st, 1),
+        .shape_id = (uint64_t)sqlite3_column_int64(st, 2),
+        .state = col_text(st, 3),
+        .attempts = (uint32_t)sqlite3_column_int64(st, 4),
+        .worker_id = col_text(st, 5),
+        .lease_token = (uint64_t)sqlite3_column_int64(st, 6),
+        .avoid_worker = col_text(st, 7),
+    };
+    if (!r.state) r.state = "";
+    return ((store_job_cb)cb)(ctx, &r);
+}
+
+int store_jobs_open_each(store_t *s, uint64_t sweep_id, store_job_cb cb, void *ctx) {
+    sqlite3_bind_int64(s->st[ST_JOBS_OPEN], 1, (int64_t)sweep_id);
+    return each(s, ST_JOBS_OPEN, job_row, (void *)cb, ctx);
+}
+
+static int id_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    return ((store_id_cb)cb)(ctx, (uint64_t)sqlite3_column_int64(st, 0));
+}
+
+int store_job_configs_each(store_t *s, uint64_t job_id, store_id_cb cb, void *ctx) {
+    sqlite3_bind_int64(s->st[ST_JOB_CONFIGS], 1, (int64_t)job_id);
+    return each(s, ST_JOB_CONFIGS, id_row, (void *)cb, ctx);
+}
+
+static int shape_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    krn_shape_t *sh = ctx;
+    memset(sh, 0, sizeof *sh);
+    sh->e = (uint32_t)sqlite3_column_int64(st, 0);
+    sh->n = (uint32_t)sqlite3_column_int64(st, 1);
+    sh->k = (uint32_t)sqlite3_column_int64(st, 2);
+    sh->topk = (uint32_t)sqlite3_column_int64(st, 3);
+    const char *dt = col_text(st, 4);
+    snprintf(sh->dtype, sizeof sh->dtype, "%s", dt ? dt : "bf16");
+    sh->block_n = (uint32_t)sqlite3_column_int64(st, 5);
+    sh->block_k = (uint32_t)sqlite3_column_int64(st, 6);
+    *(int *)cb = 1;
+    return MT_OK;
+}
+
+int store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape) {
+    int found = 0;
+    sqlite3_bind_int64(s->st[ST_SHAPE_GET], 1, (int64_t)id);
+    int rc = each(s, ST_SHAPE_GET, shape_row, &found, shape);
+    return rc ? rc : found ? MT_OK : MT_NOTFOUND;
+}
+
+static int config_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    krn_config_t *c = ctx;
+    c->block_m = (uint32_t)sqlite3_column_int64(st, 0);
+    c->block_n = (uint32_t)sqlite3_column_int64(st, 1);
+    c->block_k = (uint32_t)sqlite3_column_int64(st, 2);
+    c->group_m = (uint32_t)sqlite3_column_int64(st, 3);
+    c->num_warps = (uint32_t)sqlite3_column_int64(st, 4);
+    c->num_stages = (uint32_t)sqlite3_column_int64(st, 5);
+    *(int *)cb = 1;
+    return MT_OK;
+}
+
+int store_config_get(store_t *s, uint64_t id, krn_config_t *cfg) {
+    int found = 0;
+    sqlite3_bind_int64(s->st[ST_CONFIG_GET], 1, (int64_t)id);
+    int rc = each(s, ST_CONFIG_GET, config_row, &found, cfg);
+    return rc ? rc : found ? MT_OK : MT_NOTFOUND;
+}
+
+int store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n) {
+    uint64_t v = 0;
+    bind_ssc(s->st[ST_RESULT_COUNT], sweep_id, shape_id, config_id);
+    int rc = exec_u64(s, ST_RESULT_COUNT, &v);
+    if (!rc) *n = (uint32_t)v;
+    return rc;
+}
+
+static int counts_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    uint64_t *v = ctx;
+    v[0] = (uint64_t)sqlite3_column_int64(st, 0);
+    v[1] = (uint64_t)sqlite3_column_int64(st, 1);
+    return MT_OK;
+}
+
+int store_sweep_result_counts(store_t *s, uint64_t sweep_id, uint64_t *done, uint64_t *failed) {
+    uint64_t v[2] = {0, 0};
+    sqlite3_bind_int64(s->st[ST_SWEEP_RESULT_COUNTS], 1, (int64_t)sweep_id);
+    int rc = each(s, ST_SWEEP_RESULT_COUNTS, counts_row, NULL, v);
+    if (!rc) {
+        *done = v[0];
+        *failed = v[1];
+    }
+    return rc;
+}
+
+static const char *const g_job_states[5] = {"pending", "leased", "done", "failed", "cancelled"};
+
+static int state_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    uint32_t *counts = ctx;
+    const char *state = col_text(st, 0);
+    for (int i = 0; state && i < 5; i++)
+        if (strcmp(state, g_job_states[i]) == 0) counts[i] = (uint32_t)sqlite3_column_int64(st, 1);
+    return MT_OK;
+}
+
+int store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[5]) {
+    memset(counts, 0, 5 * sizeof counts[0]);
+    sqlite3_bind_int64(s->st[ST_JOB_STATE_COUNTS], 1, (int64_t)sweep_id);
+    return each(s, ST_JOB_STATE_COUNTS, state_row, NULL, counts);
+}

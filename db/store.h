@@ -1,0 +1,149 @@
+/*
+ * store.h - the coordinator's side of the SQLite store: open and migrate, every
+ * write statement, and the reads the coordinator needs at start and on demand.
+ *
+ * The coordinator is the only writer. Every statement is prepared once when the
+ * store opens (a table of SQL in store.c) and reused with bound parameters.
+ * Functions return MT_OK, MT_BUSY (database locked), MT_NOTFOUND, or MT_IO with
+ * sqlite3_errmsg text available from store_errmsg(). Strings passed in are only
+ * read; strings handed to callbacks live until the callback returns.
+ */
+#ifndef DB_STORE_H
+#define DB_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moetune.pb-c.h"
+#include "space.h"
+
+#define STORE_SCHEMA_VERSION 1
+
+typedef struct store store_t;
+
+/* One results row; strings may be NULL. */
+typedef struct {
+    uint64_t sweep_id, shape_id, config_id, job_id, device_id;
+    uint32_t batch_size;
+    int status;                      /* Moetune__Status value */
+    double median_us, min_us, mean_us, stddev_us;
+    uint32_t samples, registers, spills;
+    const char *detail, *worker_id, *backend, *compiler, *kernel_hash;
+    int64_t created;                 /* wall-clock seconds */
+} store_result_t;
+
+/* The mutable part of a jobs row. */
+typedef struct {
+    uint64_t id;
+    const char *state;               /* "pending", "leased", "done", "failed", "cancelled" */
+    uint32_t attempts;
+    const char *worker_id;           /* NULL keeps SQL NULL */
+    uint64_t lease_token;
+    int64_t lease_expires_ms;        /* wall-clock ms, 0 = NULL */
+    int64_t finished;                /* wall-clock seconds, 0 = NULL */
+} store_job_update_t;
+
+/* A jobs row as loaded at start. */
+typedef struct {
+    uint64_t id, sweep_id, shape_id, lease_token;
+    const char *state, *worker_id, *avoid_worker;
+    uint32_t attempts;
+} store_job_row_t;
+
+/* A sweeps row as loaded at start; spec points at the packed SweepSpec. */
+typedef struct {
+    uint64_t id;
+    const char *name, *state;
+    const void *spec;
+    size_t spec_len;
+    uint64_t results_planned;
+    int64_t created;
+} store_sweep_row_t;
+
+/* Opens (creating when missing) the database at path, applies the schema when
+ * user_version is 0, and sets WAL, synchronous=NORMAL, busy_timeout and
+ * foreign_keys. On success *out is a new store the caller closes with
+ * store_close(). On failure returns MT_IO (or MT_INVAL for a database of a newer
+ * schema) with a one-line reason in err. */
+int store_open(const char *path, store_t **out, char *err, size_t errlen);
+
+/* Finalizes every statement and closes the database; NULL-safe, nulls *s. */
+void store_close(store_t **s);
+
+/* The last error text of this store (sqlite3_errmsg or our own). */
+const char *store_errmsg(const store_t *s);
+
+/* The embedded schema text, identical to db/schema.sql. */
+const char *store_schema_sql(void);
+
+/* PRAGMA user_version of the open database. */
+int store_user_version(store_t *s, int *version);
+
+/* Transactions. store_begin starts an IMMEDIATE transaction; store_rollback is
+ * best effort and always leaves the connection outside a transaction. */
+int store_begin(store_t *s);
+int store_commit(store_t *s);
+void store_rollback(store_t *s);
+
+/* Turns every 'leased' job into 'pending'; *n (may be NULL) gets how many. */
+int store_requeue_leased(store_t *s, uint32_t *n);
+
+/* ---- devices and workers */
+/* Inserts or refreshes the device row for gpu (keyed by uuid, or by name when
+ * the uuid is empty); *id gets its row id. */
+int store_device_upsert(store_t *s, const Moetune__Gpu *gpu, uint64_t *id);
+/* Inserts or refreshes the workers row for hello. */
+int store_worker_upsert(store_t *s, const Moetune__Hello *hello, uint64_t device_id, int64_t now_s);
+
+/* ---- planning */
+int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t spec_len, int64_t created,
+                       uint64_t *id);
+int store_sweep_set_planned(store_t *s, uint64_t sweep_id, uint64_t results_planned);
+/* state is one of the sweeps.state values; finished 0 stores NULL. */
+int store_sweep_set_state(store_t *s, uint64_t sweep_id, const char *state, int64_t finished);
+int store_shape_upsert(store_t *s, const krn_shape_t *shape, uint64_t *id);
+int store_config_upsert(store_t *s, const krn_config_t *cfg, uint64_t *id);
+int store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                          const char *reason);
+/* New pending job; avoid_worker may be NULL. */
+int store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker,
+                     int64_t created, uint64_t *id);
+int store_job_config_insert(store_t *s, uint64_t job_id, uint64_t config_id);
+int store_job_config_delete(store_t *s, uint64_t job_id, uint64_t config_id);
+int store_job_update(store_t *s, const store_job_update_t *u);
+
+/* ---- results and crashes */
+/* Inserts one row unless (sweep, shape, config, batch size) already exists;
+ * *inserted is true when a new row was written. */
+int store_result_insert(store_t *s, const store_result_t *r, bool *inserted);
+/* Adds one crash of (sweep, shape, config) by worker; *count gets the new total. */
+int store_crash_bump(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                     const char *worker_id, uint32_t *count);
+/* Current crash count (0 when none). */
+int store_crash_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                      uint32_t *count);
+
+/* ---- reads for start-up */
+typedef int (*store_sweep_cb)(void *ctx, const store_sweep_row_t *row);
+typedef int (*store_job_cb)(void *ctx, const store_job_row_t *row);
+typedef int (*store_id_cb)(void *ctx, uint64_t id);
+/* Calls cb for every sweep in id order; a non-zero return from cb stops and is returned. */
+int store_sweeps_each(store_t *s, store_sweep_cb cb, void *ctx);
+/* Calls cb for every pending or leased job of sweep_id in id order. */
+int store_jobs_open_each(store_t *s, uint64_t sweep_id, store_job_cb cb, void *ctx);
+/* Calls cb for every config id of job_id in id order. */
+int store_job_configs_each(store_t *s, uint64_t job_id, store_id_cb cb, void *ctx);
+int store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape);
+int store_config_get(store_t *s, uint64_t id, krn_config_t *cfg);
+/* Committed rows of (sweep, shape, config). */
+int store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n);
+/* Committed rows of a sweep and how many have a status other than ok. */
+int store_sweep_result_counts(store_t *s, uint64_t sweep_id, uint64_t *done, uint64_t *failed);
+/* Jobs of a sweep per state, in the order pending, leased, done, failed, cancelled. */
+int store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[5]);
+
+/* The results.status text of a Moetune__Status value; NULL when unknown. */
+const char *store_status_name(int status);
+
+#endif
