@@ -1,0 +1,344 @@
+/* test_sim.c - the sim backend: determinism, configs that win at different batch
+ * sizes, static-rule rejection, fault specs, wrong results and the RSD stop rule. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "moetune.pb-c.h"
+#include "mt.h"
+#include "sim.h"
+#include "space.h"
+
+static void shape_default(krn_shape_t *s) {
+    char err[128];
+    assert_int_equal(krn_shape_parse("E=128,N=768,K=2048,topk=8", s, err, sizeof err), MT_OK);
+}
+
+static void measure_default(wrk_measure_t *m) {
+    memset(m, 0, sizeof *m);
+    m->warmup = 3;
+    m->min_samples = 5;
+    m->max_samples = 50;
+    m->rsd_target = 0.01;
+    m->seed = 1234;
+}
+
+static void *open_sim(const char *faults) {
+    wrk_backend_opts_t o;
+    wrk_device_t dev;
+    char err[256] = "";
+    void *st = NULL;
+    memset(&o, 0, sizeof o);
+    o.sim_faults = faults;
+    assert_int_equal(wrk_backend_sim.open(&o, &st, &dev, err, sizeof err), MT_OK);
+    assert_non_null(st);
+    return st;
+}
+
+static void test_find(void **unused) {
+    (void)unused;
+    assert_ptr_equal(wrk_backend_find("sim"), &wrk_backend_sim);
+    assert_null(wrk_backend_find("nope"));
+    assert_null(wrk_backend_find(NULL));
+    assert_non_null(strstr(wrk_backend_names(), "sim"));
+}
+
+static void test_device(void **unused) {
+    (void)unused;
+    wrk_backend_opts_t o;
+    wrk_device_t a, b;
+    char err[256];
+    void *st = NULL;
+    memset(&o, 0, sizeof o);
+    assert_int_equal(wrk_backend_sim.open(&o, &st, &a, err, sizeof err), MT_OK);
+    wrk_backend_sim.close(&st);
+    assert_null(st);
+    o.gpu_index = 3;
+    assert_int_equal(wrk_backend_sim.open(&o, &st, &b, err, sizeof err), MT_OK);
+    wrk_backend_sim.close(&st);
+    assert_string_equal(a.compiler, "sim");
+    assert_string_equal(a.name, "NVIDIA H200");
+    assert_int_equal(a.sm_count, 132);
+    assert_int_equal(strncmp(a.uuid, "SIM-", 4), 0);
+    assert_string_not_equal(a.uuid, b.uuid);
+    assert_string_equal(a.kernel_hash, b.kernel_hash);
+    o.sim_device = "h100";
+    assert_int_equal(wrk_backend_sim.open(&o, &st, &b, err, sizeof err), MT_OK);
+    wrk_backend_sim.close(&st);
+    assert_non_null(strstr(b.name, "H100"));
+    o.sim_device = "z9000";
+    assert_int_equal(wrk_backend_sim.open(&o, &st, &b, err, sizeof err), MT_ERR);
+    assert_null(st);
+    assert_non_null(strstr(err, "z9000"));
+}
+
+static void test_determinism(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t c = {64, 128, 128, 16, 4, 3};
+    wrk_measure_t m;
+    wrk_meas_t a[4], b[4], d[4];
+    uint32_t bs[4] = {1, 64, 512, 4096}, regs, spills;
+    char err[128];
+    shape_default(&s);
+    measure_default(&m);
+    void *st = open_sim(NULL);
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 4, &m, a, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 4, &m, b, &regs, &spills, err, sizeof err), MT_OK);
+    m.seed = 99;
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 4, &m, d, &regs, &spills, err, sizeof err), MT_OK);
+    int differs = 0;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(a[i].status, MOETUNE__STATUS__STATUS_OK);
+        assert_true(a[i].median_us > 0 && a[i].min_us > 0 && a[i].min_us <= a[i].median_us);
+        assert_true(a[i].samples >= 5 && a[i].samples <= 50);
+        assert_memory_equal(&a[i].median_us, &b[i].median_us, sizeof(double));
+        assert_memory_equal(&a[i].mean_us, &b[i].mean_us, sizeof(double));
+        assert_memory_equal(&a[i].stddev_us, &b[i].stddev_us, sizeof(double));
+        assert_int_equal(a[i].samples, b[i].samples);
+        if (a[i].mean_us != d[i].mean_us) differs = 1;
+    }
+    assert_true(differs); /* another seed draws other noise */
+    assert_true(a[3].median_us > a[0].median_us);
+    assert_true(regs > 0);
+    wrk_backend_sim.close(&st);
+}
+
+/* The noise-free argmin over the default space at batch size m. */
+static double best_at(const krn_shape_t *s, uint32_t m, krn_config_t *best) {
+    krn_space_t space;
+    krn_limits_t lim;
+    char why[160];
+    double best_us = 0;
+    krn_space_default(&space);
+    krn_limits_default(&lim);
+    for (size_t i = 0; i < krn_space_size(&space); i++) {
+        krn_config_t c;
+        krn_space_at(&space, i, &c);
+        if (krn_check(s, &c, &lim, why, sizeof why) != MT_OK) continue;
+        double us = wrk_sim_latency_us(s, &c, m);
+        assert_true(us > 0 && us < 1e9);
+        if (best_us == 0 || us < best_us) {
+            best_us = us;
+            *best = c;
+        }
+    }
+    return best_us;
+}
+
+static void test_winners_differ(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t small, large, c;
+    shape_default(&s);
+    double t1 = best_at(&s, 1, &small);
+    double t4096 = best_at(&s, 4096, &large);
+    assert_memory_not_equal(&small, &large, sizeof small);
+    assert_true(small.block_m <= 32);
+    assert_true(large.block_m >= 64);
+    assert_true(t4096 > 10 * t1);
+    double prev = 0;
+    for (size_t i = 0; i < krn_n_default_batch_sizes; i++) {
+        double t = best_at(&s, krn_default_batch_sizes[i], &c);
+        assert_true(t >= prev);
+        prev = t;
+    }
+    /* Neither winner is best at the other end: the choice matters. */
+    assert_true(wrk_sim_latency_us(&s, &large, 1) > t1 * 1.05);
+    assert_true(wrk_sim_latency_us(&s, &small, 4096) > t4096 * 1.05);
+}
+
+static void test_invalid(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t c = {256, 256, 256, 1, 4, 5}; /* far over shared memory and registers */
+    wrk_measure_t m;
+    wrk_meas_t out[2];
+    uint32_t bs[2] = {1, 8}, regs = 7, spills = 7;
+    char err[128];
+    shape_default(&s);
+    measure_default(&m);
+    void *st = open_sim(NULL);
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 2, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_INVALID);
+        assert_true(strlen(out[i].detail) > 0);
+        assert_int_equal(out[i].samples, 0);
+    }
+    krn_config_t c2 = {64, 64, 128, 1, 4, 3};
+    s.k = 2000; /* not a multiple of BLOCK_SIZE_K */
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c2, bs, 2, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_INVALID);
+    assert_non_null(strstr(out[0].detail, "BLOCK_SIZE_K"));
+    wrk_backend_sim.close(&st);
+}
+
+static void test_fault_parse(void **unused) {
+    (void)unused;
+    wrk_sim_faults_t f;
+    char err[256];
+    assert_int_equal(wrk_sim_faults_parse(NULL, &f, err, sizeof err), MT_OK);
+    assert_int_equal(f.n_crash + f.n_hang + f.n_wrong, 0);
+    assert_int_equal(wrk_sim_faults_parse("crash=64x128x64x1x4x3,crash=16x32x64x1x4x2,hang=32x64x128x16x4x4,"
+                                          "wrong=128x128x64x32x8x3,crash_rate=0.25,slow_start_ms=40",
+                                          &f, err, sizeof err),
+                     MT_OK);
+    assert_int_equal(f.n_crash, 2);
+    assert_int_equal(f.crash[0].block_m, 64);
+    assert_int_equal(f.crash[0].block_n, 128);
+    assert_int_equal(f.crash[0].num_stages, 3);
+    assert_int_equal(f.crash[1].block_m, 16);
+    assert_int_equal(f.n_hang, 1);
+    assert_int_equal(f.hang[0].group_m, 16);
+    assert_int_equal(f.n_wrong, 1);
+    assert_int_equal(f.wrong[0].num_warps, 8);
+    assert_true(f.crash_rate == 0.25);
+    assert_int_equal(f.slow_start_ms, 40);
+
+    static const char *bad[] = {"crash=64x128", "crash=64x128x64x1x4x3x9", "crash_rate=1.5", "crash_rate=x",
+                                "bogus=1", "slow_start_ms=-3", "crash", "=5", "wrong=0x1x1x1x1x1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(wrk_sim_faults_parse(bad[i], &f, err, sizeof err), MT_INVAL);
+        assert_true(strlen(err) > 0);
+    }
+    /* A bad spec makes open() fail with the reason. */
+    wrk_backend_opts_t o;
+    wrk_device_t dev;
+    void *st = NULL;
+    memset(&o, 0, sizeof o);
+    o.sim_faults = "crash=1x2";
+    assert_int_equal(wrk_backend_sim.open(&o, &st, &dev, err, sizeof err), MT_ERR);
+    assert_null(st);
+    assert_non_null(strstr(err, "crash=1x2"));
+}
+
+static void test_crash_draw(void **unused) {
+    (void)unused;
+    wrk_sim_faults_t f;
+    krn_shape_t s;
+    krn_space_t space;
+    char err[128];
+    shape_default(&s);
+    krn_space_default(&space);
+    assert_int_equal(wrk_sim_faults_parse("crash_rate=0.3", &f, err, sizeof err), MT_OK);
+    size_t hits = 0, n = krn_space_size(&space), changed = 0;
+    for (size_t i = 0; i < n; i++) {
+        krn_config_t c;
+        krn_space_at(&space, i, &c);
+        int a = wrk_sim_crash_draw(&f, 7, &s, &c, 1000);
+        assert_int_equal(a, wrk_sim_crash_draw(&f, 7, &s, &c, 1000));
+        hits += (size_t)a;
+        if (a != wrk_sim_crash_draw(&f, 7, &s, &c, 1001)) changed++;
+    }
+    /* About 30% die, and another process draws differently for many configs. */
+    assert_true(hits > n / 5 && hits < n * 2 / 5);
+    assert_true(changed > n / 5);
+    assert_int_equal(wrk_sim_faults_parse("crash_rate=0", &f, err, sizeof err), MT_OK);
+    krn_config_t c0 = {64, 64, 64, 1, 4, 3};
+    assert_int_equal(wrk_sim_crash_draw(&f, 7, &s, &c0, 1000), 0);
+}
+
+static void test_wrong(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t c = {64, 128, 64, 1, 4, 3}, other = {64, 128, 64, 1, 4, 4};
+    wrk_measure_t m;
+    wrk_meas_t out[3];
+    uint32_t bs[3] = {1, 2, 4}, regs, spills;
+    char err[128];
+    shape_default(&s);
+    measure_default(&m);
+    void *st = open_sim("wrong=64x128x64x1x4x3");
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    for (int i = 0; i < 3; i++) assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_WRONG_RESULT);
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &other, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    for (int i = 0; i < 3; i++) assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_OK);
+    wrk_backend_sim.close(&st);
+}
+
+static void test_rsd_stop(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t c = {64, 128, 128, 16, 4, 3};
+    wrk_measure_t m;
+    wrk_meas_t out[3];
+    uint32_t bs[3] = {1, 256, 4096}, regs, spills;
+    char err[128];
+    shape_default(&s);
+    measure_default(&m);
+    void *st = open_sim(NULL);
+    /* A target any sample set meets: stop exactly at min_samples. */
+    m.min_samples = 7;
+    m.max_samples = 40;
+    m.rsd_target = 10.0;
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    for (int i = 0; i < 3; i++) assert_int_equal(out[i].samples, 7);
+    /* A target no sample set meets: stop exactly at max_samples. */
+    m.rsd_target = 1e-12;
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(out[i].samples, 40);
+        assert_true(out[i].stddev_us > 0);
+        assert_true(out[i].stddev_us / out[i].mean_us < 0.2);
+    }
+    /* max below min: min wins. */
+    m.min_samples = 12;
+    m.max_samples = 3;
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    for (int i = 0; i < 3; i++) assert_int_equal(out[i].samples, 12);
+    /* A realistic 1% target stops somewhere in between for at least one size. */
+    m.min_samples = 5;
+    m.max_samples = 200;
+    m.rsd_target = 0.01;
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    int early = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_true(out[i].samples >= 5 && out[i].samples <= 200);
+        if (out[i].samples < 200) early = 1;
+    }
+    assert_true(early);
+    wrk_backend_sim.close(&st);
+}
+
+static void test_time_scale(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t c = {64, 128, 128, 16, 4, 3};
+    wrk_measure_t m;
+    wrk_meas_t out[1];
+    uint32_t bs[1] = {64}, regs, spills;
+    char err[128];
+    wrk_backend_opts_t o;
+    wrk_device_t dev;
+    void *st = NULL;
+    shape_default(&s);
+    measure_default(&m);
+    memset(&o, 0, sizeof o);
+    o.sim_time_scale = 1.0;
+    assert_int_equal(wrk_backend_sim.open(&o, &st, &dev, err, sizeof err), MT_OK);
+    uint64_t t0 = mt_now_ms();
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 1, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    uint64_t dt = mt_now_ms() - t0;
+    assert_true(dt >= 45 && dt < 2000); /* about the 50 ms simulated compile */
+    wrk_backend_sim.close(&st);
+    o.sim_time_scale = -1;
+    assert_int_equal(wrk_backend_sim.open(&o, &st, &dev, err, sizeof err), MT_ERR);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_find),        cmocka_unit_test(test_device),     cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid), cmocka_unit_test(test_fault_parse),
+        cmocka_unit_test(test_crash_draw),  cmocka_unit_test(test_wrong),      cmocka_unit_test(test_rsd_stop),
+        cmocka_unit_test(test_time_scale),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,198 @@
+/* test_worker_child.c - the worker's child process with the sim backend: normal
+ * measurements, a crashing config, a hanging config, open failures. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "child.h"
+#include "moetune.pb-c.h"
+#include "mt.h"
+#include "sim.h"
+
+static const uint32_t g_bs[3] = {1, 64, 1024};
+
+static wrk_child_t *start_child(const char *faults) {
+    wrk_backend_opts_t o;
+    wrk_child_t *c = NULL;
+    char err[256] = "";
+    memset(&o, 0, sizeof o);
+    o.sim_faults = faults;
+    assert_int_equal(wrk_child_new(wrk_backend_find("sim"), &o, &c, err, sizeof err), MT_OK);
+    assert_non_null(c);
+    assert_int_equal(wrk_child_wait_ready(c, 10000, err, sizeof err), MT_OK);
+    assert_int_equal(wrk_child_state(c), WRK_CHILD_IDLE);
+    assert_string_equal(wrk_child_device(c)->compiler, "sim");
+    return c;
+}
+
+static void setup_case(krn_shape_t *s, wrk_measure_t *m) {
+    char err[128];
+    assert_int_equal(krn_shape_parse("E=128,N=768,K=2048,topk=8", s, err, sizeof err), MT_OK);
+    memset(m, 0, sizeof *m);
+    m->min_samples = 5;
+    m->max_samples = 30;
+    m->rsd_target = 0.01;
+    m->seed = 5;
+}
+
+static void assert_ok(const wrk_meas_t *out, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_OK);
+        assert_true(out[i].median_us > 0);
+        assert_true(out[i].samples >= 5);
+    }
+}
+
+static void test_normal(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    wrk_measure_t m;
+    wrk_meas_t out[3], direct[3];
+    uint32_t regs = 0, spills = 9, dregs, dspills;
+    char err[256];
+    krn_config_t c = {64, 128, 128, 16, 4, 3};
+    setup_case(&s, &m);
+    wrk_child_t *ch = start_child(NULL);
+    pid_t pid = wrk_child_pid(ch);
+    assert_true(pid > 0 && pid != getpid());
+    assert_int_equal(wrk_child_prepare(ch, &s, &c, 1), MT_OK);
+    assert_int_equal(wrk_child_measure(ch, &s, &c, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_ok(out, 3);
+    assert_true(regs > 0);
+    assert_int_equal(spills, 0);
+    /* The child returns exactly what the backend computes in-process. */
+    wrk_backend_opts_t o;
+    wrk_device_t dev;
+    void *st = NULL;
+    memset(&o, 0, sizeof o);
+    assert_int_equal(wrk_backend_sim.open(&o, &st, &dev, err, sizeof err), MT_OK);
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, g_bs, 3, &m, direct, &dregs, &dspills, err, sizeof err), MT_OK);
+    wrk_backend_sim.close(&st);
+    for (int i = 0; i < 3; i++) {
+        assert_true(out[i].median_us == direct[i].median_us);
+        assert_int_equal(out[i].samples, direct[i].samples);
+    }
+    /* An invalid config is data, not a failure. */
+    krn_config_t bad = {256, 256, 256, 1, 4, 5};
+    assert_int_equal(wrk_child_measure(ch, &s, &bad, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_INVALID);
+    assert_int_equal(wrk_child_pid(ch), pid);
+    assert_int_equal(wrk_child_spawns(ch), 1);
+    /* Bad requests are refused without touching the child. */
+    assert_int_equal(wrk_child_start(ch, &s, &c, g_bs, 0, &m), MT_INVAL);
+    wrk_child_destroy(&ch);
+    assert_null(ch);
+    assert_int_equal(kill(pid, 0), -1); /* reaped */
+}
+
+static void test_crash(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    wrk_measure_t m;
+    wrk_meas_t out[3];
+    uint32_t regs, spills;
+    char err[256];
+    krn_config_t boom = {64, 128, 64, 1, 4, 3}, fine = {64, 128, 64, 1, 4, 4};
+    setup_case(&s, &m);
+    wrk_child_t *ch = start_child("crash=64x128x64x1x4x3");
+    pid_t first = wrk_child_pid(ch);
+    assert_int_equal(wrk_child_measure(ch, &s, &boom, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_CRASHED);
+        assert_string_equal(out[i].detail, "child died: signal 11");
+    }
+    assert_int_equal(wrk_child_spawns(ch), 2);
+    assert_true(wrk_child_pid(ch) != first);
+    assert_int_equal(wrk_child_state(ch), WRK_CHILD_IDLE);
+    assert_int_equal(wrk_child_measure(ch, &s, &fine, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_ok(out, 3);
+    wrk_child_destroy(&ch);
+}
+
+static void test_hang(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    wrk_measure_t m;
+    wrk_meas_t out[3];
+    uint32_t regs, spills;
+    char err[256];
+    krn_config_t stuck = {32, 64, 128, 16, 4, 4}, fine = {32, 64, 128, 16, 4, 3};
+    setup_case(&s, &m);
+    m.timeout_ms = 300;
+    wrk_child_t *ch = start_child("hang=32x64x128x16x4x4");
+    pid_t first = wrk_child_pid(ch);
+    uint64_t t0 = mt_now_ms();
+    assert_int_equal(wrk_child_measure(ch, &s, &stuck, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    uint64_t dt = mt_now_ms() - t0;
+    assert_true(dt >= 300 && dt < 5000);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_TIMEOUT);
+        assert_non_null(strstr(out[i].detail, "300 ms"));
+    }
+    assert_int_equal(kill(first, 0), -1); /* the stuck child is gone */
+    assert_int_equal(wrk_child_spawns(ch), 2);
+    assert_int_equal(wrk_child_measure(ch, &s, &fine, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_ok(out, 3);
+    wrk_child_destroy(&ch);
+}
+
+static void test_open_fails(void **unused) {
+    (void)unused;
+    wrk_backend_opts_t o;
+    wrk_child_t *c = NULL;
+    char err[256] = "";
+    memset(&o, 0, sizeof o);
+    o.sim_faults = "crash=12"; /* not a config */
+    assert_int_equal(wrk_child_new(wrk_backend_find("sim"), &o, &c, err, sizeof err), MT_OK);
+    assert_int_equal(wrk_child_wait_ready(c, 10000, err, sizeof err), MT_ERR);
+    assert_non_null(strstr(err, "crash=12"));
+    assert_int_equal(wrk_child_state(c), WRK_CHILD_DEAD);
+    assert_int_equal(wrk_child_fd(c), -1);
+    wrk_child_destroy(&c);
+}
+
+static void test_slow_start_async(void **unused) {
+    (void)unused;
+    wrk_backend_opts_t o;
+    wrk_child_t *c = NULL;
+    wrk_child_event_t ev;
+    char err[256] = "";
+    memset(&o, 0, sizeof o);
+    o.sim_faults = "slow_start_ms=200";
+    assert_int_equal(wrk_child_new(wrk_backend_find("sim"), &o, &c, err, sizeof err), MT_OK);
+    /* Polling without waiting never blocks while the backend opens. */
+    assert_int_equal(wrk_child_poll(c, 0, &ev), MT_OK);
+    assert_int_equal(ev, WRK_CHILD_EV_NONE);
+    assert_int_equal(wrk_child_state(c), WRK_CHILD_STARTING);
+    assert_int_equal(wrk_child_wait_ready(c, 20, err, sizeof err), MT_AGAIN);
+    assert_int_equal(wrk_child_wait_ready(c, 10000, err, sizeof err), MT_OK);
+    /* Killed while idle: the handle reports the death, and a restart recovers. */
+    kill(wrk_child_pid(c), SIGKILL);
+    ev = WRK_CHILD_EV_NONE;
+    for (int i = 0; i < 100 && ev == WRK_CHILD_EV_NONE; i++) assert_int_equal(wrk_child_poll(c, 50, &ev), MT_OK);
+    assert_int_equal(ev, WRK_CHILD_EV_DIED);
+    assert_string_equal(wrk_child_error(c), "child died: signal 9");
+    assert_int_equal(wrk_child_restart(c, err, sizeof err), MT_OK);
+    assert_int_equal(wrk_child_wait_ready(c, 10000, err, sizeof err), MT_OK);
+    wrk_child_destroy(&c);
+}
+
+int main(void) {
+    mt_log_init("test", MT_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_normal),     cmocka_unit_test(test_crash),
+        cmocka_unit_test(test_hang),       cmocka_unit_test(test_open_fails),
+        cmocka_unit_test(test_slow_start_async),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

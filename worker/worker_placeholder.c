@@ -1,1 +1,0 @@
-int mt_worker_placeholder;
