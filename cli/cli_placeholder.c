@@ -1,2 +1,0 @@
-/* placeholder */
-int mt_cli_placeholder;

@@ -1,0 +1,756 @@
+/* spec.c - flags / JSON → Moetune__SweepSpec, table-driven (see spec.h). */
+#include "spec.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt.h"
+#include "presets.h"
+
+#define MAX_MODELS 16
+
+enum { SP_BM, SP_BN, SP_BK, SP_GM, SP_WARPS, SP_STAGES, SP_N };
+
+struct cli_spec {
+    Moetune__SweepSpec spec;
+    Moetune__Space space;
+    Moetune__Measure measure;
+    bool measure_set;
+    krn_shape_t shapes[CLI_SPEC_MAX_SHAPES];
+    size_t n_shapes;
+    Moetune__Shape pb_shapes[CLI_SPEC_MAX_SHAPES];
+    Moetune__Shape *pb_ptrs[CLI_SPEC_MAX_SHAPES];
+    char *models[MAX_MODELS];
+    size_t n_models;
+    char *model_cfgs[MAX_MODELS];
+    size_t n_model_cfgs;
+    uint32_t tp, ep;
+    bool tp_set, ep_set;
+    char dtype[16];
+    uint32_t batch[CLI_SPEC_MAX_BATCH];
+    size_t n_batch;
+    uint32_t space_vals[SP_N][KRN_MAX_VALUES];
+    size_t n_space[SP_N];
+    char name[128], strategy[32], device_filter[128];
+    int depth;      /* nesting of spec files, to refuse a file that includes itself */
+    bool finished;
+};
+
+typedef int (*setter_fn)(cli_spec_t *s, const void *arg, const char *opt, const char *val,
+                         char *err, size_t errlen);
+
+typedef struct {
+    cli_spec_opt_t o;
+    setter_fn fn;
+    intptr_t arg;  /* which field: an offset or an index, depending on fn */
+} opt_def_t;
+
+static int set_shape(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                     size_t errlen) {
+    if (s->n_shapes == CLI_SPEC_MAX_SHAPES) {
+        mt_fmt(err, errlen, "--%s: more than %d shapes", opt, CLI_SPEC_MAX_SHAPES);
+        return MT_INVAL;
+    }
+    char why[200];
+    if (krn_shape_parse(val, &s->shapes[s->n_shapes], why, sizeof why) != MT_OK) {
+        mt_fmt(err, errlen, "--%s %s: %s", opt, val, why);
+        return MT_INVAL;
+    }
+    s->n_shapes++;
+    return MT_OK;
+}
+
+static int add_str(char **arr, size_t *n, const char *opt, const char *val, char *err, size_t errlen) {
+    if (*n == MAX_MODELS) {
+        mt_fmt(err, errlen, "--%s: given more than %d times", opt, MAX_MODELS);
+        return MT_INVAL;
+    }
+    if (!*val) {
+        mt_fmt(err, errlen, "--%s: empty value", opt);
+        return MT_INVAL;
+    }
+    arr[*n] = strdup(val);
+    if (!arr[*n]) return MT_NOMEM;
+    (*n)++;
+    return MT_OK;
+}
+
+static int set_model(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                     size_t errlen) {
+    if (!cli_preset_find(val)) {
+        krn_shape_t tmp;
+        cli_preset_shape(val, 1, 1, NULL, &tmp, err, errlen);
+        return MT_INVAL;
+    }
+    return add_str(s->models, &s->n_models, opt, val, err, errlen);
+}
+
+static int set_model_cfg(cli_spec_t *s, const void *arg, const char *opt, const char *val,
+                         char *err, size_t errlen) {
+    return add_str(s->model_cfgs, &s->n_model_cfgs, opt, val, err, errlen);
+}
+
+static int set_par(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                   size_t errlen) {
+    uint32_t v;
+    if (mt_parse_u32(val, 1, 1 << 20, &v) != MT_OK) {
+        mt_fmt(err, errlen, "--%s %s: not a positive integer", opt, val);
+        return MT_INVAL;
+    }
+    if (arg == (const void *)0) {
+        s->tp = v;
+        s->tp_set = true;
+    } else {
+        s->ep = v;
+        s->ep_set = true;
+    }
+    return MT_OK;
+}
+
+static int set_dtype(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                     size_t errlen) {
+    if (strcmp(val, "bf16") != 0 && strcmp(val, "fp8_w8a8") != 0) {
+        mt_fmt(err, errlen, "--%s %s: not one of bf16, fp8_w8a8", opt, val);
+        return MT_INVAL;
+    }
+    snprintf(s->dtype, sizeof s->dtype, "%s", val);
+    return MT_OK;
+}
+
+static int parse_list(const char *opt, const char *val, uint32_t max, size_t max_n, uint32_t *dst,
+                      size_t *n_dst, char *err, size_t errlen) {
+    uint32_t *vals = NULL;
+    size_t n = 0;
+    char why[160];
+    int rc = mt_parse_u32_list(val, 1, max, &vals, &n, why, sizeof why);
+    if (rc == MT_NOMEM) return rc;
+    if (rc != MT_OK) {
+        mt_fmt(err, errlen, "--%s %s: %s", opt, val, why);
+        return MT_INVAL;
+    }
+    if (n > max_n) {
+        mt_fmt(err, errlen, "--%s: more than %zu values", opt, max_n);
+        free(vals);
+        return MT_INVAL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < i; j++) {
+            if (vals[i] == vals[j]) {
+                mt_fmt(err, errlen, "--%s: %u appears twice", opt, vals[i]);
+                free(vals);
+                return MT_INVAL;
+            }
+        }
+    }
+    memcpy(dst, vals, n * sizeof *vals);
+    *n_dst = n;
+    free(vals);
+    return MT_OK;
+}
+
+static int set_batch(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                     size_t errlen) {
+    return parse_list(opt, val, 1048576, CLI_SPEC_MAX_BATCH, s->batch, &s->n_batch, err, errlen);
+}
+
+static int set_space(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                     size_t errlen) {
+    intptr_t i = (intptr_t)arg;
+    return parse_list(opt, val, 4096, KRN_MAX_VALUES, s->space_vals[i], &s->n_space[i], err, errlen);
+}
+
+static int set_text(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                    size_t errlen) {
+    size_t off = (size_t)(intptr_t)arg;
+    char *dst = (char *)s + off;
+    size_t cap = off == offsetof(cli_spec_t, strategy) ? sizeof s->strategy : sizeof s->name;
+    if (strlen(val) >= cap) {
+        mt_fmt(err, errlen, "--%s: longer than %zu characters", opt, cap - 1);
+        return MT_INVAL;
+    }
+    for (const char *p = val; *p; p++) {
+        if ((unsigned char)*p < 0x20) {
+            mt_fmt(err, errlen, "--%s: control characters are not allowed", opt);
+            return MT_INVAL;
+        }
+    }
+    if (off == offsetof(cli_spec_t, strategy) && strcmp(val, "exhaustive") != 0) {
+        mt_fmt(err, errlen, "--%s %s: unknown strategy (known: exhaustive)", opt, val);
+        return MT_INVAL;
+    }
+    snprintf(dst, cap, "%s", val);
+    return MT_OK;
+}
+
+/* Unsigned fields of the spec and its Measure: arg = offset into cli_spec_t. */
+typedef struct { size_t off; uint32_t min, max; bool measure; } u32_field_t;
+static const u32_field_t k_u32_fields[] = {
+    {offsetof(cli_spec_t, spec.chunk), 1, 100000, false},
+    {offsetof(cli_spec_t, spec.max_attempts), 1, 1000, false},
+    {offsetof(cli_spec_t, measure.warmup), 0, 100000, true},
+    {offsetof(cli_spec_t, measure.min_samples), 1, 1000000, true},
+    {offsetof(cli_spec_t, measure.max_samples), 1, 1000000, true},
+    {offsetof(cli_spec_t, measure.budget_ms), 1, 3600000, true},
+    {offsetof(cli_spec_t, measure.timeout_ms), 1, 86400000, true},
+};
+
+static int set_u32(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                   size_t errlen) {
+    const u32_field_t *f = &k_u32_fields[(intptr_t)arg];
+    uint32_t v;
+    if (mt_parse_u32(val, f->min, f->max, &v) != MT_OK) {
+        mt_fmt(err, errlen, "--%s %s: not an integer in %u..%u", opt, val, f->min, f->max);
+        return MT_INVAL;
+    }
+    *(uint32_t *)((char *)s + f->off) = v;
+    if (f->measure) s->measure_set = true;
+    return MT_OK;
+}
+
+static int set_rsd(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                   size_t errlen) {
+    double v;
+    if (mt_parse_double(val, &v) != MT_OK || !(v > 0.0 && v < 1.0)) {
+        mt_fmt(err, errlen, "--%s %s: not a fraction between 0 and 1 (0.01 = 1%%)", opt, val);
+        return MT_INVAL;
+    }
+    s->measure.rsd_target = v;
+    s->measure_set = true;
+    return MT_OK;
+}
+
+static int set_seed(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                    size_t errlen) {
+    uint64_t v;
+    if (mt_parse_u64(val, &v) != MT_OK) {
+        mt_fmt(err, errlen, "--%s %s: not an unsigned integer", opt, val);
+        return MT_INVAL;
+    }
+    s->measure.seed = v;
+    s->measure_set = true;
+    return MT_OK;
+}
+
+static int set_specfile(cli_spec_t *s, const void *arg, const char *opt, const char *val,
+                        char *err, size_t errlen) {
+    return cli_spec_load_json(s, val, err, errlen);
+}
+
+#define ARG(x) ((intptr_t)(x))
+static const opt_def_t k_opts[] = {
+    {{"shape", "E=..,N=..,K=..,topk=..[,dtype=..][,block_shape=NxK]", "a shape to tune (repeatable)"}, set_shape, 0},
+    {{"model", "NAME", "a model preset (repeatable); see --tp/--ep"}, set_model, 0},
+    {{"model-config", "config.json", "a Hugging Face config.json (repeatable)"}, set_model_cfg, 0},
+    {{"tp", "N", "tensor parallel size for --model/--model-config (N = intermediate / TP; default 1)"}, set_par, 0},
+    {{"ep", "N", "expert parallel size for --model/--model-config (E = experts / EP; default 1)"}, set_par, 1},
+    {{"dtype", "bf16|fp8_w8a8", "dtype of --model/--model-config shapes (default bf16)"}, set_dtype, 0},
+    {{"batch-sizes", "1,2,4,..", "batch sizes (default the engines' 18: 1 .. 4096)"}, set_batch, 0},
+    {{"block-m", "LIST", "BLOCK_SIZE_M values (default 16,32,64,128,256)"}, set_space, SP_BM},
+    {{"block-n", "LIST", "BLOCK_SIZE_N values (default 32,64,128,256)"}, set_space, SP_BN},
+    {{"block-k", "LIST", "BLOCK_SIZE_K values (default 64,128,256)"}, set_space, SP_BK},
+    {{"group-m", "LIST", "GROUP_SIZE_M values (default 1,16,32,64)"}, set_space, SP_GM},
+    {{"num-warps", "LIST", "num_warps values (default 4,8)"}, set_space, SP_WARPS},
+    {{"num-stages", "LIST", "num_stages values (default 2,3,4,5)"}, set_space, SP_STAGES},
+    {{"name", "NAME", "sweep name (default derived from the shapes)"}, set_text, ARG(offsetof(cli_spec_t, name))},
+    {{"strategy", "exhaustive", "search strategy (default exhaustive)"}, set_text, ARG(offsetof(cli_spec_t, strategy))},
+    {{"device-filter", "TEXT", "only workers whose GPU name contains TEXT"}, set_text, ARG(offsetof(cli_spec_t, device_filter))},
+    {{"chunk", "N", "configs per job (default 16)"}, set_u32, 0},
+    {{"max-attempts", "N", "leases a job may fail before it is failed (default 3)"}, set_u32, 1},
+    {{"warmup", "N", "warm-up runs per measurement (default 5)"}, set_u32, 2},
+    {{"min-samples", "N", "fewest timed samples (default 10)"}, set_u32, 3},
+    {{"max-samples", "N", "most timed samples (default 100)"}, set_u32, 4},
+    {{"budget-ms", "MS", "time budget per config and batch size (default 1000)"}, set_u32, 5},
+    {{"timeout-ms", "MS", "time limit per config, all batch sizes (default 60000)"}, set_u32, 6},
+    {{"rsd-target", "X", "stop sampling under this relative deviation (default 0.01)"}, set_rsd, 0},
+    {{"seed", "N", "input and routing seed (default 1)"}, set_seed, 0},
+    {{"spec", "FILE.json", "read the spec from a JSON file (flags after it override)"}, set_specfile, 0},
+};
+#define N_OPTS (sizeof k_opts / sizeof k_opts[0])
+
+const cli_spec_opt_t *cli_spec_opt_at(size_t i) { return i < N_OPTS ? &k_opts[i].o : NULL; }
+
+static const opt_def_t *find_opt(const char *name) {
+    for (size_t i = 0; i < N_OPTS; i++) {
+        if (strcmp(k_opts[i].o.name, name) == 0) return &k_opts[i];
+    }
+    return NULL;
+}
+
+bool cli_spec_knows(const char *name) { return name && find_opt(name) != NULL; }
+
+cli_spec_t *cli_spec_new(void) {
+    cli_spec_t *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->tp = 1;
+    s->ep = 1;
+    return s;
+}
+
+void cli_spec_destroy(cli_spec_t **sp) {
+    if (!sp || !*sp) return;
+    cli_spec_t *s = *sp;
+    for (size_t i = 0; i < s->n_models; i++) free(s->models[i]);
+    for (size_t i = 0; i < s->n_model_cfgs; i++) free(s->model_cfgs[i]);
+    free(s);
+    *sp = NULL;
+}
+
+int cli_spec_set(cli_spec_t *s, const char *name, const char *value, char *err, size_t errlen) {
+    const opt_def_t *d = find_opt(name ? name : "");
+    if (!d) {
+        mt_fmt(err, errlen, "unknown spec option '%s'", name ? name : "");
+        return MT_NOTFOUND;
+    }
+    if (s->finished) {
+        mt_fmt(err, errlen, "spec already finished");
+        return MT_INVAL;
+    }
+    return d->fn(s, (const void *)d->arg, d->o.name, value ? value : "", err, errlen);
+}
+
+/* Writes a JSON scalar or an array of scalars as option text ("1,2,4"). */
+static int json_to_text(json_t *v, char *buf, size_t len) {
+    if (json_is_string(v)) {
+        snprintf(buf, len, "%s", json_string_value(v));
+        return MT_OK;
+    }
+    if (json_is_integer(v)) {
+        snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return MT_OK;
+    }
+    if (json_is_real(v)) {
+        snprintf(buf, len, "%.17g", json_real_value(v));
+        return MT_OK;
+    }
+    if (json_is_array(v)) {
+        size_t used = 0, i;
+        json_t *x;
+        buf[0] = '\0';
+        json_array_foreach(v, i, x) {
+            if (!json_is_integer(x)) return MT_INVAL;
+            int n = snprintf(buf + used, len - used, "%s%" JSON_INTEGER_FORMAT, i ? "," : "",
+                             json_integer_value(x));
+            if (n < 0 || (size_t)n >= len - used) return MT_INVAL;
+            used += (size_t)n;
+        }
+        return MT_OK;
+    }
+    return MT_INVAL;
+}
+
+/* Applies one JSON value to option opt (JSON key key, for the error text). */
+static int apply_json(cli_spec_t *s, const char *key, const char *opt, json_t *v, char *err,
+                      size_t errlen) {
+    char text[4096];
+    if (json_to_text(v, text, sizeof text) != MT_OK) {
+        mt_fmt(err, errlen, "spec key \"%s\": wrong type", key);
+        return MT_INVAL;
+    }
+    return cli_spec_set(s, opt, text, err, errlen);
+}
+
+static int apply_shape_json(cli_spec_t *s, json_t *v, char *err, size_t errlen) {
+    if (json_is_string(v)) return cli_spec_set(s, "shape", json_string_value(v), err, errlen);
+    if (!json_is_object(v)) {
+        mt_fmt(err, errlen, "spec \"shapes\": each shape is a string or an object");
+        return MT_INVAL;
+    }
+    char text[256] = "";
+    size_t used = 0;
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x) {
+        static const char *const known[] = {"E", "N", "K", "topk", "dtype", "block_shape"};
+        bool ok = false;
+        for (size_t i = 0; i < 6; i++) ok = ok || strcmp(k, known[i]) == 0;
+        if (!ok) {
+            mt_fmt(err, errlen, "spec shape: unknown key \"%s\" (known: E, N, K, topk, dtype, block_shape)", k);
+            return MT_INVAL;
+        }
+        char val[64];
+        if (strcmp(k, "block_shape") == 0) {
+            if (!json_is_array(x) || json_array_size(x) != 2 || !json_is_integer(json_array_get(x, 0)) ||
+                !json_is_integer(json_array_get(x, 1))) {
+                mt_fmt(err, errlen, "spec shape: block_shape is not [n, k]");
+                return MT_INVAL;
+            }
+            snprintf(val, sizeof val, "%" JSON_INTEGER_FORMAT "x%" JSON_INTEGER_FORMAT,
+                     json_integer_value(json_array_get(x, 0)), json_integer_value(json_array_get(x, 1)));
+        } else if (json_is_integer(x) || json_is_string(x)) {
+            json_to_text(x, val, sizeof val);
+        } else {
+            mt_fmt(err, errlen, "spec shape: %s has the wrong type", k);
+            return MT_INVAL;
+        }
+        int n = snprintf(text + used, sizeof text - used, "%s%s=%s", used ? "," : "", k, val);
+        if (n < 0 || (size_t)n >= sizeof text - used) {
+            mt_fmt(err, errlen, "spec shape too long");
+            return MT_INVAL;
+        }
+        used += (size_t)n;
+    }
+    return cli_spec_set(s, "shape", text, err, errlen);
+}
+
+/* Key of the JSON document → option; special keys handled in cli_spec_parse_json. */
+static const struct { const char *key, *opt; } k_json_keys[] = {
+    {"name", "name"}, {"tp", "tp"}, {"ep", "ep"}, {"dtype", "dtype"},
+    {"batch_sizes", "batch-sizes"}, {"strategy", "strategy"}, {"device_filter", "device-filter"},
+    {"chunk", "chunk"}, {"max_attempts", "max-attempts"},
+};
+static const struct { const char *key, *opt; } k_json_space[] = {
+    {"block_m", "block-m"}, {"block_n", "block-n"}, {"block_k", "block-k"},
+    {"group_m", "group-m"}, {"num_warps", "num-warps"}, {"num_stages", "num-stages"},
+};
+static const struct { const char *key, *opt; } k_json_measure[] = {
+    {"warmup", "warmup"}, {"min_samples", "min-samples"}, {"max_samples", "max-samples"},
+    {"rsd_target", "rsd-target"}, {"budget_ms", "budget-ms"}, {"timeout_ms", "timeout-ms"},
+    {"seed", "seed"},
+};
+#define LOOKUP_KEY(table, name_, out)                                            \
+    do {                                                                         \
+        (out) = NULL;                                                            \
+        for (size_t i_ = 0; i_ < sizeof(table) / sizeof(table)[0]; i_++)         \
+            if (strcmp((table)[i_].key, (name_)) == 0) (out) = (table)[i_].opt;  \
+    } while (0)
+
+static int apply_object(cli_spec_t *s, const char *what, json_t *obj, int which, char *err,
+                        size_t errlen) {
+    if (!json_is_object(obj)) {
+        mt_fmt(err, errlen, "spec \"%s\" is not an object", what);
+        return MT_INVAL;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(obj, k, v) {
+        const char *opt;
+        if (which == 0) LOOKUP_KEY(k_json_space, k, opt);
+        else LOOKUP_KEY(k_json_measure, k, opt);
+        if (!opt) {
+            mt_fmt(err, errlen, "spec \"%s\": unknown key \"%s\"", what, k);
+            return MT_INVAL;
+        }
+        int rc = apply_json(s, k, opt, v, err, errlen);
+        if (rc != MT_OK) return rc;
+    }
+    return MT_OK;
+}
+
+static int apply_models(cli_spec_t *s, json_t *arr, char *err, size_t errlen) {
+    size_t i;
+    json_t *m;
+    if (!json_is_array(arr)) {
+        mt_fmt(err, errlen, "spec \"models\" is not an array");
+        return MT_INVAL;
+    }
+    json_array_foreach(arr, i, m) {
+        int rc;
+        if (json_is_string(m)) {
+            rc = cli_spec_set(s, "model", json_string_value(m), err, errlen);
+        } else if (json_is_object(m)) {
+            const char *k;
+            json_t *v;
+            rc = MT_OK;
+            json_object_foreach(m, k, v) {
+                if (strcmp(k, "name") != 0 && strcmp(k, "tp") != 0 && strcmp(k, "ep") != 0) {
+                    mt_fmt(err, errlen, "spec model: unknown key \"%s\" (known: name, tp, ep)", k);
+                    return MT_INVAL;
+                }
+                rc = apply_json(s, k, strcmp(k, "name") == 0 ? "model" : k, v, err, errlen);
+                if (rc != MT_OK) return rc;
+            }
+            if (!json_object_get(m, "name")) {
+                mt_fmt(err, errlen, "spec model: no \"name\"");
+                return MT_INVAL;
+            }
+        } else {
+            mt_fmt(err, errlen, "spec \"models\": each model is a name or {\"name\", \"tp\", \"ep\"}");
+            return MT_INVAL;
+        }
+        if (rc != MT_OK) return rc;
+    }
+    return MT_OK;
+}
+
+int cli_spec_parse_json(cli_spec_t *s, const char *text, size_t len, char *err, size_t errlen) {
+    int rc = MT_OK;
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        mt_fmt(err, errlen, "spec is not valid JSON (line %d: %s)", jerr.line, jerr.text);
+        return MT_INVAL;
+    }
+    if (!json_is_object(root)) {
+        mt_fmt(err, errlen, "spec is not a JSON object");
+        rc = MT_INVAL;
+        goto out;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(root, k, v) {
+        const char *opt;
+        LOOKUP_KEY(k_json_keys, k, opt);
+        if (opt) {
+            rc = apply_json(s, k, opt, v, err, errlen);
+        } else if (strcmp(k, "shapes") == 0) {
+            size_t i;
+            json_t *x;
+            if (!json_is_array(v)) {
+                mt_fmt(err, errlen, "spec \"shapes\" is not an array");
+                rc = MT_INVAL;
+                goto out;
+            }
+            json_array_foreach(v, i, x) {
+                rc = apply_shape_json(s, x, err, errlen);
+                if (rc != MT_OK) goto out;
+            }
+        } else if (strcmp(k, "models") == 0) {
+            rc = apply_models(s, v, err, errlen);
+        } else if (strcmp(k, "model_configs") == 0) {
+            size_t i;
+            json_t *x;
+            if (!json_is_array(v)) {
+                mt_fmt(err, errlen, "spec \"model_configs\" is not an array of paths");
+                rc = MT_INVAL;
+                goto out;
+            }
+            json_array_foreach(v, i, x) {
+                rc = apply_json(s, k, "model-config", x, err, errlen);
+                if (rc != MT_OK) goto out;
+            }
+        } else if (strcmp(k, "space") == 0) {
+            rc = apply_object(s, k, v, 0, err, errlen);
+        } else if (strcmp(k, "measure") == 0) {
+            rc = apply_object(s, k, v, 1, err, errlen);
+        } else {
+            mt_fmt(err, errlen, "spec: unknown key \"%s\"", k);
+            rc = MT_INVAL;
+        }
+        if (rc != MT_OK) goto out;
+    }
+out:
+    json_decref(root);
+    return rc;
+}
+
+int cli_spec_load_json(cli_spec_t *s, const char *path, char *err, size_t errlen) {
+    int rc = MT_OK;
+    char *buf = NULL;
+    FILE *f = NULL;
+    if (s->depth > 0) {
+        mt_fmt(err, errlen, "%s: a spec file cannot load another spec file", path);
+        return MT_INVAL;
+    }
+    f = fopen(path, "rb");
+    if (!f) {
+        mt_fmt(err, errlen, "--spec %s: %s", path, strerror(errno));
+        return MT_INVAL;
+    }
+    size_t cap = 1u << 20;
+    buf = malloc(cap);
+    if (!buf) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    size_t len = fread(buf, 1, cap, f);
+    if (len == cap) {
+        mt_fmt(err, errlen, "--spec %s: larger than 1 MiB", path);
+        rc = MT_INVAL;
+        goto out;
+    }
+    s->depth++;
+    char inner[400];
+    rc = cli_spec_parse_json(s, buf, len, inner, sizeof inner);
+    s->depth--;
+    if (rc != MT_OK) mt_fmt(err, errlen, "--spec %s: %s", path, inner);
+out:
+    free(buf);
+    if (f) fclose(f);
+    return rc;
+}
+
+static int add_resolved(cli_spec_t *s, const krn_shape_t *sh, char *err, size_t errlen) {
+    if (s->n_shapes == CLI_SPEC_MAX_SHAPES) {
+        mt_fmt(err, errlen, "more than %d shapes", CLI_SPEC_MAX_SHAPES);
+        return MT_INVAL;
+    }
+    s->shapes[s->n_shapes++] = *sh;
+    return MT_OK;
+}
+
+static bool shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
+    return a->e == b->e && a->n == b->n && a->k == b->k && a->topk == b->topk &&
+           strcmp(a->dtype, b->dtype) == 0 && a->block_n == b->block_n && a->block_k == b->block_k;
+}
+
+int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen) {
+    int rc = MT_OK;
+    const char *dtype = s->dtype[0] ? s->dtype : NULL;
+    if (s->finished) {
+        mt_fmt(err, errlen, "spec already finished");
+        return MT_INVAL;
+    }
+    if ((s->tp_set || s->ep_set || dtype) && s->n_models == 0 && s->n_model_cfgs == 0) {
+        mt_fmt(err, errlen, "--tp, --ep and --dtype apply only with --model or --model-config");
+        return MT_INVAL;
+    }
+    for (size_t i = 0; i < s->n_models; i++) {
+        krn_shape_t sh;
+        rc = cli_preset_shape(s->models[i], s->tp, s->ep, dtype, &sh, err, errlen);
+        if (rc != MT_OK) return MT_INVAL;
+        rc = add_resolved(s, &sh, err, errlen);
+        if (rc != MT_OK) return rc;
+    }
+    for (size_t i = 0; i < s->n_model_cfgs; i++) {
+        krn_shape_t sh;
+        rc = cli_model_config_load(s->model_cfgs[i], s->tp, s->ep, dtype, &sh, err, errlen);
+        if (rc != MT_OK) return MT_INVAL;
+        rc = add_resolved(s, &sh, err, errlen);
+        if (rc != MT_OK) return rc;
+    }
+    /* The same shape named twice (a preset and its --shape) is tuned once. */
+    size_t kept = 0;
+    for (size_t i = 0; i < s->n_shapes; i++) {
+        bool dup = false;
+        for (size_t j = 0; j < kept; j++) dup = dup || shape_eq(&s->shapes[i], &s->shapes[j]);
+        if (!dup) s->shapes[kept++] = s->shapes[i];
+    }
+    s->n_shapes = kept;
+    if (s->n_shapes == 0) {
+        mt_fmt(err, errlen, "no shape to tune: give --shape, --model or --model-config");
+        return MT_INVAL;
+    }
+    if (s->measure.min_samples && s->measure.max_samples &&
+        s->measure.min_samples > s->measure.max_samples) {
+        mt_fmt(err, errlen, "--min-samples %u is larger than --max-samples %u", s->measure.min_samples,
+               s->measure.max_samples);
+        return MT_INVAL;
+    }
+    if (fill_defaults) {
+        if (s->n_batch == 0) {
+            for (size_t i = 0; i < krn_n_default_batch_sizes; i++) s->batch[i] = krn_default_batch_sizes[i];
+            s->n_batch = krn_n_default_batch_sizes;
+        }
+        krn_space_t def;
+        krn_space_default(&def);
+        const uint32_t *dv[SP_N] = {def.block_m, def.block_n, def.block_k, def.group_m, def.num_warps, def.num_stages};
+        const uint32_t dn[SP_N] = {def.n_block_m, def.n_block_n, def.n_block_k, def.n_group_m, def.n_num_warps, def.n_num_stages};
+        for (int i = 0; i < SP_N; i++) {
+            if (s->n_space[i]) continue;
+            memcpy(s->space_vals[i], dv[i], dn[i] * sizeof(uint32_t));
+            s->n_space[i] = dn[i];
+        }
+        if (!s->strategy[0]) snprintf(s->strategy, sizeof s->strategy, "exhaustive");
+        if (!s->spec.chunk) s->spec.chunk = 16;
+        if (!s->spec.max_attempts) s->spec.max_attempts = 3;
+        if (!s->name[0]) {
+            char sh[96];
+            krn_shape_name(&s->shapes[0], sh, sizeof sh);
+            if (s->n_shapes == 1)
+                mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u", sh, s->shapes[0].k, s->shapes[0].topk);
+            else
+                mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u +%zu shapes", sh, s->shapes[0].k,
+                       s->shapes[0].topk, s->n_shapes - 1);
+        }
+    }
+    /* Assemble the message; init() clears the scalars kept in it, so save them. */
+    uint32_t chunk = s->spec.chunk, max_attempts = s->spec.max_attempts;
+    moetune__sweep_spec__init(&s->spec);
+    s->spec.chunk = chunk;
+    s->spec.max_attempts = max_attempts;
+    s->spec.name = s->name;
+    s->spec.strategy = s->strategy;
+    s->spec.device_filter = s->device_filter;
+    for (size_t i = 0; i < s->n_shapes; i++) {
+        Moetune__Shape *p = &s->pb_shapes[i];
+        moetune__shape__init(p);
+        p->e = s->shapes[i].e;
+        p->n = s->shapes[i].n;
+        p->k = s->shapes[i].k;
+        p->topk = s->shapes[i].topk;
+        p->dtype = s->shapes[i].dtype;
+        p->block_n = s->shapes[i].block_n;
+        p->block_k = s->shapes[i].block_k;
+        s->pb_ptrs[i] = p;
+    }
+    s->spec.n_shapes = s->n_shapes;
+    s->spec.shapes = s->pb_ptrs;
+    s->spec.n_batch_sizes = s->n_batch;
+    s->spec.batch_sizes = s->batch;
+    moetune__space__init(&s->space);
+    size_t *counts[SP_N] = {&s->space.n_block_m, &s->space.n_block_n, &s->space.n_block_k,
+                            &s->space.n_group_m, &s->space.n_num_warps, &s->space.n_num_stages};
+    uint32_t **lists[SP_N] = {&s->space.block_m, &s->space.block_n, &s->space.block_k,
+                              &s->space.group_m, &s->space.num_warps, &s->space.num_stages};
+    bool any_space = false;
+    for (int i = 0; i < SP_N; i++) {
+        *counts[i] = s->n_space[i];
+        *lists[i] = s->space_vals[i];
+        any_space = any_space || s->n_space[i];
+    }
+    s->spec.space = any_space ? &s->space : NULL;
+    if (s->measure_set) {
+        Moetune__Measure m = s->measure;
+        moetune__measure__init(&s->measure);
+        s->measure.warmup = m.warmup;
+        s->measure.min_samples = m.min_samples;
+        s->measure.max_samples = m.max_samples;
+        s->measure.rsd_target = m.rsd_target;
+        s->measure.budget_ms = m.budget_ms;
+        s->measure.timeout_ms = m.timeout_ms;
+        s->measure.seed = m.seed;
+        s->spec.measure = &s->measure;
+    }
+    s->finished = true;
+    return MT_OK;
+}
+
+const Moetune__SweepSpec *cli_spec_get(const cli_spec_t *s) { return s && s->finished ? &s->spec : NULL; }
+
+static bool u32s_eq(const uint32_t *a, size_t na, const uint32_t *b, size_t nb) {
+    return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
+}
+
+static bool str_eq(const char *a, const char *b) {
+    return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+/* A zero field means "the planner's default", so zero matches anything. */
+static bool loose_eq(uint64_t a, uint64_t b) { return a == 0 || b == 0 || a == b; }
+
+bool cli_spec_same_work(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b) {
+    if (!a || !b) return false;
+    if (!str_eq(a->name, b->name) || !str_eq(a->device_filter, b->device_filter)) return false;
+    const char *sa = a->strategy && *a->strategy ? a->strategy : "exhaustive";
+    const char *sb = b->strategy && *b->strategy ? b->strategy : "exhaustive";
+    if (strcmp(sa, sb) != 0 || !loose_eq(a->chunk, b->chunk)) return false;
+    if (!u32s_eq(a->batch_sizes, a->n_batch_sizes, b->batch_sizes, b->n_batch_sizes)) return false;
+    if (a->n_shapes != b->n_shapes) return false;
+    for (size_t i = 0; i < a->n_shapes; i++) {
+        const Moetune__Shape *x = a->shapes[i], *y = b->shapes[i];
+        if (x->e != y->e || x->n != y->n || x->k != y->k || x->topk != y->topk ||
+            !str_eq(x->dtype, y->dtype) || x->block_n != y->block_n || x->block_k != y->block_k)
+            return false;
+    }
+    const Moetune__Space *p = a->space, *q = b->space;
+    if ((p == NULL) != (q == NULL)) return false;
+    if (p && !(u32s_eq(p->block_m, p->n_block_m, q->block_m, q->n_block_m) &&
+               u32s_eq(p->block_n, p->n_block_n, q->block_n, q->n_block_n) &&
+               u32s_eq(p->block_k, p->n_block_k, q->block_k, q->n_block_k) &&
+               u32s_eq(p->group_m, p->n_group_m, q->group_m, q->n_group_m) &&
+               u32s_eq(p->num_warps, p->n_num_warps, q->num_warps, q->n_num_warps) &&
+               u32s_eq(p->num_stages, p->n_num_stages, q->num_stages, q->n_num_stages)))
+        return false;
+    const Moetune__Measure *m = a->measure, *n = b->measure;
+    if (m && n) {
+        if (!loose_eq(m->warmup, n->warmup) || !loose_eq(m->min_samples, n->min_samples) ||
+            !loose_eq(m->max_samples, n->max_samples) || !loose_eq(m->budget_ms, n->budget_ms) ||
+            !loose_eq(m->timeout_ms, n->timeout_ms) || !loose_eq(m->seed, n->seed))
+            return false;
+        if (m->rsd_target != 0.0 && n->rsd_target != 0.0 && m->rsd_target != n->rsd_target) return false;
+    }
+    return true;
+}

@@ -1,0 +1,72 @@
+/*
+ * spec.h - build a sweep spec (Moetune__SweepSpec) from command-line flags and/or a
+ * JSON spec file, validating every value with a one-line reason.
+ *
+ * Options are named like the flags without "--" ("shape", "batch-sizes", "block-m",
+ * ...); the JSON file uses the same names with '_' for '-' ("batch_sizes") plus
+ * "shapes", "models" and "space" objects (see cli_spec_parse_json).
+ */
+#ifndef CLI_SPEC_H
+#define CLI_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "moetune.pb-c.h"
+#include "space.h"
+
+#define CLI_SPEC_MAX_SHAPES 64
+#define CLI_SPEC_MAX_BATCH 256
+
+typedef struct cli_spec cli_spec_t;
+
+/* One spec option, for the CLI's help text. */
+typedef struct {
+    const char *name;      /* flag without "--" */
+    const char *metavar;   /* NULL for none */
+    const char *help;
+} cli_spec_opt_t;
+
+/* The i-th spec option in help order; NULL past the last. */
+const cli_spec_opt_t *cli_spec_opt_at(size_t i);
+
+/* New empty spec; NULL on allocation failure. Caller frees with cli_spec_destroy. */
+cli_spec_t *cli_spec_new(void);
+/* Releases a spec and nulls *spec. NULL-safe. */
+void cli_spec_destroy(cli_spec_t **spec);
+
+/* True when name is a spec option. */
+bool cli_spec_knows(const char *name);
+
+/* Applies one option. "shape", "model" and "model-config" add to what is there; a list
+ * option replaces the list; "spec" loads a JSON file. Returns MT_OK, MT_INVAL with a
+ * reason naming the option on a bad value, MT_NOTFOUND for an unknown option. */
+int cli_spec_set(cli_spec_t *spec, const char *name, const char *value, char *err, size_t errlen);
+
+/* Applies a JSON spec document: an object with any of "name", "shapes" (array of shape
+ * strings or objects {"E","N","K","topk"[,"dtype"][,"block_shape":[n,k]]}), "models"
+ * (array of names or objects {"name","tp","ep"}), "model_configs" (array of paths),
+ * "tp", "ep", "dtype", "batch_sizes", "space" ({"block_m": [...], ...}), "strategy",
+ * "device_filter", "chunk", "max_attempts", "measure" ({"warmup", "min_samples",
+ * "max_samples", "rsd_target", "budget_ms", "timeout_ms", "seed"}). Unknown keys are
+ * errors. */
+int cli_spec_parse_json(cli_spec_t *spec, const char *text, size_t len, char *err, size_t errlen);
+int cli_spec_load_json(cli_spec_t *spec, const char *path, char *err, size_t errlen);
+
+/* Resolves models into shapes, checks the whole spec (at least one shape, min_samples
+ * <= max_samples, ...) and assembles the message. With fill_defaults, empty fields get
+ * the planner's defaults explicitly (18 batch sizes, default space, chunk 16,
+ * exhaustive, 3 attempts) and an empty name gets one derived from the shapes, so
+ * the same command always produces the same spec. Call once, after every set. */
+int cli_spec_finish(cli_spec_t *spec, bool fill_defaults, char *err, size_t errlen);
+
+/* The assembled message (valid after cli_spec_finish, owned by spec). */
+const Moetune__SweepSpec *cli_spec_get(const cli_spec_t *spec);
+
+/* True when two specs ask for the same work (name, shapes, batch sizes, space,
+ * strategy, device filter, chunk, and each measure field a set in both). Used to
+ * recognise an interrupted sweep to resume. */
+bool cli_spec_same_work(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b);
+
+#endif

@@ -1,0 +1,545 @@
+/* export.c - config files and manifest from the store (see export.h). */
+#include "export.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mt.h"
+#include "query.h"
+
+typedef struct {
+    dbq_result_t *rows;
+    size_t n, cap;
+} rowvec_t;
+
+/* One entry of a file being written: from a result row, or kept from the old file. */
+typedef struct {
+    uint32_t bs;
+    krn_config_t cfg;
+    const dbq_result_t *row;  /* NULL when kept from the previous file */
+} entry_t;
+
+/* What exports gets per file, kept until the end so one transaction records all. */
+typedef struct {
+    uint64_t shape_id;
+    char dir[48];
+    char sweep_ids[256];
+    char hash[17];
+} file_meta_t;
+
+static const struct { const char *json; size_t off; } k_cfg_fields[] = {
+    {"BLOCK_SIZE_M", offsetof(krn_config_t, block_m)}, {"BLOCK_SIZE_N", offsetof(krn_config_t, block_n)},
+    {"BLOCK_SIZE_K", offsetof(krn_config_t, block_k)}, {"GROUP_SIZE_M", offsetof(krn_config_t, group_m)},
+    {"num_warps", offsetof(krn_config_t, num_warps)}, {"num_stages", offsetof(krn_config_t, num_stages)},
+};
+#define N_CFG_FIELDS (sizeof k_cfg_fields / sizeof k_cfg_fields[0])
+
+const char *exp_state_name(exp_state_t s) {
+    static const char *const names[] = {"new", "changed", "unchanged"};
+    return (unsigned)s < 3 ? names[s] : "?";
+}
+
+void exp_report_clear(exp_report_t *r) {
+    if (!r) return;
+    free(r->files);
+    r->files = NULL;
+    r->n_files = 0;
+}
+
+static int collect(void *ctx, const dbq_result_t *row) {
+    rowvec_t *v = ctx;
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 256;
+        dbq_result_t *grown = realloc(v->rows, cap * sizeof *grown);
+        if (!grown) return MT_NOMEM;
+        v->rows = grown;
+        v->cap = cap;
+    }
+    v->rows[v->n++] = *row;
+    return 0;
+}
+
+/* A directory name from the database must be one plain path component. */
+static bool safe_component(const char *s) {
+    if (!*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) return false;
+    for (const char *p = s; *p; p++) {
+        char c = *p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+static void file_name(const dbq_result_t *r, char *buf, size_t len) {
+    char dev[128];
+    snprintf(dev, sizeof dev, "%s", r->device_name);
+    for (char *p = dev; *p; p++) {
+        if (*p == ' ' || *p == '/' || *p == '\\') *p = '_';
+    }
+    int n = snprintf(buf, len, "E=%u,N=%u,device_name=%s", r->shape.e, r->shape.n, dev);
+    if (n > 0 && (size_t)n < len && strcmp(r->shape.dtype, "bf16") != 0)
+        n += snprintf(buf + n, len - (size_t)n, ",dtype=%s", r->shape.dtype);
+    if (n > 0 && (size_t)n < len && r->shape.block_n)
+        n += snprintf(buf + n, len - (size_t)n, ",block_shape=[%u, %u]", r->shape.block_n, r->shape.block_k);
+    if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ".json");
+}
+
+static json_t *cfg_json(const krn_config_t *c) {
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < N_CFG_FIELDS; i++)
+        json_object_set_new(o, k_cfg_fields[i].json,
+                            json_integer(*(const uint32_t *)((const char *)c + k_cfg_fields[i].off)));
+    return o;
+}
+
+static void cfg_text(const krn_config_t *c, char *buf, size_t len) {
+    snprintf(buf, len, "M%u N%u K%u G%u w%u s%u", c->block_m, c->block_n, c->block_k, c->group_m,
+             c->num_warps, c->num_stages);
+}
+
+static bool cfg_eq(const krn_config_t *a, const krn_config_t *b) {
+    return memcmp(a, b, sizeof *a) == 0;
+}
+
+static int cmp_entry(const void *a, const void *b) {
+    uint32_t x = ((const entry_t *)a)->bs, y = ((const entry_t *)b)->bs;
+    return x < y ? -1 : x > y;
+}
+
+/* Reads an existing config file into old[] (sorted). MT_NOTFOUND when absent. */
+static int read_old(const char *path, entry_t **old, size_t *n_old, char *err, size_t errlen) {
+    int rc = MT_OK;
+    json_error_t jerr;
+    *old = NULL;
+    *n_old = 0;
+    if (access(path, F_OK) != 0) return MT_NOTFOUND;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root || !json_is_object(root)) {
+        mt_fmt(err, errlen, "%s exists but is not a config file (%s); move it away to export",
+               path, root ? "not an object" : jerr.text);
+        rc = MT_INVAL;
+        goto out;
+    }
+    *old = calloc(json_object_size(root) + 1, sizeof **old);
+    if (!*old) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        entry_t *e = &(*old)[*n_old];
+        uint32_t bs;
+        if (mt_parse_u32(key, 1, UINT32_MAX, &bs) != MT_OK || !json_is_object(val)) {
+            mt_fmt(err, errlen, "%s exists but is not a config file (entry \"%s\"); move it away to export",
+                   path, key);
+            rc = MT_INVAL;
+            goto out;
+        }
+        e->bs = bs;
+        for (size_t i = 0; i < N_CFG_FIELDS; i++) {
+            json_t *f = json_object_get(val, k_cfg_fields[i].json);
+            if (!json_is_integer(f) || json_integer_value(f) < 0 || json_integer_value(f) > 1048576) {
+                mt_fmt(err, errlen, "%s exists but is not a config file (entry \"%s\": %s); move it away to export",
+                       path, key, k_cfg_fields[i].json);
+                rc = MT_INVAL;
+                goto out;
+            }
+            *(uint32_t *)((char *)&e->cfg + k_cfg_fields[i].off) = (uint32_t)json_integer_value(f);
+        }
+        (*n_old)++;
+    }
+    qsort(*old, *n_old, sizeof **old, cmp_entry);
+out:
+    if (rc != MT_OK) {
+        free(*old);
+        *old = NULL;
+        *n_old = 0;
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* Writes text to path through a temp file in the same directory and a rename. */
+static int write_atomic(const char *path, const char *text, char *err, size_t errlen) {
+    char tmp[1100];
+    mt_fmt(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) {
+        mt_fmt(err, errlen, "%s: %s", tmp, strerror(errno));
+        return MT_IO;
+    }
+    size_t len = strlen(text), done = 0;
+    while (done < len) {
+        ssize_t w = write(fd, text + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            mt_fmt(err, errlen, "%s: %s", tmp, strerror(errno));
+            close(fd);
+            unlink(tmp);
+            return MT_IO;
+        }
+        done += (size_t)w;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        mt_fmt(err, errlen, "%s: %s", tmp, strerror(errno));
+        unlink(tmp);
+        return MT_IO;
+    }
+    if (rename(tmp, path) != 0) {
+        mt_fmt(err, errlen, "rename %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return MT_IO;
+    }
+    return MT_OK;
+}
+
+/* Dumps a JSON value the way the frameworks' files look: indent 4, keys in insertion
+ * order, newline at the end. Caller frees. */
+static char *dump(json_t *v) {
+    char *body = json_dumps(v, JSON_PRESERVE_ORDER | JSON_INDENT(4));
+    if (!body) return NULL;
+    size_t n = strlen(body);
+    char *text = realloc(body, n + 2);
+    if (!text) {
+        free(body);
+        return NULL;
+    }
+    text[n] = '\n';
+    text[n + 1] = '\0';
+    return text;
+}
+
+static void add_unique(json_t *arr, const char *s) {
+    if (!s || !*s) return;
+    size_t i;
+    json_t *x;
+    json_array_foreach(arr, i, x) {
+        if (strcmp(json_string_value(x), s) == 0) return;
+    }
+    json_array_append_new(arr, json_string(s));
+}
+
+static void add_unique_int(json_t *arr, uint64_t v) {
+    size_t i;
+    json_t *x;
+    json_array_foreach(arr, i, x) {
+        if ((uint64_t)json_integer_value(x) == v) return;
+    }
+    json_array_append_new(arr, json_integer((json_int_t)v));
+}
+
+/* The manifest record of one file. */
+static json_t *manifest_record(const dbq_result_t *first, const entry_t *ents, size_t n_ents,
+                               file_meta_t *meta) {
+    json_t *rec = json_object();
+    json_t *shape = json_object();
+    json_t *sweeps = json_array(), *uuids = json_array(), *drivers = json_array();
+    json_t *toolkits = json_array(), *hashes = json_array(), *entries = json_object();
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    json_object_set_new(shape, "E", json_integer(first->shape.e));
+    json_object_set_new(shape, "N", json_integer(first->shape.n));
+    json_object_set_new(shape, "K", json_integer(first->shape.k));
+    json_object_set_new(shape, "topk", json_integer(first->shape.topk));
+    json_object_set_new(shape, "dtype", json_string(first->shape.dtype));
+    if (first->shape.block_n) {
+        json_t *bs = json_array();
+        json_array_append_new(bs, json_integer(first->shape.block_n));
+        json_array_append_new(bs, json_integer(first->shape.block_k));
+        json_object_set_new(shape, "block_shape", bs);
+    }
+    for (size_t i = 0; i < n_ents; i++) {
+        const dbq_result_t *r = ents[i].row;
+        char key[16];
+        snprintf(key, sizeof key, "%u", ents[i].bs);
+        json_t *e = json_object();
+        if (!r) {
+            json_object_set_new(e, "kept_from_previous_file", json_true());
+            json_object_set_new(entries, key, e);
+            continue;
+        }
+        add_unique_int(sweeps, r->sweep_id);
+        add_unique(uuids, r->device_uuid);
+        add_unique(drivers, r->driver_version);
+        add_unique(toolkits, r->cuda_version);
+        add_unique(hashes, r->kernel_hash);
+        json_object_set_new(e, "sweep_id", json_integer((json_int_t)r->sweep_id));
+        json_object_set_new(e, "config_id", json_integer((json_int_t)r->config_id));
+        json_object_set_new(e, "median_us", json_real(r->median_us));
+        json_object_set_new(e, "min_us", json_real(r->min_us));
+        json_object_set_new(e, "stddev_us", json_real(r->stddev_us));
+        json_object_set_new(e, "samples", json_integer(r->samples));
+        json_object_set_new(e, "device_uuid", json_string(r->device_uuid));
+        json_object_set_new(entries, key, e);
+    }
+    size_t used = 0, i;
+    json_t *x;
+    meta->sweep_ids[0] = '\0';
+    json_array_foreach(sweeps, i, x) {
+        int n = snprintf(meta->sweep_ids + used, sizeof meta->sweep_ids - used, "%s%lld", i ? "," : "",
+                         (long long)json_integer_value(x));
+        if (n < 0 || (size_t)n >= sizeof meta->sweep_ids - used) break;
+        used += (size_t)n;
+    }
+    bool sim = strcmp(first->backend, "sim") == 0;
+    json_object_set_new(rec, "shape", shape);
+    json_object_set_new(rec, "sweep_ids", sweeps);
+    json_object_set_new(rec, "device_name", json_string(first->device_name));
+    json_object_set_new(rec, "device_uuids", uuids);
+    json_object_set_new(rec, "driver_versions", drivers);
+    json_object_set_new(rec, "toolkit_versions", toolkits);
+    json_object_set_new(rec, "compiler", json_string(first->compiler));
+    json_object_set_new(rec, "kernel_hashes", hashes);
+    json_object_set_new(rec, "backend", json_string(first->backend));
+    json_object_set_new(rec, "simulated", json_boolean(sim));
+    json_object_set_new(rec, "exported_at", json_string(stamp));
+    json_object_set_new(rec, "entries", entries);
+    return rec;
+}
+
+/* Records the files in exports in one short write transaction. */
+static int record(const exp_opts_t *o, const exp_report_t *rep, const file_meta_t *meta, char *err,
+                  size_t errlen) {
+    int rc = MT_OK;
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    bool in_tx = false;
+    if (sqlite3_open_v2(o->db_path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        mt_fmt(err, errlen, "%s: %s", o->db_path, db ? sqlite3_errmsg(db) : "cannot open");
+        rc = MT_IO;
+        goto out;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    if (sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) goto fail;
+    in_tx = true;
+    if (sqlite3_prepare_v2(db,
+                           "INSERT INTO exports (created, out_dir, path, sweep_ids, entries,"
+                           " changed_entries, content_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                           -1, &st, NULL) != SQLITE_OK)
+        goto fail;
+    for (size_t i = 0; i < rep->n_files; i++) {
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, mt_wall_s());
+        sqlite3_bind_text(st, 2, o->out_dir, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, rep->files[i].path, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, meta[i].sweep_ids, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, rep->files[i].entries);
+        sqlite3_bind_int64(st, 6, rep->files[i].changed);
+        sqlite3_bind_text(st, 7, meta[i].hash, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_DONE) goto fail;
+    }
+    if (sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) goto fail;
+    in_tx = false;
+    goto out;
+fail:
+    mt_fmt(err, errlen, "files written, but recording them in %s failed: %s", o->db_path,
+           sqlite3_errmsg(db));
+    rc = sqlite3_errcode(db) == SQLITE_BUSY ? MT_BUSY : MT_ERR;
+out:
+    sqlite3_finalize(st);
+    if (in_tx) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(db);
+    return rc;
+}
+
+static int add_file(exp_report_t *rep, file_meta_t **meta, size_t *cap) {
+    if (rep->n_files == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        exp_file_t *f = realloc(rep->files, nc * sizeof *f);
+        if (!f) return MT_NOMEM;
+        rep->files = f;
+        file_meta_t *m = realloc(*meta, nc * sizeof *m);
+        if (!m) return MT_NOMEM;
+        *meta = m;
+        *cap = nc;
+    }
+    memset(&rep->files[rep->n_files], 0, sizeof rep->files[0]);
+    memset(&(*meta)[rep->n_files], 0, sizeof (*meta)[0]);
+    rep->n_files++;
+    return MT_OK;
+}
+
+/* Exports the rows [0, n) of one file into dirpath; updates manifest. */
+static int export_file(const exp_opts_t *o, const char *dirpath, const dbq_result_t *rows, size_t n,
+                       json_t *manifest, exp_file_t *f, file_meta_t *meta, char *err, size_t errlen) {
+    int rc = MT_OK;
+    entry_t *old = NULL, *ents = NULL;
+    size_t n_old = 0, n_ents = 0;
+    json_t *obj = NULL;
+    char *text = NULL;
+    char name[400], path[1024];
+    file_name(&rows[0], name, sizeof name);
+    mt_fmt(f->path, sizeof f->path, "%s/%s", rows[0].export_dir, name);
+    mt_fmt(path, sizeof path, "%s/%s", dirpath, name);
+    f->simulated = strcmp(rows[0].backend, "sim") == 0;
+    rc = read_old(path, &old, &n_old, err, errlen);
+    bool existed = rc == MT_OK;
+    if (rc != MT_OK && rc != MT_NOTFOUND) goto out;
+    rc = MT_OK;
+    ents = calloc(n + n_old + 1, sizeof *ents);
+    if (!ents) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    /* Merge: rows are sorted by batch size, as are the old entries. */
+    size_t i = 0, j = 0;
+    while (i < n || j < n_old) {
+        if (j == n_old || (i < n && rows[i].batch_size <= old[j].bs)) {
+            entry_t *e = &ents[n_ents++];
+            e->bs = rows[i].batch_size;
+            e->cfg = rows[i].config;
+            e->row = &rows[i];
+            bool had = j < n_old && old[j].bs == e->bs;
+            if (!had || !cfg_eq(&old[j].cfg, &e->cfg)) {
+                f->changed++;
+                if (existed && o->changes) {
+                    char a[64] = "(none)", b[64];
+                    if (had) cfg_text(&old[j].cfg, a, sizeof a);
+                    cfg_text(&e->cfg, b, sizeof b);
+                    fprintf(o->changes, "%s: batch size %u: %s -> %s\n", f->path, e->bs, a, b);
+                }
+            }
+            if (had) j++;
+            i++;
+        } else {
+            ents[n_ents++] = old[j++];  /* kept: the store has nothing for this batch size */
+        }
+    }
+    f->entries = (uint32_t)n_ents;
+    obj = json_object();
+    if (!obj) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    for (size_t k = 0; k < n_ents; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "%u", ents[k].bs);
+        json_object_set_new(obj, key, cfg_json(&ents[k].cfg));
+    }
+    text = dump(obj);
+    if (!text) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    mt_fmt(meta->hash, sizeof meta->hash, "%016llx",
+           (unsigned long long)mt_fnv1a(MT_FNV_INIT, text, strlen(text)));
+    meta->shape_id = rows[0].shape_id;
+    snprintf(meta->dir, sizeof meta->dir, "%s", rows[0].export_dir);
+    if (existed && f->changed == 0) {
+        f->state = EXP_UNCHANGED;
+    } else {
+        f->state = existed ? EXP_CHANGED : EXP_NEW;
+        rc = write_atomic(path, text, err, errlen);
+        if (rc != MT_OK) goto out;
+    }
+    json_object_set_new(manifest, name, manifest_record(&rows[0], ents, n_ents, meta));
+out:
+    free(text);
+    json_decref(obj);
+    free(ents);
+    free(old);
+    return rc;
+}
+
+static int write_manifest(const char *dirpath, json_t *manifest, char *err, size_t errlen) {
+    char path[1024];
+    mt_fmt(path, sizeof path, "%s/manifest.json", dirpath);
+    char *text = dump(manifest);
+    if (!text) return MT_NOMEM;
+    int rc = write_atomic(path, text, err, errlen);
+    free(text);
+    return rc;
+}
+
+int exp_run(const exp_opts_t *o, exp_report_t *rep, char *err, size_t errlen) {
+    int rc = MT_OK;
+    dbq_t *q = NULL;
+    rowvec_t v = {0};
+    file_meta_t *meta = NULL;
+    size_t cap = 0;
+    json_t *manifest = NULL;
+    memset(rep, 0, sizeof *rep);
+    rc = dbq_open(o->db_path, &q, err, errlen);
+    if (rc != MT_OK) goto out;
+    rc = dbq_export_best(q, o->sweep_id, collect, &v, err, errlen);
+    if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
+    if (rc != MT_OK) goto out;
+    dbq_close(&q);
+    if (v.n == 0) {
+        if (o->sweep_id) mt_fmt(err, errlen, "sweep %llu has no ok results to export", (unsigned long long)o->sweep_id);
+        else mt_fmt(err, errlen, "the database has no ok results to export");
+        rc = MT_NOTFOUND;
+        goto out;
+    }
+    char dirpath[1024] = "";
+    for (size_t i = 0; i < v.n;) {
+        const dbq_result_t *r = &v.rows[i];
+        size_t j = i + 1;
+        while (j < v.n && v.rows[j].shape_id == r->shape_id &&
+               strcmp(v.rows[j].export_dir, r->export_dir) == 0 &&
+               strcmp(v.rows[j].device_name, r->device_name) == 0)
+            j++;
+        if (!safe_component(r->export_dir)) {
+            mt_fmt(err, errlen, "compiler directory '%s' in the database is not a plain name", r->export_dir);
+            rc = MT_INVAL;
+            goto out;
+        }
+        if (!manifest) {
+            mt_fmt(dirpath, sizeof dirpath, "%s/%s", o->out_dir, r->export_dir);
+            rc = mt_mkdirs(dirpath, err, errlen);
+            if (rc != MT_OK) goto out;
+            char mpath[1100];
+            mt_fmt(mpath, sizeof mpath, "%s/manifest.json", dirpath);
+            manifest = access(mpath, F_OK) == 0 ? json_load_file(mpath, JSON_PRESERVE_ORDER, NULL) : NULL;
+            if (!json_is_object(manifest)) {
+                json_decref(manifest);
+                manifest = json_object();  /* an unreadable manifest is rebuilt */
+            }
+        }
+        rc = add_file(rep, &meta, &cap);
+        if (rc != MT_OK) goto out;
+        exp_file_t *f = &rep->files[rep->n_files - 1];
+        file_meta_t *m = &meta[rep->n_files - 1];
+        char name[400];
+        file_name(r, name, sizeof name);
+        for (size_t k = 0; k + 1 < rep->n_files; k++) {
+            char other[512];
+            mt_fmt(other, sizeof other, "%s/%s", r->export_dir, name);
+            if (strcmp(rep->files[k].path, other) == 0) {
+                mt_fmt(err, errlen, "two shapes with E=%u,N=%u but different K or topk would both be "
+                       "written to %s; export one sweep at a time with --sweep", r->shape.e, r->shape.n, other);
+                rc = MT_INVAL;
+                goto out;
+            }
+        }
+        rc = export_file(o, dirpath, r, j - i, manifest, f, m, err, errlen);
+        if (rc != MT_OK) goto out;
+        if (j == v.n || strcmp(v.rows[j].export_dir, r->export_dir) != 0) {
+            rc = write_manifest(dirpath, manifest, err, errlen);
+            if (rc != MT_OK) goto out;
+            json_decref(manifest);
+            manifest = NULL;
+        }
+        i = j;
+    }
+    rc = record(o, rep, meta, err, errlen);
+out:
+    json_decref(manifest);
+    free(meta);
+    free(v.rows);
+    dbq_close(&q);
+    return rc;
+}

@@ -1,0 +1,230 @@
+/* query.c - the CLI's read-only statements (see query.h). */
+#include "query.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt.h"
+
+struct dbq {
+    sqlite3 *db;
+};
+
+/* Columns every result walk reads, in the order row_from() expects. */
+#define RESULT_COLS                                                                         \
+    "r.id AS rid, r.sweep_id, r.shape_id, r.config_id, s.e, s.n, s.k, s.topk, s.dtype,"     \
+    " s.block_n AS sbn, s.block_k AS sbk, c.block_m, c.block_n, c.block_k, c.group_m,"      \
+    " c.num_warps, c.num_stages, r.batch_size, r.status, r.median_us, r.min_us, r.mean_us," \
+    " r.stddev_us, r.samples, r.detail, r.worker_id, COALESCE(d.name, 'unknown') AS dev,"   \
+    " COALESCE(d.uuid, ''), COALESCE(d.driver_version, ''), COALESCE(d.cuda_version, ''),"  \
+    " r.backend, r.compiler, COALESCE(r.kernel_hash, ''), r.created,"                       \
+    " CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END AS dir"
+#define RESULT_FROM                                                    \
+    " FROM results r JOIN shapes s ON s.id = r.shape_id"               \
+    " JOIN configs c ON c.id = r.config_id"                            \
+    " LEFT JOIN devices d ON d.id = r.device_id"
+#define RESULT_WHERE                                                                       \
+    " WHERE (?1 = 0 OR r.sweep_id = ?1) AND (?2 = 0 OR s.e = ?2) AND (?3 = 0 OR s.n = ?3)"  \
+    " AND (?4 = 0 OR s.k = ?4) AND (?5 = 0 OR s.topk = ?5) AND (?6 = '' OR s.dtype = ?6)"   \
+    " AND (?7 = 0 OR r.batch_size = ?7) AND (?8 = '' OR r.status = ?8)"
+
+static const char k_sql_results[] =
+    "SELECT " RESULT_COLS RESULT_FROM RESULT_WHERE
+    " ORDER BY r.sweep_id, r.shape_id, r.batch_size, r.median_us, r.config_id LIMIT ?9";
+
+static const char k_sql_best[] =
+    "SELECT * FROM (SELECT " RESULT_COLS ", ROW_NUMBER() OVER (PARTITION BY r.shape_id,"
+    " r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM RESULT_WHERE
+    " AND r.status = 'ok' AND r.median_us IS NOT NULL) WHERE rk = 1"
+    " ORDER BY shape_id, batch_size LIMIT ?9";
+
+static const char k_sql_export[] =
+    "SELECT * FROM (SELECT " RESULT_COLS ", ROW_NUMBER() OVER (PARTITION BY"
+    " CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END, COALESCE(d.name, 'unknown'),"
+    " r.shape_id, r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM
+    " WHERE r.status = 'ok' AND r.median_us IS NOT NULL AND (?1 = 0 OR r.sweep_id = ?1))"
+    " WHERE rk = 1 ORDER BY dir, dev, e, n, dtype, sbn, sbk, k, topk, shape_id, batch_size";
+
+static const char k_sql_sweeps[] =
+    "SELECT id, name, state, results_planned, created, COALESCE(finished, 0), spec FROM sweeps"
+    " WHERE (?1 IS NULL OR state = ?1) ORDER BY id";
+
+int dbq_open(const char *path, dbq_t **out, char *err, size_t errlen) {
+    int rc = MT_OK;
+    dbq_t *q = NULL;
+    sqlite3_stmt *st = NULL;
+    *out = NULL;
+    q = calloc(1, sizeof *q);
+    if (!q) return MT_NOMEM;
+    if (sqlite3_open_v2(path, &q->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        mt_fmt(err, errlen, "%s: %s", path, q->db ? sqlite3_errmsg(q->db) : "cannot open");
+        rc = MT_IO;
+        goto out;
+    }
+    sqlite3_busy_timeout(q->db, 5000);
+    /* A file that is not a moetune store fails here rather than on the first walk. */
+    if (sqlite3_prepare_v2(q->db, "SELECT 1 FROM results, sweeps, shapes, configs LIMIT 0", -1,
+                           &st, NULL) != SQLITE_OK) {
+        mt_fmt(err, errlen, "%s: not a moetune database (%s)", path, sqlite3_errmsg(q->db));
+        rc = MT_INVAL;
+        goto out;
+    }
+    *out = q;
+    q = NULL;
+out:
+    sqlite3_finalize(st);
+    dbq_close(&q);
+    return rc;
+}
+
+void dbq_close(dbq_t **q) {
+    if (!q || !*q) return;
+    sqlite3_close((*q)->db);
+    free(*q);
+    *q = NULL;
+}
+
+static void col_text(sqlite3_stmt *st, int i, char *dst, size_t len) {
+    const unsigned char *t = sqlite3_column_text(st, i);
+    snprintf(dst, len, "%s", t ? (const char *)t : "");
+}
+
+static uint32_t col_u32(sqlite3_stmt *st, int i) {
+    sqlite3_int64 v = sqlite3_column_int64(st, i);
+    return (v < 0 || v > UINT32_MAX) ? 0 : (uint32_t)v;
+}
+
+static void row_from(sqlite3_stmt *st, dbq_result_t *r) {
+    memset(r, 0, sizeof *r);
+    int i = 0;
+    r->result_id = (uint64_t)sqlite3_column_int64(st, i++);
+    r->sweep_id = (uint64_t)sqlite3_column_int64(st, i++);
+    r->shape_id = (uint64_t)sqlite3_column_int64(st, i++);
+    r->config_id = (uint64_t)sqlite3_column_int64(st, i++);
+    r->shape.e = col_u32(st, i++);
+    r->shape.n = col_u32(st, i++);
+    r->shape.k = col_u32(st, i++);
+    r->shape.topk = col_u32(st, i++);
+    col_text(st, i++, r->shape.dtype, sizeof r->shape.dtype);
+    r->shape.block_n = col_u32(st, i++);
+    r->shape.block_k = col_u32(st, i++);
+    r->config.block_m = col_u32(st, i++);
+    r->config.block_n = col_u32(st, i++);
+    r->config.block_k = col_u32(st, i++);
+    r->config.group_m = col_u32(st, i++);
+    r->config.num_warps = col_u32(st, i++);
+    r->config.num_stages = col_u32(st, i++);
+    r->batch_size = col_u32(st, i++);
+    col_text(st, i++, r->status, sizeof r->status);
+    r->median_us = sqlite3_column_double(st, i++);
+    r->min_us = sqlite3_column_double(st, i++);
+    r->mean_us = sqlite3_column_double(st, i++);
+    r->stddev_us = sqlite3_column_double(st, i++);
+    r->samples = col_u32(st, i++);
+    col_text(st, i++, r->detail, sizeof r->detail);
+    col_text(st, i++, r->worker_id, sizeof r->worker_id);
+    col_text(st, i++, r->device_name, sizeof r->device_name);
+    col_text(st, i++, r->device_uuid, sizeof r->device_uuid);
+    col_text(st, i++, r->driver_version, sizeof r->driver_version);
+    col_text(st, i++, r->cuda_version, sizeof r->cuda_version);
+    col_text(st, i++, r->backend, sizeof r->backend);
+    col_text(st, i++, r->compiler, sizeof r->compiler);
+    col_text(st, i++, r->kernel_hash, sizeof r->kernel_hash);
+    r->created = sqlite3_column_int64(st, i++);
+    col_text(st, i++, r->export_dir, sizeof r->export_dir);
+}
+
+/* Steps st to the end, handing each row to fn. */
+static int walk(dbq_t *q, sqlite3_stmt *st, dbq_result_fn fn, void *ctx, char *err, size_t errlen) {
+    int rc = MT_OK;
+    dbq_result_t row;
+    for (;;) {
+        int s = sqlite3_step(st);
+        if (s == SQLITE_DONE) break;
+        if (s != SQLITE_ROW) {
+            mt_fmt(err, errlen, "query failed: %s", sqlite3_errmsg(q->db));
+            rc = s == SQLITE_BUSY ? MT_BUSY : MT_ERR;
+            break;
+        }
+        row_from(st, &row);
+        rc = fn(ctx, &row);
+        if (rc != 0) break;
+    }
+    return rc;
+}
+
+static int prepare(dbq_t *q, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
+    if (sqlite3_prepare_v2(q->db, sql, -1, st, NULL) != SQLITE_OK) {
+        mt_fmt(err, errlen, "query failed: %s", sqlite3_errmsg(q->db));
+        return MT_ERR;
+    }
+    return MT_OK;
+}
+
+int dbq_results(dbq_t *q, const dbq_filter_t *f, dbq_result_fn fn, void *ctx, char *err,
+                size_t errlen) {
+    sqlite3_stmt *st = NULL;
+    dbq_filter_t none;
+    if (!f) {
+        memset(&none, 0, sizeof none);
+        f = &none;
+    }
+    int rc = prepare(q, f->best ? k_sql_best : k_sql_results, &st, err, errlen);
+    if (rc != MT_OK) return rc;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)f->sweep_id);
+    sqlite3_bind_int64(st, 2, f->e);
+    sqlite3_bind_int64(st, 3, f->n);
+    sqlite3_bind_int64(st, 4, f->k);
+    sqlite3_bind_int64(st, 5, f->topk);
+    sqlite3_bind_text(st, 6, f->dtype, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 7, f->batch_size);
+    sqlite3_bind_text(st, 8, f->status, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 9, f->limit ? (sqlite3_int64)f->limit : -1);
+    rc = walk(q, st, fn, ctx, err, errlen);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int dbq_export_best(dbq_t *q, uint64_t sweep_id, dbq_result_fn fn, void *ctx, char *err,
+                    size_t errlen) {
+    sqlite3_stmt *st = NULL;
+    int rc = prepare(q, k_sql_export, &st, err, errlen);
+    if (rc != MT_OK) return rc;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)sweep_id);
+    rc = walk(q, st, fn, ctx, err, errlen);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *err, size_t errlen) {
+    sqlite3_stmt *st = NULL;
+    int rc = prepare(q, k_sql_sweeps, &st, err, errlen);
+    if (rc != MT_OK) return rc;
+    if (state) sqlite3_bind_text(st, 1, state, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 1);
+    for (;;) {
+        int s = sqlite3_step(st);
+        if (s == SQLITE_DONE) break;
+        if (s != SQLITE_ROW) {
+            mt_fmt(err, errlen, "query failed: %s", sqlite3_errmsg(q->db));
+            rc = s == SQLITE_BUSY ? MT_BUSY : MT_ERR;
+            break;
+        }
+        dbq_sweep_t w;
+        memset(&w, 0, sizeof w);
+        w.id = (uint64_t)sqlite3_column_int64(st, 0);
+        col_text(st, 1, w.name, sizeof w.name);
+        col_text(st, 2, w.state, sizeof w.state);
+        w.results_planned = (uint64_t)sqlite3_column_int64(st, 3);
+        w.created = sqlite3_column_int64(st, 4);
+        w.finished = sqlite3_column_int64(st, 5);
+        w.spec = sqlite3_column_blob(st, 6);
+        w.spec_len = (size_t)sqlite3_column_bytes(st, 6);
+        rc = fn(ctx, &w);
+        if (rc != 0) break;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}

@@ -1,0 +1,89 @@
+/*
+ * query.h - read-only queries over the moetune store for the CLI and the exporter.
+ *
+ * The connection is opened with SQLITE_OPEN_READONLY, so these functions can run
+ * beside a live coordinator (WAL) and never change the file. Every statement is
+ * prepared once per call with bound parameters.
+ */
+#ifndef DBQ_QUERY_H
+#define DBQ_QUERY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "space.h"
+
+typedef struct dbq dbq_t;
+
+/* Opens path read-only. The file must exist and hold the moetune tables. Returns
+ * MT_OK with *out set (free with dbq_close), or MT_IO/MT_INVAL with sqlite's text
+ * in err. */
+int dbq_open(const char *path, dbq_t **out, char *err, size_t errlen);
+
+/* Closes the connection and nulls *q. NULL-safe. */
+void dbq_close(dbq_t **q);
+
+/* Row filter; zero / empty fields match anything. */
+typedef struct {
+    uint64_t sweep_id;
+    uint32_t e, n, k, topk;
+    char dtype[16];
+    uint32_t batch_size;
+    char status[16];
+    bool best;         /* only the lowest-median ok row per (shape, batch size);
+                          ties go to the lower config id */
+    uint32_t limit;    /* 0 = no limit */
+} dbq_filter_t;
+
+/* One result row with its shape, config and device. Strings are always terminated
+ * (truncated when the stored text is longer). */
+typedef struct {
+    uint64_t result_id, sweep_id, shape_id, config_id;
+    krn_shape_t shape;
+    krn_config_t config;
+    uint32_t batch_size;
+    char status[16];
+    double median_us, min_us, mean_us, stddev_us;
+    uint32_t samples;
+    char detail[200];
+    char worker_id[128];
+    char device_name[128], device_uuid[96], driver_version[32], cuda_version[32];
+    char backend[16], compiler[48], kernel_hash[80];
+    int64_t created;
+    char export_dir[48];  /* "sim" for backend sim, else the compiler */
+} dbq_result_t;
+
+/* Called once per row; a non-zero return stops the walk and is returned. */
+typedef int (*dbq_result_fn)(void *ctx, const dbq_result_t *row);
+
+/* Walks the results that match filter, ordered by sweep, shape, batch size, median
+ * (the best rows by shape and batch size). Returns MT_OK, the callback's non-zero
+ * value, or MT_ERR with sqlite's text in err. */
+int dbq_results(dbq_t *q, const dbq_filter_t *filter, dbq_result_fn fn, void *ctx, char *err,
+                size_t errlen);
+
+/* Walks what an export writes: for each (export dir, device name, shape, batch size)
+ * the ok result with the lowest median (ties: lower config id) from sweep_id (0 = all
+ * sweeps). Rows of other statuses, `crashed` included, are never chosen. Ordered by
+ * export dir, device name, shape, batch size. */
+int dbq_export_best(dbq_t *q, uint64_t sweep_id, dbq_result_fn fn, void *ctx, char *err,
+                    size_t errlen);
+
+/* A sweep row; spec points at the packed SweepSpec, valid only during the callback. */
+typedef struct {
+    uint64_t id;
+    char name[128];
+    char state[16];
+    uint64_t results_planned;
+    int64_t created, finished;
+    const void *spec;
+    size_t spec_len;
+} dbq_sweep_t;
+
+typedef int (*dbq_sweep_fn)(void *ctx, const dbq_sweep_t *sweep);
+
+/* Walks the sweeps in id order (state NULL = all, else only that state). */
+int dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *err, size_t errlen);
+
+#endif
