@@ -1,0 +1,338 @@
+/* coord.c - sockets, the poll loop and the message handlers. See coord.h. */
+#include "coord.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "mt.h"
+#include "store.h"
+#include "wire.h"
+
+#define DRAIN_MAX 4096      /* messages per socket per loop turn before a commit */
+#define TICK_MS 10          /* timer resolution */
+
+struct coord {
+    coord_opts_t o;
+    void *ctx;
+    bool own_ctx;
+    void *workers, *control;
+    char ep[2][256];
+    store_t *db;
+    sched_t *sched;
+    atomic_int stop;
+};
+
+static int send_worker(void *ctx, const uint8_t *rid, size_t rid_len, wire_env_t *env) {
+    coord_t *c = ctx;
+    char err[128];
+    int rc = wire_send(c->workers, rid, rid_len, env, ZMQ_DONTWAIT, err, sizeof err);
+    if (rc) log_at(MT_LOG_WARN, "%s to %.*s not sent: %s", wire_body_name(env->body_case), (int)rid_len, rid, err);
+    return rc;
+}
+
+static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t errlen) {
+    void *sock = zmq_socket(c->ctx, ZMQ_ROUTER);
+    if (!sock) {
+        mt_fmt(err, errlen, "socket: %s", zmq_strerror(zmq_errno()));
+        return MT_ERR;
+    }
+    int linger = 0, hwm = 100000;
+    int64_t maxmsg = (int64_t)c->o.max_msg_bytes * 2 + 65536; /* over this libzmq drops the peer */
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (which == 0) c->workers = sock; else c->control = sock;
+    if (zmq_bind(sock, ep) != 0) {
+        mt_fmt(err, errlen, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
+        return MT_ERR;
+    }
+    size_t len = sizeof c->ep[which];
+    if (zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, c->ep[which], &len) != 0) mt_fmt(c->ep[which], sizeof c->ep[which], "%s", ep);
+    return MT_OK;
+}
+
+int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen) {
+    int rc = MT_OK;
+    *out = NULL;
+    if (!opts || !opts->db_path || !*opts->db_path) {
+        mt_fmt(err, errlen, "no database path");
+        return MT_INVAL;
+    }
+    coord_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        mt_fmt(err, errlen, "out of memory");
+        return MT_NOMEM;
+    }
+    c->o = *opts;
+    if (!c->o.bind) c->o.bind = "tcp://*:5555";
+    if (!c->o.control) c->o.control = "tcp://127.0.0.1:5556";
+    if (!c->o.heartbeat_ms) c->o.heartbeat_ms = 1000;
+    if (!c->o.lease_ms) c->o.lease_ms = 30000;
+    if (!c->o.max_msg_bytes) c->o.max_msg_bytes = WIRE_DEFAULT_MAX_BYTES;
+    atomic_init(&c->stop, 0);
+    rc = store_open(c->o.db_path, &c->db, err, errlen);
+    if (rc) {
+        if (rc != MT_INVAL) rc = MT_IO;
+        goto out;
+    }
+    sched_opts_t so = {.heartbeat_ms = c->o.heartbeat_ms, .lease_ms = c->o.lease_ms, .send = send_worker,
+                       .send_ctx = c};
+    c->sched = sched_new(c->db, &so, mt_now_ms(), err, errlen);
+    if (!c->sched) {
+        rc = MT_IO;
+        goto out;
+    }
+    c->ctx = c->o.zmq_ctx;
+    if (!c->ctx) {
+        c->ctx = zmq_ctx_new();
+        c->own_ctx = true;
+    }
+    if (!c->ctx) {
+        mt_fmt(err, errlen, "zmq context: %s", zmq_strerror(zmq_errno()));
+        rc = MT_ERR;
+        goto out;
+    }
+    rc = open_socket(c, 0, c->o.bind, err, errlen);
+    if (!rc) rc = open_socket(c, 1, c->o.control, err, errlen);
+out:
+    if (rc) {
+        coord_destroy(&c);
+        return rc;
+    }
+    log_at(MT_LOG_INFO, "coordinator on %s (workers) and %s (control), database %s", c->ep[0], c->ep[1],
+           c->o.db_path);
+    *out = c;
+    return MT_OK;
+}
+
+void coord_destroy(coord_t **pc) {
+    if (!pc || !*pc) return;
+    coord_t *c = *pc;
+    if (c->workers) zmq_close(c->workers);
+    if (c->control) zmq_close(c->control);
+    if (c->own_ctx && c->ctx) zmq_ctx_term(c->ctx);
+    sched_destroy(&c->sched);
+    store_close(&c->db);
+    free(c);
+    *pc = NULL;
+}
+
+void coord_stop(coord_t *c) { atomic_store(&c->stop, 1); }
+const char *coord_endpoint(const coord_t *c, int which) { return which == 0 ? c->ep[0] : c->ep[1]; }
+sched_t *coord_sched(coord_t *c) { return c->sched; }
+
+/* ---- worker messages, by body */
+
+typedef void (*worker_fn)(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now);
+
+static void on_ready(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) {
+    sched_on_ready(c->sched, w, (*env)->ready->credits, now);
+}
+static void on_result(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) {
+    sched_on_result(c->sched, w, env, now);
+}
+static void on_heartbeat(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) {}
+static void on_bye(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) {
+    sched_on_bye(c->sched, w, now);
+}
+
+static const struct {
+    wire_body_t body;
+    worker_fn fn;
+} g_worker_handlers[] = {
+    {MOETUNE__ENVELOPE__BODY_READY, on_ready},
+    {MOETUNE__ENVELOPE__BODY_RESULT, on_result},
+    {MOETUNE__ENVELOPE__BODY_HEARTBEAT, on_heartbeat},
+    {MOETUNE__ENVELOPE__BODY_BYE, on_bye},
+};
+
+static void bad_message(coord_t *c, void *sock, const uint8_t *id, size_t id_len, int code, const char *why) {
+    sched_count_bad(c->sched);
+    log_at(MT_LOG_WARN, "bad message from %.*s: %s", (int)(id_len > 64 ? 64 : id_len), (const char *)id, why);
+    if (id_len) wire_send_error(sock, id, id_len, code, why);
+}
+
+static void worker_message(coord_t *c, const uint8_t *id, size_t id_len, wire_env_t **env, uint64_t now) {
+    wire_body_t body = (*env)->body_case;
+    if (!wire_allowed(WIRE_FROM_WORKER, body)) {
+        char why[96];
+        bad_message(c, c->workers, id, id_len, WIRE_E_BODY,
+                    mt_fmt(why, sizeof why, "a worker may not send %s", wire_body_name(body)));
+        return;
+    }
+    if (body == MOETUNE__ENVELOPE__BODY_HELLO) {
+        int rc = sched_on_hello(c->sched, id, id_len, env, now);
+        if (rc) log_at(MT_LOG_ERROR, "hello from %.*s not handled (%d)", (int)id_len, (const char *)id, rc);
+        return;
+    }
+    sched_worker_t *w = sched_worker(c->sched, id, id_len);
+    if (!w) {
+        log_at(MT_LOG_DEBUG, "%s from unknown worker %.*s: asking for hello", wire_body_name(body), (int)id_len,
+               (const char *)id);
+        wire_send_error(c->workers, id, id_len, WIRE_E_HELLO, "say hello first");
+        return;
+    }
+    sched_on_heard(c->sched, w, now);
+    for (size_t i = 0; i < sizeof g_worker_handlers / sizeof g_worker_handlers[0]; i++) {
+        if (g_worker_handlers[i].body == body) {
+            g_worker_handlers[i].fn(c, w, env, now);
+            return;
+        }
+    }
+}
+
+/* ---- control messages, by body */
+
+typedef void (*control_fn)(coord_t *c, const uint8_t *id, size_t id_len, const wire_env_t *env, uint64_t now);
+
+static void reply(coord_t *c, const uint8_t *id, size_t id_len, wire_env_t *env) {
+    char err[128];
+    if (wire_send(c->control, id, id_len, env, ZMQ_DONTWAIT, err, sizeof err))
+        log_at(MT_LOG_WARN, "control reply not sent: %s", err);
+}
+
+static void on_submit(coord_t *c, const uint8_t *id, size_t id_len, const wire_env_t *env, uint64_t now) {
+    char err[256];
+    Moetune__Submitted sub = MOETUNE__SUBMITTED__INIT;
+    int rc = sched_submit(c->sched, env->submit->spec, &sub, now, err, sizeof err);
+    if (rc) {
+        log_at(MT_LOG_WARN, "submit refused: %s", err);
+        wire_send_error(c->control, id, id_len, rc == MT_INVAL ? WIRE_E_SPEC : WIRE_E_INTERNAL, err);
+        return;
+    }
+    wire_env_t out;
+    wire_env_init(&out);
+    out.body_case = MOETUNE__ENVELOPE__BODY_SUBMITTED;
+    out.submitted = &sub;
+    reply(c, id, id_len, &out);
+}
+
+static void on_status(coord_t *c, const uint8_t *id, size_t id_len, const wire_env_t *env, uint64_t now) {
+    sched_status_t st;
+    int rc = sched_status(c->sched, env->status_request->sweep_id, now, &st);
+    if (rc) {
+        char why[96];
+        wire_send_error(c->control, id, id_len, rc == MT_NOTFOUND ? WIRE_E_NOTFOUND : WIRE_E_INTERNAL,
+                        rc == MT_NOTFOUND ? mt_fmt(why, sizeof why, "no sweep %llu",
+                                                   (unsigned long long)env->status_request->sweep_id)
+                                          : "out of memory");
+        return;
+    }
+    wire_env_t out;
+    wire_env_init(&out);
+    out.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REPLY;
+    out.status_reply = &st.reply;
+    reply(c, id, id_len, &out);
+    sched_status_release(&st);
+}
+
+static void on_cancel(coord_t *c, const uint8_t *id, size_t id_len, const wire_env_t *env, uint64_t now) {
+    uint32_t n = 0;
+    uint64_t sweep_id = env->cancel->sweep_id;
+    if (sched_cancel(c->sched, sweep_id, &n, now)) {
+        char why[96];
+        wire_send_error(c->control, id, id_len, WIRE_E_NOTFOUND,
+                        mt_fmt(why, sizeof why, "no sweep %llu", (unsigned long long)sweep_id));
+        return;
+    }
+    Moetune__Cancelled can = MOETUNE__CANCELLED__INIT;
+    can.sweep_id = sweep_id;
+    can.jobs_cancelled = n;
+    wire_env_t out;
+    wire_env_init(&out);
+    out.body_case = MOETUNE__ENVELOPE__BODY_CANCELLED;
+    out.cancelled = &can;
+    reply(c, id, id_len, &out);
+}
+
+static const struct {
+    wire_body_t body;
+    control_fn fn;
+} g_control_handlers[] = {
+    {MOETUNE__ENVELOPE__BODY_SUBMIT, on_submit},
+    {MOETUNE__ENVELOPE__BODY_STATUS_REQUEST, on_status},
+    {MOETUNE__ENVELOPE__BODY_CANCEL, on_cancel},
+};
+
+static void control_message(coord_t *c, const uint8_t *id, size_t id_len, wire_env_t *env, uint64_t now) {
+    wire_body_t body = env->body_case;
+    if (wire_allowed(WIRE_FROM_CLIENT, body)) {
+        for (size_t i = 0; i < sizeof g_control_handlers / sizeof g_control_handlers[0]; i++) {
+            if (g_control_handlers[i].body == body) {
+                g_control_handlers[i].fn(c, id, id_len, env, now);
+                return;
+            }
+        }
+    }
+    char why[96];
+    bad_message(c, c->control, id, id_len, WIRE_E_BODY,
+                mt_fmt(why, sizeof why, "a client may not send %s", wire_body_name(body)));
+}
+
+/* Reads up to DRAIN_MAX messages from one socket. MT_ERR on a socket failure. */
+static int drain(coord_t *c, void *sock, bool is_worker) {
+    uint8_t id[WIRE_MAX_ID];
+    for (int n = 0; n < DRAIN_MAX; n++) {
+        size_t id_len = 0;
+        wire_env_t *env = NULL;
+        wire_reject_t rej;
+        int rc = wire_recv(sock, true, id, &id_len, c->o.max_msg_bytes, ZMQ_DONTWAIT, &env, &rej);
+        if (rc == MT_AGAIN) return MT_OK;
+        if (rc == MT_INVAL) {
+            bad_message(c, sock, id, id_len, rej.code, rej.reason);
+            continue;
+        }
+        if (rc) {
+            if (zmq_errno() == EINTR) return MT_OK;
+            log_at(MT_LOG_ERROR, "receive: %s", zmq_strerror(zmq_errno()));
+            return MT_ERR;
+        }
+        uint64_t now = mt_now_ms();
+        if (is_worker)
+            worker_message(c, id, id_len, &env, now);
+        else
+            control_message(c, id, id_len, env, now);
+        wire_free(&env);
+    }
+    return MT_OK;
+}
+
+int coord_run(coord_t *c) {
+    int rc = MT_OK;
+    uint64_t next_tick = 0;
+    while (!mt_stop_requested && !atomic_load(&c->stop)) {
+        zmq_pollitem_t items[2] = {{c->workers, 0, ZMQ_POLLIN, 0}, {c->control, 0, ZMQ_POLLIN, 0}};
+        uint64_t now = mt_now_ms();
+        long timeout = next_tick > now ? (long)(next_tick - now) : 0;
+        if (timeout > TICK_MS) timeout = TICK_MS;
+        int n = zmq_poll(items, 2, timeout);
+        if (n < 0) {
+            if (zmq_errno() == EINTR) continue;
+            log_at(MT_LOG_ERROR, "poll: %s", zmq_strerror(zmq_errno()));
+            rc = MT_ERR;
+            break;
+        }
+        if (items[0].revents & ZMQ_POLLIN) rc = drain(c, c->workers, true);
+        if (!rc && (items[1].revents & ZMQ_POLLIN)) rc = drain(c, c->control, false);
+        if (rc) break;
+        now = mt_now_ms();
+        sched_flush(c->sched, now); /* a failed commit stays buffered for the next turn */
+        if (now >= next_tick) {
+            sched_tick(c->sched, now);
+            next_tick = now + TICK_MS;
+        }
+    }
+    /* commit what is pending; workers resend whatever is not acknowledged */
+    for (int i = 0; i < 50; i++) {
+        if (sched_flush(c->sched, mt_now_ms()) == MT_OK) break;
+        zmq_poll(NULL, 0, 100);
+    }
+    log_at(MT_LOG_INFO, "coordinator stopping: %llu results committed, %zu left uncommitted",
+           (unsigned long long)sched_counters(c->sched)->results_committed, sched_pending(c->sched));
+    return rc;
+}

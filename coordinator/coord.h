@@ -1,0 +1,50 @@
+/*
+ * coord.h - the coordinator daemon as an embeddable object: two ROUTER sockets
+ * (workers, control clients), a plain zmq_poll loop, the scheduler and the store.
+ *
+ * Single-threaded: coord_run() owns every socket and the database. Only
+ * coord_stop() may be called from another thread.
+ */
+#ifndef COORD_COORD_H
+#define COORD_COORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sched.h"
+
+typedef struct coord coord_t;
+
+typedef struct {
+    const char *db_path;         /* required */
+    const char *bind;            /* worker endpoint; NULL = all interfaces, port 5555 */
+    const char *control;         /* control endpoint; NULL = tcp://127.0.0.1:5556 */
+    uint32_t heartbeat_ms;       /* 0 = 1000 */
+    uint32_t lease_ms;           /* 0 = 30000 */
+    size_t max_msg_bytes;        /* 0 = WIRE_DEFAULT_MAX_BYTES */
+    void *zmq_ctx;               /* a ZeroMQ context to share (inproc tests); NULL = own */
+} coord_opts_t;
+
+/* Opens the store (creating and migrating it), loads the state and binds both
+ * sockets. Returns MT_OK with *out set, or MT_IO (database), MT_INVAL (options)
+ * or MT_ERR (sockets) with a one-line reason in err. */
+int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen);
+
+/* Runs the loop until mt_stop_requested or coord_stop(); then commits what is
+ * pending. Returns MT_OK, or MT_ERR after a socket failure. */
+int coord_run(coord_t *c);
+
+/* Asks coord_run to return; safe from any thread or a signal handler. */
+void coord_stop(coord_t *c);
+
+/* The endpoint a socket is bound to (resolved, so "tcp://127.0.0.1:*" gives the
+ * port): which 0 = workers, 1 = control. */
+const char *coord_endpoint(const coord_t *c, int which);
+
+/* The scheduler, for tests and status. */
+sched_t *coord_sched(coord_t *c);
+
+/* Closes the sockets, the scheduler and the store; NULL-safe, nulls *c. */
+void coord_destroy(coord_t **c);
+
+#endif

@@ -1,0 +1,1169 @@
+/* sched.c - leases, credits, heartbeats, re-queues and the batched commit. See sched.h. */
+#include "sched.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mt.h"
+#include "planner.h"
+
+enum { J_PENDING, J_LEASED, J_DONE, J_FAILED, J_CANCELLED, J_NSTATES };
+static const char *const g_job_state[J_NSTATES] = {"pending", "leased", "done", "failed", "cancelled"};
+
+enum { S_RUNNING, S_DONE, S_CANCELLED, S_FAILED, S_NSTATES };
+static const char *const g_sweep_state[S_NSTATES] = {"running", "done", "cancelled", "failed"};
+
+#define RATE_SLOTS 6        /* one sample a second: a ~5 s window */
+#define DEAD_PERIODS 3
+
+typedef struct sweep sweep_t;
+typedef struct job job_t;
+
+typedef struct {
+    uint64_t config_id;
+    uint32_t rows;           /* committed rows (batch sizes) of this config */
+    bool removed;            /* moved into a crash-retry job */
+} jcfg_t;
+
+struct job {
+    uint64_t id, shape_id, token;
+    sweep_t *sw;
+    int state;
+    uint32_t attempts;
+    sched_worker_t *holder;  /* while leased */
+    size_t held_idx;         /* index in holder->held */
+    size_t idx;              /* index in sw->jobs */
+    char *last_worker;       /* current or last holder's id, for the row */
+    char *avoid;             /* crash retry: run elsewhere when possible */
+    uint64_t lease_expires;  /* monotonic ms */
+    int64_t lease_expires_wall_ms, finished;
+    jcfg_t *cfgs;
+    size_t n_cfgs;
+    uint64_t rows_needed, rows_done;
+    bool dirty;
+};
+
+struct sweep {
+    uint64_t id;
+    char *name;
+    int state;
+    int64_t created, finished;
+    uint32_t *bs;            /* batch sizes, sorted */
+    size_t nb;
+    uint32_t *seen;          /* per batch size: stamp of the last result that had it */
+    uint32_t stamp;
+    char *filter;
+    uint32_t max_attempts;
+    Moetune__Measure measure;
+    uint64_t planned, done, failed;
+    uint32_t jobs_by_state[J_NSTATES];
+    job_t **jobs;            /* in id order */
+    size_t n_jobs, cap_jobs, hint;
+    bool dirty;
+    uint64_t rate_t[RATE_SLOTS], rate_done[RATE_SLOTS];
+    size_t rate_n;
+};
+
+struct sched_worker {
+    uint8_t rid[WIRE_MAX_ID];
+    size_t rid_len;
+    uint64_t rid_hash;
+    const char *id;          /* hello->worker_id */
+    wire_env_t *hello;       /* the Hello it last sent, owned */
+    uint64_t device_id;
+    bool alive;
+    uint32_t credits;
+    uint64_t last_heard, results;
+    job_t **held;
+    size_t n_held, cap_held;
+    uint64_t *acks;          /* seqs to acknowledge at the next flush */
+    size_t n_acks, cap_acks;
+};
+
+typedef struct {
+    wire_env_t *env;
+    sched_worker_t *w;
+    job_t *job;
+    size_t cfg;
+    bool crash;              /* a quarantining second crash: bump the crash count too */
+    uint32_t new_rows, new_failed;
+} entry_t;
+
+typedef struct {
+    uint64_t id;
+    krn_shape_t shape;
+} shape_entry_t;
+
+struct sched {
+    store_t *db;
+    sched_opts_t o;
+    sweep_t **sweeps;
+    size_t n_sweeps, cap_sweeps;
+    job_t **by_id;           /* job id -> job, for jobs in memory */
+    size_t cap_by_id;
+    job_t **dirty_jobs;
+    size_t n_dirty, cap_dirty;
+    sched_worker_t **workers;
+    size_t n_workers, cap_workers;
+    entry_t *pending;
+    size_t n_pending, cap_pending;
+    shape_entry_t *shapes;
+    size_t n_shapes, cap_shapes;
+    krn_config_t *cfgs;      /* config id -> config; block_m 0 = not loaded */
+    size_t cap_cfgs;
+    Moetune__JobConfig *jc;  /* scratch for Job messages */
+    Moetune__JobConfig **jcp;
+    Moetune__Config *jcfg;
+    size_t cap_jc;
+    uint64_t rng;
+    uint64_t next_hb, next_rate;
+    sched_counters_t c;
+    char err[512];
+};
+
+/* ---- small helpers */
+
+static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return MT_OK;
+    size_t n = *cap ? *cap : 16;
+    while (n < need) n *= 2;
+    void *p = realloc(*arr, n * elem);
+    if (!p) return MT_NOMEM;
+    memset((char *)p + *cap * elem, 0, (n - *cap) * elem);
+    *arr = p;
+    *cap = n;
+    return MT_OK;
+}
+
+static uint64_t rng_next(sched_t *s) {
+    uint64_t x = s->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    s->rng = x;
+    uint64_t v = x * 2685821657736338717ULL;
+    return v ? v : 1;
+}
+
+static void rng_seed(sched_t *s) {
+    uint64_t seed = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &seed, sizeof seed) != (ssize_t)sizeof seed) seed = 0;
+        close(fd);
+    }
+    s->rng = seed ^ (mt_now_us() * 0x9E3779B97F4A7C15ULL) ^ (uint64_t)getpid();
+    if (!s->rng) s->rng = 0x2545F4914F6CDD1DULL;
+}
+
+static int64_t wall_ms(void) { return mt_wall_s() * 1000; }
+
+static int send_env(sched_t *s, sched_worker_t *w, wire_env_t *env) {
+    return s->o.send ? s->o.send(s->o.send_ctx, w->rid, w->rid_len, env) : MT_OK;
+}
+
+static const char *gpu_name(const sched_worker_t *w) {
+    const Moetune__Hello *h = w->hello ? w->hello->hello : NULL;
+    return h && h->gpu && h->gpu->name ? h->gpu->name : "";
+}
+
+static bool worker_matches(const sched_worker_t *w, const sweep_t *sw) {
+    return !sw->filter || !*sw->filter || strstr(gpu_name(w), sw->filter) != NULL;
+}
+
+static int bs_index(const sweep_t *sw, uint32_t b) {
+    size_t lo = 0, hi = sw->nb;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (sw->bs[mid] < b)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < sw->nb && sw->bs[lo] == b ? (int)lo : -1;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ---- caches */
+
+static const krn_shape_t *shape_get(sched_t *s, uint64_t id) {
+    for (size_t i = 0; i < s->n_shapes; i++)
+        if (s->shapes[i].id == id) return &s->shapes[i].shape;
+    if (grow((void **)&s->shapes, &s->cap_shapes, s->n_shapes + 1, sizeof *s->shapes)) return NULL;
+    shape_entry_t *e = &s->shapes[s->n_shapes];
+    if (store_shape_get(s->db, id, &e->shape)) return NULL;
+    e->id = id;
+    s->n_shapes++;
+    return &e->shape;
+}
+
+static const krn_config_t *config_get(sched_t *s, uint64_t id) {
+    if (id >= s->cap_cfgs && grow((void **)&s->cfgs, &s->cap_cfgs, id + 1, sizeof *s->cfgs)) return NULL;
+    krn_config_t *c = &s->cfgs[id];
+    if (c->block_m == 0 && store_config_get(s->db, id, c)) {
+        memset(c, 0, sizeof *c);
+        return NULL;
+    }
+    return c;
+}
+
+/* ---- state changes */
+
+static void job_dirty(sched_t *s, job_t *j) {
+    if (j->dirty) return;
+    if (grow((void **)&s->dirty_jobs, &s->cap_dirty, s->n_dirty + 1, sizeof *s->dirty_jobs)) {
+        log_at(MT_LOG_ERROR, "out of memory queueing job %llu", (unsigned long long)j->id);
+        return;
+    }
+    s->dirty_jobs[s->n_dirty++] = j;
+    j->dirty = true;
+}
+
+static void set_job_state(job_t *j, int state) {
+    j->sw->jobs_by_state[j->state]--;
+    j->state = state;
+    j->sw->jobs_by_state[state]++;
+}
+
+static void release_holder(job_t *j) {
+    sched_worker_t *w = j->holder;
+    if (!w) return;
+    size_t i = j->held_idx;
+    w->held[i] = w->held[--w->n_held];
+    w->held[i]->held_idx = i;
+    j->holder = NULL;
+}
+
+/* A sweep is over when no job is pending or leased. */
+static void sweep_check(sched_t *s, sweep_t *sw) {
+    if (sw->state != S_RUNNING || sw->jobs_by_state[J_PENDING] || sw->jobs_by_state[J_LEASED]) return;
+    sw->state = sw->jobs_by_state[J_FAILED] ? S_FAILED : S_DONE;
+    sw->finished = mt_wall_s();
+    sw->dirty = true;
+    log_at(MT_LOG_INFO, "sweep %llu '%s' %s: %llu results, %llu not ok", (unsigned long long)sw->id, sw->name,
+           g_sweep_state[sw->state], (unsigned long long)sw->done, (unsigned long long)sw->failed);
+}
+
+static void job_finish(sched_t *s, job_t *j, int state) {
+    release_holder(j);
+    set_job_state(j, state);
+    j->finished = mt_wall_s();
+    job_dirty(s, j);
+    log_at(MT_LOG_INFO, "job %llu (sweep %llu) %s after %u attempts", (unsigned long long)j->id,
+           (unsigned long long)j->sw->id, g_job_state[state], j->attempts);
+    sweep_check(s, j->sw);
+}
+
+/* Back to pending (or failed at max_attempts) from whatever lease it had. */
+static void job_requeue(sched_t *s, job_t *j, bool count_attempt, const char *why) {
+    if (j->state != J_LEASED && j->state != J_PENDING) return;
+    release_holder(j);
+    if (count_attempt) j->attempts++;
+    s->c.requeued_jobs++;
+    if (count_attempt && j->attempts >= j->sw->max_attempts) {
+        log_at(MT_LOG_WARN, "job %llu failed: %s (attempt %u of %u)", (unsigned long long)j->id, why, j->attempts,
+               j->sw->max_attempts);
+        job_finish(s, j, J_FAILED);
+        return;
+    }
+    log_at(MT_LOG_INFO, "job %llu back to pending: %s (attempts %u)", (unsigned long long)j->id, why, j->attempts);
+    if (j->state != J_PENDING) set_job_state(j, J_PENDING);
+    if (j->idx < j->sw->hint) j->sw->hint = j->idx;
+    job_dirty(s, j);
+}
+
+static int job_index(sched_t *s, job_t *j) {
+    if (j->id >= s->cap_by_id && grow((void **)&s->by_id, &s->cap_by_id, j->id + 1, sizeof *s->by_id))
+        return MT_NOMEM;
+    s->by_id[j->id] = j;
+    sweep_t *sw = j->sw;
+    if (grow((void **)&sw->jobs, &sw->cap_jobs, sw->n_jobs + 1, sizeof *sw->jobs)) return MT_NOMEM;
+    j->idx = sw->n_jobs;
+    sw->jobs[sw->n_jobs++] = j;
+    sw->jobs_by_state[j->state]++;
+    return MT_OK;
+}
+
+static job_t *job_lookup(const sched_t *s, uint64_t id) { return id < s->cap_by_id ? s->by_id[id] : NULL; }
+
+static void job_free(job_t *j) {
+    if (!j) return;
+    free(j->cfgs);
+    free(j->last_worker);
+    free(j->avoid);
+    free(j);
+}
+
+/* ---- loading */
+
+static void sweep_free(sweep_t *sw) {
+    if (!sw) return;
+    for (size_t i = 0; i < sw->n_jobs; i++) job_free(sw->jobs[i]);
+    free(sw->jobs);
+    free(sw->name);
+    free(sw->bs);
+    free(sw->seen);
+    free(sw->filter);
+    free(sw);
+}
+
+typedef struct {
+    sched_t *s;
+    sweep_t *sw;
+    job_t *job;
+    int rc;
+} load_ctx_t;
+
+static int load_cfg(void *ctx, uint64_t config_id) {
+    load_ctx_t *lc = ctx;
+    job_t *j = lc->job;
+    jcfg_t *c = realloc(j->cfgs, (j->n_cfgs + 1) * sizeof *c);
+    if (!c) return MT_NOMEM;
+    j->cfgs = c;
+    c = &j->cfgs[j->n_cfgs++];
+    memset(c, 0, sizeof *c);
+    c->config_id = config_id;
+    return MT_OK;
+}
+
+/* Fills a job's per-config committed row counts and decides whether it is done. */
+static int job_load_rows(sched_t *s, job_t *j) {
+    for (size_t i = 0; i < j->n_cfgs; i++) {
+        uint32_t n = 0;
+        int rc = store_result_count(s->db, j->sw->id, j->shape_id, j->cfgs[i].config_id, &n);
+        if (rc) return rc;
+        if (n > j->sw->nb) n = (uint32_t)j->sw->nb;
+        j->cfgs[i].rows = n;
+        j->rows_done += n;
+    }
+    j->rows_needed = (uint64_t)j->n_cfgs * j->sw->nb;
+    return MT_OK;
+}
+
+static int load_job(void *ctx, const store_job_row_t *row) {
+    load_ctx_t *lc = ctx;
+    job_t *j = calloc(1, sizeof *j);
+    if (!j) return MT_NOMEM;
+    j->id = row->id;
+    j->sw = lc->sw;
+    j->shape_id = row->shape_id;
+    j->state = J_PENDING; /* leased rows were turned into pending already */
+    j->attempts = row->attempts;
+    j->token = row->lease_token;
+    j->last_worker = row->worker_id ? strdup(row->worker_id) : NULL;
+    j->avoid = row->avoid_worker ? strdup(row->avoid_worker) : NULL;
+    int rc = job_index(lc->s, j);
+    if (rc) {
+        job_free(j);
+        return rc;
+    }
+    return MT_OK;
+}
+
+/* Loads (or reloads after planning) a sweep row into memory. */
+static int load_sweep(void *ctx, const store_sweep_row_t *row) {
+    sched_t *s = ctx;
+    int rc = MT_OK;
+    Moetune__SweepSpec *spec = moetune__sweep_spec__unpack(NULL, row->spec_len, row->spec);
+    sweep_t *sw = calloc(1, sizeof *sw);
+    if (!sw) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    sw->id = row->id;
+    sw->name = strdup(row->name);
+    sw->created = row->created;
+    sw->planned = row->results_planned;
+    sw->state = S_FAILED;
+    for (int i = 0; i < S_NSTATES; i++)
+        if (strcmp(row->state, g_sweep_state[i]) == 0) sw->state = i;
+    if (!spec || spec->n_batch_sizes == 0) {
+        log_at(MT_LOG_ERROR, "sweep %llu: stored spec does not decode; left as it is", (unsigned long long)row->id);
+        if (sw->state == S_RUNNING) sw->state = S_FAILED;
+    } else {
+        sw->nb = spec->n_batch_sizes;
+        sw->bs = malloc(sw->nb * sizeof *sw->bs);
+        sw->seen = calloc(sw->nb, sizeof *sw->seen);
+        if (!sw->bs || !sw->seen) {
+            rc = MT_NOMEM;
+            goto out;
+        }
+        memcpy(sw->bs, spec->batch_sizes, sw->nb * sizeof *sw->bs);
+        qsort(sw->bs, sw->nb, sizeof *sw->bs, cmp_u32);
+        sw->filter = spec->device_filter && *spec->device_filter ? strdup(spec->device_filter) : NULL;
+        sw->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
+        plan_measure(spec, &sw->measure);
+    }
+    rc = store_sweep_result_counts(s->db, sw->id, &sw->done, &sw->failed);
+    if (rc) goto out;
+    if (grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps)) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    s->sweeps[s->n_sweeps++] = sw;
+    if (sw->state != S_RUNNING) {
+        /* finished sweeps keep only their counts */
+        uint32_t counts[J_NSTATES];
+        rc = store_job_state_counts(s->db, sw->id, counts);
+        if (!rc) memcpy(sw->jobs_by_state, counts, sizeof counts);
+        sw = NULL;
+        goto out;
+    }
+    uint32_t counts[J_NSTATES];
+    rc = store_job_state_counts(s->db, sw->id, counts);
+    if (rc) goto out;
+    sw->jobs_by_state[J_DONE] = counts[J_DONE];
+    sw->jobs_by_state[J_FAILED] = counts[J_FAILED];
+    sw->jobs_by_state[J_CANCELLED] = counts[J_CANCELLED];
+    load_ctx_t lc = {.s = s, .sw = sw};
+    rc = store_jobs_open_each(s->db, sw->id, load_job, &lc);
+    for (size_t i = 0; !rc && i < sw->n_jobs; i++) {
+        lc.job = sw->jobs[i];
+        rc = store_job_configs_each(s->db, lc.job->id, load_cfg, &lc);
+        if (!rc) rc = job_load_rows(s, lc.job);
+    }
+    if (rc) goto out;
+    /* a job whose every config is already committed is done (its row was not written yet) */
+    for (size_t i = 0; i < sw->n_jobs; i++)
+        if (sw->jobs[i]->rows_done >= sw->jobs[i]->rows_needed) job_finish(s, sw->jobs[i], J_DONE);
+    sweep_check(s, sw);
+    log_at(MT_LOG_INFO, "sweep %llu '%s' loaded: %u jobs pending, %llu of %llu results", (unsigned long long)sw->id,
+           sw->name, sw->jobs_by_state[J_PENDING], (unsigned long long)sw->done, (unsigned long long)sw->planned);
+    sw = NULL;
+out:
+    if (spec) moetune__sweep_spec__free_unpacked(spec, NULL);
+    if (rc && sw) {
+        if (s->n_sweeps && s->sweeps[s->n_sweeps - 1] == sw) s->n_sweeps--;
+        for (size_t i = 0; i < sw->n_jobs; i++)
+            if (sw->jobs[i]->id < s->cap_by_id) s->by_id[sw->jobs[i]->id] = NULL;
+        sweep_free(sw);
+    }
+    return rc;
+}
+
+sched_t *sched_new(store_t *db, const sched_opts_t *opts, uint64_t now_ms, char *err, size_t errlen) {
+    sched_t *s = calloc(1, sizeof *s);
+    uint32_t requeued = 0;
+    if (!s) {
+        mt_fmt(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->db = db;
+    s->o = *opts;
+    if (!s->o.heartbeat_ms) s->o.heartbeat_ms = 1000;
+    if (!s->o.lease_ms) s->o.lease_ms = 30000;
+    rng_seed(s);
+    int rc = store_requeue_leased(db, &requeued);
+    if (!rc) rc = store_sweeps_each(db, load_sweep, s);
+    if (rc) {
+        mt_fmt(err, errlen, "loading state: %s", rc == MT_NOMEM ? "out of memory" : store_errmsg(db));
+        sched_destroy(&s);
+        return NULL;
+    }
+    if (requeued) log_at(MT_LOG_INFO, "%u leased jobs returned to pending", requeued);
+    s->next_hb = now_ms + s->o.heartbeat_ms;
+    s->next_rate = now_ms;
+    return s;
+}
+
+void sched_destroy(sched_t **ps) {
+    if (!ps || !*ps) return;
+    sched_t *s = *ps;
+    for (size_t i = 0; i < s->n_pending; i++) wire_free(&s->pending[i].env);
+    free(s->pending);
+    for (size_t i = 0; i < s->n_sweeps; i++) sweep_free(s->sweeps[i]);
+    free(s->sweeps);
+    for (size_t i = 0; i < s->n_workers; i++) {
+        sched_worker_t *w = s->workers[i];
+        wire_free(&w->hello);
+        free(w->held);
+        free(w->acks);
+        free(w);
+    }
+    free(s->workers);
+    free(s->by_id);
+    free(s->dirty_jobs);
+    free(s->shapes);
+    free(s->cfgs);
+    free(s->jc);
+    free(s->jcp);
+    free(s->jcfg);
+    free(s);
+    *ps = NULL;
+}
+
+/* ---- workers */
+
+static sched_worker_t *worker_find(sched_t *s, const uint8_t *rid, size_t len) {
+    uint64_t h = mt_fnv1a(MT_FNV_INIT, rid, len);
+    for (size_t i = 0; i < s->n_workers; i++) {
+        sched_worker_t *w = s->workers[i];
+        if (w->rid_hash == h && w->rid_len == len && memcmp(w->rid, rid, len) == 0) return w;
+    }
+    return NULL;
+}
+
+sched_worker_t *sched_worker(sched_t *s, const uint8_t *rid, size_t rid_len) {
+    sched_worker_t *w = worker_find(s, rid, rid_len);
+    return w && w->alive ? w : NULL;
+}
+
+static void ack_push(sched_worker_t *w, uint64_t seq) {
+    if (grow((void **)&w->acks, &w->cap_acks, w->n_acks + 1, sizeof *w->acks)) return;
+    w->acks[w->n_acks++] = seq;
+}
+
+/* Every job w holds goes back to pending. */
+static void worker_release_all(sched_t *s, sched_worker_t *w, bool count_attempt, const char *why) {
+    while (w->n_held) job_requeue(s, w->held[w->n_held - 1], count_attempt, why);
+}
+
+static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms);
+
+static void dispatch_all(sched_t *s, uint64_t now_ms) {
+    for (size_t i = 0; i < s->n_workers; i++)
+        if (s->workers[i]->alive && s->workers[i]->credits) dispatch(s, s->workers[i], now_ms);
+}
+
+int sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **env, uint64_t now_ms) {
+    const Moetune__Hello *h = (*env)->hello;
+    sched_worker_t *w = worker_find(s, rid, rid_len);
+    if (!w) {
+        if (grow((void **)&s->workers, &s->cap_workers, s->n_workers + 1, sizeof *s->workers)) return MT_NOMEM;
+        w = calloc(1, sizeof *w);
+        if (!w) return MT_NOMEM;
+        memcpy(w->rid, rid, rid_len);
+        w->rid_len = rid_len;
+        w->rid_hash = mt_fnv1a(MT_FNV_INIT, rid, rid_len);
+        s->workers[s->n_workers++] = w;
+    } else {
+        worker_release_all(s, w, false, "its worker said hello again");
+    }
+    wire_free(&w->hello);
+    w->hello = *env;
+    *env = NULL;
+    w->id = h->worker_id;
+    w->alive = true;
+    w->credits = 0;
+    w->last_heard = now_ms;
+    if (store_device_upsert(s->db, h->gpu, &w->device_id) ||
+        store_worker_upsert(s->db, h, w->device_id, mt_wall_s()))
+        log_at(MT_LOG_WARN, "worker %s: not recorded: %s", w->id, store_errmsg(s->db));
+    log_at(MT_LOG_INFO, "worker %s joined: host %s pid %u backend %s gpu '%s'", w->id, h->host ? h->host : "",
+           h->pid, h->backend ? h->backend : "", gpu_name(w));
+    wire_env_t out;
+    Moetune__Welcome wel = MOETUNE__WELCOME__INIT;
+    wire_env_init(&out);
+    wel.heartbeat_ms = s->o.heartbeat_ms;
+    wel.lease_ms = s->o.lease_ms;
+    out.body_case = MOETUNE__ENVELOPE__BODY_WELCOME;
+    out.welcome = &wel;
+    send_env(s, w, &out);
+    dispatch_all(s, now_ms); /* jobs it gave back may go to others */
+    return MT_OK;
+}
+
+void sched_on_heard(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
+    w->last_heard = now_ms;
+    for (size_t i = 0; i < w->n_held; i++) w->held[i]->lease_expires = now_ms + s->o.lease_ms;
+}
+
+void sched_on_ready(sched_t *s, sched_worker_t *w, uint32_t credits, uint64_t now_ms) {
+    uint64_t c = (uint64_t)w->credits + credits;
+    w->credits = c > 1024 ? 1024 : (uint32_t)c;
+    dispatch(s, w, now_ms);
+}
+
+void sched_on_bye(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
+    log_at(MT_LOG_INFO, "worker %s said bye", w->id);
+    worker_release_all(s, w, false, "its worker left");
+    w->alive = false;
+    w->credits = 0;
+    dispatch_all(s, now_ms);
+}
+
+/* ---- dispatch */
+
+static bool other_live_worker(const sched_t *s, const sched_worker_t *w, const sweep_t *sw) {
+    for (size_t i = 0; i < s->n_workers; i++) {
+        const sched_worker_t *o = s->workers[i];
+        if (o != w && o->alive && worker_matches(o, sw)) return true;
+    }
+    return false;
+}
+
+/* The first pending job in (sweep id, job id) order that w may take. */
+static job_t *pick(sched_t *s, sched_worker_t *w) {
+    for (size_t i = 0; i < s->n_sweeps; i++) {
+        sweep_t *sw = s->sweeps[i];
+        if (sw->state != S_RUNNING || !sw->jobs_by_state[J_PENDING] || !worker_matches(w, sw)) continue;
+        while (sw->hint < sw->n_jobs && sw->jobs[sw->hint]->state != J_PENDING) sw->hint++;
+        int other = -1;
+        for (size_t k = sw->hint; k < sw->n_jobs; k++) {
+            job_t *j = sw->jobs[k];
+            if (j->state != J_PENDING) continue;
+            if (j->avoid && strcmp(j->avoid, w->id) == 0) {
+                if (other < 0) other = other_live_worker(s, w, sw);
+                if (other) continue;
+            }
+            return j;
+        }
+    }
+    return NULL;
+}
+
+/* Builds and sends the Job for j leased to w. MT_NOTFOUND when nothing is left to measure. */
+static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
+    const krn_shape_t *sh = shape_get(s, j->shape_id);
+    if (!sh) return MT_IO;
+    if (j->n_cfgs > s->cap_jc) {
+        void *a = realloc(s->jc, j->n_cfgs * sizeof *s->jc);
+        if (a) s->jc = a;
+        void *b = realloc(s->jcp, j->n_cfgs * sizeof *s->jcp);
+        if (b) s->jcp = b;
+        void *c = realloc(s->jcfg, j->n_cfgs * sizeof *s->jcfg);
+        if (c) s->jcfg = c;
+        if (!a || !b || !c) return MT_NOMEM;
+        s->cap_jc = j->n_cfgs;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < j->n_cfgs; i++) {
+        const jcfg_t *c = &j->cfgs[i];
+        if (c->removed || c->rows >= j->sw->nb) continue;
+        const krn_config_t *k = config_get(s, c->config_id);
+        if (!k) return MT_IO;
+        moetune__job_config__init(&s->jc[n]);
+        moetune__config__init(&s->jcfg[n]);
+        s->jcfg[n].block_m = k->block_m;
+        s->jcfg[n].block_n = k->block_n;
+        s->jcfg[n].block_k = k->block_k;
+        s->jcfg[n].group_m = k->group_m;
+        s->jcfg[n].num_warps = k->num_warps;
+        s->jcfg[n].num_stages = k->num_stages;
+        s->jc[n].config_id = c->config_id;
+        s->jc[n].config = &s->jcfg[n];
+        s->jcp[n] = &s->jc[n];
+        n++;
+    }
+    if (n == 0) return MT_NOTFOUND;
+    Moetune__Shape shape = MOETUNE__SHAPE__INIT;
+    shape.e = sh->e;
+    shape.n = sh->n;
+    shape.k = sh->k;
+    shape.topk = sh->topk;
+    shape.dtype = (char *)sh->dtype;
+    shape.block_n = sh->block_n;
+    shape.block_k = sh->block_k;
+    Moetune__Job job = MOETUNE__JOB__INIT;
+    job.job_id = j->id;
+    job.lease_token = j->token;
+    job.sweep_id = j->sw->id;
+    job.shape = &shape;
+    job.n_configs = n;
+    job.configs = s->jcp;
+    job.n_batch_sizes = j->sw->nb;
+    job.batch_sizes = j->sw->bs;
+    job.measure = &j->sw->measure;
+    wire_env_t env;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_JOB;
+    env.job = &job;
+    return send_env(s, w, &env);
+}
+
+static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
+    while (w->alive && w->credits) {
+        job_t *j = pick(s, w);
+        if (!j) return;
+        if (grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return;
+        uint64_t old_token = j->token;
+        j->token = rng_next(s);
+        int rc = send_job(s, w, j);
+        if (rc == MT_NOTFOUND) {
+            j->token = old_token;
+            job_finish(s, j, J_DONE);
+            continue;
+        }
+        if (rc) {
+            j->token = old_token;
+            log_at(MT_LOG_ERROR, "job %llu not sent to %s (%d)", (unsigned long long)j->id, w->id, rc);
+            return;
+        }
+        set_job_state(j, J_LEASED);
+        j->holder = w;
+        j->held_idx = w->n_held;
+        w->held[w->n_held++] = j;
+        w->credits--;
+        j->lease_expires = now_ms + s->o.lease_ms;
+        j->lease_expires_wall_ms = wall_ms() + s->o.lease_ms;
+        free(j->last_worker);
+        j->last_worker = strdup(w->id);
+        job_dirty(s, j);
+        log_at(MT_LOG_INFO, "job %llu (sweep %llu) leased to %s, attempt %u", (unsigned long long)j->id,
+               (unsigned long long)j->sw->id, w->id, j->attempts + 1);
+    }
+}
+
+/* ---- results */
+
+static int reject(sched_t *s, sched_worker_t *w, uint64_t seq, uint64_t job_id, const char *why) {
+    s->c.rejected_results++;
+    ack_push(w, seq);
+    log_at(MT_LOG_WARN, "result seq %llu from %s for job %llu rejected: %s", (unsigned long long)seq, w->id,
+           (unsigned long long)job_id, why);
+    return MT_INVAL;
+}
+
+/* First crash of a config: take it out of its job into a new job that avoids w.
+ * Written at once in its own transaction (rare). */
+static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint64_t now_ms) {
+    jcfg_t *c = &j->cfgs[ci];
+    uint64_t new_id = 0;
+    uint32_t count = 0;
+    int rc = store_begin(s->db);
+    if (!rc) rc = store_crash_bump(s->db, j->sw->id, j->shape_id, c->config_id, w->id, &count);
+    if (!rc) rc = store_job_config_delete(s->db, j->id, c->config_id);
+    if (!rc) rc = store_job_insert(s->db, j->sw->id, j->shape_id, w->id, mt_wall_s(), &new_id);
+    if (!rc) rc = store_job_config_insert(s->db, new_id, c->config_id);
+    if (!rc) rc = store_commit(s->db);
+    if (rc) {
+        log_at(MT_LOG_ERROR, "crash of config %llu in job %llu not recorded: %s", (unsigned long long)c->config_id,
+               (unsigned long long)j->id, store_errmsg(s->db));
+        store_rollback(s->db);
+        s->c.commit_failures++;
+        return rc;
+    }
+    job_t *nj = calloc(1, sizeof *nj);
+    jcfg_t *ncfg = calloc(1, sizeof *ncfg);
+    char *avoid = strdup(w->id);
+    if (!nj || !ncfg || !avoid) goto nomem;
+    nj->id = new_id;
+    nj->sw = j->sw;
+    nj->shape_id = j->shape_id;
+    nj->state = J_PENDING;
+    nj->avoid = avoid;
+    nj->cfgs = ncfg;
+    nj->n_cfgs = 1;
+    ncfg->config_id = c->config_id;
+    nj->rows_needed = j->sw->nb;
+    if (job_index(s, nj)) goto nomem;
+    c->removed = true;
+    j->rows_needed -= j->sw->nb;
+    j->rows_done -= c->rows;
+    log_at(MT_LOG_WARN, "config %llu crashed %s's child in job %llu: retried alone in job %llu elsewhere",
+           (unsigned long long)c->config_id, w->id, (unsigned long long)j->id, (unsigned long long)new_id);
+    if (j->rows_done >= j->rows_needed && (j->state == J_PENDING || j->state == J_LEASED)) job_finish(s, j, J_DONE);
+    dispatch_all(s, now_ms);
+    return MT_OK;
+nomem:
+    free(nj);
+    free(ncfg);
+    free(avoid);
+    return MT_NOMEM;
+}
+
+int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t now_ms) {
+    const Moetune__Result *r = (*env)->result;
+    char why[160];
+    job_t *j = job_lookup(s, r->job_id);
+    if (!j) return reject(s, w, r->seq, r->job_id, "unknown job");
+    if (j->state == J_DONE || j->state == J_CANCELLED)
+        return reject(s, w, r->seq, r->job_id, g_job_state[j->state]);
+    if (r->lease_token != j->token) return reject(s, w, r->seq, r->job_id, "lease token is not the job's");
+    size_t ci = j->n_cfgs;
+    for (size_t i = 0; i < j->n_cfgs; i++) {
+        if (j->cfgs[i].config_id == r->config_id && !j->cfgs[i].removed) {
+            ci = i;
+            break;
+        }
+    }
+    if (ci == j->n_cfgs) {
+        mt_fmt(why, sizeof why, "config %llu is not in the job", (unsigned long long)r->config_id);
+        return reject(s, w, r->seq, r->job_id, why);
+    }
+    sweep_t *sw = j->sw;
+    if (r->n_measurements != sw->nb) {
+        mt_fmt(why, sizeof why, "%zu measurements for %zu batch sizes", r->n_measurements, sw->nb);
+        return reject(s, w, r->seq, r->job_id, why);
+    }
+    if (++sw->stamp == 0) {
+        memset(sw->seen, 0, sw->nb * sizeof *sw->seen);
+        sw->stamp = 1;
+    }
+    size_t crashed = 0;
+    for (size_t i = 0; i < r->n_measurements; i++) {
+        int bi = bs_index(sw, r->measurements[i]->batch_size);
+        if (bi < 0 || sw->seen[bi] == sw->stamp) {
+            mt_fmt(why, sizeof why, "batch size %u is not one of the sweep's or repeats",
+                   r->measurements[i]->batch_size);
+            return reject(s, w, r->seq, r->job_id, why);
+        }
+        sw->seen[bi] = sw->stamp;
+        if (r->measurements[i]->status == MOETUNE__STATUS__STATUS_CRASHED) crashed++;
+    }
+    bool crash = crashed == r->n_measurements;
+    if (crash) {
+        uint32_t count = 0;
+        int rc = store_crash_count(s->db, sw->id, j->shape_id, r->config_id, &count);
+        if (rc) return rc;
+        if (count == 0) {
+            rc = crash_first(s, w, j, ci, now_ms);
+            if (!rc) ack_push(w, r->seq);
+            return rc;
+        }
+        log_at(MT_LOG_WARN, "config %llu crashed again on %s: quarantined", (unsigned long long)r->config_id, w->id);
+    }
+    if (grow((void **)&s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending)) return MT_NOMEM;
+    entry_t *e = &s->pending[s->n_pending++];
+    memset(e, 0, sizeof *e);
+    e->env = *env;
+    *env = NULL;
+    e->w = w;
+    e->job = j;
+    e->cfg = ci;
+    e->crash = crash;
+    log_at(MT_LOG_DEBUG, "result seq %llu from %s: job %llu config %llu", (unsigned long long)r->seq, w->id,
+           (unsigned long long)j->id, (unsigned long long)r->config_id);
+    return MT_OK;
+}
+
+size_t sched_pending(const sched_t *s) { return s->n_pending; }
+
+static int write_entry(sched_t *s, entry_t *e, int64_t now_s) {
+    const Moetune__Result *r = e->env->result;
+    const Moetune__Hello *h = e->w->hello ? e->w->hello->hello : NULL;
+    store_result_t row = {
+        .sweep_id = e->job->sw->id,
+        .shape_id = e->job->shape_id,
+        .config_id = r->config_id,
+        .job_id = e->job->id,
+        .device_id = e->w->device_id,
+        .registers = r->registers,
+        .spills = r->spills,
+        .worker_id = e->w->id,
+        .backend = h ? h->backend : NULL,
+        .compiler = h ? h->compiler : NULL,
+        .kernel_hash = h ? h->kernel_hash : NULL,
+        .created = now_s,
+    };
+    int rc = MT_OK;
+    e->new_rows = e->new_failed = 0;
+    for (size_t i = 0; !rc && i < r->n_measurements; i++) {
+        const Moetune__Measurement *m = r->measurements[i];
+        bool inserted = false;
+        row.batch_size = m->batch_size;
+        row.status = m->status;
+        row.median_us = m->median_us;
+        row.min_us = m->min_us;
+        row.mean_us = m->mean_us;
+        row.stddev_us = m->stddev_us;
+        row.samples = m->samples;
+        row.detail = m->detail;
+        rc = store_result_insert(s->db, &row, &inserted);
+        if (!rc && inserted) {
+            e->new_rows++;
+            if (m->status != MOETUNE__STATUS__STATUS_OK) e->new_failed++;
+        }
+    }
+    if (!rc && e->crash) {
+        uint32_t count = 0;
+        rc = store_crash_bump(s->db, row.sweep_id, row.shape_id, row.config_id, e->w->id, &count);
+    }
+    return rc;
+}
+
+static int write_job(sched_t *s, job_t *j) {
+    store_job_update_t u = {
+        .id = j->id,
+        .state = g_job_state[j->state],
+        .attempts = j->attempts,
+        .worker_id = j->last_worker,
+        .lease_token = j->token,
+        .lease_expires_ms = j->state == J_LEASED ? j->lease_expires_wall_ms : 0,
+        .finished = j->state >= J_DONE ? j->finished : 0,
+    };
+    return store_job_update(s->db, &u);
+}
+
+static void send_acks(sched_t *s) {
+    for (size_t i = 0; i < s->n_workers; i++) {
+        sched_worker_t *w = s->workers[i];
+        if (!w->n_acks) continue;
+        Moetune__Ack ack = MOETUNE__ACK__INIT;
+        ack.n_seqs = w->n_acks;
+        ack.seqs = w->acks;
+        wire_env_t env;
+        wire_env_init(&env);
+        env.body_case = MOETUNE__ENVELOPE__BODY_ACK;
+        env.ack = &ack;
+        send_env(s, w, &env);
+        w->n_acks = 0;
+    }
+}
+
+/* Applies committed entries to the in-memory counts. */
+static void apply_entry(sched_t *s, entry_t *e) {
+    job_t *j = e->job;
+    sweep_t *sw = j->sw;
+    jcfg_t *c = &j->cfgs[e->cfg];
+    c->rows += e->new_rows;
+    if (!c->removed) j->rows_done += e->new_rows;
+    sw->done += e->new_rows;
+    sw->failed += e->new_failed;
+    s->c.results_committed += e->new_rows;
+    e->w->results += e->new_rows;
+    ack_push(e->w, e->env->result->seq);
+    if (j->rows_done >= j->rows_needed && (j->state == J_PENDING || j->state == J_LEASED)) job_finish(s, j, J_DONE);
+}
+
+int sched_flush(sched_t *s, uint64_t now_ms) {
+    int rc = MT_OK;
+    size_t n_dirty_sweeps = 0;
+    for (size_t i = 0; i < s->n_sweeps; i++) n_dirty_sweeps += s->sweeps[i]->dirty;
+    if (s->n_pending || s->n_dirty || n_dirty_sweeps) {
+        int64_t now_s = mt_wall_s();
+        size_t n_jobs = s->n_dirty;
+        rc = store_begin(s->db);
+        for (size_t i = 0; !rc && i < s->n_pending; i++) rc = write_entry(s, &s->pending[i], now_s);
+        for (size_t i = 0; !rc && i < n_jobs; i++) rc = write_job(s, s->dirty_jobs[i]);
+        for (size_t i = 0; !rc && i < s->n_sweeps; i++) {
+            sweep_t *sw = s->sweeps[i];
+            if (sw->dirty) rc = store_sweep_set_state(s->db, sw->id, g_sweep_state[sw->state], sw->finished);
+        }
+        if (!rc) rc = store_commit(s->db);
+        if (rc) {
+            store_rollback(s->db);
+            s->c.commit_failures++;
+            log_at(MT_LOG_ERROR, "commit of %zu results failed, kept for the next try: %s", s->n_pending,
+                   store_errmsg(s->db));
+            send_acks(s); /* rejections need no commit */
+            return rc;
+        }
+        for (size_t i = 0; i < n_jobs; i++) s->dirty_jobs[i]->dirty = false;
+        s->n_dirty = 0;
+        for (size_t i = 0; i < s->n_sweeps; i++) s->sweeps[i]->dirty = false;
+        size_t n = s->n_pending;
+        s->n_pending = 0;
+        for (size_t i = 0; i < n; i++) {
+            apply_entry(s, &s->pending[i]);
+            wire_free(&s->pending[i].env);
+        }
+    }
+    send_acks(s);
+    (void)now_ms;
+    return rc;
+}
+
+/* ---- timers */
+
+void sched_tick(sched_t *s, uint64_t now_ms) {
+    bool changed = false;
+    if (now_ms >= s->next_hb) {
+        s->next_hb = now_ms + s->o.heartbeat_ms;
+        Moetune__Heartbeat hb = MOETUNE__HEARTBEAT__INIT;
+        hb.sent_ms = now_ms;
+        wire_env_t env;
+        wire_env_init(&env);
+        env.body_case = MOETUNE__ENVELOPE__BODY_HEARTBEAT;
+        env.heartbeat = &hb;
+        for (size_t i = 0; i < s->n_workers; i++) {
+            sched_worker_t *w = s->workers[i];
+            if (!w->alive) continue;
+            if (now_ms - w->last_heard > (uint64_t)DEAD_PERIODS * s->o.heartbeat_ms) {
+                log_at(MT_LOG_WARN, "worker %s dead: silent for %llu ms", w->id,
+                       (unsigned long long)(now_ms - w->last_heard));
+                w->alive = false;
+                w->credits = 0;
+                s->c.dead_workers++;
+                worker_release_all(s, w, true, "its worker went silent");
+                changed = true;
+                continue;
+            }
+            send_env(s, w, &env);
+        }
+    }
+    for (size_t i = 0; i < s->n_workers; i++) {
+        sched_worker_t *w = s->workers[i];
+        for (size_t k = 0; k < w->n_held;) {
+            job_t *j = w->held[k];
+            if (now_ms > j->lease_expires) {
+                job_requeue(s, j, true, "lease expired");
+                changed = true;
+            } else {
+                k++;
+            }
+        }
+    }
+    if (now_ms >= s->next_rate) {
+        s->next_rate = now_ms + 1000;
+        for (size_t i = 0; i < s->n_sweeps; i++) {
+            sweep_t *sw = s->sweeps[i];
+            if (sw->state != S_RUNNING) continue;
+            size_t slot = sw->rate_n % RATE_SLOTS;
+            sw->rate_t[slot] = now_ms;
+            sw->rate_done[slot] = sw->done;
+            sw->rate_n++;
+        }
+    }
+    if (changed) dispatch_all(s, now_ms);
+}
+
+/* ---- control */
+
+int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms, char *err,
+                 size_t errlen) {
+    int rc = plan_store(s->db, spec, out, err, errlen);
+    if (rc) return rc;
+    /* load the new sweep through the same path as a restart */
+    const char *state = "running";
+    store_sweep_row_t row = {.id = out->sweep_id, .name = spec->name ? spec->name : "", .state = state,
+                             .results_planned = out->results_planned, .created = mt_wall_s()};
+    size_t len = moetune__sweep_spec__get_packed_size(spec);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        mt_fmt(err, errlen, "out of memory");
+        return MT_NOMEM;
+    }
+    moetune__sweep_spec__pack(spec, buf);
+    row.spec = buf;
+    row.spec_len = len;
+    rc = load_sweep(s, &row);
+    free(buf);
+    if (rc) {
+        mt_fmt(err, errlen, "loading sweep %llu: %s", (unsigned long long)out->sweep_id, store_errmsg(s->db));
+        return rc;
+    }
+    log_at(MT_LOG_INFO, "sweep %llu '%s' submitted: %u jobs, %u configs valid, %u rejected, %llu results planned",
+           (unsigned long long)out->sweep_id, row.name, out->jobs, out->configs_valid, out->configs_rejected,
+           (unsigned long long)out->results_planned);
+    dispatch_all(s, now_ms);
+    return MT_OK;
+}
+
+static sweep_t *sweep_lookup(sched_t *s, uint64_t id) {
+    for (size_t i = 0; i < s->n_sweeps; i++)
+        if (s->sweeps[i]->id == id) return s->sweeps[i];
+    return NULL;
+}
+
+int sched_cancel(sched_t *s, uint64_t sweep_id, uint32_t *jobs_cancelled, uint64_t now_ms) {
+    sweep_t *sw = sweep_lookup(s, sweep_id);
+    uint32_t n = 0;
+    if (!sw) return MT_NOTFOUND;
+    if (sw->state == S_RUNNING) {
+        sw->state = S_CANCELLED; /* first, so finishing jobs do not mark it done */
+        sw->finished = mt_wall_s();
+        sw->dirty = true;
+        for (size_t i = 0; i < sw->n_jobs; i++) {
+            job_t *j = sw->jobs[i];
+            if (j->state == J_PENDING || j->state == J_LEASED) {
+                job_finish(s, j, J_CANCELLED);
+                n++;
+            }
+        }
+        log_at(MT_LOG_INFO, "sweep %llu cancelled: %u jobs", (unsigned long long)sweep_id, n);
+    }
+    *jobs_cancelled = n;
+    (void)now_ms;
+    return MT_OK;
+}
+
+static double sweep_rate(const sweep_t *sw, uint64_t now_ms) {
+    if (sw->rate_n == 0) return 0.0;
+    size_t oldest = sw->rate_n > RATE_SLOTS ? sw->rate_n % RATE_SLOTS : 0;
+    uint64_t t0 = sw->rate_t[oldest];
+    if (now_ms <= t0) return 0.0;
+    return (double)(sw->done - sw->rate_done[oldest]) * 1000.0 / (double)(now_ms - t0);
+}
+
+int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t *st) {
+    memset(st, 0, sizeof *st);
+    moetune__status_reply__init(&st->reply);
+    moetune__counters__init(&st->counters);
+    size_t n_sw = 0;
+    for (size_t i = 0; i < s->n_sweeps; i++) n_sw += sweep_id == 0 || s->sweeps[i]->id == sweep_id;
+    if (sweep_id && n_sw == 0) return MT_NOTFOUND;
+    st->sweeps = calloc(n_sw ? n_sw : 1, sizeof *st->sweeps);
+    st->sweep_ptrs = calloc(n_sw ? n_sw : 1, sizeof *st->sweep_ptrs);
+    st->workers = calloc(s->n_workers ? s->n_workers : 1, sizeof *st->workers);
+    st->worker_ptrs = calloc(s->n_workers ? s->n_workers : 1, sizeof *st->worker_ptrs);
+    if (!st->sweeps || !st->sweep_ptrs || !st->workers || !st->worker_ptrs) {
+        sched_status_release(st);
+        return MT_NOMEM;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < s->n_sweeps; i++) {
+        sweep_t *sw = s->sweeps[i];
+        if (sweep_id && sw->id != sweep_id) continue;
+        Moetune__SweepStatus *o = &st->sweeps[k];
+        moetune__sweep_status__init(o);
+        o->sweep_id = sw->id;
+        o->name = sw->name;
+        o->state = (char *)g_sweep_state[sw->state];
+        o->results_planned = sw->planned;
+        o->results_done = sw->done;
+        o->results_failed = sw->failed;
+        for (int js = 0; js < J_NSTATES; js++) o->jobs_total += sw->jobs_by_state[js];
+        o->jobs_pending = sw->jobs_by_state[J_PENDING];
+        o->jobs_leased = sw->jobs_by_state[J_LEASED];
+        o->jobs_done = sw->jobs_by_state[J_DONE];
+        o->jobs_failed = sw->jobs_by_state[J_FAILED];
+        o->rate = sw->state == S_RUNNING ? sweep_rate(sw, now_ms) : 0.0;
+        o->created_s = (uint64_t)sw->created;
+        st->sweep_ptrs[k++] = o;
+    }
+    st->reply.n_sweeps = k;
+    st->reply.sweeps = st->sweep_ptrs;
+    for (size_t i = 0; i < s->n_workers; i++) {
+        sched_worker_t *w = s->workers[i];
+        const Moetune__Hello *h = w->hello->hello;
+        Moetune__WorkerInfo *o = &st->workers[i];
+        moetune__worker_info__init(o);
+        o->worker_id = h->worker_id;
+        o->host = h->host;
+        o->pid = h->pid;
+        o->backend = h->backend;
+        o->gpu = h->gpu;
+        o->state = (char *)(!w->alive ? "dead" : w->n_held ? "busy" : "idle");
+        o->jobs_leased = (uint32_t)w->n_held;
+        o->results = w->results;
+        o->last_seen_ms = now_ms - w->last_heard;
+        st->worker_ptrs[i] = o;
+    }
+    st->reply.n_workers = s->n_workers;
+    st->reply.workers = st->worker_ptrs;
+    st->counters.bad_messages = s->c.bad_messages;
+    st->counters.rejected_results = s->c.rejected_results;
+    st->counters.results_committed = s->c.results_committed;
+    st->counters.requeued_jobs = s->c.requeued_jobs;
+    st->counters.dead_workers = s->c.dead_workers;
+    st->counters.commit_failures = s->c.commit_failures;
+    st->reply.counters = &st->counters;
+    return MT_OK;
+}
+
+void sched_status_release(sched_status_t *st) {
+    if (!st) return;
+    free(st->sweeps);
+    free(st->sweep_ptrs);
+    free(st->workers);
+    free(st->worker_ptrs);
+    memset(st, 0, sizeof *st);
+}
+
+const sched_counters_t *sched_counters(const sched_t *s) { return &s->c; }
+void sched_count_bad(sched_t *s) { s->c.bad_messages++; }
+
+const char *sched_job_state(const sched_t *s, uint64_t job_id, uint32_t *attempts) {
+    const job_t *j = job_lookup(s, job_id);
+    if (!j) return NULL;
+    if (attempts) *attempts = j->attempts;
+    return g_job_state[j->state];
+}

@@ -1,0 +1,112 @@
+/*
+ * sched.h - the coordinator's in-memory model of sweeps, jobs and workers:
+ * leases, credits, heartbeats, re-queues, attempts, crash quarantine, result
+ * validation and the batched commit.
+ *
+ * The scheduler never touches a socket: it sends through the sched_send_fn it
+ * is given, and every entry point takes the monotonic time in milliseconds, so
+ * tests drive it with their own clock. State is loaded from the store at
+ * sched_new() (leased jobs return to pending) and written back in batched
+ * transactions by sched_flush().
+ */
+#ifndef COORD_SCHED_H
+#define COORD_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+#include "wire.h"
+
+typedef struct sched sched_t;
+typedef struct sched_worker sched_worker_t;
+
+/* Sends env to the worker whose routing id is rid. env is only read. */
+typedef int (*sched_send_fn)(void *ctx, const uint8_t *rid, size_t rid_len, wire_env_t *env);
+
+typedef struct {
+    uint32_t heartbeat_ms;   /* 0 = 1000 */
+    uint32_t lease_ms;       /* 0 = 30000 */
+    sched_send_fn send;
+    void *send_ctx;
+} sched_opts_t;
+
+typedef struct {
+    uint64_t bad_messages, rejected_results, results_committed, requeued_jobs, dead_workers, commit_failures;
+} sched_counters_t;
+
+/* A StatusReply and the arrays behind it; release with sched_status_release(). */
+typedef struct {
+    Moetune__StatusReply reply;
+    Moetune__Counters counters;
+    Moetune__SweepStatus *sweeps, **sweep_ptrs;
+    Moetune__WorkerInfo *workers, **worker_ptrs;
+} sched_status_t;
+
+/* Creates a scheduler over db (borrowed; must outlive it): turns leased jobs
+ * into pending and loads every sweep, and the open jobs of running sweeps.
+ * Returns NULL with a reason in err on failure. */
+sched_t *sched_new(store_t *db, const sched_opts_t *opts, uint64_t now_ms, char *err, size_t errlen);
+
+/* Releases the scheduler and every buffered result (uncommitted ones are lost:
+ * call sched_flush first). NULL-safe, nulls *s. */
+void sched_destroy(sched_t **s);
+
+/* The live worker with routing id rid, or NULL (unknown or dead). */
+sched_worker_t *sched_worker(sched_t *s, const uint8_t *rid, size_t rid_len);
+
+/* Registers (or revives) the worker of a Hello and answers Welcome. Takes
+ * ownership of *env (nulls it). A known id gets its credits reset and any jobs
+ * it still held back to pending without an attempt. */
+int sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **env, uint64_t now_ms);
+
+/* Any message from w: it is alive and the leases it holds are extended. */
+void sched_on_heard(sched_t *s, sched_worker_t *w, uint64_t now_ms);
+
+/* Ready{credits}: adds credits and dispatches what w may take. */
+void sched_on_ready(sched_t *s, sched_worker_t *w, uint32_t credits, uint64_t now_ms);
+
+/* A Result from w. Accepted results are buffered (ownership of *env taken, *env
+ * nulled) and acknowledged after sched_flush commits them; a rejected one is
+ * counted and its seq acknowledged at the next flush (returns MT_INVAL). A first
+ * crash of a config moves it into a new job at once (returns MT_OK). */
+int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t now_ms);
+
+/* Bye: w's leased jobs return to pending without an attempt; w is gone. */
+void sched_on_bye(sched_t *s, sched_worker_t *w, uint64_t now_ms);
+
+/* Timers: heartbeats to live workers every period, dead workers (3 silent
+ * periods), expired leases, the rate window. Cheap; call often. */
+void sched_tick(sched_t *s, uint64_t now_ms);
+
+/* Commits buffered results and state changes in one transaction, then sends
+ * the Acks. On a failed commit everything stays buffered, nothing is acked,
+ * commit_failures counts it and MT_BUSY/MT_IO is returned. */
+int sched_flush(sched_t *s, uint64_t now_ms);
+
+/* Results waiting for a commit. */
+size_t sched_pending(const sched_t *s);
+
+/* Plans spec into a new sweep and starts dispatching it. MT_INVAL with a reason
+ * in err for a bad spec (nothing stored); MT_IO/MT_BUSY on a storage failure. */
+int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms,
+                 char *err, size_t errlen);
+
+/* Cancels a sweep's pending and leased jobs. MT_NOTFOUND for an unknown sweep. */
+int sched_cancel(sched_t *s, uint64_t sweep_id, uint32_t *jobs_cancelled, uint64_t now_ms);
+
+/* Fills out for one sweep (or all with sweep_id 0). Strings in it point into the
+ * scheduler: send before the next call. MT_NOTFOUND for an unknown sweep. */
+int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t *out);
+void sched_status_release(sched_status_t *st);
+
+/* Counters; bad_messages is counted by the caller through sched_count_bad(). */
+const sched_counters_t *sched_counters(const sched_t *s);
+void sched_count_bad(sched_t *s);
+
+/* The state name of a job ("pending", ...) or NULL when the job is not in memory;
+ * attempts through *attempts when not NULL. For tests and logs. */
+const char *sched_job_state(const sched_t *s, uint64_t job_id, uint32_t *attempts);
+
+#endif
