@@ -1,2 +1,110 @@
+/* main.c - moetune-worker: one process per GPU, measuring jobs from a coordinator. */
+#include <getopt.h>
 #include <stdio.h>
-int main(void) { fputs("placeholder\n", stderr); return 1; }
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt.h"
+#include "parent.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: moetune-worker --connect EP --backend sim|cuda [options]\n"
+            "  --connect EP          coordinator worker endpoint (tcp://host:5555)\n"
+            "  --backend NAME        measuring backend (built: %s)\n"
+            "  --gpu N               GPU index (default 0)\n"
+            "  --id ID               worker id (default <hostname>-<pid>-gpu<N>)\n"
+            "  --credits N           jobs to hold at once (default 1)\n"
+            "  --heartbeat-ms MS     heartbeat period until the coordinator sets one (default 1000)\n"
+            "  --sim-time-scale X    sim: 0 answers at once, 1 sleeps the simulated time (default 0)\n"
+            "  --sim-faults SPEC     sim: crash=BMxBNxBKxGMxWxS,crash_rate=P,hang=...,wrong=...,slow_start_ms=N\n"
+            "  --sim-device NAME     sim: simulated GPU (h200, h100; default h200)\n"
+            "  --cache-dir DIR       compiled-kernel cache directory (cuda)\n"
+            "  --log-level L         error, warn, info (default), debug\n"
+            "  --stats               print a JSON line of counters to stdout on exit\n"
+            "  --help                this text\n",
+            wrk_backend_names());
+}
+
+enum { OPT_CONNECT = 1, OPT_BACKEND, OPT_GPU, OPT_ID, OPT_CREDITS, OPT_HEARTBEAT, OPT_SCALE, OPT_FAULTS,
+       OPT_SIMDEV, OPT_CACHE, OPT_LOG, OPT_STATS, OPT_HELP };
+
+static const struct option g_options[] = {
+    {"connect", required_argument, NULL, OPT_CONNECT},     {"backend", required_argument, NULL, OPT_BACKEND},
+    {"gpu", required_argument, NULL, OPT_GPU},             {"id", required_argument, NULL, OPT_ID},
+    {"credits", required_argument, NULL, OPT_CREDITS},     {"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT},
+    {"sim-time-scale", required_argument, NULL, OPT_SCALE}, {"sim-faults", required_argument, NULL, OPT_FAULTS},
+    {"sim-device", required_argument, NULL, OPT_SIMDEV},   {"cache-dir", required_argument, NULL, OPT_CACHE},
+    {"log-level", required_argument, NULL, OPT_LOG},       {"stats", no_argument, NULL, OPT_STATS},
+    {"help", no_argument, NULL, OPT_HELP},                 {NULL, 0, NULL, 0},
+};
+
+static int bad(const char *what, const char *val) {
+    fprintf(stderr, "moetune-worker: bad %s '%s'\n", what, val);
+    usage(stderr);
+    return MT_EXIT_USAGE;
+}
+
+int main(int argc, char **argv) {
+    wrk_parent_opts_t o;
+    wrk_parent_t *p = NULL;
+    mt_log_level_t level = MT_LOG_INFO;
+    int stats = 0, c, code;
+    uint32_t u;
+    char err[256];
+    memset(&o, 0, sizeof o);
+    while ((c = getopt_long(argc, argv, "", g_options, NULL)) != -1) {
+        switch (c) {
+        case OPT_CONNECT: o.endpoint = optarg; break;
+        case OPT_BACKEND: o.backend = optarg; break;
+        case OPT_GPU:
+            if (mt_parse_u32(optarg, 0, 1023, &u)) return bad("--gpu", optarg);
+            o.bopts.gpu_index = (int)u;
+            break;
+        case OPT_ID: o.worker_id = optarg; break;
+        case OPT_CREDITS:
+            if (mt_parse_u32(optarg, 1, 1024, &o.credits)) return bad("--credits", optarg);
+            break;
+        case OPT_HEARTBEAT:
+            if (mt_parse_u32(optarg, 10, 600000, &o.heartbeat_ms)) return bad("--heartbeat-ms", optarg);
+            break;
+        case OPT_SCALE:
+            if (mt_parse_double(optarg, &o.bopts.sim_time_scale) || !(o.bopts.sim_time_scale >= 0) ||
+                o.bopts.sim_time_scale > 1000)
+                return bad("--sim-time-scale", optarg);
+            break;
+        case OPT_FAULTS: o.bopts.sim_faults = optarg; break;
+        case OPT_SIMDEV: o.bopts.sim_device = optarg; break;
+        case OPT_CACHE: o.bopts.cache_dir = optarg; break;
+        case OPT_LOG:
+            if (mt_log_parse_level(optarg, &level)) return bad("--log-level", optarg);
+            break;
+        case OPT_STATS: stats = 1; break;
+        case OPT_HELP: usage(stdout); return MT_EXIT_OK;
+        default: usage(stderr); return MT_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) return bad("argument", argv[optind]);
+    if (!o.endpoint || !o.backend) {
+        fprintf(stderr, "moetune-worker: --connect and --backend are required\n");
+        usage(stderr);
+        return MT_EXIT_USAGE;
+    }
+    if (wrk_parent_new(&o, &p, err, sizeof err)) {
+        fprintf(stderr, "moetune-worker: %s\n", err);
+        return MT_EXIT_USAGE;
+    }
+    char tag[300];
+    snprintf(tag, sizeof tag, "worker %s", wrk_parent_id(p));
+    mt_log_init(tag, level);
+    mt_install_stop_handlers();
+    code = wrk_parent_run(p);
+    if (stats) {
+        char line[1024];
+        wrk_parent_stats_json(p, line, sizeof line);
+        printf("%s\n", line);
+        fflush(stdout);
+    }
+    wrk_parent_destroy(&p);
+    return code;
+}

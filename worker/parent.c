@@ -1,0 +1,708 @@
+/* parent.c - the worker's ZeroMQ session and job loop. See parent.h and
+ * proto/PROTOCOL.md (worker side). */
+#include "parent.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "child.h"
+#include "mt.h"
+#include "wire.h"
+
+#define SILENT_PERIODS 3        /* heartbeat periods of silence before reconnecting */
+#define LINGER_MS 500           /* how long a closing socket may still deliver Bye */
+
+/* One held job: the Envelope that carried it, and how far the child got. */
+typedef struct pjob {
+    wire_env_t *env;            /* owns the Job */
+    const Moetune__Job *job;
+    krn_shape_t shape;
+    int shape_ok;
+    char why[160];              /* why every config is invalid, when !shape_ok */
+    size_t next;                /* next config to measure */
+    int prepared;
+    struct pjob *link;
+} pjob_t;
+
+/* A Result kept until an Ack lists its seq. */
+typedef struct {
+    uint64_t seq;
+    uint8_t *buf;               /* packed Envelope */
+    size_t len;
+} unacked_t;
+
+typedef enum { SESSION_HELLO, SESSION_WELCOMED } session_t;
+
+struct wrk_parent {
+    wrk_parent_opts_t opts;
+    const wrk_backend_ops_t *be;
+    char id[WIRE_MAX_ID + 1];
+    char host[128];
+    char endpoint[512];
+    void *ctx, *sock;
+    session_t session;
+    uint32_t heartbeat_ms;
+    uint64_t last_heard_ms, next_beat_ms;
+    wrk_child_t *child;
+    pjob_t *head, *tail;        /* held jobs; head is the one running */
+    size_t n_jobs;
+    unacked_t *unacked;
+    size_t n_unacked, cap_unacked;
+    uint64_t seq;
+    uint64_t *ready_sent;       /* FIFO of Ready send times, one per credit */
+    size_t n_ready, cap_ready;
+    uint64_t *rtt;              /* dispatch round trips, us */
+    size_t n_rtt, cap_rtt;
+    uint64_t jobs_done, results, bad_messages, reconnects, child_restarts;
+    int stop;
+};
+
+/* ---- small helpers */
+
+static int push_u64(uint64_t **arr, size_t *n, size_t *cap, uint64_t v) {
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 64;
+        uint64_t *g = realloc(*arr, c * sizeof *g);
+        if (!g) return MT_NOMEM;
+        *arr = g;
+        *cap = c;
+    }
+    (*arr)[(*n)++] = v;
+    return MT_OK;
+}
+
+static void send_env(wrk_parent_t *p, wire_env_t *env) {
+    char err[128];
+    if (!p->sock) return;
+    int rc = wire_send(p->sock, NULL, 0, env, ZMQ_DONTWAIT, err, sizeof err);
+    if (rc) log_at(MT_LOG_WARN, "cannot send %s: %s", wire_body_name(env->body_case), rc == MT_AGAIN ? "queue full" : err);
+}
+
+static void send_ready(wrk_parent_t *p, uint32_t credits) {
+    if (credits == 0 || p->session != SESSION_WELCOMED) return;
+    wire_env_t env;
+    Moetune__Ready r = MOETUNE__READY__INIT;
+    wire_env_init(&env);
+    r.credits = credits;
+    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
+    env.ready = &r;
+    send_env(p, &env);
+    uint64_t now = mt_now_us();
+    for (uint32_t i = 0; i < credits; i++) push_u64(&p->ready_sent, &p->n_ready, &p->cap_ready, now);
+}
+
+static void send_hello(wrk_parent_t *p) {
+    const wrk_device_t *d = wrk_child_device(p->child);
+    wire_env_t env;
+    Moetune__Hello h = MOETUNE__HELLO__INIT;
+    Moetune__Gpu g = MOETUNE__GPU__INIT;
+    g.name = (char *)d->name;
+    g.uuid = (char *)d->uuid;
+    g.cc_major = d->cc_major;
+    g.cc_minor = d->cc_minor;
+    g.sm_count = d->sm_count;
+    g.memory_bytes = d->memory_bytes;
+    g.driver_version = (char *)d->driver_version;
+    g.cuda_version = (char *)d->cuda_version;
+    g.clock_khz = d->clock_khz;
+    g.mem_clock_khz = d->mem_clock_khz;
+    g.smem_per_block = d->smem_per_block;
+    g.regs_per_block = d->regs_per_block;
+    h.worker_id = p->id;
+    h.host = p->host;
+    h.pid = (uint32_t)getpid();
+    h.backend = (char *)p->be->name;
+    h.gpu = &g;
+    h.compiler = (char *)d->compiler;
+    h.kernel_hash = (char *)d->kernel_hash;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    send_env(p, &env);
+    p->session = SESSION_HELLO;
+    p->n_ready = 0; /* a Hello resets the coordinator's credits for us */
+    log_at(MT_LOG_INFO, "hello sent to %s (%s, %s)", p->endpoint, d->name, d->uuid);
+}
+
+static void send_heartbeat(wrk_parent_t *p) {
+    wire_env_t env;
+    Moetune__Heartbeat hb = MOETUNE__HEARTBEAT__INIT;
+    uint64_t ids[64];
+    uint64_t *list = ids;
+    size_t n = 0;
+    if (p->n_jobs > 64 && !(list = malloc(p->n_jobs * sizeof *list))) list = ids;
+    for (pjob_t *j = p->head; j && (list != ids || n < 64); j = j->link) list[n++] = j->job->job_id;
+    hb.sent_ms = mt_now_ms();
+    hb.n_job_ids = n;
+    hb.job_ids = list;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_HEARTBEAT;
+    env.heartbeat = &hb;
+    send_env(p, &env);
+    if (list != ids) free(list);
+}
+
+static void send_bye(wrk_parent_t *p, const char *reason) {
+    wire_env_t env;
+    Moetune__Bye b = MOETUNE__BYE__INIT;
+    b.reason = (char *)reason;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_BYE;
+    env.bye = &b;
+    send_env(p, &env);
+}
+
+static void close_socket(wrk_parent_t *p) {
+    if (!p->sock) return;
+    int linger = LINGER_MS;
+    zmq_setsockopt(p->sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_close(p->sock);
+    p->sock = NULL;
+}
+
+/* Opens a fresh DEALER to the coordinator and says Hello. */
+static int connect_and_hello(wrk_parent_t *p) {
+    int linger = LINGER_MS, hwm = 100000;
+    close_socket(p);
+    p->sock = zmq_socket(p->ctx, ZMQ_DEALER);
+    if (!p->sock) goto zerr;
+    if (zmq_setsockopt(p->sock, ZMQ_ROUTING_ID, p->id, strlen(p->id)) || zmq_setsockopt(p->sock, ZMQ_LINGER, &linger, sizeof linger) ||
+        zmq_setsockopt(p->sock, ZMQ_SNDHWM, &hwm, sizeof hwm) || zmq_connect(p->sock, p->endpoint))
+        goto zerr;
+    p->last_heard_ms = mt_now_ms();
+    send_hello(p);
+    return MT_OK;
+zerr:
+    log_at(MT_LOG_ERROR, "cannot connect to %s: %s", p->endpoint, zmq_strerror(zmq_errno()));
+    return MT_ERR;
+}
+
+/* ---- jobs */
+
+static void job_free(pjob_t *j) {
+    if (!j) return;
+    wire_free(&j->env);
+    free(j);
+}
+
+static void shape_from_proto(pjob_t *j) {
+    const Moetune__Shape *s = j->job->shape;
+    memset(&j->shape, 0, sizeof j->shape);
+    j->shape.e = s->e;
+    j->shape.n = s->n;
+    j->shape.k = s->k;
+    j->shape.topk = s->topk;
+    j->shape.block_n = s->block_n;
+    j->shape.block_k = s->block_k;
+    if (s->dtype && strlen(s->dtype) >= sizeof j->shape.dtype) {
+        mt_fmt(j->why, sizeof j->why, "dtype '%.40s' is too long", s->dtype);
+        return;
+    }
+    snprintf(j->shape.dtype, sizeof j->shape.dtype, "%s", s->dtype && *s->dtype ? s->dtype : "bf16");
+    if (j->job->n_batch_sizes > WRK_CHILD_MAX_BS) {
+        mt_fmt(j->why, sizeof j->why, "%zu batch sizes (at most %u)", j->job->n_batch_sizes, WRK_CHILD_MAX_BS);
+        return;
+    }
+    j->shape_ok = krn_shape_check(&j->shape, j->why, sizeof j->why) == MT_OK;
+}
+
+static void config_from_proto(const Moetune__Config *c, krn_config_t *out) {
+    out->block_m = c->block_m;
+    out->block_n = c->block_n;
+    out->block_k = c->block_k;
+    out->group_m = c->group_m;
+    out->num_warps = c->num_warps;
+    out->num_stages = c->num_stages;
+}
+
+static void measure_from_proto(const Moetune__Measure *m, wrk_measure_t *out) {
+    out->warmup = m->warmup;
+    out->min_samples = m->min_samples;
+    out->max_samples = m->max_samples;
+    out->rsd_target = m->rsd_target;
+    out->budget_ms = m->budget_ms;
+    out->timeout_ms = m->timeout_ms;
+    out->seed = m->seed;
+}
+
+/* Turns one config's measurements into a Result, keeps it until acked, sends it. */
+static int emit_result(wrk_parent_t *p, pjob_t *j, size_t ci, const wrk_meas_t *meas, size_t n, uint32_t regs,
+                       uint32_t spills) {
+    int rc = MT_OK;
+    wire_env_t env;
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    Moetune__Measurement *ms = calloc(n, sizeof *ms);
+    Moetune__Measurement **pm = calloc(n, sizeof *pm);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (!ms || !pm) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        moetune__measurement__init(&ms[i]);
+        ms[i].batch_size = j->job->batch_sizes[i];
+        ms[i].status = (Moetune__Status)meas[i].status;
+        if (meas[i].status == MOETUNE__STATUS__STATUS_OK) {
+            ms[i].median_us = meas[i].median_us;
+            ms[i].min_us = meas[i].min_us;
+            ms[i].mean_us = meas[i].mean_us;
+            ms[i].stddev_us = meas[i].stddev_us;
+            ms[i].samples = meas[i].samples;
+        }
+        ms[i].detail = (char *)meas[i].detail;
+        pm[i] = &ms[i];
+    }
+    r.job_id = j->job->job_id;
+    r.lease_token = j->job->lease_token;
+    r.seq = ++p->seq;
+    r.config_id = j->job->configs[ci]->config_id;
+    r.n_measurements = n;
+    r.measurements = pm;
+    r.registers = regs;
+    r.spills = spills;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    rc = wire_pack(&env, &buf, &len);
+    if (rc) goto out;
+    if (p->n_unacked == p->cap_unacked) {
+        size_t cap = p->cap_unacked ? p->cap_unacked * 2 : 64;
+        unacked_t *g = realloc(p->unacked, cap * sizeof *g);
+        if (!g) {
+            rc = MT_NOMEM;
+            goto out;
+        }
+        p->unacked = g;
+        p->cap_unacked = cap;
+    }
+    p->unacked[p->n_unacked++] = (unacked_t){r.seq, buf, len};
+    if (p->session == SESSION_WELCOMED && p->sock && zmq_send(p->sock, buf, len, ZMQ_DONTWAIT) < 0)
+        log_at(MT_LOG_WARN, "result %llu not sent now (%s); it is resent after the next Welcome",
+               (unsigned long long)r.seq, zmq_strerror(zmq_errno()));
+    buf = NULL;
+    p->results++;
+    log_at(MT_LOG_DEBUG, "job %llu config %llu: result seq %llu (status %d at bs %u)",
+           (unsigned long long)r.job_id, (unsigned long long)r.config_id, (unsigned long long)r.seq, meas[0].status,
+           ms[0].batch_size);
+out:
+    free(buf);
+    free(pm);
+    free(ms);
+    return rc;
+}
+
+/* Every config of a job whose shape cannot run gets INVALID without the child. */
+static int emit_invalid(wrk_parent_t *p, pjob_t *j) {
+    size_t n = j->job->n_batch_sizes;
+    wrk_meas_t *meas = calloc(n, sizeof *meas);
+    if (!meas) return MT_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        meas[i].status = MOETUNE__STATUS__STATUS_INVALID;
+        snprintf(meas[i].detail, sizeof meas[i].detail, "%s", j->why);
+    }
+    int rc = MT_OK;
+    for (; j->next < j->job->n_configs && !rc; j->next++) rc = emit_result(p, j, j->next, meas, n, 0, 0);
+    free(meas);
+    return rc;
+}
+
+static void finish_head(wrk_parent_t *p) {
+    pjob_t *j = p->head;
+    p->head = j->link;
+    if (!p->head) p->tail = NULL;
+    p->n_jobs--;
+    p->jobs_done++;
+    log_at(MT_LOG_INFO, "job %llu done (%zu configs)", (unsigned long long)j->job->job_id, j->job->n_configs);
+    job_free(j);
+    send_ready(p, 1);
+}
+
+/* Starts the next config when the child is idle; finishes jobs that have no more. */
+static int pump(wrk_parent_t *p) {
+    int rc = MT_OK;
+    while (p->head && wrk_child_state(p->child) == WRK_CHILD_IDLE) {
+        pjob_t *j = p->head;
+        if (!j->shape_ok) {
+            rc = emit_invalid(p, j);
+            if (rc) return rc;
+        }
+        if (j->next >= j->job->n_configs) {
+            finish_head(p);
+            continue;
+        }
+        if (!j->prepared) {
+            size_t n = j->job->n_configs - j->next;
+            krn_config_t *cfgs = malloc(n * sizeof *cfgs);
+            if (cfgs) {
+                for (size_t i = 0; i < n; i++) config_from_proto(j->job->configs[j->next + i]->config, &cfgs[i]);
+                wrk_child_prepare(p->child, &j->shape, cfgs, n);
+                free(cfgs);
+            }
+            j->prepared = 1;
+        }
+        krn_config_t cfg;
+        wrk_measure_t m;
+        config_from_proto(j->job->configs[j->next]->config, &cfg);
+        measure_from_proto(j->job->measure, &m);
+        rc = wrk_child_start(p->child, &j->shape, &cfg, j->job->batch_sizes, j->job->n_batch_sizes, &m);
+        if (rc) {
+            log_at(MT_LOG_ERROR, "cannot hand config to the child: %s", wrk_child_error(p->child));
+            return rc;
+        }
+        return MT_OK;
+    }
+    return rc;
+}
+
+/* ---- messages from the coordinator (a table by body) */
+
+static void on_welcome(wrk_parent_t *p, const wire_env_t *env) {
+    uint32_t hb = env->welcome->heartbeat_ms;
+    if (hb >= 10 && hb <= 600000) p->heartbeat_ms = hb;
+    p->session = SESSION_WELCOMED;
+    p->next_beat_ms = mt_now_ms() + p->heartbeat_ms;
+    log_at(MT_LOG_INFO, "welcomed (heartbeat %u ms); resending %zu unacknowledged results", p->heartbeat_ms,
+           p->n_unacked);
+    for (size_t i = 0; i < p->n_unacked; i++)
+        if (zmq_send(p->sock, p->unacked[i].buf, p->unacked[i].len, ZMQ_DONTWAIT) < 0) break;
+    uint32_t want = p->opts.credits > p->n_jobs ? p->opts.credits - (uint32_t)p->n_jobs : 0;
+    send_ready(p, want);
+}
+
+static void on_job(wrk_parent_t *p, wire_env_t **penv) {
+    const Moetune__Job *job = (*penv)->job;
+    for (pjob_t *j = p->head; j; j = j->link) {
+        if (j->job->job_id == job->job_id) {
+            p->bad_messages++;
+            log_at(MT_LOG_WARN, "job %llu is already held; ignoring the duplicate", (unsigned long long)job->job_id);
+            return;
+        }
+    }
+    pjob_t *j = calloc(1, sizeof *j);
+    if (!j) return;
+    j->env = *penv;
+    *penv = NULL;
+    j->job = j->env->job;
+    shape_from_proto(j);
+    if (p->n_ready > 0) {
+        push_u64(&p->rtt, &p->n_rtt, &p->cap_rtt, mt_now_us() - p->ready_sent[0]);
+        memmove(p->ready_sent, p->ready_sent + 1, (p->n_ready - 1) * sizeof *p->ready_sent);
+        p->n_ready--;
+    }
+    if (p->tail) p->tail->link = j;
+    else p->head = j;
+    p->tail = j;
+    p->n_jobs++;
+    log_at(MT_LOG_INFO, "job %llu: %zu configs x %zu batch sizes", (unsigned long long)job->job_id, job->n_configs,
+           job->n_batch_sizes);
+}
+
+static void on_ack(wrk_parent_t *p, const wire_env_t *env) {
+    const Moetune__Ack *a = env->ack;
+    for (size_t k = 0; k < a->n_seqs; k++) {
+        for (size_t i = 0; i < p->n_unacked; i++) {
+            if (p->unacked[i].seq != a->seqs[k]) continue;
+            free(p->unacked[i].buf);
+            p->unacked[i] = p->unacked[--p->n_unacked];
+            break;
+        }
+    }
+}
+
+static void on_error(wrk_parent_t *p, const wire_env_t *env) {
+    const Moetune__Error *e = env->error;
+    log_at(MT_LOG_WARN, "coordinator error %d: %s", e->code, e->message ? e->message : "");
+    /* The connection works (this Error came over it): a coordinator that lost us
+     * only needs a Hello; reconnecting would race the old routing id. */
+    if (e->code == WIRE_E_HELLO) send_hello(p);
+}
+
+static void on_shutdown(wrk_parent_t *p, const wire_env_t *env) {
+    log_at(MT_LOG_INFO, "shutdown requested: %s", env->shutdown->reason ? env->shutdown->reason : "");
+    p->stop = 1;
+}
+
+static void on_heartbeat(wrk_parent_t *p, const wire_env_t *env) { (void)p, (void)env; }
+
+typedef struct {
+    wire_body_t body;
+    void (*fn)(wrk_parent_t *, const wire_env_t *);
+} handler_t;
+
+static const handler_t g_handlers[] = {
+    {MOETUNE__ENVELOPE__BODY_WELCOME, on_welcome},   {MOETUNE__ENVELOPE__BODY_ACK, on_ack},
+    {MOETUNE__ENVELOPE__BODY_HEARTBEAT, on_heartbeat}, {MOETUNE__ENVELOPE__BODY_ERROR, on_error},
+    {MOETUNE__ENVELOPE__BODY_SHUTDOWN, on_shutdown},
+};
+
+static void handle(wrk_parent_t *p, wire_env_t **penv) {
+    wire_body_t body = (*penv)->body_case;
+    if (!wire_allowed(WIRE_FROM_COORDINATOR, body) || body == MOETUNE__ENVELOPE__BODY_SUBMITTED ||
+        body == MOETUNE__ENVELOPE__BODY_STATUS_REPLY || body == MOETUNE__ENVELOPE__BODY_CANCELLED) {
+        p->bad_messages++;
+        log_at(MT_LOG_WARN, "ignoring a %s message: not one a coordinator sends to a worker", wire_body_name(body));
+        return;
+    }
+    p->last_heard_ms = mt_now_ms();
+    if (body == MOETUNE__ENVELOPE__BODY_JOB) {
+        on_job(p, penv);
+        return;
+    }
+    for (size_t i = 0; i < sizeof g_handlers / sizeof g_handlers[0]; i++) {
+        if (g_handlers[i].body == body) {
+            g_handlers[i].fn(p, *penv);
+            return;
+        }
+    }
+}
+
+static void drain_socket(wrk_parent_t *p) {
+    while (p->sock && !p->stop) {
+        wire_env_t *env = NULL;
+        wire_reject_t rej;
+        int rc = wire_recv(p->sock, false, NULL, NULL, WIRE_DEFAULT_MAX_BYTES, ZMQ_DONTWAIT, &env, &rej);
+        if (rc == MT_AGAIN) return;
+        if (rc == MT_INVAL) {
+            p->bad_messages++;
+            log_at(MT_LOG_WARN, "malformed message from the coordinator (code %d): %s", rej.code, rej.reason);
+            continue;
+        }
+        if (rc) {
+            log_at(MT_LOG_WARN, "receive failed: %s", zmq_strerror(zmq_errno()));
+            return;
+        }
+        handle(p, &env);
+        wire_free(&env);
+    }
+}
+
+/* ---- child events */
+
+static int on_child(wrk_parent_t *p, wrk_child_event_t ev) {
+    char err[256];
+    if (ev == WRK_CHILD_EV_DONE) {
+        pjob_t *j = p->head;
+        const wrk_meas_t *meas;
+        size_t n;
+        uint32_t regs, spills;
+        wrk_child_results(p->child, &meas, &n, &regs, &spills);
+        if (j && j->next < j->job->n_configs) {
+            if (meas[0].status == MOETUNE__STATUS__STATUS_CRASHED || meas[0].status == MOETUNE__STATUS__STATUS_TIMEOUT)
+                log_at(MT_LOG_WARN, "job %llu config %llu: %s", (unsigned long long)j->job->job_id,
+                       (unsigned long long)j->job->configs[j->next]->config_id, meas[0].detail);
+            int rc = emit_result(p, j, j->next, meas, n, regs, spills);
+            if (rc) return rc;
+            j->next++;
+        }
+    }
+    if (wrk_child_state(p->child) == WRK_CHILD_DEAD && ev != WRK_CHILD_EV_OPEN_FAILED) {
+        p->child_restarts++;
+        log_at(MT_LOG_INFO, "starting a new child (%s)", wrk_child_error(p->child));
+        if (wrk_child_restart(p->child, err, sizeof err)) {
+            fprintf(stderr, "moetune-worker: cannot start a child: %s\n", err);
+            return MT_ERR;
+        }
+        for (pjob_t *j = p->head; j; j = j->link) j->prepared = 0;
+    }
+    if (ev == WRK_CHILD_EV_OPEN_FAILED) {
+        fprintf(stderr, "moetune-worker: %s backend: %s\n", p->be->name, wrk_child_error(p->child));
+        return MT_ERR;
+    }
+    return MT_OK;
+}
+
+/* ---- the loop */
+
+static int wait_first_child(wrk_parent_t *p) {
+    while (!mt_stop_requested) {
+        wrk_child_event_t ev;
+        if (wrk_child_poll(p->child, 200, &ev)) return MT_ERR;
+        if (ev == WRK_CHILD_EV_READY) return MT_OK;
+        if (ev == WRK_CHILD_EV_OPEN_FAILED) {
+            fprintf(stderr, "moetune-worker: %s backend: %s\n", p->be->name, wrk_child_error(p->child));
+            return MT_ERR;
+        }
+    }
+    return MT_AGAIN;
+}
+
+int wrk_parent_run(wrk_parent_t *p) {
+    int code = MT_EXIT_OK;
+    char err[256];
+    if (wrk_child_new(p->be, &p->opts.bopts, &p->child, err, sizeof err)) {
+        fprintf(stderr, "moetune-worker: %s backend: %s\n", p->be->name, err);
+        return MT_EXIT_FAIL;
+    }
+    int rc = wait_first_child(p);
+    if (rc == MT_AGAIN) goto out;
+    if (rc) {
+        code = MT_EXIT_FAIL;
+        goto out;
+    }
+    const wrk_device_t *d = wrk_child_device(p->child);
+    log_at(MT_LOG_INFO, "%s backend: %s (%s), compiler %s", p->be->name, d->name, d->uuid, d->compiler);
+    p->ctx = zmq_ctx_new();
+    if (!p->ctx || connect_and_hello(p)) {
+        code = MT_EXIT_FAIL;
+        goto out;
+    }
+    while (!p->stop && !mt_stop_requested) {
+        uint64_t now = mt_now_ms();
+        uint64_t due = p->last_heard_ms + (uint64_t)SILENT_PERIODS * p->heartbeat_ms;
+        if (p->session == SESSION_WELCOMED && p->next_beat_ms < due) due = p->next_beat_ms;
+        uint64_t dl = wrk_child_deadline_ms(p->child);
+        if (dl && dl < due) due = dl;
+        long timeout = due > now ? (long)(due - now) : 0;
+        zmq_pollitem_t items[2] = {{p->sock, 0, ZMQ_POLLIN, 0}, {NULL, wrk_child_fd(p->child), ZMQ_POLLIN, 0}};
+        int n_items = wrk_child_fd(p->child) >= 0 ? 2 : 1;
+        if (zmq_poll(items, n_items, timeout) < 0 && zmq_errno() != EINTR) {
+            log_at(MT_LOG_ERROR, "poll: %s", zmq_strerror(zmq_errno()));
+            code = MT_EXIT_FAIL;
+            break;
+        }
+        if (items[0].revents & ZMQ_POLLIN) drain_socket(p);
+        for (;;) {
+            wrk_child_event_t ev;
+            if (wrk_child_poll(p->child, 0, &ev)) {
+                code = MT_EXIT_FAIL;
+                goto out;
+            }
+            if (ev == WRK_CHILD_EV_NONE) break;
+            if (on_child(p, ev)) {
+                code = MT_EXIT_FAIL;
+                goto out;
+            }
+        }
+        if (pump(p)) {
+            code = MT_EXIT_FAIL;
+            break;
+        }
+        now = mt_now_ms();
+        if (now >= p->last_heard_ms + (uint64_t)SILENT_PERIODS * p->heartbeat_ms) {
+            p->reconnects++;
+            log_at(MT_LOG_WARN, "coordinator silent for %u ms; reconnecting", SILENT_PERIODS * p->heartbeat_ms);
+            if (connect_and_hello(p)) {
+                code = MT_EXIT_FAIL;
+                break;
+            }
+        }
+        if (p->session == SESSION_WELCOMED && now >= p->next_beat_ms) {
+            send_heartbeat(p);
+            p->next_beat_ms = now + p->heartbeat_ms;
+        }
+    }
+    if (p->sock) send_bye(p, p->stop ? "shutdown" : "stopping");
+    log_at(MT_LOG_INFO, "stopping: %llu jobs, %llu results, %zu unacknowledged", (unsigned long long)p->jobs_done,
+           (unsigned long long)p->results, p->n_unacked);
+out:
+    wrk_child_destroy(&p->child);
+    close_socket(p);
+    if (p->ctx) {
+        zmq_ctx_term(p->ctx);
+        p->ctx = NULL;
+    }
+    return code;
+}
+
+/* ---- lifecycle and stats */
+
+int wrk_parent_new(const wrk_parent_opts_t *opts, wrk_parent_t **out, char *err, size_t errlen) {
+    int rc = MT_OK;
+    wrk_parent_t *p = calloc(1, sizeof *p);
+    *out = NULL;
+    if (!p) return MT_NOMEM;
+    p->opts = *opts;
+    p->be = wrk_backend_find(opts->backend);
+    if (!p->be) {
+        mt_fmt(err, errlen, "unknown backend '%s' (built: %s)", opts->backend ? opts->backend : "", wrk_backend_names());
+        rc = MT_INVAL;
+        goto out;
+    }
+    if (!opts->endpoint || !*opts->endpoint || strlen(opts->endpoint) >= sizeof p->endpoint) {
+        mt_fmt(err, errlen, "missing or too long coordinator endpoint");
+        rc = MT_INVAL;
+        goto out;
+    }
+    snprintf(p->endpoint, sizeof p->endpoint, "%s", opts->endpoint);
+    if (p->opts.credits == 0) p->opts.credits = 1;
+    if (p->opts.credits > 1024) {
+        mt_fmt(err, errlen, "credits %u > 1024", p->opts.credits);
+        rc = MT_INVAL;
+        goto out;
+    }
+    p->heartbeat_ms = opts->heartbeat_ms ? opts->heartbeat_ms : 1000;
+    if (gethostname(p->host, sizeof p->host) != 0) snprintf(p->host, sizeof p->host, "localhost");
+    p->host[sizeof p->host - 1] = '\0';
+    if (opts->worker_id) {
+        if (!*opts->worker_id || strlen(opts->worker_id) > WIRE_MAX_ID) {
+            mt_fmt(err, errlen, "worker id must be 1..%d characters", WIRE_MAX_ID);
+            rc = MT_INVAL;
+            goto out;
+        }
+        snprintf(p->id, sizeof p->id, "%s", opts->worker_id);
+    } else {
+        snprintf(p->id, sizeof p->id, "%.200s-%d-gpu%d", p->host, (int)getpid(), opts->bopts.gpu_index);
+    }
+    p->opts.worker_id = p->id;
+    p->opts.endpoint = p->endpoint;
+    *out = p;
+    p = NULL;
+out:
+    free(p);
+    return rc;
+}
+
+const char *wrk_parent_id(const wrk_parent_t *p) { return p->id; }
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static uint64_t pct(const uint64_t *sorted, size_t n, double q) {
+    if (n == 0) return 0;
+    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+    return sorted[i < n ? i : n - 1];
+}
+
+void wrk_parent_stats_json(const wrk_parent_t *p, char *buf, size_t len) {
+    uint64_t *s = NULL;
+    size_t n = p->n_rtt;
+    if (n && (s = malloc(n * sizeof *s))) {
+        memcpy(s, p->rtt, n * sizeof *s);
+        qsort(s, n, sizeof *s, cmp_u64);
+    } else {
+        n = 0;
+    }
+    mt_fmt(buf, len,
+           "{\"jobs\":%llu,\"results\":%llu,\"dispatch_rtt_us\":{\"p50\":%llu,\"p99\":%llu,\"n\":%zu},"
+           "\"bad_messages\":%llu,\"reconnects\":%llu,\"child_restarts\":%llu,\"unacked\":%zu}",
+           (unsigned long long)p->jobs_done, (unsigned long long)p->results, (unsigned long long)pct(s, n, 0.50),
+           (unsigned long long)pct(s, n, 0.99), n, (unsigned long long)p->bad_messages,
+           (unsigned long long)p->reconnects, (unsigned long long)p->child_restarts, p->n_unacked);
+    free(s);
+}
+
+void wrk_parent_destroy(wrk_parent_t **pp) {
+    if (!pp || !*pp) return;
+    wrk_parent_t *p = *pp;
+    wrk_child_destroy(&p->child);
+    close_socket(p);
+    if (p->ctx) zmq_ctx_term(p->ctx);
+    while (p->head) {
+        pjob_t *j = p->head;
+        p->head = j->link;
+        job_free(j);
+    }
+    for (size_t i = 0; i < p->n_unacked; i++) free(p->unacked[i].buf);
+    free(p->unacked);
+    free(p->ready_sent);
+    free(p->rtt);
+    free(p);
+    *pp = NULL;
+}
