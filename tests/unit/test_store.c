@@ -1,0 +1,227 @@
+/* test_store.c - migration, re-open, idempotent result inserts, leased jobs
+ * returned to pending on restart, and the embedded schema matching db/schema.sql. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+
+#include "mt.h"
+#include "sched.h"
+#include "store.h"
+
+static char g_dir[64];
+static char g_path[128];
+
+static int setup(void **state) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/mt_store_XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    snprintf(g_path, sizeof g_path, "%s/t.db", g_dir);
+    return 0;
+}
+
+static int teardown(void **state) {
+    char p[160];
+    const char *sfx[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) unlink(mt_fmt(p, sizeof p, "%s%s", g_path, sfx[i]));
+    rmdir(g_dir);
+    return 0;
+}
+
+static int64_t query_int(const char *sql) {
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    int64_t v = -1;
+    assert_int_equal(sqlite3_open_v2(g_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+static void test_migrate_fresh(void **state) {
+    char err[256];
+    store_t *s = NULL;
+    int version = -1;
+    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_user_version(s, &version), MT_OK);
+    assert_int_equal(version, STORE_SCHEMA_VERSION);
+    store_close(&s);
+    assert_null(s);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('devices',"
+                               "'workers','sweeps','shapes','configs','rejected','jobs','job_configs','crashes',"
+                               "'results','exports')"),
+                     11);
+    assert_int_equal(query_int("PRAGMA user_version"), 1);
+    store_close(&s); /* NULL-safe */
+}
+
+static void test_reopen_keeps_data(void **state) {
+    char err[256];
+    store_t *s = NULL;
+    uint64_t sweep = 0;
+    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_sweep_insert(s, "keep", "x", 1, 100, &sweep), MT_OK);
+    store_close(&s);
+    /* a second open must not apply the schema again (CREATE TABLE would fail) */
+    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    store_close(&s);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sweeps WHERE name = 'keep'"), 1);
+    assert_int_equal(query_int("PRAGMA user_version"), 1);
+}
+
+static void test_newer_schema_refused(void **state) {
+    char err[256] = "";
+    sqlite3 *db = NULL;
+    store_t *s = NULL;
+    assert_int_equal(sqlite3_open(g_path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 7", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_INVAL);
+    assert_null(s);
+    assert_non_null(strstr(err, "newer"));
+}
+
+static void test_bad_path(void **state) {
+    char err[256] = "";
+    store_t *s = NULL;
+    assert_int_not_equal(store_open("/nonexistent-dir/x/y.db", &s, err, sizeof err), MT_OK);
+    assert_null(s);
+    assert_true(strlen(err) > 0);
+}
+
+static void seed_job(store_t *s, uint64_t *sweep, uint64_t *shape, uint64_t *cfg, uint64_t *job) {
+    krn_shape_t sh = {.e = 8, .n = 256, .k = 256, .topk = 2, .dtype = "bf16"};
+    krn_config_t c = {16, 64, 64, 1, 4, 2};
+    assert_int_equal(store_sweep_insert(s, "s", "", 0, 1, sweep), MT_OK);
+    assert_int_equal(store_shape_upsert(s, &sh, shape), MT_OK);
+    uint64_t shape2 = 0, cfg2 = 0;
+    assert_int_equal(store_shape_upsert(s, &sh, &shape2), MT_OK);
+    assert_int_equal(shape2, *shape);
+    assert_int_equal(store_config_upsert(s, &c, cfg), MT_OK);
+    assert_int_equal(store_config_upsert(s, &c, &cfg2), MT_OK);
+    assert_int_equal(cfg2, *cfg);
+    assert_int_equal(store_job_insert(s, *sweep, *shape, NULL, 1, job), MT_OK);
+    assert_int_equal(store_job_config_insert(s, *job, *cfg), MT_OK);
+}
+
+static void test_idempotent_result(void **state) {
+    char err[256];
+    store_t *s = NULL;
+    uint64_t sweep, shape, cfg, job;
+    bool inserted = false;
+    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    seed_job(s, &sweep, &shape, &cfg, &job);
+    store_result_t r = {.sweep_id = sweep, .shape_id = shape, .config_id = cfg, .job_id = job, .batch_size = 16,
+                        .status = MOETUNE__STATUS__STATUS_OK, .median_us = 12.5, .min_us = 12.0, .mean_us = 12.6,
+                        .stddev_us = 0.1, .samples = 20, .worker_id = "w1", .backend = "sim",
+                        .compiler = "sim", .created = 5};
+    assert_int_equal(store_begin(s), MT_OK);
+    assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
+    assert_true(inserted);
+    r.median_us = 99.0; /* a resend must not overwrite */
+    assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
+    assert_false(inserted);
+    assert_int_equal(store_commit(s), MT_OK);
+    r.status = 99;
+    assert_int_equal(store_result_insert(s, &r, &inserted), MT_INVAL);
+    uint32_t n = 0;
+    assert_int_equal(store_result_count(s, sweep, shape, cfg, &n), MT_OK);
+    assert_int_equal(n, 1);
+    uint64_t done = 0, failed = 0;
+    assert_int_equal(store_sweep_result_counts(s, sweep, &done, &failed), MT_OK);
+    assert_int_equal(done, 1);
+    assert_int_equal(failed, 0);
+    store_close(&s);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 1);
+    assert_int_equal(query_int("SELECT CAST(median_us * 10 AS INTEGER) FROM results"), 125);
+}
+
+static void test_rollback_discards(void **state) {
+    char err[256];
+    store_t *s = NULL;
+    uint64_t sweep, shape, cfg, job;
+    bool inserted = false;
+    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    seed_job(s, &sweep, &shape, &cfg, &job);
+    store_result_t r = {.sweep_id = sweep, .shape_id = shape, .config_id = cfg, .batch_size = 1,
+                        .status = MOETUNE__STATUS__STATUS_TIMEOUT, .backend = "sim", .compiler = "sim"};
+    assert_int_equal(store_begin(s), MT_OK);
+    assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
+    store_rollback(s);
+    store_close(&s);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 0);
+}
+
+static int noop_send(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) { return MT_OK; }
+
+static void test_leased_back_to_pending(void **state) {
+    char err[256];
+    store_t *s = NULL;
+    uint64_t sweep, shape, cfg, job;
+    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    seed_job(s, &sweep, &shape, &cfg, &job);
+    store_job_update_t u = {.id = job, .state = "leased", .attempts = 1, .worker_id = "w1", .lease_token = 77,
+                            .lease_expires_ms = 123};
+    assert_int_equal(store_job_update(s, &u), MT_OK);
+    store_close(&s);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE state = 'leased'"), 1);
+
+    uint32_t n = 0;
+    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_requeue_leased(s, &n), MT_OK);
+    assert_int_equal(n, 1);
+    store_close(&s);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE state = 'pending' AND attempts = 1"), 1);
+
+    /* and the scheduler does it on start */
+    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_job_update(s, &u), MT_OK);
+    sched_opts_t o = {.send = noop_send};
+    sched_t *sc = sched_new(s, &o, 0, err, sizeof err);
+    assert_non_null(sc);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE state = 'leased'"), 0);
+    sched_destroy(&sc);
+    assert_null(sc);
+    store_close(&s);
+}
+
+static void test_schema_file_matches(void **state) {
+    char path[512];
+    FILE *f = fopen(mt_fmt(path, sizeof path, "%s/db/schema.sql", MT_SOURCE_DIR), "rb");
+    assert_non_null(f);
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    assert_string_equal(buf, store_schema_sql());
+}
+
+static void test_status_names(void **state) {
+    assert_string_equal(store_status_name(MOETUNE__STATUS__STATUS_OK), "ok");
+    assert_string_equal(store_status_name(MOETUNE__STATUS__STATUS_CRASHED), "crashed");
+    assert_null(store_status_name(MOETUNE__STATUS__STATUS_UNKNOWN));
+}
+
+int main(void) {
+    mt_log_init("test_store", MT_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_migrate_fresh, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
+        cmocka_unit_test(test_bad_path),
+        cmocka_unit_test_setup_teardown(test_idempotent_result, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rollback_discards, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_leased_back_to_pending, setup, teardown),
+        cmocka_unit_test(test_schema_file_matches),
+        cmocka_unit_test(test_status_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
