@@ -67,6 +67,25 @@ uint32_t krn_smem_bytes(const krn_config_t *c, const krn_shape_t *shape) {
 
 static int is_pow2(uint32_t v) { return v && !(v & (v - 1)); }
 
+uint32_t krn_warps_m(const krn_config_t *c) {
+    uint32_t best = 0, best_cost = UINT32_MAX;
+    if (!c->num_warps) return 0;
+    for (uint32_t wm = 1; wm <= c->num_warps; wm *= 2) {
+        if (c->num_warps % wm) continue;
+        uint32_t wn = c->num_warps / wm;
+        if (c->block_m % wm || c->block_n % wn) continue;
+        uint32_t tm = c->block_m / wm, tn = c->block_n / wn;
+        if (tm % 16 || tn % 8) continue;
+        /* Shared-memory fragment traffic per MMA grows with tm + tn at a fixed tm*tn. */
+        uint32_t cost = tm + tn;
+        if (cost < best_cost || (cost == best_cost && wm > best)) {
+            best = wm;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
 int krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_t *l, char *why, size_t whylen) {
     uint32_t threads = c->num_warps * 32;
     if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 ||
@@ -78,8 +97,8 @@ int krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_
         mt_fmt(why, whylen, "num_warps %u is not a power of two <= 16", c->num_warps);
         return MT_INVAL;
     }
-    if (c->num_stages < 1 || c->group_m < 1) {
-        mt_fmt(why, whylen, "num_stages and GROUP_SIZE_M must be >= 1");
+    if (c->num_stages < 2 || c->num_stages > 8 || c->group_m < 1) {
+        mt_fmt(why, whylen, "num_stages must be in 2..8 and GROUP_SIZE_M >= 1");
         return MT_INVAL;
     }
     /* Divisibility: GEMM1 reduces over K (hidden) and writes 2N columns; GEMM2
@@ -97,9 +116,10 @@ int krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_
         return MT_INVAL;
     }
     /* Warp tiling: the warps split the BLOCK_M x BLOCK_N tile; every warp needs
-     * at least one 16x8 MMA tile. */
-    if ((uint64_t)c->block_m * c->block_n < (uint64_t)c->num_warps * 16 * 8) {
-        mt_fmt(why, whylen, "tile %ux%u is too small for %u warps", c->block_m, c->block_n, c->num_warps);
+     * whole 16x8 MMA tiles (at least 16 rows, 8 columns). */
+    if (krn_warps_m(c) == 0) {
+        mt_fmt(why, whylen, "tile %ux%u cannot be split into 16x8 MMA tiles for %u warps", c->block_m, c->block_n,
+               c->num_warps);
         return MT_INVAL;
     }
     /* fp32 accumulators per thread must leave room for addresses and fragments. */
@@ -108,9 +128,10 @@ int krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_
         mt_fmt(why, whylen, "accumulator needs %u registers per thread (> 128 of %u)", acc, l->regs_per_thread);
         return MT_INVAL;
     }
-    uint32_t smem = krn_smem_bytes(c, shape);
+    /* The pipeline's stages plus the block's row-index table (BLOCK_M ints). */
+    uint64_t smem = (uint64_t)krn_smem_bytes(c, shape) + 4u * c->block_m;
     if (smem > l->smem_per_block) {
-        mt_fmt(why, whylen, "shared memory %u B > %u B limit", smem, l->smem_per_block);
+        mt_fmt(why, whylen, "shared memory %llu B > %u B limit", (unsigned long long)smem, l->smem_per_block);
         return MT_INVAL;
     }
     return MT_OK;

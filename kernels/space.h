@@ -58,6 +58,11 @@ void krn_limits_default(krn_limits_t *limits);
  * tiles times num_stages). */
 uint32_t krn_smem_bytes(const krn_config_t *cfg, const krn_shape_t *shape);
 
+/* How the CUDA kernel splits a BLOCK_M x BLOCK_N tile among num_warps warps: the number
+ * of warps along M (the rest go along N), chosen so every warp holds whole 16x8 MMA tiles
+ * and the warp tile is as square as possible. Returns 0 when no split fits. */
+uint32_t krn_warps_m(const krn_config_t *cfg);
+
 /* Checks cfg for shape on a device with limits. Returns MT_OK when it can run,
  * else MT_INVAL with a one-line reason in why (e.g. "shared memory 294912 B >
  * 232448 B limit"). */
