@@ -1,0 +1,252 @@
+/* test_planner.c - plan counts over the default space, rejection reasons, job
+ * chunking, storing a plan, and refusal of invalid specs with nothing stored. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+
+#include "mt.h"
+#include "planner.h"
+#include "store.h"
+
+static char g_dir[64];
+static char g_path[128];
+
+static int setup(void **state) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/mt_plan_XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    snprintf(g_path, sizeof g_path, "%s/t.db", g_dir);
+    return 0;
+}
+
+static int teardown(void **state) {
+    char p[160];
+    const char *sfx[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) unlink(mt_fmt(p, sizeof p, "%s%s", g_path, sfx[i]));
+    rmdir(g_dir);
+    return 0;
+}
+
+static int64_t query_int(const char *sql) {
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    int64_t v = -1;
+    assert_int_equal(sqlite3_open_v2(g_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+/* A spec with up to 4 shapes and the default batch sizes. */
+typedef struct {
+    Moetune__SweepSpec spec;
+    Moetune__Shape shapes[4];
+    Moetune__Shape *shape_ptrs[4];
+    uint32_t bs[32];
+} spec_t;
+
+static void spec_init(spec_t *s, const uint32_t (*shapes)[4], size_t n) {
+    memset(s, 0, sizeof *s);
+    moetune__sweep_spec__init(&s->spec);
+    s->spec.name = "t";
+    for (size_t i = 0; i < n; i++) {
+        moetune__shape__init(&s->shapes[i]);
+        s->shapes[i].e = shapes[i][0];
+        s->shapes[i].n = shapes[i][1];
+        s->shapes[i].k = shapes[i][2];
+        s->shapes[i].topk = shapes[i][3];
+        s->shape_ptrs[i] = &s->shapes[i];
+    }
+    s->spec.n_shapes = n;
+    s->spec.shapes = s->shape_ptrs;
+    memcpy(s->bs, krn_default_batch_sizes, krn_n_default_batch_sizes * sizeof s->bs[0]);
+    s->spec.n_batch_sizes = krn_n_default_batch_sizes;
+    s->spec.batch_sizes = s->bs;
+}
+
+static const uint32_t QWEN[1][4] = {{128, 768, 2048, 8}};
+
+static bool has_reason(const plan_t *p, const char *needle) {
+    for (size_t i = 0; i < p->n_shapes; i++)
+        for (size_t k = 0; k < p->shapes[i].n_rejected; k++)
+            if (strstr(p->shapes[i].rejected[k].reason, needle)) return true;
+    return false;
+}
+
+static void test_default_space_counts(void **state) {
+    spec_t s;
+    char err[256];
+    plan_t *p = NULL;
+    spec_init(&s, QWEN, 1);
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_int_equal(p->configs_valid + p->configs_rejected, 1920);
+    assert_true(p->configs_valid > 0);
+    assert_true(p->configs_rejected > 0);
+    assert_int_equal(p->results_planned, (uint64_t)p->configs_valid * 18);
+    assert_int_equal(p->jobs, (p->configs_valid + 15) / 16);
+    assert_int_equal(p->chunk, 16);
+    assert_int_equal(p->max_attempts, 3);
+    assert_int_equal(p->measure.warmup, 5);
+    assert_int_equal(p->measure.min_samples, 10);
+    assert_int_equal(p->measure.max_samples, 100);
+    assert_true(p->measure.rsd_target > 0.0099 && p->measure.rsd_target < 0.0101);
+    assert_int_equal(p->measure.budget_ms, 1000);
+    assert_int_equal(p->measure.timeout_ms, 60000);
+    assert_int_equal(p->measure.seed, 1);
+    assert_true(has_reason(p, "shared memory"));
+    assert_string_equal(p->shapes[0].shape.dtype, "bf16");
+    uint32_t v = 0, r = 0, j = 0;
+    assert_int_equal(plan_count(&s.spec, &v, &r, &j, err, sizeof err), MT_OK);
+    assert_int_equal(v, p->configs_valid);
+    assert_int_equal(r, p->configs_rejected);
+    assert_int_equal(j, p->jobs);
+    plan_destroy(&p);
+    assert_null(p);
+}
+
+static void test_divisibility_and_chunks(void **state) {
+    static const uint32_t shapes[3][4] = {{32, 2880, 2880, 4}, {128, 768, 2048, 8}, {8, 1792, 4096, 2}};
+    spec_t s;
+    char err[256];
+    plan_t *p = NULL;
+    spec_init(&s, shapes, 3);
+    s.spec.chunk = 7;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_true(has_reason(p, "not a multiple"));
+    uint32_t jobs = 0, valid = 0;
+    for (size_t i = 0; i < p->n_shapes; i++) {
+        assert_int_equal(p->shapes[i].n_valid + p->shapes[i].n_rejected, 1920);
+        jobs += (uint32_t)((p->shapes[i].n_valid + 6) / 7);
+        valid += (uint32_t)p->shapes[i].n_valid;
+    }
+    assert_int_equal(p->jobs, jobs);
+    assert_int_equal(p->configs_valid, valid);
+    assert_int_equal(p->configs_rejected, 3 * 1920 - valid);
+    /* K=2880 is no multiple of 128 or 256: only BLOCK_SIZE_K=64 survives */
+    for (size_t i = 0; i < p->shapes[0].n_valid; i++) assert_int_equal(p->shapes[0].valid[i].block_k, 64);
+    plan_destroy(&p);
+}
+
+static void test_store_plan(void **state) {
+    spec_t s;
+    char err[256];
+    store_t *db = NULL;
+    Moetune__Submitted sub;
+    spec_init(&s, QWEN, 1);
+    s.spec.chunk = 100;
+    assert_int_equal(store_open(g_path, &db, err, sizeof err), MT_OK);
+    assert_int_equal(plan_store(db, &s.spec, &sub, err, sizeof err), MT_OK);
+    store_close(&db);
+    assert_int_equal(sub.sweep_id, 1);
+    assert_int_equal(sub.configs_valid + sub.configs_rejected, 1920);
+    assert_int_equal(sub.jobs, (sub.configs_valid + 99) / 100);
+    assert_int_equal(sub.results_planned, (uint64_t)sub.configs_valid * 18);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sweeps WHERE state = 'running'"), 1);
+    assert_int_equal(query_int("SELECT results_planned FROM sweeps"), (int64_t)sub.results_planned);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE state = 'pending'"), sub.jobs);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs"), sub.configs_valid);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM rejected"), sub.configs_rejected);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM configs"), 1920);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM shapes"), 1);
+    assert_int_equal(query_int("SELECT MAX(n) FROM (SELECT COUNT(*) AS n FROM job_configs GROUP BY job_id)"), 100);
+    assert_int_equal(query_int("SELECT length(spec) > 0 FROM sweeps"), 1);
+}
+
+typedef void (*spoil_fn)(spec_t *s);
+static void spoil_no_shapes(spec_t *s) { s->spec.n_shapes = 0; }
+static void spoil_zero_batch(spec_t *s) { s->bs[3] = 0; }
+static void spoil_big_batch(spec_t *s) { s->bs[3] = PLAN_MAX_BATCH + 1; }
+static void spoil_dup_batch(spec_t *s) { s->bs[3] = s->bs[2]; }
+static void spoil_no_batch(spec_t *s) { s->spec.n_batch_sizes = 0; }
+static void spoil_topk(spec_t *s) { s->shapes[0].topk = s->shapes[0].e + 1; }
+static void spoil_strategy(spec_t *s) { s->spec.strategy = "random-guess"; }
+static void spoil_dtype(spec_t *s) { s->shapes[0].dtype = "int3"; }
+static Moetune__Space g_space;
+static uint32_t g_bm[] = {16, 32};
+static void spoil_space(spec_t *s) {
+    moetune__space__init(&g_space);
+    g_space.n_block_m = 2; /* the other lists empty */
+    g_space.block_m = g_bm;
+    s->spec.space = &g_space;
+}
+
+static void test_invalid_specs(void **state) {
+    static const struct {
+        spoil_fn fn;
+        const char *needle;
+    } cases[] = {
+        {spoil_no_shapes, "no shapes"},  {spoil_zero_batch, "batch size 0"},
+        {spoil_big_batch, "out of range"}, {spoil_dup_batch, "repeat"},
+        {spoil_no_batch, "no batch sizes"}, {spoil_topk, "topk"},
+        {spoil_strategy, "unknown strategy"}, {spoil_dtype, "dtype"},
+        {spoil_space, "list is empty"},
+    };
+    char err[256];
+    store_t *db = NULL;
+    assert_int_equal(store_open(g_path, &db, err, sizeof err), MT_OK);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        spec_t s;
+        Moetune__Submitted sub;
+        plan_t *p = NULL;
+        spec_init(&s, QWEN, 1);
+        cases[i].fn(&s);
+        err[0] = '\0';
+        assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_INVAL);
+        assert_null(p);
+        if (!strstr(err, cases[i].needle)) fail_msg("case %zu: reason '%s' lacks '%s'", i, err, cases[i].needle);
+        err[0] = '\0';
+        assert_int_equal(plan_store(db, &s.spec, &sub, err, sizeof err), MT_INVAL);
+        assert_non_null(strstr(err, cases[i].needle));
+    }
+    store_close(&db);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sweeps"), 0);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs"), 0);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM configs"), 0);
+}
+
+static void test_custom_space_and_measure(void **state) {
+    spec_t s;
+    char err[256];
+    plan_t *p = NULL;
+    static uint32_t bm[] = {16, 64}, bn[] = {64}, bk[] = {64, 128}, gm[] = {1}, nw[] = {4}, ns[] = {2, 3, 4};
+    Moetune__Space sp = MOETUNE__SPACE__INIT;
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    sp.n_block_m = 2, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 2, sp.block_k = bk;
+    sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw, sp.n_num_stages = 3,
+    sp.num_stages = ns;
+    m.warmup = 2;
+    m.seed = 9;
+    spec_init(&s, QWEN, 1);
+    s.spec.space = &sp;
+    s.spec.measure = &m;
+    s.spec.strategy = "exhaustive";
+    s.spec.max_attempts = 5;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_int_equal(p->configs_valid + p->configs_rejected, 12);
+    assert_int_equal(p->measure.warmup, 2);
+    assert_int_equal(p->measure.seed, 9);
+    assert_int_equal(p->measure.max_samples, 100);
+    assert_int_equal(p->max_attempts, 5);
+    plan_destroy(&p);
+}
+
+int main(void) {
+    mt_log_init("test_planner", MT_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_space_counts),
+        cmocka_unit_test(test_divisibility_and_chunks),
+        cmocka_unit_test_setup_teardown(test_store_plan, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_invalid_specs, setup, teardown),
+        cmocka_unit_test(test_custom_space_and_measure),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
