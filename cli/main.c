@@ -1,2 +1,113 @@
+/* main.c - the moetune command: a table of subcommands, each with its options. */
 #include <stdio.h>
-int main(void) { fputs("placeholder\n", stderr); return 1; }
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "mt.h"
+#include "presets.h"
+
+static const cli_opt_t *const tune_opts[] = {&opt_backend, &opt_workers, &opt_gpus, &opt_db, &opt_out,
+                                             &opt_sim_time_scale, &opt_sim_faults, &opt_json, &opt_log_level,
+                                             &opt_keep_temp, NULL};
+static const cli_opt_t *const submit_opts[] = {&opt_control, &opt_timeout, &opt_wait, &opt_json, NULL};
+static const cli_opt_t *const status_opts[] = {&opt_control, &opt_timeout, &opt_sweep, &opt_wait, &opt_json, NULL};
+static const cli_opt_t *const workers_opts[] = {&opt_control, &opt_timeout, &opt_json, NULL};
+static const cli_opt_t *const cancel_opts[] = {&opt_control, &opt_timeout, &opt_sweep, NULL};
+static const cli_opt_t *const results_opts[] = {&opt_db, &opt_sweep, &opt_shape_filter, &opt_batch_size, &opt_status,
+                                                &opt_best, &opt_limit, &opt_json, NULL};
+static const cli_opt_t *const export_opts[] = {&opt_db, &opt_out, &opt_sweep, NULL};
+static const cli_opt_t *const lookup_opts[] = {&opt_json, NULL};
+
+static const cli_cmd_t k_cmds[] = {
+    {"tune", NULL, "Tune on this machine: runs a coordinator and one worker per local GPU (or N sim workers),\n"
+                   "shows progress, and writes the config files.",
+     "Shapes come from --shape, --model with --tp/--ep, or --model-config with --tp/--ep.\n"
+     "Exit codes: 0 done, 1 failure (a process died, a worker could not open its backend),\n"
+     "2 bad usage, 130 interrupted. Every result is committed as it arrives: after Ctrl-C or a\n"
+     "crash, running the same command again on the same --db resumes the sweep.",
+     tune_opts, true, 0, 0, cmd_tune},
+    {"submit", NULL, "Submit a sweep to a running coordinator and print its id, jobs and planned results.", NULL,
+     submit_opts, true, 0, 0, cmd_submit},
+    {"status", NULL, "Show the coordinator's sweeps and counters.", NULL, status_opts, false, 0, 0, cmd_status},
+    {"workers", NULL, "Show the coordinator's workers.", NULL, workers_opts, false, 0, 0, cmd_workers},
+    {"cancel", NULL, "Cancel a sweep: its pending and leased jobs are cancelled.", NULL, cancel_opts, false, 0, 0,
+     cmd_cancel},
+    {"results", NULL, "List measured results from the database (read-only).", NULL, results_opts, false, 0, 0,
+     cmd_results},
+    {"export", NULL, "Write the config files (best ok config per shape and batch size) and manifest.json.",
+     "A file that exists is compared entry by entry; changed entries are printed and an\n"
+     "unchanged file is left as it is. Results of the sim backend go under DIR/sim/.",
+     export_opts, false, 0, 0, cmd_export},
+    {"lookup", "FILE M", "Print the entry of config FILE that an engine uses for batch size M\n"
+                         "(the exact key, else the nearest key; a tie goes to the smaller key).",
+     NULL, lookup_opts, false, 2, 2, cmd_lookup},
+};
+#define N_CMDS (sizeof k_cmds / sizeof k_cmds[0])
+
+static const cli_cmd_t *find_cmd(const char *name) {
+    for (size_t i = 0; i < N_CMDS; i++)
+        if (strcmp(k_cmds[i].name, name) == 0) return &k_cmds[i];
+    return NULL;
+}
+
+static void main_help(FILE *out) {
+    fprintf(out, "usage: moetune COMMAND [options]\n\nTunes fused Mixture-of-Experts kernels and writes the config files\n"
+                 "SGLang and vLLM load.\n\ncommands:\n");
+    for (size_t i = 0; i < N_CMDS; i++) {
+        const char *nl = strchr(k_cmds[i].summary, '\n');
+        int len = nl ? (int)(nl - k_cmds[i].summary) : (int)strlen(k_cmds[i].summary);
+        fprintf(out, "  %-9s %.*s\n", k_cmds[i].name, len, k_cmds[i].summary);
+    }
+    fprintf(out, "  %-9s %s\n", "help", "help CMD shows a command's options");
+    fprintf(out, "\nmodel presets (--model):");
+    for (size_t i = 0; i < cli_n_presets; i++)
+        fprintf(out, "%s %s%s%s%s", i ? "," : "", cli_presets[i].name, cli_presets[i].alias ? " (" : "",
+                cli_presets[i].alias ? cli_presets[i].alias : "", cli_presets[i].alias ? ")" : "");
+    fprintf(out, "\n\nexample: moetune tune --model qwen3-30b-a3b --tp 2 --backend sim --workers 4\n");
+}
+
+int main(int argc, char **argv) {
+    int code;
+    char err[700];
+    if (argc < 2) {
+        main_help(stderr);
+        return MT_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+        main_help(stdout);
+        return MT_EXIT_OK;
+    }
+    if (strcmp(name, "help") == 0) {
+        if (argc < 3) {
+            main_help(stdout);
+            return MT_EXIT_OK;
+        }
+        const cli_cmd_t *c = find_cmd(argv[2]);
+        if (!c) {
+            fprintf(stderr, "moetune: unknown command '%s' (see moetune --help)\n", argv[2]);
+            return MT_EXIT_USAGE;
+        }
+        cli_print_help(c, stdout);
+        return MT_EXIT_OK;
+    }
+    const cli_cmd_t *cmd = find_cmd(name);
+    if (!cmd) {
+        fprintf(stderr, "moetune: unknown command '%s' (see moetune --help)\n", name);
+        return MT_EXIT_USAGE;
+    }
+    mt_log_init("moetune", MT_LOG_WARN);
+    cli_opts_t o;
+    memset(&o, 0, sizeof o);
+    if (cmd->spec) {
+        o.spec = cli_spec_new();
+        if (!o.spec) return cli_fail(cmd, "out of memory");
+    }
+    int rc = cli_parse(cmd, argc - 2, argv + 2, &o, err, sizeof err);
+    if (rc == 1) code = MT_EXIT_OK;
+    else if (rc != MT_OK) code = cli_usage(cmd, err);
+    else code = cmd->run(cmd, &o);
+    cli_spec_destroy(&o.spec);
+    return code;
+}

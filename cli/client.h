@@ -1,0 +1,32 @@
+/*
+ * client.h - the CLI's control-socket client: one DEALER socket, request → reply with
+ * a timeout (proto/PROTOCOL.md, "Control session").
+ */
+#ifndef CLI_CLIENT_H
+#define CLI_CLIENT_H
+
+#include <stddef.h>
+
+#include "wire.h"
+
+typedef struct cli_client cli_client_t;
+
+#define CLI_CLIENT_DEFAULT_TIMEOUT_MS 5000
+
+/* Connects to the coordinator's control endpoint (connecting never blocks; whether a
+ * coordinator answers shows on the first call). Returns MT_OK with *out set (free
+ * with cli_client_destroy), MT_ERR with zmq's text in err. */
+int cli_client_new(const char *endpoint, int timeout_ms, cli_client_t **out, char *err, size_t errlen);
+
+/* Sends req and waits up to the timeout for the reply whose body is expect. Returns
+ * MT_OK with *reply owned by the caller (wire_free); MT_AGAIN "no coordinator
+ * answering at EP" on timeout (the socket is then replaced, so a late reply cannot be
+ * taken for the next one); MT_ERR with the coordinator's Error text (code in
+ * *error_code when not NULL) or a protocol problem in err. */
+int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply,
+                    int *error_code, char *err, size_t errlen);
+
+/* Closes the socket and context, nulls *c. NULL-safe. */
+void cli_client_destroy(cli_client_t **c);
+
+#endif

@@ -1,0 +1,88 @@
+/*
+ * cmd.h - the moetune subcommands: the option table type, the parser, and the
+ * handlers (one cmd_* function per subcommand). Internal to the CLI.
+ */
+#ifndef CLI_CMD_H
+#define CLI_CMD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "spec.h"
+
+typedef enum { OPT_STR, OPT_U32, OPT_U64, OPT_FLAG } cli_opt_type_t;
+
+/* One option: flag name, how it is stored (nginx-style offset into cli_opts_t). */
+typedef struct {
+    const char *flag;
+    cli_opt_type_t type;
+    size_t off;
+    const char *metavar;
+    const char *help;
+} cli_opt_t;
+
+/* Every option of every command lands here; a command reads the ones it lists. */
+typedef struct {
+    const char *control, *db, *out, *shape, *status, *backend, *gpus, *sim_time_scale,
+        *sim_faults, *log_level;
+    uint32_t timeout_ms, batch_size, limit, workers;
+    uint64_t sweep;
+    bool wait, json, best, keep_temp;
+    cli_spec_t *spec;      /* set for commands that take spec options */
+    bool spec_given;       /* at least one spec option was given */
+    const char *pos[4];
+    size_t n_pos;
+} cli_opts_t;
+
+typedef struct cli_cmd cli_cmd_t;
+typedef int (*cli_run_fn)(const cli_cmd_t *cmd, cli_opts_t *o);
+
+struct cli_cmd {
+    const char *name;
+    const char *args;      /* usage after the options, e.g. "FILE M" */
+    const char *summary;
+    const char *details;   /* extra help paragraph, or NULL */
+    const cli_opt_t *const *opts;  /* NULL-terminated */
+    bool spec;             /* accepts the spec options */
+    size_t min_pos, max_pos;
+    cli_run_fn run;
+};
+
+/* Shared option definitions. */
+extern const cli_opt_t opt_control, opt_timeout, opt_sweep, opt_wait, opt_json, opt_db, opt_out,
+    opt_shape_filter, opt_batch_size, opt_status, opt_best, opt_limit, opt_backend, opt_workers,
+    opt_gpus, opt_sim_time_scale, opt_sim_faults, opt_log_level, opt_keep_temp;
+
+/* Parses argv (after the command name) into o. Returns MT_OK; 1 when --help was
+ * asked (help printed to stdout); MT_INVAL with a one-line reason in err. */
+int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, char *err, size_t errlen);
+
+/* Prints the command's help. */
+void cli_print_help(const cli_cmd_t *cmd, FILE *out);
+
+/* Prints "moetune CMD: msg" on stderr; returns MT_EXIT_USAGE. */
+int cli_usage(const cli_cmd_t *cmd, const char *msg);
+/* Prints "moetune CMD: msg" on stderr; returns MT_EXIT_FAIL. */
+int cli_fail(const cli_cmd_t *cmd, const char *msg);
+
+/* Handlers. Each returns the process exit code. */
+int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_submit(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_status(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_workers(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_cancel(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_lookup(const cli_cmd_t *cmd, cli_opts_t *o);
+
+/* Runs an export and prints the files; shared by export and tune. Returns an exit code. */
+int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep);
+
+/* Waits until sweep (0 = every sweep) is finished, showing progress for one sweep.
+ * Returns an exit code (0 when all finished as done). */
+struct cli_client;
+int cli_wait_sweeps(const cli_cmd_t *cmd, struct cli_client *c, uint64_t sweep, bool json);
+
+#endif

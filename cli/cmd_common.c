@@ -1,0 +1,152 @@
+/* cmd_common.c - option definitions, argument parser and help for the subcommands. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "mt.h"
+
+#define OFF(f) offsetof(cli_opts_t, f)
+const cli_opt_t opt_control = {"control", OPT_STR, OFF(control), "EP", "coordinator control endpoint (e.g. tcp://127.0.0.1:5556)"};
+const cli_opt_t opt_timeout = {"timeout-ms", OPT_U32, OFF(timeout_ms), "MS", "reply timeout (default 5000)"};
+const cli_opt_t opt_sweep = {"sweep", OPT_U64, OFF(sweep), "ID", "only this sweep"};
+const cli_opt_t opt_wait = {"wait", OPT_FLAG, OFF(wait), NULL, "block until the sweep(s) finish, showing progress"};
+const cli_opt_t opt_json = {"json", OPT_FLAG, OFF(json), NULL, "machine-readable JSON output"};
+const cli_opt_t opt_db = {"db", OPT_STR, OFF(db), "FILE", "SQLite database"};
+const cli_opt_t opt_out = {"out", OPT_STR, OFF(out), "DIR", "directory for the config files"};
+const cli_opt_t opt_shape_filter = {"shape", OPT_STR, OFF(shape), "E=..,N=..[,K=..][,topk=..][,dtype=..]", "only this shape (fields given must match)"};
+const cli_opt_t opt_batch_size = {"batch-size", OPT_U32, OFF(batch_size), "M", "only this batch size"};
+const cli_opt_t opt_status = {"status", OPT_STR, OFF(status), "ok|invalid|compile_error|launch_error|wrong_result|timeout|crashed", "only results with this status"};
+const cli_opt_t opt_best = {"best", OPT_FLAG, OFF(best), NULL, "only the lowest-median ok config per (shape, batch size)"};
+const cli_opt_t opt_limit = {"limit", OPT_U32, OFF(limit), "N", "at most N rows"};
+const cli_opt_t opt_backend = {"backend", OPT_STR, OFF(backend), "sim|cuda", "measurement backend (default cuda)"};
+const cli_opt_t opt_workers = {"workers", OPT_U32, OFF(workers), "N", "sim workers to run (default 4)"};
+const cli_opt_t opt_gpus = {"gpus", OPT_STR, OFF(gpus), "0,1,..", "GPUs to use, one worker each (default all)"};
+const cli_opt_t opt_sim_time_scale = {"sim-time-scale", OPT_STR, OFF(sim_time_scale), "X", "sim: sleep X times the simulated time (0 = instant)"};
+const cli_opt_t opt_sim_faults = {"sim-faults", OPT_STR, OFF(sim_faults), "SPEC", "sim: fault injection, passed to the workers"};
+const cli_opt_t opt_log_level = {"log-level", OPT_STR, OFF(log_level), "LEVEL", "log level of the coordinator and workers (default info)"};
+const cli_opt_t opt_keep_temp = {"keep-temp", OPT_FLAG, OFF(keep_temp), NULL, "keep the run directory with the processes' logs"};
+
+int cli_usage(const cli_cmd_t *cmd, const char *msg) {
+    fprintf(stderr, "moetune%s%s: %s\n", cmd ? " " : "", cmd ? cmd->name : "", msg);
+    return MT_EXIT_USAGE;
+}
+
+int cli_fail(const cli_cmd_t *cmd, const char *msg) {
+    fprintf(stderr, "moetune%s%s: %s\n", cmd ? " " : "", cmd ? cmd->name : "", msg);
+    return MT_EXIT_FAIL;
+}
+
+static const cli_opt_t *find(const cli_cmd_t *cmd, const char *flag) {
+    for (size_t i = 0; cmd->opts && cmd->opts[i]; i++)
+        if (strcmp(cmd->opts[i]->flag, flag) == 0) return cmd->opts[i];
+    return NULL;
+}
+
+static void print_opt(FILE *out, const char *flag, const char *metavar, const char *help) {
+    char left[128];
+    snprintf(left, sizeof left, "--%s%s%s", flag, metavar ? " " : "", metavar ? metavar : "");
+    if (strlen(left) > 28) fprintf(out, "  %s\n  %-28s  %s\n", left, "", help);
+    else fprintf(out, "  %-28s  %s\n", left, help);
+}
+
+void cli_print_help(const cli_cmd_t *cmd, FILE *out) {
+    fprintf(out, "usage: moetune %s [options]%s%s\n\n%s\n", cmd->name, cmd->args ? " " : "",
+            cmd->args ? cmd->args : "", cmd->summary);
+    if (cmd->details) fprintf(out, "\n%s\n", cmd->details);
+    fprintf(out, "\noptions:\n");
+    for (size_t i = 0; cmd->opts && cmd->opts[i]; i++)
+        print_opt(out, cmd->opts[i]->flag, cmd->opts[i]->metavar, cmd->opts[i]->help);
+    if (cmd->spec) {
+        fprintf(out, "\nsweep options:\n");
+        for (size_t i = 0; cli_spec_opt_at(i); i++) {
+            const cli_spec_opt_t *s = cli_spec_opt_at(i);
+            print_opt(out, s->name, s->metavar, s->help);
+        }
+    }
+    print_opt(out, "help", NULL, "show this help");
+}
+
+int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, char *err, size_t errlen) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            cli_print_help(cmd, stdout);
+            return 1;
+        }
+        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+            if (o->n_pos == cmd->max_pos || o->n_pos == sizeof o->pos / sizeof o->pos[0]) {
+                mt_fmt(err, errlen, "unexpected argument '%s'", a);
+                return MT_INVAL;
+            }
+            o->pos[o->n_pos++] = a;
+            continue;
+        }
+        char flag[64];
+        const char *val = NULL;
+        const char *eq = strchr(a + 2, '=');
+        size_t flen = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
+        if (flen >= sizeof flag) {
+            mt_fmt(err, errlen, "unknown option '%.40s...'", a);
+            return MT_INVAL;
+        }
+        memcpy(flag, a + 2, flen);
+        flag[flen] = '\0';
+        if (eq) val = eq + 1;
+        const cli_opt_t *opt = find(cmd, flag);
+        bool is_spec = !opt && cmd->spec && cli_spec_knows(flag);
+        if (!opt && !is_spec) {
+            mt_fmt(err, errlen, "unknown option '--%s'", flag);
+            return MT_INVAL;
+        }
+        bool takes = is_spec || opt->type != OPT_FLAG;
+        if (takes && !val) {
+            if (i + 1 >= argc) {
+                mt_fmt(err, errlen, "--%s needs a value", flag);
+                return MT_INVAL;
+            }
+            val = argv[++i];
+        } else if (!takes && val) {
+            mt_fmt(err, errlen, "--%s takes no value", flag);
+            return MT_INVAL;
+        }
+        if (is_spec) {
+            int rc = cli_spec_set(o->spec, flag, val, err, errlen);
+            if (rc != MT_OK) return rc == MT_NOMEM ? rc : MT_INVAL;
+            o->spec_given = true;
+            continue;
+        }
+        void *dst = (char *)o + opt->off;
+        switch (opt->type) {
+        case OPT_STR:
+            if (!*val) {
+                mt_fmt(err, errlen, "--%s: empty value", flag);
+                return MT_INVAL;
+            }
+            *(const char **)dst = val;
+            break;
+        case OPT_U32:
+            if (mt_parse_u32(val, 1, UINT32_MAX, dst) != MT_OK) {
+                mt_fmt(err, errlen, "--%s %s: not a positive integer", flag, val);
+                return MT_INVAL;
+            }
+            break;
+        case OPT_U64: {
+            uint64_t v;
+            if (mt_parse_u64(val, &v) != MT_OK || v == 0) {
+                mt_fmt(err, errlen, "--%s %s: not a positive integer", flag, val);
+                return MT_INVAL;
+            }
+            *(uint64_t *)dst = v;
+            break;
+        }
+        case OPT_FLAG:
+            *(bool *)dst = true;
+            break;
+        }
+    }
+    if (o->n_pos < cmd->min_pos) {
+        mt_fmt(err, errlen, "missing argument%s: %s", cmd->min_pos > 1 ? "s" : "", cmd->args ? cmd->args : "");
+        return MT_INVAL;
+    }
+    return MT_OK;
+}

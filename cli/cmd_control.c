@@ -1,0 +1,284 @@
+/* cmd_control.c - the subcommands that talk to a coordinator: submit, status, workers,
+ * cancel. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "cmd.h"
+#include "mt.h"
+#include "progress.h"
+
+static bool finished_state(const char *s) {
+    return s && (strcmp(s, "done") == 0 || strcmp(s, "failed") == 0 || strcmp(s, "cancelled") == 0);
+}
+
+static int connect_control(const cli_cmd_t *cmd, const cli_opts_t *o, cli_client_t **c) {
+    char err[300];
+    if (!o->control) return cli_usage(cmd, "--control EP is required");
+    if (cli_client_new(o->control, (int)o->timeout_ms, c, err, sizeof err) != MT_OK) return cli_fail(cmd, err);
+    return MT_EXIT_OK;
+}
+
+static int request_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
+    wire_env_t req;
+    Moetune__StatusRequest sr;
+    wire_env_init(&req);
+    moetune__status_request__init(&sr);
+    sr.sweep_id = sweep;
+    req.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REQUEST;
+    req.status_request = &sr;
+    return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_STATUS_REPLY, reply, NULL, err, errlen);
+}
+
+static uint32_t alive_workers(const Moetune__StatusReply *r) {
+    uint32_t n = 0;
+    for (size_t i = 0; i < r->n_workers; i++)
+        if (r->workers[i]->state && strcmp(r->workers[i]->state, "dead") != 0) n++;
+    return n;
+}
+
+int cli_wait_sweeps(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json) {
+    int code = MT_EXIT_OK;
+    char err[300];
+    cli_progress_t *prog = cli_progress_new(json ? stdout : stderr, json, isatty(STDERR_FILENO));
+    wire_env_t *reply = NULL;
+    for (;;) {
+        if (mt_stop_requested) {
+            cli_progress_finish(prog, NULL, 0);
+            code = cli_fail(cmd, "interrupted; the sweep goes on in the coordinator");
+            break;
+        }
+        wire_free(&reply);
+        if (request_status(c, sweep, &reply, err, sizeof err) != MT_OK) {
+            cli_progress_finish(prog, NULL, 0);
+            code = cli_fail(cmd, err);
+            break;
+        }
+        const Moetune__StatusReply *r = reply->status_reply;
+        if (sweep && r->n_sweeps == 0) {
+            code = cli_fail(cmd, "no such sweep");
+            break;
+        }
+        bool all_done = true, any_bad = false;
+        for (size_t i = 0; i < r->n_sweeps; i++) {
+            if (!finished_state(r->sweeps[i]->state)) all_done = false;
+            else if (strcmp(r->sweeps[i]->state, "done") != 0) any_bad = true;
+        }
+        if (r->n_sweeps == 1) {
+            if (all_done) cli_progress_finish(prog, r->sweeps[0], alive_workers(r));
+            else cli_progress_update(prog, r->sweeps[0], alive_workers(r));
+        }
+        if (all_done) {
+            if (any_bad) {
+                code = MT_EXIT_FAIL;
+                for (size_t i = 0; i < r->n_sweeps; i++)
+                    if (strcmp(r->sweeps[i]->state, "done") != 0)
+                        fprintf(stderr, "moetune %s: sweep %llu ended %s\n", cmd->name,
+                                (unsigned long long)r->sweeps[i]->sweep_id, r->sweeps[i]->state);
+            }
+            break;
+        }
+        for (int i = 0; i < 10 && !mt_stop_requested; i++) usleep(100 * 1000);
+    }
+    wire_free(&reply);
+    cli_progress_destroy(&prog);
+    return code;
+}
+
+int cmd_submit(const cli_cmd_t *cmd, cli_opts_t *o) {
+    int code;
+    char err[400];
+    cli_client_t *c = NULL;
+    wire_env_t *reply = NULL;
+    if (cli_spec_finish(o->spec, false, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
+    code = connect_control(cmd, o, &c);
+    if (code != MT_EXIT_OK) return code;
+    wire_env_t req;
+    Moetune__Submit sub;
+    wire_env_init(&req);
+    moetune__submit__init(&sub);
+    sub.spec = (Moetune__SweepSpec *)cli_spec_get(o->spec);
+    req.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
+    req.submit = &sub;
+    int ecode = 0;
+    int rc = cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_SUBMITTED, &reply, &ecode, err, sizeof err);
+    if (rc != MT_OK) {
+        /* A spec the coordinator refuses is the user's input: usage. */
+        code = ecode == WIRE_E_SPEC ? cli_usage(cmd, err) : cli_fail(cmd, err);
+        goto out;
+    }
+    const Moetune__Submitted *s = reply->submitted;
+    if (o->json) {
+        printf("{\"sweep\":%llu,\"jobs\":%u,\"configs_valid\":%u,\"configs_rejected\":%u,\"results_planned\":%llu}\n",
+               (unsigned long long)s->sweep_id, s->jobs, s->configs_valid, s->configs_rejected,
+               (unsigned long long)s->results_planned);
+    } else {
+        printf("submitted sweep %llu: %u jobs, %u configs valid, %u rejected, %llu results planned\n",
+               (unsigned long long)s->sweep_id, s->jobs, s->configs_valid, s->configs_rejected,
+               (unsigned long long)s->results_planned);
+    }
+    fflush(stdout);
+    code = o->wait ? cli_wait_sweeps(cmd, c, s->sweep_id, o->json) : MT_EXIT_OK;
+out:
+    wire_free(&reply);
+    cli_client_destroy(&c);
+    return code;
+}
+
+static json_t *sweep_json(const Moetune__SweepStatus *s) {
+    return json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:f, s:I}", "sweep",
+                     (json_int_t)s->sweep_id, "name", s->name ? s->name : "", "state",
+                     s->state ? s->state : "", "results_planned", (json_int_t)s->results_planned,
+                     "results_done", (json_int_t)s->results_done, "results_failed",
+                     (json_int_t)s->results_failed, "jobs_total", (int)s->jobs_total, "jobs_pending",
+                     (int)s->jobs_pending, "jobs_leased", (int)s->jobs_leased, "jobs_done",
+                     (int)s->jobs_done, "jobs_failed", (int)s->jobs_failed, "rate", s->rate,
+                     "created", (json_int_t)s->created_s);
+}
+
+static json_t *worker_json(const Moetune__WorkerInfo *w) {
+    const Moetune__Gpu *g = w->gpu;
+    return json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:I, s:I}", "worker",
+                     w->worker_id ? w->worker_id : "", "host", w->host ? w->host : "", "pid",
+                     (int)w->pid, "backend", w->backend ? w->backend : "", "gpu",
+                     g && g->name ? g->name : "", "gpu_uuid", g && g->uuid ? g->uuid : "", "state",
+                     w->state ? w->state : "", "jobs_leased", (int)w->jobs_leased, "results",
+                     (json_int_t)w->results, "last_seen_ms", (json_int_t)w->last_seen_ms);
+}
+
+static void print_json(json_t *v) {
+    char *s = json_dumps(v, JSON_PRESERVE_ORDER | JSON_COMPACT);
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(v);
+}
+
+static void print_status(const Moetune__StatusReply *r, bool json) {
+    if (json) {
+        json_t *root = json_object(), *sw = json_array();
+        for (size_t i = 0; i < r->n_sweeps; i++) json_array_append_new(sw, sweep_json(r->sweeps[i]));
+        json_object_set_new(root, "sweeps", sw);
+        const Moetune__Counters *c = r->counters;
+        if (c)
+            json_object_set_new(root, "counters",
+                                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "bad_messages",
+                                          (json_int_t)c->bad_messages, "rejected_results",
+                                          (json_int_t)c->rejected_results, "results_committed",
+                                          (json_int_t)c->results_committed, "requeued_jobs",
+                                          (json_int_t)c->requeued_jobs, "dead_workers",
+                                          (json_int_t)c->dead_workers, "commit_failures",
+                                          (json_int_t)c->commit_failures));
+        print_json(root);
+        return;
+    }
+    printf("%-6s %-32s %-9s %21s %8s %19s %9s\n", "SWEEP", "NAME", "STATE", "RESULTS DONE/PLANNED",
+           "FAILED", "JOBS P/L/D/F", "RATE/s");
+    for (size_t i = 0; i < r->n_sweeps; i++) {
+        const Moetune__SweepStatus *s = r->sweeps[i];
+        char res[48], jobs[48];
+        snprintf(res, sizeof res, "%llu/%llu", (unsigned long long)s->results_done,
+                 (unsigned long long)s->results_planned);
+        snprintf(jobs, sizeof jobs, "%u/%u/%u/%u", s->jobs_pending, s->jobs_leased, s->jobs_done, s->jobs_failed);
+        printf("%-6llu %-32.32s %-9s %21s %8llu %19s %9.1f\n", (unsigned long long)s->sweep_id,
+               s->name ? s->name : "", s->state ? s->state : "", res, (unsigned long long)s->results_failed,
+               jobs, s->rate);
+    }
+    if (r->n_sweeps == 0) printf("(no sweeps)\n");
+    const Moetune__Counters *c = r->counters;
+    if (c)
+        printf("workers: %zu (%u alive); results committed %llu, rejected %llu, bad messages %llu, "
+               "requeued jobs %llu, dead workers %llu, commit failures %llu\n",
+               r->n_workers, alive_workers(r), (unsigned long long)c->results_committed,
+               (unsigned long long)c->rejected_results, (unsigned long long)c->bad_messages,
+               (unsigned long long)c->requeued_jobs, (unsigned long long)c->dead_workers,
+               (unsigned long long)c->commit_failures);
+}
+
+int cmd_status(const cli_cmd_t *cmd, cli_opts_t *o) {
+    char err[300];
+    cli_client_t *c = NULL;
+    wire_env_t *reply = NULL;
+    int code = connect_control(cmd, o, &c);
+    if (code != MT_EXIT_OK) return code;
+    if (request_status(c, o->sweep, &reply, err, sizeof err) != MT_OK) {
+        code = cli_fail(cmd, err);
+        goto out;
+    }
+    if (o->sweep && reply->status_reply->n_sweeps == 0) {
+        code = cli_fail(cmd, "no such sweep");
+        goto out;
+    }
+    print_status(reply->status_reply, o->json);
+    fflush(stdout);
+    if (o->wait) {
+        code = cli_wait_sweeps(cmd, c, o->sweep, false);
+        if (code == MT_EXIT_OK && !o->json) printf("all sweeps finished\n");
+    }
+out:
+    wire_free(&reply);
+    cli_client_destroy(&c);
+    return code;
+}
+
+int cmd_workers(const cli_cmd_t *cmd, cli_opts_t *o) {
+    char err[300];
+    cli_client_t *c = NULL;
+    wire_env_t *reply = NULL;
+    int code = connect_control(cmd, o, &c);
+    if (code != MT_EXIT_OK) return code;
+    if (request_status(c, 0, &reply, err, sizeof err) != MT_OK) {
+        code = cli_fail(cmd, err);
+        goto out;
+    }
+    const Moetune__StatusReply *r = reply->status_reply;
+    if (o->json) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < r->n_workers; i++) json_array_append_new(arr, worker_json(r->workers[i]));
+        print_json(json_pack("{s:o}", "workers", arr));
+    } else {
+        printf("%-28s %-16s %7s %-7s %-24s %-6s %5s %9s %10s\n", "WORKER", "HOST", "PID", "BACKEND",
+               "GPU", "STATE", "JOBS", "RESULTS", "LAST SEEN");
+        for (size_t i = 0; i < r->n_workers; i++) {
+            const Moetune__WorkerInfo *w = r->workers[i];
+            char seen[32];
+            snprintf(seen, sizeof seen, "%.1fs ago", (double)w->last_seen_ms / 1000.0);
+            printf("%-28.28s %-16.16s %7u %-7s %-24.24s %-6s %5u %9llu %10s\n", w->worker_id ? w->worker_id : "",
+                   w->host ? w->host : "", w->pid, w->backend ? w->backend : "",
+                   w->gpu && w->gpu->name ? w->gpu->name : "", w->state ? w->state : "", w->jobs_leased,
+                   (unsigned long long)w->results, seen);
+        }
+        if (r->n_workers == 0) printf("(no workers)\n");
+    }
+out:
+    wire_free(&reply);
+    cli_client_destroy(&c);
+    return code;
+}
+
+int cmd_cancel(const cli_cmd_t *cmd, cli_opts_t *o) {
+    char err[300];
+    cli_client_t *c = NULL;
+    wire_env_t *reply = NULL;
+    if (!o->sweep) return cli_usage(cmd, "--sweep ID is required");
+    int code = connect_control(cmd, o, &c);
+    if (code != MT_EXIT_OK) return code;
+    wire_env_t req;
+    Moetune__Cancel cn;
+    wire_env_init(&req);
+    moetune__cancel__init(&cn);
+    cn.sweep_id = o->sweep;
+    req.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
+    req.cancel = &cn;
+    if (cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_CANCELLED, &reply, NULL, err, sizeof err) != MT_OK) {
+        code = cli_fail(cmd, err);
+        goto out;
+    }
+    printf("cancelled sweep %llu (%u jobs)\n", (unsigned long long)reply->cancelled->sweep_id,
+           reply->cancelled->jobs_cancelled);
+out:
+    wire_free(&reply);
+    cli_client_destroy(&c);
+    return code;
+}

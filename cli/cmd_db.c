@@ -1,0 +1,164 @@
+/* cmd_db.c - the subcommands that read the database or files: results, export, lookup. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cmd.h"
+#include "export.h"
+#include "lookup.h"
+#include "mt.h"
+#include "query.h"
+
+/* Parses a partial shape filter "E=128,N=768[,K=..][,topk=..][,dtype=..]". */
+static int parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen) {
+    int rc = MT_OK;
+    char *copy = strdup(text);
+    if (!copy) return MT_NOMEM;
+    static const struct { const char *key; size_t off; } fields[] = {
+        {"E", offsetof(dbq_filter_t, e)}, {"N", offsetof(dbq_filter_t, n)},
+        {"K", offsetof(dbq_filter_t, k)}, {"topk", offsetof(dbq_filter_t, topk)}};
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq) {
+            mt_fmt(err, errlen, "--shape: '%s' is not key=value", tok);
+            rc = MT_INVAL;
+            goto out;
+        }
+        *eq = '\0';
+        bool done = false;
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+            if (strcasecmp(tok, fields[i].key) != 0) continue;
+            if (mt_parse_u32(eq + 1, 1, 1048576, (uint32_t *)((char *)f + fields[i].off)) != MT_OK) {
+                mt_fmt(err, errlen, "--shape: %s=%s is not a positive integer", tok, eq + 1);
+                rc = MT_INVAL;
+                goto out;
+            }
+            done = true;
+        }
+        if (done) continue;
+        if (strcasecmp(tok, "dtype") == 0 && strlen(eq + 1) < sizeof f->dtype) {
+            snprintf(f->dtype, sizeof f->dtype, "%s", eq + 1);
+            continue;
+        }
+        mt_fmt(err, errlen, "--shape: unknown field '%s' (E, N, K, topk, dtype)", tok);
+        rc = MT_INVAL;
+        goto out;
+    }
+out:
+    free(copy);
+    return rc;
+}
+
+static const char *const k_statuses[] = {"ok", "invalid", "compile_error", "launch_error",
+                                         "wrong_result", "timeout", "crashed"};
+
+typedef struct {
+    bool json;
+    size_t rows;
+} results_ctx_t;
+
+static int print_row(void *vctx, const dbq_result_t *r) {
+    results_ctx_t *ctx = vctx;
+    char shape[96], cfg[64];
+    krn_shape_name(&r->shape, shape, sizeof shape);
+    snprintf(cfg, sizeof cfg, "%ux%ux%ux%ux%ux%u", r->config.block_m, r->config.block_n, r->config.block_k,
+             r->config.group_m, r->config.num_warps, r->config.num_stages);
+    if (ctx->json) {
+        json_t *o = json_pack(
+            "{s:I, s:I, s:{s:i, s:i, s:i, s:i, s:s}, s:I, s:{s:i, s:i, s:i, s:i, s:i, s:i}, s:i, s:s,"
+            " s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:s, s:s, s:s, s:I}",
+            "result", (json_int_t)r->result_id, "sweep", (json_int_t)r->sweep_id, "shape", "E", (int)r->shape.e,
+            "N", (int)r->shape.n, "K", (int)r->shape.k, "topk", (int)r->shape.topk, "dtype", r->shape.dtype,
+            "config_id", (json_int_t)r->config_id, "config", "BLOCK_SIZE_M", (int)r->config.block_m,
+            "BLOCK_SIZE_N", (int)r->config.block_n, "BLOCK_SIZE_K", (int)r->config.block_k, "GROUP_SIZE_M",
+            (int)r->config.group_m, "num_warps", (int)r->config.num_warps, "num_stages", (int)r->config.num_stages,
+            "batch_size", (int)r->batch_size, "status", r->status, "median_us", r->median_us, "min_us", r->min_us,
+            "mean_us", r->mean_us, "stddev_us", r->stddev_us, "samples", (int)r->samples, "detail", r->detail,
+            "device", r->device_name, "backend", r->backend, "compiler", r->compiler, "worker", r->worker_id,
+            "created", (json_int_t)r->created);
+        char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
+        if (s) printf("%s\n", s);
+        free(s);
+        json_decref(o);
+    } else {
+        if (ctx->rows == 0)
+            printf("%-6s %-34s %6s %-20s %-13s %11s %11s %7s  %-20s %s\n", "SWEEP", "SHAPE", "M",
+                   "CONFIG (MxNxKxGxWxS)", "STATUS", "MEDIAN_US", "MIN_US", "SAMPLES", "DEVICE", "BACKEND");
+        char full[128];
+        snprintf(full, sizeof full, "%s,K=%u,topk=%u", shape, r->shape.k, r->shape.topk);
+        printf("%-6llu %-34.34s %6u %-20s %-13s %11.2f %11.2f %7u  %-20.20s %s\n", (unsigned long long)r->sweep_id,
+               full, r->batch_size, cfg, r->status, r->median_us, r->min_us, r->samples, r->device_name, r->backend);
+    }
+    ctx->rows++;
+    return 0;
+}
+
+int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
+    char err[400];
+    dbq_t *q = NULL;
+    dbq_filter_t f;
+    memset(&f, 0, sizeof f);
+    if (!o->db) return cli_usage(cmd, "--db FILE is required");
+    f.sweep_id = o->sweep;
+    f.batch_size = o->batch_size;
+    f.limit = o->limit;
+    f.best = o->best;
+    if (o->shape && parse_shape_filter(o->shape, &f, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
+    if (o->status) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof k_statuses / sizeof k_statuses[0]; i++)
+            known = known || strcmp(o->status, k_statuses[i]) == 0;
+        if (!known) return cli_usage(cmd, "--status: not one of ok, invalid, compile_error, launch_error, wrong_result, timeout, crashed");
+        if (o->best && strcmp(o->status, "ok") != 0) return cli_usage(cmd, "--best picks among ok results only");
+        snprintf(f.status, sizeof f.status, "%s", o->status);
+    }
+    if (dbq_open(o->db, &q, err, sizeof err) != MT_OK) return cli_fail(cmd, err);
+    results_ctx_t ctx = {o->json, 0};
+    int rc = dbq_results(q, &f, print_row, &ctx, err, sizeof err);
+    dbq_close(&q);
+    if (rc != MT_OK) return cli_fail(cmd, err);
+    if (!o->json && ctx.rows == 0) printf("(no results)\n");
+    return MT_EXIT_OK;
+}
+
+int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep) {
+    char err[600];
+    exp_report_t rep;
+    exp_opts_t eo = {db, out, sweep, stdout};
+    int rc = exp_run(&eo, &rep, err, sizeof err);
+    for (size_t i = 0; i < rep.n_files; i++) {
+        const exp_file_t *f = &rep.files[i];
+        printf("%s/%s: %s, %u entries, %u changed%s\n", out, f->path, exp_state_name(f->state), f->entries,
+               f->changed, f->simulated ? " (simulated)" : "");
+    }
+    exp_report_clear(&rep);
+    if (rc != MT_OK) return cli_fail(cmd, err);
+    return MT_EXIT_OK;
+}
+
+int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o) {
+    if (!o->db) return cli_usage(cmd, "--db FILE is required");
+    if (!o->out) return cli_usage(cmd, "--out DIR is required");
+    return cli_run_export(cmd, o->db, o->out, o->sweep);
+}
+
+int cmd_lookup(const cli_cmd_t *cmd, cli_opts_t *o) {
+    char err[400];
+    uint32_t m, key;
+    moetune_lookup_t *t = NULL;
+    moetune_lookup_config_t c;
+    if (mt_parse_u32(o->pos[1], 1, UINT32_MAX, &m) != MT_OK) return cli_usage(cmd, "M must be a positive batch size");
+    if (moetune_lookup_load(o->pos[0], &t, err, sizeof err) != MOETUNE_LOOKUP_OK) return cli_fail(cmd, err);
+    moetune_lookup_get(t, m, &c, &key);
+    moetune_lookup_free(&t);
+    if (o->json)
+        printf("{\"batch_size\": %u, \"key\": %u, \"BLOCK_SIZE_M\": %d, \"BLOCK_SIZE_N\": %d, \"BLOCK_SIZE_K\": %d, "
+               "\"GROUP_SIZE_M\": %d, \"num_warps\": %d, \"num_stages\": %d}\n",
+               m, key, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages);
+    else
+        printf("M=%u -> entry \"%u\": BLOCK_SIZE_M=%d BLOCK_SIZE_N=%d BLOCK_SIZE_K=%d GROUP_SIZE_M=%d num_warps=%d num_stages=%d\n",
+               m, key, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages);
+    return MT_EXIT_OK;
+}

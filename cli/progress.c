@@ -1,0 +1,98 @@
+/* progress.c - progress line (see progress.h). */
+#include "progress.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt.h"
+
+struct cli_progress {
+    FILE *out;
+    bool json, tty, drawn;
+    uint64_t last_ms;
+    char last_state[16];
+    size_t last_len;
+};
+
+cli_progress_t *cli_progress_new(FILE *out, bool json, bool tty) {
+    cli_progress_t *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->out = out;
+    p->json = json;
+    p->tty = tty && !json;
+    return p;
+}
+
+static void fmt_eta(double secs, char *buf, size_t len) {
+    if (secs < 0 || secs > 365.0 * 86400) {
+        snprintf(buf, len, "--");
+        return;
+    }
+    unsigned long s = (unsigned long)(secs + 0.5);
+    if (s >= 3600) snprintf(buf, len, "%luh%02lum", s / 3600, (s / 60) % 60);
+    else if (s >= 60) snprintf(buf, len, "%lum%02lus", s / 60, s % 60);
+    else snprintf(buf, len, "%lus", s);
+}
+
+void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, char *buf, size_t len) {
+    uint64_t total = st->results_planned, done = st->results_done;
+    double pct = total ? 100.0 * (double)done / (double)total : 0.0;
+    char eta[32];
+    if (done >= total && total) snprintf(eta, sizeof eta, "0s");
+    else fmt_eta(st->rate > 0 ? (double)(total - done) / st->rate : -1.0, eta, sizeof eta);
+    snprintf(buf, len, "sweep %llu %s: %llu/%llu results (%.1f%%), %.0f/s, ETA %s, %llu failed, jobs %u/%u done%s%s, %u workers",
+             (unsigned long long)st->sweep_id, st->state ? st->state : "?", (unsigned long long)done,
+             (unsigned long long)total, pct, st->rate, eta, (unsigned long long)st->results_failed,
+             st->jobs_done, st->jobs_total, st->jobs_failed ? ", jobs failed " : "",
+             st->jobs_failed ? "yes" : "", workers_alive);
+}
+
+static void emit(cli_progress_t *p, const Moetune__SweepStatus *st, uint32_t workers_alive, bool final) {
+    if (p->json) {
+        fprintf(p->out,
+                "{\"sweep\":%llu,\"state\":\"%s\",\"done\":%llu,\"total\":%llu,\"failed\":%llu,"
+                "\"rate\":%.1f,\"jobs_done\":%u,\"jobs_total\":%u,\"jobs_failed\":%u,\"workers\":%u}\n",
+                (unsigned long long)st->sweep_id, st->state ? st->state : "",
+                (unsigned long long)st->results_done, (unsigned long long)st->results_planned,
+                (unsigned long long)st->results_failed, st->rate, st->jobs_done, st->jobs_total,
+                st->jobs_failed, workers_alive);
+        fflush(p->out);
+        return;
+    }
+    char line[400];
+    cli_progress_format(st, workers_alive, line, sizeof line);
+    if (p->tty) {
+        size_t n = strlen(line);
+        /* Pad over a longer previous line. */
+        fprintf(p->out, "\r%s%*s", line, p->last_len > n ? (int)(p->last_len - n) : 0, "");
+        p->last_len = n;
+        p->drawn = !final;
+        if (final) fputc('\n', p->out);
+    } else {
+        fprintf(p->out, "%s\n", line);
+    }
+    fflush(p->out);
+}
+
+void cli_progress_update(cli_progress_t *p, const Moetune__SweepStatus *st, uint32_t workers_alive) {
+    if (!p || !st) return;
+    uint64_t now = mt_now_ms();
+    bool state_changed = strcmp(p->last_state, st->state ? st->state : "") != 0;
+    if (!p->tty && !state_changed && p->last_ms && now - p->last_ms < 5000) return;
+    p->last_ms = now;
+    snprintf(p->last_state, sizeof p->last_state, "%s", st->state ? st->state : "");
+    emit(p, st, workers_alive, false);
+}
+
+void cli_progress_finish(cli_progress_t *p, const Moetune__SweepStatus *st, uint32_t workers_alive) {
+    if (!p) return;
+    if (st) emit(p, st, workers_alive, true);
+    else if (p->drawn) fputc('\n', p->out);
+    p->drawn = false;
+}
+
+void cli_progress_destroy(cli_progress_t **p) {
+    if (!p || !*p) return;
+    free(*p);
+    *p = NULL;
+}

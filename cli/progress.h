@@ -1,0 +1,33 @@
+/*
+ * progress.h - the live progress line of a sweep: done/total, results/s, ETA and
+ * failures; redrawn with '\r' on a terminal, one line every few seconds otherwise,
+ * or one JSON object per update for machines.
+ */
+#ifndef CLI_PROGRESS_H
+#define CLI_PROGRESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "moetune.pb-c.h"
+
+typedef struct cli_progress cli_progress_t;
+
+/* New progress display writing to out (text) or, with json, JSON lines to out.
+ * tty selects '\r' redraws. Caller frees with cli_progress_destroy. */
+cli_progress_t *cli_progress_new(FILE *out, bool json, bool tty);
+
+/* Formats one text progress line for st with workers_alive live workers into buf. */
+void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, char *buf, size_t len);
+
+/* Shows st when due (always on a TTY; every 5 s otherwise, and on a state change). */
+void cli_progress_update(cli_progress_t *p, const Moetune__SweepStatus *st, uint32_t workers_alive);
+
+/* Ends the line (prints the last state once more) before other output. */
+void cli_progress_finish(cli_progress_t *p, const Moetune__SweepStatus *st, uint32_t workers_alive);
+
+void cli_progress_destroy(cli_progress_t **p);
+
+#endif
