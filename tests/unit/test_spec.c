@@ -1,0 +1,216 @@
+/* test_spec.c - flags and JSON spec files → SweepSpec, and their errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "mt.h"
+#include "spec.h"
+
+static void set_ok(cli_spec_t *s, const char *name, const char *val) {
+    char err[400] = "";
+    int rc = cli_spec_set(s, name, val, err, sizeof err);
+    if (rc != MT_OK) fail_msg("--%s %s: %s", name, val, err);
+}
+
+static void set_bad(const char *name, const char *val, const char *reason_part) {
+    cli_spec_t *s = cli_spec_new();
+    char err[400] = "";
+    assert_int_not_equal(cli_spec_set(s, name, val, err, sizeof err), MT_OK);
+    if (!strstr(err, reason_part)) fail_msg("--%s %s: reason '%s' lacks '%s'", name, val, err, reason_part);
+    cli_spec_destroy(&s);
+    assert_null(s);
+}
+
+static void test_flags(void **state) {
+    cli_spec_t *s = cli_spec_new();
+    char err[400] = "";
+    set_ok(s, "shape", "E=128,N=768,K=2048,topk=8");
+    set_ok(s, "shape", "E=256,N=256,K=7168,topk=8,dtype=fp8_w8a8,block_shape=128x128");
+    set_ok(s, "model", "qwen3-30b-a3b");
+    set_ok(s, "tp", "2");
+    set_ok(s, "batch-sizes", "1,2,4,64");
+    set_ok(s, "block-m", "16,32");
+    set_ok(s, "chunk", "8");
+    set_ok(s, "name", "nightly");
+    set_ok(s, "rsd-target", "0.02");
+    assert_int_equal(cli_spec_finish(s, false, err, sizeof err), MT_OK);
+    const Moetune__SweepSpec *p = cli_spec_get(s);
+    assert_non_null(p);
+    assert_string_equal(p->name, "nightly");
+    assert_int_equal(p->n_shapes, 3);
+    assert_int_equal(p->shapes[0]->e, 128);
+    assert_int_equal(p->shapes[1]->block_n, 128);
+    assert_string_equal(p->shapes[1]->dtype, "fp8_w8a8");
+    assert_int_equal(p->shapes[2]->e, 128);   /* qwen3-30b-a3b at TP 2 */
+    assert_int_equal(p->shapes[2]->n, 384);
+    assert_int_equal(p->n_batch_sizes, 4);
+    assert_int_equal(p->batch_sizes[3], 64);
+    assert_non_null(p->space);
+    assert_int_equal(p->space->n_block_m, 2);
+    assert_int_equal(p->space->n_block_n, 0);  /* not given: the planner's default */
+    assert_int_equal(p->chunk, 8);
+    assert_non_null(p->measure);
+    assert_true(p->measure->rsd_target == 0.02);
+    /* Packs and unpacks to the same work. */
+    size_t len = moetune__sweep_spec__get_packed_size(p);
+    uint8_t buf[4096];
+    assert_true(len < sizeof buf);
+    moetune__sweep_spec__pack(p, buf);
+    Moetune__SweepSpec *back = moetune__sweep_spec__unpack(NULL, len, buf);
+    assert_non_null(back);
+    assert_true(cli_spec_same_work(p, back));
+    back->batch_sizes[0] = 3;
+    assert_false(cli_spec_same_work(p, back));
+    moetune__sweep_spec__free_unpacked(back, NULL);
+    cli_spec_destroy(&s);
+}
+
+static void test_defaults(void **state) {
+    cli_spec_t *s = cli_spec_new();
+    char err[400] = "";
+    set_ok(s, "shape", "E=128,N=768,K=2048,topk=8");
+    set_ok(s, "shape", "E=128,N=768,K=2048,topk=8");   /* the same shape twice is tuned once */
+    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_OK);
+    const Moetune__SweepSpec *p = cli_spec_get(s);
+    assert_int_equal(p->n_shapes, 1);
+    assert_int_equal(p->n_batch_sizes, 18);
+    assert_int_equal(p->batch_sizes[17], 4096);
+    assert_int_equal(p->space->n_block_m * p->space->n_block_n * p->space->n_block_k * p->space->n_group_m *
+                         p->space->n_num_warps * p->space->n_num_stages, 1920);
+    assert_string_equal(p->strategy, "exhaustive");
+    assert_int_equal(p->chunk, 16);
+    assert_string_equal(p->name, "E=128,N=768,K=2048,topk=8");
+    assert_null(p->measure);
+    cli_spec_destroy(&s);
+}
+
+static void test_bad_flags(void **state) {
+    set_bad("shape", "E=128,N=768", "");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,foo=1", "");
+    set_bad("shape", "E=0,N=768,K=2048,topk=8", "E=0");
+    set_bad("shape", "E=128,N=-5,K=2048,topk=8", "N=-5");
+    set_bad("shape", "E=4,N=768,K=2048,topk=8", "topk=8 is larger than E=4");
+    set_bad("batch-sizes", "1,0,4", "'0'");
+    set_bad("batch-sizes", "1,-2", "'-2'");
+    set_bad("batch-sizes", "1,2,2", "2 appears twice");
+    set_bad("block-m", "", "empty");
+    set_bad("chunk", "0", "--chunk 0");
+    set_bad("model", "nosuch", "unknown model 'nosuch'");
+    set_bad("tp", "0", "--tp 0");
+    set_bad("dtype", "fp4", "--dtype fp4");
+    set_bad("strategy", "random", "unknown strategy");
+    set_bad("rsd-target", "2", "--rsd-target 2");
+    set_bad("nonsense", "1", "unknown spec option");
+
+    cli_spec_t *s = cli_spec_new();
+    char err[400] = "";
+    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "no shape"));
+    cli_spec_destroy(&s);
+    s = cli_spec_new();
+    set_ok(s, "shape", "E=128,N=768,K=2048,topk=8");
+    set_ok(s, "tp", "2");
+    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "--tp"));
+    cli_spec_destroy(&s);
+    s = cli_spec_new();
+    set_ok(s, "model", "mixtral-8x7b");
+    set_ok(s, "tp", "3");
+    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "not divisible by TP 3"));
+    cli_spec_destroy(&s);
+    s = cli_spec_new();
+    set_ok(s, "shape", "E=128,N=768,K=2048,topk=8");
+    set_ok(s, "min-samples", "50");
+    set_ok(s, "max-samples", "10");
+    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "--min-samples 50"));
+    cli_spec_destroy(&s);
+}
+
+static void test_json(void **state) {
+    const char *doc =
+        "{\"name\": \"j\", \"shapes\": [\"E=128,N=768,K=2048,topk=8\","
+        " {\"E\": 256, \"N\": 256, \"K\": 7168, \"topk\": 8, \"dtype\": \"fp8_w8a8\", \"block_shape\": [128, 128]}],"
+        " \"models\": [{\"name\": \"gpt-oss-120b\", \"tp\": 4}], \"batch_sizes\": [1, 16, 256],"
+        " \"space\": {\"block_m\": [16, 64], \"num_warps\": [4]}, \"chunk\": 32,"
+        " \"measure\": {\"warmup\": 3, \"max_samples\": 50, \"seed\": 7}}";
+    cli_spec_t *s = cli_spec_new();
+    char err[400] = "";
+    int rc = cli_spec_parse_json(s, doc, strlen(doc), err, sizeof err);
+    if (rc != MT_OK) fail_msg("%s", err);
+    assert_int_equal(cli_spec_finish(s, false, err, sizeof err), MT_OK);
+    const Moetune__SweepSpec *p = cli_spec_get(s);
+    assert_string_equal(p->name, "j");
+    assert_int_equal(p->n_shapes, 3);
+    assert_int_equal(p->shapes[1]->block_k, 128);
+    assert_int_equal(p->shapes[2]->n, 720);
+    assert_int_equal(p->n_batch_sizes, 3);
+    assert_int_equal(p->space->n_block_m, 2);
+    assert_int_equal(p->space->num_warps[0], 4);
+    assert_int_equal(p->chunk, 32);
+    assert_int_equal(p->measure->warmup, 3);
+    assert_int_equal(p->measure->max_samples, 50);
+    assert_int_equal(p->measure->seed, 7);
+    cli_spec_destroy(&s);
+
+    /* Through a file, as --spec does. */
+    char path[] = "/tmp/test_spec_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("{\"shapes\": [\"E=8,N=1792,K=4096,topk=2\"], \"batch_sizes\": [1, 2]}", f);
+    fclose(f);
+    s = cli_spec_new();
+    set_ok(s, "spec", path);
+    set_ok(s, "batch-sizes", "4");   /* a flag after --spec overrides the file */
+    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_OK);
+    assert_int_equal(cli_spec_get(s)->n_batch_sizes, 1);
+    assert_int_equal(cli_spec_get(s)->batch_sizes[0], 4);
+    assert_int_equal(cli_spec_get(s)->shapes[0]->n, 1792);
+    cli_spec_destroy(&s);
+    unlink(path);
+}
+
+static void json_bad(const char *doc, const char *reason_part) {
+    cli_spec_t *s = cli_spec_new();
+    char err[400] = "";
+    assert_int_not_equal(cli_spec_parse_json(s, doc, strlen(doc), err, sizeof err), MT_OK);
+    if (!strstr(err, reason_part)) fail_msg("'%s': reason '%s' lacks '%s'", doc, err, reason_part);
+    cli_spec_destroy(&s);
+}
+
+static void test_json_bad(void **state) {
+    json_bad("{\"shapes\": [\"E=128\"", "not valid JSON");
+    json_bad("[]", "not a JSON object");
+    json_bad("{\"colour\": 1}", "unknown key \"colour\"");
+    json_bad("{\"space\": {\"block_q\": [1]}}", "unknown key \"block_q\"");
+    json_bad("{\"measure\": {\"warmup\": -1}}", "--warmup -1");
+    json_bad("{\"batch_sizes\": [1, 0]}", "'0'");
+    json_bad("{\"batch_sizes\": \"many\"}", "'many'");
+    json_bad("{\"batch_sizes\": {\"a\": 1}}", "wrong type");
+    json_bad("{\"shapes\": [{\"E\": 128, \"N\": 768, \"K\": 2048, \"topk\": 8, \"colour\": 1}]}", "unknown key \"colour\"");
+    json_bad("{\"shapes\": [{\"E\": 128, \"N\": 0, \"K\": 2048, \"topk\": 8}]}", "N=0");
+    json_bad("{\"shapes\": \"E=128,N=768,K=2048,topk=8\"}", "not an array");
+    json_bad("{\"models\": [{\"name\": \"gpt-oss-20b\", \"pp\": 2}]}", "unknown key \"pp\"");
+    cli_spec_t *s = cli_spec_new();
+    char err[400];
+    assert_int_not_equal(cli_spec_set(s, "spec", "/nonexistent/spec.json", err, sizeof err), MT_OK);
+    assert_non_null(strstr(err, "/nonexistent/spec.json"));
+    cli_spec_destroy(&s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flags), cmocka_unit_test(test_defaults), cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_json), cmocka_unit_test(test_json_bad),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
