@@ -1,0 +1,191 @@
+/* test_cuda_gpu.c - the cuda backend on a real GPU (run by tests/gpu/run.sh).
+ *
+ * 1. Fault and hang injection: in child processes (as the worker's parent runs them), a
+ *    config injected to fault reports LAUNCH_ERROR and a lost context, one injected to hang
+ *    reports TIMEOUT (or is killed by this parent at its deadline), and a fresh child then
+ *    still measures a normal config OK.
+ * 2. Every config of the default space the static rules accept is correct at batch sizes
+ *    1, 64 and 4096 for Qwen3-30B-A3B TP1 and Mixtral-8x7B TP2.
+ *
+ * MT_GPU_STRIDE=S checks every S-th accepted config only (default 1). Exit 0 when all pass. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend_cuda.h"
+#include "mt.h"
+
+static const char *status_name(int s) {
+    static const char *names[] = {"unknown", "ok", "invalid", "compile_error", "launch_error",
+                                  "wrong_result", "timeout", "crashed"};
+    return s >= 0 && s <= 7 ? names[s] : "?";
+}
+
+/* Measures cfg at batch bs in a child process; returns its status, TIMEOUT when the child
+ * had to be killed at deadline_s, CRASHED when it died without reporting. *rc_out is the
+ * measure() return code the child saw (MT_ERR when it reported a lost context). */
+static int run_child(const krn_shape_t *shape, krn_config_t cfg, uint32_t bs, uint32_t timeout_ms, int deadline_s,
+                     int *rc_out, char *detail, size_t dlen) {
+    int fd[2];
+    if (pipe(fd) != 0) return WCU_ST_CRASHED;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        wrk_backend_opts_t opts = {.gpu_index = 0, .compile_threads = 2};
+        void *st = NULL;
+        wrk_device_t dev;
+        char err[256] = "", line[512];
+        wrk_meas_t meas;
+        uint32_t regs, spills;
+        wrk_measure_t m = {.warmup = 1, .min_samples = 3, .max_samples = 10, .rsd_target = 0.05,
+                           .budget_ms = 500, .timeout_ms = timeout_ms, .seed = 1};
+        if (wrk_backend_cuda.open(&opts, &st, &dev, err, sizeof err) != MT_OK) {
+            mt_fmt(line, sizeof line, "%d %d open: %s\n", WCU_ST_LAUNCH_ERROR, MT_ERR, err);
+        } else {
+            int rc = wrk_backend_cuda.measure(st, shape, &cfg, &bs, 1, &m, &meas, &regs, &spills, err, sizeof err);
+            mt_fmt(line, sizeof line, "%d %d %s | %s\n", meas.status, rc, meas.detail, err);
+        }
+        if (write(fd[1], line, strlen(line)) < 0) _exit(3);
+        _exit(0);
+    }
+    close(fd[1]);
+    char buf[512] = "";
+    size_t got = 0;
+    time_t end = time(NULL) + deadline_s;
+    int status = WCU_ST_CRASHED, killed = 0;
+    for (;;) {
+        int ws;
+        pid_t w = waitpid(pid, &ws, WNOHANG);
+        if (w == pid) break;
+        if (time(NULL) > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &ws, 0);
+            killed = 1;
+            break;
+        }
+        usleep(50000);
+    }
+    ssize_t n;
+    while (!killed && got < sizeof buf - 1 && (n = read(fd[0], buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)n;
+    close(fd[0]);
+    buf[got] = '\0';
+    *rc_out = MT_ERR;
+    if (killed) {
+        mt_fmt(detail, dlen, "killed after %d s", deadline_s);
+        return WCU_ST_TIMEOUT;
+    }
+    if (sscanf(buf, "%d %d", &status, rc_out) != 2) {
+        mt_fmt(detail, dlen, "child died without a report");
+        return WCU_ST_CRASHED;
+    }
+    mt_fmt(detail, dlen, "%s", buf);
+    detail[strcspn(detail, "\n")] = '\0';
+    return status;
+}
+
+static int injection_tests(void) {
+    krn_shape_t shape;
+    char err[200], detail[512];
+    int fails = 0, rc;
+    krn_shape_parse("E=128,N=768,K=2048,topk=8", &shape, err, sizeof err);
+    krn_config_t good = {64, 64, 64, 1, 4, 3}, bad = {32, 64, 64, 1, 4, 3}, hang = {32, 64, 128, 1, 4, 3};
+    setenv("MOETUNE_CUDA_INJECT", "fault:32x64x64x1x4x3,hang:32x64x128x1x4x3", 1);
+    int s = run_child(&shape, bad, 64, 5000, 60, &rc, detail, sizeof detail);
+    printf("inject fault: status=%s rc=%d: %s\n", status_name(s), rc, detail);
+    if (s != WCU_ST_LAUNCH_ERROR || rc != MT_ERR) fails++;
+    s = run_child(&shape, hang, 64, 3000, 60, &rc, detail, sizeof detail);
+    printf("inject hang:  status=%s rc=%d: %s\n", status_name(s), rc, detail);
+    if (s != WCU_ST_TIMEOUT) fails++;
+    s = run_child(&shape, good, 64, 5000, 120, &rc, detail, sizeof detail);
+    printf("next config:  status=%s rc=%d: %s\n", status_name(s), rc, detail);
+    if (s != WCU_ST_OK || rc != MT_OK) fails++;
+    unsetenv("MOETUNE_CUDA_INJECT");
+    return fails;
+}
+
+static int space_tests(void) {
+    static const char *shapes[] = {"E=128,N=768,K=2048,topk=8", "E=8,N=7168,K=4096,topk=2"};
+    static const uint32_t bss[] = {1, 64, 4096};
+    const char *stride_env = getenv("MT_GPU_STRIDE");
+    size_t stride = stride_env ? strtoul(stride_env, NULL, 10) : 1;
+    if (stride < 1) stride = 1;
+    wrk_backend_opts_t opts = {.gpu_index = 0, .compile_threads = 0};
+    void *st = NULL;
+    wrk_device_t dev;
+    char err[256];
+    if (wrk_backend_cuda.open(&opts, &st, &dev, err, sizeof err) != MT_OK) {
+        printf("open failed: %s\n", err);
+        return 1;
+    }
+    printf("device %s (%s) cc %u.%u, %u SMs, driver %s, CUDA %s, compiler %s, kernels %s\n", dev.name, dev.uuid,
+           dev.cc_major, dev.cc_minor, dev.sm_count, dev.driver_version, dev.cuda_version, dev.compiler,
+           dev.kernel_hash);
+    int fails = 0;
+    krn_space_t space;
+    krn_space_default(&space);
+    krn_limits_t lim;
+    krn_limits_default(&lim);
+    lim.smem_per_block = dev.smem_per_block;
+    for (size_t si = 0; si < 2; si++) {
+        krn_shape_t shape;
+        krn_shape_parse(shapes[si], &shape, err, sizeof err);
+        size_t total = krn_space_size(&space), n = 0, checked = 0, counts[8] = {0};
+        krn_config_t *cfgs = calloc(total, sizeof *cfgs);
+        char why[160];
+        size_t acc = 0;
+        for (size_t i = 0; i < total; i++) {
+            krn_config_t c;
+            krn_space_at(&space, i, &c);
+            if (krn_check(&shape, &c, &lim, why, sizeof why) != MT_OK) continue;
+            if (acc++ % stride == 0) cfgs[n++] = c;
+        }
+        wrk_backend_cuda.prepare(st, &shape, cfgs, n);
+        wrk_measure_t m = {.warmup = 1, .min_samples = 1, .max_samples = 1, .rsd_target = 1,
+                           .budget_ms = 100, .timeout_ms = 20000, .seed = 42};
+        uint64_t t0 = mt_now_ms();
+        double worst_us[3] = {0, 0, 0};
+        for (size_t i = 0; i < n; i++) {
+            wrk_meas_t out[3];
+            uint32_t regs, spills;
+            if (wrk_backend_cuda.measure(st, &shape, &cfgs[i], bss, 3, &m, out, &regs, &spills, err, sizeof err) !=
+                MT_OK) {
+                printf("%s: backend lost at config %zu: %s\n", shapes[si], i, err);
+                fails++;
+                break;
+            }
+            for (int b = 0; b < 3; b++) {
+                counts[out[b].status & 7]++;
+                checked++;
+                if (out[b].status != WCU_ST_OK) {
+                    fails++;
+                    printf("FAIL %s M=%u %ux%ux%u g%u w%u s%u: %s %s\n", shapes[si], bss[b], cfgs[i].block_m,
+                           cfgs[i].block_n, cfgs[i].block_k, cfgs[i].group_m, cfgs[i].num_warps,
+                           cfgs[i].num_stages, status_name(out[b].status), out[b].detail);
+                } else if (out[b].median_us > worst_us[b]) {
+                    worst_us[b] = out[b].median_us;
+                }
+            }
+        }
+        printf("%s: %zu accepted configs, %zu checked (stride %zu) x 3 batch sizes = %zu checks: ok %zu, "
+               "wrong %zu, launch_error %zu, compile_error %zu, timeout %zu; %.1f s\n",
+               shapes[si], acc, n, stride, checked, counts[WCU_ST_OK], counts[WCU_ST_WRONG_RESULT],
+               counts[WCU_ST_LAUNCH_ERROR], counts[WCU_ST_COMPILE_ERROR], counts[WCU_ST_TIMEOUT],
+               (double)(mt_now_ms() - t0) / 1000.0);
+        free(cfgs);
+    }
+    wrk_backend_cuda.close(&st);
+    return fails;
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int fails = 0;
+    if (!getenv("MT_GPU_SKIP_INJECT")) fails += injection_tests();
+    fails += space_tests();
+    printf("%s: %d failure(s)\n", fails ? "FAILED" : "PASSED", fails);
+    return fails ? 1 : 0;
+}
