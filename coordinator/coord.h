@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sched.h"
+#include "scheduler.h"
 
 typedef struct coord coord_t;
 

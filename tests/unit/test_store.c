@@ -13,7 +13,7 @@
 #include <sqlite3.h>
 
 #include "mt.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "store.h"
 
 static char g_dir[64];

@@ -1,5 +1,5 @@
 /*
- * sched.h - the coordinator's in-memory model of sweeps, jobs and workers:
+ * scheduler.h - the coordinator's in-memory model of sweeps, jobs and workers:
  * leases, credits, heartbeats, re-queues, attempts, crash quarantine, result
  * validation and the batched commit.
  *

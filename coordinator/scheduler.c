@@ -1,5 +1,5 @@
-/* sched.c - leases, credits, heartbeats, re-queues and the batched commit. See sched.h. */
-#include "sched.h"
+/* scheduler.c - leases, credits, heartbeats, re-queues and the batched commit. See scheduler.h. */
+#include "scheduler.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -1,0 +1,567 @@
+/* test_sched.c - the scheduler driven through its API with a fake clock and a
+ * capturing send function: credits, lease expiry and silent workers, attempts,
+ * token checks, crash retry and quarantine, Bye, restart, device filter, and the
+ * daemon loop over real loopback sockets with hostile input. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+#include <zmq.h>
+
+#include "coord.h"
+#include "mt.h"
+#include "scheduler.h"
+#include "store.h"
+#include "wire.h"
+
+#define MAX_MSGS 256
+
+typedef struct {
+    char dir[64], path[128];
+    store_t *db;
+    sched_t *s;
+    char rid[MAX_MSGS][32];
+    wire_env_t *msg[MAX_MSGS];
+    size_t n;
+} fx_t;
+
+static int capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) {
+    fx_t *f = ctx;
+    uint8_t *buf = NULL;
+    size_t blen = 0;
+    int code = 0;
+    char err[128];
+    assert_true(f->n < MAX_MSGS);
+    assert_int_equal(wire_pack(env, &buf, &blen), MT_OK);
+    assert_int_equal(wire_unpack(buf, blen, WIRE_DEFAULT_MAX_BYTES, &f->msg[f->n], &code, err, sizeof err), MT_OK);
+    free(buf);
+    snprintf(f->rid[f->n], sizeof f->rid[0], "%.*s", (int)len, (const char *)rid);
+    f->n++;
+    return MT_OK;
+}
+
+static void fx_clear(fx_t *f) {
+    for (size_t i = 0; i < f->n; i++) wire_free(&f->msg[i]);
+    f->n = 0;
+}
+
+static void fx_start(fx_t *f, uint32_t hb, uint32_t lease) {
+    char err[256];
+    sched_opts_t o = {.heartbeat_ms = hb, .lease_ms = lease, .send = capture, .send_ctx = f};
+    if (!f->db) assert_int_equal(store_open(f->path, &f->db, err, sizeof err), MT_OK);
+    f->s = sched_new(f->db, &o, 0, err, sizeof err);
+    assert_non_null(f->s);
+}
+
+static void fx_stop(fx_t *f) {
+    sched_destroy(&f->s);
+    store_close(&f->db);
+    fx_clear(f);
+}
+
+static int setup(void **state) {
+    fx_t *f = calloc(1, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/mt_sched_XXXXXX");
+    if (!mkdtemp(f->dir)) return -1;
+    snprintf(f->path, sizeof f->path, "%s/t.db", f->dir);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fx_t *f = *state;
+    char p[160];
+    const char *sfx[] = {"", "-wal", "-shm"};
+    fx_stop(f);
+    for (int i = 0; i < 3; i++) unlink(mt_fmt(p, sizeof p, "%s%s", f->path, sfx[i]));
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static int64_t query_int(fx_t *f, const char *sql) {
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    int64_t v = -1;
+    assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+/* A small sweep: one shape, n_stages configs (stages 2..), batch sizes {1, 2}. */
+static uint64_t submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filter) {
+    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1}, nw[] = {4}, ns[] = {2, 3, 4, 5};
+    static uint32_t bs[] = {2, 1};
+    Moetune__Space sp = MOETUNE__SPACE__INIT;
+    Moetune__Shape sh = MOETUNE__SHAPE__INIT;
+    Moetune__Shape *shp = &sh;
+    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    Moetune__Submitted sub;
+    char err[256];
+    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
+    sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw;
+    sp.n_num_stages = n_stages, sp.num_stages = ns;
+    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
+    spec.name = "small";
+    spec.n_shapes = 1, spec.shapes = &shp;
+    spec.n_batch_sizes = 2, spec.batch_sizes = bs;
+    spec.space = &sp;
+    spec.chunk = chunk;
+    spec.device_filter = (char *)filter;
+    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+    assert_int_equal(sub.configs_valid, n_stages);
+    return sub.sweep_id;
+}
+
+static sched_worker_t *hello(fx_t *f, const char *id, const char *gpu, uint64_t now) {
+    Moetune__Hello h = MOETUNE__HELLO__INIT;
+    Moetune__Gpu g = MOETUNE__GPU__INIT;
+    wire_env_t env, *out = NULL;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int code;
+    char err[128];
+    g.name = (char *)gpu;
+    g.uuid = (char *)id;
+    h.worker_id = (char *)id;
+    h.host = "host";
+    h.pid = 42;
+    h.backend = "sim";
+    h.compiler = "sim";
+    h.gpu = &g;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
+    free(buf);
+    assert_int_equal(sched_on_hello(f->s, (const uint8_t *)id, strlen(id), &out, now), MT_OK);
+    assert_null(out);
+    sched_worker_t *w = sched_worker(f->s, (const uint8_t *)id, strlen(id));
+    assert_non_null(w);
+    return w;
+}
+
+/* Sends a Result for every batch size {1, 2} with one status. Returns sched_on_result's code. */
+static int result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
+                  Moetune__Status status, uint64_t now) {
+    Moetune__Measurement m[2], *pm[2] = {&m[0], &m[1]};
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    wire_env_t env, *out = NULL;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int code;
+    char err[128];
+    for (int i = 0; i < 2; i++) {
+        moetune__measurement__init(&m[i]);
+        m[i].batch_size = (uint32_t)i + 1;
+        m[i].status = status;
+        m[i].median_us = m[i].min_us = m[i].mean_us = 10.0 + i;
+        m[i].samples = 10;
+    }
+    r.job_id = job, r.lease_token = token, r.seq = seq, r.config_id = config;
+    r.n_measurements = 2, r.measurements = pm;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
+    free(buf);
+    sched_on_heard(f->s, w, now);
+    int rc = sched_on_result(f->s, w, &out, now);
+    wire_free(&out);
+    return rc;
+}
+
+/* Captured messages of one body to one worker. */
+static size_t count_body(fx_t *f, const char *rid, wire_body_t body) {
+    size_t n = 0;
+    for (size_t i = 0; i < f->n; i++) n += strcmp(f->rid[i], rid) == 0 && f->msg[i]->body_case == body;
+    return n;
+}
+
+static const Moetune__Job *last_job(fx_t *f, const char *rid) {
+    for (size_t i = f->n; i-- > 0;)
+        if (strcmp(f->rid[i], rid) == 0 && f->msg[i]->body_case == MOETUNE__ENVELOPE__BODY_JOB) return f->msg[i]->job;
+    return NULL;
+}
+
+static bool acked(fx_t *f, const char *rid, uint64_t seq) {
+    for (size_t i = 0; i < f->n; i++) {
+        if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;
+        for (size_t k = 0; k < f->msg[i]->ack->n_seqs; k++)
+            if (f->msg[i]->ack->seqs[k] == seq) return true;
+    }
+    return false;
+}
+
+static void test_credits(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit(f, 3, 1, NULL);
+    sched_worker_t *a = hello(f, "A", "NVIDIA H100", 0);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_WELCOME), 1);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    sched_on_ready(f->s, a, 0, 1);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    sched_on_ready(f->s, a, 1, 1);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    uint64_t first = last_job(f, "A")->job_id;
+    sched_on_ready(f->s, a, 1, 2);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
+    assert_true(last_job(f, "A")->job_id > first);
+    sched_on_ready(f->s, a, 5, 3);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3); /* only 3 jobs exist */
+    const Moetune__Job *j = last_job(f, "A");
+    assert_int_equal(j->n_configs, 1);
+    assert_int_equal(j->n_batch_sizes, 2);
+    assert_int_equal(j->measure->warmup, 5);
+    assert_int_not_equal(j->lease_token, 0);
+    /* a late submit is dispatched at once to the credits left */
+    submit(f, 2, 1, NULL);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 5);
+    sched_status_t st;
+    assert_int_equal(sched_status(f->s, 0, 10, &st), MT_OK);
+    assert_int_equal(st.reply.n_sweeps, 2);
+    assert_int_equal(st.reply.sweeps[0]->jobs_leased, 3);
+    assert_int_equal(st.reply.n_workers, 1);
+    assert_string_equal(st.reply.workers[0]->state, "busy");
+    assert_int_equal(st.reply.workers[0]->jobs_leased, 5);
+    sched_status_release(&st);
+    assert_int_equal(sched_status(f->s, 99, 10, &st), MT_NOTFOUND);
+}
+
+static void test_tokens_and_completion(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit(f, 2, 2, NULL);
+    sched_worker_t *a = hello(f, "A", "gpu", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    const Moetune__Job *j = last_job(f, "A");
+    assert_non_null(j);
+    uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
+    assert_int_equal(result(f, a, job, tok + 1, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
+    assert_int_equal(result(f, a, job + 100, tok, 2, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
+    assert_int_equal(result(f, a, job, tok, 3, 9999, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
+    assert_int_equal(sched_pending(f->s), 0);
+    assert_int_equal(result(f, a, job, tok, 4, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
+    assert_int_equal(result(f, a, job, tok, 5, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK); /* resend */
+    assert_int_equal(sched_pending(f->s), 2);
+    assert_false(acked(f, "A", 4));
+    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    for (uint64_t seq = 1; seq <= 5; seq++) assert_true(acked(f, "A", seq));
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results"), 2);
+    assert_int_equal(sched_counters(f->s)->rejected_results, 3);
+    assert_int_equal(sched_counters(f->s)->results_committed, 2);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    assert_int_equal(result(f, a, job, tok, 6, c2, MOETUNE__STATUS__STATUS_TIMEOUT, 3), MT_OK);
+    assert_int_equal(sched_flush(f->s, 3), MT_OK);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    assert_int_equal(sched_flush(f->s, 4), MT_OK);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'done'"), 1);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'timeout'"), 2);
+    sched_status_t st;
+    assert_int_equal(sched_status(f->s, 0, 5, &st), MT_OK);
+    assert_int_equal(st.reply.sweeps[0]->results_done, 4);
+    assert_int_equal(st.reply.sweeps[0]->results_failed, 2);
+    assert_int_equal(st.reply.sweeps[0]->jobs_done, 1);
+    assert_string_equal(st.reply.sweeps[0]->state, "done");
+    assert_int_equal(st.reply.workers[0]->results, 4);
+    sched_status_release(&st);
+    /* a result for a done job is rejected, still acknowledged */
+    assert_int_equal(result(f, a, job, tok, 7, c2, MOETUNE__STATUS__STATUS_OK, 6), MT_INVAL);
+    assert_int_equal(sched_flush(f->s, 6), MT_OK);
+    assert_true(acked(f, "A", 7));
+}
+
+static void test_silent_workers_and_attempts(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 100, 30000);
+    submit(f, 1, 1, NULL);
+    const char *ids[] = {"A", "B", "C"};
+    uint64_t t = 0, job = 0, tok = 0;
+    for (int k = 0; k < 3; k++) {
+        sched_worker_t *w = hello(f, ids[k], "gpu", t);
+        sched_on_ready(f->s, w, 1, t);
+        const Moetune__Job *j = last_job(f, ids[k]);
+        assert_non_null(j);
+        if (k) assert_int_equal(j->job_id, job);
+        assert_int_not_equal(j->lease_token, tok);
+        job = j->job_id;
+        tok = j->lease_token;
+        sched_tick(f->s, t + 250); /* 2.5 silent periods: still alive */
+        assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+        assert_non_null(sched_worker(f->s, (const uint8_t *)ids[k], 1));
+        t += 400;
+        sched_tick(f->s, t);
+        uint32_t attempts = 0;
+        const char *state_name = sched_job_state(f->s, job, &attempts);
+        assert_int_equal(attempts, (uint32_t)k + 1);
+        assert_string_equal(state_name, k < 2 ? "pending" : "failed");
+        assert_null(sched_worker(f->s, (const uint8_t *)ids[k], 1));
+        assert_int_equal(sched_counters(f->s)->dead_workers, (uint64_t)k + 1);
+    }
+    assert_int_equal(sched_flush(f->s, t), MT_OK);
+    assert_int_equal(query_int(f, "SELECT attempts FROM jobs"), 3);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'failed'"), 1);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'failed'"), 1);
+    assert_true(count_body(f, "A", MOETUNE__ENVELOPE__BODY_HEARTBEAT) >= 1);
+}
+
+static void test_lease_expiry_and_bye(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 200);
+    submit(f, 2, 1, NULL);
+    sched_worker_t *a = hello(f, "A", "gpu", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    uint64_t job = last_job(f, "A")->job_id;
+    sched_on_heard(f->s, a, 150); /* extends the lease to 350 */
+    sched_tick(f->s, 300);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    sched_tick(f->s, 351);
+    uint32_t attempts = 0;
+    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
+    assert_int_equal(attempts, 1);
+    /* Bye gives jobs back without an attempt */
+    sched_on_ready(f->s, a, 2, 360);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3);
+    sched_on_bye(f->s, a, 370);
+    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
+    assert_int_equal(attempts, 1);
+    assert_int_equal(sched_counters(f->s)->requeued_jobs, 3);
+    assert_null(sched_worker(f->s, (const uint8_t *)"A", 1));
+}
+
+static void test_crash_retry_and_quarantine(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit(f, 2, 2, NULL);
+    sched_worker_t *a = hello(f, "A", "gpu", 0);
+    sched_worker_t *b = hello(f, "B", "gpu", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    const Moetune__Job *j = last_job(f, "A");
+    uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
+    assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
+    assert_int_equal(sched_pending(f->s), 0);
+    assert_int_equal(sched_flush(f->s, 1), MT_OK);
+    assert_true(acked(f, "A", 1));
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results"), 0);
+    assert_int_equal(query_int(f, "SELECT count FROM crashes"), 1);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE avoid_worker = 'A'"), 1);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM job_configs"), 2);
+    uint64_t retry = (uint64_t)query_int(f, "SELECT id FROM jobs WHERE avoid_worker = 'A'");
+    assert_string_equal(sched_job_state(f->s, retry, NULL), "pending");
+    /* A may not take it while B lives */
+    sched_on_ready(f->s, a, 1, 2);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    sched_on_ready(f->s, b, 1, 2);
+    const Moetune__Job *jb = last_job(f, "B");
+    assert_non_null(jb);
+    assert_int_equal(jb->job_id, retry);
+    assert_int_equal(jb->n_configs, 1);
+    assert_int_equal(jb->configs[0]->config_id, c1);
+    /* the second crash quarantines: rows stored as crashed */
+    assert_int_equal(result(f, b, retry, jb->lease_token, 1, c1, MOETUNE__STATUS__STATUS_CRASHED, 3), MT_OK);
+    assert_int_equal(result(f, a, job, tok, 2, c2, MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
+    assert_int_equal(sched_flush(f->s, 3), MT_OK);
+    assert_int_equal(sched_flush(f->s, 4), MT_OK);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'crashed'"), 2);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'ok'"), 2);
+    assert_int_equal(query_int(f, "SELECT count FROM crashes"), 2);
+    assert_string_equal(sched_job_state(f->s, retry, NULL), "done");
+    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+}
+
+static void test_avoid_worker_alone(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit(f, 1, 1, NULL);
+    sched_worker_t *a = hello(f, "A", "gpu", 0);
+    sched_worker_t *b = hello(f, "B", "gpu", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    const Moetune__Job *j = last_job(f, "A");
+    assert_int_equal(result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id,
+                            MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
+    sched_on_ready(f->s, a, 1, 1);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    sched_on_bye(f->s, b, 2); /* A is now the only live worker: it gets the retry */
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
+}
+
+static void test_restart_and_filter(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit(f, 2, 2, "H200");
+    sched_worker_t *a = hello(f, "A", "NVIDIA H100 80GB HBM3", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    sched_worker_t *b = hello(f, "B", "NVIDIA H200", 0);
+    sched_on_ready(f->s, b, 1, 0);
+    const Moetune__Job *j = last_job(f, "B");
+    assert_non_null(j);
+    uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
+    assert_int_equal(result(f, b, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
+    assert_int_equal(sched_flush(f->s, 1), MT_OK);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'leased'"), 1);
+    /* restart: the job is pending again, the old token still works until re-leased */
+    sched_destroy(&f->s);
+    fx_clear(f);
+    fx_start(f, 1000, 30000);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "pending");
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'pending'"), 1);
+    assert_null(sched_worker(f->s, (const uint8_t *)"B", 1));
+    b = hello(f, "B", "NVIDIA H200", 10);
+    sched_worker_t *c = hello(f, "C", "NVIDIA H200", 10);
+    assert_int_equal(result(f, b, job, tok, 2, c1, MOETUNE__STATUS__STATUS_OK, 11), MT_OK);
+    assert_int_equal(sched_flush(f->s, 11), MT_OK);
+    assert_true(acked(f, "B", 2));
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results"), 2);
+    /* re-leased: only the config that still lacks results is sent */
+    sched_on_ready(f->s, c, 1, 12);
+    j = last_job(f, "C");
+    assert_non_null(j);
+    assert_int_equal(j->job_id, job);
+    assert_int_equal(j->n_configs, 1);
+    assert_int_equal(j->configs[0]->config_id, c2);
+    assert_int_equal(result(f, b, job, tok, 3, c2, MOETUNE__STATUS__STATUS_OK, 13), MT_INVAL);
+}
+
+/* ---- the daemon over loopback sockets */
+
+static void *run_coord(void *arg) {
+    coord_run(arg);
+    return NULL;
+}
+
+static wire_env_t *recv_env(void *sock) {
+    uint8_t id[WIRE_MAX_ID];
+    size_t id_len = 0;
+    wire_env_t *env = NULL;
+    wire_reject_t rej;
+    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, 5000) <= 0) return NULL;
+    if (wire_recv(sock, false, id, &id_len, WIRE_DEFAULT_MAX_BYTES, 0, &env, &rej) != MT_OK) return NULL;
+    return env;
+}
+
+static void test_daemon_hostile_input(void **state) {
+    fx_t *f = *state;
+    char err[256];
+    coord_opts_t o = {.db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*",
+                      .heartbeat_ms = 100};
+    coord_t *c = NULL;
+    assert_int_equal(coord_new(&o, &c, err, sizeof err), MT_OK);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, run_coord, c), 0);
+    void *ctx = zmq_ctx_new();
+    void *wk = zmq_socket(ctx, ZMQ_DEALER), *cl = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt(wk, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(cl, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(wk, ZMQ_ROUTING_ID, "W1", 2);
+    assert_int_equal(zmq_connect(wk, coord_endpoint(c, 0)), 0);
+    assert_int_equal(zmq_connect(cl, coord_endpoint(c, 1)), 0);
+    /* garbage, an empty frame, multi-frame junk: each answered with an Error */
+    zmq_send(wk, "\xff\x01garbage", 9, 0);
+    wire_env_t *e = recv_env(wk);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
+    wire_free(&e);
+    zmq_send(wk, "", 0, 0);
+    e = recv_env(wk);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
+    wire_free(&e);
+    zmq_send(wk, "a", 1, ZMQ_SNDMORE);
+    zmq_send(wk, "b", 1, 0);
+    e = recv_env(wk);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
+    wire_free(&e);
+    /* a Ready before Hello: say hello first */
+    Moetune__Ready rd = MOETUNE__READY__INIT;
+    wire_env_t env;
+    wire_env_init(&env);
+    rd.credits = 1;
+    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
+    env.ready = &rd;
+    assert_int_equal(wire_send(wk, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    e = recv_env(wk);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
+    assert_int_equal(e->error->code, WIRE_E_HELLO);
+    wire_free(&e);
+    /* a worker body on the control socket */
+    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    e = recv_env(cl);
+    assert_non_null(e);
+    assert_int_equal(e->error->code, WIRE_E_BODY);
+    wire_free(&e);
+    /* an invalid spec is refused with a reason */
+    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    Moetune__Submit sub = MOETUNE__SUBMIT__INIT;
+    sub.spec = &spec;
+    env.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
+    env.submit = &sub;
+    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    e = recv_env(cl);
+    assert_non_null(e);
+    assert_int_equal(e->error->code, WIRE_E_SPEC);
+    assert_non_null(strstr(e->error->message, "no shapes"));
+    wire_free(&e);
+    /* status counts the bad messages (4 on the worker socket, 1 on control) */
+    Moetune__StatusRequest sr = MOETUNE__STATUS_REQUEST__INIT;
+    env.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REQUEST;
+    env.status_request = &sr;
+    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    e = recv_env(cl);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_STATUS_REPLY);
+    assert_int_equal(e->status_reply->counters->bad_messages, 4);
+    assert_int_equal(e->status_reply->n_sweeps, 0);
+    wire_free(&e);
+    Moetune__Cancel cn = MOETUNE__CANCEL__INIT;
+    cn.sweep_id = 5;
+    env.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
+    env.cancel = &cn;
+    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    e = recv_env(cl);
+    assert_non_null(e);
+    assert_int_equal(e->error->code, WIRE_E_NOTFOUND);
+    wire_free(&e);
+    zmq_close(wk);
+    zmq_close(cl);
+    zmq_ctx_term(ctx);
+    coord_stop(c);
+    pthread_join(th, NULL);
+    coord_destroy(&c);
+    assert_null(c);
+}
+
+int main(void) {
+    mt_log_init("test_sched", MT_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_credits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tokens_and_completion, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_silent_workers_and_attempts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_expiry_and_bye, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crash_retry_and_quarantine, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_avoid_worker_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_and_filter, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_daemon_hostile_input, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
