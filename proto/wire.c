@@ -26,34 +26,40 @@ int wire_pack(wire_env_t *env, uint8_t **buf, size_t *len) {
     return MT_OK;
 }
 
-/* Table of which role may send which body. */
+/* Table of which roles may send which body (a bit per wire_role_t). */
+#define W (1u << WIRE_FROM_WORKER)
+#define C (1u << WIRE_FROM_COORDINATOR)
+#define L (1u << WIRE_FROM_CLIENT)
 static const struct {
     wire_body_t body;
     const char *name;
-    wire_role_t from;
+    unsigned from;
 } g_bodies[] = {
-    {MOETUNE__ENVELOPE__BODY_HELLO, "hello", WIRE_FROM_WORKER},
-    {MOETUNE__ENVELOPE__BODY_READY, "ready", WIRE_FROM_WORKER},
-    {MOETUNE__ENVELOPE__BODY_RESULT, "result", WIRE_FROM_WORKER},
-    {MOETUNE__ENVELOPE__BODY_HEARTBEAT, "heartbeat", WIRE_FROM_WORKER},
-    {MOETUNE__ENVELOPE__BODY_BYE, "bye", WIRE_FROM_WORKER},
-    {MOETUNE__ENVELOPE__BODY_WELCOME, "welcome", WIRE_FROM_COORDINATOR},
-    {MOETUNE__ENVELOPE__BODY_JOB, "job", WIRE_FROM_COORDINATOR},
-    {MOETUNE__ENVELOPE__BODY_ACK, "ack", WIRE_FROM_COORDINATOR},
-    {MOETUNE__ENVELOPE__BODY_SHUTDOWN, "shutdown", WIRE_FROM_COORDINATOR},
-    {MOETUNE__ENVELOPE__BODY_ERROR, "error", WIRE_FROM_COORDINATOR},
-    {MOETUNE__ENVELOPE__BODY_SUBMIT, "submit", WIRE_FROM_CLIENT},
-    {MOETUNE__ENVELOPE__BODY_SUBMITTED, "submitted", WIRE_FROM_COORDINATOR},
-    {MOETUNE__ENVELOPE__BODY_STATUS_REQUEST, "status_request", WIRE_FROM_CLIENT},
-    {MOETUNE__ENVELOPE__BODY_STATUS_REPLY, "status_reply", WIRE_FROM_COORDINATOR},
-    {MOETUNE__ENVELOPE__BODY_CANCEL, "cancel", WIRE_FROM_CLIENT},
-    {MOETUNE__ENVELOPE__BODY_CANCELLED, "cancelled", WIRE_FROM_COORDINATOR},
+    {MOETUNE__ENVELOPE__BODY_HELLO, "hello", W},
+    {MOETUNE__ENVELOPE__BODY_READY, "ready", W},
+    {MOETUNE__ENVELOPE__BODY_RESULT, "result", W},
+    {MOETUNE__ENVELOPE__BODY_HEARTBEAT, "heartbeat", W | C},
+    {MOETUNE__ENVELOPE__BODY_BYE, "bye", W},
+    {MOETUNE__ENVELOPE__BODY_WELCOME, "welcome", C},
+    {MOETUNE__ENVELOPE__BODY_JOB, "job", C},
+    {MOETUNE__ENVELOPE__BODY_ACK, "ack", C},
+    {MOETUNE__ENVELOPE__BODY_SHUTDOWN, "shutdown", C},
+    {MOETUNE__ENVELOPE__BODY_ERROR, "error", C},
+    {MOETUNE__ENVELOPE__BODY_SUBMIT, "submit", L},
+    {MOETUNE__ENVELOPE__BODY_SUBMITTED, "submitted", C},
+    {MOETUNE__ENVELOPE__BODY_STATUS_REQUEST, "status_request", L},
+    {MOETUNE__ENVELOPE__BODY_STATUS_REPLY, "status_reply", C},
+    {MOETUNE__ENVELOPE__BODY_CANCEL, "cancel", L},
+    {MOETUNE__ENVELOPE__BODY_CANCELLED, "cancelled", C},
 };
+#undef W
+#undef C
+#undef L
 #define N_BODIES (sizeof g_bodies / sizeof g_bodies[0])
 
 bool wire_allowed(wire_role_t role, wire_body_t body) {
     for (size_t i = 0; i < N_BODIES; i++)
-        if (g_bodies[i].body == body) return g_bodies[i].from == role;
+        if (g_bodies[i].body == body) return (g_bodies[i].from & (1u << role)) != 0;
     return false;
 }
 

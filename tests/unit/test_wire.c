@@ -194,6 +194,10 @@ static void test_roles(void **state) {
     assert_true(wire_allowed(WIRE_FROM_CLIENT, MOETUNE__ENVELOPE__BODY_SUBMIT));
     assert_false(wire_allowed(WIRE_FROM_CLIENT, MOETUNE__ENVELOPE__BODY_RESULT));
     assert_true(wire_allowed(WIRE_FROM_COORDINATOR, MOETUNE__ENVELOPE__BODY_ACK));
+    /* heartbeats go both ways */
+    assert_true(wire_allowed(WIRE_FROM_COORDINATOR, MOETUNE__ENVELOPE__BODY_HEARTBEAT));
+    assert_true(wire_allowed(WIRE_FROM_WORKER, MOETUNE__ENVELOPE__BODY_HEARTBEAT));
+    assert_false(wire_allowed(WIRE_FROM_CLIENT, MOETUNE__ENVELOPE__BODY_HEARTBEAT));
     assert_string_equal(wire_body_name(MOETUNE__ENVELOPE__BODY_HELLO), "hello");
 }
 
