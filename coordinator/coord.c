@@ -12,7 +12,7 @@
 #include "store.h"
 #include "wire.h"
 
-#define DRAIN_MAX 4096      /* messages per socket per loop turn before a commit */
+#define DRAIN_MAX 256       /* messages per socket per loop turn: bounds one commit and so the wait of a Ready behind it */
 #define TICK_MS 10          /* timer resolution */
 
 struct coord {
