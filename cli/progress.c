@@ -12,6 +12,8 @@ struct cli_progress {
     uint64_t last_ms;
     char last_state[16];
     size_t last_len;
+    uint64_t first_ms, first_done;  /* for a local rate when the coordinator reports none */
+    bool have_first;
 };
 
 cli_progress_t *cli_progress_new(FILE *out, bool json, bool tty) {
@@ -47,7 +49,17 @@ void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive,
              st->jobs_failed ? "yes" : "", workers_alive);
 }
 
-static void emit(cli_progress_t *p, const Moetune__SweepStatus *st, uint32_t workers_alive, bool final) {
+static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t workers_alive, bool final) {
+    Moetune__SweepStatus copy = *in;
+    const Moetune__SweepStatus *st = &copy;
+    uint64_t now = mt_now_ms();
+    if (!p->have_first) {
+        p->have_first = true;
+        p->first_ms = now;
+        p->first_done = in->results_done;
+    }
+    if (copy.rate <= 0 && now > p->first_ms + 500 && in->results_done >= p->first_done)
+        copy.rate = (double)(in->results_done - p->first_done) * 1000.0 / (double)(now - p->first_ms);
     if (p->json) {
         fprintf(p->out,
                 "{\"sweep\":%llu,\"state\":\"%s\",\"done\":%llu,\"total\":%llu,\"failed\":%llu,"

@@ -629,11 +629,15 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
                s->measure.max_samples);
         return MT_INVAL;
     }
-    if (fill_defaults) {
-        if (s->n_batch == 0) {
-            for (size_t i = 0; i < krn_n_default_batch_sizes; i++) s->batch[i] = krn_default_batch_sizes[i];
-            s->n_batch = krn_n_default_batch_sizes;
-        }
+    bool any_space = false;
+    for (int i = 0; i < SP_N; i++) any_space = any_space || s->n_space[i];
+    if (fill_defaults && s->n_batch == 0) {
+        for (size_t i = 0; i < krn_n_default_batch_sizes; i++) s->batch[i] = krn_default_batch_sizes[i];
+        s->n_batch = krn_n_default_batch_sizes;
+    }
+    /* A space with some lists given gets the default for the others: the planner takes
+     * a whole space or none. */
+    if (fill_defaults || any_space) {
         krn_space_t def;
         krn_space_default(&def);
         const uint32_t *dv[SP_N] = {def.block_m, def.block_n, def.block_k, def.group_m, def.num_warps, def.num_stages};
@@ -643,18 +647,20 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
             memcpy(s->space_vals[i], dv[i], dn[i] * sizeof(uint32_t));
             s->n_space[i] = dn[i];
         }
+    }
+    if (fill_defaults) {
         if (!s->strategy[0]) snprintf(s->strategy, sizeof s->strategy, "exhaustive");
         if (!s->spec.chunk) s->spec.chunk = 16;
         if (!s->spec.max_attempts) s->spec.max_attempts = 3;
-        if (!s->name[0]) {
-            char sh[96];
-            krn_shape_name(&s->shapes[0], sh, sizeof sh);
-            if (s->n_shapes == 1)
-                mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u", sh, s->shapes[0].k, s->shapes[0].topk);
-            else
-                mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u +%zu shapes", sh, s->shapes[0].k,
-                       s->shapes[0].topk, s->n_shapes - 1);
-        }
+    }
+    if (!s->name[0]) {
+        char sh[96];
+        krn_shape_name(&s->shapes[0], sh, sizeof sh);
+        if (s->n_shapes == 1)
+            mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u", sh, s->shapes[0].k, s->shapes[0].topk);
+        else
+            mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u +%zu shapes", sh, s->shapes[0].k,
+                   s->shapes[0].topk, s->n_shapes - 1);
     }
     /* Assemble the message; init() clears the scalars kept in it, so save them. */
     uint32_t chunk = s->spec.chunk, max_attempts = s->spec.max_attempts;
@@ -685,7 +691,6 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
                             &s->space.n_group_m, &s->space.n_num_warps, &s->space.n_num_stages};
     uint32_t **lists[SP_N] = {&s->space.block_m, &s->space.block_n, &s->space.block_k,
                               &s->space.group_m, &s->space.num_warps, &s->space.num_stages};
-    bool any_space = false;
     for (int i = 0; i < SP_N; i++) {
         *counts[i] = s->n_space[i];
         *lists[i] = s->space_vals[i];

@@ -57,8 +57,9 @@ int cli_spec_load_json(cli_spec_t *spec, const char *path, char *err, size_t err
 /* Resolves models into shapes, checks the whole spec (at least one shape, min_samples
  * <= max_samples, ...) and assembles the message. With fill_defaults, empty fields get
  * the planner's defaults explicitly (18 batch sizes, default space, chunk 16,
- * exhaustive, 3 attempts) and an empty name gets one derived from the shapes, so
- * the same command always produces the same spec. Call once, after every set. */
+ * exhaustive, 3 attempts), so the same command always produces the same spec. Either
+ * way, a space with only some lists given gets the default for the others, and an
+ * empty name gets one derived from the shapes. Call once, after every set. */
 int cli_spec_finish(cli_spec_t *spec, bool fill_defaults, char *err, size_t errlen);
 
 /* The assembled message (valid after cli_spec_finish, owned by spec). */

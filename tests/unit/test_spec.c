@@ -54,7 +54,8 @@ static void test_flags(void **state) {
     assert_int_equal(p->batch_sizes[3], 64);
     assert_non_null(p->space);
     assert_int_equal(p->space->n_block_m, 2);
-    assert_int_equal(p->space->n_block_n, 0);  /* not given: the planner's default */
+    assert_int_equal(p->space->n_block_n, 4);  /* not given: the default list */
+    assert_int_equal(p->space->n_num_stages, 4);
     assert_int_equal(p->chunk, 8);
     assert_non_null(p->measure);
     assert_true(p->measure->rsd_target == 0.02);
