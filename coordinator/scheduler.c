@@ -1019,6 +1019,17 @@ void sched_tick(sched_t *s, uint64_t now_ms) {
 
 int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms, char *err,
                  size_t errlen) {
+    /* A spec without batch sizes means the engines' default 18; the filled-in spec is the
+     * one stored, so a restart plans and checks against the same list. */
+    Moetune__SweepSpec filled;
+    uint32_t default_bs[32];
+    if (spec && spec->n_batch_sizes == 0) {
+        filled = *spec;
+        memcpy(default_bs, krn_default_batch_sizes, krn_n_default_batch_sizes * sizeof *default_bs);
+        filled.batch_sizes = default_bs;
+        filled.n_batch_sizes = krn_n_default_batch_sizes;
+        spec = &filled;
+    }
     int rc = plan_store(s->db, spec, out, err, errlen);
     if (rc) return rc;
     /* load the new sweep through the same path as a restart */

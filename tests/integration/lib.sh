@@ -10,8 +10,7 @@ COORD_PID=
 
 cleanup() {
   local rc=$?
-  for p in "${PIDS[@]}" $COORD_PID; do kill -KILL "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  for p in "${PIDS[@]}" $COORD_PID; do kill_quiet "$p"; done
   if [ $rc -ne 0 ] && [ $rc -ne 77 ]; then
     echo "---- test failed (rc=$rc); logs from $T:"
     for f in "$T"/*.log; do [ -f "$f" ] && { echo "== $f"; tail -n 30 "$f"; }; done
@@ -20,6 +19,9 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
+
+# SIGKILLs a background process and reaps it without the shell's "Killed" notice.
+kill_quiet() { { kill -KILL "$1" && wait "$1"; } 2>/dev/null || true; }
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 pass() { echo "ok: $*"; }
