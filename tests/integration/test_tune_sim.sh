@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One-machine mode: `moetune tune` runs its own coordinator and sim workers, writes the config
+# files and the manifest, and a second identical run changes nothing. Without a GPU, the cuda
+# backend fails with a clear message and exit code 1, not a crash.
+source "$(dirname "$0")/lib.sh"
+M="$BIN/moetune"
+
+"$M" tune --backend sim --workers 3 --sim-time-scale 0 --model qwen3-30b-a3b --tp 2 \
+  --batch-sizes 1,8,64,512,4096 --db "$DB" --out "$T/configs" >"$T/tune.out" 2>"$T/tune.err" \
+  || { tail "$T/tune.err"; fail "tune exited $?"; }
+f="$T/configs/sim/E=128,N=384,device_name=NVIDIA_H200.json"
+[ -f "$f" ] || { ls -R "$T/configs"; fail "expected $f"; }
+[ "$(jq -r 'keys_unsorted | join(",")' "$f")" = "1,8,64,512,4096" ] || fail "keys are $(jq -c keys_unsorted "$f")"
+for key in 1 8 64 512 4096; do
+  n=$(jq -r --arg k "$key" '.[$k] | [.BLOCK_SIZE_M, .BLOCK_SIZE_N, .BLOCK_SIZE_K, .GROUP_SIZE_M, .num_warps, .num_stages] | map(select(. > 0)) | length' "$f")
+  [ "$n" = 6 ] || fail "entry $key lacks a field"
+done
+[ "$(jq -r '[.. | objects | select(has("simulated")) | .simulated] | all and (length > 0)' "$T/configs/sim/manifest.json")" = true ] \
+  || fail "manifest does not mark the results simulated"
+[ "$(sql "SELECT state FROM sweeps WHERE id=1")" = done ] || fail "sweep not done"
+rows=$(check_rows 1)
+pass "tune wrote $(basename "$f") from $rows rows"
+cp "$f" "$T/first.json"
+
+# The same command again: nothing new to measure, the file is unchanged.
+"$M" tune --backend sim --workers 3 --sim-time-scale 0 --model qwen3-30b-a3b --tp 2 \
+  --batch-sizes 1,8,64,512,4096 --db "$DB" --out "$T/configs" >"$T/tune2.out" 2>"$T/tune2.err" \
+  || { tail "$T/tune2.err"; fail "second tune exited $?"; }
+cmp -s "$f" "$T/first.json" || fail "second identical run changed the config file"
+pass "second identical run left the file unchanged"
+
+# History: results --best agrees with the file.
+"$M" results --db "$DB" --best --json --batch-size 64 >"$T/best.json" || fail "results --best failed"
+[ "$(wc -l <"$T/best.json")" = 1 ] || fail "results --best for one shape and M=64 gave $(wc -l <"$T/best.json") rows"
+got=$(jq -c '.config' "$T/best.json")
+want=$(jq -c '.["64"]' "$f")
+[ "$got" = "$want" ] || fail "results --best says $got, the file says $want"
+pass "results --best agrees with the file for M=64: $got"
+
+# Lookup picks the nearest key.
+"$M" lookup "$f" 100 >"$T/lookup.out" || fail "lookup failed"
+grep -q 64 "$T/lookup.out" || { cat "$T/lookup.out"; fail "lookup 100 should pick key 64"; }
+pass "lookup 100 -> key 64"
+
+# No GPU here: the cuda backend says so and exits 1.
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  set +e
+  "$BIN/moetune-worker" --connect "$WEP" --backend cuda >"$T/cuda.out" 2>"$T/cuda.err"
+  rc=$?
+  set -e
+  [ $rc = 1 ] || { cat "$T/cuda.err"; fail "worker with the cuda backend and no GPU exited $rc, expected 1"; }
+  grep -qiE 'cuda' "$T/cuda.err" || fail "the cuda error does not mention CUDA: $(cat "$T/cuda.err")"
+  pass "cuda backend without a GPU: exit 1: $(head -n1 "$T/cuda.err")"
+  set +e
+  "$M" tune --backend cuda --model qwen3-30b-a3b --tp 1 --db "$T/c.db" --out "$T/c" >/dev/null 2>"$T/tc.err"
+  rc=$?
+  set -e
+  [ $rc = 1 ] || { cat "$T/tc.err"; fail "tune --backend cuda without a GPU exited $rc, expected 1"; }
+  pass "tune --backend cuda without a GPU: exit 1: $(tail -n1 "$T/tc.err")"
+fi
