@@ -79,11 +79,12 @@ __device__ __forceinline__ u32 pack_bf2(float lo, float hi) {
 }
 
 // Fault and hang injection for the worker's tests: inject 1 writes through a null
-// pointer, 2 spins until the process is killed.
+// pointer, 2 spins until the process is killed. The whole of block 0 spins: a warp left
+// partly spinning would reach the barrier and the .aligned instructions diverged.
 __device__ __forceinline__ void maybe_inject(int inject) {
-    if (inject == 0 || blockIdx.x != 0 || threadIdx.x != 0) return;
+    if (inject == 0 || blockIdx.x != 0) return;
     if (inject == 1) {
-        *(volatile int *)(size_t)16 = 1;
+        if (threadIdx.x == 0) *(volatile int *)(size_t)16 = 1;
     } else {
         volatile int spin = 1;
         while (spin) {

@@ -239,10 +239,14 @@ static void read_driver_version(char *buf, size_t len, int cu_version) {
     mt_fmt(buf, len, "%d.%d", cu_version / 1000, (cu_version % 1000) / 10);
     if (!f) return;
     if (fgets(line, sizeof line, f)) {
-        /* "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..." */
-        const char *p = strstr(line, "Kernel Module");
-        char ver[32];
-        if (p && sscanf(p, "Kernel Module %31s", ver) == 1) mt_fmt(buf, len, "%s", ver);
+        /* "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  ...": the
+         * first word that starts with a digit and holds a dot. */
+        char *save = NULL;
+        for (char *w = strtok_r(line, " \t\n", &save); w; w = strtok_r(NULL, " \t\n", &save))
+            if (w[0] >= '0' && w[0] <= '9' && strchr(w, '.')) {
+                mt_fmt(buf, len, "%s", w);
+                break;
+            }
     }
     fclose(f);
 }
@@ -869,9 +873,9 @@ static int cuda_measure(void *state, const krn_shape_t *shape, const krn_config_
             (r = g_drv.cuModuleGetFunction(&img->g1, img->mod, "moe_gemm1")) != CUDA_SUCCESS ||
             (r = g_drv.cuModuleGetFunction(&img->g2, img->mod, "moe_gemm2")) != CUDA_SUCCESS ||
             (r = g_drv.cuFuncSetAttribute(img->g1, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    (int)st->limits.smem_per_block - (int)(4 * cfg->block_m))) != CUDA_SUCCESS ||
+                                          (int)rc.smem)) != CUDA_SUCCESS ||
             (r = g_drv.cuFuncSetAttribute(img->g2, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    (int)st->limits.smem_per_block - (int)(4 * cfg->block_m))) != CUDA_SUCCESS) {
+                                          (int)rc.smem)) != CUDA_SUCCESS) {
             cu_text(r, "loading the image", img->load_err, sizeof img->load_err);
             img->loaded = -1;
         } else {
