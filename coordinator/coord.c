@@ -11,8 +11,9 @@
 #include "mt.h"
 #include "store.h"
 #include "wire.h"
+#include "writer.h"
 
-#define DRAIN_MAX 256       /* messages per socket per loop turn: bounds one commit and so the wait of a Ready behind it */
+#define DRAIN_MAX 256       /* messages per socket per loop turn, so neither socket starves the other or the timers */
 #define TICK_MS 10          /* timer resolution */
 
 struct coord {
@@ -21,7 +22,8 @@ struct coord {
     bool own_ctx;
     void *workers, *control;
     char ep[2][256];
-    store_t *db;
+    store_t *db;             /* the loop's connection: loading, planning, hellos, reads */
+    writer_t *writer;        /* the writer thread's connection: every result batch */
     sched_t *sched;
     atomic_int stop;
 };
@@ -87,6 +89,8 @@ int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen)
         rc = MT_IO;
         goto out;
     }
+    rc = writer_new(c->o.db_path, &c->writer, err, errlen);
+    if (rc) goto out;
     c->ctx = c->o.zmq_ctx;
     if (!c->ctx) {
         c->ctx = zmq_ctx_new();
@@ -116,6 +120,7 @@ void coord_destroy(coord_t **pc) {
     if (c->workers) zmq_close(c->workers);
     if (c->control) zmq_close(c->control);
     if (c->own_ctx && c->ctx) zmq_ctx_term(c->ctx);
+    writer_destroy(&c->writer);
     sched_destroy(&c->sched);
     store_close(&c->db);
     free(c);
@@ -302,15 +307,39 @@ static int drain(coord_t *c, void *sock, bool is_worker) {
     return MT_OK;
 }
 
+/* Takes back a finished batch, if any: acks go out or the results are kept. */
+static void writer_collect(coord_t *c, int timeout_ms) {
+    void *arg = NULL;
+    int wrc = MT_OK;
+    char why[256];
+    if (writer_poll(c->writer, timeout_ms, &arg, &wrc, why, sizeof why) != MT_OK) return;
+    size_t n = sched_batch_results(arg);
+    sched_batch_done(c->sched, arg, wrc, why, mt_now_ms());
+    log_at(MT_LOG_DEBUG, "batch of %zu results %s in %llu us", n, wrc ? "failed" : "committed",
+           (unsigned long long)writer_last_us(c->writer));
+}
+
+/* Hands the next batch to the writer when it is free. */
+static void writer_feed(coord_t *c) {
+    if (writer_busy(c->writer)) return;
+    sched_batch_t *b = NULL;
+    if (sched_batch_take(c->sched, &b) != MT_OK) return;
+    if (writer_submit(c->writer, sched_batch_write, b) != MT_OK)
+        sched_batch_done(c->sched, b, MT_BUSY, "writer busy", mt_now_ms());
+}
+
 int coord_run(coord_t *c) {
     int rc = MT_OK;
     uint64_t next_tick = 0;
+    uint64_t retry_at = 0;   /* after a failed commit, wait a little before the next try */
     while (!mt_stop_requested && !atomic_load(&c->stop)) {
-        zmq_pollitem_t items[2] = {{c->workers, 0, ZMQ_POLLIN, 0}, {c->control, 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t items[3] = {{c->workers, 0, ZMQ_POLLIN, 0},
+                                   {c->control, 0, ZMQ_POLLIN, 0},
+                                   {NULL, writer_fd(c->writer), ZMQ_POLLIN, 0}};
         uint64_t now = mt_now_ms();
         long timeout = next_tick > now ? (long)(next_tick - now) : 0;
         if (timeout > TICK_MS) timeout = TICK_MS;
-        int n = zmq_poll(items, 2, timeout);
+        int n = zmq_poll(items, 3, timeout);
         if (n < 0) {
             if (zmq_errno() == EINTR) continue;
             log_at(MT_LOG_ERROR, "poll: %s", zmq_strerror(zmq_errno()));
@@ -320,14 +349,20 @@ int coord_run(coord_t *c) {
         if (items[0].revents & ZMQ_POLLIN) rc = drain(c, c->workers, true);
         if (!rc && (items[1].revents & ZMQ_POLLIN)) rc = drain(c, c->control, false);
         if (rc) break;
+        if (items[2].revents & ZMQ_POLLIN) {
+            uint64_t failures = sched_counters(c->sched)->commit_failures;
+            writer_collect(c, 0);
+            if (sched_counters(c->sched)->commit_failures != failures) retry_at = mt_now_ms() + 100;
+        }
         now = mt_now_ms();
-        sched_flush(c->sched, now); /* a failed commit stays buffered for the next turn */
+        if (now >= retry_at) writer_feed(c); /* never waits for SQLite */
         if (now >= next_tick) {
             sched_tick(c->sched, now);
             next_tick = now + TICK_MS;
         }
     }
     /* commit what is pending; workers resend whatever is not acknowledged */
+    writer_collect(c, 10000);
     for (int i = 0; i < 50; i++) {
         if (sched_flush(c->sched, mt_now_ms()) == MT_OK) break;
         zmq_poll(NULL, 0, 100);

@@ -2,8 +2,11 @@
  * coord.h - the coordinator daemon as an embeddable object: two ROUTER sockets
  * (workers, control clients), a plain zmq_poll loop, the scheduler and the store.
  *
- * Single-threaded: coord_run() owns every socket and the database. Only
- * coord_stop() may be called from another thread.
+ * coord_run() owns every socket and the scheduler on one thread; result
+ * batches are committed by a writer thread (writer.h) on its own connection, so
+ * the loop never waits for a commit (Acks still go out only after it). The
+ * coordinator stays the database's only writer. Only coord_stop() may be
+ * called from another thread.
  */
 #ifndef COORD_COORD_H
 #define COORD_COORD_H

@@ -97,6 +97,33 @@ typedef struct {
     krn_shape_t shape;
 } shape_entry_t;
 
+/* One accepted Result as the writer sees it: copied scalars and strings, and the
+ * measurements of the entry's Envelope (owned by the batch while it is out). */
+typedef struct {
+    store_result_t base;
+    const Moetune__Result *r;
+    bool crash;
+    char *strs[4];           /* copies behind base's worker_id, backend, compiler, kernel_hash */
+    uint32_t new_rows, new_failed;
+} brow_t;
+
+struct sched_batch {
+    entry_t *entries;        /* taken from the front of s->pending */
+    brow_t *rows;            /* one per entry */
+    size_t n_entries;
+    job_t **jobs;            /* dirty jobs and their snapshots */
+    store_job_update_t *jobu;
+    size_t n_jobs;
+    sweep_t **sweeps;        /* dirty sweeps and their snapshots */
+    const char **sweep_state;
+    int64_t *sweep_finished;
+    uint64_t *sweep_id;
+    size_t n_sweeps;
+};
+
+static void batch_free(sched_batch_t *b);
+
+
 struct sched {
     store_t *db;
     sched_opts_t o;
@@ -120,6 +147,7 @@ struct sched {
     size_t cap_jc;
     uint64_t rng;
     uint64_t next_hb, next_rate;
+    sched_batch_t *inflight;      /* handed to a writer, not yet done */
     sched_counters_t c;
     char err[512];
 };
@@ -478,6 +506,10 @@ void sched_destroy(sched_t **ps) {
     sched_t *s = *ps;
     for (size_t i = 0; i < s->n_pending; i++) wire_free(&s->pending[i].env);
     free(s->pending);
+    if (s->inflight) {
+        for (size_t i = 0; i < s->inflight->n_entries; i++) wire_free(&s->inflight->entries[i].env);
+        batch_free(s->inflight);
+    }
     for (size_t i = 0; i < s->n_sweeps; i++) sweep_free(s->sweeps[i]);
     free(s->sweeps);
     for (size_t i = 0; i < s->n_workers; i++) {
@@ -526,6 +558,7 @@ static void worker_release_all(sched_t *s, sched_worker_t *w, bool count_attempt
 }
 
 static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms);
+static void send_acks(sched_t *s);
 
 static void dispatch_all(sched_t *s, uint64_t now_ms) {
     for (size_t i = 0; i < s->n_workers; i++)
@@ -834,12 +867,37 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     return MT_OK;
 }
 
-size_t sched_pending(const sched_t *s) { return s->n_pending; }
+size_t sched_pending(const sched_t *s) { return s->n_pending + (s->inflight ? s->inflight->n_entries : 0); }
 
-static int write_entry(sched_t *s, entry_t *e, int64_t now_s) {
+static void batch_free(sched_batch_t *b) {
+    if (!b) return;
+    for (size_t i = 0; i < b->n_entries; i++)
+        for (int k = 0; k < 4; k++) free(b->rows[i].strs[k]);
+    for (size_t i = 0; i < b->n_jobs; i++) free((char *)b->jobu[i].worker_id);
+    free(b->entries);
+    free(b->rows);
+    free(b->jobs);
+    free(b->jobu);
+    free(b->sweeps);
+    free(b->sweep_state);
+    free(b->sweep_finished);
+    free(b->sweep_id);
+    free(b);
+}
+
+static char *dup_or_null(const char *p) { return p ? strdup(p) : NULL; }
+
+static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
     const Moetune__Result *r = e->env->result;
     const Moetune__Hello *h = e->w->hello ? e->w->hello->hello : NULL;
-    store_result_t row = {
+    br->strs[0] = dup_or_null(e->w->id);
+    br->strs[1] = dup_or_null(h ? h->backend : NULL);
+    br->strs[2] = dup_or_null(h ? h->compiler : NULL);
+    br->strs[3] = dup_or_null(h ? h->kernel_hash : NULL);
+    if (!br->strs[0] || (h && ((h->backend && !br->strs[1]) || (h->compiler && !br->strs[2]) ||
+                               (h->kernel_hash && !br->strs[3]))))
+        return MT_NOMEM;
+    br->base = (store_result_t){
         .sweep_id = e->job->sw->id,
         .shape_id = e->job->shape_id,
         .config_id = r->config_id,
@@ -847,50 +905,123 @@ static int write_entry(sched_t *s, entry_t *e, int64_t now_s) {
         .device_id = e->w->device_id,
         .registers = r->registers,
         .spills = r->spills,
-        .worker_id = e->w->id,
-        .backend = h ? h->backend : NULL,
-        .compiler = h ? h->compiler : NULL,
-        .kernel_hash = h ? h->kernel_hash : NULL,
+        .worker_id = br->strs[0],
+        .backend = br->strs[1],
+        .compiler = br->strs[2],
+        .kernel_hash = br->strs[3],
         .created = now_s,
     };
+    br->r = r;
+    br->crash = e->crash;
+    return MT_OK;
+}
+
+int sched_batch_take(sched_t *s, sched_batch_t **out) {
+    *out = NULL;
+    if (s->inflight) return MT_BUSY;
+    size_t n_sw = 0;
+    for (size_t i = 0; i < s->n_sweeps; i++) n_sw += s->sweeps[i]->dirty;
+    size_t n_e = s->n_pending < SCHED_BATCH_MAX ? s->n_pending : SCHED_BATCH_MAX;
+    if (!n_e && !s->n_dirty && !n_sw) {
+        send_acks(s); /* rejections need no commit */
+        return MT_AGAIN;
+    }
+    sched_batch_t *b = calloc(1, sizeof *b);
+    if (!b) return MT_NOMEM;
+    size_t nj = s->n_dirty;
+    b->entries = calloc(n_e ? n_e : 1, sizeof *b->entries);
+    b->rows = calloc(n_e ? n_e : 1, sizeof *b->rows);
+    b->jobs = calloc(nj ? nj : 1, sizeof *b->jobs);
+    b->jobu = calloc(nj ? nj : 1, sizeof *b->jobu);
+    b->sweeps = calloc(n_sw ? n_sw : 1, sizeof *b->sweeps);
+    b->sweep_state = calloc(n_sw ? n_sw : 1, sizeof *b->sweep_state);
+    b->sweep_finished = calloc(n_sw ? n_sw : 1, sizeof *b->sweep_finished);
+    b->sweep_id = calloc(n_sw ? n_sw : 1, sizeof *b->sweep_id);
+    if (!b->entries || !b->rows || !b->jobs || !b->jobu || !b->sweeps || !b->sweep_state || !b->sweep_finished ||
+        !b->sweep_id)
+        goto nomem;
+    int64_t now_s = mt_wall_s();
+    for (size_t i = 0; i < n_e; i++) {
+        b->n_entries++; /* counted first so batch_free releases partial copies */
+        if (brow_fill(&b->rows[i], &s->pending[i], now_s)) goto nomem;
+    }
+    for (size_t i = 0; i < nj; i++) {
+        job_t *j = s->dirty_jobs[i];
+        b->jobs[i] = j;
+        b->jobu[i] = (store_job_update_t){
+            .id = j->id,
+            .state = g_job_state[j->state],
+            .attempts = j->attempts,
+            .worker_id = dup_or_null(j->last_worker),
+            .lease_token = j->token,
+            .lease_expires_ms = j->state == J_LEASED ? j->lease_expires_wall_ms : 0,
+            .finished = j->state >= J_DONE ? j->finished : 0,
+        };
+        b->n_jobs++;
+        if (j->last_worker && !b->jobu[i].worker_id) goto nomem;
+    }
+    for (size_t i = 0; i < s->n_sweeps; i++) {
+        sweep_t *sw = s->sweeps[i];
+        if (!sw->dirty) continue;
+        b->sweeps[b->n_sweeps] = sw;
+        b->sweep_id[b->n_sweeps] = sw->id;
+        b->sweep_state[b->n_sweeps] = g_sweep_state[sw->state];
+        b->sweep_finished[b->n_sweeps] = sw->finished;
+        b->n_sweeps++;
+    }
+    /* everything copied: move ownership into the batch */
+    memcpy(b->entries, s->pending, n_e * sizeof *b->entries);
+    memmove(s->pending, s->pending + n_e, (s->n_pending - n_e) * sizeof *s->pending);
+    s->n_pending -= n_e;
+    for (size_t i = 0; i < nj; i++) b->jobs[i]->dirty = false;
+    s->n_dirty = 0;
+    for (size_t i = 0; i < b->n_sweeps; i++) b->sweeps[i]->dirty = false;
+    s->inflight = b;
+    send_acks(s);
+    *out = b;
+    return MT_OK;
+nomem:
+    batch_free(b);
+    log_at(MT_LOG_ERROR, "out of memory building a commit batch; kept for the next try");
+    return MT_NOMEM;
+}
+
+int sched_batch_write(store_t *db, void *arg) {
+    sched_batch_t *b = arg;
     int rc = MT_OK;
-    e->new_rows = e->new_failed = 0;
-    for (size_t i = 0; !rc && i < r->n_measurements; i++) {
-        const Moetune__Measurement *m = r->measurements[i];
-        bool inserted = false;
-        row.batch_size = m->batch_size;
-        row.status = m->status;
-        row.median_us = m->median_us;
-        row.min_us = m->min_us;
-        row.mean_us = m->mean_us;
-        row.stddev_us = m->stddev_us;
-        row.samples = m->samples;
-        row.detail = m->detail;
-        rc = store_result_insert(s->db, &row, &inserted);
-        if (!rc && inserted) {
-            e->new_rows++;
-            if (m->status != MOETUNE__STATUS__STATUS_OK) e->new_failed++;
+    for (size_t i = 0; !rc && i < b->n_entries; i++) {
+        brow_t *br = &b->rows[i];
+        store_result_t row = br->base;
+        br->new_rows = br->new_failed = 0;
+        for (size_t k = 0; !rc && k < br->r->n_measurements; k++) {
+            const Moetune__Measurement *m = br->r->measurements[k];
+            bool inserted = false;
+            row.batch_size = m->batch_size;
+            row.status = m->status;
+            row.median_us = m->median_us;
+            row.min_us = m->min_us;
+            row.mean_us = m->mean_us;
+            row.stddev_us = m->stddev_us;
+            row.samples = m->samples;
+            row.detail = m->detail;
+            rc = store_result_insert(db, &row, &inserted);
+            if (!rc && inserted) {
+                br->new_rows++;
+                if (m->status != MOETUNE__STATUS__STATUS_OK) br->new_failed++;
+            }
+        }
+        if (!rc && br->crash) {
+            uint32_t count = 0;
+            rc = store_crash_bump(db, row.sweep_id, row.shape_id, row.config_id, row.worker_id, &count);
         }
     }
-    if (!rc && e->crash) {
-        uint32_t count = 0;
-        rc = store_crash_bump(s->db, row.sweep_id, row.shape_id, row.config_id, e->w->id, &count);
-    }
+    for (size_t i = 0; !rc && i < b->n_jobs; i++) rc = store_job_update(db, &b->jobu[i]);
+    for (size_t i = 0; !rc && i < b->n_sweeps; i++)
+        rc = store_sweep_set_state(db, b->sweep_id[i], b->sweep_state[i], b->sweep_finished[i]);
     return rc;
 }
 
-static int write_job(sched_t *s, job_t *j) {
-    store_job_update_t u = {
-        .id = j->id,
-        .state = g_job_state[j->state],
-        .attempts = j->attempts,
-        .worker_id = j->last_worker,
-        .lease_token = j->token,
-        .lease_expires_ms = j->state == J_LEASED ? j->lease_expires_wall_ms : 0,
-        .finished = j->state >= J_DONE ? j->finished : 0,
-    };
-    return store_job_update(s->db, &u);
-}
+size_t sched_batch_results(const sched_batch_t *b) { return b->n_entries; }
 
 static void send_acks(sched_t *s) {
     for (size_t i = 0; i < s->n_workers; i++) {
@@ -923,41 +1054,54 @@ static void apply_entry(sched_t *s, entry_t *e) {
     if (j->rows_done >= j->rows_needed && (j->state == J_PENDING || j->state == J_LEASED)) job_finish(s, j, J_DONE);
 }
 
+void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uint64_t now_ms) {
+    (void)now_ms;
+    if (!b) return;
+    if (s->inflight == b) s->inflight = NULL;
+    if (rc) {
+        /* keep everything: the entries go back in front of what arrived since, the
+         * jobs and sweeps are written again with their state at the next try */
+        s->c.commit_failures++;
+        log_at(MT_LOG_ERROR, "commit of %zu results failed, kept for the next try: %s", b->n_entries,
+               why && *why ? why : "unknown error");
+        if (grow((void **)&s->pending, &s->cap_pending, s->n_pending + b->n_entries, sizeof *s->pending)) {
+            log_at(MT_LOG_ERROR, "out of memory keeping %zu results; their workers resend them", b->n_entries);
+            for (size_t i = 0; i < b->n_entries; i++) wire_free(&b->entries[i].env);
+        } else {
+            memmove(s->pending + b->n_entries, s->pending, s->n_pending * sizeof *s->pending);
+            memcpy(s->pending, b->entries, b->n_entries * sizeof *s->pending);
+            s->n_pending += b->n_entries;
+        }
+        for (size_t i = 0; i < b->n_jobs; i++) job_dirty(s, b->jobs[i]);
+        for (size_t i = 0; i < b->n_sweeps; i++) b->sweeps[i]->dirty = true;
+        batch_free(b);
+        send_acks(s);
+        return;
+    }
+    for (size_t i = 0; i < b->n_entries; i++) {
+        entry_t *e = &b->entries[i];
+        e->new_rows = b->rows[i].new_rows;
+        e->new_failed = b->rows[i].new_failed;
+        apply_entry(s, e);
+        wire_free(&e->env);
+    }
+    batch_free(b);
+    send_acks(s);
+}
+
 int sched_flush(sched_t *s, uint64_t now_ms) {
     int rc = MT_OK;
-    size_t n_dirty_sweeps = 0;
-    for (size_t i = 0; i < s->n_sweeps; i++) n_dirty_sweeps += s->sweeps[i]->dirty;
-    if (s->n_pending || s->n_dirty || n_dirty_sweeps) {
-        int64_t now_s = mt_wall_s();
-        size_t n_jobs = s->n_dirty;
+    do {
+        sched_batch_t *b = NULL;
+        rc = sched_batch_take(s, &b);
+        if (rc == MT_AGAIN) return MT_OK;
+        if (rc) return rc;
         rc = store_begin(s->db);
-        for (size_t i = 0; !rc && i < s->n_pending; i++) rc = write_entry(s, &s->pending[i], now_s);
-        for (size_t i = 0; !rc && i < n_jobs; i++) rc = write_job(s, s->dirty_jobs[i]);
-        for (size_t i = 0; !rc && i < s->n_sweeps; i++) {
-            sweep_t *sw = s->sweeps[i];
-            if (sw->dirty) rc = store_sweep_set_state(s->db, sw->id, g_sweep_state[sw->state], sw->finished);
-        }
+        if (!rc) rc = sched_batch_write(s->db, b);
         if (!rc) rc = store_commit(s->db);
-        if (rc) {
-            store_rollback(s->db);
-            s->c.commit_failures++;
-            log_at(MT_LOG_ERROR, "commit of %zu results failed, kept for the next try: %s", s->n_pending,
-                   store_errmsg(s->db));
-            send_acks(s); /* rejections need no commit */
-            return rc;
-        }
-        for (size_t i = 0; i < n_jobs; i++) s->dirty_jobs[i]->dirty = false;
-        s->n_dirty = 0;
-        for (size_t i = 0; i < s->n_sweeps; i++) s->sweeps[i]->dirty = false;
-        size_t n = s->n_pending;
-        s->n_pending = 0;
-        for (size_t i = 0; i < n; i++) {
-            apply_entry(s, &s->pending[i]);
-            wire_free(&s->pending[i].env);
-        }
-    }
-    send_acks(s);
-    (void)now_ms;
+        if (rc) store_rollback(s->db);
+        sched_batch_done(s, b, rc, rc ? store_errmsg(s->db) : NULL, now_ms);
+    } while (!rc); /* a commit can finish jobs and sweeps: their rows go in the next batch */
     return rc;
 }
 

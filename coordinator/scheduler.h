@@ -21,6 +21,10 @@
 
 typedef struct sched sched_t;
 typedef struct sched_worker sched_worker_t;
+typedef struct sched_batch sched_batch_t;
+
+/* Results in one commit batch at most: bounds a transaction (about 18 rows a result). */
+#define SCHED_BATCH_MAX 256
 
 /* Sends env to the worker whose routing id is rid. env is only read. */
 typedef int (*sched_send_fn)(void *ctx, const uint8_t *rid, size_t rid_len, wire_env_t *env);
@@ -80,12 +84,36 @@ void sched_on_bye(sched_t *s, sched_worker_t *w, uint64_t now_ms);
  * periods), expired leases, the rate window. Cheap; call often. */
 void sched_tick(sched_t *s, uint64_t now_ms);
 
-/* Commits buffered results and state changes in one transaction, then sends
- * the Acks. On a failed commit everything stays buffered, nothing is acked,
- * commit_failures counts it and MT_BUSY/MT_IO is returned. */
+/* Commits buffered results and state changes synchronously on the scheduler's
+ * own store: one transaction per batch (see sched_batch_take) until nothing is
+ * left to write, then sends the Acks. On a failed commit everything stays buffered,
+ * nothing is acked, commit_failures counts it and MT_BUSY/MT_IO is returned.
+ * MT_BUSY too while a batch taken with sched_batch_take is out. */
 int sched_flush(sched_t *s, uint64_t now_ms);
 
-/* Results waiting for a commit. */
+/* The asynchronous commit, for a writer thread (writer.h). sched_batch_take
+ * moves up to SCHED_BATCH_MAX buffered results plus a snapshot of every changed
+ * job and sweep into *batch; MT_OK, MT_AGAIN when there is nothing to write,
+ * MT_BUSY while the previous batch is not done. Pending Acks of rejected results
+ * go out at once. One batch is out at a time. */
+int sched_batch_take(sched_t *s, sched_batch_t **batch);
+
+/* Writes a batch into db (inside the caller's transaction). Touches only the
+ * batch, never the scheduler, so it may run on another thread while the
+ * scheduler goes on. A writer_fn. */
+int sched_batch_write(store_t *db, void *batch);
+
+/* Number of results in a batch. */
+size_t sched_batch_results(const sched_batch_t *batch);
+
+/* Takes a batch back. rc MT_OK (committed): the counts are applied, finished
+ * jobs and sweeps are marked for the next batch, the results' Acks are sent.
+ * Otherwise the results go back in front of the buffer unacknowledged, the jobs
+ * and sweeps stay marked, commit_failures counts it and why is logged. Frees
+ * the batch. */
+void sched_batch_done(sched_t *s, sched_batch_t *batch, int rc, const char *why, uint64_t now_ms);
+
+/* Results waiting for a commit (buffered or in a batch that is out). */
 size_t sched_pending(const sched_t *s);
 
 /* Plans spec into a new sweep and starts dispatching it. MT_INVAL with a reason
