@@ -6,13 +6,25 @@
 # sent -> Job received, measured in every worker; p50 = median of the workers' p50, p99 = the
 # workers' worst p99).
 #   bench/coord/run.sh BUILD_DIR [WORKER_COUNTS...]      (default counts: 1 8 64)
+#   env: COORD_LOG_LEVEL (coordinator --log-level, default warn; debug logs each batch's commit
+#   time), KEEP_LOGS=1 (keep the temporary folder with the logs and the workers' stats).
+# What the numbers mean:
+# - Everything (coordinator, its writer thread, N worker parents and N sim children, the CLI and
+#   the sqlite3 poller) shares this machine's cores. Sim workers at time scale 0 never idle while
+#   jobs are pending, so the cores are saturated and the round trip includes the time the
+#   coordinator's and the worker's threads wait for a core, not only the coordinator's own work.
+#   On a 2-core machine that scheduling wait dominates p99 from 8 workers on.
+# - A worker's first Ready is sent right after Welcome, before the sweep is submitted (1 s later),
+#   so each worker's first sample includes that wait for work. It is kept. With few samples per
+#   worker (64 workers: about 9 jobs each) the workers' worst p99 is that first sample.
+# - Other processes on the machine change the numbers from run to run; run it more than once.
 set -euo pipefail
 build=${1:?usage: bench/coord/run.sh BUILD_DIR [N...]}
 shift
 counts=("$@")
 [ ${#counts[@]} -eq 0 ] && counts=(1 8 64)
 T=$(mktemp -d /tmp/moetune-bench.XXXXXX)
-trap 'kill -KILL $(jobs -p) 2>/dev/null || true; rm -rf "$T"' EXIT
+trap 'kill -KILL $(jobs -p) 2>/dev/null || true; [ -n "${KEEP_LOGS:-}" ] || rm -rf "$T"' EXIT
 shapes=()
 for s in E=128,N=768,K=2048,topk=8 E=8,N=7168,K=4096,topk=2 E=256,N=256,K=7168,topk=8 E=128,N=1536,K=4096,topk=8 \
          E=512,N=512,K=2048,topk=10 E=8,N=14336,K=4096,topk=2 E=128,N=384,K=2048,topk=8 E=256,N=2048,K=7168,topk=8; do
@@ -24,7 +36,7 @@ for n in "${counts[@]}"; do
   rm -f "$db"*
   port=$((40000 + RANDOM % 10000))
   wep=tcp://127.0.0.1:$port cep=tcp://127.0.0.1:$((port + 1))
-  "$build/moetune-coordinator" --db "$db" --bind "$wep" --control "$cep" --log-level warn 2>"$T/coord-$n.log" &
+  "$build/moetune-coordinator" --db "$db" --bind "$wep" --control "$cep" --log-level "${COORD_LOG_LEVEL:-warn}" 2>"$T/coord-$n.log" &
   coord=$!
   until "$build/moetune" status --control "$cep" --timeout-ms 200 >/dev/null 2>&1; do sleep 0.05; done
   wpids=()
