@@ -86,9 +86,9 @@ __device__ __forceinline__ void maybe_inject(int inject) {
     if (inject == 1) {
         if (threadIdx.x == 0) *(volatile int *)(size_t)16 = 1;
     } else {
-        volatile int spin = 1;
-        while (spin) {
-        }
+        // The sleep is a side effect the compiler must keep: a loop over a local flag
+        // may be assumed to terminate and be folded away.
+        for (;;) asm volatile("nanosleep.u32 1000;\n");
     }
 }
 
