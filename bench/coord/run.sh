@@ -2,7 +2,7 @@
 # Coordinator throughput and dispatch latency with sim workers at time scale 0 on loopback.
 # For each worker count: a fresh database, one coordinator, N workers, one sweep of 8 shapes x the
 # default space x 18 batch sizes. Reports results committed per second (planned rows / wall time
-# from submit to the sweep's 'done' state, polled every 20 ms) and the dispatch round trip (Ready
+# from submit, with the workers starting after it, to the sweep's 'done' state, polled every 20 ms) and the dispatch round trip (Ready
 # sent -> Job received, measured in every worker; p50 = median of the workers' p50, p99 = the
 # workers' worst p99).
 #   bench/coord/run.sh BUILD_DIR [WORKER_COUNTS...]      (default counts: 1 8 64)
@@ -14,9 +14,10 @@
 #   jobs are pending, so the cores are saturated and the round trip includes the time the
 #   coordinator's and the worker's threads wait for a core, not only the coordinator's own work.
 #   On a 2-core machine that scheduling wait dominates p99 from 8 workers on.
-# - A worker's first Ready is sent right after Welcome, before the sweep is submitted (1 s later),
-#   so each worker's first sample includes that wait for work. It is kept. With few samples per
-#   worker (64 workers: about 9 jobs each) the workers' worst p99 is that first sample.
+# - The sweep is submitted before the workers start, so every Ready finds work queued. (Until
+#   2026-11-29 the workers started 1 s before the submit and each worker's first sample included
+#   that wait for work, which made the 64-worker p99 about 1-3 s.) Ready messages sent after the
+#   last job was handed out never get a Job and are not samples.
 # - Other processes on the machine change the numbers from run to run; run it more than once.
 set -euo pipefail
 build=${1:?usage: bench/coord/run.sh BUILD_DIR [N...]}
@@ -39,15 +40,17 @@ for n in "${counts[@]}"; do
   "$build/moetune-coordinator" --db "$db" --bind "$wep" --control "$cep" --log-level "${COORD_LOG_LEVEL:-warn}" 2>"$T/coord-$n.log" &
   coord=$!
   until "$build/moetune" status --control "$cep" --timeout-ms 200 >/dev/null 2>&1; do sleep 0.05; done
+  # The sweep is queued before the workers start, so every Ready a worker sends finds work
+  # waiting: the round trip is dispatch latency, not a wait for a sweep to exist. The wall time
+  # starts at the submit and so includes the workers' start-up (conservative for the rate).
+  t0=$(date +%s.%N)
+  "$build/moetune" submit --control "$cep" --name "bench-$n" "${shapes[@]}" >/dev/null
   wpids=()
   for i in $(seq 1 "$n"); do
     "$build/moetune-worker" --connect "$wep" --backend sim --sim-time-scale 0 --id "b$i" --stats \
       --log-level warn >"$T/w$n-$i.json" 2>>"$T/workers-$n.log" &
     wpids+=($!)
   done
-  sleep 1
-  t0=$(date +%s.%N)
-  "$build/moetune" submit --control "$cep" --name "bench-$n" "${shapes[@]}" >/dev/null
   while [ "$(sqlite3 "$db" "SELECT state FROM sweeps WHERE id=1")" = running ]; do sleep 0.02; done
   t1=$(date +%s.%N)
   rows=$(sqlite3 "$db" "SELECT count(*) FROM results WHERE sweep_id=1")
