@@ -7,7 +7,9 @@
  * 2. Every config of the default space the static rules accept is correct at batch sizes
  *    1, 64 and 4096 for Qwen3-30B-A3B TP1 and Mixtral-8x7B TP2.
  *
- * MT_GPU_STRIDE=S checks every S-th accepted config only (default 1). Exit 0 when all pass. */
+ * MT_GPU_STRIDE=S checks every S-th accepted config only (default 1), starting at the
+ * MT_GPU_OFFSET-th (default 0): two processes with stride 2 and offsets 0 and 1 on two GPUs
+ * (CUDA_VISIBLE_DEVICES) check every accepted config between them. Exit 0 when all pass. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +115,8 @@ static int space_tests(void) {
     const char *stride_env = getenv("MT_GPU_STRIDE");
     size_t stride = stride_env ? strtoul(stride_env, NULL, 10) : 1;
     if (stride < 1) stride = 1;
+    const char *offset_env = getenv("MT_GPU_OFFSET");
+    size_t offset = offset_env ? strtoul(offset_env, NULL, 10) % stride : 0;
     wrk_backend_opts_t opts = {.gpu_index = 0, .compile_threads = 0};
     void *st = NULL;
     wrk_device_t dev;
@@ -141,7 +145,7 @@ static int space_tests(void) {
             krn_config_t c;
             krn_space_at(&space, i, &c);
             if (krn_check(&shape, &c, &lim, why, sizeof why) != MT_OK) continue;
-            if (acc++ % stride == 0) cfgs[n++] = c;
+            if (acc++ % stride == offset) cfgs[n++] = c;
         }
         wrk_backend_cuda.prepare(st, &shape, cfgs, n);
         wrk_measure_t m = {.warmup = 1, .min_samples = 1, .max_samples = 1, .rsd_target = 1,
@@ -170,9 +174,9 @@ static int space_tests(void) {
                 }
             }
         }
-        printf("%s: %zu accepted configs, %zu checked (stride %zu) x 3 batch sizes = %zu checks: ok %zu, "
+        printf("%s: %zu accepted configs, %zu checked (stride %zu, offset %zu) x 3 batch sizes = %zu checks: ok %zu, "
                "wrong %zu, launch_error %zu, compile_error %zu, timeout %zu; %.1f s\n",
-               shapes[si], acc, n, stride, checked, counts[WCU_ST_OK], counts[WCU_ST_WRONG_RESULT],
+               shapes[si], acc, n, stride, offset, checked, counts[WCU_ST_OK], counts[WCU_ST_WRONG_RESULT],
                counts[WCU_ST_LAUNCH_ERROR], counts[WCU_ST_COMPILE_ERROR], counts[WCU_ST_TIMEOUT],
                (double)(mt_now_ms() - t0) / 1000.0);
         free(cfgs);
