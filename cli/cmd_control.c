@@ -163,13 +163,15 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         const Moetune__Counters *c = r->counters;
         if (c)
             json_object_set_new(root, "counters",
-                                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "bad_messages",
+                                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:I}", "bad_messages",
                                           (json_int_t)c->bad_messages, "rejected_results",
                                           (json_int_t)c->rejected_results, "results_committed",
                                           (json_int_t)c->results_committed, "requeued_jobs",
                                           (json_int_t)c->requeued_jobs, "dead_workers",
                                           (json_int_t)c->dead_workers, "commit_failures",
-                                          (json_int_t)c->commit_failures));
+                                          (json_int_t)c->commit_failures, "storage_error",
+                                          c->storage_error ? c->storage_error : "", "results_unacked",
+                                          (json_int_t)c->results_unacked));
         print_json(root);
         return;
     }
@@ -194,6 +196,9 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
                (unsigned long long)c->rejected_results, (unsigned long long)c->bad_messages,
                (unsigned long long)c->requeued_jobs, (unsigned long long)c->dead_workers,
                (unsigned long long)c->commit_failures);
+    if (c && c->storage_error && *c->storage_error)
+        printf("storage: %s (%llu results waiting for a commit)\n", c->storage_error,
+               (unsigned long long)c->results_unacked);
 }
 
 int cmd_status(const cli_cmd_t *cmd, cli_opts_t *o) {

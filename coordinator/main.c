@@ -1,4 +1,5 @@
 /* main.c - moetune-coordinator: parses options, runs the coordinator loop. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,9 @@ int main(int argc, char **argv) {
     a.o.lease_ms = a.lease;
     a.o.max_msg_bytes = a.max_msg;
     mt_install_stop_handlers();
+    /* over a file-size limit a write fails with EFBIG (a failed commit, kept and
+     * retried) instead of killing the process */
+    signal(SIGXFSZ, SIG_IGN);
     coord_t *c = NULL;
     int rc = coord_new(&a.o, &c, err, sizeof err);
     if (rc) {

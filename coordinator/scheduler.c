@@ -44,6 +44,7 @@ struct job {
     size_t n_cfgs;
     uint64_t rows_needed, rows_done;
     bool dirty;
+    bool reclaim;            /* held across a Hello or a restart: the holder's first heartbeat must list it */
 };
 
 struct sweep {
@@ -71,10 +72,11 @@ struct sched_worker {
     uint8_t rid[WIRE_MAX_ID];
     size_t rid_len;
     uint64_t rid_hash;
-    const char *id;          /* hello->worker_id */
-    wire_env_t *hello;       /* the Hello it last sent, owned */
+    char *id;                /* worker id, owned (a restart knows it before any Hello) */
+    wire_env_t *hello;       /* the Hello it last sent, owned; NULL until it says Hello */
     uint64_t device_id;
     bool alive;
+    bool await_hb;           /* said Hello while holding jobs: its next heartbeat settles them */
     uint32_t credits;
     uint64_t last_heard, results;
     job_t **held;
@@ -149,6 +151,8 @@ struct sched {
     uint64_t next_hb, next_rate;
     sched_batch_t *inflight;      /* handed to a writer, not yet done */
     sched_counters_t c;
+    uint64_t load_now;       /* monotonic ms of the load, for the leases kept across a restart */
+    char storage_err[256];   /* text of the last failed commit; empty once one succeeds */
     char err[512];
 };
 
@@ -331,6 +335,10 @@ static void job_free(job_t *j) {
 
 /* ---- loading */
 
+static sched_worker_t *worker_find(sched_t *s, const uint8_t *rid, size_t len);
+static sched_worker_t *worker_add(sched_t *s, const uint8_t *rid, size_t len);
+static int worker_hold(sched_worker_t *w, job_t *j);
+
 static void sweep_free(sweep_t *sw) {
     if (!sw) return;
     for (size_t i = 0; i < sw->n_jobs; i++) job_free(sw->jobs[i]);
@@ -382,7 +390,7 @@ static int load_job(void *ctx, const store_job_row_t *row) {
     j->id = row->id;
     j->sw = lc->sw;
     j->shape_id = row->shape_id;
-    j->state = J_PENDING; /* leased rows were turned into pending already */
+    j->state = J_PENDING;
     j->attempts = row->attempts;
     j->token = row->lease_token;
     j->last_worker = row->worker_id ? strdup(row->worker_id) : NULL;
@@ -391,6 +399,20 @@ static int load_job(void *ctx, const store_job_row_t *row) {
     if (rc) {
         job_free(j);
         return rc;
+    }
+    /* A lease survives a restart: the job stays leased to its recorded holder with a
+     * fresh expiry, so the holder may come back and deliver what it has in flight. */
+    if (strcmp(row->state, "leased") == 0 && row->worker_id && *row->worker_id) {
+        sched_t *s = lc->s;
+        size_t len = strlen(row->worker_id);
+        if (len > WIRE_MAX_ID) len = WIRE_MAX_ID;
+        sched_worker_t *w = worker_find(s, (const uint8_t *)row->worker_id, len);
+        if (!w) w = worker_add(s, (const uint8_t *)row->worker_id, len);
+        if (!w || worker_hold(w, j)) return MT_NOMEM;
+        set_job_state(j, J_LEASED);
+        j->lease_expires = s->load_now + s->o.lease_ms;
+        j->lease_expires_wall_ms = wall_ms() + s->o.lease_ms;
+        j->reclaim = true;
     }
     return MT_OK;
 }
@@ -488,6 +510,10 @@ sched_t *sched_new(store_t *db, const sched_opts_t *opts, uint64_t now_ms, char 
     if (!s->o.heartbeat_ms) s->o.heartbeat_ms = 1000;
     if (!s->o.lease_ms) s->o.lease_ms = 30000;
     rng_seed(s);
+    /* The loop's own writes (hellos, submits, crashes) give up quickly on a locked
+     * database instead of stalling every socket; they report and go on. */
+    store_set_busy_ms(db, SCHED_DB_BUSY_MS);
+    s->load_now = now_ms;
     int rc = store_requeue_leased(db, &requeued);
     if (!rc) rc = store_sweeps_each(db, load_sweep, s);
     if (rc) {
@@ -495,7 +521,10 @@ sched_t *sched_new(store_t *db, const sched_opts_t *opts, uint64_t now_ms, char 
         sched_destroy(&s);
         return NULL;
     }
-    if (requeued) log_at(MT_LOG_INFO, "%u leased jobs returned to pending", requeued);
+    if (requeued) log_at(MT_LOG_INFO, "%u leased jobs of finished sweeps returned to pending", requeued);
+    for (size_t i = 0; i < s->n_workers; i++)
+        log_at(MT_LOG_INFO, "worker %s keeps %zu leases until %u ms from now unless it says hello",
+               s->workers[i]->id, s->workers[i]->n_held, s->o.lease_ms);
     s->next_hb = now_ms + s->o.heartbeat_ms;
     s->next_rate = now_ms;
     return s;
@@ -515,6 +544,7 @@ void sched_destroy(sched_t **ps) {
     for (size_t i = 0; i < s->n_workers; i++) {
         sched_worker_t *w = s->workers[i];
         wire_free(&w->hello);
+        free(w->id);
         free(w->held);
         free(w->acks);
         free(w);
@@ -542,6 +572,35 @@ static sched_worker_t *worker_find(sched_t *s, const uint8_t *rid, size_t len) {
     return NULL;
 }
 
+/* A new worker record, not alive, with its routing id as its id until it says Hello. */
+static sched_worker_t *worker_add(sched_t *s, const uint8_t *rid, size_t len) {
+    if (grow((void **)&s->workers, &s->cap_workers, s->n_workers + 1, sizeof *s->workers)) return NULL;
+    sched_worker_t *w = calloc(1, sizeof *w);
+    char *id = malloc(len + 1);
+    if (!w || !id) {
+        free(w);
+        free(id);
+        return NULL;
+    }
+    memcpy(id, rid, len);
+    id[len] = '\0';
+    w->id = id;
+    memcpy(w->rid, rid, len);
+    w->rid_len = len;
+    w->rid_hash = mt_fnv1a(MT_FNV_INIT, rid, len);
+    s->workers[s->n_workers++] = w;
+    return w;
+}
+
+/* Records j in w's held list (the caller sets the lease). */
+static int worker_hold(sched_worker_t *w, job_t *j) {
+    if (grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return MT_NOMEM;
+    j->holder = w;
+    j->held_idx = w->n_held;
+    w->held[w->n_held++] = j;
+    return MT_OK;
+}
+
 sched_worker_t *sched_worker(sched_t *s, const uint8_t *rid, size_t rid_len) {
     sched_worker_t *w = worker_find(s, rid, rid_len);
     return w && w->alive ? w : NULL;
@@ -567,22 +626,24 @@ static void dispatch_all(sched_t *s, uint64_t now_ms) {
 
 int sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **env, uint64_t now_ms) {
     const Moetune__Hello *h = (*env)->hello;
+    char *id = strdup(h->worker_id ? h->worker_id : "");
+    if (!id) return MT_NOMEM;
     sched_worker_t *w = worker_find(s, rid, rid_len);
+    if (!w) w = worker_add(s, rid, rid_len);
     if (!w) {
-        if (grow((void **)&s->workers, &s->cap_workers, s->n_workers + 1, sizeof *s->workers)) return MT_NOMEM;
-        w = calloc(1, sizeof *w);
-        if (!w) return MT_NOMEM;
-        memcpy(w->rid, rid, rid_len);
-        w->rid_len = rid_len;
-        w->rid_hash = mt_fnv1a(MT_FNV_INIT, rid, rid_len);
-        s->workers[s->n_workers++] = w;
-    } else {
-        worker_release_all(s, w, false, "its worker said hello again");
+        free(id);
+        return MT_NOMEM;
     }
+    /* It keeps its leases; its first heartbeat says which of them it still holds. */
+    w->await_hb = w->n_held > 0;
+    for (size_t i = 0; i < w->n_held; i++) w->held[i]->reclaim = true;
+    if (w->n_held)
+        log_at(MT_LOG_INFO, "worker %s said hello holding %zu leases; its heartbeat settles them", id, w->n_held);
     wire_free(&w->hello);
     w->hello = *env;
     *env = NULL;
-    w->id = h->worker_id;
+    free(w->id);
+    w->id = id;
     w->alive = true;
     w->credits = 0;
     w->last_heard = now_ms;
@@ -604,8 +665,40 @@ int sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **
 }
 
 void sched_on_heard(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
+    bool changed = false;
     w->last_heard = now_ms;
-    for (size_t i = 0; i < w->n_held; i++) w->held[i]->lease_expires = now_ms + s->o.lease_ms;
+    /* an expired lease is not revived by a late message: the job goes back first */
+    for (size_t i = 0; i < w->n_held;) {
+        job_t *j = w->held[i];
+        if (now_ms > j->lease_expires) {
+            job_requeue(s, j, true, "lease expired");
+            changed = true;
+            continue;
+        }
+        j->lease_expires = now_ms + s->o.lease_ms;
+        i++;
+    }
+    if (changed) dispatch_all(s, now_ms);
+}
+
+void sched_on_heartbeat(sched_t *s, sched_worker_t *w, const uint64_t *job_ids, size_t n, uint64_t now_ms) {
+    if (!w->await_hb) return;
+    w->await_hb = false;
+    bool changed = false;
+    for (size_t i = 0; i < w->n_held;) {
+        job_t *j = w->held[i];
+        bool listed = false;
+        for (size_t k = 0; k < n && !listed; k++) listed = job_ids[k] == j->id;
+        if (!j->reclaim || listed) {
+            j->reclaim = false;
+            i++;
+            continue;
+        }
+        j->reclaim = false;
+        job_requeue(s, j, false, "its worker no longer holds it");
+        changed = true;
+    }
+    if (changed) dispatch_all(s, now_ms);
 }
 
 void sched_on_ready(sched_t *s, sched_worker_t *w, uint32_t credits, uint64_t now_ms) {
@@ -716,6 +809,7 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
         job_t *j = pick(s, w);
         if (!j) return;
         if (grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return;
+        j->reclaim = false;
         uint64_t old_token = j->token;
         j->token = rng_next(s);
         int rc = send_job(s, w, j);
@@ -730,9 +824,7 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
             return;
         }
         set_job_state(j, J_LEASED);
-        j->holder = w;
-        j->held_idx = w->n_held;
-        w->held[w->n_held++] = j;
+        worker_hold(w, j); /* room was made above */
         w->credits--;
         j->lease_expires = now_ms + s->o.lease_ms;
         j->lease_expires_wall_ms = wall_ms() + s->o.lease_ms;
@@ -806,10 +898,18 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     const Moetune__Result *r = (*env)->result;
     char why[160];
     job_t *j = job_lookup(s, r->job_id);
+    /* Only the current lease may deliver: leased, same token, same holder, not expired. */
     if (!j) return reject(s, w, r->seq, r->job_id, "unknown job");
-    if (j->state == J_DONE || j->state == J_CANCELLED)
-        return reject(s, w, r->seq, r->job_id, g_job_state[j->state]);
+    if (j->state != J_LEASED) {
+        mt_fmt(why, sizeof why, "job is %s, not leased", g_job_state[j->state]);
+        return reject(s, w, r->seq, r->job_id, why);
+    }
     if (r->lease_token != j->token) return reject(s, w, r->seq, r->job_id, "lease token is not the job's");
+    if (j->holder != w) {
+        mt_fmt(why, sizeof why, "lease is held by %s", j->holder ? j->holder->id : "nobody");
+        return reject(s, w, r->seq, r->job_id, why);
+    }
+    if (now_ms > j->lease_expires) return reject(s, w, r->seq, r->job_id, "lease expired");
     size_t ci = j->n_cfgs;
     for (size_t i = 0; i < j->n_cfgs; i++) {
         if (j->cfgs[i].config_id == r->config_id && !j->cfgs[i].removed) {
@@ -845,10 +945,14 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     if (crash) {
         uint32_t count = 0;
         int rc = store_crash_count(s->db, sw->id, j->shape_id, r->config_id, &count);
-        if (rc) return rc;
-        if (count == 0) {
-            rc = crash_first(s, w, j, ci, now_ms);
-            if (!rc) ack_push(w, r->seq);
+        if (!rc && count == 0) rc = crash_first(s, w, j, ci, now_ms);
+        if (rc) {
+            /* not recorded (storage): the job runs again later, so nothing is lost */
+            job_requeue(s, j, false, "its crash could not be recorded");
+            dispatch_all(s, now_ms);
+        }
+        if (rc || count == 0) {
+            ack_push(w, r->seq);
             return rc;
         }
         log_at(MT_LOG_WARN, "config %llu crashed again on %s: quarantined", (unsigned long long)r->config_id, w->id);
@@ -1062,8 +1166,13 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         /* keep everything: the entries go back in front of what arrived since, the
          * jobs and sweeps are written again with their state at the next try */
         s->c.commit_failures++;
-        log_at(MT_LOG_ERROR, "commit of %zu results failed, kept for the next try: %s", b->n_entries,
-               why && *why ? why : "unknown error");
+        why = why && *why ? why : "unknown error";
+        if (!s->storage_err[0])
+            log_at(MT_LOG_WARN, "storage: commit of %zu results failed, kept unacknowledged and retried: %s",
+                   b->n_entries, why);
+        else
+            log_at(MT_LOG_DEBUG, "storage: commit of %zu results failed again: %s", b->n_entries, why);
+        mt_fmt(s->storage_err, sizeof s->storage_err, "%s", why);
         if (grow((void **)&s->pending, &s->cap_pending, s->n_pending + b->n_entries, sizeof *s->pending)) {
             log_at(MT_LOG_ERROR, "out of memory keeping %zu results; their workers resend them", b->n_entries);
             for (size_t i = 0; i < b->n_entries; i++) wire_free(&b->entries[i].env);
@@ -1077,6 +1186,11 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         batch_free(b);
         send_acks(s);
         return;
+    }
+    if (s->storage_err[0]) {
+        log_at(MT_LOG_INFO, "storage: commits succeed again (%zu results in this one, %zu waiting)", b->n_entries,
+               sched_pending(s) - b->n_entries);
+        s->storage_err[0] = '\0';
     }
     for (size_t i = 0; i < b->n_entries; i++) {
         entry_t *e = &b->entries[i];
@@ -1278,15 +1392,18 @@ int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t 
     st->reply.sweeps = st->sweep_ptrs;
     for (size_t i = 0; i < s->n_workers; i++) {
         sched_worker_t *w = s->workers[i];
-        const Moetune__Hello *h = w->hello->hello;
+        const Moetune__Hello *h = w->hello ? w->hello->hello : NULL;
         Moetune__WorkerInfo *o = &st->workers[i];
         moetune__worker_info__init(o);
-        o->worker_id = h->worker_id;
-        o->host = h->host;
-        o->pid = h->pid;
-        o->backend = h->backend;
-        o->gpu = h->gpu;
-        o->state = (char *)(!w->alive ? "dead" : w->n_held ? "busy" : "idle");
+        o->worker_id = w->id;
+        if (h) {
+            o->host = h->host;
+            o->pid = h->pid;
+            o->backend = h->backend;
+            o->gpu = h->gpu;
+        }
+        /* "away": known from the database after a restart, holding leases, not back yet */
+        o->state = (char *)(!w->alive ? (w->n_held ? "away" : "dead") : w->n_held ? "busy" : "idle");
         o->jobs_leased = (uint32_t)w->n_held;
         o->results = w->results;
         o->last_seen_ms = now_ms - w->last_heard;
@@ -1300,6 +1417,8 @@ int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t 
     st->counters.requeued_jobs = s->c.requeued_jobs;
     st->counters.dead_workers = s->c.dead_workers;
     st->counters.commit_failures = s->c.commit_failures;
+    st->counters.storage_error = s->storage_err;
+    st->counters.results_unacked = sched_pending(s);
     st->reply.counters = &st->counters;
     return MT_OK;
 }
@@ -1314,6 +1433,7 @@ void sched_status_release(sched_status_t *st) {
 }
 
 const sched_counters_t *sched_counters(const sched_t *s) { return &s->c; }
+const char *sched_storage_error(const sched_t *s) { return s->storage_err; }
 void sched_count_bad(sched_t *s) { s->c.bad_messages++; }
 
 const char *sched_job_state(const sched_t *s, uint64_t job_id, uint32_t *attempts) {

@@ -6,8 +6,9 @@
  * The scheduler never touches a socket: it sends through the sched_send_fn it
  * is given, and every entry point takes the monotonic time in milliseconds, so
  * tests drive it with their own clock. State is loaded from the store at
- * sched_new() (leased jobs return to pending) and written back in batched
- * transactions by sched_flush().
+ * sched_new() (leased jobs stay leased to their recorded holder for one lease
+ * period) and written back in batched transactions by sched_flush() or a
+ * writer thread (sched_batch_take/write/done).
  */
 #ifndef COORD_SCHED_H
 #define COORD_SCHED_H
@@ -22,6 +23,9 @@
 typedef struct sched sched_t;
 typedef struct sched_worker sched_worker_t;
 typedef struct sched_batch sched_batch_t;
+
+/* How long the loop's connection waits on a locked database before giving up. */
+#define SCHED_DB_BUSY_MS 200
 
 /* Results in one commit batch at most: bounds a transaction (about 18 rows a result). */
 #define SCHED_BATCH_MAX 256
@@ -48,8 +52,11 @@ typedef struct {
     Moetune__WorkerInfo *workers, **worker_ptrs;
 } sched_status_t;
 
-/* Creates a scheduler over db (borrowed; must outlive it): turns leased jobs
- * into pending and loads every sweep, and the open jobs of running sweeps.
+/* Creates a scheduler over db (borrowed; must outlive it; its busy timeout is
+ * set to SCHED_DB_BUSY_MS): loads every sweep and the open jobs of running
+ * sweeps. A leased job stays leased to its recorded holder (jobs.worker_id,
+ * jobs.lease_token) until now_ms + lease_ms; the holder is known as a worker that
+ * is not alive until it says Hello. Leased jobs of finished sweeps become pending.
  * Returns NULL with a reason in err on failure. */
 sched_t *sched_new(store_t *db, const sched_opts_t *opts, uint64_t now_ms, char *err, size_t errlen);
 
@@ -61,17 +68,25 @@ void sched_destroy(sched_t **s);
 sched_worker_t *sched_worker(sched_t *s, const uint8_t *rid, size_t rid_len);
 
 /* Registers (or revives) the worker of a Hello and answers Welcome. Takes
- * ownership of *env (nulls it). A known id gets its credits reset and any jobs
- * it still held back to pending without an attempt. */
+ * ownership of *env (nulls it). A known id gets its credits reset and keeps the
+ * jobs it holds; its next heartbeat settles them (sched_on_heartbeat). */
 int sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **env, uint64_t now_ms);
 
-/* Any message from w: it is alive and the leases it holds are extended. */
+/* Any message from w: it is alive and the leases it holds are extended; a lease
+ * already expired is not: that job returns to pending with an attempt. */
 void sched_on_heard(sched_t *s, sched_worker_t *w, uint64_t now_ms);
+
+/* A Heartbeat from w listing the n job ids it holds. The first one after a Hello
+ * sends back to pending, without an attempt, every job w held at that Hello (or
+ * since a restart) that it does not list. Later heartbeats change nothing. */
+void sched_on_heartbeat(sched_t *s, sched_worker_t *w, const uint64_t *job_ids, size_t n, uint64_t now_ms);
 
 /* Ready{credits}: adds credits and dispatches what w may take. */
 void sched_on_ready(sched_t *s, sched_worker_t *w, uint32_t credits, uint64_t now_ms);
 
-/* A Result from w. Accepted results are buffered (ownership of *env taken, *env
+/* A Result from w. It is accepted only when its job is leased, the token is the
+ * job's, w holds the lease and it has not expired; anything else is rejected.
+ * Accepted results are buffered (ownership of *env taken, *env
  * nulled) and acknowledged after sched_flush commits them; a rejected one is
  * counted and its seq acknowledged at the next flush (returns MT_INVAL). A first
  * crash of a config moves it into a new job at once (returns MT_OK). */
@@ -131,6 +146,9 @@ void sched_status_release(sched_status_t *st);
 
 /* Counters; bad_messages is counted by the caller through sched_count_bad(). */
 const sched_counters_t *sched_counters(const sched_t *s);
+
+/* The text of the last failed commit, "" when the last commit succeeded. */
+const char *sched_storage_error(const sched_t *s);
 void sched_count_bad(sched_t *s);
 
 /* The state name of a job ("pending", ...) or NULL when the job is not in memory;

@@ -76,6 +76,9 @@ int writer_new(const char *db_path, writer_t **out, char *err, size_t errlen) {
         rc = MT_IO;
         goto out;
     }
+    /* a locked database fails the batch after a while (kept and retried by the
+     * loop, reported in status) rather than hiding the condition in a long wait */
+    store_set_busy_ms(w->db, WRITER_BUSY_MS);
     if (pipe2(w->fds, O_CLOEXEC | O_NONBLOCK) != 0) {
         mt_fmt(err, errlen, "pipe: %s", strerror(errno));
         rc = MT_ERR;

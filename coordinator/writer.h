@@ -18,6 +18,9 @@
 
 #include "store.h"
 
+/* How long one commit waits for a lock held by another connection (ms). */
+#define WRITER_BUSY_MS 1000
+
 typedef struct writer writer_t;
 
 /* Runs on the writer thread inside a transaction on db. Returns MT_OK to

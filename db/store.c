@@ -131,7 +131,8 @@ static const char *const g_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    [ST_REQUEUE_LEASED] = "UPDATE jobs SET state = 'pending' WHERE state = 'leased'",
+    [ST_REQUEUE_LEASED] = "UPDATE jobs SET state = 'pending' WHERE state = 'leased'"
+                          " AND sweep_id NOT IN (SELECT id FROM sweeps WHERE state = 'running')",
     [ST_DEVICE_UPSERT] =
         "INSERT INTO devices (name, uuid, cc_major, cc_minor, sm_count, memory_bytes, driver_version,"
         " cuda_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (uuid) DO UPDATE SET"
@@ -377,6 +378,8 @@ int store_commit(store_t *s) { return exec_st(s, ST_COMMIT); }
 void store_rollback(store_t *s) {
     if (!sqlite3_get_autocommit(s->db)) exec_st(s, ST_ROLLBACK);
 }
+
+void store_set_busy_ms(store_t *s, int ms) { sqlite3_busy_timeout(s->db, ms); }
 
 int store_requeue_leased(store_t *s, uint32_t *n) {
     int rc = exec_st(s, ST_REQUEUE_LEASED);

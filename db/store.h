@@ -86,7 +86,11 @@ int store_begin(store_t *s);
 int store_commit(store_t *s);
 void store_rollback(store_t *s);
 
-/* Turns every 'leased' job into 'pending'; *n (may be NULL) gets how many. */
+/* How long a statement waits for a lock held by another connection (ms). */
+void store_set_busy_ms(store_t *s, int ms);
+
+/* Turns every 'leased' job of a sweep that is not running into 'pending' (the
+ * leases of running sweeps survive a restart); *n (may be NULL) gets how many. */
 int store_requeue_leased(store_t *s, uint32_t *n);
 
 /* ---- devices and workers */

@@ -153,6 +153,8 @@ static sched_worker_t *hello(fx_t *f, const char *id, const char *gpu, uint64_t 
     return w;
 }
 
+static bool g_skip_heard; /* deliver the next Result without sched_on_heard first */
+
 /* Sends a Result for every batch size {1, 2} with one status. Returns sched_on_result's code. */
 static int result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
                   Moetune__Status status, uint64_t now) {
@@ -178,10 +180,16 @@ static int result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint
     assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
     assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
     free(buf);
-    sched_on_heard(f->s, w, now);
+    if (!g_skip_heard) sched_on_heard(f->s, w, now);
+    g_skip_heard = false;
     int rc = sched_on_result(f->s, w, &out, now);
     wire_free(&out);
     return rc;
+}
+
+static void heartbeat(fx_t *f, sched_worker_t *w, const uint64_t *ids, size_t n, uint64_t now) {
+    sched_on_heard(f->s, w, now);
+    sched_on_heartbeat(f->s, w, ids, n, now);
 }
 
 /* Captured messages of one body to one worker. */
@@ -416,27 +424,151 @@ static void test_restart_and_filter(void **state) {
     assert_int_equal(result(f, b, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
     assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'leased'"), 1);
-    /* restart: the job is pending again, the old token still works until re-leased */
+    /* restart: the job stays leased to B (nothing else may deliver it) until B returns */
     sched_destroy(&f->s);
     fx_clear(f);
     fx_start(f, 1000, 30000);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "pending");
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'pending'"), 1);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'leased' AND worker_id = 'B'"), 1);
     assert_null(sched_worker(f->s, (const uint8_t *)"B", 1));
-    b = hello(f, "B", "NVIDIA H200", 10);
+    sched_status_t st;
+    assert_int_equal(sched_status(f->s, 0, 5, &st), MT_OK);
+    assert_int_equal(st.reply.n_workers, 1);
+    assert_string_equal(st.reply.workers[0]->state, "away");
+    assert_int_equal(st.reply.workers[0]->jobs_leased, 1);
+    sched_status_release(&st);
     sched_worker_t *c = hello(f, "C", "NVIDIA H200", 10);
-    assert_int_equal(result(f, b, job, tok, 2, c1, MOETUNE__STATUS__STATUS_OK, 11), MT_OK);
-    assert_int_equal(sched_flush(f->s, 11), MT_OK);
+    sched_on_ready(f->s, c, 1, 10);
+    assert_int_equal(count_body(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 0); /* not dispatched again */
+    assert_int_equal(result(f, c, job, tok, 1, c2, MOETUNE__STATUS__STATUS_OK, 10), MT_INVAL);
+    b = hello(f, "B", "NVIDIA H200", 10);
+    uint64_t ids[] = {job};
+    heartbeat(f, b, ids, 1, 11);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    /* the holder's in-flight result with the old token is kept */
+    assert_int_equal(result(f, b, job, tok, 2, c2, MOETUNE__STATUS__STATUS_OK, 12), MT_OK);
+    assert_int_equal(sched_flush(f->s, 12), MT_OK);
     assert_true(acked(f, "B", 2));
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results"), 2);
-    /* re-leased: only the config that still lacks results is sent */
-    sched_on_ready(f->s, c, 1, 12);
-    j = last_job(f, "C");
-    assert_non_null(j);
-    assert_int_equal(j->job_id, job);
-    assert_int_equal(j->n_configs, 1);
-    assert_int_equal(j->configs[0]->config_id, c2);
-    assert_int_equal(result(f, b, job, tok, 3, c2, MOETUNE__STATUS__STATUS_OK, 13), MT_INVAL);
+    assert_true(acked(f, "C", 1));
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results"), 4);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'C'"), 0);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    assert_int_equal(sched_counters(f->s)->rejected_results, 1);
+}
+
+/* Restart: a holder that does not come back loses its leases at expiry, with an attempt. */
+static void test_restart_holder_gone(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 500);
+    submit(f, 1, 1, NULL);
+    sched_worker_t *a = hello(f, "A", "gpu", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    uint64_t job = last_job(f, "A")->job_id, tok = last_job(f, "A")->lease_token;
+    assert_int_equal(sched_flush(f->s, 0), MT_OK);
+    sched_destroy(&f->s);
+    fx_clear(f);
+    f->s = NULL;
+    char err[256];
+    sched_opts_t o = {.heartbeat_ms = 1000, .lease_ms = 500, .send = capture, .send_ctx = f};
+    f->s = sched_new(f->db, &o, 10000, err, sizeof err); /* restarted at t = 10 s */
+    assert_non_null(f->s);
+    sched_tick(f->s, 10400);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    sched_tick(f->s, 10501);
+    uint32_t attempts = 9;
+    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
+    assert_int_equal(attempts, 1);
+    /* back too late: its result is rejected and nothing is stored */
+    a = hello(f, "A", "gpu", 10600);
+    assert_int_equal(result(f, a, job, tok, 1, (uint64_t)query_int(f, "SELECT config_id FROM job_configs"),
+                            MOETUNE__STATUS__STATUS_OK, 10600), MT_INVAL);
+    assert_int_equal(sched_flush(f->s, 10600), MT_OK);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results"), 0);
+    assert_true(acked(f, "A", 1));
+}
+
+/* A re-Hello keeps the leases; the first heartbeat gives back, without an attempt, what it does not list. */
+static void test_rehello_heartbeat(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit(f, 2, 1, NULL);
+    sched_worker_t *a = hello(f, "A", "gpu", 0);
+    sched_on_ready(f->s, a, 2, 0);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
+    const Moetune__Job *j2 = last_job(f, "A");
+    uint64_t job2 = j2->job_id, tok2 = j2->lease_token, cfg2 = j2->configs[0]->config_id;
+    uint64_t job1 = job2 - 1;
+    a = hello(f, "A", "gpu", 100);
+    assert_string_equal(sched_job_state(f->s, job1, NULL), "leased");
+    assert_string_equal(sched_job_state(f->s, job2, NULL), "leased");
+    uint64_t ids[] = {job1};
+    heartbeat(f, a, ids, 1, 110);
+    uint32_t attempts = 9;
+    assert_string_equal(sched_job_state(f->s, job1, NULL), "leased");
+    assert_string_equal(sched_job_state(f->s, job2, &attempts), "pending");
+    assert_int_equal(attempts, 0);
+    /* later heartbeats settle nothing more */
+    heartbeat(f, a, NULL, 0, 120);
+    assert_string_equal(sched_job_state(f->s, job1, NULL), "leased");
+    assert_int_equal(result(f, a, job2, tok2, 1, cfg2, MOETUNE__STATUS__STATUS_OK, 130), MT_INVAL);
+    assert_int_equal(sched_flush(f->s, 130), MT_OK);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results"), 0);
+}
+
+/* Forged, replayed, foreign, late and unknown results: each rejected, counted, acked, nothing stored. */
+static void test_lease_discipline(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 100000, 1000);
+    submit(f, 2, 2, NULL);
+    sched_worker_t *a = hello(f, "A", "gpu", 0);
+    sched_worker_t *b = hello(f, "B", "gpu", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    const Moetune__Job *j = last_job(f, "A");
+    uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
+    assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 10), MT_OK);
+    assert_int_equal(sched_flush(f->s, 10), MT_OK);
+    const char *rows_sql = "SELECT COUNT(*) FROM results";
+    int64_t rows = query_int(f, rows_sql);
+    assert_int_equal(rows, 2);
+    uint64_t rej = sched_counters(f->s)->rejected_results;
+    /* forged token */
+    assert_int_equal(result(f, a, job, tok ^ 0x5a5a, 2, c2, MOETUNE__STATUS__STATUS_OK, 20), MT_INVAL);
+    /* unknown job */
+    assert_int_equal(result(f, a, 9999, tok, 3, c2, MOETUNE__STATUS__STATUS_OK, 20), MT_INVAL);
+    /* the right token from a worker that does not hold the lease */
+    assert_int_equal(result(f, b, job, tok, 1, c2, MOETUNE__STATUS__STATUS_OK, 20), MT_INVAL);
+    assert_int_equal(sched_flush(f->s, 20), MT_OK);
+    assert_int_equal(query_int(f, rows_sql), rows);
+    assert_int_equal(sched_counters(f->s)->rejected_results, rej + 3);
+    assert_true(acked(f, "A", 2) && acked(f, "A", 3) && acked(f, "B", 1));
+    /* after expiry (before any timer ran): rejected although token and holder match */
+    g_skip_heard = true;
+    assert_int_equal(result(f, a, job, tok, 4, c2, MOETUNE__STATUS__STATUS_OK, 1500), MT_INVAL);
+    assert_int_equal(sched_flush(f->s, 1500), MT_OK);
+    assert_int_equal(query_int(f, rows_sql), rows);
+    sched_tick(f->s, 1500);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "pending");
+    /* the lease moves to B: A's replay of its old token and A with B's token are rejected */
+    sched_on_ready(f->s, b, 1, 1600);
+    const Moetune__Job *jb = last_job(f, "B");
+    assert_non_null(jb);
+    assert_int_equal(jb->job_id, job);
+    uint64_t tok2 = jb->lease_token;
+    assert_int_not_equal(tok2, tok);
+    assert_int_equal(result(f, a, job, tok, 5, c2, MOETUNE__STATUS__STATUS_OK, 1610), MT_INVAL);
+    assert_int_equal(result(f, a, job, tok2, 6, c2, MOETUNE__STATUS__STATUS_OK, 1610), MT_INVAL);
+    assert_int_equal(sched_flush(f->s, 1610), MT_OK);
+    assert_int_equal(query_int(f, rows_sql), rows);
+    assert_int_equal(sched_counters(f->s)->rejected_results, rej + 6);
+    assert_int_equal(sched_pending(f->s), 0);
+    /* the holder's result is stored */
+    assert_int_equal(result(f, b, job, tok2, 2, c2, MOETUNE__STATUS__STATUS_OK, 1620), MT_OK);
+    assert_int_equal(sched_flush(f->s, 1620), MT_OK);
+    assert_int_equal(query_int(f, rows_sql), rows + 2);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'B'"), 2);
+    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'A'"), 2);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    assert_int_equal(sched_counters(f->s)->rejected_results, rej + 6);
 }
 
 /* ---- the daemon over loopback sockets */
@@ -561,6 +693,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_crash_retry_and_quarantine, setup, teardown),
         cmocka_unit_test_setup_teardown(test_avoid_worker_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_and_filter, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_holder_gone, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rehello_heartbeat, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lease_discipline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_daemon_hostile_input, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -174,8 +174,14 @@ static void test_leased_back_to_pending(void **state) {
     store_close(&s);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE state = 'leased'"), 1);
 
-    uint32_t n = 0;
+    /* the lease of a running sweep survives (the scheduler keeps it for its holder) */
+    uint32_t n = 9;
     assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_requeue_leased(s, &n), MT_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE state = 'leased' AND worker_id = 'w1'"), 1);
+    /* a finished sweep's leased job goes back to pending */
+    assert_int_equal(store_sweep_set_state(s, sweep, "done", 2), MT_OK);
     assert_int_equal(store_requeue_leased(s, &n), MT_OK);
     assert_int_equal(n, 1);
     store_close(&s);
@@ -183,6 +189,7 @@ static void test_leased_back_to_pending(void **state) {
 
     /* and the scheduler does it on start */
     assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_sweep_set_state(s, sweep, "cancelled", 2), MT_OK);
     assert_int_equal(store_job_update(s, &u), MT_OK);
     sched_opts_t o = {.send = noop_send};
     sched_t *sc = sched_new(s, &o, 0, err, sizeof err);
