@@ -25,6 +25,7 @@ struct coord {
     store_t *db;             /* the loop's connection: loading, planning, hellos, reads */
     writer_t *writer;        /* the writer thread's connection: every result batch */
     sched_t *sched;
+    sec_auth_t *auth;        /* CURVE authenticator; NULL = plain TCP */
     atomic_int stop;
 };
 
@@ -49,6 +50,8 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
     zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     if (which == 0) c->workers = sock; else c->control = sock;
+    if (c->auth && sec_server_apply(c->auth, sock, c->o.curve, which ? "control" : "workers", err, errlen))
+        return MT_ERR;
     if (zmq_bind(sock, ep) != 0) {
         mt_fmt(err, errlen, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
         return MT_ERR;
@@ -101,7 +104,13 @@ int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen)
         rc = MT_ERR;
         goto out;
     }
-    rc = open_socket(c, 0, c->o.bind, err, errlen);
+    if (!c->o.curve != !c->o.curve_allow) {
+        mt_fmt(err, errlen, "CURVE needs both the key pair and the allow-list directory");
+        rc = MT_INVAL;
+        goto out;
+    }
+    if (c->o.curve) rc = sec_auth_new(c->ctx, c->o.curve_allow, &c->auth, err, errlen);
+    if (!rc) rc = open_socket(c, 0, c->o.bind, err, errlen);
     if (!rc) rc = open_socket(c, 1, c->o.control, err, errlen);
 out:
     if (rc) {
@@ -119,6 +128,7 @@ void coord_destroy(coord_t **pc) {
     coord_t *c = *pc;
     if (c->workers) zmq_close(c->workers);
     if (c->control) zmq_close(c->control);
+    sec_auth_destroy(&c->auth);
     if (c->own_ctx && c->ctx) zmq_ctx_term(c->ctx);
     writer_destroy(&c->writer);
     sched_destroy(&c->sched);
@@ -232,6 +242,7 @@ static void on_status(coord_t *c, const uint8_t *id, size_t id_len, const wire_e
     wire_env_init(&out);
     out.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REPLY;
     out.status_reply = &st.reply;
+    if (st.reply.counters) st.reply.counters->auth_refused = sec_auth_refused(c->auth);
     reply(c, id, id_len, &out);
     sched_status_release(&st);
 }

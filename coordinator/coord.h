@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "scheduler.h"
+#include "secure.h"
 
 typedef struct coord coord_t;
 
@@ -26,6 +27,8 @@ typedef struct {
     uint32_t lease_ms;           /* 0 = 30000 */
     size_t max_msg_bytes;        /* 0 = WIRE_DEFAULT_MAX_BYTES */
     void *zmq_ctx;               /* a ZeroMQ context to share (inproc tests); NULL = own */
+    const sec_cert_t *curve;     /* key pair: with curve_allow both sockets are CURVE servers; NULL = plain */
+    const char *curve_allow;     /* directory of the allowed public keys (*.pub) */
 } coord_opts_t;
 
 /* Opens the store (creating and migrating it), loads the state and binds both

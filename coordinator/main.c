@@ -6,11 +6,13 @@
 
 #include "coord.h"
 #include "mt.h"
+#include "secure.h"
 #include "wire.h"
 
 static const char g_usage[] =
     "usage: moetune-coordinator --db FILE [--bind EP] [--control EP] [--heartbeat-ms MS]\n"
-    "                           [--lease-ms MS] [--max-msg-bytes N] [--log-level L] [--help]\n"
+    "                           [--lease-ms MS] [--max-msg-bytes N] [--log-level L]\n"
+    "                           [--curve-secret FILE --curve-allow DIR] [--help]\n"
     "\n"
     "  --db FILE            SQLite database (created and migrated when missing)\n"
     "  --bind EP            worker endpoint (default tcp://*:5555)\n"
@@ -18,12 +20,17 @@ static const char g_usage[] =
     "  --heartbeat-ms MS    heartbeat period (default 1000); a worker silent 3 periods is dead\n"
     "  --lease-ms MS        job lease, extended by any message from its worker (default 30000)\n"
     "  --max-msg-bytes N    largest message accepted (default 4194304)\n"
-    "  --log-level L        error, warn, info (default) or debug\n";
+    "  --log-level L        error, warn, info (default) or debug\n"
+    "  --curve-secret FILE  CURVE: this coordinator's key pair (moetune keygen); needs --curve-allow\n"
+    "  --curve-allow DIR    CURVE: directory of the public keys (*.pub) of allowed workers and clients;\n"
+    "                       without both flags the sockets are plain TCP\n";
 
 typedef struct {
     coord_opts_t o;
     mt_log_level_t level;
     uint32_t hb, lease, max_msg;
+    const char *curve_secret;
+    sec_cert_t curve;
 } args_t;
 
 typedef int (*opt_fn)(args_t *a, const char *v, char *err, size_t errlen);
@@ -38,6 +45,14 @@ static int opt_bind(args_t *a, const char *v, char *err, size_t errlen) {
 }
 static int opt_control(args_t *a, const char *v, char *err, size_t errlen) {
     a->o.control = v;
+    return MT_OK;
+}
+static int opt_curve_secret(args_t *a, const char *v, char *err, size_t errlen) {
+    a->curve_secret = v;
+    return MT_OK;
+}
+static int opt_curve_allow(args_t *a, const char *v, char *err, size_t errlen) {
+    a->o.curve_allow = v;
     return MT_OK;
 }
 static int opt_u32(const char *name, const char *v, uint32_t min, uint32_t max, uint32_t *out, char *err,
@@ -67,7 +82,7 @@ static const struct {
 } g_opts[] = {
     {"--db", opt_db},           {"--bind", opt_bind},   {"--control", opt_control},
     {"--heartbeat-ms", opt_hb}, {"--lease-ms", opt_lease}, {"--max-msg-bytes", opt_max},
-    {"--log-level", opt_level},
+    {"--log-level", opt_level},      {"--curve-secret", opt_curve_secret}, {"--curve-allow", opt_curve_allow},
 };
 
 static int parse(int argc, char **argv, args_t *a, char *err, size_t errlen) {
@@ -98,6 +113,15 @@ static int parse(int argc, char **argv, args_t *a, char *err, size_t errlen) {
     if (!a->o.db_path || !*a->o.db_path) {
         mt_fmt(err, errlen, "--db FILE is required (try --help)");
         return MT_INVAL;
+    }
+    if (!a->curve_secret != !a->o.curve_allow) {
+        mt_fmt(err, errlen, "--curve-secret and --curve-allow go together (try --help)");
+        return MT_INVAL;
+    }
+    if (a->curve_secret) {
+        int rc = sec_load_secret(a->curve_secret, &a->curve, err, errlen);
+        if (rc) return rc;
+        a->o.curve = &a->curve;
     }
     return MT_OK;
 }
