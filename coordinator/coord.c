@@ -151,7 +151,9 @@ static void on_ready(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t n
 static void on_result(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) {
     sched_on_result(c->sched, w, env, now);
 }
-static void on_heartbeat(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) {}
+static void on_heartbeat(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) {
+    sched_on_heartbeat(c->sched, w, (*env)->heartbeat->job_ids, (*env)->heartbeat->n_job_ids, now);
+}
 static void on_bye(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) {
     sched_on_bye(c->sched, w, now);
 }
