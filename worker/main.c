@@ -6,6 +6,7 @@
 
 #include "mt.h"
 #include "parent.h"
+#include "secure.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -21,13 +22,15 @@ static void usage(FILE *f) {
             "  --sim-device NAME     sim: simulated GPU (h200, h100; default h200)\n"
             "  --cache-dir DIR       compiled-kernel cache directory (cuda)\n"
             "  --log-level L         error, warn, info (default), debug\n"
+            "  --curve-secret FILE   CURVE: this worker's key pair (moetune keygen); needs --curve-server\n"
+            "  --curve-server FILE   CURVE: the coordinator's public key (.pub)\n"
             "  --stats               print a JSON line of counters to stdout on exit\n"
             "  --help                this text\n",
             wrk_backend_names());
 }
 
 enum { OPT_CONNECT = 1, OPT_BACKEND, OPT_GPU, OPT_ID, OPT_CREDITS, OPT_HEARTBEAT, OPT_SCALE, OPT_FAULTS,
-       OPT_SIMDEV, OPT_CACHE, OPT_LOG, OPT_STATS, OPT_HELP };
+       OPT_SIMDEV, OPT_CACHE, OPT_LOG, OPT_STATS, OPT_HELP, OPT_CURVE_SECRET, OPT_CURVE_SERVER };
 
 static const struct option g_options[] = {
     {"connect", required_argument, NULL, OPT_CONNECT},     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -36,7 +39,8 @@ static const struct option g_options[] = {
     {"sim-time-scale", required_argument, NULL, OPT_SCALE}, {"sim-faults", required_argument, NULL, OPT_FAULTS},
     {"sim-device", required_argument, NULL, OPT_SIMDEV},   {"cache-dir", required_argument, NULL, OPT_CACHE},
     {"log-level", required_argument, NULL, OPT_LOG},       {"stats", no_argument, NULL, OPT_STATS},
-    {"help", no_argument, NULL, OPT_HELP},                 {NULL, 0, NULL, 0},
+    {"help", no_argument, NULL, OPT_HELP},                 {"curve-secret", required_argument, NULL, OPT_CURVE_SECRET},
+    {"curve-server", required_argument, NULL, OPT_CURVE_SERVER}, {NULL, 0, NULL, 0},
 };
 
 static int bad(const char *what, const char *val) {
@@ -51,7 +55,9 @@ int main(int argc, char **argv) {
     mt_log_level_t level = MT_LOG_INFO;
     int stats = 0, c, code;
     uint32_t u;
-    char err[256];
+    char err[512];
+    const char *curve_secret = NULL, *curve_server = NULL;
+    sec_cert_t curve, server;
     memset(&o, 0, sizeof o);
     while ((c = getopt_long(argc, argv, "", g_options, NULL)) != -1) {
         switch (c) {
@@ -80,6 +86,8 @@ int main(int argc, char **argv) {
             if (mt_log_parse_level(optarg, &level)) return bad("--log-level", optarg);
             break;
         case OPT_STATS: stats = 1; break;
+        case OPT_CURVE_SECRET: curve_secret = optarg; break;
+        case OPT_CURVE_SERVER: curve_server = optarg; break;
         case OPT_HELP: usage(stdout); return MT_EXIT_OK;
         default: usage(stderr); return MT_EXIT_USAGE;
         }
@@ -89,6 +97,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "moetune-worker: --connect and --backend are required\n");
         usage(stderr);
         return MT_EXIT_USAGE;
+    }
+    if (!curve_secret != !curve_server) {
+        fprintf(stderr, "moetune-worker: --curve-secret and --curve-server go together\n");
+        return MT_EXIT_USAGE;
+    }
+    if (curve_secret) {
+        if (sec_load_secret(curve_secret, &curve, err, sizeof err) ||
+            sec_load_public(curve_server, &server, err, sizeof err)) {
+            fprintf(stderr, "moetune-worker: %s\n", err);
+            return MT_EXIT_USAGE;
+        }
+        o.curve = &curve;
+        o.curve_server = &server;
     }
     if (wrk_parent_new(&o, &p, err, sizeof err)) {
         fprintf(stderr, "moetune-worker: %s\n", err);

@@ -59,6 +59,7 @@ struct wrk_parent {
     size_t n_rtt, cap_rtt;
     uint64_t jobs_done, results, bad_messages, reconnects, child_restarts;
     int stop;
+    sec_cert_t curve, curve_server;  /* copies; used when opts.curve is set */
 };
 
 /* ---- small helpers */
@@ -171,8 +172,14 @@ static int connect_and_hello(wrk_parent_t *p) {
     p->sock = zmq_socket(p->ctx, ZMQ_DEALER);
     if (!p->sock) goto zerr;
     if (zmq_setsockopt(p->sock, ZMQ_ROUTING_ID, p->id, strlen(p->id)) || zmq_setsockopt(p->sock, ZMQ_LINGER, &linger, sizeof linger) ||
-        zmq_setsockopt(p->sock, ZMQ_SNDHWM, &hwm, sizeof hwm) || zmq_connect(p->sock, p->endpoint))
+        zmq_setsockopt(p->sock, ZMQ_SNDHWM, &hwm, sizeof hwm))
         goto zerr;
+    char err[256];
+    if (p->opts.curve && sec_client_apply(p->sock, &p->curve, &p->curve_server, err, sizeof err)) {
+        log_at(MT_LOG_ERROR, "%s", err);
+        return MT_ERR;
+    }
+    if (zmq_connect(p->sock, p->endpoint)) goto zerr;
     p->last_heard_ms = mt_now_ms();
     send_hello(p);
     return MT_OK;
@@ -585,7 +592,11 @@ int wrk_parent_run(wrk_parent_t *p) {
         now = mt_now_ms();
         if (now >= p->last_heard_ms + (uint64_t)SILENT_PERIODS * p->heartbeat_ms) {
             p->reconnects++;
-            log_at(MT_LOG_WARN, "coordinator silent for %u ms; reconnecting", SILENT_PERIODS * p->heartbeat_ms);
+            if (p->opts.curve && p->session != SESSION_WELCOMED)
+                log_at(MT_LOG_WARN, "no Welcome from %s in %u ms (CURVE: the coordinator may refuse our key, or "
+                       "the server key is wrong); reconnecting", p->endpoint, SILENT_PERIODS * p->heartbeat_ms);
+            else
+                log_at(MT_LOG_WARN, "coordinator silent for %u ms; reconnecting", SILENT_PERIODS * p->heartbeat_ms);
             if (connect_and_hello(p)) {
                 code = MT_EXIT_FAIL;
                 break;
@@ -650,6 +661,17 @@ int wrk_parent_new(const wrk_parent_opts_t *opts, wrk_parent_t **out, char *err,
     }
     p->opts.worker_id = p->id;
     p->opts.endpoint = p->endpoint;
+    if (!opts->curve != !opts->curve_server || (opts->curve && !opts->curve->has_secret)) {
+        mt_fmt(err, errlen, "CURVE needs the worker's key pair and the coordinator's public key");
+        rc = MT_INVAL;
+        goto out;
+    }
+    if (opts->curve) {
+        p->curve = *opts->curve;
+        p->curve_server = *opts->curve_server;
+        p->opts.curve = &p->curve;
+        p->opts.curve_server = &p->curve_server;
+    }
     *out = p;
     p = NULL;
 out:

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "secure.h"
 
 typedef struct {
     const char *endpoint;       /* coordinator's worker socket, "tcp://host:5555" */
@@ -22,6 +23,8 @@ typedef struct {
     const char *worker_id;      /* NULL: "<hostname>-<pid>-gpu<N>" */
     uint32_t credits;           /* jobs held at once (Ready credits); 0 = 1 */
     uint32_t heartbeat_ms;      /* until the coordinator's Welcome says otherwise; 0 = 1000 */
+    const sec_cert_t *curve;    /* CURVE: this worker's key pair (copied); NULL = plain TCP */
+    const sec_cert_t *curve_server; /* CURVE: the coordinator's public key; set with curve */
 } wrk_parent_opts_t;
 
 typedef struct wrk_parent wrk_parent_t;
