@@ -12,6 +12,8 @@ struct cli_client {
     void *sock;
     char endpoint[256];
     int timeout_ms;
+    bool curve;
+    sec_cert_t self, server;
 };
 
 static int open_socket(cli_client_t *c, char *err, size_t errlen) {
@@ -22,6 +24,11 @@ static int open_socket(cli_client_t *c, char *err, size_t errlen) {
         return MT_ERR;
     }
     zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (c->curve && sec_client_apply(c->sock, &c->self, &c->server, err, errlen) != MT_OK) {
+        zmq_close(c->sock);
+        c->sock = NULL;
+        return MT_ERR;
+    }
     if (zmq_connect(c->sock, c->endpoint) != 0) {
         mt_fmt(err, errlen, "cannot connect to %s: %s", c->endpoint, zmq_strerror(zmq_errno()));
         zmq_close(c->sock);
@@ -31,11 +38,34 @@ static int open_socket(cli_client_t *c, char *err, size_t errlen) {
     return MT_OK;
 }
 
+static void no_answer(const cli_client_t *c, char *err, size_t errlen) {
+    if (c->curve)
+        mt_fmt(err, errlen, "no coordinator answering at %s (CURVE is on: authentication may have failed; "
+               "check --curve-secret, --curve-server and the coordinator's allow-list)", c->endpoint);
+    else
+        mt_fmt(err, errlen, "no coordinator answering at %s", c->endpoint);
+}
+
 int cli_client_new(const char *endpoint, int timeout_ms, cli_client_t **out, char *err, size_t errlen) {
+    return cli_client_new_curve(endpoint, timeout_ms, NULL, NULL, out, err, errlen);
+}
+
+int cli_client_new_curve(const char *endpoint, int timeout_ms, const sec_cert_t *self, const sec_cert_t *server,
+                         cli_client_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
     cli_client_t *c = calloc(1, sizeof *c);
     *out = NULL;
     if (!c) return MT_NOMEM;
+    if (self || server) {
+        if (!self || !self->has_secret || !server) {
+            mt_fmt(err, errlen, "CURVE needs the client's key pair and the coordinator's public key");
+            rc = MT_INVAL;
+            goto out;
+        }
+        c->self = *self;
+        c->server = *server;
+        c->curve = true;
+    }
     if (!endpoint || !*endpoint || strlen(endpoint) >= sizeof c->endpoint) {
         mt_fmt(err, errlen, "bad control endpoint '%s'", endpoint ? endpoint : "");
         rc = MT_INVAL;
@@ -66,7 +96,7 @@ int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_e
     char why[256];
     int rc = wire_send(c->sock, NULL, 0, req, ZMQ_DONTWAIT, why, sizeof why);
     if (rc == MT_AGAIN) {
-        mt_fmt(err, errlen, "no coordinator answering at %s", c->endpoint);
+        no_answer(c, err, errlen);
         return MT_AGAIN;
     }
     if (rc != MT_OK) {
@@ -120,7 +150,7 @@ int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_e
     }
     zmq_close(c->sock);
     c->sock = NULL;
-    mt_fmt(err, errlen, "no coordinator answering at %s", c->endpoint);
+    no_answer(c, err, errlen);
     return MT_AGAIN;
 }
 

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "secure.h"
 #include "wire.h"
 
 typedef struct cli_client cli_client_t;
@@ -25,6 +26,12 @@ int cli_client_new(const char *endpoint, int timeout_ms, cli_client_t **out, cha
  * *error_code when not NULL) or a protocol problem in err. */
 int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply,
                     int *error_code, char *err, size_t errlen);
+
+/* As cli_client_new, as a CURVE client with key pair self of the coordinator whose
+ * public key is server (both copied). A timeout then says that authentication may
+ * have failed. MT_INVAL when a key is missing. */
+int cli_client_new_curve(const char *endpoint, int timeout_ms, const sec_cert_t *self, const sec_cert_t *server,
+                         cli_client_t **out, char *err, size_t errlen);
 
 /* Closes the socket and context, nulls *c. NULL-safe. */
 void cli_client_destroy(cli_client_t **c);

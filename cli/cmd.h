@@ -26,7 +26,7 @@ typedef struct {
 /* Every option of every command lands here; a command reads the ones it lists. */
 typedef struct {
     const char *control, *db, *out, *shape, *status, *backend, *gpus, *sim_time_scale,
-        *sim_faults, *log_level;
+        *sim_faults, *log_level, *curve_secret, *curve_server, *key_name;
     uint32_t timeout_ms, batch_size, limit, workers;
     uint64_t sweep;
     bool wait, json, best, keep_temp;
@@ -53,7 +53,8 @@ struct cli_cmd {
 /* Shared option definitions. */
 extern const cli_opt_t opt_control, opt_timeout, opt_sweep, opt_wait, opt_json, opt_db, opt_out,
     opt_shape_filter, opt_batch_size, opt_status, opt_best, opt_limit, opt_backend, opt_workers,
-    opt_gpus, opt_sim_time_scale, opt_sim_faults, opt_log_level, opt_keep_temp;
+    opt_gpus, opt_sim_time_scale, opt_sim_faults, opt_log_level, opt_keep_temp, opt_curve_secret,
+    opt_curve_server, opt_key_out, opt_key_name;
 
 /* Parses argv (after the command name) into o. Returns MT_OK; 1 when --help was
  * asked (help printed to stdout); MT_INVAL with a one-line reason in err. */
@@ -76,6 +77,7 @@ int cmd_cancel(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_lookup(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_keygen(const cli_cmd_t *cmd, cli_opts_t *o);
 
 /* Runs an export and prints the files; shared by export and tune. Returns an exit code. */
 int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep);

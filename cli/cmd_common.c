@@ -24,6 +24,10 @@ const cli_opt_t opt_gpus = {"gpus", OPT_STR, OFF(gpus), "0,1,..", "GPUs to use, 
 const cli_opt_t opt_sim_time_scale = {"sim-time-scale", OPT_STR, OFF(sim_time_scale), "X", "sim: sleep X times the simulated time (0 = instant)"};
 const cli_opt_t opt_sim_faults = {"sim-faults", OPT_STR, OFF(sim_faults), "SPEC", "sim: fault injection, passed to the workers"};
 const cli_opt_t opt_log_level = {"log-level", OPT_STR, OFF(log_level), "LEVEL", "log level of the coordinator and workers (default info)"};
+const cli_opt_t opt_curve_secret = {"curve-secret", OPT_STR, OFF(curve_secret), "FILE", "CURVE: this client's key pair (.key, from moetune keygen)"};
+const cli_opt_t opt_curve_server = {"curve-server", OPT_STR, OFF(curve_server), "FILE", "CURVE: the coordinator's public key (.pub)"};
+const cli_opt_t opt_key_out = {"out", OPT_STR, OFF(out), "DIR", "directory for the key files (created)"};
+const cli_opt_t opt_key_name = {"name", OPT_STR, OFF(key_name), "NAME", "file name stem: NAME.key and NAME.pub (default the host name)"};
 const cli_opt_t opt_keep_temp = {"keep-temp", OPT_FLAG, OFF(keep_temp), NULL, "keep the run directory with the processes' logs"};
 
 int cli_usage(const cli_cmd_t *cmd, const char *msg) {

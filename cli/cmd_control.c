@@ -17,7 +17,14 @@ static bool finished_state(const char *s) {
 static int connect_control(const cli_cmd_t *cmd, const cli_opts_t *o, cli_client_t **c) {
     char err[300];
     if (!o->control) return cli_usage(cmd, "--control EP is required");
-    if (cli_client_new(o->control, (int)o->timeout_ms, c, err, sizeof err) != MT_OK) return cli_fail(cmd, err);
+    if (!o->curve_secret != !o->curve_server) return cli_usage(cmd, "--curve-secret and --curve-server go together");
+    sec_cert_t self, server;
+    if (o->curve_secret && (sec_load_secret(o->curve_secret, &self, err, sizeof err) != MT_OK ||
+                            sec_load_public(o->curve_server, &server, err, sizeof err) != MT_OK))
+        return cli_usage(cmd, err);
+    if (cli_client_new_curve(o->control, (int)o->timeout_ms, o->curve_secret ? &self : NULL,
+                             o->curve_secret ? &server : NULL, c, err, sizeof err) != MT_OK)
+        return cli_fail(cmd, err);
     return MT_EXIT_OK;
 }
 
@@ -172,6 +179,9 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
                                           (json_int_t)c->commit_failures, "storage_error",
                                           c->storage_error ? c->storage_error : "", "results_unacked",
                                           (json_int_t)c->results_unacked));
+        if (c)
+            json_object_set_new(json_object_get(root, "counters"), "auth_refused",
+                                json_integer((json_int_t)c->auth_refused));
         print_json(root);
         return;
     }
@@ -188,6 +198,8 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
                jobs, s->rate);
     }
     if (r->n_sweeps == 0) printf("(no sweeps)\n");
+    if (r->counters && r->counters->auth_refused)
+        printf("connections refused by CURVE: %llu\n", (unsigned long long)r->counters->auth_refused);
     const Moetune__Counters *c = r->counters;
     if (c)
         printf("workers: %zu (%u alive); results committed %llu, rejected %llu, bad messages %llu, "

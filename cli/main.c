@@ -10,10 +10,15 @@
 static const cli_opt_t *const tune_opts[] = {&opt_backend, &opt_workers, &opt_gpus, &opt_db, &opt_out,
                                              &opt_sim_time_scale, &opt_sim_faults, &opt_json, &opt_log_level,
                                              &opt_keep_temp, NULL};
-static const cli_opt_t *const submit_opts[] = {&opt_control, &opt_timeout, &opt_wait, &opt_json, NULL};
-static const cli_opt_t *const status_opts[] = {&opt_control, &opt_timeout, &opt_sweep, &opt_wait, &opt_json, NULL};
-static const cli_opt_t *const workers_opts[] = {&opt_control, &opt_timeout, &opt_json, NULL};
-static const cli_opt_t *const cancel_opts[] = {&opt_control, &opt_timeout, &opt_sweep, NULL};
+static const cli_opt_t *const submit_opts[] = {&opt_control, &opt_timeout, &opt_wait, &opt_json,
+                                               &opt_curve_secret, &opt_curve_server, NULL};
+static const cli_opt_t *const status_opts[] = {&opt_control, &opt_timeout, &opt_sweep, &opt_wait, &opt_json,
+                                               &opt_curve_secret, &opt_curve_server, NULL};
+static const cli_opt_t *const workers_opts[] = {&opt_control, &opt_timeout, &opt_json, &opt_curve_secret,
+                                                &opt_curve_server, NULL};
+static const cli_opt_t *const cancel_opts[] = {&opt_control, &opt_timeout, &opt_sweep, &opt_curve_secret,
+                                               &opt_curve_server, NULL};
+static const cli_opt_t *const keygen_opts[] = {&opt_key_out, &opt_key_name, NULL};
 static const cli_opt_t *const results_opts[] = {&opt_db, &opt_sweep, &opt_shape_filter, &opt_batch_size, &opt_status,
                                                 &opt_best, &opt_limit, &opt_json, NULL};
 static const cli_opt_t *const export_opts[] = {&opt_db, &opt_out, &opt_sweep, NULL};
@@ -42,6 +47,12 @@ static const cli_cmd_t k_cmds[] = {
     {"lookup", "FILE M", "Print the entry of config FILE that an engine uses for batch size M\n"
                          "(the exact key, else the nearest key; a tie goes to the smaller key).",
      NULL, lookup_opts, false, 2, 2, cmd_lookup},
+    {"keygen", NULL, "Write a CURVE key pair: DIR/NAME.key (secret, mode 0600) and DIR/NAME.pub (public).",
+     "Give the coordinator its .key with --curve-secret and put the .pub of every worker and\n"
+     "client in its --curve-allow directory; workers and clients take their own .key with\n"
+     "--curve-secret and the coordinator's .pub with --curve-server. Existing files are not\n"
+     "overwritten. The files are czmq certificates (ZPL text, Z85 keys).",
+     keygen_opts, false, 0, 0, cmd_keygen},
 };
 #define N_CMDS (sizeof k_cmds / sizeof k_cmds[0])
 

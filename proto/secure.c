@@ -20,6 +20,7 @@
 #define MAX_WATCH 4
 #define MAX_KEY_FILE 65536
 #define POLL_MS 100
+#define LOG_EVERY_MS 5000     /* a peer that retries is logged at most this often per socket */
 
 /* ---- key files */
 
@@ -261,6 +262,9 @@ struct sec_auth {
     char mon_ep[MAX_WATCH][64];
     char label[MAX_WATCH][32];
     int n_watch;
+    uint64_t last_log_ms[MAX_WATCH + 1];  /* per socket, and [MAX_WATCH] for ZAP */
+    uint64_t quiet[MAX_WATCH + 1];        /* refusals not logged since */
+    char quiet_note[96];
     atomic_uint_fast64_t refused;
     atomic_int stop;
     pthread_t thread;
@@ -348,6 +352,23 @@ static bool allowed(const sec_auth_t *a, const uint8_t *key) {
     return false;
 }
 
+/* A peer refused again and again (libzmq reconnects every 100 ms) is logged once per
+ * LOG_EVERY_MS with the count left out; quiet_note says how many. */
+static bool may_log(sec_auth_t *a, int slot) {
+    uint64_t now = mt_now_ms();
+    a->quiet_note[0] = '\0';
+    if (a->last_log_ms[slot] && now < a->last_log_ms[slot] + LOG_EVERY_MS) {
+        a->quiet[slot]++;
+        return false;
+    }
+    if (a->quiet[slot])
+        snprintf(a->quiet_note, sizeof a->quiet_note, " (and %llu more refused since the last line)",
+                 (unsigned long long)a->quiet[slot]);
+    a->quiet[slot] = 0;
+    a->last_log_ms[slot] = now;
+    return true;
+}
+
 /* Receives the frames of one message; returns the count (at most max). */
 static int recv_frames(void *sock, zmq_msg_t *frames, int max) {
     int n = 0, more = 1;
@@ -397,7 +418,9 @@ static void zap_handle(sec_auth_t *a) {
             zap_reply(a->zap, &f[1], "200", "OK", key_z);
         } else {
             atomic_fetch_add(&a->refused, 1);
-            log_at(MT_LOG_WARN, "refused connection from %s: key %s not allowed", addr, curve ? key_z : "(none)");
+            if (may_log(a, MAX_WATCH))
+                log_at(MT_LOG_WARN, "refused connection from %s: key %s not allowed%s", addr, curve ? key_z : "(none)",
+                       a->quiet_note);
             zap_reply(a->zap, &f[1], "400", "key not allowed", "");
         }
     }
@@ -426,13 +449,19 @@ static void monitor_handle(sec_auth_t *a, int i) {
         uint32_t value;
         memcpy(&event, d, 2);
         memcpy(&value, d + 2, 4);
-        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
-            const char *why = "handshake failed";
+        /* A client refused by ZAP hangs up (ECONNRESET): counted by the ZAP handler. A
+         * client with a wrong server key shows as a failure without detail. */
+        bool counted = event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+                       (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && value != ECONNRESET);
+        if (counted) {
+            const char *why = "handshake failed (a wrong server key?)";
             for (size_t k = 0; k < sizeof g_protocol_errors / sizeof g_protocol_errors[0]; k++)
                 if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && g_protocol_errors[k].code == (int)value)
                     why = g_protocol_errors[k].why;
             atomic_fetch_add(&a->refused, 1);
-            log_at(MT_LOG_WARN, "refused connection on the %s socket: %s (0x%x)", a->label[i], why, value);
+            if (may_log(a, i))
+                log_at(MT_LOG_WARN, "refused connection on the %s socket: %s (0x%x)%s", a->label[i], why, value,
+                       a->quiet_note);
         }
     }
     for (int k = 0; k < n; k++) zmq_msg_close(&f[k]);
@@ -531,8 +560,7 @@ int sec_server_apply(sec_auth_t *a, void *sock, const sec_cert_t *self, const ch
     }
     int i = a->n_watch;
     snprintf(a->label[i], sizeof a->label[i], "%s", label ? label : "?");
-    if (zmq_socket_monitor(sock, a->mon_ep[i], ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+    if (zmq_socket_monitor(sock, a->mon_ep[i], ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
         mt_fmt(err, errlen, "socket monitor: %s", zmq_strerror(zmq_errno()));
         return MT_ERR;
     }
