@@ -4,7 +4,7 @@
 # Usage: deploy/install-deps.sh [--runtime]   (--runtime: only what the binaries need to run)
 set -euo pipefail
 build_pkgs=(build-essential cmake pkg-config protobuf-c-compiler libprotobuf-c-dev libzmq3-dev
-            libczmq-dev libsodium-dev libsqlite3-dev libjansson-dev libcmocka-dev sqlite3 jq clang)
+            libczmq-dev libsodium-dev libsqlite3-dev libjansson-dev libcmocka-dev sqlite3 jq util-linux clang)
 runtime_pkgs=(libzmq5 libczmq4 libprotobuf-c1 libsodium23 libsqlite3-0 libjansson4)
 pkgs=("${build_pkgs[@]}")
 [ "${1:-}" = "--runtime" ] && pkgs=("${runtime_pkgs[@]}")
