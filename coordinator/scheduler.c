@@ -1074,9 +1074,11 @@ int sched_batch_take(sched_t *s, sched_batch_t **out) {
         b->n_sweeps++;
     }
     /* everything copied: move ownership into the batch */
-    memcpy(b->entries, s->pending, n_e * sizeof *b->entries);
-    memmove(s->pending, s->pending + n_e, (s->n_pending - n_e) * sizeof *s->pending);
-    s->n_pending -= n_e;
+    if (n_e) { /* s->pending may be NULL when only job or sweep states changed */
+        memcpy(b->entries, s->pending, n_e * sizeof *b->entries);
+        memmove(s->pending, s->pending + n_e, (s->n_pending - n_e) * sizeof *s->pending);
+        s->n_pending -= n_e;
+    }
     for (size_t i = 0; i < nj; i++) b->jobs[i]->dirty = false;
     s->n_dirty = 0;
     for (size_t i = 0; i < b->n_sweeps; i++) b->sweeps[i]->dirty = false;
