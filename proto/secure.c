@@ -20,6 +20,8 @@
 #define MAX_WATCH 4
 #define MAX_KEY_FILE 65536
 #define POLL_MS 100
+#define N_REASONS 6            /* g_protocol_errors plus "no detail" */
+#define N_LOG_SLOTS (MAX_WATCH * N_REASONS + 1)
 #define LOG_EVERY_MS 5000     /* a peer that retries is logged at most this often per socket */
 
 /* ---- key files */
@@ -262,8 +264,9 @@ struct sec_auth {
     char mon_ep[MAX_WATCH][64];
     char label[MAX_WATCH][32];
     int n_watch;
-    uint64_t last_log_ms[MAX_WATCH + 1];  /* per socket, and [MAX_WATCH] for ZAP */
-    uint64_t quiet[MAX_WATCH + 1];        /* refusals not logged since */
+    /* per (socket, reason) slot, so one kind of refusal never hides another; the last slot is ZAP's */
+    uint64_t last_log_ms[N_LOG_SLOTS];
+    uint64_t quiet[N_LOG_SLOTS];          /* refusals not logged since */
     char quiet_note[96];
     atomic_uint_fast64_t refused;
     atomic_int stop;
@@ -418,7 +421,7 @@ static void zap_handle(sec_auth_t *a) {
             zap_reply(a->zap, &f[1], "200", "OK", key_z);
         } else {
             atomic_fetch_add(&a->refused, 1);
-            if (may_log(a, MAX_WATCH))
+            if (may_log(a, N_LOG_SLOTS - 1))
                 log_at(MT_LOG_WARN, "refused connection from %s: key %s not allowed%s", addr, curve ? key_z : "(none)",
                        a->quiet_note);
             zap_reply(a->zap, &f[1], "400", "key not allowed", "");
@@ -437,6 +440,8 @@ static const struct {
     {ZMQ_PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_HELLO, "malformed CURVE HELLO"},
     {ZMQ_PROTOCOL_ERROR_ZMTP_MALFORMED_COMMAND_INITIATE, "malformed CURVE INITIATE"},
 };
+_Static_assert(sizeof g_protocol_errors / sizeof g_protocol_errors[0] == N_REASONS - 1,
+               "one log slot per protocol error, plus one for no detail");
 
 /* One monitor event: a handshake that failed before ZAP could look at it. */
 static void monitor_handle(sec_auth_t *a, int i) {
@@ -455,11 +460,14 @@ static void monitor_handle(sec_auth_t *a, int i) {
                        (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && value != ECONNRESET);
         if (counted) {
             const char *why = "handshake failed (a wrong server key?)";
+            int reason = N_REASONS - 1;
             for (size_t k = 0; k < sizeof g_protocol_errors / sizeof g_protocol_errors[0]; k++)
-                if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && g_protocol_errors[k].code == (int)value)
+                if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && g_protocol_errors[k].code == (int)value) {
                     why = g_protocol_errors[k].why;
+                    reason = (int)k;
+                }
             atomic_fetch_add(&a->refused, 1);
-            if (may_log(a, i))
+            if (may_log(a, i * N_REASONS + reason))
                 log_at(MT_LOG_WARN, "refused connection on the %s socket: %s (0x%x)%s", a->label[i], why, value,
                        a->quiet_note);
         }
