@@ -15,7 +15,7 @@ cleanup() {
     echo "---- test failed (rc=$rc); logs from $T:"
     for f in "$T"/*.log; do [ -f "$f" ] && { echo "== $f"; tail -n 30 "$f"; }; done
   fi
-  rm -rf "$T"
+  if [ -n "${MT_KEEP_LOGS:-}" ]; then echo "logs kept in $T"; else rm -rf "$T"; fi
   exit $rc
 }
 trap cleanup EXIT
