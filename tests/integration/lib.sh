@@ -26,31 +26,50 @@ kill_quiet() { { kill -KILL "$1" && wait "$1"; } 2>/dev/null || true; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 pass() { echo "ok: $*"; }
 
-# A free TCP port on loopback.
+# A free TCP port on loopback, below the kernel's ephemeral range (32768 and up on Linux) so that
+# no outgoing connection of another test can take it between the check and the bind.
 free_port() {
   local p
   while :; do
-    p=$(( (RANDOM % 20000) + 30000 ))
+    p=$(( (RANDOM % 12000) + 20000 ))
     (exec 3<>/dev/tcp/127.0.0.1/$p) 2>/dev/null || { echo $p; return; }
   done
 }
 
-WPORT=$(free_port)
-CPORT=$(free_port)
-while [ "$CPORT" = "$WPORT" ]; do CPORT=$(free_port); done
-WEP=tcp://127.0.0.1:$WPORT
-CEP=tcp://127.0.0.1:$CPORT
+pick_ports() {
+  WPORT=$(free_port)
+  CPORT=$(free_port)
+  while [ "$CPORT" = "$WPORT" ]; do CPORT=$(free_port); done
+  WEP=tcp://127.0.0.1:$WPORT
+  CEP=tcp://127.0.0.1:$CPORT
+}
+pick_ports
+STARTS=0
+CLIENT_ARGS=()   # extra arguments of the CLI when it checks that the coordinator answers (CURVE keys)
 
-# start_coordinator [extra args...]
+# start_coordinator [extra args...]: starts it on WEP/CEP and waits until it answers
 start_coordinator() {
-  "$BIN/moetune-coordinator" --db "$DB" --bind "$WEP" --control "$CEP" "$@" >>"$T/coord.log" 2>&1 &
-  COORD_PID=$!
-  for _ in $(seq 1 100); do
-    "$BIN/moetune" status --control "$CEP" --timeout-ms 200 >/dev/null 2>&1 && return 0
-    kill -0 "$COORD_PID" 2>/dev/null || fail "coordinator exited at start"
-    sleep 0.1
+  local try
+  for try in 1 2 3 4 5; do
+    "$BIN/moetune-coordinator" --db "$DB" --bind "$WEP" --control "$CEP" "$@" >>"$T/coord.log" 2>&1 &
+    COORD_PID=$!
+    for _ in $(seq 1 100); do
+      if "$BIN/moetune" status --control "$CEP" --timeout-ms 300 "${CLIENT_ARGS[@]}" >/dev/null 2>&1; then
+        STARTS=$((STARTS + 1)); return 0
+      fi
+      kill -0 "$COORD_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$COORD_PID" 2>/dev/null && fail "coordinator did not answer on $CEP"
+    # A port taken by another process between the check and the bind: the first start may move
+    # to new ports (no worker knows the old ones yet); a restart must keep its ports.
+    if [ $STARTS = 0 ] && tail -n 3 "$T/coord.log" | grep -q "Address already in use"; then
+      pick_ports
+      continue
+    fi
+    fail "coordinator exited at start"
   done
-  fail "coordinator did not answer on $CEP"
+  fail "no free ports for the coordinator after 5 tries"
 }
 
 # start_workers N [extra worker args...]

@@ -43,16 +43,8 @@ pass "usage errors exit 2 with one line"
 GOOD=(--curve-secret "$K/good-client.key" --curve-server "$K/coordinator.pub")
 STRANGER=(--curve-secret "$K/stranger-client.key" --curve-server "$K/coordinator.pub")
 
-"$BIN/moetune-coordinator" --db "$DB" --bind "$WEP" --control "$CEP" --heartbeat-ms 200 \
-  --curve-secret "$K/coordinator.key" --curve-allow "$A" >>"$T/coord.log" 2>&1 &
-COORD_PID=$!
-up=0
-for _ in $(seq 1 100); do
-  if "$BIN/moetune" status --control "$CEP" --timeout-ms 300 "${GOOD[@]}" >/dev/null 2>&1; then up=1; break; fi
-  kill -0 "$COORD_PID" 2>/dev/null || fail "coordinator exited at start"
-  sleep 0.1
-done
-[ $up = 1 ] || fail "coordinator did not answer an allowed client"
+CLIENT_ARGS=("${GOOD[@]}")
+start_coordinator --heartbeat-ms 200 --curve-secret "$K/coordinator.key" --curve-allow "$A"
 grep -q "CURVE on: 2 allowed keys" "$T/coord.log" || fail "coordinator did not log CURVE on"
 
 "$BIN/moetune-worker" --connect "$WEP" --backend sim --id good-$$ --heartbeat-ms 200 \
