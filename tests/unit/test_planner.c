@@ -15,36 +15,18 @@
 #include "mt.h"
 #include "planner.h"
 #include "store.h"
+#include "tmpdb.h"
 
-static char g_dir[64];
-static char g_path[128];
+static tmpdb_t g_db;
 
-static int setup(void **state) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/mt_plan_XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
-    snprintf(g_path, sizeof g_path, "%s/t.db", g_dir);
-    return 0;
-}
+static int setup(void **state) { return tmpdb_make(&g_db, "plan"); }
 
 static int teardown(void **state) {
-    char p[160];
-    const char *sfx[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) unlink(mt_fmt(p, sizeof p, "%s%s", g_path, sfx[i]));
-    rmdir(g_dir);
+    tmpdb_remove(&g_db);
     return 0;
 }
 
-static int64_t query_int(const char *sql) {
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    int64_t v = -1;
-    assert_int_equal(sqlite3_open_v2(g_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
-}
+static int64_t query_int(const char *sql) { return tmpdb_query_int(g_db.path, sql); }
 
 /* A spec with up to 4 shapes and the default batch sizes. */
 typedef struct {
@@ -143,7 +125,7 @@ static void test_store_plan(void **state) {
     Moetune__Submitted sub;
     spec_init(&s, QWEN, 1);
     s.spec.chunk = 100;
-    assert_int_equal(store_open(g_path, &db, err, sizeof err), MT_OK);
+    assert_int_equal(store_open(g_db.path, &db, err, sizeof err), MT_OK);
     assert_int_equal(plan_store(db, &s.spec, &sub, err, sizeof err), MT_OK);
     store_close(&db);
     assert_int_equal(sub.sweep_id, 1);
@@ -192,7 +174,7 @@ static void test_invalid_specs(void **state) {
     };
     char err[256];
     store_t *db = NULL;
-    assert_int_equal(store_open(g_path, &db, err, sizeof err), MT_OK);
+    assert_int_equal(store_open(g_db.path, &db, err, sizeof err), MT_OK);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         spec_t s;
         Moetune__Submitted sub;

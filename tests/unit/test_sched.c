@@ -21,170 +21,17 @@
 #include "scheduler.h"
 #include "store.h"
 #include "wire.h"
+#include "sched_fx.h"
 
-#define MAX_MSGS 256
-
-typedef struct {
-    char dir[64], path[128];
-    store_t *db;
-    sched_t *s;
-    char rid[MAX_MSGS][32];
-    wire_env_t *msg[MAX_MSGS];
-    size_t n;
-} fx_t;
-
-static int capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) {
-    fx_t *f = ctx;
-    uint8_t *buf = NULL;
-    size_t blen = 0;
-    int code = 0;
-    char err[128];
-    assert_true(f->n < MAX_MSGS);
-    assert_int_equal(wire_pack(env, &buf, &blen), MT_OK);
-    assert_int_equal(wire_unpack(buf, blen, WIRE_DEFAULT_MAX_BYTES, &f->msg[f->n], &code, err, sizeof err), MT_OK);
-    free(buf);
-    snprintf(f->rid[f->n], sizeof f->rid[0], "%.*s", (int)len, (const char *)rid);
-    f->n++;
-    return MT_OK;
-}
-
-static void fx_clear(fx_t *f) {
-    for (size_t i = 0; i < f->n; i++) wire_free(&f->msg[i]);
-    f->n = 0;
-}
-
-static void fx_start(fx_t *f, uint32_t hb, uint32_t lease) {
-    char err[256];
-    sched_opts_t o = {.heartbeat_ms = hb, .lease_ms = lease, .send = capture, .send_ctx = f};
-    if (!f->db) assert_int_equal(store_open(f->path, &f->db, err, sizeof err), MT_OK);
-    f->s = sched_new(f->db, &o, 0, err, sizeof err);
-    assert_non_null(f->s);
-}
-
-static void fx_stop(fx_t *f) {
-    sched_destroy(&f->s);
-    store_close(&f->db);
-    fx_clear(f);
-}
-
-static int setup(void **state) {
-    fx_t *f = calloc(1, sizeof *f);
-    snprintf(f->dir, sizeof f->dir, "/tmp/mt_sched_XXXXXX");
-    if (!mkdtemp(f->dir)) return -1;
-    snprintf(f->path, sizeof f->path, "%s/t.db", f->dir);
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fx_t *f = *state;
-    char p[160];
-    const char *sfx[] = {"", "-wal", "-shm"};
-    fx_stop(f);
-    for (int i = 0; i < 3; i++) unlink(mt_fmt(p, sizeof p, "%s%s", f->path, sfx[i]));
-    rmdir(f->dir);
-    free(f);
-    return 0;
-}
-
-static int64_t query_int(fx_t *f, const char *sql) {
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    int64_t v = -1;
-    assert_int_equal(sqlite3_open_v2(f->path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
-}
-
-/* A small sweep: one shape, n_stages configs (stages 2..), batch sizes {1, 2}. */
-static uint64_t submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filter) {
-    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1}, nw[] = {4}, ns[] = {2, 3, 4, 5};
-    static uint32_t bs[] = {2, 1};
-    Moetune__Space sp = MOETUNE__SPACE__INIT;
-    Moetune__Shape sh = MOETUNE__SHAPE__INIT;
-    Moetune__Shape *shp = &sh;
-    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
-    Moetune__Submitted sub;
-    char err[256];
-    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
-    sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw;
-    sp.n_num_stages = n_stages, sp.num_stages = ns;
-    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
-    spec.name = "small";
-    spec.n_shapes = 1, spec.shapes = &shp;
-    spec.n_batch_sizes = 2, spec.batch_sizes = bs;
-    spec.space = &sp;
-    spec.chunk = chunk;
-    spec.device_filter = (char *)filter;
-    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
-    assert_int_equal(sub.configs_valid, n_stages);
-    return sub.sweep_id;
-}
-
-static sched_worker_t *hello(fx_t *f, const char *id, const char *gpu, uint64_t now) {
-    Moetune__Hello h = MOETUNE__HELLO__INIT;
-    Moetune__Gpu g = MOETUNE__GPU__INIT;
-    wire_env_t env, *out = NULL;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int code;
-    char err[128];
-    g.name = (char *)gpu;
-    g.uuid = (char *)id;
-    h.worker_id = (char *)id;
-    h.host = "host";
-    h.pid = 42;
-    h.backend = "sim";
-    h.compiler = "sim";
-    h.gpu = &g;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
-    env.hello = &h;
-    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
-    free(buf);
-    assert_int_equal(sched_on_hello(f->s, (const uint8_t *)id, strlen(id), &out, now), MT_OK);
-    assert_null(out);
-    sched_worker_t *w = sched_worker(f->s, (const uint8_t *)id, strlen(id));
-    assert_non_null(w);
-    return w;
-}
 
 static bool g_skip_heard; /* deliver the next Result without sched_on_heard first */
 
 /* Sends a Result for every batch size {1, 2} with one status. Returns sched_on_result's code. */
 static int result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
                   Moetune__Status status, uint64_t now) {
-    Moetune__Measurement m[2], *pm[2] = {&m[0], &m[1]};
-    Moetune__Result r = MOETUNE__RESULT__INIT;
-    wire_env_t env, *out = NULL;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int code;
-    char err[128];
-    for (int i = 0; i < 2; i++) {
-        moetune__measurement__init(&m[i]);
-        m[i].batch_size = (uint32_t)i + 1;
-        m[i].status = status;
-        m[i].median_us = m[i].min_us = m[i].mean_us = 10.0 + i;
-        m[i].samples = 10;
-    }
-    r.job_id = job, r.lease_token = token, r.seq = seq, r.config_id = config;
-    r.n_measurements = 2, r.measurements = pm;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-    env.result = &r;
-    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
-    free(buf);
-    if (!g_skip_heard) sched_on_heard(f->s, w, now);
+    bool heard = !g_skip_heard;
     g_skip_heard = false;
-    int rc = sched_on_result(f->s, w, &out, now);
-    wire_free(&out);
-    return rc;
+    return fx_result(f, w, job, token, seq, config, status, now, heard);
 }
 
 static void heartbeat(fx_t *f, sched_worker_t *w, const uint64_t *ids, size_t n, uint64_t now) {
@@ -199,11 +46,6 @@ static size_t count_body(fx_t *f, const char *rid, wire_body_t body) {
     return n;
 }
 
-static const Moetune__Job *last_job(fx_t *f, const char *rid) {
-    for (size_t i = f->n; i-- > 0;)
-        if (strcmp(f->rid[i], rid) == 0 && f->msg[i]->body_case == MOETUNE__ENVELOPE__BODY_JOB) return f->msg[i]->job;
-    return NULL;
-}
 
 static bool acked(fx_t *f, const char *rid, uint64_t seq) {
     for (size_t i = 0; i < f->n; i++) {
@@ -217,27 +59,27 @@ static bool acked(fx_t *f, const char *rid, uint64_t seq) {
 static void test_credits(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
-    submit(f, 3, 1, NULL);
-    sched_worker_t *a = hello(f, "A", "NVIDIA H100", 0);
+    fx_submit(f, 3, 1, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100", 0);
     assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_WELCOME), 1);
     assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
     sched_on_ready(f->s, a, 0, 1);
     assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
     sched_on_ready(f->s, a, 1, 1);
     assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
-    uint64_t first = last_job(f, "A")->job_id;
+    uint64_t first = fx_last_job(f, "A")->job_id;
     sched_on_ready(f->s, a, 1, 2);
     assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
-    assert_true(last_job(f, "A")->job_id > first);
+    assert_true(fx_last_job(f, "A")->job_id > first);
     sched_on_ready(f->s, a, 5, 3);
     assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3); /* only 3 jobs exist */
-    const Moetune__Job *j = last_job(f, "A");
+    const Moetune__Job *j = fx_last_job(f, "A");
     assert_int_equal(j->n_configs, 1);
     assert_int_equal(j->n_batch_sizes, 2);
     assert_int_equal(j->measure->warmup, 5);
     assert_int_not_equal(j->lease_token, 0);
     /* a late submit is dispatched at once to the credits left */
-    submit(f, 2, 1, NULL);
+    fx_submit(f, 2, 1, NULL);
     assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 5);
     sched_status_t st;
     assert_int_equal(sched_status(f->s, 0, 10, &st), MT_OK);
@@ -253,10 +95,10 @@ static void test_credits(void **state) {
 static void test_tokens_and_completion(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
-    submit(f, 2, 2, NULL);
-    sched_worker_t *a = hello(f, "A", "gpu", 0);
+    fx_submit(f, 2, 2, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = last_job(f, "A");
+    const Moetune__Job *j = fx_last_job(f, "A");
     assert_non_null(j);
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, a, job, tok + 1, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
@@ -269,7 +111,7 @@ static void test_tokens_and_completion(void **state) {
     assert_false(acked(f, "A", 4));
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
     for (uint64_t seq = 1; seq <= 5; seq++) assert_true(acked(f, "A", seq));
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results"), 2);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 2);
     assert_int_equal(sched_counters(f->s)->rejected_results, 3);
     assert_int_equal(sched_counters(f->s)->results_committed, 2);
     assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
@@ -277,9 +119,9 @@ static void test_tokens_and_completion(void **state) {
     assert_int_equal(sched_flush(f->s, 3), MT_OK);
     assert_string_equal(sched_job_state(f->s, job, NULL), "done");
     assert_int_equal(sched_flush(f->s, 4), MT_OK);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'done'"), 1);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'timeout'"), 2);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'done'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'timeout'"), 2);
     sched_status_t st;
     assert_int_equal(sched_status(f->s, 0, 5, &st), MT_OK);
     assert_int_equal(st.reply.sweeps[0]->results_done, 4);
@@ -297,13 +139,13 @@ static void test_tokens_and_completion(void **state) {
 static void test_silent_workers_and_attempts(void **state) {
     fx_t *f = *state;
     fx_start(f, 100, 30000);
-    submit(f, 1, 1, NULL);
+    fx_submit(f, 1, 1, NULL);
     const char *ids[] = {"A", "B", "C"};
     uint64_t t = 0, job = 0, tok = 0;
     for (int k = 0; k < 3; k++) {
-        sched_worker_t *w = hello(f, ids[k], "gpu", t);
+        sched_worker_t *w = fx_hello(f, ids[k], "gpu", t);
         sched_on_ready(f->s, w, 1, t);
-        const Moetune__Job *j = last_job(f, ids[k]);
+        const Moetune__Job *j = fx_last_job(f, ids[k]);
         assert_non_null(j);
         if (k) assert_int_equal(j->job_id, job);
         assert_int_not_equal(j->lease_token, tok);
@@ -322,19 +164,19 @@ static void test_silent_workers_and_attempts(void **state) {
         assert_int_equal(sched_counters(f->s)->dead_workers, (uint64_t)k + 1);
     }
     assert_int_equal(sched_flush(f->s, t), MT_OK);
-    assert_int_equal(query_int(f, "SELECT attempts FROM jobs"), 3);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'failed'"), 1);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'failed'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT attempts FROM jobs"), 3);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'failed'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'failed'"), 1);
     assert_true(count_body(f, "A", MOETUNE__ENVELOPE__BODY_HEARTBEAT) >= 1);
 }
 
 static void test_lease_expiry_and_bye(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 200);
-    submit(f, 2, 1, NULL);
-    sched_worker_t *a = hello(f, "A", "gpu", 0);
+    fx_submit(f, 2, 1, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     sched_on_ready(f->s, a, 1, 0);
-    uint64_t job = last_job(f, "A")->job_id;
+    uint64_t job = fx_last_job(f, "A")->job_id;
     sched_on_heard(f->s, a, 150); /* extends the lease to 350 */
     sched_tick(f->s, 300);
     assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
@@ -355,27 +197,27 @@ static void test_lease_expiry_and_bye(void **state) {
 static void test_crash_retry_and_quarantine(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
-    submit(f, 2, 2, NULL);
-    sched_worker_t *a = hello(f, "A", "gpu", 0);
-    sched_worker_t *b = hello(f, "B", "gpu", 0);
+    fx_submit(f, 2, 2, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
     sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = last_job(f, "A");
+    const Moetune__Job *j = fx_last_job(f, "A");
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
     assert_int_equal(sched_pending(f->s), 0);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
     assert_true(acked(f, "A", 1));
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results"), 0);
-    assert_int_equal(query_int(f, "SELECT count FROM crashes"), 1);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE avoid_worker = 'A'"), 1);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM job_configs"), 2);
-    uint64_t retry = (uint64_t)query_int(f, "SELECT id FROM jobs WHERE avoid_worker = 'A'");
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 0);
+    assert_int_equal(fx_query_int(f, "SELECT count FROM crashes"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE avoid_worker = 'A'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM job_configs"), 2);
+    uint64_t retry = (uint64_t)fx_query_int(f, "SELECT id FROM jobs WHERE avoid_worker = 'A'");
     assert_string_equal(sched_job_state(f->s, retry, NULL), "pending");
     /* A may not take it while B lives */
     sched_on_ready(f->s, a, 1, 2);
     assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     sched_on_ready(f->s, b, 1, 2);
-    const Moetune__Job *jb = last_job(f, "B");
+    const Moetune__Job *jb = fx_last_job(f, "B");
     assert_non_null(jb);
     assert_int_equal(jb->job_id, retry);
     assert_int_equal(jb->n_configs, 1);
@@ -385,22 +227,22 @@ static void test_crash_retry_and_quarantine(void **state) {
     assert_int_equal(result(f, a, job, tok, 2, c2, MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
     assert_int_equal(sched_flush(f->s, 3), MT_OK);
     assert_int_equal(sched_flush(f->s, 4), MT_OK);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'crashed'"), 2);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'ok'"), 2);
-    assert_int_equal(query_int(f, "SELECT count FROM crashes"), 2);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'crashed'"), 2);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'ok'"), 2);
+    assert_int_equal(fx_query_int(f, "SELECT count FROM crashes"), 2);
     assert_string_equal(sched_job_state(f->s, retry, NULL), "done");
     assert_string_equal(sched_job_state(f->s, job, NULL), "done");
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
 }
 
 static void test_avoid_worker_alone(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
-    submit(f, 1, 1, NULL);
-    sched_worker_t *a = hello(f, "A", "gpu", 0);
-    sched_worker_t *b = hello(f, "B", "gpu", 0);
+    fx_submit(f, 1, 1, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
     sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = last_job(f, "A");
+    const Moetune__Job *j = fx_last_job(f, "A");
     assert_int_equal(result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id,
                             MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
     sched_on_ready(f->s, a, 1, 1);
@@ -412,24 +254,24 @@ static void test_avoid_worker_alone(void **state) {
 static void test_restart_and_filter(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
-    submit(f, 2, 2, "H200");
-    sched_worker_t *a = hello(f, "A", "NVIDIA H100 80GB HBM3", 0);
+    fx_submit(f, 2, 2, "H200");
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100 80GB HBM3", 0);
     sched_on_ready(f->s, a, 1, 0);
     assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
-    sched_worker_t *b = hello(f, "B", "NVIDIA H200", 0);
+    sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 0);
     sched_on_ready(f->s, b, 1, 0);
-    const Moetune__Job *j = last_job(f, "B");
+    const Moetune__Job *j = fx_last_job(f, "B");
     assert_non_null(j);
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, b, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'leased'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'leased'"), 1);
     /* restart: the job stays leased to B (nothing else may deliver it) until B returns */
     sched_destroy(&f->s);
     fx_clear(f);
     fx_start(f, 1000, 30000);
     assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'leased' AND worker_id = 'B'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'leased' AND worker_id = 'B'"), 1);
     assert_null(sched_worker(f->s, (const uint8_t *)"B", 1));
     sched_status_t st;
     assert_int_equal(sched_status(f->s, 0, 5, &st), MT_OK);
@@ -437,11 +279,11 @@ static void test_restart_and_filter(void **state) {
     assert_string_equal(st.reply.workers[0]->state, "away");
     assert_int_equal(st.reply.workers[0]->jobs_leased, 1);
     sched_status_release(&st);
-    sched_worker_t *c = hello(f, "C", "NVIDIA H200", 10);
+    sched_worker_t *c = fx_hello(f, "C", "NVIDIA H200", 10);
     sched_on_ready(f->s, c, 1, 10);
     assert_int_equal(count_body(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 0); /* not dispatched again */
     assert_int_equal(result(f, c, job, tok, 1, c2, MOETUNE__STATUS__STATUS_OK, 10), MT_INVAL);
-    b = hello(f, "B", "NVIDIA H200", 10);
+    b = fx_hello(f, "B", "NVIDIA H200", 10);
     uint64_t ids[] = {job};
     heartbeat(f, b, ids, 1, 11);
     assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
@@ -450,8 +292,8 @@ static void test_restart_and_filter(void **state) {
     assert_int_equal(sched_flush(f->s, 12), MT_OK);
     assert_true(acked(f, "B", 2));
     assert_true(acked(f, "C", 1));
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results"), 4);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'C'"), 0);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 4);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'C'"), 0);
     assert_string_equal(sched_job_state(f->s, job, NULL), "done");
     assert_int_equal(sched_counters(f->s)->rejected_results, 1);
 }
@@ -460,16 +302,16 @@ static void test_restart_and_filter(void **state) {
 static void test_restart_holder_gone(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 500);
-    submit(f, 1, 1, NULL);
-    sched_worker_t *a = hello(f, "A", "gpu", 0);
+    fx_submit(f, 1, 1, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     sched_on_ready(f->s, a, 1, 0);
-    uint64_t job = last_job(f, "A")->job_id, tok = last_job(f, "A")->lease_token;
+    uint64_t job = fx_last_job(f, "A")->job_id, tok = fx_last_job(f, "A")->lease_token;
     assert_int_equal(sched_flush(f->s, 0), MT_OK);
     sched_destroy(&f->s);
     fx_clear(f);
     f->s = NULL;
     char err[256];
-    sched_opts_t o = {.heartbeat_ms = 1000, .lease_ms = 500, .send = capture, .send_ctx = f};
+    sched_opts_t o = {.heartbeat_ms = 1000, .lease_ms = 500, .send = fx_capture, .send_ctx = f};
     f->s = sched_new(f->db, &o, 10000, err, sizeof err); /* restarted at t = 10 s */
     assert_non_null(f->s);
     sched_tick(f->s, 10400);
@@ -479,11 +321,11 @@ static void test_restart_holder_gone(void **state) {
     assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
     assert_int_equal(attempts, 1);
     /* back too late: its result is rejected and nothing is stored */
-    a = hello(f, "A", "gpu", 10600);
-    assert_int_equal(result(f, a, job, tok, 1, (uint64_t)query_int(f, "SELECT config_id FROM job_configs"),
+    a = fx_hello(f, "A", "gpu", 10600);
+    assert_int_equal(result(f, a, job, tok, 1, (uint64_t)fx_query_int(f, "SELECT config_id FROM job_configs"),
                             MOETUNE__STATUS__STATUS_OK, 10600), MT_INVAL);
     assert_int_equal(sched_flush(f->s, 10600), MT_OK);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results"), 0);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 0);
     assert_true(acked(f, "A", 1));
 }
 
@@ -491,14 +333,14 @@ static void test_restart_holder_gone(void **state) {
 static void test_rehello_heartbeat(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
-    submit(f, 2, 1, NULL);
-    sched_worker_t *a = hello(f, "A", "gpu", 0);
+    fx_submit(f, 2, 1, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     sched_on_ready(f->s, a, 2, 0);
     assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
-    const Moetune__Job *j2 = last_job(f, "A");
+    const Moetune__Job *j2 = fx_last_job(f, "A");
     uint64_t job2 = j2->job_id, tok2 = j2->lease_token, cfg2 = j2->configs[0]->config_id;
     uint64_t job1 = job2 - 1;
-    a = hello(f, "A", "gpu", 100);
+    a = fx_hello(f, "A", "gpu", 100);
     assert_string_equal(sched_job_state(f->s, job1, NULL), "leased");
     assert_string_equal(sched_job_state(f->s, job2, NULL), "leased");
     uint64_t ids[] = {job1};
@@ -512,23 +354,23 @@ static void test_rehello_heartbeat(void **state) {
     assert_string_equal(sched_job_state(f->s, job1, NULL), "leased");
     assert_int_equal(result(f, a, job2, tok2, 1, cfg2, MOETUNE__STATUS__STATUS_OK, 130), MT_INVAL);
     assert_int_equal(sched_flush(f->s, 130), MT_OK);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results"), 0);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 0);
 }
 
 /* Forged, replayed, foreign, late and unknown results: each rejected, counted, acked, nothing stored. */
 static void test_lease_discipline(void **state) {
     fx_t *f = *state;
     fx_start(f, 100000, 1000);
-    submit(f, 2, 2, NULL);
-    sched_worker_t *a = hello(f, "A", "gpu", 0);
-    sched_worker_t *b = hello(f, "B", "gpu", 0);
+    fx_submit(f, 2, 2, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
     sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = last_job(f, "A");
+    const Moetune__Job *j = fx_last_job(f, "A");
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 10), MT_OK);
     assert_int_equal(sched_flush(f->s, 10), MT_OK);
     const char *rows_sql = "SELECT COUNT(*) FROM results";
-    int64_t rows = query_int(f, rows_sql);
+    int64_t rows = fx_query_int(f, rows_sql);
     assert_int_equal(rows, 2);
     uint64_t rej = sched_counters(f->s)->rejected_results;
     /* forged token */
@@ -538,19 +380,19 @@ static void test_lease_discipline(void **state) {
     /* the right token from a worker that does not hold the lease */
     assert_int_equal(result(f, b, job, tok, 1, c2, MOETUNE__STATUS__STATUS_OK, 20), MT_INVAL);
     assert_int_equal(sched_flush(f->s, 20), MT_OK);
-    assert_int_equal(query_int(f, rows_sql), rows);
+    assert_int_equal(fx_query_int(f, rows_sql), rows);
     assert_int_equal(sched_counters(f->s)->rejected_results, rej + 3);
     assert_true(acked(f, "A", 2) && acked(f, "A", 3) && acked(f, "B", 1));
     /* after expiry (before any timer ran): rejected although token and holder match */
     g_skip_heard = true;
     assert_int_equal(result(f, a, job, tok, 4, c2, MOETUNE__STATUS__STATUS_OK, 1500), MT_INVAL);
     assert_int_equal(sched_flush(f->s, 1500), MT_OK);
-    assert_int_equal(query_int(f, rows_sql), rows);
+    assert_int_equal(fx_query_int(f, rows_sql), rows);
     sched_tick(f->s, 1500);
     assert_string_equal(sched_job_state(f->s, job, NULL), "pending");
     /* the lease moves to B: A's replay of its old token and A with B's token are rejected */
     sched_on_ready(f->s, b, 1, 1600);
-    const Moetune__Job *jb = last_job(f, "B");
+    const Moetune__Job *jb = fx_last_job(f, "B");
     assert_non_null(jb);
     assert_int_equal(jb->job_id, job);
     uint64_t tok2 = jb->lease_token;
@@ -558,15 +400,15 @@ static void test_lease_discipline(void **state) {
     assert_int_equal(result(f, a, job, tok, 5, c2, MOETUNE__STATUS__STATUS_OK, 1610), MT_INVAL);
     assert_int_equal(result(f, a, job, tok2, 6, c2, MOETUNE__STATUS__STATUS_OK, 1610), MT_INVAL);
     assert_int_equal(sched_flush(f->s, 1610), MT_OK);
-    assert_int_equal(query_int(f, rows_sql), rows);
+    assert_int_equal(fx_query_int(f, rows_sql), rows);
     assert_int_equal(sched_counters(f->s)->rejected_results, rej + 6);
     assert_int_equal(sched_pending(f->s), 0);
     /* the holder's result is stored */
     assert_int_equal(result(f, b, job, tok2, 2, c2, MOETUNE__STATUS__STATUS_OK, 1620), MT_OK);
     assert_int_equal(sched_flush(f->s, 1620), MT_OK);
-    assert_int_equal(query_int(f, rows_sql), rows + 2);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'B'"), 2);
-    assert_int_equal(query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'A'"), 2);
+    assert_int_equal(fx_query_int(f, rows_sql), rows + 2);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'B'"), 2);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'A'"), 2);
     assert_string_equal(sched_job_state(f->s, job, NULL), "done");
     assert_int_equal(sched_counters(f->s)->rejected_results, rej + 6);
 }
@@ -686,17 +528,17 @@ static void test_daemon_hostile_input(void **state) {
 int main(void) {
     mt_log_init("test_sched", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_credits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_tokens_and_completion, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_silent_workers_and_attempts, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lease_expiry_and_bye, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_crash_retry_and_quarantine, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_avoid_worker_alone, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_restart_and_filter, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_restart_holder_gone, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rehello_heartbeat, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lease_discipline, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_daemon_hostile_input, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_credits, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_tokens_and_completion, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_silent_workers_and_attempts, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_lease_expiry_and_bye, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_crash_retry_and_quarantine, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_avoid_worker_alone, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_restart_and_filter, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_restart_holder_gone, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_rehello_heartbeat, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_lease_discipline, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_daemon_hostile_input, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,42 +15,24 @@
 #include "mt.h"
 #include "scheduler.h"
 #include "store.h"
+#include "tmpdb.h"
 
-static char g_dir[64];
-static char g_path[128];
+static tmpdb_t g_db;
 
-static int setup(void **state) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/mt_store_XXXXXX");
-    if (!mkdtemp(g_dir)) return -1;
-    snprintf(g_path, sizeof g_path, "%s/t.db", g_dir);
-    return 0;
-}
+static int setup(void **state) { return tmpdb_make(&g_db, "store"); }
 
 static int teardown(void **state) {
-    char p[160];
-    const char *sfx[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) unlink(mt_fmt(p, sizeof p, "%s%s", g_path, sfx[i]));
-    rmdir(g_dir);
+    tmpdb_remove(&g_db);
     return 0;
 }
 
-static int64_t query_int(const char *sql) {
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    int64_t v = -1;
-    assert_int_equal(sqlite3_open_v2(g_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
-}
+static int64_t query_int(const char *sql) { return tmpdb_query_int(g_db.path, sql); }
 
 static void test_migrate_fresh(void **state) {
     char err[256];
     store_t *s = NULL;
     int version = -1;
-    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     assert_int_equal(store_user_version(s, &version), MT_OK);
     assert_int_equal(version, STORE_SCHEMA_VERSION);
     store_close(&s);
@@ -67,11 +49,11 @@ static void test_reopen_keeps_data(void **state) {
     char err[256];
     store_t *s = NULL;
     uint64_t sweep = 0;
-    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     assert_int_equal(store_sweep_insert(s, "keep", "x", 1, 100, &sweep), MT_OK);
     store_close(&s);
     /* a second open must not apply the schema again (CREATE TABLE would fail) */
-    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     store_close(&s);
     assert_int_equal(query_int("SELECT COUNT(*) FROM sweeps WHERE name = 'keep'"), 1);
     assert_int_equal(query_int("PRAGMA user_version"), 1);
@@ -81,10 +63,10 @@ static void test_newer_schema_refused(void **state) {
     char err[256] = "";
     sqlite3 *db = NULL;
     store_t *s = NULL;
-    assert_int_equal(sqlite3_open(g_path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_open(g_db.path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 7", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
-    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_INVAL);
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_INVAL);
     assert_null(s);
     assert_non_null(strstr(err, "newer"));
 }
@@ -117,7 +99,7 @@ static void test_idempotent_result(void **state) {
     store_t *s = NULL;
     uint64_t sweep, shape, cfg, job;
     bool inserted = false;
-    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     seed_job(s, &sweep, &shape, &cfg, &job);
     store_result_t r = {.sweep_id = sweep, .shape_id = shape, .config_id = cfg, .job_id = job, .batch_size = 16,
                         .status = MOETUNE__STATUS__STATUS_OK, .median_us = 12.5, .min_us = 12.0, .mean_us = 12.6,
@@ -149,7 +131,7 @@ static void test_rollback_discards(void **state) {
     store_t *s = NULL;
     uint64_t sweep, shape, cfg, job;
     bool inserted = false;
-    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     seed_job(s, &sweep, &shape, &cfg, &job);
     store_result_t r = {.sweep_id = sweep, .shape_id = shape, .config_id = cfg, .batch_size = 1,
                         .status = MOETUNE__STATUS__STATUS_TIMEOUT, .backend = "sim", .compiler = "sim"};
@@ -166,7 +148,7 @@ static void test_leased_back_to_pending(void **state) {
     char err[256];
     store_t *s = NULL;
     uint64_t sweep, shape, cfg, job;
-    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     seed_job(s, &sweep, &shape, &cfg, &job);
     store_job_update_t u = {.id = job, .state = "leased", .attempts = 1, .worker_id = "w1", .lease_token = 77,
                             .lease_expires_ms = 123};
@@ -176,7 +158,7 @@ static void test_leased_back_to_pending(void **state) {
 
     /* the lease of a running sweep survives (the scheduler keeps it for its holder) */
     uint32_t n = 9;
-    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     assert_int_equal(store_requeue_leased(s, &n), MT_OK);
     assert_int_equal(n, 0);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE state = 'leased' AND worker_id = 'w1'"), 1);
@@ -188,7 +170,7 @@ static void test_leased_back_to_pending(void **state) {
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE state = 'pending' AND attempts = 1"), 1);
 
     /* and the scheduler does it on start */
-    assert_int_equal(store_open(g_path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     assert_int_equal(store_sweep_set_state(s, sweep, "cancelled", 2), MT_OK);
     assert_int_equal(store_job_update(s, &u), MT_OK);
     sched_opts_t o = {.send = noop_send};

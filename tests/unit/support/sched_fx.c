@@ -1,0 +1,160 @@
+/* sched_fx.c - the scheduler test fixture. See sched_fx.h. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+
+#include "mt.h"
+#include "sched_fx.h"
+#include "tmpdb.h"
+
+
+int fx_capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) {
+    fx_t *f = ctx;
+    uint8_t *buf = NULL;
+    size_t blen = 0;
+    int code = 0;
+    char err[128];
+    assert_true(f->n < MAX_MSGS);
+    assert_int_equal(wire_pack(env, &buf, &blen), MT_OK);
+    assert_int_equal(wire_unpack(buf, blen, WIRE_DEFAULT_MAX_BYTES, &f->msg[f->n], &code, err, sizeof err), MT_OK);
+    free(buf);
+    snprintf(f->rid[f->n], sizeof f->rid[0], "%.*s", (int)len, (const char *)rid);
+    f->n++;
+    return MT_OK;
+}
+
+void fx_clear(fx_t *f) {
+    for (size_t i = 0; i < f->n; i++) wire_free(&f->msg[i]);
+    f->n = 0;
+}
+
+void fx_start(fx_t *f, uint32_t hb, uint32_t lease) {
+    char err[256];
+    sched_opts_t o = {.heartbeat_ms = hb, .lease_ms = lease, .send = fx_capture, .send_ctx = f};
+    if (!f->db) assert_int_equal(store_open(f->path, &f->db, err, sizeof err), MT_OK);
+    f->s = sched_new(f->db, &o, 0, err, sizeof err);
+    assert_non_null(f->s);
+}
+
+void fx_stop(fx_t *f) {
+    sched_destroy(&f->s);
+    store_close(&f->db);
+    fx_clear(f);
+}
+
+int fx_setup(void **state) {
+    fx_t *f = calloc(1, sizeof *f);
+    if (!f || tmpdb_make(&f->tmp, "test") != 0) return -1;
+    f->path = f->tmp.path;
+    *state = f;
+    return 0;
+}
+
+int fx_teardown(void **state) {
+    fx_t *f = *state;
+    fx_stop(f);
+    tmpdb_remove(&f->tmp);
+    free(f);
+    return 0;
+}
+
+int64_t fx_query_int(fx_t *f, const char *sql) { return tmpdb_query_int(f->path, sql); }
+
+/* A small sweep: one shape, n_stages configs (stages 2..), batch sizes {1, 2}. */
+uint64_t fx_submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filter) {
+    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1}, nw[] = {4}, ns[] = {2, 3, 4, 5};
+    static uint32_t bs[] = {2, 1};
+    Moetune__Space sp = MOETUNE__SPACE__INIT;
+    Moetune__Shape sh = MOETUNE__SHAPE__INIT;
+    Moetune__Shape *shp = &sh;
+    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    Moetune__Submitted sub;
+    char err[256];
+    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
+    sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw;
+    sp.n_num_stages = n_stages, sp.num_stages = ns;
+    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
+    spec.name = "small";
+    spec.n_shapes = 1, spec.shapes = &shp;
+    spec.n_batch_sizes = 2, spec.batch_sizes = bs;
+    spec.space = &sp;
+    spec.chunk = chunk;
+    spec.device_filter = (char *)filter;
+    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+    assert_int_equal(sub.configs_valid, n_stages);
+    return sub.sweep_id;
+}
+
+sched_worker_t *fx_hello(fx_t *f, const char *id, const char *gpu, uint64_t now) {
+    Moetune__Hello h = MOETUNE__HELLO__INIT;
+    Moetune__Gpu g = MOETUNE__GPU__INIT;
+    wire_env_t env, *out = NULL;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int code;
+    char err[128];
+    g.name = (char *)gpu;
+    g.uuid = (char *)id;
+    h.worker_id = (char *)id;
+    h.host = "host";
+    h.pid = 42;
+    h.backend = "sim";
+    h.compiler = "sim";
+    h.gpu = &g;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
+    free(buf);
+    assert_int_equal(sched_on_hello(f->s, (const uint8_t *)id, strlen(id), &out, now), MT_OK);
+    assert_null(out);
+    sched_worker_t *w = sched_worker(f->s, (const uint8_t *)id, strlen(id));
+    assert_non_null(w);
+    return w;
+}
+
+/* Sends a Result for every batch size {1, 2} with one status. Returns sched_on_result's code. */
+int fx_result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
+              Moetune__Status status, uint64_t now, bool heard) {
+    Moetune__Measurement m[2], *pm[2] = {&m[0], &m[1]};
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    wire_env_t env, *out = NULL;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int code;
+    char err[128];
+    for (int i = 0; i < 2; i++) {
+        moetune__measurement__init(&m[i]);
+        m[i].batch_size = (uint32_t)i + 1;
+        m[i].status = status;
+        m[i].median_us = m[i].min_us = m[i].mean_us = 10.0 + i;
+        m[i].samples = 10;
+    }
+    r.job_id = job, r.lease_token = token, r.seq = seq, r.config_id = config;
+    r.n_measurements = 2, r.measurements = pm;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
+    free(buf);
+    if (heard) sched_on_heard(f->s, w, now);
+    int rc = sched_on_result(f->s, w, &out, now);
+    wire_free(&out);
+    return rc;
+}
+
+const Moetune__Job *fx_last_job(fx_t *f, const char *rid) {
+    for (size_t i = f->n; i-- > 0;)
+        if (strcmp(f->rid[i], rid) == 0 && f->msg[i]->body_case == MOETUNE__ENVELOPE__BODY_JOB) return f->msg[i]->job;
+    return NULL;
+}

@@ -1,0 +1,54 @@
+/*
+ * sched_fx.h - the scheduler test fixture shared by test_sched.c and test_writer.c: a
+ * scheduler on a temporary database whose sends are captured (decoded) in memory, a small
+ * sweep, and helpers that deliver Hello and Result messages with a fake clock.
+ */
+#ifndef SCHED_FX_H
+#define SCHED_FX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scheduler.h"
+#include "store.h"
+#include "tmpdb.h"
+#include "wire.h"
+
+#define MAX_MSGS 1024
+
+typedef struct {
+    tmpdb_t tmp;
+    const char *path;   /* tmp.path */
+    store_t *db;
+    sched_t *s;
+    char rid[MAX_MSGS][32];
+    wire_env_t *msg[MAX_MSGS];
+    size_t n;
+} fx_t;
+
+/* cmocka setup/teardown: a temporary directory and database path; teardown removes them. */
+int fx_setup(void **state);
+int fx_teardown(void **state);
+/* The scheduler's send function: decodes and keeps each message with its routing id in f. */
+int fx_capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env);
+/* Opens the store (once) and a scheduler with these periods; sends are captured into f->msg. */
+void fx_start(fx_t *f, uint32_t hb, uint32_t lease);
+/* Destroys the scheduler, closes the store, drops the captured messages. */
+void fx_stop(fx_t *f);
+/* Drops the captured messages. */
+void fx_clear(fx_t *f);
+/* The first column of the first row of sql on a read-only connection (-1 when no row). */
+int64_t fx_query_int(fx_t *f, const char *sql);
+/* A small sweep: one shape, n_stages configs (stages 2..), batch sizes {1, 2}; its id. */
+uint64_t fx_submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filter);
+/* Delivers a Hello from id with GPU name gpu; the scheduler's worker. */
+sched_worker_t *fx_hello(fx_t *f, const char *id, const char *gpu, uint64_t now);
+/* Delivers a Result for batch sizes {1, 2} with one status (after sched_on_heard when heard);
+ * sched_on_result's code. */
+int fx_result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
+              Moetune__Status status, uint64_t now, bool heard);
+/* The last Job captured for rid, or NULL. */
+const Moetune__Job *fx_last_job(fx_t *f, const char *rid);
+
+#endif

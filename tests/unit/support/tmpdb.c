@@ -1,0 +1,40 @@
+/* tmpdb.c - temporary databases for unit tests. See tmpdb.h. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <sqlite3.h>
+
+#include "mt.h"
+#include "tmpdb.h"
+
+int tmpdb_make(tmpdb_t *t, const char *tag) {
+    snprintf(t->dir, sizeof t->dir, "/tmp/mt_%s_XXXXXX", tag);
+    if (!mkdtemp(t->dir)) return -1;
+    snprintf(t->path, sizeof t->path, "%s/t.db", t->dir);
+    return 0;
+}
+
+void tmpdb_remove(tmpdb_t *t) {
+    char p[160];
+    const char *sfx[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) unlink(mt_fmt(p, sizeof p, "%s%s", t->path, sfx[i]));
+    rmdir(t->dir);
+}
+
+int64_t tmpdb_query_int(const char *path, const char *sql) {
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    int64_t v = -1;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}

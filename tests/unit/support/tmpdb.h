@@ -1,0 +1,19 @@
+/* tmpdb.h - a database file in a fresh temporary directory, for unit tests. */
+#ifndef TMPDB_H
+#define TMPDB_H
+
+#include <stdint.h>
+
+typedef struct {
+    char dir[64];
+    char path[128];   /* dir/t.db */
+} tmpdb_t;
+
+/* Makes /tmp/mt_<tag>_XXXXXX and sets path inside it; 0 or -1 (a cmocka setup result). */
+int tmpdb_make(tmpdb_t *t, const char *tag);
+/* Removes the database, its WAL and shared-memory files, and the directory. */
+void tmpdb_remove(tmpdb_t *t);
+/* The first column of the first row of sql, read on a read-only connection; -1 when no row. */
+int64_t tmpdb_query_int(const char *path, const char *sql);
+
+#endif
