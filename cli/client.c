@@ -162,3 +162,14 @@ void cli_client_destroy(cli_client_t **cp) {
     free(c);
     *cp = NULL;
 }
+
+int cli_client_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
+    wire_env_t req;
+    Moetune__StatusRequest sr;
+    wire_env_init(&req);
+    moetune__status_request__init(&sr);
+    sr.sweep_id = sweep;
+    req.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REQUEST;
+    req.status_request = &sr;
+    return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_STATUS_REPLY, reply, NULL, err, errlen);
+}

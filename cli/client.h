@@ -27,6 +27,10 @@ int cli_client_new(const char *endpoint, int timeout_ms, cli_client_t **out, cha
 int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply,
                     int *error_code, char *err, size_t errlen);
 
+/* Asks for the status of one sweep (0 = all); *reply is a StatusReply envelope the caller
+ * frees with wire_free(). Errors as cli_client_call. */
+int cli_client_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen);
+
 /* As cli_client_new, as a CURVE client with key pair self of the coordinator whose
  * public key is server (both copied). A timeout then says that authentication may
  * have failed. MT_INVAL when a key is missing. */

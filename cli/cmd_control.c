@@ -28,17 +28,6 @@ static int connect_control(const cli_cmd_t *cmd, const cli_opts_t *o, cli_client
     return MT_EXIT_OK;
 }
 
-static int request_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
-    wire_env_t req;
-    Moetune__StatusRequest sr;
-    wire_env_init(&req);
-    moetune__status_request__init(&sr);
-    sr.sweep_id = sweep;
-    req.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REQUEST;
-    req.status_request = &sr;
-    return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_STATUS_REPLY, reply, NULL, err, errlen);
-}
-
 static uint32_t alive_workers(const Moetune__StatusReply *r) {
     uint32_t n = 0;
     for (size_t i = 0; i < r->n_workers; i++)
@@ -58,7 +47,7 @@ int cli_wait_sweeps(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool 
             break;
         }
         wire_free(&reply);
-        if (request_status(c, sweep, &reply, err, sizeof err) != MT_OK) {
+        if (cli_client_status(c, sweep, &reply, err, sizeof err) != MT_OK) {
             cli_progress_finish(prog, NULL, 0);
             code = cli_fail(cmd, err);
             break;
@@ -219,7 +208,7 @@ int cmd_status(const cli_cmd_t *cmd, cli_opts_t *o) {
     wire_env_t *reply = NULL;
     int code = connect_control(cmd, o, &c);
     if (code != MT_EXIT_OK) return code;
-    if (request_status(c, o->sweep, &reply, err, sizeof err) != MT_OK) {
+    if (cli_client_status(c, o->sweep, &reply, err, sizeof err) != MT_OK) {
         code = cli_fail(cmd, err);
         goto out;
     }
@@ -245,7 +234,7 @@ int cmd_workers(const cli_cmd_t *cmd, cli_opts_t *o) {
     wire_env_t *reply = NULL;
     int code = connect_control(cmd, o, &c);
     if (code != MT_EXIT_OK) return code;
-    if (request_status(c, 0, &reply, err, sizeof err) != MT_OK) {
+    if (cli_client_status(c, 0, &reply, err, sizeof err) != MT_OK) {
         code = cli_fail(cmd, err);
         goto out;
     }

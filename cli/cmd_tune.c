@@ -239,17 +239,6 @@ static uint64_t find_resumable(const char *db, const Moetune__SweepSpec *spec) {
     return ctx.found;
 }
 
-static int status_of(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
-    wire_env_t req;
-    Moetune__StatusRequest sr;
-    wire_env_init(&req);
-    moetune__status_request__init(&sr);
-    sr.sweep_id = sweep;
-    req.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REQUEST;
-    req.status_request = &sr;
-    return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_STATUS_REPLY, reply, NULL, err, errlen);
-}
-
 /* First failure among the children, or false. */
 static bool check_children(run_t *r, char *why, size_t len, bool *fatal) {
     *fatal = false;
@@ -399,7 +388,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
             goto out;
         }
         wire_free(&reply);
-        if (status_of(c, 0, &reply, err, sizeof err) == MT_OK) break;
+        if (cli_client_status(c, 0, &reply, err, sizeof err) == MT_OK) break;
         if (mt_now_ms() > deadline) {
             keep_dir = true;
             code = cli_fail(cmd, "the coordinator did not answer within 15 s");
@@ -478,7 +467,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
             goto out;
         }
         wire_free(&reply);
-        if (status_of(c, sweep, &reply, err, sizeof err) == MT_OK && reply->status_reply->n_sweeps == 1) {
+        if (cli_client_status(c, sweep, &reply, err, sizeof err) == MT_OK && reply->status_reply->n_sweeps == 1) {
             const Moetune__StatusReply *sr = reply->status_reply;
             const Moetune__SweepStatus *st = sr->sweeps[0];
             uint32_t alive = 0;
