@@ -5,7 +5,10 @@
 # coordinator's peak memory stays bounded. Prints peak RSS and results/s.
 source "$(dirname "$0")/lib.sh"
 N=${MT_LOAD_CONNECTIONS:-500}
+# 256 MiB; under AddressSanitizer (MT_SANITIZED=1, set by CMake) 1 GiB, for its shadow memory
+# and the quarantine of freed blocks.
 RSS_LIMIT_KB=${MT_LOAD_RSS_LIMIT_KB:-262144}
+[ "${MT_SANITIZED:-0}" = 1 ] && RSS_LIMIT_KB=${MT_LOAD_RSS_LIMIT_KB:-1048576}
 ulimit -n 8192 2>/dev/null || ulimit -n 4096 2>/dev/null || true
 [ "$(ulimit -n)" -ge $((N * 2 + 100)) ] || { echo "skipped: open-file limit $(ulimit -n) is too low for $N connections"; exit 77; }
 
