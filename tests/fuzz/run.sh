@@ -22,4 +22,5 @@ for name in wire spec config; do
   echo "fuzz_$name: ${runs:-0} inputs in ${secs}s, no crash"
   total=$((total + ${runs:-0}))
 done
-echo "fuzz: $total inputs in all, 3 passed, 0 failed"
+echo "fuzz: $total inputs in all"
+echo "fuzz: 3 passed, 0 failed"
