@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <threads.h> /* not pthread.h: coordinator/sched.h shadows <sched.h> on the test include path */
+#include <threads.h>
 #include <unistd.h>
 #include <cmocka.h>
 
