@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "convert.h"
 #include "mt.h"
 #include "presets.h"
 
@@ -671,16 +672,8 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
     s->spec.strategy = s->strategy;
     s->spec.device_filter = s->device_filter;
     for (size_t i = 0; i < s->n_shapes; i++) {
-        Moetune__Shape *p = &s->pb_shapes[i];
-        moetune__shape__init(p);
-        p->e = s->shapes[i].e;
-        p->n = s->shapes[i].n;
-        p->k = s->shapes[i].k;
-        p->topk = s->shapes[i].topk;
-        p->dtype = s->shapes[i].dtype;
-        p->block_n = s->shapes[i].block_n;
-        p->block_k = s->shapes[i].block_k;
-        s->pb_ptrs[i] = p;
+        wire_shape_to_msg(&s->shapes[i], &s->pb_shapes[i]);
+        s->pb_ptrs[i] = &s->pb_shapes[i];
     }
     s->spec.n_shapes = s->n_shapes;
     s->spec.shapes = s->pb_ptrs;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "convert.h"
 #include "mt.h"
 
 void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out) {
@@ -90,27 +91,6 @@ static int build_space(const Moetune__Space *sp, krn_space_t *out, char *err, si
     return MT_OK;
 }
 
-static int shape_from_msg(const Moetune__Shape *m, krn_shape_t *sh, char *err, size_t errlen) {
-    memset(sh, 0, sizeof *sh);
-    if (!m) {
-        mt_fmt(err, errlen, "shape missing");
-        return MT_INVAL;
-    }
-    sh->e = m->e;
-    sh->n = m->n;
-    sh->k = m->k;
-    sh->topk = m->topk;
-    sh->block_n = m->block_n;
-    sh->block_k = m->block_k;
-    const char *dt = m->dtype && *m->dtype ? m->dtype : "bf16";
-    if (strlen(dt) >= sizeof sh->dtype) {
-        mt_fmt(err, errlen, "dtype '%.32s' is not one of bf16, fp8_w8a8", dt);
-        return MT_INVAL;
-    }
-    snprintf(sh->dtype, sizeof sh->dtype, "%s", dt);
-    return krn_shape_check(sh, err, errlen);
-}
-
 static int shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
     return a->e == b->e && a->n == b->n && a->k == b->k && a->topk == b->topk && a->block_n == b->block_n &&
            a->block_k == b->block_k && strcmp(a->dtype, b->dtype) == 0;
@@ -173,7 +153,7 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
     for (size_t i = 0; i < spec->n_shapes; i++) {
         plan_shape_t *ps = &p->shapes[i];
         char serr[200];
-        if (shape_from_msg(spec->shapes[i], &ps->shape, serr, sizeof serr)) {
+        if (wire_shape_from_msg(spec->shapes[i], &ps->shape, serr, sizeof serr)) {
             mt_fmt(err, errlen, "shape %zu: %s", i + 1, serr);
             rc = MT_INVAL;
             goto out;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "convert.h"
 #include "mt.h"
 #include "planner.h"
 
@@ -766,27 +767,15 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
         const krn_config_t *k = config_get(s, c->config_id);
         if (!k) return MT_IO;
         moetune__job_config__init(&s->jc[n]);
-        moetune__config__init(&s->jcfg[n]);
-        s->jcfg[n].block_m = k->block_m;
-        s->jcfg[n].block_n = k->block_n;
-        s->jcfg[n].block_k = k->block_k;
-        s->jcfg[n].group_m = k->group_m;
-        s->jcfg[n].num_warps = k->num_warps;
-        s->jcfg[n].num_stages = k->num_stages;
+        wire_config_to_msg(k, &s->jcfg[n]);
         s->jc[n].config_id = c->config_id;
         s->jc[n].config = &s->jcfg[n];
         s->jcp[n] = &s->jc[n];
         n++;
     }
     if (n == 0) return MT_NOTFOUND;
-    Moetune__Shape shape = MOETUNE__SHAPE__INIT;
-    shape.e = sh->e;
-    shape.n = sh->n;
-    shape.k = sh->k;
-    shape.topk = sh->topk;
-    shape.dtype = (char *)sh->dtype;
-    shape.block_n = sh->block_n;
-    shape.block_k = sh->block_k;
+    Moetune__Shape shape;
+    wire_shape_to_msg(sh, &shape);
     Moetune__Job job = MOETUNE__JOB__INIT;
     job.job_id = j->id;
     job.lease_token = j->token;

@@ -10,6 +10,7 @@
 #include <zmq.h>
 
 #include "child.h"
+#include "convert.h"
 #include "mt.h"
 #include "wire.h"
 
@@ -197,33 +198,12 @@ static void job_free(pjob_t *j) {
 }
 
 static void shape_from_proto(pjob_t *j) {
-    const Moetune__Shape *s = j->job->shape;
-    memset(&j->shape, 0, sizeof j->shape);
-    j->shape.e = s->e;
-    j->shape.n = s->n;
-    j->shape.k = s->k;
-    j->shape.topk = s->topk;
-    j->shape.block_n = s->block_n;
-    j->shape.block_k = s->block_k;
-    if (s->dtype && strlen(s->dtype) >= sizeof j->shape.dtype) {
-        mt_fmt(j->why, sizeof j->why, "dtype '%.40s' is too long", s->dtype);
-        return;
-    }
-    snprintf(j->shape.dtype, sizeof j->shape.dtype, "%s", s->dtype && *s->dtype ? s->dtype : "bf16");
+    if (wire_shape_from_msg(j->job->shape, &j->shape, j->why, sizeof j->why) != MT_OK) return;
     if (j->job->n_batch_sizes > WRK_CHILD_MAX_BS) {
         mt_fmt(j->why, sizeof j->why, "%zu batch sizes (at most %u)", j->job->n_batch_sizes, WRK_CHILD_MAX_BS);
         return;
     }
-    j->shape_ok = krn_shape_check(&j->shape, j->why, sizeof j->why) == MT_OK;
-}
-
-static void config_from_proto(const Moetune__Config *c, krn_config_t *out) {
-    out->block_m = c->block_m;
-    out->block_n = c->block_n;
-    out->block_k = c->block_k;
-    out->group_m = c->group_m;
-    out->num_warps = c->num_warps;
-    out->num_stages = c->num_stages;
+    j->shape_ok = 1;
 }
 
 static void measure_from_proto(const Moetune__Measure *m, wrk_measure_t *out) {
@@ -346,7 +326,7 @@ static int pump(wrk_parent_t *p) {
             size_t n = j->job->n_configs - j->next;
             krn_config_t *cfgs = malloc(n * sizeof *cfgs);
             if (cfgs) {
-                for (size_t i = 0; i < n; i++) config_from_proto(j->job->configs[j->next + i]->config, &cfgs[i]);
+                for (size_t i = 0; i < n; i++) wire_config_from_msg(j->job->configs[j->next + i]->config, &cfgs[i]);
                 wrk_child_prepare(p->child, &j->shape, cfgs, n);
                 free(cfgs);
             }
@@ -354,7 +334,7 @@ static int pump(wrk_parent_t *p) {
         }
         krn_config_t cfg;
         wrk_measure_t m;
-        config_from_proto(j->job->configs[j->next]->config, &cfg);
+        wire_config_from_msg(j->job->configs[j->next]->config, &cfg);
         measure_from_proto(j->job->measure, &m);
         rc = wrk_child_start(p->child, &j->shape, &cfg, j->job->batch_sizes, j->job->n_batch_sizes, &m);
         if (rc) {

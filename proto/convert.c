@@ -1,0 +1,58 @@
+/* convert.c - wire messages <-> kernels/space.h structs. See convert.h. */
+#include "convert.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "mt.h"
+
+int wire_shape_from_msg(const Moetune__Shape *m, krn_shape_t *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (!m) {
+        mt_fmt(err, errlen, "shape missing");
+        return MT_INVAL;
+    }
+    out->e = m->e;
+    out->n = m->n;
+    out->k = m->k;
+    out->topk = m->topk;
+    out->block_n = m->block_n;
+    out->block_k = m->block_k;
+    const char *dt = m->dtype && *m->dtype ? m->dtype : "bf16";
+    if (strlen(dt) >= sizeof out->dtype) {
+        mt_fmt(err, errlen, "dtype '%.32s' is not one of bf16, fp8_w8a8", dt);
+        return MT_INVAL;
+    }
+    snprintf(out->dtype, sizeof out->dtype, "%s", dt);
+    return krn_shape_check(out, err, errlen);
+}
+
+void wire_shape_to_msg(const krn_shape_t *sh, Moetune__Shape *m) {
+    moetune__shape__init(m);
+    m->e = sh->e;
+    m->n = sh->n;
+    m->k = sh->k;
+    m->topk = sh->topk;
+    m->dtype = (char *)sh->dtype;
+    m->block_n = sh->block_n;
+    m->block_k = sh->block_k;
+}
+
+void wire_config_from_msg(const Moetune__Config *m, krn_config_t *out) {
+    out->block_m = m->block_m;
+    out->block_n = m->block_n;
+    out->block_k = m->block_k;
+    out->group_m = m->group_m;
+    out->num_warps = m->num_warps;
+    out->num_stages = m->num_stages;
+}
+
+void wire_config_to_msg(const krn_config_t *c, Moetune__Config *m) {
+    moetune__config__init(m);
+    m->block_m = c->block_m;
+    m->block_n = c->block_n;
+    m->block_k = c->block_k;
+    m->group_m = c->group_m;
+    m->num_warps = c->num_warps;
+    m->num_stages = c->num_stages;
+}
