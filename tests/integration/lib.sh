@@ -94,6 +94,17 @@ wait_sweep() {
   echo "timeout(${state:-none})"
 }
 
+# wait_log FILE PATTERN TIMEOUT_S : waits until an extended regex matches a line of FILE.
+# Events that depend on a peer's retry timing (a refused handshake) are awaited, not grepped once.
+wait_log() {
+  local file=$1 pattern=$2 limit=$3
+  for _ in $(seq 1 $((limit * 10))); do
+    grep -qE "$pattern" "$file" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 # check_rows ID : the result rows of the sweep are exactly the planned set, no duplicates.
 check_rows() {
   local id=$1
