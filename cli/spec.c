@@ -264,7 +264,7 @@ static const opt_def_t k_opts[] = {
     {{"min-samples", "N", "fewest timed samples (default 10)"}, set_u32, 3},
     {{"max-samples", "N", "most timed samples (default 100)"}, set_u32, 4},
     {{"budget-ms", "MS", "time budget per config and batch size (default 1000)"}, set_u32, 5},
-    {{"timeout-ms", "MS", "time limit per config, all batch sizes (default 60000)"}, set_u32, 6},
+    {{"config-timeout-ms", "MS", "time limit per config, all batch sizes (default 60000)"}, set_u32, 6},
     {{"rsd-target", "X", "stop sampling under this relative deviation (default 0.01)"}, set_rsd, 0},
     {{"seed", "N", "input and routing seed (default 1)"}, set_seed, 0},
     {{"spec", "FILE.json", "read the spec from a JSON file (flags after it override)"}, set_specfile, 0},
@@ -408,7 +408,7 @@ static const struct { const char *key, *opt; } k_json_space[] = {
 };
 static const struct { const char *key, *opt; } k_json_measure[] = {
     {"warmup", "warmup"}, {"min_samples", "min-samples"}, {"max_samples", "max-samples"},
-    {"rsd_target", "rsd-target"}, {"budget_ms", "budget-ms"}, {"timeout_ms", "timeout-ms"},
+    {"rsd_target", "rsd-target"}, {"budget_ms", "budget-ms"}, {"timeout_ms", "config-timeout-ms"},
     {"seed", "seed"},
 };
 #define LOOKUP_KEY(table, name_, out)                                            \

@@ -19,6 +19,21 @@ expect_usage() {
 }
 
 M="$BIN/moetune"
+
+# Every --help lists each option once: a name in two of a command's option tables would reach
+# only one of them (submit's reply timeout once hid the sweep's per-config time limit).
+for cmd in tune submit status workers cancel results export lookup keygen; do
+  "$M" "$cmd" --help >"$T/help.txt" 2>&1 || fail "moetune $cmd --help failed"
+  dup=$(grep -oE '^  --[a-z0-9-]+' "$T/help.txt" | sort | uniq -d | tr '\n' ' ')
+  [ -z "$dup" ] || fail "moetune $cmd --help lists options twice: $dup"
+  [ "$(grep -cE '^  --' "$T/help.txt")" -ge 2 ] || fail "moetune $cmd --help lists no options"
+done
+for bin in moetune-coordinator moetune-worker; do
+  "$BIN/$bin" --help >"$T/help.txt" 2>&1 || fail "$bin --help failed"
+  dup=$(grep -oE '^  --[a-z0-9-]+' "$T/help.txt" | sort | uniq -d | tr '\n' ' ')
+  [ -z "$dup" ] || fail "$bin --help lists options twice: $dup"
+done
+pass "every --help lists each option once"
 S=(--backend sim --workers 1 --db "$T/t.db" --out "$T/out")
 expect_usage "malformed shape"      "$M" tune "${S[@]}" --shape E=128,N=768,K=2048
 expect_usage "shape not key=value"  "$M" tune "${S[@]}" --shape garbage

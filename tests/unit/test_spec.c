@@ -40,6 +40,7 @@ static void test_flags(void **state) {
     set_ok(s, "chunk", "8");
     set_ok(s, "name", "nightly");
     set_ok(s, "rsd-target", "0.02");
+    set_ok(s, "config-timeout-ms", "1500");
     assert_int_equal(cli_spec_finish(s, false, err, sizeof err), MT_OK);
     const Moetune__SweepSpec *p = cli_spec_get(s);
     assert_non_null(p);
@@ -59,6 +60,7 @@ static void test_flags(void **state) {
     assert_int_equal(p->chunk, 8);
     assert_non_null(p->measure);
     assert_true(p->measure->rsd_target == 0.02);
+    assert_int_equal(p->measure->timeout_ms, 1500);
     /* Packs and unpacks to the same work. */
     size_t len = moetune__sweep_spec__get_packed_size(p);
     uint8_t buf[4096];
@@ -142,7 +144,7 @@ static void test_json(void **state) {
         " {\"E\": 256, \"N\": 256, \"K\": 7168, \"topk\": 8, \"dtype\": \"fp8_w8a8\", \"block_shape\": [128, 128]}],"
         " \"models\": [{\"name\": \"gpt-oss-120b\", \"tp\": 4}], \"batch_sizes\": [1, 16, 256],"
         " \"space\": {\"block_m\": [16, 64], \"num_warps\": [4]}, \"chunk\": 32,"
-        " \"measure\": {\"warmup\": 3, \"max_samples\": 50, \"seed\": 7}}";
+        " \"measure\": {\"warmup\": 3, \"max_samples\": 50, \"seed\": 7, \"timeout_ms\": 9000}}";
     cli_spec_t *s = cli_spec_new();
     char err[400] = "";
     int rc = cli_spec_parse_json(s, doc, strlen(doc), err, sizeof err);
@@ -160,6 +162,7 @@ static void test_json(void **state) {
     assert_int_equal(p->measure->warmup, 3);
     assert_int_equal(p->measure->max_samples, 50);
     assert_int_equal(p->measure->seed, 7);
+    assert_int_equal(p->measure->timeout_ms, 9000);
     cli_spec_destroy(&s);
 
     /* Through a file, as --spec does. */
