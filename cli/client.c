@@ -88,6 +88,10 @@ out:
     return rc;
 }
 
+void cli_client_set_timeout(cli_client_t *c, int timeout_ms) {
+    if (c && timeout_ms > 0) c->timeout_ms = timeout_ms;
+}
+
 int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply,
                     int *error_code, char *err, size_t errlen) {
     *reply = NULL;

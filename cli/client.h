@@ -38,6 +38,9 @@ int cli_client_new_curve(const char *endpoint, int timeout_ms, const sec_cert_t 
                          cli_client_t **out, char *err, size_t errlen);
 
 /* Closes the socket and context, nulls *c. NULL-safe. */
+/* Sets the reply timeout of the calls that follow (ms > 0). */
+void cli_client_set_timeout(cli_client_t *c, int timeout_ms);
+
 void cli_client_destroy(cli_client_t **c);
 
 #endif

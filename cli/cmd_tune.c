@@ -29,6 +29,7 @@
 #include "query.h"
 
 #define MAX_WORKERS 64
+#define TUNE_SUBMIT_TIMEOUT_MS 60000 /* planning a large sweep on a loaded machine */
 
 typedef struct {
     pid_t pid;
@@ -395,6 +396,8 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
             goto out;
         }
     }
+    /* It answers: from now on a slow reply is waited for, not taken for a missing coordinator. */
+    cli_client_set_timeout(c, CLI_CLIENT_DEFAULT_TIMEOUT_MS);
 
     /* ---- start the workers */
     for (uint32_t i = 0; i < r->n_workers; i++) {
@@ -443,7 +446,10 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
         req.submit = &sub;
         wire_free(&reply);
         int ecode = 0;
-        if (cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_SUBMITTED, &reply, &ecode, err, sizeof err) != MT_OK) {
+        cli_client_set_timeout(c, TUNE_SUBMIT_TIMEOUT_MS);
+        int rc = cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_SUBMITTED, &reply, &ecode, err, sizeof err);
+        cli_client_set_timeout(c, CLI_CLIENT_DEFAULT_TIMEOUT_MS);
+        if (rc != MT_OK) {
             code = ecode == WIRE_E_SPEC ? cli_usage(cmd, err) : cli_fail(cmd, err);
             goto out;
         }
