@@ -107,6 +107,8 @@ typedef struct {
     const Moetune__Result *r;
     bool crash;
     char *strs[4];           /* copies behind base's worker_id, backend, compiler, kernel_hash */
+    Moetune__Hello *hello;   /* a copy of the Hello of a worker not yet recorded (owned), or NULL */
+    uint64_t device_id;      /* what recording it gave */
     uint32_t new_rows, new_failed;
 } brow_t;
 
@@ -648,9 +650,13 @@ int sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **
     w->alive = true;
     w->credits = 0;
     w->last_heard = now_ms;
-    if (store_device_upsert(s->db, h->gpu, &w->device_id) ||
-        store_worker_upsert(s->db, h, w->device_id, mt_wall_s()))
-        log_at(MT_LOG_WARN, "worker %s: not recorded: %s", w->id, store_errmsg(s->db));
+    w->device_id = 0;
+    uint64_t dev = 0;
+    if (store_device_upsert(s->db, h->gpu, &dev) || store_worker_upsert(s->db, h, dev, mt_wall_s()))
+        log_at(MT_LOG_WARN, "worker %s: not recorded yet (%s); it is recorded with its first results",
+               w->id, store_errmsg(s->db));
+    else
+        w->device_id = dev;
     log_at(MT_LOG_INFO, "worker %s joined: host %s pid %u backend %s gpu '%s'", w->id, h->host ? h->host : "",
            h->pid, h->backend ? h->backend : "", gpu_name(w));
     wire_env_t out;
@@ -964,8 +970,10 @@ size_t sched_pending(const sched_t *s) { return s->n_pending + (s->inflight ? s-
 
 static void batch_free(sched_batch_t *b) {
     if (!b) return;
-    for (size_t i = 0; i < b->n_entries; i++)
+    for (size_t i = 0; i < b->n_entries; i++) {
         for (int k = 0; k < 4; k++) free(b->rows[i].strs[k]);
+        if (b->rows[i].hello) moetune__hello__free_unpacked(b->rows[i].hello, NULL);
+    }
     for (size_t i = 0; i < b->n_jobs; i++) free((char *)b->jobu[i].worker_id);
     free(b->entries);
     free(b->rows);
@@ -1006,6 +1014,17 @@ static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
     };
     br->r = r;
     br->crash = e->crash;
+    /* Its Hello could not be recorded (a locked database): the writer records the device
+     * and the worker in the same transaction as these rows, so no row lacks its device. */
+    if (!e->w->device_id && h) {
+        size_t len = moetune__hello__get_packed_size(h);
+        uint8_t *buf = malloc(len ? len : 1);
+        if (!buf) return MT_NOMEM;
+        moetune__hello__pack(h, buf);
+        br->hello = moetune__hello__unpack(NULL, len, buf);
+        free(buf);
+        if (!br->hello) return MT_NOMEM;
+    }
     return MT_OK;
 }
 
@@ -1088,6 +1107,11 @@ int sched_batch_write(store_t *db, void *arg) {
         brow_t *br = &b->rows[i];
         store_result_t row = br->base;
         br->new_rows = br->new_failed = 0;
+        if (br->hello) {
+            rc = store_device_upsert(db, br->hello->gpu, &br->device_id);
+            if (!rc) rc = store_worker_upsert(db, br->hello, br->device_id, row.created);
+            row.device_id = br->device_id;
+        }
         for (size_t k = 0; !rc && k < br->r->n_measurements; k++) {
             const Moetune__Measurement *m = br->r->measurements[k];
             bool inserted = false;
@@ -1185,6 +1209,10 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
     }
     for (size_t i = 0; i < b->n_entries; i++) {
         entry_t *e = &b->entries[i];
+        if (b->rows[i].hello && !e->w->device_id) {
+            e->w->device_id = b->rows[i].device_id;
+            log_at(MT_LOG_INFO, "worker %s recorded with its results", e->w->id);
+        }
         e->new_rows = b->rows[i].new_rows;
         e->new_failed = b->rows[i].new_failed;
         apply_entry(s, e);
@@ -1279,7 +1307,10 @@ int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted 
         filled.n_batch_sizes = krn_n_default_batch_sizes;
         spec = &filled;
     }
+    /* A submit waits longer than the loop's other writes for the writer thread's commit. */
+    store_set_busy_ms(s->db, SCHED_SUBMIT_BUSY_MS);
     int rc = plan_store(s->db, spec, out, err, errlen);
+    store_set_busy_ms(s->db, SCHED_DB_BUSY_MS);
     if (rc) return rc;
     /* load the new sweep through the same path as a restart */
     const char *state = "running";

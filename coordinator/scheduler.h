@@ -26,6 +26,7 @@ typedef struct sched_batch sched_batch_t;
 
 /* How long the loop's connection waits on a locked database before giving up. */
 #define SCHED_DB_BUSY_MS 200
+#define SCHED_SUBMIT_BUSY_MS 2000
 
 /* Results in one commit batch at most: bounds a transaction (about 18 rows a result). */
 #define SCHED_BATCH_MAX 256

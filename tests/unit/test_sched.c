@@ -358,6 +358,38 @@ static void test_rehello_heartbeat(void **state) {
 }
 
 /* Forged, replayed, foreign, late and unknown results: each rejected, counted, acked, nothing stored. */
+/* A Hello that arrives while another connection holds the write lock cannot be recorded:
+ * the worker still gets work, and its device and worker rows are written with its first
+ * results, so no result row lacks its device. */
+static void test_hello_while_locked(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 100000, 30000);
+    fx_submit(f, 2, 2, NULL);
+    sqlite3 *lock = NULL;
+    assert_int_equal(sqlite3_open(f->path, &lock), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(lock, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    sched_worker_t *a = fx_hello(f, "A", "locked-gpu", 0);
+    assert_int_equal(sqlite3_exec(lock, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(lock);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM workers WHERE worker_id = 'A'"), 0);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM devices WHERE name = 'locked-gpu'"), 0);
+
+    sched_on_ready(f->s, a, 1, 0);
+    const Moetune__Job *j = fx_last_job(f, "A");
+    assert_non_null(j);
+    uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
+    assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
+    assert_int_equal(result(f, a, job, tok, 2, c2, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
+    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    assert_true(acked(f, "A", 1) && acked(f, "A", 2));
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 4);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results r JOIN devices d ON d.id = r.device_id"
+                                     " WHERE d.name = 'locked-gpu' AND r.worker_id = 'A'"), 4);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM workers w JOIN devices d ON d.id = w.device_id"
+                                     " WHERE w.worker_id = 'A' AND d.name = 'locked-gpu'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM devices"), 1);
+}
+
 static void test_lease_discipline(void **state) {
     fx_t *f = *state;
     fx_start(f, 100000, 1000);
@@ -538,6 +570,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_restart_holder_gone, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_rehello_heartbeat, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_lease_discipline, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_hello_while_locked, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_daemon_hostile_input, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
