@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 command -v prlimit >/dev/null || { echo "prlimit (util-linux) not found"; exit 77; }
 SPACE=(--block-m 16,64 --block-n 64,128 --block-k 128 --group-m 1,16 --num-warps 4,8 --num-stages 3,4)
 
-counters() { "$BIN/moetune" status --control "$CEP" --json --timeout-ms 1000 | jq -c .counters; }
+counters() { "$BIN/moetune" status --control "$CEP" --json --timeout-ms 5000 | jq -c .counters; }
 
 # ---- (a) a lock held by another process
 start_coordinator --heartbeat-ms 200 --lease-ms 5000
