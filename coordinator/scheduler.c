@@ -1188,7 +1188,9 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         else
             log_at(MT_LOG_DEBUG, "storage: commit of %zu results failed again: %s", b->n_entries, why);
         mt_fmt(s->storage_err, sizeof s->storage_err, "%s", why);
-        if (grow((void **)&s->pending, &s->cap_pending, s->n_pending + b->n_entries, sizeof *s->pending)) {
+        if (!b->n_entries) {
+            /* only job and sweep rows: nothing to put back */
+        } else if (grow((void **)&s->pending, &s->cap_pending, s->n_pending + b->n_entries, sizeof *s->pending)) {
             log_at(MT_LOG_ERROR, "out of memory keeping %zu results; their workers resend them", b->n_entries);
             for (size_t i = 0; i < b->n_entries; i++) wire_free(&b->entries[i].env);
         } else {

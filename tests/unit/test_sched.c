@@ -390,6 +390,33 @@ static void test_hello_while_locked(void **state) {
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM devices"), 1);
 }
 
+/* A commit that carries only job rows (a lease, no results) fails on a locked database:
+ * nothing is lost, and the job row is written by the next commit. */
+static void test_job_rows_commit_fails(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 100000, 30000);
+    fx_submit(f, 2, 2, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    assert_int_equal(sched_flush(f->s, 0), MT_OK);
+    sqlite3 *lock = NULL;
+    assert_int_equal(sqlite3_open(f->path, &lock), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(lock, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    sched_on_ready(f->s, a, 1, 1);
+    const Moetune__Job *j = fx_last_job(f, "A");
+    assert_non_null(j);
+    uint64_t job = j->job_id;
+    assert_int_not_equal(sched_flush(f->s, 2), MT_OK);
+    assert_int_equal(sched_counters(f->s)->commit_failures, 1);
+    assert_int_equal(sched_pending(f->s), 0);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    assert_int_equal(sqlite3_exec(lock, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(lock);
+    assert_int_equal(sched_flush(f->s, 3), MT_OK);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM jobs WHERE id = %llu AND state = 'leased'", (unsigned long long)job);
+    assert_int_equal(fx_query_int(f, sql), 1);
+}
+
 static void test_lease_discipline(void **state) {
     fx_t *f = *state;
     fx_start(f, 100000, 1000);
@@ -571,6 +598,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_rehello_heartbeat, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_lease_discipline, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_hello_while_locked, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_job_rows_commit_fails, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_daemon_hostile_input, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
