@@ -43,7 +43,7 @@ echo "== fault and hang injection through the real worker"
 export MOETUNE_CUDA_INJECT=fault:16x64x64x1x4x3,hang:64x128x128x16x8x3
 "$bin/moetune" tune --backend cuda --gpus 0 --model qwen3-30b-a3b --tp 1 --batch-sizes 1,64 \
   --block-m 16,64 --block-n 64,128 --block-k 64,128 --group-m 1,16 --num-warps 4,8 --num-stages 3 \
-  --max-samples 30 --budget-ms 200 --timeout-ms 8000 --db "$out/inject.db" --out "$out/inject" --keep-temp >"$out/inject.out" 2>"$out/inject.err"
+  --max-samples 30 --budget-ms 200 --config-timeout-ms 8000 --db "$out/inject.db" --out "$out/inject" --keep-temp >"$out/inject.out" 2>"$out/inject.err"
 rc=$?
 unset MOETUNE_CUDA_INJECT
 echo "inject tune exit $rc"; tail -n 3 "$out/inject.err"
