@@ -895,6 +895,7 @@ static int cuda_measure(void *state, const krn_shape_t *shape, const krn_config_
     uint32_t max_m = 0;
     for (size_t i = 0; i < n_bs; i++) max_m = bs[i] > max_m ? bs[i] : max_m;
     if (ensure_scratch(st, max_m, err, errlen) != MT_OK) return MT_ERR;
+    size_t lost_at = n_bs; /* the batch size at which this config lost the context */
     for (size_t i = 0; i < n_bs; i++) {
         bs_data_t *b = NULL;
         memset(&out[i], 0, sizeof out[i]);
@@ -904,15 +905,21 @@ static int cuda_measure(void *state, const krn_shape_t *shape, const krn_config_
             continue;
         }
         if (st->ctx_lost) {
-            out[i].status = WCU_ST_LAUNCH_ERROR;
-            mt_fmt(out[i].detail, sizeof out[i].detail, "not run: the context was lost at an earlier batch size");
+            /* not reached: the config's own failure (a hang or a fault) stands for it */
+            out[i].status = lost_at < n_bs ? out[lost_at].status : WCU_ST_LAUNCH_ERROR;
+            if (lost_at < n_bs)
+                mt_fmt(out[i].detail, sizeof out[i].detail, "not run: the context was lost at batch size %u",
+                       bs[lost_at]);
+            else
+                mt_fmt(out[i].detail, sizeof out[i].detail, "not run: the context was lost before");
             continue;
         }
         if (get_bs(st, bs[i], &b, err, errlen) != MT_OK) return MT_ERR;
         measure_bs(st, &rc, b, m, &out[i]);
+        if (st->ctx_lost) lost_at = i;
     }
     if (st->ctx_lost) {
-        mt_fmt(err, errlen, "the CUDA context is lost: %s", out[0].detail);
+        mt_fmt(err, errlen, "the CUDA context is lost: %s", lost_at < n_bs ? out[lost_at].detail : "before this config");
         return MT_ERR;
     }
     return MT_OK;

@@ -77,12 +77,22 @@ static int write_all(int fd, const void *buf, size_t len) {
     return MT_OK;
 }
 
-static int send_frame(int fd, uint32_t type, const void *a, size_t alen, const void *b, size_t blen) {
-    uint32_t hdr[2] = {type, (uint32_t)(alen + blen)};
-    if (alen + blen > FRAME_MAX) return MT_INVAL;
-    if (write_all(fd, hdr, sizeof hdr) || (alen && write_all(fd, a, alen)) || (blen && write_all(fd, b, blen)))
-        return MT_IO;
+/* One frame whose payload is the parts one after the other. */
+static int send_parts(int fd, uint32_t type, const void *const *part, const size_t *len, int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += len[i];
+    if (total > FRAME_MAX) return MT_INVAL;
+    uint32_t hdr[2] = {type, (uint32_t)total};
+    if (write_all(fd, hdr, sizeof hdr)) return MT_IO;
+    for (int i = 0; i < n; i++)
+        if (len[i] && write_all(fd, part[i], len[i])) return MT_IO;
     return MT_OK;
+}
+
+static int send_frame(int fd, uint32_t type, const void *a, size_t alen, const void *b, size_t blen) {
+    const void *part[2] = {a, b};
+    size_t len[2] = {alen, blen};
+    return send_parts(fd, type, part, len, 2);
 }
 
 static int read_all(int fd, void *buf, size_t len) {
@@ -143,9 +153,13 @@ static void child_serve(int fd, const wrk_backend_ops_t *be, const wrk_backend_o
         int rc = be->measure(state, &rq.shape, &rq.cfg, bs, rq.n_bs, &rq.m, out, &rp.regs, &rp.spills, err, sizeof err);
         free(bs);
         if (rc != MT_OK) {
-            /* The backend can no longer work (a lost context): say why and go. */
+            /* The backend can no longer work (a lost context): send what it measured before
+             * (the batch size that lost the context says timeout or launch_error), say why
+             * and go. */
             if (!err[0]) mt_fmt(err, sizeof err, "%s backend failed (%d)", be->name, rc);
-            send_frame(fd, FR_FATAL, err, strlen(err), NULL, 0);
+            const void *part[3] = {&rp, out, err};
+            size_t len[3] = {sizeof rp, rq.n_bs * sizeof *out, strlen(err)};
+            send_parts(fd, FR_FATAL, part, len, 3);
             goto out;
         }
         if (send_frame(fd, FR_RESULT, &rp, sizeof rp, out, rq.n_bs * sizeof *out)) goto out;
@@ -409,13 +423,26 @@ static void on_frame(wrk_child_t *c, uint32_t type, const uint8_t *p, uint32_t l
             return;
         }
     }
-    if (type == FR_FATAL && c->state == WRK_CHILD_BUSY) {
+    const size_t meas_len = sizeof(rep_hdr_t) + c->n_meas * sizeof(wrk_meas_t);
+    if (type == FR_FATAL && c->state == WRK_CHILD_BUSY && len >= meas_len) {
+        /* The measurements the backend made before it failed stand; the batch sizes it
+         * did not reach are launch_error with its reason. */
         char why[160];
-        size_t n = len < sizeof why - 1 ? len : sizeof why - 1;
-        memcpy(why, p, n);
+        size_t n = len - meas_len < sizeof why - 1 ? len - meas_len : sizeof why - 1;
+        memcpy(why, p + meas_len, n);
         why[n] = '\0';
         reap(c, 1);
-        fill_all(c, MOETUNE__STATUS__STATUS_LAUNCH_ERROR, why);
+        memcpy(c->meas, p + sizeof(rep_hdr_t), c->n_meas * sizeof(wrk_meas_t));
+        for (size_t i = 0; i < c->n_meas; i++) {
+            wrk_meas_t *m = &c->meas[i];
+            m->detail[sizeof m->detail - 1] = '\0';
+            if (m->status <= MOETUNE__STATUS__STATUS_UNKNOWN || m->status > MOETUNE__STATUS__STATUS_CRASHED) {
+                memset(m, 0, sizeof *m);
+                m->status = MOETUNE__STATUS__STATUS_LAUNCH_ERROR;
+                snprintf(m->detail, sizeof m->detail, "%s", why);
+            }
+        }
+        c->regs = c->spills = 0;
         *ev = WRK_CHILD_EV_DONE;
         return;
     }

@@ -1,5 +1,6 @@
 /* test_worker_child.c - the worker's child process with the sim backend: normal
- * measurements, a crashing config, a hanging config, open failures. */
+ * measurements, a crashing config, a hanging config, open failures; and a backend that
+ * loses its device part way through a config. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -146,6 +147,65 @@ static void test_hang(void **unused) {
     wrk_child_destroy(&ch);
 }
 
+/* A backend that loses its device on configs with 9 stages: the first batch size is
+ * measured, the second times out and takes the context with it, the third is not reached. */
+static int lost_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err, size_t errlen) {
+    (void)opts, (void)err, (void)errlen;
+    memset(dev, 0, sizeof *dev);
+    snprintf(dev->name, sizeof dev->name, "lossy");
+    snprintf(dev->compiler, sizeof dev->compiler, "lossy");
+    *state = NULL;
+    return MT_OK;
+}
+static int lost_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
+                        size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
+                        char *err, size_t errlen) {
+    (void)state, (void)shape, (void)bs, (void)m, (void)regs, (void)spills;
+    for (size_t i = 0; i < n_bs; i++) {
+        out[i].status = MOETUNE__STATUS__STATUS_OK;
+        out[i].median_us = out[i].min_us = out[i].mean_us = 10.0 + (double)i;
+        out[i].samples = 5;
+    }
+    if (cfg->num_stages != 9) return MT_OK;
+    out[1].status = MOETUNE__STATUS__STATUS_TIMEOUT;
+    snprintf(out[1].detail, sizeof out[1].detail, "kernel still running after the timeout");
+    memset(&out[2], 0, sizeof out[2]);
+    snprintf(err, errlen, "the context is lost: kernel still running after the timeout");
+    return MT_ERR;
+}
+static void lost_close(void **state) { *state = NULL; }
+static const wrk_backend_ops_t g_lossy = {"lossy", lost_open, NULL, lost_measure, lost_close};
+
+static void test_backend_lost(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    wrk_measure_t m;
+    wrk_meas_t out[3];
+    uint32_t regs, spills;
+    char err[256] = "";
+    krn_config_t doomed = {64, 128, 64, 1, 4, 9}, fine = {64, 128, 64, 1, 4, 3};
+    setup_case(&s, &m);
+    wrk_backend_opts_t o;
+    memset(&o, 0, sizeof o);
+    wrk_child_t *ch = NULL;
+    assert_int_equal(wrk_child_new(&g_lossy, &o, &ch, err, sizeof err), MT_OK);
+    assert_int_equal(wrk_child_wait_ready(ch, 10000, err, sizeof err), MT_OK);
+    pid_t first = wrk_child_pid(ch);
+    assert_int_equal(wrk_child_measure(ch, &s, &doomed, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    /* what was measured before the loss stands; the lost batch size keeps its own status */
+    assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_OK);
+    assert_true(out[0].median_us == 10.0);
+    assert_int_equal(out[1].status, MOETUNE__STATUS__STATUS_TIMEOUT);
+    assert_string_equal(out[1].detail, "kernel still running after the timeout");
+    assert_int_equal(out[2].status, MOETUNE__STATUS__STATUS_LAUNCH_ERROR);
+    assert_non_null(strstr(out[2].detail, "the context is lost"));
+    assert_int_equal(wrk_child_spawns(ch), 2);
+    assert_true(wrk_child_pid(ch) != first);
+    assert_int_equal(wrk_child_measure(ch, &s, &fine, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    for (int i = 0; i < 3; i++) assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_OK);
+    wrk_child_destroy(&ch);
+}
+
 static void test_open_fails(void **unused) {
     (void)unused;
     wrk_backend_opts_t o;
@@ -192,7 +252,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_normal),     cmocka_unit_test(test_crash),
         cmocka_unit_test(test_hang),       cmocka_unit_test(test_open_fails),
-        cmocka_unit_test(test_slow_start_async),
+        cmocka_unit_test(test_slow_start_async), cmocka_unit_test(test_backend_lost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
