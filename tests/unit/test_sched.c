@@ -358,6 +358,19 @@ static void test_rehello_heartbeat(void **state) {
 }
 
 /* Forged, replayed, foreign, late and unknown results: each rejected, counted, acked, nothing stored. */
+/* Another connection that holds the write lock until unlock_db. */
+static sqlite3 *lock_db(fx_t *f) {
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    return db;
+}
+
+static void unlock_db(sqlite3 *db) {
+    assert_int_equal(sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+}
+
 /* A Hello that arrives while another connection holds the write lock cannot be recorded:
  * the worker still gets work, and its device and worker rows are written with its first
  * results, so no result row lacks its device. */
@@ -365,12 +378,9 @@ static void test_hello_while_locked(void **state) {
     fx_t *f = *state;
     fx_start(f, 100000, 30000);
     fx_submit(f, 2, 2, NULL);
-    sqlite3 *lock = NULL;
-    assert_int_equal(sqlite3_open(f->path, &lock), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(lock, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3 *lock = lock_db(f);
     sched_worker_t *a = fx_hello(f, "A", "locked-gpu", 0);
-    assert_int_equal(sqlite3_exec(lock, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(lock);
+    unlock_db(lock);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM workers WHERE worker_id = 'A'"), 0);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM devices WHERE name = 'locked-gpu'"), 0);
 
@@ -398,9 +408,7 @@ static void test_job_rows_commit_fails(void **state) {
     fx_submit(f, 2, 2, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     assert_int_equal(sched_flush(f->s, 0), MT_OK);
-    sqlite3 *lock = NULL;
-    assert_int_equal(sqlite3_open(f->path, &lock), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(lock, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3 *lock = lock_db(f);
     sched_on_ready(f->s, a, 1, 1);
     const Moetune__Job *j = fx_last_job(f, "A");
     assert_non_null(j);
@@ -409,8 +417,7 @@ static void test_job_rows_commit_fails(void **state) {
     assert_int_equal(sched_counters(f->s)->commit_failures, 1);
     assert_int_equal(sched_pending(f->s), 0);
     assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
-    assert_int_equal(sqlite3_exec(lock, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(lock);
+    unlock_db(lock);
     assert_int_equal(sched_flush(f->s, 3), MT_OK);
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM jobs WHERE id = %llu AND state = 'leased'", (unsigned long long)job);
