@@ -37,10 +37,10 @@ int cli_client_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char 
 int cli_client_new_curve(const char *endpoint, int timeout_ms, const sec_cert_t *self, const sec_cert_t *server,
                          cli_client_t **out, char *err, size_t errlen);
 
-/* Closes the socket and context, nulls *c. NULL-safe. */
 /* Sets the reply timeout of the calls that follow (ms > 0). */
 void cli_client_set_timeout(cli_client_t *c, int timeout_ms);
 
+/* Closes the socket and context, nulls *c. NULL-safe. */
 void cli_client_destroy(cli_client_t **c);
 
 #endif

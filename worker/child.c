@@ -424,7 +424,9 @@ static void on_frame(wrk_child_t *c, uint32_t type, const uint8_t *p, uint32_t l
         }
     }
     const size_t meas_len = sizeof(rep_hdr_t) + c->n_meas * sizeof(wrk_meas_t);
-    if (type == FR_FATAL && c->state == WRK_CHILD_BUSY && len >= meas_len) {
+    rep_hdr_t fh = {0, 0, 0};
+    if (type == FR_FATAL && len >= sizeof fh) memcpy(&fh, p, sizeof fh);
+    if (type == FR_FATAL && c->state == WRK_CHILD_BUSY && len >= meas_len && fh.n == c->n_meas) {
         /* The measurements the backend made before it failed stand; the batch sizes it
          * did not reach are launch_error with its reason. */
         char why[160];
