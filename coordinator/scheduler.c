@@ -652,7 +652,7 @@ int sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **
     w->last_heard = now_ms;
     w->device_id = 0;
     uint64_t dev = 0;
-    if (store_device_upsert(s->db, h->gpu, &dev) || store_worker_upsert(s->db, h, dev, mt_wall_s()))
+    if (store_hello(s->db, h, mt_wall_s(), &dev))
         log_at(MT_LOG_WARN, "worker %s: not recorded yet (%s); it is recorded with its first results",
                w->id, store_errmsg(s->db));
     else
@@ -1108,8 +1108,7 @@ int sched_batch_write(store_t *db, void *arg) {
         store_result_t row = br->base;
         br->new_rows = br->new_failed = 0;
         if (br->hello) {
-            rc = store_device_upsert(db, br->hello->gpu, &br->device_id);
-            if (!rc) rc = store_worker_upsert(db, br->hello, br->device_id, row.created);
+            rc = store_hello(db, br->hello, row.created, &br->device_id);
             row.device_id = br->device_id;
         }
         for (size_t k = 0; !rc && k < br->r->n_measurements; k++) {

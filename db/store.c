@@ -409,7 +409,7 @@ int store_device_upsert(store_t *s, const Moetune__Gpu *gpu, uint64_t *id) {
     return exec_u64(s, ST_DEVICE_ID, id);
 }
 
-int store_worker_upsert(store_t *s, const Moetune__Hello *h, uint64_t device_id, int64_t now_s) {
+static int worker_upsert(store_t *s, const Moetune__Hello *h, uint64_t device_id, int64_t now_s) {
     sqlite3_stmt *st = s->st[ST_WORKER_UPSERT];
     bind_text(st, 1, h->worker_id);
     bind_text(st, 2, h->host);
@@ -420,6 +420,11 @@ int store_worker_upsert(store_t *s, const Moetune__Hello *h, uint64_t device_id,
     bind_text(st, 7, h->kernel_hash);
     sqlite3_bind_int64(st, 8, now_s);
     return exec_st(s, ST_WORKER_UPSERT);
+}
+
+int store_hello(store_t *s, const Moetune__Hello *h, int64_t now_s, uint64_t *device_id) {
+    int rc = store_device_upsert(s, h->gpu, device_id);
+    return rc ? rc : worker_upsert(s, h, *device_id, now_s);
 }
 
 int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t spec_len, int64_t created,

@@ -97,8 +97,9 @@ int store_requeue_leased(store_t *s, uint32_t *n);
 /* Inserts or refreshes the device row for gpu (keyed by uuid, or by name when
  * the uuid is empty); *id gets its row id. */
 int store_device_upsert(store_t *s, const Moetune__Gpu *gpu, uint64_t *id);
-/* Inserts or refreshes the workers row for hello. */
-int store_worker_upsert(store_t *s, const Moetune__Hello *hello, uint64_t device_id, int64_t now_s);
+/* Records a worker's Hello: its device (store_device_upsert) and its workers row;
+ * *device_id gets the device's row id. */
+int store_hello(store_t *s, const Moetune__Hello *hello, int64_t now_s, uint64_t *device_id);
 
 /* ---- planning */
 int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t spec_len, int64_t created,

@@ -385,6 +385,22 @@ static void on_gone(wrk_child_t *c, int kill_first, wrk_child_event_t *ev) {
     }
 }
 
+/* Takes the measurements of a RESULT or FATAL frame (a header, then one wrk_meas_t per
+ * batch size) into c; the payload bytes they fill, or 0 when the frame does not hold
+ * this request's measurements. */
+static size_t take_meas(wrk_child_t *c, const uint8_t *p, uint32_t len) {
+    rep_hdr_t rp;
+    const size_t need = sizeof rp + c->n_meas * sizeof(wrk_meas_t);
+    if (len < need) return 0;
+    memcpy(&rp, p, sizeof rp);
+    if (rp.n != c->n_meas) return 0;
+    memcpy(c->meas, p + sizeof rp, c->n_meas * sizeof(wrk_meas_t));
+    for (size_t i = 0; i < c->n_meas; i++) c->meas[i].detail[sizeof c->meas[i].detail - 1] = '\0';
+    c->regs = rp.regs;
+    c->spills = rp.spills;
+    return need;
+}
+
 /* Handles one whole frame; sets *ev when it completes something. */
 static void on_frame(wrk_child_t *c, uint32_t type, const uint8_t *p, uint32_t len, wrk_child_event_t *ev) {
     if (type == FR_DEVICE && c->state == WRK_CHILD_STARTING && len == sizeof c->dev) {
@@ -409,35 +425,23 @@ static void on_frame(wrk_child_t *c, uint32_t type, const uint8_t *p, uint32_t l
         *ev = WRK_CHILD_EV_OPEN_FAILED;
         return;
     }
-    if (type == FR_RESULT && c->state == WRK_CHILD_BUSY && len >= sizeof(rep_hdr_t)) {
-        rep_hdr_t rp;
-        memcpy(&rp, p, sizeof rp);
-        if (rp.n == c->n_meas && len == sizeof rp + rp.n * sizeof(wrk_meas_t)) {
-            memcpy(c->meas, p + sizeof rp, rp.n * sizeof(wrk_meas_t));
-            for (size_t i = 0; i < c->n_meas; i++) c->meas[i].detail[sizeof c->meas[i].detail - 1] = '\0';
-            c->regs = rp.regs;
-            c->spills = rp.spills;
-            c->state = WRK_CHILD_IDLE;
-            c->deadline_ms = 0;
-            *ev = WRK_CHILD_EV_DONE;
-            return;
-        }
+    if (type == FR_RESULT && c->state == WRK_CHILD_BUSY && take_meas(c, p, len) == len) {
+        c->state = WRK_CHILD_IDLE;
+        c->deadline_ms = 0;
+        *ev = WRK_CHILD_EV_DONE;
+        return;
     }
-    const size_t meas_len = sizeof(rep_hdr_t) + c->n_meas * sizeof(wrk_meas_t);
-    rep_hdr_t fh = {0, 0, 0};
-    if (type == FR_FATAL && len >= sizeof fh) memcpy(&fh, p, sizeof fh);
-    if (type == FR_FATAL && c->state == WRK_CHILD_BUSY && len >= meas_len && fh.n == c->n_meas) {
+    size_t used = 0;
+    if (type == FR_FATAL && c->state == WRK_CHILD_BUSY && (used = take_meas(c, p, len)) > 0) {
         /* The measurements the backend made before it failed stand; the batch sizes it
-         * did not reach are launch_error with its reason. */
+         * did not reach are launch_error with its reason (the rest of the payload). */
         char why[160];
-        size_t n = len - meas_len < sizeof why - 1 ? len - meas_len : sizeof why - 1;
-        memcpy(why, p + meas_len, n);
+        size_t n = len - used < sizeof why - 1 ? len - used : sizeof why - 1;
+        memcpy(why, p + used, n);
         why[n] = '\0';
         reap(c, 1);
-        memcpy(c->meas, p + sizeof(rep_hdr_t), c->n_meas * sizeof(wrk_meas_t));
         for (size_t i = 0; i < c->n_meas; i++) {
             wrk_meas_t *m = &c->meas[i];
-            m->detail[sizeof m->detail - 1] = '\0';
             if (m->status <= MOETUNE__STATUS__STATUS_UNKNOWN || m->status > MOETUNE__STATUS__STATUS_CRASHED) {
                 memset(m, 0, sizeof *m);
                 m->status = MOETUNE__STATUS__STATUS_LAUNCH_ERROR;
