@@ -94,6 +94,14 @@ wait_sweep() {
   echo "timeout(${state:-none})"
 }
 
+# cfg_where BMxBNxBKxGMxWxS : the SQL condition on the configs table (alias c) that selects
+# that config, as the sim's --sim-faults names it.
+cfg_where() {
+  local bm bn bk gm w s
+  IFS=x read -r bm bn bk gm w s <<<"$1"
+  echo "c.block_m=$bm AND c.block_n=$bn AND c.block_k=$bk AND c.group_m=$gm AND c.num_warps=$w AND c.num_stages=$s"
+}
+
 # wait_log FILE PATTERN TIMEOUT_S : waits until an extended regex matches a line of FILE.
 # Events that depend on a peer's retry timing (a refused handshake) are awaited, not grepped once.
 wait_log() {

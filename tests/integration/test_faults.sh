@@ -17,10 +17,8 @@ state=$(wait_sweep 1 240)
 rows=$(check_rows 1)
 
 cfg_status() { # BMxBNxBKxGMxWxS -> the distinct statuses of its rows
-  IFS=x read -r bm bn bk gm w s <<<"$1"
   sql "SELECT group_concat(DISTINCT r.status) FROM results r JOIN configs c ON c.id=r.config_id
-       WHERE r.sweep_id=1 AND c.block_m=$bm AND c.block_n=$bn AND c.block_k=$bk AND c.group_m=$gm
-       AND c.num_warps=$w AND c.num_stages=$s"
+       WHERE r.sweep_id=1 AND $(cfg_where "$1")"
 }
 [ "$(cfg_status $CRASH)" = crashed ] || fail "crashing config has status '$(cfg_status $CRASH)'"
 [ "$(cfg_status $HANG)" = timeout ] || fail "hanging config has status '$(cfg_status $HANG)'"

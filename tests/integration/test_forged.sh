@@ -17,12 +17,10 @@ start_workers 1 --sim-time-scale 1 --sim-faults "hang=$HANG"
   --shape E=128,N=768,K=2048,topk=8 >"$T/submit.out" 2>&1 || { cat "$T/submit.out"; fail "submit failed"; }
 
 # the job of the hanging config, once it is leased to the real worker
-IFS=x read -r bm bn bk gm w s <<<"$HANG"
 job="" tok="" cfg=""
 for _ in $(seq 1 200); do
   row=$(sql "SELECT j.id || ' ' || j.lease_token || ' ' || c.id FROM jobs j JOIN job_configs jc ON jc.job_id = j.id
-             JOIN configs c ON c.id = jc.config_id WHERE j.state = 'leased' AND c.block_m=$bm AND c.block_n=$bn
-             AND c.block_k=$bk AND c.group_m=$gm AND c.num_warps=$w AND c.num_stages=$s" 2>/dev/null || true)
+             JOIN configs c ON c.id = jc.config_id WHERE j.state = 'leased' AND $(cfg_where "$HANG")" 2>/dev/null || true)
   if [ -n "$row" ]; then read -r job tok cfg <<<"$row"; break; fi
   sleep 0.05
 done
