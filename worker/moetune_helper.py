@@ -1,0 +1,811 @@
+#!/usr/bin/env python3
+"""moetune's triton helper: compiles, checks and times fused-MoE Triton kernels for moetune-worker.
+
+The worker's child starts it and speaks the line protocol of worker/HELPER.md over stdin/stdout.
+Nothing but protocol lines goes to stdout: everything else (warnings, tracebacks) goes to stderr.
+"""
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+
+PROTO_OUT = sys.stdout
+sys.stdout = sys.stderr  # whatever a library prints must not reach the protocol stream
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STATUSES = ("ok", "invalid", "compile_error", "launch_error", "wrong_result", "timeout")
+CFG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+SHAPE_KEYS = ("e", "n", "k", "topk")
+LAYERS_PER_GRAPH = 10
+FLUSH_BYTES = 256 << 20       # twice and more the H100/H200 L2
+REL_TOL = 0.02                # see Measurer.check
+ENGINE_DIST = {"sglang": "sglang", "vllm": "vllm"}
+
+
+class Fatal(Exception):
+    """The helper cannot work at all: one line for the user, exit 1."""
+
+
+class ProtocolError(Exception):
+    """A request that cannot be parsed; answered with {"error": ...}."""
+
+
+def emit(obj):
+    PROTO_OUT.write(json.dumps(obj, separators=(",", ":"), allow_nan=False) + "\n")
+    PROTO_OUT.flush()
+
+
+def log(msg):
+    sys.stderr.write("moetune_helper: %s\n" % msg)
+    sys.stderr.flush()
+
+
+def one_line(exc):
+    text = ("%s: %s" % (type(exc).__name__, exc)).strip().replace("\n", " ")
+    return text[:300]
+
+
+# ---- requests -------------------------------------------------------------------------------
+
+def _uint(obj, key, lo, hi, where):
+    v = obj.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or v > hi:
+        raise ProtocolError("%s.%s must be an integer in %d..%d" % (where, key, lo, hi))
+    return v
+
+
+def parse_shape(obj):
+    if not isinstance(obj, dict):
+        raise ProtocolError("shape must be an object")
+    s = {k: _uint(obj, k, 1, 1 << 20, "shape") for k in SHAPE_KEYS}
+    s["dtype"] = obj.get("dtype", "bf16")
+    if s["dtype"] != "bf16":
+        raise ProtocolError("dtype %r: this helper measures bf16 only" % (s["dtype"],))
+    s["block_n"] = obj.get("block_n", 0) or 0
+    s["block_k"] = obj.get("block_k", 0) or 0
+    return s
+
+
+def parse_config(obj):
+    if not isinstance(obj, dict):
+        raise ProtocolError("config must be an object")
+    return {k: _uint(obj, k, 1, 1024, "config") for k in CFG_KEYS}
+
+
+def parse_batch_sizes(v):
+    if not isinstance(v, list) or not v or len(v) > 4096:
+        raise ProtocolError("batch_sizes must be a list of 1..4096 integers")
+    for m in v:
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1 or m > 1 << 20:
+            raise ProtocolError("batch size %r out of range" % (m,))
+    return v
+
+
+def parse_measure(obj):
+    obj = obj or {}
+    if not isinstance(obj, dict):
+        raise ProtocolError("measure must be an object")
+    m = {"warmup": obj.get("warmup") or 2, "min_samples": obj.get("min_samples") or 5,
+         "max_samples": obj.get("max_samples") or 200, "rsd_target": obj.get("rsd_target") or 0.01,
+         "budget_ms": obj.get("budget_ms") or 3000, "seed": obj.get("seed") or 0}
+    for k, v in m.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ProtocolError("measure.%s must be a finite number >= 0" % k)
+    m["min_samples"] = min(m["min_samples"], m["max_samples"])
+    return m
+
+
+def serve(lines, session):
+    """Answers requests until quit or EOF. session measures; see Session."""
+    for raw in lines:
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            req = json.loads(raw)
+            if not isinstance(req, dict):
+                raise ProtocolError("a request must be a JSON object")
+            op = req.get("op")
+            if op == "quit":
+                return 0
+            if op == "prepare":
+                session.prepare(parse_shape(req.get("shape")),
+                                [parse_config(c) for c in (req.get("configs") or [])],
+                                parse_batch_sizes(req.get("batch_sizes")))
+            elif op == "measure":
+                rid = req.get("id")
+                if isinstance(rid, bool) or not isinstance(rid, int):
+                    raise ProtocolError("measure needs an integer id")
+                shape, cfg = parse_shape(req.get("shape")), parse_config(req.get("config"))
+                bss = parse_batch_sizes(req.get("batch_sizes"))
+                m = parse_measure(req.get("measure"))
+                split = bool(req.get("split"))
+                for bs, res in zip(bss, session.measure(shape, cfg, bss, m, split)):
+                    line = {"id": rid, "bs": bs}
+                    line.update(res)
+                    emit(line)
+                done = {"id": rid, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": session.peak_rss_kb()}
+                emit(done)
+            else:
+                raise ProtocolError("unknown op %r" % (op,))
+        except (ValueError, ProtocolError) as e:  # json.JSONDecodeError is a ValueError
+            emit({"error": one_line(e) if not isinstance(e, ProtocolError) else str(e)})
+    return 0
+
+
+# ---- environment -----------------------------------------------------------------------------
+
+def import_stack():
+    """torch and triton, or Fatal naming what is missing and which interpreter was asked."""
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install raising something else
+        raise Fatal("torch is not importable by %s: %s" % (sys.executable, one_line(e)))
+    try:
+        import triton
+    except Exception as e:
+        raise Fatal("triton is not importable by %s (torch %s): %s" %
+                    (sys.executable, getattr(torch, "__version__", "?"), one_line(e)))
+    return torch, triton
+
+
+def engine_version(name):
+    """The installed engine's version, or None when the interpreter has no such engine."""
+    try:
+        from importlib import metadata
+        return metadata.version(ENGINE_DIST[name])
+    except Exception:
+        pass
+    try:
+        import importlib
+        return str(getattr(importlib.import_module(name), "__version__", "unknown"))
+    except Exception:
+        return None
+
+
+def versions_text(kernel, torch, triton, engine=None):
+    parts = ["kernel=%s" % kernel, "triton=%s" % triton.__version__, "torch=%s" % torch.__version__.split("+")[0],
+             "python=%d.%d.%d" % sys.version_info[:3]]
+    if engine:
+        parts.append("engine=%s-%s" % (engine, engine_version(engine) or "unknown"))
+    return " ".join(parts)
+
+
+def device_info(torch, gpu):
+    if not torch.cuda.is_available():
+        raise Fatal("no CUDA GPU visible to torch %s in %s" % (torch.__version__, sys.executable))
+    if gpu >= torch.cuda.device_count():
+        raise Fatal("GPU %d asked, torch in %s sees %d" % (gpu, sys.executable, torch.cuda.device_count()))
+    torch.cuda.set_device(gpu)
+    p = torch.cuda.get_device_properties(gpu)
+    dev = {"name": torch.cuda.get_device_name(gpu), "uuid": str(getattr(p, "uuid", "")),
+           "cc_major": p.major, "cc_minor": p.minor, "sm_count": p.multi_processor_count,
+           "memory_bytes": p.total_memory, "driver_version": "", "cuda_version": str(torch.version.cuda or ""),
+           "clock_khz": 0, "mem_clock_khz": 0,
+           "smem_per_block": int(getattr(p, "shared_memory_per_block_optin", 0) or 0),
+           "regs_per_block": int(getattr(p, "regs_per_multiprocessor", 0) or 0)}
+    if dev["uuid"] and not dev["uuid"].startswith("GPU-"):
+        dev["uuid"] = "GPU-" + dev["uuid"]
+    try:
+        import ctypes
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        buf = ctypes.create_string_buffer(96)
+        if nvml.nvmlInit_v2() == 0 and nvml.nvmlSystemGetDriverVersion(buf, 96) == 0:
+            dev["driver_version"] = buf.value.decode()
+    except OSError:
+        pass
+    return dev
+
+
+def peak_rss_kb():
+    import resource
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def file_hash(paths, extra):
+    h = hashlib.sha256(extra.encode())
+    for p in paths:
+        try:
+            with open(p, "rb") as f:
+                h.update(f.read())
+        except OSError:
+            h.update(p.encode())
+    return h.hexdigest()[:16]
+
+
+# ---- kernels ---------------------------------------------------------------------------------
+
+class MoetuneKernel:
+    """moetune's own Triton layer (moetune_kernel.py)."""
+    name = "moetune"
+    engine = None
+
+    def __init__(self, torch, triton):
+        sys.path.insert(0, HERE)
+        import moetune_kernel as mk
+        self.mk = mk
+        self.torch = torch
+        self.sources = [os.path.join(HERE, "moetune_kernel.py")]
+
+    def jit_functions(self):
+        return self.mk.JIT_FUNCTIONS
+
+    def align(self, L, cfg):
+        key = ("align", cfg["BLOCK_SIZE_M"])
+        if key not in L:
+            L[key] = self.mk.Align(L["topk_ids"], L["e"], cfg["BLOCK_SIZE_M"])
+        return L[key]
+
+    def up(self, L, cfg, warmup=False):
+        al = self.align(L, cfg)
+        self.mk.gemm(L["x"], L["w1"], L["c1"], L["w_flat"], al, L["topk"], False, cfg, warmup)
+
+    def act(self, L, warmup=False):
+        self.mk.silu_mul(L["c1"], L["c2"], warmup)
+
+    def down(self, L, cfg, warmup=False):
+        al = self.align(L, cfg)
+        self.mk.gemm(L["c2"], L["w2"], L["c3"], L["w_flat"], al, 1, True, cfg, warmup)
+
+    def layer(self, L, cfg):
+        self.align(L, cfg).run()
+        self.up(L, cfg)
+        self.act(L)
+        self.down(L, cfg)
+        self.torch.sum(L["c3"].view(L["m"], L["topk"], -1), dim=1, out=L["out"])
+
+    def warm(self, L, cfg):
+        self.align(L, cfg).run(warmup=True)
+        self.up(L, cfg, True)
+        self.act(L, True)
+        self.down(L, cfg, True)
+
+
+class EngineKernel:
+    """An engine's own fused_moe_kernel, launched through its invoke_fused_moe_kernel and align step.
+
+    Functions are looked up by name in the modules each engine release used; a missing function or
+    a launcher parameter this code does not know is one line naming it and the engine version."""
+    PLACES = {
+        "sglang": {
+            "invoke": ["sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_kernels",
+                       "sglang.srt.layers.moe.fused_moe_triton.fused_moe"],
+            "align": ["sglang.srt.layers.moe.fused_moe_triton.moe_align_block_size",
+                      "sglang.srt.layers.moe.fused_moe_triton.fused_moe"],
+        },
+        "vllm": {
+            "invoke": ["vllm.model_executor.layers.fused_moe.fused_moe"],
+            "align": ["vllm.model_executor.layers.fused_moe.moe_align_block_size",
+                      "vllm.model_executor.layers.fused_moe.fused_moe"],
+        },
+    }
+
+    def __init__(self, name, torch, triton):
+        import importlib
+        import inspect
+        self.name = self.engine = name
+        self.torch = torch
+        ver = engine_version(name)
+        if ver is None:
+            raise Fatal("%s is not installed in %s (--kernel %s needs it; --kernel moetune does not)" %
+                        (name, sys.executable, name))
+        self.where = "%s %s" % (name, ver)
+        found = {}
+        errors = []
+        for what, mods in self.PLACES[name].items():
+            fname = "invoke_fused_moe_kernel" if what == "invoke" else "moe_align_block_size"
+            for mod in mods:
+                try:
+                    fn = getattr(importlib.import_module(mod), fname, None)
+                except Exception as e:
+                    errors.append("%s: %s" % (mod, one_line(e)))
+                    continue
+                if fn is not None:
+                    found[what] = fn
+                    break
+            if what not in found:
+                raise Fatal("%s: no %s in %s%s" % (self.where, fname, " or ".join(mods),
+                                                    (" (" + errors[-1] + ")") if errors else ""))
+        self.invoke, self.align_fn = found["invoke"], found["align"]
+        self.params = inspect.signature(self.invoke).parameters
+        import triton.language as tl
+        self.compute_type = tl.bfloat16
+        known = {"A", "B", "C", "A_scale", "B_scale", "B_zp", "topk_weights", "topk_ids", "sorted_token_ids",
+                 "expert_ids", "num_tokens_post_padded", "mul_routed_weight", "top_k", "config", "compute_type",
+                 "use_fp8_w8a8", "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16", "per_channel_quant",
+                 "block_shape", "B_bias", "bias"}
+        for pname, p in self.params.items():
+            if pname not in known and p.default is inspect.Parameter.empty and \
+                    p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise Fatal("%s: invoke_fused_moe_kernel has a required parameter '%s' moetune does not know "
+                            "(signature %s)" % (self.where, pname, inspect.signature(self.invoke)))
+        src = inspect.getsourcefile(self.invoke)
+        self.sources = [src] if src else []
+        self.kernel_global = "fused_moe_kernel"
+
+    def jit_functions(self):
+        fn = self.invoke.__globals__.get(self.kernel_global)
+        return (fn,) if fn is not None else ()
+
+    def _call(self, A, B, C, L, al, mul, top_k, cfg):
+        vals = {"A": A, "B": B, "C": C, "A_scale": None, "B_scale": None, "B_zp": None,
+                "topk_weights": L["topk_w"], "topk_ids": L["topk_ids"], "sorted_token_ids": al[0],
+                "expert_ids": al[1], "num_tokens_post_padded": al[2], "mul_routed_weight": mul,
+                "top_k": top_k, "config": dict(cfg), "compute_type": self.compute_type,
+                "use_fp8_w8a8": False, "use_int8_w8a8": False, "use_int8_w8a16": False, "use_int4_w4a16": False,
+                "per_channel_quant": False, "block_shape": None, "B_bias": None, "bias": None}
+        self.invoke(**{k: v for k, v in vals.items() if k in self.params})
+
+    def align(self, L, cfg):
+        key = ("align", cfg["BLOCK_SIZE_M"])
+        if key not in L:
+            L[key] = self.align_fn(L["topk_ids"], cfg["BLOCK_SIZE_M"], L["e"])[:3]
+        return L[key]
+
+    def up(self, L, cfg):
+        self._call(L["x"], L["w1"], L["c1"], L, self.align(L, cfg), False, L["topk"], cfg)
+
+    def act(self, L):
+        torch = self.torch
+        n = L["c2"].shape[1]
+        torch.mul(torch.nn.functional.silu(L["c1"][:, :n]), L["c1"][:, n:], out=L["c2"])
+
+    def down(self, L, cfg):
+        self._call(L["c2"], L["w2"], L["c3"], L, self.align(L, cfg), True, 1, cfg)
+
+    def layer(self, L, cfg):
+        L.pop(("align", cfg["BLOCK_SIZE_M"]), None)  # the engine aligns inside every layer
+        self.up(L, cfg)
+        self.act(L)
+        self.down(L, cfg)
+        self.torch.sum(L["c3"].view(L["m"], L["topk"], -1), dim=1, out=L["out"])
+
+    def warm(self, L, cfg):
+        g = self.invoke.__globals__
+        real = g.get(self.kernel_global)
+        if real is None or not hasattr(real, "warmup"):
+            return
+
+        class WarmOnly:
+            def __getitem__(self, grid):
+                return lambda *a, **kw: real.warmup(*a, grid=grid, **kw)
+        g[self.kernel_global] = WarmOnly()
+        try:
+            self.up(L, cfg)
+            self.down(L, cfg)
+        finally:
+            g[self.kernel_global] = real
+
+
+def load_kernel(name, torch, triton):
+    if name == "moetune":
+        return MoetuneKernel(torch, triton)
+    return EngineKernel(name, torch, triton)
+
+
+# ---- measuring -------------------------------------------------------------------------------
+
+def seed_for(shape, m, seed):
+    key = "%d,%d,%d,%d,%s,%d,%d" % (shape["e"], shape["n"], shape["k"], shape["topk"], shape["dtype"], m, seed)
+    return int(hashlib.sha256(key.encode()).hexdigest()[:15], 16)
+
+
+def drop_jit_caches(fns):
+    """Forgets the compiled kernels a JITFunction keeps in memory (they are on disk): long sweeps
+    otherwise grow without bound. Returns how many entries were dropped."""
+    dropped = 0
+    for fn in fns:
+        caches = getattr(fn, "device_caches", None)
+        if caches is not None:
+            for v in list(caches.values()):
+                c = v[0] if isinstance(v, tuple) else v
+                if hasattr(c, "clear"):
+                    dropped += len(c)
+                    c.clear()
+        elif hasattr(getattr(fn, "cache", None), "clear"):
+            for c in fn.cache.values():
+                dropped += len(c)
+                c.clear()
+    return dropped
+
+
+def classify(exc):
+    """(status, detail) for an exception raised while compiling or launching a config."""
+    name = type(exc).__name__
+    text = one_line(exc)
+    if name == "OutOfResources" or "out of resource" in text.lower():
+        return "invalid", text
+    if name in ("CompilationError", "CompileTimeAssertionFailure") or "compil" in name.lower():
+        return "compile_error", text
+    return "launch_error", text
+
+
+def stats(samples):
+    n = len(samples)
+    mean = sum(samples) / n
+    var = sum((x - mean) ** 2 for x in samples) / (n - 1) if n > 1 else 0.0
+    s = sorted(samples)
+    med = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+    return {"median_us": med, "min_us": s[0], "mean_us": mean, "stddev_us": math.sqrt(var), "samples": n}
+
+
+class ContextLost(Exception):
+    pass
+
+
+class Measurer:
+    """Inputs, references and timing on one GPU, for one kernel."""
+
+    def __init__(self, torch, kernel, pool=None):
+        self.torch = torch
+        self.kernel = kernel
+        self.pool = pool
+        self.shape_key = None
+        self.per_bs = {}
+        self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+        self.stream = torch.cuda.Stream()
+
+    # -- inputs
+    def set_shape(self, shape, seed):
+        key = (tuple(shape[k] for k in SHAPE_KEYS), seed)
+        if key == self.shape_key:
+            return
+        torch = self.torch
+        self.per_bs.clear()
+        self.shape_key = key
+        e, n, k = shape["e"], shape["n"], shape["k"]
+        g = torch.Generator(device="cuda").manual_seed(seed_for(shape, 0, seed))
+        self.w1 = (torch.randn(e, 2 * n, k, device="cuda", generator=g) / math.sqrt(k)).to(torch.bfloat16)
+        self.w2 = (torch.randn(e, k, n, device="cuda", generator=g) / math.sqrt(n)).to(torch.bfloat16)
+
+    def inputs(self, shape, m, seed):
+        L = self.per_bs.get(m)
+        if L is not None:
+            return L
+        torch = self.torch
+        e, n, k, topk = shape["e"], shape["n"], shape["k"], shape["topk"]
+        g = torch.Generator(device="cuda").manual_seed(seed_for(shape, m, seed))
+        x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        logits = torch.randn(m, e, device="cuda", generator=g)
+        w, ids = torch.topk(torch.softmax(logits, dim=-1), topk, dim=-1)
+        w = (w / w.sum(dim=-1, keepdim=True)).float().contiguous()
+        L = {"m": m, "e": e, "topk": topk, "x": x, "w1": self.w1, "w2": self.w2,
+             "topk_ids": ids.to(torch.int32).contiguous(), "topk_w": w, "w_flat": w.view(-1),
+             "c1": torch.empty(m * topk, 2 * n, device="cuda", dtype=torch.bfloat16),
+             "c2": torch.empty(m * topk, n, device="cuda", dtype=torch.bfloat16),
+             "c3": torch.empty(m * topk, k, device="cuda", dtype=torch.bfloat16),
+             "out": torch.empty(m, k, device="cuda", dtype=torch.bfloat16)}
+        L["ref"] = self.reference(L)
+        self.per_bs[m] = L
+        return L
+
+    def reference(self, L):
+        """fp32 layer on the same bf16 inputs; the intermediate is rounded to bf16 as the kernels
+        store it."""
+        torch = self.torch
+        x, ids, w = L["x"].float(), L["topk_ids"].long(), L["topk_w"]
+        out = torch.zeros(L["m"], x.shape[1], device="cuda", dtype=torch.float32)
+        n = self.w2.shape[2]
+        for ex in torch.unique(ids).tolist():
+            tok, slot = (ids == ex).nonzero(as_tuple=True)
+            h = x[tok] @ self.w1[ex].float().t()
+            h = h.to(torch.bfloat16).float()
+            a = (torch.nn.functional.silu(h[:, :n]) * h[:, n:]).to(torch.bfloat16).float()
+            out.index_add_(0, tok, (a @ self.w2[ex].float().t()) * w[tok, slot][:, None])
+        return out
+
+    def check(self, L):
+        """Relative max error against the reference. bf16 keeps 8 significant bits (2^-8 = 0.4 %
+        per rounding); the output is rounded three times (GEMM1, SiLU*up, GEMM2) and the order of
+        fp32 accumulation differs, so a right kernel stays well under 2 % of the output's range,
+        while a wrong expert, a lost routing weight or a skipped block is off by order 1."""
+        torch = self.torch
+        ref = L["ref"]
+        scale = float(ref.abs().max()) or 1.0
+        out = L["out"].float()
+        if not bool(torch.isfinite(out).all()):
+            return float("inf")
+        return float((out - ref).abs().max()) / scale
+
+    # -- timing
+    def graph(self, fn):
+        torch = self.torch
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(self.stream):
+            fn()  # a capture must not be the first launch of a kernel
+        torch.cuda.current_stream().wait_stream(self.stream)
+        with torch.cuda.graph(g, stream=self.stream):
+            for _ in range(LAYERS_PER_GRAPH):
+                fn()
+        return g
+
+    def time_graph(self, g, m, budget_s, min_n=None, max_n=None):
+        torch = self.torch
+        for _ in range(int(m["warmup"])):
+            g.replay()
+        samples = []
+        t_end = time.monotonic() + budget_s
+        min_n = int(min_n or m["min_samples"])
+        max_n = int(max_n or m["max_samples"])
+        while len(samples) < max_n:
+            self.flush.fill_(len(samples))
+            self.ev[0].record()
+            g.replay()
+            self.ev[1].record()
+            self.ev[1].synchronize()
+            samples.append(self.ev[0].elapsed_time(self.ev[1]) * 1000.0 / LAYERS_PER_GRAPH)
+            if len(samples) >= min_n:
+                st = stats(samples)
+                if st["stddev_us"] / st["mean_us"] < m["rsd_target"] or time.monotonic() > t_end:
+                    break
+        return stats(samples)
+
+    def one(self, shape, cfg, bs, m, split):
+        torch = self.torch
+        L = self.inputs(shape, bs, m["seed"])
+        try:
+            self.kernel.layer(L, cfg)
+            torch.cuda.synchronize()
+        except Exception as e:
+            self._sticky(e)
+            status, detail = classify(e)
+            return {"status": status, "detail": detail}
+        err = self.check(L)
+        if not err <= REL_TOL:
+            return {"status": "wrong_result", "detail": "max error %.3g of the output range (limit %.3g)" % (err, REL_TOL)}
+        try:
+            g = self.graph(lambda: self.kernel.layer(L, cfg))
+            res = self.time_graph(g, m, m["budget_ms"] / 1000.0)
+            del g
+            res["up_us"] = res["down_us"] = 0.0
+            if split:
+                gu = self.graph(lambda: self.kernel.up(L, cfg))
+                res["up_us"] = self.time_graph(gu, m, m["budget_ms"] / 2000.0)["median_us"]
+                del gu
+                gd = self.graph(lambda: self.kernel.down(L, cfg))
+                res["down_us"] = self.time_graph(gd, m, m["budget_ms"] / 2000.0)["median_us"]
+                del gd
+        except Exception as e:
+            self._sticky(e)
+            status, detail = classify(e)
+            return {"status": status, "detail": detail}
+        res["status"] = "ok"
+        res["detail"] = "rel_err=%.2e" % err
+        return res
+
+    def forget_aligns(self):
+        """Align buffers are per (batch size, BLOCK_SIZE_M); a config's are not kept past it."""
+        for L in self.per_bs.values():
+            for key in [k for k in L if isinstance(k, tuple)]:
+                del L[key]
+
+    def _sticky(self, exc):
+        """A CUDA error that poisons the context ends the helper once its line is out (the C side
+        then stores the rest of the config as crashed and starts a new helper)."""
+        try:
+            self.torch.cuda.synchronize()
+        except Exception:
+            raise ContextLost(one_line(exc))
+
+
+class Session:
+    """What serve() drives: prepare() and measure()."""
+
+    def __init__(self, torch, kernel, measurer, pool):
+        self.torch = torch
+        self.kernel = kernel
+        self.measurer = measurer
+        self.pool = pool
+        self.pool_peak_kb = 0
+
+    def prepare(self, shape, cfgs, bss):
+        if self.pool:
+            self.pool.submit(shape, cfgs, bss)
+
+    def measure(self, shape, cfg, bss, m, split):
+        self.measurer.set_shape(shape, m["seed"])
+        refused = self.pool.wait(shape, cfg) if self.pool else None
+        for bs in bss:
+            if refused:  # the compiler's verdict on a config holds for every batch size
+                yield {"status": refused[0], "detail": refused[1]}
+                continue
+            try:
+                res = self.measurer.one(shape, cfg, bs, m, split)
+                if res["status"] in ("invalid", "compile_error"):
+                    refused = (res["status"], res["detail"])
+            except ContextLost as e:
+                yield {"status": "launch_error", "detail": "CUDA context lost: %s" % e}
+                log("CUDA context lost (%s); exiting so the worker starts a new helper" % e)
+                sys.exit(3)
+            yield res
+        drop_jit_caches(self.kernel.jit_functions())
+        self.measurer.forget_aligns()
+
+    def peak_rss_kb(self):
+        return max(peak_rss_kb(), self.pool.peak_kb if self.pool else 0)
+
+
+# ---- compiling ahead -------------------------------------------------------------------------
+
+_W = {}
+
+
+def _pool_init(kernel_name, gpu):
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6").prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: never outlive the helper
+    except OSError:
+        pass
+    sys.stdout = sys.stderr
+    torch, triton = import_stack()
+    torch.cuda.set_device(gpu)
+    _W["torch"] = torch
+    _W["kernel"] = load_kernel(kernel_name, torch, triton)
+    _W["shape"] = None
+
+
+def _pool_compile(shape, cfg, bss):
+    """Compiles one config for every batch size's launch signature, without launching; the
+    compiled kernels land in Triton's on-disk cache, where the measuring process finds them."""
+    torch = _W["torch"]
+    kernel = _W["kernel"]
+    t0 = time.monotonic()
+    key = tuple(shape[k] for k in SHAPE_KEYS)
+    if _W["shape"] != key:
+        e, n, k = shape["e"], shape["n"], shape["k"]
+        _W["w1"] = torch.empty(e, 2 * n, k, device="cuda", dtype=torch.bfloat16)
+        _W["w2"] = torch.empty(e, k, n, device="cuda", dtype=torch.bfloat16)
+        _W["shape"] = key
+    err = None
+    seen = set()
+    for m in bss:
+        sig = (m % 16 == 0, m == 1) if kernel.name != "moetune" else ()
+        if sig in seen:
+            continue
+        seen.add(sig)
+        topk, n, k, e = shape["topk"], shape["n"], shape["k"], shape["e"]
+        ids = torch.randint(0, e, (m, topk), device="cuda", dtype=torch.int32)
+        w = torch.rand(m, topk, device="cuda")
+        L = {"m": m, "e": e, "topk": topk, "x": torch.empty(m, k, device="cuda", dtype=torch.bfloat16),
+             "w1": _W["w1"], "w2": _W["w2"], "topk_ids": ids, "topk_w": w, "w_flat": w.view(-1),
+             "c1": torch.empty(m * topk, 2 * n, device="cuda", dtype=torch.bfloat16),
+             "c2": torch.empty(m * topk, n, device="cuda", dtype=torch.bfloat16),
+             "c3": torch.empty(m * topk, k, device="cuda", dtype=torch.bfloat16)}
+        try:
+            kernel.warm(L, cfg)
+        except Exception as e:
+            status, detail = classify(e)
+            # only what the compiler says about the config itself is trusted; anything else the
+            # measuring process meets again and reports
+            err = (status, detail) if status in ("invalid", "compile_error") else None
+            break
+    drop_jit_caches(kernel.jit_functions())
+    return time.monotonic() - t0, err, peak_rss_kb()
+
+
+class CompilePool:
+    """Processes that compile announced configs ahead, on all CPU cores but the measuring one."""
+
+    def __init__(self, kernel_name, gpu, workers):
+        import concurrent.futures as cf
+        import multiprocessing as mp
+        self.ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                         initializer=_pool_init, initargs=(kernel_name, gpu),
+                                         max_tasks_per_child=256)
+        self.futures = {}
+        self.peak_kb = 0
+        self.compile_s = 0.0
+
+    @staticmethod
+    def _key(shape, cfg):
+        return tuple(shape[k] for k in SHAPE_KEYS) + tuple(cfg[k] for k in CFG_KEYS)
+
+    def submit(self, shape, cfgs, bss):
+        for cfg in cfgs:
+            key = self._key(shape, cfg)
+            if key not in self.futures:
+                self.futures[key] = self.ex.submit(_pool_compile, shape, cfg, list(bss))
+        if len(self.futures) > 8192:  # forget finished ones; their kernels are on disk
+            for k in [k for k, f in self.futures.items() if f.done()]:
+                del self.futures[k]
+
+    def wait(self, shape, cfg):
+        """Waits for the config's compile; (status, detail) when the compiler refused it."""
+        f = self.futures.pop(self._key(shape, cfg), None)
+        if f is None:
+            return None
+        try:
+            secs, err, kb = f.result()
+            self.compile_s += secs
+            self.peak_kb = max(self.peak_kb, kb)
+            return err
+        except Exception as e:  # a broken pool only costs the head start
+            log("compile ahead failed (%s); compiling in the measuring process" % one_line(e))
+            return None
+
+
+# ---- probe -----------------------------------------------------------------------------------
+
+def probe(engine):
+    out = {"python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3],
+           "torch": None, "triton": None, "error": None, "device": None,
+           "engine": {"name": engine, "version": None, "config_dir": None, "env": {}, "error": None}}
+    var = "SGLANG_MOE_CONFIG_DIR" if engine == "sglang" else "VLLM_TUNED_CONFIG_FOLDER"
+    out["engine"]["env"][var] = os.environ.get(var)
+    try:
+        torch, triton = import_stack()
+        out["torch"], out["triton"] = torch.__version__.split("+")[0], triton.__version__
+        if torch.cuda.is_available():
+            out["device"] = torch.cuda.get_device_name(0)
+        else:
+            out["error"] = "no CUDA GPU visible to torch %s in %s" % (torch.__version__, sys.executable)
+    except Fatal as e:
+        out["error"] = str(e)
+    out["engine"]["version"] = engine_version(engine)
+    if out["engine"]["version"] is None:
+        out["engine"]["error"] = "%s is not installed in %s" % (engine, sys.executable)
+    else:
+        import importlib
+        mods = (["sglang.srt.layers.moe.moe_runner.triton_utils", "sglang.srt.layers.moe.fused_moe_triton"]
+                if engine == "sglang" else ["vllm.model_executor.layers.fused_moe"])
+        for mod in mods:
+            try:
+                spec = importlib.util.find_spec(mod)
+            except Exception:
+                spec = None
+            if spec and spec.submodule_search_locations:
+                d = list(spec.submodule_search_locations)[0]
+                out["engine"]["config_dir"] = d if engine == "sglang" else os.path.join(d, "configs")
+                break
+        if out["engine"]["config_dir"] is None:
+            out["engine"]["error"] = "%s %s: none of %s found" % (engine, out["engine"]["version"], ", ".join(mods))
+    emit({"probe": out})
+    return 0
+
+
+# ---- main ------------------------------------------------------------------------------------
+
+def main(argv):
+    ap = argparse.ArgumentParser(prog="moetune_helper.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--kernel", choices=("sglang", "vllm", "moetune"), default="moetune")
+    ap.add_argument("--gpu", type=int, default=0)
+    ap.add_argument("--cache-dir")
+    ap.add_argument("--compile-workers", type=int, default=-1, help="0: compile in the measuring process")
+    ap.add_argument("--probe", action="store_true")
+    ap.add_argument("--engine", choices=("sglang", "vllm"), default="sglang")
+    a = ap.parse_args(argv)
+    if a.probe:
+        return probe(a.engine)
+    try:
+        if a.cache_dir:
+            os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(a.cache_dir, "triton"))
+        torch, triton = import_stack()
+        dev = device_info(torch, a.gpu)
+        kernel = load_kernel(a.kernel, torch, triton)
+        workers = a.compile_workers
+        if workers < 0:
+            workers = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2) - 2)
+        pool = CompilePool(a.kernel, a.gpu, workers) if workers > 0 else None
+        measurer = Measurer(torch, kernel, pool)
+        compiler = "triton_" + triton.__version__.split("+")[0].replace(".", "_")
+        vers = versions_text(a.kernel, torch, triton, kernel.engine)
+        hello = {"kernel": a.kernel, "compiler": compiler, "versions": vers, "device": dev,
+                 "kernel_hash": file_hash([os.path.abspath(__file__)] + kernel.sources, vers)}
+    except Fatal as e:
+        emit({"fatal": str(e)})
+        return 1
+    except Exception as e:  # anything else at start is still one line, with the traceback on stderr
+        import traceback
+        traceback.print_exc()
+        emit({"fatal": "%s: cannot start the %s kernel: %s" % (sys.executable, a.kernel, one_line(e))})
+        return 1
+    emit({"hello": hello})
+    return serve(sys.stdin, Session(torch, kernel, measurer, pool))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
