@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The triton backend's benchmark, on one GPU in one run (bench/RESULTS.md, "Triton backend"):
+#  (a) moetune's tuning wall time (tests/gpu/e2e_triton.sh: tune + export, empty Triton cache)
+#      against engine_style.py, which tunes the same configs and batch sizes the way the engines'
+#      tuner scripts do (one process, compile inside the loop, graph of 10, 5+10 replays), also
+#      from an empty Triton cache;
+#  (b) per batch size, moetune's pick against the engines' untuned default and against the
+#      baseline's pick, all measured again under one method (compare.py);
+#  (c) what the separate up/down configs buy (compare.py, and the manifest);
+#  (d) the helper's peak RSS over the sweep (the worker log's "done: peak rss" line).
+#   bench/triton/run.sh OUT_DIR        (needs the moetune binaries on MT_BIN_DIR or PATH)
+set -uo pipefail
+out=${1:?usage: bench/triton/run.sh OUT_DIR}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+export PYTHONUNBUFFERED=1
+"$root/tests/gpu/e2e_triton.sh" "$out" || exit $?
+echo "== baseline: the engines' way, same configs"
+start=$(date +%s.%N)
+TRITON_CACHE_DIR="$out/triton-cache-baseline" python3 "$here/engine_style.py" \
+  --space 16,32,64,128:64,128,256:64,128:1,16:4,8:3,4 --batch-sizes 1,8,64,256,1024,4096 \
+  --out "$out/baseline.json" 2>&1 | tail -n 8
+echo "baseline wall $(echo "$(date +%s.%N) - $start" | bc) s"
+cat "$out/tune.time"
+f=$(ls "$out"/configs/configs/triton_*/E=128,N=768,device_name=*.json | grep -v _down | head -n1)
+echo "== (b)/(c): re-measured under one method"
+python3 "$here/compare.py" --file "$f" --down "${f%.json}_down.json" --baseline "$out/baseline.json" \
+  --out "$out/compare.json" 2>&1 | grep -v Warning
+echo "== (d) helper memory"
+grep -h "peak rss" "$out"/tune.err "$out"/*.log 2>/dev/null | tail -n 3

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# End to end on a GPU machine with PyTorch and Triton: `moetune tune --backend triton --kernel
+# moetune` of Qwen3-30B-A3B TP1 over a 192-config space at 6 batch sizes, then the SGLang export:
+# configs/triton_X_Y_Z/E=128,N=768,device_name=<GPU>.json and its _down file, every config checked
+# against the reference (rel_err in each ok row), and a helper that is killed mid-sweep replaced.
+# Needs the moetune binaries (MT_BIN_DIR or PATH) and python3 with torch and triton.
+# Exit 0 passed, 1 failed, 77 skipped (no GPU or no torch/triton).
+#   tests/gpu/e2e_triton.sh OUT_DIR [PYTHON]
+set -uo pipefail
+out=${1:?usage: tests/gpu/e2e_triton.sh OUT_DIR [PYTHON]}
+py=${2:-python3}
+bin=${MT_BIN_DIR:-$(dirname "$(command -v moetune)")}
+if ! nvidia-smi -L >/dev/null 2>&1; then echo "skipped: no NVIDIA GPU here"; exit 77; fi
+if ! "$py" -c 'import torch, triton' 2>/dev/null; then echo "skipped: $py has no torch/triton"; exit 77; fi
+mkdir -p "$out"
+fail() { echo "FAIL: $*"; exit 1; }
+SPACE=(--block-m 16,32,64,128 --block-n 64,128,256 --block-k 64,128 --group-m 1,16 --num-warps 4,8 --num-stages 3,4)
+BS=1,8,64,256,1024,4096
+export TRITON_CACHE_DIR="$out/triton-cache"   # empty: every config is compiled in this run
+rm -rf "$TRITON_CACHE_DIR"
+
+echo "== tune --backend triton --kernel moetune: qwen3-30b-a3b TP1, 192 configs, batch sizes $BS"
+start=$(date +%s.%N)
+"$bin/moetune" tune --backend triton --kernel moetune --python "$py" --model qwen3-30b-a3b --tp 1 \
+  --batch-sizes $BS "${SPACE[@]}" --warmup 2 --min-samples 5 --db "$out/tune.db" --out "$out/configs" \
+  >"$out/tune.out" 2>"$out/tune.err"
+rc=$?
+end=$(date +%s.%N)
+echo "tune exit $rc after $(echo "$end - $start" | bc) s" | tee "$out/tune.time"
+tail -n 5 "$out/tune.err"
+[ $rc = 0 ] || fail "tune exited $rc"
+f=$(ls "$out"/configs/configs/triton_*/E=128,N=768,device_name=*.json 2>/dev/null | grep -v _down | head -n1)
+[ -n "$f" ] || { find "$out/configs"; fail "no SGLang file under configs/triton_*/"; }
+d=${f%.json}_down.json
+[ -f "$d" ] || fail "no _down file beside $f"
+echo "wrote $f and $(basename "$d")"; cat "$f"; echo; cat "$d"; echo
+"$bin/moetune" results --db "$out/tune.db" --json >"$out/results.json" || fail "results failed"
+python3 - "$f" "$d" "$out/results.json" <<'PY' || fail "files or rows wrong"
+import json, sys
+up, down = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+keys = [k for k in up if k.isdigit()]
+assert keys == ["1", "8", "64", "256", "1024", "4096"], keys
+for k in keys:
+    assert up[k]["BLOCK_SIZE_M"] == down[k]["BLOCK_SIZE_M"], (k, up[k], down[k])
+rows = [json.loads(l) for l in open(sys.argv[3]) if l.strip()]
+st = {}
+for r in rows:
+    st[r["status"]] = st.get(r["status"], 0) + 1
+print("rows", len(rows), "by status", st)
+configs = {tuple(r["config"].values()) for r in rows}
+assert len(configs) >= 150, len(configs)
+ok = [r for r in rows if r["status"] == "ok"]
+assert all("rel_err=" in r.get("detail", "") for r in ok), "an ok row without its reference check"
+assert all(r.get("up_us", 0) > 0 and r.get("down_us", 0) > 0 for r in ok), "ok rows without up/down"
+assert all("kernel=moetune" in (r.get("versions") or "") for r in rows), "rows without versions"
+assert not [r for r in rows if r["status"] in ("wrong_result", "crashed", "timeout")], "wrong/crashed/timeout rows"
+print("configs", len(configs), "ok rows", len(ok), "all verified; versions:", rows[0].get("versions"))
+PY
+echo "all triton GPU end-to-end checks passed"
