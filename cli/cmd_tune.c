@@ -289,7 +289,10 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     const char *log_level = o->log_level ? o->log_level : "info";
 
     /* ---- validate everything before starting anything */
-    if (cli_spec_finish(o->spec, true, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
+    /* The sweep is for this backend's kernel: its workers alone measure it, by its static rules. */
+    if (cli_spec_set(o->spec, "worker-backend", backend, err, sizeof err) != MT_OK ||
+        cli_spec_finish(o->spec, true, err, sizeof err) != MT_OK)
+        return cli_usage(cmd, err);
     const Moetune__SweepSpec *spec = cli_spec_get(o->spec);
     bool sim = strcmp(backend, "sim") == 0;
     if (!sim && strcmp(backend, "cuda") != 0) return cli_usage(cmd, "--backend: not one of sim, cuda");

@@ -35,7 +35,7 @@ struct cli_spec {
     size_t n_batch;
     uint32_t space_vals[SP_N][KRN_MAX_VALUES];
     size_t n_space[SP_N];
-    char name[128], strategy[32], device_filter[128];
+    char name[128], strategy[32], device_filter[128], backend[16];
     int depth;      /* nesting of spec files, to refuse a file that includes itself */
     bool finished;
 };
@@ -258,6 +258,7 @@ static const opt_def_t k_opts[] = {
     {{"name", "NAME", "sweep name (default derived from the shapes)"}, set_text, ARG(offsetof(cli_spec_t, name))},
     {{"strategy", "exhaustive", "search strategy (default exhaustive)"}, set_text, ARG(offsetof(cli_spec_t, strategy))},
     {{"device-filter", "TEXT", "only workers whose GPU name contains TEXT"}, set_text, ARG(offsetof(cli_spec_t, device_filter))},
+    {{"worker-backend", "cuda|triton|sim", "only workers of this backend measure the sweep; triton uses Triton's static rules (submit; tune sets it from --backend)"}, set_text, ARG(offsetof(cli_spec_t, backend))},
     {{"chunk", "N", "configs per job (default 16)"}, set_u32, 0},
     {{"max-attempts", "N", "leases a job may fail before it is failed (default 3)"}, set_u32, 1},
     {{"warmup", "N", "warm-up runs per measurement (default 5)"}, set_u32, 2},
@@ -400,6 +401,7 @@ static int apply_shape_json(cli_spec_t *s, json_t *v, char *err, size_t errlen) 
 static const struct { const char *key, *opt; } k_json_keys[] = {
     {"name", "name"}, {"tp", "tp"}, {"ep", "ep"}, {"dtype", "dtype"},
     {"batch_sizes", "batch-sizes"}, {"strategy", "strategy"}, {"device_filter", "device-filter"},
+    {"backend", "worker-backend"},
     {"chunk", "chunk"}, {"max_attempts", "max-attempts"},
 };
 static const struct { const char *key, *opt; } k_json_space[] = {
@@ -671,6 +673,7 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
     s->spec.name = s->name;
     s->spec.strategy = s->strategy;
     s->spec.device_filter = s->device_filter;
+    s->spec.backend = s->backend;
     for (size_t i = 0; i < s->n_shapes; i++) {
         wire_shape_to_msg(&s->shapes[i], &s->pb_shapes[i]);
         s->pb_ptrs[i] = &s->pb_shapes[i];
@@ -721,7 +724,9 @@ static bool loose_eq(uint64_t a, uint64_t b) { return a == 0 || b == 0 || a == b
 
 bool cli_spec_same_work(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b) {
     if (!a || !b) return false;
-    if (!str_eq(a->name, b->name) || !str_eq(a->device_filter, b->device_filter)) return false;
+    if (!str_eq(a->name, b->name) || !str_eq(a->device_filter, b->device_filter) ||
+        !str_eq(a->backend, b->backend))
+        return false;
     const char *sa = a->strategy && *a->strategy ? a->strategy : "exhaustive";
     const char *sb = b->strategy && *b->strategy ? b->strategy : "exhaustive";
     if (strcmp(sa, sb) != 0 || !loose_eq(a->chunk, b->chunk)) return false;

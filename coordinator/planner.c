@@ -149,6 +149,13 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
 
     krn_limits_t limits;
     krn_limits_default(&limits);
+    const char *backend = spec->backend && *spec->backend ? spec->backend : "cuda";
+    bool triton = strcmp(backend, "triton") == 0;
+    if (!triton && strcmp(backend, "cuda") != 0 && strcmp(backend, "sim") != 0) {
+        mt_fmt(err, errlen, "backend '%s' is not one of cuda, triton, sim", backend);
+        rc = MT_INVAL;
+        goto out;
+    }
     size_t n_space = krn_space_size(&p->space);
     for (size_t i = 0; i < spec->n_shapes; i++) {
         plan_shape_t *ps = &p->shapes[i];
@@ -172,7 +179,9 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
         for (size_t c = 0; c < n_space; c++) {
             krn_config_t cfg;
             krn_space_at(&p->space, c, &cfg);
-            if (krn_check(&ps->shape, &cfg, &limits, why, sizeof why) == MT_OK) {
+            int ok = triton ? krn_check_triton(&cfg, why, sizeof why)
+                            : krn_check(&ps->shape, &cfg, &limits, why, sizeof why);
+            if (ok == MT_OK) {
                 ps->valid[ps->n_valid++] = cfg;
             } else {
                 plan_rejection_t *r = &ps->rejected[ps->n_rejected++];

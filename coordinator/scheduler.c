@@ -58,6 +58,7 @@ struct sweep {
     uint32_t *seen;          /* per batch size: stamp of the last result that had it */
     uint32_t stamp;
     char *filter;
+    char *backend;           /* NULL = any worker's backend */
     uint32_t max_attempts;
     Moetune__Measure measure;
     uint64_t planned, done, failed;
@@ -205,7 +206,10 @@ static const char *gpu_name(const sched_worker_t *w) {
     return h && h->gpu && h->gpu->name ? h->gpu->name : "";
 }
 
+/* A sweep's results are for one kernel: a worker of another backend measures another kernel. */
 static bool worker_matches(const sched_worker_t *w, const sweep_t *sw) {
+    const Moetune__Hello *h = w->hello ? w->hello->hello : NULL;
+    if (sw->backend && (!h || !h->backend || strcmp(h->backend, sw->backend) != 0)) return false;
     return !sw->filter || !*sw->filter || strstr(gpu_name(w), sw->filter) != NULL;
 }
 
@@ -350,6 +354,7 @@ static void sweep_free(sweep_t *sw) {
     free(sw->bs);
     free(sw->seen);
     free(sw->filter);
+    free(sw->backend);
     free(sw);
 }
 
@@ -451,6 +456,12 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
         memcpy(sw->bs, spec->batch_sizes, sw->nb * sizeof *sw->bs);
         qsort(sw->bs, sw->nb, sizeof *sw->bs, cmp_u32);
         sw->filter = spec->device_filter && *spec->device_filter ? strdup(spec->device_filter) : NULL;
+        sw->backend = spec->backend && *spec->backend ? strdup(spec->backend) : NULL;
+        if ((spec->device_filter && *spec->device_filter && !sw->filter) ||
+            (spec->backend && *spec->backend && !sw->backend)) {
+            rc = MT_NOMEM;
+            goto out;
+        }
         sw->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
         plan_measure(spec, &sw->measure);
     }

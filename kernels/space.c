@@ -137,6 +137,23 @@ int krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_
     return MT_OK;
 }
 
+int krn_check_triton(const krn_config_t *c, char *why, size_t whylen) {
+    if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 ||
+        c->block_n < 16 || c->block_k < 16) {
+        mt_fmt(why, whylen, "block sizes must be powers of two >= 16");
+        return MT_INVAL;
+    }
+    if (!is_pow2(c->num_warps) || c->num_warps > 32) {
+        mt_fmt(why, whylen, "num_warps %u is not a power of two <= 32", c->num_warps);
+        return MT_INVAL;
+    }
+    if (c->num_stages < 1 || c->num_stages > 8 || c->group_m < 1) {
+        mt_fmt(why, whylen, "num_stages must be in 1..8 and GROUP_SIZE_M >= 1");
+        return MT_INVAL;
+    }
+    return MT_OK;
+}
+
 int krn_shape_check(const krn_shape_t *s, char *err, size_t errlen) {
     if (s->e == 0 || s->n == 0 || s->k == 0 || s->topk == 0) {
         mt_fmt(err, errlen, "E, N, K and topk must all be positive");

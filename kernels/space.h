@@ -69,6 +69,14 @@ uint32_t krn_warps_m(const krn_config_t *cfg);
 int krn_check(const krn_shape_t *shape, const krn_config_t *cfg, const krn_limits_t *limits,
               char *why, size_t whylen);
 
+/* The static rules for a Triton kernel (the triton backend): only what no Triton MoE kernel can
+ * run (block sizes not powers of two or below 16, warps not a power of two up to 32, stages
+ * outside 1..8, GROUP_SIZE_M 0). Triton masks the tails, so there is no divisibility rule, and
+ * shared memory and registers are the compiler's to judge on the real device: a config it refuses
+ * is stored invalid by the worker with Triton's own reason. */
+int krn_check_triton(const krn_config_t *c, char *why, size_t whylen);
+
+
 /* Parses "E=128,N=768,K=2048,topk=8[,dtype=bf16][,block_shape=128x128]" into shape.
  * Returns MT_INVAL with a reason in err on a malformed or out-of-range field. */
 int krn_shape_parse(const char *text, krn_shape_t *shape, char *err, size_t errlen);

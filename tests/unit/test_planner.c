@@ -95,6 +95,28 @@ static void test_default_space_counts(void **state) {
     assert_null(p);
 }
 
+/* A triton sweep keeps every config of the default space (Triton masks tails and the device
+ * judges shared memory); the CUDA kernel's rules reject some; an unknown backend is refused. */
+static void test_triton_rules(void **state) {
+    spec_t s;
+    char err[256];
+    plan_t *cuda = NULL, *triton = NULL;
+    spec_init(&s, (const uint32_t[][4]){{32, 2880, 2880, 4}}, 1);
+    assert_int_equal(plan_build(&s.spec, &cuda, err, sizeof err), MT_OK);
+    s.spec.backend = "triton";
+    assert_int_equal(plan_build(&s.spec, &triton, err, sizeof err), MT_OK);
+    assert_true(cuda->configs_rejected > 0);
+    assert_int_equal(triton->configs_rejected, 0);
+    assert_int_equal(triton->configs_valid, 1920);
+    assert_int_equal(triton->results_planned, 1920u * 18);
+    plan_destroy(&cuda);
+    plan_destroy(&triton);
+    s.spec.backend = "rocm";
+    assert_int_equal(plan_build(&s.spec, &triton, err, sizeof err), MT_INVAL);
+    assert_string_equal(err, "backend 'rocm' is not one of cuda, triton, sim");
+    assert_null(triton);
+}
+
 static void test_divisibility_and_chunks(void **state) {
     static const uint32_t shapes[3][4] = {{32, 2880, 2880, 4}, {128, 768, 2048, 8}, {8, 1792, 4096, 2}};
     spec_t s;
@@ -229,6 +251,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_store_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_specs, setup, teardown),
         cmocka_unit_test(test_custom_space_and_measure),
+        cmocka_unit_test(test_triton_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
