@@ -38,6 +38,7 @@ typedef struct {
     uint32_t smem_per_block, regs_per_block;
     char compiler[32];          /* export directory: "cuda_13_0", "sim" */
     char kernel_hash[32];       /* hash of the kernel sources, hex */
+    char versions[256];         /* "kernel=moetune triton=3.6.0 torch=2.11.0 python=3.12.3"; "" when none */
 } wrk_device_t;
 
 /* Measurement settings of a job (proto Measure). */
@@ -53,6 +54,7 @@ typedef struct {
     int status;
     double median_us, min_us, mean_us, stddev_us;
     uint32_t samples;
+    double up_us, down_us;      /* GEMM1 / GEMM2 timed alone, medians; 0 = not measured */
     char detail[160];
 } wrk_meas_t;
 

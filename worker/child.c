@@ -411,6 +411,7 @@ static void on_frame(wrk_child_t *c, uint32_t type, const uint8_t *p, uint32_t l
         c->dev.kernel_hash[sizeof c->dev.kernel_hash - 1] = '\0';
         c->dev.driver_version[sizeof c->dev.driver_version - 1] = '\0';
         c->dev.cuda_version[sizeof c->dev.cuda_version - 1] = '\0';
+        c->dev.versions[sizeof c->dev.versions - 1] = '\0';
         c->state = WRK_CHILD_IDLE;
         *ev = WRK_CHILD_EV_READY;
         return;
