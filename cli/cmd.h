@@ -26,8 +26,8 @@ typedef struct {
 /* Every option of every command lands here; a command reads the ones it lists. */
 typedef struct {
     const char *control, *db, *out, *shape, *status, *backend, *gpus, *sim_time_scale,
-        *sim_faults, *log_level, *curve_secret, *curve_server, *key_name;
-    uint32_t timeout_ms, batch_size, limit, workers;
+        *sim_faults, *log_level, *curve_secret, *curve_server, *key_name, *kernel, *python;
+    uint32_t timeout_ms, batch_size, limit, workers, helper_mem_mb;
     uint64_t sweep;
     bool wait, json, best, keep_temp;
     cli_spec_t *spec;      /* set for commands that take spec options */
@@ -54,7 +54,7 @@ struct cli_cmd {
 extern const cli_opt_t opt_control, opt_timeout, opt_sweep, opt_wait, opt_json, opt_db, opt_out,
     opt_shape_filter, opt_batch_size, opt_status, opt_best, opt_limit, opt_backend, opt_workers,
     opt_gpus, opt_sim_time_scale, opt_sim_faults, opt_log_level, opt_keep_temp, opt_curve_secret,
-    opt_curve_server, opt_key_out, opt_key_name;
+    opt_curve_server, opt_key_out, opt_key_name, opt_kernel, opt_python, opt_helper_mem_mb;
 
 /* Parses argv (after the command name) into o. Returns MT_OK; 1 when --help was
  * asked (help printed to stdout); MT_INVAL with a one-line reason in err. */

@@ -18,11 +18,14 @@ const cli_opt_t opt_batch_size = {"batch-size", OPT_U32, OFF(batch_size), "M", "
 const cli_opt_t opt_status = {"status", OPT_STR, OFF(status), "ok|invalid|compile_error|launch_error|wrong_result|timeout|crashed", "only results with this status"};
 const cli_opt_t opt_best = {"best", OPT_FLAG, OFF(best), NULL, "only the lowest-median ok config per (shape, batch size)"};
 const cli_opt_t opt_limit = {"limit", OPT_U32, OFF(limit), "N", "at most N rows"};
-const cli_opt_t opt_backend = {"backend", OPT_STR, OFF(backend), "sim|cuda", "measurement backend (default cuda)"};
+const cli_opt_t opt_backend = {"backend", OPT_STR, OFF(backend), "sim|cuda|triton", "measurement backend (default cuda)"};
 const cli_opt_t opt_workers = {"workers", OPT_U32, OFF(workers), "N", "sim workers to run (default 4)"};
-const cli_opt_t opt_gpus = {"gpus", OPT_STR, OFF(gpus), "0,1,..", "GPUs to use, one worker each (default all)"};
+const cli_opt_t opt_gpus = {"gpus", OPT_STR, OFF(gpus), "0,1,..", "cuda, triton: GPUs to use, one worker each (default all)"};
 const cli_opt_t opt_sim_time_scale = {"sim-time-scale", OPT_STR, OFF(sim_time_scale), "X", "sim: sleep X times the simulated time (0 = instant)"};
 const cli_opt_t opt_sim_faults = {"sim-faults", OPT_STR, OFF(sim_faults), "SPEC", "sim: fault injection, passed to the workers"};
+const cli_opt_t opt_kernel = {"kernel", OPT_STR, OFF(kernel), "sglang|vllm|moetune", "triton: the kernel to tune (default moetune)"};
+const cli_opt_t opt_python = {"python", OPT_STR, OFF(python), "PATH", "triton: interpreter for the helper (default python3)"};
+const cli_opt_t opt_helper_mem_mb = {"helper-mem-mb", OPT_U32, OFF(helper_mem_mb), "N", "triton: helper resident memory limit, MiB (default 65536)"};
 const cli_opt_t opt_log_level = {"log-level", OPT_STR, OFF(log_level), "LEVEL", "log level of the coordinator and workers (default info)"};
 const cli_opt_t opt_curve_secret = {"curve-secret", OPT_STR, OFF(curve_secret), "FILE", "CURVE: this client's key pair (.key, from moetune keygen)"};
 const cli_opt_t opt_curve_server = {"curve-server", OPT_STR, OFF(curve_server), "FILE", "CURVE: the coordinator's public key (.pub)"};

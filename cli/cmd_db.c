@@ -78,6 +78,11 @@ static int print_row(void *vctx, const dbq_result_t *r) {
             "mean_us", r->mean_us, "stddev_us", r->stddev_us, "samples", (int)r->samples, "detail", r->detail,
             "device", r->device_name, "backend", r->backend, "compiler", r->compiler, "worker", r->worker_id,
             "created", (json_int_t)r->created);
+        if (o) {
+            json_object_set_new(o, "up_us", json_real(r->up_us));
+            json_object_set_new(o, "down_us", json_real(r->down_us));
+            json_object_set_new(o, "versions", json_string(r->versions));
+        }
         char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
         if (s) printf("%s\n", s);
         free(s);

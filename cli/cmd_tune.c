@@ -295,10 +295,18 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
         return cli_usage(cmd, err);
     const Moetune__SweepSpec *spec = cli_spec_get(o->spec);
     bool sim = strcmp(backend, "sim") == 0;
-    if (!sim && strcmp(backend, "cuda") != 0) return cli_usage(cmd, "--backend: not one of sim, cuda");
+    bool triton = strcmp(backend, "triton") == 0;
+    if (!sim && !triton && strcmp(backend, "cuda") != 0) return cli_usage(cmd, "--backend: not one of sim, cuda, triton");
+    if (!triton && (o->kernel || o->python || o->helper_mem_mb))
+        return cli_usage(cmd, "--kernel, --python and --helper-mem-mb apply only with --backend triton");
+    if (o->kernel && strcmp(o->kernel, "sglang") && strcmp(o->kernel, "vllm") && strcmp(o->kernel, "moetune"))
+        return cli_usage(cmd, "--kernel: not one of sglang, vllm, moetune");
+    if (o->python && !*o->python) return cli_usage(cmd, "--python: empty");
+    char mem_mb[16];
+    snprintf(mem_mb, sizeof mem_mb, "%u", o->helper_mem_mb);
     if (!sim && (o->workers || o->sim_time_scale || o->sim_faults))
         return cli_usage(cmd, "--workers, --sim-time-scale and --sim-faults apply only with --backend sim");
-    if (sim && o->gpus) return cli_usage(cmd, "--gpus applies only with --backend cuda");
+    if (sim && o->gpus) return cli_usage(cmd, "--gpus applies only with --backend cuda or triton");
     if (o->sim_time_scale) {
         double x;
         if (mt_parse_double(o->sim_time_scale, &x) != MT_OK || x < 0)
@@ -409,7 +417,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
         snprintf(gpu, sizeof gpu, "%u", r->gpus[i]);
         mt_fmt(w->log, sizeof w->log, "%s/worker-%u.log", r->dir, i);
         snprintf(w->label, sizeof w->label, "worker %u", i);
-        char *argv[16];
+        char *argv[24];
         int a = 0;
         argv[a++] = r->worker_bin;
         argv[a++] = "--connect";
@@ -427,6 +435,18 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
         if (o->sim_faults) {
             argv[a++] = "--sim-faults";
             argv[a++] = (char *)o->sim_faults;
+        }
+        if (o->kernel) {
+            argv[a++] = "--kernel";
+            argv[a++] = (char *)o->kernel;
+        }
+        if (o->python) {
+            argv[a++] = "--python";
+            argv[a++] = (char *)o->python;
+        }
+        if (o->helper_mem_mb) {
+            argv[a++] = "--helper-mem-mb";
+            argv[a++] = mem_mb;
         }
         argv[a] = NULL;
         if (spawn(w, argv, err, sizeof err) != MT_OK) {

@@ -8,8 +8,8 @@
 #include "presets.h"
 
 static const cli_opt_t *const tune_opts[] = {&opt_backend, &opt_workers, &opt_gpus, &opt_db, &opt_out,
-                                             &opt_sim_time_scale, &opt_sim_faults, &opt_json, &opt_log_level,
-                                             &opt_keep_temp, NULL};
+                                             &opt_sim_time_scale, &opt_sim_faults, &opt_kernel, &opt_python,
+                                             &opt_helper_mem_mb, &opt_json, &opt_log_level, &opt_keep_temp, NULL};
 static const cli_opt_t *const submit_opts[] = {&opt_control, &opt_timeout, &opt_wait, &opt_json,
                                                &opt_curve_secret, &opt_curve_server, NULL};
 static const cli_opt_t *const status_opts[] = {&opt_control, &opt_timeout, &opt_sweep, &opt_wait, &opt_json,

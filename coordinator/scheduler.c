@@ -107,7 +107,7 @@ typedef struct {
     store_result_t base;
     const Moetune__Result *r;
     bool crash;
-    char *strs[4];           /* copies behind base's worker_id, backend, compiler, kernel_hash */
+    char *strs[5];           /* copies behind base's worker_id, backend, compiler, kernel_hash, versions */
     Moetune__Hello *hello;   /* a copy of the Hello of a worker not yet recorded (owned), or NULL */
     uint64_t device_id;      /* what recording it gave */
     uint32_t new_rows, new_failed;
@@ -982,7 +982,7 @@ size_t sched_pending(const sched_t *s) { return s->n_pending + (s->inflight ? s-
 static void batch_free(sched_batch_t *b) {
     if (!b) return;
     for (size_t i = 0; i < b->n_entries; i++) {
-        for (int k = 0; k < 4; k++) free(b->rows[i].strs[k]);
+        for (int k = 0; k < 5; k++) free(b->rows[i].strs[k]);
         if (b->rows[i].hello) moetune__hello__free_unpacked(b->rows[i].hello, NULL);
     }
     for (size_t i = 0; i < b->n_jobs; i++) free((char *)b->jobu[i].worker_id);
@@ -1006,8 +1006,9 @@ static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
     br->strs[1] = dup_or_null(h ? h->backend : NULL);
     br->strs[2] = dup_or_null(h ? h->compiler : NULL);
     br->strs[3] = dup_or_null(h ? h->kernel_hash : NULL);
+    br->strs[4] = dup_or_null(h ? h->versions : NULL);
     if (!br->strs[0] || (h && ((h->backend && !br->strs[1]) || (h->compiler && !br->strs[2]) ||
-                               (h->kernel_hash && !br->strs[3]))))
+                               (h->kernel_hash && !br->strs[3]) || (h->versions && !br->strs[4]))))
         return MT_NOMEM;
     br->base = (store_result_t){
         .sweep_id = e->job->sw->id,
@@ -1021,6 +1022,7 @@ static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
         .backend = br->strs[1],
         .compiler = br->strs[2],
         .kernel_hash = br->strs[3],
+        .versions = br->strs[4],
         .created = now_s,
     };
     br->r = r;
@@ -1133,6 +1135,8 @@ int sched_batch_write(store_t *db, void *arg) {
             row.stddev_us = m->stddev_us;
             row.samples = m->samples;
             row.detail = m->detail;
+            row.up_us = m->up_us;
+            row.down_us = m->down_us;
             rc = store_result_insert(db, &row, &inserted);
             if (!rc && inserted) {
                 br->new_rows++;

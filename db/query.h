@@ -52,6 +52,8 @@ typedef struct {
     char backend[16], compiler[48], kernel_hash[80];
     int64_t created;
     char export_dir[48];  /* "sim" for backend sim, else the compiler */
+    char versions[256];   /* the measuring worker's versions ("kernel=.. triton=.. ..."); "" when none */
+    double up_us, down_us; /* GEMM1 / GEMM2 timed alone, medians; 0 = not measured */
 } dbq_result_t;
 
 /* Called once per row; a non-zero return stops the walk and is returned. */

@@ -1,4 +1,4 @@
--- moetune store, schema version 1. The coordinator applies it through db/store.c
+-- moetune store, schema version 2. The coordinator applies it through db/store.c
 -- (PRAGMA user_version); this file is the readable copy and is embedded at build time.
 CREATE TABLE devices (
   id INTEGER PRIMARY KEY,
@@ -13,7 +13,8 @@ CREATE TABLE workers (
   host TEXT, pid INTEGER, backend TEXT,
   device_id INTEGER REFERENCES devices(id),
   compiler TEXT, kernel_hash TEXT,
-  first_seen INTEGER, last_seen INTEGER
+  first_seen INTEGER, last_seen INTEGER,
+  versions TEXT                   -- the backend's versions: 'kernel=.. triton=.. torch=.. python=..'
 );
 CREATE TABLE sweeps (
   id INTEGER PRIMARY KEY,
@@ -86,6 +87,8 @@ CREATE TABLE results (
   compiler TEXT NOT NULL,          -- export directory: 'cuda_13_0', 'sim'
   kernel_hash TEXT,
   created INTEGER NOT NULL,
+  versions TEXT,                   -- the measuring worker's versions (triton: kernel, triton, torch, python)
+  up_us REAL, down_us REAL,        -- GEMM1 and GEMM2 timed alone, medians; 0 = not measured
   UNIQUE (sweep_id, shape_id, config_id, batch_size)
 );
 CREATE INDEX results_best ON results (shape_id, batch_size, status, median_us);

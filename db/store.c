@@ -8,9 +8,9 @@
 
 #include "mt.h"
 
-/* Schema version 1; kept identical to db/schema.sql (tests/unit/test_store.c checks). */
+/* Schema version 2; kept identical to db/schema.sql (tests/unit/test_store.c checks). */
 static const char g_schema[] =
-    "-- moetune store, schema version 1. The coordinator applies it through db/store.c\n"
+    "-- moetune store, schema version 2. The coordinator applies it through db/store.c\n"
     "-- (PRAGMA user_version); this file is the readable copy and is embedded at build time.\n"
     "CREATE TABLE devices (\n"
     "  id INTEGER PRIMARY KEY,\n"
@@ -25,7 +25,8 @@ static const char g_schema[] =
     "  host TEXT, pid INTEGER, backend TEXT,\n"
     "  device_id INTEGER REFERENCES devices(id),\n"
     "  compiler TEXT, kernel_hash TEXT,\n"
-    "  first_seen INTEGER, last_seen INTEGER\n"
+    "  first_seen INTEGER, last_seen INTEGER,\n"
+    "  versions TEXT                   -- the backend's versions: 'kernel=.. triton=.. torch=.. python=..'\n"
     ");\n"
     "CREATE TABLE sweeps (\n"
     "  id INTEGER PRIMARY KEY,\n"
@@ -98,6 +99,8 @@ static const char g_schema[] =
     "  compiler TEXT NOT NULL,          -- export directory: 'cuda_13_0', 'sim'\n"
     "  kernel_hash TEXT,\n"
     "  created INTEGER NOT NULL,\n"
+    "  versions TEXT,                   -- the measuring worker's versions (triton: kernel, triton, torch, python)\n"
+    "  up_us REAL, down_us REAL,        -- GEMM1 and GEMM2 timed alone, medians; 0 = not measured\n"
     "  UNIQUE (sweep_id, shape_id, config_id, batch_size)\n"
     ");\n"
     "CREATE INDEX results_best ON results (shape_id, batch_size, status, median_us);\n"
@@ -142,10 +145,10 @@ static const char *const g_sql[ST_COUNT] = {
     [ST_DEVICE_ID] = "SELECT id FROM devices WHERE uuid = ?1",
     [ST_WORKER_UPSERT] =
         "INSERT INTO workers (worker_id, host, pid, backend, device_id, compiler, kernel_hash, first_seen,"
-        " last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8) ON CONFLICT (worker_id) DO UPDATE SET"
+        " last_seen, versions) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9) ON CONFLICT (worker_id) DO UPDATE SET"
         " host = excluded.host, pid = excluded.pid, backend = excluded.backend,"
         " device_id = excluded.device_id, compiler = excluded.compiler,"
-        " kernel_hash = excluded.kernel_hash, last_seen = excluded.last_seen",
+        " kernel_hash = excluded.kernel_hash, last_seen = excluded.last_seen, versions = excluded.versions",
     [ST_SWEEP_INSERT] =
         "INSERT INTO sweeps (name, spec, state, created) VALUES (?1, ?2, 'running', ?3)",
     [ST_SWEEP_PLANNED] = "UPDATE sweeps SET results_planned = ?2 WHERE id = ?1",
@@ -175,8 +178,8 @@ static const char *const g_sql[ST_COUNT] = {
     [ST_RESULT_INSERT] =
         "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us, mean_us,"
         " stddev_us, samples, detail, registers, spills, job_id, worker_id, device_id, backend, compiler,"
-        " kernel_hash, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,"
-        " ?16, ?17, ?18, ?19, ?20) ON CONFLICT (sweep_id, shape_id, config_id, batch_size) DO NOTHING",
+        " kernel_hash, created, versions, up_us, down_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
+        " ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23) ON CONFLICT (sweep_id, shape_id, config_id, batch_size) DO NOTHING",
     [ST_CRASH_BUMP] =
         "INSERT INTO crashes (sweep_id, shape_id, config_id, count, last_worker) VALUES (?1, ?2, ?3, 1, ?4)"
         " ON CONFLICT (sweep_id, shape_id, config_id) DO UPDATE SET count = count + 1, last_worker = excluded.last_worker",
@@ -303,7 +306,17 @@ out:
     return rc;
 }
 
-/* Applies the schema to a fresh database in one transaction. */
+/* What takes a database of version i-1 to version i; ALTER TABLE only adds
+ * columns, so a migrated database has the layout a fresh one gets. */
+static const char *const g_upgrade[STORE_SCHEMA_VERSION + 1] = {
+    [2] = "ALTER TABLE workers ADD COLUMN versions TEXT;\n"
+          "ALTER TABLE results ADD COLUMN versions TEXT;\n"
+          "ALTER TABLE results ADD COLUMN up_us REAL;\n"
+          "ALTER TABLE results ADD COLUMN down_us REAL;\n",
+};
+
+/* Applies the schema to a fresh database, or the upgrades from its version to a
+ * database of an older one, in one transaction. */
 static int migrate(store_t *s) {
     int version = 0;
     int rc = store_user_version(s, &version);
@@ -317,7 +330,11 @@ static int migrate(store_t *s) {
     char sql[64];
     rc = pragma(s, "BEGIN IMMEDIATE");
     if (rc) return rc;
-    rc = pragma(s, g_schema);
+    if (version == 0) {
+        rc = pragma(s, g_schema);
+    } else {
+        for (int v = version + 1; v <= STORE_SCHEMA_VERSION && !rc; v++) rc = pragma(s, g_upgrade[v]);
+    }
     if (!rc) rc = pragma(s, mt_fmt(sql, sizeof sql, "PRAGMA user_version = %d", STORE_SCHEMA_VERSION));
     if (!rc) rc = pragma(s, "COMMIT");
     if (rc) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
@@ -419,6 +436,7 @@ static int worker_upsert(store_t *s, const Moetune__Hello *h, uint64_t device_id
     bind_text(st, 6, h->compiler);
     bind_text(st, 7, h->kernel_hash);
     sqlite3_bind_int64(st, 8, now_s);
+    bind_text(st, 9, h->versions && *h->versions ? h->versions : NULL);
     return exec_st(s, ST_WORKER_UPSERT);
 }
 
@@ -564,6 +582,9 @@ int store_result_insert(store_t *s, const store_result_t *r, bool *inserted) {
     sqlite3_bind_text(st, 18, r->compiler ? r->compiler : "", -1, SQLITE_STATIC);
     bind_text(st, 19, r->kernel_hash);
     sqlite3_bind_int64(st, 20, r->created);
+    bind_text(st, 21, r->versions && *r->versions ? r->versions : NULL);
+    sqlite3_bind_double(st, 22, r->up_us);
+    sqlite3_bind_double(st, 23, r->down_us);
     int rc = exec_st(s, ST_RESULT_INSERT);
     if (!rc) *inserted = sqlite3_changes(s->db) == 1;
     return rc;

@@ -18,7 +18,7 @@
 #include "moetune.pb-c.h"
 #include "space.h"
 
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 
 typedef struct store store_t;
 
@@ -30,6 +30,8 @@ typedef struct {
     double median_us, min_us, mean_us, stddev_us;
     uint32_t samples, registers, spills;
     const char *detail, *worker_id, *backend, *compiler, *kernel_hash;
+    const char *versions;            /* the measuring worker's Hello.versions; NULL or "" stores NULL */
+    double up_us, down_us;           /* GEMM1 / GEMM2 alone, medians; 0 = not measured */
     int64_t created;                 /* wall-clock seconds */
 } store_result_t;
 
@@ -62,7 +64,7 @@ typedef struct {
 } store_sweep_row_t;
 
 /* Opens (creating when missing) the database at path, applies the schema when
- * user_version is 0, and sets WAL, synchronous=NORMAL, busy_timeout and
+ * user_version is 0 or the upgrades (ALTER TABLE, one transaction) from an older version, and sets WAL, synchronous=NORMAL, busy_timeout and
  * foreign_keys. On success *out is a new store the caller closes with
  * store_close(). On failure returns MT_IO (or MT_INVAL for a database of a newer
  * schema) with a one-line reason in err. */

@@ -94,7 +94,8 @@ static const char *validate(const wire_env_t *env) {
     case MOETUNE__ENVELOPE__BODY_HELLO: {
         const Moetune__Hello *h = env->hello;
         if (!h->worker_id || !*h->worker_id || strlen(h->worker_id) > WIRE_MAX_ID) return "hello: bad worker_id";
-        if (!str_ok(h->host) || !str_ok(h->backend) || !str_ok(h->compiler) || !str_ok(h->kernel_hash))
+        if (!str_ok(h->host) || !str_ok(h->backend) || !str_ok(h->compiler) || !str_ok(h->kernel_hash) ||
+            !str_ok(h->versions))
             return "hello: string too long";
         if (h->gpu && (!str_ok(h->gpu->name) || !str_ok(h->gpu->uuid))) return "hello: gpu string too long";
         return NULL;
@@ -113,6 +114,9 @@ static const char *validate(const wire_env_t *env) {
             if (m->status == MOETUNE__STATUS__STATUS_OK &&
                 !(m->median_us > 0 && m->median_us < 1e12 && m->min_us > 0 && m->mean_us > 0 && m->stddev_us >= 0))
                 return "result: ok measurement with non-positive or non-finite latency";
+            /* 0 = not measured; otherwise a latency like the others */
+            if (!(m->up_us >= 0 && m->up_us < 1e12) || !(m->down_us >= 0 && m->down_us < 1e12))
+                return "result: negative or non-finite up_us/down_us";
             if (!str_ok(m->detail)) return "result: detail too long";
         }
         return NULL;

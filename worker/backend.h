@@ -1,5 +1,5 @@
 /*
- * backend.h - the interface every measuring backend implements (sim, cuda).
+ * backend.h - the interface every measuring backend implements (sim, cuda, triton).
  *
  * A backend runs only in the worker's child process: open() is called once after
  * fork, so CUDA is initialised only there. measure() compiles (or takes a compiled
@@ -25,6 +25,9 @@ typedef struct {
     const char *sim_device;     /* --sim-device NAME: which simulated GPU, or NULL for the default */
     const char *cache_dir;      /* compiled-image cache directory, or NULL for the default */
     unsigned compile_threads;   /* size of the compile pool; 0 = backend default */
+    const char *python;         /* --python PATH: triton: the helper's interpreter; NULL = "python3" */
+    const char *kernel;         /* --kernel sglang|vllm|moetune: triton: which kernel; NULL = "moetune" */
+    uint32_t helper_mem_mb;     /* --helper-mem-mb N: triton: helper resident memory limit; 0 = 65536 */
 } wrk_backend_opts_t;
 
 /* What a backend reports about its device; goes into Hello. */
@@ -38,6 +41,7 @@ typedef struct {
     uint32_t smem_per_block, regs_per_block;
     char compiler[32];          /* export directory: "cuda_13_0", "sim" */
     char kernel_hash[32];       /* hash of the kernel sources, hex */
+    char versions[256];         /* "kernel=moetune triton=3.6.0 torch=2.11.0 python=3.12.3"; "" when none */
 } wrk_device_t;
 
 /* Measurement settings of a job (proto Measure). */
@@ -53,6 +57,7 @@ typedef struct {
     int status;
     double median_us, min_us, mean_us, stddev_us;
     uint32_t samples;
+    double up_us, down_us;      /* GEMM1 / GEMM2 timed alone, medians; 0 = not measured */
     char detail[160];
 } wrk_meas_t;
 
@@ -73,7 +78,7 @@ typedef struct {
     void (*close)(void **state);
 } wrk_backend_ops_t;
 
-/* Finds a backend by name ("sim", "cuda"); NULL when unknown or not built. */
+/* Finds a backend by name ("sim", "cuda", "triton"); NULL when unknown or not built. */
 const wrk_backend_ops_t *wrk_backend_find(const char *name);
 
 /* Names of the backends built into this binary, comma-separated. */

@@ -7,12 +7,14 @@
 #ifdef MT_HAVE_CUDA
 extern const wrk_backend_ops_t wrk_backend_cuda;
 #endif
+extern const wrk_backend_ops_t wrk_backend_triton;
 
 static const wrk_backend_ops_t *const g_backends[] = {
     &wrk_backend_sim,
 #ifdef MT_HAVE_CUDA
     &wrk_backend_cuda,
 #endif
+    &wrk_backend_triton,
 };
 #define N_BACKENDS (sizeof g_backends / sizeof g_backends[0])
 
@@ -25,8 +27,8 @@ const wrk_backend_ops_t *wrk_backend_find(const char *name) {
 
 const char *wrk_backend_names(void) {
 #ifdef MT_HAVE_CUDA
-    return "sim,cuda";
+    return "sim,cuda,triton";
 #else
-    return "sim";
+    return "sim,triton";
 #endif
 }

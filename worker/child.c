@@ -42,7 +42,7 @@ typedef struct {
 struct wrk_child {
     const wrk_backend_ops_t *be;
     wrk_backend_opts_t opts;
-    char *sim_faults, *sim_device, *cache_dir; /* owned copies of the opts strings */
+    char *sim_faults, *sim_device, *cache_dir, *python, *kernel; /* owned copies of the opts strings */
     pid_t pid;
     int fd;
     wrk_child_state_t state;
@@ -226,6 +226,13 @@ static int spawn(wrk_child_t *c, char *err, size_t errlen) {
     return MT_OK;
 }
 
+/* SIGKILLs the child, and its whole process group when it made itself a group
+ * leader (so what it started goes with it); other children are killed alone, as
+ * they always were. */
+static void kill_child(pid_t pid) {
+    kill(getpgid(pid) == pid ? -pid : pid, SIGKILL);
+}
+
 static void describe_status(int status, char *buf, size_t len) {
     if (WIFSIGNALED(status))
         mt_fmt(buf, len, "child died: signal %d", WTERMSIG(status));
@@ -242,7 +249,7 @@ static void reap(wrk_child_t *c, int kill_first) {
     if (c->fd >= 0) close(c->fd);
     c->fd = -1;
     if (c->pid > 0) {
-        if (kill_first) kill(c->pid, SIGKILL);
+        if (kill_first) kill_child(c->pid);
         while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
         }
         describe_status(status, c->error, sizeof c->error);
@@ -275,13 +282,17 @@ int wrk_child_new(const wrk_backend_ops_t *be, const wrk_backend_opts_t *opts, w
     c->state = WRK_CHILD_DEAD;
     if ((opts->sim_faults && !(c->sim_faults = strdup(opts->sim_faults))) ||
         (opts->sim_device && !(c->sim_device = strdup(opts->sim_device))) ||
-        (opts->cache_dir && !(c->cache_dir = strdup(opts->cache_dir)))) {
+        (opts->cache_dir && !(c->cache_dir = strdup(opts->cache_dir))) ||
+        (opts->python && !(c->python = strdup(opts->python))) ||
+        (opts->kernel && !(c->kernel = strdup(opts->kernel)))) {
         rc = MT_NOMEM;
         goto out;
     }
     c->opts.sim_faults = c->sim_faults;
     c->opts.sim_device = c->sim_device;
     c->opts.cache_dir = c->cache_dir;
+    c->opts.python = c->python;
+    c->opts.kernel = c->kernel;
     rc = spawn(c, err, errlen);
     if (rc) goto out;
     *out = c;
@@ -305,7 +316,7 @@ void wrk_child_destroy(wrk_child_t **pc) {
         pid_t r;
         while ((r = waitpid(c->pid, &status, WNOHANG)) == 0 && mt_now_ms() < until) usleep(5000);
         if (r == 0) {
-            kill(c->pid, SIGKILL);
+            kill_child(c->pid);
             while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
             }
         }
@@ -315,6 +326,8 @@ void wrk_child_destroy(wrk_child_t **pc) {
     free(c->sim_faults);
     free(c->sim_device);
     free(c->cache_dir);
+    free(c->python);
+    free(c->kernel);
     free(c);
     *pc = NULL;
 }
@@ -411,6 +424,7 @@ static void on_frame(wrk_child_t *c, uint32_t type, const uint8_t *p, uint32_t l
         c->dev.kernel_hash[sizeof c->dev.kernel_hash - 1] = '\0';
         c->dev.driver_version[sizeof c->dev.driver_version - 1] = '\0';
         c->dev.cuda_version[sizeof c->dev.cuda_version - 1] = '\0';
+        c->dev.versions[sizeof c->dev.versions - 1] = '\0';
         c->state = WRK_CHILD_IDLE;
         *ev = WRK_CHILD_EV_READY;
         return;

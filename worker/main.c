@@ -10,7 +10,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: moetune-worker --connect EP --backend sim|cuda [options]\n"
+            "usage: moetune-worker --connect EP --backend sim|cuda|triton [options]\n"
             "  --connect EP          coordinator worker endpoint (tcp://host:5555)\n"
             "  --backend NAME        measuring backend (built: %s)\n"
             "  --gpu N               GPU index (default 0)\n"
@@ -20,7 +20,10 @@ static void usage(FILE *f) {
             "  --sim-time-scale X    sim: 0 answers at once, 1 sleeps the simulated time (default 0)\n"
             "  --sim-faults SPEC     sim: crash=BMxBNxBKxGMxWxS,crash_rate=P,hang=...,wrong=...,slow_start_ms=N\n"
             "  --sim-device NAME     sim: simulated GPU (h200, h100; default h200)\n"
-            "  --cache-dir DIR       compiled-kernel cache directory (cuda)\n"
+            "  --cache-dir DIR       compiled-kernel cache directory (cuda, triton)\n"
+            "  --kernel NAME         triton: sglang, vllm or moetune (default moetune)\n"
+            "  --python PATH         triton: interpreter for the helper (default python3)\n"
+            "  --helper-mem-mb N     triton: helper resident memory limit in MiB (default 65536)\n"
             "  --log-level L         error, warn, info (default), debug\n"
             "  --curve-secret FILE   CURVE: this worker's key pair (moetune keygen); needs --curve-server\n"
             "  --curve-server FILE   CURVE: the coordinator's public key (.pub)\n"
@@ -30,7 +33,8 @@ static void usage(FILE *f) {
 }
 
 enum { OPT_CONNECT = 1, OPT_BACKEND, OPT_GPU, OPT_ID, OPT_CREDITS, OPT_HEARTBEAT, OPT_SCALE, OPT_FAULTS,
-       OPT_SIMDEV, OPT_CACHE, OPT_LOG, OPT_STATS, OPT_HELP, OPT_CURVE_SECRET, OPT_CURVE_SERVER };
+       OPT_SIMDEV, OPT_CACHE, OPT_LOG, OPT_STATS, OPT_HELP, OPT_CURVE_SECRET, OPT_CURVE_SERVER, OPT_KERNEL,
+       OPT_PYTHON, OPT_HELPER_MEM };
 
 static const struct option g_options[] = {
     {"connect", required_argument, NULL, OPT_CONNECT},     {"backend", required_argument, NULL, OPT_BACKEND},
@@ -40,7 +44,9 @@ static const struct option g_options[] = {
     {"sim-device", required_argument, NULL, OPT_SIMDEV},   {"cache-dir", required_argument, NULL, OPT_CACHE},
     {"log-level", required_argument, NULL, OPT_LOG},       {"stats", no_argument, NULL, OPT_STATS},
     {"help", no_argument, NULL, OPT_HELP},                 {"curve-secret", required_argument, NULL, OPT_CURVE_SECRET},
-    {"curve-server", required_argument, NULL, OPT_CURVE_SERVER}, {NULL, 0, NULL, 0},
+    {"curve-server", required_argument, NULL, OPT_CURVE_SERVER}, {"kernel", required_argument, NULL, OPT_KERNEL},
+    {"python", required_argument, NULL, OPT_PYTHON},       {"helper-mem-mb", required_argument, NULL, OPT_HELPER_MEM},
+    {NULL, 0, NULL, 0},
 };
 
 static int bad(const char *what, const char *val) {
@@ -82,6 +88,18 @@ int main(int argc, char **argv) {
         case OPT_FAULTS: o.bopts.sim_faults = optarg; break;
         case OPT_SIMDEV: o.bopts.sim_device = optarg; break;
         case OPT_CACHE: o.bopts.cache_dir = optarg; break;
+        case OPT_KERNEL:
+            if (strcmp(optarg, "sglang") && strcmp(optarg, "vllm") && strcmp(optarg, "moetune"))
+                return bad("--kernel", optarg);
+            o.bopts.kernel = optarg;
+            break;
+        case OPT_PYTHON:
+            if (!*optarg) return bad("--python", optarg);
+            o.bopts.python = optarg;
+            break;
+        case OPT_HELPER_MEM:
+            if (mt_parse_u32(optarg, 1, 16u * 1024u * 1024u, &o.bopts.helper_mem_mb)) return bad("--helper-mem-mb", optarg);
+            break;
         case OPT_LOG:
             if (mt_log_parse_level(optarg, &level)) return bad("--log-level", optarg);
             break;

@@ -121,6 +121,7 @@ static void send_hello(wrk_parent_t *p) {
     h.gpu = &g;
     h.compiler = (char *)d->compiler;
     h.kernel_hash = (char *)d->kernel_hash;
+    h.versions = (char *)d->versions;
     wire_env_init(&env);
     env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
     env.hello = &h;
@@ -240,6 +241,8 @@ static int emit_result(wrk_parent_t *p, pjob_t *j, size_t ci, const wrk_meas_t *
             ms[i].mean_us = meas[i].mean_us;
             ms[i].stddev_us = meas[i].stddev_us;
             ms[i].samples = meas[i].samples;
+            ms[i].up_us = meas[i].up_us;
+            ms[i].down_us = meas[i].down_us;
         }
         ms[i].detail = (char *)meas[i].detail;
         pm[i] = &ms[i];

@@ -41,7 +41,7 @@ static void test_migrate_fresh(void **state) {
                                "'workers','sweeps','shapes','configs','rejected','jobs','job_configs','crashes',"
                                "'results','exports')"),
                      11);
-    assert_int_equal(query_int("PRAGMA user_version"), 1);
+    assert_int_equal(query_int("PRAGMA user_version"), 2);
     store_close(&s); /* NULL-safe */
 }
 
@@ -56,7 +56,70 @@ static void test_reopen_keeps_data(void **state) {
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     store_close(&s);
     assert_int_equal(query_int("SELECT COUNT(*) FROM sweeps WHERE name = 'keep'"), 1);
-    assert_int_equal(query_int("PRAGMA user_version"), 1);
+    assert_int_equal(query_int("PRAGMA user_version"), 2);
+}
+
+/* A v1 database (the schema as it was) gets the v2 columns by ALTER TABLE and keeps its rows. */
+static void test_migrate_v1(void **state) {
+    char err[256], path[512];
+    static char v1[65536];
+    sqlite3 *db = NULL;
+    store_t *s = NULL;
+    FILE *f = fopen(mt_fmt(path, sizeof path, "%s/tests/unit/support/schema_v1.sql", MT_SOURCE_DIR), "rb");
+    assert_non_null(f);
+    size_t n = fread(v1, 1, sizeof v1 - 1, f);
+    fclose(f);
+    v1[n] = '\0';
+    assert_int_equal(sqlite3_open(g_db.path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, v1, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "INSERT INTO sweeps (name, spec, state, created) VALUES ('old', x'00', 'done', 1);"
+                                  "INSERT INTO shapes (e, n, k, topk, dtype) VALUES (8, 256, 256, 2, 'bf16');"
+                                  "INSERT INTO configs (block_m, block_n, block_k, group_m, num_warps, num_stages)"
+                                  " VALUES (16, 64, 64, 1, 4, 2);"
+                                  "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
+                                  " backend, compiler, created) VALUES (1, 1, 1, 1, 'ok', 5.0, 'sim', 'sim', 1);"
+                                  "INSERT INTO workers (worker_id, compiler) VALUES ('w0', 'sim');"
+                                  "PRAGMA user_version = 1;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results') WHERE name IN ('versions',"
+                               " 'up_us', 'down_us')"),
+                     0);
+
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
+    store_close(&s);
+    assert_int_equal(query_int("PRAGMA user_version"), 2);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results') WHERE (name = 'versions' AND"
+                               " type = 'TEXT') OR (name IN ('up_us', 'down_us') AND type = 'REAL')"),
+                     3);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('workers') WHERE name = 'versions'"
+                               " AND type = 'TEXT'"),
+                     1);
+    /* the same columns as a fresh v2 database, in the same order */
+    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results')"), 24);
+    assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'down_us'"), 23);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE median_us = 5.0 AND versions IS NULL"
+                               " AND up_us IS NULL"),
+                     1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM workers WHERE worker_id = 'w0'"), 1);
+
+    /* a second open finds version 2 and changes nothing */
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
+    store_close(&s);
+    assert_int_equal(query_int("PRAGMA user_version"), 2);
+}
+
+/* A fresh database's results table, for the column count above. */
+static void test_fresh_columns(void **state) {
+    char err[256];
+    store_t *s = NULL;
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
+    store_close(&s);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results')"), 24);
+    assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'down_us'"), 23);
+    assert_int_equal(query_int("SELECT cid FROM pragma_table_info('workers') WHERE name = 'versions'"), 10);
 }
 
 static void test_newer_schema_refused(void **state) {
@@ -104,7 +167,8 @@ static void test_idempotent_result(void **state) {
     store_result_t r = {.sweep_id = sweep, .shape_id = shape, .config_id = cfg, .job_id = job, .batch_size = 16,
                         .status = MOETUNE__STATUS__STATUS_OK, .median_us = 12.5, .min_us = 12.0, .mean_us = 12.6,
                         .stddev_us = 0.1, .samples = 20, .worker_id = "w1", .backend = "sim",
-                        .compiler = "sim", .created = 5};
+                        .compiler = "sim", .created = 5, .versions = "kernel=moetune triton=3.6.0",
+                        .up_us = 8.25, .down_us = 4.5};
     assert_int_equal(store_begin(s), MT_OK);
     assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
     assert_true(inserted);
@@ -124,6 +188,9 @@ static void test_idempotent_result(void **state) {
     store_close(&s);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 1);
     assert_int_equal(query_int("SELECT CAST(median_us * 10 AS INTEGER) FROM results"), 125);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE versions = 'kernel=moetune triton=3.6.0'"
+                               " AND up_us = 8.25 AND down_us = 4.5"),
+                     1);
 }
 
 static void test_rollback_discards(void **state) {
@@ -204,6 +271,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_migrate_fresh, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrate_v1, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fresh_columns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test(test_bad_path),
         cmocka_unit_test_setup_teardown(test_idempotent_result, setup, teardown),

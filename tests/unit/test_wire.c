@@ -1,5 +1,6 @@
 /* test_wire.c - Envelope round trip, and rejection of truncated, oversized,
  * wrong-version, bodiless and random messages, directly and over ZeroMQ. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -154,6 +155,29 @@ static void test_no_body_and_bad_fields(void **state) {
     assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_INVAL);
     assert_int_equal(code, WIRE_E_INVALID);
     free(buf);
+
+    /* up_us/down_us: 0 (not measured) and a latency pass, NaN, infinity and negatives do not. */
+    m.median_us = m.min_us = m.mean_us = 10.0;
+    const double up[] = {0.0, 6.5, NAN, INFINITY, -1.0};
+    const int good[] = {1, 1, 0, 0, 0};
+    for (size_t i = 0; i < sizeof up / sizeof up[0]; i++) {
+        for (int which = 0; which < 2; which++) {
+            m.up_us = which ? 1.0 : up[i];
+            m.down_us = which ? up[i] : 1.0;
+            assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+            int rc = wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err);
+            free(buf);
+            if (good[i]) {
+                assert_int_equal(rc, MT_OK);
+                assert_true(out->result->measurements[0]->up_us == m.up_us);
+                assert_true(out->result->measurements[0]->down_us == m.down_us);
+                wire_free(&out);
+            } else {
+                assert_int_equal(rc, MT_INVAL);
+                assert_int_equal(code, WIRE_E_INVALID);
+            }
+        }
+    }
 }
 
 static void test_random_bytes(void **state) {

@@ -1,0 +1,332 @@
+/* test_worker_triton.c - the triton backend's C side, driven through the worker's
+ * child (wrk_child_*) against tests/tools/fake_helper.py, a helper without torch
+ * that misbehaves on request: answers that round-trip, a helper that dies part way
+ * through a config, hangs, floods stdout, writes garbage or a wrong id, grows past
+ * the memory limit, says fatal at start; and an interpreter that does not exist. */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "child.h"
+#include "moetune.pb-c.h"
+#include "mt.h"
+
+#define PYTHON "/usr/bin/python3"
+
+static const uint32_t g_bs[3] = {1, 16, 256};
+static char g_dir[256];
+static char g_pids[300], g_hang[300];
+
+static int setup(void **state) {
+    (void)state;
+    char helper[512];
+    mt_fmt(g_dir, sizeof g_dir, "/tmp/mt-triton.XXXXXX");
+    if (!mkdtemp(g_dir)) return -1;
+    mt_fmt(g_pids, sizeof g_pids, "%s/pids", g_dir);
+    mt_fmt(g_hang, sizeof g_hang, "%s/hang", g_dir);
+    mt_fmt(helper, sizeof helper, "%s/tests/tools/fake_helper.py", MT_SOURCE_DIR);
+    setenv("MOETUNE_HELPER", helper, 1);
+    setenv("FAKE_HELPER_PIDS", g_pids, 1);
+    setenv("FAKE_HELPER_HANG", g_hang, 1);
+    unsetenv("FAKE_HELPER_BM");
+    unlink(g_pids);
+    unlink(g_hang);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    unlink(g_pids);
+    unlink(g_hang);
+    rmdir(g_dir);
+    return 0;
+}
+
+/* The pids the fake helpers wrote, in start order; how many. */
+static size_t read_pids(const char *path, pid_t *pids, size_t max) {
+    FILE *f = fopen(path, "r");
+    size_t n = 0;
+    int p;
+    if (!f) return 0;
+    while (n < max && fscanf(f, "%d", &p) == 1) pids[n++] = (pid_t)p;
+    fclose(f);
+    return n;
+}
+
+/* True once pid is gone (not even a zombie of ours), waiting up to ms. */
+static int gone_within(pid_t pid, int ms) {
+    for (int i = 0; i < ms / 10; i++) {
+        if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+static wrk_child_t *start(const char *mode, const char *python, uint32_t mem_mb) {
+    wrk_backend_opts_t o;
+    wrk_child_t *c = NULL;
+    char err[256] = "";
+    setenv("FAKE_HELPER_MODE", mode, 1);
+    memset(&o, 0, sizeof o);
+    o.python = python;
+    o.kernel = "sglang";
+    o.gpu_index = 3;
+    o.helper_mem_mb = mem_mb;
+    assert_int_equal(wrk_child_new(wrk_backend_find("triton"), &o, &c, err, sizeof err), MT_OK);
+    return c;
+}
+
+static wrk_child_t *start_ready(const char *mode, uint32_t mem_mb) {
+    char err[256] = "";
+    wrk_child_t *c = start(mode, PYTHON, mem_mb);
+    int rc = wrk_child_wait_ready(c, 30000, err, sizeof err);
+    if (rc) fprintf(stderr, "open: %s\n", err);
+    assert_int_equal(rc, MT_OK);
+    return c;
+}
+
+static void setup_case(krn_shape_t *s, krn_config_t *cfg, wrk_measure_t *m) {
+    char err[128];
+    assert_int_equal(krn_shape_parse("E=128,N=768,K=2048,topk=8", s, err, sizeof err), MT_OK);
+    *cfg = (krn_config_t){64, 128, 64, 16, 4, 3};
+    memset(m, 0, sizeof *m);
+    m->min_samples = 5;
+    m->max_samples = 30;
+    m->rsd_target = 0.01;
+    m->budget_ms = 100;
+    m->seed = 5;
+}
+
+static void assert_ok_values(const wrk_meas_t *o, uint32_t bm, uint32_t bs) {
+    double median = bm + bs / 2.0;
+    assert_int_equal(o->status, MOETUNE__STATUS__STATUS_OK);
+    assert_true(o->median_us == median);
+    assert_true(o->min_us == median - 0.5);
+    assert_true(o->mean_us == median + 0.25);
+    assert_true(o->stddev_us == 0.125);
+    assert_true(o->up_us == median / 2);
+    assert_true(o->down_us == median / 4);
+    assert_int_equal(o->samples, 20);
+}
+
+static void test_ok_round_trip(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t cfg;
+    wrk_measure_t m;
+    wrk_meas_t out[3];
+    uint32_t regs = 9, spills = 9;
+    char err[256] = "";
+    setup_case(&s, &cfg, &m);
+    wrk_child_t *c = start_ready("ok", 0);
+    const wrk_device_t *d = wrk_child_device(c);
+    assert_string_equal(d->name, "Fake H200");
+    assert_string_equal(d->uuid, "GPU-fake-3"); /* --gpu 3 reached the helper */
+    assert_int_equal(d->cc_major, 9);
+    assert_int_equal(d->sm_count, 132);
+    assert_true(d->memory_bytes == 150754820096ull);
+    assert_string_equal(d->driver_version, "580.159.04");
+    assert_int_equal(d->smem_per_block, 232448);
+    assert_string_equal(d->compiler, "triton_3_6_0");
+    assert_string_equal(d->kernel_hash, "0123456789abcdef");
+    assert_string_equal(d->versions, "kernel=sglang triton=3.6.0 torch=2.11.0 python=3.12.3");
+    assert_int_equal(wrk_child_prepare(c, &s, &cfg, 1), MT_OK);
+    for (int round = 0; round < 2; round++) {
+        cfg.block_m = round ? 16 : 64;
+        assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+        for (int i = 0; i < 3; i++) assert_ok_values(&out[i], cfg.block_m, g_bs[i]);
+        assert_int_equal(regs, 0);
+    }
+    assert_int_equal(wrk_child_spawns(c), 1);
+    pid_t pids[8] = {0};
+    assert_int_equal(read_pids(g_pids, pids, 8), 1);
+    wrk_child_destroy(&c);
+    assert_true(gone_within(pids[0], 3000)); /* quit: the helper exits with the child */
+}
+
+static void test_dies_mid_config(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t cfg;
+    wrk_measure_t m;
+    wrk_meas_t out[3];
+    uint32_t regs, spills;
+    char err[256] = "";
+    setup_case(&s, &cfg, &m);
+    setenv("FAKE_HELPER_BM", "64", 1);
+    wrk_child_t *c = start_ready("die", 0);
+    pid_t child1 = wrk_child_pid(c);
+    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_ok_values(&out[0], 64, 1);
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_CRASHED);
+        assert_string_equal(out[i].detail, "helper died: exit status 3: fake: dying on purpose");
+    }
+    /* a new child, and with it a new helper, measures the next config */
+    assert_int_equal(wrk_child_spawns(c), 2);
+    assert_int_not_equal(wrk_child_pid(c), child1);
+    pid_t pids[8] = {0};
+    assert_int_equal(read_pids(g_pids, pids, 8), 2);
+    assert_int_not_equal(pids[0], pids[1]);
+    assert_true(gone_within(pids[0], 3000));
+    cfg.block_m = 16;
+    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    for (int i = 0; i < 3; i++) assert_ok_values(&out[i], 16, g_bs[i]);
+    wrk_child_destroy(&c);
+    unsetenv("FAKE_HELPER_BM");
+}
+
+static void test_hang_times_out(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t cfg;
+    wrk_measure_t m;
+    wrk_meas_t out[3];
+    uint32_t regs, spills;
+    char err[256] = "";
+    setup_case(&s, &cfg, &m);
+    m.timeout_ms = 1500;
+    wrk_child_t *c = start_ready("hang", 0);
+    uint64_t t0 = mt_now_ms();
+    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    uint64_t took = mt_now_ms() - t0;
+    assert_true(took >= 1500);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_TIMEOUT);
+        assert_string_equal(out[i].detail, "timed out after 1500 ms");
+    }
+    /* the hung helper went with its child: no orphan */
+    pid_t hung[1] = {0};
+    assert_int_equal(read_pids(g_hang, hung, 1), 1);
+    assert_true(gone_within(hung[0], 3000));
+    assert_int_equal(wrk_child_spawns(c), 2);
+    wrk_child_destroy(&c);
+}
+
+/* A helper that breaks the protocol: batch sizes before the break keep their
+ * measurements (keep of them), the rest are crashed with the reason. */
+static void check_broken(const char *mode, uint32_t mem_mb, size_t keep, const char *detail_prefix) {
+    krn_shape_t s;
+    krn_config_t cfg;
+    wrk_measure_t m;
+    wrk_meas_t out[3];
+    uint32_t regs, spills;
+    char err[256] = "";
+    setup_case(&s, &cfg, &m);
+    m.timeout_ms = 20000;
+    wrk_child_t *c = start_ready(mode, mem_mb);
+    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    for (size_t i = 0; i < keep; i++) assert_ok_values(&out[i], 64, g_bs[i]);
+    for (size_t i = keep; i < 3; i++) {
+        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_CRASHED);
+        if (strncmp(out[i].detail, detail_prefix, strlen(detail_prefix)) != 0)
+            fail_msg("%s: detail '%s', expected '%s...'", mode, out[i].detail, detail_prefix);
+    }
+    assert_int_equal(wrk_child_spawns(c), 2);
+    pid_t pids[8] = {0};
+    assert_int_equal(read_pids(g_pids, pids, 8), 2);
+    assert_true(gone_within(pids[0], 3000)); /* killed, group and all */
+    wrk_child_destroy(&c);
+}
+
+static void test_flood(void **unused) {
+    (void)unused;
+    check_broken("flood", 0, 0, "helper protocol error: a reply line longer than 64 KiB");
+}
+
+static void test_garbage(void **unused) {
+    (void)unused;
+    check_broken("garbage", 0, 1, "helper protocol error: a reply that is not a JSON object: this is not json");
+}
+
+static void test_wrong_id(void **unused) {
+    (void)unused;
+    check_broken("wrongid", 0, 1, "helper protocol error: a reply for another request (id 101, expected 1)");
+}
+
+static void test_memory_limit(void **unused) {
+    (void)unused;
+    check_broken("grow", 128, 0, "helper used ");
+    /* the message names the limit */
+    krn_shape_t s;
+    krn_config_t cfg;
+    wrk_measure_t m;
+    wrk_meas_t out[1];
+    uint32_t regs, spills;
+    char err[256] = "";
+    setup_case(&s, &cfg, &m);
+    unlink(g_pids);
+    wrk_child_t *c = start_ready("grow", 128);
+    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 1, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_CRASHED);
+    assert_non_null(strstr(out[0].detail, " MiB, over the limit of 128 MiB"));
+    unsigned used = 0;
+    assert_int_equal(sscanf(out[0].detail, "helper used %u MiB", &used), 1);
+    assert_true(used > 128);
+    wrk_child_destroy(&c);
+}
+
+static void test_fatal_at_start(void **unused) {
+    (void)unused;
+    char err[256] = "";
+    wrk_child_t *c = start("fatal", PYTHON, 0);
+    assert_int_equal(wrk_child_wait_ready(c, 30000, err, sizeof err), MT_ERR);
+    assert_string_equal(err, PYTHON " (" PYTHON "): torch is not importable: No module named 'torch'");
+    assert_int_equal(wrk_child_state(c), WRK_CHILD_DEAD);
+    wrk_child_destroy(&c);
+    /* a name found on PATH is shown with where it was found */
+    char *path = strdup(getenv("PATH") ? getenv("PATH") : "");
+    assert_non_null(path);
+    setenv("PATH", "/nonexistent:/usr/bin:/bin", 1);
+    c = start("fatal", "python3", 0);
+    assert_int_equal(wrk_child_wait_ready(c, 30000, err, sizeof err), MT_ERR);
+    setenv("PATH", path, 1);
+    free(path);
+    assert_string_equal(err, "python3 (/usr/bin/python3): torch is not importable: No module named 'torch'");
+    wrk_child_destroy(&c);
+}
+
+static void test_no_python(void **unused) {
+    (void)unused;
+    char err[256] = "";
+    wrk_child_t *c = start("ok", "/nonexistent/python3", 0);
+    assert_int_equal(wrk_child_wait_ready(c, 30000, err, sizeof err), MT_ERR);
+    assert_string_equal(err, "cannot run python '/nonexistent/python3': No such file or directory");
+    wrk_child_destroy(&c);
+    c = start("ok", "no-such-python-here", 0);
+    assert_int_equal(wrk_child_wait_ready(c, 30000, err, sizeof err), MT_ERR);
+    assert_string_equal(err, "cannot run python 'no-such-python-here': No such file or directory");
+    wrk_child_destroy(&c);
+    assert_int_equal(read_pids(g_pids, (pid_t[1]){0}, 1), 0);
+}
+
+int main(void) {
+    mt_log_init("test", MT_LOG_ERROR);
+    if (access(PYTHON, X_OK) != 0) {
+        fprintf(stderr, "%s not found: skipped\n", PYTHON);
+        return 0;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_ok_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dies_mid_config, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hang_times_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flood, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_garbage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_id, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memory_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fatal_at_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_python, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
