@@ -63,7 +63,8 @@ static int collect(void *ctx, const dbq_result_t *row) {
         v->rows = grown;
         v->cap = cap;
     }
-    v->rows[v->n++] = *row;
+    v->rows[v->n] = *row;
+    v->rows[v->n++].versions = "";  /* points into the statement; this layout does not use it */
     return 0;
 }
 

@@ -20,7 +20,8 @@ struct dbq {
     " r.stddev_us, r.samples, r.detail, r.worker_id, COALESCE(d.name, 'unknown') AS dev,"   \
     " COALESCE(d.uuid, ''), COALESCE(d.driver_version, ''), COALESCE(d.cuda_version, ''),"  \
     " r.backend, r.compiler, COALESCE(r.kernel_hash, ''), r.created,"                       \
-    " CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END AS dir"
+    " CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END AS dir,"                   \
+    " COALESCE(r.versions, ''), COALESCE(r.up_us, 0), COALESCE(r.down_us, 0)"
 #define RESULT_FROM                                                    \
     " FROM results r JOIN shapes s ON s.id = r.shape_id"               \
     " JOIN configs c ON c.id = r.config_id"                            \
@@ -134,6 +135,10 @@ static void row_from(sqlite3_stmt *st, dbq_result_t *r) {
     col_text(st, i++, r->kernel_hash, sizeof r->kernel_hash);
     r->created = sqlite3_column_int64(st, i++);
     col_text(st, i++, r->export_dir, sizeof r->export_dir);
+    r->versions = (const char *)sqlite3_column_text(st, i++);
+    if (!r->versions) r->versions = "";
+    r->up_us = sqlite3_column_double(st, i++);
+    r->down_us = sqlite3_column_double(st, i++);
 }
 
 /* Steps st to the end, handing each row to fn. */

@@ -1,4 +1,4 @@
--- moetune store, schema version 1. The coordinator applies it through db/store.c
+-- moetune store, schema version 2. The coordinator applies it through db/store.c
 -- (PRAGMA user_version); this file is the readable copy and is embedded at build time.
 CREATE TABLE devices (
   id INTEGER PRIMARY KEY,
@@ -85,6 +85,8 @@ CREATE TABLE results (
   backend TEXT NOT NULL,           -- 'sim' results are simulated, never a measurement
   compiler TEXT NOT NULL,          -- export directory: 'cuda_13_0', 'sim'
   kernel_hash TEXT,
+  versions TEXT,                   -- triton: 'kernel=.. triton=.. torch=.. python=..[ engine=..]'
+  up_us REAL, down_us REAL,        -- medians of the first and second GEMM alone; NULL/0 = not measured
   created INTEGER NOT NULL,
   UNIQUE (sweep_id, shape_id, config_id, batch_size)
 );

@@ -8,9 +8,9 @@
 
 #include "mt.h"
 
-/* Schema version 1; kept identical to db/schema.sql (tests/unit/test_store.c checks). */
+/* Schema version 2; kept identical to db/schema.sql (tests/unit/test_store.c checks). */
 static const char g_schema[] =
-    "-- moetune store, schema version 1. The coordinator applies it through db/store.c\n"
+    "-- moetune store, schema version 2. The coordinator applies it through db/store.c\n"
     "-- (PRAGMA user_version); this file is the readable copy and is embedded at build time.\n"
     "CREATE TABLE devices (\n"
     "  id INTEGER PRIMARY KEY,\n"
@@ -97,6 +97,8 @@ static const char g_schema[] =
     "  backend TEXT NOT NULL,           -- 'sim' results are simulated, never a measurement\n"
     "  compiler TEXT NOT NULL,          -- export directory: 'cuda_13_0', 'sim'\n"
     "  kernel_hash TEXT,\n"
+    "  versions TEXT,                   -- triton: 'kernel=.. triton=.. torch=.. python=..[ engine=..]'\n"
+    "  up_us REAL, down_us REAL,        -- medians of the first and second GEMM alone; NULL/0 = not measured\n"
     "  created INTEGER NOT NULL,\n"
     "  UNIQUE (sweep_id, shape_id, config_id, batch_size)\n"
     ");\n"
@@ -303,7 +305,14 @@ out:
     return rc;
 }
 
-/* Applies the schema to a fresh database in one transaction. */
+/* Brings a version-1 database to version 2 (the triton backend's columns). */
+static const char g_v1_to_v2[] =
+    "ALTER TABLE results ADD COLUMN versions TEXT;\n"
+    "ALTER TABLE results ADD COLUMN up_us REAL;\n"
+    "ALTER TABLE results ADD COLUMN down_us REAL;\n";
+
+/* Applies the schema to a fresh database, or the steps after its version, in one
+ * transaction. */
 static int migrate(store_t *s) {
     int version = 0;
     int rc = store_user_version(s, &version);
@@ -317,7 +326,7 @@ static int migrate(store_t *s) {
     char sql[64];
     rc = pragma(s, "BEGIN IMMEDIATE");
     if (rc) return rc;
-    rc = pragma(s, g_schema);
+    rc = pragma(s, version == 1 ? g_v1_to_v2 : g_schema);
     if (!rc) rc = pragma(s, mt_fmt(sql, sizeof sql, "PRAGMA user_version = %d", STORE_SCHEMA_VERSION));
     if (!rc) rc = pragma(s, "COMMIT");
     if (rc) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);

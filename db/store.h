@@ -18,7 +18,7 @@
 #include "moetune.pb-c.h"
 #include "space.h"
 
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 
 typedef struct store store_t;
 
