@@ -116,12 +116,15 @@ static int cmp_entry(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Reads an existing config file into old[] (sorted). MT_NOTFOUND when absent. */
-static int read_old(const char *path, entry_t **old, size_t *n_old, char *err, size_t errlen) {
+/* Reads an existing config file into old[] (sorted) and its "triton_version" string
+ * (vLLM files) into tv ("" when none). MT_NOTFOUND when absent. */
+static int read_old(const char *path, entry_t **old, size_t *n_old, char *tv, size_t tvlen, char *err,
+                    size_t errlen) {
     int rc = MT_OK;
     json_error_t jerr;
     *old = NULL;
     *n_old = 0;
+    tv[0] = '\0';
     if (access(path, F_OK) != 0) return MT_NOTFOUND;
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root || !json_is_object(root)) {
@@ -140,6 +143,10 @@ static int read_old(const char *path, entry_t **old, size_t *n_old, char *err, s
     json_object_foreach(root, key, val) {
         entry_t *e = &(*old)[*n_old];
         uint32_t bs;
+        if (strcmp(key, "triton_version") == 0 && json_is_string(val)) {
+            snprintf(tv, tvlen, "%s", json_string_value(val));
+            continue;
+        }
         if (mt_parse_u32(key, 1, UINT32_MAX, &bs) != MT_OK || !json_is_object(val)) {
             mt_fmt(err, errlen, "%s exists but is not a config file (entry \"%s\"); move it away to export",
                    path, key);
@@ -373,20 +380,24 @@ static int add_file(exp_report_t *rep, file_meta_t **meta, size_t *cap) {
     return MT_OK;
 }
 
-/* Exports the rows [0, n) of one file into dirpath; updates manifest. */
-static int export_file(const exp_opts_t *o, const char *dirpath, const dbq_result_t *rows, size_t n,
-                       json_t *manifest, exp_file_t *f, file_meta_t *meta, char *err, size_t errlen) {
+/* Writes one config file OUT/relpath (at dirpath/name) holding ents[0, n) (sorted by
+ * batch size) merged with the entries of the file it replaces, kept for batch sizes
+ * ents lacks. tv, when not NULL, is written first as "triton_version" (vLLM's files).
+ * Fills f and meta; *merged (caller frees) gets the entries as written. */
+static int write_config(const exp_opts_t *o, const char *dirpath, const char *name, const char *relpath,
+                        const entry_t *new_ents, size_t n, const char *tv, exp_file_t *f,
+                        file_meta_t *meta, entry_t **merged, size_t *n_merged, char *err, size_t errlen) {
     int rc = MT_OK;
     entry_t *old = NULL, *ents = NULL;
     size_t n_old = 0, n_ents = 0;
     json_t *obj = NULL;
     char *text = NULL;
-    char name[400], path[1024];
-    file_name(&rows[0], name, sizeof name);
-    mt_fmt(f->path, sizeof f->path, "%s/%s", rows[0].export_dir, name);
+    char path[1024], old_tv[64];
+    *merged = NULL;
+    *n_merged = 0;
+    mt_fmt(f->path, sizeof f->path, "%s", relpath);
     mt_fmt(path, sizeof path, "%s/%s", dirpath, name);
-    f->simulated = strcmp(rows[0].backend, "sim") == 0;
-    rc = read_old(path, &old, &n_old, err, errlen);
+    rc = read_old(path, &old, &n_old, old_tv, sizeof old_tv, err, errlen);
     bool existed = rc == MT_OK;
     if (rc != MT_OK && rc != MT_NOTFOUND) goto out;
     rc = MT_OK;
@@ -395,14 +406,12 @@ static int export_file(const exp_opts_t *o, const char *dirpath, const dbq_resul
         rc = MT_NOMEM;
         goto out;
     }
-    /* Merge: rows are sorted by batch size, as are the old entries. */
+    /* Merge: both lists are sorted by batch size. */
     size_t i = 0, j = 0;
     while (i < n || j < n_old) {
-        if (j == n_old || (i < n && rows[i].batch_size <= old[j].bs)) {
+        if (j == n_old || (i < n && new_ents[i].bs <= old[j].bs)) {
             entry_t *e = &ents[n_ents++];
-            e->bs = rows[i].batch_size;
-            e->cfg = rows[i].config;
-            e->row = &rows[i];
+            *e = new_ents[i];
             bool had = j < n_old && old[j].bs == e->bs;
             if (!had || !cfg_eq(&old[j].cfg, &e->cfg)) {
                 f->changed++;
@@ -425,6 +434,7 @@ static int export_file(const exp_opts_t *o, const char *dirpath, const dbq_resul
         rc = MT_NOMEM;
         goto out;
     }
+    if (tv) json_object_set_new(obj, "triton_version", json_string(tv));
     for (size_t k = 0; k < n_ents; k++) {
         char key[16];
         snprintf(key, sizeof key, "%u", ents[k].bs);
@@ -437,21 +447,47 @@ static int export_file(const exp_opts_t *o, const char *dirpath, const dbq_resul
     }
     mt_fmt(meta->hash, sizeof meta->hash, "%016llx",
            (unsigned long long)mt_fnv1a(MT_FNV_INIT, text, strlen(text)));
-    meta->shape_id = rows[0].shape_id;
-    snprintf(meta->dir, sizeof meta->dir, "%s", rows[0].export_dir);
-    if (existed && f->changed == 0) {
+    /* A file that lacked its triton_version is rewritten even when no entry changed. */
+    bool same_tv = !tv || strcmp(tv, old_tv) == 0;
+    if (existed && f->changed == 0 && same_tv) {
         f->state = EXP_UNCHANGED;
     } else {
         f->state = existed ? EXP_CHANGED : EXP_NEW;
         rc = write_atomic(path, text, err, errlen);
         if (rc != MT_OK) goto out;
     }
-    json_object_set_new(manifest, name, manifest_record(&rows[0], ents, n_ents, meta));
+    *merged = ents;
+    *n_merged = n_ents;
+    ents = NULL;
 out:
     free(text);
     json_decref(obj);
     free(ents);
     free(old);
+    return rc;
+}
+
+/* Exports the rows [0, n) of one file into dirpath; updates manifest. */
+static int export_file(const exp_opts_t *o, const char *dirpath, const dbq_result_t *rows, size_t n,
+                       json_t *manifest, exp_file_t *f, file_meta_t *meta, char *err, size_t errlen) {
+    int rc = MT_OK;
+    entry_t *ents = NULL, *merged = NULL;
+    size_t n_merged = 0;
+    char name[400], rel[512];
+    file_name(&rows[0], name, sizeof name);
+    mt_fmt(rel, sizeof rel, "%s/%s", rows[0].export_dir, name);
+    f->simulated = strcmp(rows[0].backend, "sim") == 0;
+    ents = calloc(n + 1, sizeof *ents);
+    if (!ents) return MT_NOMEM;
+    for (size_t i = 0; i < n; i++) ents[i] = (entry_t){rows[i].batch_size, rows[i].config, &rows[i]};
+    rc = write_config(o, dirpath, name, rel, ents, n, NULL, f, meta, &merged, &n_merged, err, errlen);
+    if (rc != MT_OK) goto out;
+    meta->shape_id = rows[0].shape_id;
+    snprintf(meta->dir, sizeof meta->dir, "%s", rows[0].export_dir);
+    json_object_set_new(manifest, name, manifest_record(&rows[0], merged, n_merged, meta));
+out:
+    free(merged);
+    free(ents);
     return rc;
 }
 
