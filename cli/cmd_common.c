@@ -28,6 +28,14 @@ const cli_opt_t opt_curve_secret = {"curve-secret", OPT_STR, OFF(curve_secret), 
 const cli_opt_t opt_curve_server = {"curve-server", OPT_STR, OFF(curve_server), "FILE", "CURVE: the coordinator's public key (.pub)"};
 const cli_opt_t opt_key_out = {"out", OPT_STR, OFF(out), "DIR", "directory for the key files (created)"};
 const cli_opt_t opt_key_name = {"name", OPT_STR, OFF(key_name), "NAME", "file name stem: NAME.key and NAME.pub (default the host name)"};
+const cli_opt_t opt_engine = {"engine", OPT_STR, OFF(engine), "sglang|vllm", "lay out and name the files as this engine finds them (triton results only)"};
+const cli_opt_t opt_engine_doctor = {"engine", OPT_STR, OFF(engine), "sglang|vllm", "the engine to check (required)"};
+const cli_opt_t opt_python = {"python", OPT_STR, OFF(python), "PATH", "the interpreter the engine runs in (default python3 on PATH)"};
+const cli_opt_t opt_model = {"model", OPT_STR, OFF(model), "NAME", "model preset (see moetune --help); with --tp [--ep]"};
+const cli_opt_t opt_tp = {"tp", OPT_U32, OFF(tp), "N", "tensor parallel size of --model (default 1)"};
+const cli_opt_t opt_ep = {"ep", OPT_U32, OFF(ep), "N", "expert parallel size of --model (default 1)"};
+const cli_opt_t opt_dtype = {"dtype", OPT_STR, OFF(dtype), "bf16|fp8_w8a8", "dtype of --model (default bf16)"};
+const cli_opt_t opt_doctor_shape = {"shape", OPT_STR, OFF(doctor_shape), "E=..,N=..,K=..,topk=..[,dtype=..][,block_shape=NxK]", "the shape, instead of --model"};
 const cli_opt_t opt_keep_temp = {"keep-temp", OPT_FLAG, OFF(keep_temp), NULL, "keep the run directory with the processes' logs"};
 
 int cli_usage(const cli_cmd_t *cmd, const char *msg) {

@@ -491,7 +491,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
 
     /* ---- export, then stop */
     stop_procs(r->workers, r->n_workers);
-    code = cli_run_export(cmd, db, out, sweep);
+    code = cli_run_export(cmd, db, out, sweep, NULL);
     if (code == MT_EXIT_OK) {
         printf("config files are in %s/%s\n", out, sim ? "sim (simulated numbers, not for engines)" : "<compiler>");
     }
