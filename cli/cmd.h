@@ -26,8 +26,9 @@ typedef struct {
 /* Every option of every command lands here; a command reads the ones it lists. */
 typedef struct {
     const char *control, *db, *out, *shape, *status, *backend, *gpus, *sim_time_scale,
-        *sim_faults, *log_level, *curve_secret, *curve_server, *key_name, *kernel, *python;
-    uint32_t timeout_ms, batch_size, limit, workers, helper_mem_mb;
+        *sim_faults, *log_level, *curve_secret, *curve_server, *key_name, *kernel, *python, *engine, *model,
+        *dtype, *doctor_shape;
+    uint32_t timeout_ms, batch_size, limit, workers, helper_mem_mb, tp, ep;
     uint64_t sweep;
     bool wait, json, best, keep_temp;
     cli_spec_t *spec;      /* set for commands that take spec options */
@@ -54,7 +55,8 @@ struct cli_cmd {
 extern const cli_opt_t opt_control, opt_timeout, opt_sweep, opt_wait, opt_json, opt_db, opt_out,
     opt_shape_filter, opt_batch_size, opt_status, opt_best, opt_limit, opt_backend, opt_workers,
     opt_gpus, opt_sim_time_scale, opt_sim_faults, opt_log_level, opt_keep_temp, opt_curve_secret,
-    opt_curve_server, opt_key_out, opt_key_name, opt_kernel, opt_python, opt_helper_mem_mb;
+    opt_curve_server, opt_key_out, opt_key_name, opt_kernel, opt_python, opt_helper_mem_mb, opt_engine,
+    opt_engine_doctor, opt_model, opt_tp, opt_ep, opt_dtype, opt_doctor_shape;
 
 /* Parses argv (after the command name) into o. Returns MT_OK; 1 when --help was
  * asked (help printed to stdout); MT_INVAL with a one-line reason in err. */
@@ -78,9 +80,11 @@ int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_lookup(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_keygen(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o);
 
-/* Runs an export and prints the files; shared by export and tune. Returns an exit code. */
-int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep);
+/* Runs an export and prints the files; shared by export and tune. engine: NULL for
+ * OUT/<compiler>/, else "sglang" or "vllm" (export.h). Returns an exit code. */
+int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine);
 
 /* Waits until sweep (0 = every sweep) is finished, showing progress for one sweep.
  * Returns an exit code (0 when all finished as done). */

@@ -24,13 +24,20 @@ const cli_opt_t opt_gpus = {"gpus", OPT_STR, OFF(gpus), "0,1,..", "cuda, triton:
 const cli_opt_t opt_sim_time_scale = {"sim-time-scale", OPT_STR, OFF(sim_time_scale), "X", "sim: sleep X times the simulated time (0 = instant)"};
 const cli_opt_t opt_sim_faults = {"sim-faults", OPT_STR, OFF(sim_faults), "SPEC", "sim: fault injection, passed to the workers"};
 const cli_opt_t opt_kernel = {"kernel", OPT_STR, OFF(kernel), "sglang|vllm|moetune", "triton: the kernel to tune (default moetune)"};
-const cli_opt_t opt_python = {"python", OPT_STR, OFF(python), "PATH", "triton: interpreter for the helper (default python3)"};
+const cli_opt_t opt_python = {"python", OPT_STR, OFF(python), "PATH", "the interpreter with torch, Triton and the engine (default python3 on PATH)"};
 const cli_opt_t opt_helper_mem_mb = {"helper-mem-mb", OPT_U32, OFF(helper_mem_mb), "N", "triton: helper resident memory limit, MiB (default 65536)"};
 const cli_opt_t opt_log_level = {"log-level", OPT_STR, OFF(log_level), "LEVEL", "log level of the coordinator and workers (default info)"};
 const cli_opt_t opt_curve_secret = {"curve-secret", OPT_STR, OFF(curve_secret), "FILE", "CURVE: this client's key pair (.key, from moetune keygen)"};
 const cli_opt_t opt_curve_server = {"curve-server", OPT_STR, OFF(curve_server), "FILE", "CURVE: the coordinator's public key (.pub)"};
 const cli_opt_t opt_key_out = {"out", OPT_STR, OFF(out), "DIR", "directory for the key files (created)"};
 const cli_opt_t opt_key_name = {"name", OPT_STR, OFF(key_name), "NAME", "file name stem: NAME.key and NAME.pub (default the host name)"};
+const cli_opt_t opt_engine = {"engine", OPT_STR, OFF(engine), "sglang|vllm", "lay out and name the files as this engine finds them (triton results only)"};
+const cli_opt_t opt_engine_doctor = {"engine", OPT_STR, OFF(engine), "sglang|vllm", "the engine to check (required)"};
+const cli_opt_t opt_model = {"model", OPT_STR, OFF(model), "NAME", "model preset (see moetune --help); with --tp [--ep]"};
+const cli_opt_t opt_tp = {"tp", OPT_U32, OFF(tp), "N", "tensor parallel size of --model (default 1)"};
+const cli_opt_t opt_ep = {"ep", OPT_U32, OFF(ep), "N", "expert parallel size of --model (default 1)"};
+const cli_opt_t opt_dtype = {"dtype", OPT_STR, OFF(dtype), "bf16|fp8_w8a8", "dtype of --model (default bf16)"};
+const cli_opt_t opt_doctor_shape = {"shape", OPT_STR, OFF(doctor_shape), "E=..,N=..,K=..,topk=..[,dtype=..][,block_shape=NxK]", "the shape, instead of --model"};
 const cli_opt_t opt_keep_temp = {"keep-temp", OPT_FLAG, OFF(keep_temp), NULL, "keep the run directory with the processes' logs"};
 
 int cli_usage(const cli_cmd_t *cmd, const char *msg) {

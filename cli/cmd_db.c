@@ -128,10 +128,12 @@ int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
     return MT_EXIT_OK;
 }
 
-int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep) {
-    char err[600];
+int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine) {
+    char err[1200];
     exp_report_t rep;
-    exp_opts_t eo = {db, out, sweep, stdout};
+    exp_opts_t eo = {db, out, sweep, stdout, EXP_ENGINE_NONE};
+    if (engine && exp_engine_parse(engine, &eo.engine) != MT_OK)
+        return cli_usage(cmd, "--engine: not one of sglang, vllm");
     int rc = exp_run(&eo, &rep, err, sizeof err);
     for (size_t i = 0; i < rep.n_files; i++) {
         const exp_file_t *f = &rep.files[i];
@@ -146,7 +148,7 @@ int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64
 int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (!o->db) return cli_usage(cmd, "--db FILE is required");
     if (!o->out) return cli_usage(cmd, "--out DIR is required");
-    return cli_run_export(cmd, o->db, o->out, o->sweep);
+    return cli_run_export(cmd, o->db, o->out, o->sweep, o->engine);
 }
 
 int cmd_lookup(const cli_cmd_t *cmd, cli_opts_t *o) {

@@ -297,8 +297,13 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     bool sim = strcmp(backend, "sim") == 0;
     bool triton = strcmp(backend, "triton") == 0;
     if (!sim && !triton && strcmp(backend, "cuda") != 0) return cli_usage(cmd, "--backend: not one of sim, cuda, triton");
-    if (!triton && (o->kernel || o->python || o->helper_mem_mb))
-        return cli_usage(cmd, "--kernel, --python and --helper-mem-mb apply only with --backend triton");
+    if (!triton && (o->kernel || o->python || o->helper_mem_mb || o->engine))
+        return cli_usage(cmd, "--kernel, --python, --helper-mem-mb and --engine apply only with --backend triton");
+    /* Triton results go out in an engine's layout: the kernel's own engine unless told. */
+    const char *engine = o->engine;
+    if (triton && !engine) engine = o->kernel && strcmp(o->kernel, "vllm") == 0 ? "vllm" : "sglang";
+    if (engine && strcmp(engine, "sglang") != 0 && strcmp(engine, "vllm") != 0)
+        return cli_usage(cmd, "--engine: not one of sglang, vllm");
     if (o->kernel && strcmp(o->kernel, "sglang") && strcmp(o->kernel, "vllm") && strcmp(o->kernel, "moetune"))
         return cli_usage(cmd, "--kernel: not one of sglang, vllm, moetune");
     if (o->python && !*o->python) return cli_usage(cmd, "--python: empty");
@@ -514,7 +519,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
 
     /* ---- export, then stop */
     stop_procs(r->workers, r->n_workers);
-    code = cli_run_export(cmd, db, out, sweep);
+    code = cli_run_export(cmd, db, out, sweep, engine);
     if (code == MT_EXIT_OK) {
         printf("config files are in %s/%s\n", out, sim ? "sim (simulated numbers, not for engines)" : "<compiler>");
     }

@@ -59,7 +59,15 @@ static int parse_root(json_t *root, moetune_lookup_t **out, char *err, size_t er
         rc = MOETUNE_LOOKUP_EINVAL;
         goto out;
     }
-    if (json_object_size(root) == 0) {
+    /* vLLM's tuner writes a "triton_version" string beside the entries; vLLM ignores it
+     * on load, and so does this reader. */
+    json_t *tv = json_object_get(root, "triton_version");
+    if (tv && !json_is_string(tv)) {
+        set_err(err, errlen, "\"triton_version\" is not a string%s%s", NULL, NULL);
+        rc = MOETUNE_LOOKUP_EINVAL;
+        goto out;
+    }
+    if (json_object_size(root) == (tv ? 1u : 0u)) {
         set_err(err, errlen, "the file holds no entries%s%s", NULL, NULL);
         rc = MOETUNE_LOOKUP_EINVAL;
         goto out;
@@ -73,6 +81,7 @@ static int parse_root(json_t *root, moetune_lookup_t **out, char *err, size_t er
     const char *key;
     json_t *val;
     json_object_foreach(root, key, val) {
+        if (val == tv) continue;
         entry_t *e = &t->entries[t->n];
         e->key = parse_key(key);
         if (e->key == 0) {

@@ -32,7 +32,8 @@ typedef struct moetune_lookup moetune_lookup_t;
 /* Loads and validates the config file at path. The file must be a JSON object whose
  * keys are positive decimal integers (no sign, no leading zero) and whose values are
  * objects holding the integers BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M,
- * num_warps (all >= 1) and num_stages (>= 0); other fields of an entry are ignored.
+ * num_warps (all >= 1) and num_stages (>= 0); other fields of an entry are ignored,
+ * and so is a top-level "triton_version" string (vLLM's tuner writes one).
  * On success *out is a new table the caller frees with moetune_lookup_free(). */
 int moetune_lookup_load(const char *path, moetune_lookup_t **out, char *err, size_t errlen);
 

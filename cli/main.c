@@ -9,7 +9,7 @@
 
 static const cli_opt_t *const tune_opts[] = {&opt_backend, &opt_workers, &opt_gpus, &opt_db, &opt_out,
                                              &opt_sim_time_scale, &opt_sim_faults, &opt_kernel, &opt_python,
-                                             &opt_helper_mem_mb, &opt_json, &opt_log_level, &opt_keep_temp, NULL};
+                                             &opt_helper_mem_mb, &opt_engine, &opt_json, &opt_log_level, &opt_keep_temp, NULL};
 static const cli_opt_t *const submit_opts[] = {&opt_control, &opt_timeout, &opt_wait, &opt_json,
                                                &opt_curve_secret, &opt_curve_server, NULL};
 static const cli_opt_t *const status_opts[] = {&opt_control, &opt_timeout, &opt_sweep, &opt_wait, &opt_json,
@@ -21,7 +21,9 @@ static const cli_opt_t *const cancel_opts[] = {&opt_control, &opt_timeout, &opt_
 static const cli_opt_t *const keygen_opts[] = {&opt_key_out, &opt_key_name, NULL};
 static const cli_opt_t *const results_opts[] = {&opt_db, &opt_sweep, &opt_shape_filter, &opt_batch_size, &opt_status,
                                                 &opt_best, &opt_limit, &opt_json, NULL};
-static const cli_opt_t *const export_opts[] = {&opt_db, &opt_out, &opt_sweep, NULL};
+static const cli_opt_t *const export_opts[] = {&opt_db, &opt_out, &opt_sweep, &opt_engine, NULL};
+static const cli_opt_t *const doctor_opts[] = {&opt_engine_doctor, &opt_python, &opt_model, &opt_tp, &opt_ep,
+                                               &opt_dtype, &opt_doctor_shape, &opt_json, NULL};
 static const cli_opt_t *const lookup_opts[] = {&opt_json, NULL};
 
 static const cli_cmd_t k_cmds[] = {
@@ -42,11 +44,22 @@ static const cli_cmd_t k_cmds[] = {
      cmd_results},
     {"export", NULL, "Write the config files (best ok config per shape and batch size) and manifest.json.",
      "A file that exists is compared entry by entry; changed entries are printed and an\n"
-     "unchanged file is left as it is. Results of the sim backend go under DIR/sim/.",
+     "unchanged file is left as it is. Results of the sim backend go under DIR/sim/.\n"
+     "--engine sglang writes DIR/configs/triton_X_Y_Z/ (for SGLANG_MOE_CONFIG_DIR=DIR), with\n"
+     "_down files when the GEMMs were timed apart; --engine vllm writes DIR/ flat (for\n"
+     "VLLM_TUNED_CONFIG_FOLDER=DIR). Both take triton results only and never merge results of\n"
+     "different Triton, kernel or library versions into one file.",
      export_opts, false, 0, 0, cmd_export},
     {"lookup", "FILE M", "Print the entry of config FILE that an engine uses for batch size M\n"
                          "(the exact key, else the nearest key; a tie goes to the smaller key).",
      NULL, lookup_opts, false, 2, 2, cmd_lookup},
+    {"doctor", NULL, "Check whether SGLang or vLLM, in the given interpreter, finds a tuned config file\n"
+                     "for this GPU and shape, and say what to run when it does not.",
+     "Runs the helper's probe in --python, then names the folder the engine reads, the file it\n"
+     "expects, what it falls back to, and the moetune tune command that makes the file.\n"
+     "Exit codes: 0 the file exists for the running Triton version, 3 it is missing, 1 the\n"
+     "probe cannot run or finds no torch, Triton or GPU, 2 bad usage.",
+     doctor_opts, false, 0, 0, cmd_doctor},
     {"keygen", NULL, "Write a CURVE key pair: DIR/NAME.key (secret, mode 0600) and DIR/NAME.pub (public).",
      "Give the coordinator its .key with --curve-secret and put the .pub of every worker and\n"
      "client in its --curve-allow directory; workers and clients take their own .key with\n"

@@ -12,6 +12,37 @@
  * for batch sizes the store has no result for are kept; a file whose entries all
  * match is left untouched. Files are written atomically (temp file + rename), and
  * every file considered is recorded in the exports table.
+ *
+ * With an engine (exp_opts_t.engine), only results of the triton backend are exported,
+ * laid out and named the way that engine finds them (shared/ENGINES.md):
+ *
+ *   sglang  OUT/configs/<compiler>/E=..,N=..,device_name=<name, spaces→_>[,dtype=..]
+ *           [,block_shape=[n, k]].json, so SGLANG_MOE_CONFIG_DIR=OUT finds them; the
+ *           device name is not normalised (NVIDIA_H200_NVL stays).
+ *   vllm    OUT/E=..,N=..,device_name=..[,dtype=..][,block_shape=[n,k]].json, flat, for
+ *           VLLM_TUNED_CONFIG_FOLDER=OUT; a device name with the token H200 is written
+ *           NVIDIA_H200; the file starts with "triton_version" as vLLM's tuner writes it.
+ *
+ * Up and down (sglang only). When every batch size of a file has results with both
+ * GEMMs timed alone (results.up_us, down_us), a second file <name>_down.json is
+ * written for the engine's second GEMM. Per batch size the exporter takes the pair
+ * (up config, down config) with the lowest up_us + down_us among pairs whose
+ * BLOCK_SIZE_M agree (both GEMMs share one align sort; the engine forces a mismatch);
+ * the up config is the lowest up_us with that BLOCK_SIZE_M, the down config the lowest
+ * down_us. The main file's entry is then the pair's up config, not the best whole-layer
+ * config, because the engine runs the first GEMM with the main file and the second with
+ * _down: together they give the lowest sum. The manifest records, per batch size, the
+ * whole-layer best (its median and, when measured, its own up + down) beside the pair's
+ * up, down and sum, so what the split buys is visible. Without split timings for every
+ * batch size, no _down file is written and each entry is the best whole-layer config.
+ *
+ * One file holds results of one Triton version, kernel hash and versions string
+ * (kernel, torch, python, engine) only: two such groups that would write one path are
+ * refused, naming both, as is a file whose manifest record says it came from other
+ * versions, and a vLLM file whose triton_version differs. Each manifest record gains
+ * engine, kernel, versions, triton_version and, for sglang, the _down file and the
+ * rule its entries follow. The manifest lies beside the files (OUT/configs/<compiler>/
+ * for sglang, OUT/ for vllm).
  */
 #ifndef EXP_EXPORT_H
 #define EXP_EXPORT_H
@@ -19,11 +50,16 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "space.h"
+
+typedef enum { EXP_ENGINE_NONE, EXP_ENGINE_SGLANG, EXP_ENGINE_VLLM } exp_engine_t;
+
 typedef struct {
     const char *db_path;   /* the store; read, plus one short write to `exports` */
     const char *out_dir;   /* created when missing */
     uint64_t sweep_id;     /* 0 = best over all sweeps */
     FILE *changes;         /* where "changed entry" lines go; NULL = nowhere */
+    exp_engine_t engine;   /* EXP_ENGINE_NONE: OUT/<compiler>/name.json */
 } exp_opts_t;
 
 typedef enum { EXP_NEW, EXP_CHANGED, EXP_UNCHANGED } exp_state_t;
@@ -43,9 +79,10 @@ typedef struct {
 
 /* Exports as described above and fills report (caller clears it with
  * exp_report_clear, also after an error). Returns MT_OK; MT_NOTFOUND when there is
- * no ok result to export; MT_INVAL when an existing file is not a config file or two
- * shapes would share one file name; MT_IO/MT_ERR on disk or database errors; the
- * reason is in err. */
+ * no ok result to export; MT_INVAL when an existing file is not a config file, two
+ * shapes (or, with an engine, two Triton/kernel/versions groups) would share one file
+ * name, or an engine export meets results of another backend; MT_IO/MT_ERR on disk or
+ * database errors; the reason is in err. */
 int exp_run(const exp_opts_t *opts, exp_report_t *report, char *err, size_t errlen);
 
 /* Frees the report's files and zeroes it. */
@@ -53,5 +90,16 @@ void exp_report_clear(exp_report_t *report);
 
 /* Name of a state: "new", "changed", "unchanged". */
 const char *exp_state_name(exp_state_t state);
+
+/* Parses "sglang" / "vllm" into *engine; MT_INVAL for anything else. */
+int exp_engine_parse(const char *name, exp_engine_t *engine);
+
+/* Name of an engine: "sglang", "vllm", or "" for EXP_ENGINE_NONE. */
+const char *exp_engine_name(exp_engine_t engine);
+
+/* The config file name an engine looks for (no folder): device as the engine's
+ * torch.cuda.get_device_name() reports it, shape as stored. Written into buf. */
+void exp_engine_file_name(exp_engine_t engine, const char *device_name, const krn_shape_t *shape,
+                          char *buf, size_t len);
 
 #endif

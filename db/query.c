@@ -147,7 +147,8 @@ static void row_from(sqlite3_stmt *st, dbq_result_t *r) {
     col_text(st, i++, r->kernel_hash, sizeof r->kernel_hash);
     r->created = sqlite3_column_int64(st, i++);
     col_text(st, i++, r->export_dir, sizeof r->export_dir);
-    col_text(st, i++, r->versions, sizeof r->versions);
+    r->versions = (const char *)sqlite3_column_text(st, i++);
+    if (!r->versions) r->versions = "";
     r->up_us = sqlite3_column_double(st, i++);
     r->down_us = sqlite3_column_double(st, i++);
 }

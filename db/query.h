@@ -37,7 +37,9 @@ typedef struct {
 } dbq_filter_t;
 
 /* One result row with its shape, config and device. Strings are always terminated
- * (truncated when the stored text is longer). */
+ * (truncated when the stored text is longer). versions points into the statement's
+ * row: valid only during the callback (copy it to keep it), never NULL ("" when the
+ * row has none). up_us/down_us are 0 when not measured. */
 typedef struct {
     uint64_t result_id, sweep_id, shape_id, config_id;
     krn_shape_t shape;
@@ -52,8 +54,8 @@ typedef struct {
     char backend[16], compiler[48], kernel_hash[80];
     int64_t created;
     char export_dir[48];  /* "sim" for backend sim, else the compiler */
-    char versions[256];   /* the measuring worker's versions ("kernel=.. triton=.. ..."); "" when none */
-    double up_us, down_us; /* GEMM1 / GEMM2 timed alone, medians; 0 = not measured */
+    const char *versions; /* triton: "kernel=.. triton=.. torch=.. python=..[ engine=..]" */
+    double up_us, down_us;
 } dbq_result_t;
 
 /* Called once per row; a non-zero return stops the walk and is returned. */

@@ -74,6 +74,25 @@ static void expect_broken(const char *text, const char *reason_part) {
     if (!strstr(err, reason_part)) fail_msg("reason '%s' lacks '%s'", err, reason_part);
 }
 
+/* A vLLM file: "triton_version" first, as vLLM's tuner writes it; not an entry. */
+static void test_triton_version_key(void **state) {
+    static const char text[] = "{\"triton_version\": \"3.6.0\", \"1\": " ENTRY(16) ", \"8\": " ENTRY(32) "}";
+    moetune_lookup_t *t = NULL;
+    char err[256] = "";
+    int bm;
+    assert_int_equal(moetune_lookup_parse(text, strlen(text), &t, err, sizeof err), MOETUNE_LOOKUP_OK);
+    assert_int_equal(moetune_lookup_count(t), 2);
+    assert_int_equal(pick(t, 7, &bm), 8);
+    assert_int_equal(bm, 32);
+    moetune_lookup_free(&t);
+    static const char only[] = "{\"triton_version\": \"3.6.0\"}";
+    assert_int_equal(moetune_lookup_parse(only, strlen(only), &t, err, sizeof err), MOETUNE_LOOKUP_EINVAL);
+    assert_non_null(strstr(err, "no entries"));
+    static const char bad[] = "{\"triton_version\": 3, \"1\": " ENTRY(16) "}";
+    assert_int_equal(moetune_lookup_parse(bad, strlen(bad), &t, err, sizeof err), MOETUNE_LOOKUP_EINVAL);
+    assert_null(t);
+}
+
 static void test_broken(void **state) {
     expect_broken("not json at all", "not valid JSON");
     expect_broken("[1, 2]", "not a JSON object");
@@ -99,6 +118,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact),
         cmocka_unit_test(test_nearest),
+        cmocka_unit_test(test_triton_version_key),
         cmocka_unit_test(test_broken),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,464 @@
+/* cmd_doctor.c - moetune doctor: does an engine, in a given interpreter, find a tuned
+ * config file for this GPU and shape (shared/ENGINES.md), and if not, what makes one. */
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cmd.h"
+#include "export.h"
+#include "mt.h"
+#include "presets.h"
+
+enum { DOCTOR_EXIT_MISSING = 3 };
+
+#define PROBE_TIMEOUT_MS 180000  /* importing torch and an engine can take a minute on a cold cache */
+#define PROBE_MAX_OUT 65536      /* HELPER.md: a reply line is at most 64 KiB */
+
+/* Per engine: the variable that overrides its folder, and how it lays files out. */
+static const struct {
+    exp_engine_t engine;
+    const char *env;
+    const char *label;
+} k_engines[] = {
+    {EXP_ENGINE_SGLANG, "SGLANG_MOE_CONFIG_DIR", "SGLang"},
+    {EXP_ENGINE_VLLM, "VLLM_TUNED_CONFIG_FOLDER", "vLLM"},
+};
+
+/* What the probe reported (HELPER.md "Probe"); strings are "" when null. */
+typedef struct {
+    char python[PATH_MAX], python_version[32], torch[32], triton[32], device[128], error[512];
+    char engine_version[32], config_dir[PATH_MAX], env_dir[PATH_MAX], engine_error[512];
+    bool torch_ok, triton_ok, device_ok;
+} probe_t;
+
+static bool is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The helper: $MOETUNE_HELPER, else beside this binary, else the source tree's. */
+static int helper_path(char *buf, size_t len, char *err, size_t errlen) {
+    const char *env = getenv("MOETUNE_HELPER");
+    if (env && *env) {
+        if (!is_file(env)) {
+            mt_fmt(err, errlen, "MOETUNE_HELPER=%s: no such file", env);
+            return MT_NOTFOUND;
+        }
+        mt_fmt(buf, len, "%s", env);
+        return MT_OK;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        mt_fmt(buf, len, "%s/moetune_helper.py", exe);
+        if (is_file(buf)) return MT_OK;
+    }
+#ifdef MT_HELPER_SOURCE
+    mt_fmt(buf, len, "%s", MT_HELPER_SOURCE);
+    if (is_file(buf)) return MT_OK;
+#endif
+    mt_fmt(err, errlen, "moetune_helper.py is neither beside %s nor in the source tree; set MOETUNE_HELPER=PATH",
+           n > 0 ? exe : "this binary");
+    return MT_NOTFOUND;
+}
+
+/* Keeps the last line of text in last (trailing newlines dropped). */
+static void last_line(const char *text, char *last, size_t len) {
+    size_t n = strlen(text);
+    while (n && (text[n - 1] == '\n' || text[n - 1] == '\r')) n--;
+    size_t start = n;
+    while (start && text[start - 1] != '\n') start--;
+    snprintf(last, len, "%.*s", (int)(n - start), text + start);
+}
+
+/* Runs PYTHON HELPER --probe --engine E and collects its stdout and the tail of its
+ * stderr. Returns MT_OK with the exit status in *status, or MT_IO/MT_AGAIN (timeout)
+ * with a reason. */
+static int run_probe(const char *python, const char *helper, const char *engine, char *out, size_t outlen,
+                     char *errtail, size_t taillen, int *status, char *err, size_t errlen) {
+    int po[2] = {-1, -1}, pe[2] = {-1, -1};
+    int rc = MT_OK;
+    pid_t pid = -1;
+    size_t n_out = 0;
+    char tail[8192];
+    size_t n_tail = 0;
+    out[0] = errtail[0] = '\0';
+    if (pipe(po) != 0 || pipe(pe) != 0) {
+        mt_fmt(err, errlen, "pipe: %s", strerror(errno));
+        rc = MT_IO;
+        goto out;
+    }
+    pid = fork();
+    if (pid < 0) {
+        mt_fmt(err, errlen, "fork: %s", strerror(errno));
+        rc = MT_IO;
+        goto out;
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        dup2(po[1], STDOUT_FILENO);
+        dup2(pe[1], STDERR_FILENO);
+        close(po[0]);
+        close(pe[0]);
+        close(po[1]);
+        close(pe[1]);
+        execlp(python, python, helper, "--probe", "--engine", engine, (char *)NULL);
+        fprintf(stderr, "cannot run %s: %s\n", python, strerror(errno));
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    po[1] = pe[1] = -1;
+    uint64_t deadline = mt_now_ms() + PROBE_TIMEOUT_MS;
+    bool open_out = true, open_err = true;
+    while (open_out || open_err) {
+        struct pollfd fds[2] = {{po[0], open_out ? POLLIN : 0, 0}, {pe[0], open_err ? POLLIN : 0, 0}};
+        uint64_t now = mt_now_ms();
+        if (now >= deadline) {
+            kill(-pid, SIGKILL);
+            mt_fmt(err, errlen, "the probe did not answer within %d s", PROBE_TIMEOUT_MS / 1000);
+            rc = MT_AGAIN;
+            break;
+        }
+        int r = poll(fds, 2, (int)(deadline - now));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            mt_fmt(err, errlen, "poll: %s", strerror(errno));
+            rc = MT_IO;
+            kill(-pid, SIGKILL);
+            break;
+        }
+        char buf[4096];
+        if (open_out && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+            ssize_t got = read(po[0], buf, sizeof buf);
+            if (got <= 0) open_out = false;
+            else if (n_out + (size_t)got < outlen) {
+                memcpy(out + n_out, buf, (size_t)got);
+                n_out += (size_t)got;
+            }  /* past the cap: read and dropped, so the probe never blocks */
+        }
+        if (open_err && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            ssize_t got = read(pe[0], buf, sizeof buf);
+            if (got <= 0) {
+                open_err = false;
+            } else {
+                /* buf is smaller than tail: dropping the oldest bytes always makes room. */
+                if (n_tail + (size_t)got >= sizeof tail) {
+                    size_t drop = n_tail + (size_t)got - (sizeof tail - 1);
+                    memmove(tail, tail + drop, n_tail - drop);
+                    n_tail -= drop;
+                }
+                memcpy(tail + n_tail, buf, (size_t)got);
+                n_tail += (size_t)got;
+            }
+        }
+    }
+    out[n_out] = '\0';
+    tail[n_tail] = '\0';
+    last_line(tail, errtail, taillen);
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+out:
+    for (int i = 0; i < 2; i++) {
+        if (po[i] >= 0) close(po[i]);
+        if (pe[i] >= 0) close(pe[i]);
+    }
+    return rc;
+}
+
+static void get_str(json_t *obj, const char *key, char *dst, size_t len) {
+    const char *v = json_string_value(json_object_get(obj, key));
+    snprintf(dst, len, "%s", v ? v : "");
+}
+
+/* Finds the {"probe": ...} line in out and fills p. MT_INVAL when there is none. */
+static int parse_probe(const char *out, const char *env_var, probe_t *p) {
+    memset(p, 0, sizeof *p);
+    for (const char *line = out; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        json_t *root = json_loadb(line, len, 0, NULL);
+        json_t *pr = json_object_get(root, "probe");
+        if (json_is_object(pr)) {
+            json_t *eng = json_object_get(pr, "engine");
+            get_str(pr, "python", p->python, sizeof p->python);
+            get_str(pr, "python_version", p->python_version, sizeof p->python_version);
+            get_str(pr, "torch", p->torch, sizeof p->torch);
+            get_str(pr, "triton", p->triton, sizeof p->triton);
+            get_str(pr, "device", p->device, sizeof p->device);
+            get_str(pr, "error", p->error, sizeof p->error);
+            get_str(eng, "version", p->engine_version, sizeof p->engine_version);
+            get_str(eng, "config_dir", p->config_dir, sizeof p->config_dir);
+            get_str(eng, "error", p->engine_error, sizeof p->engine_error);
+            get_str(json_object_get(eng, "env"), env_var, p->env_dir, sizeof p->env_dir);
+            p->torch_ok = p->torch[0] != '\0';
+            p->triton_ok = p->triton[0] != '\0';
+            p->device_ok = p->device[0] != '\0';
+            json_decref(root);
+            return MT_OK;
+        }
+        json_decref(root);
+        line = nl ? nl + 1 : NULL;
+    }
+    return MT_INVAL;
+}
+
+/* Compares dotted versions numerically ("3.10.0" > "3.9.1"); -1, 0, 1. */
+static int version_cmp(const char *a, const char *b) {
+    while (*a || *b) {
+        unsigned long x = strtoul(a, (char **)&a, 10), y = strtoul(b, (char **)&b, 10);
+        if (x != y) return x < y ? -1 : 1;
+        while (*a && (*a < '0' || *a > '9')) a++;
+        while (*b && (*b < '0' || *b > '9')) b++;
+    }
+    return 0;
+}
+
+/* SGLang's fallback: the newest other configs/triton_* folder under base holding name.
+ * Writes the folder's version ("3.4.0") into ver; false when none. */
+static bool sglang_fallback(const char *base, const char *running, const char *name, char *ver, size_t len) {
+    char dir[PATH_MAX];
+    mt_fmt(dir, sizeof dir, "%s/configs", base);
+    DIR *d = opendir(dir);
+    bool found = false;
+    if (!d) return false;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, "triton_", 7) != 0) continue;
+        char v[64], path[PATH_MAX + 512];
+        snprintf(v, sizeof v, "%s", de->d_name + 7);
+        for (char *q = v; *q; q++) {
+            if (*q == '_') *q = '.';
+        }
+        if (strcmp(v, running) == 0) continue;
+        mt_fmt(path, sizeof path, "%s/%s/%s", dir, de->d_name, name);
+        if (!is_file(path)) continue;
+        if (!found || version_cmp(v, ver) > 0) {
+            snprintf(ver, len, "%s", v);
+            found = true;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+/* The "triton_version" a vLLM file carries, "" when none or unreadable. */
+static void file_triton_version(const char *path, char *buf, size_t len) {
+    json_t *root = json_load_file(path, 0, NULL);
+    const char *v = json_string_value(json_object_get(root, "triton_version"));
+    snprintf(buf, len, "%s", v ? v : "");
+    json_decref(root);
+}
+
+static void shape_arg(const krn_shape_t *s, char *buf, size_t len) {
+    int n = snprintf(buf, len, "E=%u,N=%u,K=%u,topk=%u", s->e, s->n, s->k, s->topk);
+    if (n > 0 && (size_t)n < len && strcmp(s->dtype, "bf16") != 0)
+        n += snprintf(buf + n, len - (size_t)n, ",dtype=%s", s->dtype);
+    if (n > 0 && (size_t)n < len && s->block_n)
+        snprintf(buf + n, len - (size_t)n, ",block_shape=%ux%u", s->block_n, s->block_k);
+}
+
+/* Prints one line naming the failure (text, or JSON with --json); returns exit 1. */
+static int doctor_fail(const cli_cmd_t *cmd, bool json, const char *python, const char *msg) {
+    if (json) {
+        json_t *o = json_pack("{s:s, s:s, s:s}", "status", "error", "python", python, "error", msg);
+        char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
+        if (s) printf("%s\n", s);
+        free(s);
+        json_decref(o);
+    }
+    return cli_fail(cmd, msg);
+}
+
+int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
+    char err[1200], helper[PATH_MAX], why[400];
+    exp_engine_t engine;
+    krn_shape_t shape;
+    if (!o->engine) return cli_usage(cmd, "--engine sglang|vllm is required");
+    if (exp_engine_parse(o->engine, &engine) != MT_OK) return cli_usage(cmd, "--engine: not one of sglang, vllm");
+    if (!!o->model == !!o->doctor_shape) return cli_usage(cmd, "give --model NAME --tp N, or --shape E=..,N=..,K=..,topk=..");
+    if (o->model) {
+        int rc = cli_preset_shape(o->model, o->tp ? o->tp : 1, o->ep ? o->ep : 1, o->dtype, &shape, why, sizeof why);
+        if (rc != MT_OK) return cli_usage(cmd, why);
+    } else {
+        if (o->tp || o->ep || o->dtype) return cli_usage(cmd, "--tp, --ep and --dtype apply only with --model");
+        if (krn_shape_parse(o->doctor_shape, &shape, why, sizeof why) != MT_OK ||
+            krn_shape_check(&shape, why, sizeof why) != MT_OK) {
+            mt_fmt(err, sizeof err, "--shape %s: %s", o->doctor_shape, why);
+            return cli_usage(cmd, err);
+        }
+    }
+    const char *env_var = k_engines[engine == EXP_ENGINE_SGLANG ? 0 : 1].env;
+    const char *label = k_engines[engine == EXP_ENGINE_SGLANG ? 0 : 1].label;
+    const char *ename = exp_engine_name(engine);
+    const char *python = o->python ? o->python : "python3";
+
+    if (helper_path(helper, sizeof helper, why, sizeof why) != MT_OK) return doctor_fail(cmd, o->json, python, why);
+    static char out[PROBE_MAX_OUT + 1];
+    char tail[512];
+    int status = 0;
+    if (run_probe(python, helper, ename, out, sizeof out, tail, sizeof tail, &status, why, sizeof why) != MT_OK) {
+        mt_fmt(err, sizeof err, "the probe in %s failed: %s", python, why);
+        return doctor_fail(cmd, o->json, python, err);
+    }
+    probe_t p;
+    if (parse_probe(out, env_var, &p) != MT_OK) {
+        if (status == 127 && strncmp(tail, "cannot run", 10) == 0)
+            mt_fmt(err, sizeof err, "%s", tail);
+        else
+            mt_fmt(err, sizeof err, "the probe in %s gave no answer (exit status %d)%s%s", python, status,
+                   tail[0] ? ": " : "", tail);
+        return doctor_fail(cmd, o->json, python, err);
+    }
+    const char *py = p.python[0] ? p.python : python;
+    const char *missing = !p.torch_ok ? "torch" : !p.triton_ok ? "Triton" : !p.device_ok ? "a CUDA device" : NULL;
+    if (missing) {
+        mt_fmt(err, sizeof err, "%s %s in %s%s%s", missing,
+               p.device_ok || !p.torch_ok || !p.triton_ok ? "is not importable" : "is not visible", py,
+               p.error[0] ? ": " : "", p.error);
+        return doctor_fail(cmd, o->json, py, err);
+    }
+    const char *folder = p.env_dir[0] ? p.env_dir : p.config_dir;
+    if (!folder[0]) {
+        mt_fmt(err, sizeof err, "%s is not importable in %s%s%s, and %s is not set", label, py,
+               p.engine_error[0] ? ": " : "", p.engine_error, env_var);
+        return doctor_fail(cmd, o->json, py, err);
+    }
+
+    /* Where the engine looks, and what it finds. */
+    char name[400], tdir[64], expected[PATH_MAX + 512], down[PATH_MAX + 520] = "";
+    exp_engine_file_name(engine, p.device, &shape, name, sizeof name);
+    snprintf(tdir, sizeof tdir, "triton_%s", p.triton);
+    for (char *q = tdir; *q; q++) {
+        if (*q == '.') *q = '_';
+    }
+    bool found = false, down_found = false, other_version = false;
+    char file_tv[64] = "", fb_path[PATH_MAX + 600] = "", fb_what[300] = "";
+    if (engine == EXP_ENGINE_SGLANG) {
+        mt_fmt(expected, sizeof expected, "%s/configs/%s/%s", folder, tdir, name);
+        mt_fmt(down, sizeof down, "%.*s_down.json", (int)(strlen(expected) - 5), expected);
+        found = is_file(expected);
+        down_found = is_file(down);
+        char ver[64];
+        if (!found && sglang_fallback(folder, p.triton, name, ver, sizeof ver)) {
+            char vdir[80];
+            snprintf(vdir, sizeof vdir, "triton_%s", ver);
+            for (char *q = vdir; *q; q++) {
+                if (*q == '.') *q = '_';
+            }
+            mt_fmt(fb_path, sizeof fb_path, "%s/configs/%s/%s", folder, vdir, name);
+            mt_fmt(fb_what, sizeof fb_what, "the Triton %s configs (it logs \"Fallback to triton version %s\" and "
+                   "\"Performance might be sub-optimal!\")", ver, ver);
+        }
+    } else {
+        mt_fmt(expected, sizeof expected, "%s/%s", folder, name);
+        found = is_file(expected);
+        if (found) {
+            file_triton_version(expected, file_tv, sizeof file_tv);
+            if (file_tv[0] && strcmp(file_tv, p.triton) != 0) {
+                other_version = true;
+                found = false;
+                snprintf(fb_path, sizeof fb_path, "%s", expected);
+                mt_fmt(fb_what, sizeof fb_what, "this file anyway: it was tuned with Triton %s, and vLLM ignores "
+                       "triton_version", file_tv);
+            }
+        }
+        char bundled[PATH_MAX + 512];
+        if (!found && !other_version && p.env_dir[0] && p.config_dir[0]) {
+            mt_fmt(bundled, sizeof bundled, "%s/%s", p.config_dir, name);
+            if (is_file(bundled)) {
+                snprintf(fb_path, sizeof fb_path, "%s", bundled);
+                mt_fmt(fb_what, sizeof fb_what, "the file bundled with vLLM (its package's configs folder)");
+            }
+        }
+    }
+    char defaults[300];
+    if (strcmp(shape.dtype, "bf16") == 0)
+        mt_fmt(defaults, sizeof defaults, "untuned defaults (\"Using default MoE kernel config. Performance might be "
+               "sub-optimal!\"): BLOCK_SIZE_M/N/K 64/64/32, GROUP_SIZE_M 8, or 16/32/64, GROUP_SIZE_M 1 when "
+               "M <= E (%u)%s", shape.e, engine == EXP_ENGINE_VLLM ? ", SPLIT_K 1" : "; no num_warps/num_stages");
+    else
+        mt_fmt(defaults, sizeof defaults, "untuned built-in defaults for %s (\"Using default MoE kernel config. "
+               "Performance might be sub-optimal!\")", shape.dtype);
+
+    /* The command that makes the file, and how to point the engine at it. */
+    char outdir[PATH_MAX + 32], cwd[PATH_MAX], what[600], tune[2048], point[PATH_MAX + 64];
+    if (p.env_dir[0]) snprintf(outdir, sizeof outdir, "%s", p.env_dir);
+    else mt_fmt(outdir, sizeof outdir, "%s/moetune-configs", getcwd(cwd, sizeof cwd) ? cwd : ".");
+    if (o->model) {
+        int n = snprintf(what, sizeof what, "--model %s --tp %u", o->model, o->tp ? o->tp : 1);
+        if (o->ep && n > 0) n += snprintf(what + n, sizeof what - (size_t)n, " --ep %u", o->ep);
+        if (o->dtype && n > 0) snprintf(what + n, sizeof what - (size_t)n, " --dtype %s", o->dtype);
+    } else {
+        char sa[200];
+        shape_arg(&shape, sa, sizeof sa);
+        mt_fmt(what, sizeof what, "--shape %s", sa);
+    }
+    mt_fmt(tune, sizeof tune, "moetune tune --backend triton --kernel %s --python %s %s --out %s", ename, py, what,
+           outdir);
+    mt_fmt(point, sizeof point, "%s=%s", env_var, outdir);
+    int code = found ? MT_EXIT_OK : DOCTOR_EXIT_MISSING;
+
+    if (o->json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "status", json_string(found ? "found" : "missing"));
+        json_object_set_new(j, "engine", json_string(ename));
+        json_object_set_new(j, "python", json_string(py));
+        json_object_set_new(j, "python_version", json_string(p.python_version));
+        json_object_set_new(j, "triton", json_string(p.triton));
+        json_object_set_new(j, "torch", json_string(p.torch));
+        json_object_set_new(j, "engine_version", p.engine_version[0] ? json_string(p.engine_version) : json_null());
+        json_object_set_new(j, "device", json_string(p.device));
+        json_object_set_new(j, "config_dir", json_string(folder));
+        json_object_set_new(j, "config_dir_from", json_string(p.env_dir[0] ? env_var : "engine"));
+        json_object_set_new(j, "file", json_string(expected));
+        json_object_set_new(j, "found", json_boolean(found));
+        if (engine == EXP_ENGINE_SGLANG) {
+            json_object_set_new(j, "down_file", json_string(down));
+            json_object_set_new(j, "down_found", json_boolean(down_found));
+        } else {
+            json_object_set_new(j, "file_triton_version", file_tv[0] ? json_string(file_tv) : json_null());
+        }
+        if (!found) {
+            json_object_set_new(j, "fallback", json_string(fb_path[0] ? fb_path : "defaults"));
+            json_object_set_new(j, "fallback_means", json_string(fb_path[0] ? fb_what : defaults));
+            json_object_set_new(j, "tune", json_string(tune));
+            json_object_set_new(j, "point_engine", json_string(point));
+        }
+        char *s = json_dumps(j, JSON_PRESERVE_ORDER | JSON_COMPACT);
+        if (s) printf("%s\n", s);
+        free(s);
+        json_decref(j);
+        return code;
+    }
+    printf("interpreter:   %s (Python %s)\n", py, p.python_version[0] ? p.python_version : "?");
+    printf("imports:       triton %s, torch %s, %s %s\n", p.triton, p.torch, ename,
+           p.engine_version[0] ? p.engine_version : "(not importable)");
+    printf("device:        %s\n", p.device);
+    printf("config folder: %s (%s)\n", folder, p.env_dir[0] ? env_var : "the engine's own configs");
+    printf("expected file: %s\n", expected);
+    printf("for Triton %s: %s\n", p.triton, found ? "found" : other_version ? "missing (a file for another Triton version is there)" : "missing");
+    if (engine == EXP_ENGINE_SGLANG && found)
+        printf("down file:     %s (%s)\n", down_found ? "found" : "none: the second GEMM reuses the main file's config",
+               down);
+    if (found) return code;
+    if (fb_path[0]) printf("fallback:      %s uses %s: %s\n", label, fb_what, fb_path);
+    else printf("fallback:      %s uses %s\n", label, defaults);
+    printf("to tune:       %s\n", tune);
+    printf("then run the engine with %s\n", point);
+    return code;
+}
