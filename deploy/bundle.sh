@@ -3,7 +3,7 @@
 # protobuf-c, libsodium and what they pull in), so the folder can be copied to any glibc >= 2.36
 # x86-64 host with a CUDA driver and run there:
 #
-#   deploy/bundle.sh BUILD_DIR OUT_DIR        ->  OUT_DIR/bin/{moetune,moetune-coordinator,moetune-worker,...}
+#   deploy/bundle.sh BUILD_DIR OUT_DIR        ->  OUT_DIR/bin/{moetune,moetune-coordinator,moetune-worker,...,moetune_helper.py}
 #                                                  OUT_DIR/lib/*.so*   (found through LD_LIBRARY_PATH or RPATH)
 #
 # Libraries every such host has (glibc, libstdc++, libgcc, libm, libcuda, NVRTC from the driver or
@@ -25,4 +25,7 @@ for b in "${bins[@]}"; do
     cp -Lf "$path" "$out/lib/$name"
   done
 done
+# The triton backend's helper goes beside the worker, where it looks first.
+root=$(cd "$(dirname "$0")/.." && pwd)
+cp -f "$root/worker/moetune_helper.py" "$root/worker/moetune_kernel.py" "$root/worker/HELPER.md" "$out/bin/"
 echo "bundled ${#bins[@]} binaries and $(ls "$out/lib" | wc -l) libraries into $out (run with LD_LIBRARY_PATH=$out/lib)"
