@@ -112,9 +112,11 @@ def serve(lines, session):
             if op == "quit":
                 return 0
             if op == "prepare":
+                # The worker may not know the job's batch sizes yet: compile for batch size 1
+                # then (moetune's kernel compiles once for all of them).
                 session.prepare(parse_shape(req.get("shape")),
                                 [parse_config(c) for c in (req.get("configs") or [])],
-                                parse_batch_sizes(req.get("batch_sizes")))
+                                parse_batch_sizes(req.get("batch_sizes") or [1]))
             elif op == "measure":
                 rid = req.get("id")
                 if isinstance(rid, bool) or not isinstance(rid, int):

@@ -104,6 +104,12 @@ class Protocol(unittest.TestCase):
         self.assertEqual(out[-1]["done"], True)
         self.assertEqual(len(s.measured), 1)
 
+    def test_prepare_without_batch_sizes_is_no_error(self):
+        rc, out, s = run_serve([json.dumps({"op": "prepare", "shape": SHAPE, "configs": [CFG],
+                                            "batch_sizes": []})])
+        self.assertEqual(out, [])
+        self.assertEqual(s.prepared[0][2], [1])
+
     def test_quit_stops_before_later_requests(self):
         rc, out, s = run_serve([json.dumps({"op": "quit"}), measure_req()])
         self.assertEqual((rc, out, s.measured), (0, [], []))
