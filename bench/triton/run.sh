@@ -20,7 +20,7 @@ start=$(date +%s.%N)
 TRITON_CACHE_DIR="$out/triton-cache-baseline" python3 "$here/engine_style.py" \
   --space 16,32,64,128:64,128,256:64,128:1,16:4,8:3,4 --batch-sizes 1,8,64,256,1024,4096 \
   --out "$out/baseline.json" 2>&1 | tail -n 8
-echo "baseline wall $(echo "$(date +%s.%N) - $start" | bc) s"
+echo "baseline wall $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s"
 cat "$out/tune.time"
 f=$(ls "$out"/configs/configs/triton_*/E=128,N=768,device_name=*.json | grep -v _down | head -n1)
 echo "== (b)/(c): re-measured under one method"
