@@ -134,29 +134,6 @@ static void test_newer_schema_refused(void **state) {
     assert_non_null(strstr(err, "newer"));
 }
 
-static void test_v1_upgraded(void **state) {
-    char err[256] = "";
-    sqlite3 *db = NULL;
-    store_t *s = NULL;
-    char *v1 = strdup(store_schema_sql());
-    assert_non_null(v1);
-    char *a = strstr(v1, "  versions TEXT,");
-    char *b = a ? strstr(a, "  created INTEGER NOT NULL,") : NULL;
-    assert_non_null(b);
-    memmove(a, b, strlen(b) + 1);
-    assert_int_equal(sqlite3_open(g_db.path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, v1, NULL, NULL, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 1", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
-    free(v1);
-    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
-    store_close(&s);
-    assert_int_equal(query_int("PRAGMA user_version"), STORE_SCHEMA_VERSION);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results') WHERE name IN"
-                               " ('versions', 'up_us', 'down_us')"),
-                     3);
-}
-
 static void test_bad_path(void **state) {
     char err[256] = "";
     store_t *s = NULL;
