@@ -13,6 +13,7 @@
 #include <sqlite3.h>
 
 #include "mt.h"
+#include "query.h"
 #include "scheduler.h"
 #include "store.h"
 #include "tmpdb.h"
@@ -59,6 +60,13 @@ static void test_reopen_keeps_data(void **state) {
     assert_int_equal(query_int("PRAGMA user_version"), 2);
 }
 
+/* Counts the rows a read-only walk sees, checking the schema-2 fields. */
+static int count_v2(void *ctx, const dbq_result_t *r) {
+    int *n = ctx;
+    if (r->median_us == 5.0 && r->versions[0] == '\0' && r->up_us == 0 && r->down_us == 0) (*n)++;
+    return 0;
+}
+
 /* A v1 database (the schema as it was) gets the v2 columns by ALTER TABLE and keeps its rows. */
 static void test_migrate_v1(void **state) {
     char err[256], path[512];
@@ -87,10 +95,22 @@ static void test_migrate_v1(void **state) {
     assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results') WHERE name IN ('versions',"
                                " 'up_us', 'down_us')"),
                      0);
+    /* the CLI reads a v1 file as it is: versions '' and up/down 0 */
+    dbq_t *q = NULL;
+    int seen = 0;
+    assert_int_equal(dbq_open(g_db.path, &q, err, sizeof err), MT_OK);
+    assert_int_equal(dbq_results(q, NULL, count_v2, &seen, err, sizeof err), MT_OK);
+    dbq_close(&q);
+    assert_int_equal(seen, 1);
 
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     store_close(&s);
     assert_int_equal(query_int("PRAGMA user_version"), 2);
+    seen = 0;
+    assert_int_equal(dbq_open(g_db.path, &q, err, sizeof err), MT_OK);
+    assert_int_equal(dbq_results(q, NULL, count_v2, &seen, err, sizeof err), MT_OK);
+    dbq_close(&q);
+    assert_int_equal(seen, 1); /* NULLs of the migrated row read as '' and 0 */
     assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results') WHERE (name = 'versions' AND"
                                " type = 'TEXT') OR (name IN ('up_us', 'down_us') AND type = 'REAL')"),
                      3);
