@@ -45,35 +45,6 @@ static bool is_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The helper: $MOETUNE_HELPER, else beside this binary, else the source tree's. */
-static int helper_path(char *buf, size_t len, char *err, size_t errlen) {
-    const char *env = getenv("MOETUNE_HELPER");
-    if (env && *env) {
-        if (!is_file(env)) {
-            mt_fmt(err, errlen, "MOETUNE_HELPER=%s: no such file", env);
-            return MT_NOTFOUND;
-        }
-        mt_fmt(buf, len, "%s", env);
-        return MT_OK;
-    }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) *slash = '\0';
-        mt_fmt(buf, len, "%s/moetune_helper.py", exe);
-        if (is_file(buf)) return MT_OK;
-    }
-#ifdef MT_HELPER_SOURCE
-    mt_fmt(buf, len, "%s", MT_HELPER_SOURCE);
-    if (is_file(buf)) return MT_OK;
-#endif
-    mt_fmt(err, errlen, "moetune_helper.py is neither beside %s nor in the source tree; set MOETUNE_HELPER=PATH",
-           n > 0 ? exe : "this binary");
-    return MT_NOTFOUND;
-}
-
 /* Keeps the last line of text in last (trailing newlines dropped). */
 static void last_line(const char *text, char *last, size_t len) {
     size_t n = strlen(text);
@@ -307,7 +278,7 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
     const char *ename = exp_engine_name(engine);
     const char *python = o->python ? o->python : "python3";
 
-    if (helper_path(helper, sizeof helper, why, sizeof why) != MT_OK) return doctor_fail(cmd, o->json, python, why);
+    if (mt_helper_path(helper, sizeof helper, why, sizeof why) != MT_OK) return doctor_fail(cmd, o->json, python, why);
     static char out[PROBE_MAX_OUT + 1];
     char tail[512];
     int status = 0;

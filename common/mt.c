@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <limits.h>
 #include <time.h>
+#include <unistd.h>
 
 mt_log_level_t mt_log_level = MT_LOG_INFO;
 static char g_tag[96] = "moetune";
@@ -184,4 +186,32 @@ void mt_install_stop_handlers(void) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+}
+
+int mt_helper_path(char *buf, size_t len, char *err, size_t errlen) {
+    const char *env = getenv("MOETUNE_HELPER");
+    if (env && *env) {
+        if (access(env, R_OK) != 0) {
+            mt_fmt(err, errlen, "MOETUNE_HELPER=%s: %s", env, strerror(errno));
+            return MT_NOTFOUND;
+        }
+        mt_fmt(buf, len, "%s", env);
+        return MT_OK;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = '\0';
+        mt_fmt(buf, len, "%s/moetune_helper.py", exe);
+        if (access(buf, R_OK) == 0) return MT_OK;
+    }
+#ifdef MT_SOURCE_DIR
+    mt_fmt(buf, len, "%s/worker/moetune_helper.py", MT_SOURCE_DIR);
+    if (access(buf, R_OK) == 0) return MT_OK;
+#endif
+    mt_fmt(err, errlen, "moetune_helper.py is neither beside %s nor in the source tree; set MOETUNE_HELPER=PATH",
+           n > 0 ? exe : "this binary");
+    return MT_NOTFOUND;
 }

@@ -66,6 +66,11 @@ uint64_t mt_fnv1a(uint64_t h, const void *data, size_t len);
 /* Creates a directory and its parents (mode 0755); MT_IO with errno text in err. */
 int mt_mkdirs(const char *path, char *err, size_t errlen);
 
+/* The triton backend's helper script: $MOETUNE_HELPER when set (it must be readable), else
+ * moetune_helper.py beside the running binary, else the source tree's worker/ copy. Writes the
+ * path into buf; MT_NOTFOUND with a one-line reason in err. Used by the worker and by doctor. */
+int mt_helper_path(char *buf, size_t len, char *err, size_t errlen);
+
 /* Sends a signal-safe flag: the daemons' loops check it. */
 extern volatile int mt_stop_requested;
 /* Installs SIGINT/SIGTERM handlers that set mt_stop_requested, and ignores SIGPIPE. */

@@ -68,43 +68,6 @@ typedef struct {
 
 /* ---- helpers around processes */
 
-/* Finds the helper script: MOETUNE_HELPER, else beside the running binary, else the
- * source tree's worker/. */
-static int find_helper(char *out, size_t len, char *err, size_t errlen) {
-    const char *env = getenv("MOETUNE_HELPER");
-    if (env && *env) {
-        if (access(env, R_OK) != 0) {
-            mt_fmt(err, errlen, "MOETUNE_HELPER '%s': %s", env, strerror(errno));
-            return MT_ERR;
-        }
-        mt_fmt(out, len, "%s", env);
-        return MT_OK;
-    }
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            mt_fmt(out, len, "%s/moetune_helper.py", exe);
-            if (access(out, R_OK) == 0) return MT_OK;
-        }
-    }
-#ifdef MT_SOURCE_DIR
-    mt_fmt(out, len, "%s/worker/moetune_helper.py", MT_SOURCE_DIR);
-    if (access(out, R_OK) == 0) return MT_OK;
-#endif
-    mt_fmt(err, errlen, "moetune_helper.py not found beside %s%s; set MOETUNE_HELPER", n > 0 ? exe : "the binary",
-#ifdef MT_SOURCE_DIR
-           " or in " MT_SOURCE_DIR "/worker"
-#else
-           ""
-#endif
-    );
-    return MT_ERR;
-}
-
 /* Resolves an interpreter name the way execvp would (PATH search when it has no
  * slash). MT_NOTFOUND when nothing executable is found. */
 static int find_python(const char *name, char *out, size_t len) {
@@ -554,7 +517,7 @@ static int tr_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *d
         mt_fmt(err, errlen, "cannot run python '%s': %s", st->python, strerror(ENOENT));
         goto out;
     }
-    if (find_helper(helper, sizeof helper, err, errlen)) goto out;
+    if (mt_helper_path(helper, sizeof helper, err, errlen)) goto out;
     if (spawn_helper(st, helper, opts, err, errlen)) goto out;
     if (pthread_create(&st->err_thread, NULL, err_main, st) != 0) {
         mt_fmt(err, errlen, "cannot start the stderr reader: %s", strerror(errno));

@@ -441,10 +441,9 @@ class ContextLost(Exception):
 class Measurer:
     """Inputs, references and timing on one GPU, for one kernel."""
 
-    def __init__(self, torch, kernel, pool=None):
+    def __init__(self, torch, kernel):
         self.torch = torch
         self.kernel = kernel
-        self.pool = pool
         self.shape_key = None
         self.per_bs = {}
         self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
@@ -599,12 +598,10 @@ class Measurer:
 class Session:
     """What serve() drives: prepare() and measure()."""
 
-    def __init__(self, torch, kernel, measurer, pool):
-        self.torch = torch
+    def __init__(self, kernel, measurer, pool):
         self.kernel = kernel
         self.measurer = measurer
         self.pool = pool
-        self.pool_peak_kb = 0
 
     def prepare(self, shape, cfgs, bss):
         if self.pool:
@@ -794,7 +791,7 @@ def main(argv):
         if workers < 0:
             workers = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2) - 2)
         pool = CompilePool(a.kernel, a.gpu, workers) if workers > 0 else None
-        measurer = Measurer(torch, kernel, pool)
+        measurer = Measurer(torch, kernel)
         compiler = "triton_" + triton.__version__.split("+")[0].replace(".", "_")
         vers = versions_text(a.kernel, torch, triton, kernel.engine)
         hello = {"kernel": a.kernel, "compiler": compiler, "versions": vers, "device": dev,
@@ -808,7 +805,7 @@ def main(argv):
         emit({"fatal": "%s: cannot start the %s kernel: %s" % (sys.executable, a.kernel, one_line(e))})
         return 1
     emit({"hello": hello})
-    session = Session(torch, kernel, measurer, pool)
+    session = Session(kernel, measurer, pool)
     rc = serve(sys.stdin, session)
     log("done: peak rss %d MiB (measuring process %d MiB, compile processes %d MiB), %.0f s compiling ahead" %
         (session.peak_rss_kb() >> 10, peak_rss_kb() >> 10, (pool.peak_kb if pool else 0) >> 10,
