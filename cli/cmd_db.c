@@ -52,7 +52,7 @@ out:
 }
 
 static const char *const k_statuses[] = {"ok", "invalid", "compile_error", "launch_error",
-                                         "wrong_result", "timeout", "crashed"};
+                                         "wrong_result", "timeout", "crashed", "pruned"};
 
 typedef struct {
     bool json;
@@ -115,7 +115,7 @@ int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
         bool known = false;
         for (size_t i = 0; i < sizeof k_statuses / sizeof k_statuses[0]; i++)
             known = known || strcmp(o->status, k_statuses[i]) == 0;
-        if (!known) return cli_usage(cmd, "--status: not one of ok, invalid, compile_error, launch_error, wrong_result, timeout, crashed");
+        if (!known) return cli_usage(cmd, "--status: not one of ok, invalid, compile_error, launch_error, wrong_result, timeout, crashed, pruned");
         if (o->best && strcmp(o->status, "ok") != 0) return cli_usage(cmd, "--best picks among ok results only");
         snprintf(f.status, sizeof f.status, "%s", o->status);
     }

@@ -441,6 +441,11 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
             argv[a++] = "--sim-faults";
             argv[a++] = (char *)o->sim_faults;
         }
+        if (strcmp(backend, "triton") == 0) {
+            /* hold the next job too: its configs compile ahead while this one is measured */
+            argv[a++] = "--credits";
+            argv[a++] = "2";
+        }
         if (o->kernel) {
             argv[a++] = "--kernel";
             argv[a++] = (char *)o->kernel;

@@ -42,9 +42,12 @@ void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive,
     char eta[32];
     if (done >= total && total) snprintf(eta, sizeof eta, "0s");
     else fmt_eta(st->rate > 0 ? (double)(total - done) / st->rate : -1.0, eta, sizeof eta);
-    snprintf(buf, len, "sweep %llu %s: %llu/%llu results (%.1f%%), %.0f/s, ETA %s, %llu failed, jobs %u/%u done%s%s, %u workers",
+    char pruned[48] = "";
+    if (st->results_pruned)
+        snprintf(pruned, sizeof pruned, ", %llu pruned", (unsigned long long)st->results_pruned);
+    snprintf(buf, len, "sweep %llu %s: %llu/%llu results (%.1f%%), %.0f/s, ETA %s, %llu failed%s, jobs %u/%u done%s%s, %u workers",
              (unsigned long long)st->sweep_id, st->state ? st->state : "?", (unsigned long long)done,
-             (unsigned long long)total, pct, st->rate, eta, (unsigned long long)st->results_failed,
+             (unsigned long long)total, pct, st->rate, eta, (unsigned long long)st->results_failed, pruned,
              st->jobs_done, st->jobs_total, st->jobs_failed ? ", jobs failed " : "",
              st->jobs_failed ? "yes" : "", workers_alive);
 }
@@ -62,11 +65,11 @@ static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t wor
         copy.rate = (double)(in->results_done - p->first_done) * 1000.0 / (double)(now - p->first_ms);
     if (p->json) {
         fprintf(p->out,
-                "{\"sweep\":%llu,\"state\":\"%s\",\"done\":%llu,\"total\":%llu,\"failed\":%llu,"
+                "{\"sweep\":%llu,\"state\":\"%s\",\"done\":%llu,\"total\":%llu,\"failed\":%llu,\"pruned\":%llu,"
                 "\"rate\":%.1f,\"jobs_done\":%u,\"jobs_total\":%u,\"jobs_failed\":%u,\"workers\":%u}\n",
                 (unsigned long long)st->sweep_id, st->state ? st->state : "",
                 (unsigned long long)st->results_done, (unsigned long long)st->results_planned,
-                (unsigned long long)st->results_failed, st->rate, st->jobs_done, st->jobs_total,
+                (unsigned long long)st->results_failed, (unsigned long long)st->results_pruned, st->rate, st->jobs_done, st->jobs_total,
                 st->jobs_failed, workers_alive);
         fflush(p->out);
         return;

@@ -223,6 +223,19 @@ static int set_rsd(cli_spec_t *s, const void *arg, const char *opt, const char *
     return MT_OK;
 }
 
+/* 0 turns racing off: stored as -1, since 0 in the spec means "the default". */
+static int set_race(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                    size_t errlen) {
+    double v;
+    if (mt_parse_double(val, &v) != MT_OK || !(v >= 0.0 && v < 10.0)) {
+        mt_fmt(err, errlen, "--%s %s: not a fraction from 0 (racing off) to below 10 (0.2 = 20%%)", opt, val);
+        return MT_INVAL;
+    }
+    s->measure.race_margin = v > 0 ? v : -1.0;
+    s->measure_set = true;
+    return MT_OK;
+}
+
 static int set_seed(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
                     size_t errlen) {
     uint64_t v;
@@ -268,6 +281,7 @@ static const opt_def_t k_opts[] = {
     {{"config-timeout-ms", "MS", "time limit per config, all batch sizes (default 60000)"}, set_u32, 6},
     {{"rsd-target", "X", "stop sampling under this relative deviation (default 0.01)"}, set_rsd, 0},
     {{"seed", "N", "input and routing seed (default 1)"}, set_seed, 0},
+    {{"race-margin", "X", "racing: stop a config whose first samples are this fraction slower than the best so far (default 0.2; 0 = off)"}, set_race, 0},
     {{"spec", "FILE.json", "read the spec from a JSON file (flags after it override)"}, set_specfile, 0},
 };
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])
@@ -411,7 +425,7 @@ static const struct { const char *key, *opt; } k_json_space[] = {
 static const struct { const char *key, *opt; } k_json_measure[] = {
     {"warmup", "warmup"}, {"min_samples", "min-samples"}, {"max_samples", "max-samples"},
     {"rsd_target", "rsd-target"}, {"budget_ms", "budget-ms"}, {"timeout_ms", "config-timeout-ms"},
-    {"seed", "seed"},
+    {"seed", "seed"}, {"race_margin", "race-margin"},
 };
 #define LOOKUP_KEY(table, name_, out)                                            \
     do {                                                                         \
@@ -703,6 +717,7 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
         s->measure.budget_ms = m.budget_ms;
         s->measure.timeout_ms = m.timeout_ms;
         s->measure.seed = m.seed;
+        s->measure.race_margin = m.race_margin;
         s->spec.measure = &s->measure;
     }
     s->finished = true;
@@ -754,6 +769,7 @@ bool cli_spec_same_work(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b
             !loose_eq(m->timeout_ms, n->timeout_ms) || !loose_eq(m->seed, n->seed))
             return false;
         if (m->rsd_target != 0.0 && n->rsd_target != 0.0 && m->rsd_target != n->rsd_target) return false;
+        if (m->race_margin != n->race_margin) return false;
     }
     return true;
 }

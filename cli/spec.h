@@ -49,7 +49,7 @@ int cli_spec_set(cli_spec_t *spec, const char *name, const char *value, char *er
  * (array of names or objects {"name","tp","ep"}), "model_configs" (array of paths),
  * "tp", "ep", "dtype", "batch_sizes", "space" ({"block_m": [...], ...}), "strategy",
  * "device_filter", "chunk", "max_attempts", "measure" ({"warmup", "min_samples",
- * "max_samples", "rsd_target", "budget_ms", "timeout_ms", "seed"}). Unknown keys are
+ * "max_samples", "rsd_target", "budget_ms", "timeout_ms", "seed", "race_margin"}). Unknown keys are
  * errors. */
 int cli_spec_parse_json(cli_spec_t *spec, const char *text, size_t len, char *err, size_t errlen);
 int cli_spec_load_json(cli_spec_t *spec, const char *path, char *err, size_t errlen);

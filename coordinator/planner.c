@@ -7,6 +7,7 @@
 
 #include "convert.h"
 #include "mt.h"
+#include "race.h"
 
 void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out) {
     const Moetune__Measure *m = spec ? spec->measure : NULL;
@@ -18,6 +19,8 @@ void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out) {
     out->budget_ms = m && m->budget_ms ? m->budget_ms : 1000;
     out->timeout_ms = m && m->timeout_ms ? m->timeout_ms : 60000;
     out->seed = m && m->seed ? m->seed : 1;
+    /* racing is on unless turned off (negative); 0 is "not given" */
+    out->race_margin = m && m->race_margin != 0 ? m->race_margin : RACE_DEFAULT_MARGIN;
 }
 
 void plan_destroy(plan_t **pp) {
@@ -31,6 +34,32 @@ void plan_destroy(plan_t **pp) {
     free(p->batch_sizes);
     free(p);
     *pp = NULL;
+}
+
+static size_t gcd(size_t a, size_t b) {
+    while (b) {
+        size_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Reorders the valid configs (in the space's nested order, BLOCK_SIZE_M outermost) by a
+ * golden-ratio stride: consecutive configs land far apart in the space, so every job and
+ * every prefix of the sweep is a spread sample of it (all BLOCK_SIZE_M values within the
+ * first few configs), an interrupted sweep's picks are not biased to one corner, and
+ * racing meets a strong best early. Deterministic: the same spec gives the same jobs. */
+static int interleave(krn_config_t *v, size_t n) {
+    if (n < 3) return MT_OK;
+    size_t stride = (size_t)((double)n * 0.6180339887 + 0.5);
+    while (gcd(stride, n) != 1) stride++;
+    krn_config_t *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) return MT_NOMEM;
+    for (size_t i = 0; i < n; i++) tmp[i] = v[(i * stride) % n];
+    memcpy(v, tmp, n * sizeof *tmp);
+    free(tmp);
+    return MT_OK;
 }
 
 /* One list of the space: where it lives in the spec and in krn_space_t. */
@@ -141,6 +170,12 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
         rc = MT_INVAL;
         goto out;
     }
+    if (!(p->measure.race_margin < 10.0)) {
+        mt_fmt(err, errlen, "measure: race margin %g is not below 10 (1000 %%); negative turns racing off",
+               p->measure.race_margin);
+        rc = MT_INVAL;
+        goto out;
+    }
     p->batch_sizes = malloc(spec->n_batch_sizes * sizeof *p->batch_sizes);
     p->shapes = calloc(spec->n_shapes, sizeof *p->shapes);
     if (!p->batch_sizes || !p->shapes) goto nomem;
@@ -189,6 +224,7 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
                 snprintf(r->reason, sizeof r->reason, "%s", why);
             }
         }
+        if (interleave(ps->valid, ps->n_valid)) goto nomem;
         p->jobs += (uint32_t)((ps->n_valid + p->chunk - 1) / p->chunk);
         p->configs_valid += (uint32_t)ps->n_valid;
         p->configs_rejected += (uint32_t)ps->n_rejected;

@@ -10,6 +10,7 @@
 #include "convert.h"
 #include "mt.h"
 #include "planner.h"
+#include "race.h"
 
 enum { J_PENDING, J_LEASED, J_DONE, J_FAILED, J_CANCELLED, J_NSTATES };
 static const char *const g_job_state[J_NSTATES] = {"pending", "leased", "done", "failed", "cancelled"};
@@ -61,7 +62,7 @@ struct sweep {
     char *backend;           /* NULL = any worker's backend */
     uint32_t max_attempts;
     Moetune__Measure measure;
-    uint64_t planned, done, failed;
+    uint64_t planned, done, failed, pruned;
     uint32_t jobs_by_state[J_NSTATES];
     job_t **jobs;            /* in id order */
     size_t n_jobs, cap_jobs, hint;
@@ -93,7 +94,7 @@ typedef struct {
     job_t *job;
     size_t cfg;
     bool crash;              /* a quarantining second crash: bump the crash count too */
-    uint32_t new_rows, new_failed;
+    uint32_t new_rows, new_failed, new_pruned;
 } entry_t;
 
 typedef struct {
@@ -110,7 +111,7 @@ typedef struct {
     char *strs[5];           /* copies behind base's worker_id, backend, compiler, kernel_hash, versions */
     Moetune__Hello *hello;   /* a copy of the Hello of a worker not yet recorded (owned), or NULL */
     uint64_t device_id;      /* what recording it gave */
-    uint32_t new_rows, new_failed;
+    uint32_t new_rows, new_failed, new_pruned;
 } brow_t;
 
 struct sched_batch {
@@ -151,6 +152,9 @@ struct sched {
     Moetune__JobConfig **jcp;
     Moetune__Config *jcfg;
     size_t cap_jc;
+    race_t *race;            /* best committed medians, sent with each job */
+    double *best;            /* scratch: a job's best_us */
+    size_t cap_best;
     uint64_t rng;
     uint64_t next_hb, next_rate;
     sched_batch_t *inflight;      /* handed to a writer, not yet done */
@@ -286,6 +290,7 @@ static void sweep_check(sched_t *s, sweep_t *sw) {
     sw->state = sw->jobs_by_state[J_FAILED] ? S_FAILED : S_DONE;
     sw->finished = mt_wall_s();
     sw->dirty = true;
+    race_forget(s->race, sw->id);
     log_at(MT_LOG_INFO, "sweep %llu '%s' %s: %llu results, %llu not ok", (unsigned long long)sw->id, sw->name,
            g_sweep_state[sw->state], (unsigned long long)sw->done, (unsigned long long)sw->failed);
 }
@@ -426,6 +431,12 @@ static int load_job(void *ctx, const store_job_row_t *row) {
 }
 
 /* Loads (or reloads after planning) a sweep row into memory. */
+/* Racing resumes from the committed results of a running sweep. */
+static int load_best(void *ctx, uint64_t shape_id, uint32_t bs, const char *gpu, double median_us) {
+    load_ctx_t *lc = ctx;
+    return race_note(lc->s->race, lc->sw->id, shape_id, gpu, bs, median_us);
+}
+
 static int load_sweep(void *ctx, const store_sweep_row_t *row) {
     sched_t *s = ctx;
     int rc = MT_OK;
@@ -465,7 +476,7 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
         sw->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
         plan_measure(spec, &sw->measure);
     }
-    rc = store_sweep_result_counts(s->db, sw->id, &sw->done, &sw->failed);
+    rc = store_sweep_result_counts(s->db, sw->id, &sw->done, &sw->failed, &sw->pruned);
     if (rc) goto out;
     if (grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps)) {
         rc = MT_NOMEM;
@@ -487,7 +498,8 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
     sw->jobs_by_state[J_FAILED] = counts[J_FAILED];
     sw->jobs_by_state[J_CANCELLED] = counts[J_CANCELLED];
     load_ctx_t lc = {.s = s, .sw = sw};
-    rc = store_jobs_open_each(s->db, sw->id, load_job, &lc);
+    rc = store_sweep_bests_each(s->db, sw->id, load_best, &lc);
+    if (!rc) rc = store_jobs_open_each(s->db, sw->id, load_job, &lc);
     for (size_t i = 0; !rc && i < sw->n_jobs; i++) {
         lc.job = sw->jobs[i];
         rc = store_job_configs_each(s->db, lc.job->id, load_cfg, &lc);
@@ -524,6 +536,12 @@ sched_t *sched_new(store_t *db, const sched_opts_t *opts, uint64_t now_ms, char 
     if (!s->o.heartbeat_ms) s->o.heartbeat_ms = 1000;
     if (!s->o.lease_ms) s->o.lease_ms = 30000;
     rng_seed(s);
+    s->race = race_new();
+    if (!s->race) {
+        mt_fmt(err, errlen, "out of memory");
+        free(s);
+        return NULL;
+    }
     /* The loop's own writes (hellos, submits, crashes) give up quickly on a locked
      * database instead of stalling every socket; they report and go on. */
     store_set_busy_ms(db, SCHED_DB_BUSY_MS);
@@ -571,6 +589,8 @@ void sched_destroy(sched_t **ps) {
     free(s->jc);
     free(s->jcp);
     free(s->jcfg);
+    race_free(&s->race);
+    free(s->best);
     free(s);
     *ps = NULL;
 }
@@ -791,6 +811,9 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
         n++;
     }
     if (n == 0) return MT_NOTFOUND;
+    if (grow((void **)&s->best, &s->cap_best, j->sw->nb, sizeof *s->best)) return MT_NOMEM;
+    for (size_t i = 0; i < j->sw->nb; i++)
+        s->best[i] = race_best(s->race, j->sw->id, j->shape_id, gpu_name(w), j->sw->bs[i]);
     Moetune__Shape shape;
     wire_shape_to_msg(sh, &shape);
     Moetune__Job job = MOETUNE__JOB__INIT;
@@ -803,6 +826,8 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     job.n_batch_sizes = j->sw->nb;
     job.batch_sizes = j->sw->bs;
     job.measure = &j->sw->measure;
+    job.n_best_us = j->sw->nb;
+    job.best_us = s->best;
     wire_env_t env;
     wire_env_init(&env);
     env.body_case = MOETUNE__ENVELOPE__BODY_JOB;
@@ -1119,7 +1144,7 @@ int sched_batch_write(store_t *db, void *arg) {
     for (size_t i = 0; !rc && i < b->n_entries; i++) {
         brow_t *br = &b->rows[i];
         store_result_t row = br->base;
-        br->new_rows = br->new_failed = 0;
+        br->new_rows = br->new_failed = br->new_pruned = 0;
         if (br->hello) {
             rc = store_hello(db, br->hello, row.created, &br->device_id);
             row.device_id = br->device_id;
@@ -1140,7 +1165,10 @@ int sched_batch_write(store_t *db, void *arg) {
             rc = store_result_insert(db, &row, &inserted);
             if (!rc && inserted) {
                 br->new_rows++;
-                if (m->status != MOETUNE__STATUS__STATUS_OK) br->new_failed++;
+                if (m->status == MOETUNE__STATUS__STATUS_PRUNED)
+                    br->new_pruned++;
+                else if (m->status != MOETUNE__STATUS__STATUS_OK)
+                    br->new_failed++;
             }
         }
         if (!rc && br->crash) {
@@ -1173,6 +1201,17 @@ static void send_acks(sched_t *s) {
 }
 
 /* Applies committed entries to the in-memory counts. */
+/* A committed Result's ok medians become the best its GPU class races against. */
+static void race_note_entry(sched_t *s, const entry_t *e) {
+    const Moetune__Result *r = e->env->result;
+    for (size_t k = 0; k < r->n_measurements; k++) {
+        const Moetune__Measurement *m = r->measurements[k];
+        if (m->status == MOETUNE__STATUS__STATUS_OK &&
+            race_note(s->race, e->job->sw->id, e->job->shape_id, gpu_name(e->w), m->batch_size, m->median_us))
+            log_at(MT_LOG_WARN, "racing: out of memory noting a best; that batch size races less");
+    }
+}
+
 static void apply_entry(sched_t *s, entry_t *e) {
     job_t *j = e->job;
     sweep_t *sw = j->sw;
@@ -1181,6 +1220,7 @@ static void apply_entry(sched_t *s, entry_t *e) {
     if (!c->removed) j->rows_done += e->new_rows;
     sw->done += e->new_rows;
     sw->failed += e->new_failed;
+    sw->pruned += e->new_pruned;
     s->c.results_committed += e->new_rows;
     e->w->results += e->new_rows;
     ack_push(e->w, e->env->result->seq);
@@ -1231,6 +1271,8 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         }
         e->new_rows = b->rows[i].new_rows;
         e->new_failed = b->rows[i].new_failed;
+        e->new_pruned = b->rows[i].new_pruned;
+        race_note_entry(s, e);
         apply_entry(s, e);
         wire_free(&e->env);
     }
@@ -1417,6 +1459,7 @@ int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t 
         o->results_planned = sw->planned;
         o->results_done = sw->done;
         o->results_failed = sw->failed;
+        o->results_pruned = sw->pruned;
         for (int js = 0; js < J_NSTATES; js++) o->jobs_total += sw->jobs_by_state[js];
         o->jobs_pending = sw->jobs_by_state[J_PENDING];
         o->jobs_leased = sw->jobs_by_state[J_LEASED];

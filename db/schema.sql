@@ -1,4 +1,4 @@
--- moetune store, schema version 2. The coordinator applies it through db/store.c
+-- moetune store, schema version 3. The coordinator applies it through db/store.c
 -- (PRAGMA user_version); this file is the readable copy and is embedded at build time.
 CREATE TABLE devices (
   id INTEGER PRIMARY KEY,
@@ -77,7 +77,7 @@ CREATE TABLE results (
   config_id INTEGER NOT NULL REFERENCES configs(id),
   batch_size INTEGER NOT NULL,
   status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'compile_error', 'launch_error',
-                                          'wrong_result', 'timeout', 'crashed')),
+                                          'wrong_result', 'timeout', 'crashed', 'pruned')),
   median_us REAL, min_us REAL, mean_us REAL, stddev_us REAL, samples INTEGER,
   detail TEXT,
   registers INTEGER, spills INTEGER,

@@ -8,9 +8,9 @@
 
 #include "mt.h"
 
-/* Schema version 2; kept identical to db/schema.sql (tests/unit/test_store.c checks). */
+/* Schema version 3; kept identical to db/schema.sql (tests/unit/test_store.c checks). */
 static const char g_schema[] =
-    "-- moetune store, schema version 2. The coordinator applies it through db/store.c\n"
+    "-- moetune store, schema version 3. The coordinator applies it through db/store.c\n"
     "-- (PRAGMA user_version); this file is the readable copy and is embedded at build time.\n"
     "CREATE TABLE devices (\n"
     "  id INTEGER PRIMARY KEY,\n"
@@ -89,7 +89,7 @@ static const char g_schema[] =
     "  config_id INTEGER NOT NULL REFERENCES configs(id),\n"
     "  batch_size INTEGER NOT NULL,\n"
     "  status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'compile_error', 'launch_error',\n"
-    "                                          'wrong_result', 'timeout', 'crashed')),\n"
+    "                                          'wrong_result', 'timeout', 'crashed', 'pruned')),\n"
     "  median_us REAL, min_us REAL, mean_us REAL, stddev_us REAL, samples INTEGER,\n"
     "  detail TEXT,\n"
     "  registers INTEGER, spills INTEGER,\n"
@@ -126,7 +126,7 @@ enum {
     ST_REJECTED_INSERT, ST_JOB_INSERT, ST_JOB_CONFIG_INSERT, ST_JOB_CONFIG_DELETE, ST_JOB_UPDATE,
     ST_RESULT_INSERT, ST_CRASH_BUMP, ST_CRASH_COUNT,
     ST_SWEEPS, ST_JOBS_OPEN, ST_JOB_CONFIGS, ST_SHAPE_GET, ST_CONFIG_GET,
-    ST_RESULT_COUNT, ST_SWEEP_RESULT_COUNTS, ST_JOB_STATE_COUNTS,
+    ST_RESULT_COUNT, ST_SWEEP_RESULT_COUNTS, ST_JOB_STATE_COUNTS, ST_SWEEP_BESTS,
     ST_COUNT
 };
 
@@ -195,8 +195,12 @@ static const char *const g_sql[ST_COUNT] = {
     [ST_RESULT_COUNT] =
         "SELECT COUNT(*) FROM results WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3",
     [ST_SWEEP_RESULT_COUNTS] =
-        "SELECT COUNT(*), COALESCE(SUM(status <> 'ok'), 0) FROM results WHERE sweep_id = ?1",
+        "SELECT COUNT(*), COALESCE(SUM(status NOT IN ('ok', 'pruned')), 0), COALESCE(SUM(status = 'pruned'), 0)"
+        " FROM results WHERE sweep_id = ?1",
     [ST_JOB_STATE_COUNTS] = "SELECT state, COUNT(*) FROM jobs WHERE sweep_id = ?1 GROUP BY state",
+    [ST_SWEEP_BESTS] = "SELECT r.shape_id, r.batch_size, d.name, MIN(r.median_us) FROM results r"
+                       " JOIN devices d ON d.id = r.device_id WHERE r.sweep_id = ?1 AND r.status = 'ok'"
+                       " GROUP BY r.shape_id, r.batch_size, d.name",
 };
 
 struct store {
@@ -217,6 +221,7 @@ static const struct {
     {MOETUNE__STATUS__STATUS_WRONG_RESULT, "wrong_result"},
     {MOETUNE__STATUS__STATUS_TIMEOUT, "timeout"},
     {MOETUNE__STATUS__STATUS_CRASHED, "crashed"},
+    {MOETUNE__STATUS__STATUS_PRUNED, "pruned"},
 };
 
 const char *store_status_name(int status) {
@@ -313,6 +318,30 @@ static const char *const g_upgrade[STORE_SCHEMA_VERSION + 1] = {
           "ALTER TABLE results ADD COLUMN versions TEXT;\n"
           "ALTER TABLE results ADD COLUMN up_us REAL;\n"
           "ALTER TABLE results ADD COLUMN down_us REAL;\n",
+    /* 'pruned' joins the status CHECK: SQLite changes a CHECK only by rebuilding the table */
+    [3] = "CREATE TABLE results_v3 (\n"
+          "  id INTEGER PRIMARY KEY,\n"
+          "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),\n"
+          "  shape_id INTEGER NOT NULL REFERENCES shapes(id),\n"
+          "  config_id INTEGER NOT NULL REFERENCES configs(id),\n"
+          "  batch_size INTEGER NOT NULL,\n"
+          "  status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'compile_error', 'launch_error',\n"
+          "                                          'wrong_result', 'timeout', 'crashed', 'pruned')),\n"
+          "  median_us REAL, min_us REAL, mean_us REAL, stddev_us REAL, samples INTEGER,\n"
+          "  detail TEXT, registers INTEGER, spills INTEGER, job_id INTEGER, worker_id TEXT,\n"
+          "  device_id INTEGER REFERENCES devices(id), backend TEXT NOT NULL, compiler TEXT NOT NULL,\n"
+          "  kernel_hash TEXT, created INTEGER NOT NULL, versions TEXT, up_us REAL, down_us REAL,\n"
+          "  UNIQUE (sweep_id, shape_id, config_id, batch_size)\n"
+          ");\n"
+          "INSERT INTO results_v3 (id, sweep_id, shape_id, config_id, batch_size, status, median_us, min_us,\n"
+          "  mean_us, stddev_us, samples, detail, registers, spills, job_id, worker_id, device_id, backend,\n"
+          "  compiler, kernel_hash, created, versions, up_us, down_us)\n"
+          "SELECT id, sweep_id, shape_id, config_id, batch_size, status, median_us, min_us, mean_us,\n"
+          "  stddev_us, samples, detail, registers, spills, job_id, worker_id, device_id, backend, compiler,\n"
+          "  kernel_hash, created, versions, up_us, down_us FROM results;\n"
+          "DROP TABLE results;\n"
+          "ALTER TABLE results_v3 RENAME TO results;\n"
+          "CREATE INDEX results_best ON results (shape_id, batch_size, status, median_us);\n",
 };
 
 /* Applies the schema to a fresh database, or the upgrades from its version to a
@@ -737,18 +766,31 @@ static int counts_row(sqlite3_stmt *st, void *cb, void *ctx) {
     uint64_t *v = ctx;
     v[0] = (uint64_t)sqlite3_column_int64(st, 0);
     v[1] = (uint64_t)sqlite3_column_int64(st, 1);
+    v[2] = (uint64_t)sqlite3_column_int64(st, 2);
     return MT_OK;
 }
 
-int store_sweep_result_counts(store_t *s, uint64_t sweep_id, uint64_t *done, uint64_t *failed) {
-    uint64_t v[2] = {0, 0};
+int store_sweep_result_counts(store_t *s, uint64_t sweep_id, uint64_t *done, uint64_t *failed, uint64_t *pruned) {
+    uint64_t v[3] = {0, 0, 0};
     sqlite3_bind_int64(s->st[ST_SWEEP_RESULT_COUNTS], 1, (int64_t)sweep_id);
     int rc = each(s, ST_SWEEP_RESULT_COUNTS, counts_row, NULL, v);
     if (!rc) {
         *done = v[0];
         *failed = v[1];
+        if (pruned) *pruned = v[2];
     }
     return rc;
+}
+
+static int best_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    const char *gpu = col_text(st, 2);
+    return ((store_best_fn)cb)(ctx, (uint64_t)sqlite3_column_int64(st, 0), (uint32_t)sqlite3_column_int64(st, 1),
+                               gpu ? gpu : "", sqlite3_column_double(st, 3));
+}
+
+int store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx) {
+    sqlite3_bind_int64(s->st[ST_SWEEP_BESTS], 1, (int64_t)sweep_id);
+    return each(s, ST_SWEEP_BESTS, best_row, (void *)fn, ctx);
 }
 
 static const char *const g_job_states[5] = {"pending", "leased", "done", "failed", "cancelled"};

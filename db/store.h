@@ -18,7 +18,7 @@
 #include "moetune.pb-c.h"
 #include "space.h"
 
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 
 typedef struct store store_t;
 
@@ -145,8 +145,12 @@ int store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape);
 int store_config_get(store_t *s, uint64_t id, krn_config_t *cfg);
 /* Committed rows of (sweep, shape, config). */
 int store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n);
-/* Committed rows of a sweep and how many have a status other than ok. */
-int store_sweep_result_counts(store_t *s, uint64_t sweep_id, uint64_t *done, uint64_t *failed);
+/* Committed rows of a sweep, how many failed (a status other than ok and pruned) and
+ * how many racing pruned (pruned may be NULL). */
+int store_sweep_result_counts(store_t *s, uint64_t sweep_id, uint64_t *done, uint64_t *failed, uint64_t *pruned);
+/* Racing: per (shape, batch size, GPU name) of a sweep, the lowest committed ok median. */
+typedef int (*store_best_fn)(void *ctx, uint64_t shape_id, uint32_t batch_size, const char *gpu, double median_us);
+int store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx);
 /* Jobs of a sweep per state, in the order pending, leased, done, failed, cancelled. */
 int store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[5]);
 

@@ -109,11 +109,11 @@ static const char *validate(const wire_env_t *env) {
         for (size_t i = 0; i < r->n_measurements; i++) {
             const Moetune__Measurement *m = r->measurements[i];
             if (m->batch_size == 0) return "result: batch_size 0";
-            if (m->status <= MOETUNE__STATUS__STATUS_UNKNOWN || m->status > MOETUNE__STATUS__STATUS_CRASHED)
+            if (m->status <= MOETUNE__STATUS__STATUS_UNKNOWN || m->status > MOETUNE__STATUS__STATUS_PRUNED)
                 return "result: unknown status";
-            if (m->status == MOETUNE__STATUS__STATUS_OK &&
+            if ((m->status == MOETUNE__STATUS__STATUS_OK || m->status == MOETUNE__STATUS__STATUS_PRUNED) &&
                 !(m->median_us > 0 && m->median_us < 1e12 && m->min_us > 0 && m->mean_us > 0 && m->stddev_us >= 0))
-                return "result: ok measurement with non-positive or non-finite latency";
+                return "result: ok or pruned measurement with non-positive or non-finite latency";
             /* 0 = not measured; otherwise a latency like the others */
             if (!(m->up_us >= 0 && m->up_us < 1e12) || !(m->down_us >= 0 && m->down_us < 1e12))
                 return "result: negative or non-finite up_us/down_us";
@@ -132,6 +132,10 @@ static const char *validate(const wire_env_t *env) {
         for (size_t i = 0; i < j->n_batch_sizes; i++)
             if (j->batch_sizes[i] == 0) return "job: batch size 0";
         if (!j->measure) return "job: no measurement settings";
+        if (!(j->measure->race_margin > -1e9 && j->measure->race_margin < 1e9)) return "job: bad race margin";
+        if (j->n_best_us && j->n_best_us != j->n_batch_sizes) return "job: best_us not one per batch size";
+        for (size_t i = 0; i < j->n_best_us; i++)
+            if (!(j->best_us[i] >= 0 && j->best_us[i] < 1e12)) return "job: negative or non-finite best_us";
         return NULL;
     }
     case MOETUNE__ENVELOPE__BODY_SUBMIT: {

@@ -44,15 +44,27 @@ typedef struct {
     char versions[256];         /* "kernel=moetune triton=3.6.0 torch=2.11.0 python=3.12.3"; "" when none */
 } wrk_device_t;
 
-/* Measurement settings of a job (proto Measure). */
+/* Measurement settings of a job (proto Measure), and what racing compares against. */
 typedef struct {
     uint32_t warmup, min_samples, max_samples;
     double rsd_target;
     uint32_t budget_ms, timeout_ms;
     uint64_t seed;
+    double race_margin;         /* > 0: stop a config whose first samples exceed best_us by this fraction */
+    const double *best_us;      /* per batch size of the call, the best median known (0 = none); or NULL */
 } wrk_measure_t;
 
-/* One measurement: status is a Moetune__Status value (MOETUNE__STATUS__STATUS_OK...). */
+/* Racing (proto STATUS_PRUNED): after WRK_RACE_SAMPLES timed samples, a config whose
+ * fastest sample is slower than the best known median at batch size i by more than the
+ * margin is out of the race. The fastest of two, not one: a single sample can be an
+ * outlier (a clock dip), two rarely are. */
+#define WRK_RACE_SAMPLES 2
+static inline int wrk_race_lost(const wrk_measure_t *m, size_t i, double fastest_us) {
+    return m->race_margin > 0 && m->best_us && m->best_us[i] > 0 && fastest_us > m->best_us[i] * (1.0 + m->race_margin);
+}
+
+/* One measurement: status is a Moetune__Status value (MOETUNE__STATUS__STATUS_OK...).
+ * PRUNED keeps the statistics of the samples taken before the config lost the race. */
 typedef struct {
     int status;
     double median_us, min_us, mean_us, stddev_us;

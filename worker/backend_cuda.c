@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -721,7 +722,7 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Verifies and times cfg at batch b into out. */
 static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b, const wrk_measure_t *m,
-                       wrk_meas_t *out) {
+                       size_t bi, wrk_meas_t *out) {
     const krn_shape_t *s = &st->shape;
     CUresult r;
     CUgraph graph = NULL;
@@ -788,7 +789,8 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     }
     uint64_t t_end = mt_now_ms() + budget;
     uint32_t n = 0;
-    double sum = 0, sum2 = 0;
+    double sum = 0, sum2 = 0, fastest = 0;
+    bool pruned = false;
     while (n < max_s) {
         float ms = 0;
         if ((r = g_drv.cuMemsetD32Async(st->flush, n, st->flush_bytes / 4, st->stream)) != CUDA_SUCCESS ||
@@ -803,6 +805,11 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         samples[n++] = us;
         sum += us;
         sum2 += us * us;
+        if (n == 1 || us < fastest) fastest = us;
+        if (n == WRK_RACE_SAMPLES && wrk_race_lost(m, bi, fastest)) {
+            pruned = true;
+            break;
+        }
         if (n >= min_s) {
             double mean = sum / n, var = sum2 / n - mean * mean;
             double sd = var > 0 ? sqrt(var * n / (n > 1 ? n - 1 : 1)) : 0;
@@ -812,13 +819,17 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     }
     double mean = sum / n, var = sum2 / n - mean * mean;
     qsort(samples, n, sizeof *samples, cmp_double);
-    out->status = WCU_ST_OK;
+    out->status = pruned ? WCU_ST_PRUNED : WCU_ST_OK;
     out->samples = n;
     out->mean_us = mean;
     out->stddev_us = var > 0 ? sqrt(var * n / (n > 1 ? n - 1 : 1)) : 0;
     out->min_us = samples[0];
     out->median_us = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
-    mt_fmt(out->detail, sizeof out->detail, "rel_err=%.2e", err);
+    if (pruned)
+        mt_fmt(out->detail, sizeof out->detail, "pruned: fastest of %u samples %.2fx the best %.4g us; rel_err=%.2e", n,
+               fastest / m->best_us[bi], m->best_us[bi], err);
+    else
+        mt_fmt(out->detail, sizeof out->detail, "rel_err=%.2e", err);
 out:
     if (exec) g_drv.cuGraphExecDestroy(exec);
     if (graph) g_drv.cuGraphDestroy(graph);
@@ -915,7 +926,7 @@ static int cuda_measure(void *state, const krn_shape_t *shape, const krn_config_
             continue;
         }
         if (get_bs(st, bs[i], &b, err, errlen) != MT_OK) return MT_ERR;
-        measure_bs(st, &rc, b, m, &out[i]);
+        measure_bs(st, &rc, b, m, i, &out[i]);
         if (st->ctx_lost) lost_at = i;
     }
     if (st->ctx_lost) {

@@ -24,6 +24,7 @@ enum {
     WCU_ST_WRONG_RESULT = 5,
     WCU_ST_TIMEOUT = 6,
     WCU_ST_CRASHED = 7,
+    WCU_ST_PRUNED = 8,
 };
 
 typedef struct {

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,7 +274,8 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Draws samples of one (config, batch size) until the RSD is under target, within
  * min..max samples and the time budget; fills out; returns the simulated seconds. */
-static double sample_one(double lat_us, uint64_t stream, const wrk_measure_t *m, double *buf, wrk_meas_t *out) {
+static double sample_one(double lat_us, uint64_t stream, const wrk_measure_t *m, size_t bi, double *buf,
+                         wrk_meas_t *out) {
     uint32_t min_n = m->min_samples ? m->min_samples : 5;
     uint32_t max_n = m->max_samples ? m->max_samples : 100;
     double target = m->rsd_target > 0 ? m->rsd_target : 0.01;
@@ -284,6 +286,8 @@ static double sample_one(double lat_us, uint64_t stream, const wrk_measure_t *m,
     double sigma = 0.004 + 0.02 / sqrt(lat_us);
     double sum = 0, sumsq = 0, spent_us = (double)m->warmup * lat_us;
     uint32_t n = 0;
+    double fastest = 0;
+    bool pruned = false;
     while (n < max_n) {
         uint64_t s = stream ^ ((uint64_t)n * 0x9e3779b97f4a7c15ULL);
         double u1 = unit_draw(&s), u2 = unit_draw(&s), u3 = unit_draw(&s);
@@ -296,6 +300,11 @@ static double sample_one(double lat_us, uint64_t stream, const wrk_measure_t *m,
         sum += x;
         sumsq += x * x;
         spent_us += x;
+        if (n == 1 || x < fastest) fastest = x;
+        if (n == WRK_RACE_SAMPLES && wrk_race_lost(m, bi, fastest)) {
+            pruned = true;
+            break;
+        }
         if (n < min_n || n < 2) continue;
         double mean = sum / n, var = (sumsq - n * mean * mean) / (n - 1);
         if (var < 0) var = 0;
@@ -304,13 +313,16 @@ static double sample_one(double lat_us, uint64_t stream, const wrk_measure_t *m,
     }
     double mean = sum / n, var = n > 1 ? (sumsq - n * mean * mean) / (n - 1) : 0.0;
     qsort(buf, n, sizeof *buf, cmp_double);
-    out->status = MOETUNE__STATUS__STATUS_OK;
+    out->status = pruned ? MOETUNE__STATUS__STATUS_PRUNED : MOETUNE__STATUS__STATUS_OK;
     out->samples = n;
     out->mean_us = mean;
     out->stddev_us = var > 0 ? sqrt(var) : 0.0;
     out->min_us = buf[0];
     out->median_us = n % 2 ? buf[n / 2] : 0.5 * (buf[n / 2 - 1] + buf[n / 2]);
     out->detail[0] = '\0';
+    if (pruned)
+        snprintf(out->detail, sizeof out->detail, "pruned: fastest of %u samples %.2fx the best %.4g us", n,
+                 fastest / m->best_us[bi], m->best_us[bi]);
     return spent_us * 1e-6;
 }
 
@@ -439,7 +451,7 @@ static int sim_measure(void *state, const krn_shape_t *shape, const krn_config_t
     for (size_t i = 0; i < n_bs; i++) {
         double lat = model_us(st->gpu, shape, cfg, bs[i]);
         uint64_t stream = hash_case(m->seed, shape, cfg, bs[i]);
-        spent_s += sample_one(lat, stream, m, buf, &out[i]);
+        spent_s += sample_one(lat, stream, m, i, buf, &out[i]);
     }
     free(buf);
     sleep_s(st->time_scale * spent_s);

@@ -64,6 +64,11 @@ typedef struct {
     pthread_mutex_t mu;
     char last_err[256];        /* the last non-empty stderr line */
     int err_eof;
+    /* what the helper did, logged when it is closed */
+    uint64_t peak_group_kb;    /* largest resident size of its process group seen while waiting */
+    uint64_t peak_helper_kb;   /* largest peak_rss_kb it reported (its own and its compile processes') */
+    double gpu_s;              /* seconds of timed kernels it reported */
+    uint64_t configs, started_ms;
 } tr_state_t;
 
 /* ---- helpers around processes */
@@ -270,6 +275,7 @@ static tr_end_t read_line(tr_state_t *st, uint32_t wait_ms, int check_mem, char 
         if (st->olen > TR_LINE_MAX) return fail(st, TR_PROTO, "a reply line longer than %u KiB", TR_LINE_MAX / 1024);
         if (check_mem) {
             uint64_t kb = group_rss_kb(st->pid);
+            if (kb > st->peak_group_kb) st->peak_group_kb = kb;
             if (kb > st->mem_limit_kb)
                 return fail(st, TR_MEM, "helper used %llu MiB, over the limit of %u MiB",
                             (unsigned long long)(kb / 1024), st->mem_limit_mb);
@@ -358,6 +364,7 @@ static const struct {
     {"launch_error", MOETUNE__STATUS__STATUS_LAUNCH_ERROR},
     {"wrong_result", MOETUNE__STATUS__STATUS_WRONG_RESULT},
     {"timeout", MOETUNE__STATUS__STATUS_TIMEOUT},
+    {"pruned", MOETUNE__STATUS__STATUS_PRUNED},
 };
 
 static int status_of(const char *name) {
@@ -519,6 +526,7 @@ static int tr_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *d
     }
     if (mt_helper_path(helper, sizeof helper, err, errlen)) goto out;
     if (spawn_helper(st, helper, opts, err, errlen)) goto out;
+    st->started_ms = mt_now_ms();
     if (pthread_create(&st->err_thread, NULL, err_main, st) != 0) {
         mt_fmt(err, errlen, "cannot start the stderr reader: %s", strerror(errno));
         goto out;
@@ -580,6 +588,13 @@ static json_t *bs_json(const uint32_t *bs, size_t n) {
     return a;
 }
 
+/* Racing: per batch size the best median to beat (0 = none), and the margin (0 = off). */
+static json_t *best_json(const wrk_measure_t *m, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++) json_array_append_new(a, json_real(m->best_us ? m->best_us[i] : 0.0));
+    return a;
+}
+
 static int tr_prepare(void *state, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n) {
     tr_state_t *st = state;
     if (!st || st->pid <= 0) return MT_ERR;
@@ -620,7 +635,8 @@ static int take_reply(json_t *j, uint64_t id, uint32_t bs, wrk_meas_t *m, char *
     }
     memset(m, 0, sizeof *m);
     m->status = status;
-    if (status == MOETUNE__STATUS__STATUS_OK) {
+    /* a pruned config carries the statistics of the samples it got, like an ok one */
+    if (status == MOETUNE__STATUS__STATUS_OK || status == MOETUNE__STATUS__STATUS_PRUNED) {
         static const char *const keys[] = {"median_us", "min_us", "mean_us", "stddev_us", "up_us", "down_us"};
         double *dst[] = {&m->median_us, &m->min_us, &m->mean_us, &m->stddev_us, &m->up_us, &m->down_us};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
@@ -638,11 +654,11 @@ static int take_reply(json_t *j, uint64_t id, uint32_t bs, wrk_meas_t *m, char *
             mt_fmt(bad, badlen, "non-positive latency at batch size %u", bs);
             return MT_INVAL;
         }
-    } else {
-        json_t *d = json_object_get(j, "detail");
-        if (json_is_string(d)) mt_fmt(m->detail, sizeof m->detail, "%s", json_string_value(d));
-        m->detail[strcspn(m->detail, "\r\n")] = '\0';
     }
+    /* why, for a failure; the reference check's error for an ok or pruned one */
+    json_t *d = json_object_get(j, "detail");
+    if (json_is_string(d)) mt_fmt(m->detail, sizeof m->detail, "%s", json_string_value(d));
+    m->detail[strcspn(m->detail, "\r\n")] = '\0';
     return MT_OK;
 }
 
@@ -656,11 +672,12 @@ static int tr_measure(void *state, const krn_shape_t *shape, const krn_config_t 
     tr_end_t end = TR_LINE;
     *regs = *spills = 0;
     uint64_t id = ++st->next_id;
-    json_t *req = json_pack("{s:s, s:I, s:o, s:o, s:o, s:{s:i, s:i, s:i, s:f, s:i, s:I}, s:b}", "op", "measure", "id",
-                            (json_int_t)id, "shape", shape_json(shape), "config", config_json(cfg), "batch_sizes",
-                            bs_json(bs, n_bs), "measure", "warmup", (int)m->warmup, "min_samples",
+    json_t *req = json_pack("{s:s, s:I, s:o, s:o, s:o, s:{s:i, s:i, s:i, s:f, s:i, s:I, s:f, s:o}, s:b}", "op",
+                            "measure", "id", (json_int_t)id, "shape", shape_json(shape), "config", config_json(cfg),
+                            "batch_sizes", bs_json(bs, n_bs), "measure", "warmup", (int)m->warmup, "min_samples",
                             (int)m->min_samples, "max_samples", (int)m->max_samples, "rsd_target", m->rsd_target,
-                            "budget_ms", (int)m->budget_ms, "seed", (json_int_t)m->seed, "split", 1);
+                            "budget_ms", (int)m->budget_ms, "seed", (json_int_t)m->seed, "race_margin",
+                            m->race_margin > 0 ? m->race_margin : 0.0, "best_us", best_json(m, n_bs), "split", 1);
     if (!req) {
         end = fail(st, TR_PROTO, "cannot build the request");
         goto out;
@@ -697,6 +714,11 @@ static int tr_measure(void *state, const krn_shape_t *shape, const krn_config_t 
             }
             if (get_u32(reply, "regs", regs)) *regs = 0;
             if (get_u32(reply, "spills", spills)) *spills = 0;
+            json_t *pk = json_object_get(reply, "peak_rss_kb"), *gs = json_object_get(reply, "gpu_s");
+            if (json_is_integer(pk) && (uint64_t)json_integer_value(pk) > st->peak_helper_kb)
+                st->peak_helper_kb = (uint64_t)json_integer_value(pk);
+            if (json_is_number(gs) && json_number_value(gs) >= st->gpu_s) st->gpu_s = json_number_value(gs);
+            st->configs++;
             break;
         }
         if (take_reply(reply, id, bs[done], &out[done], bad, sizeof bad)) {
@@ -724,6 +746,15 @@ out:
 static void tr_close(void **state) {
     if (!state || !*state) return;
     tr_state_t *st = *state;
+    if (st->configs) {
+        double wall_s = (double)(mt_now_ms() - st->started_ms) / 1000.0;
+        log_at(MT_LOG_INFO,
+               "triton helper: %llu configs; peak RSS %llu MiB (its report), %llu MiB (process group, polled);"
+               " timed kernels %.1f s of %.1f s (GPU busy %.0f %%)",
+               (unsigned long long)st->configs, (unsigned long long)(st->peak_helper_kb / 1024),
+               (unsigned long long)(st->peak_group_kb / 1024), st->gpu_s, wall_s,
+               wall_s > 0 ? 100.0 * st->gpu_s / wall_s : 0.0);
+    }
     if (st->pid > 0 && st->in_fd >= 0) {
         json_t *q = json_pack("{s:s}", "op", "quit");
         if (q) write_line(st, q);

@@ -139,19 +139,26 @@ static void child_serve(int fd, const wrk_backend_ops_t *be, const wrk_backend_o
         if (hdr[0] != FR_MEASURE || hdr[1] < sizeof(req_hdr_t)) goto out;
         req_hdr_t rq;
         memcpy(&rq, payload, sizeof rq);
-        if (rq.n_bs == 0 || rq.n_bs > WRK_CHILD_MAX_BS || hdr[1] != sizeof rq + rq.n_bs * sizeof(uint32_t)) goto out;
+        if (rq.n_bs == 0 || rq.n_bs > WRK_CHILD_MAX_BS ||
+            hdr[1] != sizeof rq + rq.n_bs * (sizeof(uint32_t) + sizeof(double)))
+            goto out;
         uint32_t *bs = malloc(rq.n_bs * sizeof *bs);
+        double *best = malloc(rq.n_bs * sizeof *best);
         free(out);
         out = calloc(rq.n_bs, sizeof *out);
-        if (!bs || !out) {
+        if (!bs || !best || !out) {
             free(bs);
+            free(best);
             goto out;
         }
         memcpy(bs, payload + sizeof rq, rq.n_bs * sizeof *bs);
+        memcpy(best, payload + sizeof rq + rq.n_bs * sizeof *bs, rq.n_bs * sizeof *best);
+        rq.m.best_us = best;
         rep_hdr_t rp = {0, 0, rq.n_bs};
         err[0] = '\0';
         int rc = be->measure(state, &rq.shape, &rq.cfg, bs, rq.n_bs, &rq.m, out, &rp.regs, &rp.spills, err, sizeof err);
         free(bs);
+        free(best);
         if (rc != MT_OK) {
             /* The backend can no longer work (a lost context): send what it measured before
              * (the batch size that lost the context says timeout or launch_error), say why
@@ -370,8 +377,16 @@ int wrk_child_start(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t
     rq.cfg = *cfg;
     rq.m = *m;
     rq.n_bs = (uint32_t)n_bs;
+    rq.m.best_us = NULL; /* travels after the batch sizes */
     c->timeout_ms = m->timeout_ms ? m->timeout_ms : WRK_CHILD_DEFAULT_TIMEOUT_MS;
-    if (send_frame(c->fd, FR_MEASURE, &rq, sizeof rq, bs, n_bs * sizeof *bs)) {
+    double *best = calloc(n_bs, sizeof *best);
+    if (!best) return MT_NOMEM;
+    if (m->best_us) memcpy(best, m->best_us, n_bs * sizeof *best);
+    const void *part[3] = {&rq, bs, best};
+    size_t len[3] = {sizeof rq, n_bs * sizeof *bs, n_bs * sizeof *best};
+    int sent = send_parts(c->fd, FR_MEASURE, part, len, 3);
+    free(best);
+    if (sent) {
         mt_fmt(c->error, sizeof c->error, "cannot write to the child: %s", strerror(errno));
         return MT_ERR;
     }

@@ -22,6 +22,7 @@ SHAPE_KEYS = ("e", "n", "k", "topk")
 LAYERS_PER_GRAPH = 10
 FLUSH_BYTES = 256 << 20       # twice and more the H100/H200 L2
 REL_TOL = 0.02                # see Measurer.check
+RACE_SAMPLES = 2              # racing judges the fastest of this many samples (worker/backend.h)
 ENGINE_DIST = {"sglang": "sglang", "vllm": "vllm"}
 
 
@@ -90,11 +91,18 @@ def parse_measure(obj):
         raise ProtocolError("measure must be an object")
     m = {"warmup": obj.get("warmup") or 2, "min_samples": obj.get("min_samples") or 5,
          "max_samples": obj.get("max_samples") or 200, "rsd_target": obj.get("rsd_target") or 0.01,
-         "budget_ms": obj.get("budget_ms") or 3000, "seed": obj.get("seed") or 0}
+         "budget_ms": obj.get("budget_ms") or 3000, "seed": obj.get("seed") or 0,
+         "race_margin": obj.get("race_margin") or 0.0}
     for k, v in m.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ProtocolError("measure.%s must be a finite number >= 0" % k)
     m["min_samples"] = min(m["min_samples"], m["max_samples"])
+    best = obj.get("best_us")
+    if best is not None:
+        if not isinstance(best, list) or any(isinstance(b, bool) or not isinstance(b, (int, float)) or
+                                             not math.isfinite(b) or b < 0 for b in best):
+            raise ProtocolError("measure.best_us must be a list of finite numbers >= 0")
+    m["best_us"] = best
     return m
 
 
@@ -124,12 +132,15 @@ def serve(lines, session):
                 shape, cfg = parse_shape(req.get("shape")), parse_config(req.get("config"))
                 bss = parse_batch_sizes(req.get("batch_sizes"))
                 m = parse_measure(req.get("measure"))
+                if m["best_us"] is not None and len(m["best_us"]) != len(bss):
+                    raise ProtocolError("measure.best_us needs one value per batch size")
                 split = bool(req.get("split"))
                 for bs, res in zip(bss, session.measure(shape, cfg, bss, m, split)):
                     line = {"id": rid, "bs": bs}
                     line.update(res)
                     emit(line)
-                done = {"id": rid, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": session.peak_rss_kb()}
+                done = {"id": rid, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": session.peak_rss_kb(),
+                        "gpu_s": round(session.gpu_s(), 6)}
                 emit(done)
             else:
                 raise ProtocolError("unknown op %r" % (op,))
@@ -449,6 +460,7 @@ class Measurer:
         self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
         self.ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
         self.stream = torch.cuda.Stream()
+        self.timed_s = 0.0  # seconds of timed graph replays: the GPU-busy numerator
 
     # -- inputs
     def set_shape(self, shape, seed):
@@ -524,11 +536,15 @@ class Measurer:
                 fn()
         return g
 
-    def time_graph(self, g, m, budget_s, min_n=None, max_n=None):
+    def time_graph(self, g, m, budget_s, min_n=None, max_n=None, best_us=0.0):
+        """Samples of one graph replay per layer, to the RSD rule. With best_us and a race margin,
+        a graph whose fastest of the first RACE_SAMPLES samples is slower than best_us by more
+        than the margin stops there: (stats, True)."""
         torch = self.torch
         for _ in range(int(m["warmup"])):
             g.replay()
         samples = []
+        race = best_us * (1.0 + m["race_margin"]) if best_us > 0 and m["race_margin"] > 0 else 0.0
         t_end = time.monotonic() + budget_s
         min_n = int(min_n or m["min_samples"])
         max_n = int(max_n or m["max_samples"])
@@ -539,13 +555,16 @@ class Measurer:
             self.ev[1].record()
             self.ev[1].synchronize()
             samples.append(self.ev[0].elapsed_time(self.ev[1]) * 1000.0 / LAYERS_PER_GRAPH)
+            self.timed_s += samples[-1] * LAYERS_PER_GRAPH * 1e-6
+            if race and len(samples) == RACE_SAMPLES and min(samples) > race:
+                return stats(samples), True
             if len(samples) >= min_n:
                 st = stats(samples)
                 if st["stddev_us"] / st["mean_us"] < m["rsd_target"] or time.monotonic() > t_end:
                     break
-        return stats(samples)
+        return stats(samples), False
 
-    def one(self, shape, cfg, bs, m, split):
+    def one(self, shape, cfg, bs, m, split, best_us=0.0):
         torch = self.torch
         L = self.inputs(shape, bs, m["seed"])
         try:
@@ -560,17 +579,24 @@ class Measurer:
             return {"status": "wrong_result", "detail": "max error %.3g of the output range (limit %.3g)" % (err, REL_TOL)}
         try:
             g = self.graph(lambda: self.kernel.layer(L, cfg))
-            res = self.time_graph(g, m, m["budget_ms"] / 1000.0)
+            res, pruned = self.time_graph(g, m, m["budget_ms"] / 1000.0, best_us=best_us)
             del g
             res["up_us"] = res["down_us"] = 0.0
+            if pruned:
+                # out of the race: its halves are not timed either (the _down pairs are chosen
+                # among the configs that stay in it)
+                res["status"] = "pruned"
+                res["detail"] = "pruned: fastest of %d samples %.2fx the best %.4g us; rel_err=%.2e" % (
+                    res["samples"], res["min_us"] / best_us, best_us, err)
+                return res
             if split:
                 # The halves only choose the _down file's pairs: fewer samples, same RSD rule.
                 ms = dict(m, warmup=1, min_samples=min(3, m["min_samples"]))
                 gu = self.graph(lambda: self.kernel.up(L, cfg))
-                res["up_us"] = self.time_graph(gu, ms, m["budget_ms"] / 2000.0)["median_us"]
+                res["up_us"] = self.time_graph(gu, ms, m["budget_ms"] / 2000.0)[0]["median_us"]
                 del gu
                 gd = self.graph(lambda: self.kernel.down(L, cfg))
-                res["down_us"] = self.time_graph(gd, ms, m["budget_ms"] / 2000.0)["median_us"]
+                res["down_us"] = self.time_graph(gd, ms, m["budget_ms"] / 2000.0)[0]["median_us"]
                 del gd
         except Exception as e:
             self._sticky(e)
@@ -610,12 +636,13 @@ class Session:
     def measure(self, shape, cfg, bss, m, split):
         self.measurer.set_shape(shape, m["seed"])
         refused = self.pool.wait(shape, cfg) if self.pool else None
-        for bs in bss:
+        best = m.get("best_us") or [0.0] * len(bss)
+        for bs, best_us in zip(bss, best):
             if refused:  # the compiler's verdict on a config holds for every batch size
                 yield {"status": refused[0], "detail": refused[1]}
                 continue
             try:
-                res = self.measurer.one(shape, cfg, bs, m, split)
+                res = self.measurer.one(shape, cfg, bs, m, split, best_us)
                 if res["status"] in ("invalid", "compile_error"):
                     refused = (res["status"], res["detail"])
             except ContextLost as e:
@@ -628,6 +655,9 @@ class Session:
 
     def peak_rss_kb(self):
         return max(peak_rss_kb(), self.pool.peak_kb if self.pool else 0)
+
+    def gpu_s(self):
+        return getattr(self.measurer, "timed_s", 0.0)
 
 
 # ---- compiling ahead -------------------------------------------------------------------------

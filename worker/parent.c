@@ -26,6 +26,7 @@ typedef struct pjob {
     char why[160];              /* why every config is invalid, when !shape_ok */
     size_t next;                /* next config to measure */
     int prepared;
+    double *best;               /* racing: per batch size, the job's best_us lowered by our own ok results */
     struct pjob *link;
 } pjob_t;
 
@@ -195,6 +196,7 @@ zerr:
 static void job_free(pjob_t *j) {
     if (!j) return;
     wire_free(&j->env);
+    free(j->best);
     free(j);
 }
 
@@ -215,6 +217,7 @@ static void measure_from_proto(const Moetune__Measure *m, wrk_measure_t *out) {
     out->budget_ms = m->budget_ms;
     out->timeout_ms = m->timeout_ms;
     out->seed = m->seed;
+    out->race_margin = m->race_margin;
 }
 
 /* Turns one config's measurements into a Result, keeps it until acked, sends it. */
@@ -235,7 +238,7 @@ static int emit_result(wrk_parent_t *p, pjob_t *j, size_t ci, const wrk_meas_t *
         moetune__measurement__init(&ms[i]);
         ms[i].batch_size = j->job->batch_sizes[i];
         ms[i].status = (Moetune__Status)meas[i].status;
-        if (meas[i].status == MOETUNE__STATUS__STATUS_OK) {
+        if (meas[i].status == MOETUNE__STATUS__STATUS_OK || meas[i].status == MOETUNE__STATUS__STATUS_PRUNED) {
             ms[i].median_us = meas[i].median_us;
             ms[i].min_us = meas[i].min_us;
             ms[i].mean_us = meas[i].mean_us;
@@ -312,6 +315,18 @@ static void finish_head(wrk_parent_t *p) {
     send_ready(p, 1);
 }
 
+static void prepare_job(wrk_parent_t *p, pjob_t *j) {
+    if (j->prepared || !j->shape_ok || j->next >= j->job->n_configs) return;
+    size_t n = j->job->n_configs - j->next;
+    krn_config_t *cfgs = malloc(n * sizeof *cfgs);
+    if (cfgs) {
+        for (size_t i = 0; i < n; i++) wire_config_from_msg(j->job->configs[j->next + i]->config, &cfgs[i]);
+        wrk_child_prepare(p->child, &j->shape, cfgs, n);
+        free(cfgs);
+    }
+    j->prepared = 1;
+}
+
 /* Starts the next config when the child is idle; finishes jobs that have no more. */
 static int pump(wrk_parent_t *p) {
     int rc = MT_OK;
@@ -325,20 +340,14 @@ static int pump(wrk_parent_t *p) {
             finish_head(p);
             continue;
         }
-        if (!j->prepared) {
-            size_t n = j->job->n_configs - j->next;
-            krn_config_t *cfgs = malloc(n * sizeof *cfgs);
-            if (cfgs) {
-                for (size_t i = 0; i < n; i++) wire_config_from_msg(j->job->configs[j->next + i]->config, &cfgs[i]);
-                wrk_child_prepare(p->child, &j->shape, cfgs, n);
-                free(cfgs);
-            }
-            j->prepared = 1;
-        }
+        /* announce this job's configs and those of the jobs queued behind it, so a backend
+         * that compiles ahead has the next job compiled when this one ends */
+        for (pjob_t *q = j; q; q = q->link) prepare_job(p, q);
         krn_config_t cfg;
         wrk_measure_t m;
         wire_config_from_msg(j->job->configs[j->next]->config, &cfg);
         measure_from_proto(j->job->measure, &m);
+        m.best_us = j->best;
         rc = wrk_child_start(p->child, &j->shape, &cfg, j->job->batch_sizes, j->job->n_batch_sizes, &m);
         if (rc) {
             log_at(MT_LOG_ERROR, "cannot hand config to the child: %s", wrk_child_error(p->child));
@@ -379,6 +388,13 @@ static void on_job(wrk_parent_t *p, wire_env_t **penv) {
     *penv = NULL;
     j->job = j->env->job;
     shape_from_proto(j);
+    j->best = calloc(job->n_batch_sizes ? job->n_batch_sizes : 1, sizeof *j->best);
+    if (!j->best) {
+        job_free(j);
+        log_at(MT_LOG_ERROR, "out of memory taking job %llu; its lease expires", (unsigned long long)job->job_id);
+        return;
+    }
+    if (job->n_best_us == job->n_batch_sizes) memcpy(j->best, job->best_us, job->n_batch_sizes * sizeof *j->best);
     if (p->n_ready > 0) {
         push_u64(&p->rtt, &p->n_rtt, &p->cap_rtt, mt_now_us() - p->ready_sent[0]);
         memmove(p->ready_sent, p->ready_sent + 1, (p->n_ready - 1) * sizeof *p->ready_sent);
@@ -487,6 +503,11 @@ static int on_child(wrk_parent_t *p, wrk_child_event_t ev) {
                        (unsigned long long)j->job->configs[j->next]->config_id, meas[0].detail);
             int rc = emit_result(p, j, j->next, meas, n, regs, spills);
             if (rc) return rc;
+            /* the next configs of this job race against what this one measured, too */
+            for (size_t i = 0; i < n && i < j->job->n_batch_sizes; i++)
+                if (meas[i].status == MOETUNE__STATUS__STATUS_OK && meas[i].median_us > 0 &&
+                    (j->best[i] == 0 || meas[i].median_us < j->best[i]))
+                    j->best[i] = meas[i].median_us;
             j->next++;
         }
     }

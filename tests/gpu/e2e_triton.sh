@@ -23,9 +23,12 @@ echo "== tune --backend triton --kernel moetune: qwen3-30b-a3b TP1, 192 configs,
 start=$(date +%s.%N)
 "$bin/moetune" tune --backend triton --kernel moetune --python "$py" --model qwen3-30b-a3b --tp 1 \
   --batch-sizes $BS "${SPACE[@]}" --warmup 2 --min-samples 5 --db "$out/tune.db" --out "$out/configs" \
-  >"$out/tune.out" 2>"$out/tune.err"
+  ${MT_TUNE_ARGS:-} --keep-temp >"$out/tune.out" 2>"$out/tune.err"
 rc=$?
 end=$(date +%s.%N)
+run=$(sed -n 's/.*logs of the coordinator and workers are in //p' "$out/tune.err" | tail -n1)
+[ -n "$run" ] && cp "$run"/worker-0.log "$out/worker.log" 2>/dev/null
+grep -h "triton helper:" "$out/worker.log" 2>/dev/null | tail -n 2
 echo "tune exit $rc after $(python3 -c "print(round($end - $start, 1))") s" | tee "$out/tune.time"
 tail -n 5 "$out/tune.err"
 [ $rc = 0 ] || fail "tune exited $rc"
@@ -51,8 +54,12 @@ configs = {tuple(r["config"].values()) for r in rows}
 assert len(configs) >= 150, len(configs)
 ok = [r for r in rows if r["status"] == "ok"]
 assert all(r.get("up_us", 0) > 0 and r.get("down_us", 0) > 0 for r in ok), "ok rows without up/down"
+# racing: a pruned row was checked against the reference before it was timed, and says so
+pruned = [r for r in rows if r["status"] == "pruned"]
+assert all("rel_err=" in (r.get("detail") or "") and r.get("median_us", 0) > 0 for r in pruned), "pruned rows unverified"
 assert all("kernel=moetune" in (r.get("versions") or "") for r in rows), "rows without versions"
 assert not [r for r in rows if r["status"] in ("wrong_result", "crashed", "timeout")], "wrong/crashed/timeout rows"
-print("configs", len(configs), "ok rows", len(ok), "all verified; versions:", rows[0].get("versions"))
+print("configs", len(configs), "ok rows", len(ok), "pruned rows", len(pruned), "all verified; versions:",
+      rows[0].get("versions"))
 PY
 echo "all triton GPU end-to-end checks passed"

@@ -9,7 +9,7 @@ CRASH=16x64x128x1x4x3 HANG=64x128x128x16x8x4 WRONG=16x128x128x1x4x3
 
 start_coordinator --heartbeat-ms 200 --lease-ms 5000
 start_workers 3 --sim-time-scale 0.2 --sim-faults "crash=$CRASH,hang=$HANG,wrong=$WRONG"
-"$BIN/moetune" submit --control "$CEP" --name faults --chunk 4 --config-timeout-ms 1500 "${SPACE[@]}" \
+"$BIN/moetune" submit --control "$CEP" --name faults --chunk 4 --race-margin 0 --config-timeout-ms 1500 "${SPACE[@]}" \
   --shape E=128,N=768,K=2048,topk=8 --batch-sizes 1,64,4096 >"$T/submit.out" 2>&1 \
   || { cat "$T/submit.out"; fail "submit failed"; }
 state=$(wait_sweep 1 240)

@@ -5,6 +5,8 @@ It speaks the line protocol of worker/HELPER.md and misbehaves on request, for t
 tests of the triton backend's C side. Environment:
 
   FAKE_HELPER_MODE   ok (default) | die | hang | flood | garbage | wrongid | grow | fatal | silent
+                     (in every mode, a batch size whose median is beyond measure.best_us by more than
+                     measure.race_margin is answered pruned with 2 samples, as the real helper races)
   FAKE_HELPER_BM     misbehave only for configs with this BLOCK_SIZE_M (default: every config)
   FAKE_HELPER_PIDS   a file this helper appends its pid to when it starts
   FAKE_HELPER_HANG   a file the helper writes its pid to when it starts hanging
@@ -89,6 +91,12 @@ def main():
             if mode == "wrongid" and i == 1:
                 rid += 100
             median = cfg["BLOCK_SIZE_M"] + bs / 2.0
+            m = req.get("measure") or {}
+            best, margin = (m.get("best_us") or [0.0] * len(req["batch_sizes"]))[i], m.get("race_margin") or 0.0
+            if margin > 0 and best > 0 and median > best * (1 + margin):
+                say({"id": rid, "bs": bs, "status": "pruned", "median_us": median, "min_us": median,
+                     "mean_us": median, "stddev_us": 0.0, "samples": 2, "detail": "pruned: fake"})
+                continue
             say({"id": rid, "bs": bs, "status": "ok", "median_us": median, "min_us": median - 0.5,
                  "mean_us": median + 0.25, "stddev_us": 0.125, "samples": 20,
                  "up_us": median / 2, "down_us": median / 4})

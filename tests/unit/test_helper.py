@@ -43,6 +43,9 @@ class FakeSession:
     def peak_rss_kb(self):
         return 1234
 
+    def gpu_s(self):
+        return 0.5
+
 
 def run_serve(lines):
     out = io.StringIO()
@@ -74,7 +77,7 @@ class Protocol(unittest.TestCase):
         self.assertEqual(out[2]["median_us"], 8.0)
         self.assertAlmostEqual(out[2]["up_us"], 4.8)
         self.assertEqual(out[1]["detail"], "OutOfResources: shared memory")
-        self.assertEqual(out[3], {"id": 7, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": 1234})
+        self.assertEqual(out[3], {"id": 7, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": 1234, "gpu_s": 0.5})
         self.assertEqual(len(out), 4)
         cfg, bss, m, split = s.measured[0]
         self.assertEqual((cfg, bss, m["max_samples"], m["seed"], split), (CFG, [1, 3, 8], 9, 5, True))
@@ -91,7 +94,10 @@ class Protocol(unittest.TestCase):
                measure_req(config=dict(CFG, BLOCK_SIZE_M=-16)), measure_req(config=dict(CFG, num_warps=True)),
                measure_req(batch_sizes=[]), measure_req(batch_sizes=[0]),
                measure_req(shape=dict(SHAPE, dtype="int4_w4a16")),
-               measure_req(measure={"rsd_target": "tight"})]
+               measure_req(measure={"rsd_target": "tight"}),
+               measure_req(measure={"best_us": [1.0, -2.0, 3.0]}),
+               measure_req(measure={"best_us": [1.0, 2.0]}),
+               measure_req(measure={"race_margin": float("inf")})]
         rc, out, s = run_serve(bad + [measure_req(id=9, batch_sizes=[2])])
         self.assertEqual(rc, 0)
         self.assertEqual(len(out), len(bad) + 2)
@@ -117,6 +123,68 @@ class Protocol(unittest.TestCase):
     def test_non_finite_latency_is_never_written(self):
         with self.assertRaises(ValueError):
             mh.emit({"median_us": float("nan")})
+
+
+class Racing(unittest.TestCase):
+    """Measurer.time_graph against scripted event timings (no GPU needed)."""
+
+    class Ev:
+        def __init__(self, times):
+            self.times = times
+
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return self.times.pop(0)
+
+    class Flush:
+        def fill_(self, v):
+            pass
+
+    class Graph:
+        def __init__(self):
+            self.replays = 0
+
+        def replay(self):
+            self.replays += 1
+
+    def measurer(self, times_ms):
+        m = object.__new__(mh.Measurer)
+        m.torch = None
+        m.flush = self.Flush()
+        m.ev = [self.Ev(times_ms), self.Ev([])]
+        m.timed_s = 0.0
+        return m
+
+    M = {"warmup": 1, "min_samples": 5, "max_samples": 9, "rsd_target": 1e-9, "budget_ms": 1000, "seed": 1,
+         "race_margin": 0.2}
+
+    def test_slow_config_stops_after_race_samples(self):
+        # graph of 10 layers: 1.5 ms per replay = 150 us per layer, against a best of 100 us
+        m, g = self.measurer([1.5, 1.6, 1.4, 1.5, 1.5, 1.5]), self.Graph()
+        st, pruned = m.time_graph(g, self.M, 1.0, best_us=100.0)
+        self.assertTrue(pruned)
+        self.assertEqual(st["samples"], mh.RACE_SAMPLES)
+        self.assertEqual(g.replays, 1 + mh.RACE_SAMPLES)
+        self.assertAlmostEqual(st["min_us"], 150.0)
+        self.assertAlmostEqual(m.timed_s, 3.1e-3)
+
+    def test_close_config_unknown_best_or_racing_off_is_sampled_fully(self):
+        for best, margin in ((140.0, 0.2), (0.0, 0.2), (50.0, 0.0)):
+            m, g = self.measurer([1.5] * 9), self.Graph()
+            st, pruned = m.time_graph(g, dict(self.M, race_margin=margin), 1.0, best_us=best)
+            self.assertFalse(pruned, (best, margin))
+            self.assertEqual(st["samples"], 5)  # identical samples meet the RSD rule at min_samples
+
+    def test_one_outlier_does_not_prune(self):
+        # the first sample is a 30 % outlier, the second is not: the fastest of two decides
+        m, g = self.measurer([1.3, 1.0] + [1.0] * 7), self.Graph()
+        st, pruned = m.time_graph(g, self.M, 1.0, best_us=100.0)
+        self.assertFalse(pruned)
 
 
 class Classify(unittest.TestCase):

@@ -31,6 +31,7 @@ static void test_status_values(void **unused) {
     assert_int_equal(WCU_ST_WRONG_RESULT, MOETUNE__STATUS__STATUS_WRONG_RESULT);
     assert_int_equal(WCU_ST_TIMEOUT, MOETUNE__STATUS__STATUS_TIMEOUT);
     assert_int_equal(WCU_ST_CRASHED, MOETUNE__STATUS__STATUS_CRASHED);
+    assert_int_equal(WCU_ST_PRUNED, MOETUNE__STATUS__STATUS_PRUNED);
 }
 
 /* On this GPU-less machine open() fails with one clear line, and does not crash. */

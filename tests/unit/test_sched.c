@@ -298,6 +298,62 @@ static void test_restart_and_filter(void **state) {
     assert_int_equal(sched_counters(f->s)->rejected_results, 1);
 }
 
+/* Racing: a job carries, per batch size, the best committed median of its worker's GPU
+ * class; uncommitted results and other GPU classes do not count; pruned rows count apart
+ * from failures; a restart reloads the bests from the database. */
+static void test_racing_bests(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    fx_submit(f, 4, 1, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    const Moetune__Job *j = fx_last_job(f, "A");
+    assert_non_null(j);
+    assert_true(j->measure->race_margin > 0.19 && j->measure->race_margin < 0.21); /* the default */
+    assert_int_equal(j->n_best_us, 2);
+    assert_true(j->best_us[0] == 0 && j->best_us[1] == 0);
+    assert_int_equal(result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_OK, 1),
+                     MT_OK);
+    sched_on_ready(f->s, a, 1, 1); /* received, not committed: nothing to race against yet */
+    j = fx_last_job(f, "A");
+    assert_true(j->best_us[0] == 0 && j->best_us[1] == 0);
+    uint64_t job2 = j->job_id, tok2 = j->lease_token, c2 = j->configs[0]->config_id;
+    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    sched_on_ready(f->s, a, 1, 2);
+    j = fx_last_job(f, "A");
+    assert_true(j->best_us[0] == 10.0 && j->best_us[1] == 11.0);
+    uint64_t job3 = j->job_id;
+    sched_worker_t *b = fx_hello(f, "B", "NVIDIA H100 80GB HBM3", 3);
+    sched_on_ready(f->s, b, 1, 3);
+    j = fx_last_job(f, "B");
+    assert_non_null(j);
+    assert_true(j->best_us[0] == 0 && j->best_us[1] == 0); /* another GPU class */
+    /* a pruned config: stored, counted as pruned, not as failed */
+    assert_int_equal(result(f, a, job2, tok2, 2, c2, MOETUNE__STATUS__STATUS_PRUNED, 4), MT_OK);
+    assert_int_equal(sched_flush(f->s, 4), MT_OK);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'pruned'"), 2);
+    sched_status_t st;
+    assert_int_equal(sched_status(f->s, 0, 5, &st), MT_OK);
+    assert_int_equal(st.reply.sweeps[0]->results_pruned, 2);
+    assert_int_equal(st.reply.sweeps[0]->results_failed, 0);
+    sched_status_release(&st);
+    /* restart: the bests come back from the committed rows */
+    sched_on_bye(f->s, a, 5); /* job 3 goes back to pending */
+    assert_int_equal(sched_flush(f->s, 5), MT_OK);
+    sched_destroy(&f->s);
+    fx_clear(f);
+    fx_start(f, 1000, 30000);
+    assert_int_equal(sched_status(f->s, 0, 5, &st), MT_OK);
+    assert_int_equal(st.reply.sweeps[0]->results_pruned, 2);
+    sched_status_release(&st);
+    sched_worker_t *c = fx_hello(f, "C", "NVIDIA H200", 10);
+    sched_on_ready(f->s, c, 1, 10);
+    j = fx_last_job(f, "C");
+    assert_non_null(j);
+    assert_int_equal(j->job_id, job3);
+    assert_true(j->best_us[0] == 10.0 && j->best_us[1] == 11.0);
+}
+
 /* Restart: a holder that does not come back loses its leases at expiry, with an attempt. */
 static void test_restart_holder_gone(void **state) {
     fx_t *f = *state;
@@ -607,6 +663,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_hello_while_locked, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_job_rows_commit_fails, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_daemon_hostile_input, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_racing_bests, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

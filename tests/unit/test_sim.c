@@ -308,6 +308,49 @@ static void test_rsd_stop(void **unused) {
     wrk_backend_sim.close(&st);
 }
 
+/* Racing: a config slower than the best by more than the margin stops after
+ * WRK_RACE_SAMPLES samples as PRUNED with what it measured; one within the margin, an
+ * unknown best (0) or racing off (margin 0) is sampled to the RSD rule. */
+static void test_racing(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t c = {64, 128, 128, 16, 4, 3};
+    wrk_measure_t m;
+    wrk_meas_t out[3], ref[3];
+    uint32_t bs[3] = {1, 256, 4096}, regs, spills;
+    char err[128];
+    shape_default(&s);
+    measure_default(&m);
+    void *st = open_sim(NULL);
+    m.min_samples = 7;
+    m.rsd_target = 10.0;
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, ref, &regs, &spills, err, sizeof err), MT_OK);
+    double best[3] = {ref[0].median_us / 2, ref[1].median_us * 2, 0};
+    m.best_us = best;
+    m.race_margin = 0.2;
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_PRUNED);
+    assert_int_equal(out[0].samples, WRK_RACE_SAMPLES);
+    assert_true(out[0].median_us > best[0] * 1.2);
+    assert_non_null(strstr(out[0].detail, "pruned"));
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_OK);
+        assert_int_equal(out[i].samples, 7);
+        assert_true(out[i].median_us == ref[i].median_us);
+    }
+    /* within the margin: 1.1x the best is not pruned at margin 0.2 */
+    best[0] = ref[0].median_us / 1.1;
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_OK);
+    /* racing off */
+    best[0] = ref[0].median_us / 2;
+    m.race_margin = 0;
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_OK);
+    assert_int_equal(out[0].samples, 7);
+    wrk_backend_sim.close(&st);
+}
+
 static void test_time_scale(void **unused) {
     (void)unused;
     krn_shape_t s;
@@ -337,7 +380,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_find),        cmocka_unit_test(test_device),     cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid), cmocka_unit_test(test_fault_parse),
-        cmocka_unit_test(test_crash_draw),  cmocka_unit_test(test_wrong),      cmocka_unit_test(test_rsd_stop),
+        cmocka_unit_test(test_crash_draw),  cmocka_unit_test(test_wrong),      cmocka_unit_test(test_rsd_stop), cmocka_unit_test(test_racing),
         cmocka_unit_test(test_time_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

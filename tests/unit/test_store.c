@@ -42,7 +42,7 @@ static void test_migrate_fresh(void **state) {
                                "'workers','sweeps','shapes','configs','rejected','jobs','job_configs','crashes',"
                                "'results','exports')"),
                      11);
-    assert_int_equal(query_int("PRAGMA user_version"), 2);
+    assert_int_equal(query_int("PRAGMA user_version"), STORE_SCHEMA_VERSION);
     store_close(&s); /* NULL-safe */
 }
 
@@ -57,7 +57,7 @@ static void test_reopen_keeps_data(void **state) {
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     store_close(&s);
     assert_int_equal(query_int("SELECT COUNT(*) FROM sweeps WHERE name = 'keep'"), 1);
-    assert_int_equal(query_int("PRAGMA user_version"), 2);
+    assert_int_equal(query_int("PRAGMA user_version"), STORE_SCHEMA_VERSION);
 }
 
 /* Counts the rows a read-only walk sees, checking the schema-2 fields. */
@@ -105,7 +105,7 @@ static void test_migrate_v1(void **state) {
 
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     store_close(&s);
-    assert_int_equal(query_int("PRAGMA user_version"), 2);
+    assert_int_equal(query_int("PRAGMA user_version"), STORE_SCHEMA_VERSION);
     seen = 0;
     assert_int_equal(dbq_open(g_db.path, &q, err, sizeof err), MT_OK);
     assert_int_equal(dbq_results(q, NULL, count_v2, &seen, err, sizeof err), MT_OK);
@@ -124,11 +124,27 @@ static void test_migrate_v1(void **state) {
                                " AND up_us IS NULL"),
                      1);
     assert_int_equal(query_int("SELECT COUNT(*) FROM workers WHERE worker_id = 'w0'"), 1);
+    /* v3: the rebuilt table takes 'pruned', still refuses an unknown status, keeps its index */
+    assert_int_equal(sqlite3_open(g_db.path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
+                                  " backend, compiler, created) VALUES (1, 1, 1, 2, 'pruned', 9.0, 'sim', 'sim', 1)",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_not_equal(sqlite3_exec(db,
+                                      "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status,"
+                                      " backend, compiler, created) VALUES (1, 1, 1, 3, 'bogus', 'sim', 'sim', 1)",
+                                      NULL, NULL, NULL),
+                         SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'results_best'"),
+                     1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE name = 'results_v3'"), 0);
 
     /* a second open finds version 2 and changes nothing */
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     store_close(&s);
-    assert_int_equal(query_int("PRAGMA user_version"), 2);
+    assert_int_equal(query_int("PRAGMA user_version"), STORE_SCHEMA_VERSION);
 }
 
 /* A fresh database's results table, for the column count above. */
@@ -202,7 +218,7 @@ static void test_idempotent_result(void **state) {
     assert_int_equal(store_result_count(s, sweep, shape, cfg, &n), MT_OK);
     assert_int_equal(n, 1);
     uint64_t done = 0, failed = 0;
-    assert_int_equal(store_sweep_result_counts(s, sweep, &done, &failed), MT_OK);
+    assert_int_equal(store_sweep_result_counts(s, sweep, &done, &failed, NULL), MT_OK);
     assert_int_equal(done, 1);
     assert_int_equal(failed, 0);
     store_close(&s);

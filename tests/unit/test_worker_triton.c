@@ -155,6 +155,36 @@ static void test_ok_round_trip(void **unused) {
     assert_true(gone_within(pids[0], 3000)); /* quit: the helper exits with the child */
 }
 
+/* Racing through the child and the helper: the best and the margin reach the helper, and a
+ * pruned answer comes back with its measured statistics (the coordinator stores them). */
+static void test_race_round_trip(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t cfg;
+    wrk_measure_t m;
+    wrk_meas_t out[3];
+    uint32_t regs, spills;
+    char err[256] = "";
+    setup_case(&s, &cfg, &m);
+    double best[3];
+    for (int i = 0; i < 3; i++) best[i] = cfg.block_m + g_bs[i] / 2.0;
+    best[1] /= 2; /* the config is 2x the best at the second batch size */
+    m.best_us = best;
+    m.race_margin = 0.2;
+    wrk_child_t *c = start_ready("ok", 0);
+    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_ok_values(&out[0], cfg.block_m, g_bs[0]);
+    assert_ok_values(&out[2], cfg.block_m, g_bs[2]);
+    assert_int_equal(out[1].status, MOETUNE__STATUS__STATUS_PRUNED);
+    assert_true(out[1].median_us == cfg.block_m + g_bs[1] / 2.0);
+    assert_int_equal(out[1].samples, 2);
+    assert_string_equal(out[1].detail, "pruned: fake");
+    m.race_margin = 0; /* off: nothing pruned */
+    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    for (int i = 0; i < 3; i++) assert_ok_values(&out[i], cfg.block_m, g_bs[i]);
+    wrk_child_destroy(&c);
+}
+
 static void test_dies_mid_config(void **unused) {
     (void)unused;
     krn_shape_t s;
@@ -319,6 +349,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ok_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_race_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dies_mid_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hang_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flood, setup, teardown),

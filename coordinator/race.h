@@ -1,0 +1,38 @@
+/*
+ * race.h - racing: the best committed median per (sweep, shape, batch size, GPU class).
+ *
+ * The scheduler notes every committed ok measurement here (and reloads them from the
+ * database after a restart) and sends, with each job, the best known for the worker's
+ * GPU class at each of the job's batch sizes. A worker stops sampling a config whose
+ * first samples are slower than that by more than the sweep's race margin and reports it
+ * PRUNED. Only committed results are noted, so nothing is pruned against a best that a
+ * crash could lose. GPU classes are GPU names: an H100's best says nothing of an H200.
+ */
+#ifndef COORD_RACE_H
+#define COORD_RACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct race race_t;
+
+/* The default race margin (Measure.race_margin 0): 20 %, far beyond the 1-2 % that one
+ * config's samples differ by (bench/RESULTS.md), so the winner is never pruned. */
+#define RACE_DEFAULT_MARGIN 0.2
+
+race_t *race_new(void);
+void race_free(race_t **r);
+
+/* Keeps median_us when it is the lowest seen for the key; MT_NOMEM when it cannot. */
+int race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, const char *gpu, uint32_t bs, double median_us);
+
+/* The best median for the key, 0 when none is known. */
+double race_best(const race_t *r, uint64_t sweep_id, uint64_t shape_id, const char *gpu, uint32_t bs);
+
+/* Forgets a sweep's entries (it finished or was cancelled). */
+void race_forget(race_t *r, uint64_t sweep_id);
+
+/* Entries held, for tests. */
+size_t race_size(const race_t *r);
+
+#endif

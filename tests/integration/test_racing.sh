@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Racing with real processes (sim backend): the same sweep with racing off and on (default
+# margin) picks the same config at every batch size where the simulated gap to the runner-up
+# exceeds the noise; racing stores pruned rows (counted apart from failures, never exported)
+# and measures fewer samples; the planner's order puts every BLOCK_SIZE_M in the first job.
+source "$(dirname "$0")/lib.sh"
+M="$BIN/moetune"
+SPEC=(--backend sim --workers 2 --sim-time-scale 0 --model qwen3-30b-a3b --tp 1 --batch-sizes 1,16,256,4096)
+
+"$M" tune "${SPEC[@]}" --race-margin 0 --db "$T/off.db" --out "$T/off" >"$T/off.out" 2>"$T/off.err" \
+  || { tail "$T/off.err"; fail "tune with racing off exited $?"; }
+"$M" tune "${SPEC[@]}" --db "$T/on.db" --out "$T/on" >"$T/on.out" 2>"$T/on.err" \
+  || { tail "$T/on.err"; fail "tune with racing on exited $?"; }
+q() { sqlite3 "$1" "$2"; }
+[ "$(q "$T/off.db" "SELECT COUNT(*) FROM results WHERE status = 'pruned'")" = 0 ] || fail "racing off pruned rows"
+pruned=$(q "$T/on.db" "SELECT COUNT(*) FROM results WHERE status = 'pruned'")
+okrows=$(q "$T/on.db" "SELECT COUNT(*) FROM results WHERE status = 'ok'")
+[ "$pruned" -gt 0 ] || fail "racing on pruned nothing"
+[ "$(q "$T/on.db" "SELECT COUNT(*) FROM results")" = "$(q "$T/off.db" "SELECT COUNT(*) FROM results")" ] \
+  || fail "racing changed the number of rows"
+[ "$(q "$T/on.db" "SELECT COUNT(*) FROM results WHERE status = 'pruned' AND (samples <> 2 OR median_us <= 0)")" = 0 ] \
+  || fail "a pruned row without its 2 samples or its latency"
+s_off=$(q "$T/off.db" "SELECT SUM(samples) FROM results")
+s_on=$(q "$T/on.db" "SELECT SUM(samples) FROM results")
+[ "$s_on" -lt "$s_off" ] || fail "racing took $s_on samples, not fewer than $s_off"
+grep -q "$pruned pruned" "$T/on.err" || fail "the progress line does not count the pruned rows"
+pass "racing pruned $pruned of $((pruned + okrows)) measured rows; samples $s_on against $s_off"
+
+# The picks: racing's pick, looked up among the exhaustive sweep's rows, is within the noise
+# (1 %) of the exhaustive best at every batch size, and is the same config wherever the winner
+# leads the runner-up by more than 3 %; a pruned config is never in the file.
+f_off="$T/off/sim/E=128,N=768,device_name=NVIDIA_H200.json"
+f_on="$T/on/sim/E=128,N=768,device_name=NVIDIA_H200.json"
+[ -f "$f_on" ] && [ -f "$f_off" ] || fail "missing exports"
+where() { echo "c.block_m=$1 AND c.block_n=$2 AND c.block_k=$3 AND c.group_m=$4 AND c.num_warps=$5 AND c.num_stages=$6"; }
+worst=0
+for bs in 1 16 256 4096; do
+  a=$(jq -c --arg k $bs '.[$k]' "$f_off"); b=$(jq -c --arg k $bs '.[$k]' "$f_on")
+  read -r bm bn bk gm nw ns <<<"$(echo "$b" | jq -r '"\(.BLOCK_SIZE_M) \(.BLOCK_SIZE_N) \(.BLOCK_SIZE_K) \(.GROUP_SIZE_M) \(.num_warps) \(.num_stages)"')"
+  w=$(where $bm $bn $bk $gm $nw $ns)
+  st=$(q "$T/on.db" "SELECT r.status FROM results r JOIN configs c ON c.id = r.config_id WHERE r.batch_size = $bs AND $w")
+  [ "$st" = ok ] || fail "batch size $bs: the exported config's row is '$st'"
+  ratio=$(q "$T/off.db" "SELECT r.median_us / (SELECT MIN(median_us) FROM results WHERE status = 'ok' AND batch_size = $bs)
+          FROM results r JOIN configs c ON c.id = r.config_id WHERE r.batch_size = $bs AND $w")
+  awk -v r="$ratio" 'BEGIN { exit !(r >= 1 && r <= 1.01) }' || fail "batch size $bs: racing's pick is ${ratio}x the exhaustive best"
+  worst=$(awk -v a="$worst" -v r="$ratio" 'BEGIN { print (r > a ? r : a) }')
+  gap=$(q "$T/off.db" "SELECT (SELECT median_us FROM results WHERE status = 'ok' AND batch_size = $bs ORDER BY median_us
+        LIMIT 1 OFFSET 1) / MIN(median_us) - 1 FROM results WHERE status = 'ok' AND batch_size = $bs")
+  if awk -v g="$gap" 'BEGIN { exit !(g > 0.03) }'; then
+    [ "$a" = "$b" ] || fail "batch size $bs: racing picked $b, exhaustive $a (gap $gap)"
+  fi
+done
+pass "racing's picks are within ${worst}x of the exhaustive best at every batch size; exports hold only ok rows"
+
+# Order: the first job of the sweep spans every BLOCK_SIZE_M of the space.
+n_bm=$(q "$T/on.db" "SELECT COUNT(DISTINCT c.block_m) FROM configs c JOIN job_configs jc ON jc.config_id = c.id")
+first=$(q "$T/on.db" "SELECT COUNT(DISTINCT c.block_m) FROM configs c JOIN job_configs jc ON jc.config_id = c.id
+        WHERE jc.job_id = (SELECT MIN(id) FROM jobs)")
+[ "$first" = "$n_bm" ] || fail "the first job covers $first of $n_bm BLOCK_SIZE_M values"
+pass "the first job covers all $n_bm BLOCK_SIZE_M values"
