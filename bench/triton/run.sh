@@ -7,7 +7,8 @@
 #  (b) per batch size, moetune's pick against the engines' untuned default and against the
 #      baseline's pick, all measured again under one method (compare.py);
 #  (c) what the separate up/down configs buy (compare.py, and the manifest);
-#  (d) the helper's peak RSS over the sweep (the worker log's "done: peak rss" line).
+#  (d) the helper's peak RSS over the sweep and the GPU-busy fraction (the worker log's
+#      "triton helper:" line, written when the helper closes).
 #   bench/triton/run.sh OUT_DIR        (needs the moetune binaries on MT_BIN_DIR or PATH)
 set -uo pipefail
 out=${1:?usage: bench/triton/run.sh OUT_DIR}
@@ -26,5 +27,5 @@ f=$(ls "$out"/configs/configs/triton_*/E=128,N=768,device_name=*.json | grep -v 
 echo "== (b)/(c): re-measured under one method"
 python3 "$here/compare.py" --file "$f" --down "${f%.json}_down.json" --baseline "$out/baseline.json" \
   --out "$out/compare.json" 2>&1 | grep -v Warning
-echo "== (d) helper memory"
-grep -h "peak rss" "$out"/tune.err "$out"/*.log 2>/dev/null | tail -n 3
+echo "== (d) helper memory and GPU busy"
+grep -h "triton helper:" "$out"/worker.log 2>/dev/null | tail -n 3
