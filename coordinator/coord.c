@@ -303,6 +303,8 @@ static int drain(coord_t *c, void *sock, bool is_worker) {
         if (rc == MT_AGAIN) return MT_OK;
         if (rc == MT_INVAL) {
             bad_message(c, sock, id, id_len, rej.code, rej.reason);
+            sched_worker_t *w = is_worker ? sched_worker(c->sched, id, id_len) : NULL;
+            if (w) sched_on_bad(c->sched, w, &rej, mt_now_ms());
             continue;
         }
         if (rc) {

@@ -17,7 +17,7 @@ static const char g_usage[] =
     "  --db FILE            SQLite database (created and migrated when missing)\n"
     "  --bind EP            worker endpoint (default tcp://*:5555)\n"
     "  --control EP         control endpoint for the CLI (default tcp://127.0.0.1:5556)\n"
-    "  --heartbeat-ms MS    heartbeat period (default 1000); a worker silent 3 periods is dead\n"
+    "  --heartbeat-ms MS    heartbeat period, 10..600000 (default 1000); a worker silent 3 periods is dead\n"
     "  --lease-ms MS        job lease, extended by any message from its worker (default 30000)\n"
     "  --max-msg-bytes N    largest message accepted (default 4194304)\n"
     "  --log-level L        error, warn, info (default) or debug\n"
@@ -62,10 +62,10 @@ static int opt_u32(const char *name, const char *v, uint32_t min, uint32_t max, 
     return MT_INVAL;
 }
 static int opt_hb(args_t *a, const char *v, char *err, size_t errlen) {
-    return opt_u32("--heartbeat-ms", v, 10, 3600000, &a->hb, err, errlen);
+    return opt_u32("--heartbeat-ms", v, WIRE_HEARTBEAT_MIN_MS, WIRE_HEARTBEAT_MAX_MS, &a->hb, err, errlen);
 }
 static int opt_lease(args_t *a, const char *v, char *err, size_t errlen) {
-    return opt_u32("--lease-ms", v, 10, 86400000, &a->lease, err, errlen);
+    return opt_u32("--lease-ms", v, WIRE_LEASE_MIN_MS, WIRE_LEASE_MAX_MS, &a->lease, err, errlen);
 }
 static int opt_max(args_t *a, const char *v, char *err, size_t errlen) {
     return opt_u32("--max-msg-bytes", v, 1024, 1u << 30, &a->max_msg, err, errlen);
