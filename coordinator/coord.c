@@ -8,6 +8,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "lock.h"
 #include "mt.h"
 #include "store.h"
 #include "wire.h"
@@ -22,6 +23,7 @@ struct coord {
     bool own_ctx;
     void *workers, *control;
     char ep[2][256];
+    db_lock_t *lock;         /* one writer per database: held from before the first open to the end */
     store_t *db;             /* the loop's connection: loading, planning, hellos, reads */
     writer_t *writer;        /* the writer thread's connection: every result batch */
     sched_t *sched;
@@ -80,6 +82,11 @@ int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen)
     if (!c->o.lease_ms) c->o.lease_ms = 30000;
     if (!c->o.max_msg_bytes) c->o.max_msg_bytes = WIRE_DEFAULT_MAX_BYTES;
     atomic_init(&c->stop, 0);
+    rc = db_lock_acquire(c->o.db_path, &c->lock, err, errlen);
+    if (rc) {
+        if (rc != MT_BUSY) rc = MT_IO;
+        goto out;
+    }
     rc = store_open(c->o.db_path, &c->db, err, errlen);
     if (rc) {
         if (rc != MT_INVAL) rc = MT_IO;
@@ -133,6 +140,7 @@ void coord_destroy(coord_t **pc) {
     writer_destroy(&c->writer);
     sched_destroy(&c->sched);
     store_close(&c->db);
+    db_lock_release(&c->lock);
     free(c);
     *pc = NULL;
 }

@@ -31,9 +31,10 @@ typedef struct {
     const char *curve_allow;     /* directory of the allowed public keys (*.pub) */
 } coord_opts_t;
 
-/* Opens the store (creating and migrating it), loads the state and binds both
- * sockets. Returns MT_OK with *out set, or MT_IO (database), MT_INVAL (options)
- * or MT_ERR (sockets) with a one-line reason in err. */
+/* Takes the database's writer lock (db/lock.h), opens the store (creating and
+ * migrating it), loads the state and binds both sockets. Returns MT_OK with *out
+ * set, or MT_BUSY (another process holds the lock: err names it), MT_IO (database),
+ * MT_INVAL (options) or MT_ERR (sockets) with a one-line reason in err. */
 int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen);
 
 /* Runs the loop until mt_stop_requested or coord_stop(); then commits what is
