@@ -39,6 +39,14 @@ static int send_worker(void *ctx, const uint8_t *rid, size_t rid_len, wire_env_t
     return rc;
 }
 
+/* A resolved endpoint that only this host can reach. */
+static bool ep_is_local(const char *ep) {
+    static const char *const local[] = {"ipc://", "inproc://", "tcp://127.", "tcp://[::1]:", "tcp://localhost:"};
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+        if (strncmp(ep, local[i], strlen(local[i])) == 0) return true;
+    return false;
+}
+
 static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t errlen) {
     void *sock = zmq_socket(c->ctx, ZMQ_ROUTER);
     if (!sock) {
@@ -76,7 +84,7 @@ int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen)
         return MT_NOMEM;
     }
     c->o = *opts;
-    if (!c->o.bind) c->o.bind = "tcp://*:5555";
+    if (!c->o.bind) c->o.bind = COORD_DEFAULT_BIND;
     if (!c->o.control) c->o.control = "tcp://127.0.0.1:5556";
     if (!c->o.heartbeat_ms) c->o.heartbeat_ms = 1000;
     if (!c->o.lease_ms) c->o.lease_ms = 30000;
@@ -126,6 +134,13 @@ out:
     }
     log_at(MT_LOG_INFO, "coordinator on %s (workers) and %s (control), database %s", c->ep[0], c->ep[1],
            c->o.db_path);
+    for (int which = 0; which < 2 && !c->auth; which++) {
+        if (ep_is_local(c->ep[which])) continue;
+        log_at(MT_LOG_WARN, "WARNING: the %s socket %s is reachable from other hosts in plain TCP without CURVE: "
+               "anyone who can connect can %s; bind a loopback address or use --curve-secret/--curve-allow",
+               which ? "control" : "worker", c->ep[which],
+               which ? "submit and cancel sweeps" : "take jobs and store results");
+    }
     *out = c;
     return MT_OK;
 }

@@ -19,9 +19,13 @@
 
 typedef struct coord coord_t;
 
+/* Both sockets bind loopback unless told otherwise; a plain (no CURVE) bind that other
+ * hosts can reach is logged as a warning at start. */
+#define COORD_DEFAULT_BIND "tcp://127.0.0.1:5555"
+
 typedef struct {
     const char *db_path;         /* required */
-    const char *bind;            /* worker endpoint; NULL = all interfaces, port 5555 */
+    const char *bind;            /* worker endpoint; NULL = COORD_DEFAULT_BIND (loopback) */
     const char *control;         /* control endpoint; NULL = tcp://127.0.0.1:5556 */
     uint32_t heartbeat_ms;       /* 0 = 1000 */
     uint32_t lease_ms;           /* 0 = 30000 */

@@ -60,3 +60,28 @@ set -e
 [ $rc = 2 ] || fail "--heartbeat-ms 600001: exit $rc, expected 2"
 grep -q "10..600000" "$T/hb.err" || { cat "$T/hb.err"; fail "--heartbeat-ms: limits not named"; }
 pass "--heartbeat-ms 600001 refused: $(cat "$T/hb.err")"
+
+# 5. the worker socket binds loopback by default; a plain bind other hosts reach is warned about
+N=$T/bind.db
+CP=$(free_port)
+"$C" --db "$N" --control "tcp://127.0.0.1:$CP" >"$T/default-bind.log" 2>&1 &
+P1=$!
+wait_log "$T/default-bind.log" "coordinator on|Address already in use" 10 || { kill_quiet $P1; fail "default bind: no start line"; }
+if grep -q "Address already in use" "$T/default-bind.log"; then
+  echo "skip: port 5555 is taken on this host; the default bind is not checked"
+else
+  grep -q "coordinator on tcp://127.0.0.1:5555 (workers)" "$T/default-bind.log" \
+    || { kill_quiet $P1; cat "$T/default-bind.log"; fail "default worker bind is not loopback"; }
+  ! grep -q WARNING "$T/default-bind.log" || { kill_quiet $P1; fail "a loopback bind is warned about"; }
+  pass "default worker socket: $(grep -o 'coordinator on [^ ]* (workers)' "$T/default-bind.log")"
+fi
+kill_quiet $P1
+"$C" --db "$N" --bind "tcp://*:$(free_port)" --control "tcp://127.0.0.1:$(free_port)" >"$T/open-bind.log" 2>&1 &
+P1=$!
+wait_log "$T/open-bind.log" "coordinator on" 10 || { kill_quiet $P1; fail "open bind: no start line"; }
+sleep 0.2
+kill_quiet $P1
+grep -q "WARNING: the worker socket tcp://0.0.0.0:[0-9]* is reachable from other hosts in plain TCP without CURVE" \
+  "$T/open-bind.log" || { cat "$T/open-bind.log"; fail "no warning for a plain all-interfaces bind"; }
+! grep -q "WARNING: the control socket" "$T/open-bind.log" || fail "loopback control socket warned about"
+pass "plain all-interfaces bind warned: $(grep -o 'WARNING.*' "$T/open-bind.log" | cut -c1-100)..."
