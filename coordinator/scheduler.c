@@ -155,6 +155,8 @@ struct sched {
     uint64_t next_hb, next_rate;
     sched_batch_t *inflight;      /* handed to a writer, not yet done */
     sched_counters_t c;
+    uint64_t *behind;        /* Submitted.queued_behind of the last submit */
+    size_t cap_behind;
     uint64_t load_now;       /* monotonic ms of the load, for the leases kept across a restart */
     char storage_err[256];   /* text of the last failed commit; empty once one succeeds */
     char err[512];
@@ -580,6 +582,7 @@ void sched_destroy(sched_t **ps) {
     free(s->jc);
     free(s->jcp);
     free(s->jcfg);
+    free(s->behind);
     free(s);
     *ps = NULL;
 }
@@ -1364,6 +1367,12 @@ void sched_tick(sched_t *s, uint64_t now_ms) {
 
 /* ---- control */
 
+static sweep_t *sweep_lookup(sched_t *s, uint64_t id) {
+    for (size_t i = 0; i < s->n_sweeps; i++)
+        if (s->sweeps[i]->id == id) return s->sweeps[i];
+    return NULL;
+}
+
 int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms, char *err,
                  size_t errlen) {
     /* A spec without batch sizes means the engines' default 18; the filled-in spec is the
@@ -1395,11 +1404,32 @@ int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted 
     moetune__sweep_spec__pack(spec, buf);
     row.spec = buf;
     row.spec_len = len;
+    /* sweeps ahead of it: running ones with work left, dispatched first (lower ids) */
+    size_t n_behind = 0;
+    for (size_t i = 0; i < s->n_sweeps; i++) {
+        const sweep_t *o = s->sweeps[i];
+        if (o->state != S_RUNNING || !(o->jobs_by_state[J_PENDING] + o->jobs_by_state[J_LEASED])) continue;
+        if (grow((void **)&s->behind, &s->cap_behind, n_behind + 1, sizeof *s->behind)) break;
+        s->behind[n_behind++] = o->id;
+    }
     rc = load_sweep(s, &row);
     free(buf);
     if (rc) {
-        mt_fmt(err, errlen, "loading sweep %llu: %s", (unsigned long long)out->sweep_id, store_errmsg(s->db));
+        /* stored but not loaded: mark it failed, or a restart would measure it unasked */
+        mt_fmt(err, errlen, "loading sweep %llu: %s", (unsigned long long)out->sweep_id,
+               rc == MT_NOMEM ? "out of memory" : store_errmsg(s->db));
+        if (store_sweep_set_state(s->db, out->sweep_id, g_sweep_state[S_FAILED], mt_wall_s()))
+            log_at(MT_LOG_ERROR, "sweep %llu could not be marked failed: %s", (unsigned long long)out->sweep_id,
+                   store_errmsg(s->db));
         return rc;
+    }
+    out->n_queued_behind = n_behind;
+    out->queued_behind = n_behind ? s->behind : NULL;
+    for (size_t i = 0; i < n_behind; i++) {
+        const sweep_t *o = sweep_lookup(s, s->behind[i]);
+        log_at(MT_LOG_WARN, "sweep %llu queued behind running sweep %llu '%s' (%llu of %llu results): it is "
+               "measured first", (unsigned long long)out->sweep_id, (unsigned long long)o->id, o->name,
+               (unsigned long long)o->done, (unsigned long long)o->planned);
     }
     log_at(MT_LOG_INFO, "sweep %llu '%s' submitted: %u jobs, %u configs valid, %u rejected, %llu results planned",
            (unsigned long long)out->sweep_id, row.name, out->jobs, out->configs_valid, out->configs_rejected,
@@ -1408,11 +1438,6 @@ int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted 
     return MT_OK;
 }
 
-static sweep_t *sweep_lookup(sched_t *s, uint64_t id) {
-    for (size_t i = 0; i < s->n_sweeps; i++)
-        if (s->sweeps[i]->id == id) return s->sweeps[i];
-    return NULL;
-}
 
 int sched_cancel(sched_t *s, uint64_t sweep_id, uint32_t *jobs_cancelled, uint64_t now_ms) {
     sweep_t *sw = sweep_lookup(s, sweep_id);

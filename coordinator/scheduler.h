@@ -141,8 +141,11 @@ void sched_batch_done(sched_t *s, sched_batch_t *batch, int rc, const char *why,
 /* Results waiting for a commit (buffered or in a batch that is out). */
 size_t sched_pending(const sched_t *s);
 
-/* Plans spec into a new sweep and starts dispatching it. MT_INVAL with a reason
- * in err for a bad spec (nothing stored); MT_IO/MT_BUSY on a storage failure. */
+/* Plans spec into a new sweep and starts dispatching it. out->queued_behind lists
+ * the running sweeps with work left that go first (points into the scheduler:
+ * valid until the next submit). MT_INVAL with a reason in err for a bad spec
+ * (nothing stored); MT_IO/MT_BUSY on a storage failure (nothing stored, or the
+ * sweep marked failed: never left running). */
 int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms,
                  char *err, size_t errlen);
 

@@ -85,3 +85,29 @@ grep -q "WARNING: the worker socket tcp://0.0.0.0:[0-9]* is reachable from other
   "$T/open-bind.log" || { cat "$T/open-bind.log"; fail "no warning for a plain all-interfaces bind"; }
 ! grep -q "WARNING: the control socket" "$T/open-bind.log" || fail "loopback control socket warned about"
 pass "plain all-interfaces bind warned: $(grep -o 'WARNING.*' "$T/open-bind.log" | cut -c1-100)..."
+
+# 6. a leftover running sweep is named, not measured silently ahead of the one asked for
+DB=$T/left.db
+start_coordinator
+# 32 configs: enough that tune's worker cannot finish it before tune's own submit arrives
+"$BIN/moetune" submit --control "$CEP" --name leftover --shape E=8,N=256,K=256,topk=2 --batch-sizes 1,2 \
+  --block-m 16 --block-n 64 --block-k 64 --group-m 1,16,32,64 --num-warps 4,8 --num-stages 2,3,4,5 \
+  >"$T/sub1.out" 2>"$T/sub1.err"
+! grep -q "queued behind" "$T/sub1.err" || fail "the first sweep is said to wait"
+"$BIN/moetune" submit --control "$CEP" --name second --shape E=8,N=512,K=256,topk=2 --batch-sizes 1 \
+  >"$T/sub2.out" 2>"$T/sub2.err"
+grep -q "queued behind running sweep 1, measured first" "$T/sub2.err" || { cat "$T/sub2.err"; fail "submit does not name sweep 1"; }
+pass "submit: $(cat "$T/sub2.err")"
+"$BIN/moetune" cancel --control "$CEP" --sweep 2 >/dev/null
+kill_quiet "$COORD_PID"; COORD_PID=
+set +e
+"$BIN/moetune" tune --backend sim --workers 1 --db "$DB" --out "$T/out6" --shape E=8,N=768,K=256,topk=2 \
+  --batch-sizes 1 --block-m 16 --block-n 64 --block-k 64 --group-m 1 --num-warps 4 --num-stages 2 \
+  >"$T/tune6.out" 2>"$T/tune6.err"
+rc=$?
+set -e
+[ $rc = 0 ] || { cat "$T/tune6.err"; fail "tune behind a leftover sweep: exit $rc"; }
+grep -q "moetune tune: queued behind running sweep 1, measured first" "$T/tune6.err" \
+  || { cat "$T/tune6.err"; fail "tune does not say that sweep 1 goes first"; }
+pass "tune names the leftover sweep: $(grep 'queued behind' "$T/tune6.err")"
+[ "$(sql 'SELECT state FROM sweeps WHERE id = 1')" = done ] || fail "the leftover sweep was not finished"
