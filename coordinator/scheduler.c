@@ -59,6 +59,7 @@ struct sweep {
     uint32_t stamp;
     char *filter;
     char *backend;           /* NULL = any worker's backend */
+    char *device;            /* the GPU model it is bound to by its first lease; NULL = not yet */
     uint32_t max_attempts;
     Moetune__Measure measure;
     uint64_t planned, done, failed;
@@ -208,10 +209,13 @@ static const char *gpu_name(const sched_worker_t *w) {
     return h && h->gpu && h->gpu->name ? h->gpu->name : "";
 }
 
-/* A sweep's results are for one kernel: a worker of another backend measures another kernel. */
+/* A sweep's results are for one kernel: a worker of another backend measures another kernel.
+ * And for one GPU model: once leased to one, a sweep is measured only by that model, so every
+ * device that measures a sweep measures all of it (a mixed fleet never splits one). */
 static bool worker_matches(const sched_worker_t *w, const sweep_t *sw) {
     const Moetune__Hello *h = w->hello ? w->hello->hello : NULL;
     if (sw->backend && (!h || !h->backend || strcmp(h->backend, sw->backend) != 0)) return false;
+    if (sw->device && strcmp(gpu_name(w), sw->device) != 0) return false;
     return !sw->filter || !*sw->filter || strstr(gpu_name(w), sw->filter) != NULL;
 }
 
@@ -362,6 +366,7 @@ static void sweep_free(sweep_t *sw) {
     free(sw->seen);
     free(sw->filter);
     free(sw->backend);
+    free(sw->device);
     free(sw);
 }
 
@@ -497,6 +502,15 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
     sw->jobs_by_state[J_DONE] = counts[J_DONE];
     sw->jobs_by_state[J_FAILED] = counts[J_FAILED];
     sw->jobs_by_state[J_CANCELLED] = counts[J_CANCELLED];
+    char device[256];
+    rc = store_sweep_device(s->db, sw->id, device, sizeof device);
+    if (rc == MT_OK) {
+        sw->device = mt_strdup(device);
+        if (!sw->device) rc = MT_NOMEM;
+    } else if (rc == MT_NOTFOUND) {
+        rc = MT_OK;
+    }
+    if (rc) goto out;
     load_ctx_t lc = {.s = s, .sw = sw};
     rc = store_jobs_open_each(s->db, sw->id, load_job, &lc);
     for (size_t i = 0; !rc && i < sw->n_jobs; i++) {
@@ -828,22 +842,35 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
         if (!j) return;
         if (grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return;
         char *holder_id = mt_strdup(w->id); /* the job row's worker_id, before anything is sent */
-        if (!holder_id) return;
+        char *device = j->sw->device ? NULL : mt_strdup(gpu_name(w));
+        if (!holder_id || (!j->sw->device && !device)) {
+            free(holder_id);
+            free(device);
+            return;
+        }
         j->reclaim = false;
         uint64_t old_token = j->token;
         j->token = rng_next(s);
         int rc = send_job(s, w, j);
         if (rc == MT_NOTFOUND) {
             free(holder_id);
+            free(device);
             j->token = old_token;
             job_finish(s, j, J_DONE);
             continue;
         }
         if (rc) {
             free(holder_id);
+            free(device);
             j->token = old_token;
             log_at(MT_LOG_ERROR, "job %llu not sent to %s (%d)", (unsigned long long)j->id, w->id, rc);
             return;
+        }
+        if (device) {
+            j->sw->device = device;
+            log_at(MT_LOG_INFO, "sweep %llu bound to GPU model '%s' (its first lease, to %s): only that model "
+                   "measures it, so its answer is for one device, from the whole space",
+                   (unsigned long long)j->sw->id, device, w->id);
         }
         set_job_state(j, J_LEASED);
         worker_hold(w, j); /* room was made above */

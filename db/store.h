@@ -146,6 +146,10 @@ int store_config_get(store_t *s, uint64_t id, krn_config_t *cfg);
 /* Committed rows of (sweep, shape, config). */
 int store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n);
 /* Committed rows of a sweep and how many have a status other than ok. */
+/* The GPU model name (devices.name) a sweep is measured on: that of its first stored
+ * result, else of the first of its jobs' holders known to the store. MT_NOTFOUND when
+ * none has been leased yet. */
+int store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t len);
 int store_sweep_result_counts(store_t *s, uint64_t sweep_id, uint64_t *done, uint64_t *failed);
 /* Jobs of a sweep per state, in the order pending, leased, done, failed, cancelled. */
 int store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[5]);

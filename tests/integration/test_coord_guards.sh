@@ -111,3 +111,21 @@ grep -q "moetune tune: queued behind running sweep 1, measured first" "$T/tune6.
   || { cat "$T/tune6.err"; fail "tune does not say that sweep 1 goes first"; }
 pass "tune names the leftover sweep: $(grep 'queued behind' "$T/tune6.err")"
 [ "$(sql 'SELECT state FROM sweeps WHERE id = 1')" = done ] || fail "the leftover sweep was not finished"
+
+# 7. a mixed fleet (an H100 and an H200) never splits a sweep: each sweep is measured whole by one model
+DB=$T/mixed.db
+start_coordinator
+start_workers 1 --sim-device h100
+"$BIN/moetune-worker" --connect "$WEP" --backend sim --sim-device h200 --id "w2-$$" >>"$T/worker2.log" 2>&1 &
+PIDS+=($!)
+for n in 256 512; do
+  "$BIN/moetune" submit --control "$CEP" --shape E=8,N=$n,K=256,topk=2 --batch-sizes 1,2 --block-m 16,32 \
+    --block-n 64 --block-k 64 --group-m 1,16 --num-warps 4,8 --num-stages 2,3 >/dev/null
+done
+for id in 1 2; do
+  [ "$(wait_sweep $id 120)" = done ] || fail "mixed fleet: sweep $id did not finish"
+  rows=$(check_rows $id)
+  models=$(sql "SELECT count(DISTINCT d.name) FROM results r JOIN devices d ON d.id = r.device_id WHERE r.sweep_id = $id")
+  [ "$models" = 1 ] || fail "mixed fleet: sweep $id measured by $models GPU models"
+  pass "mixed fleet: sweep $id: all $rows rows from $(sql "SELECT DISTINCT d.name FROM results r JOIN devices d ON d.id = r.device_id WHERE r.sweep_id = $id")"
+done

@@ -720,6 +720,41 @@ static void test_crash_allocation_failures(void **state) {
     assert_true(n > 3);
 }
 
+/* A mixed fleet never splits a sweep: its first lease binds it to that GPU model, other models
+ * get none of its jobs (before or after a restart) and take the next sweep instead. */
+static void test_mixed_fleet_binds_sweep(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    uint64_t sw1 = fx_submit(f, 4, 1, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100 80GB HBM3", 0);
+    sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    const Moetune__Job *j = fx_last_job(f, "A");
+    assert_non_null(j);
+    assert_int_equal(j->sweep_id, sw1);
+    sched_on_ready(f->s, b, 4, 0);
+    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id,
+                            MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
+    assert_int_equal(sched_flush(f->s, 1), MT_OK);
+    /* restart: the binding comes back from the stored results */
+    sched_destroy(&f->s);
+    fx_clear(f);
+    fx_start(f, 1000, 30000);
+    b = fx_hello(f, "B", "NVIDIA H200", 10);
+    sched_on_ready(f->s, b, 4, 10);
+    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    sched_worker_t *c = fx_hello(f, "C", "NVIDIA H100 80GB HBM3", 10);
+    sched_on_ready(f->s, c, 4, 10);
+    assert_int_equal(count_body(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 3);
+    /* a second sweep: the idle H200 takes it and binds it */
+    uint64_t sw2 = fx_submit(f, 2, 1, NULL);
+    const Moetune__Job *jb = fx_last_job(f, "B");
+    assert_non_null(jb);
+    assert_int_equal(jb->sweep_id, sw2);
+    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 2);
+}
+
 int main(void) {
     mt_log_init("test_sched", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
@@ -738,6 +773,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_daemon_hostile_input, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_invalid_results_requeue, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_crash_allocation_failures, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_fleet_binds_sweep, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
