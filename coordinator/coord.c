@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,9 @@ struct coord {
     writer_t *writer;        /* the writer thread's connection: every result batch */
     sched_t *sched;
     sec_auth_t *auth;        /* CURVE authenticator; NULL = plain TCP */
+    void *mon[2];            /* connection events of each socket (PAIR, inproc) */
+    uint32_t conns[2], max_conns[2];
+    uint64_t refused[2];
     atomic_int stop;
 };
 
@@ -54,7 +59,9 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
         return MT_ERR;
     }
     int linger = 0, hwm = 100000;
-    int64_t maxmsg = (int64_t)c->o.max_msg_bytes * 2 + 65536; /* over this libzmq drops the peer */
+    /* over this libzmq drops the peer; a little over the limit still gets an Error. It bounds
+     * what one connection can make the coordinator buffer. */
+    int64_t maxmsg = (int64_t)c->o.max_msg_bytes + 65536;
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
@@ -66,6 +73,17 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
         mt_fmt(err, errlen, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
         return MT_ERR;
     }
+    /* a peer that connects and never completes the handshake is dropped after 5 s */
+    int hs = 5000;
+    zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &hs, sizeof hs);
+    char mep[64];
+    mt_fmt(mep, sizeof mep, "inproc://coord-mon-%p-%d", (void *)c, which);
+    if (zmq_socket_monitor(sock, mep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0 ||
+        !(c->mon[which] = zmq_socket(c->ctx, ZMQ_PAIR)) || zmq_connect(c->mon[which], mep) != 0) {
+        mt_fmt(err, errlen, "monitor: %s", zmq_strerror(zmq_errno()));
+        return MT_ERR;
+    }
+    zmq_setsockopt(c->mon[which], ZMQ_LINGER, &linger, sizeof linger);
     size_t len = sizeof c->ep[which];
     if (zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, c->ep[which], &len) != 0) mt_fmt(c->ep[which], sizeof c->ep[which], "%s", ep);
     return MT_OK;
@@ -124,6 +142,28 @@ int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen)
         rc = MT_INVAL;
         goto out;
     }
+    /* descriptors: take the hard limit, and leave room for the control socket, the
+     * database and libzmq's own by capping each socket's connections */
+    struct rlimit rl;
+    uint32_t fds = 1024;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur < rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+            getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        fds = rl.rlim_cur > 1u << 20 ? 1u << 20 : (uint32_t)rl.rlim_cur;
+    }
+    c->max_conns[1] = COORD_CONTROL_CONNS;
+    c->max_conns[0] = c->o.max_conns ? c->o.max_conns : COORD_DEFAULT_CONNS;
+    if (fds < COORD_FD_RESERVE + COORD_CONTROL_CONNS + 8) {
+        mt_fmt(err, errlen, "only %u file descriptors (ulimit -n): at least %u are needed", fds,
+               COORD_FD_RESERVE + COORD_CONTROL_CONNS + 8);
+        rc = MT_INVAL;
+        goto out;
+    }
+    if (c->max_conns[0] > fds - COORD_FD_RESERVE - COORD_CONTROL_CONNS)
+        c->max_conns[0] = fds - COORD_FD_RESERVE - COORD_CONTROL_CONNS;
     if (c->o.curve) rc = sec_auth_new(c->ctx, c->o.curve_allow, &c->auth, err, errlen);
     if (!rc) rc = open_socket(c, 0, c->o.bind, err, errlen);
     if (!rc) rc = open_socket(c, 1, c->o.control, err, errlen);
@@ -150,6 +190,8 @@ void coord_destroy(coord_t **pc) {
     coord_t *c = *pc;
     if (c->workers) zmq_close(c->workers);
     if (c->control) zmq_close(c->control);
+    for (int i = 0; i < 2; i++)
+        if (c->mon[i]) zmq_close(c->mon[i]);
     sec_auth_destroy(&c->auth);
     if (c->own_ctx && c->ctx) zmq_ctx_term(c->ctx);
     writer_destroy(&c->writer);
@@ -345,6 +387,42 @@ static int drain(coord_t *c, void *sock, bool is_worker) {
     return MT_OK;
 }
 
+/* Connection events of one socket: counts open connections and shuts down the ones
+ * over its cap at once (libzmq then drops them), logging the first refusal and every
+ * hundredth. */
+static void monitor_drain(coord_t *c, int which) {
+    for (int n = 0; n < DRAIN_MAX; n++) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, c->mon[which], ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        uint16_t event = 0;
+        int32_t fd = -1;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&fd, (uint8_t *)zmq_msg_data(&ev) + 2, 4);
+        }
+        zmq_msg_close(&ev);
+        zmq_msg_init(&addr);
+        zmq_msg_recv(&addr, c->mon[which], ZMQ_DONTWAIT); /* the endpoint frame */
+        zmq_msg_close(&addr);
+        if (event == ZMQ_EVENT_DISCONNECTED) {
+            if (c->conns[which]) c->conns[which]--;
+        } else if (event == ZMQ_EVENT_ACCEPTED) {
+            c->conns[which]++;
+            if (c->conns[which] > c->max_conns[which] && fd >= 0) {
+                shutdown(fd, SHUT_RDWR);
+                if (c->refused[which]++ % 100 == 0)
+                    log_at(MT_LOG_WARN, "%s socket: %u connections, over its limit of %u: refusing new ones "
+                           "(%llu refused so far)", which ? "control" : "worker", c->conns[which] - 1,
+                           c->max_conns[which], (unsigned long long)c->refused[which]);
+            }
+        }
+    }
+}
+
 /* Takes back a finished batch, if any: acks go out or the results are kept. */
 static void writer_collect(coord_t *c, int timeout_ms) {
     void *arg = NULL;
@@ -371,19 +449,23 @@ int coord_run(coord_t *c) {
     uint64_t next_tick = 0;
     uint64_t retry_at = 0;   /* after a failed commit, wait a little before the next try */
     while (!mt_stop_requested && !atomic_load(&c->stop)) {
-        zmq_pollitem_t items[3] = {{c->workers, 0, ZMQ_POLLIN, 0},
+        zmq_pollitem_t items[5] = {{c->workers, 0, ZMQ_POLLIN, 0},
                                    {c->control, 0, ZMQ_POLLIN, 0},
-                                   {NULL, writer_fd(c->writer), ZMQ_POLLIN, 0}};
+                                   {NULL, writer_fd(c->writer), ZMQ_POLLIN, 0},
+                                   {c->mon[0], 0, ZMQ_POLLIN, 0},
+                                   {c->mon[1], 0, ZMQ_POLLIN, 0}};
         uint64_t now = mt_now_ms();
         long timeout = next_tick > now ? (long)(next_tick - now) : 0;
         if (timeout > TICK_MS) timeout = TICK_MS;
-        int n = zmq_poll(items, 3, timeout);
+        int n = zmq_poll(items, 5, timeout);
         if (n < 0) {
             if (zmq_errno() == EINTR) continue;
             log_at(MT_LOG_ERROR, "poll: %s", zmq_strerror(zmq_errno()));
             rc = MT_ERR;
             break;
         }
+        if (items[3].revents & ZMQ_POLLIN) monitor_drain(c, 0);
+        if (items[4].revents & ZMQ_POLLIN) monitor_drain(c, 1);
         if (items[0].revents & ZMQ_POLLIN) rc = drain(c, c->workers, true);
         if (!rc && (items[1].revents & ZMQ_POLLIN)) rc = drain(c, c->control, false);
         if (rc) break;

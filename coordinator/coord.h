@@ -23,6 +23,14 @@ typedef struct coord coord_t;
  * hosts can reach is logged as a warning at start. */
 #define COORD_DEFAULT_BIND "tcp://127.0.0.1:5555"
 
+/* Connections each socket keeps at most; more are closed at once and logged. With the
+ * per-message limit they bound what peers can make the coordinator buffer (connections
+ * x (max_msg_bytes + 64 KiB)). The worker cap is lowered to fit the descriptor limit
+ * (raised to its hard limit at start) minus the control socket's and a reserve. */
+#define COORD_DEFAULT_CONNS 1024u
+#define COORD_CONTROL_CONNS 64u
+#define COORD_FD_RESERVE 64u
+
 typedef struct {
     const char *db_path;         /* required */
     const char *bind;            /* worker endpoint; NULL = COORD_DEFAULT_BIND (loopback) */
@@ -33,6 +41,7 @@ typedef struct {
     void *zmq_ctx;               /* a ZeroMQ context to share (inproc tests); NULL = own */
     const sec_cert_t *curve;     /* key pair: with curve_allow both sockets are CURVE servers; NULL = plain */
     const char *curve_allow;     /* directory of the allowed public keys (*.pub) */
+    uint32_t max_conns;          /* worker-socket connections at most; 0 = COORD_DEFAULT_CONNS */
 } coord_opts_t;
 
 /* Takes the database's writer lock (db/lock.h), opens the store (creating and

@@ -129,3 +129,24 @@ for id in 1 2; do
   [ "$models" = 1 ] || fail "mixed fleet: sweep $id measured by $models GPU models"
   pass "mixed fleet: sweep $id: all $rows rows from $(sql "SELECT DISTINCT d.name FROM results r JOIN devices d ON d.id = r.device_id WHERE r.sweep_id = $id")"
 done
+
+# 8. 300 idle connections under a 256-descriptor limit: the worker socket refuses (and logs) the
+# ones over its cap, and the control socket still answers during the flood
+if command -v python3 >/dev/null; then
+  DB=$T/flood.db
+  kill_quiet "$COORD_PID"; COORD_PID=
+  ( ulimit -n 256; exec "$C" --db "$DB" --bind "$WEP" --control "$CEP" ) >>"$T/flood-coord.log" 2>&1 &
+  FPID=$!
+  wait_log "$T/flood-coord.log" "coordinator on" 10 || { kill_quiet $FPID; fail "flood: coordinator did not start"; }
+  python3 "$MT_SOURCE_DIR/bench/flood/flood.py" 127.0.0.1 "$WPORT" 300 100000 4 >"$T/flood.out" &
+  PY=$!
+  sleep 2.5
+  "$BIN/moetune" status --control "$CEP" --timeout-ms 2000 >/dev/null || { kill_quiet $FPID; fail "flood: control socket silent"; }
+  wait $PY
+  kill_quiet $FPID
+  grep -q "worker socket: .* connections, over its limit of 128: refusing new ones" "$T/flood-coord.log" \
+    || { cat "$T/flood-coord.log" | tail; fail "flood: refusals not logged"; }
+  pass "flood under ulimit -n 256: control answered; $(cat "$T/flood.out")"
+else
+  echo "skip: no python3 for the connection flood"
+fi
