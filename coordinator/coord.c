@@ -76,14 +76,16 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
     /* a peer that connects and never completes the handshake is dropped after 5 s */
     int hs = 5000;
     zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &hs, sizeof hs);
+    /* connection counting needs the socket's one monitor, which CURVE's authenticator holds
+     * (proto/secure.c): with CURVE, unauthenticated peers are dropped at their handshake */
     char mep[64];
     mt_fmt(mep, sizeof mep, "inproc://coord-mon-%p-%d", (void *)c, which);
-    if (zmq_socket_monitor(sock, mep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0 ||
-        !(c->mon[which] = zmq_socket(c->ctx, ZMQ_PAIR)) || zmq_connect(c->mon[which], mep) != 0) {
+    if (!c->auth && (zmq_socket_monitor(sock, mep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0 ||
+                     !(c->mon[which] = zmq_socket(c->ctx, ZMQ_PAIR)) || zmq_connect(c->mon[which], mep) != 0)) {
         mt_fmt(err, errlen, "monitor: %s", zmq_strerror(zmq_errno()));
         return MT_ERR;
     }
-    zmq_setsockopt(c->mon[which], ZMQ_LINGER, &linger, sizeof linger);
+    if (c->mon[which]) zmq_setsockopt(c->mon[which], ZMQ_LINGER, &linger, sizeof linger);
     size_t len = sizeof c->ep[which];
     if (zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, c->ep[which], &len) != 0) mt_fmt(c->ep[which], sizeof c->ep[which], "%s", ep);
     return MT_OK;
@@ -457,7 +459,7 @@ int coord_run(coord_t *c) {
         uint64_t now = mt_now_ms();
         long timeout = next_tick > now ? (long)(next_tick - now) : 0;
         if (timeout > TICK_MS) timeout = TICK_MS;
-        int n = zmq_poll(items, 5, timeout);
+        int n = zmq_poll(items, c->mon[0] ? 5 : 3, timeout);
         if (n < 0) {
             if (zmq_errno() == EINTR) continue;
             log_at(MT_LOG_ERROR, "poll: %s", zmq_strerror(zmq_errno()));
