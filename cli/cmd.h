@@ -91,4 +91,8 @@ int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64
 struct cli_client;
 int cli_wait_sweeps(const cli_cmd_t *cmd, struct cli_client *c, uint64_t sweep, bool json);
 
+/* Says on stderr, in one line, which running sweeps a submitted one waits behind (nothing
+ * when none): they are measured first. */
+void cli_say_queued_behind(const char *cmd_name, const uint64_t *ids, size_t n);
+
 #endif

@@ -164,3 +164,11 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, char *
     }
     return MT_OK;
 }
+
+void cli_say_queued_behind(const char *cmd_name, const uint64_t *ids, size_t n) {
+    if (!n) return;
+    fprintf(stderr, "moetune %s: queued behind running sweep%s", cmd_name, n == 1 ? "" : "s");
+    for (size_t i = 0; i < n && i < 16; i++) fprintf(stderr, "%s%llu", i ? ", " : " ", (unsigned long long)ids[i]);
+    fprintf(stderr, "%s, measured first (moetune status shows them; moetune cancel ID drops one)\n",
+            n > 16 ? " ..." : "");
+}

@@ -116,6 +116,7 @@ int cmd_submit(const cli_cmd_t *cmd, cli_opts_t *o) {
                (unsigned long long)s->results_planned);
     }
     fflush(stdout);
+    cli_say_queued_behind(cmd->name, s->queued_behind, s->n_queued_behind);
     code = o->wait ? cli_wait_sweeps(cmd, c, s->sweep_id, o->json) : MT_EXIT_OK;
 out:
     wire_free(&reply);

@@ -491,6 +491,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
                 (unsigned long long)sweep, reply->submitted->jobs, reply->submitted->configs_valid,
                 reply->submitted->configs_rejected, (unsigned long long)reply->submitted->results_planned,
                 r->n_workers, backend, r->n_workers == 1 ? "" : "s");
+        cli_say_queued_behind(cmd->name, reply->submitted->queued_behind, reply->submitted->n_queued_behind);
     }
 
     /* ---- follow it */

@@ -215,3 +215,26 @@ int mt_helper_path(char *buf, size_t len, char *err, size_t errlen) {
            n > 0 ? exe : "this binary");
     return MT_NOTFOUND;
 }
+
+/* ---- allocation with a failure hook (tests only arm it; one thread at a time) */
+
+static unsigned long g_alloc_countdown;
+static int g_alloc_fired;
+
+void mt_alloc_fail_at(unsigned long n) {
+    g_alloc_countdown = n;
+    g_alloc_fired = 0;
+}
+
+int mt_alloc_failed(void) { return g_alloc_fired; }
+
+static int alloc_should_fail(void) {
+    if (!g_alloc_countdown || --g_alloc_countdown) return 0;
+    g_alloc_fired = 1;
+    return 1;
+}
+
+void *mt_malloc(size_t n) { return alloc_should_fail() ? NULL : malloc(n); }
+void *mt_calloc(size_t count, size_t n) { return alloc_should_fail() ? NULL : calloc(count, n); }
+void *mt_realloc(void *p, size_t n) { return alloc_should_fail() ? NULL : realloc(p, n); }
+char *mt_strdup(const char *s) { return alloc_should_fail() ? NULL : strdup(s); }

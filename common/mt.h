@@ -71,6 +71,17 @@ int mt_mkdirs(const char *path, char *err, size_t errlen);
  * path into buf; MT_NOTFOUND with a one-line reason in err. Used by the worker and by doctor. */
 int mt_helper_path(char *buf, size_t len, char *err, size_t errlen);
 
+/* Allocation with a failure hook for tests (as SQLite's): the same as the libc calls, except
+ * that after mt_alloc_fail_at(n), n > 0, the n-th of these calls from then returns NULL (once;
+ * the others succeed). mt_alloc_fail_at(0) turns the hook off; mt_alloc_failed() says whether
+ * the armed failure happened. Modules whose failure paths are tested allocate through these. */
+void *mt_malloc(size_t n);
+void *mt_calloc(size_t count, size_t n);
+void *mt_realloc(void *p, size_t n);
+char *mt_strdup(const char *s);
+void mt_alloc_fail_at(unsigned long n);
+int mt_alloc_failed(void);
+
 /* Sends a signal-safe flag: the daemons' loops check it. */
 extern volatile int mt_stop_requested;
 /* Installs SIGINT/SIGTERM handlers that set mt_stop_requested, and ignores SIGPIPE. */

@@ -3,11 +3,14 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
 
+#include "lock.h"
 #include "mt.h"
 #include "store.h"
 #include "wire.h"
@@ -22,10 +25,14 @@ struct coord {
     bool own_ctx;
     void *workers, *control;
     char ep[2][256];
+    db_lock_t *lock;         /* one writer per database: held from before the first open to the end */
     store_t *db;             /* the loop's connection: loading, planning, hellos, reads */
     writer_t *writer;        /* the writer thread's connection: every result batch */
     sched_t *sched;
     sec_auth_t *auth;        /* CURVE authenticator; NULL = plain TCP */
+    void *mon[2];            /* connection events of each socket (PAIR, inproc) */
+    uint32_t conns[2], max_conns[2];
+    uint64_t refused[2];
     atomic_int stop;
 };
 
@@ -37,6 +44,14 @@ static int send_worker(void *ctx, const uint8_t *rid, size_t rid_len, wire_env_t
     return rc;
 }
 
+/* A resolved endpoint that only this host can reach. */
+static bool ep_is_local(const char *ep) {
+    static const char *const local[] = {"ipc://", "inproc://", "tcp://127.", "tcp://[::1]:", "tcp://localhost:"};
+    for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+        if (strncmp(ep, local[i], strlen(local[i])) == 0) return true;
+    return false;
+}
+
 static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t errlen) {
     void *sock = zmq_socket(c->ctx, ZMQ_ROUTER);
     if (!sock) {
@@ -44,7 +59,9 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
         return MT_ERR;
     }
     int linger = 0, hwm = 100000;
-    int64_t maxmsg = (int64_t)c->o.max_msg_bytes * 2 + 65536; /* over this libzmq drops the peer */
+    /* over this libzmq drops the peer; a little over the limit still gets an Error. It bounds
+     * what one connection can make the coordinator buffer. */
+    int64_t maxmsg = (int64_t)c->o.max_msg_bytes + 65536;
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
@@ -56,6 +73,19 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
         mt_fmt(err, errlen, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
         return MT_ERR;
     }
+    /* a peer that connects and never completes the handshake is dropped after 5 s */
+    int hs = 5000;
+    zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &hs, sizeof hs);
+    /* connection counting needs the socket's one monitor, which CURVE's authenticator holds
+     * (proto/secure.c): with CURVE, unauthenticated peers are dropped at their handshake */
+    char mep[64];
+    mt_fmt(mep, sizeof mep, "inproc://coord-mon-%p-%d", (void *)c, which);
+    if (!c->auth && (zmq_socket_monitor(sock, mep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0 ||
+                     !(c->mon[which] = zmq_socket(c->ctx, ZMQ_PAIR)) || zmq_connect(c->mon[which], mep) != 0)) {
+        mt_fmt(err, errlen, "monitor: %s", zmq_strerror(zmq_errno()));
+        return MT_ERR;
+    }
+    if (c->mon[which]) zmq_setsockopt(c->mon[which], ZMQ_LINGER, &linger, sizeof linger);
     size_t len = sizeof c->ep[which];
     if (zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, c->ep[which], &len) != 0) mt_fmt(c->ep[which], sizeof c->ep[which], "%s", ep);
     return MT_OK;
@@ -74,12 +104,17 @@ int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen)
         return MT_NOMEM;
     }
     c->o = *opts;
-    if (!c->o.bind) c->o.bind = "tcp://*:5555";
+    if (!c->o.bind) c->o.bind = COORD_DEFAULT_BIND;
     if (!c->o.control) c->o.control = "tcp://127.0.0.1:5556";
     if (!c->o.heartbeat_ms) c->o.heartbeat_ms = 1000;
     if (!c->o.lease_ms) c->o.lease_ms = 30000;
     if (!c->o.max_msg_bytes) c->o.max_msg_bytes = WIRE_DEFAULT_MAX_BYTES;
     atomic_init(&c->stop, 0);
+    rc = db_lock_acquire(c->o.db_path, &c->lock, err, errlen);
+    if (rc) {
+        if (rc != MT_BUSY) rc = MT_IO;
+        goto out;
+    }
     rc = store_open(c->o.db_path, &c->db, err, errlen);
     if (rc) {
         if (rc != MT_INVAL) rc = MT_IO;
@@ -109,6 +144,28 @@ int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen)
         rc = MT_INVAL;
         goto out;
     }
+    /* descriptors: take the hard limit, and leave room for the control socket, the
+     * database and libzmq's own by capping each socket's connections */
+    struct rlimit rl;
+    uint32_t fds = 1024;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur < rl.rlim_max) {
+            rl.rlim_cur = rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+            getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        fds = rl.rlim_cur > 1u << 20 ? 1u << 20 : (uint32_t)rl.rlim_cur;
+    }
+    c->max_conns[1] = COORD_CONTROL_CONNS;
+    c->max_conns[0] = c->o.max_conns ? c->o.max_conns : COORD_DEFAULT_CONNS;
+    if (fds < COORD_FD_RESERVE + COORD_CONTROL_CONNS + 8) {
+        mt_fmt(err, errlen, "only %u file descriptors (ulimit -n): at least %u are needed", fds,
+               COORD_FD_RESERVE + COORD_CONTROL_CONNS + 8);
+        rc = MT_INVAL;
+        goto out;
+    }
+    if (c->max_conns[0] > fds - COORD_FD_RESERVE - COORD_CONTROL_CONNS)
+        c->max_conns[0] = fds - COORD_FD_RESERVE - COORD_CONTROL_CONNS;
     if (c->o.curve) rc = sec_auth_new(c->ctx, c->o.curve_allow, &c->auth, err, errlen);
     if (!rc) rc = open_socket(c, 0, c->o.bind, err, errlen);
     if (!rc) rc = open_socket(c, 1, c->o.control, err, errlen);
@@ -119,6 +176,13 @@ out:
     }
     log_at(MT_LOG_INFO, "coordinator on %s (workers) and %s (control), database %s", c->ep[0], c->ep[1],
            c->o.db_path);
+    for (int which = 0; which < 2 && !c->auth; which++) {
+        if (ep_is_local(c->ep[which])) continue;
+        log_at(MT_LOG_WARN, "WARNING: the %s socket %s is reachable from other hosts in plain TCP without CURVE: "
+               "anyone who can connect can %s; bind a loopback address or use --curve-secret/--curve-allow",
+               which ? "control" : "worker", c->ep[which],
+               which ? "submit and cancel sweeps" : "take jobs and store results");
+    }
     *out = c;
     return MT_OK;
 }
@@ -128,11 +192,14 @@ void coord_destroy(coord_t **pc) {
     coord_t *c = *pc;
     if (c->workers) zmq_close(c->workers);
     if (c->control) zmq_close(c->control);
+    for (int i = 0; i < 2; i++)
+        if (c->mon[i]) zmq_close(c->mon[i]);
     sec_auth_destroy(&c->auth);
     if (c->own_ctx && c->ctx) zmq_ctx_term(c->ctx);
     writer_destroy(&c->writer);
     sched_destroy(&c->sched);
     store_close(&c->db);
+    db_lock_release(&c->lock);
     free(c);
     *pc = NULL;
 }
@@ -303,6 +370,8 @@ static int drain(coord_t *c, void *sock, bool is_worker) {
         if (rc == MT_AGAIN) return MT_OK;
         if (rc == MT_INVAL) {
             bad_message(c, sock, id, id_len, rej.code, rej.reason);
+            sched_worker_t *w = is_worker ? sched_worker(c->sched, id, id_len) : NULL;
+            if (w) sched_on_bad(c->sched, w, &rej, mt_now_ms());
             continue;
         }
         if (rc) {
@@ -318,6 +387,42 @@ static int drain(coord_t *c, void *sock, bool is_worker) {
         wire_free(&env);
     }
     return MT_OK;
+}
+
+/* Connection events of one socket: counts open connections and shuts down the ones
+ * over its cap at once (libzmq then drops them), logging the first refusal and every
+ * hundredth. */
+static void monitor_drain(coord_t *c, int which) {
+    for (int n = 0; n < DRAIN_MAX; n++) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, c->mon[which], ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        uint16_t event = 0;
+        int32_t fd = -1;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&fd, (uint8_t *)zmq_msg_data(&ev) + 2, 4);
+        }
+        zmq_msg_close(&ev);
+        zmq_msg_init(&addr);
+        zmq_msg_recv(&addr, c->mon[which], ZMQ_DONTWAIT); /* the endpoint frame */
+        zmq_msg_close(&addr);
+        if (event == ZMQ_EVENT_DISCONNECTED) {
+            if (c->conns[which]) c->conns[which]--;
+        } else if (event == ZMQ_EVENT_ACCEPTED) {
+            c->conns[which]++;
+            if (c->conns[which] > c->max_conns[which] && fd >= 0) {
+                shutdown(fd, SHUT_RDWR);
+                if (c->refused[which]++ % 100 == 0)
+                    log_at(MT_LOG_WARN, "%s socket: %u connections, over its limit of %u: refusing new ones "
+                           "(%llu refused so far)", which ? "control" : "worker", c->conns[which] - 1,
+                           c->max_conns[which], (unsigned long long)c->refused[which]);
+            }
+        }
+    }
 }
 
 /* Takes back a finished batch, if any: acks go out or the results are kept. */
@@ -346,19 +451,23 @@ int coord_run(coord_t *c) {
     uint64_t next_tick = 0;
     uint64_t retry_at = 0;   /* after a failed commit, wait a little before the next try */
     while (!mt_stop_requested && !atomic_load(&c->stop)) {
-        zmq_pollitem_t items[3] = {{c->workers, 0, ZMQ_POLLIN, 0},
+        zmq_pollitem_t items[5] = {{c->workers, 0, ZMQ_POLLIN, 0},
                                    {c->control, 0, ZMQ_POLLIN, 0},
-                                   {NULL, writer_fd(c->writer), ZMQ_POLLIN, 0}};
+                                   {NULL, writer_fd(c->writer), ZMQ_POLLIN, 0},
+                                   {c->mon[0], 0, ZMQ_POLLIN, 0},
+                                   {c->mon[1], 0, ZMQ_POLLIN, 0}};
         uint64_t now = mt_now_ms();
         long timeout = next_tick > now ? (long)(next_tick - now) : 0;
         if (timeout > TICK_MS) timeout = TICK_MS;
-        int n = zmq_poll(items, 3, timeout);
+        int n = zmq_poll(items, c->mon[0] ? 5 : 3, timeout);
         if (n < 0) {
             if (zmq_errno() == EINTR) continue;
             log_at(MT_LOG_ERROR, "poll: %s", zmq_strerror(zmq_errno()));
             rc = MT_ERR;
             break;
         }
+        if (items[3].revents & ZMQ_POLLIN) monitor_drain(c, 0);
+        if (items[4].revents & ZMQ_POLLIN) monitor_drain(c, 1);
         if (items[0].revents & ZMQ_POLLIN) rc = drain(c, c->workers, true);
         if (!rc && (items[1].revents & ZMQ_POLLIN)) rc = drain(c, c->control, false);
         if (rc) break;

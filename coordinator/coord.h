@@ -19,9 +19,21 @@
 
 typedef struct coord coord_t;
 
+/* Both sockets bind loopback unless told otherwise; a plain (no CURVE) bind that other
+ * hosts can reach is logged as a warning at start. */
+#define COORD_DEFAULT_BIND "tcp://127.0.0.1:5555"
+
+/* Connections each socket keeps at most; more are closed at once and logged. With the
+ * per-message limit they bound what peers can make the coordinator buffer (connections
+ * x (max_msg_bytes + 64 KiB)). The worker cap is lowered to fit the descriptor limit
+ * (raised to its hard limit at start) minus the control socket's and a reserve. */
+#define COORD_DEFAULT_CONNS 1024u
+#define COORD_CONTROL_CONNS 64u
+#define COORD_FD_RESERVE 64u
+
 typedef struct {
     const char *db_path;         /* required */
-    const char *bind;            /* worker endpoint; NULL = all interfaces, port 5555 */
+    const char *bind;            /* worker endpoint; NULL = COORD_DEFAULT_BIND (loopback) */
     const char *control;         /* control endpoint; NULL = tcp://127.0.0.1:5556 */
     uint32_t heartbeat_ms;       /* 0 = 1000 */
     uint32_t lease_ms;           /* 0 = 30000 */
@@ -29,11 +41,13 @@ typedef struct {
     void *zmq_ctx;               /* a ZeroMQ context to share (inproc tests); NULL = own */
     const sec_cert_t *curve;     /* key pair: with curve_allow both sockets are CURVE servers; NULL = plain */
     const char *curve_allow;     /* directory of the allowed public keys (*.pub) */
+    uint32_t max_conns;          /* worker-socket connections at most; 0 = COORD_DEFAULT_CONNS */
 } coord_opts_t;
 
-/* Opens the store (creating and migrating it), loads the state and binds both
- * sockets. Returns MT_OK with *out set, or MT_IO (database), MT_INVAL (options)
- * or MT_ERR (sockets) with a one-line reason in err. */
+/* Takes the database's writer lock (db/lock.h), opens the store (creating and
+ * migrating it), loads the state and binds both sockets. Returns MT_OK with *out
+ * set, or MT_BUSY (another process holds the lock: err names it), MT_IO (database),
+ * MT_INVAL (options) or MT_ERR (sockets) with a one-line reason in err. */
 int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen);
 
 /* Runs the loop until mt_stop_requested or coord_stop(); then commits what is

@@ -1,4 +1,5 @@
 /* main.c - moetune-coordinator: parses options, runs the coordinator loop. */
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,15 +12,20 @@
 
 static const char g_usage[] =
     "usage: moetune-coordinator --db FILE [--bind EP] [--control EP] [--heartbeat-ms MS]\n"
-    "                           [--lease-ms MS] [--max-msg-bytes N] [--log-level L]\n"
+    "                           [--lease-ms MS] [--max-msg-bytes N] [--max-connections N]\n"
+    "                           [--log-level L]\n"
     "                           [--curve-secret FILE --curve-allow DIR] [--help]\n"
     "\n"
     "  --db FILE            SQLite database (created and migrated when missing)\n"
-    "  --bind EP            worker endpoint (default tcp://*:5555)\n"
+    "  --bind EP            worker endpoint (default tcp://127.0.0.1:5555, this host only; other\n"
+    "                       hosts' workers need e.g. tcp://*:5555, best with CURVE: a plain bind\n"
+    "                       that other hosts can reach is warned about at start)\n"
     "  --control EP         control endpoint for the CLI (default tcp://127.0.0.1:5556)\n"
-    "  --heartbeat-ms MS    heartbeat period (default 1000); a worker silent 3 periods is dead\n"
+    "  --heartbeat-ms MS    heartbeat period, 10..600000 (default 1000); a worker silent 3 periods is dead\n"
     "  --lease-ms MS        job lease, extended by any message from its worker (default 30000)\n"
     "  --max-msg-bytes N    largest message accepted (default 4194304)\n"
+    "  --max-connections N  worker-socket connections at most (default 1024, lowered to fit ulimit -n);\n"
+    "                       more are closed at once and logged; the control socket keeps 64 of its own\n"
     "  --log-level L        error, warn, info (default) or debug\n"
     "  --curve-secret FILE  CURVE: this coordinator's key pair (moetune keygen); needs --curve-allow\n"
     "  --curve-allow DIR    CURVE: directory of the public keys (*.pub) of allowed workers and clients;\n"
@@ -28,7 +34,7 @@ static const char g_usage[] =
 typedef struct {
     coord_opts_t o;
     mt_log_level_t level;
-    uint32_t hb, lease, max_msg;
+    uint32_t hb, lease, max_msg, max_conns;
     const char *curve_secret;
     sec_cert_t curve;
 } args_t;
@@ -62,13 +68,16 @@ static int opt_u32(const char *name, const char *v, uint32_t min, uint32_t max, 
     return MT_INVAL;
 }
 static int opt_hb(args_t *a, const char *v, char *err, size_t errlen) {
-    return opt_u32("--heartbeat-ms", v, 10, 3600000, &a->hb, err, errlen);
+    return opt_u32("--heartbeat-ms", v, WIRE_HEARTBEAT_MIN_MS, WIRE_HEARTBEAT_MAX_MS, &a->hb, err, errlen);
 }
 static int opt_lease(args_t *a, const char *v, char *err, size_t errlen) {
-    return opt_u32("--lease-ms", v, 10, 86400000, &a->lease, err, errlen);
+    return opt_u32("--lease-ms", v, WIRE_LEASE_MIN_MS, WIRE_LEASE_MAX_MS, &a->lease, err, errlen);
 }
 static int opt_max(args_t *a, const char *v, char *err, size_t errlen) {
     return opt_u32("--max-msg-bytes", v, 1024, 1u << 30, &a->max_msg, err, errlen);
+}
+static int opt_conns(args_t *a, const char *v, char *err, size_t errlen) {
+    return opt_u32("--max-connections", v, 1, 1u << 20, &a->max_conns, err, errlen);
 }
 static int opt_level(args_t *a, const char *v, char *err, size_t errlen) {
     if (mt_log_parse_level(v, &a->level) == MT_OK) return MT_OK;
@@ -81,7 +90,7 @@ static const struct {
     opt_fn fn;
 } g_opts[] = {
     {"--db", opt_db},           {"--bind", opt_bind},   {"--control", opt_control},
-    {"--heartbeat-ms", opt_hb}, {"--lease-ms", opt_lease}, {"--max-msg-bytes", opt_max},
+    {"--heartbeat-ms", opt_hb}, {"--lease-ms", opt_lease}, {"--max-msg-bytes", opt_max}, {"--max-connections", opt_conns},
     {"--log-level", opt_level},      {"--curve-secret", opt_curve_secret}, {"--curve-allow", opt_curve_allow},
 };
 
@@ -145,6 +154,11 @@ int main(int argc, char **argv) {
     a.o.heartbeat_ms = a.hb;
     a.o.lease_ms = a.lease;
     a.o.max_msg_bytes = a.max_msg;
+    a.o.max_conns = a.max_conns;
+    /* large receive buffers (one per connection sending a big message) always come from
+     * mmap and go back to the system when freed, instead of staying in the heap after
+     * their connections leave (glibc raises its threshold dynamically otherwise) */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
     mt_install_stop_handlers();
     /* over a file-size limit a write fails with EFBIG (a failed commit, kept and
      * retried) instead of killing the process */

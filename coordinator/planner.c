@@ -192,6 +192,15 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
         goto out;
     }
     size_t n_space = krn_space_size(&p->space);
+    uint64_t n_total = (uint64_t)n_space * spec->n_shapes; /* at most 16^6 x 4096: no overflow */
+    if (n_total > PLAN_MAX_CONFIGS) {
+        mt_fmt(err, errlen,
+               "the spec expands to %llu configs (%zu shapes x %zu configs of the space), over the limit of %u "
+               "per sweep: narrow the space or submit the shapes in several sweeps",
+               (unsigned long long)n_total, spec->n_shapes, n_space, PLAN_MAX_CONFIGS);
+        rc = MT_INVAL;
+        goto out;
+    }
     for (size_t i = 0; i < spec->n_shapes; i++) {
         plan_shape_t *ps = &p->shapes[i];
         char serr[200];
@@ -288,19 +297,16 @@ int plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *
         goto out;
     }
     moetune__sweep_spec__pack(spec, packed);
-    rc = store_sweep_insert(db, spec->name, packed, len, now, &sweep_id);
-    if (rc) {
-        mt_fmt(err, errlen, "storing the sweep: %s", store_errmsg(db));
-        goto out;
-    }
+    /* one transaction: a sweep is stored with all its jobs or not at all, so a failed or
+     * interrupted start never leaves a 'running' sweep behind to be measured later */
     rc = store_begin(db);
+    if (!rc) rc = store_sweep_insert(db, spec->name, packed, len, now, &sweep_id);
     for (size_t i = 0; !rc && i < p->n_shapes; i++) rc = store_shape(db, p, &p->shapes[i], sweep_id, now);
     if (!rc) rc = store_sweep_set_planned(db, sweep_id, p->results_planned);
     if (!rc) rc = store_commit(db);
     if (rc) {
-        mt_fmt(err, errlen, "planning sweep %llu: %s", (unsigned long long)sweep_id, store_errmsg(db));
+        mt_fmt(err, errlen, "storing the sweep: %s", store_errmsg(db));
         store_rollback(db);
-        store_sweep_set_state(db, sweep_id, "failed", now);
         goto out;
     }
     moetune__submitted__init(out);

@@ -21,6 +21,10 @@
 #define PLAN_DEFAULT_MAX_ATTEMPTS 3
 #define PLAN_MAX_BATCH 1048576u
 #define PLAN_REASON_LEN 128
+/* Configs (accepted plus rejected, summed over shapes) one sweep may plan: bounds the
+ * planning time on the coordinator's loop, its memory and the rows written at submit.
+ * 52 shapes of the default 1920-config space fit. */
+#define PLAN_MAX_CONFIGS 100000u
 
 typedef struct {
     krn_config_t cfg;
@@ -54,7 +58,9 @@ typedef struct {
 void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out);
 
 /* Validates and expands spec. On success *out is a new plan. On an invalid spec
- * returns MT_INVAL with a one-line reason in err (e.g. "unknown strategy 'x'"). */
+ * returns MT_INVAL with a one-line reason in err (e.g. "unknown strategy 'x'"); a
+ * spec of more than PLAN_MAX_CONFIGS configs (shapes x space) is refused with its
+ * count before anything is expanded. */
 int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen);
 
 /* Releases a plan; NULL-safe, nulls *p. */
@@ -65,11 +71,11 @@ void plan_destroy(plan_t **p);
 int plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t *rejected, uint32_t *jobs,
                char *err, size_t errlen);
 
-/* Validates spec and stores it: the sweep row (packed spec) first, then in one
- * transaction shapes, configs, rejections, jobs and results_planned. Fills out
- * (sweep_id, jobs, configs_valid, configs_rejected, results_planned). An invalid
- * spec stores nothing and returns MT_INVAL; a storage failure returns MT_IO or
- * MT_BUSY (the sweep row, if written, is marked failed). Reason in err. */
+/* Validates spec and stores it in one transaction: the sweep row (packed spec),
+ * shapes, configs, rejections, jobs and results_planned. Fills out (sweep_id, jobs,
+ * configs_valid, configs_rejected, results_planned). An invalid spec stores nothing
+ * and returns MT_INVAL; a storage failure stores nothing either and returns MT_IO or
+ * MT_BUSY. Reason in err. */
 int plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err,
                size_t errlen);
 

@@ -60,6 +60,7 @@ struct sweep {
     uint32_t stamp;
     char *filter;
     char *backend;           /* NULL = any worker's backend */
+    char *device;            /* the GPU model it is bound to by its first lease; NULL = not yet */
     uint32_t max_attempts;
     Moetune__Measure measure;
     uint64_t planned, done, failed, pruned;
@@ -159,6 +160,8 @@ struct sched {
     uint64_t next_hb, next_rate;
     sched_batch_t *inflight;      /* handed to a writer, not yet done */
     sched_counters_t c;
+    uint64_t *behind;        /* Submitted.queued_behind of the last submit */
+    size_t cap_behind;
     uint64_t load_now;       /* monotonic ms of the load, for the leases kept across a restart */
     char storage_err[256];   /* text of the last failed commit; empty once one succeeds */
     char err[512];
@@ -170,7 +173,7 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return MT_OK;
     size_t n = *cap ? *cap : 16;
     while (n < need) n *= 2;
-    void *p = realloc(*arr, n * elem);
+    void *p = mt_realloc(*arr, n * elem);
     if (!p) return MT_NOMEM;
     memset((char *)p + *cap * elem, 0, (n - *cap) * elem);
     *arr = p;
@@ -210,10 +213,13 @@ static const char *gpu_name(const sched_worker_t *w) {
     return h && h->gpu && h->gpu->name ? h->gpu->name : "";
 }
 
-/* A sweep's results are for one kernel: a worker of another backend measures another kernel. */
+/* A sweep's results are for one kernel: a worker of another backend measures another kernel.
+ * And for one GPU model: once leased to one, a sweep is measured only by that model, so every
+ * device that measures a sweep measures all of it (a mixed fleet never splits one). */
 static bool worker_matches(const sched_worker_t *w, const sweep_t *sw) {
     const Moetune__Hello *h = w->hello ? w->hello->hello : NULL;
     if (sw->backend && (!h || !h->backend || strcmp(h->backend, sw->backend) != 0)) return false;
+    if (sw->device && strcmp(gpu_name(w), sw->device) != 0) return false;
     return !sw->filter || !*sw->filter || strstr(gpu_name(w), sw->filter) != NULL;
 }
 
@@ -323,12 +329,17 @@ static void job_requeue(sched_t *s, job_t *j, bool count_attempt, const char *wh
     job_dirty(s, j);
 }
 
+/* Makes room to index one more job of sw with this id; nothing else changes. */
+static int job_index_reserve(sched_t *s, sweep_t *sw, uint64_t id) {
+    if (id >= s->cap_by_id && grow((void **)&s->by_id, &s->cap_by_id, id + 1, sizeof *s->by_id)) return MT_NOMEM;
+    return grow((void **)&sw->jobs, &sw->cap_jobs, sw->n_jobs + 1, sizeof *sw->jobs);
+}
+
+/* Indexes j by id and in its sweep: all or nothing (MT_NOMEM leaves no entry behind). */
 static int job_index(sched_t *s, job_t *j) {
-    if (j->id >= s->cap_by_id && grow((void **)&s->by_id, &s->cap_by_id, j->id + 1, sizeof *s->by_id))
-        return MT_NOMEM;
-    s->by_id[j->id] = j;
+    if (job_index_reserve(s, j->sw, j->id)) return MT_NOMEM;
     sweep_t *sw = j->sw;
-    if (grow((void **)&sw->jobs, &sw->cap_jobs, sw->n_jobs + 1, sizeof *sw->jobs)) return MT_NOMEM;
+    s->by_id[j->id] = j;
     j->idx = sw->n_jobs;
     sw->jobs[sw->n_jobs++] = j;
     sw->jobs_by_state[j->state]++;
@@ -360,6 +371,7 @@ static void sweep_free(sweep_t *sw) {
     free(sw->seen);
     free(sw->filter);
     free(sw->backend);
+    free(sw->device);
     free(sw);
 }
 
@@ -398,7 +410,7 @@ static int job_load_rows(sched_t *s, job_t *j) {
 
 static int load_job(void *ctx, const store_job_row_t *row) {
     load_ctx_t *lc = ctx;
-    job_t *j = calloc(1, sizeof *j);
+    job_t *j = mt_calloc(1, sizeof *j);
     if (!j) return MT_NOMEM;
     j->id = row->id;
     j->sw = lc->sw;
@@ -406,9 +418,9 @@ static int load_job(void *ctx, const store_job_row_t *row) {
     j->state = J_PENDING;
     j->attempts = row->attempts;
     j->token = row->lease_token;
-    j->last_worker = row->worker_id ? strdup(row->worker_id) : NULL;
-    j->avoid = row->avoid_worker ? strdup(row->avoid_worker) : NULL;
-    int rc = job_index(lc->s, j);
+    j->last_worker = row->worker_id ? mt_strdup(row->worker_id) : NULL;
+    j->avoid = row->avoid_worker ? mt_strdup(row->avoid_worker) : NULL;
+    int rc = (row->worker_id && !j->last_worker) || (row->avoid_worker && !j->avoid) ? MT_NOMEM : job_index(lc->s, j);
     if (rc) {
         job_free(j);
         return rc;
@@ -447,7 +459,11 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
         goto out;
     }
     sw->id = row->id;
-    sw->name = strdup(row->name);
+    sw->name = mt_strdup(row->name ? row->name : "");
+    if (!sw->name) {
+        rc = MT_NOMEM;
+        goto out;
+    }
     sw->created = row->created;
     sw->planned = row->results_planned;
     sw->state = S_FAILED;
@@ -466,8 +482,8 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
         }
         memcpy(sw->bs, spec->batch_sizes, sw->nb * sizeof *sw->bs);
         qsort(sw->bs, sw->nb, sizeof *sw->bs, cmp_u32);
-        sw->filter = spec->device_filter && *spec->device_filter ? strdup(spec->device_filter) : NULL;
-        sw->backend = spec->backend && *spec->backend ? strdup(spec->backend) : NULL;
+        sw->filter = spec->device_filter && *spec->device_filter ? mt_strdup(spec->device_filter) : NULL;
+        sw->backend = spec->backend && *spec->backend ? mt_strdup(spec->backend) : NULL;
         if ((spec->device_filter && *spec->device_filter && !sw->filter) ||
             (spec->backend && *spec->backend && !sw->backend)) {
             rc = MT_NOMEM;
@@ -497,6 +513,15 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
     sw->jobs_by_state[J_DONE] = counts[J_DONE];
     sw->jobs_by_state[J_FAILED] = counts[J_FAILED];
     sw->jobs_by_state[J_CANCELLED] = counts[J_CANCELLED];
+    char device[256];
+    rc = store_sweep_device(s->db, sw->id, device, sizeof device);
+    if (rc == MT_OK) {
+        sw->device = mt_strdup(device);
+        if (!sw->device) rc = MT_NOMEM;
+    } else if (rc == MT_NOTFOUND) {
+        rc = MT_OK;
+    }
+    if (rc) goto out;
     load_ctx_t lc = {.s = s, .sw = sw};
     rc = store_sweep_bests_each(s->db, sw->id, load_best, &lc);
     if (!rc) rc = store_jobs_open_each(s->db, sw->id, load_job, &lc);
@@ -591,6 +616,7 @@ void sched_destroy(sched_t **ps) {
     free(s->jcfg);
     race_free(&s->race);
     free(s->best);
+    free(s->behind);
     free(s);
     *ps = NULL;
 }
@@ -840,19 +866,36 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
         job_t *j = pick(s, w);
         if (!j) return;
         if (grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return;
+        char *holder_id = mt_strdup(w->id); /* the job row's worker_id, before anything is sent */
+        char *device = j->sw->device ? NULL : mt_strdup(gpu_name(w));
+        if (!holder_id || (!j->sw->device && !device)) {
+            free(holder_id);
+            free(device);
+            return;
+        }
         j->reclaim = false;
         uint64_t old_token = j->token;
         j->token = rng_next(s);
         int rc = send_job(s, w, j);
         if (rc == MT_NOTFOUND) {
+            free(holder_id);
+            free(device);
             j->token = old_token;
             job_finish(s, j, J_DONE);
             continue;
         }
         if (rc) {
+            free(holder_id);
+            free(device);
             j->token = old_token;
             log_at(MT_LOG_ERROR, "job %llu not sent to %s (%d)", (unsigned long long)j->id, w->id, rc);
             return;
+        }
+        if (device) {
+            j->sw->device = device;
+            log_at(MT_LOG_INFO, "sweep %llu bound to GPU model '%s' (its first lease, to %s): only that model "
+                   "measures it, so its answer is for one device, from the whole space",
+                   (unsigned long long)j->sw->id, device, w->id);
         }
         set_job_state(j, J_LEASED);
         worker_hold(w, j); /* room was made above */
@@ -860,7 +903,7 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
         j->lease_expires = now_ms + s->o.lease_ms;
         j->lease_expires_wall_ms = wall_ms() + s->o.lease_ms;
         free(j->last_worker);
-        j->last_worker = strdup(w->id);
+        j->last_worker = holder_id;
         job_dirty(s, j);
         log_at(MT_LOG_INFO, "job %llu (sweep %llu) leased to %s, attempt %u", (unsigned long long)j->id,
                (unsigned long long)j->sw->id, w->id, j->attempts + 1);
@@ -877,29 +920,68 @@ static int reject(sched_t *s, sched_worker_t *w, uint64_t seq, uint64_t job_id, 
     return MT_INVAL;
 }
 
+/* A Result from the lease holder, with the job's token, that cannot be stored: the
+ * job goes back to pending with an attempt (failed at max_attempts), so a worker
+ * that keeps sending what cannot be stored never holds a lease forever. */
+static int reject_holder(sched_t *s, sched_worker_t *w, job_t *j, uint64_t seq, const char *why, uint64_t now_ms) {
+    char reason[224];
+    reject(s, w, seq, j->id, why);
+    job_requeue(s, j, true, mt_fmt(reason, sizeof reason, "its holder sent a result that cannot be stored (%s)", why));
+    dispatch_all(s, now_ms);
+    return MT_INVAL;
+}
+
+void sched_on_bad(sched_t *s, sched_worker_t *w, const wire_reject_t *rej, uint64_t now_ms) {
+    char why[320];
+    job_t *j = rej->job_id ? job_lookup(s, rej->job_id) : NULL;
+    if (j && j->state == J_LEASED && j->holder == w && j->token == rej->lease_token) {
+        reject_holder(s, w, j, rej->seq, rej->reason, now_ms);
+        return;
+    }
+    if (rej->job_id) {
+        /* an invalid Result for a lease it does not hold: stale, nothing waits on it */
+        reject(s, w, rej->seq, rej->job_id, rej->reason);
+        return;
+    }
+    if (!w->n_held) return;
+    /* which job it was about is unknown: every lease it holds goes back, with an attempt */
+    mt_fmt(why, sizeof why, "its holder sent a message that does not decode (%s)", rej->reason);
+    worker_release_all(s, w, true, why);
+    dispatch_all(s, now_ms);
+}
+
 /* First crash of a config: take it out of its job into a new job that avoids w.
- * Written at once in its own transaction (rare). */
+ * Written at once in its own transaction (rare). Memory for the new job is taken
+ * before the commit, so memory and database never disagree: on any failure neither
+ * changes and the caller requeues the job. */
 static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint64_t now_ms) {
     jcfg_t *c = &j->cfgs[ci];
     uint64_t new_id = 0;
     uint32_t count = 0;
+    job_t *nj = mt_calloc(1, sizeof *nj);
+    jcfg_t *ncfg = mt_calloc(1, sizeof *ncfg);
+    char *avoid = mt_strdup(w->id);
+    if (!nj || !ncfg || !avoid) goto nomem;
     int rc = store_begin(s->db);
     if (!rc) rc = store_crash_bump(s->db, j->sw->id, j->shape_id, c->config_id, w->id, &count);
     if (!rc) rc = store_job_config_delete(s->db, j->id, c->config_id);
     if (!rc) rc = store_job_insert(s->db, j->sw->id, j->shape_id, w->id, mt_wall_s(), &new_id);
     if (!rc) rc = store_job_config_insert(s->db, new_id, c->config_id);
+    if (!rc && job_index_reserve(s, j->sw, new_id)) {
+        store_rollback(s->db);
+        goto nomem;
+    }
     if (!rc) rc = store_commit(s->db);
     if (rc) {
         log_at(MT_LOG_ERROR, "crash of config %llu in job %llu not recorded: %s", (unsigned long long)c->config_id,
                (unsigned long long)j->id, store_errmsg(s->db));
         store_rollback(s->db);
         s->c.commit_failures++;
+        free(nj);
+        free(ncfg);
+        free(avoid);
         return rc;
     }
-    job_t *nj = calloc(1, sizeof *nj);
-    jcfg_t *ncfg = calloc(1, sizeof *ncfg);
-    char *avoid = strdup(w->id);
-    if (!nj || !ncfg || !avoid) goto nomem;
     nj->id = new_id;
     nj->sw = j->sw;
     nj->shape_id = j->shape_id;
@@ -909,7 +991,7 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     nj->n_cfgs = 1;
     ncfg->config_id = c->config_id;
     nj->rows_needed = j->sw->nb;
-    if (job_index(s, nj)) goto nomem;
+    job_index(s, nj); /* room reserved above: cannot fail */
     c->removed = true;
     j->rows_needed -= j->sw->nb;
     j->rows_done -= c->rows;
@@ -919,6 +1001,8 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     dispatch_all(s, now_ms);
     return MT_OK;
 nomem:
+    log_at(MT_LOG_ERROR, "out of memory recording the crash of config %llu in job %llu",
+           (unsigned long long)c->config_id, (unsigned long long)j->id);
     free(nj);
     free(ncfg);
     free(avoid);
@@ -950,12 +1034,12 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     }
     if (ci == j->n_cfgs) {
         mt_fmt(why, sizeof why, "config %llu is not in the job", (unsigned long long)r->config_id);
-        return reject(s, w, r->seq, r->job_id, why);
+        return reject_holder(s, w, j, r->seq, why, now_ms);
     }
     sweep_t *sw = j->sw;
     if (r->n_measurements != sw->nb) {
         mt_fmt(why, sizeof why, "%zu measurements for %zu batch sizes", r->n_measurements, sw->nb);
-        return reject(s, w, r->seq, r->job_id, why);
+        return reject_holder(s, w, j, r->seq, why, now_ms);
     }
     if (++sw->stamp == 0) {
         memset(sw->seen, 0, sw->nb * sizeof *sw->seen);
@@ -967,7 +1051,7 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
         if (bi < 0 || sw->seen[bi] == sw->stamp) {
             mt_fmt(why, sizeof why, "batch size %u is not one of the sweep's or repeats",
                    r->measurements[i]->batch_size);
-            return reject(s, w, r->seq, r->job_id, why);
+            return reject_holder(s, w, j, r->seq, why, now_ms);
         }
         sw->seen[bi] = sw->stamp;
         if (r->measurements[i]->status == MOETUNE__STATUS__STATUS_CRASHED) crashed++;
@@ -1352,6 +1436,12 @@ void sched_tick(sched_t *s, uint64_t now_ms) {
 
 /* ---- control */
 
+static sweep_t *sweep_lookup(sched_t *s, uint64_t id) {
+    for (size_t i = 0; i < s->n_sweeps; i++)
+        if (s->sweeps[i]->id == id) return s->sweeps[i];
+    return NULL;
+}
+
 int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms, char *err,
                  size_t errlen) {
     /* A spec without batch sizes means the engines' default 18; the filled-in spec is the
@@ -1383,11 +1473,32 @@ int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted 
     moetune__sweep_spec__pack(spec, buf);
     row.spec = buf;
     row.spec_len = len;
+    /* sweeps ahead of it: running ones with work left, dispatched first (lower ids) */
+    size_t n_behind = 0;
+    for (size_t i = 0; i < s->n_sweeps; i++) {
+        const sweep_t *o = s->sweeps[i];
+        if (o->state != S_RUNNING || !(o->jobs_by_state[J_PENDING] + o->jobs_by_state[J_LEASED])) continue;
+        if (grow((void **)&s->behind, &s->cap_behind, n_behind + 1, sizeof *s->behind)) break;
+        s->behind[n_behind++] = o->id;
+    }
     rc = load_sweep(s, &row);
     free(buf);
     if (rc) {
-        mt_fmt(err, errlen, "loading sweep %llu: %s", (unsigned long long)out->sweep_id, store_errmsg(s->db));
+        /* stored but not loaded: mark it failed, or a restart would measure it unasked */
+        mt_fmt(err, errlen, "loading sweep %llu: %s", (unsigned long long)out->sweep_id,
+               rc == MT_NOMEM ? "out of memory" : store_errmsg(s->db));
+        if (store_sweep_set_state(s->db, out->sweep_id, g_sweep_state[S_FAILED], mt_wall_s()))
+            log_at(MT_LOG_ERROR, "sweep %llu could not be marked failed: %s", (unsigned long long)out->sweep_id,
+                   store_errmsg(s->db));
         return rc;
+    }
+    out->n_queued_behind = n_behind;
+    out->queued_behind = n_behind ? s->behind : NULL;
+    for (size_t i = 0; i < n_behind; i++) {
+        const sweep_t *o = sweep_lookup(s, s->behind[i]);
+        log_at(MT_LOG_WARN, "sweep %llu queued behind running sweep %llu '%s' (%llu of %llu results): it is "
+               "measured first", (unsigned long long)out->sweep_id, (unsigned long long)o->id, o->name,
+               (unsigned long long)o->done, (unsigned long long)o->planned);
     }
     log_at(MT_LOG_INFO, "sweep %llu '%s' submitted: %u jobs, %u configs valid, %u rejected, %llu results planned",
            (unsigned long long)out->sweep_id, row.name, out->jobs, out->configs_valid, out->configs_rejected,
@@ -1396,11 +1507,6 @@ int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted 
     return MT_OK;
 }
 
-static sweep_t *sweep_lookup(sched_t *s, uint64_t id) {
-    for (size_t i = 0; i < s->n_sweeps; i++)
-        if (s->sweeps[i]->id == id) return s->sweeps[i];
-    return NULL;
-}
 
 int sched_cancel(sched_t *s, uint64_t sweep_id, uint32_t *jobs_cancelled, uint64_t now_ms) {
     sweep_t *sw = sweep_lookup(s, sweep_id);

@@ -93,6 +93,15 @@ void sched_on_ready(sched_t *s, sched_worker_t *w, uint32_t credits, uint64_t no
  * crash of a config moves it into a new job at once (returns MT_OK). */
 int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t now_ms);
 
+/* A message from w that arrived but did not decode or validate (rej from wire_recv).
+ * An invalid Result for a lease w holds (job, token) is rejected and its job goes
+ * back to pending with an attempt (failed at max_attempts); one for a lease w does not
+ * hold is only rejected. Anything else undecodable from a worker holding leases sends
+ * them all back with an attempt: no lease waits on a message that was lost. Results
+ * that pass the wire but cannot be stored (a config not in the job, wrong batch sizes)
+ * from the holder are handled the same way by sched_on_result. */
+void sched_on_bad(sched_t *s, sched_worker_t *w, const wire_reject_t *rej, uint64_t now_ms);
+
 /* Bye: w's leased jobs return to pending without an attempt; w is gone. */
 void sched_on_bye(sched_t *s, sched_worker_t *w, uint64_t now_ms);
 
@@ -132,8 +141,11 @@ void sched_batch_done(sched_t *s, sched_batch_t *batch, int rc, const char *why,
 /* Results waiting for a commit (buffered or in a batch that is out). */
 size_t sched_pending(const sched_t *s);
 
-/* Plans spec into a new sweep and starts dispatching it. MT_INVAL with a reason
- * in err for a bad spec (nothing stored); MT_IO/MT_BUSY on a storage failure. */
+/* Plans spec into a new sweep and starts dispatching it. out->queued_behind lists
+ * the running sweeps with work left that go first (points into the scheduler:
+ * valid until the next submit). MT_INVAL with a reason in err for a bad spec
+ * (nothing stored); MT_IO/MT_BUSY on a storage failure (nothing stored, or the
+ * sweep marked failed: never left running). */
 int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms,
                  char *err, size_t errlen);
 

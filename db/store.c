@@ -126,7 +126,7 @@ enum {
     ST_REJECTED_INSERT, ST_JOB_INSERT, ST_JOB_CONFIG_INSERT, ST_JOB_CONFIG_DELETE, ST_JOB_UPDATE,
     ST_RESULT_INSERT, ST_CRASH_BUMP, ST_CRASH_COUNT,
     ST_SWEEPS, ST_JOBS_OPEN, ST_JOB_CONFIGS, ST_SHAPE_GET, ST_CONFIG_GET,
-    ST_RESULT_COUNT, ST_SWEEP_RESULT_COUNTS, ST_JOB_STATE_COUNTS, ST_SWEEP_BESTS,
+    ST_RESULT_COUNT, ST_SWEEP_RESULT_COUNTS, ST_JOB_STATE_COUNTS, ST_SWEEP_BESTS, ST_SWEEP_DEVICE,
     ST_COUNT
 };
 
@@ -184,6 +184,11 @@ static const char *const g_sql[ST_COUNT] = {
         "INSERT INTO crashes (sweep_id, shape_id, config_id, count, last_worker) VALUES (?1, ?2, ?3, 1, ?4)"
         " ON CONFLICT (sweep_id, shape_id, config_id) DO UPDATE SET count = count + 1, last_worker = excluded.last_worker",
     [ST_CRASH_COUNT] = "SELECT count FROM crashes WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3",
+    /* the GPU model a sweep is bound to: of its first result, else of its first job's holder */
+    [ST_SWEEP_DEVICE] = "SELECT name FROM (SELECT 0 AS o, r.id AS i, d.name AS name FROM results r "
+                        "JOIN devices d ON d.id = r.device_id WHERE r.sweep_id = ?1 "
+                        "UNION ALL SELECT 1, j.id, d.name FROM jobs j JOIN workers w ON w.worker_id = j.worker_id "
+                        "JOIN devices d ON d.id = w.device_id WHERE j.sweep_id = ?1) ORDER BY o, i LIMIT 1",
     [ST_SWEEPS] = "SELECT id, name, state, spec, results_planned, created FROM sweeps ORDER BY id",
     [ST_JOBS_OPEN] =
         "SELECT id, sweep_id, shape_id, state, attempts, worker_id, lease_token, avoid_worker FROM jobs"
@@ -807,4 +812,20 @@ int store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[5]) {
     memset(counts, 0, 5 * sizeof counts[0]);
     sqlite3_bind_int64(s->st[ST_JOB_STATE_COUNTS], 1, (int64_t)sweep_id);
     return each(s, ST_JOB_STATE_COUNTS, state_row, NULL, counts);
+}
+
+int store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t len) {
+    sqlite3_stmt *st = s->st[ST_SWEEP_DEVICE];
+    int rc = MT_NOTFOUND;
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW && col_text(st, 0)) {
+        snprintf(name, len, "%s", col_text(st, 0));
+        rc = MT_OK;
+    } else if (src != SQLITE_ROW && src != SQLITE_DONE) {
+        rc = fail(s, src, g_sql[ST_SWEEP_DEVICE]);
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc;
 }

@@ -151,6 +151,10 @@ int store_sweep_result_counts(store_t *s, uint64_t sweep_id, uint64_t *done, uin
 /* Racing: per (shape, batch size, GPU name) of a sweep, the lowest committed ok median. */
 typedef int (*store_best_fn)(void *ctx, uint64_t shape_id, uint32_t batch_size, const char *gpu, double median_us);
 int store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx);
+/* The GPU model name (devices.name) a sweep is measured on: that of its first stored
+ * result, else of the first of its jobs' holders known to the store. MT_NOTFOUND when
+ * none has been leased yet. */
+int store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t len);
 /* Jobs of a sweep per state, in the order pending, leased, done, failed, cancelled. */
 int store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[5]);
 

@@ -77,6 +77,9 @@ void wire_free(wire_env_t **env) {
 
 static bool str_ok(const char *s) { return !s || strlen(s) <= MAX_STRING; }
 
+/* A latency on the wire: finite, 0 (not measured) up to WIRE_MAX_LATENCY_US. */
+static bool latency_ok(double us) { return us >= 0 && us < WIRE_MAX_LATENCY_US; }
+
 static bool shape_ok(const Moetune__Shape *s) {
     return s && s->e > 0 && s->n > 0 && s->k > 0 && s->topk > 0 && s->topk <= s->e &&
            s->e <= 1u << 16 && s->n <= 1u << 20 && s->k <= 1u << 20 && str_ok(s->dtype);
@@ -111,11 +114,15 @@ static const char *validate(const wire_env_t *env) {
             if (m->batch_size == 0) return "result: batch_size 0";
             if (m->status <= MOETUNE__STATUS__STATUS_UNKNOWN || m->status > MOETUNE__STATUS__STATUS_PRUNED)
                 return "result: unknown status";
+            /* every latency, whatever the status, is a finite number of microseconds (NaN fails
+             * every comparison); 0 = not measured */
+            if (!latency_ok(m->median_us) || !latency_ok(m->min_us) || !latency_ok(m->mean_us) ||
+                !latency_ok(m->stddev_us))
+                return "result: negative or non-finite latency";
             if ((m->status == MOETUNE__STATUS__STATUS_OK || m->status == MOETUNE__STATUS__STATUS_PRUNED) &&
-                !(m->median_us > 0 && m->median_us < 1e12 && m->min_us > 0 && m->mean_us > 0 && m->stddev_us >= 0))
-                return "result: ok or pruned measurement with non-positive or non-finite latency";
-            /* 0 = not measured; otherwise a latency like the others */
-            if (!(m->up_us >= 0 && m->up_us < 1e12) || !(m->down_us >= 0 && m->down_us < 1e12))
+                !(m->median_us > 0 && m->min_us > 0 && m->mean_us > 0))
+                return "result: ok or pruned measurement with a zero latency";
+            if (!latency_ok(m->up_us) || !latency_ok(m->down_us))
                 return "result: negative or non-finite up_us/down_us";
             if (!str_ok(m->detail)) return "result: detail too long";
         }
@@ -152,8 +159,9 @@ static const char *validate(const wire_env_t *env) {
     }
 }
 
-int wire_unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **out, int *code,
-                char *err, size_t errlen) {
+/* wire_unpack; with rej, an invalid Result's job, token and seq go into it. */
+static int unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **out, int *code, char *err,
+                  size_t errlen, wire_reject_t *rej) {
     int c = 0;
     wire_env_t *env = NULL;
     *out = NULL;
@@ -182,6 +190,11 @@ int wire_unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **o
     if (why) {
         c = WIRE_E_INVALID;
         mt_fmt(err, errlen, "%s", why);
+        if (rej && env->body_case == MOETUNE__ENVELOPE__BODY_RESULT) {
+            rej->job_id = env->result->job_id;
+            rej->lease_token = env->result->lease_token;
+            rej->seq = env->result->seq;
+        }
         goto fail;
     }
     *out = env;
@@ -190,6 +203,11 @@ fail:
     wire_free(&env);
     if (code) *code = c;
     return MT_INVAL;
+}
+
+int wire_unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **out, int *code,
+                char *err, size_t errlen) {
+    return unpack(buf, len, max_bytes, out, code, err, errlen, NULL);
 }
 
 int wire_send(void *sock, const void *id, size_t id_len, wire_env_t *env, int flags, char *err,
@@ -233,8 +251,7 @@ int wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size_t max_b
     int rc;
     *out = NULL;
     if (id_len) *id_len = 0;
-    rej->code = 0;
-    rej->reason[0] = '\0';
+    memset(rej, 0, sizeof *rej);
     if (router) {
         zmq_msg_init(&m);
         if (zmq_msg_recv(&m, sock, flags) < 0) {
@@ -267,8 +284,8 @@ int wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size_t max_b
         mt_fmt(rej->reason, sizeof rej->reason, "message has more than one payload frame");
         return MT_INVAL;
     }
-    rc = wire_unpack(zmq_msg_data(&m), zmq_msg_size(&m), max_bytes, out, &rej->code, rej->reason,
-                     sizeof rej->reason);
+    rc = unpack(zmq_msg_data(&m), zmq_msg_size(&m), max_bytes, out, &rej->code, rej->reason,
+                sizeof rej->reason, rej);
     zmq_msg_close(&m);
     return rc;
 }

@@ -18,6 +18,13 @@
 #define WIRE_PROTOCOL_VERSION 1u
 #define WIRE_DEFAULT_MAX_BYTES (4u * 1024u * 1024u)
 #define WIRE_MAX_ID 256          /* longest routing id (worker id) accepted */
+#define WIRE_MAX_LATENCY_US 1e12 /* a latency at or over this (or not finite) is invalid */
+
+/* Heartbeat and lease periods a coordinator may set and a worker accepts in a Welcome. */
+#define WIRE_HEARTBEAT_MIN_MS 10u
+#define WIRE_HEARTBEAT_MAX_MS 600000u
+#define WIRE_LEASE_MIN_MS 10u
+#define WIRE_LEASE_MAX_MS 86400000u
 
 typedef Moetune__Envelope wire_env_t;
 typedef Moetune__Envelope__BodyCase wire_body_t;
@@ -69,6 +76,9 @@ int wire_send(void *sock, const void *id, size_t id_len, wire_env_t *env, int fl
 typedef struct {
     int code;              /* WIRE_E_* */
     char reason[256];
+    /* A Result that decoded but did not validate: the lease it claims and its seq
+     * (all 0 for anything else), so the job it was for is not left waiting. */
+    uint64_t job_id, lease_token, seq;
 } wire_reject_t;
 
 /* Receives one message from sock. With router true the first frame is the

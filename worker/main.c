@@ -7,6 +7,7 @@
 #include "mt.h"
 #include "parent.h"
 #include "secure.h"
+#include "wire.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -78,7 +79,7 @@ int main(int argc, char **argv) {
             if (mt_parse_u32(optarg, 1, 1024, &o.credits)) return bad("--credits", optarg);
             break;
         case OPT_HEARTBEAT:
-            if (mt_parse_u32(optarg, 10, 600000, &o.heartbeat_ms)) return bad("--heartbeat-ms", optarg);
+            if (mt_parse_u32(optarg, WIRE_HEARTBEAT_MIN_MS, WIRE_HEARTBEAT_MAX_MS, &o.heartbeat_ms)) return bad("--heartbeat-ms", optarg);
             break;
         case OPT_SCALE:
             if (mt_parse_double(optarg, &o.bopts.sim_time_scale) || !(o.bopts.sim_time_scale >= 0) ||

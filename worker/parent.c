@@ -362,7 +362,7 @@ static int pump(wrk_parent_t *p) {
 
 static void on_welcome(wrk_parent_t *p, const wire_env_t *env) {
     uint32_t hb = env->welcome->heartbeat_ms;
-    if (hb >= 10 && hb <= 600000) p->heartbeat_ms = hb;
+    if (hb >= WIRE_HEARTBEAT_MIN_MS && hb <= WIRE_HEARTBEAT_MAX_MS) p->heartbeat_ms = hb;
     p->session = SESSION_WELCOMED;
     p->next_beat_ms = mt_now_ms() + p->heartbeat_ms;
     log_at(MT_LOG_INFO, "welcomed (heartbeat %u ms); resending %zu unacknowledged results", p->heartbeat_ms,

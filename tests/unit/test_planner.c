@@ -183,6 +183,18 @@ static void spoil_space(spec_t *s) {
     s->spec.space = &g_space;
 }
 
+/* Every list at 16 values: 16^6 = 16,777,216 configs for one shape, each value in range. */
+static Moetune__Space g_huge;
+static uint32_t g_vals[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+static void spoil_huge_space(spec_t *s) {
+    moetune__space__init(&g_huge);
+    g_huge.n_block_m = g_huge.n_block_n = g_huge.n_block_k = 16;
+    g_huge.n_group_m = g_huge.n_num_warps = g_huge.n_num_stages = 16;
+    g_huge.block_m = g_huge.block_n = g_huge.block_k = g_vals;
+    g_huge.group_m = g_huge.num_warps = g_huge.num_stages = g_vals;
+    s->spec.space = &g_huge;
+}
+
 static void test_invalid_specs(void **state) {
     static const struct {
         spoil_fn fn;
@@ -193,6 +205,7 @@ static void test_invalid_specs(void **state) {
         {spoil_no_batch, "no batch sizes"}, {spoil_topk, "topk"},
         {spoil_strategy, "unknown strategy"}, {spoil_dtype, "dtype"},
         {spoil_space, "list is empty"},
+        {spoil_huge_space, "expands to 16777216 configs (1 shapes x 16777216 configs of the space), over the limit of 100000"},
     };
     char err[256];
     store_t *db = NULL;
@@ -215,6 +228,30 @@ static void test_invalid_specs(void **state) {
     assert_int_equal(query_int("SELECT COUNT(*) FROM sweeps"), 0);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs"), 0);
     assert_int_equal(query_int("SELECT COUNT(*) FROM configs"), 0);
+}
+
+/* A start that fails after the sweep row (here: every job insert fails, and so would the mark
+ * as failed) leaves no sweep behind: nothing a later run would measure unasked. */
+static void test_failed_start_leaves_nothing(void **state) {
+    spec_t s;
+    char err[256];
+    store_t *db = NULL;
+    sqlite3 *raw = NULL;
+    Moetune__Submitted sub;
+    spec_init(&s, QWEN, 1);
+    assert_int_equal(store_open(g_db.path, &db, err, sizeof err), MT_OK);
+    assert_int_equal(sqlite3_open(g_db.path, &raw), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(raw,
+                                  "CREATE TRIGGER no_jobs BEFORE INSERT ON jobs BEGIN SELECT RAISE(ABORT, 'disk full'); END;"
+                                  "CREATE TRIGGER no_marks BEFORE UPDATE ON sweeps BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_not_equal(plan_store(db, &s.spec, &sub, err, sizeof err), MT_OK);
+    assert_non_null(strstr(err, "disk full"));
+    store_close(&db);
+    sqlite3_close(raw);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sweeps"), 0);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM rejected"), 0);
 }
 
 static void test_custom_space_and_measure(void **state) {
@@ -250,6 +287,7 @@ int main(void) {
         cmocka_unit_test(test_divisibility_and_chunks),
         cmocka_unit_test_setup_teardown(test_store_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_specs, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_start_leaves_nothing, setup, teardown),
         cmocka_unit_test(test_custom_space_and_measure),
         cmocka_unit_test(test_triton_rules),
     };

@@ -105,6 +105,13 @@ static void test_tokens_and_completion(void **state) {
     assert_int_equal(result(f, a, job + 100, tok, 2, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
     assert_int_equal(result(f, a, job, tok, 3, 9999, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
     assert_int_equal(sched_pending(f->s), 0);
+    /* a config not in the job, from the holder: the job goes back with an attempt, leased anew */
+    uint32_t att = 0;
+    assert_string_equal(sched_job_state(f->s, job, &att), "pending");
+    assert_int_equal(att, 1);
+    sched_on_ready(f->s, a, 1, 1);
+    assert_int_equal(fx_last_job(f, "A")->job_id, job);
+    tok = fx_last_job(f, "A")->lease_token;
     assert_int_equal(result(f, a, job, tok, 4, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(result(f, a, job, tok, 5, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK); /* resend */
     assert_int_equal(sched_pending(f->s), 2);
@@ -299,7 +306,7 @@ static void test_restart_and_filter(void **state) {
 }
 
 /* Racing: a job carries, per batch size, the best committed median of its worker's GPU
- * class; uncommitted results and other GPU classes do not count; pruned rows count apart
+ * class; uncommitted results do not count; pruned rows count apart
  * from failures; a restart reloads the bests from the database. */
 static void test_racing_bests(void **state) {
     fx_t *f = *state;
@@ -325,9 +332,7 @@ static void test_racing_bests(void **state) {
     uint64_t job3 = j->job_id;
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H100 80GB HBM3", 3);
     sched_on_ready(f->s, b, 1, 3);
-    j = fx_last_job(f, "B");
-    assert_non_null(j);
-    assert_true(j->best_us[0] == 0 && j->best_us[1] == 0); /* another GPU class */
+    assert_null(fx_last_job(f, "B")); /* the sweep is bound to the H200s: an H100's best never mixes in */
     /* a pruned config: stored, counted as pruned, not as failed */
     assert_int_equal(result(f, a, job2, tok2, 2, c2, MOETUNE__STATUS__STATUS_PRUNED, 4), MT_OK);
     assert_int_equal(sched_flush(f->s, 4), MT_OK);
@@ -647,6 +652,163 @@ static void test_daemon_hostile_input(void **state) {
     assert_null(c);
 }
 
+/* A Result the coordinator cannot accept from the lease holder (an invalid one from the wire,
+ * one for a config not in the job, an undecodable message) sends the job back with an attempt,
+ * and --max-attempts fails it: the sweep ends instead of waiting on a lease forever. */
+static void test_invalid_results_requeue(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    fx_submit(f, 1, 1, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    const Moetune__Job *j = fx_last_job(f, "A");
+    assert_non_null(j);
+    uint64_t job = j->job_id, tok = j->lease_token, cfg = j->configs[0]->config_id;
+    uint32_t attempts = 0;
+    /* 1: the wire rejected a Result naming this lease (e.g. an infinite latency) */
+    wire_reject_t rej = {.code = WIRE_E_INVALID, .job_id = job, .lease_token = tok, .seq = 1};
+    snprintf(rej.reason, sizeof rej.reason, "result: negative or non-finite latency");
+    sched_on_bad(f->s, a, &rej, 1);
+    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
+    assert_int_equal(attempts, 1);
+    assert_int_equal(sched_counters(f->s)->rejected_results, 1);
+    /* the same claim again, now stale (the lease is gone): rejected, no second attempt */
+    sched_on_bad(f->s, a, &rej, 2);
+    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
+    assert_int_equal(attempts, 1);
+    /* 2: a config that is not in the job, from the holder */
+    sched_on_ready(f->s, a, 1, 3);
+    j = fx_last_job(f, "A");
+    assert_int_equal(j->job_id, job);
+    tok = j->lease_token;
+    assert_int_equal(result(f, a, job, tok, 2, cfg + 1000, MOETUNE__STATUS__STATUS_OK, 4), MT_INVAL);
+    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
+    assert_int_equal(attempts, 2);
+    /* 3: an undecodable message from a worker holding the lease: it goes back too */
+    sched_on_ready(f->s, a, 1, 5);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    wire_reject_t garbage = {.code = WIRE_E_DECODE};
+    snprintf(garbage.reason, sizeof garbage.reason, "5 bytes do not decode as an Envelope");
+    sched_on_bad(f->s, a, &garbage, 6);
+    assert_string_equal(sched_job_state(f->s, job, &attempts), "failed"); /* max_attempts 3 */
+    assert_int_equal(attempts, 3);
+    assert_int_equal(sched_flush(f->s, 7), MT_OK);
+    assert_true(acked(f, "A", 1));
+    assert_true(acked(f, "A", 2));
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'failed' AND attempts = 3"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'failed'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 0);
+    /* garbage from a worker holding nothing changes nothing */
+    sched_on_bad(f->s, a, &garbage, 8);
+    assert_int_equal(sched_counters(f->s)->requeued_jobs, 3);
+}
+
+/* Every allocation of a first crash's retry job fails in turn: memory and database agree after
+ * each (the retry job exists in both or in neither; no entry points at freed memory). */
+static void test_crash_allocation_failures(void **state) {
+    fx_t *f = *state;
+    bool fired = true;
+    unsigned long n;
+    for (n = 1; fired && n < 200; n++) {
+        fx_stop(f);
+        tmpdb_remove(&f->tmp);
+        assert_int_equal(tmpdb_make(&f->tmp, "test"), 0);
+        f->path = f->tmp.path;
+        fx_start(f, 1000, 30000);
+        /* 16 jobs of one config: the retry job is the 17th, so the sweep's job list grows */
+        static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1, 16, 32, 64}, nw[] = {4, 8},
+                        ns[] = {2, 3};
+        static uint32_t bs[] = {1, 2};
+        Moetune__Space sp = MOETUNE__SPACE__INIT;
+        Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
+        Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+        Moetune__Submitted sub;
+        char err[256];
+        sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
+        sp.n_group_m = 4, sp.group_m = gm, sp.n_num_warps = 2, sp.num_warps = nw, sp.n_num_stages = 2;
+        sp.num_stages = ns;
+        sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
+        spec.name = "alloc", spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs;
+        spec.space = &sp, spec.chunk = 1;
+        assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+        assert_int_equal(sub.jobs, 16);
+        sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+        sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
+        sched_on_ready(f->s, a, 1, 0);
+        const Moetune__Job *j = fx_last_job(f, "A");
+        uint64_t job = j->job_id, tok = j->lease_token, cfg = j->configs[0]->config_id;
+        mt_alloc_fail_at(n);
+        result(f, a, job, tok, 1, cfg, MOETUNE__STATUS__STATUS_CRASHED, 1);
+        fired = mt_alloc_failed();
+        mt_alloc_fail_at(0);
+        int64_t db_jobs = fx_query_int(f, "SELECT COUNT(*) FROM jobs");
+        int64_t retry = fx_query_int(f, "SELECT id FROM jobs WHERE avoid_worker = 'A'");
+        assert_true(db_jobs == 16 || db_jobs == 17);
+        for (uint64_t id = 1; id <= 18; id++) {
+            bool in_db = (int64_t)id <= db_jobs; /* ids are 1..n */
+            const char *st = sched_job_state(f->s, id, NULL);
+            if (in_db) assert_non_null(st);
+            else assert_null(st);
+        }
+        if (retry > 0) {
+            /* the retry job is real: B (not A) gets exactly that config */
+            sched_on_ready(f->s, b, 16, 2);
+            bool seen = false;
+            for (size_t i = 0; i < f->n; i++) {
+                const Moetune__Envelope *e = f->msg[i];
+                if (strcmp(f->rid[i], "B") || e->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
+                if (e->job->job_id == (uint64_t)retry) {
+                    assert_int_equal(e->job->n_configs, 1);
+                    assert_int_equal(e->job->configs[0]->config_id, cfg);
+                    seen = true;
+                }
+            }
+            assert_true(seen);
+        } else {
+            /* not recorded: the job went back whole and nothing was committed */
+            assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM job_configs"), 16);
+            assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM crashes"), 0);
+        }
+    }
+    assert_false(fired); /* the loop reached a run in which no allocation was left to fail */
+    assert_true(n > 3);
+}
+
+/* A mixed fleet never splits a sweep: its first lease binds it to that GPU model, other models
+ * get none of its jobs (before or after a restart) and take the next sweep instead. */
+static void test_mixed_fleet_binds_sweep(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    uint64_t sw1 = fx_submit(f, 4, 1, NULL);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100 80GB HBM3", 0);
+    sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    const Moetune__Job *j = fx_last_job(f, "A");
+    assert_non_null(j);
+    assert_int_equal(j->sweep_id, sw1);
+    sched_on_ready(f->s, b, 4, 0);
+    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id,
+                            MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
+    assert_int_equal(sched_flush(f->s, 1), MT_OK);
+    /* restart: the binding comes back from the stored results */
+    sched_destroy(&f->s);
+    fx_clear(f);
+    fx_start(f, 1000, 30000);
+    b = fx_hello(f, "B", "NVIDIA H200", 10);
+    sched_on_ready(f->s, b, 4, 10);
+    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    sched_worker_t *c = fx_hello(f, "C", "NVIDIA H100 80GB HBM3", 10);
+    sched_on_ready(f->s, c, 4, 10);
+    assert_int_equal(count_body(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 3);
+    /* a second sweep: the idle H200 takes it and binds it */
+    uint64_t sw2 = fx_submit(f, 2, 1, NULL);
+    const Moetune__Job *jb = fx_last_job(f, "B");
+    assert_non_null(jb);
+    assert_int_equal(jb->sweep_id, sw2);
+    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 2);
+}
+
 int main(void) {
     mt_log_init("test_sched", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
@@ -664,6 +826,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_job_rows_commit_fails, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_daemon_hostile_input, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_racing_bests, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_invalid_results_requeue, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_crash_allocation_failures, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_fleet_binds_sweep, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -180,6 +180,88 @@ static void test_no_body_and_bad_fields(void **state) {
     }
 }
 
+/* Every latency field of every status is finite and non-negative: +Inf, NaN and negatives in
+ * min/mean/stddev (or in a failed measurement's median) are invalid, never stored. */
+static void test_non_finite_latencies(void **state) {
+    (void)state;
+    Moetune__Measurement m = MOETUNE__MEASUREMENT__INIT;
+    Moetune__Measurement *pm = &m;
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    wire_env_t env, *out = NULL;
+    uint8_t *buf;
+    size_t len;
+    char err[256];
+    int code = 0;
+    wire_env_init(&env);
+    r.job_id = 7, r.config_id = 3, r.lease_token = 99, r.seq = 5;
+    r.n_measurements = 1, r.measurements = &pm;
+    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    const double bad[] = {INFINITY, NAN, -INFINITY, -0.5, 1e12};
+    const Moetune__Status statuses[] = {MOETUNE__STATUS__STATUS_OK, MOETUNE__STATUS__STATUS_TIMEOUT};
+    for (size_t si = 0; si < 2; si++) {
+        for (size_t field = 0; field < 4; field++) {
+            for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+                double *f[] = {&m.median_us, &m.min_us, &m.mean_us, &m.stddev_us};
+                m.batch_size = 1;
+                m.status = statuses[si];
+                m.median_us = m.min_us = m.mean_us = 10.0;
+                m.stddev_us = 0.5;
+                *f[field] = bad[b];
+                assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+                int rc = wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err);
+                free(buf);
+                assert_int_equal(rc, MT_INVAL);
+                assert_null(out);
+                assert_int_equal(code, WIRE_E_INVALID);
+            }
+        }
+    }
+    /* the same fields finite pass, for a failed measurement zeros too */
+    m.status = MOETUNE__STATUS__STATUS_TIMEOUT;
+    m.median_us = m.min_us = m.mean_us = m.stddev_us = 0;
+    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
+    free(buf);
+    wire_free(&out);
+}
+
+/* wire_recv names the lease an invalid Result claims, so the coordinator can requeue its job. */
+static void test_recv_invalid_result_names_lease(void **state) {
+    (void)state;
+    void *ctx = zmq_ctx_new();
+    void *a = zmq_socket(ctx, ZMQ_PAIR), *b = zmq_socket(ctx, ZMQ_PAIR);
+    assert_int_equal(zmq_bind(a, "inproc://bad-result"), 0);
+    assert_int_equal(zmq_connect(b, "inproc://bad-result"), 0);
+    Moetune__Measurement m = MOETUNE__MEASUREMENT__INIT;
+    Moetune__Measurement *pm = &m;
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    wire_env_t env, *out = NULL;
+    wire_reject_t rej;
+    char err[128];
+    m.batch_size = 1, m.status = MOETUNE__STATUS__STATUS_OK;
+    m.median_us = 5, m.min_us = INFINITY, m.mean_us = 5;
+    r.job_id = 11, r.config_id = 2, r.lease_token = 1234, r.seq = 77;
+    r.n_measurements = 1, r.measurements = &pm;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    assert_int_equal(wire_send(b, NULL, 0, &env, 0, err, sizeof err), MT_OK);
+    assert_int_equal(wire_recv(a, false, NULL, NULL, WIRE_DEFAULT_MAX_BYTES, 0, &out, &rej), MT_INVAL);
+    assert_int_equal(rej.code, WIRE_E_INVALID);
+    assert_int_equal(rej.job_id, 11);
+    assert_int_equal(rej.lease_token, 1234);
+    assert_int_equal(rej.seq, 77);
+    /* an undecodable message names no lease */
+    assert_int_equal(zmq_send(b, "\xff\xff\xff", 3, 0), 3);
+    assert_int_equal(wire_recv(a, false, NULL, NULL, WIRE_DEFAULT_MAX_BYTES, 0, &out, &rej), MT_INVAL);
+    assert_int_equal(rej.code, WIRE_E_DECODE);
+    assert_int_equal(rej.job_id, 0);
+    zmq_close(a);
+    zmq_close(b);
+    zmq_ctx_term(ctx);
+}
+
 static void test_random_bytes(void **state) {
     (void)state;
     uint64_t x = 88172645463325252ULL;
@@ -287,6 +369,7 @@ int main(void) {
         cmocka_unit_test(test_oversized),      cmocka_unit_test(test_wrong_version),
         cmocka_unit_test(test_no_body_and_bad_fields), cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_roles),          cmocka_unit_test(test_socket_recv),
+        cmocka_unit_test(test_non_finite_latencies), cmocka_unit_test(test_recv_invalid_result_names_lease),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,8 +22,8 @@ int tmpdb_make(tmpdb_t *t, const char *tag) {
 
 void tmpdb_remove(tmpdb_t *t) {
     char p[160];
-    const char *sfx[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) unlink(mt_fmt(p, sizeof p, "%s%s", t->path, sfx[i]));
+    const char *sfx[] = {"", "-wal", "-shm", ".lock"};
+    for (int i = 0; i < 4; i++) unlink(mt_fmt(p, sizeof p, "%s%s", t->path, sfx[i]));
     rmdir(t->dir);
 }
 
