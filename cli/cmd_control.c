@@ -62,6 +62,7 @@ int cli_wait_sweeps(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool 
             if (!finished_state(r->sweeps[i]->state)) all_done = false;
             else if (strcmp(r->sweeps[i]->state, "done") != 0) any_bad = true;
         }
+        cli_progress_storage(prog, r->counters);
         if (r->n_sweeps == 1) {
             if (all_done) cli_progress_finish(prog, r->sweeps[0], alive_workers(r));
             else cli_progress_update(prog, r->sweeps[0], alive_workers(r));
