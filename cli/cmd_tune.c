@@ -630,6 +630,24 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     /* It answers: from now on a slow reply is waited for, not taken for a missing coordinator. */
     cli_client_set_timeout(c, CLI_CLIENT_DEFAULT_TIMEOUT_MS);
 
+    /* The interrupted sweep that --fresh replaces: cancelled before a worker can take its jobs. */
+    if (replace) {
+        wire_env_t req;
+        Moetune__Cancel cn;
+        wire_env_init(&req);
+        moetune__cancel__init(&cn);
+        cn.sweep_id = replace;
+        req.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
+        req.cancel = &cn;
+        wire_free(&reply);
+        if (cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_CANCELLED, &reply, NULL, err, sizeof err) != MT_OK) {
+            code = cli_fail(cmd, err);
+            goto out;
+        }
+        fprintf(stderr, "sweep %llu (interrupted, other settings) cancelled; its results stay in %s\n",
+                (unsigned long long)replace, db);
+    }
+
     /* ---- start the workers */
     for (uint32_t i = 0; i < r->n_workers; i++) {
         proc_t *w = &r->workers[i];
@@ -733,23 +751,6 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
             goto out;
         }
     }
-    if (replace) {
-        wire_env_t req;
-        Moetune__Cancel cn;
-        wire_env_init(&req);
-        moetune__cancel__init(&cn);
-        cn.sweep_id = replace;
-        req.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
-        req.cancel = &cn;
-        wire_free(&reply);
-        if (cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_CANCELLED, &reply, NULL, err, sizeof err) != MT_OK) {
-            code = cli_fail(cmd, err);
-            goto out;
-        }
-        fprintf(stderr, "sweep %llu (interrupted, other settings) cancelled; its results stay in %s\n",
-                (unsigned long long)replace, db);
-    }
-
     /* ---- submit, or follow the interrupted sweep of the same spec */
     if (resume) {
         sweep = resume;
