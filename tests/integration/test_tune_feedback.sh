@@ -88,3 +88,24 @@ name=$("$M" status --control "$CEP" --json | jq -r '.sweeps[0].name')
 wid=$("$M" workers --control "$CEP" --json | jq -r '.workers[0].worker')
 [ "$wid" = 'w\xFF-bad' ] || fail "workers --json worker id is '$wid'"
 pass "non-UTF-8 names kept, escaped: sweep '$name', worker '$wid'"
+
+# ---- results (read-only) on a database in a folder and file the user cannot write
+mkdir "$T/ro"
+cp "$T/moetune.db" "$T/ro/r.db"
+want=$(sqlite3 -batch -noheader "$T/moetune.db" "SELECT count(*) FROM results")
+chmod 444 "$T/ro/r.db"
+chmod 555 "$T/ro" "$T"
+as_user=()
+if [ "$(id -u)" = 0 ]; then
+  command -v setpriv >/dev/null || { chmod 755 "$T"; echo "setpriv not found (needed as root)"; exit 77; }
+  as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+fi
+set +e
+"${as_user[@]}" "$M" results --db "$T/ro/r.db" --json >"$T/ro.out" 2>"$T/ro.err"
+rc=$?
+set -e
+chmod 755 "$T" "$T/ro"
+[ $rc = 0 ] || fail "results on a read-only database exited $rc: $(cat "$T/ro.err")"
+[ "$(wc -l <"$T/ro.out")" = "$want" ] || fail "results on a read-only database gave $(wc -l <"$T/ro.out") rows, expected $want"
+[ ! -e "$T/ro/r.db-shm" ] || fail "results wrote beside a read-only database"
+pass "results on a read-only database: $want rows"
