@@ -165,6 +165,15 @@ static void test_bad_flags(void **state) {
     set_bad("shape", "E=0,N=768,K=2048,topk=8", "E=0");
     set_bad("shape", "E=128,N=-5,K=2048,topk=8", "N=-5");
     set_bad("shape", "E=4,N=768,K=2048,topk=8", "topk=8 is larger than E=4");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,block_shape=128x128", "only to dtype=fp8_w8a8");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,dtype=bf16,block_shape=128x128", "only to dtype=fp8_w8a8");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,dtype=fp8_w8a8,block_shape=-1x5", "block_shape=-1x5 is not NxK");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,dtype=fp8_w8a8,block_shape=128x", "is not NxK");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,dtype=fp8_w8a8,block_shape=128x128x1", "is not NxK");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,E=64", "E is given twice");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,dtype=bf16,dtype=fp8_w8a8", "dtype is given twice");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,dtype=fp8_w8a8,block_shape=128x128,block_shape=64x64",
+            "block_shape is given twice");
     set_bad("batch-sizes", "1,0,4", "'0'");
     set_bad("batch-sizes", "1,-2", "'-2'");
     set_bad("batch-sizes", "1,2,2", "2 appears twice");
