@@ -38,6 +38,8 @@ const cli_opt_t opt_tp = {"tp", OPT_U32, OFF(tp), "N", "tensor parallel size of 
 const cli_opt_t opt_ep = {"ep", OPT_U32, OFF(ep), "N", "expert parallel size of --model (default 1)"};
 const cli_opt_t opt_dtype = {"dtype", OPT_STR, OFF(dtype), "bf16|fp8_w8a8", "dtype of --model (default bf16)"};
 const cli_opt_t opt_doctor_shape = {"shape", OPT_STR, OFF(doctor_shape), "E=..,N=..,K=..,topk=..[,dtype=..][,block_shape=NxK]", "the shape, instead of --model"};
+const cli_opt_t opt_fresh = {"fresh", OPT_FLAG, OFF(fresh), NULL, "measure anew: never resume or reuse an earlier sweep of these shapes"};
+const cli_opt_t opt_keep_settings = {"keep-settings", OPT_FLAG, OFF(keep_settings), NULL, "resume (or reuse) the earlier sweep of these shapes with its own settings"};
 const cli_opt_t opt_keep_temp = {"keep-temp", OPT_FLAG, OFF(keep_temp), NULL, "keep the run directory with the processes' logs"};
 
 int cli_usage(const cli_cmd_t *cmd, const char *msg) {

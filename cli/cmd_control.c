@@ -62,6 +62,7 @@ int cli_wait_sweeps(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool 
             if (!finished_state(r->sweeps[i]->state)) all_done = false;
             else if (strcmp(r->sweeps[i]->state, "done") != 0) any_bad = true;
         }
+        cli_progress_storage(prog, r->counters);
         if (r->n_sweeps == 1) {
             if (all_done) cli_progress_finish(prog, r->sweeps[0], alive_workers(r));
             else cli_progress_update(prog, r->sweeps[0], alive_workers(r));
@@ -124,9 +125,50 @@ out:
     return code;
 }
 
+/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 when it is not one. */
+static size_t utf8_seq(const unsigned char *p, size_t n) {
+    size_t len = p[0] < 0x80 ? 1 : (p[0] & 0xE0) == 0xC0 ? 2 : (p[0] & 0xF0) == 0xE0 ? 3 : (p[0] & 0xF8) == 0xF0 ? 4 : 0;
+    if (len == 0 || len > n) return 0;
+    uint32_t cp = len == 1 ? p[0] : len == 2 ? (p[0] & 0x1Fu) : len == 3 ? (p[0] & 0x0Fu) : (p[0] & 0x07u);
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (p[i] & 0x3Fu);
+    }
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+/* A JSON string of text from a peer or the database: bytes that are not UTF-8 are kept
+ * as the text "\xNN" rather than dropping the whole value. NULL is "". */
+static json_t *json_text(const char *text) {
+    const unsigned char *t = (const unsigned char *)(text ? text : "");
+    size_t n = strlen((const char *)t);
+    json_t *v = json_stringn((const char *)t, n);
+    if (v) return v;
+    char *buf = malloc(n * 4 + 1);
+    if (!buf) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq(t + i, n - i);
+        if (k) {
+            memcpy(buf + o, t + i, k);
+            o += k;
+            i += k;
+        } else {
+            o += (size_t)snprintf(buf + o, 5, "\\x%02X", t[i]);
+            i++;
+        }
+    }
+    buf[o] = '\0';
+    v = json_stringn(buf, o);
+    free(buf);
+    return v;
+}
+
 static json_t *sweep_json(const Moetune__SweepStatus *s) {
-    return json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:f, s:I}", "sweep",
-                     (json_int_t)s->sweep_id, "name", s->name ? s->name : "", "state",
+    return json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:f, s:I}", "sweep",
+                     (json_int_t)s->sweep_id, "name", json_text(s->name), "state",
                      s->state ? s->state : "", "results_planned", (json_int_t)s->results_planned,
                      "results_done", (json_int_t)s->results_done, "results_failed",
                      (json_int_t)s->results_failed, "results_pruned", (json_int_t)s->results_pruned, "jobs_total", (int)s->jobs_total, "jobs_pending",
@@ -137,10 +179,10 @@ static json_t *sweep_json(const Moetune__SweepStatus *s) {
 
 static json_t *worker_json(const Moetune__WorkerInfo *w) {
     const Moetune__Gpu *g = w->gpu;
-    return json_pack("{s:s, s:s, s:i, s:s, s:s, s:s, s:s, s:i, s:I, s:I}", "worker",
-                     w->worker_id ? w->worker_id : "", "host", w->host ? w->host : "", "pid",
-                     (int)w->pid, "backend", w->backend ? w->backend : "", "gpu",
-                     g && g->name ? g->name : "", "gpu_uuid", g && g->uuid ? g->uuid : "", "state",
+    return json_pack("{s:o, s:o, s:i, s:o, s:o, s:o, s:s, s:i, s:I, s:I}", "worker",
+                     json_text(w->worker_id), "host", json_text(w->host), "pid",
+                     (int)w->pid, "backend", json_text(w->backend), "gpu",
+                     json_text(g ? g->name : NULL), "gpu_uuid", json_text(g ? g->uuid : NULL), "state",
                      w->state ? w->state : "", "jobs_leased", (int)w->jobs_leased, "results",
                      (json_int_t)w->results, "last_seen_ms", (json_int_t)w->last_seen_ms);
 }
@@ -167,8 +209,10 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
                                           (json_int_t)c->requeued_jobs, "dead_workers",
                                           (json_int_t)c->dead_workers, "commit_failures",
                                           (json_int_t)c->commit_failures, "storage_error",
-                                          c->storage_error ? c->storage_error : "", "results_unacked",
+                                          "", "results_unacked",
                                           (json_int_t)c->results_unacked));
+        if (c) /* sqlite's text can quote a path, which may be any bytes */
+            json_object_set_new(json_object_get(root, "counters"), "storage_error", json_text(c->storage_error));
         if (c)
             json_object_set_new(json_object_get(root, "counters"), "auth_refused",
                                 json_integer((json_int_t)c->auth_refused));

@@ -128,15 +128,27 @@ int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
     return MT_EXIT_OK;
 }
 
-int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine) {
+int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine,
+                   bool json) {
     char err[1200];
     exp_report_t rep;
-    exp_opts_t eo = {db, out, sweep, stdout, EXP_ENGINE_NONE};
+    exp_opts_t eo = {db, out, sweep, json ? stderr : stdout, EXP_ENGINE_NONE};
     if (engine && exp_engine_parse(engine, &eo.engine) != MT_OK)
         return cli_usage(cmd, "--engine: not one of sglang, vllm");
     int rc = exp_run(&eo, &rep, err, sizeof err);
     for (size_t i = 0; i < rep.n_files; i++) {
         const exp_file_t *f = &rep.files[i];
+        if (json) {
+            char path[1100];
+            snprintf(path, sizeof path, "%s/%s", out, f->path);
+            json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:b}", "file", path, "state", exp_state_name(f->state), "entries",
+                                  (int)f->entries, "changed", (int)f->changed, "simulated", f->simulated != 0);
+            char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+            if (t) printf("%s\n", t);
+            free(t);
+            json_decref(j);
+            continue;
+        }
         printf("%s/%s: %s, %u entries, %u changed%s\n", out, f->path, exp_state_name(f->state), f->entries,
                f->changed, f->simulated ? " (simulated)" : "");
     }
@@ -148,7 +160,7 @@ int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64
 int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (!o->db) return cli_usage(cmd, "--db FILE is required");
     if (!o->out) return cli_usage(cmd, "--out DIR is required");
-    return cli_run_export(cmd, o->db, o->out, o->sweep, o->engine);
+    return cli_run_export(cmd, o->db, o->out, o->sweep, o->engine, false);
 }
 
 int cmd_lookup(const cli_cmd_t *cmd, cli_opts_t *o) {

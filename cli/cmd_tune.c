@@ -11,6 +11,7 @@
  * instead of submitting a new one, so only the missing measurements are made.
  */
 #include <dirent.h>
+#include <jansson.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -18,6 +19,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +32,9 @@
 
 #define MAX_WORKERS 64
 #define TUNE_SUBMIT_TIMEOUT_MS 60000 /* planning a large sweep on a loaded machine */
+#define TUNE_HELLO_MS 30000          /* the workers' start (a triton helper imports torch) */
+#define TUNE_STOP_GRACE_MS 3000     /* an interrupt after the last commit: wait this long for "done" */
+#define TUNE_FILTER_WARN_MS 10000    /* no worker may measure the sweep for this long: say so */
 
 typedef struct {
     pid_t pid;
@@ -130,6 +135,7 @@ static int spawn(proc_t *p, char *const argv[], char *err, size_t errlen) {
         mt_fmt(err, errlen, "%s: %s", p->log, strerror(errno));
         return MT_IO;
     }
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         mt_fmt(err, errlen, "fork: %s", strerror(errno));
@@ -138,6 +144,9 @@ static int spawn(proc_t *p, char *const argv[], char *err, size_t errlen) {
     }
     if (pid == 0) {
         setpgid(0, 0);
+        /* However tune ends (SIGKILL included), its coordinator and workers end with it. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(127);
         int devnull = open("/dev/null", O_RDONLY);
         if (devnull >= 0) dup2(devnull, STDIN_FILENO);
         dup2(fd, STDOUT_FILENO);
@@ -215,29 +224,184 @@ static void remove_run_dir(run_t *r) {
     rmdir(r->dir);
 }
 
+/* The sweeps of the database that name the same target (spec.h): the candidates for a
+ * resume (running) or a reuse (done), newest last. */
+#define MAX_CANDIDATES 32
+typedef struct {
+    uint64_t id;
+    bool running;
+    uint64_t planned;
+    Moetune__SweepSpec *spec; /* unpacked, owned */
+} cand_t;
+
 typedef struct {
     const Moetune__SweepSpec *want;
-    uint64_t found;
-} resume_ctx_t;
+    cand_t c[MAX_CANDIDATES];
+    size_t n;
+} cands_t;
 
-static int match_sweep(void *vctx, const dbq_sweep_t *s) {
-    resume_ctx_t *ctx = vctx;
+static void cands_clear(cands_t *cs) {
+    for (size_t i = 0; i < cs->n; i++) moetune__sweep_spec__free_unpacked(cs->c[i].spec, NULL);
+    cs->n = 0;
+}
+
+static int collect_cand(void *vctx, const dbq_sweep_t *s) {
+    cands_t *cs = vctx;
+    bool running = strcmp(s->state, "running") == 0;
+    if (!running && strcmp(s->state, "done") != 0) return 0;
     Moetune__SweepSpec *have = moetune__sweep_spec__unpack(NULL, s->spec_len, s->spec);
     if (!have) return 0;
-    if (cli_spec_same_work(ctx->want, have)) ctx->found = s->id;
-    moetune__sweep_spec__free_unpacked(have, NULL);
+    if (!cli_spec_same_target(cs->want, have)) {
+        moetune__sweep_spec__free_unpacked(have, NULL);
+        return 0;
+    }
+    if (cs->n == MAX_CANDIDATES) { /* keep the newest */
+        moetune__sweep_spec__free_unpacked(cs->c[0].spec, NULL);
+        memmove(&cs->c[0], &cs->c[1], (MAX_CANDIDATES - 1) * sizeof cs->c[0]);
+        cs->n--;
+    }
+    cs->c[cs->n++] = (cand_t){s->id, running, s->results_planned, have};
     return 0;
 }
 
-/* An interrupted sweep of the same spec in db, or 0. */
-static uint64_t find_resumable(const char *db, const Moetune__SweepSpec *spec) {
+/* Fills cs with the running and done sweeps of db that have spec's target. */
+static void find_candidates(const char *db, const Moetune__SweepSpec *spec, cands_t *cs) {
     char err[300];
     dbq_t *q = NULL;
-    resume_ctx_t ctx = {spec, 0};
-    if (access(db, F_OK) != 0 || dbq_open(db, &q, err, sizeof err) != MT_OK) return 0;
-    dbq_sweeps(q, "running", match_sweep, &ctx, err, sizeof err);
+    cs->want = spec;
+    cs->n = 0;
+    if (access(db, F_OK) != 0 || dbq_open(db, &q, err, sizeof err) != MT_OK) return;
+    dbq_sweeps(q, NULL, collect_cand, cs, err, sizeof err);
     dbq_close(&q);
-    return ctx.found;
+}
+
+/* What measures here: one (GPU, backend, compiler, kernel, versions) of a local worker. */
+#define MAX_KINDS 8
+typedef struct {
+    char gpu[128], backend[16], compiler[48], kernel_hash[80], versions[256];
+    uint64_t rows; /* rows of the sweep being checked measured by this kind */
+} kind_t;
+
+typedef struct {
+    kind_t k[MAX_KINDS];
+    size_t n;
+} kinds_t;
+
+static void kinds_from(const Moetune__StatusReply *sr, kinds_t *ks) {
+    ks->n = 0;
+    for (size_t i = 0; i < sr->n_workers; i++) {
+        const Moetune__WorkerInfo *w = sr->workers[i];
+        if (!w->state || strcmp(w->state, "dead") == 0 || !w->gpu) continue;
+        kind_t k;
+        memset(&k, 0, sizeof k);
+        snprintf(k.gpu, sizeof k.gpu, "%s", w->gpu->name ? w->gpu->name : "");
+        snprintf(k.backend, sizeof k.backend, "%s", w->backend ? w->backend : "");
+        snprintf(k.compiler, sizeof k.compiler, "%s", w->compiler ? w->compiler : "");
+        snprintf(k.kernel_hash, sizeof k.kernel_hash, "%s", w->kernel_hash ? w->kernel_hash : "");
+        snprintf(k.versions, sizeof k.versions, "%s", w->versions ? w->versions : "");
+        bool seen = false;
+        for (size_t j = 0; j < ks->n; j++)
+            seen = seen || (strcmp(ks->k[j].gpu, k.gpu) == 0 && strcmp(ks->k[j].backend, k.backend) == 0 &&
+                            strcmp(ks->k[j].compiler, k.compiler) == 0 &&
+                            strcmp(ks->k[j].kernel_hash, k.kernel_hash) == 0 &&
+                            strcmp(ks->k[j].versions, k.versions) == 0);
+        if (!seen && ks->n < MAX_KINDS) ks->k[ks->n++] = k;
+    }
+}
+
+static int count_kind_rows(void *vctx, const dbq_result_t *r) {
+    kinds_t *ks = vctx;
+    for (size_t j = 0; j < ks->n; j++) {
+        kind_t *k = &ks->k[j];
+        if (strcmp(k->gpu, r->device_name) == 0 && strcmp(k->backend, r->backend) == 0 &&
+            strcmp(k->compiler, r->compiler) == 0 && strcmp(k->kernel_hash, r->kernel_hash) == 0 &&
+            strcmp(k->versions, r->versions) == 0)
+            k->rows++;
+    }
+    return 0;
+}
+
+/* True when done sweep c holds its whole plan measured by every local kind: the same
+ * device and kernel already answered it. */
+static bool covered_here(const char *db, const cand_t *c, kinds_t *ks) {
+    char err[300];
+    dbq_t *q = NULL;
+    if (ks->n == 0 || c->planned == 0 || dbq_open(db, &q, err, sizeof err) != MT_OK) return false;
+    dbq_filter_t f;
+    memset(&f, 0, sizeof f);
+    f.sweep_id = c->id;
+    for (size_t j = 0; j < ks->n; j++) ks->k[j].rows = 0;
+    int rc = dbq_results(q, &f, count_kind_rows, ks, err, sizeof err);
+    dbq_close(&q);
+    if (rc != MT_OK) return false;
+    for (size_t j = 0; j < ks->n; j++)
+        if (ks->k[j].rows != c->planned) return false;
+    return true;
+}
+
+/* Among the running (or the done and here completely measured) candidates, newest
+ * first: sets *same_id to one whose expanded plan and settings equal spec's, if any;
+ * returns it, else the newest that differs (its differences in diff), else NULL. */
+static const cand_t *pick_candidate(const cands_t *cs, const Moetune__SweepSpec *spec, bool running,
+                                    const char *db, kinds_t *ks, uint64_t *same_id, char *diff, size_t len) {
+    const cand_t *differs = NULL;
+    char why[1000];
+    *same_id = 0;
+    for (size_t i = cs->n; i-- > 0;) {
+        const cand_t *c = &cs->c[i];
+        if (c->running != running || (!running && !covered_here(db, c, ks))) continue;
+        bool same = false;
+        int rc = cli_spec_compare(c->spec, spec, &same, why, sizeof why);
+        if (rc == MT_OK && same) {
+            *same_id = c->id;
+            return c;
+        }
+        if (!differs) {
+            differs = c;
+            snprintf(diff, len, "%s", why);
+        }
+    }
+    return differs;
+}
+
+/* Lists the GPUs of the live workers in sr ("2 x NVIDIA H200 (sim)"), or "none". */
+static void describe_fleet(const Moetune__StatusReply *sr, char *buf, size_t len) {
+    kinds_t ks;
+    kinds_from(sr, &ks);
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t j = 0; j < ks.n && used + 1 < len; j++) {
+        uint32_t n = 0;
+        for (size_t i = 0; i < sr->n_workers; i++) {
+            const Moetune__WorkerInfo *w = sr->workers[i];
+            n += w->state && strcmp(w->state, "dead") != 0 && w->gpu && w->gpu->name &&
+                 strcmp(w->gpu->name, ks.k[j].gpu) == 0 && w->backend && strcmp(w->backend, ks.k[j].backend) == 0;
+        }
+        int k = snprintf(buf + used, len - used, "%s%u x %s (%s)", j ? ", " : "", n, ks.k[j].gpu, ks.k[j].backend);
+        if (k < 0) break;
+        used += (size_t)k;
+    }
+    if (!buf[0]) snprintf(buf, len, "none");
+}
+
+/* True when a live worker of sr may measure spec (its backend and device filter, as the
+ * scheduler matches them). */
+static bool any_worker_matches(const Moetune__StatusReply *sr, const Moetune__SweepSpec *spec) {
+    for (size_t i = 0; i < sr->n_workers; i++) {
+        const Moetune__WorkerInfo *w = sr->workers[i];
+        if (!w->state || strcmp(w->state, "dead") == 0) continue;
+        if (spec->backend && *spec->backend && (!w->backend || strcmp(w->backend, spec->backend) != 0)) continue;
+        const char *gpu = w->gpu && w->gpu->name ? w->gpu->name : "";
+        if (!spec->device_filter || !*spec->device_filter || strstr(gpu, spec->device_filter)) return true;
+    }
+    return false;
+}
+
+static uint32_t live_workers(const Moetune__StatusReply *sr) {
+    uint32_t n = 0;
+    for (size_t i = 0; i < sr->n_workers; i++)
+        n += sr->workers[i]->state && strcmp(sr->workers[i]->state, "dead") != 0;
+    return n;
 }
 
 /* First failure among the children, or false. */
@@ -274,6 +438,30 @@ static bool check_children(run_t *r, char *why, size_t len, bool *fatal) {
     return false;
 }
 
+/* Exit code for a fatal child failure in why: a worker that refused its arguments (exit
+ * 2) is the user's input, anything else a failure. */
+static int worker_exit_code(const cli_cmd_t *cmd, const run_t *r, const char *why) {
+    for (uint32_t i = 0; i < r->n_workers; i++) {
+        const proc_t *w = &r->workers[i];
+        if (w->exited && WIFEXITED(w->status) && WEXITSTATUS(w->status) == MT_EXIT_USAGE) return cli_usage(cmd, why);
+    }
+    return cli_fail(cmd, why);
+}
+
+/* Where the files went; with --json a JSON line, so that stdout stays JSON. */
+static void print_where(const char *out, bool sim, bool json) {
+    if (json) {
+        json_t *o = json_pack("{s:s, s:s}", "out", out, "dir", sim ? "sim" : "<compiler>");
+        char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (t) printf("%s\n", t);
+        free(t);
+        json_decref(o);
+    } else {
+        printf("config files are in %s/%s\n", out, sim ? "sim (simulated numbers, not for engines)" : "<compiler>");
+    }
+    fflush(stdout);
+}
+
 int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     int code = MT_EXIT_FAIL;
     char err[700];
@@ -282,7 +470,11 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     cli_progress_t *prog = NULL;
     wire_env_t *reply = NULL;
     bool keep_dir = false;
-    uint64_t sweep = 0;
+    uint64_t sweep = 0, resume = 0, replace = 0, reuse = 0;
+    cands_t cands;
+    char diff[1000];
+    const Moetune__SweepSpec *follow_spec = NULL;
+    memset(&cands, 0, sizeof cands);
     const char *db = o->db ? o->db : "moetune.db";
     const char *out = o->out ? o->out : "configs";
     const char *backend = o->backend ? o->backend : "cuda";
@@ -367,7 +559,30 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
         code = cli_fail(cmd, err);
         goto out;
     }
-    uint64_t resume = find_resumable(db, spec);
+    if (o->fresh && o->keep_settings) {
+        code = cli_usage(cmd, "--fresh and --keep-settings exclude each other");
+        goto out;
+    }
+    /* Resume only the same work: the newest interrupted sweep of this target, when its
+     * expanded plan and settings are equal, or when the user keeps its settings. */
+    find_candidates(db, spec, &cands);
+    const cand_t *running = pick_candidate(&cands, spec, true, NULL, NULL, &resume, diff, sizeof diff);
+    if (resume) {
+        follow_spec = spec;
+    } else if (running && o->keep_settings) {
+        resume = running->id;
+        follow_spec = running->spec;
+    } else if (running && o->fresh) {
+        replace = running->id;
+    } else if (running) {
+        mt_fmt(err, sizeof err,
+               "sweep %llu in %s (interrupted, same shapes) was planned with other settings: %s. "
+               "Run again with --fresh to measure with the new settings (sweep %llu is cancelled, its "
+               "results stay), or with --keep-settings to resume it as it was",
+               (unsigned long long)running->id, db, diff, (unsigned long long)running->id);
+        code = cli_usage(cmd, err);
+        goto out;
+    }
 
     /* ---- start the coordinator */
     mt_install_stop_handlers();
@@ -414,6 +629,24 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     }
     /* It answers: from now on a slow reply is waited for, not taken for a missing coordinator. */
     cli_client_set_timeout(c, CLI_CLIENT_DEFAULT_TIMEOUT_MS);
+
+    /* The interrupted sweep that --fresh replaces: cancelled before a worker can take its jobs. */
+    if (replace) {
+        wire_env_t req;
+        Moetune__Cancel cn;
+        wire_env_init(&req);
+        moetune__cancel__init(&cn);
+        cn.sweep_id = replace;
+        req.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
+        req.cancel = &cn;
+        wire_free(&reply);
+        if (cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_CANCELLED, &reply, NULL, err, sizeof err) != MT_OK) {
+            code = cli_fail(cmd, err);
+            goto out;
+        }
+        fprintf(stderr, "sweep %llu (interrupted, other settings) cancelled; its results stay in %s\n",
+                (unsigned long long)replace, db);
+    }
 
     /* ---- start the workers */
     for (uint32_t i = 0; i < r->n_workers; i++) {
@@ -465,10 +698,69 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
         }
     }
 
+    /* ---- wait for the workers' Hellos: what measures here decides a reuse */
+    if (!follow_spec) follow_spec = spec;
+    for (uint64_t deadline = mt_now_ms() + TUNE_HELLO_MS;;) {
+        if (mt_stop_requested) goto interrupted;
+        bool fatal = false;
+        if (check_children(r, err, sizeof err, &fatal) && fatal) {
+            keep_dir = true;
+            code = worker_exit_code(cmd, r, err);
+            goto out;
+        }
+        uint32_t started = 0;
+        for (uint32_t i = 0; i < r->n_workers; i++) started += !r->workers[i].exited;
+        wire_free(&reply);
+        if (cli_client_status(c, 0, &reply, err, sizeof err) == MT_OK &&
+            live_workers(reply->status_reply) >= started)
+            break;
+        if (mt_now_ms() > deadline) break;
+        usleep(100 * 1000);
+    }
+    if (reply && reply->status_reply && live_workers(reply->status_reply) > 0) {
+        const Moetune__StatusReply *sr = reply->status_reply;
+        char fleet[400];
+        describe_fleet(sr, fleet, sizeof fleet);
+        /* Every worker of this run has said hello: none will ever match. */
+        if (!any_worker_matches(sr, follow_spec)) {
+            mt_fmt(err, sizeof err, "no worker here may measure the sweep: --device-filter '%s' matches none of %s",
+                   follow_spec->device_filter ? follow_spec->device_filter : "", fleet);
+            code = cli_usage(cmd, err);
+            goto out;
+        }
+        kinds_t kinds;
+        kinds_from(sr, &kinds);
+        const cand_t *done = NULL;
+        if (!resume && !replace && !o->fresh)
+            done = pick_candidate(&cands, spec, false, db, &kinds, &reuse, diff, sizeof diff);
+        if (!reuse && done && o->keep_settings) {
+            reuse = done->id;
+        } else if (!reuse && done) {
+            mt_fmt(err, sizeof err,
+                   "sweep %llu in %s measured these shapes on %s with other settings: %s. Run again with "
+                   "--fresh to measure with the new settings, or with --keep-settings to export sweep %llu "
+                   "as it is",
+                   (unsigned long long)done->id, db, fleet, diff, (unsigned long long)done->id);
+            code = cli_usage(cmd, err);
+            goto out;
+        }
+        if (reuse) {
+            fprintf(stderr,
+                    "sweep %llu already measured this on %s with the same kernel%s: nothing to measure, its files "
+                    "are exported again (--fresh measures again)\n",
+                    (unsigned long long)reuse, fleet, o->keep_settings ? "" : " and settings");
+            stop_procs(r->workers, r->n_workers);
+            sweep = reuse;
+            code = cli_run_export(cmd, db, out, reuse, engine, o->json);
+            if (code == MT_EXIT_OK) print_where(out, sim, o->json);
+            goto out;
+        }
+    }
     /* ---- submit, or follow the interrupted sweep of the same spec */
     if (resume) {
         sweep = resume;
-        fprintf(stderr, "resuming sweep %llu (same spec, interrupted earlier) in %s\n", (unsigned long long)sweep, db);
+        fprintf(stderr, "resuming sweep %llu (interrupted earlier) in %s%s\n", (unsigned long long)sweep, db,
+                follow_spec != spec ? " with its own settings (--keep-settings)" : ", same plan and settings");
     } else {
         wire_env_t req;
         Moetune__Submit sub;
@@ -497,38 +789,58 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     /* ---- follow it */
     prog = cli_progress_new(o->json ? stdout : stderr, o->json, isatty(STDERR_FILENO));
     char state[16] = "";
+    uint64_t matched_ms = mt_now_ms(), stop_ms = 0;
+    bool warned = false;
     for (;;) {
-        if (mt_stop_requested) goto interrupted;
+        bool stop = mt_stop_requested;
+        if (stop && !stop_ms) stop_ms = mt_now_ms();
         bool fatal = false;
-        if (check_children(r, err, sizeof err, &fatal) && fatal) {
+        if (!stop && check_children(r, err, sizeof err, &fatal) && fatal) {
             cli_progress_finish(prog, NULL, 0);
             keep_dir = true;
-            code = cli_fail(cmd, err);
+            code = worker_exit_code(cmd, r, err);
             goto out;
         }
         wire_free(&reply);
         if (cli_client_status(c, sweep, &reply, err, sizeof err) == MT_OK && reply->status_reply->n_sweeps == 1) {
             const Moetune__StatusReply *sr = reply->status_reply;
             const Moetune__SweepStatus *st = sr->sweeps[0];
-            uint32_t alive = 0;
-            for (size_t i = 0; i < sr->n_workers; i++)
-                alive += sr->workers[i]->state && strcmp(sr->workers[i]->state, "dead") != 0;
+            uint32_t alive = live_workers(sr);
+            cli_progress_storage(prog, sr->counters);
             snprintf(state, sizeof state, "%s", st->state ? st->state : "");
+            /* An interrupt that comes after the last commit does not lose the export. */
             if (strcmp(state, "running") != 0) {
                 cli_progress_finish(prog, st, alive);
                 break;
             }
+            /* Every result committed, the sweep about to be marked done: wait for it. */
+            if (stop && st->results_planned && st->results_done >= st->results_planned &&
+                mt_now_ms() - stop_ms < TUNE_STOP_GRACE_MS) {
+                usleep(50 * 1000);
+                continue;
+            }
             cli_progress_update(prog, st, alive);
+            if (any_worker_matches(sr, follow_spec)) {
+                matched_ms = mt_now_ms();
+            } else if (!warned && mt_now_ms() - matched_ms > TUNE_FILTER_WARN_MS) {
+                char fleet[400];
+                describe_fleet(sr, fleet, sizeof fleet);
+                cli_progress_finish(prog, NULL, 0);
+                fprintf(stderr, "moetune tune: warning: for %u s no connected worker may measure sweep %llu "
+                                "(device filter '%s', backend %s); connected: %s\n",
+                        TUNE_FILTER_WARN_MS / 1000, (unsigned long long)sweep,
+                        follow_spec->device_filter ? follow_spec->device_filter : "", backend, fleet);
+                warned = true;
+            }
         }
+        if (stop) goto interrupted;
         for (int i = 0; i < 5 && !mt_stop_requested; i++) usleep(100 * 1000);
     }
 
     /* ---- export, then stop */
     stop_procs(r->workers, r->n_workers);
-    code = cli_run_export(cmd, db, out, sweep, engine);
-    if (code == MT_EXIT_OK) {
-        printf("config files are in %s/%s\n", out, sim ? "sim (simulated numbers, not for engines)" : "<compiler>");
-    }
+    code = cli_run_export(cmd, db, out, sweep, engine, o->json);
+    if (code == MT_EXIT_OK) print_where(out, sim, o->json);
     if (strcmp(state, "done") != 0) {
         mt_fmt(err, sizeof err, "sweep %llu ended %s", (unsigned long long)sweep, state);
         code = cli_fail(cmd, err);
@@ -542,6 +854,7 @@ interrupted:
             sweep ? "; run the same command again to resume the sweep\n" : "\n");
     code = 130;
 out:
+    cands_clear(&cands);
     wire_free(&reply);
     cli_progress_destroy(&prog);
     cli_client_destroy(&c);

@@ -9,7 +9,8 @@
 
 static const cli_opt_t *const tune_opts[] = {&opt_backend, &opt_workers, &opt_gpus, &opt_db, &opt_out,
                                              &opt_sim_time_scale, &opt_sim_faults, &opt_kernel, &opt_python,
-                                             &opt_helper_mem_mb, &opt_engine, &opt_json, &opt_log_level, &opt_keep_temp, NULL};
+                                             &opt_helper_mem_mb, &opt_engine, &opt_json, &opt_log_level, &opt_keep_temp,
+                                             &opt_fresh, &opt_keep_settings, NULL};
 static const cli_opt_t *const submit_opts[] = {&opt_control, &opt_timeout, &opt_wait, &opt_json,
                                                &opt_curve_secret, &opt_curve_server, NULL};
 static const cli_opt_t *const status_opts[] = {&opt_control, &opt_timeout, &opt_sweep, &opt_wait, &opt_json,
@@ -32,7 +33,10 @@ static const cli_cmd_t k_cmds[] = {
      "Shapes come from --shape, --model with --tp/--ep, or --model-config with --tp/--ep.\n"
      "Exit codes: 0 done, 1 failure (a process died, a worker could not open its backend),\n"
      "2 bad usage, 130 interrupted. Every result is committed as it arrives: after Ctrl-C or a\n"
-     "crash, running the same command again on the same --db resumes the sweep.",
+     "crash, running the same command again on the same --db resumes the sweep, and once it is\n"
+     "done the same command on the same GPU and kernel exports its files again without measuring.\n"
+     "Both happen only when the expanded plan and every measurement setting are equal; otherwise\n"
+     "tune says what differs and exits 2: choose --fresh (measure anew) or --keep-settings.",
      tune_opts, true, 0, 0, cmd_tune},
     {"submit", NULL, "Submit a sweep to a running coordinator and print its id, jobs and planned results.", NULL,
      submit_opts, true, 0, 0, cmd_submit},

@@ -2,6 +2,9 @@
 #include "presets.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -163,9 +166,23 @@ int cli_model_config_load(const char *path, uint32_t tp, uint32_t ep, const char
                           krn_shape_t *shape, char *err, size_t errlen) {
     int rc = MT_OK;
     char buf[1 << 16];
-    FILE *f = fopen(path, "rb");
+    /* Opened without blocking and checked before reading: a FIFO or device would block
+     * (or never end) where a config.json is expected. */
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
+        return MT_IO;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        mt_fmt(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return MT_INVAL;
+    }
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
         return MT_IO;
     }
     size_t len = fread(buf, 1, sizeof buf, f);

@@ -1,6 +1,7 @@
 /* progress.c - progress line (see progress.h). */
 #include "progress.h"
 
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,9 @@ struct cli_progress {
     size_t last_len;
     uint64_t first_ms, first_done;  /* for a local rate when the coordinator reports none */
     bool have_first;
+    char storage[300];              /* the coordinator's last commit error, "" when none */
+    uint64_t unacked;
+    bool storage_changed;
 };
 
 cli_progress_t *cli_progress_new(FILE *out, bool json, bool tty) {
@@ -64,18 +68,30 @@ static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t wor
     if (copy.rate <= 0 && now > p->first_ms + 500 && in->results_done >= p->first_done)
         copy.rate = (double)(in->results_done - p->first_done) * 1000.0 / (double)(now - p->first_ms);
     if (p->json) {
-        fprintf(p->out,
-                "{\"sweep\":%llu,\"state\":\"%s\",\"done\":%llu,\"total\":%llu,\"failed\":%llu,\"pruned\":%llu,"
-                "\"rate\":%.1f,\"jobs_done\":%u,\"jobs_total\":%u,\"jobs_failed\":%u,\"workers\":%u}\n",
-                (unsigned long long)st->sweep_id, st->state ? st->state : "",
-                (unsigned long long)st->results_done, (unsigned long long)st->results_planned,
-                (unsigned long long)st->results_failed, (unsigned long long)st->results_pruned, st->rate, st->jobs_done, st->jobs_total,
-                st->jobs_failed, workers_alive);
+        json_t *o = json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:f, s:i, s:i, s:i, s:i}", "sweep",
+                              (json_int_t)st->sweep_id, "state", st->state ? st->state : "", "done",
+                              (json_int_t)st->results_done, "total", (json_int_t)st->results_planned, "failed",
+                              (json_int_t)st->results_failed, "pruned", (json_int_t)st->results_pruned, "rate", st->rate, "jobs_done", (int)st->jobs_done,
+                              "jobs_total", (int)st->jobs_total, "jobs_failed", (int)st->jobs_failed, "workers",
+                              (int)workers_alive);
+        if (o && p->storage[0]) {
+            json_object_set_new(o, "storage_error", json_string(p->storage));
+            json_object_set_new(o, "results_unacked", json_integer((json_int_t)p->unacked));
+        }
+        char *t = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+        if (t) fprintf(p->out, "%s\n", t);
+        free(t);
+        json_decref(o);
         fflush(p->out);
         return;
     }
-    char line[400];
+    char line[800];
     cli_progress_format(st, workers_alive, line, sizeof line);
+    if (p->storage[0]) {
+        size_t used = strlen(line);
+        snprintf(line + used, sizeof line - used, "; storage: %s (%llu results waiting for a commit)", p->storage,
+                 (unsigned long long)p->unacked);
+    }
     if (p->tty) {
         size_t n = strlen(line);
         /* Pad over a longer previous line. */
@@ -92,7 +108,8 @@ static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t wor
 void cli_progress_update(cli_progress_t *p, const Moetune__SweepStatus *st, uint32_t workers_alive) {
     if (!p || !st) return;
     uint64_t now = mt_now_ms();
-    bool state_changed = strcmp(p->last_state, st->state ? st->state : "") != 0;
+    bool state_changed = strcmp(p->last_state, st->state ? st->state : "") != 0 || p->storage_changed;
+    p->storage_changed = false;
     if (!p->tty && !state_changed && p->last_ms && now - p->last_ms < 5000) return;
     p->last_ms = now;
     snprintf(p->last_state, sizeof p->last_state, "%s", st->state ? st->state : "");
@@ -104,6 +121,19 @@ void cli_progress_finish(cli_progress_t *p, const Moetune__SweepStatus *st, uint
     if (st) emit(p, st, workers_alive, true);
     else if (p->drawn) fputc('\n', p->out);
     p->drawn = false;
+}
+
+void cli_progress_storage(cli_progress_t *p, const Moetune__Counters *c) {
+    if (!p) return;
+    const char *e = c && c->storage_error ? c->storage_error : "";
+    char clean[sizeof p->storage];
+    size_t n = 0;
+    /* One line: the library's text may hold a newline. */
+    for (const char *q = e; *q && n + 1 < sizeof clean; q++) clean[n++] = (*q == '\n' || *q == '\r') ? ' ' : *q;
+    clean[n] = '\0';
+    if (strcmp(clean, p->storage) != 0) p->storage_changed = true;
+    snprintf(p->storage, sizeof p->storage, "%s", clean);
+    p->unacked = c ? c->results_unacked : 0;
 }
 
 void cli_progress_destroy(cli_progress_t **p) {

@@ -28,6 +28,11 @@ void cli_progress_update(cli_progress_t *p, const Moetune__SweepStatus *st, uint
 /* Ends the line (prints the last state once more) before other output. */
 void cli_progress_finish(cli_progress_t *p, const Moetune__SweepStatus *st, uint32_t workers_alive);
 
+/* Notes the coordinator's storage state from its counters (NULL = unknown): while a
+ * commit fails, every line ends with "storage: <error> (N results waiting for a
+ * commit)" as `status` prints it, and a change of that text is shown at once. */
+void cli_progress_storage(cli_progress_t *p, const Moetune__Counters *c);
+
 void cli_progress_destroy(cli_progress_t **p);
 
 #endif

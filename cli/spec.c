@@ -9,6 +9,7 @@
 
 #include "convert.h"
 #include "mt.h"
+#include "planner.h"
 #include "presets.h"
 
 #define MAX_MODELS 16
@@ -191,7 +192,8 @@ typedef struct { size_t off; uint32_t min, max; bool measure; } u32_field_t;
 static const u32_field_t k_u32_fields[] = {
     {offsetof(cli_spec_t, spec.chunk), 1, 100000, false},
     {offsetof(cli_spec_t, spec.max_attempts), 1, 1000, false},
-    {offsetof(cli_spec_t, measure.warmup), 0, 100000, true},
+    /* 0 cannot be sent: on the wire a zero is "the default" (5), so it is refused here. */
+    {offsetof(cli_spec_t, measure.warmup), 1, 100000, true},
     {offsetof(cli_spec_t, measure.min_samples), 1, 1000000, true},
     {offsetof(cli_spec_t, measure.max_samples), 1, 1000000, true},
     {offsetof(cli_spec_t, measure.budget_ms), 1, 3600000, true},
@@ -239,8 +241,9 @@ static int set_race(cli_spec_t *s, const void *arg, const char *opt, const char 
 static int set_seed(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
                     size_t errlen) {
     uint64_t v;
-    if (mt_parse_u64(val, &v) != MT_OK) {
-        mt_fmt(err, errlen, "--%s %s: not an unsigned integer", opt, val);
+    /* As for warmup: a zero seed would silently be the default seed 1. */
+    if (mt_parse_u64(val, &v) != MT_OK || v == 0) {
+        mt_fmt(err, errlen, "--%s %s: not a positive integer (the default is 1)", opt, val);
         return MT_INVAL;
     }
     s->measure.seed = v;
@@ -734,18 +737,8 @@ static bool str_eq(const char *a, const char *b) {
     return strcmp(a ? a : "", b ? b : "") == 0;
 }
 
-/* A zero field means "the planner's default", so zero matches anything. */
-static bool loose_eq(uint64_t a, uint64_t b) { return a == 0 || b == 0 || a == b; }
-
-bool cli_spec_same_work(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b) {
-    if (!a || !b) return false;
-    if (!str_eq(a->name, b->name) || !str_eq(a->device_filter, b->device_filter) ||
-        !str_eq(a->backend, b->backend))
-        return false;
-    const char *sa = a->strategy && *a->strategy ? a->strategy : "exhaustive";
-    const char *sb = b->strategy && *b->strategy ? b->strategy : "exhaustive";
-    if (strcmp(sa, sb) != 0 || !loose_eq(a->chunk, b->chunk)) return false;
-    if (!u32s_eq(a->batch_sizes, a->n_batch_sizes, b->batch_sizes, b->n_batch_sizes)) return false;
+bool cli_spec_same_target(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b) {
+    if (!a || !b || !str_eq(a->name, b->name) || !str_eq(a->backend, b->backend)) return false;
     if (a->n_shapes != b->n_shapes) return false;
     for (size_t i = 0; i < a->n_shapes; i++) {
         const Moetune__Shape *x = a->shapes[i], *y = b->shapes[i];
@@ -753,23 +746,126 @@ bool cli_spec_same_work(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b
             !str_eq(x->dtype, y->dtype) || x->block_n != y->block_n || x->block_k != y->block_k)
             return false;
     }
-    const Moetune__Space *p = a->space, *q = b->space;
-    if ((p == NULL) != (q == NULL)) return false;
-    if (p && !(u32s_eq(p->block_m, p->n_block_m, q->block_m, q->n_block_m) &&
-               u32s_eq(p->block_n, p->n_block_n, q->block_n, q->n_block_n) &&
-               u32s_eq(p->block_k, p->n_block_k, q->block_k, q->n_block_k) &&
-               u32s_eq(p->group_m, p->n_group_m, q->group_m, q->n_group_m) &&
-               u32s_eq(p->num_warps, p->n_num_warps, q->num_warps, q->n_num_warps) &&
-               u32s_eq(p->num_stages, p->n_num_stages, q->num_stages, q->n_num_stages)))
-        return false;
-    const Moetune__Measure *m = a->measure, *n = b->measure;
-    if (m && n) {
-        if (!loose_eq(m->warmup, n->warmup) || !loose_eq(m->min_samples, n->min_samples) ||
-            !loose_eq(m->max_samples, n->max_samples) || !loose_eq(m->budget_ms, n->budget_ms) ||
-            !loose_eq(m->timeout_ms, n->timeout_ms) || !loose_eq(m->seed, n->seed))
-            return false;
-        if (m->rsd_target != 0.0 && n->rsd_target != 0.0 && m->rsd_target != n->rsd_target) return false;
-        if (m->race_margin != n->race_margin) return false;
-    }
     return true;
 }
+
+/* Appends "what: A (was) vs B (now)" to the diff text. */
+static void add_diff(char *diff, size_t len, size_t *n, const char *what, const char *was, const char *now) {
+    size_t used = strlen(diff);
+    if (used + 1 < len)
+        snprintf(diff + used, len - used, "%s%s %s, now %s", *n ? "; " : "", what, was, now);
+    (*n)++;
+}
+
+static void diff_u64(char *diff, size_t len, size_t *n, const char *what, uint64_t was, uint64_t now) {
+    if (was == now) return;
+    char a[32], b[32];
+    snprintf(a, sizeof a, "%llu", (unsigned long long)was);
+    snprintf(b, sizeof b, "%llu", (unsigned long long)now);
+    add_diff(diff, len, n, what, a, b);
+}
+
+static void list_text(const uint32_t *v, size_t nv, char *buf, size_t len) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < nv && used + 12 < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%u", i ? "," : "", v[i]);
+    if (nv == 0) snprintf(buf, len, "(none)");
+}
+
+static void diff_list(char *diff, size_t len, size_t *n, const char *what, const uint32_t *was, size_t nwas,
+                      const uint32_t *now, size_t nnow) {
+    if (u32s_eq(was, nwas, now, nnow)) return;
+    char a[200], b[200];
+    list_text(was, nwas, a, sizeof a);
+    list_text(now, nnow, b, sizeof b);
+    add_diff(diff, len, n, what, a, b);
+}
+
+static void diff_str(char *diff, size_t len, size_t *n, const char *what, const char *was, const char *now) {
+    if (str_eq(was, now)) return;
+    char a[140], b[140];
+    snprintf(a, sizeof a, "'%s'", was ? was : "");
+    snprintf(b, sizeof b, "'%s'", now ? now : "");
+    add_diff(diff, len, n, what, a, b);
+}
+
+int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *now, bool *same, char *diff,
+                     size_t len) {
+    int rc = MT_OK;
+    plan_t *pa = NULL, *pb = NULL;
+    size_t n = 0;
+    *same = false;
+    diff[0] = '\0';
+    char why[300];
+    if (plan_build(was, &pa, why, sizeof why) != MT_OK) {
+        mt_fmt(diff, len, "the stored spec does not plan: %s", why);
+        rc = MT_INVAL;
+        goto out;
+    }
+    if (plan_build(now, &pb, why, sizeof why) != MT_OK) {
+        mt_fmt(diff, len, "%s", why);
+        rc = MT_INVAL;
+        goto out;
+    }
+    const char *sa = was->strategy && *was->strategy ? was->strategy : "exhaustive";
+    const char *sb = now->strategy && *now->strategy ? now->strategy : "exhaustive";
+    diff_str(diff, len, &n, "name", was->name, now->name);
+    diff_str(diff, len, &n, "backend", was->backend, now->backend);
+    diff_str(diff, len, &n, "strategy", sa, sb);
+    diff_str(diff, len, &n, "device filter", was->device_filter, now->device_filter);
+    diff_list(diff, len, &n, "batch sizes", pa->batch_sizes, pa->n_batch_sizes, pb->batch_sizes, pb->n_batch_sizes);
+    const krn_space_t *x = &pa->space, *y = &pb->space;
+    diff_list(diff, len, &n, "block_m", x->block_m, x->n_block_m, y->block_m, y->n_block_m);
+    diff_list(diff, len, &n, "block_n", x->block_n, x->n_block_n, y->block_n, y->n_block_n);
+    diff_list(diff, len, &n, "block_k", x->block_k, x->n_block_k, y->block_k, y->n_block_k);
+    diff_list(diff, len, &n, "group_m", x->group_m, x->n_group_m, y->group_m, y->n_group_m);
+    diff_list(diff, len, &n, "num_warps", x->num_warps, x->n_num_warps, y->num_warps, y->n_num_warps);
+    diff_list(diff, len, &n, "num_stages", x->num_stages, x->n_num_stages, y->num_stages, y->n_num_stages);
+    diff_u64(diff, len, &n, "chunk", pa->chunk, pb->chunk);
+    diff_u64(diff, len, &n, "max_attempts", pa->max_attempts, pb->max_attempts);
+    const Moetune__Measure *m = &pa->measure, *o = &pb->measure;
+    diff_u64(diff, len, &n, "warmup", m->warmup, o->warmup);
+    diff_u64(diff, len, &n, "min_samples", m->min_samples, o->min_samples);
+    diff_u64(diff, len, &n, "max_samples", m->max_samples, o->max_samples);
+    diff_u64(diff, len, &n, "budget_ms", m->budget_ms, o->budget_ms);
+    diff_u64(diff, len, &n, "timeout_ms", m->timeout_ms, o->timeout_ms);
+    diff_u64(diff, len, &n, "seed", m->seed, o->seed);
+    if (m->rsd_target != o->rsd_target) {
+        char a[32], b[32];
+        snprintf(a, sizeof a, "%g", m->rsd_target);
+        snprintf(b, sizeof b, "%g", o->rsd_target);
+        add_diff(diff, len, &n, "rsd_target", a, b);
+    }
+    if (m->race_margin != o->race_margin) {
+        char a[32], b[32];
+        snprintf(a, sizeof a, "%g", m->race_margin > 0 ? m->race_margin : 0.0);
+        snprintf(b, sizeof b, "%g", o->race_margin > 0 ? o->race_margin : 0.0);
+        add_diff(diff, len, &n, "race_margin", a, b);
+    }
+    /* The same space can expand differently when the static rules changed since. */
+    if (pa->n_shapes != pb->n_shapes) {
+        diff_u64(diff, len, &n, "shapes", pa->n_shapes, pb->n_shapes);
+    } else {
+        for (size_t i = 0; i < pa->n_shapes; i++) {
+            const plan_shape_t *p = &pa->shapes[i], *q = &pb->shapes[i];
+            bool eq = p->n_valid == q->n_valid &&
+                      (p->n_valid == 0 || memcmp(p->valid, q->valid, p->n_valid * sizeof *p->valid) == 0);
+            if (!eq) {
+                char what[160], sh[96];
+                krn_shape_name(&p->shape, sh, sizeof sh);
+                mt_fmt(what, sizeof what, "valid configs of %s,K=%u", sh, p->shape.k);
+                char a[32], b[32];
+                snprintf(a, sizeof a, "%zu", p->n_valid);
+                snprintf(b, sizeof b, "%zu%s", q->n_valid, p->n_valid == q->n_valid ? " (other configs)" : "");
+                add_diff(diff, len, &n, what, a, b);
+            }
+        }
+    }
+    *same = n == 0;
+out:
+    plan_destroy(&pa);
+    plan_destroy(&pb);
+    return rc;
+}
+

@@ -65,9 +65,17 @@ int cli_spec_finish(cli_spec_t *spec, bool fill_defaults, char *err, size_t errl
 /* The assembled message (valid after cli_spec_finish, owned by spec). */
 const Moetune__SweepSpec *cli_spec_get(const cli_spec_t *spec);
 
-/* True when two specs ask for the same work (name, shapes, batch sizes, space,
- * strategy, device filter, chunk, and each measure field a set in both). Used to
- * recognise an interrupted sweep to resume. */
-bool cli_spec_same_work(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b);
+/* True when two specs name the same sweep target (name, worker backend and shapes, in
+ * order), whatever their settings: the candidates for a resume or a reuse. */
+bool cli_spec_same_target(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b);
+
+/* Compares the work of a stored spec (was) and a new one (now) after the planner has
+ * expanded both: defaults filled by the planner, so a zero or absent field is the
+ * default and never a wildcard; batch sizes, space, chunk, attempts, every measurement
+ * setting, strategy, device filter and the configs the static rules accept. Sets *same;
+ * the differences go into diff as "field A, now B" joined by "; ". MT_INVAL (reason in
+ * diff) when either spec does not plan. */
+int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *now, bool *same, char *diff,
+                     size_t len);
 
 #endif

@@ -185,6 +185,7 @@ void mt_install_stop_handlers(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL); /* a closed terminal or SSH session: stop in order, not die */
     signal(SIGPIPE, SIG_IGN);
 }
 

@@ -84,7 +84,7 @@ int mt_alloc_failed(void);
 
 /* Sends a signal-safe flag: the daemons' loops check it. */
 extern volatile int mt_stop_requested;
-/* Installs SIGINT/SIGTERM handlers that set mt_stop_requested, and ignores SIGPIPE. */
+/* Installs SIGINT/SIGTERM/SIGHUP handlers that set mt_stop_requested, and ignores SIGPIPE. */
 void mt_install_stop_handlers(void);
 
 #endif

@@ -1588,6 +1588,9 @@ int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t 
             o->pid = h->pid;
             o->backend = h->backend;
             o->gpu = h->gpu;
+            o->compiler = h->compiler;
+            o->kernel_hash = h->kernel_hash;
+            o->versions = h->versions;
         }
         /* "away": known from the database after a restart, holding leases, not back yet */
         o->state = (char *)(!w->alive ? (w->n_held ? "away" : "dead") : w->n_held ? "busy" : "idle");

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mt.h"
 
@@ -60,34 +61,75 @@ static const char k_sql_sweeps[] =
     "SELECT id, name, state, results_planned, created, COALESCE(finished, 0), spec FROM sweeps"
     " WHERE (?1 IS NULL OR state = ?1) ORDER BY id";
 
-int dbq_open(const char *path, dbq_t **out, char *err, size_t errlen) {
-    int rc = MT_OK;
-    dbq_t *q = NULL;
+/* "file:" URI of path with immutable=1: reads the main file without the -shm file a WAL
+ * database otherwise needs (and cannot create where the user may not write). */
+static char *immutable_uri(const char *path) {
+    size_t n = strlen(path);
+    char *uri = malloc(n * 3 + 32);
+    if (!uri) return NULL;
+    size_t o = (size_t)sprintf(uri, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
+        if (*p == '?' || *p == '#' || *p == '%' || *p < 0x20 || *p >= 0x7f) o += (size_t)sprintf(uri + o, "%%%02X", *p);
+        else uri[o++] = (char)*p;
+    }
+    sprintf(uri + o, "?immutable=1");
+    return uri;
+}
+
+/* Opens and checks one connection; sqlite's result code in *code. */
+static int open_conn(const char *name, int flags, dbq_t *q, int *code, char *why, size_t whylen) {
     sqlite3_stmt *st = NULL;
-    *out = NULL;
-    q = calloc(1, sizeof *q);
-    if (!q) return MT_NOMEM;
-    if (sqlite3_open_v2(path, &q->db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-        mt_fmt(err, errlen, "%s: %s", path, q->db ? sqlite3_errmsg(q->db) : "cannot open");
-        rc = MT_IO;
-        goto out;
+    *code = sqlite3_open_v2(name, &q->db, flags, NULL);
+    if (*code != SQLITE_OK) {
+        mt_fmt(why, whylen, "%s", q->db ? sqlite3_errmsg(q->db) : "cannot open");
+        return MT_IO;
     }
     sqlite3_busy_timeout(q->db, 5000);
     /* A file that is not a moetune store fails here rather than on the first walk. */
-    if (sqlite3_prepare_v2(q->db, "SELECT 1 FROM results, sweeps, shapes, configs LIMIT 0", -1,
-                           &st, NULL) != SQLITE_OK) {
-        mt_fmt(err, errlen, "%s: not a moetune database (%s)", path, sqlite3_errmsg(q->db));
-        rc = MT_INVAL;
-        goto out;
+    *code = sqlite3_prepare_v2(q->db, "SELECT 1 FROM results, sweeps, shapes, configs LIMIT 0", -1, &st, NULL);
+    if (*code != SQLITE_OK) {
+        mt_fmt(why, whylen, "not a moetune database (%s)", sqlite3_errmsg(q->db));
+        return MT_INVAL;
     }
     sqlite3_finalize(st);
     st = NULL;
     q->v2 = sqlite3_prepare_v2(q->db, "SELECT versions, up_us, down_us FROM results LIMIT 0", -1, &st, NULL) ==
             SQLITE_OK;
+    sqlite3_finalize(st);
+    return MT_OK;
+}
+
+int dbq_open(const char *path, dbq_t **out, char *err, size_t errlen) {
+    int rc = MT_OK, code = SQLITE_OK;
+    char why[300], wal[4200];
+    char *uri = NULL;
+    dbq_t *q = NULL;
+    *out = NULL;
+    q = calloc(1, sizeof *q);
+    if (!q) return MT_NOMEM;
+    rc = open_conn(path, SQLITE_OPEN_READONLY, q, &code, why, sizeof why);
+    /* A WAL file in a folder (or a file) the user cannot write: without a -wal file the
+     * main file is the whole database, so it is read as immutable. */
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    if (rc != MT_OK && ((code & 0xff) == SQLITE_READONLY || (code & 0xff) == SQLITE_CANTOPEN) &&
+        access(path, R_OK) == 0 && access(wal, F_OK) != 0) {
+        sqlite3_close(q->db);
+        q->db = NULL;
+        uri = immutable_uri(path);
+        if (!uri) {
+            rc = MT_NOMEM;
+            goto out;
+        }
+        rc = open_conn(uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, q, &code, why, sizeof why);
+    }
+    if (rc != MT_OK) {
+        mt_fmt(err, errlen, "%s: %s", path, why);
+        goto out;
+    }
     *out = q;
     q = NULL;
 out:
-    sqlite3_finalize(st);
+    free(uri);
     dbq_close(&q);
     return rc;
 }

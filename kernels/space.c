@@ -175,6 +175,11 @@ int krn_shape_check(const krn_shape_t *s, char *err, size_t errlen) {
         mt_fmt(err, errlen, "block_shape needs both sizes");
         return MT_INVAL;
     }
+    /* Block scales are fp8's: a bf16 shape with one would be a second name for the same work. */
+    if (s->block_n && strcmp(s->dtype, "fp8_w8a8") != 0) {
+        mt_fmt(err, errlen, "block_shape applies only to dtype=fp8_w8a8, not %s", s->dtype);
+        return MT_INVAL;
+    }
     return MT_OK;
 }
 
@@ -201,6 +206,11 @@ int krn_shape_parse(const char *text, krn_shape_t *s, char *err, size_t errlen) 
         int done = 0;
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
             if (strcasecmp(key, fields[i].key) != 0) continue;
+            if (seen & fields[i].bit) {
+                mt_fmt(err, errlen, "%s is given twice", fields[i].key);
+                rc = MT_INVAL;
+                goto out;
+            }
             uint32_t v;
             if (mt_parse_u32(val, 1, 1048576, &v) != MT_OK) {
                 mt_fmt(err, errlen, "%s=%s is not a positive integer", key, val);
@@ -212,13 +222,23 @@ int krn_shape_parse(const char *text, krn_shape_t *s, char *err, size_t errlen) 
             done = 1;
         }
         if (done) continue;
-        if (strcasecmp(key, "dtype") == 0) {
+        unsigned bit = strcasecmp(key, "dtype") == 0 ? 16 : strcasecmp(key, "block_shape") == 0 ? 32 : 0;
+        if (bit && (seen & bit)) {
+            mt_fmt(err, errlen, "%s is given twice", key);
+            rc = MT_INVAL;
+            goto out;
+        }
+        seen |= bit;
+        if (bit == 16) {
             snprintf(s->dtype, sizeof s->dtype, "%s", val);
-        } else if (strcasecmp(key, "block_shape") == 0) {
-            unsigned bn = 0, bk = 0;
-            char tail = 0;
-            if (sscanf(val, "%ux%u%c", &bn, &bk, &tail) != 2 || bn == 0 || bk == 0) {
-                mt_fmt(err, errlen, "block_shape=%s is not NxK", val);
+        } else if (bit == 32) {
+            /* Two positive integers; sscanf's %u would take "-1" as 4294967295. */
+            char *x = strchr(val, 'x');
+            uint32_t bn = 0, bk = 0;
+            if (x) *x = '\0';
+            if (!x || mt_parse_u32(val, 1, 65536, &bn) != MT_OK || mt_parse_u32(x + 1, 1, 65536, &bk) != MT_OK) {
+                if (x) *x = 'x';
+                mt_fmt(err, errlen, "block_shape=%s is not NxK (positive integers up to 65536)", val);
                 rc = MT_INVAL;
                 goto out;
             }
@@ -230,7 +250,7 @@ int krn_shape_parse(const char *text, krn_shape_t *s, char *err, size_t errlen) 
             goto out;
         }
     }
-    if (seen != 15) {
+    if ((seen & 15) != 15) {
         mt_fmt(err, errlen, "shape needs E, N, K and topk");
         rc = MT_INVAL;
         goto out;

@@ -50,9 +50,10 @@ static const struct option g_options[] = {
     {NULL, 0, NULL, 0},
 };
 
+/* A usage error is one whole line (a supervisor such as `moetune tune` shows the last
+ * line of the log), exit 2. */
 static int bad(const char *what, const char *val) {
-    fprintf(stderr, "moetune-worker: bad %s '%s'\n", what, val);
-    usage(stderr);
+    fprintf(stderr, "moetune-worker: bad %s '%s' (moetune-worker --help lists the options)\n", what, val);
     return MT_EXIT_USAGE;
 }
 
@@ -108,13 +109,16 @@ int main(int argc, char **argv) {
         case OPT_CURVE_SECRET: curve_secret = optarg; break;
         case OPT_CURVE_SERVER: curve_server = optarg; break;
         case OPT_HELP: usage(stdout); return MT_EXIT_OK;
-        default: usage(stderr); return MT_EXIT_USAGE;
+        default:
+            /* getopt has named the option on its own line */
+            fprintf(stderr, "moetune-worker: bad option %s (moetune-worker --help lists the options)\n",
+                    argv[optind - 1]);
+            return MT_EXIT_USAGE;
         }
     }
     if (optind < argc) return bad("argument", argv[optind]);
     if (!o.endpoint || !o.backend) {
-        fprintf(stderr, "moetune-worker: --connect and --backend are required\n");
-        usage(stderr);
+        fprintf(stderr, "moetune-worker: --connect and --backend are required (moetune-worker --help lists the options)\n");
         return MT_EXIT_USAGE;
     }
     if (!curve_secret != !curve_server) {

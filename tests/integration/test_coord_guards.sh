@@ -101,7 +101,9 @@ pass "submit: $(cat "$T/sub2.err")"
 "$BIN/moetune" cancel --control "$CEP" --sweep 2 >/dev/null
 kill_quiet "$COORD_PID"; COORD_PID=
 set +e
-"$BIN/moetune" tune --backend sim --workers 1 --db "$DB" --out "$T/out6" --shape E=8,N=768,K=256,topk=2 \
+# (sim time scale 1: tune now waits for its worker to connect before it submits, and an instant
+# sim worker would finish the leftover sweep first)
+"$BIN/moetune" tune --backend sim --workers 1 --sim-time-scale 1 --db "$DB" --out "$T/out6" --shape E=8,N=768,K=256,topk=2 \
   --batch-sizes 1 --block-m 16 --block-n 64 --block-k 64 --group-m 1 --num-warps 4 --num-stages 2 \
   >"$T/tune6.out" 2>"$T/tune6.err"
 rc=$?

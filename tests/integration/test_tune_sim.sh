@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-machine mode: `moetune tune` runs its own coordinator and sim workers, writes the config
-# files and the manifest, and a second identical run changes nothing. Without a GPU, the cuda
+# files and the manifest, and a second identical run reuses the done sweep (measures nothing). Without a GPU, the cuda
 # backend fails with a clear message and exit code 1, not a crash.
 source "$(dirname "$0")/lib.sh"
 M="$BIN/moetune"
@@ -20,14 +20,18 @@ done
 [ "$(sql "SELECT state FROM sweeps WHERE id=1")" = done ] || fail "sweep not done"
 rows=$(check_rows 1)
 pass "tune wrote $(basename "$f") from $rows rows"
-cp "$f" "$T/first.json"
 
-# The same command again: nothing new to measure, the file is unchanged.
+# The same command again: the done sweep is reused (nothing measured: one sweep, the same rows),
+# its file exported again, and the command says so.
+rm -f "$f"
 "$M" tune --backend sim --workers 3 --sim-time-scale 0 --model qwen3-30b-a3b --tp 2 \
   --batch-sizes 1,8,64,512,4096 --db "$DB" --out "$T/configs" >"$T/tune2.out" 2>"$T/tune2.err" \
   || { tail "$T/tune2.err"; fail "second tune exited $?"; }
-cmp -s "$f" "$T/first.json" || fail "second identical run changed the config file"
-pass "second identical run left the file unchanged"
+[ "$(sql "SELECT count(*) FROM sweeps")" = 1 ] || fail "second identical run made a new sweep"
+[ "$(sql "SELECT count(*) FROM results")" = "$rows" ] || fail "second identical run measured again: $(sql "SELECT count(*) FROM results") rows, was $rows"
+grep -q "sweep 1 already measured this" "$T/tune2.err" || fail "second run did not say it reused sweep 1: $(cat "$T/tune2.err")"
+[ -f "$f" ] || fail "second run did not export the file again"
+pass "second identical run reused sweep 1: 1 sweep, $rows rows, file exported again"
 
 # History: results --best agrees with the file.
 "$M" results --db "$DB" --best --json --batch-size 64 >"$T/best.json" || fail "results --best failed"
@@ -38,8 +42,10 @@ want=$(jq -c '.["64"]' "$f")
 pass "results --best agrees with the file for M=64: $got"
 
 # Lookup picks the nearest key.
-"$M" lookup "$f" 100 >"$T/lookup.out" || fail "lookup failed"
-grep -q 64 "$T/lookup.out" || { cat "$T/lookup.out"; fail "lookup 100 should pick key 64"; }
+"$M" lookup --json "$f" 100 >"$T/lookup.out" || fail "lookup failed"
+[ "$(jq -r .key "$T/lookup.out")" = 64 ] || { cat "$T/lookup.out"; fail "lookup 100 should pick key 64"; }
+[ "$(jq -c '{BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps, num_stages}' "$T/lookup.out")" = "$(jq -c '.["64"]' "$f")" ] \
+  || fail "lookup 100 did not return entry 64: $(cat "$T/lookup.out")"
 pass "lookup 100 -> key 64"
 
 # No GPU here: the cuda backend says so and exits 1.

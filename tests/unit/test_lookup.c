@@ -105,7 +105,11 @@ static void test_broken(void **state) {
                   "\"GROUP_SIZE_M\": 1, \"num_warps\": 4}}", "lacks num_stages");
     expect_broken("{\"1\": {\"BLOCK_SIZE_M\": \"16\", \"BLOCK_SIZE_N\": 64, \"BLOCK_SIZE_K\": 128, "
                   "\"GROUP_SIZE_M\": 1, \"num_warps\": 4, \"num_stages\": 2}}", "BLOCK_SIZE_M is not a valid integer");
-    expect_broken("{\"1\": " ENTRY(16) ", \"1\": " ENTRY(32) "}", "not valid JSON");
+    /* Two entries for one batch size, however the key is spelt: refused as a duplicate
+     * (keys are canonical decimals, so "01" cannot be a second spelling of "1"). */
+    expect_broken("{\"1\": " ENTRY(16) ", \"1\": " ENTRY(32) "}", "duplicate object key");
+    expect_broken("{\"1\": " ENTRY(16) ", \"\\u0031\": " ENTRY(32) "}", "duplicate object key");
+    expect_broken("{\"8\": " ENTRY(16) ", \"08\": " ENTRY(32) "}", "\"08\" is not a positive integer");
     /* A missing file is an I/O error with the path in the reason, not a crash. */
     moetune_lookup_t *t = NULL;
     char err[256] = "";

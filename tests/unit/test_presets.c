@@ -3,7 +3,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -124,10 +128,30 @@ static void test_hf_errors(void **state) {
     assert_int_equal(cli_model_config_load("/nonexistent/config.json", 1, 1, NULL, &s, err, sizeof err), MT_IO);
 }
 
+/* A FIFO (or any file that is not regular) is refused at once: reading one would block
+ * until a writer comes. SIGALRM ends the test if the load blocks. */
+static void test_not_regular(void **state) {
+    char dir[] = "/tmp/mt-presets-XXXXXX", fifo[64], err[300];
+    krn_shape_t s;
+    assert_non_null(mkdtemp(dir));
+    snprintf(fifo, sizeof fifo, "%s/config.json", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    alarm(5);
+    int rc = cli_model_config_load(fifo, 1, 1, NULL, &s, err, sizeof err);
+    alarm(0);
+    unlink(fifo);
+    rmdir(dir);
+    assert_int_equal(rc, MT_INVAL);
+    assert_non_null(strstr(err, "not a regular file"));
+    assert_int_equal(cli_model_config_load("/dev/zero", 1, 1, NULL, &s, err, sizeof err), MT_INVAL);
+    assert_int_equal(cli_model_config_load("/tmp", 1, 1, NULL, &s, err, sizeof err), MT_INVAL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_presets_tp), cmocka_unit_test(test_presets_ep), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_hf_families), cmocka_unit_test(test_hf_errors),
+        cmocka_unit_test(test_not_regular),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,9 +68,15 @@ static void test_flags(void **state) {
     moetune__sweep_spec__pack(p, buf);
     Moetune__SweepSpec *back = moetune__sweep_spec__unpack(NULL, len, buf);
     assert_non_null(back);
-    assert_true(cli_spec_same_work(p, back));
+    bool same = false;
+    char diff[1000];
+    assert_true(cli_spec_same_target(p, back));
+    assert_int_equal(cli_spec_compare(back, p, &same, diff, sizeof diff), MT_OK);
+    assert_true(same);
     back->batch_sizes[0] = 3;
-    assert_false(cli_spec_same_work(p, back));
+    assert_int_equal(cli_spec_compare(back, p, &same, diff, sizeof diff), MT_OK);
+    assert_false(same);
+    assert_non_null(strstr(diff, "batch sizes 3,2,4,64, now 1,2,4,64"));
     moetune__sweep_spec__free_unpacked(back, NULL);
     cli_spec_destroy(&s);
 }
@@ -94,12 +100,80 @@ static void test_defaults(void **state) {
     cli_spec_destroy(&s);
 }
 
+/* A finished spec of the given flags (pairs of name, value; NULL ends). Caller destroys. */
+static cli_spec_t *made(const char *first, ...) {
+    cli_spec_t *s = cli_spec_new();
+    char err[400] = "";
+    set_ok(s, "shape", "E=128,N=768,K=2048,topk=8");
+    va_list ap;
+    va_start(ap, first);
+    for (const char *k = first; k; k = va_arg(ap, const char *)) set_ok(s, k, va_arg(ap, const char *));
+    va_end(ap);
+    if (cli_spec_finish(s, true, err, sizeof err) != MT_OK) fail_msg("finish: %s", err);
+    return s;
+}
+
+/* Resume decisions compare expanded plans: absent and zero settings are the planner's
+ * defaults, never wildcards; every difference is named. */
+static void test_compare(void **state) {
+    struct { const char *k, *v, *diff; } cases[] = {
+        {"min-samples", "20", "min_samples 10, now 20"},
+        {"max-samples", "50", "max_samples 100, now 50"},
+        {"rsd-target", "0.05", "rsd_target 0.01, now 0.05"},
+        {"warmup", "2", "warmup 5, now 2"},
+        {"seed", "7", "seed 1, now 7"},
+        {"budget-ms", "10", "budget_ms 1000, now 10"},
+        {"config-timeout-ms", "500", "timeout_ms 60000, now 500"},
+        {"chunk", "4", "chunk 16, now 4"},
+        {"max-attempts", "9", "max_attempts 3, now 9"},
+        {"block-m", "16,32", "block_m 16,32,64,128,256, now 16,32"},
+        {"batch-sizes", "1,2", "batch sizes 1,2,4,8"},
+        {"device-filter", "H100", "device filter '', now 'H100'"},
+    };
+    cli_spec_t *base = made(NULL);
+    bool same = true;
+    char diff[1000];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_spec_t *now = made(cases[i].k, cases[i].v, NULL);
+        assert_true(cli_spec_same_target(cli_spec_get(base), cli_spec_get(now)));
+        assert_int_equal(cli_spec_compare(cli_spec_get(base), cli_spec_get(now), &same, diff, sizeof diff), MT_OK);
+        if (same || !strstr(diff, cases[i].diff))
+            fail_msg("--%s %s: same=%d, diff '%s' lacks '%s'", cases[i].k, cases[i].v, same, diff, cases[i].diff);
+        cli_spec_destroy(&now);
+    }
+    /* The defaults given explicitly are the same work as none given. */
+    cli_spec_t *now = made("min-samples", "10", "seed", "1", "rsd-target", "0.01", "warmup", "5", NULL);
+    assert_int_equal(cli_spec_compare(cli_spec_get(base), cli_spec_get(now), &same, diff, sizeof diff), MT_OK);
+    if (!same) fail_msg("explicit defaults differ: %s", diff);
+    cli_spec_destroy(&now);
+    /* Two settings changed: both named. */
+    now = made("min-samples", "20", "seed", "3", NULL);
+    assert_int_equal(cli_spec_compare(cli_spec_get(base), cli_spec_get(now), &same, diff, sizeof diff), MT_OK);
+    assert_false(same);
+    assert_non_null(strstr(diff, "min_samples 10, now 20; seed 1, now 3"));
+    cli_spec_destroy(&now);
+    /* Another name or shape is another target. */
+    now = made("name", "other", NULL);
+    assert_false(cli_spec_same_target(cli_spec_get(base), cli_spec_get(now)));
+    cli_spec_destroy(&now);
+    cli_spec_destroy(&base);
+}
+
 static void test_bad_flags(void **state) {
     set_bad("shape", "E=128,N=768", "");
     set_bad("shape", "E=128,N=768,K=2048,topk=8,foo=1", "");
     set_bad("shape", "E=0,N=768,K=2048,topk=8", "E=0");
     set_bad("shape", "E=128,N=-5,K=2048,topk=8", "N=-5");
     set_bad("shape", "E=4,N=768,K=2048,topk=8", "topk=8 is larger than E=4");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,block_shape=128x128", "only to dtype=fp8_w8a8");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,dtype=bf16,block_shape=128x128", "only to dtype=fp8_w8a8");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,dtype=fp8_w8a8,block_shape=-1x5", "block_shape=-1x5 is not NxK");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,dtype=fp8_w8a8,block_shape=128x", "is not NxK");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,dtype=fp8_w8a8,block_shape=128x128x1", "is not NxK");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,E=64", "E is given twice");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,dtype=bf16,dtype=fp8_w8a8", "dtype is given twice");
+    set_bad("shape", "E=128,N=768,K=2048,topk=8,dtype=fp8_w8a8,block_shape=128x128,block_shape=64x64",
+            "block_shape is given twice");
     set_bad("batch-sizes", "1,0,4", "'0'");
     set_bad("batch-sizes", "1,-2", "'-2'");
     set_bad("batch-sizes", "1,2,2", "2 appears twice");
@@ -110,6 +184,8 @@ static void test_bad_flags(void **state) {
     set_bad("dtype", "fp4", "--dtype fp4");
     set_bad("strategy", "random", "unknown strategy");
     set_bad("rsd-target", "2", "--rsd-target 2");
+    set_bad("warmup", "0", "--warmup 0");   /* zero would be taken for the default 5 */
+    set_bad("seed", "0", "--seed 0");       /* zero would be taken for the default 1 */
     set_bad("nonsense", "1", "unknown spec option");
 
     cli_spec_t *s = cli_spec_new();
@@ -214,7 +290,7 @@ static void test_json_bad(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flags), cmocka_unit_test(test_defaults), cmocka_unit_test(test_bad_flags),
-        cmocka_unit_test(test_json), cmocka_unit_test(test_json_bad),
+        cmocka_unit_test(test_json), cmocka_unit_test(test_json_bad), cmocka_unit_test(test_compare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
