@@ -38,6 +38,10 @@ const cli_opt_t opt_tp = {"tp", OPT_U32, OFF(tp), "N", "tensor parallel size of 
 const cli_opt_t opt_ep = {"ep", OPT_U32, OFF(ep), "N", "expert parallel size of --model (default 1)"};
 const cli_opt_t opt_dtype = {"dtype", OPT_STR, OFF(dtype), "bf16|fp8_w8a8", "dtype of --model (default bf16)"};
 const cli_opt_t opt_doctor_shape = {"shape", OPT_STR, OFF(doctor_shape), "E=..,N=..,K=..,topk=..[,dtype=..][,block_shape=NxK]", "the shape, instead of --model"};
+const cli_opt_t opt_sweeps = {"sweeps", OPT_STR, OFF(sweeps), "A,B,..", "merge these sweeps: per batch size the best of them"};
+const cli_opt_t opt_latest = {"latest", OPT_FLAG, OFF(latest), NULL, "per file, only the newest sweep that measured it"};
+const cli_opt_t opt_partial = {"partial", OPT_FLAG, OFF(partial), NULL, "also write files of unfinished or incompletely measured sweeps (marked partial)"};
+const cli_opt_t opt_force = {"force", OPT_FLAG, OFF(force), NULL, "replace entries by configs measured slower than the file's"};
 const cli_opt_t opt_keep_temp = {"keep-temp", OPT_FLAG, OFF(keep_temp), NULL, "keep the run directory with the processes' logs"};
 
 int cli_usage(const cli_cmd_t *cmd, const char *msg) {

@@ -128,27 +128,65 @@ int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
     return MT_EXIT_OK;
 }
 
-int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine) {
-    char err[1200];
+int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts) {
+    char err[1500];
     exp_report_t rep;
-    exp_opts_t eo = {db, out, sweep, stdout, EXP_ENGINE_NONE};
-    if (engine && exp_engine_parse(engine, &eo.engine) != MT_OK)
-        return cli_usage(cmd, "--engine: not one of sglang, vllm");
+    exp_opts_t eo = *opts;
+    if (!eo.changes) eo.changes = stdout;
     int rc = exp_run(&eo, &rep, err, sizeof err);
     for (size_t i = 0; i < rep.n_files; i++) {
         const exp_file_t *f = &rep.files[i];
-        printf("%s/%s: %s, %u entries, %u changed%s\n", out, f->path, exp_state_name(f->state), f->entries,
+        printf("%s/%s: %s, %u entries, %u changed%s", eo.out_dir, f->path, exp_state_name(f->state), f->entries,
                f->changed, f->simulated ? " (simulated)" : "");
+        if (f->partial) printf(", PARTIAL: %s", f->coverage);
+        printf("\n");
     }
+    if (rc != MT_OK && rep.n_files)
+        fprintf(stderr, "moetune %s: the %zu file(s) above were written before the error\n", cmd->name, rep.n_files);
     exp_report_clear(&rep);
     if (rc != MT_OK) return cli_fail(cmd, err);
     return MT_EXIT_OK;
 }
 
+int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine) {
+    exp_opts_t eo = {.db_path = db, .out_dir = out, .sweep_id = sweep, .changes = stdout};
+    if (engine && exp_engine_parse(engine, &eo.engine) != MT_OK)
+        return cli_usage(cmd, "--engine: not one of sglang, vllm");
+    return cli_export(cmd, &eo);
+}
+
 int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o) {
+    char err[200];
+    uint64_t *ids = NULL;
+    size_t n_ids = 0;
+    exp_opts_t eo = {.db_path = o->db, .out_dir = o->out, .sweep_id = o->sweep, .changes = stdout,
+                     .latest = o->latest, .partial = o->partial, .force = o->force};
     if (!o->db) return cli_usage(cmd, "--db FILE is required");
     if (!o->out) return cli_usage(cmd, "--out DIR is required");
-    return cli_run_export(cmd, o->db, o->out, o->sweep, o->engine);
+    if (o->engine && exp_engine_parse(o->engine, &eo.engine) != MT_OK)
+        return cli_usage(cmd, "--engine: not one of sglang, vllm");
+    if (o->sweep && (o->sweeps || o->latest)) return cli_usage(cmd, "--sweep N takes one sweep: drop --sweeps/--latest");
+    if (o->sweeps) {
+        char *copy = strdup(o->sweeps);
+        if (!copy) return cli_fail(cmd, "out of memory");
+        ids = calloc(strlen(copy) / 2 + 2, sizeof *ids);
+        int bad = !ids;
+        for (char *save = NULL, *t = strtok_r(copy, ",", &save); !bad && t; t = strtok_r(NULL, ",", &save))
+            bad = mt_parse_u64(t, &ids[n_ids]) != MT_OK || ids[n_ids++] == 0;
+        bad = bad || n_ids == 0 || o->sweeps[strlen(o->sweeps) - 1] == ',' || o->sweeps[0] == ',';
+        free(copy);
+        if (bad) {
+            free(ids);
+            mt_fmt(err, sizeof err, "--sweeps: '%s' is not a comma-separated list of sweep ids", o->sweeps);
+            return cli_usage(cmd, err);
+        }
+        eo.sweep_ids = ids;
+        eo.n_sweep_ids = n_ids;
+    }
+    eo.one_sweep = !o->sweep && !o->sweeps && !o->latest;
+    int code = cli_export(cmd, &eo);
+    free(ids);
+    return code;
 }
 
 int cmd_lookup(const cli_cmd_t *cmd, cli_opts_t *o) {
