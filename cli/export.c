@@ -282,6 +282,7 @@ static json_t *file_coverage(const run_t *x, const dbq_result_t *first, const ui
     bool complete = true, uniform = true;
     uint64_t m0 = 0, p0 = 0;
     size_t n_bs = 0, used = 0;
+    char not_done[160] = "";
     why[0] = '\0';
     f->coverage[0] = '\0';
     for (size_t s = 0; s < n_ids; s++) {
@@ -312,9 +313,12 @@ static json_t *file_coverage(const run_t *x, const dbq_result_t *first, const ui
                        (unsigned long long)c->planned, c->batch_size, c->device_name);
             }
         }
-        if (strcmp(state, "done") != 0 && complete) {
+        if (strcmp(state, "done") != 0) {
+            if (complete) mt_fmt(why, whylen, "sweep %llu is %s, not done", (unsigned long long)ids[s], state);
             complete = false;
-            mt_fmt(why, whylen, "sweep %llu is %s, not done", (unsigned long long)ids[s], state);
+            size_t l = strlen(not_done);
+            mt_fmt(not_done + l, sizeof not_done - l, "%ssweep %llu is %s", l ? ", " : "", (unsigned long long)ids[s],
+                   state);
         }
         json_object_set_new(sw, "state", json_string(state));
         json_object_set_new(sw, "batch_sizes", sizes);
@@ -325,9 +329,9 @@ static json_t *file_coverage(const run_t *x, const dbq_result_t *first, const ui
     if (uniform && n_bs > 1)
         mt_fmt(f->coverage, sizeof f->coverage, "%llu/%llu planned configs measured at each of %zu batch sizes",
                (unsigned long long)m0, (unsigned long long)p0, n_bs);
-    if (!complete && why[0] && strstr(why, "not done")) {
+    if (not_done[0]) {
         size_t l = strlen(f->coverage);
-        mt_fmt(f->coverage + l, sizeof f->coverage - l, "%s%s", l ? "; " : "", why);
+        mt_fmt(f->coverage + l, sizeof f->coverage - l, "%s%s", l ? "; " : "", not_done);
     }
     f->partial = !complete;
     json_object_set_new(cov, "complete", json_boolean(complete));
