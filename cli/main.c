@@ -53,8 +53,8 @@ static const cli_cmd_t k_cmds[] = {
      "A database with several sweeps needs --sweep N, --sweeps A,B (merged) or --latest. A file\n"
      "is written only from a done sweep whose device measured every planned config at every\n"
      "batch size; --partial writes the others too, with the coverage in the output and the\n"
-     "manifest. Two shapes that share a file name (same E and N) are refused, and so is an\n"
-     "entry measured slower than the one it replaces, unless --force. Exports into one DIR\n"
+     "manifest. Two shapes that share a file name (same E and N) are always refused; an entry\n"
+     "is replaced by a config measured slower than it only with --force. Exports into one DIR\n"
      "take a lock and run one after the other.",
      export_opts, false, 0, 0, cmd_export},
     {"lookup", "FILE M", "Print the entry of config FILE that an engine uses for batch size M\n"
