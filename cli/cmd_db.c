@@ -142,7 +142,7 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts) {
         printf("\n");
     }
     if (rc != MT_OK && rep.n_files)
-        fprintf(stderr, "moetune %s: the %zu file(s) above were written before the error\n", cmd->name, rep.n_files);
+        fprintf(stderr, "moetune %s: the %zu file(s) listed above were exported before the error\n", cmd->name, rep.n_files);
     exp_report_clear(&rep);
     if (rc != MT_OK) return cli_fail(cmd, err);
     return MT_EXIT_OK;
@@ -173,7 +173,8 @@ int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o) {
         int bad = !ids;
         for (char *save = NULL, *t = strtok_r(copy, ",", &save); !bad && t; t = strtok_r(NULL, ",", &save))
             bad = mt_parse_u64(t, &ids[n_ids]) != MT_OK || ids[n_ids++] == 0;
-        bad = bad || n_ids == 0 || o->sweeps[strlen(o->sweeps) - 1] == ',' || o->sweeps[0] == ',';
+        bad = bad || n_ids == 0 || o->sweeps[strlen(o->sweeps) - 1] == ',' || o->sweeps[0] == ',' ||
+              strstr(o->sweeps, ",,");
         free(copy);
         if (bad) {
             free(ids);

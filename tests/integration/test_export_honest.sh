@@ -29,8 +29,22 @@ set -e
 grep -q "results of 2 sweeps (1, 2).*--sweeps A,B.*--latest" "$T/none.err" || fail "no choice message: $(cat "$T/none.err")"
 [ ! -e "$T/none" ] || fail "a refused export created its folder"
 pass "two sweeps without --sweep/--sweeps/--latest refused"
+for bad in "--sweeps 1,,2" "--sweeps ,1" "--sweeps 0" "--sweep 1 --latest" "--sweep 1 --sweeps 1,2"; do
+  set +e
+  # shellcheck disable=SC2086
+  "$BIN/moetune" export --db "$DB" --out "$T/bad" $bad >/dev/null 2>"$T/bad.err"
+  rc=$?
+  set -e
+  [ $rc -eq 2 ] || fail "export $bad exited $rc, want 2"
+  [ "$(wc -l <"$T/bad.err")" -eq 1 ] || fail "export $bad: not one line: $(cat "$T/bad.err")"
+done
+[ ! -e "$T/bad" ] || fail "a bad selection created its folder"
+"$BIN/moetune" export --db "$DB" --out "$T/latest" --latest >"$T/latest.out"
+[ "$(grep -c ': new, 2 entries' "$T/latest.out")" -eq 30 ] || fail "--latest: $(cat "$T/latest.out")"
+pass "bad selections exit 2 in one line; --latest exports the 30 files of both sweeps"
 
 # ---- parallel exports into one folder: every manifest record and file kept
+before=$(sqlite3 "$DB" "SELECT count(*) FROM exports")
 for run in $(seq 1 20); do
   out=$T/par$run
   "$BIN/moetune" export --db "$DB" --out "$out" --sweep 1 >"$T/par1.out" 2>&1 &
@@ -45,8 +59,8 @@ for run in $(seq 1 20); do
   [ "$files" -eq 30 ] || fail "run $run: $files of 30 files"
   ! ls "$out/sim" | grep -q '\.tmp' || fail "run $run: a temp file was left"
 done
-rows=$(sqlite3 "$DB" "SELECT count(*) FROM exports")
-[ "$rows" -eq 600 ] || fail "exports table holds $rows rows, want 20 x 30"
+rows=$(( $(sqlite3 "$DB" "SELECT count(*) FROM exports") - before ))
+[ "$rows" -eq 600 ] || fail "exports table gained $rows rows, want 20 x 30"
 pass "20 runs of two parallel exports: 30 of 30 records and files each time, 600 exports rows"
 
 # ---- a file size limit (1 KiB): an error, no temp file, no line for a file not written.
