@@ -45,22 +45,29 @@ struct dbq {
     " ORDER BY shape_id, batch_size LIMIT ?9"
 
 /* What an export reads: ok rows of the selected sweeps (?1: a JSON array of ids, NULL =
- * all), with ?2 only those of the newest sweep per (dir, device, shape), and with ?3
- * only the lowest median per (dir, device, shape, batch size). An ok row without a
- * median sorts first, so the exporter sees it and refuses it. */
+ * all), with ?3 only the lowest median per (dir, device, shape, batch size). The
+ * latest variant keeps only the rows of the newest sweep per (dir, device, shape). An
+ * ok row without a median sorts first, so the exporter sees it and refuses it. */
+#define EXPORT_DIR_DEV "CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END, COALESCE(d.name, 'unknown')"
+#define EXPORT_WHERE \
+    " WHERE r.status = 'ok' AND (?1 IS NULL OR r.sweep_id IN (SELECT value FROM json_each(?1)))"
+#define EXPORT_ORDER " ORDER BY dir, dev, e, n, dtype, sbn, sbk, k, topk, shape_id, batch_size, median_us, config_id"
 #define SQL_EXPORT(tail)                                                                        \
+    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY " EXPORT_DIR_DEV \
+    ", r.shape_id, r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM EXPORT_WHERE \
+    ") WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
+#define SQL_EXPORT_LATEST(tail)                                                                 \
     "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY dir, dev, shape_id, batch_size"   \
     " ORDER BY median_us, config_id) AS rk FROM (SELECT " RESULT_COLS tail ", max(r.sweep_id)"  \
-    " OVER (PARTITION BY CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END,"           \
-    " COALESCE(d.name, 'unknown'), r.shape_id) AS lsid" RESULT_FROM                             \
-    " WHERE r.status = 'ok' AND (?1 IS NULL OR r.sweep_id IN (SELECT value FROM json_each(?1))))" \
-    " WHERE ?2 = 0 OR sweep_id = lsid) WHERE ?3 = 0 OR rk = 1"                                  \
-    " ORDER BY dir, dev, e, n, dtype, sbn, sbk, k, topk, shape_id, batch_size, median_us, config_id"
+    " OVER (PARTITION BY " EXPORT_DIR_DEV ", r.shape_id) AS lsid" RESULT_FROM EXPORT_WHERE ")"  \
+    " WHERE sweep_id = lsid) WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
 
 /* Each walk for a v1 file [0] and a v2 file [1]. */
 static const char *const k_sql_results[2] = {SQL_RESULTS(RESULT_COLS_V1), SQL_RESULTS(RESULT_COLS_V2)};
 static const char *const k_sql_best[2] = {SQL_BEST(RESULT_COLS_V1), SQL_BEST(RESULT_COLS_V2)};
 static const char *const k_sql_export[2] = {SQL_EXPORT(RESULT_COLS_V1), SQL_EXPORT(RESULT_COLS_V2)};
+static const char *const k_sql_export_latest[2] = {SQL_EXPORT_LATEST(RESULT_COLS_V1),
+                                                   SQL_EXPORT_LATEST(RESULT_COLS_V2)};
 
 /* Per (sweep, dir, device, shape) that has results, per batch size the sweep measured:
  * configs measured there (rows of any status), configs planned for the shape (its jobs'
@@ -250,10 +257,10 @@ static int bind_sweeps(sqlite3_stmt *st, const dbq_select_t *sel) {
 int dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_result_fn fn, void *ctx, char *err,
                     size_t errlen) {
     sqlite3_stmt *st = NULL;
-    int rc = prepare(q, k_sql_export[q->v2], &st, err, errlen);
+    bool latest = sel && sel->latest;
+    int rc = prepare(q, latest ? k_sql_export_latest[q->v2] : k_sql_export[q->v2], &st, err, errlen);
     if (rc != MT_OK) return rc;
     rc = bind_sweeps(st, sel);
-    sqlite3_bind_int(st, 2, sel && sel->latest);
     sqlite3_bind_int(st, 3, best);
     if (rc == MT_OK) rc = walk(q, st, fn, ctx, err, errlen);
     sqlite3_finalize(st);
