@@ -31,6 +31,8 @@ typedef struct {
     uint32_t timeout_ms, batch_size, limit, workers, helper_mem_mb, tp, ep;
     uint64_t sweep;
     bool wait, json, best, keep_temp, fresh, keep_settings;
+    const char *sweeps;    /* export: --sweeps A,B */
+    bool latest, partial, force;
     cli_spec_t *spec;      /* set for commands that take spec options */
     bool spec_given;       /* at least one spec option was given */
     const char *pos[4];
@@ -56,7 +58,9 @@ extern const cli_opt_t opt_control, opt_timeout, opt_sweep, opt_wait, opt_json, 
     opt_shape_filter, opt_batch_size, opt_status, opt_best, opt_limit, opt_backend, opt_workers,
     opt_gpus, opt_sim_time_scale, opt_sim_faults, opt_log_level, opt_keep_temp, opt_curve_secret,
     opt_curve_server, opt_key_out, opt_key_name, opt_kernel, opt_python, opt_helper_mem_mb, opt_engine,
-    opt_engine_doctor, opt_model, opt_tp, opt_ep, opt_dtype, opt_doctor_shape, opt_fresh, opt_keep_settings;
+    opt_engine_doctor, opt_model, opt_tp, opt_ep, opt_dtype, opt_doctor_shape, opt_fresh, opt_keep_settings,
+    opt_sweeps, opt_latest,
+    opt_partial, opt_force;
 
 /* Parses argv (after the command name) into o. Returns MT_OK; 1 when --help was
  * asked (help printed to stdout); MT_INVAL with a one-line reason in err. */
@@ -82,11 +86,17 @@ int cmd_lookup(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_keygen(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o);
 
-/* Runs an export and prints the files (with json, one JSON object per file on stdout and
- * the changed entries on stderr); shared by export and tune. engine: NULL for
- * OUT/<compiler>/, else "sglang" or "vllm" (export.h). Returns an exit code. */
+/* Runs an export (export.h) and prints each file written or left unchanged, with its
+ * coverage when partial, and the error; eo->changes is set to stdout when NULL. The C
+ * entry point for every command that exports. Returns an exit code. */
+struct exp_opts_s;
+int cli_export(const cli_cmd_t *cmd, const struct exp_opts_s *eo, bool json);
+
+/* cli_export of one sweep (finished and fully covered: no --partial; force replaces entries
+ * by slower-measured ones, as `tune --fresh` asks), into
+ * OUT/<compiler>/ when engine is NULL, else as "sglang" or "vllm" lay them out. */
 int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine,
-                   bool json);
+                   bool json, bool force);
 
 /* Waits until sweep (0 = every sweep) is finished, showing progress for one sweep.
  * Returns an exit code (0 when all finished as done). */

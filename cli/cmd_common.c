@@ -40,6 +40,10 @@ const cli_opt_t opt_dtype = {"dtype", OPT_STR, OFF(dtype), "bf16|fp8_w8a8", "dty
 const cli_opt_t opt_doctor_shape = {"shape", OPT_STR, OFF(doctor_shape), "E=..,N=..,K=..,topk=..[,dtype=..][,block_shape=NxK]", "the shape, instead of --model"};
 const cli_opt_t opt_fresh = {"fresh", OPT_FLAG, OFF(fresh), NULL, "measure anew: never resume or reuse an earlier sweep of these shapes"};
 const cli_opt_t opt_keep_settings = {"keep-settings", OPT_FLAG, OFF(keep_settings), NULL, "resume (or reuse) the earlier sweep of these shapes with its own settings"};
+const cli_opt_t opt_sweeps = {"sweeps", OPT_STR, OFF(sweeps), "A,B,..", "merge these sweeps: per batch size the best of them"};
+const cli_opt_t opt_latest = {"latest", OPT_FLAG, OFF(latest), NULL, "per file, only the newest sweep that measured it"};
+const cli_opt_t opt_partial = {"partial", OPT_FLAG, OFF(partial), NULL, "also write files of unfinished or incompletely measured sweeps (marked partial)"};
+const cli_opt_t opt_force = {"force", OPT_FLAG, OFF(force), NULL, "replace entries by configs measured slower than the file's"};
 const cli_opt_t opt_keep_temp = {"keep-temp", OPT_FLAG, OFF(keep_temp), NULL, "keep the run directory with the processes' logs"};
 
 int cli_usage(const cli_cmd_t *cmd, const char *msg) {

@@ -128,39 +128,81 @@ int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
     return MT_EXIT_OK;
 }
 
-int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine,
-                   bool json) {
-    char err[1200];
+int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
+    char err[1500];
     exp_report_t rep;
-    exp_opts_t eo = {db, out, sweep, json ? stderr : stdout, EXP_ENGINE_NONE};
-    if (engine && exp_engine_parse(engine, &eo.engine) != MT_OK)
-        return cli_usage(cmd, "--engine: not one of sglang, vllm");
+    exp_opts_t eo = *opts;
+    if (!eo.changes) eo.changes = json ? stderr : stdout; /* --json: stdout holds only JSON */
     int rc = exp_run(&eo, &rep, err, sizeof err);
     for (size_t i = 0; i < rep.n_files; i++) {
         const exp_file_t *f = &rep.files[i];
         if (json) {
             char path[1100];
-            snprintf(path, sizeof path, "%s/%s", out, f->path);
-            json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:b}", "file", path, "state", exp_state_name(f->state), "entries",
-                                  (int)f->entries, "changed", (int)f->changed, "simulated", f->simulated != 0);
-            char *t = j ? json_dumps(j, JSON_COMPACT) : NULL;
+            snprintf(path, sizeof path, "%s/%s", eo.out_dir, f->path);
+            json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:b, s:b}", "file", path, "state", exp_state_name(f->state),
+                                  "entries", (int)f->entries, "changed", (int)f->changed, "simulated", f->simulated != 0,
+                                  "partial", f->partial);
+            if (j && f->partial) json_object_set_new(j, "coverage", json_string(f->coverage));
+            char *t = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
             if (t) printf("%s\n", t);
             free(t);
             json_decref(j);
             continue;
         }
-        printf("%s/%s: %s, %u entries, %u changed%s\n", out, f->path, exp_state_name(f->state), f->entries,
+        printf("%s/%s: %s, %u entries, %u changed%s", eo.out_dir, f->path, exp_state_name(f->state), f->entries,
                f->changed, f->simulated ? " (simulated)" : "");
+        if (f->partial) printf(", PARTIAL: %s", f->coverage);
+        printf("\n");
     }
+    if (rc != MT_OK && rep.n_files)
+        fprintf(stderr, "moetune %s: the %zu file(s) listed above were exported before the error\n", cmd->name, rep.n_files);
     exp_report_clear(&rep);
     if (rc != MT_OK) return cli_fail(cmd, err);
     return MT_EXIT_OK;
 }
 
+int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine,
+                   bool json, bool force) {
+    exp_opts_t eo = {.db_path = db, .out_dir = out, .sweep_id = sweep, .changes = json ? stderr : stdout,
+                     .force = force};
+    if (engine && exp_engine_parse(engine, &eo.engine) != MT_OK)
+        return cli_usage(cmd, "--engine: not one of sglang, vllm");
+    return cli_export(cmd, &eo, json);
+}
+
 int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o) {
+    char err[200];
+    uint64_t *ids = NULL;
+    size_t n_ids = 0;
+    exp_opts_t eo = {.db_path = o->db, .out_dir = o->out, .sweep_id = o->sweep, .changes = stdout,
+                     .latest = o->latest, .partial = o->partial, .force = o->force};
     if (!o->db) return cli_usage(cmd, "--db FILE is required");
     if (!o->out) return cli_usage(cmd, "--out DIR is required");
-    return cli_run_export(cmd, o->db, o->out, o->sweep, o->engine, false);
+    if (o->engine && exp_engine_parse(o->engine, &eo.engine) != MT_OK)
+        return cli_usage(cmd, "--engine: not one of sglang, vllm");
+    if (o->sweep && (o->sweeps || o->latest)) return cli_usage(cmd, "--sweep N takes one sweep: drop --sweeps/--latest");
+    if (o->sweeps) {
+        char *copy = strdup(o->sweeps);
+        if (!copy) return cli_fail(cmd, "out of memory");
+        ids = calloc(strlen(copy) / 2 + 2, sizeof *ids);
+        int bad = !ids;
+        for (char *save = NULL, *t = strtok_r(copy, ",", &save); !bad && t; t = strtok_r(NULL, ",", &save))
+            bad = mt_parse_u64(t, &ids[n_ids]) != MT_OK || ids[n_ids++] == 0;
+        bad = bad || n_ids == 0 || o->sweeps[strlen(o->sweeps) - 1] == ',' || o->sweeps[0] == ',' ||
+              strstr(o->sweeps, ",,");
+        free(copy);
+        if (bad) {
+            free(ids);
+            mt_fmt(err, sizeof err, "--sweeps: '%s' is not a comma-separated list of sweep ids", o->sweeps);
+            return cli_usage(cmd, err);
+        }
+        eo.sweep_ids = ids;
+        eo.n_sweep_ids = n_ids;
+    }
+    eo.one_sweep = !o->sweep && !o->sweeps && !o->latest;
+    int code = cli_export(cmd, &eo, false);
+    free(ids);
+    return code;
 }
 
 int cmd_lookup(const cli_cmd_t *cmd, cli_opts_t *o) {

@@ -751,7 +751,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
                     (unsigned long long)reuse, fleet, o->keep_settings ? "" : " and settings");
             stop_procs(r->workers, r->n_workers);
             sweep = reuse;
-            code = cli_run_export(cmd, db, out, reuse, engine, o->json);
+            code = cli_run_export(cmd, db, out, reuse, engine, o->json, false);
             if (code == MT_EXIT_OK) print_where(out, sim, o->json);
             goto out;
         }
@@ -839,7 +839,8 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
 
     /* ---- export, then stop */
     stop_procs(r->workers, r->n_workers);
-    code = cli_run_export(cmd, db, out, sweep, engine, o->json);
+    /* --fresh measured anew on purpose: its picks replace the file's, slower or not */
+    code = cli_run_export(cmd, db, out, sweep, engine, o->json, o->fresh);
     if (code == MT_EXIT_OK) print_where(out, sim, o->json);
     if (strcmp(state, "done") != 0) {
         mt_fmt(err, sizeof err, "sweep %llu ended %s", (unsigned long long)sweep, state);

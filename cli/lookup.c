@@ -15,6 +15,7 @@ typedef struct {
 struct moetune_lookup {
     entry_t *entries;  /* sorted by key, keys unique */
     size_t n;
+    char triton_version[64];  /* "" when the file has none */
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
@@ -81,7 +82,10 @@ static int parse_root(json_t *root, moetune_lookup_t **out, char *err, size_t er
     const char *key;
     json_t *val;
     json_object_foreach(root, key, val) {
-        if (val == tv) continue;
+        if (val == tv) {
+            snprintf(t->triton_version, sizeof t->triton_version, "%s", json_string_value(tv));
+            continue;
+        }
         entry_t *e = &t->entries[t->n];
         e->key = parse_key(key);
         if (e->key == 0) {
@@ -213,6 +217,10 @@ int moetune_lookup_get(const moetune_lookup_t *t, uint32_t m, moetune_lookup_con
     *cfg = t->entries[pick].cfg;
     if (key) *key = t->entries[pick].key;
     return MOETUNE_LOOKUP_OK;
+}
+
+const char *moetune_lookup_triton_version(const moetune_lookup_t *t) {
+    return t ? t->triton_version : "";
 }
 
 size_t moetune_lookup_count(const moetune_lookup_t *t) { return t ? t->n : 0; }

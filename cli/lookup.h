@@ -51,6 +51,10 @@ int moetune_lookup_get(const moetune_lookup_t *table, uint32_t m, moetune_lookup
 size_t moetune_lookup_count(const moetune_lookup_t *table);
 uint32_t moetune_lookup_key(const moetune_lookup_t *table, size_t i);
 
+/* The file's top-level "triton_version" string (truncated to 63 bytes), "" when it
+ * has none. */
+const char *moetune_lookup_triton_version(const moetune_lookup_t *table);
+
 /* Releases a table and nulls *table. NULL-safe. */
 void moetune_lookup_free(moetune_lookup_t **table);
 

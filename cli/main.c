@@ -22,7 +22,8 @@ static const cli_opt_t *const cancel_opts[] = {&opt_control, &opt_timeout, &opt_
 static const cli_opt_t *const keygen_opts[] = {&opt_key_out, &opt_key_name, NULL};
 static const cli_opt_t *const results_opts[] = {&opt_db, &opt_sweep, &opt_shape_filter, &opt_batch_size, &opt_status,
                                                 &opt_best, &opt_limit, &opt_json, NULL};
-static const cli_opt_t *const export_opts[] = {&opt_db, &opt_out, &opt_sweep, &opt_engine, NULL};
+static const cli_opt_t *const export_opts[] = {&opt_db, &opt_out, &opt_sweep, &opt_sweeps, &opt_latest, &opt_engine,
+                                               &opt_partial, &opt_force, NULL};
 static const cli_opt_t *const doctor_opts[] = {&opt_engine_doctor, &opt_python, &opt_model, &opt_tp, &opt_ep,
                                                &opt_dtype, &opt_doctor_shape, &opt_json, NULL};
 static const cli_opt_t *const lookup_opts[] = {&opt_json, NULL};
@@ -52,7 +53,13 @@ static const cli_cmd_t k_cmds[] = {
      "--engine sglang writes DIR/configs/triton_X_Y_Z/ (for SGLANG_MOE_CONFIG_DIR=DIR), with\n"
      "_down files when the GEMMs were timed apart; --engine vllm writes DIR/ flat (for\n"
      "VLLM_TUNED_CONFIG_FOLDER=DIR). Both take triton results only and never merge results of\n"
-     "different Triton, kernel or library versions into one file.",
+     "different Triton, kernel or library versions into one file.\n"
+     "A database with several sweeps needs --sweep N, --sweeps A,B (merged) or --latest. A file\n"
+     "is written only from a done sweep whose device measured every planned config at every\n"
+     "batch size; --partial writes the others too, with the coverage in the output and the\n"
+     "manifest. Two shapes that share a file name (same E and N) are always refused; an entry\n"
+     "is replaced by a config measured slower than it only with --force. Exports into one DIR\n"
+     "take a lock and run one after the other.",
      export_opts, false, 0, 0, cmd_export},
     {"lookup", "FILE M", "Print the entry of config FILE that an engine uses for batch size M\n"
                          "(the exact key, else the nearest key; a tie goes to the smaller key).",

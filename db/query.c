@@ -45,17 +45,53 @@ struct dbq {
     " AND r.status = 'ok' AND r.median_us IS NOT NULL) WHERE rk = 1"                      \
     " ORDER BY shape_id, batch_size LIMIT ?9"
 
-#define SQL_EXPORT(tail)                                                                   \
-    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY"           \
-    " CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END, COALESCE(d.name, 'unknown')," \
-    " r.shape_id, r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM       \
-    " WHERE r.status = 'ok' AND r.median_us IS NOT NULL AND (?1 = 0 OR r.sweep_id = ?1))"  \
-    " WHERE rk = 1 ORDER BY dir, dev, e, n, dtype, sbn, sbk, k, topk, shape_id, batch_size"
+/* What an export reads: ok rows of the selected sweeps (?1: a JSON array of ids, NULL =
+ * all), with ?3 only the lowest median per (dir, device, shape, batch size). The
+ * latest variant keeps only the rows of the newest sweep per (dir, device, shape). An
+ * ok row without a median sorts first, so the exporter sees it and refuses it. */
+#define EXPORT_DIR_DEV "CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END, COALESCE(d.name, 'unknown')"
+#define EXPORT_WHERE \
+    " WHERE r.status = 'ok' AND (?1 IS NULL OR r.sweep_id IN (SELECT value FROM json_each(?1)))"
+#define EXPORT_ORDER " ORDER BY dir, dev, e, n, dtype, sbn, sbk, k, topk, shape_id, batch_size, median_us, config_id"
+#define SQL_EXPORT(tail)                                                                        \
+    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY " EXPORT_DIR_DEV \
+    ", r.shape_id, r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM EXPORT_WHERE \
+    ") WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
+#define SQL_EXPORT_LATEST(tail)                                                                 \
+    "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY dir, dev, shape_id, batch_size"   \
+    " ORDER BY median_us, config_id) AS rk FROM (SELECT " RESULT_COLS tail ", max(r.sweep_id)"  \
+    " OVER (PARTITION BY " EXPORT_DIR_DEV ", r.shape_id) AS lsid" RESULT_FROM EXPORT_WHERE ")"  \
+    " WHERE sweep_id = lsid) WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
 
 /* Each walk for a v1 file [0] and a v2 file [1]. */
 static const char *const k_sql_results[2] = {SQL_RESULTS(RESULT_COLS_V1), SQL_RESULTS(RESULT_COLS_V2)};
 static const char *const k_sql_best[2] = {SQL_BEST(RESULT_COLS_V1), SQL_BEST(RESULT_COLS_V2)};
 static const char *const k_sql_export[2] = {SQL_EXPORT(RESULT_COLS_V1), SQL_EXPORT(RESULT_COLS_V2)};
+static const char *const k_sql_export_latest[2] = {SQL_EXPORT_LATEST(RESULT_COLS_V1),
+                                                   SQL_EXPORT_LATEST(RESULT_COLS_V2)};
+
+/* Per (sweep, dir, device, shape) that has results, per batch size the sweep measured:
+ * configs measured there (rows of any status), configs planned for the shape (its jobs'
+ * configs and any config with a result), and the sweep's state. */
+static const char k_sql_coverage[] =
+    "WITH sel AS (SELECT id, state FROM sweeps WHERE ?1 IS NULL OR id IN (SELECT value FROM json_each(?1))),"
+    " plan AS (SELECT sweep_id, shape_id, count(*) AS n FROM ("
+    "   SELECT j.sweep_id, j.shape_id, jc.config_id FROM jobs j JOIN job_configs jc ON jc.job_id = j.id"
+    "   WHERE j.sweep_id IN (SELECT id FROM sel)"
+    "   UNION SELECT sweep_id, shape_id, config_id FROM results WHERE sweep_id IN (SELECT id FROM sel))"
+    "  GROUP BY sweep_id, shape_id),"
+    " sizes AS (SELECT DISTINCT sweep_id, batch_size FROM results WHERE sweep_id IN (SELECT id FROM sel)),"
+    " meas AS (SELECT r.sweep_id, CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END AS dir,"
+    "   COALESCE(d.name, 'unknown') AS dev, r.shape_id, r.batch_size, count(DISTINCT r.config_id) AS n"
+    "   FROM results r LEFT JOIN devices d ON d.id = r.device_id WHERE r.sweep_id IN (SELECT id FROM sel)"
+    "   GROUP BY r.sweep_id, dir, dev, r.shape_id, r.batch_size),"
+    " files AS (SELECT DISTINCT sweep_id, dir, dev, shape_id FROM meas)"
+    " SELECT f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size, COALESCE(m.n, 0), p.n, s.state"
+    " FROM files f JOIN sizes z ON z.sweep_id = f.sweep_id"
+    " JOIN plan p ON p.sweep_id = f.sweep_id AND p.shape_id = f.shape_id JOIN sel s ON s.id = f.sweep_id"
+    " LEFT JOIN meas m ON m.sweep_id = f.sweep_id AND m.dir = f.dir AND m.dev = f.dev"
+    "  AND m.shape_id = f.shape_id AND m.batch_size = z.batch_size"
+    " ORDER BY f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size";
 
 static const char k_sql_sweeps[] =
     "SELECT id, name, state, results_planned, created, COALESCE(finished, 0), spec FROM sweeps"
@@ -246,13 +282,59 @@ int dbq_results(dbq_t *q, const dbq_filter_t *f, dbq_result_fn fn, void *ctx, ch
     return rc;
 }
 
-int dbq_export_best(dbq_t *q, uint64_t sweep_id, dbq_result_fn fn, void *ctx, char *err,
+/* Binds the sweep selection as ?1: a JSON array of ids, or NULL for all sweeps. */
+static int bind_sweeps(sqlite3_stmt *st, const dbq_select_t *sel) {
+    if (!sel || sel->n_ids == 0) return sqlite3_bind_null(st, 1) == SQLITE_OK ? MT_OK : MT_ERR;
+    size_t cap = sel->n_ids * 21 + 3, used = 0;
+    char *text = malloc(cap);
+    if (!text) return MT_NOMEM;
+    text[used++] = '[';
+    for (size_t i = 0; i < sel->n_ids; i++)
+        used += (size_t)snprintf(text + used, cap - used, "%s%llu", i ? "," : "", (unsigned long long)sel->ids[i]);
+    text[used++] = ']';
+    text[used] = '\0';
+    return sqlite3_bind_text(st, 1, text, -1, free) == SQLITE_OK ? MT_OK : MT_NOMEM;
+}
+
+int dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_result_fn fn, void *ctx, char *err,
                     size_t errlen) {
     sqlite3_stmt *st = NULL;
-    int rc = prepare(q, k_sql_export[q->v2], &st, err, errlen);
+    bool latest = sel && sel->latest;
+    int rc = prepare(q, latest ? k_sql_export_latest[q->v2] : k_sql_export[q->v2], &st, err, errlen);
     if (rc != MT_OK) return rc;
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)sweep_id);
-    rc = walk(q, st, fn, ctx, err, errlen);
+    rc = bind_sweeps(st, sel);
+    sqlite3_bind_int(st, 3, best);
+    if (rc == MT_OK) rc = walk(q, st, fn, ctx, err, errlen);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int dbq_coverage(dbq_t *q, const dbq_select_t *sel, dbq_coverage_fn fn, void *ctx, char *err, size_t errlen) {
+    sqlite3_stmt *st = NULL;
+    int rc = prepare(q, k_sql_coverage, &st, err, errlen);
+    if (rc != MT_OK) return rc;
+    rc = bind_sweeps(st, sel);
+    for (;;) {
+        if (rc != MT_OK) break;
+        int s = sqlite3_step(st);
+        if (s == SQLITE_DONE) break;
+        if (s != SQLITE_ROW) {
+            mt_fmt(err, errlen, "query failed: %s", sqlite3_errmsg(q->db));
+            rc = s == SQLITE_BUSY ? MT_BUSY : MT_ERR;
+            break;
+        }
+        dbq_coverage_t c;
+        memset(&c, 0, sizeof c);
+        c.sweep_id = (uint64_t)sqlite3_column_int64(st, 0);
+        col_text(st, 1, c.export_dir, sizeof c.export_dir);
+        col_text(st, 2, c.device_name, sizeof c.device_name);
+        c.shape_id = (uint64_t)sqlite3_column_int64(st, 3);
+        c.batch_size = col_u32(st, 4);
+        c.measured = (uint64_t)sqlite3_column_int64(st, 5);
+        c.planned = (uint64_t)sqlite3_column_int64(st, 6);
+        col_text(st, 7, c.state, sizeof c.state);
+        rc = fn(ctx, &c);
+    }
     sqlite3_finalize(st);
     return rc;
 }

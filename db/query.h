@@ -67,12 +67,37 @@ typedef int (*dbq_result_fn)(void *ctx, const dbq_result_t *row);
 int dbq_results(dbq_t *q, const dbq_filter_t *filter, dbq_result_fn fn, void *ctx, char *err,
                 size_t errlen);
 
-/* Walks what an export writes: for each (export dir, device name, shape, batch size)
- * the ok result with the lowest median (ties: lower config id) from sweep_id (0 = all
- * sweeps). Rows of other statuses, `crashed` included, are never chosen. Ordered by
- * export dir, device name, shape, batch size. */
-int dbq_export_best(dbq_t *q, uint64_t sweep_id, dbq_result_fn fn, void *ctx, char *err,
+/* Which sweeps an export reads: ids[0, n_ids) (n_ids = 0: every sweep); with latest,
+ * per (export dir, device name, shape) only the newest of them that has ok rows. */
+typedef struct {
+    const uint64_t *ids;
+    size_t n_ids;
+    bool latest;
+} dbq_select_t;
+
+/* Walks the ok results an export reads (sel NULL = every sweep), ordered by export
+ * dir, device name, shape, batch size, median. With best, only the lowest median per
+ * (export dir, device name, shape, batch size), ties to the lower config id; rows of
+ * other statuses, `crashed` included, are never walked. An ok row whose median is NULL
+ * is walked with median_us 0 (first), for the caller to refuse. */
+int dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_result_fn fn, void *ctx, char *err,
                     size_t errlen);
+
+/* How much of its plan a sweep measured on one device: one row per (sweep, export dir,
+ * device name, shape) that has results and per batch size the sweep has results for. */
+typedef struct {
+    uint64_t sweep_id, shape_id;
+    char export_dir[48], device_name[128], state[16];
+    uint32_t batch_size;
+    uint64_t measured;  /* configs with a result row of any status from this device */
+    uint64_t planned;   /* configs of the shape's jobs, plus any config with a result */
+} dbq_coverage_t;
+
+typedef int (*dbq_coverage_fn)(void *ctx, const dbq_coverage_t *row);
+
+/* Walks the coverage of the selected sweeps (sel NULL or n_ids 0 = every sweep; latest
+ * is ignored), ordered by sweep, export dir, device name, shape, batch size. */
+int dbq_coverage(dbq_t *q, const dbq_select_t *sel, dbq_coverage_fn fn, void *ctx, char *err, size_t errlen);
 
 /* A sweep row; spec points at the packed SweepSpec, valid only during the callback. */
 typedef struct {

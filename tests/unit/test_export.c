@@ -138,7 +138,7 @@ static int teardown(void **state) {
 static int run_export(fixture_t *fx, uint64_t sweep, exp_report_t *rep) {
     char err[600] = "";
     FILE *changes = fopen("/dev/null", "w");
-    exp_opts_t o = {fx->db, fx->out, sweep, changes, EXP_ENGINE_NONE};
+    exp_opts_t o = {.db_path = fx->db, .out_dir = fx->out, .sweep_id = sweep, .changes = changes};
     int rc = exp_run(&o, rep, err, sizeof err);
     fclose(changes);
     if (rc != MT_OK) fail_msg("export: %s", err);
@@ -277,7 +277,7 @@ static void test_reexport(void **state) {
     snprintf(cpath, sizeof cpath, "%s/changes.txt", fx->dir);
     FILE *changes = fopen(cpath, "w");
     char err[600] = "";
-    exp_opts_t o = {fx->db, fx->out, 0, changes, EXP_ENGINE_NONE};
+    exp_opts_t o = {.db_path = fx->db, .out_dir = fx->out, .changes = changes};
     assert_int_equal(exp_run(&o, &rep, err, sizeof err), MT_OK);
     fclose(changes);
     const exp_file_t *f = find_file(&rep, SIM1);

@@ -145,7 +145,7 @@ static int teardown(void **state) {
 
 static int export_as(fixture_t *fx, exp_engine_t engine, uint64_t sweep, exp_report_t *rep, char *err, size_t len) {
     FILE *changes = fopen("/dev/null", "w");
-    exp_opts_t o = {fx->db, fx->out, sweep, changes, engine};
+    exp_opts_t o = {.db_path = fx->db, .out_dir = fx->out, .sweep_id = sweep, .changes = changes, .engine = engine};
     err[0] = '\0';
     int rc = exp_run(&o, rep, err, len);
     fclose(changes);

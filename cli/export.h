@@ -8,10 +8,34 @@
  * A manifest.json beside the files records where every entry came from.
  *
  * An existing file is never silently overwritten: entries that differ are reported
- * ("M: old → new") through the changes stream and counted; entries of the old file
- * for batch sizes the store has no result for are kept; a file whose entries all
- * match is left untouched. Files are written atomically (temp file + rename), and
- * every file considered is recorded in the exports table.
+ * ("M: old -> new", with both latencies) through the changes stream and counted;
+ * entries of the old file for batch sizes the store has no result for are kept; a file
+ * whose entries all match is left untouched. An existing file is read with the lookup
+ * library's parser (lookup.h: one definition of a valid file). Files are written
+ * atomically (temp file + rename), and every file written or left unchanged is
+ * recorded in the exports table (db/exports.h).
+ *
+ * Honest exports. Nothing is written until every file is planned, so a refusal writes
+ * nothing. Refused, each with a one-line reason (MT_INVAL):
+ *   - a result row with a batch size outside 1..2^32-1, or a median that is not a
+ *     positive finite number, or a negative or non-finite min, deviation, up or down;
+ *   - a file whose sweeps are not all done, or whose device did not measure every
+ *     planned config of its shape at every batch size (a mixed fleet splits a sweep):
+ *     unless partial, and then the file's manifest record ("coverage") and report
+ *     (exp_file_t.partial, .coverage) say per batch size how many planned configs
+ *     were measured;
+ *   - two shapes (E, N equal; K, topk, ... not) in one file name, within one export
+ *     or against the shape the existing file's manifest record names;
+ *   - one file from results of different kernel sources (kernel_hash) or, with an
+ *     engine, Triton builds or versions;
+ *   - an entry replaced by a config measured slower than the entry's recorded latency
+ *     (manifest), unless force;
+ *   - with one_sweep, results of more than one sweep in the selection.
+ * An export holds an exclusive lock (flock) on out_dir from the first read of its
+ * files to the last write, so concurrent exports into one folder run one after the
+ * other and no manifest record is lost. SIGXFSZ is ignored while writing, so a file
+ * size limit is an error (EFBIG) like a full disk; a failed write leaves no temp file,
+ * and the report holds only the files that were written or left unchanged.
  *
  * With an engine (exp_opts_t.engine), only results of the triton backend are exported,
  * laid out and named the way that engine finds them (shared/ENGINES.md):
@@ -47,6 +71,7 @@
 #ifndef EXP_EXPORT_H
 #define EXP_EXPORT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -54,12 +79,18 @@
 
 typedef enum { EXP_ENGINE_NONE, EXP_ENGINE_SGLANG, EXP_ENGINE_VLLM } exp_engine_t;
 
-typedef struct {
-    const char *db_path;   /* the store; read, plus one short write to `exports` */
+typedef struct exp_opts_s {
+    const char *db_path;   /* the store; read-only, plus one short write to `exports` */
     const char *out_dir;   /* created when missing */
-    uint64_t sweep_id;     /* 0 = best over all sweeps */
+    uint64_t sweep_id;     /* this sweep only; 0 = sweep_ids, or every sweep when none */
     FILE *changes;         /* where "changed entry" lines go; NULL = nowhere */
     exp_engine_t engine;   /* EXP_ENGINE_NONE: OUT/<compiler>/name.json */
+    const uint64_t *sweep_ids;  /* with sweep_id 0: only these sweeps (n_sweep_ids > 0) */
+    size_t n_sweep_ids;
+    bool latest;           /* per file, only the newest selected sweep that measured it */
+    bool one_sweep;        /* refuse when the selection holds results of several sweeps */
+    bool partial;          /* write files of unfinished or incompletely covered sweeps */
+    bool force;            /* replace entries by configs measured slower */
 } exp_opts_t;
 
 typedef enum { EXP_NEW, EXP_CHANGED, EXP_UNCHANGED } exp_state_t;
@@ -70,6 +101,8 @@ typedef struct {
     uint32_t changed;      /* entries that differ from the file it replaced (all, when new) */
     exp_state_t state;
     int simulated;
+    bool partial;          /* not every planned config measured, or a sweep not done */
+    char coverage[512];    /* per batch size "measured/planned", for partial files */
 } exp_file_t;
 
 typedef struct {
@@ -78,10 +111,11 @@ typedef struct {
 } exp_report_t;
 
 /* Exports as described above and fills report (caller clears it with
- * exp_report_clear, also after an error). Returns MT_OK; MT_NOTFOUND when there is
- * no ok result to export; MT_INVAL when an existing file is not a config file, two
- * shapes (or, with an engine, two Triton/kernel/versions groups) would share one file
- * name, or an engine export meets results of another backend; MT_IO/MT_ERR on disk or
+ * exp_report_clear, also after an error: it then lists the files written before the
+ * error). Returns MT_OK; MT_NOTFOUND when there is no ok result to export; MT_INVAL
+ * for a refusal above, an existing file that is not a config file or a manifest that
+ * is not JSON, or an engine export that meets results of another backend; MT_BUSY when
+ * another export held out_dir's lock for over a minute; MT_IO/MT_ERR on disk or
  * database errors; the reason is in err. */
 int exp_run(const exp_opts_t *opts, exp_report_t *report, char *err, size_t errlen);
 
