@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "query.h"
 #include "spec.h"
 
 typedef enum { OPT_STR, OPT_U32, OPT_U64, OPT_FLAG } cli_opt_type_t;
@@ -35,6 +36,10 @@ typedef struct {
     bool spec_given;       /* at least one spec option was given */
     const char *pos[4];
     size_t n_pos;
+    /* history, diff, report, submit --compare-to */
+    const char *device, *threshold, *compare_to;
+    uint32_t heatmap_m;
+    bool force_export;
 } cli_opts_t;
 
 typedef struct cli_cmd cli_cmd_t;
@@ -57,6 +62,16 @@ extern const cli_opt_t opt_control, opt_timeout, opt_sweep, opt_wait, opt_json, 
     opt_gpus, opt_sim_time_scale, opt_sim_faults, opt_log_level, opt_keep_temp, opt_curve_secret,
     opt_curve_server, opt_key_out, opt_key_name, opt_kernel, opt_python, opt_helper_mem_mb, opt_engine,
     opt_engine_doctor, opt_model, opt_tp, opt_ep, opt_dtype, opt_doctor_shape;
+
+/* history, diff, report, submit --compare-to (cmd_common.c) */
+extern const cli_opt_t opt_device_filter, opt_backend_filter, opt_threshold, opt_compare_to, opt_nightly_db,
+    opt_nightly_out, opt_force_export, opt_heatmap_m, opt_report_out;
+
+/* Parses a partial shape filter "E=128,N=768[,K=..][,topk=..][,dtype=..]" into f's shape
+ * fields. MT_INVAL with a one-line reason in err. */
+int cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen);
+/* Parses --threshold PCT (NULL: the default 3 %). MT_INVAL with a reason in err. */
+int cli_parse_threshold(const char *text, double *out, char *err, size_t errlen);
 
 /* Parses argv (after the command name) into o. Returns MT_OK; 1 when --help was
  * asked (help printed to stdout); MT_INVAL with a one-line reason in err. */
@@ -81,6 +96,9 @@ int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_lookup(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_keygen(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_history(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_diff(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_report(const cli_cmd_t *cmd, cli_opts_t *o);
 
 /* Runs an export and prints the files; shared by export and tune. engine: NULL for
  * OUT/<compiler>/, else "sglang" or "vllm" (export.h). Returns an exit code. */

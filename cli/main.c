@@ -25,6 +25,10 @@ static const cli_opt_t *const export_opts[] = {&opt_db, &opt_out, &opt_sweep, &o
 static const cli_opt_t *const doctor_opts[] = {&opt_engine_doctor, &opt_python, &opt_model, &opt_tp, &opt_ep,
                                                &opt_dtype, &opt_doctor_shape, &opt_json, NULL};
 static const cli_opt_t *const lookup_opts[] = {&opt_json, NULL};
+static const cli_opt_t *const history_opts[] = {&opt_db, &opt_shape_filter, &opt_batch_size, &opt_device_filter,
+                                                &opt_backend_filter, &opt_json, NULL};
+static const cli_opt_t *const diff_opts[] = {&opt_db, &opt_threshold, &opt_device_filter, &opt_json, NULL};
+
 
 static const cli_cmd_t k_cmds[] = {
     {"tune", NULL, "Tune on this machine: runs a coordinator and one worker per local GPU (or N sim workers),\n"
@@ -60,6 +64,19 @@ static const cli_cmd_t k_cmds[] = {
      "Exit codes: 0 the file exists for the running Triton version, 3 it is missing, 1 the\n"
      "probe cannot run or finds no torch, Triton or GPU, 2 bad usage.",
      doctor_opts, false, 0, 0, cmd_doctor},
+    {"history", NULL, "Per sweep, in time order, the best latency and config for each batch size of a shape,\n"
+                      "with the sweep's device, driver, toolkit, Triton and kernel versions (read-only).",
+     "A version that changed since the previous sweep is shown as 'new (was old)', and each\n"
+     "entry's change against the previous sweep's entry is in VS PREV.",
+     history_opts, false, 0, 0, cmd_history},
+    {"diff", "A B", "Compare two sweeps (ids, or last / prev): per shape and batch size the old and new best\n"
+                    "config and latency, the change, and whether it is beyond the sweeps' measured noise.",
+     "last is the newest sweep that finished as done; prev is the done sweep before it with\n"
+     "the same spec (names aside) on the same device. A change is beyond noise when it exceeds\n"
+     "2 x sqrt(rsd_A^2 + rsd_B^2) of the two best results (rsd = stddev / median); a slowdown\n"
+     "beyond noise and above --threshold is a regression. Exit codes: 0 no regression,\n"
+     "3 at least one regression, 1 failure, 2 bad usage.",
+     diff_opts, false, 2, 2, cmd_diff},
     {"keygen", NULL, "Write a CURVE key pair: DIR/NAME.key (secret, mode 0600) and DIR/NAME.pub (public).",
      "Give the coordinator its .key with --curve-secret and put the .pub of every worker and\n"
      "client in its --curve-allow directory; workers and clients take their own .key with\n"
