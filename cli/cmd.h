@@ -104,6 +104,12 @@ int cmd_report(const cli_cmd_t *cmd, cli_opts_t *o);
  * OUT/<compiler>/, else "sglang" or "vllm" (export.h). Returns an exit code. */
 int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine);
 
+/* submit --compare-to: checks the options (an exit code, MT_EXIT_OK when fine), and after
+ * the wait diffs the sweep against the previous one and exports when nothing regressed.
+ * Returns 0, 3 on a regression (exported only with --force), 1 or 2 (cmd_nightly.c). */
+int cli_nightly_check(const cli_cmd_t *cmd, const cli_opts_t *o);
+int cli_nightly_finish(const cli_cmd_t *cmd, const cli_opts_t *o, uint64_t sweep);
+
 /* Waits until sweep (0 = every sweep) is finished, showing progress for one sweep.
  * Returns an exit code (0 when all finished as done). */
 struct cli_client;

@@ -11,7 +11,9 @@ static const cli_opt_t *const tune_opts[] = {&opt_backend, &opt_workers, &opt_gp
                                              &opt_sim_time_scale, &opt_sim_faults, &opt_kernel, &opt_python,
                                              &opt_helper_mem_mb, &opt_engine, &opt_json, &opt_log_level, &opt_keep_temp, NULL};
 static const cli_opt_t *const submit_opts[] = {&opt_control, &opt_timeout, &opt_wait, &opt_json,
-                                               &opt_curve_secret, &opt_curve_server, NULL};
+                                               &opt_curve_secret, &opt_curve_server, &opt_compare_to,
+                                               &opt_nightly_db, &opt_nightly_out, &opt_force_export,
+                                               &opt_threshold, &opt_engine, NULL};
 static const cli_opt_t *const status_opts[] = {&opt_control, &opt_timeout, &opt_sweep, &opt_wait, &opt_json,
                                                &opt_curve_secret, &opt_curve_server, NULL};
 static const cli_opt_t *const workers_opts[] = {&opt_control, &opt_timeout, &opt_json, &opt_curve_secret,
@@ -38,7 +40,12 @@ static const cli_cmd_t k_cmds[] = {
      "2 bad usage, 130 interrupted. Every result is committed as it arrives: after Ctrl-C or a\n"
      "crash, running the same command again on the same --db resumes the sweep.",
      tune_opts, true, 0, 0, cmd_tune},
-    {"submit", NULL, "Submit a sweep to a running coordinator and print its id, jobs and planned results.", NULL,
+    {"submit", NULL, "Submit a sweep to a running coordinator and print its id, jobs and planned results.",
+     "The nightly form: --wait --compare-to last --db FILE --out DIR waits for the sweep, diffs\n"
+     "it against the previous done sweep of the same spec (names aside) on the same device, as\n"
+     "moetune diff does, and exports the sweep's config files only when nothing regressed\n"
+     "(or with --force). With no previous sweep it exports. Exit codes: 0 done (and exported),\n"
+     "3 a regression beyond noise and --threshold, 1 failure, 2 bad usage.",
      submit_opts, true, 0, 0, cmd_submit},
     {"status", NULL, "Show the coordinator's sweeps and counters.", NULL, status_opts, false, 0, 0, cmd_status},
     {"workers", NULL, "Show the coordinator's workers.", NULL, workers_opts, false, 0, 0, cmd_workers},

@@ -143,8 +143,16 @@ int wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, siz
                 mt_fmt(err, errlen, "sim faults: slow_start_ms=%s is not an integer in 0..3600000", val);
                 rc = MT_INVAL;
             }
+        } else if (strcmp(key, "slowdown") == 0) {
+            double x;
+            if (mt_parse_double(val, &x) != MT_OK || !(x >= 0.01 && x <= 100.0)) {
+                mt_fmt(err, errlen, "sim faults: slowdown=%s is not a factor in 0.01..100", val);
+                rc = MT_INVAL;
+            } else {
+                out->slowdown = x;
+            }
         } else {
-            mt_fmt(err, errlen, "sim faults: unknown key '%s' (crash, crash_rate, hang, wrong, slow_start_ms)", key);
+            mt_fmt(err, errlen, "sim faults: unknown key '%s' (crash, crash_rate, hang, wrong, slow_start_ms, slowdown)", key);
             rc = MT_INVAL;
         }
         if (rc) goto out;
@@ -439,7 +447,14 @@ static int sim_measure(void *state, const krn_shape_t *shape, const krn_config_t
     for (size_t i = 0; i < n_bs; i++) {
         double lat = model_us(st->gpu, shape, cfg, bs[i]);
         uint64_t stream = hash_case(m->seed, shape, cfg, bs[i]);
-        spent_s += sample_one(lat, stream, m, buf, &out[i]);
+        double spent = sample_one(lat, stream, m, buf, &out[i]);
+        /* after sampling, so the same seed draws the same samples, only slower */
+        double f = st->faults.slowdown > 0 ? st->faults.slowdown : 1.0;
+        out[i].median_us *= f;
+        out[i].min_us *= f;
+        out[i].mean_us *= f;
+        out[i].stddev_us *= f;
+        spent_s += spent * f;
     }
     free(buf);
     sleep_s(st->time_scale * spent_s);
