@@ -29,6 +29,7 @@ typedef struct {
     void *zmq_ctx;               /* a ZeroMQ context to share (inproc tests); NULL = own */
     const sec_cert_t *curve;     /* key pair: with curve_allow both sockets are CURVE servers; NULL = plain */
     const char *curve_allow;     /* directory of the allowed public keys (*.pub) */
+    const char *metrics;         /* "HOST:PORT": serve Prometheus metrics there (metrics.h); NULL = off */
 } coord_opts_t;
 
 /* Opens the store (creating and migrating it), loads the state and binds both
