@@ -30,6 +30,7 @@ static const cli_opt_t *const lookup_opts[] = {&opt_json, NULL};
 static const cli_opt_t *const history_opts[] = {&opt_db, &opt_shape_filter, &opt_batch_size, &opt_device_filter,
                                                 &opt_backend_filter, &opt_json, NULL};
 static const cli_opt_t *const diff_opts[] = {&opt_db, &opt_threshold, &opt_device_filter, &opt_json, NULL};
+static const cli_opt_t *const report_opts[] = {&opt_db, &opt_sweep, &opt_report_out, &opt_heatmap_m, NULL};
 
 
 static const cli_cmd_t k_cmds[] = {
@@ -84,6 +85,14 @@ static const cli_cmd_t k_cmds[] = {
      "beyond noise and above --threshold is a regression. Exit codes: 0 no regression,\n"
      "3 at least one regression, 1 failure, 2 bad usage.",
      diff_opts, false, 2, 2, cmd_diff},
+    {"report", NULL, "Write one self-contained HTML report of a sweep (inline SVG, nothing loaded from the network).",
+     "Per shape: best latency and the engines' default config against batch size, the speed-up,\n"
+     "a BLOCK_SIZE_M x BLOCK_SIZE_N heat map (best over the other parameters) at one batch\n"
+     "size, results by status, and the sweep's provenance. The engines' default (SGLang and\n"
+     "vLLM, bf16: 16x32x64 GROUP 1 when M <= E, else 64x64x32 GROUP 8; num_warps 4 and\n"
+     "num_stages 3 as Triton's launch defaults) is shown where the sweep measured that config,\n"
+     "and 'not measured' where it did not.",
+     report_opts, false, 0, 0, cmd_report},
     {"keygen", NULL, "Write a CURVE key pair: DIR/NAME.key (secret, mode 0600) and DIR/NAME.pub (public).",
      "Give the coordinator its .key with --curve-secret and put the .pub of every worker and\n"
      "client in its --curve-allow directory; workers and clients take their own .key with\n"
