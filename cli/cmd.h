@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "query.h"
 #include "spec.h"
 
 typedef enum { OPT_STR, OPT_U32, OPT_U64, OPT_FLAG } cli_opt_type_t;
@@ -37,6 +38,10 @@ typedef struct {
     bool spec_given;       /* at least one spec option was given */
     const char *pos[4];
     size_t n_pos;
+    /* history, diff, report, submit --compare-to */
+    const char *device, *threshold, *compare_to;
+    uint32_t heatmap_m;
+    bool force_export;
 } cli_opts_t;
 
 typedef struct cli_cmd cli_cmd_t;
@@ -62,6 +67,16 @@ extern const cli_opt_t opt_control, opt_timeout, opt_sweep, opt_wait, opt_json, 
     opt_sweeps, opt_latest,
     opt_partial, opt_force;
 
+/* history, diff, report, submit --compare-to (cmd_common.c) */
+extern const cli_opt_t opt_device_filter, opt_backend_filter, opt_threshold, opt_compare_to, opt_nightly_db,
+    opt_nightly_out, opt_force_export, opt_heatmap_m, opt_report_out;
+
+/* Parses a partial shape filter "E=128,N=768[,K=..][,topk=..][,dtype=..]" into f's shape
+ * fields. MT_INVAL with a one-line reason in err. */
+int cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen);
+/* Parses --threshold PCT (NULL: the default 3 %). MT_INVAL with a reason in err. */
+int cli_parse_threshold(const char *text, double *out, char *err, size_t errlen);
+
 /* Parses argv (after the command name) into o. Returns MT_OK; 1 when --help was
  * asked (help printed to stdout); MT_INVAL with a one-line reason in err. */
 int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, char *err, size_t errlen);
@@ -85,6 +100,9 @@ int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_lookup(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_keygen(const cli_cmd_t *cmd, cli_opts_t *o);
 int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_history(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_diff(const cli_cmd_t *cmd, cli_opts_t *o);
+int cmd_report(const cli_cmd_t *cmd, cli_opts_t *o);
 
 /* Runs an export (export.h) and prints each file written or left unchanged, with its
  * coverage when partial, and the error; eo->changes is set to stdout when NULL. The C
@@ -97,6 +115,12 @@ int cli_export(const cli_cmd_t *cmd, const struct exp_opts_s *eo, bool json);
  * OUT/<compiler>/ when engine is NULL, else as "sglang" or "vllm" lay them out. */
 int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine,
                    bool json, bool force);
+
+/* submit --compare-to: checks the options (an exit code, MT_EXIT_OK when fine), and after
+ * the wait diffs the sweep against the previous one and exports when nothing regressed.
+ * Returns 0, 3 on a regression (exported only with --force), 1 or 2 (cmd_nightly.c). */
+int cli_nightly_check(const cli_cmd_t *cmd, const cli_opts_t *o);
+int cli_nightly_finish(const cli_cmd_t *cmd, const cli_opts_t *o, uint64_t sweep);
 
 /* Waits until sweep (0 = every sweep) is finished, showing progress for one sweep.
  * Returns an exit code (0 when all finished as done). */

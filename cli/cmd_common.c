@@ -45,6 +45,15 @@ const cli_opt_t opt_latest = {"latest", OPT_FLAG, OFF(latest), NULL, "per file, 
 const cli_opt_t opt_partial = {"partial", OPT_FLAG, OFF(partial), NULL, "also write files of unfinished or incompletely measured sweeps (marked partial)"};
 const cli_opt_t opt_force = {"force", OPT_FLAG, OFF(force), NULL, "replace entries by configs measured slower than the file's"};
 const cli_opt_t opt_keep_temp = {"keep-temp", OPT_FLAG, OFF(keep_temp), NULL, "keep the run directory with the processes' logs"};
+const cli_opt_t opt_device_filter = {"device", OPT_STR, OFF(device), "NAME", "only results of this device name (as stored, e.g. 'NVIDIA H200')"};
+const cli_opt_t opt_backend_filter = {"backend", OPT_STR, OFF(backend), "sim|cuda|triton", "only results of this backend"};
+const cli_opt_t opt_threshold = {"threshold", OPT_STR, OFF(threshold), "PCT", "a slowdown beyond noise counts as a regression above PCT % (default 3)"};
+const cli_opt_t opt_compare_to = {"compare-to", OPT_STR, OFF(compare_to), "last|ID", "with --wait: diff the finished sweep against the previous done sweep of the same spec on the same device (last) or sweep ID; export only when nothing regressed"};
+const cli_opt_t opt_nightly_db = {"db", OPT_STR, OFF(db), "FILE", "with --compare-to: the coordinator's database, read for the diff and the export"};
+const cli_opt_t opt_nightly_out = {"out", OPT_STR, OFF(out), "DIR", "with --compare-to: export the sweep's config files here when nothing regressed"};
+const cli_opt_t opt_force_export = {"force", OPT_FLAG, OFF(force_export), NULL, "with --compare-to: export even when a regression was found (the exit code is still 3)"};
+const cli_opt_t opt_heatmap_m = {"heatmap-m", OPT_U32, OFF(heatmap_m), "M", "batch size of the BLOCK_SIZE_M x BLOCK_SIZE_N heat map (default the sweep's batch size nearest 256)"};
+const cli_opt_t opt_report_out = {"o", OPT_STR, OFF(out), "FILE", "the HTML file to write"};
 
 int cli_usage(const cli_cmd_t *cmd, const char *msg) {
     fprintf(stderr, "moetune%s%s: %s\n", cmd ? " " : "", cmd ? cmd->name : "", msg);
@@ -64,7 +73,7 @@ static const cli_opt_t *find(const cli_cmd_t *cmd, const char *flag) {
 
 static void print_opt(FILE *out, const char *flag, const char *metavar, const char *help) {
     char left[128];
-    snprintf(left, sizeof left, "--%s%s%s", flag, metavar ? " " : "", metavar ? metavar : "");
+    snprintf(left, sizeof left, "%s%s%s%s", strlen(flag) == 1 ? "-" : "--", flag, metavar ? " " : "", metavar ? metavar : "");
     if (strlen(left) > 28) fprintf(out, "  %s\n  %-28s  %s\n", left, "", help);
     else fprintf(out, "  %-28s  %s\n", left, help);
 }
@@ -93,7 +102,9 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, char *
             cli_print_help(cmd, stdout);
             return 1;
         }
-        if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+        /* one-letter options are written with one dash: -o FILE */
+        bool short_opt = a[0] == '-' && a[1] && a[1] != '-' && a[2] == '\0';
+        if (!short_opt && (strncmp(a, "--", 2) != 0 || a[2] == '\0')) {
             if (o->n_pos == cmd->max_pos || o->n_pos == sizeof o->pos / sizeof o->pos[0]) {
                 mt_fmt(err, errlen, "unexpected argument '%s'", a);
                 return MT_INVAL;
@@ -103,13 +114,14 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, char *
         }
         char flag[64];
         const char *val = NULL;
-        const char *eq = strchr(a + 2, '=');
-        size_t flen = eq ? (size_t)(eq - (a + 2)) : strlen(a + 2);
+        const char *name = a + (short_opt ? 1 : 2);
+        const char *eq = short_opt ? NULL : strchr(name, '=');
+        size_t flen = eq ? (size_t)(eq - name) : strlen(name);
         if (flen >= sizeof flag) {
             mt_fmt(err, errlen, "unknown option '%.40s...'", a);
             return MT_INVAL;
         }
-        memcpy(flag, a + 2, flen);
+        memcpy(flag, name, flen);
         flag[flen] = '\0';
         if (eq) val = eq + 1;
         const cli_opt_t *opt = find(cmd, flag);

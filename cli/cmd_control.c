@@ -90,6 +90,8 @@ int cmd_submit(const cli_cmd_t *cmd, cli_opts_t *o) {
     cli_client_t *c = NULL;
     wire_env_t *reply = NULL;
     if (cli_spec_finish(o->spec, false, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
+    code = cli_nightly_check(cmd, o);
+    if (code != MT_EXIT_OK) return code;
     code = connect_control(cmd, o, &c);
     if (code != MT_EXIT_OK) return code;
     wire_env_t req;
@@ -119,6 +121,7 @@ int cmd_submit(const cli_cmd_t *cmd, cli_opts_t *o) {
     fflush(stdout);
     cli_say_queued_behind(cmd->name, s->queued_behind, s->n_queued_behind);
     code = o->wait ? cli_wait_sweeps(cmd, c, s->sweep_id, o->json) : MT_EXIT_OK;
+    if (code == MT_EXIT_OK && o->compare_to) code = cli_nightly_finish(cmd, o, s->sweep_id);
 out:
     wire_free(&reply);
     cli_client_destroy(&c);

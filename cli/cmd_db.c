@@ -10,8 +10,7 @@
 #include "mt.h"
 #include "query.h"
 
-/* Parses a partial shape filter "E=128,N=768[,K=..][,topk=..][,dtype=..]". */
-static int parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen) {
+int cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen) {
     int rc = MT_OK;
     char *copy = strdup(text);
     if (!copy) return MT_NOMEM;
@@ -110,7 +109,7 @@ int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
     f.batch_size = o->batch_size;
     f.limit = o->limit;
     f.best = o->best;
-    if (o->shape && parse_shape_filter(o->shape, &f, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
+    if (o->shape && cli_parse_shape_filter(o->shape, &f, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
     if (o->status) {
         bool known = false;
         for (size_t i = 0; i < sizeof k_statuses / sizeof k_statuses[0]; i++)

@@ -12,7 +12,9 @@ static const cli_opt_t *const tune_opts[] = {&opt_backend, &opt_workers, &opt_gp
                                              &opt_helper_mem_mb, &opt_engine, &opt_json, &opt_log_level, &opt_keep_temp,
                                              &opt_fresh, &opt_keep_settings, NULL};
 static const cli_opt_t *const submit_opts[] = {&opt_control, &opt_timeout, &opt_wait, &opt_json,
-                                               &opt_curve_secret, &opt_curve_server, NULL};
+                                               &opt_curve_secret, &opt_curve_server, &opt_compare_to,
+                                               &opt_nightly_db, &opt_nightly_out, &opt_force_export,
+                                               &opt_threshold, &opt_engine, NULL};
 static const cli_opt_t *const status_opts[] = {&opt_control, &opt_timeout, &opt_sweep, &opt_wait, &opt_json,
                                                &opt_curve_secret, &opt_curve_server, NULL};
 static const cli_opt_t *const workers_opts[] = {&opt_control, &opt_timeout, &opt_json, &opt_curve_secret,
@@ -27,6 +29,11 @@ static const cli_opt_t *const export_opts[] = {&opt_db, &opt_out, &opt_sweep, &o
 static const cli_opt_t *const doctor_opts[] = {&opt_engine_doctor, &opt_python, &opt_model, &opt_tp, &opt_ep,
                                                &opt_dtype, &opt_doctor_shape, &opt_json, NULL};
 static const cli_opt_t *const lookup_opts[] = {&opt_json, NULL};
+static const cli_opt_t *const history_opts[] = {&opt_db, &opt_shape_filter, &opt_batch_size, &opt_device_filter,
+                                                &opt_backend_filter, &opt_json, NULL};
+static const cli_opt_t *const diff_opts[] = {&opt_db, &opt_threshold, &opt_device_filter, &opt_json, NULL};
+static const cli_opt_t *const report_opts[] = {&opt_db, &opt_sweep, &opt_report_out, &opt_heatmap_m, NULL};
+
 
 static const cli_cmd_t k_cmds[] = {
     {"tune", NULL, "Tune on this machine: runs a coordinator and one worker per local GPU (or N sim workers),\n"
@@ -39,7 +46,12 @@ static const cli_cmd_t k_cmds[] = {
      "Both happen only when the expanded plan and every measurement setting are equal; otherwise\n"
      "tune says what differs and exits 2: choose --fresh (measure anew) or --keep-settings.",
      tune_opts, true, 0, 0, cmd_tune},
-    {"submit", NULL, "Submit a sweep to a running coordinator and print its id, jobs and planned results.", NULL,
+    {"submit", NULL, "Submit a sweep to a running coordinator and print its id, jobs and planned results.",
+     "The nightly form: --wait --compare-to last --db FILE --out DIR waits for the sweep, diffs\n"
+     "it against the previous done sweep of the same spec (names aside) on the same device, as\n"
+     "moetune diff does, and exports the sweep's config files only when nothing regressed\n"
+     "(or with --force). With no previous sweep it exports. Exit codes: 0 done (and exported),\n"
+     "3 a regression beyond noise and --threshold, 1 failure, 2 bad usage.",
      submit_opts, true, 0, 0, cmd_submit},
     {"status", NULL, "Show the coordinator's sweeps and counters.", NULL, status_opts, false, 0, 0, cmd_status},
     {"workers", NULL, "Show the coordinator's workers.", NULL, workers_opts, false, 0, 0, cmd_workers},
@@ -71,6 +83,27 @@ static const cli_cmd_t k_cmds[] = {
      "Exit codes: 0 the file exists for the running Triton version, 3 it is missing, 1 the\n"
      "probe cannot run or finds no torch, Triton or GPU, 2 bad usage.",
      doctor_opts, false, 0, 0, cmd_doctor},
+    {"history", NULL, "Per sweep, in time order, the best latency and config for each batch size of a shape,\n"
+                      "with the sweep's device, driver, toolkit, Triton and kernel versions (read-only).",
+     "A version that changed since the previous sweep is shown as 'new (was old)', and each\n"
+     "entry's change against the previous sweep's entry is in VS PREV.",
+     history_opts, false, 0, 0, cmd_history},
+    {"diff", "A B", "Compare two sweeps (ids, or last / prev): per shape and batch size the old and new best\n"
+                    "config and latency, the change, and whether it is beyond the sweeps' measured noise.",
+     "last is the newest sweep that finished as done; prev is the done sweep before it with\n"
+     "the same spec (names aside) on the same device. A change is beyond noise when it exceeds\n"
+     "2 x sqrt(rsd_A^2 + rsd_B^2) of the two best results (rsd = stddev / median); a slowdown\n"
+     "beyond noise and above --threshold is a regression. Exit codes: 0 no regression,\n"
+     "3 at least one regression, 1 failure, 2 bad usage.",
+     diff_opts, false, 2, 2, cmd_diff},
+    {"report", NULL, "Write one self-contained HTML report of a sweep (inline SVG, nothing loaded from the network).",
+     "Per shape: best latency and the engines' default config against batch size, the speed-up,\n"
+     "a BLOCK_SIZE_M x BLOCK_SIZE_N heat map (best over the other parameters) at one batch\n"
+     "size, results by status, and the sweep's provenance. The engines' default (SGLang and\n"
+     "vLLM, bf16: 16x32x64 GROUP 1 when M <= E, else 64x64x32 GROUP 8; num_warps 4 and\n"
+     "num_stages 3 as Triton's launch defaults) is shown where the sweep measured that config,\n"
+     "and 'not measured' where it did not.",
+     report_opts, false, 0, 0, cmd_report},
     {"keygen", NULL, "Write a CURVE key pair: DIR/NAME.key (secret, mode 0600) and DIR/NAME.pub (public).",
      "Give the coordinator its .key with --curve-secret and put the .pub of every worker and\n"
      "client in its --curve-allow directory; workers and clients take their own .key with\n"

@@ -11,6 +11,7 @@
 #include <zmq.h>
 
 #include "lock.h"
+#include "metrics.h"
 #include "mt.h"
 #include "store.h"
 #include "wire.h"
@@ -18,6 +19,7 @@
 
 #define DRAIN_MAX 256       /* messages per socket per loop turn, so neither socket starves the other or the timers */
 #define TICK_MS 10          /* timer resolution */
+#define METRICS_MS 200      /* how often the metrics snapshot is refreshed */
 
 struct coord {
     coord_opts_t o;
@@ -33,6 +35,7 @@ struct coord {
     void *mon[2];            /* connection events of each socket (PAIR, inproc) */
     uint32_t conns[2], max_conns[2];
     uint64_t refused[2];
+    metrics_t *metrics;      /* Prometheus endpoint; NULL = off */
     atomic_int stop;
 };
 
@@ -169,6 +172,7 @@ int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen)
     if (c->o.curve) rc = sec_auth_new(c->ctx, c->o.curve_allow, &c->auth, err, errlen);
     if (!rc) rc = open_socket(c, 0, c->o.bind, err, errlen);
     if (!rc) rc = open_socket(c, 1, c->o.control, err, errlen);
+    if (!rc && c->o.metrics) rc = metrics_new(c->o.metrics, &c->metrics, err, errlen);
 out:
     if (rc) {
         coord_destroy(&c);
@@ -183,6 +187,7 @@ out:
                which ? "control" : "worker", c->ep[which],
                which ? "submit and cancel sweeps" : "take jobs and store results");
     }
+    if (c->metrics) log_at(MT_LOG_INFO, "metrics on http://%s/metrics (port %u)", c->o.metrics, metrics_port(c->metrics));
     *out = c;
     return MT_OK;
 }
@@ -190,6 +195,7 @@ out:
 void coord_destroy(coord_t **pc) {
     if (!pc || !*pc) return;
     coord_t *c = *pc;
+    metrics_destroy(&c->metrics);
     if (c->workers) zmq_close(c->workers);
     if (c->control) zmq_close(c->control);
     for (int i = 0; i < 2; i++)
@@ -433,8 +439,39 @@ static void writer_collect(coord_t *c, int timeout_ms) {
     if (writer_poll(c->writer, timeout_ms, &arg, &wrc, why, sizeof why) != MT_OK) return;
     size_t n = sched_batch_results(arg);
     sched_batch_done(c->sched, arg, wrc, why, mt_now_ms());
+    if (c->metrics) metrics_observe_commit(c->metrics, writer_last_us(c->writer));
     log_at(MT_LOG_DEBUG, "batch of %zu results %s in %llu us", n, wrc ? "failed" : "committed",
            (unsigned long long)writer_last_us(c->writer));
+}
+
+/* Copies the loop's numbers into the metrics endpoint. */
+static void metrics_refresh(coord_t *c, uint64_t now) {
+    sched_status_t st;
+    metrics_snapshot_t m;
+    memset(&m, 0, sizeof m);
+    if (sched_status(c->sched, 0, now, &st) != MT_OK) return;
+    for (size_t i = 0; i < st.reply.n_sweeps; i++) {
+        const Moetune__SweepStatus *s = st.reply.sweeps[i];
+        m.jobs_pending += s->jobs_pending;
+        m.jobs_leased += s->jobs_leased;
+        m.jobs_done += s->jobs_done;
+        m.jobs_failed += s->jobs_failed;
+        m.jobs_cancelled += s->jobs_total - s->jobs_pending - s->jobs_leased - s->jobs_done - s->jobs_failed;
+        m.sweeps_running += strcmp(s->state, "running") == 0;
+    }
+    for (size_t i = 0; i < st.reply.n_workers; i++) {
+        const char *ws = st.reply.workers[i]->state;
+        if (strcmp(ws, "dead") == 0) m.workers_dead++;
+        else if (strcmp(ws, "away") == 0) m.workers_away++;
+        else m.workers_alive++;
+        m.workers_busy += strcmp(ws, "busy") == 0;
+    }
+    sched_status_release(&st);
+    m.c = *sched_counters(c->sched);
+    m.results_unacked = sched_pending(c->sched);
+    m.storage_error = sched_storage_error(c->sched)[0] != '\0';
+    m.auth_refused = sec_auth_refused(c->auth);
+    metrics_publish(c->metrics, &m);
 }
 
 /* Hands the next batch to the writer when it is free. */
@@ -450,6 +487,7 @@ int coord_run(coord_t *c) {
     int rc = MT_OK;
     uint64_t next_tick = 0;
     uint64_t retry_at = 0;   /* after a failed commit, wait a little before the next try */
+    uint64_t next_metrics = 0;
     while (!mt_stop_requested && !atomic_load(&c->stop)) {
         zmq_pollitem_t items[5] = {{c->workers, 0, ZMQ_POLLIN, 0},
                                    {c->control, 0, ZMQ_POLLIN, 0},
@@ -482,6 +520,10 @@ int coord_run(coord_t *c) {
             sched_tick(c->sched, now);
             next_tick = now + TICK_MS;
         }
+        if (c->metrics && now >= next_metrics) {
+            metrics_refresh(c, now);
+            next_metrics = now + METRICS_MS;
+        }
     }
     /* commit what is pending; workers resend whatever is not acknowledged */
     writer_collect(c, 10000);
@@ -489,6 +531,7 @@ int coord_run(coord_t *c) {
         if (sched_flush(c->sched, mt_now_ms()) == MT_OK) break;
         zmq_poll(NULL, 0, 100);
     }
+    if (c->metrics) metrics_refresh(c, mt_now_ms());
     log_at(MT_LOG_INFO, "coordinator stopping: %llu results committed, %zu left uncommitted",
            (unsigned long long)sched_counters(c->sched)->results_committed, sched_pending(c->sched));
     return rc;

@@ -42,6 +42,7 @@ typedef struct {
     const sec_cert_t *curve;     /* key pair: with curve_allow both sockets are CURVE servers; NULL = plain */
     const char *curve_allow;     /* directory of the allowed public keys (*.pub) */
     uint32_t max_conns;          /* worker-socket connections at most; 0 = COORD_DEFAULT_CONNS */
+    const char *metrics;         /* "HOST:PORT": serve Prometheus metrics there (metrics.h); NULL = off */
 } coord_opts_t;
 
 /* Takes the database's writer lock (db/lock.h), opens the store (creating and

@@ -13,8 +13,8 @@
 static const char g_usage[] =
     "usage: moetune-coordinator --db FILE [--bind EP] [--control EP] [--heartbeat-ms MS]\n"
     "                           [--lease-ms MS] [--max-msg-bytes N] [--max-connections N]\n"
-    "                           [--log-level L]\n"
-    "                           [--curve-secret FILE --curve-allow DIR] [--help]\n"
+    "                           [--log-level L] [--curve-secret FILE --curve-allow DIR]\n"
+    "                           [--metrics HOST:PORT] [--help]\n"
     "\n"
     "  --db FILE            SQLite database (created and migrated when missing)\n"
     "  --bind EP            worker endpoint (default tcp://127.0.0.1:5555, this host only; other\n"
@@ -29,7 +29,9 @@ static const char g_usage[] =
     "  --log-level L        error, warn, info (default) or debug\n"
     "  --curve-secret FILE  CURVE: this coordinator's key pair (moetune keygen); needs --curve-allow\n"
     "  --curve-allow DIR    CURVE: directory of the public keys (*.pub) of allowed workers and clients;\n"
-    "                       without both flags the sockets are plain TCP\n";
+    "                       without both flags the sockets are plain TCP\n"
+    "  --metrics HOST:PORT  serve Prometheus metrics at http://HOST:PORT/metrics (HOST an IPv4\n"
+    "                       address, localhost or *); off by default\n";
 
 typedef struct {
     coord_opts_t o;
@@ -55,6 +57,10 @@ static int opt_control(args_t *a, const char *v, char *err, size_t errlen) {
 }
 static int opt_curve_secret(args_t *a, const char *v, char *err, size_t errlen) {
     a->curve_secret = v;
+    return MT_OK;
+}
+static int opt_metrics(args_t *a, const char *v, char *err, size_t errlen) {
+    a->o.metrics = v;
     return MT_OK;
 }
 static int opt_curve_allow(args_t *a, const char *v, char *err, size_t errlen) {
@@ -92,6 +98,7 @@ static const struct {
     {"--db", opt_db},           {"--bind", opt_bind},   {"--control", opt_control},
     {"--heartbeat-ms", opt_hb}, {"--lease-ms", opt_lease}, {"--max-msg-bytes", opt_max}, {"--max-connections", opt_conns},
     {"--log-level", opt_level},      {"--curve-secret", opt_curve_secret}, {"--curve-allow", opt_curve_allow},
+    {"--metrics", opt_metrics},
 };
 
 static int parse(int argc, char **argv, args_t *a, char *err, size_t errlen) {

@@ -96,6 +96,7 @@ typedef struct {
     size_t cfg;
     bool crash;              /* a quarantining second crash: bump the crash count too */
     uint32_t new_rows, new_failed, new_pruned;
+    uint32_t new_by_status[SCHED_N_STATUS]; /* new rows by Moetune__Status value */
 } entry_t;
 
 typedef struct {
@@ -113,6 +114,7 @@ typedef struct {
     Moetune__Hello *hello;   /* a copy of the Hello of a worker not yet recorded (owned), or NULL */
     uint64_t device_id;      /* what recording it gave */
     uint32_t new_rows, new_failed, new_pruned;
+    uint32_t new_by_status[SCHED_N_STATUS]; /* new rows by Moetune__Status value */
 } brow_t;
 
 struct sched_batch {
@@ -1229,6 +1231,7 @@ int sched_batch_write(store_t *db, void *arg) {
         brow_t *br = &b->rows[i];
         store_result_t row = br->base;
         br->new_rows = br->new_failed = br->new_pruned = 0;
+        memset(br->new_by_status, 0, sizeof br->new_by_status);
         if (br->hello) {
             rc = store_hello(db, br->hello, row.created, &br->device_id);
             row.device_id = br->device_id;
@@ -1253,6 +1256,7 @@ int sched_batch_write(store_t *db, void *arg) {
                     br->new_pruned++;
                 else if (m->status != MOETUNE__STATUS__STATUS_OK)
                     br->new_failed++;
+                br->new_by_status[(unsigned)m->status < SCHED_N_STATUS ? (unsigned)m->status : 0]++;
             }
         }
         if (!rc && br->crash) {
@@ -1306,6 +1310,7 @@ static void apply_entry(sched_t *s, entry_t *e) {
     sw->failed += e->new_failed;
     sw->pruned += e->new_pruned;
     s->c.results_committed += e->new_rows;
+    for (int k = 0; k < SCHED_N_STATUS; k++) s->c.committed_by_status[k] += e->new_by_status[k];
     e->w->results += e->new_rows;
     ack_push(e->w, e->env->result->seq);
     if (j->rows_done >= j->rows_needed && (j->state == J_PENDING || j->state == J_LEASED)) job_finish(s, j, J_DONE);
@@ -1357,6 +1362,7 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         e->new_failed = b->rows[i].new_failed;
         e->new_pruned = b->rows[i].new_pruned;
         race_note_entry(s, e);
+        memcpy(e->new_by_status, b->rows[i].new_by_status, sizeof e->new_by_status);
         apply_entry(s, e);
         wire_free(&e->env);
     }

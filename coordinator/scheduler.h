@@ -41,8 +41,12 @@ typedef struct {
     void *send_ctx;
 } sched_opts_t;
 
+/* Moetune__Status values 0 (unknown) .. 8 (pruned). */
+#define SCHED_N_STATUS 9
+
 typedef struct {
     uint64_t bad_messages, rejected_results, results_committed, requeued_jobs, dead_workers, commit_failures;
+    uint64_t committed_by_status[SCHED_N_STATUS]; /* results_committed by Moetune__Status value */
 } sched_counters_t;
 
 /* A StatusReply and the arrays behind it; release with sched_status_release(). */

@@ -63,6 +63,16 @@ struct dbq {
     " OVER (PARTITION BY " EXPORT_DIR_DEV ", r.shape_id) AS lsid" RESULT_FROM EXPORT_WHERE ")"  \
     " WHERE sweep_id = lsid) WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
 
+#define SQL_HISTORY(tail)                                                                   \
+    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY r.sweep_id,"  \
+    " r.shape_id, COALESCE(d.name, 'unknown'), r.batch_size ORDER BY r.median_us, r.config_id)"  \
+    " AS rk" RESULT_FROM                                                                       \
+    " WHERE (?1 = 0 OR r.sweep_id = ?1) AND (?2 = 0 OR s.e = ?2) AND (?3 = 0 OR s.n = ?3)"      \
+    " AND (?4 = 0 OR s.k = ?4) AND (?5 = 0 OR s.topk = ?5) AND (?6 = '' OR s.dtype = ?6)"       \
+    " AND (?7 = 0 OR r.batch_size = ?7) AND (?8 = '' OR COALESCE(d.name, 'unknown') = ?8)"      \
+    " AND (?9 = '' OR r.backend = ?9) AND r.status = 'ok' AND r.median_us IS NOT NULL)"         \
+    " WHERE rk = 1 ORDER BY sweep_id, e, n, k, topk, dtype, sbn, sbk, dev, batch_size"
+
 /* Each walk for a v1 file [0] and a v2 file [1]. */
 static const char *const k_sql_results[2] = {SQL_RESULTS(RESULT_COLS_V1), SQL_RESULTS(RESULT_COLS_V2)};
 static const char *const k_sql_best[2] = {SQL_BEST(RESULT_COLS_V1), SQL_BEST(RESULT_COLS_V2)};
@@ -92,6 +102,8 @@ static const char k_sql_coverage[] =
     " LEFT JOIN meas m ON m.sweep_id = f.sweep_id AND m.dir = f.dir AND m.dev = f.dev"
     "  AND m.shape_id = f.shape_id AND m.batch_size = z.batch_size"
     " ORDER BY f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size";
+
+static const char *const k_sql_history[2] = {SQL_HISTORY(RESULT_COLS_V1), SQL_HISTORY(RESULT_COLS_V2)};
 
 static const char k_sql_sweeps[] =
     "SELECT id, name, state, results_planned, created, COALESCE(finished, 0), spec FROM sweeps"
@@ -366,6 +378,24 @@ int dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *er
         rc = fn(ctx, &w);
         if (rc != 0) break;
     }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int dbq_history(dbq_t *q, const dbq_hist_filter_t *f, dbq_result_fn fn, void *ctx, char *err, size_t errlen) {
+    sqlite3_stmt *st = NULL;
+    int rc = prepare(q, k_sql_history[q->v2], &st, err, errlen);
+    if (rc != MT_OK) return rc;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)f->sweep_id);
+    sqlite3_bind_int64(st, 2, f->e);
+    sqlite3_bind_int64(st, 3, f->n);
+    sqlite3_bind_int64(st, 4, f->k);
+    sqlite3_bind_int64(st, 5, f->topk);
+    sqlite3_bind_text(st, 6, f->dtype, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 7, f->batch_size);
+    sqlite3_bind_text(st, 8, f->device, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 9, f->backend, -1, SQLITE_TRANSIENT);
+    rc = walk(q, st, fn, ctx, err, errlen);
     sqlite3_finalize(st);
     return rc;
 }

@@ -115,4 +115,21 @@ typedef int (*dbq_sweep_fn)(void *ctx, const dbq_sweep_t *sweep);
 /* Walks the sweeps in id order (state NULL = all, else only that state). */
 int dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *err, size_t errlen);
 
+/* What dbq_history walks; zero / empty fields match anything. */
+typedef struct {
+    uint64_t sweep_id;
+    uint32_t e, n, k, topk;
+    char dtype[16];
+    uint32_t batch_size;
+    char device[128];   /* the device name exactly as stored */
+    char backend[16];
+} dbq_hist_filter_t;
+
+/* Walks, per (sweep, shape, device name, batch size), the ok result with the lowest
+ * median (ties: lower config id) among those that match filter. Ordered by sweep id
+ * (the order sweeps were stored in), shape, device, batch size. Returns as
+ * dbq_results. */
+int dbq_history(dbq_t *q, const dbq_hist_filter_t *filter, dbq_result_fn fn, void *ctx, char *err,
+                size_t errlen);
+
 #endif

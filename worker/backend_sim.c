@@ -144,8 +144,16 @@ int wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, siz
                 mt_fmt(err, errlen, "sim faults: slow_start_ms=%s is not an integer in 0..3600000", val);
                 rc = MT_INVAL;
             }
+        } else if (strcmp(key, "slowdown") == 0) {
+            double x;
+            if (mt_parse_double(val, &x) != MT_OK || !(x >= 0.01 && x <= 100.0)) {
+                mt_fmt(err, errlen, "sim faults: slowdown=%s is not a factor in 0.01..100", val);
+                rc = MT_INVAL;
+            } else {
+                out->slowdown = x;
+            }
         } else {
-            mt_fmt(err, errlen, "sim faults: unknown key '%s' (crash, crash_rate, hang, wrong, slow_start_ms)", key);
+            mt_fmt(err, errlen, "sim faults: unknown key '%s' (crash, crash_rate, hang, wrong, slow_start_ms, slowdown)", key);
             rc = MT_INVAL;
         }
         if (rc) goto out;
@@ -274,8 +282,8 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Draws samples of one (config, batch size) until the RSD is under target, within
  * min..max samples and the time budget; fills out; returns the simulated seconds. */
-static double sample_one(double lat_us, uint64_t stream, const wrk_measure_t *m, size_t bi, double *buf,
-                         wrk_meas_t *out) {
+static double sample_one(double lat_us, double scale, uint64_t stream, const wrk_measure_t *m, size_t bi,
+                         double *buf, wrk_meas_t *out) {
     uint32_t min_n = m->min_samples ? m->min_samples : 5;
     uint32_t max_n = m->max_samples ? m->max_samples : 100;
     double target = m->rsd_target > 0 ? m->rsd_target : 0.01;
@@ -284,7 +292,7 @@ static double sample_one(double lat_us, uint64_t stream, const wrk_measure_t *m,
     if (max_n < min_n) max_n = min_n;
     /* Short kernels are noisier (launch jitter); rare slow outliers (clock dips). */
     double sigma = 0.004 + 0.02 / sqrt(lat_us);
-    double sum = 0, sumsq = 0, spent_us = (double)m->warmup * lat_us;
+    double sum = 0, sumsq = 0, spent_us = (double)m->warmup * lat_us * scale;
     uint32_t n = 0;
     double fastest = 0;
     bool pruned = false;
@@ -295,7 +303,7 @@ static double sample_one(double lat_us, uint64_t stream, const wrk_measure_t *m,
         double noise = sigma * z;
         if (u3 < 0.02) noise += 0.05 + 0.15 * unit_draw(&s);
         if (noise < -0.2) noise = -0.2;
-        double x = lat_us * (1.0 + noise);
+        double x = lat_us * (1.0 + noise) * scale;
         buf[n++] = x;
         sum += x;
         sumsq += x * x;
@@ -451,7 +459,9 @@ static int sim_measure(void *state, const krn_shape_t *shape, const krn_config_t
     for (size_t i = 0; i < n_bs; i++) {
         double lat = model_us(st->gpu, shape, cfg, bs[i]);
         uint64_t stream = hash_case(m->seed, shape, cfg, bs[i]);
-        spent_s += sample_one(lat, stream, m, i, buf, &out[i]);
+        /* --sim-faults slowdown=X: the same draws as without it, X times slower */
+        double f = st->faults.slowdown > 0 ? st->faults.slowdown : 1.0;
+        spent_s += sample_one(lat, f, stream, m, i, buf, &out[i]);
     }
     free(buf);
     sleep_s(st->time_scale * spent_s);

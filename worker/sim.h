@@ -29,13 +29,15 @@ typedef struct {
     size_t n_wrong;
     double crash_rate;                      /* probability a config kills the child */
     uint32_t slow_start_ms;                 /* open() sleeps this long */
+    double slowdown;                        /* every latency times this (a simulated driver or
+                                               toolkit regression); 0 = 1 */
 } wrk_sim_faults_t;
 
 /* The backend itself; found by wrk_backend_find("sim"). */
 extern const wrk_backend_ops_t wrk_backend_sim;
 
 /* Parses SPEC ("crash=64x128x64x1x4x3,wrong=...,crash_rate=0.01,hang=...,
- * slow_start_ms=500"; NULL or "" = no faults) into out. Returns MT_OK, or MT_INVAL
+ * slow_start_ms=500,slowdown=1.25"; NULL or "" = no faults) into out. Returns MT_OK, or MT_INVAL
  * with a one-line reason in err. */
 int wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, size_t errlen);
 

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -187,7 +188,7 @@ static void test_fault_parse(void **unused) {
     assert_int_equal(wrk_sim_faults_parse(NULL, &f, err, sizeof err), MT_OK);
     assert_int_equal(f.n_crash + f.n_hang + f.n_wrong, 0);
     assert_int_equal(wrk_sim_faults_parse("crash=64x128x64x1x4x3,crash=16x32x64x1x4x2,hang=32x64x128x16x4x4,"
-                                          "wrong=128x128x64x32x8x3,crash_rate=0.25,slow_start_ms=40",
+                                          "wrong=128x128x64x32x8x3,crash_rate=0.25,slow_start_ms=40,slowdown=1.25",
                                           &f, err, sizeof err),
                      MT_OK);
     assert_int_equal(f.n_crash, 2);
@@ -201,9 +202,11 @@ static void test_fault_parse(void **unused) {
     assert_int_equal(f.wrong[0].num_warps, 8);
     assert_true(f.crash_rate == 0.25);
     assert_int_equal(f.slow_start_ms, 40);
+    assert_true(f.slowdown == 1.25);
 
     static const char *bad[] = {"crash=64x128", "crash=64x128x64x1x4x3x9", "crash_rate=1.5", "crash_rate=x",
-                                "bogus=1", "slow_start_ms=-3", "crash", "=5", "wrong=0x1x1x1x1x1"};
+                                "bogus=1", "slow_start_ms=-3", "crash", "=5", "wrong=0x1x1x1x1x1",
+                                "slowdown=0", "slowdown=x", "slowdown=101"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
         assert_int_equal(wrk_sim_faults_parse(bad[i], &f, err, sizeof err), MT_INVAL);
@@ -262,6 +265,29 @@ static void test_wrong(void **unused) {
     assert_int_equal(wrk_backend_sim.measure(st, &s, &other, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
     for (int i = 0; i < 3; i++) assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_OK);
     wrk_backend_sim.close(&st);
+}
+
+/* slowdown=X scales every latency: the same seed gives X times the numbers. */
+static void test_slowdown(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t c = {64, 128, 64, 1, 4, 3};
+    wrk_measure_t m;
+    wrk_meas_t base[2], slow[2];
+    uint32_t bs[2] = {16, 256}, regs, spills;
+    char err[128];
+    shape_default(&s);
+    measure_default(&m);
+    void *st = open_sim(NULL);
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 2, &m, base, &regs, &spills, err, sizeof err), MT_OK);
+    wrk_backend_sim.close(&st);
+    st = open_sim("slowdown=1.25");
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 2, &m, slow, &regs, &spills, err, sizeof err), MT_OK);
+    wrk_backend_sim.close(&st);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(slow[i].status, MOETUNE__STATUS__STATUS_OK);
+        assert_true(fabs(slow[i].median_us / base[i].median_us - 1.25) < 1e-9);
+    }
 }
 
 static void test_rsd_stop(void **unused) {
@@ -380,7 +406,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_find),        cmocka_unit_test(test_device),     cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid), cmocka_unit_test(test_fault_parse),
-        cmocka_unit_test(test_crash_draw),  cmocka_unit_test(test_wrong),      cmocka_unit_test(test_rsd_stop), cmocka_unit_test(test_racing),
+        cmocka_unit_test(test_crash_draw),  cmocka_unit_test(test_wrong),      cmocka_unit_test(test_rsd_stop),
+        cmocka_unit_test(test_racing),      cmocka_unit_test(test_slowdown),
         cmocka_unit_test(test_time_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
