@@ -247,7 +247,7 @@ static const opt_def_t k_opts[] = {
     {{"model-config", "config.json", "a Hugging Face config.json (repeatable)"}, set_model_cfg, 0},
     {{"tp", "N", "tensor parallel size for --model/--model-config (N = intermediate / TP; default 1)"}, set_par, 0},
     {{"ep", "N", "expert parallel size for --model/--model-config (E = experts / EP; default 1)"}, set_par, 1},
-    {{"dtype", "bf16|fp8_w8a8", "dtype of --model/--model-config shapes (default bf16)"}, set_dtype, 0},
+    {{"dtype", "bf16|fp8_w8a8", "dtype of --model/--model-config shapes (default: what the checkpoint ships, e.g. deepseek-v3 fp8_w8a8 with 128x128 blocks; fp8_w8a8 keeps its blocks, else per-tensor scales)"}, set_dtype, 0},
     {{"batch-sizes", "1,2,4,..", "batch sizes (default the engines' 18: 1 .. 4096)"}, set_batch, 0},
     {{"block-m", "LIST", "BLOCK_SIZE_M values (default 16,32,64,128,256)"}, set_space, SP_BM},
     {{"block-n", "LIST", "BLOCK_SIZE_N values (default 32,64,128,256)"}, set_space, SP_BN},
