@@ -289,21 +289,25 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     const char *log_level = o->log_level ? o->log_level : "info";
 
     /* ---- validate everything before starting anything */
-    /* The sweep is for this backend's kernel: its workers alone measure it, by its static rules. */
-    if (cli_spec_set(o->spec, "worker-backend", backend, err, sizeof err) != MT_OK ||
-        cli_spec_finish(o->spec, true, err, sizeof err) != MT_OK)
-        return cli_usage(cmd, err);
-    const Moetune__SweepSpec *spec = cli_spec_get(o->spec);
     bool sim = strcmp(backend, "sim") == 0;
     bool triton = strcmp(backend, "triton") == 0;
     if (!sim && !triton && strcmp(backend, "cuda") != 0) return cli_usage(cmd, "--backend: not one of sim, cuda, triton");
     if (!triton && (o->kernel || o->python || o->helper_mem_mb || o->engine))
         return cli_usage(cmd, "--kernel, --python, --helper-mem-mb and --engine apply only with --backend triton");
-    /* Triton results go out in an engine's layout: the kernel's own engine unless told. */
+    /* Triton results go out in an engine's layout: the kernel's own engine unless told;
+     * "sglang,vllm" measures what either engine can run once and exports both layouts. */
     const char *engine = o->engine;
     if (triton && !engine) engine = o->kernel && strcmp(o->kernel, "vllm") == 0 ? "vllm" : "sglang";
-    if (engine && strcmp(engine, "sglang") != 0 && strcmp(engine, "vllm") != 0)
-        return cli_usage(cmd, "--engine: not one of sglang, vllm");
+    if (engine && strcmp(engine, "sglang") != 0 && strcmp(engine, "vllm") != 0 &&
+        strcmp(engine, "sglang,vllm") != 0 && strcmp(engine, "vllm,sglang") != 0)
+        return cli_usage(cmd, "--engine: not one of sglang, vllm, sglang,vllm");
+    /* The sweep is for this backend's kernel and these engines: its workers alone measure it,
+     * by its static rules. */
+    if (cli_spec_set(o->spec, "worker-backend", backend, err, sizeof err) != MT_OK ||
+        (engine && cli_spec_set(o->spec, "engines", engine, err, sizeof err) != MT_OK) ||
+        cli_spec_finish(o->spec, true, err, sizeof err) != MT_OK)
+        return cli_usage(cmd, err);
+    const Moetune__SweepSpec *spec = cli_spec_get(o->spec);
     if (o->kernel && strcmp(o->kernel, "sglang") && strcmp(o->kernel, "vllm") && strcmp(o->kernel, "moetune"))
         return cli_usage(cmd, "--kernel: not one of sglang, vllm, moetune");
     if (o->python && !*o->python) return cli_usage(cmd, "--python: empty");
@@ -519,7 +523,12 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
 
     /* ---- export, then stop */
     stop_procs(r->workers, r->n_workers);
-    code = cli_run_export(cmd, db, out, sweep, engine);
+    if (engine && strchr(engine, ',')) {
+        code = cli_run_export(cmd, db, out, sweep, "sglang");
+        if (code == MT_EXIT_OK) code = cli_run_export(cmd, db, out, sweep, "vllm");
+    } else {
+        code = cli_run_export(cmd, db, out, sweep, engine);
+    }
     if (code == MT_EXIT_OK) {
         printf("config files are in %s/%s\n", out, sim ? "sim (simulated numbers, not for engines)" : "<compiler>");
     }

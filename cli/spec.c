@@ -36,6 +36,9 @@ struct cli_spec {
     uint32_t space_vals[SP_N][KRN_MAX_VALUES];
     size_t n_space[SP_N];
     char name[128], strategy[32], device_filter[128], backend[16];
+    char engine_names[2][8];
+    char *engines[2];
+    size_t n_engines;
     int depth;      /* nesting of spec files, to refuse a file that includes itself */
     bool finished;
 };
@@ -186,6 +189,30 @@ static int set_text(cli_spec_t *s, const void *arg, const char *opt, const char 
     return MT_OK;
 }
 
+/* "sglang", "vllm" or both, comma-separated, each once. */
+static int set_engines(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                       size_t errlen) {
+    size_t n = 0;
+    const char *p = val;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        char one[8] = "";
+        if (len == 0 || len >= sizeof one || n == 2) goto bad;
+        memcpy(one, p, len);
+        if (strcmp(one, "sglang") != 0 && strcmp(one, "vllm") != 0) goto bad;
+        if (n == 1 && strcmp(one, s->engine_names[0]) == 0) goto bad;
+        snprintf(s->engine_names[n++], sizeof s->engine_names[0], "%s", one);
+        p += len;
+        if (*p == ',' && !*++p) goto bad;
+    }
+    if (n == 0) goto bad;
+    s->n_engines = n;
+    return MT_OK;
+bad:
+    mt_fmt(err, errlen, "--%s %s: not sglang, vllm or sglang,vllm", opt, val);
+    return MT_INVAL;
+}
+
 /* Unsigned fields of the spec and its Measure: arg = offset into cli_spec_t. */
 typedef struct { size_t off; uint32_t min, max; bool measure; } u32_field_t;
 static const u32_field_t k_u32_fields[] = {
@@ -259,6 +286,7 @@ static const opt_def_t k_opts[] = {
     {{"strategy", "exhaustive", "search strategy (default exhaustive)"}, set_text, ARG(offsetof(cli_spec_t, strategy))},
     {{"device-filter", "TEXT", "only workers whose GPU name contains TEXT"}, set_text, ARG(offsetof(cli_spec_t, device_filter))},
     {{"worker-backend", "cuda|triton|sim", "only workers of this backend measure the sweep; triton uses Triton's static rules (submit; tune sets it from --backend)"}, set_text, ARG(offsetof(cli_spec_t, backend))},
+    {{"engines", "sglang,vllm", "the engines whose files a triton sweep is for: an fp8 block shape keeps the configs any of them can run (submit; default both; tune sets it from --engine)"}, set_engines, 0},
     {{"chunk", "N", "configs per job (default 16)"}, set_u32, 0},
     {{"max-attempts", "N", "leases a job may fail before it is failed (default 3)"}, set_u32, 1},
     {{"warmup", "N", "warm-up runs per measurement (default 5)"}, set_u32, 2},
@@ -401,7 +429,7 @@ static int apply_shape_json(cli_spec_t *s, json_t *v, char *err, size_t errlen) 
 static const struct { const char *key, *opt; } k_json_keys[] = {
     {"name", "name"}, {"tp", "tp"}, {"ep", "ep"}, {"dtype", "dtype"},
     {"batch_sizes", "batch-sizes"}, {"strategy", "strategy"}, {"device_filter", "device-filter"},
-    {"backend", "worker-backend"},
+    {"backend", "worker-backend"}, {"engines", "engines"},
     {"chunk", "chunk"}, {"max_attempts", "max-attempts"},
 };
 static const struct { const char *key, *opt; } k_json_space[] = {
@@ -674,6 +702,9 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
     s->spec.strategy = s->strategy;
     s->spec.device_filter = s->device_filter;
     s->spec.backend = s->backend;
+    for (size_t i = 0; i < s->n_engines; i++) s->engines[i] = s->engine_names[i];
+    s->spec.n_engines = s->n_engines;
+    s->spec.engines = s->n_engines ? s->engines : NULL;
     for (size_t i = 0; i < s->n_shapes; i++) {
         wire_shape_to_msg(&s->shapes[i], &s->pb_shapes[i]);
         s->pb_ptrs[i] = &s->pb_shapes[i];
@@ -725,8 +756,10 @@ static bool loose_eq(uint64_t a, uint64_t b) { return a == 0 || b == 0 || a == b
 bool cli_spec_same_work(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b) {
     if (!a || !b) return false;
     if (!str_eq(a->name, b->name) || !str_eq(a->device_filter, b->device_filter) ||
-        !str_eq(a->backend, b->backend))
+        !str_eq(a->backend, b->backend) || a->n_engines != b->n_engines)
         return false;
+    for (size_t i = 0; i < a->n_engines; i++)
+        if (!str_eq(a->engines[i], b->engines[i])) return false;
     const char *sa = a->strategy && *a->strategy ? a->strategy : "exhaustive";
     const char *sb = b->strategy && *b->strategy ? b->strategy : "exhaustive";
     if (strcmp(sa, sb) != 0 || !loose_eq(a->chunk, b->chunk)) return false;

@@ -571,6 +571,7 @@ typedef struct {
     char other_backend[16]; /* first non-triton row seen */
     uint64_t other_sweep;
     int rc_detail;          /* MT_INVAL when a row had too many BLOCK_SIZE_M values */
+    exp_engine_t engine;    /* rows of configs this engine cannot run are not its */
 } eng_t;
 
 /* Rows alike in all that decides a file: one Triton build, kernel, versions, device, shape. */
@@ -603,6 +604,8 @@ static int reduce_row(void *ctx, const dbq_result_t *r) {
         return 0;
     }
     if (r->median_us <= 0) return 0;
+    /* A sweep for both engines measured the union of their fp8 block-scale spaces. */
+    if (krn_engine_keeps(exp_engine_name(g->engine), &r->shape, &r->config, NULL, 0) != MT_OK) return 0;
     cell_t *c = NULL;
     if (g->n && cell_is(&g->cells[g->last], r)) c = &g->cells[g->last];
     for (size_t i = 0; !c && i < g->n; i++) {
@@ -886,6 +889,7 @@ static int engine_run(const exp_opts_t *o, exp_report_t *rep, char *err, size_t 
     json_t *manifest = NULL;
     char mdir[1024] = "";
     memset(&g, 0, sizeof g);
+    g.engine = o->engine;
     rc = dbq_open(o->db_path, &q, err, errlen);
     if (rc != MT_OK) goto out;
     dbq_filter_t f;

@@ -156,7 +156,25 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
         rc = MT_INVAL;
         goto out;
     }
+    /* The engines a triton sweep's files are for: a block-scale shape keeps what any can run. */
+    static const char *const both[] = {"sglang", "vllm"};
+    const char *const *engines = both;
+    size_t n_engines = 2;
+    if (spec->n_engines) {
+        for (size_t i = 0; i < spec->n_engines; i++) {
+            const char *e = spec->engines[i] ? spec->engines[i] : "";
+            if (strcmp(e, "sglang") != 0 && strcmp(e, "vllm") != 0) {
+                mt_fmt(err, errlen, "engine '%.32s' is not one of sglang, vllm", e);
+                rc = MT_INVAL;
+                goto out;
+            }
+        }
+        engines = (const char *const *)spec->engines;
+        n_engines = spec->n_engines;
+    }
+    bool cuda = strcmp(backend, "cuda") == 0 && spec->backend && *spec->backend;
     size_t n_space = krn_space_size(&p->space);
+    char first_why[PLAN_REASON_LEN] = "";
     for (size_t i = 0; i < spec->n_shapes; i++) {
         plan_shape_t *ps = &p->shapes[i];
         char serr[200];
@@ -181,12 +199,30 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
             krn_space_at(&p->space, c, &cfg);
             int ok = triton ? krn_check_triton(&cfg, why, sizeof why)
                             : krn_check(&ps->shape, &cfg, &limits, why, sizeof why);
+            if (ok == MT_OK && cuda && strcmp(ps->shape.dtype, "bf16") != 0) {
+                /* moetune's CUDA kernel is bf16 only; the fp8 layer is the triton backend's. */
+                mt_fmt(why, sizeof why, "the cuda backend runs bf16 only (%s needs --backend triton)", ps->shape.dtype);
+                ok = MT_INVAL;
+            }
+            if (ok == MT_OK && triton && ps->shape.block_n) {
+                char ewhy[PLAN_REASON_LEN];
+                size_t len = 0;
+                ok = MT_INVAL;
+                for (size_t e = 0; e < n_engines && ok != MT_OK; e++) {
+                    ok = krn_engine_keeps(engines[e], &ps->shape, &cfg, ewhy, sizeof ewhy);
+                    if (ok != MT_OK) {
+                        int w = snprintf(why + len, sizeof why - len, "%s%s", len ? "; " : "", ewhy);
+                        if (w > 0) len = len + (size_t)w < sizeof why ? len + (size_t)w : sizeof why - 1;
+                    }
+                }
+            }
             if (ok == MT_OK) {
                 ps->valid[ps->n_valid++] = cfg;
             } else {
                 plan_rejection_t *r = &ps->rejected[ps->n_rejected++];
                 r->cfg = cfg;
                 snprintf(r->reason, sizeof r->reason, "%s", why);
+                if (!first_why[0]) snprintf(first_why, sizeof first_why, "%s", why);
             }
         }
         p->jobs += (uint32_t)((ps->n_valid + p->chunk - 1) / p->chunk);
@@ -195,7 +231,7 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
         p->results_planned += (uint64_t)ps->n_valid * p->n_batch_sizes;
     }
     if (p->configs_valid == 0) {
-        mt_fmt(err, errlen, "no config of the space passes the static rules for any shape");
+        mt_fmt(err, errlen, "no config of the space passes the static rules for any shape (%s)", first_why);
         rc = MT_INVAL;
         goto out;
     }

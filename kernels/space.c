@@ -154,6 +154,21 @@ int krn_check_triton(const krn_config_t *c, char *why, size_t whylen) {
     return MT_OK;
 }
 
+int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
+                     size_t whylen) {
+    if (!shape->block_n || !shape->block_k || !engine) return MT_OK;
+    if (strcmp(engine, "sglang") == 0 && shape->block_k % cfg->block_k != 0) {
+        mt_fmt(why, whylen, "SGLang: BLOCK_SIZE_K=%u does not divide block_k=%u", cfg->block_k, shape->block_k);
+        return MT_INVAL;
+    }
+    if (strcmp(engine, "vllm") == 0 && (cfg->block_k % shape->block_k != 0 || cfg->block_n % shape->block_n != 0)) {
+        mt_fmt(why, whylen, "vLLM: BLOCK_SIZE_N/K=%u/%u are not multiples of block %ux%u", cfg->block_n,
+               cfg->block_k, shape->block_n, shape->block_k);
+        return MT_INVAL;
+    }
+    return MT_OK;
+}
+
 int krn_shape_check(const krn_shape_t *s, char *err, size_t errlen) {
     if (s->e == 0 || s->n == 0 || s->k == 0 || s->topk == 0) {
         mt_fmt(err, errlen, "E, N, K and topk must all be positive");

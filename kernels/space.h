@@ -76,6 +76,13 @@ int krn_check(const krn_shape_t *shape, const krn_config_t *cfg, const krn_limit
  * is stored invalid by the worker with Triton's own reason. */
 int krn_check_triton(const krn_config_t *c, char *why, size_t whylen);
 
+/* Whether engine ("sglang" or "vllm") can run cfg on shape's fp8 block scales, by the rule its
+ * own tuner prunes with (ENGINES.md): SGLang keeps BLOCK_SIZE_K that divide block_k; vLLM keeps
+ * BLOCK_SIZE_K and BLOCK_SIZE_N that are multiples of block_k and block_n. A shape without a
+ * block shape, or an engine of another name, keeps everything. MT_INVAL with the rule in why
+ * when the engine cannot run it. */
+int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
+                     size_t whylen);
 
 /* Parses "E=128,N=768,K=2048,topk=8[,dtype=bf16][,block_shape=128x128]" into shape.
  * Returns MT_INVAL with a reason in err on a malformed or out-of-range field. */

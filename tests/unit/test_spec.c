@@ -75,6 +75,31 @@ static void test_flags(void **state) {
     cli_spec_destroy(&s);
 }
 
+/* --engines: which engines' fp8 block rules a triton sweep keeps; part of the work. */
+static void test_engines(void **state) {
+    cli_spec_t *s = cli_spec_new(), *t = cli_spec_new();
+    char err[400] = "";
+    set_ok(s, "shape", "E=256,N=256,K=7168,topk=8,dtype=fp8_w8a8,block_shape=128x128");
+    set_ok(s, "engines", "sglang,vllm");
+    assert_int_equal(cli_spec_finish(s, false, err, sizeof err), MT_OK);
+    const Moetune__SweepSpec *p = cli_spec_get(s);
+    assert_int_equal(p->n_engines, 2);
+    assert_string_equal(p->engines[0], "sglang");
+    assert_string_equal(p->engines[1], "vllm");
+    set_ok(t, "shape", "E=256,N=256,K=7168,topk=8,dtype=fp8_w8a8,block_shape=128x128");
+    set_ok(t, "engines", "vllm");
+    assert_int_equal(cli_spec_finish(t, false, err, sizeof err), MT_OK);
+    assert_int_equal(cli_spec_get(t)->n_engines, 1);
+    assert_false(cli_spec_same_work(p, cli_spec_get(t)));
+    cli_spec_destroy(&s);
+    cli_spec_destroy(&t);
+    set_bad("engines", "trt", "not sglang, vllm or sglang,vllm");
+    set_bad("engines", "sglang,sglang", "not sglang, vllm or sglang,vllm");
+    set_bad("engines", "sglang,", "not sglang, vllm or sglang,vllm");
+    set_bad("engines", "", "not sglang, vllm or sglang,vllm");
+    set_bad("engines", "sglang,vllm,sglang", "not sglang, vllm or sglang,vllm");
+}
+
 static void test_defaults(void **state) {
     cli_spec_t *s = cli_spec_new();
     char err[400] = "";
@@ -213,7 +238,7 @@ static void test_json_bad(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_flags), cmocka_unit_test(test_defaults), cmocka_unit_test(test_bad_flags),
+        cmocka_unit_test(test_flags), cmocka_unit_test(test_engines), cmocka_unit_test(test_defaults), cmocka_unit_test(test_bad_flags),
         cmocka_unit_test(test_json), cmocka_unit_test(test_json_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
