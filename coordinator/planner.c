@@ -93,7 +93,7 @@ static int build_space(const Moetune__Space *sp, krn_space_t *out, char *err, si
 
 static int shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
     return a->e == b->e && a->n == b->n && a->k == b->k && a->topk == b->topk && a->block_n == b->block_n &&
-           a->block_k == b->block_k && strcmp(a->dtype, b->dtype) == 0;
+           a->block_k == b->block_k && strcmp(a->dtype, b->dtype) == 0 && strcmp(a->routing, b->routing) == 0;
 }
 
 int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen) {
@@ -184,6 +184,19 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
             goto out;
         }
         p->n_shapes = i + 1;
+        bool has_file = spec->routing_path && *spec->routing_path;
+        if (has_file != (ps->shape.routing[0] != '\0')) {
+            mt_fmt(err, errlen, "shape %zu: %s", i + 1,
+                   has_file ? "the spec names a routing file but the shape has no routing hash"
+                            : "the shape has a routing hash but the spec names no routing file");
+            rc = MT_INVAL;
+            goto out;
+        }
+        if (i > 0 && strcmp(ps->shape.routing, p->shapes[0].shape.routing) != 0) {
+            mt_fmt(err, errlen, "shape %zu: another routing than shape 1 (one routing file per sweep)", i + 1);
+            rc = MT_INVAL;
+            goto out;
+        }
         for (size_t j = 0; j < i; j++) {
             if (shape_eq(&p->shapes[j].shape, &ps->shape)) {
                 mt_fmt(err, errlen, "shape %zu repeats shape %zu", i + 1, j + 1);
@@ -294,6 +307,9 @@ int plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *
         goto out;
     }
     rc = store_begin(db);
+    if (!rc && spec->routing_path && *spec->routing_path)
+        rc = store_routing_insert(db, p->shapes[0].shape.routing, spec->routing_path, spec->routing_tokens,
+                                  p->shapes[0].shape.topk, now);
     for (size_t i = 0; !rc && i < p->n_shapes; i++) rc = store_shape(db, p, &p->shapes[i], sweep_id, now);
     if (!rc) rc = store_sweep_set_planned(db, sweep_id, p->results_planned);
     if (!rc) rc = store_commit(db);

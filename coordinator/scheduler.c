@@ -59,6 +59,7 @@ struct sweep {
     uint32_t stamp;
     char *filter;
     char *backend;           /* NULL = any worker's backend */
+    char *routing_path;      /* the spec's routing file, sent with every job; NULL = uniform */
     uint32_t max_attempts;
     Moetune__Measure measure;
     uint64_t planned, done, failed;
@@ -355,6 +356,7 @@ static void sweep_free(sweep_t *sw) {
     free(sw->seen);
     free(sw->filter);
     free(sw->backend);
+    free(sw->routing_path);
     free(sw);
 }
 
@@ -457,8 +459,10 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
         qsort(sw->bs, sw->nb, sizeof *sw->bs, cmp_u32);
         sw->filter = spec->device_filter && *spec->device_filter ? strdup(spec->device_filter) : NULL;
         sw->backend = spec->backend && *spec->backend ? strdup(spec->backend) : NULL;
+        sw->routing_path = spec->routing_path && *spec->routing_path ? strdup(spec->routing_path) : NULL;
         if ((spec->device_filter && *spec->device_filter && !sw->filter) ||
-            (spec->backend && *spec->backend && !sw->backend)) {
+            (spec->backend && *spec->backend && !sw->backend) ||
+            (spec->routing_path && *spec->routing_path && !sw->routing_path)) {
             rc = MT_NOMEM;
             goto out;
         }
@@ -803,6 +807,7 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     job.n_batch_sizes = j->sw->nb;
     job.batch_sizes = j->sw->bs;
     job.measure = &j->sw->measure;
+    job.routing_path = j->sw->routing_path ? j->sw->routing_path : "";
     wire_env_t env;
     wire_env_init(&env);
     env.body_case = MOETUNE__ENVELOPE__BODY_JOB;

@@ -172,6 +172,29 @@ out:
     return rc;
 }
 
+int krn_routing_file_sha256(const char *path, char out[65], char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
+        return MT_IO;
+    }
+    crypto_hash_sha256_state h;
+    crypto_hash_sha256_init(&h);
+    unsigned char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) crypto_hash_sha256_update(&h, buf, n);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        mt_fmt(err, errlen, "%s: read error", path);
+        return MT_IO;
+    }
+    unsigned char dig[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256_final(&h, dig);
+    for (size_t i = 0; i < sizeof dig; i++) snprintf(out + 2 * i, 3, "%02x", dig[i]);
+    return MT_OK;
+}
+
 int krn_routing_check(const krn_routing_t *r, uint32_t experts, uint32_t topk, char *err, size_t errlen) {
     if (r->topk != topk) {
         mt_fmt(err, errlen, "%u experts per token, the shape has topk=%u", r->topk, topk);

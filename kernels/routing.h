@@ -39,6 +39,10 @@ int krn_routing_check(const krn_routing_t *r, uint32_t experts, uint32_t topk, c
  * seed ^ (m * 0x9E3779B97F4A7C15); the triton helper's draw_rows() is the same. */
 void krn_routing_rows(uint32_t tokens, uint32_t m, uint64_t seed, uint32_t *rows);
 
+/* The sha256 (lowercase hex) of the file at path, for files only the triton helper parses
+ * (PyTorch .pt). MT_IO with the reason, starting with the path. */
+int krn_routing_file_sha256(const char *path, char out[65], char *err, size_t errlen);
+
 /* Frees r's ids and zeroes it. NULL-safe. */
 void krn_routing_clear(krn_routing_t *r);
 

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "mt.h"
+#include "routing.h"
 
 const uint32_t krn_default_batch_sizes[] = {1,   2,   4,   8,    16,   24,   32,   48,   64,
                                             96,  128, 256, 512, 1024, 1536, 2048, 3072, 4096};
@@ -184,6 +185,10 @@ int krn_shape_check(const krn_shape_t *s, char *err, size_t errlen) {
     }
     if (strcmp(s->dtype, "bf16") != 0 && strcmp(s->dtype, "fp8_w8a8") != 0) {
         mt_fmt(err, errlen, "dtype '%s' is not one of bf16, fp8_w8a8", s->dtype);
+        return MT_INVAL;
+    }
+    if (!krn_routing_hash_ok(s->routing)) {
+        mt_fmt(err, errlen, "routing '%.16s' is not a sha256 (64 lowercase hex digits)", s->routing);
         return MT_INVAL;
     }
     if ((s->block_n == 0) != (s->block_k == 0)) {

@@ -16,6 +16,7 @@ typedef struct {
     uint32_t e, n, k, topk;   /* experts, intermediate/TP, hidden, experts per token */
     char dtype[16];           /* "bf16" (default), "fp8_w8a8" */
     uint32_t block_n, block_k;/* fp8 block-scale shape; 0 when none */
+    char routing[65];         /* sha256 of the captured routing the inputs draw from; "" = uniform */
 } krn_shape_t;
 
 typedef struct {

@@ -50,6 +50,7 @@ typedef struct {
     double rsd_target;
     uint32_t budget_ms, timeout_ms;
     uint64_t seed;
+    char routing_path[512];     /* the shape's captured routing file (shape->routing is its sha256); "" = none */
 } wrk_measure_t;
 
 /* One measurement: status is a Moetune__Status value (MOETUNE__STATUS__STATUS_OK...). */
