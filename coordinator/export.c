@@ -269,6 +269,12 @@ static json_t *manifest_record(const dbq_result_t *first, const entry_t *ents, s
         json_array_append_new(bs, json_integer(first->shape.block_k));
         json_object_set_new(shape, "block_shape", bs);
     }
+    /* Which routing the entries were measured on: uniform random, or a captured file. */
+    if (first->shape.routing[0])
+        json_object_set_new(rec, "routing", json_pack("{s:s, s:s, s:s}", "kind", "captured", "sha256",
+                                                      first->shape.routing, "source", first->routing_source));
+    else
+        json_object_set_new(rec, "routing", json_pack("{s:s}", "kind", "uniform"));
     for (size_t i = 0; i < n_ents; i++) {
         const dbq_result_t *r = ents[i].row;
         char key[16];
