@@ -55,7 +55,7 @@ bad=$(sql "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id W
            r.status = 'ok' AND r.median_us = c.block_m + r.batch_size / 2.0 AND r.min_us = r.median_us - 0.5
            AND r.up_us = r.median_us / 2 AND r.down_us = r.median_us / 4 AND r.samples = 20
            AND r.backend = 'triton' AND r.compiler = 'triton_3_6_0' AND r.kernel_hash = '0123456789abcdef'
-           AND r.versions = 'kernel=sglang triton=3.6.0 torch=2.11.0 python=3.12.3')")
+           AND r.versions = 'kernel=sglang triton=3.6.0 torch=2.11.0 python=3.12.3' AND r.detail = 'rel_err=1.00e-03')")
 [ "$bad" = 0 ] || { sql "SELECT * FROM results WHERE sweep_id = 1" >&2; fail "$bad rows do not carry the helper's values"; }
 [ "$(sql "SELECT versions FROM workers WHERE worker_id = 'ok-$$'")" = "kernel=sglang triton=3.6.0 torch=2.11.0 python=3.12.3" ] \
   || fail "workers.versions not stored"

@@ -410,6 +410,65 @@ class RoutingFiles(unittest.TestCase):
         self.assertIn("routing must be", out[0]["error"])
 
 
+sys.path.insert(0, os.path.join(ROOT, "bench", "triton"))
+import routing_bench as rb  # noqa: E402
+
+
+class RoutingBench(unittest.TestCase):
+    """bench/triton/routing_bench.py's parts that need no GPU (they run once, on an H200)."""
+
+    def test_zipf_file_reads_back_and_is_skewed(self):
+        ids = rb.zipf_ids(128, 8, 3000, 1.0, 7)
+        self.assertEqual(ids, rb.zipf_ids(128, 8, 3000, 1.0, 7))
+        t, k, back = mh.read_npy_ids(rb.npy_bytes(ids, 3000, 8))
+        self.assertEqual((t, k, back), (3000, 8, ids))
+        for r in range(3000):
+            self.assertEqual(len(set(ids[r * 8:(r + 1) * 8])), 8)  # top-k ids of a token are distinct
+        ld = sorted(rb.loads(ids, 128), reverse=True)
+        self.assertGreater(ld[0], 5 * len(ids) / 128)
+        self.assertLess(ld[-1], 0.5 * len(ids) / 128)
+        flat = rb.loads(rb.zipf_ids(128, 8, 3000, 0.0, 7), 128)
+        self.assertLess(max(flat), 1.5 * 3000 * 8 / 128)
+
+    def test_zipf_command_writes_a_file_the_c_reader_takes(self):
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "z.npy")
+        out = io.StringIO()
+        old = sys.stdout
+        sys.stdout = out
+        try:
+            self.assertEqual(rb.main(["zipf", path, "--experts", "16", "--topk", "2", "--tokens", "100"]), 0)
+        finally:
+            sys.stdout = old
+        self.assertIn("100 tokens x top-2 over 16 experts", out.getvalue())
+        r = mh.Routing(path, "")
+        r.check({"e": 16, "topk": 2})
+        self.assertEqual(r.tokens, 100)
+
+    def test_picks_and_changed_winners(self):
+        d = tempfile.mkdtemp()
+        a, b = os.path.join(d, "a.json"), os.path.join(d, "b.json")
+        c1 = dict(CFG)
+        c2 = dict(CFG, BLOCK_SIZE_M=64)
+        json.dump({"triton_version": "3.6.0", "1": c1, "64": c1, "4096": c2}, open(a, "w"))
+        json.dump({"1": c1, "64": c2, "4096": c2, "8": c1}, open(b, "w"))
+        pa, pb = rb.picks(a), rb.picks(b)
+        self.assertEqual(sorted(pa), [1, 64, 4096])
+        self.assertEqual(rb.changed(pa, pb), [64])
+        self.assertEqual(rb.cfg_text(c2), "64x64x64x1x4x3")
+
+    def test_fp8_defaults(self):
+        small = dict(rb.fp8_defaults(8, (128, 128)))
+        big = dict(rb.fp8_defaults(1024, (128, 128)))
+        self.assertEqual(small["sglang_default"], {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128,
+                                                   "GROUP_SIZE_M": 32, "num_warps": 4, "num_stages": 3})
+        self.assertEqual((small["vllm_new_default"]["BLOCK_SIZE_M"], small["vllm_new_default"]["GROUP_SIZE_M"]), (16, 1))
+        self.assertEqual((big["vllm_new_default"]["BLOCK_SIZE_M"], big["vllm_new_default"]["GROUP_SIZE_M"]), (64, 32))
+        s = rb.parse_shape("256,256,7168,8", (128, 128))
+        self.assertEqual(mh.parse_shape(s), s)
+        self.assertEqual(mh.shape_block(s), (128, 128))
+
+
 try:
     import torch
 except ImportError:
