@@ -960,7 +960,7 @@ static int engine_run(const exp_opts_t *o, exp_report_t *rep, char *err, size_t 
             describe(other, &groups[k], a, sizeof a);
             describe(c, gr, b, sizeof b);
             if (other->shape_id != c->shape_id)
-                mt_fmt(err, errlen, "two shapes with E=%u,N=%u but different K or topk would both be written "
+                mt_fmt(err, errlen, "two shapes with E=%u,N=%u but different K, topk or routing would both be written "
                        "to %s: %s and %s; export one sweep at a time with --sweep N", c->best.shape.e,
                        c->best.shape.n, gr->rel, a, b);
             else
@@ -1084,7 +1084,7 @@ int exp_run(const exp_opts_t *o, exp_report_t *rep, char *err, size_t errlen) {
             char other[512];
             mt_fmt(other, sizeof other, "%s/%s", r->export_dir, name);
             if (strcmp(rep->files[k].path, other) == 0) {
-                mt_fmt(err, errlen, "two shapes with E=%u,N=%u but different K or topk would both be "
+                mt_fmt(err, errlen, "two shapes with E=%u,N=%u but different K, topk or routing would both be "
                        "written to %s; export one sweep at a time with --sweep", r->shape.e, r->shape.n, other);
                 rc = MT_INVAL;
                 goto out;

@@ -62,6 +62,14 @@ cm="$T/captured/sim/manifest.json"
   || fail "the uniform manifest does not say uniform"
 pass "manifests record the routing (captured: hash and source; uniform)"
 
+# One export of both sweeps would merge two routings into one file name: refused.
+set +e
+"$M" export --db "$DB" --out "$T/both" >"$T/both.out" 2>&1
+rc=$?
+set -e
+[ $rc != 0 ] && grep -q "different K, topk or routing" "$T/both.out" || { cat "$T/both.out"; fail "export of both routings: rc $rc"; }
+pass "an export that would merge two routings into one file is refused"
+
 "$M" results --db "$DB" --compare-routing --json >"$T/cmp.json" || fail "results --compare-routing failed"
 n=$(wc -l <"$T/cmp.json")
 [ "$n" = 24 ] || fail "compare gave $n rows, expected 8 configs x 3 batch sizes"
