@@ -16,6 +16,7 @@ const cli_opt_t opt_out = {"out", OPT_STR, OFF(out), "DIR", "directory for the c
 const cli_opt_t opt_shape_filter = {"shape", OPT_STR, OFF(shape), "E=..,N=..[,K=..][,topk=..][,dtype=..]", "only this shape (fields given must match)"};
 const cli_opt_t opt_batch_size = {"batch-size", OPT_U32, OFF(batch_size), "M", "only this batch size"};
 const cli_opt_t opt_status = {"status", OPT_STR, OFF(status), "ok|invalid|compile_error|launch_error|wrong_result|timeout|crashed|pruned", "only results with this status"};
+const cli_opt_t opt_compare_routing = {"compare-routing", OPT_FLAG, OFF(compare_routing), NULL, "per config and batch size measured on both: the median on uniform and on captured routing, and their ratio"};
 const cli_opt_t opt_best = {"best", OPT_FLAG, OFF(best), NULL, "only the lowest-median ok config per (shape, batch size)"};
 const cli_opt_t opt_limit = {"limit", OPT_U32, OFF(limit), "N", "at most N rows"};
 const cli_opt_t opt_backend = {"backend", OPT_STR, OFF(backend), "sim|cuda|triton", "measurement backend (default cuda)"};
@@ -31,7 +32,7 @@ const cli_opt_t opt_curve_secret = {"curve-secret", OPT_STR, OFF(curve_secret), 
 const cli_opt_t opt_curve_server = {"curve-server", OPT_STR, OFF(curve_server), "FILE", "CURVE: the coordinator's public key (.pub)"};
 const cli_opt_t opt_key_out = {"out", OPT_STR, OFF(out), "DIR", "directory for the key files (created)"};
 const cli_opt_t opt_key_name = {"name", OPT_STR, OFF(key_name), "NAME", "file name stem: NAME.key and NAME.pub (default the host name)"};
-const cli_opt_t opt_engine = {"engine", OPT_STR, OFF(engine), "sglang|vllm", "lay out and name the files as this engine finds them (triton results only)"};
+const cli_opt_t opt_engine = {"engine", OPT_STR, OFF(engine), "sglang|vllm", "lay out and name the files as this engine finds them (triton results only; tune: sglang,vllm exports both)"};
 const cli_opt_t opt_engine_doctor = {"engine", OPT_STR, OFF(engine), "sglang|vllm", "the engine to check (required)"};
 const cli_opt_t opt_model = {"model", OPT_STR, OFF(model), "NAME", "model preset (see moetune --help); with --tp [--ep]"};
 const cli_opt_t opt_tp = {"tp", OPT_U32, OFF(tp), "N", "tensor parallel size of --model (default 1)"};

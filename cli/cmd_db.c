@@ -81,6 +81,7 @@ static int print_row(void *vctx, const dbq_result_t *r) {
             json_object_set_new(o, "up_us", json_real(r->up_us));
             json_object_set_new(o, "down_us", json_real(r->down_us));
             json_object_set_new(o, "versions", json_string(r->versions));
+            json_object_set_new(o, "routing", r->shape.routing[0] ? json_string(r->shape.routing) : json_null());
         }
         char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
         if (s) printf("%s\n", s);
@@ -91,12 +92,104 @@ static int print_row(void *vctx, const dbq_result_t *r) {
             printf("%-6s %-34s %6s %-20s %-13s %11s %11s %7s  %-20s %s\n", "SWEEP", "SHAPE", "M",
                    "CONFIG (MxNxKxGxWxS)", "STATUS", "MEDIAN_US", "MIN_US", "SAMPLES", "DEVICE", "BACKEND");
         char full[128];
-        snprintf(full, sizeof full, "%s,K=%u,topk=%u", shape, r->shape.k, r->shape.topk);
+        snprintf(full, sizeof full, "%s,K=%u,topk=%u%s%.8s", shape, r->shape.k, r->shape.topk,
+                 r->shape.routing[0] ? ",routing=" : "", r->shape.routing);
         printf("%-6llu %-34.34s %6u %-20s %-13s %11.2f %11.2f %7u  %-20.20s %s\n", (unsigned long long)r->sweep_id,
                full, r->batch_size, cfg, r->status, r->median_us, r->min_us, r->samples, r->device_name, r->backend);
     }
     ctx->rows++;
     return 0;
+}
+
+/* --compare-routing: one cell per (shape without its routing, config, batch size). */
+typedef struct {
+    krn_shape_t shape;      /* routing cleared */
+    uint64_t config_id;
+    krn_config_t config;
+    uint32_t bs;
+    double uniform_us, captured_us;
+    char routing[65];
+} cmp_cell_t;
+
+typedef struct {
+    cmp_cell_t *cells;
+    size_t n, cap;
+} cmp_t;
+
+static int cmp_row(void *vctx, const dbq_result_t *r) {
+    cmp_t *c = vctx;
+    if (strcmp(r->status, "ok") != 0 || !(r->median_us > 0)) return 0;
+    krn_shape_t sh;
+    memset(&sh, 0, sizeof sh);
+    sh.e = r->shape.e;
+    sh.n = r->shape.n;
+    sh.k = r->shape.k;
+    sh.topk = r->shape.topk;
+    sh.block_n = r->shape.block_n;
+    sh.block_k = r->shape.block_k;
+    snprintf(sh.dtype, sizeof sh.dtype, "%s", r->shape.dtype);
+    cmp_cell_t *x = NULL;
+    for (size_t i = 0; !x && i < c->n; i++) {
+        cmp_cell_t *y = &c->cells[i];
+        if (y->config_id == r->config_id && y->bs == r->batch_size && y->shape.e == sh.e && y->shape.n == sh.n &&
+            y->shape.k == sh.k && y->shape.topk == sh.topk && y->shape.block_n == sh.block_n &&
+            y->shape.block_k == sh.block_k && strcmp(y->shape.dtype, sh.dtype) == 0)
+            x = y;
+    }
+    if (!x) {
+        if (c->n == c->cap) {
+            size_t cap = c->cap ? 2 * c->cap : 256;
+            cmp_cell_t *g = realloc(c->cells, cap * sizeof *g);
+            if (!g) return MT_NOMEM;
+            c->cells = g;
+            c->cap = cap;
+        }
+        x = &c->cells[c->n++];
+        memset(x, 0, sizeof *x);
+        x->shape = sh;
+        x->config_id = r->config_id;
+        x->config = r->config;
+        x->bs = r->batch_size;
+    }
+    /* the lowest median when several sweeps measured the same cell */
+    double *slot = r->shape.routing[0] ? &x->captured_us : &x->uniform_us;
+    if (*slot == 0 || r->median_us < *slot) *slot = r->median_us;
+    if (r->shape.routing[0]) snprintf(x->routing, sizeof x->routing, "%s", r->shape.routing);
+    return 0;
+}
+
+static int print_compare(const cmp_t *c, bool json) {
+    size_t shown = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        const cmp_cell_t *x = &c->cells[i];
+        if (!(x->uniform_us > 0 && x->captured_us > 0)) continue;
+        char shape[96], cfg[64];
+        krn_shape_name(&x->shape, shape, sizeof shape);
+        snprintf(cfg, sizeof cfg, "%ux%ux%ux%ux%ux%u", x->config.block_m, x->config.block_n, x->config.block_k,
+                 x->config.group_m, x->config.num_warps, x->config.num_stages);
+        double ratio = x->captured_us / x->uniform_us;
+        if (json) {
+            json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:s, s:i, s:f, s:f, s:f, s:s}", "shape", shape, "K",
+                                  (int)x->shape.k, "topk", (int)x->shape.topk, "config_id", (json_int_t)x->config_id,
+                                  "config", cfg, "batch_size", (int)x->bs, "uniform_us", x->uniform_us,
+                                  "captured_us", x->captured_us, "ratio", ratio, "routing", x->routing);
+            char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
+            if (s) printf("%s\n", s);
+            free(s);
+            json_decref(o);
+        } else {
+            if (shown == 0)
+                printf("%-34s %6s %-20s %12s %12s %7s  %s\n", "SHAPE", "M", "CONFIG (MxNxKxGxWxS)", "UNIFORM_US",
+                       "CAPTURED_US", "RATIO", "ROUTING");
+            char full[128];
+            snprintf(full, sizeof full, "%s,K=%u,topk=%u", shape, x->shape.k, x->shape.topk);
+            printf("%-34.34s %6u %-20s %12.2f %12.2f %7.3f  %.12s\n", full, x->bs, cfg, x->uniform_us, x->captured_us,
+                   ratio, x->routing);
+        }
+        shown++;
+    }
+    if (!json && shown == 0) printf("(no config measured on both uniform and captured routing)\n");
+    return MT_EXIT_OK;
 }
 
 int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
@@ -118,7 +211,19 @@ int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
         if (o->best && strcmp(o->status, "ok") != 0) return cli_usage(cmd, "--best picks among ok results only");
         snprintf(f.status, sizeof f.status, "%s", o->status);
     }
+    if (o->compare_routing && (o->best || o->limit || o->sweep || (o->status && strcmp(o->status, "ok") != 0)))
+        return cli_usage(cmd, "--compare-routing compares ok results of all sweeps (uniform and captured routing are "
+                              "different sweeps); it takes no --sweep, --best, --limit or other --status");
     if (dbq_open(o->db, &q, err, sizeof err) != MT_OK) return cli_fail(cmd, err);
+    if (o->compare_routing) {
+        cmp_t c = {NULL, 0, 0};
+        int rc = dbq_results(q, &f, cmp_row, &c, err, sizeof err);
+        dbq_close(&q);
+        if (rc == MT_NOMEM) mt_fmt(err, sizeof err, "out of memory");
+        int code = rc == MT_OK ? print_compare(&c, o->json) : cli_fail(cmd, err);
+        free(c.cells);
+        return code;
+    }
     results_ctx_t ctx = {o->json, 0};
     int rc = dbq_results(q, &f, print_row, &ctx, err, sizeof err);
     dbq_close(&q);

@@ -449,6 +449,14 @@ static int worker_exit_code(const cli_cmd_t *cmd, const run_t *r, const char *wh
 }
 
 /* Where the files went; with --json a JSON line, so that stdout stays JSON. */
+/* One export per engine of "sglang,vllm" (a sweep measured for both), else one. */
+static int export_engines(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine,
+                          bool json, bool force) {
+    if (!engine || !strchr(engine, ',')) return cli_run_export(cmd, db, out, sweep, engine, json, force);
+    int code = cli_run_export(cmd, db, out, sweep, "sglang", json, force);
+    return code == MT_EXIT_OK ? cli_run_export(cmd, db, out, sweep, "vllm", json, force) : code;
+}
+
 static void print_where(const char *out, bool sim, bool json) {
     if (json) {
         json_t *o = json_pack("{s:s, s:s}", "out", out, "dir", sim ? "sim" : "<compiler>");
@@ -481,21 +489,25 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     const char *log_level = o->log_level ? o->log_level : "info";
 
     /* ---- validate everything before starting anything */
-    /* The sweep is for this backend's kernel: its workers alone measure it, by its static rules. */
-    if (cli_spec_set(o->spec, "worker-backend", backend, err, sizeof err) != MT_OK ||
-        cli_spec_finish(o->spec, true, err, sizeof err) != MT_OK)
-        return cli_usage(cmd, err);
-    const Moetune__SweepSpec *spec = cli_spec_get(o->spec);
     bool sim = strcmp(backend, "sim") == 0;
     bool triton = strcmp(backend, "triton") == 0;
     if (!sim && !triton && strcmp(backend, "cuda") != 0) return cli_usage(cmd, "--backend: not one of sim, cuda, triton");
     if (!triton && (o->kernel || o->python || o->helper_mem_mb || o->engine))
         return cli_usage(cmd, "--kernel, --python, --helper-mem-mb and --engine apply only with --backend triton");
-    /* Triton results go out in an engine's layout: the kernel's own engine unless told. */
+    /* Triton results go out in an engine's layout: the kernel's own engine unless told;
+     * "sglang,vllm" measures what either engine can run once and exports both layouts. */
     const char *engine = o->engine;
     if (triton && !engine) engine = o->kernel && strcmp(o->kernel, "vllm") == 0 ? "vllm" : "sglang";
-    if (engine && strcmp(engine, "sglang") != 0 && strcmp(engine, "vllm") != 0)
-        return cli_usage(cmd, "--engine: not one of sglang, vllm");
+    if (engine && strcmp(engine, "sglang") != 0 && strcmp(engine, "vllm") != 0 &&
+        strcmp(engine, "sglang,vllm") != 0 && strcmp(engine, "vllm,sglang") != 0)
+        return cli_usage(cmd, "--engine: not one of sglang, vllm, sglang,vllm");
+    /* The sweep is for this backend's kernel and these engines: its workers alone measure it,
+     * by its static rules. */
+    if (cli_spec_set(o->spec, "worker-backend", backend, err, sizeof err) != MT_OK ||
+        (engine && cli_spec_set(o->spec, "engines", engine, err, sizeof err) != MT_OK) ||
+        cli_spec_finish(o->spec, true, err, sizeof err) != MT_OK)
+        return cli_usage(cmd, err);
+    const Moetune__SweepSpec *spec = cli_spec_get(o->spec);
     if (o->kernel && strcmp(o->kernel, "sglang") && strcmp(o->kernel, "vllm") && strcmp(o->kernel, "moetune"))
         return cli_usage(cmd, "--kernel: not one of sglang, vllm, moetune");
     if (o->python && !*o->python) return cli_usage(cmd, "--python: empty");
@@ -751,7 +763,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
                     (unsigned long long)reuse, fleet, o->keep_settings ? "" : " and settings");
             stop_procs(r->workers, r->n_workers);
             sweep = reuse;
-            code = cli_run_export(cmd, db, out, reuse, engine, o->json, false);
+            code = export_engines(cmd, db, out, reuse, engine, o->json, false);
             if (code == MT_EXIT_OK) print_where(out, sim, o->json);
             goto out;
         }
@@ -840,7 +852,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     /* ---- export, then stop */
     stop_procs(r->workers, r->n_workers);
     /* --fresh measured anew on purpose: its picks replace the file's, slower or not */
-    code = cli_run_export(cmd, db, out, sweep, engine, o->json, o->fresh);
+    code = export_engines(cmd, db, out, sweep, engine, o->json, o->fresh);
     if (code == MT_EXIT_OK) print_where(out, sim, o->json);
     if (strcmp(state, "done") != 0) {
         mt_fmt(err, sizeof err, "sweep %llu ended %s", (unsigned long long)sweep, state);

@@ -464,12 +464,14 @@ static bool record_shape(json_t *rec, krn_shape_t *s) {
     json_t *bs = json_object_get(sh, "block_shape");
     s->block_n = (uint32_t)json_integer_value(json_array_get(bs, 0));
     s->block_k = (uint32_t)json_integer_value(json_array_get(bs, 1));
+    const char *rt = json_string_value(json_object_get(json_object_get(rec, "routing"), "sha256"));
+    snprintf(s->routing, sizeof s->routing, "%s", rt ? rt : "");
     return true;
 }
 
 static bool shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
     return a->e == b->e && a->n == b->n && a->k == b->k && a->topk == b->topk && strcmp(a->dtype, b->dtype) == 0 &&
-           a->block_n == b->block_n && a->block_k == b->block_k;
+           a->block_n == b->block_n && a->block_k == b->block_k && strcmp(a->routing, b->routing) == 0;
 }
 
 /* The manifest record of one file. Entries kept from the previous file keep what the
@@ -497,6 +499,12 @@ static json_t *manifest_record(const dbq_result_t *first, const entry_t *ents, s
         json_array_append_new(bs, json_integer(first->shape.block_k));
         json_object_set_new(shape, "block_shape", bs);
     }
+    /* Which routing the entries were measured on: uniform random, or a captured file. */
+    if (first->shape.routing[0])
+        json_object_set_new(rec, "routing", json_pack("{s:s, s:s, s:s}", "kind", "captured", "sha256",
+                                                      first->shape.routing, "source", first->routing_source));
+    else
+        json_object_set_new(rec, "routing", json_pack("{s:s}", "kind", "uniform"));
     for (size_t i = 0; i < n_ents; i++) {
         const dbq_result_t *r = ents[i].row;
         char key[16];
@@ -920,6 +928,7 @@ typedef struct {
     uint64_t other_sweep;
     int rc_detail;          /* MT_INVAL when a row had too many BLOCK_SIZE_M values */
     char bad[400];          /* why a row was refused */
+    exp_engine_t engine;    /* rows of configs this engine cannot run are not its */
 } eng_t;
 
 /* Rows alike in all that decides a file: one Triton build, kernel, versions, device, shape. */
@@ -952,6 +961,8 @@ static int reduce_row(void *ctx, const dbq_result_t *r) {
         }
         return 0;
     }
+    /* A sweep for both engines measured the union of their fp8 block-scale spaces. */
+    if (krn_engine_keeps(exp_engine_name(g->engine), &r->shape, &r->config, NULL, 0) != MT_OK) return 0;
     cell_t *c = NULL;
     if (g->n && cell_is(&g->cells[g->last], r)) c = &g->cells[g->last];
     for (size_t i = 0; !c && i < g->n; i++) {
@@ -1192,6 +1203,7 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
     size_t n_groups = 0;
     entry_t *tmp = NULL;
     memset(&g, 0, sizeof g);
+    g.engine = o->engine;
     rc = dbq_export_rows(*q, &x->sel, false, reduce_row, &g, err, errlen);
     if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
     if (g.rc_detail == MT_INVAL)

@@ -13,16 +13,20 @@
 #include "mt.h"
 
 const cli_preset_t cli_presets[] = {
-    {"mixtral-8x7b", NULL, 8, 2, 4096, 14336},
-    {"mixtral-8x22b", NULL, 8, 2, 6144, 16384},
-    {"deepseek-v3", "deepseek-r1", 256, 8, 7168, 2048},
-    {"kimi-k2", NULL, 384, 8, 7168, 2048},
-    {"qwen3-30b-a3b", NULL, 128, 8, 2048, 768},
-    {"qwen3-235b-a22b", NULL, 128, 8, 4096, 1536},
-    {"qwen3-next-80b-a3b", NULL, 512, 10, 2048, 512},
-    {"qwen3.5-397b-a17b", NULL, 512, 10, 4096, 1024},
-    {"gpt-oss-20b", NULL, 32, 4, 2880, 2880},
-    {"gpt-oss-120b", NULL, 128, 4, 2880, 2880},
+    {"mixtral-8x7b", NULL, 8, 2, 4096, 14336, NULL, 0, 0},
+    {"mixtral-8x22b", NULL, 8, 2, 6144, 16384, NULL, 0, 0},
+    /* DeepSeek-V3/R1 and Kimi-K2 ship only fp8 e4m3 weights with 128x128 block scales. */
+    {"deepseek-v3", "deepseek-r1", 256, 8, 7168, 2048, "fp8_w8a8", 128, 128},
+    {"kimi-k2", NULL, 384, 8, 7168, 2048, "fp8_w8a8", 128, 128},
+    {"qwen3-30b-a3b", NULL, 128, 8, 2048, 768, NULL, 0, 0},
+    {"qwen3-235b-a22b", NULL, 128, 8, 4096, 1536, NULL, 0, 0},
+    /* Qwen's -FP8 checkpoints of the same models: 128x128 weight blocks. */
+    {"qwen3-30b-a3b-fp8", NULL, 128, 8, 2048, 768, "fp8_w8a8", 128, 128},
+    {"qwen3-235b-a22b-fp8", NULL, 128, 8, 4096, 1536, "fp8_w8a8", 128, 128},
+    {"qwen3-next-80b-a3b", NULL, 512, 10, 2048, 512, NULL, 0, 0},
+    {"qwen3.5-397b-a17b", NULL, 512, 10, 4096, 1024, NULL, 0, 0},
+    {"gpt-oss-20b", NULL, 32, 4, 2880, 2880, NULL, 0, 0},
+    {"gpt-oss-120b", NULL, 128, 4, 2880, 2880, NULL, 0, 0},
 };
 const size_t cli_n_presets = sizeof cli_presets / sizeof cli_presets[0];
 
@@ -79,8 +83,14 @@ int cli_preset_shape(const char *name, uint32_t tp, uint32_t ep, const char *dty
         mt_fmt(err, errlen, "unknown model '%s' (known: %s)", name ? name : "", list);
         return MT_NOTFOUND;
     }
-    return cli_preset_dims_shape(p->name, p->experts, p->topk, p->hidden, p->moe_intermediate, tp,
-                                 ep, dtype, shape, err, errlen);
+    if (!dtype) dtype = p->dtype ? p->dtype : "bf16";
+    int rc = cli_preset_dims_shape(p->name, p->experts, p->topk, p->hidden, p->moe_intermediate, tp,
+                                   ep, dtype, shape, err, errlen);
+    if (rc == MT_OK && strcmp(shape->dtype, "fp8_w8a8") == 0) {
+        shape->block_n = p->fp8_block_n;
+        shape->block_k = p->fp8_block_k;
+    }
+    return rc;
 }
 
 /* Finds the first of names at the top level, then under text_config. */
@@ -137,23 +147,28 @@ int cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t e
     char qdtype[16] = "bf16";
     uint32_t bn = 0, bk = 0;
     json_t *q = find_field(root, k_quant);
-    if (json_is_object(q)) {
-        const char *method = json_string_value(json_object_get(q, "quant_method"));
+    const char *method = json_is_object(q) ? json_string_value(json_object_get(q, "quant_method")) : NULL;
+    if (method && strcmp(method, "fp8") == 0) {
+        snprintf(qdtype, sizeof qdtype, "fp8_w8a8");
         json_t *wbs = json_object_get(q, "weight_block_size");
-        if (method && strcmp(method, "fp8") == 0) {
-            snprintf(qdtype, sizeof qdtype, "fp8_w8a8");
-            if (json_is_array(wbs) && json_array_size(wbs) == 2 &&
-                json_is_integer(json_array_get(wbs, 0)) && json_is_integer(json_array_get(wbs, 1)) &&
-                json_integer_value(json_array_get(wbs, 0)) > 0 &&
-                json_integer_value(json_array_get(wbs, 1)) > 0) {
-                bn = (uint32_t)json_integer_value(json_array_get(wbs, 0));
-                bk = (uint32_t)json_integer_value(json_array_get(wbs, 1));
+        if (wbs && !json_is_null(wbs)) {
+            json_t *a = json_array_get(wbs, 0), *b = json_array_get(wbs, 1);
+            if (!json_is_array(wbs) || json_array_size(wbs) != 2 || !json_is_integer(a) || !json_is_integer(b) ||
+                json_integer_value(a) <= 0 || json_integer_value(b) <= 0 || json_integer_value(a) > 65536 ||
+                json_integer_value(b) > 65536) {
+                mt_fmt(err, errlen, "model config: quantization_config.weight_block_size is not [n, k] "
+                       "(two positive integers)");
+                rc = MT_INVAL;
+                goto out;
             }
+            bn = (uint32_t)json_integer_value(a);
+            bk = (uint32_t)json_integer_value(b);
         }
     }
     rc = cli_preset_dims_shape("model config", vals[0], vals[1], vals[3], vals[2], tp, ep,
                                dtype ? dtype : qdtype, shape, err, errlen);
-    if (rc == MT_OK && !dtype) {
+    /* The weights' block scales hold whatever dtype is asked of fp8. */
+    if (rc == MT_OK && strcmp(shape->dtype, "fp8_w8a8") == 0) {
         shape->block_n = bn;
         shape->block_k = bk;
     }

@@ -16,6 +16,8 @@ typedef struct {
     const char *name;
     const char *alias;        /* second accepted name, or NULL */
     uint32_t experts, topk, hidden, moe_intermediate;
+    const char *dtype;        /* the checkpoint's MoE weights: NULL = bf16, "fp8_w8a8" */
+    uint32_t fp8_block_n, fp8_block_k; /* its fp8 weight-block scales (weight_block_size), 0 = none */
 } cli_preset_t;
 
 /* The preset table and its length (for help text and tests). */
@@ -33,8 +35,11 @@ int cli_preset_dims_shape(const char *what, uint32_t experts, uint32_t topk, uin
                           uint32_t moe_intermediate, uint32_t tp, uint32_t ep, const char *dtype,
                           krn_shape_t *shape, char *err, size_t errlen);
 
-/* Shape of the named preset at tp/ep. MT_NOTFOUND with a reason listing the known
- * presets when the name is unknown; MT_INVAL as above. */
+/* Shape of the named preset at tp/ep. dtype NULL takes the dtype and block shape the
+ * checkpoint ships (deepseek-v3: fp8_w8a8 with 128x128 blocks); "fp8_w8a8" takes the
+ * checkpoint's fp8 blocks where it has them, else per-tensor scales; "bf16" is bf16.
+ * MT_NOTFOUND with a reason listing the known presets when the name is unknown;
+ * MT_INVAL as above. */
 int cli_preset_shape(const char *name, uint32_t tp, uint32_t ep, const char *dtype,
                      krn_shape_t *shape, char *err, size_t errlen);
 
@@ -42,8 +47,10 @@ int cli_preset_shape(const char *name, uint32_t tp, uint32_t ep, const char *dty
  * n_routed_experts or num_experts; top-k from num_experts_per_tok or experts_per_token;
  * intermediate from moe_intermediate_size, else intermediate_size; hidden_size. Fields
  * are looked up at the top level, then under text_config. A DeepSeek-style
- * quantization_config {quant_method "fp8", weight_block_size [n, k]} gives dtype
- * fp8_w8a8 with that block shape unless dtype (not NULL) overrides it. */
+ * quantization_config {quant_method "fp8"[, weight_block_size [n, k]]} gives dtype
+ * fp8_w8a8 with that block shape (none: per-tensor scales); dtype "fp8_w8a8" keeps the
+ * block shape, "bf16" drops it. A weight_block_size that is not two positive integers
+ * is MT_INVAL. */
 int cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t ep,
                            const char *dtype, krn_shape_t *shape, char *err, size_t errlen);
 

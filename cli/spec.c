@@ -1,7 +1,9 @@
 /* spec.c - flags / JSON → Moetune__SweepSpec, table-driven (see spec.h). */
+#define _DEFAULT_SOURCE
 #include "spec.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include "mt.h"
 #include "planner.h"
 #include "presets.h"
+#include "routing.h"
 
 #define MAX_MODELS 16
 
@@ -37,6 +40,11 @@ struct cli_spec {
     uint32_t space_vals[SP_N][KRN_MAX_VALUES];
     size_t n_space[SP_N];
     char name[128], strategy[32], device_filter[128], backend[16];
+    char engine_names[2][8];
+    char routing[4096];       /* --routing as given; the resolved path goes into the spec */
+    char routing_abs[4096];
+    char *engines[2];
+    size_t n_engines;
     int depth;      /* nesting of spec files, to refuse a file that includes itself */
     bool finished;
 };
@@ -187,6 +195,80 @@ static int set_text(cli_spec_t *s, const void *arg, const char *opt, const char 
     return MT_OK;
 }
 
+/* "sglang", "vllm" or both, comma-separated, each once. */
+static int set_engines(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                       size_t errlen) {
+    size_t n = 0;
+    const char *p = val;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        char one[8] = "";
+        if (len == 0 || len >= sizeof one || n == 2) goto bad;
+        memcpy(one, p, len);
+        if (strcmp(one, "sglang") != 0 && strcmp(one, "vllm") != 0) goto bad;
+        if (n == 1 && strcmp(one, s->engine_names[0]) == 0) goto bad;
+        snprintf(s->engine_names[n++], sizeof s->engine_names[0], "%s", one);
+        p += len;
+        if (*p == ',' && !*++p) goto bad;
+    }
+    if (n == 0) goto bad;
+    s->n_engines = n;
+    return MT_OK;
+bad:
+    mt_fmt(err, errlen, "--%s %s: not sglang, vllm or sglang,vllm", opt, val);
+    return MT_INVAL;
+}
+
+static int set_routing(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                       size_t errlen) {
+    if (!*val || strlen(val) >= sizeof s->routing) {
+        mt_fmt(err, errlen, "--%s: empty or longer than %zu characters", opt, sizeof s->routing - 1);
+        return MT_INVAL;
+    }
+    snprintf(s->routing, sizeof s->routing, "%s", val);
+    return MT_OK;
+}
+
+/* Reads --routing's file and gives every shape its hash: a .npy must fit each shape (topk,
+ * ids below E); any other file is a PyTorch capture that the triton helper reads and checks. */
+static int resolve_routing(cli_spec_t *s, char *err, size_t errlen) {
+    char why[600], sha[65] = "";
+    uint32_t tokens = 0;
+    if (!realpath(s->routing, s->routing_abs)) {
+        mt_fmt(err, errlen, "--routing %s: %s", s->routing, strerror(errno));
+        return MT_INVAL;
+    }
+    FILE *f = fopen(s->routing_abs, "rb");
+    char magic[6] = "";
+    size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
+    if (f) fclose(f);
+    if (got == 6 && memcmp(magic, "\x93NUMPY", 6) == 0) {
+        krn_routing_t r;
+        if (krn_routing_load(s->routing_abs, &r, why, sizeof why) != MT_OK) {
+            mt_fmt(err, errlen, "--routing %s", why);
+            return MT_INVAL;
+        }
+        for (size_t i = 0; i < s->n_shapes; i++) {
+            char one[200];
+            if (krn_routing_check(&r, s->shapes[i].e, s->shapes[i].topk, one, sizeof one) != MT_OK) {
+                mt_fmt(err, errlen, "--routing %s does not fit shape E=%u,topk=%u: %s", s->routing, s->shapes[i].e,
+                       s->shapes[i].topk, one);
+                krn_routing_clear(&r);
+                return MT_INVAL;
+            }
+        }
+        snprintf(sha, sizeof sha, "%s", r.sha256);
+        tokens = r.tokens;
+        krn_routing_clear(&r);
+    } else if (krn_routing_file_sha256(s->routing_abs, sha, why, sizeof why) != MT_OK) {
+        mt_fmt(err, errlen, "--routing %s", why);
+        return MT_INVAL;
+    }
+    for (size_t i = 0; i < s->n_shapes; i++) snprintf(s->shapes[i].routing, sizeof s->shapes[i].routing, "%s", sha);
+    s->spec.routing_tokens = tokens;
+    return MT_OK;
+}
+
 /* Unsigned fields of the spec and its Measure: arg = offset into cli_spec_t. */
 typedef struct { size_t off; uint32_t min, max; bool measure; } u32_field_t;
 static const u32_field_t k_u32_fields[] = {
@@ -263,7 +345,7 @@ static const opt_def_t k_opts[] = {
     {{"model-config", "config.json", "a Hugging Face config.json (repeatable)"}, set_model_cfg, 0},
     {{"tp", "N", "tensor parallel size for --model/--model-config (N = intermediate / TP; default 1)"}, set_par, 0},
     {{"ep", "N", "expert parallel size for --model/--model-config (E = experts / EP; default 1)"}, set_par, 1},
-    {{"dtype", "bf16|fp8_w8a8", "dtype of --model/--model-config shapes (default bf16)"}, set_dtype, 0},
+    {{"dtype", "bf16|fp8_w8a8", "dtype of --model/--model-config shapes (default: what the checkpoint ships, e.g. deepseek-v3 fp8_w8a8 with 128x128 blocks; fp8_w8a8 keeps its blocks, else per-tensor scales)"}, set_dtype, 0},
     {{"batch-sizes", "1,2,4,..", "batch sizes (default the engines' 18: 1 .. 4096)"}, set_batch, 0},
     {{"block-m", "LIST", "BLOCK_SIZE_M values (default 16,32,64,128,256)"}, set_space, SP_BM},
     {{"block-n", "LIST", "BLOCK_SIZE_N values (default 32,64,128,256)"}, set_space, SP_BN},
@@ -275,6 +357,8 @@ static const opt_def_t k_opts[] = {
     {{"strategy", "exhaustive", "search strategy (default exhaustive)"}, set_text, ARG(offsetof(cli_spec_t, strategy))},
     {{"device-filter", "TEXT", "only workers whose GPU name contains TEXT"}, set_text, ARG(offsetof(cli_spec_t, device_filter))},
     {{"worker-backend", "cuda|triton|sim", "only workers of this backend measure the sweep; triton uses Triton's static rules (submit; tune sets it from --backend)"}, set_text, ARG(offsetof(cli_spec_t, backend))},
+    {{"routing", "FILE", "captured top-k expert ids every batch size draws its tokens from (NumPy .npy int32/int64 [tokens, topk], or a PyTorch .pt capture the triton helper reads; the path must be readable by the workers); default uniform random routing"}, set_routing, 0},
+    {{"engines", "sglang,vllm", "the engines whose files a triton sweep is for: an fp8 block shape keeps the configs any of them can run (submit; default both; tune sets it from --engine)"}, set_engines, 0},
     {{"chunk", "N", "configs per job (default 16)"}, set_u32, 0},
     {{"max-attempts", "N", "leases a job may fail before it is failed (default 3)"}, set_u32, 1},
     {{"warmup", "N", "warm-up runs per measurement (default 5)"}, set_u32, 2},
@@ -418,7 +502,7 @@ static int apply_shape_json(cli_spec_t *s, json_t *v, char *err, size_t errlen) 
 static const struct { const char *key, *opt; } k_json_keys[] = {
     {"name", "name"}, {"tp", "tp"}, {"ep", "ep"}, {"dtype", "dtype"},
     {"batch_sizes", "batch-sizes"}, {"strategy", "strategy"}, {"device_filter", "device-filter"},
-    {"backend", "worker-backend"},
+    {"backend", "worker-backend"}, {"engines", "engines"}, {"routing", "routing"},
     {"chunk", "chunk"}, {"max_attempts", "max-attempts"},
 };
 static const struct { const char *key, *opt; } k_json_space[] = {
@@ -643,6 +727,12 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
         mt_fmt(err, errlen, "no shape to tune: give --shape, --model or --model-config");
         return MT_INVAL;
     }
+    uint32_t routing_tokens = 0;
+    if (s->routing[0]) {
+        rc = resolve_routing(s, err, errlen);
+        if (rc != MT_OK) return rc;
+        routing_tokens = s->spec.routing_tokens;
+    }
     if (s->measure.min_samples && s->measure.max_samples &&
         s->measure.min_samples > s->measure.max_samples) {
         mt_fmt(err, errlen, "--min-samples %u is larger than --max-samples %u", s->measure.min_samples,
@@ -691,6 +781,11 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
     s->spec.strategy = s->strategy;
     s->spec.device_filter = s->device_filter;
     s->spec.backend = s->backend;
+    s->spec.routing_path = s->routing_abs;
+    s->spec.routing_tokens = routing_tokens;
+    for (size_t i = 0; i < s->n_engines; i++) s->engines[i] = s->engine_names[i];
+    s->spec.n_engines = s->n_engines;
+    s->spec.engines = s->n_engines ? s->engines : NULL;
     for (size_t i = 0; i < s->n_shapes; i++) {
         wire_shape_to_msg(&s->shapes[i], &s->pb_shapes[i]);
         s->pb_ptrs[i] = &s->pb_shapes[i];
@@ -743,7 +838,8 @@ bool cli_spec_same_target(const Moetune__SweepSpec *a, const Moetune__SweepSpec 
     for (size_t i = 0; i < a->n_shapes; i++) {
         const Moetune__Shape *x = a->shapes[i], *y = b->shapes[i];
         if (x->e != y->e || x->n != y->n || x->k != y->k || x->topk != y->topk ||
-            !str_eq(x->dtype, y->dtype) || x->block_n != y->block_n || x->block_k != y->block_k)
+            !str_eq(x->dtype, y->dtype) || x->block_n != y->block_n || x->block_k != y->block_k ||
+            !str_eq(x->routing, y->routing))
             return false;
     }
     return true;
@@ -814,6 +910,15 @@ int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *no
     diff_str(diff, len, &n, "backend", was->backend, now->backend);
     diff_str(diff, len, &n, "strategy", sa, sb);
     diff_str(diff, len, &n, "device filter", was->device_filter, now->device_filter);
+    diff_str(diff, len, &n, "routing", was->routing_path, now->routing_path);
+    {
+        char ea[64] = "", eb[64] = "";
+        for (size_t i = 0; i < was->n_engines; i++)
+            snprintf(ea + strlen(ea), sizeof ea - strlen(ea), "%s%s", i ? "," : "", was->engines[i]);
+        for (size_t i = 0; i < now->n_engines; i++)
+            snprintf(eb + strlen(eb), sizeof eb - strlen(eb), "%s%s", i ? "," : "", now->engines[i]);
+        diff_str(diff, len, &n, "engines", ea, eb);
+    }
     diff_list(diff, len, &n, "batch sizes", pa->batch_sizes, pa->n_batch_sizes, pb->batch_sizes, pb->n_batch_sizes);
     const krn_space_t *x = &pa->space, *y = &pb->space;
     diff_list(diff, len, &n, "block_m", x->block_m, x->n_block_m, y->block_m, y->n_block_m);

@@ -122,7 +122,7 @@ static int build_space(const Moetune__Space *sp, krn_space_t *out, char *err, si
 
 static int shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
     return a->e == b->e && a->n == b->n && a->k == b->k && a->topk == b->topk && a->block_n == b->block_n &&
-           a->block_k == b->block_k && strcmp(a->dtype, b->dtype) == 0;
+           a->block_k == b->block_k && strcmp(a->dtype, b->dtype) == 0 && strcmp(a->routing, b->routing) == 0;
 }
 
 int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen) {
@@ -191,6 +191,23 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
         rc = MT_INVAL;
         goto out;
     }
+    /* The engines a triton sweep's files are for: a block-scale shape keeps what any can run. */
+    static const char *const both[] = {"sglang", "vllm"};
+    const char *const *engines = both;
+    size_t n_engines = 2;
+    if (spec->n_engines) {
+        for (size_t i = 0; i < spec->n_engines; i++) {
+            const char *e = spec->engines[i] ? spec->engines[i] : "";
+            if (strcmp(e, "sglang") != 0 && strcmp(e, "vllm") != 0) {
+                mt_fmt(err, errlen, "engine '%.32s' is not one of sglang, vllm", e);
+                rc = MT_INVAL;
+                goto out;
+            }
+        }
+        engines = (const char *const *)spec->engines;
+        n_engines = spec->n_engines;
+    }
+    bool cuda = strcmp(backend, "cuda") == 0 && spec->backend && *spec->backend;
     size_t n_space = krn_space_size(&p->space);
     uint64_t n_total = (uint64_t)n_space * spec->n_shapes; /* at most 16^6 x 4096: no overflow */
     if (n_total > PLAN_MAX_CONFIGS) {
@@ -201,6 +218,7 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
         rc = MT_INVAL;
         goto out;
     }
+    char first_why[PLAN_REASON_LEN] = "";
     for (size_t i = 0; i < spec->n_shapes; i++) {
         plan_shape_t *ps = &p->shapes[i];
         char serr[200];
@@ -210,6 +228,19 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
             goto out;
         }
         p->n_shapes = i + 1;
+        bool has_file = spec->routing_path && *spec->routing_path;
+        if (has_file != (ps->shape.routing[0] != '\0')) {
+            mt_fmt(err, errlen, "shape %zu: %s", i + 1,
+                   has_file ? "the spec names a routing file but the shape has no routing hash"
+                            : "the shape has a routing hash but the spec names no routing file");
+            rc = MT_INVAL;
+            goto out;
+        }
+        if (i > 0 && strcmp(ps->shape.routing, p->shapes[0].shape.routing) != 0) {
+            mt_fmt(err, errlen, "shape %zu: another routing than shape 1 (one routing file per sweep)", i + 1);
+            rc = MT_INVAL;
+            goto out;
+        }
         for (size_t j = 0; j < i; j++) {
             if (shape_eq(&p->shapes[j].shape, &ps->shape)) {
                 mt_fmt(err, errlen, "shape %zu repeats shape %zu", i + 1, j + 1);
@@ -225,12 +256,30 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
             krn_space_at(&p->space, c, &cfg);
             int ok = triton ? krn_check_triton(&cfg, why, sizeof why)
                             : krn_check(&ps->shape, &cfg, &limits, why, sizeof why);
+            if (ok == MT_OK && cuda && strcmp(ps->shape.dtype, "bf16") != 0) {
+                /* moetune's CUDA kernel is bf16 only; the fp8 layer is the triton backend's. */
+                mt_fmt(why, sizeof why, "the cuda backend runs bf16 only (%s needs --backend triton)", ps->shape.dtype);
+                ok = MT_INVAL;
+            }
+            if (ok == MT_OK && triton && ps->shape.block_n) {
+                char ewhy[PLAN_REASON_LEN];
+                size_t len = 0;
+                ok = MT_INVAL;
+                for (size_t e = 0; e < n_engines && ok != MT_OK; e++) {
+                    ok = krn_engine_keeps(engines[e], &ps->shape, &cfg, ewhy, sizeof ewhy);
+                    if (ok != MT_OK) {
+                        int w = snprintf(why + len, sizeof why - len, "%s%s", len ? "; " : "", ewhy);
+                        if (w > 0) len = len + (size_t)w < sizeof why ? len + (size_t)w : sizeof why - 1;
+                    }
+                }
+            }
             if (ok == MT_OK) {
                 ps->valid[ps->n_valid++] = cfg;
             } else {
                 plan_rejection_t *r = &ps->rejected[ps->n_rejected++];
                 r->cfg = cfg;
                 snprintf(r->reason, sizeof r->reason, "%s", why);
+                if (!first_why[0]) snprintf(first_why, sizeof first_why, "%s", why);
             }
         }
         if (interleave(ps->valid, ps->n_valid)) goto nomem;
@@ -240,7 +289,7 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
         p->results_planned += (uint64_t)ps->n_valid * p->n_batch_sizes;
     }
     if (p->configs_valid == 0) {
-        mt_fmt(err, errlen, "no config of the space passes the static rules for any shape");
+        mt_fmt(err, errlen, "no config of the space passes the static rules for any shape (%s)", first_why);
         rc = MT_INVAL;
         goto out;
     }
@@ -301,6 +350,9 @@ int plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *
      * interrupted start never leaves a 'running' sweep behind to be measured later */
     rc = store_begin(db);
     if (!rc) rc = store_sweep_insert(db, spec->name, packed, len, now, &sweep_id);
+    if (!rc && spec->routing_path && *spec->routing_path)
+        rc = store_routing_insert(db, p->shapes[0].shape.routing, spec->routing_path, spec->routing_tokens,
+                                  p->shapes[0].shape.topk, now);
     for (size_t i = 0; !rc && i < p->n_shapes; i++) rc = store_shape(db, p, &p->shapes[i], sweep_id, now);
     if (!rc) rc = store_sweep_set_planned(db, sweep_id, p->results_planned);
     if (!rc) rc = store_commit(db);

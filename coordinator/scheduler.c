@@ -61,6 +61,7 @@ struct sweep {
     char *filter;
     char *backend;           /* NULL = any worker's backend */
     char *device;            /* the GPU model it is bound to by its first lease; NULL = not yet */
+    char *routing_path;      /* the spec's routing file, sent with every job; NULL = uniform */
     uint32_t max_attempts;
     Moetune__Measure measure;
     uint64_t planned, done, failed, pruned;
@@ -374,6 +375,7 @@ static void sweep_free(sweep_t *sw) {
     free(sw->filter);
     free(sw->backend);
     free(sw->device);
+    free(sw->routing_path);
     free(sw);
 }
 
@@ -486,8 +488,10 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
         qsort(sw->bs, sw->nb, sizeof *sw->bs, cmp_u32);
         sw->filter = spec->device_filter && *spec->device_filter ? mt_strdup(spec->device_filter) : NULL;
         sw->backend = spec->backend && *spec->backend ? mt_strdup(spec->backend) : NULL;
+        sw->routing_path = spec->routing_path && *spec->routing_path ? mt_strdup(spec->routing_path) : NULL;
         if ((spec->device_filter && *spec->device_filter && !sw->filter) ||
-            (spec->backend && *spec->backend && !sw->backend)) {
+            (spec->backend && *spec->backend && !sw->backend) ||
+            (spec->routing_path && *spec->routing_path && !sw->routing_path)) {
             rc = MT_NOMEM;
             goto out;
         }
@@ -856,6 +860,7 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     job.measure = &j->sw->measure;
     job.n_best_us = j->sw->nb;
     job.best_us = s->best;
+    job.routing_path = j->sw->routing_path ? j->sw->routing_path : "";
     wire_env_t env;
     wire_env_init(&env);
     env.body_case = MOETUNE__ENVELOPE__BODY_JOB;

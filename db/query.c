@@ -12,6 +12,7 @@
 struct dbq {
     sqlite3 *db;
     int v2; /* results has versions, up_us, down_us (schema 2); a v1 file reads them as '' and 0 */
+    int v3; /* shapes has routing and there is a routings table (schema 3); older files read '' */
 };
 
 /* Columns every result walk reads, in the order row_from() expects. */
@@ -26,20 +27,24 @@ struct dbq {
 /* The columns schema 2 added, and what a read-only walk of a v1 file reads instead. */
 #define RESULT_COLS_V2 ", COALESCE(r.versions, ''), COALESCE(r.up_us, 0), COALESCE(r.down_us, 0)"
 #define RESULT_COLS_V1 ", '', 0.0, 0.0"
-#define RESULT_FROM                                                    \
+/* Schema 3: the shape's routing and where that routing file came from. */
+#define RESULT_COLS_V3 RESULT_COLS_V2 ", s.routing, COALESCE(rt.source, '')"
+#define RESULT_COLS_PRE3(v) v ", '', ''"
+#define RESULT_FROM_BASE                                               \
     " FROM results r JOIN shapes s ON s.id = r.shape_id"               \
     " JOIN configs c ON c.id = r.config_id"                            \
     " LEFT JOIN devices d ON d.id = r.device_id"
+#define RESULT_FROM_V3 RESULT_FROM_BASE " LEFT JOIN routings rt ON rt.sha256 = s.routing"
 #define RESULT_WHERE                                                                       \
     " WHERE (?1 = 0 OR r.sweep_id = ?1) AND (?2 = 0 OR s.e = ?2) AND (?3 = 0 OR s.n = ?3)"  \
     " AND (?4 = 0 OR s.k = ?4) AND (?5 = 0 OR s.topk = ?5) AND (?6 = '' OR s.dtype = ?6)"   \
     " AND (?7 = 0 OR r.batch_size = ?7) AND (?8 = '' OR r.status = ?8)"
 
-#define SQL_RESULTS(tail)                                    \
+#define SQL_RESULTS(tail, RESULT_FROM)                       \
     "SELECT " RESULT_COLS tail RESULT_FROM RESULT_WHERE      \
     " ORDER BY r.sweep_id, r.shape_id, r.batch_size, r.median_us, r.config_id LIMIT ?9"
 
-#define SQL_BEST(tail)                                                                   \
+#define SQL_BEST(tail, RESULT_FROM)                                                      \
     "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY r.shape_id," \
     " r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM RESULT_WHERE    \
     " AND r.status = 'ok' AND r.median_us IS NOT NULL) WHERE rk = 1"                      \
@@ -53,17 +58,17 @@ struct dbq {
 #define EXPORT_WHERE \
     " WHERE r.status = 'ok' AND (?1 IS NULL OR r.sweep_id IN (SELECT value FROM json_each(?1)))"
 #define EXPORT_ORDER " ORDER BY dir, dev, e, n, dtype, sbn, sbk, k, topk, shape_id, batch_size, median_us, config_id"
-#define SQL_EXPORT(tail)                                                                        \
+#define SQL_EXPORT(tail, RESULT_FROM)                                                                        \
     "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY " EXPORT_DIR_DEV \
     ", r.shape_id, r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM EXPORT_WHERE \
     ") WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
-#define SQL_EXPORT_LATEST(tail)                                                                 \
+#define SQL_EXPORT_LATEST(tail, RESULT_FROM)                                                                 \
     "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY dir, dev, shape_id, batch_size"   \
     " ORDER BY median_us, config_id) AS rk FROM (SELECT " RESULT_COLS tail ", max(r.sweep_id)"  \
     " OVER (PARTITION BY " EXPORT_DIR_DEV ", r.shape_id) AS lsid" RESULT_FROM EXPORT_WHERE ")"  \
     " WHERE sweep_id = lsid) WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
 
-#define SQL_HISTORY(tail)                                                                   \
+#define SQL_HISTORY(tail, RESULT_FROM)                                                                   \
     "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY r.sweep_id,"  \
     " r.shape_id, COALESCE(d.name, 'unknown'), r.batch_size ORDER BY r.median_us, r.config_id)"  \
     " AS rk" RESULT_FROM                                                                       \
@@ -73,12 +78,14 @@ struct dbq {
     " AND (?9 = '' OR r.backend = ?9) AND r.status = 'ok' AND r.median_us IS NOT NULL)"         \
     " WHERE rk = 1 ORDER BY sweep_id, e, n, k, topk, dtype, sbn, sbk, dev, batch_size"
 
-/* Each walk for a v1 file [0] and a v2 file [1]. */
-static const char *const k_sql_results[2] = {SQL_RESULTS(RESULT_COLS_V1), SQL_RESULTS(RESULT_COLS_V2)};
-static const char *const k_sql_best[2] = {SQL_BEST(RESULT_COLS_V1), SQL_BEST(RESULT_COLS_V2)};
-static const char *const k_sql_export[2] = {SQL_EXPORT(RESULT_COLS_V1), SQL_EXPORT(RESULT_COLS_V2)};
-static const char *const k_sql_export_latest[2] = {SQL_EXPORT_LATEST(RESULT_COLS_V1),
-                                                   SQL_EXPORT_LATEST(RESULT_COLS_V2)};
+/* Each walk for a v1 file [0], a v2 file [1] and a v3 file [2]. */
+#define SQL_BY_VERSION(sql)                                                                       \
+    {sql(RESULT_COLS_PRE3(RESULT_COLS_V1), RESULT_FROM_BASE), sql(RESULT_COLS_PRE3(RESULT_COLS_V2), \
+     RESULT_FROM_BASE), sql(RESULT_COLS_V3, RESULT_FROM_V3)}
+static const char *const k_sql_results[3] = SQL_BY_VERSION(SQL_RESULTS);
+static const char *const k_sql_best[3] = SQL_BY_VERSION(SQL_BEST);
+static const char *const k_sql_export[3] = SQL_BY_VERSION(SQL_EXPORT);
+static const char *const k_sql_export_latest[3] = SQL_BY_VERSION(SQL_EXPORT_LATEST);
 
 /* Per (sweep, dir, device, shape) that has results, per batch size the sweep measured:
  * configs measured there (rows of any status), configs planned for the shape (its jobs'
@@ -103,7 +110,7 @@ static const char k_sql_coverage[] =
     "  AND m.shape_id = f.shape_id AND m.batch_size = z.batch_size"
     " ORDER BY f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size";
 
-static const char *const k_sql_history[2] = {SQL_HISTORY(RESULT_COLS_V1), SQL_HISTORY(RESULT_COLS_V2)};
+static const char *const k_sql_history[3] = SQL_BY_VERSION(SQL_HISTORY);
 
 static const char k_sql_sweeps[] =
     "SELECT id, name, state, results_planned, created, COALESCE(finished, 0), spec FROM sweeps"
@@ -143,6 +150,10 @@ static int open_conn(const char *name, int flags, dbq_t *q, int *code, char *why
     st = NULL;
     q->v2 = sqlite3_prepare_v2(q->db, "SELECT versions, up_us, down_us FROM results LIMIT 0", -1, &st, NULL) ==
             SQLITE_OK;
+    sqlite3_finalize(st);
+    st = NULL;
+    q->v3 = q->v2 && sqlite3_prepare_v2(q->db, "SELECT s.routing, rt.source FROM shapes s, routings rt LIMIT 0", -1,
+                                        &st, NULL) == SQLITE_OK;
     sqlite3_finalize(st);
     return MT_OK;
 }
@@ -241,6 +252,8 @@ static void row_from(sqlite3_stmt *st, dbq_result_t *r) {
     if (!r->versions) r->versions = "";
     r->up_us = sqlite3_column_double(st, i++);
     r->down_us = sqlite3_column_double(st, i++);
+    col_text(st, i++, r->shape.routing, sizeof r->shape.routing);
+    col_text(st, i++, r->routing_source, sizeof r->routing_source);
 }
 
 /* Steps st to the end, handing each row to fn. */
@@ -278,7 +291,7 @@ int dbq_results(dbq_t *q, const dbq_filter_t *f, dbq_result_fn fn, void *ctx, ch
         memset(&none, 0, sizeof none);
         f = &none;
     }
-    int rc = prepare(q, f->best ? k_sql_best[q->v2] : k_sql_results[q->v2], &st, err, errlen);
+    int rc = prepare(q, f->best ? k_sql_best[q->v2 + q->v3] : k_sql_results[q->v2 + q->v3], &st, err, errlen);
     if (rc != MT_OK) return rc;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)f->sweep_id);
     sqlite3_bind_int64(st, 2, f->e);
@@ -312,7 +325,8 @@ int dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_result_fn 
                     size_t errlen) {
     sqlite3_stmt *st = NULL;
     bool latest = sel && sel->latest;
-    int rc = prepare(q, latest ? k_sql_export_latest[q->v2] : k_sql_export[q->v2], &st, err, errlen);
+    int v = q->v2 + q->v3;
+    int rc = prepare(q, latest ? k_sql_export_latest[v] : k_sql_export[v], &st, err, errlen);
     if (rc != MT_OK) return rc;
     rc = bind_sweeps(st, sel);
     sqlite3_bind_int(st, 3, best);
@@ -384,7 +398,7 @@ int dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *er
 
 int dbq_history(dbq_t *q, const dbq_hist_filter_t *f, dbq_result_fn fn, void *ctx, char *err, size_t errlen) {
     sqlite3_stmt *st = NULL;
-    int rc = prepare(q, k_sql_history[q->v2], &st, err, errlen);
+    int rc = prepare(q, k_sql_history[q->v2 + q->v3], &st, err, errlen);
     if (rc != MT_OK) return rc;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)f->sweep_id);
     sqlite3_bind_int64(st, 2, f->e);

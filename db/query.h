@@ -56,6 +56,7 @@ typedef struct {
     char export_dir[48];  /* "sim" for backend sim, else the compiler */
     const char *versions; /* triton: "kernel=.. triton=.. torch=.. python=..[ engine=..]" */
     double up_us, down_us;
+    char routing_source[256]; /* the routing file shape.routing came from; "" for uniform routing */
 } dbq_result_t;
 
 /* Called once per row; a non-zero return stops the walk and is returned. */

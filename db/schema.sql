@@ -29,7 +29,8 @@ CREATE TABLE shapes (
   id INTEGER PRIMARY KEY,
   e INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, topk INTEGER NOT NULL,
   dtype TEXT NOT NULL, block_n INTEGER NOT NULL DEFAULT 0, block_k INTEGER NOT NULL DEFAULT 0,
-  UNIQUE (e, n, k, topk, dtype, block_n, block_k)
+  routing TEXT NOT NULL DEFAULT '', -- sha256 of the captured routing the inputs draw from; '' = uniform
+  UNIQUE (e, n, k, topk, dtype, block_n, block_k, routing)
 );
 CREATE TABLE configs (
   id INTEGER PRIMARY KEY,
@@ -101,4 +102,10 @@ CREATE TABLE exports (
   entries INTEGER NOT NULL,
   changed_entries INTEGER NOT NULL, -- entries that differ from the file it replaced
   content_hash TEXT NOT NULL
+);
+CREATE TABLE routings (             -- captured routing files sweeps were planned on
+  sha256 TEXT PRIMARY KEY,
+  source TEXT NOT NULL,             -- the path the sweep was given
+  tokens INTEGER NOT NULL, topk INTEGER NOT NULL,
+  created INTEGER NOT NULL
 );

@@ -41,7 +41,8 @@ static const char g_schema[] =
     "  id INTEGER PRIMARY KEY,\n"
     "  e INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, topk INTEGER NOT NULL,\n"
     "  dtype TEXT NOT NULL, block_n INTEGER NOT NULL DEFAULT 0, block_k INTEGER NOT NULL DEFAULT 0,\n"
-    "  UNIQUE (e, n, k, topk, dtype, block_n, block_k)\n"
+    "  routing TEXT NOT NULL DEFAULT '', -- sha256 of the captured routing the inputs draw from; '' = uniform\n"
+    "  UNIQUE (e, n, k, topk, dtype, block_n, block_k, routing)\n"
     ");\n"
     "CREATE TABLE configs (\n"
     "  id INTEGER PRIMARY KEY,\n"
@@ -113,6 +114,12 @@ static const char g_schema[] =
     "  entries INTEGER NOT NULL,\n"
     "  changed_entries INTEGER NOT NULL, -- entries that differ from the file it replaced\n"
     "  content_hash TEXT NOT NULL\n"
+    ");\n"
+    "CREATE TABLE routings (             -- captured routing files sweeps were planned on\n"
+    "  sha256 TEXT PRIMARY KEY,\n"
+    "  source TEXT NOT NULL,             -- the path the sweep was given\n"
+    "  tokens INTEGER NOT NULL, topk INTEGER NOT NULL,\n"
+    "  created INTEGER NOT NULL\n"
     ");\n";
 
 const char *store_schema_sql(void) { return g_schema; }
@@ -125,7 +132,7 @@ enum {
     ST_SHAPE_INSERT, ST_SHAPE_ID, ST_CONFIG_INSERT, ST_CONFIG_ID,
     ST_REJECTED_INSERT, ST_JOB_INSERT, ST_JOB_CONFIG_INSERT, ST_JOB_CONFIG_DELETE, ST_JOB_UPDATE,
     ST_RESULT_INSERT, ST_CRASH_BUMP, ST_CRASH_COUNT,
-    ST_SWEEPS, ST_JOBS_OPEN, ST_JOB_CONFIGS, ST_SHAPE_GET, ST_CONFIG_GET,
+    ST_ROUTING_INSERT, ST_SWEEPS, ST_JOBS_OPEN, ST_JOB_CONFIGS, ST_SHAPE_GET, ST_CONFIG_GET,
     ST_RESULT_COUNT, ST_SWEEP_RESULT_COUNTS, ST_JOB_STATE_COUNTS, ST_SWEEP_BESTS, ST_SWEEP_DEVICE,
     ST_COUNT
 };
@@ -154,11 +161,14 @@ static const char *const g_sql[ST_COUNT] = {
     [ST_SWEEP_PLANNED] = "UPDATE sweeps SET results_planned = ?2 WHERE id = ?1",
     [ST_SWEEP_STATE] = "UPDATE sweeps SET state = ?2, finished = ?3 WHERE id = ?1",
     [ST_SHAPE_INSERT] =
-        "INSERT INTO shapes (e, n, k, topk, dtype, block_n, block_k) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+        "INSERT INTO shapes (e, n, k, topk, dtype, block_n, block_k, routing) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
         " ON CONFLICT DO NOTHING",
     [ST_SHAPE_ID] =
         "SELECT id FROM shapes WHERE e = ?1 AND n = ?2 AND k = ?3 AND topk = ?4 AND dtype = ?5"
-        " AND block_n = ?6 AND block_k = ?7",
+        " AND block_n = ?6 AND block_k = ?7 AND routing = ?8",
+    [ST_ROUTING_INSERT] =
+        "INSERT INTO routings (sha256, source, tokens, topk, created) VALUES (?1, ?2, ?3, ?4, ?5)"
+        " ON CONFLICT (sha256) DO NOTHING",
     [ST_CONFIG_INSERT] =
         "INSERT INTO configs (block_m, block_n, block_k, group_m, num_warps, num_stages)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
@@ -194,7 +204,7 @@ static const char *const g_sql[ST_COUNT] = {
         "SELECT id, sweep_id, shape_id, state, attempts, worker_id, lease_token, avoid_worker FROM jobs"
         " WHERE sweep_id = ?1 AND state IN ('pending', 'leased') ORDER BY id",
     [ST_JOB_CONFIGS] = "SELECT config_id FROM job_configs WHERE job_id = ?1 ORDER BY config_id",
-    [ST_SHAPE_GET] = "SELECT e, n, k, topk, dtype, block_n, block_k FROM shapes WHERE id = ?1",
+    [ST_SHAPE_GET] = "SELECT e, n, k, topk, dtype, block_n, block_k, routing FROM shapes WHERE id = ?1",
     [ST_CONFIG_GET] =
         "SELECT block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs WHERE id = ?1",
     [ST_RESULT_COUNT] =
@@ -323,8 +333,27 @@ static const char *const g_upgrade[STORE_SCHEMA_VERSION + 1] = {
           "ALTER TABLE results ADD COLUMN versions TEXT;\n"
           "ALTER TABLE results ADD COLUMN up_us REAL;\n"
           "ALTER TABLE results ADD COLUMN down_us REAL;\n",
+    /* The routing joins a shape's identity, which a UNIQUE constraint holds: the table is
+     * rebuilt (SQLite's documented way, foreign keys off; migrate() does that), keeping ids. */
+    [3] = "CREATE TABLE shapes_v3 (\n"
+          "  id INTEGER PRIMARY KEY,\n"
+          "  e INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, topk INTEGER NOT NULL,\n"
+          "  dtype TEXT NOT NULL, block_n INTEGER NOT NULL DEFAULT 0, block_k INTEGER NOT NULL DEFAULT 0,\n"
+          "  routing TEXT NOT NULL DEFAULT '', -- sha256 of the captured routing the inputs draw from; '' = uniform\n"
+          "  UNIQUE (e, n, k, topk, dtype, block_n, block_k, routing)\n"
+          ");\n"
+          "INSERT INTO shapes_v3 (id, e, n, k, topk, dtype, block_n, block_k)"
+          " SELECT id, e, n, k, topk, dtype, block_n, block_k FROM shapes;\n"
+          "DROP TABLE shapes;\n"
+          "ALTER TABLE shapes_v3 RENAME TO shapes;\n"
+          "CREATE TABLE routings (             -- captured routing files sweeps were planned on\n"
+          "  sha256 TEXT PRIMARY KEY,\n"
+          "  source TEXT NOT NULL,             -- the path the sweep was given\n"
+          "  tokens INTEGER NOT NULL, topk INTEGER NOT NULL,\n"
+          "  created INTEGER NOT NULL\n"
+          ");\n"
     /* 'pruned' joins the status CHECK: SQLite changes a CHECK only by rebuilding the table */
-    [3] = "CREATE TABLE results_v3 (\n"
+          "CREATE TABLE results_v3 (\n"
           "  id INTEGER PRIMARY KEY,\n"
           "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),\n"
           "  shape_id INTEGER NOT NULL REFERENCES shapes(id),\n"
@@ -362,8 +391,17 @@ static int migrate(store_t *s) {
         return MT_INVAL;
     }
     char sql[64];
+    /* Rebuilding a table other tables reference needs foreign keys off (outside the
+     * transaction: the pragma is a no-op inside one); on again whatever happens. */
+    if (version > 0 && version < 3) {
+        rc = pragma(s, "PRAGMA foreign_keys = OFF");
+        if (rc) return rc;
+    }
     rc = pragma(s, "BEGIN IMMEDIATE");
-    if (rc) return rc;
+    if (rc) {
+        pragma(s, "PRAGMA foreign_keys = ON");
+        return rc;
+    }
     if (version == 0) {
         rc = pragma(s, g_schema);
     } else {
@@ -372,7 +410,8 @@ static int migrate(store_t *s) {
     if (!rc) rc = pragma(s, mt_fmt(sql, sizeof sql, "PRAGMA user_version = %d", STORE_SCHEMA_VERSION));
     if (!rc) rc = pragma(s, "COMMIT");
     if (rc) sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    return rc;
+    int fk = pragma(s, "PRAGMA foreign_keys = ON");
+    return rc ? rc : fk;
 }
 
 int store_open(const char *path, store_t **out, char *err, size_t errlen) {
@@ -512,6 +551,7 @@ static void bind_shape(sqlite3_stmt *st, const krn_shape_t *sh) {
     sqlite3_bind_text(st, 5, sh->dtype[0] ? sh->dtype : "bf16", -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 6, sh->block_n);
     sqlite3_bind_int64(st, 7, sh->block_k);
+    sqlite3_bind_text(st, 8, sh->routing, -1, SQLITE_STATIC);
 }
 
 int store_shape_upsert(store_t *s, const krn_shape_t *shape, uint64_t *id) {
@@ -520,6 +560,17 @@ int store_shape_upsert(store_t *s, const krn_shape_t *shape, uint64_t *id) {
     if (rc) return rc;
     bind_shape(s->st[ST_SHAPE_ID], shape);
     return exec_u64(s, ST_SHAPE_ID, id);
+}
+
+int store_routing_insert(store_t *s, const char *sha256, const char *source, uint32_t tokens, uint32_t topk,
+                         int64_t now) {
+    sqlite3_stmt *st = s->st[ST_ROUTING_INSERT];
+    sqlite3_bind_text(st, 1, sha256, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, source, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, tokens);
+    sqlite3_bind_int64(st, 4, topk);
+    sqlite3_bind_int64(st, 5, now);
+    return exec_st(s, ST_ROUTING_INSERT);
 }
 
 static void bind_config(sqlite3_stmt *st, const krn_config_t *c) {
@@ -729,6 +780,8 @@ static int shape_row(sqlite3_stmt *st, void *cb, void *ctx) {
     snprintf(sh->dtype, sizeof sh->dtype, "%s", dt ? dt : "bf16");
     sh->block_n = (uint32_t)sqlite3_column_int64(st, 5);
     sh->block_k = (uint32_t)sqlite3_column_int64(st, 6);
+    const char *rt = col_text(st, 7);
+    snprintf(sh->routing, sizeof sh->routing, "%s", rt ? rt : "");
     *(int *)cb = 1;
     return MT_OK;
 }

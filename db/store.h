@@ -114,6 +114,10 @@ int store_config_upsert(store_t *s, const krn_config_t *cfg, uint64_t *id);
 int store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
                           const char *reason);
 /* New pending job; avoid_worker may be NULL. */
+/* Records a routing file a sweep is planned on (kept once per sha256). */
+int store_routing_insert(store_t *s, const char *sha256, const char *source, uint32_t tokens, uint32_t topk,
+                         int64_t now);
+
 int store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker,
                      int64_t created, uint64_t *id);
 int store_job_config_insert(store_t *s, uint64_t job_id, uint64_t config_id);

@@ -5,7 +5,7 @@
 set -euo pipefail
 build_pkgs=(build-essential cmake pkg-config protobuf-c-compiler libprotobuf-c-dev libzmq3-dev
             libczmq-dev libsodium-dev libsqlite3-dev libjansson-dev libcmocka-dev sqlite3 jq bc procps
-            util-linux diffutils clang libmicrohttpd-dev chromium systemd curl python3-yaml)
+            util-linux diffutils clang libmicrohttpd-dev chromium systemd curl python3-yaml python3-torch)
 runtime_pkgs=(libzmq5 libczmq4 libprotobuf-c1 libsodium23 libsqlite3-0 libjansson4 libmicrohttpd12)
 pkgs=("${build_pkgs[@]}")
 [ "${1:-}" = "--runtime" ] && pkgs=("${runtime_pkgs[@]}")

@@ -26,5 +26,5 @@ cmake --build "$prefix-asan" -j"$jobs"
 
 echo "== 3/3 fuzz targets (clang, libFuzzer)"
 CC=clang cmake -S . -B "$prefix-fuzz" -DMT_FUZZ=ON -DMT_CUDA=OFF >/dev/null
-cmake --build "$prefix-fuzz" -j"$jobs" --target fuzz_wire fuzz_spec fuzz_config
+cmake --build "$prefix-fuzz" -j"$jobs" --target fuzz_wire fuzz_spec fuzz_config fuzz_routing
 tests/fuzz/run.sh "$prefix-fuzz" "${MT_FUZZ_SECONDS:-60}"

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "mt.h"
+#include "routing.h"
 
 const uint32_t krn_default_batch_sizes[] = {1,   2,   4,   8,    16,   24,   32,   48,   64,
                                             96,  128, 256, 512, 1024, 1536, 2048, 3072, 4096};
@@ -154,6 +155,21 @@ int krn_check_triton(const krn_config_t *c, char *why, size_t whylen) {
     return MT_OK;
 }
 
+int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
+                     size_t whylen) {
+    if (!shape->block_n || !shape->block_k || !engine) return MT_OK;
+    if (strcmp(engine, "sglang") == 0 && shape->block_k % cfg->block_k != 0) {
+        mt_fmt(why, whylen, "SGLang: BLOCK_SIZE_K=%u does not divide block_k=%u", cfg->block_k, shape->block_k);
+        return MT_INVAL;
+    }
+    if (strcmp(engine, "vllm") == 0 && (cfg->block_k % shape->block_k != 0 || cfg->block_n % shape->block_n != 0)) {
+        mt_fmt(why, whylen, "vLLM: BLOCK_SIZE_N/K=%u/%u are not multiples of block %ux%u", cfg->block_n,
+               cfg->block_k, shape->block_n, shape->block_k);
+        return MT_INVAL;
+    }
+    return MT_OK;
+}
+
 int krn_shape_check(const krn_shape_t *s, char *err, size_t errlen) {
     if (s->e == 0 || s->n == 0 || s->k == 0 || s->topk == 0) {
         mt_fmt(err, errlen, "E, N, K and topk must all be positive");
@@ -169,6 +185,10 @@ int krn_shape_check(const krn_shape_t *s, char *err, size_t errlen) {
     }
     if (strcmp(s->dtype, "bf16") != 0 && strcmp(s->dtype, "fp8_w8a8") != 0) {
         mt_fmt(err, errlen, "dtype '%s' is not one of bf16, fp8_w8a8", s->dtype);
+        return MT_INVAL;
+    }
+    if (!krn_routing_hash_ok(s->routing)) {
+        mt_fmt(err, errlen, "routing '%.16s' is not a sha256 (64 lowercase hex digits)", s->routing);
         return MT_INVAL;
     }
     if ((s->block_n == 0) != (s->block_k == 0)) {

@@ -16,6 +16,7 @@ typedef struct {
     uint32_t e, n, k, topk;   /* experts, intermediate/TP, hidden, experts per token */
     char dtype[16];           /* "bf16" (default), "fp8_w8a8" */
     uint32_t block_n, block_k;/* fp8 block-scale shape; 0 when none */
+    char routing[65];         /* sha256 of the captured routing the inputs draw from; "" = uniform */
 } krn_shape_t;
 
 typedef struct {
@@ -76,6 +77,13 @@ int krn_check(const krn_shape_t *shape, const krn_config_t *cfg, const krn_limit
  * is stored invalid by the worker with Triton's own reason. */
 int krn_check_triton(const krn_config_t *c, char *why, size_t whylen);
 
+/* Whether engine ("sglang" or "vllm") can run cfg on shape's fp8 block scales, by the rule its
+ * own tuner prunes with (ENGINES.md): SGLang keeps BLOCK_SIZE_K that divide block_k; vLLM keeps
+ * BLOCK_SIZE_K and BLOCK_SIZE_N that are multiples of block_k and block_n. A shape without a
+ * block shape, or an engine of another name, keeps everything. MT_INVAL with the rule in why
+ * when the engine cannot run it. */
+int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
+                     size_t whylen);
 
 /* Parses "E=128,N=768,K=2048,topk=8[,dtype=bf16][,block_shape=128x128]" into shape.
  * Returns MT_INVAL with a reason in err on a malformed or out-of-range field. */

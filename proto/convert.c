@@ -24,6 +24,12 @@ int wire_shape_from_msg(const Moetune__Shape *m, krn_shape_t *out, char *err, si
         return MT_INVAL;
     }
     snprintf(out->dtype, sizeof out->dtype, "%s", dt);
+    const char *rt = m->routing ? m->routing : "";
+    if (strlen(rt) >= sizeof out->routing) {
+        mt_fmt(err, errlen, "routing is not a sha256 (64 lowercase hex digits)");
+        return MT_INVAL;
+    }
+    snprintf(out->routing, sizeof out->routing, "%s", rt);
     return krn_shape_check(out, err, errlen);
 }
 
@@ -36,6 +42,7 @@ void wire_shape_to_msg(const krn_shape_t *sh, Moetune__Shape *m) {
     m->dtype = (char *)sh->dtype;
     m->block_n = sh->block_n;
     m->block_k = sh->block_k;
+    m->routing = (char *)sh->routing;
 }
 
 void wire_config_from_msg(const Moetune__Config *m, krn_config_t *out) {

@@ -52,6 +52,7 @@ typedef struct {
     uint64_t seed;
     double race_margin;         /* > 0: stop a config whose first samples exceed best_us by this fraction */
     const double *best_us;      /* per batch size of the call, the best median known (0 = none); or NULL */
+    char routing_path[512];     /* the shape's captured routing file (shape->routing is its sha256); "" = none */
 } wrk_measure_t;
 
 /* Racing (proto STATUS_PRUNED): after WRK_RACE_SAMPLES timed samples, a config whose

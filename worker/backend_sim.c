@@ -25,6 +25,7 @@
 
 #include "moetune.pb-c.h"
 #include "mt.h"
+#include "routing.h"
 
 #define SIM_MODEL_VERSION "moetune-sim-model-1"
 #define SIM_DRAM_LATENCY_S 0.8e-6  /* loaded DRAM latency the pipeline must hide */
@@ -56,6 +57,7 @@ typedef struct {
     double time_scale;
     krn_limits_t limits;
     int gpu_index;
+    krn_routing_t routing;       /* the captured routing of the last shape that had one */
 } sim_state_t;
 
 /* ---- deterministic randomness */
@@ -421,6 +423,49 @@ out:
     return rc;
 }
 
+/* How much slower the layer runs on captured routing than on uniform: the busiest expert's
+ * token count over the mean, damped (the GEMM's other experts' blocks overlap with it). A
+ * model, like the rest of the sim: it makes routing matter, it does not predict a GPU. */
+static double routing_factor(const krn_routing_t *r, const krn_shape_t *shape, uint32_t bs, uint64_t seed) {
+    uint32_t *rows = malloc(bs * sizeof *rows), *load = calloc(shape->e, sizeof *load);
+    double f = 1.0;
+    if (rows && load) {
+        krn_routing_rows(r->tokens, bs, seed, rows);
+        uint32_t most = 0;
+        for (uint32_t i = 0; i < bs; i++)
+            for (uint32_t j = 0; j < r->topk; j++) {
+                uint32_t e = r->ids[(size_t)rows[i] * r->topk + j];
+                if (e < shape->e && ++load[e] > most) most = load[e];
+            }
+        double mean = (double)bs * r->topk / shape->e;
+        if (mean < 1.0) mean = 1.0;
+        f = 1.0 + 0.5 * (most / mean - 1.0);
+        if (f < 1.0) f = 1.0;
+    }
+    free(rows);
+    free(load);
+    return f;
+}
+
+/* Loads the shape's routing file once and checks it is the one the sweep was planned on. */
+static int sim_routing(sim_state_t *st, const krn_shape_t *shape, const wrk_measure_t *m, char *why, size_t len) {
+    if (strcmp(st->routing.sha256, shape->routing) == 0 && st->routing.ids) return MT_OK;
+    krn_routing_clear(&st->routing);
+    char inner[400];
+    int rc = krn_routing_load(m->routing_path, &st->routing, inner, sizeof inner);
+    if (rc == MT_OK && strcmp(st->routing.sha256, shape->routing) != 0) {
+        mt_fmt(inner, sizeof inner, "%s: sha256 %.12s..., the sweep was planned on %.12s...: the file changed",
+               m->routing_path, st->routing.sha256, shape->routing);
+        rc = MT_INVAL;
+    }
+    if (rc == MT_OK) rc = krn_routing_check(&st->routing, shape->e, shape->topk, inner, sizeof inner);
+    if (rc != MT_OK) {
+        krn_routing_clear(&st->routing);
+        mt_fmt(why, len, "routing %s", inner);
+    }
+    return rc;
+}
+
 static int sim_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
                        const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err,
                        size_t errlen) {
@@ -441,6 +486,10 @@ static int sim_measure(void *state, const krn_shape_t *shape, const krn_config_t
         for (;;) pause();
     }
     *regs = regs_estimate(cfg);
+    if (shape->routing[0] && sim_routing(st, shape, m, why, sizeof why) != MT_OK) {
+        fill_status(out, bs, n_bs, MOETUNE__STATUS__STATUS_LAUNCH_ERROR, why);
+        return MT_OK;
+    }
     if (config_in(cfg, st->faults.wrong, st->faults.n_wrong)) {
         fill_status(out, bs, n_bs, MOETUNE__STATUS__STATUS_WRONG_RESULT,
                     "output differs from the reference (simulated fault)");
@@ -458,6 +507,7 @@ static int sim_measure(void *state, const krn_shape_t *shape, const krn_config_t
     }
     for (size_t i = 0; i < n_bs; i++) {
         double lat = model_us(st->gpu, shape, cfg, bs[i]);
+        if (shape->routing[0]) lat *= routing_factor(&st->routing, shape, bs[i], m->seed);
         uint64_t stream = hash_case(m->seed, shape, cfg, bs[i]);
         /* --sim-faults slowdown=X: the same draws as without it, X times slower */
         double f = st->faults.slowdown > 0 ? st->faults.slowdown : 1.0;
@@ -470,6 +520,7 @@ static int sim_measure(void *state, const krn_shape_t *shape, const krn_config_t
 
 static void sim_close(void **state) {
     if (!state || !*state) return;
+    krn_routing_clear(&((sim_state_t *)*state)->routing);
     free(*state);
     *state = NULL;
 }

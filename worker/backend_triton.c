@@ -678,6 +678,11 @@ static int tr_measure(void *state, const krn_shape_t *shape, const krn_config_t 
                             (int)m->min_samples, "max_samples", (int)m->max_samples, "rsd_target", m->rsd_target,
                             "budget_ms", (int)m->budget_ms, "seed", (json_int_t)m->seed, "race_margin",
                             m->race_margin > 0 ? m->race_margin : 0.0, "best_us", best_json(m, n_bs), "split", 1);
+    /* Captured routing: the helper reads the file (it also reads PyTorch captures) and checks
+     * its sha256 against the one the sweep was planned on. */
+    if (req && shape->routing[0] &&
+        json_object_set_new(req, "routing", json_pack("{s:s, s:s}", "path", m->routing_path, "sha256", shape->routing)))
+        json_decref(req), req = NULL;
     if (!req) {
         end = fail(st, TR_PROTO, "cannot build the request");
         goto out;

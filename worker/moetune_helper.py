@@ -23,6 +23,10 @@ LAYERS_PER_GRAPH = 10
 FLUSH_BYTES = 256 << 20       # twice and more the H100/H200 L2
 REL_TOL = 0.02                # see Measurer.check
 RACE_SAMPLES = 2              # racing judges the fastest of this many samples (worker/backend.h)
+FP8_REL_TOL = 0.03            # see Measurer.check
+FP8_MAX = 448.0               # largest finite e4m3fn value
+SCALE_EPS = 1e-10             # the scale of an all-zero group (as moetune_kernel.SCALE_EPS)
+DTYPES = ("bf16", "fp8_w8a8")
 ENGINE_DIST = {"sglang": "sglang", "vllm": "vllm"}
 
 
@@ -63,11 +67,166 @@ def parse_shape(obj):
         raise ProtocolError("shape must be an object")
     s = {k: _uint(obj, k, 1, 1 << 20, "shape") for k in SHAPE_KEYS}
     s["dtype"] = obj.get("dtype", "bf16")
-    if s["dtype"] != "bf16":
-        raise ProtocolError("dtype %r: this helper measures bf16 only" % (s["dtype"],))
-    s["block_n"] = obj.get("block_n", 0) or 0
-    s["block_k"] = obj.get("block_k", 0) or 0
+    if s["dtype"] not in DTYPES:
+        raise ProtocolError("dtype %r is not one of %s" % (s["dtype"], ", ".join(DTYPES)))
+    for k in ("block_n", "block_k"):
+        s[k] = _uint(obj, k, 0, 1 << 16, "shape") if obj.get(k) is not None else 0
+    if (s["block_n"] == 0) != (s["block_k"] == 0):
+        raise ProtocolError("shape: block_n and block_k are both set or both 0")
+    if s["block_n"] and s["dtype"] != "fp8_w8a8":
+        raise ProtocolError("shape: block scales need dtype fp8_w8a8")
     return s
+
+
+def shape_block(shape):
+    """(block_n, block_k) of an fp8 block-scale shape, else None."""
+    return (shape["block_n"], shape["block_k"]) if shape.get("block_n") else None
+
+
+def shape_key(shape):
+    return tuple(shape[k] for k in SHAPE_KEYS) + (shape["dtype"], shape.get("block_n", 0), shape.get("block_k", 0))
+
+
+# ---- fp8 e4m3 quantization and the reference layer (pure torch, any device) -----------------
+
+def e4m3_round(torch, t):
+    """t (float32) clamped to +-448 and rounded to the nearest e4m3fn value, ties to even, as
+    float32. torch's own float8_e4m3fn conversion where this torch has it; else the same
+    rounding computed: 3 mantissa bits, so the spacing is 2^(e-3) in the binade [2^e, 2^(e+1)),
+    and 2^-9 below the smallest normal 2^-6 (subnormals)."""
+    t = t.float().clamp(-FP8_MAX, FP8_MAX)
+    f8 = getattr(torch, "float8_e4m3fn", None)
+    if f8 is not None:
+        return t.to(f8).float()
+    _, e = torch.frexp(t)  # t = m * 2^e, 0.5 <= |m| < 1: the binade starts at 2^(e-1)
+    ulp = torch.pow(2.0, (e - 4).clamp(min=-9).float())
+    return torch.round(t / ulp) * ulp
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def quant_act(torch, x, group):
+    """Run-time activation quantization, the kernel's rule: (q, scale) for x [rows, K] with
+    scale = max(amax, eps) / 448 per tensor (group 0: scale [1]) or per row and group-wide column
+    group (scale [rows, cdiv(K, group)]), q = e4m3(x / scale) as float32."""
+    x = x.float()
+    if not group:
+        s = torch.clamp(x.abs().max(), min=SCALE_EPS) / FP8_MAX
+        return e4m3_round(torch, x / s), s.reshape(1)
+    rows, k = x.shape
+    ng = _cdiv(k, group)
+    xp = torch.nn.functional.pad(x, (0, ng * group - k)).view(rows, ng, group)
+    s = xp.abs().amax(dim=2).clamp(min=SCALE_EPS) / FP8_MAX
+    q = e4m3_round(torch, xp / s[:, :, None]).view(rows, ng * group)[:, :k]
+    return q, s
+
+
+def dequant_act(torch, q, s, group):
+    if not group:
+        return q * s
+    return q * s.repeat_interleave(group, dim=1)[:, :q.shape[1]]
+
+
+def quant_weight(torch, w, block):
+    """Weights w [E, N, K] (float32) to e4m3: (q as float32, scale) with one scale per expert
+    (block None: scale [E]) or per block_n x block_k block (scale [E, cdiv(N, bn), cdiv(K, bk)]),
+    scale = max(amax, eps) / 448, as the fp8 checkpoints store them."""
+    w = w.float()
+    if not block:
+        s = w.abs().amax(dim=(1, 2)).clamp(min=SCALE_EPS) / FP8_MAX
+        return e4m3_round(torch, w / s[:, None, None]), s
+    bn, bk = block
+    e, n, k = w.shape
+    gn, gk = _cdiv(n, bn), _cdiv(k, bk)
+    wp = torch.nn.functional.pad(w, (0, gk * bk - k, 0, gn * bn - n)).view(e, gn, bn, gk, bk)
+    s = wp.abs().amax(dim=(2, 4)).clamp(min=SCALE_EPS) / FP8_MAX
+    q = e4m3_round(torch, wp / s[:, :, None, :, None]).view(e, gn * bn, gk * bk)[:, :n, :k]
+    return q.contiguous(), s
+
+
+def dequant_expert(torch, q, s, block):
+    """One expert's weights [N, K] in float32 from e4m3 values q and its scale(s) s."""
+    q = q.float()
+    if not block:
+        return q * s.float()
+    bn, bk = block
+    n, k = q.shape
+    return q * s.float().repeat_interleave(bn, dim=0)[:n].repeat_interleave(bk, dim=1)[:, :k]
+
+
+def spread(torch, shape, gen, device):
+    """Magnitudes 2^U(-2, 2) of the given shape: weights and tokens whose blocks differ by up to
+    16x, so a scale applied to the wrong block, row or expert is off by order 1, not by the few
+    per cent a uniform Gaussian's blocks differ by."""
+    return torch.pow(2.0, torch.rand(shape, generator=gen, device=device) * 4.0 - 2.0)
+
+
+def make_weights(torch, e, n_out, k_in, dtype, block, gen, device, chunk=16):
+    """Random expert weights [E, n_out, k_in]: bf16 (scale None), or e4m3 with scales. Built
+    chunk experts at a time so the float32 intermediates stay small."""
+    f8 = getattr(torch, "float8_e4m3fn", None) if dtype == "fp8_w8a8" else None
+    out = torch.empty(e, n_out, k_in, device=device, dtype=f8 or (torch.bfloat16 if dtype == "bf16" else torch.float32))
+    scale = None
+    if dtype == "fp8_w8a8":
+        scale = torch.empty((e, _cdiv(n_out, block[0]), _cdiv(k_in, block[1])) if block else (e,),
+                            device=device, dtype=torch.float32)
+    for e0 in range(0, e, chunk):
+        e1 = min(e, e0 + chunk)
+        w = torch.randn(e1 - e0, n_out, k_in, generator=gen, device=device) / math.sqrt(k_in)
+        if dtype == "bf16":
+            out[e0:e1] = w.to(torch.bfloat16)
+            continue
+        if block:
+            sp = spread(torch, (e1 - e0, _cdiv(n_out, block[0]), _cdiv(k_in, block[1])), gen, device)
+            w = w * sp.repeat_interleave(block[0], 1)[:, :n_out].repeat_interleave(block[1], 2)[:, :, :k_in]
+        else:
+            w = w * spread(torch, (e1 - e0, 1, 1), gen, device)
+        q, s = quant_weight(torch, w, block)
+        out[e0:e1] = q.to(out.dtype)
+        scale[e0:e1] = s
+    return out, scale
+
+
+def reference_layer(torch, x, ids, w, w1, w2, w1s=None, w2s=None, block=None, fp8=False):
+    """The layer in float32 on the kernels' inputs: x [M, K] bf16, ids/w [M, topk], w1 [E, 2N, K],
+    w2 [E, K, N]. bf16: the intermediate is rounded to bf16 as the kernels store it. fp8: x and
+    the intermediate are quantized by quant_act's rule (per tensor, or per token and block_k
+    group), the weights are their e4m3 values times their scales (dequantized), and the sums
+    are float32: what an exact kernel computes from the same quantized operands."""
+    m, topk = ids.shape
+    n = w2.shape[2]
+    group = block[1] if block else 0
+    xf = x.float()
+    if fp8:
+        xf = dequant_act(torch, *quant_act(torch, xf, group), group)
+    flat = ids.reshape(-1).long()
+    wf = w.reshape(-1).float()
+    c2 = torch.zeros(m * topk, n, device=x.device, dtype=torch.float32)
+    experts = torch.unique(flat).tolist()
+    for ex in experts:
+        rows = (flat == ex).nonzero(as_tuple=True)[0]
+        w1e = dequant_expert(torch, w1[ex], w1s[ex], block) if fp8 else w1[ex].float()
+        h = (xf[rows // topk] @ w1e.t()).to(torch.bfloat16).float()
+        c2[rows] = (torch.nn.functional.silu(h[:, :n]) * h[:, n:]).to(torch.bfloat16).float()
+    if fp8:
+        c2 = dequant_act(torch, *quant_act(torch, c2, group), group)
+    out = torch.zeros(m, x.shape[1], device=x.device, dtype=torch.float32)
+    for ex in experts:
+        rows = (flat == ex).nonzero(as_tuple=True)[0]
+        w2e = dequant_expert(torch, w2[ex], w2s[ex], block) if fp8 else w2[ex].float()
+        out.index_add_(0, rows // topk, (c2[rows] @ w2e.t()) * wf[rows][:, None])
+    return out
+
+
+def rel_error(torch, out, ref):
+    """Max |out - ref| over the reference's range; inf when out is not finite."""
+    scale = float(ref.abs().max()) or 1.0
+    out = out.float()
+    if not bool(torch.isfinite(out).all()):
+        return float("inf")
+    return float((out - ref).abs().max()) / scale
 
 
 def parse_config(obj):
@@ -135,7 +294,8 @@ def serve(lines, session):
                 if m["best_us"] is not None and len(m["best_us"]) != len(bss):
                     raise ProtocolError("measure.best_us needs one value per batch size")
                 split = bool(req.get("split"))
-                for bs, res in zip(bss, session.measure(shape, cfg, bss, m, split)):
+                routing = parse_routing(req.get("routing"))
+                for bs, res in zip(bss, session.measure(shape, cfg, bss, m, split, routing)):
                     line = {"id": rid, "bs": bs}
                     line.update(res)
                     emit(line)
@@ -147,6 +307,145 @@ def serve(lines, session):
         except (ValueError, ProtocolError) as e:  # json.JSONDecodeError is a ValueError
             emit({"error": one_line(e) if not isinstance(e, ProtocolError) else str(e)})
     return 0
+
+
+# ---- captured routing ----------------------------------------------------------------------
+
+MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+def draw_rows(tokens, m, seed):
+    """The capture rows batch size m takes: m draws with replacement, splitmix64 seeded with
+    seed ^ (m * golden ratio). common/routing.c draws the same rows (the sim backend, tests)."""
+    state = (seed ^ ((m * GOLDEN) & MASK64)) & MASK64
+    rows = []
+    for _ in range(m):
+        state = (state + GOLDEN) & MASK64
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+        rows.append((z ^ (z >> 31)) % tokens)
+    return rows
+
+
+class RoutingError(Exception):
+    pass
+
+
+def read_npy_ids(data):
+    """(tokens, topk, flat ids) of a NumPy .npy holding int32 or int64 [tokens, topk], little
+    endian, C order; RoutingError naming what is wrong for anything else."""
+    import ast
+    import array
+    if len(data) < 10 or data[:6] != b"\x93NUMPY":
+        raise RoutingError("not a .npy file (no \\x93NUMPY magic)")
+    major = data[6]
+    if major == 1:
+        hlen, start = int.from_bytes(data[8:10], "little"), 10
+    elif major in (2, 3):
+        if len(data) < 12:
+            raise RoutingError("truncated .npy header")
+        hlen, start = int.from_bytes(data[8:12], "little"), 12
+    else:
+        raise RoutingError(".npy version %d is not 1, 2 or 3" % major)
+    if hlen > 65536 or start + hlen > len(data):
+        raise RoutingError(".npy header of %d bytes is truncated or too large" % hlen)
+    try:
+        hdr = ast.literal_eval(data[start:start + hlen].decode("latin1"))
+    except (ValueError, SyntaxError) as e:
+        raise RoutingError(".npy header is not a Python dict: %s" % one_line(e))
+    if not isinstance(hdr, dict):
+        raise RoutingError(".npy header is not a dict")
+    descr, fortran, shape = hdr.get("descr"), hdr.get("fortran_order"), hdr.get("shape")
+    if descr not in ("<i4", "<i8"):
+        raise RoutingError("dtype %r: expert ids must be int32 or int64 (<i4, <i8)" % (descr,))
+    if fortran is not False:
+        raise RoutingError("fortran_order arrays are not read; save it C-ordered")
+    if not isinstance(shape, tuple) or len(shape) != 2 or not all(isinstance(v, int) and v > 0 for v in shape):
+        raise RoutingError("shape %r is not [tokens, topk]" % (shape,))
+    size = 4 if descr == "<i4" else 8
+    body = data[start + hlen:]
+    if len(body) != shape[0] * shape[1] * size:
+        raise RoutingError("data is %d bytes, [%d, %d] %s needs %d" % (len(body), shape[0], shape[1], descr,
+                                                                      shape[0] * shape[1] * size))
+    arr = array.array("i" if size == 4 else "q")
+    if arr.itemsize != size:
+        arr = array.array("l")
+    arr.frombytes(body)
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return shape[0], shape[1], arr.tolist()
+
+
+def read_pt_ids(torch, path):
+    """(tokens, topk, flat ids) of a PyTorch file: a [tokens, topk] integer tensor, a list or tuple
+    of them (concatenated, e.g. one per captured step), or a dict holding one under "topk_ids"."""
+    obj = torch.load(path, map_location="cpu")
+    if isinstance(obj, dict):
+        if "topk_ids" not in obj:
+            raise RoutingError("a dict without \"topk_ids\" (keys: %s)" % ", ".join(map(str, list(obj)[:8])))
+        obj = obj["topk_ids"]
+    if isinstance(obj, (list, tuple)):
+        if not obj or not all(isinstance(t, torch.Tensor) for t in obj):
+            raise RoutingError("a list that is not of tensors")
+        obj = torch.cat([t.reshape(-1, t.shape[-1]) for t in obj], dim=0)
+    if not isinstance(obj, torch.Tensor) or obj.dim() != 2 or obj.is_floating_point() or obj.numel() == 0:
+        raise RoutingError("not an integer tensor [tokens, topk]")
+    return obj.shape[0], obj.shape[1], obj.reshape(-1).long().tolist()
+
+
+class Routing:
+    """Expert ids captured from serving; each batch size draws its tokens with draw_rows()."""
+
+    def __init__(self, path, sha256, torch=None):
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise RoutingError("cannot read: %s" % one_line(e))
+        got = hashlib.sha256(data).hexdigest()
+        if sha256 and got != sha256:
+            raise RoutingError("sha256 %s..., the sweep was planned on %s...: the file changed" % (got[:12], sha256[:12]))
+        if data[:6] == b"\x93NUMPY":
+            self.tokens, self.topk, self.ids = read_npy_ids(data)
+        elif torch is None:
+            raise RoutingError("not a .npy file, and a PyTorch file needs torch")
+        else:
+            try:
+                self.tokens, self.topk, self.ids = read_pt_ids(torch, path)
+            except RoutingError:
+                raise
+            except Exception as e:
+                raise RoutingError("not a .npy file nor a PyTorch file torch.load reads: %s" % one_line(e))
+        self.key = got
+        self.seed = 0
+
+    def check(self, shape):
+        if self.topk != shape["topk"]:
+            raise RoutingError("%d experts per token, the shape has topk=%d" % (self.topk, shape["topk"]))
+        lo, hi = min(self.ids), max(self.ids)
+        if lo < 0 or hi >= shape["e"]:
+            raise RoutingError("expert id %d is out of range 0..%d" % (lo if lo < 0 else hi, shape["e"] - 1))
+
+    def draw(self, m):
+        """The flat [m * topk] expert ids of batch size m."""
+        out = []
+        for r in draw_rows(self.tokens, m, self.seed):
+            out.extend(self.ids[r * self.topk:(r + 1) * self.topk])
+        return out
+
+
+def parse_routing(obj):
+    """None (uniform random routing) or (path, sha256) of a request's "routing"."""
+    if obj is None:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("path"), str) or not obj["path"]:
+        raise ProtocolError("routing must be {\"path\": ..., \"sha256\": ...}")
+    sha = obj.get("sha256") or ""
+    if not isinstance(sha, str):
+        raise ProtocolError("routing.sha256 must be a string")
+    return obj["path"], sha
 
 
 # ---- environment -----------------------------------------------------------------------------
@@ -252,16 +551,35 @@ class MoetuneKernel:
             L[key] = self.mk.Align(L["topk_ids"], L["e"], cfg["BLOCK_SIZE_M"])
         return L[key]
 
+    def quant(self, L, name):
+        """The run-time quantizer of activation L[name] (fp8 only), made once per batch size."""
+        key = ("quant", name)
+        if key not in L:
+            block = L["block"]
+            L[key] = self.mk.ActQuant(L[name], block[1] if block else 0)
+        return L[key]
+
     def up(self, L, cfg, warmup=False):
         al = self.align(L, cfg)
-        self.mk.gemm(L["x"], L["w1"], L["c1"], L["w_flat"], al, L["topk"], False, cfg, warmup)
+        if not L["fp8"]:
+            self.mk.gemm(L["x"], L["w1"], L["c1"], L["w_flat"], al, L["topk"], False, cfg, warmup)
+            return
+        aq = self.quant(L, "x")
+        aq.run(warmup)  # inside the timed layer, as the engines quantize per call
+        self.mk.gemm(aq.q, L["w1"], L["c1"], L["w_flat"], al, L["topk"], False, cfg, warmup, aq.scale, L["w1s"],
+                     L["block"])
 
     def act(self, L, warmup=False):
         self.mk.silu_mul(L["c1"], L["c2"], warmup)
 
     def down(self, L, cfg, warmup=False):
         al = self.align(L, cfg)
-        self.mk.gemm(L["c2"], L["w2"], L["c3"], L["w_flat"], al, 1, True, cfg, warmup)
+        if not L["fp8"]:
+            self.mk.gemm(L["c2"], L["w2"], L["c3"], L["w_flat"], al, 1, True, cfg, warmup)
+            return
+        aq = self.quant(L, "c2")
+        aq.run(warmup)
+        self.mk.gemm(aq.q, L["w2"], L["c3"], L["w_flat"], al, 1, True, cfg, warmup, aq.scale, L["w2s"], L["block"])
 
     def layer(self, L, cfg):
         self.align(L, cfg).run()
@@ -343,13 +661,29 @@ class EngineKernel:
         fn = self.invoke.__globals__.get(self.kernel_global)
         return (fn,) if fn is not None else ()
 
-    def _call(self, A, B, C, L, al, mul, top_k, cfg):
+    def fp8_options(self, L, which):
+        """The engine's own fp8 options for one GEMM: B is e4m3 with B_scale; A stays bf16 and
+        A_scale None, so the launcher quantizes it (per tensor, or per token and block_k group when
+        block_shape is given) inside the call, as in serving. A launcher without these parameters
+        cannot run fp8: Unsupported, naming what is missing."""
+        if not L["fp8"]:
+            return {}
+        need = ("use_fp8_w8a8", "A_scale", "B_scale") + (("block_shape",) if L["block"] else ())
+        missing = [p for p in need if p not in self.params]
+        if missing:
+            raise Unsupported("%s: invoke_fused_moe_kernel has no %s, so it cannot run fp8_w8a8" %
+                              (self.where, ", ".join(missing)))
+        return {"use_fp8_w8a8": True, "A_scale": None, "B_scale": L["w1s" if which == 1 else "w2s"],
+                "block_shape": list(L["block"]) if L["block"] else None}
+
+    def _call(self, A, B, C, L, al, mul, top_k, cfg, which=1):
         vals = {"A": A, "B": B, "C": C, "A_scale": None, "B_scale": None, "B_zp": None,
                 "topk_weights": L["topk_w"], "topk_ids": L["topk_ids"], "sorted_token_ids": al[0],
                 "expert_ids": al[1], "num_tokens_post_padded": al[2], "mul_routed_weight": mul,
                 "top_k": top_k, "config": dict(cfg), "compute_type": self.compute_type,
                 "use_fp8_w8a8": False, "use_int8_w8a8": False, "use_int8_w8a16": False, "use_int4_w4a16": False,
                 "per_channel_quant": False, "block_shape": None, "B_bias": None, "bias": None}
+        vals.update(self.fp8_options(L, which))
         self.invoke(**{k: v for k, v in vals.items() if k in self.params})
 
     def align(self, L, cfg):
@@ -367,7 +701,7 @@ class EngineKernel:
         torch.mul(torch.nn.functional.silu(L["c1"][:, :n]), L["c1"][:, n:], out=L["c2"])
 
     def down(self, L, cfg):
-        self._call(L["c2"], L["w2"], L["c3"], L, self.align(L, cfg), True, 1, cfg)
+        self._call(L["c2"], L["w2"], L["c3"], L, self.align(L, cfg), True, 1, cfg, which=2)
 
     def layer(self, L, cfg):
         L.pop(("align", cfg["BLOCK_SIZE_M"]), None)  # the engine aligns inside every layer
@@ -429,7 +763,7 @@ def classify(exc):
     """(status, detail) for an exception raised while compiling or launching a config."""
     name = type(exc).__name__
     text = one_line(exc)
-    if name == "OutOfResources" or "out of resource" in text.lower():
+    if name in ("OutOfResources", "Unsupported") or "out of resource" in text.lower():
         return "invalid", text
     if name in ("CompilationError", "CompileTimeAssertionFailure") or "compil" in name.lower():
         return "compile_error", text
@@ -445,8 +779,24 @@ def stats(samples):
     return {"median_us": med, "min_us": s[0], "mean_us": mean, "stddev_us": math.sqrt(var), "samples": n}
 
 
+def layer_buffers(torch, shape, m, x, ids, w, w1, w2, w1s, w2s, device="cuda"):
+    """One batch size's layer: inputs, weights and the intermediates the kernels write."""
+    n, k, topk = shape["n"], shape["k"], shape["topk"]
+    return {"m": m, "e": shape["e"], "topk": topk, "x": x, "w1": w1, "w2": w2, "w1s": w1s, "w2s": w2s,
+            "fp8": shape["dtype"] == "fp8_w8a8", "block": shape_block(shape),
+            "topk_ids": ids.to(torch.int32).contiguous(), "topk_w": w, "w_flat": w.view(-1),
+            "c1": torch.empty(m * topk, 2 * n, device=device, dtype=torch.bfloat16),
+            "c2": torch.empty(m * topk, n, device=device, dtype=torch.bfloat16),
+            "c3": torch.empty(m * topk, k, device=device, dtype=torch.bfloat16),
+            "out": torch.empty(m, k, device=device, dtype=torch.bfloat16)}
+
+
 class ContextLost(Exception):
     pass
+
+
+class Unsupported(Exception):
+    """A config or kernel that cannot run this shape's dtype or block scales (stored invalid)."""
 
 
 class Measurer:
@@ -463,66 +813,58 @@ class Measurer:
         self.timed_s = 0.0  # seconds of timed graph replays: the GPU-busy numerator
 
     # -- inputs
-    def set_shape(self, shape, seed):
-        key = (tuple(shape[k] for k in SHAPE_KEYS), seed)
+    def set_shape(self, shape, seed, routing=None):
+        key = (shape_key(shape), seed, routing.key if routing else None)
         if key == self.shape_key:
             return
         torch = self.torch
         self.per_bs.clear()
         self.shape_key = key
+        self.routing = routing
         e, n, k = shape["e"], shape["n"], shape["k"]
         g = torch.Generator(device="cuda").manual_seed(seed_for(shape, 0, seed))
-        self.w1 = (torch.randn(e, 2 * n, k, device="cuda", generator=g) / math.sqrt(k)).to(torch.bfloat16)
-        self.w2 = (torch.randn(e, k, n, device="cuda", generator=g) / math.sqrt(n)).to(torch.bfloat16)
+        block = shape_block(shape)
+        self.w1, self.w1s = make_weights(torch, e, 2 * n, k, shape["dtype"], block, g, "cuda")
+        self.w2, self.w2s = make_weights(torch, e, k, n, shape["dtype"], block, g, "cuda")
 
     def inputs(self, shape, m, seed):
         L = self.per_bs.get(m)
         if L is not None:
             return L
         torch = self.torch
-        e, n, k, topk = shape["e"], shape["n"], shape["k"], shape["topk"]
+        e, topk = shape["e"], shape["topk"]
         g = torch.Generator(device="cuda").manual_seed(seed_for(shape, m, seed))
-        x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        fp8 = shape["dtype"] == "fp8_w8a8"
+        x = torch.randn(m, shape["k"], device="cuda", generator=g)
+        if fp8:  # tokens of different norms, so a per-token scale on the wrong row shows
+            x = x * spread(torch, (m, 1), g, "cuda")
+        x = x.to(torch.bfloat16)
         logits = torch.randn(m, e, device="cuda", generator=g)
         w, ids = torch.topk(torch.softmax(logits, dim=-1), topk, dim=-1)
         w = (w / w.sum(dim=-1, keepdim=True)).float().contiguous()
-        L = {"m": m, "e": e, "topk": topk, "x": x, "w1": self.w1, "w2": self.w2,
-             "topk_ids": ids.to(torch.int32).contiguous(), "topk_w": w, "w_flat": w.view(-1),
-             "c1": torch.empty(m * topk, 2 * n, device="cuda", dtype=torch.bfloat16),
-             "c2": torch.empty(m * topk, n, device="cuda", dtype=torch.bfloat16),
-             "c3": torch.empty(m * topk, k, device="cuda", dtype=torch.bfloat16),
-             "out": torch.empty(m, k, device="cuda", dtype=torch.bfloat16)}
-        L["ref"] = self.reference(L)
+        if self.routing is not None:  # captured expert ids; the weights stay softmax-shaped
+            ids = torch.tensor(self.routing.draw(m), device="cuda", dtype=torch.int32).view(m, topk)
+        L = layer_buffers(torch, shape, m, x, ids, w, self.w1, self.w2, self.w1s, self.w2s)
+        L["ref"] = reference_layer(torch, x, L["topk_ids"], w, self.w1, self.w2, self.w1s, self.w2s,
+                                   L["block"], fp8)
         self.per_bs[m] = L
         return L
-
-    def reference(self, L):
-        """fp32 layer on the same bf16 inputs; the intermediate is rounded to bf16 as the kernels
-        store it."""
-        torch = self.torch
-        x, ids, w = L["x"].float(), L["topk_ids"].long(), L["topk_w"]
-        out = torch.zeros(L["m"], x.shape[1], device="cuda", dtype=torch.float32)
-        n = self.w2.shape[2]
-        for ex in torch.unique(ids).tolist():
-            tok, slot = (ids == ex).nonzero(as_tuple=True)
-            h = x[tok] @ self.w1[ex].float().t()
-            h = h.to(torch.bfloat16).float()
-            a = (torch.nn.functional.silu(h[:, :n]) * h[:, n:]).to(torch.bfloat16).float()
-            out.index_add_(0, tok, (a @ self.w2[ex].float().t()) * w[tok, slot][:, None])
-        return out
 
     def check(self, L):
         """Relative max error against the reference. bf16 keeps 8 significant bits (2^-8 = 0.4 %
         per rounding); the output is rounded three times (GEMM1, SiLU*up, GEMM2) and the order of
         fp32 accumulation differs, so a right kernel stays well under 2 % of the output's range,
-        while a wrong expert, a lost routing weight or a skipped block is off by order 1."""
-        torch = self.torch
-        ref = L["ref"]
-        scale = float(ref.abs().max()) or 1.0
-        out = L["out"].float()
-        if not bool(torch.isfinite(out).all()):
-            return float("inf")
-        return float((out - ref).abs().max()) / scale
+        while a wrong expert, a lost routing weight or a skipped block is off by order 1.
+
+        fp8 (FP8_REL_TOL, 3 %): the reference quantizes x and the intermediate by the kernel's own
+        rule and uses the weights' exact e4m3 values and scales, so quantization itself is not an
+        error. What differs is what differs for bf16, plus this: where the kernel's bf16
+        intermediate differs from the reference's by an ulp (accumulation order), its e4m3
+        rounding can land one e4m3 step (2^-3 of the value) away; that hits a small share of the
+        N terms of a GEMM2 sum, with random signs, which is well under 1 % of the output range. A
+        scale applied to the wrong block, token or expert is off by up to 16x (the inputs' blocks
+        are spread 2^-2..2^2 on purpose, see spread()), a missing scale by orders of magnitude."""
+        return rel_error(self.torch, L["out"], L["ref"])
 
     # -- timing
     def graph(self, fn):
@@ -575,8 +917,9 @@ class Measurer:
             status, detail = classify(e)
             return {"status": status, "detail": detail}
         err = self.check(L)
-        if not err <= REL_TOL:
-            return {"status": "wrong_result", "detail": "max error %.3g of the output range (limit %.3g)" % (err, REL_TOL)}
+        tol = FP8_REL_TOL if L["fp8"] else REL_TOL
+        if not err <= tol:
+            return {"status": "wrong_result", "detail": "max error %.3g of the output range (limit %.3g)" % (err, tol)}
         try:
             g = self.graph(lambda: self.kernel.layer(L, cfg))
             res, pruned = self.time_graph(g, m, m["budget_ms"] / 1000.0, best_us=best_us)
@@ -628,13 +971,33 @@ class Session:
         self.kernel = kernel
         self.measurer = measurer
         self.pool = pool
+        self.routings = {}
 
     def prepare(self, shape, cfgs, bss):
         if self.pool:
             self.pool.submit(shape, cfgs, bss)
 
-    def measure(self, shape, cfg, bss, m, split):
-        self.measurer.set_shape(shape, m["seed"])
+    def routing(self, shape, spec, seed):
+        """The Routing of (path, sha256) for shape, loaded once; RoutingError when unusable."""
+        if spec is None:
+            return None
+        key = spec + (seed,)
+        r = self.routings.get(key)
+        if r is None:
+            r = Routing(spec[0], spec[1], self.kernel.torch)
+            r.seed = seed
+            self.routings = {key: r}  # one sweep's file at a time
+        r.check(shape)
+        return r
+
+    def measure(self, shape, cfg, bss, m, split, routing=None):
+        try:
+            rt = self.routing(shape, routing, int(m["seed"]))
+        except RoutingError as e:
+            for _ in bss:
+                yield {"status": "launch_error", "detail": "routing %s: %s" % (routing[0], e)}
+            return
+        self.measurer.set_shape(shape, m["seed"], rt)
         refused = self.pool.wait(shape, cfg) if self.pool else None
         best = m.get("best_us") or [0.0] * len(bss)
         for bs, best_us in zip(bss, best):
@@ -685,11 +1048,18 @@ def _pool_compile(shape, cfg, bss):
     torch = _W["torch"]
     kernel = _W["kernel"]
     t0 = time.monotonic()
-    key = tuple(shape[k] for k in SHAPE_KEYS)
+    key = shape_key(shape)
     if _W["shape"] != key:
         e, n, k = shape["e"], shape["n"], shape["k"]
-        _W["w1"] = torch.empty(e, 2 * n, k, device="cuda", dtype=torch.bfloat16)
-        _W["w2"] = torch.empty(e, k, n, device="cuda", dtype=torch.bfloat16)
+        fp8 = shape["dtype"] == "fp8_w8a8"
+        wdt = torch.float8_e4m3fn if fp8 else torch.bfloat16
+        block = shape_block(shape)
+        _W["w1"] = torch.empty(e, 2 * n, k, device="cuda", dtype=wdt)
+        _W["w2"] = torch.empty(e, k, n, device="cuda", dtype=wdt)
+        _W["w1s"] = _W["w2s"] = None
+        if fp8:
+            _W["w1s"] = torch.ones((e, _cdiv(2 * n, block[0]), _cdiv(k, block[1])) if block else (e,), device="cuda")
+            _W["w2s"] = torch.ones((e, _cdiv(k, block[0]), _cdiv(n, block[1])) if block else (e,), device="cuda")
         _W["shape"] = key
     err = None
     seen = set()
@@ -698,14 +1068,11 @@ def _pool_compile(shape, cfg, bss):
         if sig in seen:
             continue
         seen.add(sig)
-        topk, n, k, e = shape["topk"], shape["n"], shape["k"], shape["e"]
+        topk, k, e = shape["topk"], shape["k"], shape["e"]
         ids = torch.randint(0, e, (m, topk), device="cuda", dtype=torch.int32)
         w = torch.rand(m, topk, device="cuda")
-        L = {"m": m, "e": e, "topk": topk, "x": torch.empty(m, k, device="cuda", dtype=torch.bfloat16),
-             "w1": _W["w1"], "w2": _W["w2"], "topk_ids": ids, "topk_w": w, "w_flat": w.view(-1),
-             "c1": torch.empty(m * topk, 2 * n, device="cuda", dtype=torch.bfloat16),
-             "c2": torch.empty(m * topk, n, device="cuda", dtype=torch.bfloat16),
-             "c3": torch.empty(m * topk, k, device="cuda", dtype=torch.bfloat16)}
+        x = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
+        L = layer_buffers(torch, shape, m, x, ids, w, _W["w1"], _W["w2"], _W["w1s"], _W["w2s"])
         try:
             kernel.warm(L, cfg)
         except Exception as e:
@@ -733,7 +1100,7 @@ class CompilePool:
 
     @staticmethod
     def _key(shape, cfg):
-        return tuple(shape[k] for k in SHAPE_KEYS) + tuple(cfg[k] for k in CFG_KEYS)
+        return shape_key(shape) + tuple(cfg[k] for k in CFG_KEYS)
 
     def submit(self, shape, cfgs, bss):
         for cfg in cfgs:

@@ -209,7 +209,10 @@ static void shape_from_proto(pjob_t *j) {
     j->shape_ok = 1;
 }
 
-static void measure_from_proto(const Moetune__Measure *m, wrk_measure_t *out) {
+static void measure_from_proto(const Moetune__Job *job, wrk_measure_t *out) {
+    const Moetune__Measure *m = job->measure;
+    memset(out, 0, sizeof *out);
+    snprintf(out->routing_path, sizeof out->routing_path, "%s", job->routing_path ? job->routing_path : "");
     out->warmup = m->warmup;
     out->min_samples = m->min_samples;
     out->max_samples = m->max_samples;
@@ -346,7 +349,7 @@ static int pump(wrk_parent_t *p) {
         krn_config_t cfg;
         wrk_measure_t m;
         wire_config_from_msg(j->job->configs[j->next]->config, &cfg);
-        measure_from_proto(j->job->measure, &m);
+        measure_from_proto(j->job, &m);
         m.best_us = j->best;
         rc = wrk_child_start(p->child, &j->shape, &cfg, j->job->batch_sizes, j->job->n_batch_sizes, &m);
         if (rc) {

@@ -9,7 +9,7 @@ src=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d /tmp/moetune-fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 total=0
-for name in wire spec config; do
+for name in wire spec config routing; do
   mkdir -p "$work/$name"
   cp "$src/corpus/$name/"* "$work/$name/"
   log=$work/$name.log
@@ -23,4 +23,4 @@ for name in wire spec config; do
   total=$((total + ${runs:-0}))
 done
 echo "fuzz: $total inputs in all"
-echo "fuzz: 3 passed, 0 failed"
+echo "fuzz: 4 passed, 0 failed"

@@ -55,7 +55,7 @@ bad=$(sql "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id W
            r.status = 'ok' AND r.median_us = c.block_m + r.batch_size / 2.0 AND r.min_us = r.median_us - 0.5
            AND r.up_us = r.median_us / 2 AND r.down_us = r.median_us / 4 AND r.samples = 20
            AND r.backend = 'triton' AND r.compiler = 'triton_3_6_0' AND r.kernel_hash = '0123456789abcdef'
-           AND r.versions = 'kernel=sglang triton=3.6.0 torch=2.11.0 python=3.12.3')")
+           AND r.versions = 'kernel=sglang triton=3.6.0 torch=2.11.0 python=3.12.3' AND r.detail = 'rel_err=1.00e-03')")
 [ "$bad" = 0 ] || { sql "SELECT * FROM results WHERE sweep_id = 1" >&2; fail "$bad rows do not carry the helper's values"; }
 [ "$(sql "SELECT versions FROM workers WHERE worker_id = 'ok-$$'")" = "kernel=sglang triton=3.6.0 torch=2.11.0 python=3.12.3" ] \
   || fail "workers.versions not stored"
@@ -120,6 +120,21 @@ expect_one_line() {
   [ "$(cat "$T/err.txt")" = "$want" ] || fail "$name: '$(cat "$T/err.txt")', expected '$want'"
   pass "$name -> 1: $want"
 }
+# ---- fp8 with block scales on captured routing: the worker hands the helper the shape's dtype,
+# block shape and the routing file with its sha256
+python3 -c 'import struct,sys; h="{'"'"'descr'"'"': '"'"'<i4'"'"', '"'"'fortran_order'"'"': False, '"'"'shape'"'"': (4, 8), }"; h+=" "*(64-(10+len(h)+1)%64)+"\n"; open(sys.argv[1],"wb").write(b"\x93NUMPY\x01\x00"+struct.pack("<H",len(h))+h.encode()+struct.pack("<32i",*range(32)))' "$T/r.npy"
+FAKE_HELPER_REQS=$T/reqs run_worker fp8 ok --kernel moetune
+"$M" submit --control "$CEP" --name fp8 --chunk 2 "${SPACE[@]}" --shape E=64,N=256,K=512,topk=8,dtype=fp8_w8a8,block_shape=128x128 \
+  --batch-sizes 1,16 --routing "$T/r.npy" >"$T/submit.out" 2>&1 || { cat "$T/submit.out"; fail "submit fp8 failed"; }
+sid=$(sql "SELECT id FROM sweeps WHERE name = 'fp8'")
+[ "$(wait_sweep "$sid" 60)" = done ] || fail "sweep fp8 not done"
+sha=$(sha256sum "$T/r.npy" | cut -d' ' -f1)
+[ "$(jq -s --arg p "$(realpath "$T/r.npy")" --arg h "$sha" 'map(.routing == {"path": $p, "sha256": $h} and
+      .shape.dtype == "fp8_w8a8" and .shape.block_n == 128 and .shape.block_k == 128) | all and length == 4' "$T/reqs")" = true ] \
+  || { cat "$T/reqs"; fail "the helper was not given the fp8 shape and the routing"; }
+stop_workers
+pass "fp8 block-scale shape and captured routing reach the helper (4 requests, sha256 ${sha:0:12})"
+
 FAKE_HELPER_MODE=fatal expect_one_line "fatal helper" \
   "moetune-worker: triton backend: $PY ($PY): torch is not importable: No module named 'torch'" \
   "$BIN/moetune-worker" --connect "$WEP" --backend triton --python "$PY"

@@ -399,6 +399,12 @@ static void test_vllm(void **state) {
     int k = 0;
     assert_int_equal(engine_pick(path, 3000, &k), 64);
     assert_int_equal(k, 4096);
+    /* Config 5 (BLOCK_SIZE_N/K 64/64) is SGLang's fp8 pick; vLLM's kernel needs N and K tiles that
+     * are multiples of the 128x128 weight blocks, so its file has the best of those: config 3. */
+    json_t *f8 = json_load_file(path, 0, NULL);
+    check_cfg(f8, "1", 3);
+    check_cfg(f8, "4096", 3);
+    json_decref(f8);
     DIR *d = opendir(fx->out);
     struct dirent *de;
     int n = 0;

@@ -31,8 +31,9 @@ class FakeSession:
     def prepare(self, shape, cfgs, bss):
         self.prepared.append((shape, cfgs, bss))
 
-    def measure(self, shape, cfg, bss, m, split):
+    def measure(self, shape, cfg, bss, m, split, routing=None):
         self.measured.append((cfg, bss, m, split))
+        self.routing = routing
         for bs in bss:
             if bs == 3:
                 yield {"status": "invalid", "detail": "OutOfResources: shared memory"}
@@ -315,12 +316,383 @@ class EngineLookup(unittest.TestCase):
                         "def moe_align_block_size(topk_ids, block_size, num_experts): pass\n")
         self.assertIn("required parameter 'new_thing'", out)
 
+    def fp8(self, kernels_src):
+        """fp8_options of a fake vLLM launcher, for a block-scale layer: the options or the error."""
+        tmp = tempfile.mkdtemp()
+        fake_modules(tmp, extra={
+            "triton/__init__.py": TRITON, "triton/language/__init__.py": "bfloat16 = 'bf16'\n",
+            "vllm/__init__.py": "__version__ = '0.0.1test'\n",
+            "vllm/model_executor/__init__.py": "", "vllm/model_executor/layers/__init__.py": "",
+            "vllm/model_executor/layers/fused_moe/__init__.py": "",
+            "vllm/model_executor/layers/fused_moe/fused_moe.py": kernels_src})
+        code = ("import sys, json; sys.path[:0] = [%r, %r]; import moetune_helper as mh\n"
+                "k = mh.EngineKernel('vllm', None, __import__('triton'))\n"
+                "L = {'fp8': True, 'block': (128, 128), 'w1s': 'S1', 'w2s': 'S2'}\n"
+                "try:\n    print(json.dumps([k.fp8_options(L, 1), k.fp8_options(L, 2),"
+                " k.fp8_options(dict(L, block=None), 1), k.fp8_options(dict(L, fp8=False), 1)]), file=sys.__stdout__)\n"
+                "except mh.Unsupported as e:\n    print('UNSUPPORTED', e, mh.classify(e)[0], file=sys.__stdout__)\n"
+                % (tmp, os.path.join(ROOT, "worker")))
+        r = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60)
+        return r.stdout.strip()
+
+    def test_fp8_options_are_the_engines_own(self):
+        out = self.fp8("def invoke_fused_moe_kernel(A, B, C, A_scale, B_scale, B_zp, topk_weights, "
+                       "sorted_token_ids, expert_ids, num_tokens_post_padded, mul_routed_weight, top_k, config, "
+                       "compute_type, use_fp8_w8a8=False, block_shape=None): pass\n"
+                       "def moe_align_block_size(topk_ids, block_size, num_experts): pass\n")
+        blk, blk2, tensor, bf16 = json.loads(out)
+        self.assertEqual(blk, {"use_fp8_w8a8": True, "A_scale": None, "B_scale": "S1", "block_shape": [128, 128]})
+        self.assertEqual(blk2["B_scale"], "S2")
+        self.assertEqual(tensor, {"use_fp8_w8a8": True, "A_scale": None, "B_scale": "S1", "block_shape": None})
+        self.assertEqual(bf16, {})
+
+    def test_fp8_without_the_options_is_invalid_naming_them(self):
+        out = self.fp8("def invoke_fused_moe_kernel(A, B, C, A_scale, B_scale, topk_weights, sorted_token_ids, "
+                       "expert_ids, num_tokens_post_padded, mul_routed_weight, top_k, config, compute_type): pass\n"
+                       "def moe_align_block_size(topk_ids, block_size, num_experts): pass\n")
+        self.assertEqual(out, "UNSUPPORTED vllm 0.0.1test: invoke_fused_moe_kernel has no use_fp8_w8a8, block_shape, "
+                              "so it cannot run fp8_w8a8 invalid")
+
     def test_known_signature_loads(self):
         out = self.load("def invoke_fused_moe_kernel(A, B, C, A_scale, B_scale, B_zp, topk_weights, "
                         "sorted_token_ids, expert_ids, num_tokens_post_padded, mul_routed_weight, top_k, config, "
                         "compute_type, use_fp8_w8a8=False, block_shape=None): pass\n"
                         "def moe_align_block_size(topk_ids, block_size, num_experts): pass\n")
         self.assertEqual(out, "OK")
+
+
+class ShapeParsing(unittest.TestCase):
+    def test_fp8_shapes(self):
+        s = mh.parse_shape({"e": 8, "n": 64, "k": 128, "topk": 2, "dtype": "fp8_w8a8", "block_n": 128, "block_k": 128})
+        self.assertEqual((s["dtype"], mh.shape_block(s)), ("fp8_w8a8", (128, 128)))
+        s = mh.parse_shape({"e": 8, "n": 64, "k": 128, "topk": 2, "dtype": "fp8_w8a8"})
+        self.assertIsNone(mh.shape_block(s))
+        self.assertNotEqual(mh.shape_key(s), mh.shape_key(dict(s, block_n=128, block_k=128)))
+        for bad, why in (({"dtype": "int4"}, "not one of bf16, fp8_w8a8"),
+                         ({"dtype": "fp8_w8a8", "block_n": 128}, "both set or both 0"),
+                         ({"block_n": 128, "block_k": 128}, "need dtype fp8_w8a8"),
+                         ({"dtype": "fp8_w8a8", "block_n": -1, "block_k": 128}, "block_n must be an integer")):
+            with self.assertRaises(mh.ProtocolError) as cm:
+                mh.parse_shape(dict({"e": 8, "n": 64, "k": 128, "topk": 2}, **bad))
+            self.assertIn(why, str(cm.exception))
+
+
+def npy_bytes(descr, shape, payload, version=1, header=None, fortran=False):
+    """A .npy file as NumPy writes it (no NumPy needed): magic, version, header padded to 64."""
+    h = header if header is not None else "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (
+        descr, fortran, repr(tuple(shape)))
+    pad = 64 - (10 + len(h) + 1) % 64
+    h = (h + " " * pad + "\n").encode("latin1")
+    lenb = len(h).to_bytes(2 if version == 1 else 4, "little")
+    return b"\x93NUMPY" + bytes([version, 0]) + lenb + h + payload
+
+
+def ids_payload(ids, size):
+    return b"".join(int(v).to_bytes(size, "little", signed=True) for v in ids)
+
+
+class RoutingFiles(unittest.TestCase):
+    def write(self, data):
+        fd, path = tempfile.mkstemp(suffix=".npy")
+        os.write(fd, data)
+        os.close(fd)
+        self.addCleanup(os.unlink, path)
+        return path
+
+    def test_npy_int32_and_int64(self):
+        ids = [0, 1, 2, 3, 7, 6, 5, 4]
+        for descr, size, ver in (("<i4", 4, 1), ("<i8", 8, 1), ("<i4", 4, 2)):
+            t, k, flat = mh.read_npy_ids(npy_bytes(descr, (4, 2), ids_payload(ids, size), version=ver))
+            self.assertEqual((t, k, flat), (4, 2, ids))
+
+    def test_hostile_npy(self):
+        good = ids_payload(range(8), 4)
+        cases = [
+            (b"PK\x03\x04junk", "no \\x93NUMPY magic"),
+            (npy_bytes("<f4", (4, 2), good), "must be int32 or int64"),
+            (npy_bytes(">i4", (4, 2), good), "must be int32 or int64"),
+            (npy_bytes("<i4", (4, 2), good[:20]), "data is 20 bytes, [4, 2] <i4 needs 32"),
+            (npy_bytes("<i4", (4, 2), good + b"xx"), "needs 32"),
+            (npy_bytes("<i4", (8,), good), "is not [tokens, topk]"),
+            (npy_bytes("<i4", (2, 2, 2), good), "is not [tokens, topk]"),
+            (npy_bytes("<i4", (4, 2), good, fortran=True), "fortran_order"),
+            (npy_bytes("<i4", (4, 2), good, header="__import__('os')"), "not a Python dict"),
+            (npy_bytes("<i4", (4, 2), good, version=9), "version 9"),
+            (b"\x93NUMPY\x02\x00\xff\xff\xff\x7f{}", "truncated or too large"),
+            (npy_bytes("<i4", (4, 2), good)[:30], "truncated or too large"),
+        ]
+        for data, why in cases:
+            with self.assertRaises(mh.RoutingError, msg=why) as cm:
+                mh.read_npy_ids(data)
+            self.assertIn(why, str(cm.exception))
+
+    def test_routing_checks_the_shape_and_the_hash(self):
+        import hashlib
+        data = npy_bytes("<i8", (4, 2), ids_payload([0, 1, 2, 3, 7, 6, 5, 4], 8))
+        path = self.write(data)
+        r = mh.Routing(path, hashlib.sha256(data).hexdigest())
+        r.check({"e": 8, "topk": 2})
+        with self.assertRaises(mh.RoutingError) as cm:
+            r.check({"e": 7, "topk": 2})
+        self.assertIn("expert id 7 is out of range 0..6", str(cm.exception))
+        with self.assertRaises(mh.RoutingError) as cm:
+            r.check({"e": 8, "topk": 4})
+        self.assertIn("2 experts per token, the shape has topk=4", str(cm.exception))
+        with self.assertRaises(mh.RoutingError) as cm:
+            mh.Routing(path, "0" * 64)
+        self.assertIn("the file changed", str(cm.exception))
+        with self.assertRaises(mh.RoutingError) as cm:
+            mh.Routing(path + ".gone", "")
+        self.assertIn("cannot read", str(cm.exception))
+
+    def test_draws_are_fixed_and_per_batch_size(self):
+        # The same numbers are asserted in tests/unit/test_routing.c: C and Python draw alike.
+        self.assertEqual(mh.draw_rows(1000, 4, 1), [761, 48, 45, 533])
+        self.assertEqual(mh.draw_rows(1000, 4, 1), mh.draw_rows(1000, 4, 1))
+        self.assertNotEqual(mh.draw_rows(1000, 4, 2), mh.draw_rows(1000, 4, 1))
+        self.assertNotEqual(mh.draw_rows(1000, 8, 1)[:4], mh.draw_rows(1000, 4, 1))
+        self.assertTrue(all(0 <= r < 3 for r in mh.draw_rows(3, 500, 7)))
+        self.assertEqual(len(set(mh.draw_rows(3, 500, 7))), 3)
+        data = npy_bytes("<i4", (3, 2), ids_payload([0, 1, 2, 3, 4, 5], 4))
+        r = mh.Routing(self.write(data), "")
+        r.seed = 7
+        flat = r.draw(5)
+        self.assertEqual(flat, sum(([2 * x, 2 * x + 1] for x in mh.draw_rows(3, 5, 7)), []))
+
+    def test_bad_routing_fails_every_batch_size_in_one_line(self):
+        class K:
+            torch = None
+        s = mh.Session(K(), None, None)
+        path = self.write(npy_bytes("<f4", (4, 2), ids_payload(range(8), 4)))
+        out = list(s.measure(SHAPE, CFG, [1, 8], {"seed": 1}, False, (path, "")))
+        self.assertEqual([o["status"] for o in out], ["launch_error", "launch_error"])
+        self.assertIn("must be int32 or int64", out[0]["detail"])
+        self.assertTrue(out[0]["detail"].startswith("routing %s: " % path))
+
+    def test_protocol_passes_the_routing(self):
+        rc, out, s = run_serve([measure_req(routing={"path": "/x/r.npy", "sha256": "ab"})])
+        self.assertEqual(s.routing, ("/x/r.npy", "ab"))
+        rc, out, s = run_serve([measure_req()])
+        self.assertIsNone(s.routing)
+        rc, out, s = run_serve([measure_req(routing={"sha256": "ab"})])
+        self.assertIn("routing must be", out[0]["error"])
+
+
+sys.path.insert(0, os.path.join(ROOT, "bench", "triton"))
+import routing_bench as rb  # noqa: E402
+
+
+class RoutingBench(unittest.TestCase):
+    """bench/triton/routing_bench.py's parts that need no GPU (they run once, on an H200)."""
+
+    def test_zipf_file_reads_back_and_is_skewed(self):
+        ids = rb.zipf_ids(128, 8, 3000, 1.0, 7)
+        self.assertEqual(ids, rb.zipf_ids(128, 8, 3000, 1.0, 7))
+        t, k, back = mh.read_npy_ids(rb.npy_bytes(ids, 3000, 8))
+        self.assertEqual((t, k, back), (3000, 8, ids))
+        for r in range(3000):
+            self.assertEqual(len(set(ids[r * 8:(r + 1) * 8])), 8)  # top-k ids of a token are distinct
+        ld = sorted(rb.loads(ids, 128), reverse=True)
+        self.assertGreater(ld[0], 5 * len(ids) / 128)
+        self.assertLess(ld[-1], 0.5 * len(ids) / 128)
+        flat = rb.loads(rb.zipf_ids(128, 8, 3000, 0.0, 7), 128)
+        self.assertLess(max(flat), 1.5 * 3000 * 8 / 128)
+
+    def test_zipf_command_writes_a_file_the_c_reader_takes(self):
+        d = tempfile.mkdtemp()
+        path = os.path.join(d, "z.npy")
+        out = io.StringIO()
+        old = sys.stdout
+        sys.stdout = out
+        try:
+            self.assertEqual(rb.main(["zipf", path, "--experts", "16", "--topk", "2", "--tokens", "100"]), 0)
+        finally:
+            sys.stdout = old
+        self.assertIn("100 tokens x top-2 over 16 experts", out.getvalue())
+        r = mh.Routing(path, "")
+        r.check({"e": 16, "topk": 2})
+        self.assertEqual(r.tokens, 100)
+
+    def test_picks_and_changed_winners(self):
+        d = tempfile.mkdtemp()
+        a, b = os.path.join(d, "a.json"), os.path.join(d, "b.json")
+        c1 = dict(CFG)
+        c2 = dict(CFG, BLOCK_SIZE_M=64)
+        json.dump({"triton_version": "3.6.0", "1": c1, "64": c1, "4096": c2}, open(a, "w"))
+        json.dump({"1": c1, "64": c2, "4096": c2, "8": c1}, open(b, "w"))
+        pa, pb = rb.picks(a), rb.picks(b)
+        self.assertEqual(sorted(pa), [1, 64, 4096])
+        self.assertEqual(rb.changed(pa, pb), [64])
+        self.assertEqual(rb.cfg_text(c2), "64x64x64x1x4x3")
+
+    def test_fp8_defaults(self):
+        small = dict(rb.fp8_defaults(8, (128, 128)))
+        big = dict(rb.fp8_defaults(1024, (128, 128)))
+        self.assertEqual(small["sglang_default"], {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128,
+                                                   "GROUP_SIZE_M": 32, "num_warps": 4, "num_stages": 3})
+        self.assertEqual((small["vllm_new_default"]["BLOCK_SIZE_M"], small["vllm_new_default"]["GROUP_SIZE_M"]), (16, 1))
+        self.assertEqual((big["vllm_new_default"]["BLOCK_SIZE_M"], big["vllm_new_default"]["GROUP_SIZE_M"]), (64, 32))
+        s = rb.parse_shape("256,256,7168,8", (128, 128))
+        self.assertEqual(mh.parse_shape(s), s)
+        self.assertEqual(mh.shape_block(s), (128, 128))
+
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def needs_torch(cls):
+    """CPU torch runs these; where ctest asks for it (MT_REQUIRE_TORCH=1) its absence fails."""
+    if torch is None and not os.environ.get("MT_REQUIRE_TORCH"):
+        return unittest.skip("no torch in %s" % sys.executable)(cls)
+    return cls
+
+
+def e4m3_table():
+    """Every finite e4m3fn value, decoded from its 8 bits: bias 7, 3 mantissa bits, no infinity,
+    S.1111.111 is NaN. Returned as (value, code) sorted, positives and zero only."""
+    vals = []
+    for code in range(0x7F):  # 0x7F is NaN
+        e, mant = code >> 3, code & 7
+        v = (mant / 8.0) * 2.0 ** -6 if e == 0 else (1 + mant / 8.0) * 2.0 ** (e - 7)
+        vals.append((v, code))
+    return sorted(vals)
+
+
+def nearest_e4m3(x, table):
+    """Round-to-nearest, ties to the even code, clamped to 448: the reference rounding."""
+    sign = -1.0 if x < 0 else 1.0
+    a = min(abs(x), 448.0)
+    best = min(table, key=lambda vc: (abs(vc[0] - a), vc[1] & 1))
+    return sign * best[0]
+
+
+@needs_torch
+class Fp8Math(unittest.TestCase):
+    def test_e4m3_rounding_matches_the_bit_table(self):
+        table = e4m3_table()
+        self.assertEqual(table[-1][0], 448.0)
+        self.assertEqual(table[1][0], 2.0 ** -9)
+        pts = [v for v, _ in table]
+        pts += [(a[0] + b[0]) / 2 for a, b in zip(table, table[1:])]  # every tie
+        g = torch.Generator().manual_seed(3)
+        pts += (torch.rand(4000, generator=g) * 1000 - 500).tolist()
+        pts += (torch.rand(1000, generator=g) * 0.05 - 0.025).tolist()
+        pts += [-p for p in pts[:300]] + [1e6, -1e6, 449.0, 0.0]
+        got = mh.e4m3_round(torch, torch.tensor(pts, dtype=torch.float32)).tolist()
+        want = [nearest_e4m3(float(torch.tensor(p, dtype=torch.float32)), table) for p in pts]
+        bad = [(p, a, b) for p, a, b in zip(pts, got, want) if a != b]
+        self.assertEqual(bad[:5], [])
+
+    def test_activation_quantization(self):
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(5, 300, generator=g) * mh.spread(torch, (5, 1), g, "cpu")
+        q, s = mh.quant_act(torch, x, 128)
+        self.assertEqual(tuple(s.shape), (5, 3))  # 300 columns: groups of 128, 128, 44
+        self.assertEqual(float(q.abs().max()), 448.0)
+        for r in range(5):
+            for gi, (c0, c1) in enumerate(((0, 128), (128, 256), (256, 300))):
+                self.assertAlmostEqual(float(s[r, gi]), float(x[r, c0:c1].abs().max()) / 448.0, places=6)
+                self.assertEqual(float(q[r, c0:c1].abs().max()), 448.0)
+        d = mh.dequant_act(torch, q, s, 128)
+        big = x.abs() > 2.0 ** -6 * s.repeat_interleave(128, 1)[:, :300]  # normal e4m3 range
+        self.assertLessEqual(float(((d - x).abs() / x.abs())[big].max()), 2.0 ** -4 + 1e-6)
+        q1, s1 = mh.quant_act(torch, x, 0)
+        self.assertEqual(tuple(s1.shape), (1,))
+        self.assertAlmostEqual(float(s1), float(x.abs().max()) / 448.0, places=6)
+        z, sz = mh.quant_act(torch, torch.zeros(2, 128), 128)
+        self.assertEqual(float(z.abs().max()), 0.0)
+        self.assertEqual(float(sz.min()), float(torch.tensor(mh.SCALE_EPS) / mh.FP8_MAX))
+
+    def test_weight_quantization(self):
+        g = torch.Generator().manual_seed(2)
+        w, s = mh.make_weights(torch, 3, 200, 260, "fp8_w8a8", (128, 128), g, "cpu")
+        self.assertEqual(tuple(s.shape), (3, 2, 3))
+        for e in range(3):
+            for bn in range(2):
+                for bk in range(3):
+                    blk = w[e, bn * 128:(bn + 1) * 128, bk * 128:(bk + 1) * 128]
+                    self.assertEqual(float(blk.abs().max()), 448.0)
+        self.assertGreater(float(s.max() / s.min()), 3.0)  # blocks spread on purpose
+        d = mh.dequant_expert(torch, w[1], s[1], (128, 128))
+        self.assertAlmostEqual(float(d[130, 259]), float(w[1, 130, 259]) * float(s[1, 1, 2]), places=5)
+        wt, st = mh.make_weights(torch, 3, 200, 260, "fp8_w8a8", None, g, "cpu")
+        self.assertEqual(tuple(st.shape), (3,))
+        self.assertEqual([float(wt[e].abs().max()) for e in range(3)], [448.0] * 3)
+        wb, sb = mh.make_weights(torch, 2, 8, 16, "bf16", None, g, "cpu")
+        self.assertEqual((wb.dtype, sb), (torch.bfloat16, None))
+
+    def layer(self, block, seed=5, m=6, e=4, n=256, k=256, topk=2):
+        g = torch.Generator().manual_seed(seed)
+        w1, w1s = mh.make_weights(torch, e, 2 * n, k, "fp8_w8a8", block, g, "cpu")
+        w2, w2s = mh.make_weights(torch, e, k, n, "fp8_w8a8", block, g, "cpu")
+        x = (torch.randn(m, k, generator=g) * mh.spread(torch, (m, 1), g, "cpu")).to(torch.bfloat16)
+        w, ids = torch.topk(torch.softmax(torch.randn(m, e, generator=g), -1), topk, -1)
+        w = w / w.sum(-1, keepdim=True)
+        return x, ids, w, w1, w2, w1s, w2s
+
+    def naive(self, x, ids, w, w1, w2, w1s, w2s, block, scale_fn=None):
+        """The fp8 layer written out token by token, from the definitions."""
+        group = block[1] if block else 0
+        deq = lambda q, s: mh.dequant_expert(torch, q, s, block) if scale_fn is None else scale_fn(q, s)
+        xd = mh.dequant_act(torch, *mh.quant_act(torch, x.float(), group), group)
+        m, topk = ids.shape
+        n = w2.shape[2]
+        inter = torch.zeros(m * topk, n)
+        for t in range(m):
+            for j in range(topk):
+                h = (deq(w1[ids[t, j]], w1s[ids[t, j]]) @ xd[t]).to(torch.bfloat16).float()
+                inter[t * topk + j] = (torch.nn.functional.silu(h[:n]) * h[n:]).to(torch.bfloat16).float()
+        ad = mh.dequant_act(torch, *mh.quant_act(torch, inter, group), group)
+        out = torch.zeros(m, x.shape[1])
+        for t in range(m):
+            for j in range(topk):
+                out[t] += (deq(w2[ids[t, j]], w2s[ids[t, j]]) @ ad[t * topk + j]) * w[t, j]
+        return out
+
+    def test_reference_is_the_layer_by_definition(self):
+        for block in ((128, 128), None):
+            x, ids, w, w1, w2, w1s, w2s = self.layer(block)
+            ref = mh.reference_layer(torch, x, ids, w, w1, w2, w1s, w2s, block, True)
+            self.assertLess(mh.rel_error(torch, self.naive(x, ids, w, w1, w2, w1s, w2s, block), ref), 1e-5)
+
+    def test_tolerance_passes_rounding_and_catches_wrong_scales(self):
+        block = (128, 128)
+        x, ids, w, w1, w2, w1s, w2s = self.layer(block, m=16)
+        ref = mh.reference_layer(torch, x, ids, w, w1, w2, w1s, w2s, block, True)
+        # A right kernel: the output rounded to bf16 as the kernels store it.
+        self.assertLess(mh.rel_error(torch, ref.to(torch.bfloat16), ref), mh.FP8_REL_TOL / 4)
+        # Each weight block scaled by its neighbour's scale; the scales ignored; the routing
+        # weight dropped: all off by far more than the tolerance.
+        swapped = lambda q, s: mh.dequant_expert(torch, q, s.flip(-1), block)
+        self.assertGreater(mh.rel_error(torch, self.naive(x, ids, w, w1, w2, w1s, w2s, block, swapped), ref),
+                           2 * mh.FP8_REL_TOL)
+        plain = lambda q, s: q.float() * float(s.mean())
+        self.assertGreater(mh.rel_error(torch, self.naive(x, ids, w, w1, w2, w1s, w2s, block, plain), ref),
+                           2 * mh.FP8_REL_TOL)
+        self.assertGreater(mh.rel_error(torch, self.naive(x, ids, torch.ones_like(w) / 2, w1, w2, w1s, w2s, block),
+                                        ref), 2 * mh.FP8_REL_TOL)
+        # bf16's reference is unchanged: the same layer without quantization.
+        wb1, wb2 = w1.float().to(torch.bfloat16), w2.float().to(torch.bfloat16)
+        rb = mh.reference_layer(torch, x, ids, w, wb1, wb2)
+        self.assertGreater(float(rb.abs().max()), 0.0)
+
+    def test_pt_routing(self):
+        d = tempfile.mkdtemp()
+        ids = torch.tensor([[0, 1], [2, 3], [3, 0]], dtype=torch.int64)
+        for name, obj in (("t.pt", ids), ("l.pt", [ids[:2], ids[2:]]), ("d.pt", {"topk_ids": ids.int()})):
+            path = os.path.join(d, name)
+            torch.save(obj, path)
+            r = mh.Routing(path, "", torch)
+            self.assertEqual((r.tokens, r.topk, r.ids), (3, 2, [0, 1, 2, 3, 3, 0]))
+        for name, obj, why in (("f.pt", ids.float(), "not an integer tensor"), ("k.pt", {"ids": ids}, "topk_ids")):
+            path = os.path.join(d, name)
+            torch.save(obj, path)
+            with self.assertRaises(mh.RoutingError) as cm:
+                mh.Routing(path, "", torch)
+            self.assertIn(why, str(cm.exception))
 
 
 if __name__ == "__main__":

@@ -117,6 +117,83 @@ static void test_triton_rules(void **state) {
     assert_null(triton);
 }
 
+/* fp8 with 128x128 weight blocks on the triton backend: each engine's tuner prunes BLOCK_SIZE_K/N
+ * its own way (ENGINES.md): SGLang keeps BK dividing 128 (1280 of 1920), vLLM BK and BN that are
+ * multiples of 128 (640); a sweep for both measures the union once (BK 64 or 128: 1280, plus BK 256
+ * with BN 128 or 256: 320). */
+static void test_fp8_block_engines(void **state) {
+    spec_t s;
+    char err[256];
+    plan_t *p = NULL;
+    spec_init(&s, (const uint32_t[][4]){{256, 256, 7168, 8}}, 1);
+    s.shapes[0].dtype = "fp8_w8a8";
+    s.shapes[0].block_n = 128;
+    s.shapes[0].block_k = 128;
+    s.spec.backend = "triton";
+    char *sgl[] = {"sglang"}, *vllm[] = {"vllm"}, *both[] = {"vllm", "sglang"}, *bad[] = {"trt"};
+    const struct { char **engines; size_t n; uint32_t valid; } cases[] = {
+        {NULL, 0, 1600}, {sgl, 1, 1280}, {vllm, 1, 640}, {both, 2, 1600}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        s.spec.engines = cases[i].engines;
+        s.spec.n_engines = cases[i].n;
+        assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+        assert_int_equal(p->configs_valid, cases[i].valid);
+        assert_int_equal(p->configs_rejected, 1920 - cases[i].valid);
+        for (size_t c = 0; c < p->shapes[0].n_valid; c++) {
+            const krn_config_t *k = &p->shapes[0].valid[c];
+            bool sg = 128 % k->block_k == 0, vl = k->block_k % 128 == 0 && k->block_n % 128 == 0;
+            bool want = cases[i].n == 1 ? (cases[i].engines == sgl ? sg : vl) : (sg || vl);
+            assert_true(want);
+        }
+        plan_destroy(&p);
+    }
+    s.spec.engines = sgl;
+    s.spec.n_engines = 1;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_true(has_reason(p, "SGLang: BLOCK_SIZE_K=256 does not divide block_k=128"));
+    plan_destroy(&p);
+    s.spec.n_engines = 0;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_true(has_reason(p, "SGLang: BLOCK_SIZE_K=256 does not divide block_k=128; vLLM: BLOCK_SIZE_N/K=64/256 "
+                              "are not multiples of block 128x128"));
+    plan_destroy(&p);
+    s.spec.engines = bad;
+    s.spec.n_engines = 1;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_INVAL);
+    assert_string_equal(err, "engine 'trt' is not one of sglang, vllm");
+    /* Per-tensor fp8 has no block rule: every config stays. */
+    s.spec.n_engines = 0;
+    s.shapes[0].block_n = s.shapes[0].block_k = 0;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_int_equal(p->configs_valid, 1920);
+    plan_destroy(&p);
+}
+
+/* moetune's CUDA kernel is bf16 only: an fp8 shape of a cuda sweep is rejected config by config
+ * with the reason stored; a sweep of only fp8 shapes is refused naming it; sim keeps fp8. */
+static void test_cuda_rejects_fp8(void **state) {
+    spec_t s;
+    char err[256];
+    plan_t *p = NULL;
+    spec_init(&s, (const uint32_t[][4]){{128, 768, 2048, 8}, {128, 768, 2048, 8}}, 2);
+    s.shapes[1].dtype = "fp8_w8a8";
+    s.spec.backend = "cuda";
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_true(p->shapes[0].n_valid > 0);
+    assert_int_equal(p->shapes[1].n_valid, 0);
+    assert_int_equal(p->shapes[1].n_rejected, 1920);
+    assert_true(has_reason(p, "the cuda backend runs bf16 only (fp8_w8a8 needs --backend triton)"));
+    plan_destroy(&p);
+    s.spec.n_shapes = 1;
+    s.shape_ptrs[0] = &s.shapes[1];
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "the cuda backend runs bf16 only"));
+    s.spec.backend = "sim";
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_true(p->configs_valid > 0);
+    plan_destroy(&p);
+}
+
 static void test_divisibility_and_chunks(void **state) {
     static const uint32_t shapes[3][4] = {{32, 2880, 2880, 4}, {128, 768, 2048, 8}, {8, 1792, 4096, 2}};
     spec_t s;
@@ -290,6 +367,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_failed_start_leaves_nothing, setup, teardown),
         cmocka_unit_test(test_custom_space_and_measure),
         cmocka_unit_test(test_triton_rules),
+        cmocka_unit_test(test_fp8_block_engines),
+        cmocka_unit_test(test_cuda_rejects_fp8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,19 +14,22 @@
 #include "mt.h"
 #include "presets.h"
 
-/* MODELS.md: E, topk, K and N at TP 1/2/4/8. */
-static const struct { const char *name; uint32_t e, topk, k, n[4]; } k_models[] = {
-    {"mixtral-8x7b", 8, 2, 4096, {14336, 7168, 3584, 1792}},
-    {"mixtral-8x22b", 8, 2, 6144, {16384, 8192, 4096, 2048}},
-    {"deepseek-v3", 256, 8, 7168, {2048, 1024, 512, 256}},
-    {"deepseek-r1", 256, 8, 7168, {2048, 1024, 512, 256}},
-    {"kimi-k2", 384, 8, 7168, {2048, 1024, 512, 256}},
-    {"qwen3-30b-a3b", 128, 8, 2048, {768, 384, 192, 96}},
-    {"qwen3-235b-a22b", 128, 8, 4096, {1536, 768, 384, 192}},
-    {"qwen3-next-80b-a3b", 512, 10, 2048, {512, 256, 128, 64}},
-    {"qwen3.5-397b-a17b", 512, 10, 4096, {1024, 512, 256, 128}},
-    {"gpt-oss-20b", 32, 4, 2880, {2880, 1440, 720, 360}},
-    {"gpt-oss-120b", 128, 4, 2880, {2880, 1440, 720, 360}},
+/* MODELS.md: E, topk, K and N at TP 1/2/4/8; the dtype and weight blocks the checkpoint ships
+ * (DeepSeek-V3/R1, Kimi-K2 and Qwen's -FP8 checkpoints: fp8 e4m3 with 128x128 block scales). */
+static const struct { const char *name; uint32_t e, topk, k, n[4]; const char *dtype; uint32_t block; } k_models[] = {
+    {"mixtral-8x7b", 8, 2, 4096, {14336, 7168, 3584, 1792}, "bf16", 0},
+    {"mixtral-8x22b", 8, 2, 6144, {16384, 8192, 4096, 2048}, "bf16", 0},
+    {"deepseek-v3", 256, 8, 7168, {2048, 1024, 512, 256}, "fp8_w8a8", 128},
+    {"deepseek-r1", 256, 8, 7168, {2048, 1024, 512, 256}, "fp8_w8a8", 128},
+    {"kimi-k2", 384, 8, 7168, {2048, 1024, 512, 256}, "fp8_w8a8", 128},
+    {"qwen3-30b-a3b", 128, 8, 2048, {768, 384, 192, 96}, "bf16", 0},
+    {"qwen3-30b-a3b-fp8", 128, 8, 2048, {768, 384, 192, 96}, "fp8_w8a8", 128},
+    {"qwen3-235b-a22b", 128, 8, 4096, {1536, 768, 384, 192}, "bf16", 0},
+    {"qwen3-235b-a22b-fp8", 128, 8, 4096, {1536, 768, 384, 192}, "fp8_w8a8", 128},
+    {"qwen3-next-80b-a3b", 512, 10, 2048, {512, 256, 128, 64}, "bf16", 0},
+    {"qwen3.5-397b-a17b", 512, 10, 4096, {1024, 512, 256, 128}, "bf16", 0},
+    {"gpt-oss-20b", 32, 4, 2880, {2880, 1440, 720, 360}, "bf16", 0},
+    {"gpt-oss-120b", 128, 4, 2880, {2880, 1440, 720, 360}, "bf16", 0},
 };
 
 static void test_presets_tp(void **state) {
@@ -41,10 +44,31 @@ static void test_presets_tp(void **state) {
             assert_int_equal(s.n, k_models[m].n[t]);
             assert_int_equal(s.k, k_models[m].k);
             assert_int_equal(s.topk, k_models[m].topk);
-            assert_string_equal(s.dtype, "bf16");
+            assert_string_equal(s.dtype, k_models[m].dtype);
+            assert_int_equal(s.block_n, k_models[m].block);
+            assert_int_equal(s.block_k, k_models[m].block);
         }
     }
-    assert_int_equal(cli_n_presets, 10);
+    assert_int_equal(cli_n_presets, 12);
+}
+
+/* --dtype over a preset: fp8_w8a8 keeps the checkpoint's blocks or is per-tensor; bf16 drops them. */
+static void test_presets_dtype(void **state) {
+    krn_shape_t s;
+    char err[256];
+    assert_int_equal(cli_preset_shape("deepseek-v3", 8, 1, "bf16", &s, err, sizeof err), MT_OK);
+    assert_string_equal(s.dtype, "bf16");
+    assert_int_equal(s.block_n, 0);
+    assert_int_equal(cli_preset_shape("deepseek-v3", 8, 1, "fp8_w8a8", &s, err, sizeof err), MT_OK);
+    assert_int_equal(s.block_n, 128);
+    assert_int_equal(s.block_k, 128);
+    char name[96];
+    krn_shape_name(&s, name, sizeof name);
+    assert_string_equal(name, "E=256,N=256,dtype=fp8_w8a8,block_shape=[128, 128]");
+    assert_int_equal(cli_preset_shape("mixtral-8x7b", 1, 1, "fp8_w8a8", &s, err, sizeof err), MT_OK);
+    assert_string_equal(s.dtype, "fp8_w8a8");
+    assert_int_equal(s.block_n, 0);
+    assert_int_equal(s.block_k, 0);
 }
 
 static void test_presets_ep(void **state) {
@@ -110,6 +134,44 @@ static void test_hf_families(void **state) {
        " \"num_experts\": 512, \"num_experts_per_tok\": 10}}", 8, 1, 512, 128, 4096, 10, "bf16", 0);
 }
 
+/* An fp8 checkpoint's config with --dtype: fp8_w8a8 keeps its weight blocks, bf16 drops them; no
+ * weight_block_size is per-tensor; a malformed one is an error, not silently per-tensor. */
+static void test_hf_fp8(void **state) {
+    static const char *qwen_fp8 =
+        "{\"hidden_size\": 2048, \"moe_intermediate_size\": 768, \"num_experts\": 128,"
+        " \"num_experts_per_tok\": 8, \"quantization_config\": {\"activation_scheme\": \"dynamic\","
+        " \"fmt\": \"e4m3\", \"quant_method\": \"fp8\", \"weight_block_size\": [128, 64]}}";
+    krn_shape_t s;
+    char err[256] = "";
+    assert_int_equal(cli_model_config_parse(qwen_fp8, strlen(qwen_fp8), 1, 1, NULL, &s, err, sizeof err), MT_OK);
+    assert_string_equal(s.dtype, "fp8_w8a8");
+    assert_int_equal(s.block_n, 128);
+    assert_int_equal(s.block_k, 64);
+    assert_int_equal(cli_model_config_parse(qwen_fp8, strlen(qwen_fp8), 1, 1, "fp8_w8a8", &s, err, sizeof err), MT_OK);
+    assert_int_equal(s.block_n, 128);
+    assert_int_equal(s.block_k, 64);
+    assert_int_equal(cli_model_config_parse(qwen_fp8, strlen(qwen_fp8), 1, 1, "bf16", &s, err, sizeof err), MT_OK);
+    assert_string_equal(s.dtype, "bf16");
+    assert_int_equal(s.block_n, 0);
+    static const char *per_tensor =
+        "{\"hidden_size\": 4096, \"intermediate_size\": 14336, \"num_local_experts\": 8,"
+        " \"num_experts_per_tok\": 2, \"quantization_config\": {\"quant_method\": \"fp8\"}}";
+    assert_int_equal(cli_model_config_parse(per_tensor, strlen(per_tensor), 1, 1, NULL, &s, err, sizeof err), MT_OK);
+    assert_string_equal(s.dtype, "fp8_w8a8");
+    assert_int_equal(s.block_n, 0);
+    static const char *const bad[] = {"[128]", "[128, \"128\"]", "[0, 128]", "128", "[128, 128, 1]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "{\"hidden_size\": 2048, \"moe_intermediate_size\": 768, \"num_experts\": 128,"
+                 " \"num_experts_per_tok\": 8, \"quantization_config\": {\"quant_method\": \"fp8\","
+                 " \"weight_block_size\": %s}}", bad[i]);
+        err[0] = '\0';
+        assert_int_equal(cli_model_config_parse(text, strlen(text), 1, 1, NULL, &s, err, sizeof err), MT_INVAL);
+        assert_non_null(strstr(err, "weight_block_size"));
+    }
+}
+
 static void test_hf_errors(void **state) {
     krn_shape_t s;
     char err[256] = "";
@@ -149,9 +211,9 @@ static void test_not_regular(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_presets_tp), cmocka_unit_test(test_presets_ep), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_hf_families), cmocka_unit_test(test_hf_errors),
-        cmocka_unit_test(test_not_regular),
+        cmocka_unit_test(test_presets_tp), cmocka_unit_test(test_presets_dtype), cmocka_unit_test(test_presets_ep),
+        cmocka_unit_test(test_errors), cmocka_unit_test(test_hf_families), cmocka_unit_test(test_hf_fp8),
+        cmocka_unit_test(test_hf_errors), cmocka_unit_test(test_not_regular),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

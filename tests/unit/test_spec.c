@@ -81,6 +81,105 @@ static void test_flags(void **state) {
     cli_spec_destroy(&s);
 }
 
+/* --engines: which engines' fp8 block rules a triton sweep keeps; part of the work. */
+static void test_engines(void **state) {
+    cli_spec_t *s = cli_spec_new(), *t = cli_spec_new();
+    char err[400] = "";
+    set_ok(s, "shape", "E=256,N=256,K=7168,topk=8,dtype=fp8_w8a8,block_shape=128x128");
+    set_ok(s, "engines", "sglang,vllm");
+    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_OK);
+    const Moetune__SweepSpec *p = cli_spec_get(s);
+    assert_int_equal(p->n_engines, 2);
+    assert_string_equal(p->engines[0], "sglang");
+    assert_string_equal(p->engines[1], "vllm");
+    set_ok(t, "shape", "E=256,N=256,K=7168,topk=8,dtype=fp8_w8a8,block_shape=128x128");
+    set_ok(t, "engines", "vllm");
+    assert_int_equal(cli_spec_finish(t, true, err, sizeof err), MT_OK);
+    assert_int_equal(cli_spec_get(t)->n_engines, 1);
+    bool same = true;
+    char diff[512] = "";
+    int crc = cli_spec_compare(p, cli_spec_get(t), &same, diff, sizeof diff);
+    if (crc) fprintf(stderr, "compare: %s\n", diff);
+    assert_int_equal(crc, MT_OK);
+    assert_false(same);
+    assert_non_null(strstr(diff, "engines"));
+    cli_spec_destroy(&s);
+    cli_spec_destroy(&t);
+    set_bad("engines", "trt", "not sglang, vllm or sglang,vllm");
+    set_bad("engines", "sglang,sglang", "not sglang, vllm or sglang,vllm");
+    set_bad("engines", "sglang,", "not sglang, vllm or sglang,vllm");
+    set_bad("engines", "", "not sglang, vllm or sglang,vllm");
+    set_bad("engines", "sglang,vllm,sglang", "not sglang, vllm or sglang,vllm");
+}
+
+/* --routing: a .npy that fits every shape gives each its sha256 and the spec the resolved path;
+ * one that does not fit a shape, or is not there, is refused naming why. */
+static void test_routing(void **state) {
+    char path[] = "/tmp/test_spec_routing_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char hdr[] = "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }";
+    char buf[256];
+    size_t hl = strlen(hdr), pad = 64 - (10 + hl + 1) % 64, hlen = hl + pad + 1;
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (char)hlen;
+    buf[9] = 0;
+    memcpy(buf + 10, hdr, hl);
+    memset(buf + 10 + hl, ' ', pad);
+    buf[10 + hlen - 1] = '\n';
+    const int32_t ids[4] = {0, 5, 6, 7};
+    memcpy(buf + 10 + hlen, ids, sizeof ids);
+    assert_int_equal(write(fd, buf, 10 + hlen + sizeof ids), (ssize_t)(10 + hlen + sizeof ids));
+    close(fd);
+    char err[400] = "";
+    cli_spec_t *s = cli_spec_new();
+    set_ok(s, "shape", "E=8,N=256,K=512,topk=2");
+    set_ok(s, "shape", "E=16,N=256,K=512,topk=2");
+    set_ok(s, "routing", path);
+    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_OK);
+    const Moetune__SweepSpec *p = cli_spec_get(s);
+    assert_string_equal(p->routing_path, path);
+    assert_int_equal(p->routing_tokens, 2);
+    assert_int_equal(strlen(p->shapes[0]->routing), 64);
+    assert_string_equal(p->shapes[0]->routing, p->shapes[1]->routing);
+    cli_spec_t *u = cli_spec_new();
+    set_ok(u, "shape", "E=8,N=256,K=512,topk=2");
+    set_ok(u, "shape", "E=16,N=256,K=512,topk=2");
+    assert_int_equal(cli_spec_finish(u, true, err, sizeof err), MT_OK);
+    assert_string_equal(cli_spec_get(u)->shapes[0]->routing, "");
+    {
+        bool same = true;
+        char diff[512] = "";
+        int crc = cli_spec_compare(p, cli_spec_get(u), &same, diff, sizeof diff);
+        if (crc) fprintf(stderr, "compare: %s\n", diff);
+        assert_int_equal(crc, MT_OK);
+        assert_false(same);
+        assert_non_null(strstr(diff, "routing"));
+    }
+    cli_spec_destroy(&u);
+    cli_spec_destroy(&s);
+    /* id 7 does not fit E=4; topk 2 does not fit topk=4 */
+    static const struct { const char *shape, *why; } bad[] = {
+        {"E=4,N=256,K=512,topk=2", "does not fit shape E=4,topk=2: expert id 7 is out of range 0..3 (E=4)"},
+        {"E=8,N=256,K=512,topk=4", "2 experts per token, the shape has topk=4"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        s = cli_spec_new();
+        set_ok(s, "shape", bad[i].shape);
+        set_ok(s, "routing", path);
+        assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_INVAL);
+        if (!strstr(err, bad[i].why)) fail_msg("'%s' lacks '%s'", err, bad[i].why);
+        cli_spec_destroy(&s);
+    }
+    unlink(path);
+    s = cli_spec_new();
+    set_ok(s, "shape", "E=8,N=256,K=512,topk=2");
+    set_ok(s, "routing", path);
+    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "No such file"));
+    cli_spec_destroy(&s);
+}
+
 static void test_defaults(void **state) {
     cli_spec_t *s = cli_spec_new();
     char err[400] = "";
@@ -289,8 +388,9 @@ static void test_json_bad(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_flags), cmocka_unit_test(test_defaults), cmocka_unit_test(test_bad_flags),
-        cmocka_unit_test(test_json), cmocka_unit_test(test_json_bad), cmocka_unit_test(test_compare),
+        cmocka_unit_test(test_flags), cmocka_unit_test(test_engines), cmocka_unit_test(test_routing),
+        cmocka_unit_test(test_defaults), cmocka_unit_test(test_bad_flags), cmocka_unit_test(test_json),
+        cmocka_unit_test(test_json_bad), cmocka_unit_test(test_compare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

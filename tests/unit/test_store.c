@@ -140,6 +140,34 @@ static void test_migrate_v1(void **state) {
     assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'results_best'"),
                      1);
     assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE name = 'results_v3'"), 0);
+    /* v3: the shapes table rebuilt with the routing in its identity, ids and references kept */
+    assert_int_equal(query_int("SELECT COUNT(*) FROM shapes WHERE id = 1 AND e = 8 AND routing = ''"), 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results r JOIN shapes s ON s.id = r.shape_id"), 2); /* + pruned */
+    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_foreign_key_check"), 0);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE name IN ('shapes_v3')"), 0);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE name = 'routings'"), 1);
+    {
+        krn_shape_t sh = {.e = 8, .n = 256, .k = 256, .topk = 2, .dtype = "bf16"};
+        uint64_t id_uniform = 0, id_captured = 0, again = 0;
+        assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
+        assert_int_equal(store_shape_upsert(s, &sh, &id_uniform), MT_OK);
+        assert_int_equal(id_uniform, 1);
+        memset(sh.routing, 'a', 64);
+        assert_int_equal(store_shape_upsert(s, &sh, &id_captured), MT_OK);
+        assert_int_equal(store_shape_upsert(s, &sh, &again), MT_OK);
+        assert_true(id_captured != id_uniform);
+        assert_int_equal(again, id_captured);
+        krn_shape_t back;
+        assert_int_equal(store_shape_get(s, id_captured, &back), MT_OK);
+        assert_string_equal(back.routing, sh.routing);
+        assert_int_equal(store_shape_get(s, id_uniform, &back), MT_OK);
+        assert_string_equal(back.routing, "");
+        store_close(&s);
+    }
+    /* foreign keys are on again after the rebuild */
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_job_insert(s, 99, 1, NULL, 1, &(uint64_t){0}), MT_IO);
+    store_close(&s);
 
     /* a second open finds version 2 and changes nothing */
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
