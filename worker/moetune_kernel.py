@@ -77,8 +77,8 @@ def moe_gemm_kernel(a_ptr, b_ptr, c_ptr, w_ptr, a_scale_ptr, b_scale_ptr, sorted
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=tmask[:, None] & (offs_cn[None, :] < N))
 
 
-FP8_MAX = 448.0     # largest finite e4m3fn value
-SCALE_EPS = 1e-10   # a zero group gets this scale instead of 0 (no division by zero)
+FP8_MAX = tl.constexpr(448.0)     # largest finite e4m3fn value (a constexpr: jit code reads only those globals)
+SCALE_EPS = tl.constexpr(1e-10)   # a zero group gets this scale instead of 0 (no division by zero)
 
 
 @triton.jit
