@@ -170,11 +170,11 @@ static json_t *json_text(const char *text) {
 }
 
 static json_t *sweep_json(const Moetune__SweepStatus *s) {
-    return json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:i, s:i, s:i, s:i, s:i, s:f, s:I}", "sweep",
+    return json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:f, s:I}", "sweep",
                      (json_int_t)s->sweep_id, "name", json_text(s->name), "state",
                      s->state ? s->state : "", "results_planned", (json_int_t)s->results_planned,
                      "results_done", (json_int_t)s->results_done, "results_failed",
-                     (json_int_t)s->results_failed, "results_pruned", (json_int_t)s->results_pruned, "jobs_total", (int)s->jobs_total, "jobs_pending",
+                     (json_int_t)s->results_failed, "results_pruned", (json_int_t)s->results_pruned, "timed_s", s->timed_s, "gpu_busy", s->gpu_busy, "jobs_total", (int)s->jobs_total, "jobs_pending",
                      (int)s->jobs_pending, "jobs_leased", (int)s->jobs_leased, "jobs_done",
                      (int)s->jobs_done, "jobs_failed", (int)s->jobs_failed, "rate", s->rate,
                      "created", (json_int_t)s->created_s);
@@ -239,6 +239,10 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         if (r->sweeps[i]->results_pruned)
             printf("sweep %llu: %llu results pruned by racing (kept, never exported)\n",
                    (unsigned long long)r->sweeps[i]->sweep_id, (unsigned long long)r->sweeps[i]->results_pruned);
+    for (size_t i = 0; i < r->n_sweeps; i++)
+        if (r->sweeps[i]->gpu_busy > 0)
+            printf("sweep %llu: GPU busy %.0f%% (%.1f s in timed kernels)\n", (unsigned long long)r->sweeps[i]->sweep_id,
+                   100.0 * r->sweeps[i]->gpu_busy, r->sweeps[i]->timed_s);
     if (r->counters && r->counters->auth_refused)
         printf("connections refused by CURVE: %llu\n", (unsigned long long)r->counters->auth_refused);
     const Moetune__Counters *c = r->counters;

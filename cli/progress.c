@@ -46,9 +46,11 @@ void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive,
     char eta[32];
     if (done >= total && total) snprintf(eta, sizeof eta, "0s");
     else fmt_eta(st->rate > 0 ? (double)(total - done) / st->rate : -1.0, eta, sizeof eta);
-    char pruned[48] = "";
+    char pruned[80] = "";
     if (st->results_pruned)
         snprintf(pruned, sizeof pruned, ", %llu pruned", (unsigned long long)st->results_pruned);
+    if (st->gpu_busy > 0)
+        snprintf(pruned + strlen(pruned), sizeof pruned - strlen(pruned), ", GPU busy %.0f%%", 100.0 * st->gpu_busy);
     snprintf(buf, len, "sweep %llu %s: %llu/%llu results (%.1f%%), %.0f/s, ETA %s, %llu failed%s, jobs %u/%u done%s%s, %u workers",
              (unsigned long long)st->sweep_id, st->state ? st->state : "?", (unsigned long long)done,
              (unsigned long long)total, pct, st->rate, eta, (unsigned long long)st->results_failed, pruned,
@@ -68,10 +70,11 @@ static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t wor
     if (copy.rate <= 0 && now > p->first_ms + 500 && in->results_done >= p->first_done)
         copy.rate = (double)(in->results_done - p->first_done) * 1000.0 / (double)(now - p->first_ms);
     if (p->json) {
-        json_t *o = json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:f, s:i, s:i, s:i, s:i}", "sweep",
+        json_t *o = json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:i}", "sweep",
                               (json_int_t)st->sweep_id, "state", st->state ? st->state : "", "done",
                               (json_int_t)st->results_done, "total", (json_int_t)st->results_planned, "failed",
-                              (json_int_t)st->results_failed, "pruned", (json_int_t)st->results_pruned, "rate", st->rate, "jobs_done", (int)st->jobs_done,
+                              (json_int_t)st->results_failed, "pruned", (json_int_t)st->results_pruned,
+                              "gpu_busy", st->gpu_busy, "rate", st->rate, "jobs_done", (int)st->jobs_done,
                               "jobs_total", (int)st->jobs_total, "jobs_failed", (int)st->jobs_failed, "workers",
                               (int)workers_alive);
         if (o && p->storage[0]) {

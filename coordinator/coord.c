@@ -458,6 +458,11 @@ static void metrics_refresh(coord_t *c, uint64_t now) {
         m.jobs_failed += s->jobs_failed;
         m.jobs_cancelled += s->jobs_total - s->jobs_pending - s->jobs_leased - s->jobs_done - s->jobs_failed;
         m.sweeps_running += strcmp(s->state, "running") == 0;
+        if (strcmp(s->state, "running") == 0 && s->gpu_busy > 0) {
+            /* several running sweeps share the GPUs: their fractions add up */
+            m.gpu_busy += s->gpu_busy;
+            m.gpu_busy_known = 1;
+        }
     }
     for (size_t i = 0; i < st.reply.n_workers; i++) {
         const char *ws = st.reply.workers[i]->state;

@@ -88,6 +88,11 @@ char *metrics_render(metrics_t *m) {
         put(&b, "moetune_jobs{state=\"%s\"} %llu\n", jobs[i].name, (unsigned long long)jobs[i].v);
     metric(&b, "moetune_sweeps_running", "gauge", "Sweeps still running.");
     put(&b, "moetune_sweeps_running %llu\n", (unsigned long long)s.sweeps_running);
+    if (s.gpu_busy_known) {
+        metric(&b, "moetune_gpu_busy_ratio", "gauge",
+               "Running sweeps: GPU time in timed kernels over their wall time and GPUs.");
+        put(&b, "moetune_gpu_busy_ratio %.4f\n", s.gpu_busy);
+    }
     metric(&b, "moetune_results_committed_total", "counter", "Result rows committed to the database since start.");
     put(&b, "moetune_results_committed_total %llu\n", (unsigned long long)s.c.results_committed);
     metric(&b, "moetune_results_total", "counter", "Result rows committed since start, by status (pruned rows are racing's, the rest but ok are failures).");

@@ -21,6 +21,8 @@ typedef struct {
     uint64_t workers_alive, workers_busy, workers_away, workers_dead;
     uint64_t jobs_pending, jobs_leased, jobs_done, jobs_failed, jobs_cancelled;
     uint64_t sweeps_running;
+    double gpu_busy;            /* the running sweeps' timed kernel time over their wall time and GPUs */
+    int gpu_busy_known;
     sched_counters_t c;
     uint64_t results_unacked;
     int storage_error;          /* the last commit failed */

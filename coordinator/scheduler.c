@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "convert.h"
@@ -65,6 +66,9 @@ struct sweep {
     uint32_t max_attempts;
     Moetune__Measure measure;
     uint64_t planned, done, failed, pruned;
+    double timed_us;         /* GPU time in timed kernels over its committed results */
+    uint64_t *devs;          /* devices that committed results to it (GPU busy's denominator) */
+    size_t n_devs, cap_devs;
     uint32_t jobs_by_state[J_NSTATES];
     job_t **jobs;            /* in id order */
     size_t n_jobs, cap_jobs, hint;
@@ -98,6 +102,7 @@ typedef struct {
     bool crash;              /* a quarantining second crash: bump the crash count too */
     uint32_t new_rows, new_failed, new_pruned;
     uint32_t new_by_status[SCHED_N_STATUS]; /* new rows by Moetune__Status value */
+    double new_timed_us;
 } entry_t;
 
 typedef struct {
@@ -116,6 +121,7 @@ typedef struct {
     uint64_t device_id;      /* what recording it gave */
     uint32_t new_rows, new_failed, new_pruned;
     uint32_t new_by_status[SCHED_N_STATUS]; /* new rows by Moetune__Status value */
+    double new_timed_us;
 } brow_t;
 
 struct sched_batch {
@@ -171,6 +177,8 @@ struct sched {
 };
 
 /* ---- small helpers */
+
+static int load_device(void *ctx, uint64_t device_id);
 
 static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return MT_OK;
@@ -376,6 +384,7 @@ static void sweep_free(sweep_t *sw) {
     free(sw->backend);
     free(sw->device);
     free(sw->routing_path);
+    free(sw->devs);
     free(sw);
 }
 
@@ -499,6 +508,7 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
         plan_measure(spec, &sw->measure);
     }
     rc = store_sweep_result_counts(s->db, sw->id, &sw->done, &sw->failed, &sw->pruned);
+    if (!rc) rc = store_sweep_gpu_time(s->db, sw->id, &sw->timed_us, load_device, sw);
     if (rc) goto out;
     if (grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps)) {
         rc = MT_NOMEM;
@@ -1236,6 +1246,7 @@ int sched_batch_write(store_t *db, void *arg) {
         brow_t *br = &b->rows[i];
         store_result_t row = br->base;
         br->new_rows = br->new_failed = br->new_pruned = 0;
+        br->new_timed_us = 0;
         memset(br->new_by_status, 0, sizeof br->new_by_status);
         if (br->hello) {
             rc = store_hello(db, br->hello, row.created, &br->device_id);
@@ -1254,9 +1265,11 @@ int sched_batch_write(store_t *db, void *arg) {
             row.detail = m->detail;
             row.up_us = m->up_us;
             row.down_us = m->down_us;
+            row.timed_us = m->timed_us;
             rc = store_result_insert(db, &row, &inserted);
             if (!rc && inserted) {
                 br->new_rows++;
+                br->new_timed_us += m->timed_us;
                 if (m->status == MOETUNE__STATUS__STATUS_PRUNED)
                     br->new_pruned++;
                 else if (m->status != MOETUNE__STATUS__STATUS_OK)
@@ -1305,6 +1318,27 @@ static void race_note_entry(sched_t *s, const entry_t *e) {
     }
 }
 
+/* GPU busy counts each device that measured the sweep once. */
+static int sweep_note_device(sweep_t *sw, uint64_t device_id) {
+    for (size_t i = 0; i < sw->n_devs; i++)
+        if (sw->devs[i] == device_id) return MT_OK;
+    if (grow((void **)&sw->devs, &sw->cap_devs, sw->n_devs + 1, sizeof *sw->devs)) return MT_NOMEM;
+    sw->devs[sw->n_devs++] = device_id;
+    return MT_OK;
+}
+
+static int load_device(void *ctx, uint64_t device_id) { return sweep_note_device(ctx, device_id); }
+
+/* Timed kernel seconds over the sweep's wall time and its GPUs; 0 when unknown. */
+static double sweep_gpu_busy(const sweep_t *sw) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    /* created and finished are whole seconds: a sweep of a few seconds reads a little less busy */
+    double end = sw->state == S_RUNNING || !sw->finished ? (double)ts.tv_sec + ts.tv_nsec * 1e-9 : (double)sw->finished + 1;
+    double wall = end - (double)sw->created;
+    return sw->timed_us > 0 && wall > 0 && sw->n_devs ? sw->timed_us * 1e-6 / (wall * (double)sw->n_devs) : 0.0;
+}
+
 static void apply_entry(sched_t *s, entry_t *e) {
     job_t *j = e->job;
     sweep_t *sw = j->sw;
@@ -1314,6 +1348,8 @@ static void apply_entry(sched_t *s, entry_t *e) {
     sw->done += e->new_rows;
     sw->failed += e->new_failed;
     sw->pruned += e->new_pruned;
+    sw->timed_us += e->new_timed_us;
+    if (e->new_rows && e->w->device_id) sweep_note_device(sw, e->w->device_id);
     s->c.results_committed += e->new_rows;
     for (int k = 0; k < SCHED_N_STATUS; k++) s->c.committed_by_status[k] += e->new_by_status[k];
     e->w->results += e->new_rows;
@@ -1366,6 +1402,7 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         e->new_rows = b->rows[i].new_rows;
         e->new_failed = b->rows[i].new_failed;
         e->new_pruned = b->rows[i].new_pruned;
+        e->new_timed_us = b->rows[i].new_timed_us;
         race_note_entry(s, e);
         memcpy(e->new_by_status, b->rows[i].new_by_status, sizeof e->new_by_status);
         apply_entry(s, e);
@@ -1577,6 +1614,8 @@ int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t 
         o->results_done = sw->done;
         o->results_failed = sw->failed;
         o->results_pruned = sw->pruned;
+        o->timed_s = sw->timed_us * 1e-6;
+        o->gpu_busy = sweep_gpu_busy(sw);
         for (int js = 0; js < J_NSTATES; js++) o->jobs_total += sw->jobs_by_state[js];
         o->jobs_pending = sw->jobs_by_state[J_PENDING];
         o->jobs_leased = sw->jobs_by_state[J_LEASED];

@@ -90,6 +90,7 @@ CREATE TABLE results (
   created INTEGER NOT NULL,
   versions TEXT,                   -- the measuring worker's versions (triton: kernel, triton, torch, python)
   up_us REAL, down_us REAL,        -- GEMM1 and GEMM2 timed alone, medians; 0 = not measured
+  timed_us REAL,                   -- GPU time in the timed kernels of this measurement; NULL = not reported
   UNIQUE (sweep_id, shape_id, config_id, batch_size)
 );
 CREATE INDEX results_best ON results (shape_id, batch_size, status, median_us);

@@ -102,6 +102,7 @@ static const char g_schema[] =
     "  created INTEGER NOT NULL,\n"
     "  versions TEXT,                   -- the measuring worker's versions (triton: kernel, triton, torch, python)\n"
     "  up_us REAL, down_us REAL,        -- GEMM1 and GEMM2 timed alone, medians; 0 = not measured\n"
+    "  timed_us REAL,                   -- GPU time in the timed kernels of this measurement; NULL = not reported\n"
     "  UNIQUE (sweep_id, shape_id, config_id, batch_size)\n"
     ");\n"
     "CREATE INDEX results_best ON results (shape_id, batch_size, status, median_us);\n"
@@ -134,6 +135,7 @@ enum {
     ST_RESULT_INSERT, ST_CRASH_BUMP, ST_CRASH_COUNT,
     ST_ROUTING_INSERT, ST_SWEEPS, ST_JOBS_OPEN, ST_JOB_CONFIGS, ST_SHAPE_GET, ST_CONFIG_GET,
     ST_RESULT_COUNT, ST_SWEEP_RESULT_COUNTS, ST_JOB_STATE_COUNTS, ST_SWEEP_BESTS, ST_SWEEP_DEVICE,
+    ST_SWEEP_TIMED, ST_SWEEP_DEVICES,
     ST_COUNT
 };
 
@@ -188,8 +190,8 @@ static const char *const g_sql[ST_COUNT] = {
     [ST_RESULT_INSERT] =
         "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us, mean_us,"
         " stddev_us, samples, detail, registers, spills, job_id, worker_id, device_id, backend, compiler,"
-        " kernel_hash, created, versions, up_us, down_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
-        " ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23) ON CONFLICT (sweep_id, shape_id, config_id, batch_size) DO NOTHING",
+        " kernel_hash, created, versions, up_us, down_us, timed_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+        " ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24) ON CONFLICT (sweep_id, shape_id, config_id, batch_size) DO NOTHING",
     [ST_CRASH_BUMP] =
         "INSERT INTO crashes (sweep_id, shape_id, config_id, count, last_worker) VALUES (?1, ?2, ?3, 1, ?4)"
         " ON CONFLICT (sweep_id, shape_id, config_id) DO UPDATE SET count = count + 1, last_worker = excluded.last_worker",
@@ -213,6 +215,8 @@ static const char *const g_sql[ST_COUNT] = {
         "SELECT COUNT(*), COALESCE(SUM(status NOT IN ('ok', 'pruned')), 0), COALESCE(SUM(status = 'pruned'), 0)"
         " FROM results WHERE sweep_id = ?1",
     [ST_JOB_STATE_COUNTS] = "SELECT state, COUNT(*) FROM jobs WHERE sweep_id = ?1 GROUP BY state",
+    [ST_SWEEP_TIMED] = "SELECT COALESCE(SUM(timed_us), 0) FROM results WHERE sweep_id = ?1",
+    [ST_SWEEP_DEVICES] = "SELECT DISTINCT device_id FROM results WHERE sweep_id = ?1 AND device_id IS NOT NULL",
     [ST_SWEEP_BESTS] = "SELECT r.shape_id, r.batch_size, d.name, MIN(r.median_us) FROM results r"
                        " JOIN devices d ON d.id = r.device_id WHERE r.sweep_id = ?1 AND r.status = 'ok'"
                        " GROUP BY r.shape_id, r.batch_size, d.name",
@@ -364,7 +368,7 @@ static const char *const g_upgrade[STORE_SCHEMA_VERSION + 1] = {
           "  median_us REAL, min_us REAL, mean_us REAL, stddev_us REAL, samples INTEGER,\n"
           "  detail TEXT, registers INTEGER, spills INTEGER, job_id INTEGER, worker_id TEXT,\n"
           "  device_id INTEGER REFERENCES devices(id), backend TEXT NOT NULL, compiler TEXT NOT NULL,\n"
-          "  kernel_hash TEXT, created INTEGER NOT NULL, versions TEXT, up_us REAL, down_us REAL,\n"
+          "  kernel_hash TEXT, created INTEGER NOT NULL, versions TEXT, up_us REAL, down_us REAL, timed_us REAL,\n"
           "  UNIQUE (sweep_id, shape_id, config_id, batch_size)\n"
           ");\n"
           "INSERT INTO results_v3 (id, sweep_id, shape_id, config_id, batch_size, status, median_us, min_us,\n"
@@ -670,6 +674,7 @@ int store_result_insert(store_t *s, const store_result_t *r, bool *inserted) {
     bind_text(st, 21, r->versions && *r->versions ? r->versions : NULL);
     sqlite3_bind_double(st, 22, r->up_us);
     sqlite3_bind_double(st, 23, r->down_us);
+    sqlite3_bind_double(st, 24, r->timed_us);
     int rc = exec_st(s, ST_RESULT_INSERT);
     if (!rc) *inserted = sqlite3_changes(s->db) == 1;
     return rc;
@@ -844,6 +849,21 @@ static int best_row(sqlite3_stmt *st, void *cb, void *ctx) {
     const char *gpu = col_text(st, 2);
     return ((store_best_fn)cb)(ctx, (uint64_t)sqlite3_column_int64(st, 0), (uint32_t)sqlite3_column_int64(st, 1),
                                gpu ? gpu : "", sqlite3_column_double(st, 3));
+}
+
+static int double_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    (void)cb;
+    *(double *)ctx = sqlite3_column_double(st, 0);
+    return MT_OK;
+}
+
+int store_sweep_gpu_time(store_t *s, uint64_t sweep_id, double *timed_us, store_id_cb cb, void *ctx) {
+    *timed_us = 0;
+    sqlite3_bind_int64(s->st[ST_SWEEP_TIMED], 1, (int64_t)sweep_id);
+    int rc = each(s, ST_SWEEP_TIMED, double_row, NULL, timed_us);
+    if (rc) return rc;
+    sqlite3_bind_int64(s->st[ST_SWEEP_DEVICES], 1, (int64_t)sweep_id);
+    return each(s, ST_SWEEP_DEVICES, id_row, (void *)cb, ctx);
 }
 
 int store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx) {

@@ -32,6 +32,7 @@ typedef struct {
     const char *detail, *worker_id, *backend, *compiler, *kernel_hash;
     const char *versions;            /* the measuring worker's Hello.versions; NULL or "" stores NULL */
     double up_us, down_us;           /* GEMM1 / GEMM2 alone, medians; 0 = not measured */
+    double timed_us;                 /* GPU time in the measurement's timed kernels */
     int64_t created;                 /* wall-clock seconds */
 } store_result_t;
 
@@ -155,6 +156,9 @@ int store_sweep_result_counts(store_t *s, uint64_t sweep_id, uint64_t *done, uin
 /* Racing: per (shape, batch size, GPU name) of a sweep, the lowest committed ok median. */
 typedef int (*store_best_fn)(void *ctx, uint64_t shape_id, uint32_t batch_size, const char *gpu, double median_us);
 int store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx);
+/* GPU busy: the sweep's timed kernel time (sum of results.timed_us) and, through cb, the
+ * devices that measured it. */
+int store_sweep_gpu_time(store_t *s, uint64_t sweep_id, double *timed_us, store_id_cb cb, void *ctx);
 /* The GPU model name (devices.name) a sweep is measured on: that of its first stored
  * result, else of the first of its jobs' holders known to the store. MT_NOTFOUND when
  * none has been leased yet. */

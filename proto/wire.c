@@ -122,8 +122,8 @@ static const char *validate(const wire_env_t *env) {
             if ((m->status == MOETUNE__STATUS__STATUS_OK || m->status == MOETUNE__STATUS__STATUS_PRUNED) &&
                 !(m->median_us > 0 && m->min_us > 0 && m->mean_us > 0))
                 return "result: ok or pruned measurement with a zero latency";
-            if (!latency_ok(m->up_us) || !latency_ok(m->down_us))
-                return "result: negative or non-finite up_us/down_us";
+            if (!latency_ok(m->up_us) || !latency_ok(m->down_us) || !latency_ok(m->timed_us))
+                return "result: negative or non-finite up_us/down_us/timed_us";
             if (!str_ok(m->detail)) return "result: detail too long";
         }
         return NULL;

@@ -71,6 +71,7 @@ typedef struct {
     double median_us, min_us, mean_us, stddev_us;
     uint32_t samples;
     double up_us, down_us;      /* GEMM1 / GEMM2 timed alone, medians; 0 = not measured */
+    double timed_us;            /* GPU time in its timed kernels, all samples (the GPU-busy numerator) */
     char detail[160];
 } wrk_meas_t;
 

@@ -820,6 +820,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     double mean = sum / n, var = sum2 / n - mean * mean;
     qsort(samples, n, sizeof *samples, cmp_double);
     out->status = pruned ? WCU_ST_PRUNED : WCU_ST_OK;
+    out->timed_us = sum * LAYERS_PER_GRAPH;
     out->samples = n;
     out->mean_us = mean;
     out->stddev_us = var > 0 ? sqrt(var * n / (n > 1 ? n - 1 : 1)) : 0;

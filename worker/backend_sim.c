@@ -324,6 +324,7 @@ static double sample_one(double lat_us, double scale, uint64_t stream, const wrk
     double mean = sum / n, var = n > 1 ? (sumsq - n * mean * mean) / (n - 1) : 0.0;
     qsort(buf, n, sizeof *buf, cmp_double);
     out->status = pruned ? MOETUNE__STATUS__STATUS_PRUNED : MOETUNE__STATUS__STATUS_OK;
+    out->timed_us = sum;
     out->samples = n;
     out->mean_us = mean;
     out->stddev_us = var > 0 ? sqrt(var) : 0.0;
@@ -512,6 +513,7 @@ static int sim_measure(void *state, const krn_shape_t *shape, const krn_config_t
         /* --sim-faults slowdown=X: the same draws as without it, X times slower */
         double f = st->faults.slowdown > 0 ? st->faults.slowdown : 1.0;
         spent_s += sample_one(lat, f, stream, m, i, buf, &out[i]);
+        out[i].timed_us *= st->time_scale; /* the time it really spends: none at time scale 0 */
     }
     free(buf);
     sleep_s(st->time_scale * spent_s);

@@ -637,10 +637,11 @@ static int take_reply(json_t *j, uint64_t id, uint32_t bs, wrk_meas_t *m, char *
     m->status = status;
     /* a pruned config carries the statistics of the samples it got, like an ok one */
     if (status == MOETUNE__STATUS__STATUS_OK || status == MOETUNE__STATUS__STATUS_PRUNED) {
-        static const char *const keys[] = {"median_us", "min_us", "mean_us", "stddev_us", "up_us", "down_us"};
-        double *dst[] = {&m->median_us, &m->min_us, &m->mean_us, &m->stddev_us, &m->up_us, &m->down_us};
+        static const char *const keys[] = {"median_us", "min_us",  "mean_us",
+                                           "stddev_us", "up_us",   "down_us", "timed_us"};
+        double *dst[] = {&m->median_us, &m->min_us, &m->mean_us, &m->stddev_us, &m->up_us, &m->down_us, &m->timed_us};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-            /* up/down are optional (0 = not measured), the rest are not */
+            /* up/down/timed are optional (0 = not measured), the rest are not */
             if (get_num(j, keys[i], i >= 4 ? 0.0 : -1.0, dst[i])) {
                 mt_fmt(bad, badlen, "missing or non-finite %s at batch size %u", keys[i], bs);
                 return MT_INVAL;

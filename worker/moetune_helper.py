@@ -907,6 +907,15 @@ class Measurer:
         return stats(samples), False
 
     def one(self, shape, cfg, bs, m, split, best_us=0.0):
+        """One (config, batch size): a reply line without id and bs. ok and pruned replies carry
+        timed_us, the GPU time of their timed replays."""
+        t0 = self.timed_s
+        res = self._one(shape, cfg, bs, m, split, best_us)
+        if res.get("status") in ("ok", "pruned"):
+            res["timed_us"] = round((self.timed_s - t0) * 1e6, 3)
+        return res
+
+    def _one(self, shape, cfg, bs, m, split, best_us):
         torch = self.torch
         L = self.inputs(shape, bs, m["seed"])
         try:

@@ -250,6 +250,7 @@ static int emit_result(wrk_parent_t *p, pjob_t *j, size_t ci, const wrk_meas_t *
             ms[i].up_us = meas[i].up_us;
             ms[i].down_us = meas[i].down_us;
         }
+        ms[i].timed_us = meas[i].timed_us;
         ms[i].detail = (char *)meas[i].detail;
         pm[i] = &ms[i];
     }

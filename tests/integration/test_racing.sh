@@ -58,3 +58,15 @@ first=$(q "$T/on.db" "SELECT COUNT(DISTINCT c.block_m) FROM configs c JOIN job_c
         WHERE jc.job_id = (SELECT MIN(id) FROM jobs)")
 [ "$first" = "$n_bm" ] || fail "the first job covers $first of $n_bm BLOCK_SIZE_M values"
 pass "the first job covers all $n_bm BLOCK_SIZE_M values"
+
+# GPU busy: with the sim sleeping its simulated time (time scale 1), the committed results carry
+# their timed kernel time and the final progress line shows the fraction, between 1 and 100 %.
+"$M" tune --backend sim --workers 1 --sim-time-scale 1 --shape E=8,N=2048,K=4096,topk=2 --batch-sizes 4096 \
+  --block-m 64,128 --block-n 128 --block-k 64 --group-m 1 --num-warps 4 --num-stages 3 --min-samples 20 \
+  --db "$T/busy.db" --out "$T/busy" >"$T/busy.out" 2>"$T/busy.err" || { tail "$T/busy.err"; fail "tune (busy) exited $?"; }
+line=$(grep "done:" "$T/busy.err" | tail -n1)
+pct=$(echo "$line" | sed -n 's/.*GPU busy \([0-9]*\)%.*/\1/p')
+[ -n "$pct" ] && [ "$pct" -ge 1 ] && [ "$pct" -le 100 ] || fail "no GPU-busy fraction in the final line: $line"
+t=$(q "$T/busy.db" "SELECT SUM(timed_us) > 0 AND MIN(timed_us) > 0 FROM results WHERE status = 'ok'")
+[ "$t" = 1 ] || fail "ok rows without their timed_us"
+pass "GPU busy ${pct}% in tune's final line; every ok row carries its timed_us"

@@ -174,6 +174,17 @@ class Racing(unittest.TestCase):
         self.assertAlmostEqual(st["min_us"], 150.0)
         self.assertAlmostEqual(m.timed_s, 3.1e-3)
 
+    def test_one_reports_the_timed_gpu_time(self):
+        m = self.measurer([])
+        def fake(shape, cfg, bs, meas, split, best_us):
+            m.timed_s += 0.25e-3
+            return {"status": "pruned" if best_us else "ok", "median_us": 1.0}
+        m._one = fake
+        self.assertAlmostEqual(m.one({}, {}, 1, self.M, False)["timed_us"], 250.0)
+        self.assertAlmostEqual(m.one({}, {}, 1, self.M, False, 5.0)["timed_us"], 250.0)
+        m._one = lambda *a: {"status": "invalid", "detail": "x"}
+        self.assertNotIn("timed_us", m.one({}, {}, 1, self.M, False))
+
     def test_close_config_unknown_best_or_racing_off_is_sampled_fully(self):
         for best, margin in ((140.0, 0.2), (0.0, 0.2), (50.0, 0.0)):
             m, g = self.measurer([1.5] * 9), self.Graph()

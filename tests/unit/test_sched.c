@@ -341,6 +341,9 @@ static void test_racing_bests(void **state) {
     assert_int_equal(sched_status(f->s, 0, 5, &st), MT_OK);
     assert_int_equal(st.reply.sweeps[0]->results_pruned, 2);
     assert_int_equal(st.reply.sweeps[0]->results_failed, 0);
+    /* GPU busy: 4 committed measurements of 100 us timed each, on one device */
+    assert_true(st.reply.sweeps[0]->timed_s > 0.000399 && st.reply.sweeps[0]->timed_s < 0.000401);
+    assert_true(st.reply.sweeps[0]->gpu_busy > 0);
     sched_status_release(&st);
     /* restart: the bests come back from the committed rows */
     sched_on_bye(f->s, a, 5); /* job 3 goes back to pending */
@@ -350,6 +353,8 @@ static void test_racing_bests(void **state) {
     fx_start(f, 1000, 30000);
     assert_int_equal(sched_status(f->s, 0, 5, &st), MT_OK);
     assert_int_equal(st.reply.sweeps[0]->results_pruned, 2);
+    assert_true(st.reply.sweeps[0]->timed_s > 0.000399 && st.reply.sweeps[0]->timed_s < 0.000401);
+    assert_true(st.reply.sweeps[0]->gpu_busy > 0); /* the device came back from the rows */
     sched_status_release(&st);
     sched_worker_t *c = fx_hello(f, "C", "NVIDIA H200", 10);
     sched_on_ready(f->s, c, 1, 10);

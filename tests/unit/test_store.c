@@ -118,8 +118,9 @@ static void test_migrate_v1(void **state) {
                                " AND type = 'TEXT'"),
                      1);
     /* the same columns as a fresh v2 database, in the same order */
-    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results')"), 24);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results')"), 25); /* with v3's timed_us */
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'down_us'"), 23);
+    assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'timed_us'"), 24);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE median_us = 5.0 AND versions IS NULL"
                                " AND up_us IS NULL"),
                      1);
@@ -181,7 +182,7 @@ static void test_fresh_columns(void **state) {
     store_t *s = NULL;
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     store_close(&s);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results')"), 24);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results')"), 25);
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'down_us'"), 23);
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('workers') WHERE name = 'versions'"), 10);
 }

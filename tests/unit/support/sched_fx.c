@@ -138,6 +138,7 @@ int fx_result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t
         m[i].status = status;
         m[i].median_us = m[i].min_us = m[i].mean_us = 10.0 + i;
         m[i].samples = 10;
+        m[i].timed_us = 100.0;
     }
     r.job_id = job, r.lease_token = token, r.seq = seq, r.config_id = config;
     r.n_measurements = 2, r.measurements = pm;
