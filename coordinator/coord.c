@@ -476,6 +476,8 @@ static void metrics_refresh(coord_t *c, uint64_t now) {
     m.results_unacked = sched_pending(c->sched);
     m.storage_error = sched_storage_error(c->sched)[0] != '\0';
     m.auth_refused = sec_auth_refused(c->auth);
+    m.cap_refused[0] = c->refused[0];
+    m.cap_refused[1] = c->refused[1];
     metrics_publish(c->metrics, &m);
 }
 

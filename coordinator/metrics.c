@@ -114,8 +114,11 @@ char *metrics_render(metrics_t *m) {
     put(&b, "moetune_storage_error %d\n", s.storage_error ? 1 : 0);
     metric(&b, "moetune_bad_messages_total", "counter", "Messages refused: undecodable, too large, wrong version or body.");
     put(&b, "moetune_bad_messages_total %llu\n", (unsigned long long)s.c.bad_messages);
-    metric(&b, "moetune_connections_refused_total", "counter", "Connections refused by CURVE authentication.");
-    put(&b, "moetune_connections_refused_total %llu\n", (unsigned long long)s.auth_refused);
+    metric(&b, "moetune_connections_refused_total", "counter",
+           "Connections refused: by CURVE authentication, or closed over the worker or control socket's cap.");
+    put(&b, "moetune_connections_refused_total{reason=\"curve\"} %llu\n", (unsigned long long)s.auth_refused);
+    put(&b, "moetune_connections_refused_total{reason=\"worker_cap\"} %llu\n", (unsigned long long)s.cap_refused[0]);
+    put(&b, "moetune_connections_refused_total{reason=\"control_cap\"} %llu\n", (unsigned long long)s.cap_refused[1]);
     metric(&b, "moetune_commit_duration_seconds", "histogram", "Duration of one result batch commit (transaction included).");
     uint64_t cum = 0;
     for (size_t i = 0; i < N_BUCKETS; i++) {

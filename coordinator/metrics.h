@@ -27,6 +27,7 @@ typedef struct {
     uint64_t results_unacked;
     int storage_error;          /* the last commit failed */
     uint64_t auth_refused;      /* connections refused by CURVE */
+    uint64_t cap_refused[2];    /* connections closed over the worker / control socket's cap */
 } metrics_snapshot_t;
 
 /* Starts serving on "HOST:PORT" (HOST an IPv4 address, or * for all interfaces; PORT 0

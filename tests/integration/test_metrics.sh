@@ -44,6 +44,10 @@ done
 mid=$(val during moetune_results_committed_total)
 dbmid=$(sql "SELECT count(*) FROM results")
 [ "$mid" -le "$dbmid" ] || fail "metrics count $mid results, the database $dbmid (committed ones only)"
+# GPU busy while it runs: the sim workers sleep their timed samples (time scale 0.002), so the
+# running sweep's fraction is known and a fraction (0 < x <= 1 per GPU, 2 GPUs)
+busy=$(val during moetune_gpu_busy_ratio)
+awk -v b="${busy:-x}" 'BEGIN { exit !(b + 0 > 0 && b + 0 <= 2) }' || { grep gpu_busy "$T/during.prom"; fail "GPU busy '$busy' while running"; }
 pass "during the sweep: 2 workers alive, $(val during 'moetune_jobs{state="leased"}') jobs leased, $mid results committed (db $dbmid)"
 
 state=$(wait_sweep 1 300)
@@ -52,7 +56,7 @@ sleep 0.6   # one snapshot period
 scrape after
 rows=$(sql "SELECT count(*) FROM results")
 [ "$(val after moetune_results_committed_total)" = "$rows" ] || fail "committed $(val after moetune_results_committed_total) != $rows rows"
-for st in ok invalid compile_error launch_error wrong_result timeout crashed; do
+for st in ok invalid compile_error launch_error wrong_result timeout crashed pruned; do
   want=$(sql "SELECT count(*) FROM results WHERE status='$st'")
   got=$(val after "moetune_results_total{status=\"$st\"}")
   [ "$got" = "$want" ] || fail "status $st: metrics $got, database $want"
@@ -69,7 +73,7 @@ commits=$(val after moetune_commit_duration_seconds_count)
 inf=$(val after 'moetune_commit_duration_seconds_bucket{le="+Inf"}')
 [ "$commits" -gt 0 ] && [ "$inf" = "$commits" ] || fail "histogram: count $commits, +Inf bucket $inf"
 [ "$(val after moetune_storage_errors_total)" = 0 ] && [ "$(val after moetune_storage_error)" = 0 ] || fail "storage errors"
-[ "$(val after moetune_connections_refused_total)" = 0 ] || fail "refused connections without CURVE"
+[ "$(val after 'moetune_connections_refused_total{reason="curve"}')" = 0 ] && [ "$(val after 'moetune_connections_refused_total{reason="worker_cap"}')" = 0 ] || fail "refused connections without CURVE or a cap reached"
 pass "after the sweep: $rows results ($wrong wrong_result), jobs by state and statuses equal the database; $commits commits"
 
 # a refused message is counted
