@@ -70,7 +70,8 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
     zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     if (which == 0) c->workers = sock; else c->control = sock;
-    if (c->auth && sec_server_apply(c->auth, sock, c->o.curve, which ? "control" : "workers", err, errlen))
+    if (c->auth && sec_server_apply(c->auth, sock, c->o.curve, which ? "control" : "workers", c->max_conns[which],
+                                    err, errlen))
         return MT_ERR;
     if (zmq_bind(sock, ep) != 0) {
         mt_fmt(err, errlen, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
@@ -79,8 +80,8 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
     /* a peer that connects and never completes the handshake is dropped after 5 s */
     int hs = 5000;
     zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &hs, sizeof hs);
-    /* connection counting needs the socket's one monitor, which CURVE's authenticator holds
-     * (proto/secure.c): with CURVE, unauthenticated peers are dropped at their handshake */
+    /* connection counting needs the socket's one monitor: with CURVE the authenticator's
+     * watch holds it and enforces the cap (proto/secure.c), without it this one does */
     char mep[64];
     mt_fmt(mep, sizeof mep, "inproc://coord-mon-%p-%d", (void *)c, which);
     if (!c->auth && (zmq_socket_monitor(sock, mep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0 ||
@@ -476,8 +477,8 @@ static void metrics_refresh(coord_t *c, uint64_t now) {
     m.results_unacked = sched_pending(c->sched);
     m.storage_error = sched_storage_error(c->sched)[0] != '\0';
     m.auth_refused = sec_auth_refused(c->auth);
-    m.cap_refused[0] = c->refused[0];
-    m.cap_refused[1] = c->refused[1];
+    m.cap_refused[0] = c->auth ? sec_auth_cap_refused(c->auth, 0) : c->refused[0];
+    m.cap_refused[1] = c->auth ? sec_auth_cap_refused(c->auth, 1) : c->refused[1];
     metrics_publish(c->metrics, &m);
 }
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -263,6 +264,8 @@ struct sec_auth {
     void *mon[MAX_WATCH];
     char mon_ep[MAX_WATCH][64];
     char label[MAX_WATCH][32];
+    uint32_t conns[MAX_WATCH], max_conns[MAX_WATCH]; /* the auth thread's */
+    atomic_uint_fast64_t cap_refused[MAX_WATCH];
     int n_watch;
     /* per (socket, reason) slot, so one kind of refusal never hides another; the last slot is ZAP's */
     uint64_t last_log_ms[N_LOG_SLOTS];
@@ -443,7 +446,8 @@ static const struct {
 _Static_assert(sizeof g_protocol_errors / sizeof g_protocol_errors[0] == N_REASONS - 1,
                "one log slot per protocol error, plus one for no detail");
 
-/* One monitor event: a handshake that failed before ZAP could look at it. */
+/* One monitor event: a connection opened or closed (counted against the cap), or a
+ * handshake that failed before ZAP could look at it. */
 static void monitor_handle(sec_auth_t *a, int i) {
     zmq_msg_t f[2];
     int n = recv_frames(a->mon[i], f, 2);
@@ -454,6 +458,15 @@ static void monitor_handle(sec_auth_t *a, int i) {
         uint32_t value;
         memcpy(&event, d, 2);
         memcpy(&value, d + 2, 4);
+        if (event == ZMQ_EVENT_DISCONNECTED && a->conns[i]) a->conns[i]--;
+        /* over the cap: shut the accepted descriptor down at once; libzmq then drops it */
+        if (event == ZMQ_EVENT_ACCEPTED && ++a->conns[i] > a->max_conns[i] && a->max_conns[i]) {
+            shutdown((int)value, SHUT_RDWR);
+            if (atomic_fetch_add(&a->cap_refused[i], 1) % 100 == 0)
+                log_at(MT_LOG_WARN, "%s socket: %u connections, over its limit of %u: refusing new ones "
+                       "(%llu refused so far)", a->label[i], a->conns[i] - 1, a->max_conns[i],
+                       (unsigned long long)atomic_load(&a->cap_refused[i]));
+        }
         /* A client refused by ZAP hangs up (ECONNRESET): counted by the ZAP handler. A
          * client with a wrong server key shows as a failure without detail. */
         bool counted = event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
@@ -549,8 +562,8 @@ out:
     return rc;
 }
 
-int sec_server_apply(sec_auth_t *a, void *sock, const sec_cert_t *self, const char *label, char *err,
-                     size_t errlen) {
+int sec_server_apply(sec_auth_t *a, void *sock, const sec_cert_t *self, const char *label, uint32_t max_conns,
+                     char *err, size_t errlen) {
     int on = 1;
     if (!self || !self->has_secret) {
         mt_fmt(err, errlen, "CURVE server needs its key pair");
@@ -568,7 +581,10 @@ int sec_server_apply(sec_auth_t *a, void *sock, const sec_cert_t *self, const ch
     }
     int i = a->n_watch;
     snprintf(a->label[i], sizeof a->label[i], "%s", label ? label : "?");
-    if (zmq_socket_monitor(sock, a->mon_ep[i], ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+    a->max_conns[i] = max_conns;
+    if (zmq_socket_monitor(sock, a->mon_ep[i],
+                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                               ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
         mt_fmt(err, errlen, "socket monitor: %s", zmq_strerror(zmq_errno()));
         return MT_ERR;
     }
@@ -577,6 +593,10 @@ int sec_server_apply(sec_auth_t *a, void *sock, const sec_cert_t *self, const ch
 }
 
 uint64_t sec_auth_refused(const sec_auth_t *a) { return a ? atomic_load(&a->refused) : 0; }
+
+uint64_t sec_auth_cap_refused(const sec_auth_t *a, int i) {
+    return a && i >= 0 && i < MAX_WATCH ? atomic_load(&a->cap_refused[i]) : 0;
+}
 
 size_t sec_auth_keys(const sec_auth_t *a) { return a ? atomic_load(&a->n_keys_pub) : 0; }
 

@@ -63,10 +63,15 @@ int sec_auth_new(void *ctx, const char *allow_dir, sec_auth_t **out, char *err, 
 
 /* Makes sock (not yet bound; created in the authenticator's context) a CURVE
  * server with key pair self in the ZAP domain, and watches it for failed
- * handshakes; label names it in logs ("workers"). At most 4 sockets. MT_OK, or
- * MT_ERR / MT_INVAL with a reason in err. */
-int sec_server_apply(sec_auth_t *a, void *sock, const sec_cert_t *self, const char *label, char *err,
-                     size_t errlen);
+ * handshakes; label names it in logs ("workers"). The same watch (a socket has one
+ * monitor) counts its open connections and shuts down those over max_conns (0 = no
+ * cap). At most 4 sockets. MT_OK, or MT_ERR / MT_INVAL with a reason in err. */
+int sec_server_apply(sec_auth_t *a, void *sock, const sec_cert_t *self, const char *label, uint32_t max_conns,
+                     char *err, size_t errlen);
+
+/* Connections the watch of socket number i (in sec_server_apply order) shut down over
+ * its cap so far; any thread. */
+uint64_t sec_auth_cap_refused(const sec_auth_t *a, int i);
 
 /* Connections refused so far (ZAP denials and failed handshakes); any thread. */
 uint64_t sec_auth_refused(const sec_auth_t *a);

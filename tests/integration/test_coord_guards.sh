@@ -89,9 +89,10 @@ pass "plain all-interfaces bind warned: $(grep -o 'WARNING.*' "$T/open-bind.log"
 # 6. a leftover running sweep is named, not measured silently ahead of the one asked for
 DB=$T/left.db
 start_coordinator
-# 32 configs: enough that tune's worker cannot finish it before tune's own submit arrives
+# 256 configs: enough that tune's worker (sleeping its simulated time) cannot finish it before
+# tune's own submit arrives
 "$BIN/moetune" submit --control "$CEP" --name leftover --shape E=8,N=256,K=256,topk=2 --batch-sizes 1,2 \
-  --block-m 16 --block-n 64 --block-k 64 --group-m 1,16,32,64 --num-warps 4,8 --num-stages 2,3,4,5 \
+  --block-m 16 --block-n 32,64,128,256 --block-k 64,128 --group-m 1,16,32,64 --num-warps 4,8 --num-stages 2,3,4,5 \
   >"$T/sub1.out" 2>"$T/sub1.err"
 ! grep -q "queued behind" "$T/sub1.err" || fail "the first sweep is said to wait"
 "$BIN/moetune" submit --control "$CEP" --name second --shape E=8,N=512,K=256,topk=2 --batch-sizes 1 \
@@ -149,6 +150,24 @@ if command -v python3 >/dev/null; then
   grep -q "worker socket: .* connections, over its limit of 128: refusing new ones" "$T/flood-coord.log" \
     || { cat "$T/flood-coord.log" | tail; fail "flood: refusals not logged"; }
   pass "flood under ulimit -n 256: control answered; $(cat "$T/flood.out")"
+  # 9. the same cap with CURVE on: the authenticator's watch holds the socket's one monitor and
+  # enforces it (raw connections over the cap are shut down at once and logged)
+  K=$T/keys; mkdir -p "$K" "$T/allow"
+  for n in coordinator worker; do "$BIN/moetune" keygen --out "$K" --name $n >/dev/null || fail "keygen $n"; done
+  cp "$K/worker.pub" "$T/allow/"
+  DB=$T/flood-curve.db
+  "$C" --db "$DB" --bind "$WEP" --control "$CEP" --max-connections 20 --curve-secret "$K/coordinator.key" \
+    --curve-allow "$T/allow" >>"$T/flood-curve.log" 2>&1 &
+  FPID=$!
+  wait_log "$T/flood-curve.log" "coordinator on" 10 || { cat "$T/flood-curve.log"; kill_quiet $FPID; fail "curve flood: no start"; }
+  # 60 idle connections that never start the handshake (a CURVE-less greeting is refused at once)
+  python3 -c 'import socket, sys, time
+s = [socket.create_connection(("127.0.0.1", int(sys.argv[1]))) for _ in range(60)]
+time.sleep(2)' "$WPORT" || fail "curve flood: could not connect"
+  kill_quiet $FPID
+  grep -q "workers socket: .* connections, over its limit of 20: refusing new ones" "$T/flood-curve.log" \
+    || { tail "$T/flood-curve.log"; fail "curve flood: the cap was not enforced"; }
+  pass "with CURVE on, the worker socket's cap of 20 refused and logged the flood's extra connections"
 else
   echo "skip: no python3 for the connection flood"
 fi

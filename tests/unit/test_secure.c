@@ -172,8 +172,8 @@ static void test_server_and_clients(void **state) {
     void *server = zmq_socket(ctx, ZMQ_ROUTER);
     int linger = 0;
     zmq_setsockopt(server, ZMQ_LINGER, &linger, sizeof linger);
-    assert_int_equal(sec_server_apply(a, server, &srv, "test", err, sizeof err), MT_OK);
-    assert_int_equal(sec_server_apply(a, server, &srv_pub, "test", err, sizeof err), MT_INVAL);
+    assert_int_equal(sec_server_apply(a, server, &srv, "test", 0, err, sizeof err), MT_OK);
+    assert_int_equal(sec_server_apply(a, server, &srv_pub, "test", 0, err, sizeof err), MT_INVAL);
     assert_int_equal(zmq_bind(server, "tcp://127.0.0.1:*"), 0);
     char ep[128];
     size_t eplen = sizeof ep;
