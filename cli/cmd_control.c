@@ -235,14 +235,15 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
                jobs, s->rate);
     }
     if (r->n_sweeps == 0) printf("(no sweeps)\n");
-    for (size_t i = 0; i < r->n_sweeps; i++)
-        if (r->sweeps[i]->results_pruned)
+    for (size_t i = 0; i < r->n_sweeps; i++) {
+        const Moetune__SweepStatus *s = r->sweeps[i];
+        if (s->results_pruned)
             printf("sweep %llu: %llu results pruned by racing (kept, never exported)\n",
-                   (unsigned long long)r->sweeps[i]->sweep_id, (unsigned long long)r->sweeps[i]->results_pruned);
-    for (size_t i = 0; i < r->n_sweeps; i++)
-        if (r->sweeps[i]->gpu_busy > 0)
-            printf("sweep %llu: GPU busy %.0f%% (%.1f s in timed kernels)\n", (unsigned long long)r->sweeps[i]->sweep_id,
-                   100.0 * r->sweeps[i]->gpu_busy, r->sweeps[i]->timed_s);
+                   (unsigned long long)s->sweep_id, (unsigned long long)s->results_pruned);
+        if (s->gpu_busy > 0)
+            printf("sweep %llu: GPU busy %.0f%% (%.1f s in timed kernels)\n", (unsigned long long)s->sweep_id,
+                   100.0 * s->gpu_busy, s->timed_s);
+    }
     if (r->counters && r->counters->auth_refused)
         printf("connections refused by CURVE: %llu\n", (unsigned long long)r->counters->auth_refused);
     const Moetune__Counters *c = r->counters;

@@ -9,6 +9,7 @@
 #include "lookup.h"
 #include "mt.h"
 #include "query.h"
+#include "store.h"
 
 int cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen) {
     int rc = MT_OK;
@@ -50,8 +51,20 @@ out:
     return rc;
 }
 
-static const char *const k_statuses[] = {"ok", "invalid", "compile_error", "launch_error",
-                                         "wrong_result", "timeout", "crashed", "pruned"};
+/* Whether name is a results.status the store writes (store_status_name's table); names
+ * them all into list for the usage line. */
+static bool known_status(const char *name, char *list, size_t len) {
+    bool known = false;
+    size_t used = 0;
+    list[0] = '\0';
+    for (int v = MOETUNE__STATUS__STATUS_UNKNOWN + 1; v <= MOETUNE__STATUS__STATUS_PRUNED; v++) {
+        const char *n = store_status_name(v);
+        if (!n) continue;
+        known = known || strcmp(name, n) == 0;
+        used += (size_t)snprintf(list + used, used < len ? len - used : 0, "%s%s", used ? ", " : "", n);
+    }
+    return known;
+}
 
 typedef struct {
     bool json;
@@ -204,10 +217,9 @@ int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
     f.best = o->best;
     if (o->shape && cli_parse_shape_filter(o->shape, &f, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
     if (o->status) {
-        bool known = false;
-        for (size_t i = 0; i < sizeof k_statuses / sizeof k_statuses[0]; i++)
-            known = known || strcmp(o->status, k_statuses[i]) == 0;
-        if (!known) return cli_usage(cmd, "--status: not one of ok, invalid, compile_error, launch_error, wrong_result, timeout, crashed, pruned");
+        char list[200], msg[260];
+        if (!known_status(o->status, list, sizeof list))
+            return cli_usage(cmd, mt_fmt(msg, sizeof msg, "--status: not one of %s", list));
         if (o->best && strcmp(o->status, "ok") != 0) return cli_usage(cmd, "--best picks among ok results only");
         snprintf(f.status, sizeof f.status, "%s", o->status);
     }

@@ -46,14 +46,14 @@ void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive,
     char eta[32];
     if (done >= total && total) snprintf(eta, sizeof eta, "0s");
     else fmt_eta(st->rate > 0 ? (double)(total - done) / st->rate : -1.0, eta, sizeof eta);
-    char pruned[80] = "";
+    char racing[80] = ""; /* ", N pruned, GPU busy P%" when known */
     if (st->results_pruned)
-        snprintf(pruned, sizeof pruned, ", %llu pruned", (unsigned long long)st->results_pruned);
+        snprintf(racing, sizeof racing, ", %llu pruned", (unsigned long long)st->results_pruned);
     if (st->gpu_busy > 0)
-        snprintf(pruned + strlen(pruned), sizeof pruned - strlen(pruned), ", GPU busy %.0f%%", 100.0 * st->gpu_busy);
+        snprintf(racing + strlen(racing), sizeof racing - strlen(racing), ", GPU busy %.0f%%", 100.0 * st->gpu_busy);
     snprintf(buf, len, "sweep %llu %s: %llu/%llu results (%.1f%%), %.0f/s, ETA %s, %llu failed%s, jobs %u/%u done%s%s, %u workers",
              (unsigned long long)st->sweep_id, st->state ? st->state : "?", (unsigned long long)done,
-             (unsigned long long)total, pct, st->rate, eta, (unsigned long long)st->results_failed, pruned,
+             (unsigned long long)total, pct, st->rate, eta, (unsigned long long)st->results_failed, racing,
              st->jobs_done, st->jobs_total, st->jobs_failed ? ", jobs failed " : "",
              st->jobs_failed ? "yes" : "", workers_alive);
 }

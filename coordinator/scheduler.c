@@ -507,8 +507,15 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
         sw->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
         plan_measure(spec, &sw->measure);
     }
-    rc = store_sweep_result_counts(s->db, sw->id, &sw->done, &sw->failed, &sw->pruned);
-    if (!rc) rc = store_sweep_gpu_time(s->db, sw->id, &sw->timed_us, load_device, sw);
+    store_sweep_counts_t rows;
+    rc = store_sweep_result_counts(s->db, sw->id, &rows);
+    if (!rc) {
+        sw->done = rows.done;
+        sw->failed = rows.failed;
+        sw->pruned = rows.pruned;
+        sw->timed_us = rows.timed_us;
+        rc = store_sweep_devices_each(s->db, sw->id, load_device, sw);
+    }
     if (rc) goto out;
     if (grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps)) {
         rc = MT_NOMEM;

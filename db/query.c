@@ -256,21 +256,25 @@ static void row_from(sqlite3_stmt *st, dbq_result_t *r) {
     col_text(st, i++, r->routing_source, sizeof r->routing_source);
 }
 
+/* Steps st once: true with a row ready; false at the end, or on a failure with *rc set
+ * and the reason in err. Every walk below is `while (rc == MT_OK && next_row(...))`. */
+static bool next_row(dbq_t *q, sqlite3_stmt *st, int *rc, char *err, size_t errlen) {
+    int s = sqlite3_step(st);
+    if (s == SQLITE_ROW) return true;
+    if (s != SQLITE_DONE) {
+        mt_fmt(err, errlen, "query failed: %s", sqlite3_errmsg(q->db));
+        *rc = s == SQLITE_BUSY ? MT_BUSY : MT_ERR;
+    }
+    return false;
+}
+
 /* Steps st to the end, handing each row to fn. */
 static int walk(dbq_t *q, sqlite3_stmt *st, dbq_result_fn fn, void *ctx, char *err, size_t errlen) {
     int rc = MT_OK;
     dbq_result_t row;
-    for (;;) {
-        int s = sqlite3_step(st);
-        if (s == SQLITE_DONE) break;
-        if (s != SQLITE_ROW) {
-            mt_fmt(err, errlen, "query failed: %s", sqlite3_errmsg(q->db));
-            rc = s == SQLITE_BUSY ? MT_BUSY : MT_ERR;
-            break;
-        }
+    while (rc == MT_OK && next_row(q, st, &rc, err, errlen)) {
         row_from(st, &row);
         rc = fn(ctx, &row);
-        if (rc != 0) break;
     }
     return rc;
 }
@@ -340,15 +344,7 @@ int dbq_coverage(dbq_t *q, const dbq_select_t *sel, dbq_coverage_fn fn, void *ct
     int rc = prepare(q, k_sql_coverage, &st, err, errlen);
     if (rc != MT_OK) return rc;
     rc = bind_sweeps(st, sel);
-    for (;;) {
-        if (rc != MT_OK) break;
-        int s = sqlite3_step(st);
-        if (s == SQLITE_DONE) break;
-        if (s != SQLITE_ROW) {
-            mt_fmt(err, errlen, "query failed: %s", sqlite3_errmsg(q->db));
-            rc = s == SQLITE_BUSY ? MT_BUSY : MT_ERR;
-            break;
-        }
+    while (rc == MT_OK && next_row(q, st, &rc, err, errlen)) {
         dbq_coverage_t c;
         memset(&c, 0, sizeof c);
         c.sweep_id = (uint64_t)sqlite3_column_int64(st, 0);
@@ -371,14 +367,7 @@ int dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *er
     if (rc != MT_OK) return rc;
     if (state) sqlite3_bind_text(st, 1, state, -1, SQLITE_TRANSIENT);
     else sqlite3_bind_null(st, 1);
-    for (;;) {
-        int s = sqlite3_step(st);
-        if (s == SQLITE_DONE) break;
-        if (s != SQLITE_ROW) {
-            mt_fmt(err, errlen, "query failed: %s", sqlite3_errmsg(q->db));
-            rc = s == SQLITE_BUSY ? MT_BUSY : MT_ERR;
-            break;
-        }
+    while (rc == MT_OK && next_row(q, st, &rc, err, errlen)) {
         dbq_sweep_t w;
         memset(&w, 0, sizeof w);
         w.id = (uint64_t)sqlite3_column_int64(st, 0);
@@ -390,7 +379,6 @@ int dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *er
         w.spec = sqlite3_column_blob(st, 6);
         w.spec_len = (size_t)sqlite3_column_bytes(st, 6);
         rc = fn(ctx, &w);
-        if (rc != 0) break;
     }
     sqlite3_finalize(st);
     return rc;

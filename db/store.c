@@ -135,7 +135,7 @@ enum {
     ST_RESULT_INSERT, ST_CRASH_BUMP, ST_CRASH_COUNT,
     ST_ROUTING_INSERT, ST_SWEEPS, ST_JOBS_OPEN, ST_JOB_CONFIGS, ST_SHAPE_GET, ST_CONFIG_GET,
     ST_RESULT_COUNT, ST_SWEEP_RESULT_COUNTS, ST_JOB_STATE_COUNTS, ST_SWEEP_BESTS, ST_SWEEP_DEVICE,
-    ST_SWEEP_TIMED, ST_SWEEP_DEVICES,
+    ST_SWEEP_DEVICES,
     ST_COUNT
 };
 
@@ -212,10 +212,9 @@ static const char *const g_sql[ST_COUNT] = {
     [ST_RESULT_COUNT] =
         "SELECT COUNT(*) FROM results WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3",
     [ST_SWEEP_RESULT_COUNTS] =
-        "SELECT COUNT(*), COALESCE(SUM(status NOT IN ('ok', 'pruned')), 0), COALESCE(SUM(status = 'pruned'), 0)"
-        " FROM results WHERE sweep_id = ?1",
+        "SELECT COUNT(*), COALESCE(SUM(status NOT IN ('ok', 'pruned')), 0), COALESCE(SUM(status = 'pruned'), 0),"
+        " COALESCE(SUM(timed_us), 0) FROM results WHERE sweep_id = ?1",
     [ST_JOB_STATE_COUNTS] = "SELECT state, COUNT(*) FROM jobs WHERE sweep_id = ?1 GROUP BY state",
-    [ST_SWEEP_TIMED] = "SELECT COALESCE(SUM(timed_us), 0) FROM results WHERE sweep_id = ?1",
     [ST_SWEEP_DEVICES] = "SELECT DISTINCT device_id FROM results WHERE sweep_id = ?1 AND device_id IS NOT NULL",
     [ST_SWEEP_BESTS] = "SELECT r.shape_id, r.batch_size, d.name, MIN(r.median_us) FROM results r"
                        " JOIN devices d ON d.id = r.device_id WHERE r.sweep_id = ?1 AND r.status = 'ok'"
@@ -826,23 +825,19 @@ int store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_
 }
 
 static int counts_row(sqlite3_stmt *st, void *cb, void *ctx) {
-    uint64_t *v = ctx;
-    v[0] = (uint64_t)sqlite3_column_int64(st, 0);
-    v[1] = (uint64_t)sqlite3_column_int64(st, 1);
-    v[2] = (uint64_t)sqlite3_column_int64(st, 2);
+    (void)cb;
+    store_sweep_counts_t *c = ctx;
+    c->done = (uint64_t)sqlite3_column_int64(st, 0);
+    c->failed = (uint64_t)sqlite3_column_int64(st, 1);
+    c->pruned = (uint64_t)sqlite3_column_int64(st, 2);
+    c->timed_us = sqlite3_column_double(st, 3);
     return MT_OK;
 }
 
-int store_sweep_result_counts(store_t *s, uint64_t sweep_id, uint64_t *done, uint64_t *failed, uint64_t *pruned) {
-    uint64_t v[3] = {0, 0, 0};
+int store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep_counts_t *out) {
+    memset(out, 0, sizeof *out);
     sqlite3_bind_int64(s->st[ST_SWEEP_RESULT_COUNTS], 1, (int64_t)sweep_id);
-    int rc = each(s, ST_SWEEP_RESULT_COUNTS, counts_row, NULL, v);
-    if (!rc) {
-        *done = v[0];
-        *failed = v[1];
-        if (pruned) *pruned = v[2];
-    }
-    return rc;
+    return each(s, ST_SWEEP_RESULT_COUNTS, counts_row, NULL, out);
 }
 
 static int best_row(sqlite3_stmt *st, void *cb, void *ctx) {
@@ -851,17 +846,7 @@ static int best_row(sqlite3_stmt *st, void *cb, void *ctx) {
                                gpu ? gpu : "", sqlite3_column_double(st, 3));
 }
 
-static int double_row(sqlite3_stmt *st, void *cb, void *ctx) {
-    (void)cb;
-    *(double *)ctx = sqlite3_column_double(st, 0);
-    return MT_OK;
-}
-
-int store_sweep_gpu_time(store_t *s, uint64_t sweep_id, double *timed_us, store_id_cb cb, void *ctx) {
-    *timed_us = 0;
-    sqlite3_bind_int64(s->st[ST_SWEEP_TIMED], 1, (int64_t)sweep_id);
-    int rc = each(s, ST_SWEEP_TIMED, double_row, NULL, timed_us);
-    if (rc) return rc;
+int store_sweep_devices_each(store_t *s, uint64_t sweep_id, store_id_cb cb, void *ctx) {
     sqlite3_bind_int64(s->st[ST_SWEEP_DEVICES], 1, (int64_t)sweep_id);
     return each(s, ST_SWEEP_DEVICES, id_row, (void *)cb, ctx);
 }

@@ -150,15 +150,19 @@ int store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape);
 int store_config_get(store_t *s, uint64_t id, krn_config_t *cfg);
 /* Committed rows of (sweep, shape, config). */
 int store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n);
-/* Committed rows of a sweep, how many failed (a status other than ok and pruned) and
- * how many racing pruned (pruned may be NULL). */
-int store_sweep_result_counts(store_t *s, uint64_t sweep_id, uint64_t *done, uint64_t *failed, uint64_t *pruned);
+/* What a sweep's committed rows add up to, in one pass over them. */
+typedef struct {
+    uint64_t done;      /* rows */
+    uint64_t failed;    /* a status other than ok and pruned */
+    uint64_t pruned;    /* racing's */
+    double timed_us;    /* GPU time in their timed kernels */
+} store_sweep_counts_t;
+int store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep_counts_t *out);
 /* Racing: per (shape, batch size, GPU name) of a sweep, the lowest committed ok median. */
 typedef int (*store_best_fn)(void *ctx, uint64_t shape_id, uint32_t batch_size, const char *gpu, double median_us);
 int store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx);
-/* GPU busy: the sweep's timed kernel time (sum of results.timed_us) and, through cb, the
- * devices that measured it. */
-int store_sweep_gpu_time(store_t *s, uint64_t sweep_id, double *timed_us, store_id_cb cb, void *ctx);
+/* Calls cb for every device that committed results to the sweep (GPU busy's GPUs). */
+int store_sweep_devices_each(store_t *s, uint64_t sweep_id, store_id_cb cb, void *ctx);
 /* The GPU model name (devices.name) a sweep is measured on: that of its first stored
  * result, else of the first of its jobs' holders known to the store. MT_NOTFOUND when
  * none has been leased yet. */

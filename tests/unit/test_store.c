@@ -246,10 +246,10 @@ static void test_idempotent_result(void **state) {
     uint32_t n = 0;
     assert_int_equal(store_result_count(s, sweep, shape, cfg, &n), MT_OK);
     assert_int_equal(n, 1);
-    uint64_t done = 0, failed = 0;
-    assert_int_equal(store_sweep_result_counts(s, sweep, &done, &failed, NULL), MT_OK);
-    assert_int_equal(done, 1);
-    assert_int_equal(failed, 0);
+    store_sweep_counts_t rows;
+    assert_int_equal(store_sweep_result_counts(s, sweep, &rows), MT_OK);
+    assert_int_equal(rows.done, 1);
+    assert_int_equal(rows.failed, 0);
     store_close(&s);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 1);
     assert_int_equal(query_int("SELECT CAST(median_us * 10 AS INTEGER) FROM results"), 125);
