@@ -2,15 +2,13 @@
 #include "race.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "mt.h"
 
 typedef struct {
-    uint64_t sweep_id, shape_id, gpu_hash;
+    uint64_t sweep_id, shape_id;
     uint32_t bs;
     double best_us;
-    char *gpu;
 } race_entry_t;
 
 struct race {
@@ -18,38 +16,27 @@ struct race {
     size_t n, cap;
 };
 
-static uint64_t hash_str(const char *p) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; p && *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    return h;
-}
-
 race_t *race_new(void) { return calloc(1, sizeof(race_t)); }
 
 void race_free(race_t **pr) {
     if (!pr || !*pr) return;
-    race_t *r = *pr;
-    for (size_t i = 0; i < r->n; i++) free(r->e[i].gpu);
-    free(r->e);
-    free(r);
+    free((*pr)->e);
+    free(*pr);
     *pr = NULL;
 }
 
-/* A few hundred entries at most (sweeps x shapes x batch sizes x GPU classes): a scan. */
-static race_entry_t *find(const race_t *r, uint64_t sweep_id, uint64_t shape_id, const char *gpu, uint32_t bs) {
-    uint64_t h = hash_str(gpu);
+/* A few hundred entries at most (running sweeps x shapes x batch sizes): a scan. */
+static race_entry_t *find(const race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs) {
     for (size_t i = 0; i < r->n; i++) {
         race_entry_t *e = &r->e[i];
-        if (e->sweep_id == sweep_id && e->shape_id == shape_id && e->bs == bs && e->gpu_hash == h &&
-            strcmp(e->gpu, gpu ? gpu : "") == 0)
-            return e;
+        if (e->sweep_id == sweep_id && e->shape_id == shape_id && e->bs == bs) return e;
     }
     return NULL;
 }
 
-int race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, const char *gpu, uint32_t bs, double median_us) {
+int race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs, double median_us) {
     if (!(median_us > 0)) return MT_OK;
-    race_entry_t *e = find(r, sweep_id, shape_id, gpu, bs);
+    race_entry_t *e = find(r, sweep_id, shape_id, bs);
     if (e) {
         if (median_us < e->best_us) e->best_us = median_us;
         return MT_OK;
@@ -61,25 +48,19 @@ int race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, const char *gpu, 
         r->e = a;
         r->cap = cap;
     }
-    char *g = strdup(gpu ? gpu : "");
-    if (!g) return MT_NOMEM;
-    r->e[r->n++] = (race_entry_t){sweep_id, shape_id, hash_str(gpu), bs, median_us, g};
+    r->e[r->n++] = (race_entry_t){sweep_id, shape_id, bs, median_us};
     return MT_OK;
 }
 
-double race_best(const race_t *r, uint64_t sweep_id, uint64_t shape_id, const char *gpu, uint32_t bs) {
-    const race_entry_t *e = r ? find(r, sweep_id, shape_id, gpu, bs) : NULL;
+double race_best(const race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs) {
+    const race_entry_t *e = r ? find(r, sweep_id, shape_id, bs) : NULL;
     return e ? e->best_us : 0.0;
 }
 
 void race_forget(race_t *r, uint64_t sweep_id) {
     size_t k = 0;
-    for (size_t i = 0; i < r->n; i++) {
-        if (r->e[i].sweep_id == sweep_id)
-            free(r->e[i].gpu);
-        else
-            r->e[k++] = r->e[i];
-    }
+    for (size_t i = 0; i < r->n; i++)
+        if (r->e[i].sweep_id != sweep_id) r->e[k++] = r->e[i];
     r->n = k;
 }
 

@@ -1,12 +1,13 @@
 /*
- * race.h - racing: the best committed median per (sweep, shape, batch size, GPU class).
+ * race.h - racing: the best committed median per (sweep, shape, batch size).
  *
  * The scheduler notes every committed ok measurement here (and reloads them from the
- * database after a restart) and sends, with each job, the best known for the worker's
- * GPU class at each of the job's batch sizes. A worker stops sampling a config whose
- * first samples are slower than that by more than the sweep's race margin and reports it
- * PRUNED. Only committed results are noted, so nothing is pruned against a best that a
- * crash could lose. GPU classes are GPU names: an H100's best says nothing of an H200.
+ * database after a restart) and sends, with each job, the best known at each of the
+ * job's batch sizes. A worker stops sampling a config whose first samples are slower
+ * than that by more than the sweep's race margin and reports it PRUNED. Only committed
+ * results are noted, so nothing is pruned against a best that a crash could lose. A
+ * sweep is measured by one GPU model (the scheduler binds it at its first lease), so
+ * an H100's best never races an H200's configs.
  */
 #ifndef COORD_RACE_H
 #define COORD_RACE_H
@@ -24,10 +25,10 @@ race_t *race_new(void);
 void race_free(race_t **r);
 
 /* Keeps median_us when it is the lowest seen for the key; MT_NOMEM when it cannot. */
-int race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, const char *gpu, uint32_t bs, double median_us);
+int race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs, double median_us);
 
 /* The best median for the key, 0 when none is known. */
-double race_best(const race_t *r, uint64_t sweep_id, uint64_t shape_id, const char *gpu, uint32_t bs);
+double race_best(const race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs);
 
 /* Forgets a sweep's entries (it finished or was cancelled). */
 void race_forget(race_t *r, uint64_t sweep_id);

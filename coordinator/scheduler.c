@@ -457,9 +457,9 @@ static int load_job(void *ctx, const store_job_row_t *row) {
 
 /* Loads (or reloads after planning) a sweep row into memory. */
 /* Racing resumes from the committed results of a running sweep. */
-static int load_best(void *ctx, uint64_t shape_id, uint32_t bs, const char *gpu, double median_us) {
+static int load_best(void *ctx, uint64_t shape_id, uint32_t bs, double median_us) {
     load_ctx_t *lc = ctx;
-    return race_note(lc->s->race, lc->sw->id, shape_id, gpu, bs, median_us);
+    return race_note(lc->s->race, lc->sw->id, shape_id, bs, median_us);
 }
 
 static int load_sweep(void *ctx, const store_sweep_row_t *row) {
@@ -862,7 +862,7 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     if (n == 0) return MT_NOTFOUND;
     if (grow((void **)&s->best, &s->cap_best, j->sw->nb, sizeof *s->best)) return MT_NOMEM;
     for (size_t i = 0; i < j->sw->nb; i++)
-        s->best[i] = race_best(s->race, j->sw->id, j->shape_id, gpu_name(w), j->sw->bs[i]);
+        s->best[i] = race_best(s->race, j->sw->id, j->shape_id, j->sw->bs[i]);
     Moetune__Shape shape;
     wire_shape_to_msg(sh, &shape);
     Moetune__Job job = MOETUNE__JOB__INIT;
@@ -1314,13 +1314,13 @@ static void send_acks(sched_t *s) {
 }
 
 /* Applies committed entries to the in-memory counts. */
-/* A committed Result's ok medians become the best its GPU class races against. */
+/* A committed Result's ok medians become the best its sweep races against. */
 static void race_note_entry(sched_t *s, const entry_t *e) {
     const Moetune__Result *r = e->env->result;
     for (size_t k = 0; k < r->n_measurements; k++) {
         const Moetune__Measurement *m = r->measurements[k];
         if (m->status == MOETUNE__STATUS__STATUS_OK &&
-            race_note(s->race, e->job->sw->id, e->job->shape_id, gpu_name(e->w), m->batch_size, m->median_us))
+            race_note(s->race, e->job->sw->id, e->job->shape_id, m->batch_size, m->median_us))
             log_at(MT_LOG_WARN, "racing: out of memory noting a best; that batch size races less");
     }
 }

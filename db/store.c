@@ -216,9 +216,8 @@ static const char *const g_sql[ST_COUNT] = {
         " COALESCE(SUM(timed_us), 0) FROM results WHERE sweep_id = ?1",
     [ST_JOB_STATE_COUNTS] = "SELECT state, COUNT(*) FROM jobs WHERE sweep_id = ?1 GROUP BY state",
     [ST_SWEEP_DEVICES] = "SELECT DISTINCT device_id FROM results WHERE sweep_id = ?1 AND device_id IS NOT NULL",
-    [ST_SWEEP_BESTS] = "SELECT r.shape_id, r.batch_size, d.name, MIN(r.median_us) FROM results r"
-                       " JOIN devices d ON d.id = r.device_id WHERE r.sweep_id = ?1 AND r.status = 'ok'"
-                       " GROUP BY r.shape_id, r.batch_size, d.name",
+    [ST_SWEEP_BESTS] = "SELECT shape_id, batch_size, MIN(median_us) FROM results WHERE sweep_id = ?1"
+                       " AND status = 'ok' GROUP BY shape_id, batch_size",
 };
 
 struct store {
@@ -841,9 +840,8 @@ int store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep_counts_
 }
 
 static int best_row(sqlite3_stmt *st, void *cb, void *ctx) {
-    const char *gpu = col_text(st, 2);
     return ((store_best_fn)cb)(ctx, (uint64_t)sqlite3_column_int64(st, 0), (uint32_t)sqlite3_column_int64(st, 1),
-                               gpu ? gpu : "", sqlite3_column_double(st, 3));
+                               sqlite3_column_double(st, 2));
 }
 
 int store_sweep_devices_each(store_t *s, uint64_t sweep_id, store_id_cb cb, void *ctx) {

@@ -158,8 +158,8 @@ typedef struct {
     double timed_us;    /* GPU time in their timed kernels */
 } store_sweep_counts_t;
 int store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep_counts_t *out);
-/* Racing: per (shape, batch size, GPU name) of a sweep, the lowest committed ok median. */
-typedef int (*store_best_fn)(void *ctx, uint64_t shape_id, uint32_t batch_size, const char *gpu, double median_us);
+/* Racing: per (shape, batch size) of a sweep, the lowest committed ok median. */
+typedef int (*store_best_fn)(void *ctx, uint64_t shape_id, uint32_t batch_size, double median_us);
 int store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx);
 /* Calls cb for every device that committed results to the sweep (GPU busy's GPUs). */
 int store_sweep_devices_each(store_t *s, uint64_t sweep_id, store_id_cb cb, void *ctx);
