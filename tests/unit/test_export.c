@@ -14,6 +14,7 @@
 
 #include "export.h"
 #include "mt.h"
+#include "tmpdb.h"
 #include "query.h"
 
 typedef struct {
@@ -21,21 +22,6 @@ typedef struct {
     char db[128];
     char out[128];
 } fixture_t;
-
-static void exec_ok(sqlite3 *db, const char *sql) {
-    char *msg = NULL;
-    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) fail_msg("%s: %s", sql, msg);
-}
-
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return strdup(buf);
-}
 
 /* Median of config c for shape s at batch size m: config 1 wins small M, config 3
  * large M; config 2 always loses. */
@@ -52,13 +38,13 @@ static int setup(void **state) {
     assert_non_null(mkdtemp(fx->dir));
     snprintf(fx->db, sizeof fx->db, "%s/m.db", fx->dir);
     snprintf(fx->out, sizeof fx->out, "%s/configs", fx->dir);
-    char *schema = read_all(MT_SOURCE_DIR "/db/schema.sql");
+    char *schema = tmpdb_read_file(MT_SOURCE_DIR "/db/schema.sql");
     assert_non_null(schema);
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(fx->db, &db), SQLITE_OK);
-    exec_ok(db, schema);
+    tmpdb_exec(db, schema);
     free(schema);
-    exec_ok(db, "INSERT INTO devices (id, name, uuid, driver_version, cuda_version) VALUES "
+    tmpdb_exec(db, "INSERT INTO devices (id, name, uuid, driver_version, cuda_version) VALUES "
                 "(1, 'NVIDIA H200', 'SIM-1', '580.1', '13.0'), (2, 'NVIDIA H200', 'GPU-2', '580.1', '13.0');"
                 "INSERT INTO sweeps (id, name, spec, state, created) VALUES (1, 's', x'', 'done', 1);"
                 "INSERT INTO shapes (id, e, n, k, topk, dtype) VALUES (1, 128, 768, 2048, 8, 'bf16');"
@@ -116,9 +102,9 @@ static int setup(void **state) {
     sqlite3_bind_text(st, 7, "cuda", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 8, "cuda_13_0", -1, SQLITE_STATIC);
     /* (sweep, shape, config, bs) is unique: this row needs another sweep. */
-    exec_ok(db, "INSERT INTO sweeps (id, name, spec, state, created) VALUES (2, 'c', x'', 'done', 2)");
+    tmpdb_exec(db, "INSERT INTO sweeps (id, name, spec, state, created) VALUES (2, 'c', x'', 'done', 2)");
     sqlite3_finalize(st);
-    exec_ok(db, "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us,"
+    tmpdb_exec(db, "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us,"
                 " stddev_us, samples, device_id, backend, compiler, created) VALUES"
                 " (2, 1, 2, 1, 'ok', 42.0, 41.0, 0.2, 30, 2, 'cuda', 'cuda_13_0', 2)");
     sqlite3_close(db);
@@ -187,7 +173,7 @@ static void test_files(void **state) {
 
     char path[512];
     snprintf(path, sizeof path, "%s/%s", fx->out, SIM1);
-    char *text = read_all(path);
+    char *text = tmpdb_read_file(path);
     assert_non_null(text);
     /* Keys in numeric order (1, 16, 64, 4096, inserted 64, 1, 16, 4096), indent 4 like the engines. */
     char *k1 = strstr(text, "\"1\":"), *k16 = strstr(text, "\"16\":"), *k64 = strstr(text, "\"64\":"),
@@ -251,7 +237,7 @@ static void test_reexport(void **state) {
     assert_int_equal(count_exports(fx, &changed), 3);
     assert_int_equal(changed, 4 + 4 + 1);
     snprintf(path, sizeof path, "%s/%s", fx->out, SIM1);
-    char *before = read_all(path);
+    char *before = tmpdb_read_file(path);
 
     /* Same data again: 0 changed entries, the files are left as they are. */
     run_export(fx, 0, &rep);
@@ -263,14 +249,14 @@ static void test_reexport(void **state) {
     exp_report_clear(&rep);
     assert_int_equal(count_exports(fx, &changed), 6);
     assert_int_equal(changed, 9);
-    char *after = read_all(path);
+    char *after = tmpdb_read_file(path);
     assert_string_equal(before, after);
     free(after);
 
     /* Config 2 becomes the fastest at M=16: one changed entry, shown old -> new. */
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(fx->db, &db), SQLITE_OK);
-    exec_ok(db, "UPDATE results SET median_us = 1.0 WHERE sweep_id = 1 AND shape_id = 1 AND config_id = 2"
+    tmpdb_exec(db, "UPDATE results SET median_us = 1.0 WHERE sweep_id = 1 AND shape_id = 1 AND config_id = 2"
                 " AND batch_size = 16");
     sqlite3_close(db);
     char cpath[600];
@@ -286,7 +272,7 @@ static void test_reexport(void **state) {
     assert_int_equal(f->entries, 4);
     assert_int_equal(find_file(&rep, SIM2)->state, EXP_UNCHANGED);
     exp_report_clear(&rep);
-    char *shown = read_all(cpath);
+    char *shown = tmpdb_read_file(cpath);
     assert_non_null(strstr(shown, SIM1 ": batch size 16: M16 N64 K128 G1 w4 s3 -> M32 N64 K64 G16 w4 s2"));
     free(shown);
     json_t *root = json_load_file(path, 0, NULL);
@@ -310,7 +296,7 @@ static void test_reexport(void **state) {
     assert_int_equal(exp_run(&o, &rep, err, sizeof err), MT_INVAL);
     assert_non_null(strstr(err, "not a config file"));
     exp_report_clear(&rep);
-    char *kept = read_all(path);
+    char *kept = tmpdb_read_file(path);
     assert_string_equal(kept, "garbage");
     free(kept);
 }

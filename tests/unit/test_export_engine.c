@@ -19,6 +19,7 @@
 
 #include "export.h"
 #include "mt.h"
+#include "tmpdb.h"
 
 #define V36 "kernel=sglang triton=3.6.0 torch=2.11.0 python=3.12.3 engine=sglang-0.5.4"
 #define V36_TORCH210 "kernel=sglang triton=3.6.0 torch=2.10.0 python=3.12.3 engine=sglang-0.5.4"
@@ -29,21 +30,6 @@ typedef struct {
     char db[128];
     char out[128];
 } fixture_t;
-
-static void exec_ok(sqlite3 *db, const char *sql) {
-    char *msg = NULL;
-    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) fail_msg("%s: %s", sql, msg);
-}
-
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return strdup(buf);
-}
 
 static bool is_file(const char *path) {
     struct stat st;
@@ -93,13 +79,13 @@ static int setup(void **state) {
     assert_non_null(mkdtemp(fx->dir));
     snprintf(fx->db, sizeof fx->db, "%s/m.db", fx->dir);
     snprintf(fx->out, sizeof fx->out, "%s/out", fx->dir);
-    char *schema = read_all(MT_SOURCE_DIR "/db/schema.sql");
+    char *schema = tmpdb_read_file(MT_SOURCE_DIR "/db/schema.sql");
     assert_non_null(schema);
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(fx->db, &db), SQLITE_OK);
-    exec_ok(db, schema);
+    tmpdb_exec(db, schema);
     free(schema);
-    exec_ok(db, "INSERT INTO devices (id, name, uuid, driver_version, cuda_version) VALUES"
+    tmpdb_exec(db, "INSERT INTO devices (id, name, uuid, driver_version, cuda_version) VALUES"
                 " (1, 'NVIDIA H200', 'GPU-1', '580.1', '13.0'), (2, 'NVIDIA H200 NVL', 'GPU-2', '580.1', '13.0');"
                 "INSERT INTO sweeps (id, name, spec, state, created) VALUES (1, 'a', x'', 'done', 1),"
                 " (2, 'cuda', x'', 'done', 1), (3, 'old', x'', 'done', 1), (4, 'torch', x'', 'done', 1);"
@@ -300,7 +286,7 @@ static void test_sglang(void **state) {
     /* The names SGLang builds, found where it looks (SGLANG_MOE_CONFIG_DIR=out). */
     assert_true(sglang_find(fx->out, "3.6.0", "NVIDIA H200", &k_bf16, false, path, sizeof path));
     assert_non_null(strstr(path, "/configs/triton_3_6_0/E=128,N=768,device_name=NVIDIA_H200.json"));
-    char *text = read_all(path);
+    char *text = tmpdb_read_file(path);
     assert_keys_in_order(text, NULL);
     assert_null(strstr(text, "triton_version"));
     free(text);
@@ -387,7 +373,7 @@ static void test_vllm(void **state) {
     export_ok(fx, EXP_ENGINE_VLLM, 1);
     /* Flat, for VLLM_TUNED_CONFIG_FOLDER=out; no _down; the NVL is NVIDIA_H200. */
     assert_true(vllm_find(fx->out, "NVIDIA H200", &k_bf16, path, sizeof path));
-    char *text = read_all(path);
+    char *text = tmpdb_read_file(path);
     assert_non_null(strstr(text, "{\n    \"triton_version\": \"3.6.0\",\n    \"1\": {"));
     assert_keys_in_order(text, "\"triton_version\"");
     free(text);
@@ -464,7 +450,7 @@ static void test_refusals(void **state) {
     /* cuda rows: refused by name, with or without --sweep. */
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(fx->db, &db), SQLITE_OK);
-    exec_ok(db, "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, device_id,"
+    tmpdb_exec(db, "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, device_id,"
                 " backend, compiler, created) VALUES (2, 1, 1, 1, 'ok', 3.0, 1, 'cuda', 'cuda_13_0', 1)");
     sqlite3_close(db);
     assert_int_equal(export_as(fx, EXP_ENGINE_SGLANG, 2, &rep, err, sizeof err), MT_INVAL);

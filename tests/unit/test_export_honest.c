@@ -15,6 +15,7 @@
 
 #include "export.h"
 #include "mt.h"
+#include "tmpdb.h"
 
 typedef struct {
     char dir[64];
@@ -26,20 +27,9 @@ typedef struct {
 
 static void exec_sql(fixture_t *fx, const char *sql) {
     sqlite3 *db = NULL;
-    char *msg = NULL;
     assert_int_equal(sqlite3_open(fx->db, &db), SQLITE_OK);
-    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) fail_msg("%s: %s", sql, msg);
+    tmpdb_exec(db, sql);
     sqlite3_close(db);
-}
-
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return strdup(buf);
 }
 
 /* Sweep 1: shape 1 (E=128, N=768, K=2048), sweep 2: shape 2 (E=128, N=768, K=4096,
@@ -50,7 +40,7 @@ static int setup(void **state) {
     assert_non_null(mkdtemp(fx->dir));
     snprintf(fx->db, sizeof fx->db, "%s/m.db", fx->dir);
     snprintf(fx->out, sizeof fx->out, "%s/out", fx->dir);
-    char *schema = read_all(MT_SOURCE_DIR "/db/schema.sql");
+    char *schema = tmpdb_read_file(MT_SOURCE_DIR "/db/schema.sql");
     assert_non_null(schema);
     exec_sql(fx, schema);
     free(schema);
@@ -89,7 +79,7 @@ static int run(fixture_t *fx, exp_opts_t o, exp_report_t *rep) {
     fx->err[0] = '\0';
     int rc = exp_run(&o, rep, fx->err, sizeof fx->err);
     fclose(ch);
-    char *text = read_all(cpath);
+    char *text = tmpdb_read_file(cpath);
     snprintf(fx->changes, sizeof fx->changes, "%s", text ? text : "");
     free(text);
     return rc;
@@ -153,18 +143,18 @@ static void test_two_shapes(void **state) {
     exp_report_clear(&rep);
     char path[256];
     snprintf(path, sizeof path, "%s/" FILE1, fx->out);
-    char *before = read_all(path);
+    char *before = tmpdb_read_file(path);
     assert_int_equal(run(fx, two, &rep), MT_INVAL);
     assert_int_equal(rep.n_files, 0);
     exp_report_clear(&rep);
     assert_non_null(strstr(fx->err, "holds shape E=128,N=768,K=2048,topk=8,bf16"));
     assert_non_null(strstr(fx->err, "for shape E=128,N=768,K=4096,topk=8,bf16"));
-    char *after = read_all(path);
+    char *after = tmpdb_read_file(path);
     assert_string_equal(before, after);
     free(before);
     free(after);
     snprintf(path, sizeof path, "%s/sim/manifest.json", fx->out);
-    char *man = read_all(path);
+    char *man = tmpdb_read_file(path);
     assert_null(strstr(man, "kept_from_previous_file"));
     assert_non_null(strstr(man, "\"K\": 2048"));
     assert_null(strstr(man, "\"K\": 4096"));
@@ -223,7 +213,7 @@ static void test_slower(void **state) {
     exp_report_clear(&rep);
     char path[256];
     snprintf(path, sizeof path, "%s/" FILE1, fx->out);
-    char *before = read_all(path);
+    char *before = tmpdb_read_file(path);
     /* Config 1 (the entry, 26 us at M=16) re-measured at 100 us: config 2 (36 us) would
      * replace it, slower than the recorded 26 us. */
     exec_sql(fx, "UPDATE results SET median_us = 100 WHERE sweep_id = 1 AND config_id = 1 AND batch_size = 16");
@@ -234,7 +224,7 @@ static void test_slower(void **state) {
     assert_non_null(strstr(fx->err, "batch size 16: M16 N64 K128 G1 w4 s3 -> M64 N128 K128 G16 w8 s4 (26.00 -> 36.00 us"));
     assert_non_null(strstr(fx->err, "--force"));
     assert_string_equal(fx->changes, "");
-    char *after = read_all(path);
+    char *after = tmpdb_read_file(path);
     assert_string_equal(before, after);
     free(after);
     /* With force: replaced, and the change is shown old -> new with both latencies. */

@@ -16,4 +16,10 @@ void tmpdb_remove(tmpdb_t *t);
 /* The first column of the first row of sql, read on a read-only connection; -1 when no row. */
 int64_t tmpdb_query_int(const char *path, const char *sql);
 
+struct sqlite3;
+/* Runs sql on db; a failure fails the test with the statement and SQLite's message. */
+void tmpdb_exec(struct sqlite3 *db, const char *sql);
+/* The whole file (up to 1 MiB) as a string to free(); NULL when it cannot be read. */
+char *tmpdb_read_file(const char *path);
+
 #endif
