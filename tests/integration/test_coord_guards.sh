@@ -100,6 +100,10 @@ start_coordinator
 grep -q "queued behind running sweep 1, measured first" "$T/sub2.err" || { cat "$T/sub2.err"; fail "submit does not name sweep 1"; }
 pass "submit: $(cat "$T/sub2.err")"
 "$BIN/moetune" cancel --control "$CEP" --sweep 2 >/dev/null
+# the cancel is committed by the writer thread: wait for it, or the stop may come first and
+# sweep 2 would still be running after the restart
+for _ in $(seq 1 100); do [ "$(sql "SELECT state FROM sweeps WHERE id = 2")" = cancelled ] && break; sleep 0.1; done
+[ "$(sql "SELECT state FROM sweeps WHERE id = 2")" = cancelled ] || fail "the cancel of sweep 2 was never committed"
 kill_quiet "$COORD_PID"; COORD_PID=
 set +e
 # (sim time scale 1: tune now waits for its worker to connect before it submits, and an instant
