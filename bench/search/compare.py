@@ -1,0 +1,64 @@
+"""Compares the picks of search strategies against the exhaustive run (bench/search/run.sh).
+
+  python3 bench/search/compare.py OUT_DIR exhaustive racing [halving ...]
+
+Reads OUT_DIR/<strategy>.db (sweep 1 of each). The first strategy is the reference: it measured
+every config of the space. For each other strategy and each (shape, batch size), its pick (lowest
+ok median) is looked up in the reference's rows: ratio = reference median of that pick / reference
+best. Prints a table per strategy, worst and mean ratio, rows by status and samples taken.
+"""
+import json
+import sqlite3
+import sys
+
+
+def picks(db):
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    rows = c.execute(
+        "SELECT s.e, s.n, s.k, s.topk, r.batch_size, r.config_id, r.median_us FROM results r"
+        " JOIN shapes s ON s.id = r.shape_id WHERE r.sweep_id = 1 AND r.status = 'ok'"
+        " ORDER BY r.median_us").fetchall()
+    cfg = {i: (bm, bn, bk, g, w, st) for i, bm, bn, bk, g, w, st in c.execute(
+        "SELECT id, block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs")}
+    best, every = {}, {}
+    for e, n, k, topk, m, cid, med in rows:
+        key = ((e, n, k, topk), m)
+        every[(key, cfg[cid])] = med
+        best.setdefault(key, (cfg[cid], med))
+    status = dict(c.execute("SELECT status, count(*) FROM results WHERE sweep_id = 1 GROUP BY status").fetchall())
+    samples = c.execute("SELECT coalesce(sum(samples), 0) FROM results WHERE sweep_id = 1").fetchone()[0]
+    return best, every, status, samples
+
+
+def main():
+    out, ref_name, others = sys.argv[1], sys.argv[2], sys.argv[3:]
+    ref_best, ref_all, ref_status, ref_samples = picks(f"{out}/{ref_name}.db")
+    print(f"{ref_name}: rows {ref_status}, samples {ref_samples}")
+    summary = {}
+    for name in others:
+        best, _, status, samples = picks(f"{out}/{name}.db")
+        ratios = []
+        print(f"\n{name}: rows {status}, samples {samples} ({samples / max(ref_samples, 1):.2f}x {ref_name}'s)")
+        print(f"{'shape':<22} {'M':>5} {'pick':<22} {'ref best':<22} {'ratio':>7}")
+        for key in sorted(ref_best):
+            (e, n, k, topk), m = key
+            rcfg, rmed = ref_best[key]
+            if key not in best:
+                print(f"E={e},N={n},K={k:<9} {m:>5} {'(none)':<22}")
+                continue
+            cfg = best[key][0]
+            med = ref_all.get((key, cfg))
+            ratio = med / rmed if med else float("nan")
+            if med:
+                ratios.append(ratio)
+            fmt = lambda c: "x".join(map(str, c[:3])) + f" g{c[3]} w{c[4]} s{c[5]}"
+            print(f"E={e},N={n},K={k:<9} {m:>5} {fmt(cfg):<22} {fmt(rcfg):<22} {ratio:>7.3f}")
+        if ratios:
+            summary[name] = {"worst": max(ratios), "mean": sum(ratios) / len(ratios), "points": len(ratios),
+                             "samples_vs_ref": samples / max(ref_samples, 1)}
+            print(f"{name}: worst {max(ratios):.4f}, mean {sum(ratios) / len(ratios):.4f} over {len(ratios)} points")
+    print("\nsummary " + json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Sim at scale (issue 9's benchmark): N sim workers at time scale 1 on one sweep, its wall time
+# against the ideal. The workers sleep what a GPU would spend (compile, warm-up and timed
+# samples, sim backend), so a perfect scheduler finishes in (total simulated work) / N.
+#   bench/search/scale.sh BUILD_OR_BIN_DIR [N] [--shape ... | --model ... sweep options]
+# Default N = 256, sweep = 4 shapes x (BLOCK_M 16..128, BLOCK_N 64..256, BLOCK_K 64,128, GROUP 1,16,
+# warps 4,8, stages 3,4) x the 18 default batch sizes, racing on (the default).
+# The wall time runs from the submit to the sweep's 'done', with every worker connected before
+# the submit (start-up is not the scheduler's work). The ideal counts, per result row, the timed
+# samples (results.timed_us), the warm-up runs (warmup x median) and, per config, the sim's 50 ms
+# compile; "kernel only" counts the timed samples alone. Needs python3 (sqlite3 module).
+set -euo pipefail
+bin=${1:?usage: bench/search/scale.sh BUILD_OR_BIN_DIR [N] [sweep options]}
+n=${2:-256}
+shift $(( $# >= 2 ? 2 : 1 ))
+sweep=("$@")
+if [ ${#sweep[@]} -eq 0 ]; then
+  sweep=(--shape E=128,N=768,K=2048,topk=8 --shape E=8,N=7168,K=4096,topk=2 --shape E=256,N=256,K=7168,topk=8
+         --shape E=128,N=1536,K=4096,topk=8 --block-m 16,32,64,128 --block-n 64,128,256 --block-k 64,128
+         --group-m 1,16 --num-warps 4,8 --num-stages 3,4)
+fi
+T=$(mktemp -d /tmp/moetune-scale.XXXXXX)
+trap 'kill -TERM $(jobs -p) 2>/dev/null; sleep 1; kill -KILL $(jobs -p) 2>/dev/null; [ -n "${KEEP_LOGS:-}" ] || rm -rf "$T"' EXIT
+ulimit -n 65536 2>/dev/null || ulimit -n 8192 2>/dev/null || true
+port=$((40000 + RANDOM % 10000))
+wep=tcp://127.0.0.1:$port cep=tcp://127.0.0.1:$((port + 1))
+db=$T/scale.db
+"$bin/moetune-coordinator" --db "$db" --bind "$wep" --control "$cep" --max-connections 4096 \
+  --log-level warn 2>"$T/coord.log" &
+until "$bin/moetune" status --control "$cep" --timeout-ms 200 >/dev/null 2>&1; do sleep 0.05; done
+for i in $(seq 1 "$n"); do
+  "$bin/moetune-worker" --connect "$wep" --backend sim --sim-time-scale 1 --id "s$i" \
+    --log-level warn 2>>"$T/workers.log" &
+done
+for _ in $(seq 1 300); do
+  alive=$("$bin/moetune" workers --control "$cep" --json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+ws = d.get("workers", d) if isinstance(d, dict) else d
+print(sum(1 for w in ws if w.get("state") in ("idle", "busy")))' 2>/dev/null || echo 0)
+  [ "$alive" -ge "$n" ] && break
+  sleep 0.1
+done
+echo "workers connected: $alive of $n"
+t0=$(date +%s.%N)
+"$bin/moetune" submit --control "$cep" --name scale --wait "${sweep[@]}" >"$T/submit.out" 2>"$T/submit.err" ||
+  { cat "$T/submit.err"; exit 1; }
+t1=$(date +%s.%N)
+python3 - "$db" "$n" "$t0" "$t1" <<'PY'
+import sqlite3, sys
+db, n, t0, t1 = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+c = sqlite3.connect(db)
+rows, planned = c.execute("SELECT count(*), (SELECT results_planned FROM sweeps WHERE id=1) FROM results WHERE sweep_id=1").fetchone()
+timed = c.execute("SELECT coalesce(sum(timed_us), 0) FROM results WHERE sweep_id=1").fetchone()[0] / 1e6
+warm = c.execute("SELECT coalesce(sum(5 * median_us), 0) FROM results WHERE sweep_id=1 AND median_us > 0").fetchone()[0] / 1e6
+cfgs = c.execute("SELECT count(*) FROM (SELECT DISTINCT shape_id, config_id FROM results WHERE sweep_id=1 AND status IN ('ok','pruned'))").fetchone()[0]
+by = dict(c.execute("SELECT status, count(*) FROM results WHERE sweep_id=1 GROUP BY status").fetchall())
+work = timed + warm + 0.05 * cfgs
+wall = t1 - t0
+print(f"rows {rows} of {planned} planned; by status {by}")
+print(f"workers {n}; wall {wall:.1f} s; simulated work {work:.1f} s (timed {timed:.1f}, warm-up {warm:.1f}, compile {0.05 * cfgs:.1f})")
+print(f"ideal {work / n:.2f} s -> efficiency {work / n / wall * 100:.1f} %; kernel only: ideal {timed / n:.2f} s, {timed / n / wall * 100:.1f} %")
+assert rows == planned, "rows missing"
+PY
