@@ -69,6 +69,8 @@ typedef struct {
     uint64_t peak_helper_kb;   /* largest peak_rss_kb it reported (its own and its compile processes') */
     double gpu_s;              /* seconds of timed kernels it reported */
     uint64_t configs, started_ms;
+    uint64_t hello_ms, first_done_ms; /* when hello and the first config's done came (0: not yet) */
+    char stats[512];           /* the last done's "stats" object, compact JSON ("" when none) */
 } tr_state_t;
 
 /* ---- helpers around processes */
@@ -277,8 +279,9 @@ static tr_end_t read_line(tr_state_t *st, uint32_t wait_ms, int check_mem, char 
             uint64_t kb = group_rss_kb(st->pid);
             if (kb > st->peak_group_kb) st->peak_group_kb = kb;
             if (kb > st->mem_limit_kb)
+                /* rounded up: just over the limit never reads "used 128 MiB, over the limit of 128" */
                 return fail(st, TR_MEM, "helper used %llu MiB, over the limit of %u MiB",
-                            (unsigned long long)(kb / 1024), st->mem_limit_mb);
+                            (unsigned long long)((kb + 1023) / 1024), st->mem_limit_mb);
         }
         int ms = TR_MEM_POLL_MS;
         if (until) {
@@ -558,7 +561,9 @@ static int tr_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *d
                st->python_path, bad ? bad : "?");
         goto out;
     }
-    log_at(MT_LOG_INFO, "triton helper %d: %s, %s, %s", (int)st->pid, dev->name, dev->compiler, dev->versions);
+    st->hello_ms = mt_now_ms();
+    log_at(MT_LOG_INFO, "triton helper %d: %s, %s, %s (hello after %.1f s)", (int)st->pid, dev->name, dev->compiler,
+           dev->versions, (double)(st->hello_ms - st->started_ms) / 1000.0);
     *state = st;
     st = NULL;
     rc = MT_OK;
@@ -663,6 +668,19 @@ static int take_reply(json_t *j, uint64_t id, uint32_t bs, wrk_meas_t *m, char *
     return MT_OK;
 }
 
+/* Keeps done's "stats" object (HELPER.md) as compact JSON for the closing log line; one too
+ * long for the buffer is kept cut, marked with "...". */
+static void keep_stats(tr_state_t *st, json_t *stats) {
+    if (!json_is_object(stats)) return;
+    char *s = json_dumps(stats, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
+    if (!s) return;
+    if (strlen(s) < sizeof st->stats)
+        mt_fmt(st->stats, sizeof st->stats, "%s", s);
+    else
+        mt_fmt(st->stats, sizeof st->stats, "%.*s...", (int)sizeof st->stats - 4, s);
+    free(s);
+}
+
 static int tr_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
                       const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err,
                       size_t errlen) {
@@ -724,6 +742,8 @@ static int tr_measure(void *state, const krn_shape_t *shape, const krn_config_t 
             if (json_is_integer(pk) && (uint64_t)json_integer_value(pk) > st->peak_helper_kb)
                 st->peak_helper_kb = (uint64_t)json_integer_value(pk);
             if (json_is_number(gs) && json_number_value(gs) >= st->gpu_s) st->gpu_s = json_number_value(gs);
+            keep_stats(st, json_object_get(reply, "stats"));
+            if (!st->first_done_ms) st->first_done_ms = mt_now_ms();
             st->configs++;
             break;
         }
@@ -756,10 +776,13 @@ static void tr_close(void **state) {
         double wall_s = (double)(mt_now_ms() - st->started_ms) / 1000.0;
         log_at(MT_LOG_INFO,
                "triton helper: %llu configs; peak RSS %llu MiB (its report), %llu MiB (process group, polled);"
-               " timed kernels %.1f s of %.1f s (GPU busy %.0f %%)",
+               " timed kernels %.1f s of %.1f s (GPU busy %.0f %%); hello after %.1f s, first config done after %.1f s",
                (unsigned long long)st->configs, (unsigned long long)(st->peak_helper_kb / 1024),
                (unsigned long long)(st->peak_group_kb / 1024), st->gpu_s, wall_s,
-               wall_s > 0 ? 100.0 * st->gpu_s / wall_s : 0.0);
+               wall_s > 0 ? 100.0 * st->gpu_s / wall_s : 0.0,
+               st->hello_ms ? (double)(st->hello_ms - st->started_ms) / 1000.0 : 0.0,
+               st->first_done_ms ? (double)(st->first_done_ms - st->started_ms) / 1000.0 : 0.0);
+        if (st->stats[0]) log_at(MT_LOG_INFO, "triton helper stats: %s", st->stats);
     }
     if (st->pid > 0 && st->in_fd >= 0) {
         json_t *q = json_pack("{s:s}", "op", "quit");

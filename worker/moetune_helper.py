@@ -23,6 +23,8 @@ LAYERS_PER_GRAPH = 10
 FLUSH_BYTES = 256 << 20       # twice and more the H100/H200 L2
 REL_TOL = 0.02                # see Measurer.check
 RACE_SAMPLES = 2              # racing judges the fastest of this many samples (worker/backend.h)
+SPLIT_MARGIN = 0.1            # halves timed within this fraction of the best median (Measurer.split_wanted)
+SPLIT_MARGIN_ENV = "MOETUNE_SPLIT_MARGIN"
 FP8_REL_TOL = 0.03            # see Measurer.check
 FP8_MAX = 448.0               # largest finite e4m3fn value
 SCALE_EPS = 1e-10             # the scale of an all-zero group (as moetune_kernel.SCALE_EPS)
@@ -300,7 +302,7 @@ def serve(lines, session):
                     line.update(res)
                     emit(line)
                 done = {"id": rid, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": session.peak_rss_kb(),
-                        "gpu_s": round(session.gpu_s(), 6)}
+                        "gpu_s": round(session.gpu_s(), 6), "stats": session.stats()}
                 emit(done)
             else:
                 raise ProtocolError("unknown op %r" % (op,))
@@ -545,6 +547,10 @@ class MoetuneKernel:
     def jit_functions(self):
         return self.mk.JIT_FUNCTIONS
 
+    def config_jit_functions(self):
+        """The kernels compiled anew for each config (the rest depend on BLOCK_SIZE_M at most)."""
+        return (self.mk.moe_gemm_kernel,)
+
     def align(self, L, cfg):
         key = ("align", cfg["BLOCK_SIZE_M"])
         if key not in L:
@@ -660,6 +666,9 @@ class EngineKernel:
     def jit_functions(self):
         fn = self.invoke.__globals__.get(self.kernel_global)
         return (fn,) if fn is not None else ()
+
+    def config_jit_functions(self):
+        return self.jit_functions()
 
     def fp8_options(self, L, which):
         """The engine's own fp8 options for one GEMM: B is e4m3 with B_scale; A stays bf16 and
@@ -791,6 +800,34 @@ def layer_buffers(torch, shape, m, x, ids, w, w1, w2, w1s, w2s, device="cuda"):
             "out": torch.empty(m, k, device=device, dtype=torch.bfloat16)}
 
 
+# What the measuring process did since it started, sent with every done as "stats" (HELPER.md):
+# reference checks, configs pruned unchecked, halves timed and skipped, configs compiled in the
+# measuring process while the pool started, and seconds spent in checks, graph captures and
+# waiting for the compile pool.
+COUNT_KEYS = ("verified", "pruned", "split", "split_skipped", "compiled_here", "check_s", "capture_s",
+              "compile_wait_s")
+
+
+def new_counts():
+    return dict.fromkeys(COUNT_KEYS, 0)
+
+
+def split_margin_from_env(environ):
+    """The split margin: MOETUNE_SPLIT_MARGIN (a number >= 0; "inf" times every verified
+    config's halves), else SPLIT_MARGIN. Fatal for anything else."""
+    text = environ.get(SPLIT_MARGIN_ENV)
+    if text is None or text.strip() == "":
+        return SPLIT_MARGIN
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v >= 0:  # also NaN
+        raise Fatal("%s=%r is not a number >= 0 (the fraction of the best median within which the "
+                    "up/down halves are timed; inf: always)" % (SPLIT_MARGIN_ENV, text))
+    return v
+
+
 class ContextLost(Exception):
     pass
 
@@ -811,6 +848,8 @@ class Measurer:
         self.ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
         self.stream = torch.cuda.Stream()
         self.timed_s = 0.0  # seconds of timed graph replays: the GPU-busy numerator
+        self.split_margin = SPLIT_MARGIN
+        self.counts = new_counts()
 
     # -- inputs
     def set_shape(self, shape, seed, routing=None):
@@ -878,33 +917,56 @@ class Measurer:
                 fn()
         return g
 
+    def _sample(self, g, i):
+        """One timed replay of g after an L2 flush: microseconds per layer."""
+        self.flush.fill_(i)
+        self.ev[0].record()
+        g.replay()
+        self.ev[1].record()
+        self.ev[1].synchronize()
+        us = self.ev[0].elapsed_time(self.ev[1]) * 1000.0 / LAYERS_PER_GRAPH
+        self.timed_s += us * LAYERS_PER_GRAPH * 1e-6
+        return us
+
     def time_graph(self, g, m, budget_s, min_n=None, max_n=None, best_us=0.0):
         """Samples of one graph replay per layer, to the RSD rule. With best_us and a race margin,
-        a graph whose fastest of the first RACE_SAMPLES samples is slower than best_us by more
-        than the margin stops there: (stats, True)."""
-        torch = self.torch
-        for _ in range(int(m["warmup"])):
-            g.replay()
-        samples = []
+        a graph whose fastest of the first RACE_SAMPLES timed replays is slower than best_us by
+        more than the margin stops there: (stats, True).
+
+        Racing with warmup >= 2 times the last warmup replay too and judges it with the first
+        sample: a config that loses pays one replay less; one that stays in the race drops it
+        from its statistics, so its samples are taken after the same warmup replays as without
+        racing (what is measured for a winner does not change)."""
+        warm = int(m["warmup"])
         race = best_us * (1.0 + m["race_margin"]) if best_us > 0 and m["race_margin"] > 0 else 0.0
+        head = []  # the timed last warmup replay: judged by racing, never in a survivor's statistics
+        if race and warm >= 2:
+            warm -= 1
+        for _ in range(warm):
+            g.replay()
+        if warm < int(m["warmup"]):
+            head.append(self._sample(g, 0))
+        samples = []
         t_end = time.monotonic() + budget_s
         min_n = int(min_n or m["min_samples"])
         max_n = int(max_n or m["max_samples"])
         while len(samples) < max_n:
-            self.flush.fill_(len(samples))
-            self.ev[0].record()
-            g.replay()
-            self.ev[1].record()
-            self.ev[1].synchronize()
-            samples.append(self.ev[0].elapsed_time(self.ev[1]) * 1000.0 / LAYERS_PER_GRAPH)
-            self.timed_s += samples[-1] * LAYERS_PER_GRAPH * 1e-6
-            if race and len(samples) == RACE_SAMPLES and min(samples) > race:
-                return stats(samples), True
+            samples.append(self._sample(g, len(samples) + 1))
+            if race and len(head) + len(samples) == RACE_SAMPLES and min(head + samples) > race:
+                return stats(head + samples), True
             if len(samples) >= min_n:
                 st = stats(samples)
                 if st["stddev_us"] / st["mean_us"] < m["rsd_target"] or time.monotonic() > t_end:
                     break
         return stats(samples), False
+
+    def split_wanted(self, median_us, best_us):
+        """Whether a verified config's halves are timed: only for a config whose whole-layer
+        median is within split_margin of the best known median (or when none is known). The
+        halves only choose the _down file's pair (up, down), and a pair's half can only beat the
+        whole-layer best's by what the other half loses: on the H200 every chosen half came from
+        a config within 8 % of the best whole layer (HELPER.md, "Split")."""
+        return best_us <= 0 or median_us <= best_us * (1.0 + self.split_margin)
 
     def one(self, shape, cfg, bs, m, split, best_us=0.0):
         """One (config, batch size): a reply line without id and bs. ok and pruned replies carry
@@ -916,6 +978,11 @@ class Measurer:
         return res
 
     def _one(self, shape, cfg, bs, m, split, best_us):
+        """First launch (compile and launch errors), graph, racing, then the reference check for
+        a config that stayed in the race, then its halves when split_wanted(). A pruned config
+        is never a winner, so it is not checked; every ok reply was checked, on the output of
+        the graph it was timed with (poisoned before the replays, so a graph that writes
+        nothing fails)."""
         torch = self.torch
         L = self.inputs(shape, bs, m["seed"])
         try:
@@ -925,23 +992,36 @@ class Measurer:
             self._sticky(e)
             status, detail = classify(e)
             return {"status": status, "detail": detail}
+        try:
+            t0 = time.monotonic()
+            g = self.graph(lambda: self.kernel.layer(L, cfg))
+            self.counts["capture_s"] += time.monotonic() - t0
+            L["out"].fill_(float("nan"))
+            res, pruned = self.time_graph(g, m, m["budget_ms"] / 1000.0, best_us=best_us)
+            del g
+        except Exception as e:
+            self._sticky(e)
+            status, detail = classify(e)
+            return {"status": status, "detail": detail}
+        res["up_us"] = res["down_us"] = 0.0
+        if pruned:
+            # out of the race: neither checked nor split (a pruned row is never exported)
+            self.counts["pruned"] += 1
+            res["status"] = "pruned"
+            res["detail"] = "pruned: fastest of %d samples %.2fx the best %.4g us; not verified" % (
+                res["samples"], res["min_us"] / best_us, best_us)
+            return res
+        t0 = time.monotonic()
         err = self.check(L)
+        self.counts["check_s"] += time.monotonic() - t0
+        self.counts["verified"] += 1
         tol = FP8_REL_TOL if L["fp8"] else REL_TOL
         if not err <= tol:
             return {"status": "wrong_result", "detail": "max error %.3g of the output range (limit %.3g)" % (err, tol)}
-        try:
-            g = self.graph(lambda: self.kernel.layer(L, cfg))
-            res, pruned = self.time_graph(g, m, m["budget_ms"] / 1000.0, best_us=best_us)
-            del g
-            res["up_us"] = res["down_us"] = 0.0
-            if pruned:
-                # out of the race: its halves are not timed either (the _down pairs are chosen
-                # among the configs that stay in it)
-                res["status"] = "pruned"
-                res["detail"] = "pruned: fastest of %d samples %.2fx the best %.4g us; rel_err=%.2e" % (
-                    res["samples"], res["min_us"] / best_us, best_us, err)
-                return res
-            if split:
+        if split and not self.split_wanted(res["median_us"], best_us):
+            self.counts["split_skipped"] += 1
+        elif split:
+            try:
                 # The halves only choose the _down file's pairs: fewer samples, same RSD rule.
                 ms = dict(m, warmup=1, min_samples=min(3, m["min_samples"]))
                 gu = self.graph(lambda: self.kernel.up(L, cfg))
@@ -950,10 +1030,11 @@ class Measurer:
                 gd = self.graph(lambda: self.kernel.down(L, cfg))
                 res["down_us"] = self.time_graph(gd, ms, m["budget_ms"] / 2000.0)[0]["median_us"]
                 del gd
-        except Exception as e:
-            self._sticky(e)
-            status, detail = classify(e)
-            return {"status": status, "detail": detail}
+                self.counts["split"] += 1
+            except Exception as e:
+                self._sticky(e)
+                status, detail = classify(e)
+                return {"status": status, "detail": detail}
         res["status"] = "ok"
         res["detail"] = "rel_err=%.2e" % err
         return res
@@ -1022,7 +1103,9 @@ class Session:
                 log("CUDA context lost (%s); exiting so the worker starts a new helper" % e)
                 sys.exit(3)
             yield res
-        drop_jit_caches(self.kernel.jit_functions())
+        # only the config's own kernels: the align, activation and quantize kernels are the
+        # same few for every config, and loading them again from disk costs each config time
+        drop_jit_caches(self.kernel.config_jit_functions())
         self.measurer.forget_aligns()
 
     def peak_rss_kb(self):
@@ -1030,6 +1113,17 @@ class Session:
 
     def gpu_s(self):
         return getattr(self.measurer, "timed_s", 0.0)
+
+    def stats(self):
+        """The "stats" object of done: COUNT_KEYS since the helper started, and the split margin."""
+        out = dict(getattr(self.measurer, "counts", None) or new_counts())
+        if self.pool:
+            out["compiled_here"] = self.pool.compiled_here
+            out["compile_wait_s"] = self.pool.wait_s
+        out = {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+        margin = getattr(self.measurer, "split_margin", SPLIT_MARGIN)
+        out["split_margin"] = margin if math.isfinite(margin) else "inf"
+        return out
 
 
 # ---- compiling ahead -------------------------------------------------------------------------
@@ -1090,49 +1184,109 @@ def _pool_compile(shape, cfg, bss):
             # measuring process meets again and reports
             err = (status, detail) if status in ("invalid", "compile_error") else None
             break
-    drop_jit_caches(kernel.jit_functions())
+    drop_jit_caches(kernel.config_jit_functions())
     return time.monotonic() - t0, err, peak_rss_kb()
 
 
-class CompilePool:
-    """Processes that compile announced configs ahead, on all CPU cores but the measuring one."""
+def _pool_ping():
+    """A task that returns once its process has started (its initializer ran): the pool is ready."""
+    return os.getpid()
 
-    def __init__(self, kernel_name, gpu, workers):
-        import concurrent.futures as cf
-        import multiprocessing as mp
-        self.ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                         initializer=_pool_init, initargs=(kernel_name, gpu),
-                                         max_tasks_per_child=256)
+
+class CompilePool:
+    """Processes that compile announced configs ahead, on all CPU cores but the measuring one.
+
+    It is started before the measuring process imports torch, so both start-ups overlap. Until
+    one of its processes is ready, the measuring process does not wait for a compile it needs:
+    it compiles that config itself (its first launch does), which is sooner than a process still
+    importing torch."""
+
+    def __init__(self, kernel_name, gpu, workers, executor=None):
+        if executor is None:
+            import concurrent.futures as cf
+            import multiprocessing as mp
+            executor = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                              initializer=_pool_init, initargs=(kernel_name, gpu),
+                                              max_tasks_per_child=256)
+        self.ex = executor
         self.futures = {}
         self.peak_kb = 0
         self.compile_s = 0.0
+        self.wait_s = 0.0        # the measuring process's time waiting for compiles
+        self.compiled_here = 0   # configs it compiled itself because the pool was not ready
+        self.ready = False
+        self.broken = None       # why the pool cannot take work, once it cannot
+        # one task per process: submitting starts the processes now
+        self.pings = [self._submit(_pool_ping) for _ in range(workers)]
 
     @staticmethod
     def _key(shape, cfg):
         return shape_key(shape) + tuple(cfg[k] for k in CFG_KEYS)
 
+    def _submit(self, fn, *args):
+        if self.broken:
+            return None
+        try:
+            return self.ex.submit(fn, *args)
+        except Exception as e:  # BrokenProcessPool, or shut down: only the head start is lost
+            self.broken = one_line(e)
+            log("compile pool unusable (%s); compiling in the measuring process" % self.broken)
+            return None
+
+    def is_ready(self):
+        """True once a pool process has started (a ping or a compile came back)."""
+        if not self.ready:
+            self.ready = any(p is not None and p.done() and not p.cancelled() and p.exception() is None
+                             for p in self.pings)
+        return self.ready
+
     def submit(self, shape, cfgs, bss):
         for cfg in cfgs:
             key = self._key(shape, cfg)
             if key not in self.futures:
-                self.futures[key] = self.ex.submit(_pool_compile, shape, cfg, list(bss))
+                f = self._submit(_pool_compile, shape, cfg, list(bss))
+                if f is None:
+                    return
+                self.futures[key] = f
         if len(self.futures) > 8192:  # forget finished ones; their kernels are on disk
             for k in [k for k, f in self.futures.items() if f.done()]:
                 del self.futures[k]
 
     def wait(self, shape, cfg):
-        """Waits for the config's compile; (status, detail) when the compiler refused it."""
+        """Waits for the config's compile; (status, detail) when the compiler refused it. Returns
+        None at once, and the measuring process compiles the config itself, when the compile is
+        not done and no pool process has started yet."""
         f = self.futures.pop(self._key(shape, cfg), None)
         if f is None:
             return None
+        if not f.done() and not self.is_ready():
+            f.cancel()  # when it has not reached a process yet; else its result goes unused
+            self.compiled_here += 1
+            return None
+        t0 = time.monotonic()
         try:
             secs, err, kb = f.result()
+            self.ready = True
             self.compile_s += secs
             self.peak_kb = max(self.peak_kb, kb)
             return err
         except Exception as e:  # a broken pool only costs the head start
             log("compile ahead failed (%s); compiling in the measuring process" % one_line(e))
             return None
+        finally:
+            self.wait_s += time.monotonic() - t0
+
+    def kill(self):
+        """Ends the pool's processes now (the helper is leaving without measuring)."""
+        for p in list((getattr(self.ex, "_processes", None) or {}).values()):
+            try:
+                p.kill()
+            except Exception:
+                pass
+        try:
+            self.ex.shutdown(wait=False, cancel_futures=True)
+        except Exception:
+            pass
 
 
 # ---- probe -----------------------------------------------------------------------------------
@@ -1187,35 +1341,43 @@ def main(argv):
     a = ap.parse_args(argv)
     if a.probe:
         return probe(a.engine)
+    pool = None
     try:
         if a.cache_dir:
             os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(a.cache_dir, "triton"))
-        torch, triton = import_stack()
-        dev = device_info(torch, a.gpu)
-        kernel = load_kernel(a.kernel, torch, triton)
+        split_margin = split_margin_from_env(os.environ)
         workers = a.compile_workers
         if workers < 0:
             workers = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2) - 2)
+        # the pool's processes import torch and triton while this one does
         pool = CompilePool(a.kernel, a.gpu, workers) if workers > 0 else None
+        torch, triton = import_stack()
+        dev = device_info(torch, a.gpu)
+        kernel = load_kernel(a.kernel, torch, triton)
         measurer = Measurer(torch, kernel)
+        measurer.split_margin = split_margin
         compiler = "triton_" + triton.__version__.split("+")[0].replace(".", "_")
         vers = versions_text(a.kernel, torch, triton, kernel.engine)
         hello = {"kernel": a.kernel, "compiler": compiler, "versions": vers, "device": dev,
                  "kernel_hash": file_hash([os.path.abspath(__file__)] + kernel.sources, vers)}
     except Fatal as e:
         emit({"fatal": str(e)})
+        if pool:
+            pool.kill()
         return 1
     except Exception as e:  # anything else at start is still one line, with the traceback on stderr
         import traceback
         traceback.print_exc()
         emit({"fatal": "%s: cannot start the %s kernel: %s" % (sys.executable, a.kernel, one_line(e))})
+        if pool:
+            pool.kill()
         return 1
     emit({"hello": hello})
     session = Session(kernel, measurer, pool)
     rc = serve(sys.stdin, session)
-    log("done: peak rss %d MiB (measuring process %d MiB, compile processes %d MiB), %.0f s compiling ahead" %
+    log("done: peak rss %d MiB (measuring process %d MiB, compile processes %d MiB), %.0f s compiling ahead; %s" %
         (session.peak_rss_kb() >> 10, peak_rss_kb() >> 10, (pool.peak_kb if pool else 0) >> 10,
-         pool.compile_s if pool else 0))
+         pool.compile_s if pool else 0, json.dumps(session.stats(), separators=(",", ":"))))
     return rc
 
 

@@ -8,13 +8,19 @@
 #      baseline's pick, all measured again under one method (compare.py);
 #  (c) what the separate up/down configs buy (compare.py, and the manifest);
 #  (d) the helper's peak RSS over the sweep and the GPU-busy fraction (the worker log's
-#      "triton helper:" line, written when the helper closes).
+#      "triton helper:" line, written when the helper closes, with the seconds to the helper's
+#      hello and to its first result, and the "triton helper stats:" line: reference checks,
+#      configs pruned unchecked, halves timed and skipped, configs compiled by the measuring
+#      process, seconds in checks, captures and compile waits; worker/HELPER.md).
+# Knob: MOETUNE_SPLIT_MARGIN (the helper's; default 0.1, "inf" = the halves of every checked
+# config, as before it existed) is printed first and reaches the helper through tune's worker.
 #   bench/triton/run.sh OUT_DIR        (needs the moetune binaries on MT_BIN_DIR or PATH)
 set -uo pipefail
 out=${1:?usage: bench/triton/run.sh OUT_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 export PYTHONUNBUFFERED=1
+echo "MOETUNE_SPLIT_MARGIN=${MOETUNE_SPLIT_MARGIN:-0.1 (default)}"
 "$root/tests/gpu/e2e_triton.sh" "$out" || exit $?
 echo "== baseline: the engines' way, same configs"
 start=$(date +%s.%N)
@@ -28,4 +34,4 @@ echo "== (b)/(c): re-measured under one method"
 python3 "$here/compare.py" --file "$f" --down "${f%.json}_down.json" --baseline "$out/baseline.json" \
   --out "$out/compare.json" 2>&1 | grep -v Warning
 echo "== (d) helper memory and GPU busy"
-grep -h "triton helper:" "$out"/worker.log 2>/dev/null | tail -n 3
+grep -h "triton helper" "$out"/worker.log 2>/dev/null | tail -n 4

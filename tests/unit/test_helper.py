@@ -47,6 +47,9 @@ class FakeSession:
     def gpu_s(self):
         return 0.5
 
+    def stats(self):
+        return {"verified": 2, "split_margin": 0.1}
+
 
 def run_serve(lines):
     out = io.StringIO()
@@ -78,7 +81,8 @@ class Protocol(unittest.TestCase):
         self.assertEqual(out[2]["median_us"], 8.0)
         self.assertAlmostEqual(out[2]["up_us"], 4.8)
         self.assertEqual(out[1]["detail"], "OutOfResources: shared memory")
-        self.assertEqual(out[3], {"id": 7, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": 1234, "gpu_s": 0.5})
+        self.assertEqual(out[3], {"id": 7, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": 1234, "gpu_s": 0.5,
+                                  "stats": {"verified": 2, "split_margin": 0.1}})
         self.assertEqual(len(out), 4)
         cfg, bss, m, split = s.measured[0]
         self.assertEqual((cfg, bss, m["max_samples"], m["seed"], split), (CFG, [1, 3, 8], 9, 5, True))
@@ -198,6 +202,275 @@ class Racing(unittest.TestCase):
         st, pruned = m.time_graph(g, self.M, 1.0, best_us=100.0)
         self.assertFalse(pruned)
 
+    def test_racing_times_the_last_warmup_replay(self):
+        # warmup 2 with racing: one plain warmup, then the timed last warmup replay and the first
+        # sample are judged; a loser stops after 3 replays (4 without this), with both samples
+        m, g = self.measurer([1.5, 1.6]), self.Graph()
+        st, pruned = m.time_graph(g, dict(self.M, warmup=2), 1.0, best_us=100.0)
+        self.assertTrue(pruned)
+        self.assertEqual(g.replays, 3)
+        self.assertEqual((st["samples"], st["min_us"]), (mh.RACE_SAMPLES, 150.0))
+        # a survivor: the timed warmup replay (here a slow one) stays out of its statistics, and
+        # it gets as many replays before its samples as without racing
+        m, g = self.measurer([1.9, 1.0, 1.0, 1.0, 1.0, 1.0]), self.Graph()
+        st, pruned = m.time_graph(g, dict(self.M, warmup=2), 1.0, best_us=100.0)
+        self.assertFalse(pruned)
+        self.assertEqual((st["samples"], st["median_us"], st["mean_us"]), (5, 100.0, 100.0))
+        self.assertEqual(g.replays, 2 + 5)
+        m2, g2 = self.measurer([1.0] * 5), self.Graph()
+        st2, _ = m2.time_graph(g2, dict(self.M, warmup=2, race_margin=0.0), 1.0, best_us=100.0)
+        self.assertEqual((g2.replays, st2), (g.replays, st))
+        self.assertAlmostEqual(m.timed_s, (1.9 + 5.0) * 1e-3)
+
+
+class VerifyAfterRace(unittest.TestCase):
+    """Measurer._one's order against fakes: first launch, graph, timing with racing, then the
+    reference check only for a config that stayed in the race, then its halves only when its
+    median is within the split margin of the best."""
+
+    class Torch:
+        class cuda:
+            @staticmethod
+            def synchronize():
+                pass
+
+    class Out:
+        def __init__(self, log):
+            self.log = log
+
+        def fill_(self, v):
+            self.log.append("poison" if v != v else "fill")
+
+    def setUp(self):
+        self.log = []
+        log = self.log
+
+        class Kernel:
+            def layer(self, L, cfg):
+                log.append("layer")
+
+            def up(self, L, cfg):
+                log.append("up")
+
+            def down(self, L, cfg):
+                log.append("down")
+
+        class Graph:
+            def __init__(self, what):
+                self.what = what
+
+            def replay(self):
+                log.append("replay " + self.what)
+
+        m = object.__new__(mh.Measurer)
+        m.torch = self.Torch()
+        m.kernel = Kernel()
+        m.flush = Racing.Flush()
+        m.timed_s = 0.0
+        m.split_margin = 0.1
+        m.counts = mh.new_counts()
+        self.L = {"out": self.Out(log), "fp8": False}
+        m.inputs = lambda shape, bs, seed: self.L
+        self.graphs = []
+
+        def graph(fn):
+            fn()
+            what = log.pop()
+            self.graphs.append(what)
+            log.append("graph " + what)
+            return Graph(what)
+        m.graph = graph
+        self.err = 0.001
+
+        def check(L):
+            log.append("check")
+            return self.err
+        m.check = check
+        self.m = m
+
+    def run_one(self, times_ms, best_us, split=True):
+        self.m.ev = [Racing.Ev(list(times_ms)), Racing.Ev([])]
+        meas = {"warmup": 2, "min_samples": 3, "max_samples": 3, "rsd_target": 1e-9, "budget_ms": 1000, "seed": 1,
+                "race_margin": 0.2}
+        return self.m.one(SHAPE, CFG, 64, meas, split, best_us)
+
+    def test_pruned_config_is_not_checked_nor_split(self):
+        res = self.run_one([1.5, 1.6], 100.0)
+        self.assertEqual(res["status"], "pruned")
+        self.assertNotIn("check", self.log)
+        self.assertEqual(self.graphs, ["layer"])
+        self.assertEqual((res["up_us"], res["down_us"], res["samples"]), (0.0, 0.0, 2))
+        self.assertIn("not verified", res["detail"])
+        self.assertAlmostEqual(res["timed_us"], 3100.0)
+        c = self.m.counts
+        self.assertEqual((c["pruned"], c["verified"], c["split"], c["split_skipped"]), (1, 0, 0, 0))
+
+    def test_survivor_is_checked_on_the_timed_graph_then_split(self):
+        # within the split margin of the best (101 us against 100 us)
+        # timed: the last warmup replay and 3 samples of the layer, 3 samples of each half
+        res = self.run_one([1.01] * 4 + [0.6] * 3 + [0.4] * 3, 100.0)
+        self.assertEqual(res["status"], "ok", res)
+        self.assertEqual(res["detail"], "rel_err=1.00e-03")
+        self.assertEqual(self.graphs, ["layer", "up", "down"])
+        # the output is poisoned after the capture, so only the timed replays can write it, and
+        # the check reads it after them
+        self.assertEqual(self.log[:4], ["layer", "graph layer", "poison", "replay layer"])
+        first_up = self.log.index("graph up")
+        self.assertEqual(self.log[first_up - 1], "check")
+        self.assertEqual(self.log.count("check"), 1)
+        self.assertEqual([x for x in self.log[:first_up] if x.startswith("replay")], ["replay layer"] * 5)
+        self.assertAlmostEqual(res["median_us"], 101.0)
+        self.assertAlmostEqual(res["up_us"], 60.0)
+        self.assertAlmostEqual(res["down_us"], 40.0)
+        self.assertEqual((self.m.counts["split"], self.m.counts["verified"]), (1, 1))
+
+    def test_survivor_beyond_the_split_margin_is_checked_not_split(self):
+        # 115 us: in the race (margin 0.2), beyond the split margin (0.1) of 100 us
+        res = self.run_one([1.15] * 4, 100.0)
+        self.assertEqual(res["status"], "ok")
+        self.assertEqual(self.log.count("check"), 1)
+        self.assertEqual(self.graphs, ["layer"])
+        self.assertEqual((res["up_us"], res["down_us"]), (0.0, 0.0))
+        self.assertEqual((self.m.counts["split"], self.m.counts["split_skipped"]), (0, 1))
+        # the same config with no best known, or the margin set to inf, is split
+        for best, margin in ((0.0, 0.1), (100.0, float("inf"))):
+            self.setUp()
+            self.m.split_margin = margin
+            # no best known: no racing, so no timed warmup replay
+            res = self.run_one([1.15] * (4 if best else 3) + [0.7] * 3 + [0.45] * 3, best)
+            self.assertEqual(self.graphs, ["layer", "up", "down"], (best, margin))
+            self.assertAlmostEqual(res["up_us"], 70.0)
+            self.assertAlmostEqual(res["down_us"], 45.0)
+
+    def test_wrong_survivor_is_wrong_result_and_not_split(self):
+        self.err = 0.5
+        res = self.run_one([1.0] * 4, 100.0)
+        self.assertEqual(res["status"], "wrong_result")
+        self.assertNotIn("timed_us", res)
+        self.assertEqual(self.graphs, ["layer"])
+
+    def test_split_margin_from_the_environment(self):
+        self.assertEqual(mh.split_margin_from_env({}), mh.SPLIT_MARGIN)
+        self.assertEqual(mh.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": " "}), mh.SPLIT_MARGIN)
+        self.assertEqual(mh.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": "0.05"}), 0.05)
+        self.assertEqual(mh.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": "0"}), 0.0)
+        self.assertEqual(mh.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": "inf"}), float("inf"))
+        for bad in ("-0.1", "nan", "ten %"):
+            with self.assertRaises(mh.Fatal) as cm:
+                mh.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": bad})
+            self.assertIn("MOETUNE_SPLIT_MARGIN=%r is not a number >= 0" % bad, str(cm.exception))
+
+
+class FakeExecutor:
+    """Futures the test completes by hand, in place of the compile processes."""
+
+    def __init__(self):
+        import concurrent.futures as cf
+        self.cf = cf
+        self.tasks = []
+
+    def submit(self, fn, *args):
+        f = self.cf.Future()
+        self.tasks.append((fn, args, f))
+        return f
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        pass
+
+
+class CompileAhead(unittest.TestCase):
+    def pool(self, workers=2):
+        ex = FakeExecutor()
+        return mh.CompilePool("moetune", 0, workers, executor=ex), ex
+
+    def test_pool_started_at_once_with_one_ping_per_process(self):
+        pool, ex = self.pool(3)
+        self.assertEqual([t[0] for t in ex.tasks], [mh._pool_ping] * 3)
+        self.assertFalse(pool.is_ready())
+        ex.tasks[1][2].set_result(4321)
+        self.assertTrue(pool.is_ready())
+
+    def test_compiles_here_while_the_pool_starts(self):
+        pool, ex = self.pool()
+        pool.submit(SHAPE, [CFG, dict(CFG, BLOCK_SIZE_M=32)], [1])
+        self.assertEqual(len(ex.tasks), 4)
+        # no process has started: the measuring process does not wait, it compiles the config
+        self.assertIsNone(pool.wait(SHAPE, CFG))
+        self.assertTrue(ex.tasks[2][2].cancelled())
+        self.assertEqual((pool.compiled_here, pool.wait_s), (1, 0.0))
+        # once one has, a compile not yet done is waited for, and its verdict holds
+        ex.tasks[0][2].set_result(1)
+        f = ex.tasks[3][2]
+        import threading
+        threading.Timer(0.2, lambda: f.set_result((1.5, ("invalid", "OutOfResources: smem"), 2048))).start()
+        self.assertEqual(pool.wait(SHAPE, dict(CFG, BLOCK_SIZE_M=32)), ("invalid", "OutOfResources: smem"))
+        self.assertEqual(pool.compiled_here, 1)
+        self.assertGreaterEqual(pool.wait_s, 0.15)
+        self.assertEqual((pool.compile_s, pool.peak_kb), (1.5, 2048))
+
+    def test_a_done_compile_counts_before_the_pool_is_ready(self):
+        pool, ex = self.pool()
+        pool.submit(SHAPE, [CFG], [1])
+        ex.tasks[2][2].set_result((2.0, ("compile_error", "CompilationError: x"), 10))
+        self.assertEqual(pool.wait(SHAPE, CFG), ("compile_error", "CompilationError: x"))
+        self.assertTrue(pool.ready)
+        self.assertEqual(pool.compiled_here, 0)
+
+    def test_a_broken_pool_costs_only_the_head_start(self):
+        class Broken(FakeExecutor):
+            def submit(self, fn, *args):
+                raise RuntimeError("A process in the process pool was terminated abruptly")
+        pool = mh.CompilePool("moetune", 0, 2, executor=Broken())
+        self.assertIn("terminated abruptly", pool.broken)
+        pool.submit(SHAPE, [CFG], [1])  # no exception: the measuring process compiles
+        self.assertIsNone(pool.wait(SHAPE, CFG))
+        self.assertFalse(pool.is_ready())
+
+
+class FakeJit:
+    def __init__(self):
+        self.cache = {0: {"sig": "compiled"}}
+
+
+class SessionCaches(unittest.TestCase):
+    def test_only_the_config_kernels_are_dropped_after_a_config(self):
+        gemm, align = FakeJit(), FakeJit()
+
+        class Kernel:
+            torch = None
+
+            def jit_functions(self):
+                return (gemm, align)
+
+            def config_jit_functions(self):
+                return (gemm,)
+
+        class Meas:
+            forgot = 0
+            counts = mh.new_counts()
+            split_margin = 0.25
+
+            def set_shape(self, shape, seed, routing):
+                pass
+
+            def one(self, shape, cfg, bs, m, split, best_us):
+                return {"status": "ok"}
+
+            def forget_aligns(self):
+                self.forgot += 1
+        meas = Meas()
+        s = mh.Session(Kernel(), meas, None)
+        out = list(s.measure(SHAPE, CFG, [1, 8], {"seed": 1}, True))
+        self.assertEqual(len(out), 2)
+        self.assertEqual((gemm.cache[0], align.cache[0]), ({}, {"sig": "compiled"}))
+        self.assertEqual(meas.forgot, 1)
+        st = s.stats()
+        self.assertEqual(sorted(st), sorted(mh.COUNT_KEYS + ("split_margin",)))
+        self.assertEqual(st["split_margin"], 0.25)
+        meas.split_margin = float("inf")
+        self.assertEqual(s.stats()["split_margin"], "inf")  # JSON has no infinity
+        json.dumps(s.stats(), allow_nan=False)
+
 
 class Classify(unittest.TestCase):
     def test_statuses(self):
@@ -238,10 +511,24 @@ class cuda:
 TRITON = "__version__ = '3.6.0'\n"
 
 
-def run_helper(args, modules):
-    env = dict(os.environ, PYTHONPATH=modules, PYTHONNOUSERSITE="1")
-    return subprocess.run([sys.executable, "-S", HELPER] + args, env=env, capture_output=True, text=True,
-                          input="", timeout=60)
+def run_helper(args, modules, env_extra=None):
+    """The helper run to its end; the result also carries helper_pid."""
+    env = dict(os.environ, PYTHONPATH=modules, PYTHONNOUSERSITE="1", **(env_extra or {}))
+    p = subprocess.Popen([sys.executable, "-S", HELPER] + args, env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate("", timeout=60)
+    r = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    r.helper_pid = p.pid
+    return r
+
+
+def alive(pid):
+    """True while pid runs (a zombie does not count)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 class Missing(unittest.TestCase):
@@ -273,6 +560,43 @@ class Missing(unittest.TestCase):
             fake_modules(tmp, torch_src=TORCH_NO_GPU, triton_src=TRITON)
             r = run_helper(["--kernel", "sglang"], tmp)
             self.check_fatal(r, "no CUDA GPU", sys.executable)
+
+    def test_pool_starts_while_the_measuring_process_imports_torch(self):
+        # torch takes 3 s to import here; the compile process must start importing it before
+        # the measuring process is done (the two start-ups overlap), and the helper must not
+        # wait for its pool when it gives up at start
+        with tempfile.TemporaryDirectory() as tmp:
+            stamps = os.path.join(tmp, "stamps")
+            fake_modules(tmp, torch_src=textwrap.dedent("""
+                import os, time
+                def _stamp(what):
+                    with open(os.environ["FAKE_TORCH_STAMPS"], "a") as f:
+                        f.write("%d %s %.6f\\n" % (os.getpid(), what, time.time()))
+                _stamp("start")
+                time.sleep(3)
+                _stamp("end")
+            """) + TORCH_NO_GPU, triton_src=TRITON)
+            env_extra = {"FAKE_TORCH_STAMPS": stamps}
+            t0 = __import__("time").monotonic()
+            r = run_helper(["--kernel", "moetune", "--compile-workers", "1"], tmp, env_extra)
+            took = __import__("time").monotonic() - t0
+            self.check_fatal(r, "no CUDA GPU")
+            with open(stamps) as f:
+                rows = [line.split() for line in f]
+            starts = {int(pid): float(t) for pid, what, t in rows if what == "start"}
+            pool = [p for p in starts if p != r.helper_pid]
+            self.assertIn(r.helper_pid, starts, rows)
+            self.assertEqual(len(pool), 1, rows)
+            main_end = [float(t) for pid, what, t in rows if what == "end" and int(pid) == r.helper_pid]
+            self.assertLess(starts[pool[0]], main_end[0], rows)
+            self.assertLess(took, 8.0)
+            self.assertFalse(alive(pool[0]), "the compile process outlived the helper")
+
+    def test_bad_split_margin_is_one_fatal_line(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fake_modules(tmp, torch_src=TORCH_NO_GPU, triton_src=TRITON)
+            r = run_helper(["--kernel", "moetune", "--compile-workers", "0"], tmp, {"MOETUNE_SPLIT_MARGIN": "-1"})
+            self.check_fatal(r, "MOETUNE_SPLIT_MARGIN='-1' is not a number >= 0")
 
     def test_probe_reports_each_missing_part(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -4,6 +4,7 @@
  * through a config, hangs, floods stdout, writes garbage or a wrong id, grows past
  * the memory limit, says fatal at start; and an interpreter that does not exist. */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -185,6 +186,46 @@ static void test_race_round_trip(void **unused) {
     wrk_child_destroy(&c);
 }
 
+/* The closing log line: GPU busy from done's gpu_s, the start-up times, and the last done's
+ * stats object (the helper's counts: what the benchmark's log shows of where time went). */
+static void test_close_logs_stats(void **unused) {
+    (void)unused;
+    krn_shape_t s;
+    krn_config_t cfg;
+    wrk_measure_t m;
+    wrk_meas_t out[3];
+    uint32_t regs, spills;
+    char err[256] = "", path[300], text[8192];
+    setup_case(&s, &cfg, &m);
+    mt_fmt(path, sizeof path, "%s/stderr", g_dir);
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, 2); /* the child inherits it, and logs there */
+    close(fd);
+    mt_log_level_t level = mt_log_level;
+    mt_log_level = MT_LOG_INFO;
+    wrk_child_t *c = start_ready("ok", 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    wrk_child_destroy(&c);
+    mt_log_level = level;
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    unlink(path);
+    text[n] = '\0';
+    assert_non_null(strstr(text, "triton helper: 2 configs;"));
+    assert_non_null(strstr(text, "timed kernels 0.1 s of"));
+    assert_non_null(strstr(text, "; hello after "));
+    assert_non_null(strstr(text, ", first config done after "));
+    assert_non_null(strstr(text, "triton helper stats: {\"split_margin\":0.1,\"verified\":2}"));
+}
+
 static void test_dies_mid_config(void **unused) {
     (void)unused;
     krn_shape_t s;
@@ -350,6 +391,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ok_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_race_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_close_logs_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dies_mid_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hang_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flood, setup, teardown),
