@@ -10,8 +10,8 @@
 #include "mt.h"
 #include "progress.h"
 
-static bool finished_state(const char *s) {
-    return s && (strcmp(s, "done") == 0 || strcmp(s, "failed") == 0 || strcmp(s, "cancelled") == 0);
+bool cli_sweep_finished(const char *state) {
+    return state && (strcmp(state, "done") == 0 || strcmp(state, "failed") == 0 || strcmp(state, "cancelled") == 0);
 }
 
 static int connect_control(const cli_cmd_t *cmd, const cli_opts_t *o, cli_client_t **c) {
@@ -28,59 +28,118 @@ static int connect_control(const cli_cmd_t *cmd, const cli_opts_t *o, cli_client
     return MT_EXIT_OK;
 }
 
-static uint32_t alive_workers(const Moetune__StatusReply *r) {
+uint32_t cli_live_workers(const Moetune__StatusReply *r) {
     uint32_t n = 0;
     for (size_t i = 0; i < r->n_workers; i++)
         if (r->workers[i]->state && strcmp(r->workers[i]->state, "dead") != 0) n++;
     return n;
 }
 
-int cli_wait_sweeps(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json) {
+/* Sleeps up to ms in steps of 100 ms, less when an interrupt comes. */
+static void nap(uint32_t ms) {
+    for (uint32_t t = 0; t < ms && !mt_stop_requested; t += 100) usleep(100 * 1000);
+}
+
+int cli_follow(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json, const cli_follow_t *f,
+               cli_follow_end_t *end) {
+    static const cli_follow_t plain = {.poll_ms = 1000};
     int code = MT_EXIT_OK;
     char err[300];
-    cli_progress_t *prog = cli_progress_new(json ? stdout : stderr, json, isatty(STDERR_FILENO));
+    cli_progress_t *prog = NULL;
     wire_env_t *reply = NULL;
+    uint64_t stop_ms = 0;
+    if (!f) f = &plain;
+    memset(end, 0, sizeof *end);
+    if (cli_progress_new(json ? stdout : stderr, json, isatty(STDERR_FILENO), &prog) != MT_OK)
+        return cli_fail(cmd, "out of memory");
     for (;;) {
-        if (mt_stop_requested) {
+        bool stop = mt_stop_requested;
+        if (stop && !f->stop_grace_ms) {
             cli_progress_finish(prog, NULL, 0);
-            code = cli_fail(cmd, "interrupted; the sweep goes on in the coordinator");
+            end->interrupted = true;
+            code = MT_EXIT_FAIL;
             break;
         }
+        if (stop && !stop_ms) stop_ms = mt_now_ms();
+        if (!stop && f->check) {
+            code = f->check(f->ctx, NULL, prog);
+            if (code != MT_EXIT_OK) {
+                cli_progress_finish(prog, NULL, 0);
+                break;
+            }
+        }
         wire_free(&reply);
-        if (cli_client_status(c, sweep, &reply, err, sizeof err) != MT_OK) {
+        int rc = cli_client_status(c, sweep, &reply, err, sizeof err);
+        const Moetune__StatusReply *r = rc == MT_OK ? reply->status_reply : NULL;
+        if (!r && !f->retry) {
             cli_progress_finish(prog, NULL, 0);
             code = cli_fail(cmd, err);
             break;
         }
-        const Moetune__StatusReply *r = reply->status_reply;
-        if (sweep && r->n_sweeps == 0) {
-            code = cli_fail(cmd, "no such sweep");
-            break;
-        }
-        bool all_done = true, any_bad = false;
-        for (size_t i = 0; i < r->n_sweeps; i++) {
-            if (!finished_state(r->sweeps[i]->state)) all_done = false;
-            else if (strcmp(r->sweeps[i]->state, "done") != 0) any_bad = true;
-        }
-        cli_progress_storage(prog, r->counters);
-        if (r->n_sweeps == 1) {
-            if (all_done) cli_progress_finish(prog, r->sweeps[0], alive_workers(r));
-            else cli_progress_update(prog, r->sweeps[0], alive_workers(r));
-        }
-        if (all_done) {
-            if (any_bad) {
-                code = MT_EXIT_FAIL;
-                for (size_t i = 0; i < r->n_sweeps; i++)
-                    if (strcmp(r->sweeps[i]->state, "done") != 0)
-                        fprintf(stderr, "moetune %s: sweep %llu ended %s\n", cmd->name,
-                                (unsigned long long)r->sweeps[i]->sweep_id, r->sweeps[i]->state);
+        if (r && sweep && r->n_sweeps == 0) {
+            if (!f->retry) {
+                code = cli_fail(cmd, "no such sweep");
+                break;
             }
+            r = NULL;
+        }
+        if (r) {
+            bool all_done = true, any_bad = false;
+            for (size_t i = 0; i < r->n_sweeps; i++) {
+                if (!cli_sweep_finished(r->sweeps[i]->state)) all_done = false;
+                else if (strcmp(r->sweeps[i]->state, "done") != 0) any_bad = true;
+            }
+            cli_progress_storage(prog, r->counters);
+            if (r->n_sweeps == 1) {
+                const Moetune__SweepStatus *st = r->sweeps[0];
+                snprintf(end->state, sizeof end->state, "%s", st->state ? st->state : "");
+                if (all_done) {
+                    cli_progress_finish(prog, st, cli_live_workers(r));
+                } else if (stop && st->results_planned && st->results_done >= st->results_planned &&
+                           mt_now_ms() - stop_ms < f->stop_grace_ms) {
+                    /* An interrupt after the last commit: the sweep is about to be marked done,
+                     * and waiting for that keeps the export. */
+                    usleep(50 * 1000);
+                    continue;
+                } else {
+                    cli_progress_update(prog, st, cli_live_workers(r));
+                }
+            }
+            if (all_done) {
+                if (any_bad && !f->quiet_end) {
+                    code = MT_EXIT_FAIL;
+                    for (size_t i = 0; i < r->n_sweeps; i++)
+                        if (strcmp(r->sweeps[i]->state, "done") != 0)
+                            fprintf(stderr, "moetune %s: sweep %llu ended %s\n", cmd->name,
+                                    (unsigned long long)r->sweeps[i]->sweep_id, r->sweeps[i]->state);
+                }
+                break;
+            }
+            if (f->check) {
+                code = f->check(f->ctx, r, prog);
+                if (code != MT_EXIT_OK) {
+                    cli_progress_finish(prog, NULL, 0);
+                    break;
+                }
+            }
+        }
+        if (stop) {
+            cli_progress_finish(prog, NULL, 0);
+            end->interrupted = true;
+            code = MT_EXIT_FAIL;
             break;
         }
-        for (int i = 0; i < 10 && !mt_stop_requested; i++) usleep(100 * 1000);
+        nap(f->poll_ms);
     }
     wire_free(&reply);
     cli_progress_destroy(&prog);
+    return code;
+}
+
+int cli_wait_sweeps(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json) {
+    cli_follow_end_t end;
+    int code = cli_follow(cmd, c, sweep, json, NULL, &end);
+    if (end.interrupted) code = cli_fail(cmd, "interrupted; the sweep goes on in the coordinator");
     return code;
 }
 
@@ -250,7 +309,7 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
     if (c)
         printf("workers: %zu (%u alive); results committed %llu, rejected %llu, bad messages %llu, "
                "requeued jobs %llu, dead workers %llu, commit failures %llu\n",
-               r->n_workers, alive_workers(r), (unsigned long long)c->results_committed,
+               r->n_workers, cli_live_workers(r), (unsigned long long)c->results_committed,
                (unsigned long long)c->rejected_results, (unsigned long long)c->bad_messages,
                (unsigned long long)c->requeued_jobs, (unsigned long long)c->dead_workers,
                (unsigned long long)c->commit_failures);

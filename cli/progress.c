@@ -20,13 +20,15 @@ struct cli_progress {
     bool storage_changed;
 };
 
-cli_progress_t *cli_progress_new(FILE *out, bool json, bool tty) {
+int cli_progress_new(FILE *out, bool json, bool tty, cli_progress_t **pp) {
     cli_progress_t *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
+    *pp = NULL;
+    if (!p) return MT_NOMEM;
     p->out = out;
     p->json = json;
     p->tty = tty && !json;
-    return p;
+    *pp = p;
+    return MT_OK;
 }
 
 static void fmt_eta(double secs, char *buf, size_t len) {

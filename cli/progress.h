@@ -16,8 +16,8 @@
 typedef struct cli_progress cli_progress_t;
 
 /* New progress display writing to out (text) or, with json, JSON lines to out.
- * tty selects '\r' redraws. Caller frees with cli_progress_destroy. */
-cli_progress_t *cli_progress_new(FILE *out, bool json, bool tty);
+ * tty selects '\r' redraws. MT_OK with *p (free with cli_progress_destroy); MT_NOMEM. */
+int cli_progress_new(FILE *out, bool json, bool tty, cli_progress_t **p);
 
 /* Formats one text progress line for st with workers_alive live workers into buf. */
 void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, char *buf, size_t len);
