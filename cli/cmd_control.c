@@ -3,10 +3,12 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client.h"
 #include "cmd.h"
+#include "eta.h"
 #include "mt.h"
 #include "progress.h"
 
@@ -228,8 +230,19 @@ static json_t *json_text(const char *text) {
     return v;
 }
 
+/* The ETA of one status snapshot (eta.h: the sweep's life so far), as a followed display
+ * starts from; < 0 for a sweep that is not running. */
+static double snapshot_eta(const Moetune__SweepStatus *s) {
+    if (!s->state || strcmp(s->state, "running") != 0) return -1.0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    cli_eta_sample_t e;
+    cli_progress_sample(s, 0.0, (double)ts.tv_sec + ts.tv_nsec * 1e-9, &e);
+    return cli_eta_once(&e);
+}
+
 static json_t *sweep_json(const Moetune__SweepStatus *s) {
-    return json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:f, s:I}", "sweep",
+    json_t *o = json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:f, s:I}", "sweep",
                      (json_int_t)s->sweep_id, "name", json_text(s->name), "state",
                      s->state ? s->state : "", "results_planned", (json_int_t)s->results_planned,
                      "results_done", (json_int_t)s->results_done, "results_failed",
@@ -237,6 +250,8 @@ static json_t *sweep_json(const Moetune__SweepStatus *s) {
                      (int)s->jobs_pending, "jobs_leased", (int)s->jobs_leased, "jobs_done",
                      (int)s->jobs_done, "jobs_failed", (int)s->jobs_failed, "rate", s->rate,
                      "created", (json_int_t)s->created_s);
+    if (o) json_object_set_new(o, "eta_s", cli_progress_eta_json(s, snapshot_eta(s)));
+    return o;
 }
 
 static json_t *worker_json(const Moetune__WorkerInfo *w) {
@@ -281,17 +296,19 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         print_json(root);
         return;
     }
-    printf("%-6s %-32s %-9s %21s %8s %19s %9s\n", "SWEEP", "NAME", "STATE", "RESULTS DONE/PLANNED",
-           "FAILED", "JOBS P/L/D/F", "RATE/s");
+    printf("%-6s %-32s %-9s %21s %8s %19s %9s %8s\n", "SWEEP", "NAME", "STATE", "RESULTS DONE/PLANNED",
+           "FAILED", "JOBS P/L/D/F", "RATE/s", "ETA");
     for (size_t i = 0; i < r->n_sweeps; i++) {
         const Moetune__SweepStatus *s = r->sweeps[i];
-        char res[48], jobs[48];
+        char res[48], jobs[48], eta[32];
         snprintf(res, sizeof res, "%llu/%llu", (unsigned long long)s->results_done,
                  (unsigned long long)s->results_planned);
         snprintf(jobs, sizeof jobs, "%u/%u/%u/%u", s->jobs_pending, s->jobs_leased, s->jobs_done, s->jobs_failed);
-        printf("%-6llu %-32.32s %-9s %21s %8llu %19s %9.1f\n", (unsigned long long)s->sweep_id,
+        if (s->results_planned && s->results_done >= s->results_planned) snprintf(eta, sizeof eta, "0s");
+        else cli_progress_eta_text(snapshot_eta(s), eta, sizeof eta);
+        printf("%-6llu %-32.32s %-9s %21s %8llu %19s %9.1f %8s\n", (unsigned long long)s->sweep_id,
                s->name ? s->name : "", s->state ? s->state : "", res, (unsigned long long)s->results_failed,
-               jobs, s->rate);
+               jobs, s->rate, eta);
     }
     if (r->n_sweeps == 0) printf("(no sweeps)\n");
     for (size_t i = 0; i < r->n_sweeps; i++) {
