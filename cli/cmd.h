@@ -77,9 +77,10 @@ int cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t 
 /* Parses --threshold PCT (NULL: the default 3 %). MT_INVAL with a reason in err. */
 int cli_parse_threshold(const char *text, double *out, char *err, size_t errlen);
 
-/* Parses argv (after the command name) into o. Returns MT_OK; 1 when --help was
- * asked (help printed to stdout); MT_INVAL with a one-line reason in err. */
-int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, char *err, size_t errlen);
+/* Parses argv (after the command name) into o. Returns MT_OK, with *help true when
+ * --help (or -h) was asked (parsing stops there; the caller prints the help); MT_INVAL
+ * with a one-line reason in err; MT_NOMEM. */
+int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, bool *help, char *err, size_t errlen);
 
 /* Prints the command's help. */
 void cli_print_help(const cli_cmd_t *cmd, FILE *out);
@@ -126,6 +127,39 @@ int cli_nightly_finish(const cli_cmd_t *cmd, const cli_opts_t *o, uint64_t sweep
  * Returns an exit code (0 when all finished as done). */
 struct cli_client;
 int cli_wait_sweeps(const cli_cmd_t *cmd, struct cli_client *c, uint64_t sweep, bool json);
+
+/* How cli_follow runs; all zero (or a NULL pointer) is the plain wait of submit/status --wait. */
+struct cli_progress;
+typedef struct {
+    uint32_t poll_ms;        /* between status calls */
+    bool retry;              /* a failed status call, or no such sweep yet, is asked again */
+    uint32_t stop_grace_ms;  /* after an interrupt, wait this long for a sweep whose every result
+                              * is committed to be marked done; 0: end at once */
+    bool quiet_end;          /* a sweep that ended other than done: leave saying so to the caller */
+    /* Called each round before the status call with r NULL (not after an interrupt), and
+     * after each status of a sweep still running with r; returns MT_EXIT_OK to go on, else
+     * the exit code that ends the wait (the progress line is ended first). */
+    int (*check)(void *ctx, const Moetune__StatusReply *r, struct cli_progress *prog);
+    void *ctx;
+} cli_follow_t;
+
+typedef struct {
+    char state[16];          /* the followed sweep's last state; "" when unknown */
+    bool interrupted;        /* mt_stop_requested ended the wait */
+} cli_follow_end_t;
+
+/* The follow loop of tune, submit --wait and status --wait: polls the status of sweep
+ * (0 = every sweep) until all are finished, showing one sweep's progress (JSON lines on
+ * stdout with json). Returns an exit code: MT_EXIT_OK when all finished (as done, unless
+ * quiet_end), the check's code, or MT_EXIT_FAIL with end->interrupted on an interrupt. */
+int cli_follow(const cli_cmd_t *cmd, struct cli_client *c, uint64_t sweep, bool json, const cli_follow_t *f,
+               cli_follow_end_t *end);
+
+/* Workers of r that are not dead. */
+uint32_t cli_live_workers(const Moetune__StatusReply *r);
+
+/* True for the states a sweep ends in: done, failed, cancelled. */
+bool cli_sweep_finished(const char *state);
 
 /* Says on stderr, in one line, which running sweeps a submitted one waits behind (nothing
  * when none): they are measured first. */

@@ -96,12 +96,13 @@ void cli_print_help(const cli_cmd_t *cmd, FILE *out) {
     print_opt(out, "help", NULL, "show this help");
 }
 
-int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, char *err, size_t errlen) {
+int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, bool *help, char *err, size_t errlen) {
+    *help = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            cli_print_help(cmd, stdout);
-            return 1;
+            *help = true;
+            return MT_OK;
         }
         /* one-letter options are written with one dash: -o FILE */
         bool short_opt = a[0] == '-' && a[1] && a[1] != '-' && a[2] == '\0';

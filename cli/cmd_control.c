@@ -3,15 +3,17 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client.h"
 #include "cmd.h"
+#include "eta.h"
 #include "mt.h"
 #include "progress.h"
 
-static bool finished_state(const char *s) {
-    return s && (strcmp(s, "done") == 0 || strcmp(s, "failed") == 0 || strcmp(s, "cancelled") == 0);
+bool cli_sweep_finished(const char *state) {
+    return state && (strcmp(state, "done") == 0 || strcmp(state, "failed") == 0 || strcmp(state, "cancelled") == 0);
 }
 
 static int connect_control(const cli_cmd_t *cmd, const cli_opts_t *o, cli_client_t **c) {
@@ -28,59 +30,118 @@ static int connect_control(const cli_cmd_t *cmd, const cli_opts_t *o, cli_client
     return MT_EXIT_OK;
 }
 
-static uint32_t alive_workers(const Moetune__StatusReply *r) {
+uint32_t cli_live_workers(const Moetune__StatusReply *r) {
     uint32_t n = 0;
     for (size_t i = 0; i < r->n_workers; i++)
         if (r->workers[i]->state && strcmp(r->workers[i]->state, "dead") != 0) n++;
     return n;
 }
 
-int cli_wait_sweeps(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json) {
+/* Sleeps up to ms in steps of 100 ms, less when an interrupt comes. */
+static void nap(uint32_t ms) {
+    for (uint32_t t = 0; t < ms && !mt_stop_requested; t += 100) usleep(100 * 1000);
+}
+
+int cli_follow(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json, const cli_follow_t *f,
+               cli_follow_end_t *end) {
+    static const cli_follow_t plain = {.poll_ms = 1000};
     int code = MT_EXIT_OK;
     char err[300];
-    cli_progress_t *prog = cli_progress_new(json ? stdout : stderr, json, isatty(STDERR_FILENO));
+    cli_progress_t *prog = NULL;
     wire_env_t *reply = NULL;
+    uint64_t stop_ms = 0;
+    if (!f) f = &plain;
+    memset(end, 0, sizeof *end);
+    if (cli_progress_new(json ? stdout : stderr, json, isatty(STDERR_FILENO), &prog) != MT_OK)
+        return cli_fail(cmd, "out of memory");
     for (;;) {
-        if (mt_stop_requested) {
+        bool stop = mt_stop_requested;
+        if (stop && !f->stop_grace_ms) {
             cli_progress_finish(prog, NULL, 0);
-            code = cli_fail(cmd, "interrupted; the sweep goes on in the coordinator");
+            end->interrupted = true;
+            code = MT_EXIT_FAIL;
             break;
         }
+        if (stop && !stop_ms) stop_ms = mt_now_ms();
+        if (!stop && f->check) {
+            code = f->check(f->ctx, NULL, prog);
+            if (code != MT_EXIT_OK) {
+                cli_progress_finish(prog, NULL, 0);
+                break;
+            }
+        }
         wire_free(&reply);
-        if (cli_client_status(c, sweep, &reply, err, sizeof err) != MT_OK) {
+        int rc = cli_client_status(c, sweep, &reply, err, sizeof err);
+        const Moetune__StatusReply *r = rc == MT_OK ? reply->status_reply : NULL;
+        if (!r && !f->retry) {
             cli_progress_finish(prog, NULL, 0);
             code = cli_fail(cmd, err);
             break;
         }
-        const Moetune__StatusReply *r = reply->status_reply;
-        if (sweep && r->n_sweeps == 0) {
-            code = cli_fail(cmd, "no such sweep");
-            break;
-        }
-        bool all_done = true, any_bad = false;
-        for (size_t i = 0; i < r->n_sweeps; i++) {
-            if (!finished_state(r->sweeps[i]->state)) all_done = false;
-            else if (strcmp(r->sweeps[i]->state, "done") != 0) any_bad = true;
-        }
-        cli_progress_storage(prog, r->counters);
-        if (r->n_sweeps == 1) {
-            if (all_done) cli_progress_finish(prog, r->sweeps[0], alive_workers(r));
-            else cli_progress_update(prog, r->sweeps[0], alive_workers(r));
-        }
-        if (all_done) {
-            if (any_bad) {
-                code = MT_EXIT_FAIL;
-                for (size_t i = 0; i < r->n_sweeps; i++)
-                    if (strcmp(r->sweeps[i]->state, "done") != 0)
-                        fprintf(stderr, "moetune %s: sweep %llu ended %s\n", cmd->name,
-                                (unsigned long long)r->sweeps[i]->sweep_id, r->sweeps[i]->state);
+        if (r && sweep && r->n_sweeps == 0) {
+            if (!f->retry) {
+                code = cli_fail(cmd, "no such sweep");
+                break;
             }
+            r = NULL;
+        }
+        if (r) {
+            bool all_done = true, any_bad = false;
+            for (size_t i = 0; i < r->n_sweeps; i++) {
+                if (!cli_sweep_finished(r->sweeps[i]->state)) all_done = false;
+                else if (strcmp(r->sweeps[i]->state, "done") != 0) any_bad = true;
+            }
+            cli_progress_storage(prog, r->counters);
+            if (r->n_sweeps == 1) {
+                const Moetune__SweepStatus *st = r->sweeps[0];
+                snprintf(end->state, sizeof end->state, "%s", st->state ? st->state : "");
+                if (all_done) {
+                    cli_progress_finish(prog, st, cli_live_workers(r));
+                } else if (stop && st->results_planned && st->results_done >= st->results_planned &&
+                           mt_now_ms() - stop_ms < f->stop_grace_ms) {
+                    /* An interrupt after the last commit: the sweep is about to be marked done,
+                     * and waiting for that keeps the export. */
+                    usleep(50 * 1000);
+                    continue;
+                } else {
+                    cli_progress_update(prog, st, cli_live_workers(r));
+                }
+            }
+            if (all_done) {
+                if (any_bad && !f->quiet_end) {
+                    code = MT_EXIT_FAIL;
+                    for (size_t i = 0; i < r->n_sweeps; i++)
+                        if (strcmp(r->sweeps[i]->state, "done") != 0)
+                            fprintf(stderr, "moetune %s: sweep %llu ended %s\n", cmd->name,
+                                    (unsigned long long)r->sweeps[i]->sweep_id, r->sweeps[i]->state);
+                }
+                break;
+            }
+            if (f->check) {
+                code = f->check(f->ctx, r, prog);
+                if (code != MT_EXIT_OK) {
+                    cli_progress_finish(prog, NULL, 0);
+                    break;
+                }
+            }
+        }
+        if (stop) {
+            cli_progress_finish(prog, NULL, 0);
+            end->interrupted = true;
+            code = MT_EXIT_FAIL;
             break;
         }
-        for (int i = 0; i < 10 && !mt_stop_requested; i++) usleep(100 * 1000);
+        nap(f->poll_ms);
     }
     wire_free(&reply);
     cli_progress_destroy(&prog);
+    return code;
+}
+
+int cli_wait_sweeps(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json) {
+    cli_follow_end_t end;
+    int code = cli_follow(cmd, c, sweep, json, NULL, &end);
+    if (end.interrupted) code = cli_fail(cmd, "interrupted; the sweep goes on in the coordinator");
     return code;
 }
 
@@ -169,8 +230,19 @@ static json_t *json_text(const char *text) {
     return v;
 }
 
+/* The ETA of one status snapshot (eta.h: the sweep's life so far), as a followed display
+ * starts from; < 0 for a sweep that is not running. */
+static double snapshot_eta(const Moetune__SweepStatus *s) {
+    if (!s->state || strcmp(s->state, "running") != 0) return -1.0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    cli_eta_sample_t e;
+    cli_progress_sample(s, 0.0, (double)ts.tv_sec + ts.tv_nsec * 1e-9, &e);
+    return cli_eta_once(&e);
+}
+
 static json_t *sweep_json(const Moetune__SweepStatus *s) {
-    return json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:f, s:I}", "sweep",
+    json_t *o = json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:f, s:I}", "sweep",
                      (json_int_t)s->sweep_id, "name", json_text(s->name), "state",
                      s->state ? s->state : "", "results_planned", (json_int_t)s->results_planned,
                      "results_done", (json_int_t)s->results_done, "results_failed",
@@ -178,6 +250,8 @@ static json_t *sweep_json(const Moetune__SweepStatus *s) {
                      (int)s->jobs_pending, "jobs_leased", (int)s->jobs_leased, "jobs_done",
                      (int)s->jobs_done, "jobs_failed", (int)s->jobs_failed, "rate", s->rate,
                      "created", (json_int_t)s->created_s);
+    if (o) json_object_set_new(o, "eta_s", cli_progress_eta_json(s, snapshot_eta(s)));
+    return o;
 }
 
 static json_t *worker_json(const Moetune__WorkerInfo *w) {
@@ -222,17 +296,19 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         print_json(root);
         return;
     }
-    printf("%-6s %-32s %-9s %21s %8s %19s %9s\n", "SWEEP", "NAME", "STATE", "RESULTS DONE/PLANNED",
-           "FAILED", "JOBS P/L/D/F", "RATE/s");
+    printf("%-6s %-32s %-9s %21s %8s %19s %9s %8s\n", "SWEEP", "NAME", "STATE", "RESULTS DONE/PLANNED",
+           "FAILED", "JOBS P/L/D/F", "RATE/s", "ETA");
     for (size_t i = 0; i < r->n_sweeps; i++) {
         const Moetune__SweepStatus *s = r->sweeps[i];
-        char res[48], jobs[48];
+        char res[48], jobs[48], eta[32];
         snprintf(res, sizeof res, "%llu/%llu", (unsigned long long)s->results_done,
                  (unsigned long long)s->results_planned);
         snprintf(jobs, sizeof jobs, "%u/%u/%u/%u", s->jobs_pending, s->jobs_leased, s->jobs_done, s->jobs_failed);
-        printf("%-6llu %-32.32s %-9s %21s %8llu %19s %9.1f\n", (unsigned long long)s->sweep_id,
+        if (s->results_planned && s->results_done >= s->results_planned) snprintf(eta, sizeof eta, "0s");
+        else cli_progress_eta_text(snapshot_eta(s), eta, sizeof eta);
+        printf("%-6llu %-32.32s %-9s %21s %8llu %19s %9.1f %8s\n", (unsigned long long)s->sweep_id,
                s->name ? s->name : "", s->state ? s->state : "", res, (unsigned long long)s->results_failed,
-               jobs, s->rate);
+               jobs, s->rate, eta);
     }
     if (r->n_sweeps == 0) printf("(no sweeps)\n");
     for (size_t i = 0; i < r->n_sweeps; i++) {
@@ -250,7 +326,7 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
     if (c)
         printf("workers: %zu (%u alive); results committed %llu, rejected %llu, bad messages %llu, "
                "requeued jobs %llu, dead workers %llu, commit failures %llu\n",
-               r->n_workers, alive_workers(r), (unsigned long long)c->results_committed,
+               r->n_workers, cli_live_workers(r), (unsigned long long)c->results_committed,
                (unsigned long long)c->rejected_results, (unsigned long long)c->bad_messages,
                (unsigned long long)c->requeued_jobs, (unsigned long long)c->dead_workers,
                (unsigned long long)c->commit_failures);

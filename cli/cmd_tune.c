@@ -1,25 +1,20 @@
 /* cmd_tune.c - one-machine mode: run a coordinator and local workers, tune, export.
  *
- * The coordinator and the workers run as child processes in their own process group
- * (so a terminal's Ctrl-C reaches only this process, which then stops them in order:
- * workers first, so their Byes arrive, then the coordinator). They talk over ipc://
- * sockets in a fresh directory under /tmp, which also holds their logs; the directory
- * is removed after a clean run and kept (and named) after a failure.
+ * The processes are run by the supervisor (supervise.h): workers are stopped before the
+ * coordinator, and the run folder with their logs is removed after a clean run and kept
+ * (and named) after a failure. The sweep is followed by the loop that submit --wait and
+ * status --wait use (cli_follow), with tune's checks of its children and workers.
  *
  * Resume: every result is committed as it arrives. When the same command is run again
  * on the same database, the still-running sweep with the same spec is followed
  * instead of submitting a new one, so only the missing measurements are made.
  */
-#include <dirent.h>
 #include <jansson.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,55 +24,13 @@
 #include "mt.h"
 #include "progress.h"
 #include "query.h"
+#include "supervise.h"
 
-#define MAX_WORKERS 64
 #define TUNE_SUBMIT_TIMEOUT_MS 60000 /* planning a large sweep on a loaded machine */
 #define TUNE_HELLO_MS 30000          /* the workers' start (a triton helper imports torch) */
 #define TUNE_STOP_GRACE_MS 3000     /* an interrupt after the last commit: wait this long for "done" */
 #define TUNE_FILTER_WARN_MS 10000    /* no worker may measure the sweep for this long: say so */
-
-typedef struct {
-    pid_t pid;
-    int status;       /* wait status once exited */
-    bool exited;
-    char log[PATH_MAX];
-    char label[32];
-} proc_t;
-
-typedef struct {
-    char dir[PATH_MAX];
-    char coord_bin[PATH_MAX], worker_bin[PATH_MAX];
-    char workers_ep[PATH_MAX + 16], control_ep[PATH_MAX + 16];
-    proc_t coord;
-    proc_t workers[MAX_WORKERS];
-    uint32_t n_workers;
-    uint32_t gpus[MAX_WORKERS];
-} run_t;
-
-/* Counts GPUs: `nvidia-smi -L`, else /dev/nvidiaN device nodes. */
-static uint32_t count_gpus(void) {
-    uint32_t n = 0;
-    FILE *p = popen("nvidia-smi -L 2>/dev/null", "r");
-    if (p) {
-        char line[512];
-        while (fgets(line, sizeof line, p))
-            if (strncmp(line, "GPU ", 4) == 0) n++;
-        pclose(p);
-    }
-    if (n) return n;
-    DIR *d = opendir("/dev");
-    if (!d) return 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        const char *s = e->d_name;
-        if (strncmp(s, "nvidia", 6) != 0 || !s[6]) continue;
-        bool digits = true;
-        for (const char *q = s + 6; *q; q++) digits = digits && *q >= '0' && *q <= '9';
-        if (digits) n++;
-    }
-    closedir(d);
-    return n;
-}
+#define TUNE_POLL_MS 500
 
 static int check_writable_file(const char *path, char *err, size_t errlen) {
     struct stat st;
@@ -113,115 +66,6 @@ static int check_out_dir(const char *out, char *err, size_t errlen) {
         return MT_INVAL;
     }
     return MT_OK;
-}
-
-/* Last non-empty line of a log, for a one-line reason. */
-static void last_line(const char *path, char *buf, size_t len) {
-    buf[0] = '\0';
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    char line[1024];
-    while (fgets(line, sizeof line, f)) {
-        size_t n = strlen(line);
-        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
-        if (n) snprintf(buf, len, "%s", line);
-    }
-    fclose(f);
-}
-
-static int spawn(proc_t *p, char *const argv[], char *err, size_t errlen) {
-    int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        mt_fmt(err, errlen, "%s: %s", p->log, strerror(errno));
-        return MT_IO;
-    }
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        mt_fmt(err, errlen, "fork: %s", strerror(errno));
-        close(fd);
-        return MT_ERR;
-    }
-    if (pid == 0) {
-        setpgid(0, 0);
-        /* However tune ends (SIGKILL included), its coordinator and workers end with it. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) _exit(127);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-        execv(argv[0], argv);
-        dprintf(fd, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    close(fd);
-    p->pid = pid;
-    p->exited = false;
-    return MT_OK;
-}
-
-/* Collects the exit of p if it has ended. True when it has. */
-static bool reap(proc_t *p) {
-    if (p->pid <= 0 || p->exited) return p->exited;
-    int st;
-    pid_t r = waitpid(p->pid, &st, WNOHANG);
-    if (r == p->pid) {
-        p->exited = true;
-        p->status = st;
-    }
-    return p->exited;
-}
-
-static void describe_exit(const proc_t *p, char *buf, size_t len) {
-    char tail[600];
-    last_line(p->log, tail, sizeof tail);
-    if (WIFEXITED(p->status))
-        mt_fmt(buf, len, "%s exited with code %d%s%s", p->label, WEXITSTATUS(p->status), tail[0] ? ": " : "", tail);
-    else if (WIFSIGNALED(p->status))
-        mt_fmt(buf, len, "%s killed by signal %d%s%s", p->label, WTERMSIG(p->status), tail[0] ? ": " : "", tail);
-    else
-        mt_fmt(buf, len, "%s ended", p->label);
-}
-
-/* SIGTERM, wait up to 5 s, then SIGKILL. */
-static void stop_procs(proc_t *ps, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (ps[i].pid > 0 && !reap(&ps[i])) kill(ps[i].pid, SIGTERM);
-    uint64_t deadline = mt_now_ms() + 5000;
-    for (;;) {
-        bool all = true;
-        for (size_t i = 0; i < n; i++) all = all && (ps[i].pid <= 0 || reap(&ps[i]));
-        if (all) return;
-        if (mt_now_ms() >= deadline) break;
-        usleep(20 * 1000);
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (ps[i].pid > 0 && !reap(&ps[i])) {
-            kill(ps[i].pid, SIGKILL);
-            waitpid(ps[i].pid, &ps[i].status, 0);
-            ps[i].exited = true;
-        }
-    }
-}
-
-static void stop_all(run_t *r) {
-    stop_procs(r->workers, r->n_workers);
-    stop_procs(&r->coord, 1);
-}
-
-static void remove_run_dir(run_t *r) {
-    DIR *d = opendir(r->dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        char p[PATH_MAX * 2];
-        snprintf(p, sizeof p, "%s/%s", r->dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(r->dir);
 }
 
 /* The sweeps of the database that name the same target (spec.h): the candidates for a
@@ -397,55 +241,45 @@ static bool any_worker_matches(const Moetune__StatusReply *sr, const Moetune__Sw
     return false;
 }
 
-static uint32_t live_workers(const Moetune__StatusReply *sr) {
-    uint32_t n = 0;
-    for (size_t i = 0; i < sr->n_workers; i++)
-        n += sr->workers[i]->state && strcmp(sr->workers[i]->state, "dead") != 0;
-    return n;
-}
-
-/* First failure among the children, or false. */
-static bool check_children(run_t *r, char *why, size_t len, bool *fatal) {
-    *fatal = false;
-    if (reap(&r->coord)) {
-        describe_exit(&r->coord, why, len);
-        *fatal = true;
-        return true;
-    }
-    uint32_t alive = 0;
-    for (uint32_t i = 0; i < r->n_workers; i++) {
-        proc_t *w = &r->workers[i];
-        bool was = w->exited;
-        if (!reap(w)) {
-            alive++;
-            continue;
-        }
-        if (!was) {
-            describe_exit(w, why, len);
-            /* Exit code 1/2 = the worker could not start (backend, arguments): stop. */
-            if (WIFEXITED(w->status) && (WEXITSTATUS(w->status) == 1 || WEXITSTATUS(w->status) == 2)) {
-                *fatal = true;
-                return true;
-            }
-            fprintf(stderr, "\nmoetune tune: warning: %s\n", why);
-        }
-    }
-    if (alive == 0) {
-        mt_fmt(why, len, "all workers died (last: %.400s)", r->n_workers ? why : "none started");
-        *fatal = true;
-        return true;
-    }
-    return false;
-}
-
 /* Exit code for a fatal child failure in why: a worker that refused its arguments (exit
  * 2) is the user's input, anything else a failure. */
-static int worker_exit_code(const cli_cmd_t *cmd, const run_t *r, const char *why) {
-    for (uint32_t i = 0; i < r->n_workers; i++) {
-        const proc_t *w = &r->workers[i];
-        if (w->exited && WIFEXITED(w->status) && WEXITSTATUS(w->status) == MT_EXIT_USAGE) return cli_usage(cmd, why);
+static int worker_exit_code(const cli_cmd_t *cmd, const sup_t *r, const char *why) {
+    return sup_worker_refused_args(r) ? cli_usage(cmd, why) : cli_fail(cmd, why);
+}
+
+/* What tune checks between the status calls of its follow loop. */
+typedef struct {
+    const cli_cmd_t *cmd;
+    sup_t *run;
+    const Moetune__SweepSpec *spec;
+    const char *backend;
+    uint64_t sweep, matched_ms;
+    bool warned, keep_dir;
+} tune_watch_t;
+
+/* cli_follow's check: the children before each status call, then whether a connected
+ * worker may measure the sweep (a warning after TUNE_FILTER_WARN_MS without one). */
+static int tune_check(void *ctx, const Moetune__StatusReply *sr, cli_progress_t *prog) {
+    tune_watch_t *tw = ctx;
+    char err[700];
+    if (!sr) {
+        if (sup_check(tw->run, err, sizeof err) == MT_OK) return MT_EXIT_OK;
+        tw->keep_dir = true;
+        return worker_exit_code(tw->cmd, tw->run, err);
     }
-    return cli_fail(cmd, why);
+    if (any_worker_matches(sr, tw->spec)) {
+        tw->matched_ms = mt_now_ms();
+    } else if (!tw->warned && mt_now_ms() - tw->matched_ms > TUNE_FILTER_WARN_MS) {
+        char fleet[400];
+        describe_fleet(sr, fleet, sizeof fleet);
+        cli_progress_finish(prog, NULL, 0);
+        fprintf(stderr, "moetune tune: warning: for %u s no connected worker may measure sweep %llu "
+                        "(device filter '%s', backend %s); connected: %s\n",
+                TUNE_FILTER_WARN_MS / 1000, (unsigned long long)tw->sweep,
+                tw->spec->device_filter ? tw->spec->device_filter : "", tw->backend, fleet);
+        tw->warned = true;
+    }
+    return MT_EXIT_OK;
 }
 
 /* Where the files went; with --json a JSON line, so that stdout stays JSON. */
@@ -473,9 +307,9 @@ static void print_where(const char *out, bool sim, bool json) {
 int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     int code = MT_EXIT_FAIL;
     char err[700];
-    run_t *r = NULL;
+    sup_t *r = NULL;
+    char state[16] = "";
     cli_client_t *c = NULL;
-    cli_progress_t *prog = NULL;
     wire_env_t *reply = NULL;
     bool keep_dir = false;
     uint64_t sweep = 0, resume = 0, replace = 0, reuse = 0;
@@ -525,52 +359,32 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (mt_log_parse_level(log_level, &lvl) != MT_OK) return cli_usage(cmd, "--log-level: not one of error, warn, info, debug");
     if (check_writable_file(db, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
     if (check_out_dir(out, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
-    r = calloc(1, sizeof *r);
-    if (!r) return cli_fail(cmd, "out of memory");
+    uint32_t n_workers = 0, gpus[SUP_MAX_WORKERS];
     if (sim) {
-        r->n_workers = o->workers ? o->workers : 4;
-        if (r->n_workers > MAX_WORKERS) {
-            code = cli_usage(cmd, "--workers: at most 64");
-            goto out;
-        }
-        for (uint32_t i = 0; i < r->n_workers; i++) r->gpus[i] = i;
+        n_workers = o->workers ? o->workers : 4;
+        if (n_workers > SUP_MAX_WORKERS) return cli_usage(cmd, "--workers: at most 64");
+        for (uint32_t i = 0; i < n_workers; i++) gpus[i] = i;
     } else if (o->gpus) {
         uint32_t *ids = NULL;
         size_t n = 0;
         char why[200];
-        if (mt_parse_u32_list(o->gpus, 0, 1023, &ids, &n, why, sizeof why) != MT_OK || n > MAX_WORKERS) {
-            mt_fmt(err, sizeof err, "--gpus %s: %s", o->gpus, n > MAX_WORKERS ? "too many GPUs" : why);
+        if (mt_parse_u32_list(o->gpus, 0, 1023, &ids, &n, why, sizeof why) != MT_OK || n > SUP_MAX_WORKERS) {
+            mt_fmt(err, sizeof err, "--gpus %s: %s", o->gpus, n > SUP_MAX_WORKERS ? "too many GPUs" : why);
             free(ids);
-            code = cli_usage(cmd, err);
-            goto out;
+            return cli_usage(cmd, err);
         }
-        memcpy(r->gpus, ids, n * sizeof *ids);
-        r->n_workers = (uint32_t)n;
+        memcpy(gpus, ids, n * sizeof *ids);
+        n_workers = (uint32_t)n;
         free(ids);
     } else {
-        r->n_workers = count_gpus();
-        if (r->n_workers == 0) {
-            code = cli_fail(cmd, "no GPU found; use --backend sim");
-            goto out;
-        }
-        if (r->n_workers > MAX_WORKERS) r->n_workers = MAX_WORKERS;
-        for (uint32_t i = 0; i < r->n_workers; i++) r->gpus[i] = i;
+        n_workers = sup_count_gpus();
+        if (n_workers == 0) return cli_fail(cmd, "no GPU found; use --backend sim");
+        if (n_workers > SUP_MAX_WORKERS) n_workers = SUP_MAX_WORKERS;
+        for (uint32_t i = 0; i < n_workers; i++) gpus[i] = i;
     }
-    char self[PATH_MAX];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (sl <= 0) {
-        code = cli_fail(cmd, "cannot find my own executable (/proc/self/exe)");
-        goto out;
-    }
-    self[sl] = '\0';
-    const char *bindir = dirname(self);
-    mt_fmt(r->coord_bin, sizeof r->coord_bin, "%s/moetune-coordinator", bindir);
-    mt_fmt(r->worker_bin, sizeof r->worker_bin, "%s/moetune-worker", bindir);
-    if (access(r->coord_bin, X_OK) != 0 || access(r->worker_bin, X_OK) != 0) {
-        mt_fmt(err, sizeof err, "moetune-coordinator and moetune-worker must be next to moetune in %s", bindir);
-        code = cli_fail(cmd, err);
-        goto out;
-    }
+    if (sup_new(&r, err, sizeof err) != MT_OK) return cli_fail(cmd, err);
+    memcpy(r->gpus, gpus, n_workers * sizeof *gpus);
+    r->n_workers = n_workers;
     if (o->fresh && o->keep_settings) {
         code = cli_usage(cmd, "--fresh and --keep-settings exclude each other");
         goto out;
@@ -598,24 +412,9 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
 
     /* ---- start the coordinator */
     mt_install_stop_handlers();
-    snprintf(r->dir, sizeof r->dir, "/tmp/moetune-tune-XXXXXX");
-    if (!mkdtemp(r->dir)) {
-        mt_fmt(err, sizeof err, "mkdtemp: %s", strerror(errno));
+    if (sup_open_dir(r, err, sizeof err) != MT_OK || sup_start_coordinator(r, db, log_level, err, sizeof err) != MT_OK) {
         code = cli_fail(cmd, err);
-        r->dir[0] = '\0';
         goto out;
-    }
-    mt_fmt(r->workers_ep, sizeof r->workers_ep, "ipc://%s/workers", r->dir);
-    mt_fmt(r->control_ep, sizeof r->control_ep, "ipc://%s/control", r->dir);
-    mt_fmt(r->coord.log, sizeof r->coord.log, "%s/coordinator.log", r->dir);
-    snprintf(r->coord.label, sizeof r->coord.label, "coordinator");
-    {
-        char *argv[] = {r->coord_bin, "--db", (char *)db, "--bind", r->workers_ep, "--control", r->control_ep,
-                        "--log-level", (char *)log_level, NULL};
-        if (spawn(&r->coord, argv, err, sizeof err) != MT_OK) {
-            code = cli_fail(cmd, err);
-            goto out;
-        }
     }
     if (cli_client_new(r->control_ep, 500, &c, err, sizeof err) != MT_OK) {
         code = cli_fail(cmd, err);
@@ -623,11 +422,11 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     }
     for (uint64_t deadline = mt_now_ms() + 15000;;) {
         if (mt_stop_requested) goto interrupted;
-        if (reap(&r->coord)) {
-            describe_exit(&r->coord, err, sizeof err);
+        int status;
+        if (sup_coordinator_exited(r, &status)) {
+            sup_describe_exit(&r->coord, err, sizeof err);
             /* 2 = it refused its arguments: the database path the user gave. */
-            code = WIFEXITED(r->coord.status) && WEXITSTATUS(r->coord.status) == 2 ? cli_usage(cmd, err)
-                                                                                    : cli_fail(cmd, err);
+            code = WIFEXITED(status) && WEXITSTATUS(status) == 2 ? cli_usage(cmd, err) : cli_fail(cmd, err);
             keep_dir = true;
             goto out;
         }
@@ -661,52 +460,44 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     }
 
     /* ---- start the workers */
-    for (uint32_t i = 0; i < r->n_workers; i++) {
-        proc_t *w = &r->workers[i];
-        char gpu[16];
-        snprintf(gpu, sizeof gpu, "%u", r->gpus[i]);
-        mt_fmt(w->log, sizeof w->log, "%s/worker-%u.log", r->dir, i);
-        snprintf(w->label, sizeof w->label, "worker %u", i);
-        char *argv[24];
+    {
+        char *args[24];
         int a = 0;
-        argv[a++] = r->worker_bin;
-        argv[a++] = "--connect";
-        argv[a++] = r->workers_ep;
-        argv[a++] = "--backend";
-        argv[a++] = (char *)backend;
-        argv[a++] = "--gpu";
-        argv[a++] = gpu;
-        argv[a++] = "--log-level";
-        argv[a++] = (char *)log_level;
+        args[a++] = "--backend";
+        args[a++] = (char *)backend;
+        args[a++] = "--log-level";
+        args[a++] = (char *)log_level;
         if (o->sim_time_scale) {
-            argv[a++] = "--sim-time-scale";
-            argv[a++] = (char *)o->sim_time_scale;
+            args[a++] = "--sim-time-scale";
+            args[a++] = (char *)o->sim_time_scale;
         }
         if (o->sim_faults) {
-            argv[a++] = "--sim-faults";
-            argv[a++] = (char *)o->sim_faults;
+            args[a++] = "--sim-faults";
+            args[a++] = (char *)o->sim_faults;
         }
         if (strcmp(backend, "triton") == 0) {
             /* hold the next job too: its configs compile ahead while this one is measured */
-            argv[a++] = "--credits";
-            argv[a++] = "2";
+            args[a++] = "--credits";
+            args[a++] = "2";
         }
         if (o->kernel) {
-            argv[a++] = "--kernel";
-            argv[a++] = (char *)o->kernel;
+            args[a++] = "--kernel";
+            args[a++] = (char *)o->kernel;
         }
         if (o->python) {
-            argv[a++] = "--python";
-            argv[a++] = (char *)o->python;
+            args[a++] = "--python";
+            args[a++] = (char *)o->python;
         }
         if (o->helper_mem_mb) {
-            argv[a++] = "--helper-mem-mb";
-            argv[a++] = mem_mb;
+            args[a++] = "--helper-mem-mb";
+            args[a++] = mem_mb;
         }
-        argv[a] = NULL;
-        if (spawn(w, argv, err, sizeof err) != MT_OK) {
-            code = cli_fail(cmd, err);
-            goto out;
+        args[a] = NULL;
+        for (uint32_t i = 0; i < r->n_workers; i++) {
+            if (sup_start_worker(r, i, args, err, sizeof err) != MT_OK) {
+                code = cli_fail(cmd, err);
+                goto out;
+            }
         }
     }
 
@@ -714,22 +505,20 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (!follow_spec) follow_spec = spec;
     for (uint64_t deadline = mt_now_ms() + TUNE_HELLO_MS;;) {
         if (mt_stop_requested) goto interrupted;
-        bool fatal = false;
-        if (check_children(r, err, sizeof err, &fatal) && fatal) {
+        if (sup_check(r, err, sizeof err) != MT_OK) {
             keep_dir = true;
             code = worker_exit_code(cmd, r, err);
             goto out;
         }
-        uint32_t started = 0;
-        for (uint32_t i = 0; i < r->n_workers; i++) started += !r->workers[i].exited;
+        uint32_t started = sup_workers_running(r);
         wire_free(&reply);
         if (cli_client_status(c, 0, &reply, err, sizeof err) == MT_OK &&
-            live_workers(reply->status_reply) >= started)
+            cli_live_workers(reply->status_reply) >= started)
             break;
         if (mt_now_ms() > deadline) break;
         usleep(100 * 1000);
     }
-    if (reply && reply->status_reply && live_workers(reply->status_reply) > 0) {
+    if (reply && reply->status_reply && cli_live_workers(reply->status_reply) > 0) {
         const Moetune__StatusReply *sr = reply->status_reply;
         char fleet[400];
         describe_fleet(sr, fleet, sizeof fleet);
@@ -761,7 +550,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
                     "sweep %llu already measured this on %s with the same kernel%s: nothing to measure, its files "
                     "are exported again (--fresh measures again)\n",
                     (unsigned long long)reuse, fleet, o->keep_settings ? "" : " and settings");
-            stop_procs(r->workers, r->n_workers);
+            sup_stop_workers(r);
             sweep = reuse;
             code = export_engines(cmd, db, out, reuse, engine, o->json, false);
             if (code == MT_EXIT_OK) print_where(out, sim, o->json);
@@ -799,58 +588,20 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     }
 
     /* ---- follow it */
-    prog = cli_progress_new(o->json ? stdout : stderr, o->json, isatty(STDERR_FILENO));
-    char state[16] = "";
-    uint64_t matched_ms = mt_now_ms(), stop_ms = 0;
-    bool warned = false;
-    for (;;) {
-        bool stop = mt_stop_requested;
-        if (stop && !stop_ms) stop_ms = mt_now_ms();
-        bool fatal = false;
-        if (!stop && check_children(r, err, sizeof err, &fatal) && fatal) {
-            cli_progress_finish(prog, NULL, 0);
-            keep_dir = true;
-            code = worker_exit_code(cmd, r, err);
-            goto out;
-        }
-        wire_free(&reply);
-        if (cli_client_status(c, sweep, &reply, err, sizeof err) == MT_OK && reply->status_reply->n_sweeps == 1) {
-            const Moetune__StatusReply *sr = reply->status_reply;
-            const Moetune__SweepStatus *st = sr->sweeps[0];
-            uint32_t alive = live_workers(sr);
-            cli_progress_storage(prog, sr->counters);
-            snprintf(state, sizeof state, "%s", st->state ? st->state : "");
-            /* An interrupt that comes after the last commit does not lose the export. */
-            if (strcmp(state, "running") != 0) {
-                cli_progress_finish(prog, st, alive);
-                break;
-            }
-            /* Every result committed, the sweep about to be marked done: wait for it. */
-            if (stop && st->results_planned && st->results_done >= st->results_planned &&
-                mt_now_ms() - stop_ms < TUNE_STOP_GRACE_MS) {
-                usleep(50 * 1000);
-                continue;
-            }
-            cli_progress_update(prog, st, alive);
-            if (any_worker_matches(sr, follow_spec)) {
-                matched_ms = mt_now_ms();
-            } else if (!warned && mt_now_ms() - matched_ms > TUNE_FILTER_WARN_MS) {
-                char fleet[400];
-                describe_fleet(sr, fleet, sizeof fleet);
-                cli_progress_finish(prog, NULL, 0);
-                fprintf(stderr, "moetune tune: warning: for %u s no connected worker may measure sweep %llu "
-                                "(device filter '%s', backend %s); connected: %s\n",
-                        TUNE_FILTER_WARN_MS / 1000, (unsigned long long)sweep,
-                        follow_spec->device_filter ? follow_spec->device_filter : "", backend, fleet);
-                warned = true;
-            }
-        }
-        if (stop) goto interrupted;
-        for (int i = 0; i < 5 && !mt_stop_requested; i++) usleep(100 * 1000);
+    {
+        tune_watch_t tw = {cmd, r, follow_spec, backend, sweep, mt_now_ms(), false, false};
+        cli_follow_t f = {.poll_ms = TUNE_POLL_MS, .retry = true, .stop_grace_ms = TUNE_STOP_GRACE_MS,
+                          .quiet_end = true, .check = tune_check, .ctx = &tw};
+        cli_follow_end_t end;
+        code = cli_follow(cmd, c, sweep, o->json, &f, &end);
+        keep_dir = tw.keep_dir;
+        if (end.interrupted) goto interrupted;
+        if (code != MT_EXIT_OK) goto out;
+        snprintf(state, sizeof state, "%s", end.state);
     }
 
     /* ---- export, then stop */
-    stop_procs(r->workers, r->n_workers);
+    sup_stop_workers(r);
     /* --fresh measured anew on purpose: its picks replace the file's, slower or not */
     code = export_engines(cmd, db, out, sweep, engine, o->json, o->fresh);
     if (code == MT_EXIT_OK) print_where(out, sim, o->json);
@@ -861,23 +612,20 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     goto out;
 
 interrupted:
-    cli_progress_finish(prog, NULL, 0);
-    stop_all(r);
+    sup_stop_all(r);
     fprintf(stderr, "moetune tune: interrupted; every committed result stays in %s%s", db,
             sweep ? "; run the same command again to resume the sweep\n" : "\n");
     code = 130;
 out:
     cands_clear(&cands);
     wire_free(&reply);
-    cli_progress_destroy(&prog);
     cli_client_destroy(&c);
     if (r) {
-        stop_all(r);
-        if (r->dir[0]) {
-            if ((keep_dir || o->keep_temp)) fprintf(stderr, "moetune tune: logs of the coordinator and workers are in %s\n", r->dir);
-            else remove_run_dir(r);
-        }
-        free(r);
+        sup_stop_all(r);
+        keep_dir = keep_dir || o->keep_temp;
+        if (r->dir[0] && keep_dir)
+            fprintf(stderr, "moetune tune: logs of the coordinator and workers are in %s\n", r->dir);
     }
+    sup_destroy(&r, keep_dir);
     return code;
 }

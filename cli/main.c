@@ -172,9 +172,13 @@ int main(int argc, char **argv) {
         o.spec = cli_spec_new();
         if (!o.spec) return cli_fail(cmd, "out of memory");
     }
-    int rc = cli_parse(cmd, argc - 2, argv + 2, &o, err, sizeof err);
-    if (rc == 1) code = MT_EXIT_OK;
-    else if (rc != MT_OK) code = cli_usage(cmd, err);
+    bool help = false;
+    int rc = cli_parse(cmd, argc - 2, argv + 2, &o, &help, err, sizeof err);
+    if (rc != MT_OK) code = cli_usage(cmd, err);
+    else if (help) {
+        cli_print_help(cmd, stdout);
+        code = MT_EXIT_OK;
+    }
     else code = cmd->run(cmd, &o);
     cli_spec_destroy(&o.spec);
     return code;

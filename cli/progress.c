@@ -4,7 +4,9 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "eta.h"
 #include "mt.h"
 
 struct cli_progress {
@@ -18,15 +20,21 @@ struct cli_progress {
     char storage[300];              /* the coordinator's last commit error, "" when none */
     uint64_t unacked;
     bool storage_changed;
+    cli_eta_t *eta;                 /* NULL when out of memory: the ETA then shows "--" */
+    double eta_s;                   /* its last answer; < 0 unknown */
 };
 
-cli_progress_t *cli_progress_new(FILE *out, bool json, bool tty) {
+int cli_progress_new(FILE *out, bool json, bool tty, cli_progress_t **pp) {
     cli_progress_t *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
+    *pp = NULL;
+    if (!p) return MT_NOMEM;
     p->out = out;
     p->json = json;
     p->tty = tty && !json;
-    return p;
+    p->eta_s = -1.0;
+    if (cli_eta_new(&p->eta) != MT_OK) p->eta = NULL;
+    *pp = p;
+    return MT_OK;
 }
 
 static void fmt_eta(double secs, char *buf, size_t len) {
@@ -40,12 +48,20 @@ static void fmt_eta(double secs, char *buf, size_t len) {
     else snprintf(buf, len, "%lus", s);
 }
 
-void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, char *buf, size_t len) {
+void cli_progress_eta_text(double eta_s, char *buf, size_t len) { fmt_eta(eta_s, buf, len); }
+
+void cli_progress_sample(const Moetune__SweepStatus *st, double t_s, double wall_s, cli_eta_sample_t *s) {
+    *s = (cli_eta_sample_t){t_s, wall_s, st->results_planned, st->results_done, st->results_pruned,
+                            st->created_s, st->rate};
+}
+
+void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, double eta_s, char *buf,
+                         size_t len) {
     uint64_t total = st->results_planned, done = st->results_done;
     double pct = total ? 100.0 * (double)done / (double)total : 0.0;
     char eta[32];
     if (done >= total && total) snprintf(eta, sizeof eta, "0s");
-    else fmt_eta(st->rate > 0 ? (double)(total - done) / st->rate : -1.0, eta, sizeof eta);
+    else fmt_eta(eta_s, eta, sizeof eta);
     char racing[80] = ""; /* ", N pruned, GPU busy P%" when known */
     if (st->results_pruned)
         snprintf(racing, sizeof racing, ", %llu pruned", (unsigned long long)st->results_pruned);
@@ -56,6 +72,16 @@ void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive,
              (unsigned long long)total, pct, st->rate, eta, (unsigned long long)st->results_failed, racing,
              st->jobs_done, st->jobs_total, st->jobs_failed ? ", jobs failed " : "",
              st->jobs_failed ? "yes" : "", workers_alive);
+}
+
+/* Feeds the estimator every snapshot, shown or not. */
+static void observe(cli_progress_t *p, const Moetune__SweepStatus *st) {
+    if (!p->eta) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    cli_eta_sample_t s;
+    cli_progress_sample(st, (double)mt_now_ms() / 1000.0, (double)ts.tv_sec + ts.tv_nsec * 1e-9, &s);
+    cli_eta_observe(p->eta, &s, &p->eta_s);
 }
 
 static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t workers_alive, bool final) {
@@ -77,6 +103,7 @@ static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t wor
                               "gpu_busy", st->gpu_busy, "rate", st->rate, "jobs_done", (int)st->jobs_done,
                               "jobs_total", (int)st->jobs_total, "jobs_failed", (int)st->jobs_failed, "workers",
                               (int)workers_alive);
+        if (o) json_object_set_new(o, "eta_s", cli_progress_eta_json(st, p->eta_s));
         if (o && p->storage[0]) {
             json_object_set_new(o, "storage_error", json_string(p->storage));
             json_object_set_new(o, "results_unacked", json_integer((json_int_t)p->unacked));
@@ -89,7 +116,7 @@ static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t wor
         return;
     }
     char line[800];
-    cli_progress_format(st, workers_alive, line, sizeof line);
+    cli_progress_format(st, workers_alive, p->eta_s, line, sizeof line);
     if (p->storage[0]) {
         size_t used = strlen(line);
         snprintf(line + used, sizeof line - used, "; storage: %s (%llu results waiting for a commit)", p->storage,
@@ -110,6 +137,7 @@ static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t wor
 
 void cli_progress_update(cli_progress_t *p, const Moetune__SweepStatus *st, uint32_t workers_alive) {
     if (!p || !st) return;
+    observe(p, st);
     uint64_t now = mt_now_ms();
     bool state_changed = strcmp(p->last_state, st->state ? st->state : "") != 0 || p->storage_changed;
     p->storage_changed = false;
@@ -121,6 +149,7 @@ void cli_progress_update(cli_progress_t *p, const Moetune__SweepStatus *st, uint
 
 void cli_progress_finish(cli_progress_t *p, const Moetune__SweepStatus *st, uint32_t workers_alive) {
     if (!p) return;
+    if (st) observe(p, st);
     if (st) emit(p, st, workers_alive, true);
     else if (p->drawn) fputc('\n', p->out);
     p->drawn = false;
@@ -139,8 +168,14 @@ void cli_progress_storage(cli_progress_t *p, const Moetune__Counters *c) {
     p->unacked = c ? c->results_unacked : 0;
 }
 
+json_t *cli_progress_eta_json(const Moetune__SweepStatus *st, double eta_s) {
+    if (st->results_planned && st->results_done >= st->results_planned) return json_integer(0);
+    return eta_s >= 0 && eta_s <= 365.0 * 86400 ? json_integer((json_int_t)(eta_s + 0.5)) : json_null();
+}
+
 void cli_progress_destroy(cli_progress_t **p) {
     if (!p || !*p) return;
+    cli_eta_destroy(&(*p)->eta);
     free(*p);
     *p = NULL;
 }

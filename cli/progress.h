@@ -1,6 +1,6 @@
 /*
- * progress.h - the live progress line of a sweep: done/total, results/s, ETA and
- * failures; redrawn with '\r' on a terminal, one line every few seconds otherwise,
+ * progress.h - the live progress line of a sweep: done/total, results/s, ETA (from the
+ * work left, eta.h) and failures; redrawn with '\r' on a terminal, one line every few seconds otherwise,
  * or one JSON object per update for machines.
  */
 #ifndef CLI_PROGRESS_H
@@ -11,16 +11,31 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
+#include "eta.h"
 #include "moetune.pb-c.h"
 
 typedef struct cli_progress cli_progress_t;
 
 /* New progress display writing to out (text) or, with json, JSON lines to out.
- * tty selects '\r' redraws. Caller frees with cli_progress_destroy. */
-cli_progress_t *cli_progress_new(FILE *out, bool json, bool tty);
+ * tty selects '\r' redraws. MT_OK with *p (free with cli_progress_destroy); MT_NOMEM. */
+int cli_progress_new(FILE *out, bool json, bool tty, cli_progress_t **p);
 
-/* Formats one text progress line for st with workers_alive live workers into buf. */
-void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, char *buf, size_t len);
+/* Formats one text progress line for st with workers_alive live workers and eta_s
+ * seconds left (< 0 unknown; eta.h) into buf. */
+void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, double eta_s, char *buf,
+                         size_t len);
+
+/* The ETA as the line shows it: "1h02m", "4m05s", "12s", "--" when unknown. */
+void cli_progress_eta_text(double eta_s, char *buf, size_t len);
+
+/* The ETA as JSON shows it ("eta_s"): whole seconds, 0 when every result is done, null
+ * when unknown. Caller owns the value. */
+json_t *cli_progress_eta_json(const Moetune__SweepStatus *st, double eta_s);
+
+/* The estimator's snapshot (eta.h) of st at display clock t_s and wall clock wall_s. */
+void cli_progress_sample(const Moetune__SweepStatus *st, double t_s, double wall_s, cli_eta_sample_t *s);
 
 /* Shows st when due (always on a TTY; every 5 s otherwise, and on a state change). */
 void cli_progress_update(cli_progress_t *p, const Moetune__SweepStatus *st, uint32_t workers_alive);
