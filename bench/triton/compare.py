@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Part (b) and the pick check of bench/triton/run.sh: per batch size, measures under one method
 (moetune's: L2 flushed before each replay, RSD 0.5 %, at least 20 samples) in one process
-  - the config moetune's sweep picked (its exported SGLang file),
+  - the config moetune's sweep picked for the whole layer (--whole: its exported vLLM file; else
+    the SGLang file, whose entries are the up halves of the split pairs when a _down file exists),
   - the config the engine-style loop picked (engine_style.py's picks),
   - the engines' untuned default (SGLang/vLLM bf16: 64/64/32 GROUP 8, or 16/32/64 GROUP 1 when
     M <= E; no warps or stages given, so Triton's 4 warps and 3 stages),
-  - the split: the file's up config for GEMM1 and the _down file's config for GEMM2.
+  - the split, what SGLang runs when the _down file exists: the SGLang file's config for GEMM1
+    and the _down file's for GEMM2.
 
-    python3 bench/triton/compare.py --file F.json --down F_down.json --baseline picks.json [--shape E,N,K,topk]
+    python3 bench/triton/compare.py --file F.json --down F_down.json [--whole V.json] --baseline picks.json [--shape E,N,K,topk]
 """
 import argparse
 import json
@@ -34,6 +36,7 @@ def main():
     ap.add_argument("--shape", default="128,768,2048,8")
     ap.add_argument("--file", required=True)
     ap.add_argument("--down")
+    ap.add_argument("--whole", help="the whole-layer picks (the vLLM file); default --file")
     ap.add_argument("--baseline")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -43,12 +46,13 @@ def main():
     kernel = mh.MoetuneKernel(torch, triton)
     meas = mh.Measurer(torch, kernel)
     meas.set_shape(shape, 1)
-    tuned = json.load(open(a.file))
+    up_file = json.load(open(a.file))
+    tuned = json.load(open(a.whole)) if a.whole else up_file
     down = json.load(open(a.down)) if a.down else {}
     base = json.load(open(a.baseline))["picks"] if a.baseline else {}
     rows = []
-    print("%6s %10s %10s %8s %10s %8s %10s %10s %8s" % ("M", "tuned_us", "default_us", "speedup", "engine_us",
-                                                        "tuned/eng", "up+down_us", "split_us", "split"))
+    print("%6s %10s %10s %8s %10s %8s %10s %8s %10s" % ("M", "tuned_us", "default_us", "speedup", "engine_us",
+                                                        "tuned/eng", "split_us", "split", "split/dflt"))
     for key in sorted((k_ for k_ in tuned if k_.isdigit()), key=int):
         m = int(key)
         cfg = {c: tuned[key][c] for c in mh.CFG_KEYS}
@@ -57,7 +61,8 @@ def main():
         if key in base:
             r["engine_pick"] = meas.one(shape, base[key]["config"], m, M, False)
         meas.forget_aligns()
-        if key in down:
+        if key in down and key in up_file:
+            cfg = {c: up_file[key][c] for c in mh.CFG_KEYS}
             dcfg = {c: down[key][c] for c in mh.CFG_KEYS}
             L = meas.inputs(shape, m, 1)
             kernel.layer(L, cfg)
@@ -80,11 +85,9 @@ def main():
         t, d = r["tuned"], r["default"]
         eng = r.get("engine_pick", {}).get("median_us", float("nan"))
         sp = r.get("split", {}).get("median_us", float("nan"))
-        print("%6d %10.1f %10.1f %7.2fx %10.1f %8.3f %10.1f %10.1f %7.3f" % (
-            m, t.get("median_us", float("nan")), d.get("median_us", float("nan")),
-            d.get("median_us", float("nan")) / t.get("median_us", float("nan")), eng,
-            t.get("median_us", float("nan")) / eng, t.get("up_us", 0) + t.get("down_us", 0), sp,
-            sp / t.get("median_us", float("nan"))), flush=True)
+        tm, dm = t.get("median_us", float("nan")), d.get("median_us", float("nan"))
+        print("%6d %10.1f %10.1f %7.2fx %10.1f %8.3f %10.1f %8.3f %9.2fx" % (
+            m, tm, dm, dm / tm, eng, tm / eng, sp, sp / tm, dm / sp), flush=True)
     json.dump(rows, open(a.out, "w"), indent=1)
 
 

@@ -30,8 +30,12 @@ TRITON_CACHE_DIR="$out/triton-cache-baseline" python3 "$here/engine_style.py" \
 echo "baseline wall $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s"
 cat "$out/tune.time"
 f=$(ls "$out"/configs/configs/triton_*/E=128,N=768,device_name=*.json | grep -v _down | head -n1)
-echo "== (b)/(c): re-measured under one method"
-python3 "$here/compare.py" --file "$f" --down "${f%.json}_down.json" --baseline "$out/baseline.json" \
+# the whole-layer picks: vLLM's file (SGLang's holds the up halves of the split pairs)
+"${MT_BIN_DIR:-$(dirname "$(command -v moetune)")}/moetune" export --engine vllm --db "$out/tune.db" \
+  --out "$out/vllm" >/dev/null || exit 1
+v=$(ls "$out"/vllm/E=128,N=768,device_name=*.json | head -n1)
+echo "== (b)/(c): re-measured under one method (tuned = the whole-layer pick, vLLM's file; split = SGLang's pair)"
+python3 "$here/compare.py" --file "$f" --down "${f%.json}_down.json" --whole "$v" --baseline "$out/baseline.json" \
   --out "$out/compare.json" 2>&1 | grep -v Warning
 echo "== (d) helper memory and GPU busy"
 grep -h "triton helper" "$out"/worker.log 2>/dev/null | tail -n 4
