@@ -724,7 +724,9 @@ typedef struct {
 
 static void daemon_start(fx_t *f, daemon_t *d) {
     char err[256];
-    coord_opts_t o = {.db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*"};
+    /* a long heartbeat: a slow plan (a sanitizer build) must not make the test's worker dead */
+    coord_opts_t o = {.db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*",
+                      .heartbeat_ms = 60000};
     memset(d, 0, sizeof *d);
     assert_int_equal(coord_new(&o, &d->c, err, sizeof err), MT_OK);
     assert_int_equal(pthread_create(&d->th, NULL, run_coord, d->c), 0);
