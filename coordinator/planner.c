@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "halving.h"
 #include "mt.h"
 #include "race.h"
 
@@ -134,8 +135,8 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
         mt_fmt(err, errlen, "no spec");
         return MT_INVAL;
     }
-    if (spec->strategy && *spec->strategy && strcmp(spec->strategy, "exhaustive") != 0) {
-        mt_fmt(err, errlen, "unknown strategy '%.64s' (known: exhaustive)", spec->strategy);
+    if (!halving_strategy_known(spec->strategy)) {
+        mt_fmt(err, errlen, "unknown strategy '%.64s' (known: exhaustive, halving)", spec->strategy);
         return MT_INVAL;
     }
     if (spec->n_shapes == 0) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "convert.h"
+#include "halving.h"
 #include "mt.h"
 #include "planner.h"
 #include "race.h"
@@ -46,6 +47,9 @@ struct job {
     jcfg_t *cfgs;
     size_t n_cfgs;
     uint64_t rows_needed, rows_done;
+    uint32_t phase;          /* 1, or 2 for a halving sweep's finalists */
+    uint32_t *bs;            /* its batch sizes, sorted, owned; NULL = the sweep's */
+    size_t nb;               /* how many it measures */
     bool dirty;
     bool reclaim;            /* held across a Hello or a restart: the holder's first heartbeat must list it */
 };
@@ -63,8 +67,15 @@ struct sweep {
     char *backend;           /* NULL = any worker's backend */
     char *device;            /* the GPU model it is bound to by its first lease; NULL = not yet */
     char *routing_path;      /* the spec's routing file, sent with every job; NULL = uniform */
-    uint32_t max_attempts;
+    uint32_t max_attempts, chunk;
     Moetune__Measure measure;
+    bool halving;            /* strategy halving: phase 1 jobs use measure1; measure races off */
+    bool halving_due;        /* a phase-1 job ended: see whether a shape's phase 2 is due */
+    uint64_t hv_retry_ms;    /* a failed transition is tried again from then (monotonic ms) */
+    Moetune__Measure measure1;
+    uint64_t *hv_shapes;     /* halving: every shape of the sweep, and whether its phase 2 is planned */
+    bool *hv_planned;
+    size_t n_hv;
     uint64_t planned, done, failed, pruned;
     double timed_us;         /* GPU time in timed kernels over its committed results */
     uint64_t *devs;          /* devices that committed results to it (GPU busy's denominator) */
@@ -101,6 +112,7 @@ typedef struct {
     size_t cfg;
     bool crash;              /* a quarantining second crash: bump the crash count too */
     uint32_t new_rows, new_failed, new_pruned;
+    uint32_t new_replaced;   /* halving: phase-1 rows a finalist's phase-2 rows replaced */
     uint32_t new_by_status[SCHED_N_STATUS]; /* new rows by Moetune__Status value */
     double new_timed_us;
 } entry_t;
@@ -119,7 +131,7 @@ typedef struct {
     char *strs[5];           /* copies behind base's worker_id, backend, compiler, kernel_hash, versions */
     Moetune__Hello *hello;   /* a copy of the Hello of a worker not yet recorded (owned), or NULL */
     uint64_t device_id;      /* what recording it gave */
-    uint32_t new_rows, new_failed, new_pruned;
+    uint32_t new_rows, new_failed, new_pruned, new_replaced;
     uint32_t new_by_status[SCHED_N_STATUS]; /* new rows by Moetune__Status value */
     double new_timed_us;
 } brow_t;
@@ -251,6 +263,16 @@ static int cmp_u32(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The batch sizes a job measures: the sweep's, or a halving finalist's few. */
+static const uint32_t *job_bs(const job_t *j) { return j->bs ? j->bs : j->sw->bs; }
+static size_t job_nb(const job_t *j) { return j->bs ? j->nb : j->sw->nb; }
+
+static bool job_has_bs(const job_t *j, uint32_t b) {
+    for (size_t i = 0; j->bs && i < j->nb; i++)
+        if (j->bs[i] == b) return true;
+    return !j->bs;
+}
+
 /* ---- caches */
 
 static const krn_shape_t *shape_get(sched_t *s, uint64_t id) {
@@ -304,6 +326,12 @@ static void release_holder(job_t *j) {
 /* A sweep is over when no job is pending or leased. */
 static void sweep_check(sched_t *s, sweep_t *sw) {
     if (sw->state != S_RUNNING || sw->jobs_by_state[J_PENDING] || sw->jobs_by_state[J_LEASED]) return;
+    for (size_t h = 0; sw->halving && h < sw->n_hv; h++) {
+        if (!sw->hv_planned[h]) {
+            sw->halving_due = true; /* not over: a shape's phase 2 is still to plan */
+            return;
+        }
+    }
     sw->state = sw->jobs_by_state[J_FAILED] ? S_FAILED : S_DONE;
     sw->finished = mt_wall_s();
     sw->dirty = true;
@@ -316,6 +344,7 @@ static void job_finish(sched_t *s, job_t *j, int state) {
     release_holder(j);
     set_job_state(j, state);
     j->finished = mt_wall_s();
+    if (j->phase == 1 && j->sw->halving) j->sw->halving_due = true;
     job_dirty(s, j);
     log_at(MT_LOG_INFO, "job %llu (sweep %llu) %s after %u attempts", (unsigned long long)j->id,
            (unsigned long long)j->sw->id, g_job_state[state], j->attempts);
@@ -362,6 +391,7 @@ static job_t *job_lookup(const sched_t *s, uint64_t id) { return id < s->cap_by_
 static void job_free(job_t *j) {
     if (!j) return;
     free(j->cfgs);
+    free(j->bs);
     free(j->last_worker);
     free(j->avoid);
     free(j);
@@ -385,6 +415,8 @@ static void sweep_free(sweep_t *sw) {
     free(sw->device);
     free(sw->routing_path);
     free(sw->devs);
+    free(sw->hv_shapes);
+    free(sw->hv_planned);
     free(sw);
 }
 
@@ -411,23 +443,36 @@ static int load_cfg(void *ctx, uint64_t config_id) {
 static int job_load_rows(sched_t *s, job_t *j) {
     for (size_t i = 0; i < j->n_cfgs; i++) {
         uint32_t n = 0;
-        int rc = store_result_count(s->db, j->sw->id, j->shape_id, j->cfgs[i].config_id, &n);
+        /* a finalist's phase-2 rows replace its phase-1 ones: only they count for its job */
+        int rc = store_result_count_from(s->db, j->sw->id, j->shape_id, j->cfgs[i].config_id, j->phase, &n);
         if (rc) return rc;
-        if (n > j->sw->nb) n = (uint32_t)j->sw->nb;
+        if (n > job_nb(j)) n = (uint32_t)job_nb(j);
         j->cfgs[i].rows = n;
         j->rows_done += n;
     }
-    j->rows_needed = (uint64_t)j->n_cfgs * j->sw->nb;
+    j->rows_needed = (uint64_t)j->n_cfgs * job_nb(j);
     return MT_OK;
 }
 
 static int load_job(void *ctx, const store_job_row_t *row) {
     load_ctx_t *lc = ctx;
+    if (job_lookup(lc->s, row->id)) return MT_OK; /* in memory already (halving loads its new jobs) */
     job_t *j = mt_calloc(1, sizeof *j);
     if (!j) return MT_NOMEM;
     j->id = row->id;
     j->sw = lc->sw;
     j->shape_id = row->shape_id;
+    j->phase = row->phase;
+    if (row->batch_sizes) {
+        int prc = halving_bs_parse(row->batch_sizes, lc->sw->bs, lc->sw->nb, &j->bs, &j->nb);
+        if (prc) {
+            log_at(MT_LOG_ERROR, "job %llu: batch sizes '%.64s' are not the sweep's", (unsigned long long)row->id,
+                   row->batch_sizes);
+            job_free(j);
+            return prc;
+        }
+        qsort(j->bs, j->nb, sizeof *j->bs, cmp_u32);
+    }
     j->state = J_PENDING;
     j->attempts = row->attempts;
     j->token = row->lease_token;
@@ -460,6 +505,79 @@ static int load_job(void *ctx, const store_job_row_t *row) {
 static int load_best(void *ctx, uint64_t shape_id, uint32_t bs, double median_us) {
     load_ctx_t *lc = ctx;
     return race_note(lc->s->race, lc->sw->id, shape_id, bs, median_us);
+}
+
+static void dispatch_all(sched_t *s, uint64_t now_ms);
+
+/* Halving: a shape of the sweep and whether its phase 2 is planned. */
+static int load_phase(void *ctx, uint64_t shape_id, uint32_t max_phase) {
+    sweep_t *sw = ctx;
+    size_t n = sw->n_hv + 1;
+    uint64_t *ids = realloc(sw->hv_shapes, n * sizeof *ids);
+    if (ids) sw->hv_shapes = ids;
+    bool *planned = realloc(sw->hv_planned, n * sizeof *planned);
+    if (planned) sw->hv_planned = planned;
+    if (!ids || !planned) return MT_NOMEM;
+    sw->hv_shapes[sw->n_hv] = shape_id;
+    sw->hv_planned[sw->n_hv] = max_phase >= 2;
+    sw->n_hv++;
+    return MT_OK;
+}
+
+/* Halving: every shape of sw whose phase-1 jobs are all over gets its phase 2
+ * (halving_plan_shape: one transaction), whose jobs are loaded like a restart's. A
+ * transaction that fails is retried by the next tick; the sweep is not over before. */
+static void halving_poll(sched_t *s, sweep_t *sw, uint64_t now_ms) {
+    if (!sw->halving || !sw->halving_due || sw->state != S_RUNNING || s->inflight) return;
+    if (now_ms && now_ms < sw->hv_retry_ms) return;
+    bool retry = false, planned = false;
+    size_t n_before = sw->n_jobs;
+    for (size_t h = 0; h < sw->n_hv; h++) {
+        bool open = sw->hv_planned[h];
+        for (size_t i = 0; i < sw->n_jobs && !open; i++) {
+            const job_t *j = sw->jobs[i];
+            open = j->shape_id == sw->hv_shapes[h] && (j->state == J_PENDING || j->state == J_LEASED);
+        }
+        if (open) continue;
+        halving_step_t st;
+        int rc = halving_plan_shape(s->db, sw->id, sw->hv_shapes[h], sw->bs, sw->nb, sw->chunk, mt_wall_s(), &st);
+        if (rc) {
+            log_at(MT_LOG_WARN, "sweep %llu shape %llu: halving's phase 2 not planned yet (%s); retried",
+                   (unsigned long long)sw->id, (unsigned long long)sw->hv_shapes[h],
+                   rc == MT_NOMEM ? "out of memory" : store_errmsg(s->db));
+            retry = true;
+            sw->hv_retry_ms = now_ms + 1000;
+            continue;
+        }
+        sw->hv_planned[h] = true;
+        planned = true;
+        sw->pruned += st.pruned;
+        log_at(MT_LOG_INFO, "sweep %llu shape %llu: halving phase 1 over: %u finalist rows in %u phase-2 jobs, %u rows "
+               "pruned%s", (unsigned long long)sw->id, (unsigned long long)sw->hv_shapes[h], st.finalists, st.jobs,
+               st.pruned, st.already ? " (planned before)" : "");
+    }
+    sw->halving_due = retry;
+    if (!planned) return;
+    load_ctx_t lc = {.s = s, .sw = sw};
+    int rc = store_jobs_open_each(s->db, sw->id, load_job, &lc);
+    for (size_t i = n_before; !rc && i < sw->n_jobs; i++) {
+        lc.job = sw->jobs[i];
+        rc = store_job_configs_each(s->db, lc.job->id, load_cfg, &lc);
+        if (!rc) rc = job_load_rows(s, lc.job);
+        if (!rc && lc.job->rows_done >= lc.job->rows_needed) job_finish(s, lc.job, J_DONE);
+    }
+    if (rc) {
+        log_at(MT_LOG_ERROR, "sweep %llu: loading its phase-2 jobs: %s; a restart loads them",
+               (unsigned long long)sw->id, rc == MT_NOMEM ? "out of memory" : store_errmsg(s->db));
+        sw->halving_due = true;
+        return;
+    }
+    sweep_check(s, sw);
+    if (sw->n_jobs > n_before && now_ms) dispatch_all(s, now_ms);
+}
+
+static void halving_poll_all(sched_t *s, uint64_t now_ms) {
+    for (size_t i = 0; i < s->n_sweeps; i++) halving_poll(s, s->sweeps[i], now_ms);
 }
 
 static int load_sweep(void *ctx, const store_sweep_row_t *row) {
@@ -505,7 +623,13 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
             goto out;
         }
         sw->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
+        sw->chunk = spec->chunk ? spec->chunk : PLAN_DEFAULT_CHUNK;
         plan_measure(spec, &sw->measure);
+        sw->halving = halving_is(spec->strategy);
+        if (sw->halving) {
+            halving_measure(&sw->measure, 1, &sw->measure1);
+            halving_measure(&sw->measure, 2, &sw->measure);
+        }
     }
     store_sweep_counts_t rows;
     rc = store_sweep_result_counts(s->db, sw->id, &rows);
@@ -546,7 +670,8 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
     }
     if (rc) goto out;
     load_ctx_t lc = {.s = s, .sw = sw};
-    rc = store_sweep_bests_each(s->db, sw->id, load_best, &lc);
+    rc = sw->halving ? store_sweep_phases_each(s->db, sw->id, load_phase, sw) : MT_OK;
+    if (!rc) rc = store_sweep_bests_each(s->db, sw->id, load_best, &lc);
     if (!rc) rc = store_jobs_open_each(s->db, sw->id, load_job, &lc);
     for (size_t i = 0; !rc && i < sw->n_jobs; i++) {
         lc.job = sw->jobs[i];
@@ -557,6 +682,7 @@ static int load_sweep(void *ctx, const store_sweep_row_t *row) {
     /* a job whose every config is already committed is done (its row was not written yet) */
     for (size_t i = 0; i < sw->n_jobs; i++)
         if (sw->jobs[i]->rows_done >= sw->jobs[i]->rows_needed) job_finish(s, sw->jobs[i], J_DONE);
+    sw->halving_due = sw->halving; /* sched_new plans a phase 2 that a restart interrupted */
     sweep_check(s, sw);
     log_at(MT_LOG_INFO, "sweep %llu '%s' loaded: %u jobs pending, %llu of %llu results", (unsigned long long)sw->id,
            sw->name, sw->jobs_by_state[J_PENDING], (unsigned long long)sw->done, (unsigned long long)sw->planned);
@@ -596,6 +722,7 @@ sched_t *sched_new(store_t *db, const sched_opts_t *opts, uint64_t now_ms, char 
     s->load_now = now_ms;
     int rc = store_requeue_leased(db, &requeued);
     if (!rc) rc = store_sweeps_each(db, load_sweep, s);
+    if (!rc) halving_poll_all(s, 0);
     if (rc) {
         mt_fmt(err, errlen, "loading state: %s", rc == MT_NOMEM ? "out of memory" : store_errmsg(db));
         sched_destroy(&s);
@@ -849,7 +976,7 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     size_t n = 0;
     for (size_t i = 0; i < j->n_cfgs; i++) {
         const jcfg_t *c = &j->cfgs[i];
-        if (c->removed || c->rows >= j->sw->nb) continue;
+        if (c->removed || c->rows >= job_nb(j)) continue;
         const krn_config_t *k = config_get(s, c->config_id);
         if (!k) return MT_IO;
         moetune__job_config__init(&s->jc[n]);
@@ -860,9 +987,9 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
         n++;
     }
     if (n == 0) return MT_NOTFOUND;
-    if (grow((void **)&s->best, &s->cap_best, j->sw->nb, sizeof *s->best)) return MT_NOMEM;
-    for (size_t i = 0; i < j->sw->nb; i++)
-        s->best[i] = race_best(s->race, j->sw->id, j->shape_id, j->sw->bs[i]);
+    if (grow((void **)&s->best, &s->cap_best, job_nb(j), sizeof *s->best)) return MT_NOMEM;
+    for (size_t i = 0; i < job_nb(j); i++)
+        s->best[i] = race_best(s->race, j->sw->id, j->shape_id, job_bs(j)[i]);
     Moetune__Shape shape;
     wire_shape_to_msg(sh, &shape);
     Moetune__Job job = MOETUNE__JOB__INIT;
@@ -872,10 +999,10 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     job.shape = &shape;
     job.n_configs = n;
     job.configs = s->jcp;
-    job.n_batch_sizes = j->sw->nb;
-    job.batch_sizes = j->sw->bs;
-    job.measure = &j->sw->measure;
-    job.n_best_us = j->sw->nb;
+    job.n_batch_sizes = job_nb(j);
+    job.batch_sizes = (uint32_t *)job_bs(j);
+    job.measure = j->sw->halving && j->phase == 1 ? &j->sw->measure1 : &j->sw->measure;
+    job.n_best_us = job_nb(j);
     job.best_us = s->best;
     job.routing_path = j->sw->routing_path ? j->sw->routing_path : "";
     wire_env_t env;
@@ -989,7 +1116,19 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     int rc = store_begin(s->db);
     if (!rc) rc = store_crash_bump(s->db, j->sw->id, j->shape_id, c->config_id, w->id, &count);
     if (!rc) rc = store_job_config_delete(s->db, j->id, c->config_id);
-    if (!rc) rc = store_job_insert(s->db, j->sw->id, j->shape_id, w->id, mt_wall_s(), &new_id);
+    char bs_text[2048] = "";
+    uint32_t *nbs = j->bs ? malloc(j->nb * sizeof *nbs) : NULL;
+    if (j->bs && (!nbs || halving_bs_format(j->bs, j->nb, bs_text, sizeof bs_text))) {
+        free(nbs);
+        store_rollback(s->db);
+        goto nomem;
+    }
+    if (nbs) memcpy(nbs, j->bs, j->nb * sizeof *nbs);
+    nj->bs = nbs; /* the retry keeps the job's phase and batch sizes */
+    nj->nb = j->nb;
+    nj->phase = j->phase;
+    if (!rc) rc = store_job_insert_phase(s->db, j->sw->id, j->shape_id, j->phase, j->bs ? bs_text : NULL, w->id,
+                                         mt_wall_s(), &new_id);
     if (!rc) rc = store_job_config_insert(s->db, new_id, c->config_id);
     if (!rc && job_index_reserve(s, j->sw, new_id)) {
         store_rollback(s->db);
@@ -1001,7 +1140,7 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
                (unsigned long long)j->id, store_errmsg(s->db));
         store_rollback(s->db);
         s->c.commit_failures++;
-        free(nj);
+        job_free(nj);
         free(ncfg);
         free(avoid);
         return rc;
@@ -1014,10 +1153,10 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     nj->cfgs = ncfg;
     nj->n_cfgs = 1;
     ncfg->config_id = c->config_id;
-    nj->rows_needed = j->sw->nb;
+    nj->rows_needed = job_nb(nj);
     job_index(s, nj); /* room reserved above: cannot fail */
     c->removed = true;
-    j->rows_needed -= j->sw->nb;
+    j->rows_needed -= job_nb(j);
     j->rows_done -= c->rows;
     log_at(MT_LOG_WARN, "config %llu crashed %s's child in job %llu: retried alone in job %llu elsewhere",
            (unsigned long long)c->config_id, w->id, (unsigned long long)j->id, (unsigned long long)new_id);
@@ -1027,7 +1166,7 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
 nomem:
     log_at(MT_LOG_ERROR, "out of memory recording the crash of config %llu in job %llu",
            (unsigned long long)c->config_id, (unsigned long long)j->id);
-    free(nj);
+    job_free(nj);
     free(ncfg);
     free(avoid);
     return MT_NOMEM;
@@ -1061,8 +1200,8 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
         return reject_holder(s, w, j, r->seq, why, now_ms);
     }
     sweep_t *sw = j->sw;
-    if (r->n_measurements != sw->nb) {
-        mt_fmt(why, sizeof why, "%zu measurements for %zu batch sizes", r->n_measurements, sw->nb);
+    if (r->n_measurements != job_nb(j)) {
+        mt_fmt(why, sizeof why, "%zu measurements for %zu batch sizes", r->n_measurements, job_nb(j));
         return reject_holder(s, w, j, r->seq, why, now_ms);
     }
     if (++sw->stamp == 0) {
@@ -1072,8 +1211,8 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     size_t crashed = 0;
     for (size_t i = 0; i < r->n_measurements; i++) {
         int bi = bs_index(sw, r->measurements[i]->batch_size);
-        if (bi < 0 || sw->seen[bi] == sw->stamp) {
-            mt_fmt(why, sizeof why, "batch size %u is not one of the sweep's or repeats",
+        if (bi < 0 || !job_has_bs(j, r->measurements[i]->batch_size) || sw->seen[bi] == sw->stamp) {
+            mt_fmt(why, sizeof why, "batch size %u is not one of the job's or repeats",
                    r->measurements[i]->batch_size);
             return reject_holder(s, w, j, r->seq, why, now_ms);
         }
@@ -1157,6 +1296,7 @@ static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
         .kernel_hash = br->strs[3],
         .versions = br->strs[4],
         .created = now_s,
+        .phase = e->job->phase,
     };
     br->r = r;
     br->crash = e->crash;
@@ -1252,7 +1392,7 @@ int sched_batch_write(store_t *db, void *arg) {
     for (size_t i = 0; !rc && i < b->n_entries; i++) {
         brow_t *br = &b->rows[i];
         store_result_t row = br->base;
-        br->new_rows = br->new_failed = br->new_pruned = 0;
+        br->new_rows = br->new_failed = br->new_pruned = br->new_replaced = 0;
         br->new_timed_us = 0;
         memset(br->new_by_status, 0, sizeof br->new_by_status);
         if (br->hello) {
@@ -1261,7 +1401,7 @@ int sched_batch_write(store_t *db, void *arg) {
         }
         for (size_t k = 0; !rc && k < br->r->n_measurements; k++) {
             const Moetune__Measurement *m = br->r->measurements[k];
-            bool inserted = false;
+            int outcome = STORE_ROW_KEPT;
             row.batch_size = m->batch_size;
             row.status = m->status;
             row.median_us = m->median_us;
@@ -1273,15 +1413,20 @@ int sched_batch_write(store_t *db, void *arg) {
             row.up_us = m->up_us;
             row.down_us = m->down_us;
             row.timed_us = m->timed_us;
-            rc = store_result_insert(db, &row, &inserted);
-            if (!rc && inserted) {
-                br->new_rows++;
+            rc = store_result_put(db, &row, &outcome);
+            if (!rc && outcome != STORE_ROW_KEPT) {
+                /* a finalist's phase-2 row replaces its phase-1 ok row: counted for its job, not as a new row */
+                if (outcome == STORE_ROW_NEW)
+                    br->new_rows++;
+                else
+                    br->new_replaced++;
                 br->new_timed_us += m->timed_us;
                 if (m->status == MOETUNE__STATUS__STATUS_PRUNED)
                     br->new_pruned++;
                 else if (m->status != MOETUNE__STATUS__STATUS_OK)
                     br->new_failed++;
-                br->new_by_status[(unsigned)m->status < SCHED_N_STATUS ? (unsigned)m->status : 0]++;
+                if (outcome == STORE_ROW_NEW)
+                    br->new_by_status[(unsigned)m->status < SCHED_N_STATUS ? (unsigned)m->status : 0]++;
             }
         }
         if (!rc && br->crash) {
@@ -1350,8 +1495,8 @@ static void apply_entry(sched_t *s, entry_t *e) {
     job_t *j = e->job;
     sweep_t *sw = j->sw;
     jcfg_t *c = &j->cfgs[e->cfg];
-    c->rows += e->new_rows;
-    if (!c->removed) j->rows_done += e->new_rows;
+    c->rows += e->new_rows + e->new_replaced;
+    if (!c->removed) j->rows_done += e->new_rows + e->new_replaced;
     sw->done += e->new_rows;
     sw->failed += e->new_failed;
     sw->pruned += e->new_pruned;
@@ -1365,7 +1510,6 @@ static void apply_entry(sched_t *s, entry_t *e) {
 }
 
 void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uint64_t now_ms) {
-    (void)now_ms;
     if (!b) return;
     if (s->inflight == b) s->inflight = NULL;
     if (rc) {
@@ -1409,6 +1553,7 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         e->new_rows = b->rows[i].new_rows;
         e->new_failed = b->rows[i].new_failed;
         e->new_pruned = b->rows[i].new_pruned;
+        e->new_replaced = b->rows[i].new_replaced;
         e->new_timed_us = b->rows[i].new_timed_us;
         race_note_entry(s, e);
         memcpy(e->new_by_status, b->rows[i].new_by_status, sizeof e->new_by_status);
@@ -1417,6 +1562,7 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
     }
     batch_free(b);
     send_acks(s);
+    halving_poll_all(s, now_ms);
 }
 
 int sched_flush(sched_t *s, uint64_t now_ms) {
@@ -1487,6 +1633,7 @@ void sched_tick(sched_t *s, uint64_t now_ms) {
         }
     }
     if (changed) dispatch_all(s, now_ms);
+    halving_poll_all(s, now_ms); /* retries a phase transition that did not commit */
 }
 
 /* ---- control */
