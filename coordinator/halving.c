@@ -39,7 +39,7 @@ int halving_choose(halving_row_t *rows, size_t n, size_t nb) {
             return MT_INVAL;
         }
     }
-    qsort(rows, n, sizeof *rows, cmp_row);
+    if (n) qsort(rows, n, sizeof *rows, cmp_row);
     /* start[b] .. start[b + 1]: the rows of batch size b, fastest first */
     for (size_t i = 0, b = 0; b <= nb; b++) {
         while (i < n && rows[i].bi < b) i++;
@@ -151,13 +151,12 @@ static int probe(void *ctx, uint64_t shape_id, uint32_t max_phase) {
 typedef struct {
     uint64_t config_id;
     uint8_t *mask;           /* nb flags */
+    size_t nb;
 } final_t;
-
-static size_t g_sort_nb; /* qsort has no context; halving_plan_shape runs on one thread */
 
 static int cmp_final(const void *a, const void *b) {
     const final_t *x = a, *y = b;
-    int c = memcmp(x->mask, y->mask, g_sort_nb);
+    int c = memcmp(x->mask, y->mask, x->nb);
     if (c) return -c; /* configs of the most batch sizes first */
     return (x->config_id > y->config_id) - (x->config_id < y->config_id);
 }
@@ -205,11 +204,11 @@ static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const ui
         if (k == n_cfg) {
             fin[k].config_id = rows[i].config_id;
             fin[k].mask = masks + n_cfg * nb;
+            fin[k].nb = nb;
             n_cfg++;
         }
         fin[k].mask[rows[i].bi] = 1;
     }
-    g_sort_nb = nb;
     qsort(fin, n_cfg, sizeof *fin, cmp_final);
     /* a job: up to chunk configs that share their batch sizes */
     uint64_t job_id = 0;
