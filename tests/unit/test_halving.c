@@ -13,8 +13,11 @@
 
 #include "halving.h"
 #include "mt.h"
+#include "sched_fx.h"
+#include "scheduler.h"
 #include "store.h"
 #include "tmpdb.h"
+#include "wire.h"
 
 static tmpdb_t g_db;
 
@@ -185,6 +188,153 @@ static void test_plan_shape(void **state) {
     store_close(&s);
 }
 
+/* A Result of config for the batch sizes bs[0, n) with medians med[]. sched_on_result's code. */
+static int send_result(fx_t *f, sched_worker_t *w, const Moetune__Job *j, uint64_t seq, uint64_t config,
+                       const uint32_t *bs, const double *med, size_t n, uint64_t now) {
+    Moetune__Measurement m[4], *pm[4];
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    wire_env_t env, *out = NULL;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int code;
+    char err[128];
+    for (size_t i = 0; i < n; i++) {
+        moetune__measurement__init(&m[i]);
+        pm[i] = &m[i];
+        m[i].batch_size = bs[i];
+        m[i].status = MOETUNE__STATUS__STATUS_OK;
+        m[i].median_us = m[i].min_us = m[i].mean_us = med[i];
+        m[i].stddev_us = 0.1;
+        m[i].samples = j->measure->max_samples;
+    }
+    r.job_id = j->job_id, r.lease_token = j->lease_token, r.seq = seq, r.config_id = config;
+    r.n_measurements = n, r.measurements = pm;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
+    free(buf);
+    sched_on_heard(f->s, w, now);
+    int rc = sched_on_result(f->s, w, &out, now);
+    wire_free(&out);
+    return rc;
+}
+
+/* Phase 1 at bs 1 ranks configs by id, at bs 2 the other way round. */
+static double phase1_us(uint64_t config, uint32_t bs) { return bs == 1 ? 10.0 + (double)config : 100.0 - (double)config; }
+
+/* The scheduler runs a halving sweep: phase-1 jobs take 5 samples and race; when the last
+ * phase-1 result commits, phase 2 is stored and dispatched (racing off, the sweep's sample
+ * rule, each job only its finalists' batch sizes); a result for a batch size outside its
+ * job is refused; the sweep is running until phase 2 is done, and then each (config, batch
+ * size) has one row, the finalists' from phase 2. */
+static void test_sched_phases(void **state) {
+    fx_t *f = *state;
+    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1, 16, 32}, nw[] = {4}, ns[] = {2, 3, 4, 5};
+    static uint32_t bs[] = {1, 2};
+    Moetune__Space sp = MOETUNE__SPACE__INIT;
+    Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
+    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    Moetune__Submitted sub;
+    char err[256];
+    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
+    sp.n_group_m = 3, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw, sp.n_num_stages = 4, sp.num_stages = ns;
+    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
+    spec.name = "halving", spec.strategy = "halving";
+    spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs, spec.space = &sp;
+    fx_start(f, 1000, 30000);
+    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+    assert_int_equal(sub.configs_valid, 12);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    const Moetune__Job *j = fx_last_job(f, "A");
+    assert_non_null(j);
+    assert_int_equal(j->n_configs, 12);
+    assert_int_equal(j->measure->min_samples, HALVING_PHASE1_SAMPLES);
+    assert_int_equal(j->measure->max_samples, HALVING_PHASE1_SAMPLES);
+    assert_true(j->measure->race_margin > 0);
+    uint64_t seq = 1, lo = UINT64_MAX, hi = 0;
+    for (size_t i = 0; i < j->n_configs; i++) {
+        uint64_t id = j->configs[i]->config_id;
+        double med[2] = {phase1_us(id, 1), phase1_us(id, 2)};
+        lo = id < lo ? id : lo;
+        hi = id > hi ? id : hi;
+        assert_int_equal(send_result(f, a, j, seq++, id, bs, med, 2, 1), MT_OK);
+    }
+    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    /* finalists: the best 4 at each batch size plus the other's winner; 14 rows pruned */
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'pruned' AND detail LIKE 'halving:%'"), 14);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 3);
+    sched_status_t st;
+    assert_int_equal(sched_status(f->s, 0, 2, &st), MT_OK);
+    assert_string_equal(st.reply.sweeps[0]->state, "running");
+    assert_int_equal(st.reply.sweeps[0]->results_pruned, 14);
+    sched_status_release(&st);
+    fx_clear(f);
+    sched_on_ready(f->s, a, 3, 3);
+    size_t jobs = 0, one = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
+        const Moetune__Job *p2 = f->msg[i]->job;
+        jobs++;
+        assert_true(p2->measure->race_margin < 0);
+        assert_int_equal(p2->measure->min_samples, 10);
+        assert_int_equal(p2->measure->max_samples, 100);
+        assert_int_equal(p2->n_best_us, p2->n_batch_sizes);
+        if (p2->n_batch_sizes == 1) one++;
+    }
+    assert_int_equal(jobs, 3);
+    assert_int_equal(one, 2); /* the configs finalist at one batch size only */
+    /* a result for a batch size its job does not measure is refused, the job back to pending */
+    const Moetune__Job *p2 = NULL;
+    for (size_t i = 0; i < f->n && !p2; i++)
+        if (f->msg[i]->body_case == MOETUNE__ENVELOPE__BODY_JOB && f->msg[i]->job->n_batch_sizes == 1 &&
+            f->msg[i]->job->batch_sizes[0] == 1)
+            p2 = f->msg[i]->job;
+    assert_non_null(p2);
+    double med1 = 5.0;
+    uint32_t wrong = 2;
+    assert_int_equal(send_result(f, a, p2, seq++, p2->configs[0]->config_id, &wrong, &med1, 1, 4), MT_INVAL);
+    uint32_t attempts = 0;
+    assert_string_equal(sched_job_state(f->s, p2->job_id, &attempts), "pending");
+    assert_int_equal(attempts, 1);
+    /* measure every phase-2 job (the two still leased, then the refused one again): finalist
+     * rows replace their phase-1 rows */
+    uint64_t refused = p2->job_id;
+    for (int round = 0; round < 2; round++) {
+        if (round) {
+            fx_clear(f);
+            sched_on_ready(f->s, a, 1, 5 + round);
+        }
+        for (size_t i = 0; i < f->n; i++) {
+            if (f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
+            const Moetune__Job *q = f->msg[i]->job;
+            if (round == 0 && q->job_id == refused) continue;
+            for (size_t k = 0; k < q->n_configs; k++) {
+                double med[2] = {1.0, 2.0};
+                assert_int_equal(send_result(f, a, q, seq++, q->configs[k]->config_id, q->batch_sizes, med,
+                                             q->n_batch_sizes, 5 + round),
+                                 MT_OK);
+            }
+        }
+        assert_int_equal(sched_flush(f->s, 5 + round), MT_OK);
+    }
+    assert_int_equal(sched_status(f->s, 0, 10, &st), MT_OK);
+    assert_string_equal(st.reply.sweeps[0]->state, "done");
+    assert_int_equal(st.reply.sweeps[0]->results_done, 24);
+    assert_int_equal(st.reply.sweeps[0]->results_pruned, 14);
+    sched_status_release(&st);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 24);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE phase = 2 AND status = 'ok' AND median_us < 3"), 10);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE phase = 1 AND status = 'ok'"), 0);
+    char sql[160];
+    mt_fmt(sql, sizeof sql, "SELECT COUNT(*) FROM results WHERE phase = 2 AND config_id IN (%llu, %llu)",
+           (unsigned long long)lo, (unsigned long long)hi);
+    assert_int_equal(fx_query_int(f, sql), 4); /* each side's winner, at both batch sizes */
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+}
+
 int main(void) {
     mt_log_init("test_halving", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
@@ -193,6 +343,7 @@ int main(void) {
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_bs_lists),
         cmocka_unit_test_setup_teardown(test_plan_shape, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
