@@ -1,0 +1,311 @@
+/*
+ * sched_commit.c - the commit pipeline. Which thread runs what:
+ *   event loop:    sched_batch_take (moves buffered results and snapshots of changed
+ *                  jobs and sweeps into a batch), sched_batch_done (applies a committed
+ *                  batch or puts a failed one back), sched_flush, the Acks;
+ *   writer thread: sched_batch_write, which reads and fills only its batch and never
+ *                  touches the scheduler, so the loop goes on while it commits.
+ * One batch is out at a time (s->inflight). See scheduler.h and sched_int.h.
+ */
+#include "scheduler.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt.h"
+#include "race.h"
+#include "sched_int.h"
+
+size_t sched_pending(const sched_t *s) { return s->n_pending + (s->inflight ? s->inflight->n_res : 0); }
+
+void sched_batch_free(sched_batch_t *b) {
+    if (!b) return;
+    for (size_t i = 0; i < b->n_res; i++) {
+        for (int k = 0; k < 5; k++) free(b->res[i].row.strs[k]);
+        if (b->res[i].row.hello) moetune__hello__free_unpacked(b->res[i].row.hello, NULL);
+    }
+    for (size_t i = 0; i < b->n_jobs; i++) free((char *)b->jobs[i].u.worker_id);
+    free(b->res);
+    free(b->jobs);
+    free(b->sweeps);
+    free(b);
+}
+
+static char *dup_or_null(const char *p) { return p ? strdup(p) : NULL; }
+
+static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
+    const Moetune__Result *r = e->env->result;
+    const Moetune__Hello *h = e->w->hello ? e->w->hello->hello : NULL;
+    br->strs[0] = dup_or_null(e->w->id);
+    br->strs[1] = dup_or_null(h ? h->backend : NULL);
+    br->strs[2] = dup_or_null(h ? h->compiler : NULL);
+    br->strs[3] = dup_or_null(h ? h->kernel_hash : NULL);
+    br->strs[4] = dup_or_null(h ? h->versions : NULL);
+    if (!br->strs[0] || (h && ((h->backend && !br->strs[1]) || (h->compiler && !br->strs[2]) ||
+                               (h->kernel_hash && !br->strs[3]) || (h->versions && !br->strs[4]))))
+        return MT_NOMEM;
+    br->base = (store_result_t){
+        .sweep_id = e->job->sw->id,
+        .shape_id = e->job->shape_id,
+        .config_id = r->config_id,
+        .job_id = e->job->id,
+        .device_id = e->w->device_id,
+        .registers = r->registers,
+        .spills = r->spills,
+        .worker_id = br->strs[0],
+        .backend = br->strs[1],
+        .compiler = br->strs[2],
+        .kernel_hash = br->strs[3],
+        .versions = br->strs[4],
+        .created = now_s,
+        .phase = e->job->phase,
+    };
+    br->r = r;
+    br->crash = e->crash;
+    /* Its Hello could not be recorded (a locked database): the writer records the device
+     * and the worker in the same transaction as these rows, so no row lacks its device. */
+    if (!e->w->device_id && h) {
+        size_t len = moetune__hello__get_packed_size(h);
+        uint8_t *buf = malloc(len ? len : 1);
+        if (!buf) return MT_NOMEM;
+        moetune__hello__pack(h, buf);
+        br->hello = moetune__hello__unpack(NULL, len, buf);
+        free(buf);
+        if (!br->hello) return MT_NOMEM;
+    }
+    return MT_OK;
+}
+
+int sched_batch_take(sched_t *s, sched_batch_t **out) {
+    *out = NULL;
+    if (s->inflight) return MT_BUSY;
+    size_t n_sw = 0;
+    for (size_t i = 0; i < s->n_sweeps; i++) n_sw += s->sweeps[i]->dirty;
+    size_t n_e = s->n_pending < SCHED_BATCH_MAX ? s->n_pending : SCHED_BATCH_MAX;
+    if (!n_e && !s->n_dirty && !n_sw) {
+        sched_send_acks(s); /* rejections need no commit */
+        return MT_AGAIN;
+    }
+    sched_batch_t *b = mt_calloc(1, sizeof *b);
+    if (!b) return MT_NOMEM;
+    size_t nj = s->n_dirty;
+    b->res = mt_calloc(n_e ? n_e : 1, sizeof *b->res);
+    b->jobs = mt_calloc(nj ? nj : 1, sizeof *b->jobs);
+    b->sweeps = mt_calloc(n_sw ? n_sw : 1, sizeof *b->sweeps);
+    if (!b->res || !b->jobs || !b->sweeps) goto nomem;
+    int64_t now_s = mt_wall_s();
+    for (size_t i = 0; i < n_e; i++) {
+        b->n_res++; /* counted first so sched_batch_free releases partial copies */
+        if (brow_fill(&b->res[i].row, &s->pending[i], now_s)) goto nomem;
+    }
+    for (size_t i = 0; i < nj; i++) {
+        job_t *j = s->dirty_jobs[i];
+        bjob_t *bj = &b->jobs[b->n_jobs++];
+        bj->job = j;
+        bj->u = (store_job_update_t){
+            .id = j->id,
+            .state = g_sched_job_state[j->state],
+            .attempts = j->attempts,
+            .worker_id = dup_or_null(j->last_worker),
+            .lease_token = j->token,
+            .lease_expires_ms = j->state == J_LEASED ? j->lease_expires_wall_ms : 0,
+            .finished = j->state >= J_DONE ? j->finished : 0,
+        };
+        if (j->last_worker && !bj->u.worker_id) goto nomem;
+    }
+    for (size_t i = 0; i < s->n_sweeps; i++) {
+        sweep_t *sw = s->sweeps[i];
+        if (!sw->dirty) continue;
+        b->sweeps[b->n_sweeps++] =
+            (bsweep_t){.sw = sw, .id = sw->id, .state = g_sched_sweep_state[sw->state], .finished = sw->finished};
+    }
+    /* everything copied: move ownership into the batch */
+    for (size_t i = 0; i < n_e; i++) b->res[i].e = s->pending[i];
+    if (n_e) { /* s->pending may be NULL when only job or sweep states changed */
+        memmove(s->pending, s->pending + n_e, (s->n_pending - n_e) * sizeof *s->pending);
+        s->n_pending -= n_e;
+    }
+    for (size_t i = 0; i < b->n_jobs; i++) b->jobs[i].job->dirty = false;
+    s->n_dirty = 0;
+    for (size_t i = 0; i < b->n_sweeps; i++) b->sweeps[i].sw->dirty = false;
+    s->inflight = b;
+    sched_send_acks(s);
+    *out = b;
+    return MT_OK;
+nomem:
+    sched_batch_free(b);
+    log_at(MT_LOG_ERROR, "out of memory building a commit batch; kept for the next try");
+    return MT_NOMEM;
+}
+
+/* Runs on the writer thread: reads and fills only the batch. */
+int sched_batch_write(store_t *db, void *arg) {
+    sched_batch_t *b = arg;
+    int rc = MT_OK;
+    for (size_t i = 0; !rc && i < b->n_res; i++) {
+        brow_t *br = &b->res[i].row;
+        store_result_t row = br->base;
+        br->new_rows = br->new_failed = br->new_pruned = br->new_replaced = 0;
+        br->new_timed_us = 0;
+        memset(br->new_by_status, 0, sizeof br->new_by_status);
+        if (br->hello) {
+            rc = store_hello(db, br->hello, row.created, &br->device_id);
+            row.device_id = br->device_id;
+        }
+        for (size_t k = 0; !rc && k < br->r->n_measurements; k++) {
+            const Moetune__Measurement *m = br->r->measurements[k];
+            int outcome = STORE_ROW_KEPT;
+            row.batch_size = m->batch_size;
+            row.status = m->status;
+            row.median_us = m->median_us;
+            row.min_us = m->min_us;
+            row.mean_us = m->mean_us;
+            row.stddev_us = m->stddev_us;
+            row.samples = m->samples;
+            row.detail = m->detail;
+            row.up_us = m->up_us;
+            row.down_us = m->down_us;
+            row.timed_us = m->timed_us;
+            rc = store_result_put(db, &row, &outcome);
+            if (!rc && outcome != STORE_ROW_KEPT) {
+                /* a halving finalist's phase-2 row replaces its phase-1 ok row: its job's, not a new row */
+                if (outcome == STORE_ROW_NEW)
+                    br->new_rows++;
+                else
+                    br->new_replaced++;
+                br->new_timed_us += m->timed_us;
+                if (m->status == MOETUNE__STATUS__STATUS_PRUNED)
+                    br->new_pruned++;
+                else if (m->status != MOETUNE__STATUS__STATUS_OK)
+                    br->new_failed++;
+                if (outcome == STORE_ROW_NEW)
+                    br->new_by_status[(unsigned)m->status < SCHED_N_STATUS ? (unsigned)m->status : 0]++;
+            }
+        }
+        if (!rc && br->crash) {
+            uint32_t count = 0;
+            rc = store_crash_bump(db, row.sweep_id, row.shape_id, row.config_id, row.worker_id, &count);
+        }
+    }
+    for (size_t i = 0; !rc && i < b->n_jobs; i++) rc = store_job_update(db, &b->jobs[i].u);
+    for (size_t i = 0; !rc && i < b->n_sweeps; i++)
+        rc = store_sweep_set_state(db, b->sweeps[i].id, b->sweeps[i].state, b->sweeps[i].finished);
+    return rc;
+}
+
+size_t sched_batch_results(const sched_batch_t *b) { return b->n_res; }
+
+void sched_send_acks(sched_t *s) {
+    for (size_t i = 0; i < s->n_workers; i++) {
+        sched_worker_t *w = s->workers[i];
+        if (!w->n_acks) continue;
+        Moetune__Ack ack = MOETUNE__ACK__INIT;
+        ack.n_seqs = w->n_acks;
+        ack.seqs = w->acks;
+        wire_env_t env;
+        wire_env_init(&env);
+        env.body_case = MOETUNE__ENVELOPE__BODY_ACK;
+        env.ack = &ack;
+        sched_send_env(s, w, &env);
+        w->n_acks = 0;
+    }
+}
+
+/* A committed Result's ok medians become the best its sweep races against. */
+static void race_note_entry(sched_t *s, const entry_t *e) {
+    const Moetune__Result *r = e->env->result;
+    for (size_t k = 0; k < r->n_measurements; k++) {
+        const Moetune__Measurement *m = r->measurements[k];
+        if (m->status == MOETUNE__STATUS__STATUS_OK &&
+            race_note(s->race, e->job->sw->id, e->job->shape_id, m->batch_size, m->median_us))
+            log_at(MT_LOG_WARN, "racing: out of memory noting a best; that batch size races less");
+    }
+}
+
+/* Applies a committed result's new rows to the in-memory counts; its Ack is queued. */
+static void apply_entry(sched_t *s, const entry_t *e, const brow_t *br) {
+    job_t *j = e->job;
+    sweep_t *sw = j->sw;
+    jcfg_t *c = &j->cfgs[e->cfg];
+    c->rows += br->new_rows + br->new_replaced;
+    if (!c->removed) j->rows_done += br->new_rows + br->new_replaced;
+    sw->done += br->new_rows;
+    sw->failed += br->new_failed;
+    sw->pruned += br->new_pruned;
+    sw->timed_us += br->new_timed_us;
+    if (br->new_rows && e->w->device_id) sched_sweep_note_device(sw, e->w->device_id);
+    s->c.results_committed += br->new_rows;
+    for (int k = 0; k < SCHED_N_STATUS; k++) s->c.committed_by_status[k] += br->new_by_status[k];
+    e->w->results += br->new_rows;
+    sched_ack_push(e->w, e->env->result->seq);
+    if (j->rows_done >= j->rows_needed && (j->state == J_PENDING || j->state == J_LEASED))
+        sched_job_finish(s, j, J_DONE);
+}
+
+void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uint64_t now_ms) {
+    if (!b) return;
+    if (s->inflight == b) s->inflight = NULL;
+    if (rc) {
+        /* keep everything: the entries go back in front of what arrived since, the
+         * jobs and sweeps are written again with their state at the next try */
+        s->c.commit_failures++;
+        why = why && *why ? why : "unknown error";
+        if (!s->storage_err[0])
+            log_at(MT_LOG_WARN, "storage: commit of %zu results failed, kept unacknowledged and retried: %s",
+                   b->n_res, why);
+        else
+            log_at(MT_LOG_DEBUG, "storage: commit of %zu results failed again: %s", b->n_res, why);
+        mt_fmt(s->storage_err, sizeof s->storage_err, "%s", why);
+        if (!b->n_res) {
+            /* only job and sweep rows: nothing to put back */
+        } else if (sched_grow((void **)&s->pending, &s->cap_pending, s->n_pending + b->n_res, sizeof *s->pending)) {
+            log_at(MT_LOG_ERROR, "out of memory keeping %zu results; their workers resend them", b->n_res);
+            for (size_t i = 0; i < b->n_res; i++) wire_free(&b->res[i].e.env);
+        } else {
+            memmove(s->pending + b->n_res, s->pending, s->n_pending * sizeof *s->pending);
+            for (size_t i = 0; i < b->n_res; i++) s->pending[i] = b->res[i].e;
+            s->n_pending += b->n_res;
+        }
+        for (size_t i = 0; i < b->n_jobs; i++) sched_job_dirty(s, b->jobs[i].job);
+        for (size_t i = 0; i < b->n_sweeps; i++) b->sweeps[i].sw->dirty = true;
+        sched_batch_free(b);
+        sched_send_acks(s);
+        return;
+    }
+    if (s->storage_err[0]) {
+        log_at(MT_LOG_INFO, "storage: commits succeed again (%zu results in this one, %zu waiting)", b->n_res,
+               sched_pending(s) - b->n_res);
+        s->storage_err[0] = '\0';
+    }
+    for (size_t i = 0; i < b->n_res; i++) {
+        entry_t *e = &b->res[i].e;
+        const brow_t *br = &b->res[i].row;
+        if (br->hello && !e->w->device_id) {
+            e->w->device_id = br->device_id;
+            log_at(MT_LOG_INFO, "worker %s recorded with its results", e->w->id);
+        }
+        race_note_entry(s, e);
+        apply_entry(s, e, br);
+        wire_free(&e->env);
+    }
+    sched_batch_free(b);
+    sched_send_acks(s);
+    sched_halving_poll_all(s, now_ms); /* a shape whose phase 1 just ended gets its phase 2 */
+}
+
+int sched_flush(sched_t *s, uint64_t now_ms) {
+    int rc = MT_OK;
+    do {
+        sched_batch_t *b = NULL;
+        rc = sched_batch_take(s, &b);
+        if (rc == MT_AGAIN) return MT_OK;
+        if (rc) return rc;
+        rc = store_begin(s->db);
+        if (!rc) rc = sched_batch_write(s->db, b);
+        if (!rc) rc = store_commit(s->db);
+        if (rc) store_rollback(s->db);
+        sched_batch_done(s, b, rc, rc ? store_errmsg(s->db) : NULL, now_ms);
+    } while (!rc); /* a commit can finish jobs and sweeps: their rows go in the next batch */
+    return rc;
+}

@@ -1,0 +1,297 @@
+/*
+ * sched_int.h - the scheduler's private model, shared by its files; scheduler.h
+ * is the public interface. Not for callers outside coordinator/sched*.c.
+ *
+ *   scheduler.c     state changes, workers, leases, heartbeats, pick and dispatch,
+ *                   results intake, crash retries, timers, cancel
+ *   sched_load.c    the scheduler's memory: built from the store (sched_new, a
+ *                   restart: sweeps, jobs, configs, bests, device binding) or for
+ *                   a submitted sweep (sched_submit), and released (sched_destroy)
+ *   sched_commit.c  the commit pipeline: sched_batch_take and sched_batch_done on
+ *                   the loop, sched_batch_write on the writer thread, sched_flush
+ *   sched_status.c  status replies, rates, GPU busy, counters
+ *
+ * Threads: everything runs on the event loop's thread except sched_batch_write,
+ * which runs on the writer thread (writer.h) and reads only its batch, never the
+ * scheduler.
+ */
+#ifndef COORD_SCHED_INT_H
+#define COORD_SCHED_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mt.h"
+#include "race.h"
+#include "scheduler.h"
+
+enum { J_PENDING, J_LEASED, J_DONE, J_FAILED, J_CANCELLED, J_NSTATES };
+enum { S_RUNNING, S_DONE, S_CANCELLED, S_FAILED, S_NSTATES };
+extern const char *const g_sched_job_state[J_NSTATES];   /* names as stored: "pending", ... */
+extern const char *const g_sched_sweep_state[S_NSTATES]; /* "running", ... */
+
+#define RATE_SLOTS 6        /* one sample a second: a ~5 s window */
+
+typedef struct sweep sweep_t;
+typedef struct job job_t;
+
+typedef struct {
+    uint64_t config_id;
+    uint32_t rows;           /* committed rows (batch sizes) of this config */
+    bool removed;            /* moved into a crash-retry job */
+} jcfg_t;
+
+struct job {
+    uint64_t id, shape_id, token;
+    sweep_t *sw;
+    int state;
+    uint32_t attempts;
+    sched_worker_t *holder;  /* while leased */
+    size_t held_idx;         /* index in holder->held */
+    size_t idx;              /* index in sw->jobs */
+    char *last_worker;       /* current or last holder's id, for the row */
+    char *avoid;             /* crash retry: run elsewhere when possible */
+    uint64_t lease_expires;  /* monotonic ms */
+    int64_t lease_expires_wall_ms, finished;
+    jcfg_t *cfgs;
+    size_t n_cfgs;
+    uint64_t rows_needed, rows_done;
+    uint32_t phase;          /* 1, or 2 for a halving sweep's finalists */
+    uint32_t *bs;            /* its batch sizes, sorted, owned; NULL = the sweep's */
+    size_t nb;               /* how many bs holds */
+    bool dirty;
+    bool reclaim;            /* held across a Hello or a restart: the holder's first heartbeat must list it */
+};
+
+struct sweep {
+    uint64_t id;
+    char *name;
+    int state;
+    int64_t created, finished;
+    uint32_t *bs;            /* batch sizes, sorted */
+    size_t nb;
+    uint32_t *seen;          /* per batch size: stamp of the last result that had it */
+    uint32_t stamp;
+    char *filter;
+    char *backend;           /* NULL = any worker's backend */
+    char *device;            /* the GPU model it is bound to by its first lease; NULL = not yet */
+    char *routing_path;      /* the spec's routing file, sent with every job; NULL = uniform */
+    uint32_t max_attempts, chunk;
+    Moetune__Measure measure;
+    /* halving (strategy "halving", sched_halving.c): phase-1 jobs measure with measure1,
+     * phase 2 with measure (racing off); per shape, whether its phase 2 is planned */
+    bool halving;
+    bool halving_due;        /* a phase-1 job ended: a shape's phase 2 may be due */
+    uint64_t hv_retry_ms;    /* a transition that failed is tried again from then (monotonic ms) */
+    Moetune__Measure measure1;
+    uint64_t *hv_shapes;
+    bool *hv_planned;
+    size_t n_hv;
+    uint64_t planned, done, failed, pruned;
+    double timed_us;         /* GPU time in timed kernels over its committed results */
+    uint64_t *devs;          /* devices that committed results to it (GPU busy's denominator) */
+    size_t n_devs, cap_devs;
+    uint32_t jobs_by_state[J_NSTATES];
+    job_t **jobs;            /* in id order */
+    size_t n_jobs, cap_jobs, hint;
+    bool dirty;
+    uint64_t rate_t[RATE_SLOTS], rate_done[RATE_SLOTS];
+    size_t rate_n;
+};
+
+struct sched_worker {
+    uint8_t rid[WIRE_MAX_ID];
+    size_t rid_len;
+    uint64_t rid_hash;
+    char *id;                /* worker id, owned (a restart knows it before any Hello) */
+    wire_env_t *hello;       /* the Hello it last sent, owned; NULL until it says Hello */
+    uint64_t device_id;
+    bool alive;
+    bool await_hb;           /* said Hello while holding jobs: its next heartbeat settles them */
+    uint32_t credits;
+    uint64_t last_heard, results;
+    job_t **held;
+    size_t n_held, cap_held;
+    uint64_t *acks;          /* seqs to acknowledge at the next flush */
+    size_t n_acks, cap_acks;
+};
+
+/* An accepted Result waiting for its commit. */
+typedef struct {
+    wire_env_t *env;
+    sched_worker_t *w;
+    job_t *job;
+    size_t cfg;              /* index in job->cfgs */
+    bool crash;              /* a quarantining second crash: bump the crash count too */
+} entry_t;
+
+typedef struct {
+    uint64_t id;
+    krn_shape_t shape;
+} shape_entry_t;
+
+/* One accepted Result as the writer sees it: copied scalars and strings, and the
+ * measurements of the entry's Envelope (owned by the batch while it is out). The
+ * writer fills the new_* counts and device_id; the loop applies them when done. */
+typedef struct {
+    store_result_t base;
+    const Moetune__Result *r;
+    bool crash;
+    char *strs[5];           /* copies behind base's worker_id, backend, compiler, kernel_hash, versions */
+    Moetune__Hello *hello;   /* a copy of the Hello of a worker not yet recorded (owned), or NULL */
+    uint64_t device_id;      /* what recording it gave */
+    uint32_t new_rows, new_failed, new_pruned;
+    uint32_t new_replaced;   /* halving: phase-1 rows its phase-2 rows replaced */
+    uint32_t new_by_status[SCHED_N_STATUS]; /* new rows by Moetune__Status value */
+    double new_timed_us;
+} brow_t;
+
+/* A result in a batch: the loop's entry (taken from the front of s->pending) and its row. */
+typedef struct {
+    entry_t e;               /* loop side */
+    brow_t row;              /* writer side */
+} bres_t;
+
+/* A changed job and the snapshot of its row the writer stores. */
+typedef struct {
+    job_t *job;              /* loop side */
+    store_job_update_t u;    /* writer side; u.worker_id owned */
+} bjob_t;
+
+/* A changed sweep and the snapshot of its state the writer stores. */
+typedef struct {
+    sweep_t *sw;             /* loop side */
+    uint64_t id;             /* writer side from here */
+    const char *state;
+    int64_t finished;
+} bsweep_t;
+
+struct sched_batch {
+    bres_t *res;
+    size_t n_res;
+    bjob_t *jobs;
+    size_t n_jobs;
+    bsweep_t *sweeps;
+    size_t n_sweeps;
+};
+
+struct sched {
+    store_t *db;
+    sched_opts_t o;
+    sweep_t **sweeps;        /* in id order */
+    size_t n_sweeps, cap_sweeps;
+    job_t **by_id;           /* job id -> job, for jobs in memory */
+    size_t cap_by_id;
+    job_t **dirty_jobs;
+    size_t n_dirty, cap_dirty;
+    sched_worker_t **workers;
+    size_t n_workers, cap_workers;
+    entry_t *pending;
+    size_t n_pending, cap_pending;
+    shape_entry_t *shapes;
+    size_t n_shapes, cap_shapes;
+    krn_config_t *cfgs;      /* config id -> config; block_m 0 = not loaded */
+    size_t cap_cfgs;
+    Moetune__JobConfig *jc;  /* scratch for Job messages */
+    Moetune__JobConfig **jcp;
+    Moetune__Config *jcfg;
+    size_t cap_jc;
+    race_t *race;            /* best committed medians, sent with each job */
+    double *best;            /* scratch: a job's best_us */
+    size_t cap_best;
+    uint64_t rng;
+    uint64_t next_hb, next_rate;
+    sched_batch_t *inflight; /* handed to a writer, not yet done */
+    sched_counters_t c;
+    uint64_t *behind;        /* Submitted.queued_behind of the last submit */
+    size_t cap_behind;
+    uint64_t load_now;       /* monotonic ms of the load, for the leases kept across a restart */
+    char storage_err[256];   /* text of the last failed commit; empty once one succeeds */
+    char err[512];
+};
+
+static inline int64_t sched_wall_ms(void) { return mt_wall_s() * 1000; }
+
+/* The batch sizes a job measures: the sweep's, or a halving finalist's few. */
+static inline const uint32_t *sched_job_bs(const job_t *j) { return j->bs ? j->bs : j->sw->bs; }
+static inline size_t sched_job_nb(const job_t *j) { return j->bs ? j->nb : j->sw->nb; }
+static inline bool sched_job_has_bs(const job_t *j, uint32_t b) {
+    for (size_t i = 0; j->bs && i < j->nb; i++)
+        if (j->bs[i] == b) return true;
+    return !j->bs;
+}
+
+/* Sends env to w through the caller's sched_send_fn. */
+static inline int sched_send_env(sched_t *s, sched_worker_t *w, wire_env_t *env) {
+    return s->o.send ? s->o.send(s->o.send_ctx, w->rid, w->rid_len, env) : MT_OK;
+}
+
+/* Grows *arr (elements of elem bytes, capacity *cap) to hold need, zeroing the new part. MT_NOMEM leaves it. */
+int sched_grow(void **arr, size_t *cap, size_t need, size_t elem);
+
+/* ---- scheduler.c: state changes */
+
+/* Queues j's row for the next batch. */
+void sched_job_dirty(sched_t *s, job_t *j);
+/* Moves j to state, keeping its sweep's per-state counts. */
+void sched_set_job_state(job_t *j, int state);
+/* Ends j (done, failed, cancelled): releases its holder, queues its row, ends its sweep when nothing is left. */
+void sched_job_finish(sched_t *s, job_t *j, int state);
+/* A running sweep with no job pending or leased is over (failed when a job failed). */
+void sched_sweep_check(sched_t *s, sweep_t *sw);
+/* Makes room to index one more job of sw with this id; nothing else changes. */
+int sched_job_index_reserve(sched_t *s, sweep_t *sw, uint64_t id);
+/* Indexes j by id and in its sweep: all or nothing (MT_NOMEM leaves no entry behind). */
+int sched_job_index(sched_t *s, job_t *j);
+job_t *sched_job_lookup(const sched_t *s, uint64_t id);
+sweep_t *sched_sweep_lookup(sched_t *s, uint64_t id);
+/* Notes a device that committed results to sw (GPU busy counts each once). */
+int sched_sweep_note_device(sweep_t *sw, uint64_t device_id);
+
+/* ---- scheduler.c: workers and dispatch */
+
+sched_worker_t *sched_worker_find(sched_t *s, const uint8_t *rid, size_t len);
+/* A new worker record, not alive, with its routing id as its id until it says Hello. */
+sched_worker_t *sched_worker_add(sched_t *s, const uint8_t *rid, size_t len);
+/* Records j in w's held list (the caller sets the lease). */
+int sched_worker_hold(sched_worker_t *w, job_t *j);
+/* Queues seq for w's next Ack. */
+void sched_ack_push(sched_worker_t *w, uint64_t seq);
+/* Dispatches to every live worker with credits. */
+void sched_dispatch_all(sched_t *s, uint64_t now_ms);
+
+/* ---- sched_load.c */
+
+/* Loads a sweep row into memory: counts, devices and, for a running sweep, its bests
+ * and open jobs with their configs. A sched store_sweeps_each callback (ctx: sched_t). */
+int sched_load_sweep(void *ctx, const store_sweep_row_t *row);
+void sched_job_free(job_t *j);
+void sched_sweep_free(sweep_t *sw);
+
+/* Loads the running sweep's open jobs that are not in memory yet (halving's phase 2),
+ * with their configs and committed rows; a job already complete is finished. */
+int sched_load_new_jobs(sched_t *s, sweep_t *sw);
+
+/* ---- sched_halving.c: successive halving's hooks (the logic is halving.c) */
+
+/* Loads sw's shapes and whether each one's phase 2 is planned (a halving sweep's load). */
+int sched_halving_load(sched_t *s, sweep_t *sw);
+/* True while a shape of sw has no phase 2 planned: the sweep is not over. */
+bool sched_halving_waiting(const sweep_t *sw);
+/* Plans the phase 2 of every shape whose phase-1 jobs are over, for every running
+ * halving sweep that may have one due, and loads the new jobs; now_ms 0 at start. */
+void sched_halving_poll_all(sched_t *s, uint64_t now_ms);
+
+/* ---- sched_commit.c */
+
+/* Sends every worker's queued Acks. */
+void sched_send_acks(sched_t *s);
+void sched_batch_free(sched_batch_t *b);
+
+/* ---- sched_status.c */
+
+/* Samples each running sweep's committed count for its rate (once a second). */
+void sched_rate_sample(sched_t *s, uint64_t now_ms);
+
+#endif

@@ -1,0 +1,419 @@
+/* sched_load.c - the scheduler's memory: built from the store at start (a restart:
+ * sweeps, jobs, configs, racing bests, device binding, leases kept for their holders)
+ * or for a submitted sweep, and released. Runs on the event loop's thread. See
+ * sched_int.h. */
+#include "scheduler.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "halving.h"
+#include "mt.h"
+#include "planner.h"
+#include "race.h"
+#include "sched_int.h"
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void rng_seed(sched_t *s) {
+    uint64_t seed = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, &seed, sizeof seed) != (ssize_t)sizeof seed) seed = 0;
+        close(fd);
+    }
+    s->rng = seed ^ (mt_now_us() * 0x9E3779B97F4A7C15ULL) ^ (uint64_t)getpid();
+    if (!s->rng) s->rng = 0x2545F4914F6CDD1DULL;
+}
+
+void sched_job_free(job_t *j) {
+    if (!j) return;
+    free(j->cfgs);
+    free(j->bs);
+    free(j->last_worker);
+    free(j->avoid);
+    free(j);
+}
+
+void sched_sweep_free(sweep_t *sw) {
+    if (!sw) return;
+    for (size_t i = 0; i < sw->n_jobs; i++) sched_job_free(sw->jobs[i]);
+    free(sw->jobs);
+    free(sw->name);
+    free(sw->bs);
+    free(sw->seen);
+    free(sw->filter);
+    free(sw->backend);
+    free(sw->device);
+    free(sw->routing_path);
+    free(sw->devs);
+    free(sw->hv_shapes);
+    free(sw->hv_planned);
+    free(sw);
+}
+
+static int load_device(void *ctx, uint64_t device_id) { return sched_sweep_note_device(ctx, device_id); }
+
+typedef struct {
+    sched_t *s;
+    sweep_t *sw;
+    job_t *job;
+    int rc;
+} load_ctx_t;
+
+static int load_cfg(void *ctx, uint64_t config_id) {
+    load_ctx_t *lc = ctx;
+    job_t *j = lc->job;
+    jcfg_t *c = realloc(j->cfgs, (j->n_cfgs + 1) * sizeof *c);
+    if (!c) return MT_NOMEM;
+    j->cfgs = c;
+    c = &j->cfgs[j->n_cfgs++];
+    memset(c, 0, sizeof *c);
+    c->config_id = config_id;
+    return MT_OK;
+}
+
+/* Fills a job's per-config committed row counts and decides whether it is done. */
+static int job_load_rows(sched_t *s, job_t *j) {
+    for (size_t i = 0; i < j->n_cfgs; i++) {
+        uint32_t n = 0;
+        /* a finalist's phase-2 rows replace its phase-1 ones: only they count for its job */
+        int rc = store_result_count_from(s->db, j->sw->id, j->shape_id, j->cfgs[i].config_id, j->phase, &n);
+        if (rc) return rc;
+        if (n > sched_job_nb(j)) n = (uint32_t)sched_job_nb(j);
+        j->cfgs[i].rows = n;
+        j->rows_done += n;
+    }
+    j->rows_needed = (uint64_t)j->n_cfgs * sched_job_nb(j);
+    return MT_OK;
+}
+
+static int load_job(void *ctx, const store_job_row_t *row) {
+    load_ctx_t *lc = ctx;
+    if (sched_job_lookup(lc->s, row->id)) return MT_OK; /* in memory already (halving loads its new jobs) */
+    job_t *j = mt_calloc(1, sizeof *j);
+    if (!j) return MT_NOMEM;
+    j->id = row->id;
+    j->sw = lc->sw;
+    j->shape_id = row->shape_id;
+    j->phase = row->phase;
+    if (row->batch_sizes) {
+        int prc = halving_bs_parse(row->batch_sizes, lc->sw->bs, lc->sw->nb, &j->bs, &j->nb);
+        if (prc) {
+            log_at(MT_LOG_ERROR, "job %llu: batch sizes '%.64s' are not the sweep's", (unsigned long long)row->id,
+                   row->batch_sizes);
+            sched_job_free(j);
+            return prc;
+        }
+        qsort(j->bs, j->nb, sizeof *j->bs, cmp_u32);
+    }
+    j->state = J_PENDING;
+    j->attempts = row->attempts;
+    j->token = row->lease_token;
+    j->last_worker = row->worker_id ? mt_strdup(row->worker_id) : NULL;
+    j->avoid = row->avoid_worker ? mt_strdup(row->avoid_worker) : NULL;
+    int rc = (row->worker_id && !j->last_worker) || (row->avoid_worker && !j->avoid) ? MT_NOMEM : sched_job_index(lc->s, j);
+    if (rc) {
+        sched_job_free(j);
+        return rc;
+    }
+    /* A lease survives a restart: the job stays leased to its recorded holder with a
+     * fresh expiry, so the holder may come back and deliver what it has in flight. */
+    if (strcmp(row->state, "leased") == 0 && row->worker_id && *row->worker_id) {
+        sched_t *s = lc->s;
+        size_t len = strlen(row->worker_id);
+        if (len > WIRE_MAX_ID) len = WIRE_MAX_ID;
+        sched_worker_t *w = sched_worker_find(s, (const uint8_t *)row->worker_id, len);
+        if (!w) w = sched_worker_add(s, (const uint8_t *)row->worker_id, len);
+        if (!w || sched_worker_hold(w, j)) return MT_NOMEM;
+        sched_set_job_state(j, J_LEASED);
+        j->lease_expires = s->load_now + s->o.lease_ms;
+        j->lease_expires_wall_ms = sched_wall_ms() + s->o.lease_ms;
+        j->reclaim = true;
+    }
+    return MT_OK;
+}
+
+/* Loads (or reloads after planning) a sweep row into memory. */
+/* Racing resumes from the committed results of a running sweep. */
+static int load_best(void *ctx, uint64_t shape_id, uint32_t bs, double median_us) {
+    load_ctx_t *lc = ctx;
+    return race_note(lc->s->race, lc->sw->id, shape_id, bs, median_us);
+}
+
+int sched_load_new_jobs(sched_t *s, sweep_t *sw) {
+    load_ctx_t lc = {.s = s, .sw = sw};
+    size_t n_before = sw->n_jobs;
+    int rc = store_jobs_open_each(s->db, sw->id, load_job, &lc);
+    for (size_t i = n_before; !rc && i < sw->n_jobs; i++) {
+        lc.job = sw->jobs[i];
+        rc = store_job_configs_each(s->db, lc.job->id, load_cfg, &lc);
+        if (!rc) rc = job_load_rows(s, lc.job);
+        if (!rc && lc.job->rows_done >= lc.job->rows_needed) sched_job_finish(s, lc.job, J_DONE);
+    }
+    return rc;
+}
+
+int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
+    sched_t *s = ctx;
+    int rc = MT_OK;
+    Moetune__SweepSpec *spec = moetune__sweep_spec__unpack(NULL, row->spec_len, row->spec);
+    sweep_t *sw = calloc(1, sizeof *sw);
+    if (!sw) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    sw->id = row->id;
+    sw->name = mt_strdup(row->name ? row->name : "");
+    if (!sw->name) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    sw->created = row->created;
+    sw->planned = row->results_planned;
+    sw->state = S_FAILED;
+    for (int i = 0; i < S_NSTATES; i++)
+        if (strcmp(row->state, g_sched_sweep_state[i]) == 0) sw->state = i;
+    if (!spec || spec->n_batch_sizes == 0) {
+        log_at(MT_LOG_ERROR, "sweep %llu: stored spec does not decode; left as it is", (unsigned long long)row->id);
+        if (sw->state == S_RUNNING) sw->state = S_FAILED;
+    } else {
+        sw->nb = spec->n_batch_sizes;
+        sw->bs = malloc(sw->nb * sizeof *sw->bs);
+        sw->seen = calloc(sw->nb, sizeof *sw->seen);
+        if (!sw->bs || !sw->seen) {
+            rc = MT_NOMEM;
+            goto out;
+        }
+        memcpy(sw->bs, spec->batch_sizes, sw->nb * sizeof *sw->bs);
+        qsort(sw->bs, sw->nb, sizeof *sw->bs, cmp_u32);
+        sw->filter = spec->device_filter && *spec->device_filter ? mt_strdup(spec->device_filter) : NULL;
+        sw->backend = spec->backend && *spec->backend ? mt_strdup(spec->backend) : NULL;
+        sw->routing_path = spec->routing_path && *spec->routing_path ? mt_strdup(spec->routing_path) : NULL;
+        if ((spec->device_filter && *spec->device_filter && !sw->filter) ||
+            (spec->backend && *spec->backend && !sw->backend) ||
+            (spec->routing_path && *spec->routing_path && !sw->routing_path)) {
+            rc = MT_NOMEM;
+            goto out;
+        }
+        sw->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
+        sw->chunk = spec->chunk ? spec->chunk : PLAN_DEFAULT_CHUNK;
+        plan_measure(spec, &sw->measure);
+        sw->halving = halving_is(spec->strategy);
+        if (sw->halving) {
+            halving_measure(&sw->measure, 1, &sw->measure1);
+            halving_measure(&sw->measure, 2, &sw->measure);
+        }
+    }
+    store_sweep_counts_t rows;
+    rc = store_sweep_result_counts(s->db, sw->id, &rows);
+    if (!rc) {
+        sw->done = rows.done;
+        sw->failed = rows.failed;
+        sw->pruned = rows.pruned;
+        sw->timed_us = rows.timed_us;
+        rc = store_sweep_devices_each(s->db, sw->id, load_device, sw);
+    }
+    if (rc) goto out;
+    if (sched_grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps)) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    s->sweeps[s->n_sweeps++] = sw;
+    if (sw->state != S_RUNNING) {
+        /* finished sweeps keep only their counts */
+        uint32_t counts[J_NSTATES];
+        rc = store_job_state_counts(s->db, sw->id, counts);
+        if (!rc) memcpy(sw->jobs_by_state, counts, sizeof counts);
+        sw = NULL;
+        goto out;
+    }
+    uint32_t counts[J_NSTATES];
+    rc = store_job_state_counts(s->db, sw->id, counts);
+    if (rc) goto out;
+    sw->jobs_by_state[J_DONE] = counts[J_DONE];
+    sw->jobs_by_state[J_FAILED] = counts[J_FAILED];
+    sw->jobs_by_state[J_CANCELLED] = counts[J_CANCELLED];
+    char device[256];
+    rc = store_sweep_device(s->db, sw->id, device, sizeof device);
+    if (rc == MT_OK) {
+        sw->device = mt_strdup(device);
+        if (!sw->device) rc = MT_NOMEM;
+    } else if (rc == MT_NOTFOUND) {
+        rc = MT_OK;
+    }
+    if (rc) goto out;
+    load_ctx_t lc = {.s = s, .sw = sw};
+    rc = sw->halving ? sched_halving_load(s, sw) : MT_OK;
+    if (!rc) rc = store_sweep_bests_each(s->db, sw->id, load_best, &lc);
+    if (!rc) rc = store_jobs_open_each(s->db, sw->id, load_job, &lc);
+    for (size_t i = 0; !rc && i < sw->n_jobs; i++) {
+        lc.job = sw->jobs[i];
+        rc = store_job_configs_each(s->db, lc.job->id, load_cfg, &lc);
+        if (!rc) rc = job_load_rows(s, lc.job);
+    }
+    if (rc) goto out;
+    /* a job whose every config is already committed is done (its row was not written yet) */
+    for (size_t i = 0; i < sw->n_jobs; i++)
+        if (sw->jobs[i]->rows_done >= sw->jobs[i]->rows_needed) sched_job_finish(s, sw->jobs[i], J_DONE);
+    sw->halving_due = sw->halving; /* sched_new plans a phase 2 that a restart interrupted */
+    sched_sweep_check(s, sw);
+    log_at(MT_LOG_INFO, "sweep %llu '%s' loaded: %u jobs pending, %llu of %llu results", (unsigned long long)sw->id,
+           sw->name, sw->jobs_by_state[J_PENDING], (unsigned long long)sw->done, (unsigned long long)sw->planned);
+    sw = NULL;
+out:
+    if (spec) moetune__sweep_spec__free_unpacked(spec, NULL);
+    if (rc && sw) {
+        if (s->n_sweeps && s->sweeps[s->n_sweeps - 1] == sw) s->n_sweeps--;
+        for (size_t i = 0; i < sw->n_jobs; i++)
+            if (sw->jobs[i]->id < s->cap_by_id) s->by_id[sw->jobs[i]->id] = NULL;
+        sched_sweep_free(sw);
+    }
+    return rc;
+}
+
+sched_t *sched_new(store_t *db, const sched_opts_t *opts, uint64_t now_ms, char *err, size_t errlen) {
+    sched_t *s = calloc(1, sizeof *s);
+    uint32_t requeued = 0;
+    if (!s) {
+        mt_fmt(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->db = db;
+    s->o = *opts;
+    if (!s->o.heartbeat_ms) s->o.heartbeat_ms = 1000;
+    if (!s->o.lease_ms) s->o.lease_ms = 30000;
+    rng_seed(s);
+    s->race = race_new();
+    if (!s->race) {
+        mt_fmt(err, errlen, "out of memory");
+        free(s);
+        return NULL;
+    }
+    /* The loop's own writes (hellos, submits, crashes) give up quickly on a locked
+     * database instead of stalling every socket; they report and go on. */
+    store_set_busy_ms(db, SCHED_DB_BUSY_MS);
+    s->load_now = now_ms;
+    int rc = store_requeue_leased(db, &requeued);
+    if (!rc) rc = store_sweeps_each(db, sched_load_sweep, s);
+    if (!rc) sched_halving_poll_all(s, 0);
+    if (rc) {
+        mt_fmt(err, errlen, "loading state: %s", rc == MT_NOMEM ? "out of memory" : store_errmsg(db));
+        sched_destroy(&s);
+        return NULL;
+    }
+    if (requeued) log_at(MT_LOG_INFO, "%u leased jobs of finished sweeps returned to pending", requeued);
+    for (size_t i = 0; i < s->n_workers; i++)
+        log_at(MT_LOG_INFO, "worker %s keeps %zu leases until %u ms from now unless it says hello",
+               s->workers[i]->id, s->workers[i]->n_held, s->o.lease_ms);
+    s->next_hb = now_ms + s->o.heartbeat_ms;
+    s->next_rate = now_ms;
+    return s;
+}
+
+void sched_destroy(sched_t **ps) {
+    if (!ps || !*ps) return;
+    sched_t *s = *ps;
+    for (size_t i = 0; i < s->n_pending; i++) wire_free(&s->pending[i].env);
+    free(s->pending);
+    if (s->inflight) {
+        for (size_t i = 0; i < s->inflight->n_res; i++) wire_free(&s->inflight->res[i].e.env);
+        sched_batch_free(s->inflight);
+    }
+    for (size_t i = 0; i < s->n_sweeps; i++) sched_sweep_free(s->sweeps[i]);
+    free(s->sweeps);
+    for (size_t i = 0; i < s->n_workers; i++) {
+        sched_worker_t *w = s->workers[i];
+        wire_free(&w->hello);
+        free(w->id);
+        free(w->held);
+        free(w->acks);
+        free(w);
+    }
+    free(s->workers);
+    free(s->by_id);
+    free(s->dirty_jobs);
+    free(s->shapes);
+    free(s->cfgs);
+    free(s->jc);
+    free(s->jcp);
+    free(s->jcfg);
+    race_free(&s->race);
+    free(s->best);
+    free(s->behind);
+    free(s);
+    *ps = NULL;
+}
+
+/* ---- a submitted sweep */
+
+int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms, char *err,
+                 size_t errlen) {
+    /* A spec without batch sizes means the engines' default 18; the filled-in spec is the
+     * one stored, so a restart plans and checks against the same list. */
+    Moetune__SweepSpec filled;
+    uint32_t default_bs[32];
+    if (spec && spec->n_batch_sizes == 0) {
+        filled = *spec;
+        memcpy(default_bs, krn_default_batch_sizes, krn_n_default_batch_sizes * sizeof *default_bs);
+        filled.batch_sizes = default_bs;
+        filled.n_batch_sizes = krn_n_default_batch_sizes;
+        spec = &filled;
+    }
+    /* A submit waits longer than the loop's other writes for the writer thread's commit. */
+    store_set_busy_ms(s->db, SCHED_SUBMIT_BUSY_MS);
+    int rc = plan_store(s->db, spec, out, err, errlen);
+    store_set_busy_ms(s->db, SCHED_DB_BUSY_MS);
+    if (rc) return rc;
+    /* load the new sweep through the same path as a restart */
+    const char *state = "running";
+    store_sweep_row_t row = {.id = out->sweep_id, .name = spec->name ? spec->name : "", .state = state,
+                             .results_planned = out->results_planned, .created = mt_wall_s()};
+    size_t len = moetune__sweep_spec__get_packed_size(spec);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf) {
+        mt_fmt(err, errlen, "out of memory");
+        return MT_NOMEM;
+    }
+    moetune__sweep_spec__pack(spec, buf);
+    row.spec = buf;
+    row.spec_len = len;
+    /* sweeps ahead of it: running ones with work left, dispatched first (lower ids) */
+    size_t n_behind = 0;
+    for (size_t i = 0; i < s->n_sweeps; i++) {
+        const sweep_t *o = s->sweeps[i];
+        if (o->state != S_RUNNING || !(o->jobs_by_state[J_PENDING] + o->jobs_by_state[J_LEASED])) continue;
+        if (sched_grow((void **)&s->behind, &s->cap_behind, n_behind + 1, sizeof *s->behind)) break;
+        s->behind[n_behind++] = o->id;
+    }
+    rc = sched_load_sweep(s, &row);
+    free(buf);
+    if (rc) {
+        /* stored but not loaded: mark it failed, or a restart would measure it unasked */
+        mt_fmt(err, errlen, "loading sweep %llu: %s", (unsigned long long)out->sweep_id,
+               rc == MT_NOMEM ? "out of memory" : store_errmsg(s->db));
+        if (store_sweep_set_state(s->db, out->sweep_id, g_sched_sweep_state[S_FAILED], mt_wall_s()))
+            log_at(MT_LOG_ERROR, "sweep %llu could not be marked failed: %s", (unsigned long long)out->sweep_id,
+                   store_errmsg(s->db));
+        return rc;
+    }
+    out->n_queued_behind = n_behind;
+    out->queued_behind = n_behind ? s->behind : NULL;
+    for (size_t i = 0; i < n_behind; i++) {
+        const sweep_t *o = sched_sweep_lookup(s, s->behind[i]);
+        log_at(MT_LOG_WARN, "sweep %llu queued behind running sweep %llu '%s' (%llu of %llu results): it is "
+               "measured first", (unsigned long long)out->sweep_id, (unsigned long long)o->id, o->name,
+               (unsigned long long)o->done, (unsigned long long)o->planned);
+    }
+    log_at(MT_LOG_INFO, "sweep %llu '%s' submitted: %u jobs, %u configs valid, %u rejected, %llu results planned",
+           (unsigned long long)out->sweep_id, row.name, out->jobs, out->configs_valid, out->configs_rejected,
+           (unsigned long long)out->results_planned);
+    sched_dispatch_all(s, now_ms);
+    return MT_OK;
+}
