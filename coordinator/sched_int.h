@@ -10,6 +10,8 @@
  *   sched_commit.c  the commit pipeline: sched_batch_take and sched_batch_done on
  *                   the loop, sched_batch_write on the writer thread, sched_flush
  *   sched_status.c  status replies, rates, GPU busy, counters
+ *   sched_halving.c successive halving: a halving sweep's shapes and the phase
+ *                   transition when a shape's phase-1 jobs are over (halving.c)
  *
  * Threads: everything runs on the event loop's thread except sched_batch_write,
  * which runs on the writer thread (writer.h) and reads only its batch, never the
