@@ -20,6 +20,14 @@
 #define DRAIN_MAX 256       /* messages per socket per loop turn, so neither socket starves the other or the timers */
 #define TICK_MS 10          /* timer resolution */
 #define METRICS_MS 200      /* how often the metrics snapshot is refreshed */
+#define SUBMITS_MAX 64      /* submits waiting for the writer thread at most; more are refused */
+
+/* A control client's submit: its routing id, for the reply once the plan is stored. */
+typedef struct {
+    uint8_t rid[WIRE_MAX_ID];
+    size_t rid_len;
+    sched_plan_t *plan;      /* NULL = no submit here */
+} submit_t;
 
 struct coord {
     coord_opts_t o;
@@ -29,7 +37,10 @@ struct coord {
     char ep[2][256];
     db_lock_t *lock;         /* one writer per database: held from before the first open to the end */
     store_t *db;             /* the loop's connection: loading, planning, hellos, reads */
-    writer_t *writer;        /* the writer thread's connection: every result batch */
+    writer_t *writer;        /* the writer thread's connection: every result batch and every plan */
+    submit_t submits[SUBMITS_MAX]; /* waiting for the writer, oldest first */
+    size_t n_submits;
+    submit_t planning;       /* the submit whose plan the writer thread has */
     sched_t *sched;
     sec_auth_t *auth;        /* CURVE authenticator; NULL = plain TCP */
     void *mon[2];            /* connection events of each socket (PAIR, inproc) */
@@ -204,6 +215,8 @@ void coord_destroy(coord_t **pc) {
     sec_auth_destroy(&c->auth);
     if (c->own_ctx && c->ctx) zmq_ctx_term(c->ctx);
     writer_destroy(&c->writer);
+    sched_plan_free(&c->planning.plan); /* the writer thread is done with it */
+    for (size_t i = 0; i < c->n_submits; i++) sched_plan_free(&c->submits[i].plan);
     sched_destroy(&c->sched);
     store_close(&c->db);
     db_lock_release(&c->lock);
@@ -287,20 +300,45 @@ static void reply(coord_t *c, const uint8_t *id, size_t id_len, wire_env_t *env)
         log_at(MT_LOG_WARN, "control reply not sent: %s", err);
 }
 
+/* A submit is planned and stored on the writer thread, so the loop goes on serving workers
+ * and clients; the client gets Submitted (or the error) when the writer hands it back. */
 static void on_submit(coord_t *c, const uint8_t *id, size_t id_len, const wire_env_t *env, uint64_t now) {
     char err[256];
-    Moetune__Submitted sub = MOETUNE__SUBMITTED__INIT;
-    int rc = sched_submit(c->sched, env->submit->spec, &sub, now, err, sizeof err);
+    (void)now;
+    if (c->n_submits == SUBMITS_MAX) {
+        mt_fmt(err, sizeof err, "%u submits are waiting to be planned: try again later", SUBMITS_MAX);
+        log_at(MT_LOG_WARN, "submit refused: %s", err);
+        wire_send_error(c->control, id, id_len, WIRE_E_INTERNAL, err);
+        return;
+    }
+    submit_t *sub = &c->submits[c->n_submits];
+    if (sched_plan_new(env->submit->spec, &sub->plan, err, sizeof err)) {
+        log_at(MT_LOG_WARN, "submit refused: %s", err);
+        wire_send_error(c->control, id, id_len, WIRE_E_INTERNAL, err);
+        return;
+    }
+    memcpy(sub->rid, id, id_len);
+    sub->rid_len = id_len;
+    c->n_submits++;
+}
+
+/* The writer handed back the plan of c->planning (rc its outcome): the sweep joins the
+ * scheduler and its client gets Submitted, or the error. */
+static void submit_finish(coord_t *c, int wrc, const char *why) {
+    char err[256];
+    Moetune__Submitted sub;
+    submit_t *s = &c->planning;
+    int rc = sched_plan_done(c->sched, &s->plan, wrc, why, &sub, mt_now_ms(), err, sizeof err);
     if (rc) {
         log_at(MT_LOG_WARN, "submit refused: %s", err);
-        wire_send_error(c->control, id, id_len, rc == MT_INVAL ? WIRE_E_SPEC : WIRE_E_INTERNAL, err);
+        wire_send_error(c->control, s->rid, s->rid_len, rc == MT_INVAL ? WIRE_E_SPEC : WIRE_E_INTERNAL, err);
         return;
     }
     wire_env_t out;
     wire_env_init(&out);
     out.body_case = MOETUNE__ENVELOPE__BODY_SUBMITTED;
     out.submitted = &sub;
-    reply(c, id, id_len, &out);
+    reply(c, s->rid, s->rid_len, &out);
 }
 
 static void on_status(coord_t *c, const uint8_t *id, size_t id_len, const wire_env_t *env, uint64_t now) {
@@ -432,12 +470,19 @@ static void monitor_drain(coord_t *c, int which) {
     }
 }
 
-/* Takes back a finished batch, if any: acks go out or the results are kept. */
+/* Takes back what the writer finished, if anything: a plan (its client is answered) or a
+ * batch (acks go out or the results are kept). */
 static void writer_collect(coord_t *c, int timeout_ms) {
     void *arg = NULL;
     int wrc = MT_OK;
     char why[256];
     if (writer_poll(c->writer, timeout_ms, &arg, &wrc, why, sizeof why) != MT_OK) return;
+    if (c->planning.plan && arg == c->planning.plan) {
+        log_at(MT_LOG_DEBUG, "plan %s in %llu us", wrc ? "failed" : "stored",
+               (unsigned long long)writer_last_us(c->writer));
+        submit_finish(c, wrc, why);
+        return;
+    }
     size_t n = sched_batch_results(arg);
     sched_batch_done(c->sched, arg, wrc, why, mt_now_ms());
     if (c->metrics) metrics_observe_commit(c->metrics, writer_last_us(c->writer));
@@ -482,9 +527,16 @@ static void metrics_refresh(coord_t *c, uint64_t now) {
     metrics_publish(c->metrics, &m);
 }
 
-/* Hands the next batch to the writer when it is free. */
+/* Hands the next submit's plan, or else the next batch, to the writer when it is free. */
 static void writer_feed(coord_t *c) {
     if (writer_busy(c->writer)) return;
+    if (c->n_submits) {
+        c->planning = c->submits[0];
+        memmove(c->submits, c->submits + 1, --c->n_submits * sizeof *c->submits);
+        if (writer_submit_prep(c->writer, sched_plan_build, sched_plan_write, c->planning.plan) != MT_OK)
+            submit_finish(c, MT_BUSY, "writer busy");
+        return;
+    }
     sched_batch_t *b = NULL;
     if (sched_batch_take(c->sched, &b) != MT_OK) return;
     if (writer_submit(c->writer, sched_batch_write, b) != MT_OK)
@@ -535,6 +587,12 @@ int coord_run(coord_t *c) {
     }
     /* commit what is pending; workers resend whatever is not acknowledged */
     writer_collect(c, 10000);
+    for (size_t i = 0; i < c->n_submits; i++) {
+        wire_send_error(c->control, c->submits[i].rid, c->submits[i].rid_len, WIRE_E_INTERNAL,
+                        "the coordinator is stopping: sweep not planned, nothing stored");
+        sched_plan_free(&c->submits[i].plan);
+    }
+    c->n_submits = 0;
     for (int i = 0; i < 50; i++) {
         if (sched_flush(c->sched, mt_now_ms()) == MT_OK) break;
         zmq_poll(NULL, 0, 100);

@@ -4,7 +4,10 @@
  *
  * coord_run() owns every socket and the scheduler on one thread; result
  * batches are committed by a writer thread (writer.h) on its own connection, so
- * the loop never waits for a commit (Acks still go out only after it). The
+ * the loop never waits for a commit (Acks still go out only after it). A submit
+ * is planned and stored on that thread too (submits wait their turn, 64 at most),
+ * and its client gets Submitted when the sweep is stored and in memory: the loop
+ * keeps serving workers and other requests while a large plan runs. The
  * coordinator stays the database's only writer. Only coord_stop() may be
  * called from another thread.
  */

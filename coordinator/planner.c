@@ -31,6 +31,8 @@ void plan_destroy(plan_t **pp) {
     for (size_t i = 0; i < p->n_shapes; i++) {
         free(p->shapes[i].valid);
         free(p->shapes[i].rejected);
+        free(p->shapes[i].config_ids);
+        free(p->shapes[i].job_ids);
     }
     free(p->shapes);
     free(p->batch_sizes);
@@ -295,60 +297,86 @@ int plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t *reject
     return MT_OK;
 }
 
-/* Writes one shape's configs, rejections and jobs inside the open transaction. */
-static int store_shape(store_t *db, const plan_t *p, const plan_shape_t *ps, uint64_t sweep_id, int64_t now) {
-    uint64_t shape_id = 0, config_id = 0, job_id = 0;
-    int rc = store_shape_upsert(db, &ps->shape, &shape_id);
+/* Writes one shape's configs, rejections and jobs inside the open transaction, keeping their ids. */
+static int store_shape(store_t *db, const plan_t *p, plan_shape_t *ps, uint64_t sweep_id, int64_t now) {
+    uint64_t config_id = 0, job_id = 0;
+    size_t n_jobs = (ps->n_valid + p->chunk - 1) / p->chunk;
+    free(ps->config_ids);
+    free(ps->job_ids);
+    ps->n_jobs = 0;
+    ps->config_ids = mt_calloc(ps->n_valid ? ps->n_valid : 1, sizeof *ps->config_ids);
+    ps->job_ids = mt_calloc(n_jobs ? n_jobs : 1, sizeof *ps->job_ids);
+    if (!ps->config_ids || !ps->job_ids) return MT_NOMEM;
+    int rc = store_shape_upsert(db, &ps->shape, &ps->shape_id);
     for (size_t i = 0; !rc && i < ps->n_rejected; i++) {
         rc = store_config_upsert(db, &ps->rejected[i].cfg, &config_id);
-        if (!rc) rc = store_rejected_insert(db, sweep_id, shape_id, config_id, ps->rejected[i].reason);
+        if (!rc) rc = store_rejected_insert(db, sweep_id, ps->shape_id, config_id, ps->rejected[i].reason);
     }
     for (size_t i = 0; !rc && i < ps->n_valid; i++) {
-        if (i % p->chunk == 0) rc = store_job_insert(db, sweep_id, shape_id, NULL, now, &job_id);
+        if (i % p->chunk == 0) {
+            rc = store_job_insert(db, sweep_id, ps->shape_id, NULL, now, &job_id);
+            if (!rc) ps->job_ids[ps->n_jobs++] = job_id;
+        }
         if (!rc) rc = store_config_upsert(db, &ps->valid[i], &config_id);
         if (!rc) rc = store_job_config_insert(db, job_id, config_id);
+        if (!rc) ps->config_ids[i] = config_id;
     }
     return rc;
 }
 
-int plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err, size_t errlen) {
-    plan_t *p = NULL;
-    uint8_t *packed = NULL;
+int plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, int64_t now, char *err, size_t errlen) {
     uint64_t sweep_id = 0;
-    int64_t now = mt_wall_s();
-    int rc = plan_build(spec, &p, err, errlen);
-    if (rc) return rc;
     size_t len = moetune__sweep_spec__get_packed_size(spec);
-    packed = malloc(len ? len : 1);
+    uint8_t *packed = mt_malloc(len ? len : 1);
     if (!packed) {
         mt_fmt(err, errlen, "out of memory");
-        rc = MT_NOMEM;
-        goto out;
+        return MT_NOMEM;
     }
     moetune__sweep_spec__pack(spec, packed);
-    /* one transaction: a sweep is stored with all its jobs or not at all, so a failed or
-     * interrupted start never leaves a 'running' sweep behind to be measured later */
-    rc = store_begin(db);
-    if (!rc) rc = store_sweep_insert(db, spec->name, packed, len, now, &sweep_id);
+    int rc = store_sweep_insert(db, spec->name, packed, len, now, &sweep_id);
     if (!rc && spec->routing_path && *spec->routing_path)
         rc = store_routing_insert(db, p->shapes[0].shape.routing, spec->routing_path, spec->routing_tokens,
                                   p->shapes[0].shape.topk, now);
     for (size_t i = 0; !rc && i < p->n_shapes; i++) rc = store_shape(db, p, &p->shapes[i], sweep_id, now);
     if (!rc) rc = store_sweep_set_planned(db, sweep_id, p->results_planned);
-    if (!rc) rc = store_commit(db);
+    free(packed);
+    if (rc == MT_NOMEM) {
+        mt_fmt(err, errlen, "out of memory");
+        return rc;
+    }
     if (rc) {
         mt_fmt(err, errlen, "storing the sweep: %s", store_errmsg(db));
+        return rc;
+    }
+    p->sweep_id = sweep_id;
+    p->created = now;
+    return MT_OK;
+}
+
+int plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err, size_t errlen) {
+    plan_t *p = NULL;
+    int rc = plan_build(spec, &p, err, errlen);
+    if (rc) return rc;
+    /* one transaction: a sweep is stored with all its jobs or not at all, so a failed or
+     * interrupted start never leaves a 'running' sweep behind to be measured later */
+    rc = store_begin(db);
+    if (rc) {
+        mt_fmt(err, errlen, "storing the sweep: %s", store_errmsg(db));
+    } else {
+        rc = plan_write(db, spec, p, mt_wall_s(), err, errlen);
+        if (!rc && (rc = store_commit(db)) != MT_OK) mt_fmt(err, errlen, "storing the sweep: %s", store_errmsg(db));
+    }
+    if (rc) {
         store_rollback(db);
         goto out;
     }
     moetune__submitted__init(out);
-    out->sweep_id = sweep_id;
+    out->sweep_id = p->sweep_id;
     out->jobs = p->jobs;
     out->configs_valid = p->configs_valid;
     out->configs_rejected = p->configs_rejected;
     out->results_planned = p->results_planned;
 out:
-    free(packed);
     plan_destroy(&p);
     return rc;
 }

@@ -3,9 +3,10 @@
  *
  * plan_build() validates a Moetune__SweepSpec and expands it (defaults filled,
  * every config of the space checked by the static rules per shape) without
- * touching the database, so tests and the CLI can count a plan. plan_store()
- * writes the sweep first, then its shapes, configs, rejections and jobs in one
- * transaction.
+ * touching the database, so tests and the CLI can count a plan. plan_write()
+ * stores a built plan inside the caller's transaction and keeps the ids it got, so
+ * the scheduler builds the sweep in memory without reading it back; plan_store()
+ * builds, writes and commits in one call.
  */
 #ifndef COORD_PLANNER_H
 #define COORD_PLANNER_H
@@ -37,6 +38,11 @@ typedef struct {
     size_t n_valid;
     plan_rejection_t *rejected;      /* the others, with the rule's reason */
     size_t n_rejected;
+    /* filled by plan_write: */
+    uint64_t shape_id;
+    uint64_t *config_ids;            /* per valid config */
+    uint64_t *job_ids;               /* per job: valid configs [k x chunk, (k + 1) x chunk) */
+    size_t n_jobs;
 } plan_shape_t;
 
 /* An expanded spec. Owned by the caller; release with plan_destroy(). */
@@ -50,6 +56,8 @@ typedef struct {
     Moetune__Measure measure;        /* defaults filled */
     uint32_t jobs, configs_valid, configs_rejected;  /* summed over shapes */
     uint64_t results_planned;        /* valid configs x batch sizes */
+    uint64_t sweep_id;               /* filled by plan_write */
+    int64_t created;                 /* filled by plan_write: the sweep row's created (s) */
 } plan_t;
 
 /* Fills out with spec's measurement settings, defaults for zero fields (warmup 5,
@@ -70,6 +78,13 @@ void plan_destroy(plan_t **p);
  * shapes) and jobs. MT_INVAL with a reason in err for an invalid spec. */
 int plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t *rejected, uint32_t *jobs,
                char *err, size_t errlen);
+
+/* Writes plan p of spec (built by plan_build from this spec) inside the caller's open
+ * transaction: the sweep row (packed spec, created now), routing, shapes, configs,
+ * rejections, jobs and results_planned; the ids it got go into p (sweep_id, created,
+ * each shape's shape_id, config_ids and job_ids). MT_IO/MT_BUSY/MT_NOMEM with a reason
+ * in err on failure: the caller rolls back. */
+int plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, int64_t now, char *err, size_t errlen);
 
 /* Validates spec and stores it in one transaction: the sweep row (packed spec),
  * shapes, configs, rejections, jobs and results_planned. Fills out (sweep_id, jobs,

@@ -11,8 +11,7 @@
 /* A failed transition (a locked database) is tried again after this long. */
 #define HALVING_RETRY_MS 1000
 
-static int load_phase(void *ctx, uint64_t shape_id, uint32_t max_phase) {
-    sweep_t *sw = ctx;
+int sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned_before) {
     size_t n = sw->n_hv + 1;
     uint64_t *ids = realloc(sw->hv_shapes, n * sizeof *ids);
     if (ids) sw->hv_shapes = ids;
@@ -20,9 +19,13 @@ static int load_phase(void *ctx, uint64_t shape_id, uint32_t max_phase) {
     if (planned) sw->hv_planned = planned;
     if (!ids || !planned) return MT_NOMEM;
     sw->hv_shapes[sw->n_hv] = shape_id;
-    sw->hv_planned[sw->n_hv] = max_phase >= 2;
+    sw->hv_planned[sw->n_hv] = planned_before;
     sw->n_hv++;
     return MT_OK;
+}
+
+static int load_phase(void *ctx, uint64_t shape_id, uint32_t max_phase) {
+    return sched_halving_add_shape(ctx, shape_id, max_phase >= 2);
 }
 
 int sched_halving_load(sched_t *s, sweep_t *sw) { return store_sweep_phases_each(s->db, sw->id, load_phase, sw); }

@@ -279,6 +279,8 @@ int sched_load_new_jobs(sched_t *s, sweep_t *sw);
 
 /* Loads sw's shapes and whether each one's phase 2 is planned (a halving sweep's load). */
 int sched_halving_load(sched_t *s, sweep_t *sw);
+/* Adds a shape of sw and whether its phase 2 is planned; MT_NOMEM leaves sw as it was. */
+int sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned);
 /* True while a shape of sw has no phase 2 planned: the sweep is not over. */
 bool sched_halving_waiting(const sweep_t *sw);
 /* Plans the phase 2 of every shape whose phase-1 jobs are over, for every running

@@ -140,7 +140,6 @@ static int load_job(void *ctx, const store_job_row_t *row) {
     return MT_OK;
 }
 
-/* Loads (or reloads after planning) a sweep row into memory. */
 /* Racing resumes from the committed results of a running sweep. */
 static int load_best(void *ctx, uint64_t shape_id, uint32_t bs, double median_us) {
     load_ctx_t *lc = ctx;
@@ -160,21 +159,23 @@ int sched_load_new_jobs(sched_t *s, sweep_t *sw) {
     return rc;
 }
 
-int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
-    sched_t *s = ctx;
-    int rc = MT_OK;
-    Moetune__SweepSpec *spec = moetune__sweep_spec__unpack(NULL, row->spec_len, row->spec);
-    sweep_t *sw = calloc(1, sizeof *sw);
-    if (!sw) {
-        rc = MT_NOMEM;
-        goto out;
-    }
+/* Takes a sweep out of memory again (it was the last one added) and frees it. */
+static void sweep_unload(sched_t *s, sweep_t *sw) {
+    if (s->n_sweeps && s->sweeps[s->n_sweeps - 1] == sw) s->n_sweeps--;
+    for (size_t i = 0; i < sw->n_jobs; i++)
+        if (sw->jobs[i]->id < s->cap_by_id) s->by_id[sw->jobs[i]->id] = NULL;
+    sched_sweep_free(sw);
+}
+
+/* A sweep record from its row and its decoded spec; spec NULL (or without batch sizes):
+ * the stored spec did not decode, and the sweep is kept as it is, never run. */
+static int sweep_new(const store_sweep_row_t *row, const Moetune__SweepSpec *spec, sweep_t **out) {
+    *out = NULL;
+    sweep_t *sw = mt_calloc(1, sizeof *sw);
+    if (!sw) return MT_NOMEM;
     sw->id = row->id;
     sw->name = mt_strdup(row->name ? row->name : "");
-    if (!sw->name) {
-        rc = MT_NOMEM;
-        goto out;
-    }
+    if (!sw->name) goto nomem;
     sw->created = row->created;
     sw->planned = row->results_planned;
     sw->state = S_FAILED;
@@ -183,34 +184,43 @@ int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
     if (!spec || spec->n_batch_sizes == 0) {
         log_at(MT_LOG_ERROR, "sweep %llu: stored spec does not decode; left as it is", (unsigned long long)row->id);
         if (sw->state == S_RUNNING) sw->state = S_FAILED;
-    } else {
-        sw->nb = spec->n_batch_sizes;
-        sw->bs = malloc(sw->nb * sizeof *sw->bs);
-        sw->seen = calloc(sw->nb, sizeof *sw->seen);
-        if (!sw->bs || !sw->seen) {
-            rc = MT_NOMEM;
-            goto out;
-        }
-        memcpy(sw->bs, spec->batch_sizes, sw->nb * sizeof *sw->bs);
-        qsort(sw->bs, sw->nb, sizeof *sw->bs, cmp_u32);
-        sw->filter = spec->device_filter && *spec->device_filter ? mt_strdup(spec->device_filter) : NULL;
-        sw->backend = spec->backend && *spec->backend ? mt_strdup(spec->backend) : NULL;
-        sw->routing_path = spec->routing_path && *spec->routing_path ? mt_strdup(spec->routing_path) : NULL;
-        if ((spec->device_filter && *spec->device_filter && !sw->filter) ||
-            (spec->backend && *spec->backend && !sw->backend) ||
-            (spec->routing_path && *spec->routing_path && !sw->routing_path)) {
-            rc = MT_NOMEM;
-            goto out;
-        }
-        sw->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
-        sw->chunk = spec->chunk ? spec->chunk : PLAN_DEFAULT_CHUNK;
-        plan_measure(spec, &sw->measure);
-        sw->halving = halving_is(spec->strategy);
-        if (sw->halving) {
-            halving_measure(&sw->measure, 1, &sw->measure1);
-            halving_measure(&sw->measure, 2, &sw->measure);
-        }
+        *out = sw;
+        return MT_OK;
     }
+    sw->nb = spec->n_batch_sizes;
+    sw->bs = mt_malloc(sw->nb * sizeof *sw->bs);
+    sw->seen = mt_calloc(sw->nb, sizeof *sw->seen);
+    if (!sw->bs || !sw->seen) goto nomem;
+    memcpy(sw->bs, spec->batch_sizes, sw->nb * sizeof *sw->bs);
+    qsort(sw->bs, sw->nb, sizeof *sw->bs, cmp_u32);
+    sw->filter = spec->device_filter && *spec->device_filter ? mt_strdup(spec->device_filter) : NULL;
+    sw->backend = spec->backend && *spec->backend ? mt_strdup(spec->backend) : NULL;
+    sw->routing_path = spec->routing_path && *spec->routing_path ? mt_strdup(spec->routing_path) : NULL;
+    if ((spec->device_filter && *spec->device_filter && !sw->filter) ||
+        (spec->backend && *spec->backend && !sw->backend) ||
+        (spec->routing_path && *spec->routing_path && !sw->routing_path))
+        goto nomem;
+    sw->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
+    sw->chunk = spec->chunk ? spec->chunk : PLAN_DEFAULT_CHUNK;
+    plan_measure(spec, &sw->measure);
+    sw->halving = halving_is(spec->strategy);
+    if (sw->halving) {
+        halving_measure(&sw->measure, 1, &sw->measure1);
+        halving_measure(&sw->measure, 2, &sw->measure);
+    }
+    *out = sw;
+    return MT_OK;
+nomem:
+    sched_sweep_free(sw);
+    return MT_NOMEM;
+}
+
+int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
+    sched_t *s = ctx;
+    sweep_t *sw = NULL;
+    Moetune__SweepSpec *spec = moetune__sweep_spec__unpack(NULL, row->spec_len, row->spec);
+    int rc = sweep_new(row, spec, &sw);
+    if (rc) goto out;
     store_sweep_counts_t rows;
     rc = store_sweep_result_counts(s->db, sw->id, &rows);
     if (!rc) {
@@ -269,12 +279,7 @@ int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
     sw = NULL;
 out:
     if (spec) moetune__sweep_spec__free_unpacked(spec, NULL);
-    if (rc && sw) {
-        if (s->n_sweeps && s->sweeps[s->n_sweeps - 1] == sw) s->n_sweeps--;
-        for (size_t i = 0; i < sw->n_jobs; i++)
-            if (sw->jobs[i]->id < s->cap_by_id) s->by_id[sw->jobs[i]->id] = NULL;
-        sched_sweep_free(sw);
-    }
+    if (rc && sw) sweep_unload(s, sw);
     return rc;
 }
 
@@ -351,39 +356,135 @@ void sched_destroy(sched_t **ps) {
     *ps = NULL;
 }
 
-/* ---- a submitted sweep */
+/* ---- a submitted sweep: planned and stored on the writer thread, built in memory from the plan */
 
-int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms, char *err,
-                 size_t errlen) {
-    /* A spec without batch sizes means the engines' default 18; the filled-in spec is the
-     * one stored, so a restart plans and checks against the same list. */
-    Moetune__SweepSpec filled;
-    uint32_t default_bs[32];
-    if (spec && spec->n_batch_sizes == 0) {
-        filled = *spec;
-        memcpy(default_bs, krn_default_batch_sizes, krn_n_default_batch_sizes * sizeof *default_bs);
-        filled.batch_sizes = default_bs;
-        filled.n_batch_sizes = krn_n_default_batch_sizes;
-        spec = &filled;
+struct sched_plan {
+    Moetune__SweepSpec *spec; /* the submitted spec with defaults filled (unpacked copy, owned); NULL = none */
+    plan_t *plan;             /* built by sched_plan_build, ids filled by sched_plan_write */
+    char err[256];            /* the planner's reason, written on the writer thread */
+};
+
+int sched_plan_new(const Moetune__SweepSpec *spec, sched_plan_t **out, char *err, size_t errlen) {
+    *out = NULL;
+    sched_plan_t *sp = mt_calloc(1, sizeof *sp);
+    uint8_t *buf = NULL;
+    int rc = MT_OK;
+    if (!sp) goto nomem;
+    if (spec) {
+        /* A spec without batch sizes means the engines' default 18; the filled-in spec is the
+         * one stored, so a restart plans and checks against the same list. */
+        Moetune__SweepSpec filled = *spec;
+        uint32_t default_bs[32];
+        if (spec->n_batch_sizes == 0) {
+            memcpy(default_bs, krn_default_batch_sizes, krn_n_default_batch_sizes * sizeof *default_bs);
+            filled.batch_sizes = default_bs;
+            filled.n_batch_sizes = krn_n_default_batch_sizes;
+        }
+        size_t len = moetune__sweep_spec__get_packed_size(&filled);
+        buf = mt_malloc(len ? len : 1);
+        if (!buf) goto nomem;
+        moetune__sweep_spec__pack(&filled, buf);
+        sp->spec = moetune__sweep_spec__unpack(NULL, len, buf);
+        if (!sp->spec) goto nomem;
     }
-    /* A submit waits longer than the loop's other writes for the writer thread's commit. */
-    store_set_busy_ms(s->db, SCHED_SUBMIT_BUSY_MS);
-    int rc = plan_store(s->db, spec, out, err, errlen);
-    store_set_busy_ms(s->db, SCHED_DB_BUSY_MS);
+    *out = sp;
+    goto out;
+nomem:
+    mt_fmt(err, errlen, "out of memory");
+    sched_plan_free(&sp);
+    rc = MT_NOMEM;
+out:
+    free(buf);
+    return rc;
+}
+
+void sched_plan_free(sched_plan_t **psp) {
+    if (!psp || !*psp) return;
+    sched_plan_t *sp = *psp;
+    if (sp->spec) moetune__sweep_spec__free_unpacked(sp->spec, NULL);
+    plan_destroy(&sp->plan);
+    free(sp);
+    *psp = NULL;
+}
+
+int sched_plan_build(store_t *db, void *arg) {
+    sched_plan_t *sp = arg;
+    (void)db;
+    plan_destroy(&sp->plan);
+    return plan_build(sp->spec, &sp->plan, sp->err, sizeof sp->err);
+}
+
+int sched_plan_write(store_t *db, void *arg) {
+    sched_plan_t *sp = arg;
+    if (!sp->plan) {
+        mt_fmt(sp->err, sizeof sp->err, "no plan built");
+        return MT_ERR;
+    }
+    return plan_write(db, sp->spec, sp->plan, mt_wall_s(), sp->err, sizeof sp->err);
+}
+
+/* The stored plan's sweep in memory, its jobs pending, from the plan's ids: nothing is
+ * read back from the database. All or nothing. */
+static int sweep_from_plan(sched_t *s, const sched_plan_t *sp) {
+    const plan_t *p = sp->plan;
+    store_sweep_row_t row = {.id = p->sweep_id, .name = sp->spec->name ? sp->spec->name : "", .state = "running",
+                             .results_planned = p->results_planned, .created = p->created};
+    sweep_t *sw = NULL;
+    int rc = sweep_new(&row, sp->spec, &sw);
     if (rc) return rc;
-    /* load the new sweep through the same path as a restart */
-    const char *state = "running";
-    store_sweep_row_t row = {.id = out->sweep_id, .name = spec->name ? spec->name : "", .state = state,
-                             .results_planned = out->results_planned, .created = mt_wall_s()};
-    size_t len = moetune__sweep_spec__get_packed_size(spec);
-    uint8_t *buf = malloc(len ? len : 1);
-    if (!buf) {
-        mt_fmt(err, errlen, "out of memory");
+    if (sched_grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps)) {
+        sched_sweep_free(sw);
         return MT_NOMEM;
     }
-    moetune__sweep_spec__pack(spec, buf);
-    row.spec = buf;
-    row.spec_len = len;
+    s->sweeps[s->n_sweeps++] = sw;
+    for (size_t k = 0; k < p->n_shapes; k++) {
+        const plan_shape_t *ps = &p->shapes[k];
+        /* halving: every shape with jobs has its phase 2 to plan, as a load would say */
+        if (sw->halving && ps->n_jobs && sched_halving_add_shape(sw, ps->shape_id, false)) goto nomem;
+        for (size_t jn = 0; jn < ps->n_jobs; jn++) {
+            size_t first = jn * p->chunk, n = ps->n_valid - first < p->chunk ? ps->n_valid - first : p->chunk;
+            job_t *j = mt_calloc(1, sizeof *j);
+            jcfg_t *cfgs = mt_calloc(n, sizeof *cfgs);
+            if (!j || !cfgs) {
+                free(j);
+                free(cfgs);
+                goto nomem;
+            }
+            j->id = ps->job_ids[jn];
+            j->sw = sw;
+            j->shape_id = ps->shape_id;
+            j->phase = 1;
+            j->state = J_PENDING;
+            j->cfgs = cfgs;
+            j->n_cfgs = n;
+            for (size_t i = 0; i < n; i++) cfgs[i].config_id = ps->config_ids[first + i];
+            j->rows_needed = (uint64_t)n * sw->nb;
+            if (sched_job_index(s, j)) {
+                sched_job_free(j);
+                goto nomem;
+            }
+        }
+    }
+    return MT_OK;
+nomem:
+    sweep_unload(s, sw);
+    return MT_NOMEM;
+}
+
+int sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *why, Moetune__Submitted *out,
+                    uint64_t now_ms, char *err, size_t errlen) {
+    sched_plan_t *sp = *psp;
+    moetune__submitted__init(out);
+    if (rc) {
+        /* nothing was stored: the transaction rolled back, or planning refused the spec */
+        if (sp->err[0])
+            mt_fmt(err, errlen, "%s", sp->err);
+        else
+            mt_fmt(err, errlen, "storing the sweep: %s", why && *why ? why : "unknown error");
+        if (rc != MT_INVAL && rc != MT_NOMEM && rc != MT_BUSY) rc = MT_IO;
+        goto out;
+    }
+    const plan_t *p = sp->plan;
     /* sweeps ahead of it: running ones with work left, dispatched first (lower ids) */
     size_t n_behind = 0;
     for (size_t i = 0; i < s->n_sweeps; i++) {
@@ -392,17 +493,21 @@ int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted 
         if (sched_grow((void **)&s->behind, &s->cap_behind, n_behind + 1, sizeof *s->behind)) break;
         s->behind[n_behind++] = o->id;
     }
-    rc = sched_load_sweep(s, &row);
-    free(buf);
+    rc = sweep_from_plan(s, sp);
     if (rc) {
-        /* stored but not loaded: mark it failed, or a restart would measure it unasked */
-        mt_fmt(err, errlen, "loading sweep %llu: %s", (unsigned long long)out->sweep_id,
+        /* stored but not in memory: mark it failed, or a restart would measure it unasked */
+        mt_fmt(err, errlen, "loading sweep %llu: %s", (unsigned long long)p->sweep_id,
                rc == MT_NOMEM ? "out of memory" : store_errmsg(s->db));
-        if (store_sweep_set_state(s->db, out->sweep_id, g_sched_sweep_state[S_FAILED], mt_wall_s()))
-            log_at(MT_LOG_ERROR, "sweep %llu could not be marked failed: %s", (unsigned long long)out->sweep_id,
+        if (store_sweep_set_state(s->db, p->sweep_id, g_sched_sweep_state[S_FAILED], mt_wall_s()))
+            log_at(MT_LOG_ERROR, "sweep %llu could not be marked failed: %s", (unsigned long long)p->sweep_id,
                    store_errmsg(s->db));
-        return rc;
+        goto out;
     }
+    out->sweep_id = p->sweep_id;
+    out->jobs = p->jobs;
+    out->configs_valid = p->configs_valid;
+    out->configs_rejected = p->configs_rejected;
+    out->results_planned = p->results_planned;
     out->n_queued_behind = n_behind;
     out->queued_behind = n_behind ? s->behind : NULL;
     for (size_t i = 0; i < n_behind; i++) {
@@ -412,8 +517,31 @@ int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted 
                (unsigned long long)o->done, (unsigned long long)o->planned);
     }
     log_at(MT_LOG_INFO, "sweep %llu '%s' submitted: %u jobs, %u configs valid, %u rejected, %llu results planned",
-           (unsigned long long)out->sweep_id, row.name, out->jobs, out->configs_valid, out->configs_rejected,
-           (unsigned long long)out->results_planned);
+           (unsigned long long)out->sweep_id, sp->spec->name ? sp->spec->name : "", out->jobs, out->configs_valid,
+           out->configs_rejected, (unsigned long long)out->results_planned);
     sched_dispatch_all(s, now_ms);
-    return MT_OK;
+out:
+    sched_plan_free(psp);
+    return rc;
+}
+
+int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms, char *err,
+                 size_t errlen) {
+    sched_plan_t *sp = NULL;
+    int rc = sched_plan_new(spec, &sp, err, errlen);
+    if (rc) return rc;
+    rc = sched_plan_build(s->db, sp);
+    if (!rc) {
+        /* A submit waits longer than the loop's other writes for the writer thread's commit. */
+        store_set_busy_ms(s->db, SCHED_SUBMIT_BUSY_MS);
+        rc = store_begin(s->db);
+        if (!rc) rc = sched_plan_write(s->db, sp);
+        if (!rc) rc = store_commit(s->db);
+        if (rc) {
+            mt_fmt(s->err, sizeof s->err, "%s", store_errmsg(s->db));
+            store_rollback(s->db);
+        }
+        store_set_busy_ms(s->db, SCHED_DB_BUSY_MS);
+    }
+    return sched_plan_done(s, &sp, rc, s->err, out, now_ms, err, errlen);
 }

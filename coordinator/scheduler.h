@@ -145,7 +145,41 @@ void sched_batch_done(sched_t *s, sched_batch_t *batch, int rc, const char *why,
 /* Results waiting for a commit (buffered or in a batch that is out). */
 size_t sched_pending(const sched_t *s);
 
-/* Plans spec into a new sweep and starts dispatching it. out->queued_behind lists
+/* A submit in steps, so that planning and storing never block the event loop:
+ *   sched_plan_new    (loop)           copies spec, defaults filled, into a plan job;
+ *   sched_plan_build  (writer thread)  validates and expands it, outside any transaction
+ *                                      (a writer_submit_prep prep);
+ *   sched_plan_write  (writer thread)  stores it inside the writer's transaction;
+ *   sched_plan_done   (loop)           builds the new sweep in memory from the plan (no
+ *                                      read back) and starts dispatching it.
+ * The build and write steps touch only the plan job, never the scheduler. */
+typedef struct sched_plan sched_plan_t;
+
+/* A plan job for spec (NULL is refused later, by the build). MT_OK with *out, or
+ * MT_NOMEM with a reason in err. Release with sched_plan_free (or sched_plan_done). */
+int sched_plan_new(const Moetune__SweepSpec *spec, sched_plan_t **out, char *err, size_t errlen);
+
+/* Validates and expands the plan job's spec (a writer_fn; db unused). MT_INVAL for a bad
+ * spec, the reason kept in the job for sched_plan_done. */
+int sched_plan_build(store_t *db, void *plan);
+
+/* Stores the built plan in db inside the caller's transaction (a writer_fn). */
+int sched_plan_write(store_t *db, void *plan);
+
+/* Takes a plan job back and frees it (nulls *plan). rc is the job's outcome (MT_OK when
+ * committed; why the writer's reason otherwise). On success the sweep joins the scheduler
+ * as sched_submit's does and out is filled as by sched_submit (queued_behind valid until
+ * the next submit). Otherwise returns the error with a one-line reason in err: MT_INVAL
+ * for a bad spec, MT_IO/MT_BUSY for storage (nothing stored), or MT_NOMEM for memory
+ * (the stored sweep is marked failed: never left running). */
+int sched_plan_done(sched_t *s, sched_plan_t **plan, int rc, const char *why, Moetune__Submitted *out,
+                    uint64_t now_ms, char *err, size_t errlen);
+
+/* Releases a plan job; NULL-safe, nulls *plan. */
+void sched_plan_free(sched_plan_t **plan);
+
+/* Plans spec into a new sweep and starts dispatching it, synchronously on the scheduler's
+ * own store (the steps above in one call). out->queued_behind lists
  * the running sweeps with work left that go first (points into the scheduler:
  * valid until the next submit). MT_INVAL with a reason in err for a bad spec
  * (nothing stored); MT_IO/MT_BUSY on a storage failure (nothing stored, or the

@@ -22,7 +22,7 @@ struct writer {
     int fds[2];              /* [0] read by the loop, [1] written by the thread */
     int state;               /* under mu */
     bool quit;               /* under mu */
-    writer_fn fn;
+    writer_fn prep, fn;      /* prep: outside the transaction, may be NULL */
     void *arg;
     int rc;
     char why[256];
@@ -39,10 +39,12 @@ static void *writer_main(void *p) {
         pthread_mutex_unlock(&w->mu);
         uint64_t t0 = mt_now_us();
         char why[sizeof w->why] = "";
-        int rc = store_begin(w->db);
+        int rc = w->prep ? w->prep(w->db, w->arg) : MT_OK;
+        bool prepped = rc == MT_OK;
+        if (prepped) rc = store_begin(w->db);
         if (!rc) rc = w->fn(w->db, w->arg);
         if (!rc) rc = store_commit(w->db);
-        if (rc) {
+        if (rc && prepped) {
             mt_fmt(why, sizeof why, "%s", store_errmsg(w->db));
             store_rollback(w->db);
         }
@@ -101,12 +103,15 @@ out:
 
 int writer_fd(const writer_t *w) { return w->fds[0]; }
 
-int writer_submit(writer_t *w, writer_fn fn, void *arg) {
+int writer_submit(writer_t *w, writer_fn fn, void *arg) { return writer_submit_prep(w, NULL, fn, arg); }
+
+int writer_submit_prep(writer_t *w, writer_fn prep, writer_fn fn, void *arg) {
     int rc = MT_OK;
     pthread_mutex_lock(&w->mu);
     if (w->state != W_IDLE) {
         rc = MT_BUSY;
     } else {
+        w->prep = prep;
         w->fn = fn;
         w->arg = arg;
         w->state = W_QUEUED;

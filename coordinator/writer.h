@@ -38,6 +38,12 @@ int writer_fd(const writer_t *w);
  * not yet taken back with writer_poll(). */
 int writer_submit(writer_t *w, writer_fn fn, void *arg);
 
+/* As writer_submit(), with prep(db, arg) run first on the thread outside any
+ * transaction (work that needs no lock, e.g. planning); when it fails, fn does not
+ * run, no transaction is opened and its code is reported (why empty: prep keeps its
+ * own reason in arg). */
+int writer_submit_prep(writer_t *w, writer_fn prep, writer_fn fn, void *arg);
+
 /* True from writer_submit() until writer_poll() has returned the job. */
 bool writer_busy(const writer_t *w);
 

@@ -18,6 +18,7 @@
 
 #include "coord.h"
 #include "mt.h"
+#include "planner.h"
 #include "scheduler.h"
 #include "store.h"
 #include "wire.h"
@@ -657,6 +658,226 @@ static void test_daemon_hostile_input(void **state) {
     assert_null(c);
 }
 
+/* ---- a submit is planned off the loop (issue 8.11) */
+
+static wire_env_t *recv_env_ms(void *sock, long ms) {
+    uint8_t id[WIRE_MAX_ID];
+    size_t id_len = 0;
+    wire_env_t *env = NULL;
+    wire_reject_t rej;
+    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+    if (zmq_poll(&it, 1, ms) <= 0) return NULL;
+    if (wire_recv(sock, false, id, &id_len, WIRE_DEFAULT_MAX_BYTES, 0, &env, &rej) != MT_OK) return NULL;
+    return env;
+}
+
+/* n shapes x the default 1920-config space and the default 18 batch sizes. */
+static void spec_of_shapes(Moetune__SweepSpec *spec, Moetune__Shape *sh, Moetune__Shape **shp, size_t n) {
+    moetune__sweep_spec__init(spec);
+    for (size_t i = 0; i < n; i++) {
+        moetune__shape__init(&sh[i]);
+        sh[i].e = 64, sh[i].n = 128 * (uint32_t)(i + 1), sh[i].k = 4096, sh[i].topk = 4, sh[i].dtype = "bf16";
+        shp[i] = &sh[i];
+    }
+    spec->name = "bound";
+    spec->batch_sizes = (uint32_t *)krn_default_batch_sizes;
+    spec->n_batch_sizes = krn_n_default_batch_sizes;
+    spec->n_shapes = n;
+    spec->shapes = shp;
+}
+
+static void send_submit(void *cl, Moetune__SweepSpec *spec) {
+    Moetune__Submit sub = MOETUNE__SUBMIT__INIT;
+    wire_env_t env;
+    wire_env_init(&env);
+    sub.spec = spec;
+    env.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
+    env.submit = &sub;
+    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
+}
+
+static void send_status(void *cl) {
+    Moetune__StatusRequest sr = MOETUNE__STATUS_REQUEST__INIT;
+    wire_env_t env;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REQUEST;
+    env.status_request = &sr;
+    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
+}
+
+/* A status reply (asserted) and its number of sweeps. */
+static size_t status_sweeps(void *cl) {
+    send_status(cl);
+    wire_env_t *e = recv_env_ms(cl, 60000);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_STATUS_REPLY);
+    size_t n = e->status_reply->n_sweeps;
+    wire_free(&e);
+    return n;
+}
+
+typedef struct {
+    coord_t *c;
+    pthread_t th;
+    void *ctx, *wk, *cl;
+} daemon_t;
+
+static void daemon_start(fx_t *f, daemon_t *d) {
+    char err[256];
+    coord_opts_t o = {.db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*"};
+    memset(d, 0, sizeof *d);
+    assert_int_equal(coord_new(&o, &d->c, err, sizeof err), MT_OK);
+    assert_int_equal(pthread_create(&d->th, NULL, run_coord, d->c), 0);
+    d->ctx = zmq_ctx_new();
+    d->wk = zmq_socket(d->ctx, ZMQ_DEALER);
+    d->cl = zmq_socket(d->ctx, ZMQ_DEALER);
+    int linger = 0;
+    zmq_setsockopt(d->wk, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(d->cl, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(d->wk, ZMQ_ROUTING_ID, "W1", 2);
+    assert_int_equal(zmq_connect(d->wk, coord_endpoint(d->c, 0)), 0);
+    assert_int_equal(zmq_connect(d->cl, coord_endpoint(d->c, 1)), 0);
+}
+
+static void daemon_stop(daemon_t *d) {
+    zmq_close(d->wk);
+    zmq_close(d->cl);
+    zmq_ctx_term(d->ctx);
+    coord_stop(d->c);
+    pthread_join(d->th, NULL);
+    coord_destroy(&d->c);
+}
+
+/* While a submit at the plan bound (52 shapes x 1920 configs) is planned and stored, the loop
+ * answers a status request (no sweep yet) and a worker's Hello; the Submitted reply comes
+ * after them with the sweep's id and counts, and the sweep's jobs in memory are the stored
+ * ones (a dispatched Job carries its stored configs). */
+static void test_daemon_plans_off_the_loop(void **state) {
+    fx_t *f = *state;
+    Moetune__Shape sh[52], *shp[52];
+    Moetune__SweepSpec spec;
+    spec_of_shapes(&spec, sh, shp, 52);
+    uint32_t valid = 0, rejected = 0, jobs = 0;
+    char err[256];
+    int rc = plan_count(&spec, &valid, &rejected, &jobs, err, sizeof err);
+    if (rc) print_error("plan_count: %s\n", err);
+    assert_int_equal(rc, MT_OK);
+    assert_true(valid + rejected > 99000 && valid + rejected <= PLAN_MAX_CONFIGS);
+    daemon_t d;
+    daemon_start(f, &d);
+    assert_int_equal(status_sweeps(d.cl), 0); /* connected */
+    send_submit(d.cl, &spec);
+    send_status(d.cl);
+    /* a worker says hello meanwhile */
+    Moetune__Hello h = MOETUNE__HELLO__INIT;
+    Moetune__Gpu g = MOETUNE__GPU__INIT;
+    wire_env_t env;
+    wire_env_init(&env);
+    g.name = "gpu";
+    h.worker_id = "W1", h.host = "host", h.pid = 1, h.backend = "sim", h.gpu = &g;
+    env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
+    env.hello = &h;
+    assert_int_equal(wire_send(d.wk, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    /* the status is answered first, before the sweep exists */
+    wire_env_t *e = recv_env_ms(d.cl, 60000);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_STATUS_REPLY);
+    assert_int_equal(e->status_reply->n_sweeps, 0);
+    wire_free(&e);
+    e = recv_env_ms(d.wk, 60000);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_WELCOME);
+    wire_free(&e);
+    /* then the submit's reply, with what plan_count says */
+    e = recv_env_ms(d.cl, 120000);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_SUBMITTED);
+    assert_int_equal(e->submitted->sweep_id, 1);
+    assert_int_equal(e->submitted->jobs, jobs);
+    assert_int_equal(e->submitted->configs_valid, valid);
+    assert_int_equal(e->submitted->configs_rejected, rejected);
+    assert_int_equal(e->submitted->results_planned, (uint64_t)valid * 18);
+    wire_free(&e);
+    send_status(d.cl);
+    e = recv_env_ms(d.cl, 60000);
+    assert_non_null(e);
+    assert_int_equal(e->status_reply->n_sweeps, 1);
+    const Moetune__SweepStatus *ss = e->status_reply->sweeps[0];
+    assert_string_equal(ss->state, "running");
+    assert_int_equal(ss->jobs_total, jobs);
+    assert_int_equal(ss->jobs_pending, jobs);
+    assert_int_equal(ss->results_planned, (uint64_t)valid * 18);
+    wire_free(&e);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE sweep_id = 1"), jobs);
+    /* one credit: the first job, with the configs stored for it */
+    Moetune__Ready rd = MOETUNE__READY__INIT;
+    rd.credits = 1;
+    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
+    env.ready = &rd;
+    assert_int_equal(wire_send(d.wk, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    do {
+        wire_free(&e);
+        e = recv_env_ms(d.wk, 10000);
+        assert_non_null(e);
+    } while (e->body_case == MOETUNE__ENVELOPE__BODY_HEARTBEAT);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_JOB);
+    const Moetune__Job *jb = e->job;
+    assert_int_equal(jb->sweep_id, 1);
+    assert_int_equal(jb->job_id, fx_query_int(f, "SELECT MIN(id) FROM jobs WHERE sweep_id = 1"));
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM job_configs WHERE job_id = %llu", (unsigned long long)jb->job_id);
+    assert_int_equal(jb->n_configs, fx_query_int(f, sql));
+    for (size_t i = 0; i < jb->n_configs; i++) {
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM job_configs WHERE job_id = %llu AND config_id = %llu",
+                 (unsigned long long)jb->job_id, (unsigned long long)jb->configs[i]->config_id);
+        assert_int_equal(fx_query_int(f, sql), 1);
+    }
+    assert_int_equal(jb->n_batch_sizes, 18);
+    wire_free(&e);
+    daemon_stop(&d);
+}
+
+/* A plan that cannot be stored (another connection holds the write lock past the writer's
+ * wait) answers its client with the storage error and leaves no sweep, in memory or in the
+ * database; the loop answers status meanwhile, and a later submit works. */
+static void test_daemon_plan_storage_error(void **state) {
+    fx_t *f = *state;
+    Moetune__Shape sh[1], *shp[1];
+    Moetune__SweepSpec spec;
+    spec_of_shapes(&spec, sh, shp, 1);
+    daemon_t d;
+    daemon_start(f, &d);
+    assert_int_equal(status_sweeps(d.cl), 0);
+    sqlite3 *lk = NULL;
+    assert_int_equal(sqlite3_open(f->path, &lk), SQLITE_OK);
+    tmpdb_exec(lk, "BEGIN IMMEDIATE");
+    send_submit(d.cl, &spec);
+    assert_int_equal(status_sweeps(d.cl), 0); /* answered while the plan waits for the lock */
+    wire_env_t *e = recv_env_ms(d.cl, 60000);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
+    assert_int_equal(e->error->code, WIRE_E_INTERNAL);
+    assert_non_null(strstr(e->error->message, "storing the sweep"));
+    assert_non_null(strstr(e->error->message, "locked"));
+    wire_free(&e);
+    tmpdb_exec(lk, "ROLLBACK");
+    sqlite3_close(lk);
+    assert_int_equal(status_sweeps(d.cl), 0);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps"), 0);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 0);
+    /* the next submit is planned and runs */
+    send_submit(d.cl, &spec);
+    e = recv_env_ms(d.cl, 60000);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_SUBMITTED);
+    uint64_t id = e->submitted->sweep_id;
+    assert_true(id >= 1);
+    wire_free(&e);
+    assert_int_equal(status_sweeps(d.cl), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'running'"), 1);
+    daemon_stop(&d);
+}
+
 /* A Result the coordinator cannot accept from the lease holder (an invalid one from the wire,
  * one for a config not in the job, an undecodable message) sends the job back with an attempt,
  * and --max-attempts fails it: the sweep ends instead of waiting on a lease forever. */
@@ -830,6 +1051,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_hello_while_locked, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_job_rows_commit_fails, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_daemon_hostile_input, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_daemon_plans_off_the_loop, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_daemon_plan_storage_error, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_racing_bests, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_invalid_results_requeue, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_crash_allocation_failures, fx_setup, fx_teardown),

@@ -82,6 +82,57 @@ static void test_writer_commit_and_failure(void **state) {
     writer_destroy(&w);
 }
 
+/* writer_submit_prep: prep runs first, outside the transaction (its write stays when the
+ * job's fn fails and rolls back); a failing prep skips fn and is reported with its code. */
+typedef struct {
+    wjob_t pre, fn;
+    int pre_rc;
+    int fn_calls;
+} pjob_t;
+
+static int prep_device(store_t *db, void *arg) {
+    pjob_t *j = arg;
+    int rc = write_device(db, &j->pre);
+    return rc ? rc : j->pre_rc;
+}
+
+static int fn_device(store_t *db, void *arg) {
+    pjob_t *j = arg;
+    j->fn_calls++;
+    return write_device(db, &j->fn);
+}
+
+static void test_writer_prep(void **state) {
+    fx_t *f = *state;
+    char err[256], why[256];
+    writer_t *w = NULL;
+    void *arg = NULL;
+    int rc = -1;
+    assert_int_equal(store_open(f->path, &f->db, err, sizeof err), MT_OK);
+    assert_int_equal(writer_new(f->path, &w, err, sizeof err), MT_OK);
+    pjob_t a = {.pre = {"GPU-pre-a", MT_OK}, .fn = {"GPU-fn-a", MT_IO}, .pre_rc = MT_OK};
+    assert_int_equal(writer_submit_prep(w, prep_device, fn_device, &a), MT_OK);
+    assert_int_equal(writer_poll(w, -1, &arg, &rc, why, sizeof why), MT_OK);
+    assert_ptr_equal(arg, &a);
+    assert_int_equal(rc, MT_IO);
+    assert_int_equal(a.fn_calls, 1);
+    assert_int_equal(fx_query_int(f, "SELECT count(*) FROM devices WHERE uuid='GPU-pre-a'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT count(*) FROM devices WHERE uuid='GPU-fn-a'"), 0);
+    pjob_t b = {.pre = {"GPU-pre-b", MT_OK}, .fn = {"GPU-fn-b", MT_OK}, .pre_rc = MT_INVAL};
+    assert_int_equal(writer_submit_prep(w, prep_device, fn_device, &b), MT_OK);
+    assert_int_equal(writer_poll(w, -1, &arg, &rc, why, sizeof why), MT_OK);
+    assert_int_equal(rc, MT_INVAL);
+    assert_string_equal(why, "");
+    assert_int_equal(b.fn_calls, 0);
+    assert_int_equal(fx_query_int(f, "SELECT count(*) FROM devices WHERE uuid='GPU-fn-b'"), 0);
+    pjob_t c = {.pre = {"GPU-pre-c", MT_OK}, .fn = {"GPU-fn-c", MT_OK}, .pre_rc = MT_OK};
+    assert_int_equal(writer_submit_prep(w, prep_device, fn_device, &c), MT_OK);
+    assert_int_equal(writer_poll(w, -1, &arg, &rc, why, sizeof why), MT_OK);
+    assert_int_equal(rc, MT_OK);
+    assert_int_equal(fx_query_int(f, "SELECT count(*) FROM devices WHERE uuid='GPU-fn-c'"), 1);
+    writer_destroy(&w);
+}
+
 static void test_writer_bad_path(void **state) {
     (void)state;
     char err[256] = "";
@@ -193,6 +244,7 @@ static void test_batch_cap(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_writer_commit_and_failure, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_writer_prep, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_writer_bad_path, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_batch_failure_keeps_results, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_batch_cap, fx_setup, fx_teardown),
