@@ -236,28 +236,33 @@ out:
     return rc;
 }
 
-int halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
-                       uint32_t chunk, int64_t now_s, halving_step_t *out) {
+int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                    uint32_t chunk, int64_t now_s, halving_step_t *out) {
     collect_t c = {.bs = bs, .nb = nb};
     phase_probe_t p = {.shape_id = shape_id};
     memset(out, 0, sizeof *out);
     if (!chunk) chunk = 16;
-    int rc = store_begin(db);
-    if (rc) return rc;
-    rc = store_sweep_phases_each(db, sweep_id, probe, &p);
+    int rc = store_sweep_phases_each(db, sweep_id, probe, &p);
     if (!rc && p.planned) {
         out->already = true;
-        goto out;
+        return MT_OK;
     }
     if (!rc) rc = store_phase_rows_each(db, sweep_id, shape_id, 1, collect, &c);
     if (!rc) rc = halving_choose(c.rows, c.n, nb);
     if (!rc) rc = plan_rows(db, sweep_id, shape_id, bs, nb, chunk, now_s, c.rows, c.n, out);
-out:
+    free(c.rows);
+    return rc;
+}
+
+int halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                       uint32_t chunk, int64_t now_s, halving_step_t *out) {
+    int rc = store_begin(db);
+    if (rc) return rc;
+    rc = halving_advance(db, sweep_id, shape_id, bs, nb, chunk, now_s, out);
     if (!rc) rc = store_commit(db);
     if (rc) {
         store_rollback(db);
         memset(out, 0, sizeof *out);
     }
-    free(c.rows);
     return rc;
 }

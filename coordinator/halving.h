@@ -2,8 +2,8 @@
  * halving.h - successive halving (SweepSpec.strategy "halving").
  *
  * Phase 1 measures every valid config of a shape at HALVING_PHASE1_SAMPLES samples.
- * When every phase-1 job of a (sweep, shape) is over, one transaction
- * (halving_plan_shape) ranks the phase-1 medians per batch size, keeps the best share
+ * When every phase-1 job of a (sweep, shape) is over, one transaction (the
+ * coordinator's next commit batch on its writer thread: halving_advance) ranks the phase-1 medians per batch size, keeps the best share
  * of each batch size plus the phase-1 winners of its neighbouring batch sizes, marks
  * every other phase-1 ok row 'pruned' (detail "halving: rank R of N at phase 1") and
  * stores the phase-2 jobs: one shape, a few finalists, only the batch sizes where they
@@ -71,6 +71,12 @@ typedef struct {
     uint32_t pruned;         /* phase-1 ok rows turned 'pruned' */
     uint32_t jobs;           /* phase-2 jobs stored */
 } halving_step_t;
+
+/* halving_plan_shape inside the caller's open transaction (the coordinator's commit
+ * batch, on its writer thread): the same reads and writes, no begin or commit; on
+ * failure the caller rolls back. */
+int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                    uint32_t chunk, int64_t now_s, halving_step_t *out);
 
 /* The phase transition of (sweep, shape), in one transaction of its own on db: reads
  * the phase-1 ok rows, chooses the finalists, prunes the others' rows and stores the

@@ -29,6 +29,7 @@ void sched_batch_free(sched_batch_t *b) {
     free(b->res);
     free(b->jobs);
     free(b->sweeps);
+    sched_halving_free(b->hv, b->n_hv);
     free(b);
 }
 
@@ -83,12 +84,21 @@ int sched_batch_take(sched_t *s, sched_batch_t **out) {
     size_t n_sw = 0;
     for (size_t i = 0; i < s->n_sweeps; i++) n_sw += s->sweeps[i]->dirty;
     size_t n_e = s->n_pending < SCHED_BATCH_MAX ? s->n_pending : SCHED_BATCH_MAX;
-    if (!n_e && !s->n_dirty && !n_sw) {
+    bhalving_t *hv = NULL;
+    size_t n_hv = 0;
+    if (sched_halving_take(s, &hv, &n_hv)) return MT_NOMEM;
+    if (!n_e && !s->n_dirty && !n_sw && !n_hv) {
         sched_send_acks(s); /* rejections need no commit */
         return MT_AGAIN;
     }
     sched_batch_t *b = mt_calloc(1, sizeof *b);
-    if (!b) return MT_NOMEM;
+    if (!b) {
+        sched_halving_done(s, hv, n_hv, false, 0);
+        sched_halving_free(hv, n_hv);
+        return MT_NOMEM;
+    }
+    b->hv = hv; /* halving's phase transitions ride in this batch's transaction */
+    b->n_hv = n_hv;
     size_t nj = s->n_dirty;
     b->res = mt_calloc(n_e ? n_e : 1, sizeof *b->res);
     b->jobs = mt_calloc(nj ? nj : 1, sizeof *b->jobs);
@@ -134,6 +144,7 @@ int sched_batch_take(sched_t *s, sched_batch_t **out) {
     *out = b;
     return MT_OK;
 nomem:
+    sched_halving_done(s, b->hv, b->n_hv, false, 0);
     sched_batch_free(b);
     log_at(MT_LOG_ERROR, "out of memory building a commit batch; kept for the next try");
     return MT_NOMEM;
@@ -191,6 +202,10 @@ int sched_batch_write(store_t *db, void *arg) {
     for (size_t i = 0; !rc && i < b->n_jobs; i++) rc = store_job_update(db, &b->jobs[i].u);
     for (size_t i = 0; !rc && i < b->n_sweeps; i++)
         rc = store_sweep_set_state(db, b->sweeps[i].id, b->sweeps[i].state, b->sweeps[i].finished);
+    for (size_t i = 0; !rc && i < b->n_hv; i++) {
+        bhalving_t *h = &b->hv[i];
+        rc = halving_advance(db, h->sweep_id, h->shape_id, h->bs, h->nb, h->chunk, mt_wall_s(), &h->st);
+    }
     return rc;
 }
 
@@ -269,6 +284,7 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         }
         for (size_t i = 0; i < b->n_jobs; i++) sched_job_dirty(s, b->jobs[i].job);
         for (size_t i = 0; i < b->n_sweeps; i++) b->sweeps[i].sw->dirty = true;
+        sched_halving_done(s, b->hv, b->n_hv, false, now_ms);
         sched_batch_free(b);
         sched_send_acks(s);
         return;
@@ -289,9 +305,9 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         apply_entry(s, e, br);
         wire_free(&e->env);
     }
+    sched_halving_done(s, b->hv, b->n_hv, true, now_ms);
     sched_batch_free(b);
     sched_send_acks(s);
-    sched_halving_poll_all(s, now_ms); /* a shape whose phase 1 just ended gets its phase 2 */
 }
 
 int sched_flush(sched_t *s, uint64_t now_ms) {

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "halving.h"
 #include "mt.h"
 #include "race.h"
 #include "scheduler.h"
@@ -82,13 +83,12 @@ struct sweep {
     uint32_t max_attempts, chunk;
     Moetune__Measure measure;
     /* halving (strategy "halving", sched_halving.c): phase-1 jobs measure with measure1,
-     * phase 2 with measure (racing off); per shape, whether its phase 2 is planned */
+     * phase 2 with measure (racing off); per shape, where its phase 2 stands (HV_*) */
     bool halving;
     bool halving_due;        /* a phase-1 job ended: a shape's phase 2 may be due */
-    uint64_t hv_retry_ms;    /* a transition that failed is tried again from then (monotonic ms) */
     Moetune__Measure measure1;
     uint64_t *hv_shapes;
-    bool *hv_planned;
+    uint8_t *hv_state;
     size_t n_hv;
     uint64_t planned, done, failed, pruned;
     double timed_us;         /* GPU time in timed kernels over its committed results */
@@ -161,6 +161,20 @@ typedef struct {
     store_job_update_t u;    /* writer side; u.worker_id owned */
 } bjob_t;
 
+/* Where a halving shape's phase 2 stands. */
+enum { HV_WAIT, HV_TAKEN, HV_PLANNED };
+
+/* A halving phase transition in a batch: the writer runs it in the batch's transaction. */
+typedef struct {
+    sweep_t *sw;             /* loop side */
+    size_t h;                /* the shape's index in sw->hv_shapes */
+    uint64_t sweep_id, shape_id; /* writer side from here */
+    uint32_t *bs;            /* the sweep's batch sizes, a copy (owned) */
+    size_t nb;
+    uint32_t chunk;
+    halving_step_t st;       /* what the writer did */
+} bhalving_t;
+
 /* A changed sweep and the snapshot of its state the writer stores. */
 typedef struct {
     sweep_t *sw;             /* loop side */
@@ -176,6 +190,8 @@ struct sched_batch {
     size_t n_jobs;
     bsweep_t *sweeps;
     size_t n_sweeps;
+    bhalving_t *hv;
+    size_t n_hv;
 };
 
 struct sched {
@@ -283,9 +299,14 @@ int sched_halving_load(sched_t *s, sweep_t *sw);
 int sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned);
 /* True while a shape of sw has no phase 2 planned: the sweep is not over. */
 bool sched_halving_waiting(const sweep_t *sw);
-/* Plans the phase 2 of every shape whose phase-1 jobs are over, for every running
- * halving sweep that may have one due, and loads the new jobs; now_ms 0 at start. */
-void sched_halving_poll_all(sched_t *s, uint64_t now_ms);
+/* For a commit batch: every shape of a running halving sweep whose phase-1 jobs are
+ * over and whose phase 2 is not planned, marked taken (*hv owned by the caller, freed
+ * with sched_halving_free). MT_NOMEM leaves them waiting. */
+int sched_halving_take(sched_t *s, bhalving_t **hv, size_t *n);
+/* The batch came back: committed, each shape's phase 2 is planned, its pruned rows
+ * counted and its jobs loaded and dispatched; otherwise the shapes wait for the next batch. */
+void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, uint64_t now_ms);
+void sched_halving_free(bhalving_t *hv, size_t n);
 
 /* ---- sched_commit.c */
 

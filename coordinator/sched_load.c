@@ -54,7 +54,7 @@ void sched_sweep_free(sweep_t *sw) {
     free(sw->routing_path);
     free(sw->devs);
     free(sw->hv_shapes);
-    free(sw->hv_planned);
+    free(sw->hv_state);
     free(sw);
 }
 
@@ -272,7 +272,7 @@ int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
     /* a job whose every config is already committed is done (its row was not written yet) */
     for (size_t i = 0; i < sw->n_jobs; i++)
         if (sw->jobs[i]->rows_done >= sw->jobs[i]->rows_needed) sched_job_finish(s, sw->jobs[i], J_DONE);
-    sw->halving_due = sw->halving; /* sched_new plans a phase 2 that a restart interrupted */
+    sw->halving_due = sw->halving; /* the first batch plans a phase 2 that a restart interrupted */
     sched_sweep_check(s, sw);
     log_at(MT_LOG_INFO, "sweep %llu '%s' loaded: %u jobs pending, %llu of %llu results", (unsigned long long)sw->id,
            sw->name, sw->jobs_by_state[J_PENDING], (unsigned long long)sw->done, (unsigned long long)sw->planned);
@@ -307,7 +307,6 @@ sched_t *sched_new(store_t *db, const sched_opts_t *opts, uint64_t now_ms, char 
     s->load_now = now_ms;
     int rc = store_requeue_leased(db, &requeued);
     if (!rc) rc = store_sweeps_each(db, sched_load_sweep, s);
-    if (!rc) sched_halving_poll_all(s, 0);
     if (rc) {
         mt_fmt(err, errlen, "loading state: %s", rc == MT_NOMEM ? "out of memory" : store_errmsg(db));
         sched_destroy(&s);

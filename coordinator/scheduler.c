@@ -712,7 +712,6 @@ void sched_tick(sched_t *s, uint64_t now_ms) {
     }
     sched_rate_sample(s, now_ms);
     if (changed) sched_dispatch_all(s, now_ms);
-    sched_halving_poll_all(s, now_ms); /* retries a phase transition that did not commit */
 }
 
 /* ---- control */
