@@ -12,6 +12,7 @@
 #define ORD_FLOPS 7.0e14      /* sustained dense bf16 tensor-core rate */
 #define ORD_BW 4.0e12         /* sustained HBM bandwidth, bytes/s */
 #define ORD_LAUNCH_US 4.0
+#define ORD_MAX_BS 6
 
 /* One GEMM over ctas tiles: the slower of its work and its traffic, with the last
  * partial wave idling part of the machine. */
@@ -74,6 +75,14 @@ static int cmp_ranked(const void *a, const void *b) {
 int ord_configs(const krn_shape_t *shape, const uint32_t *bs, size_t nb, krn_config_t *v, size_t n) {
     int rc = MT_OK;
     if (n < 2) return MT_OK;
+    /* at most ORD_MAX_BS batch sizes, spread over the list, both ends kept: the score's
+     * specialists are found as well, and planning 100,000 configs stays quick */
+    uint32_t pick[ORD_MAX_BS];
+    if (nb > ORD_MAX_BS) {
+        for (size_t i = 0; i < ORD_MAX_BS; i++) pick[i] = bs[i * (nb - 1) / (ORD_MAX_BS - 1)];
+        bs = pick;
+        nb = ORD_MAX_BS;
+    }
     ranked_t *r = calloc(n, sizeof *r);
     double *est = malloc(n * (nb ? nb : 1) * sizeof *est);
     double *best = malloc((nb ? nb : 1) * sizeof *best);
