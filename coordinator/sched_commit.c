@@ -33,7 +33,7 @@ void sched_batch_free(sched_batch_t *b) {
     free(b);
 }
 
-static char *dup_or_null(const char *p) { return p ? strdup(p) : NULL; }
+static char *dup_or_null(const char *p) { return p ? mt_strdup(p) : NULL; }
 
 static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
     const Moetune__Result *r = e->env->result;
@@ -68,7 +68,7 @@ static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
      * and the worker in the same transaction as these rows, so no row lacks its device. */
     if (!e->w->device_id && h) {
         size_t len = moetune__hello__get_packed_size(h);
-        uint8_t *buf = malloc(len ? len : 1);
+        uint8_t *buf = mt_malloc(len ? len : 1);
         if (!buf) return MT_NOMEM;
         moetune__hello__pack(h, buf);
         br->hello = moetune__hello__unpack(NULL, len, buf);

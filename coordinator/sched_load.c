@@ -70,7 +70,7 @@ typedef struct {
 static int load_cfg(void *ctx, uint64_t config_id) {
     load_ctx_t *lc = ctx;
     job_t *j = lc->job;
-    jcfg_t *c = realloc(j->cfgs, (j->n_cfgs + 1) * sizeof *c);
+    jcfg_t *c = mt_realloc(j->cfgs, (j->n_cfgs + 1) * sizeof *c);
     if (!c) return MT_NOMEM;
     j->cfgs = c;
     c = &j->cfgs[j->n_cfgs++];
@@ -284,7 +284,7 @@ out:
 }
 
 sched_t *sched_new(store_t *db, const sched_opts_t *opts, uint64_t now_ms, char *err, size_t errlen) {
-    sched_t *s = calloc(1, sizeof *s);
+    sched_t *s = mt_calloc(1, sizeof *s);
     uint32_t requeued = 0;
     if (!s) {
         mt_fmt(err, errlen, "out of memory");

@@ -47,10 +47,10 @@ int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t 
     size_t n_sw = 0;
     for (size_t i = 0; i < s->n_sweeps; i++) n_sw += sweep_id == 0 || s->sweeps[i]->id == sweep_id;
     if (sweep_id && n_sw == 0) return MT_NOTFOUND;
-    st->sweeps = calloc(n_sw ? n_sw : 1, sizeof *st->sweeps);
-    st->sweep_ptrs = calloc(n_sw ? n_sw : 1, sizeof *st->sweep_ptrs);
-    st->workers = calloc(s->n_workers ? s->n_workers : 1, sizeof *st->workers);
-    st->worker_ptrs = calloc(s->n_workers ? s->n_workers : 1, sizeof *st->worker_ptrs);
+    st->sweeps = mt_calloc(n_sw ? n_sw : 1, sizeof *st->sweeps);
+    st->sweep_ptrs = mt_calloc(n_sw ? n_sw : 1, sizeof *st->sweep_ptrs);
+    st->workers = mt_calloc(s->n_workers ? s->n_workers : 1, sizeof *st->workers);
+    st->worker_ptrs = mt_calloc(s->n_workers ? s->n_workers : 1, sizeof *st->worker_ptrs);
     if (!st->sweeps || !st->sweep_ptrs || !st->workers || !st->worker_ptrs) {
         sched_status_release(st);
         return MT_NOMEM;

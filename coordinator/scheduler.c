@@ -207,8 +207,8 @@ sched_worker_t *sched_worker_find(sched_t *s, const uint8_t *rid, size_t len) {
 /* A new worker record, not alive, with its routing id as its id until it says Hello. */
 sched_worker_t *sched_worker_add(sched_t *s, const uint8_t *rid, size_t len) {
     if (sched_grow((void **)&s->workers, &s->cap_workers, s->n_workers + 1, sizeof *s->workers)) return NULL;
-    sched_worker_t *w = calloc(1, sizeof *w);
-    char *id = malloc(len + 1);
+    sched_worker_t *w = mt_calloc(1, sizeof *w);
+    char *id = mt_malloc(len + 1);
     if (!w || !id) {
         free(w);
         free(id);
@@ -257,7 +257,7 @@ void sched_dispatch_all(sched_t *s, uint64_t now_ms) {
 
 int sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **env, uint64_t now_ms) {
     const Moetune__Hello *h = (*env)->hello;
-    char *id = strdup(h->worker_id ? h->worker_id : "");
+    char *id = mt_strdup(h->worker_id ? h->worker_id : "");
     if (!id) return MT_NOMEM;
     sched_worker_t *w = sched_worker_find(s, rid, rid_len);
     if (!w) w = sched_worker_add(s, rid, rid_len);
@@ -385,11 +385,11 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     const krn_shape_t *sh = shape_get(s, j->shape_id);
     if (!sh) return MT_IO;
     if (j->n_cfgs > s->cap_jc) {
-        void *a = realloc(s->jc, j->n_cfgs * sizeof *s->jc);
+        void *a = mt_realloc(s->jc, j->n_cfgs * sizeof *s->jc);
         if (a) s->jc = a;
-        void *b = realloc(s->jcp, j->n_cfgs * sizeof *s->jcp);
+        void *b = mt_realloc(s->jcp, j->n_cfgs * sizeof *s->jcp);
         if (b) s->jcp = b;
-        void *c = realloc(s->jcfg, j->n_cfgs * sizeof *s->jcfg);
+        void *c = mt_realloc(s->jcfg, j->n_cfgs * sizeof *s->jcfg);
         if (c) s->jcfg = c;
         if (!a || !b || !c) return MT_NOMEM;
         s->cap_jc = j->n_cfgs;
