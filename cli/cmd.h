@@ -31,7 +31,7 @@ typedef struct {
         *dtype, *doctor_shape;
     uint32_t timeout_ms, batch_size, limit, workers, helper_mem_mb, tp, ep;
     uint64_t sweep;
-    bool wait, json, best, keep_temp, fresh, keep_settings, compare_routing;
+    bool wait, json, best, keep_temp, fresh, keep_settings, compare_routing, near_ties;
     const char *sweeps;    /* export: --sweeps A,B */
     bool latest, partial, force;
     cli_spec_t *spec;      /* set for commands that take spec options */
@@ -60,7 +60,7 @@ struct cli_cmd {
 
 /* Shared option definitions. */
 extern const cli_opt_t opt_control, opt_timeout, opt_sweep, opt_wait, opt_json, opt_db, opt_out,
-    opt_shape_filter, opt_batch_size, opt_status, opt_best, opt_compare_routing, opt_limit, opt_backend, opt_workers,
+    opt_shape_filter, opt_batch_size, opt_status, opt_best, opt_compare_routing, opt_near_ties, opt_limit, opt_backend, opt_workers,
     opt_gpus, opt_sim_time_scale, opt_sim_faults, opt_log_level, opt_keep_temp, opt_curve_secret,
     opt_curve_server, opt_key_out, opt_key_name, opt_kernel, opt_python, opt_helper_mem_mb, opt_engine,
     opt_engine_doctor, opt_model, opt_tp, opt_ep, opt_dtype, opt_doctor_shape, opt_fresh, opt_keep_settings,

@@ -17,6 +17,7 @@ const cli_opt_t opt_shape_filter = {"shape", OPT_STR, OFF(shape), "E=..,N=..[,K=
 const cli_opt_t opt_batch_size = {"batch-size", OPT_U32, OFF(batch_size), "M", "only this batch size"};
 const cli_opt_t opt_status = {"status", OPT_STR, OFF(status), "ok|invalid|compile_error|launch_error|wrong_result|timeout|crashed|pruned", "only results with this status"};
 const cli_opt_t opt_compare_routing = {"compare-routing", OPT_FLAG, OFF(compare_routing), NULL, "per config and batch size measured on both: the median on uniform and on captured routing, and their ratio"};
+const cli_opt_t opt_near_ties = {"near-ties", OPT_FLAG, OFF(near_ties), NULL, "per sweep (or --sweep N), the picks within noise of their runner-up: (runner-up - best) / sqrt(sd_best^2 + sd_runner-up^2) under 1, as the manifest flags them"};
 const cli_opt_t opt_best = {"best", OPT_FLAG, OFF(best), NULL, "only the lowest-median ok config per (shape, batch size)"};
 const cli_opt_t opt_limit = {"limit", OPT_U32, OFF(limit), "N", "at most N rows"};
 const cli_opt_t opt_backend = {"backend", OPT_STR, OFF(backend), "sim|cuda|triton", "measurement backend (default cuda)"};

@@ -205,6 +205,90 @@ static int print_compare(const cmp_t *c, bool json) {
     return MT_EXIT_OK;
 }
 
+/* --near-ties: the picks an export takes whose runner-up is within noise (export.h). */
+typedef struct {
+    bool json;
+    size_t shown;
+    uint64_t sweep_id;
+} ties_t;
+
+static int print_tie(void *vctx, const dbq_result_t *b, const dbq_result_t *u) {
+    ties_t *t = vctx;
+    if (!u) return 0;
+    double m = exp_margin_sd(b->median_us, b->stddev_us, u->median_us, u->stddev_us);
+    if (!(m < EXP_NEAR_TIE_SD)) return 0;
+    char shape[96], cb[64], cu[64];
+    krn_shape_name(&b->shape, shape, sizeof shape);
+    snprintf(cb, sizeof cb, "%ux%ux%ux%ux%ux%u", b->config.block_m, b->config.block_n, b->config.block_k,
+             b->config.group_m, b->config.num_warps, b->config.num_stages);
+    snprintf(cu, sizeof cu, "%ux%ux%ux%ux%ux%u", u->config.block_m, u->config.block_n, u->config.block_k,
+             u->config.group_m, u->config.num_warps, u->config.num_stages);
+    if (t->json) {
+        json_t *o = json_pack("{s:I, s:s, s:i, s:i, s:s, s:i, s:I, s:s, s:f, s:f, s:{s:I, s:s, s:f, s:f}, s:f}",
+                              "sweep", (json_int_t)t->sweep_id, "shape", shape, "K", (int)b->shape.k, "topk",
+                              (int)b->shape.topk, "device", b->device_name, "batch_size", (int)b->batch_size,
+                              "config_id", (json_int_t)b->config_id, "config", cb, "median_us", b->median_us,
+                              "stddev_us", b->stddev_us, "runner_up", "config_id", (json_int_t)u->config_id, "config",
+                              cu, "median_us", u->median_us, "stddev_us", u->stddev_us, "margin_sd", m);
+        char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
+        if (s) printf("%s\n", s);
+        free(s);
+        json_decref(o);
+    } else {
+        if (t->shown == 0)
+            printf("%-6s %-34s %6s %-20s %11s %-20s %11s %9s\n", "SWEEP", "SHAPE", "M", "PICK (MxNxKxGxWxS)",
+                   "MEDIAN_US", "RUNNER-UP", "MEDIAN_US", "MARGIN_SD");
+        char full[128];
+        snprintf(full, sizeof full, "%s,K=%u,topk=%u", shape, b->shape.k, b->shape.topk);
+        printf("%-6llu %-34.34s %6u %-20s %11.2f %-20s %11.2f %9.2f\n", (unsigned long long)t->sweep_id, full,
+               b->batch_size, cb, b->median_us, cu, u->median_us, m);
+    }
+    t->shown++;
+    return 0;
+}
+
+typedef struct {
+    uint64_t *ids;
+    size_t n, cap;
+    uint64_t want;
+} sweep_ids_t;
+
+static int add_sweep_id(void *ctx, const dbq_sweep_t *s) {
+    sweep_ids_t *v = ctx;
+    if (v->want && s->id != v->want) return 0;
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? 2 * v->cap : 16;
+        uint64_t *g = realloc(v->ids, cap * sizeof *g);
+        if (!g) return MT_NOMEM;
+        v->ids = g;
+        v->cap = cap;
+    }
+    v->ids[v->n++] = s->id;
+    return 0;
+}
+
+static int near_ties(const cli_cmd_t *cmd, dbq_t *q, uint64_t sweep, bool json) {
+    char err[400];
+    sweep_ids_t v = {.want = sweep};
+    ties_t t = {.json = json};
+    int rc = dbq_sweeps(q, NULL, add_sweep_id, &v, err, sizeof err);
+    if (rc == MT_OK && sweep && v.n == 0) {
+        mt_fmt(err, sizeof err, "no sweep %llu in the database", (unsigned long long)sweep);
+        rc = MT_NOTFOUND;
+    }
+    for (size_t i = 0; rc == MT_OK && i < v.n; i++) {
+        dbq_select_t sel = {.ids = &v.ids[i], .n_ids = 1};
+        t.sweep_id = v.ids[i];
+        rc = exp_pairs(q, &sel, print_tie, &t, err, sizeof err);
+    }
+    free(v.ids);
+    if (rc == MT_NOMEM) mt_fmt(err, sizeof err, "out of memory");
+    if (rc != MT_OK) return cli_fail(cmd, err);
+    if (!json && t.shown == 0) printf("(no near ties: every pick leads its runner-up by %g deviation or more)\n",
+                                      EXP_NEAR_TIE_SD);
+    return MT_EXIT_OK;
+}
+
 int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
     char err[400];
     dbq_t *q = NULL;
@@ -226,7 +310,15 @@ int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (o->compare_routing && (o->best || o->limit || o->sweep || (o->status && strcmp(o->status, "ok") != 0)))
         return cli_usage(cmd, "--compare-routing compares ok results of all sweeps (uniform and captured routing are "
                               "different sweeps); it takes no --sweep, --best, --limit or other --status");
+    if (o->near_ties && (o->best || o->limit || o->status || o->compare_routing || o->shape || o->batch_size))
+        return cli_usage(cmd, "--near-ties lists the picks within noise of their runner-up per sweep; it takes "
+                              "only --sweep N and --json");
     if (dbq_open(o->db, &q, err, sizeof err) != MT_OK) return cli_fail(cmd, err);
+    if (o->near_ties) {
+        int code = near_ties(cmd, q, o->sweep, o->json);
+        dbq_close(&q);
+        return code;
+    }
     if (o->compare_routing) {
         cmp_t c = {NULL, 0, 0};
         int rc = dbq_results(q, &f, cmp_row, &c, err, sizeof err);

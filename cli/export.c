@@ -24,6 +24,7 @@
 
 typedef struct {
     dbq_result_t *rows;
+    dbq_result_t *ru;       /* per row, its runner-up (config_id 0: none) */
     size_t n, cap;
     char bad[400];          /* why a row was refused */
 } rowvec_t;
@@ -35,6 +36,7 @@ typedef struct {
     const dbq_result_t *row;  /* NULL when kept from the previous file */
     double cost;              /* what "slower" compares: median, or up + down for a split pair */
     bool split;
+    const dbq_result_t *ru;   /* the best ok row of another config at this batch size, or NULL */
 } entry_t;
 
 /* What exports gets per file. */
@@ -197,7 +199,7 @@ static int check_row(const dbq_result_t *r, char *bad, size_t len) {
     return MT_INVAL;
 }
 
-static int collect(void *ctx, const dbq_result_t *row) {
+static int collect(void *ctx, const dbq_result_t *row, const dbq_result_t *ru) {
     rowvec_t *v = ctx;
     if (check_row(row, v->bad, sizeof v->bad) != MT_OK) return MT_INVAL;
     if (v->n == v->cap) {
@@ -205,11 +207,95 @@ static int collect(void *ctx, const dbq_result_t *row) {
         dbq_result_t *grown = realloc(v->rows, cap * sizeof *grown);
         if (!grown) return MT_NOMEM;
         v->rows = grown;
+        grown = realloc(v->ru, cap * sizeof *grown);
+        if (!grown) return MT_NOMEM;
+        v->ru = grown;
         v->cap = cap;
     }
     v->rows[v->n] = *row;
-    v->rows[v->n++].versions = "";  /* points into the statement; this layout does not use it */
+    if (ru)
+        v->ru[v->n] = *ru;
+    else
+        memset(&v->ru[v->n], 0, sizeof v->ru[v->n]);
+    v->rows[v->n].versions = "";  /* points into the statement; this layout does not use it */
+    v->ru[v->n++].versions = "";
     return 0;
+}
+
+/* ---- near ties */
+
+double exp_margin_sd(double best_us, double best_sd, double ru_us, double ru_sd) {
+    double gap = ru_us - best_us;
+    double sd = sqrt(best_sd * best_sd + ru_sd * ru_sd);
+    if (gap == 0) return 0.0;
+    return sd > 0 ? gap / sd : INFINITY;
+}
+
+typedef struct {
+    exp_pair_fn fn;
+    void *ctx;
+    dbq_result_t best, ru;
+    bool have, have_ru;
+} pairs_t;
+
+static bool same_cell(const dbq_result_t *a, const dbq_result_t *b) {
+    return a->shape_id == b->shape_id && a->batch_size == b->batch_size && strcmp(a->export_dir, b->export_dir) == 0 &&
+           strcmp(a->device_name, b->device_name) == 0;
+}
+
+static int pairs_flush(pairs_t *p) {
+    if (!p->have) return 0;
+    p->have = false;
+    return p->fn(p->ctx, &p->best, p->have_ru ? &p->ru : NULL);
+}
+
+/* Rows come by cell, fastest first: the first is the pick, the first of another config its runner-up. */
+static int pairs_row(void *ctx, const dbq_result_t *r) {
+    pairs_t *p = ctx;
+    if (p->have && same_cell(&p->best, r)) {
+        if (!p->have_ru && r->config_id != p->best.config_id) {
+            p->ru = *r;
+            p->ru.versions = "";
+            p->have_ru = true;
+        }
+        return 0;
+    }
+    int rc = pairs_flush(p);
+    if (rc) return rc;
+    p->best = *r;
+    p->best.versions = "";
+    p->have = true;
+    p->have_ru = false;
+    return 0;
+}
+
+int exp_pairs(dbq_t *q, const dbq_select_t *sel, exp_pair_fn fn, void *ctx, char *err, size_t errlen) {
+    pairs_t *p = calloc(1, sizeof *p);
+    if (!p) return MT_NOMEM;
+    p->fn = fn;
+    p->ctx = ctx;
+    int rc = dbq_export_rows(q, sel, false, pairs_row, p, err, errlen);
+    if (rc == MT_OK) rc = pairs_flush(p);
+    free(p);
+    return rc;
+}
+
+/* An entry's runner-up and margin; near_ties gets the batch size of a near tie. */
+static void near_tie_fields(json_t *e, const entry_t *ent, json_t *near_ties) {
+    const dbq_result_t *r = ent->row, *u = ent->ru;
+    if (!u) {
+        json_object_set_new(e, "runner_up", json_null());
+        json_object_set_new(e, "margin_sd", json_null());
+        json_object_set_new(e, "near_tie", json_false());
+        return;
+    }
+    double m = exp_margin_sd(r->median_us, r->stddev_us, u->median_us, u->stddev_us);
+    json_object_set_new(e, "runner_up", json_pack("{s:I, s:I, s:f, s:f, s:i}", "sweep_id", (json_int_t)u->sweep_id,
+                                                  "config_id", (json_int_t)u->config_id, "median_us", u->median_us,
+                                                  "stddev_us", u->stddev_us, "samples", (int)u->samples));
+    json_object_set_new(e, "margin_sd", isfinite(m) ? json_real(m) : json_null());
+    json_object_set_new(e, "near_tie", json_boolean(m < EXP_NEAR_TIE_SD));
+    if (m < EXP_NEAR_TIE_SD) json_array_append_new(near_ties, json_integer(ent->bs));
 }
 
 /* ---- selection and coverage */
@@ -482,6 +568,7 @@ static json_t *manifest_record(const dbq_result_t *first, const entry_t *ents, s
     json_t *shape = json_object();
     json_t *sweeps = json_array(), *uuids = json_array(), *drivers = json_array();
     json_t *toolkits = json_array(), *hashes = json_array(), *entries = json_object();
+    json_t *near_ties = json_array();
     json_t *old_entries = json_object_get(old_rec, "entries");
     char stamp[32];
     time_t now = time(NULL);
@@ -529,6 +616,7 @@ static json_t *manifest_record(const dbq_result_t *first, const entry_t *ents, s
         json_object_set_new(e, "stddev_us", json_real(r->stddev_us));
         json_object_set_new(e, "samples", json_integer(r->samples));
         json_object_set_new(e, "device_uuid", json_string(r->device_uuid));
+        near_tie_fields(e, &ents[i], near_ties);
         json_object_set_new(entries, key, e);
     }
     size_t used = 0, i;
@@ -553,6 +641,9 @@ static json_t *manifest_record(const dbq_result_t *first, const entry_t *ents, s
     json_object_set_new(rec, "simulated", json_boolean(sim));
     json_object_set_new(rec, "exported_at", json_string(stamp));
     json_object_set_new(rec, "entries", entries);
+    json_object_set_new(rec, "near_tie_rule", json_string("margin_sd = (runner_up - best) / sqrt(sd_best^2 + "
+                                                          "sd_runner_up^2) under 1: the pick is within noise"));
+    json_object_set_new(rec, "near_ties", near_ties);
     return rec;
 }
 
@@ -915,6 +1006,8 @@ typedef struct {
     uint64_t shape_id;
     uint32_t bs;
     dbq_result_t best;
+    dbq_result_t second;    /* the best row of another config: the runner-up (near ties) */
+    bool has_second;
     split_t split[MAX_SPLIT_BM];
     size_t n_split;
     const split_t *pair;    /* the chosen pair, set when the file is split */
@@ -988,7 +1081,15 @@ static int reduce_row(void *ctx, const dbq_result_t *r) {
         keep_row(&c->best, r, c->versions);
         g->last = g->n++;
     } else if (row_better(r, r->median_us, &c->best, c->best.median_us)) {
+        if (r->config_id != c->best.config_id) {
+            keep_row(&c->second, &c->best, c->versions);
+            c->has_second = true;
+        }
         keep_row(&c->best, r, c->versions);
+    } else if (r->config_id != c->best.config_id &&
+               (!c->has_second || row_better(r, r->median_us, &c->second, c->second.median_us))) {
+        keep_row(&c->second, r, c->versions);
+        c->has_second = true;
     }
     if (r->up_us <= 0 && r->down_us <= 0) return 0;
     split_t *sp = NULL;
@@ -1176,7 +1277,8 @@ static int engine_group(run_t *x, const eng_t *g, group_t *gr, char *err, size_t
             const cell_t *c = &g->cells[gr->first + i];
             const dbq_result_t *r = !gr->split ? &c->best : down ? &c->pair->down : &c->pair->up;
             double cost = gr->split ? c->pair->up.up_us + c->pair->down.down_us : r->median_us;
-            ents[i] = (entry_t){c->bs, r->config, r, cost, gr->split};
+            /* the margin is the whole layer's: a split pair's entry has none */
+            ents[i] = (entry_t){c->bs, r->config, r, cost, gr->split, !gr->split && c->has_second ? &c->second : NULL};
         }
         char name[420], rel[540];
         if (down) mt_fmt(name, sizeof name, "%.*s_down.json", (int)(strlen(gr->name) - 5), gr->name);
@@ -1289,7 +1391,7 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
         }
         if (!gr->split)
             for (size_t k = i; k < j; k++) g.cells[k].pair = NULL;
-        for (size_t k = i; k < j; k++) tmp[k - i] = (entry_t){g.cells[k].bs, g.cells[k].best.config, &g.cells[k].best, 0, false};
+        for (size_t k = i; k < j; k++) tmp[k - i] = (entry_t){g.cells[k].bs, g.cells[k].best.config, &g.cells[k].best, 0, false, NULL};
         rc = check_coverage(x, &c->best, tmp, j - i, gr->rel, err, errlen);
         if (rc != MT_OK) goto out;
         i = j;
@@ -1330,7 +1432,7 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
     size_t n_files = 0;
     entry_t *ents = NULL;
     memset(&v, 0, sizeof v);
-    rc = dbq_export_rows(*q, &x->sel, true, collect, &v, err, errlen);
+    rc = exp_pairs(*q, &x->sel, collect, &v, err, errlen);
     if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
     if (rc == MT_INVAL && v.bad[0]) mt_fmt(err, errlen, "%s", v.bad);
     if (rc != MT_OK) goto out;
@@ -1348,7 +1450,8 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
         goto out;
     }
     for (size_t k = 0; k < v.n; k++)
-        ents[k] = (entry_t){v.rows[k].batch_size, v.rows[k].config, &v.rows[k], v.rows[k].median_us, false};
+        ents[k] = (entry_t){v.rows[k].batch_size, v.rows[k].config, &v.rows[k], v.rows[k].median_us, false,
+                            v.ru[k].config_id ? &v.ru[k] : NULL};
     /* Plan every file from the rows first: nothing is created when one is refused. */
     for (size_t i = 0; i < v.n;) {
         const dbq_result_t *r = &v.rows[i];
@@ -1406,6 +1509,7 @@ out:
     free(ents);
     free(files);
     free(v.rows);
+    free(v.ru);
     return rc;
 }
 

@@ -75,6 +75,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "query.h"
 #include "space.h"
 
 typedef enum { EXP_ENGINE_NONE, EXP_ENGINE_SGLANG, EXP_ENGINE_VLLM } exp_engine_t;
@@ -130,6 +131,28 @@ int exp_engine_parse(const char *name, exp_engine_t *engine);
 
 /* Name of an engine: "sglang", "vllm", or "" for EXP_ENGINE_NONE. */
 const char *exp_engine_name(exp_engine_t engine);
+
+/* Near ties. A winner's margin over its runner-up (the best ok row of another config
+ * in the same file and batch size) in units of measured deviation:
+ * (runner_up - best) / sqrt(sd_best^2 + sd_runner_up^2). Under EXP_NEAR_TIE_SD the
+ * two differ by less than their samples' own spread: the pick is within noise, and a
+ * second run may pick the other. The manifest records, per entry, the runner-up, the
+ * margin ("margin_sd", null when neither row has a deviation and the medians differ)
+ * and "near_tie"; each record lists its near-tie batch sizes ("near_ties"). */
+#define EXP_NEAR_TIE_SD 1.0
+/* The margin of best over runner_up as above: 0 for equal medians, INFINITY when the
+ * medians differ and neither row has a deviation. */
+double exp_margin_sd(double best_us, double best_sd, double ru_us, double ru_sd);
+
+/* Called per (export dir, device name, shape, batch size) with the row an export takes
+ * (lowest median, ties to the lower config id) and its runner-up (NULL when no other
+ * config has an ok row). Both are copies valid during the call, versions "". */
+typedef int (*exp_pair_fn)(void *ctx, const dbq_result_t *best, const dbq_result_t *runner_up);
+/* Walks the ok rows of the selected sweeps (sel NULL = all) as an export reads them and
+ * calls fn per (dir, device, shape, batch size), in the export's order. Returns MT_OK,
+ * fn's non-zero value, or the query's error with its text in err. */
+int exp_pairs(dbq_t *q, const dbq_select_t *sel, exp_pair_fn fn, void *ctx, char *err, size_t errlen);
+
 
 /* The config file name an engine looks for (no folder): device as the engine's
  * torch.cuda.get_device_name() reports it, shape as stored. Written into buf. */

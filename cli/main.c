@@ -23,7 +23,7 @@ static const cli_opt_t *const cancel_opts[] = {&opt_control, &opt_timeout, &opt_
                                                &opt_curve_server, NULL};
 static const cli_opt_t *const keygen_opts[] = {&opt_key_out, &opt_key_name, NULL};
 static const cli_opt_t *const results_opts[] = {&opt_db, &opt_sweep, &opt_shape_filter, &opt_batch_size, &opt_status,
-                                                &opt_best, &opt_limit, &opt_json, &opt_compare_routing, NULL};
+                                                &opt_best, &opt_limit, &opt_json, &opt_compare_routing, &opt_near_ties, NULL};
 static const cli_opt_t *const export_opts[] = {&opt_db, &opt_out, &opt_sweep, &opt_sweeps, &opt_latest, &opt_engine,
                                                &opt_partial, &opt_force, NULL};
 static const cli_opt_t *const doctor_opts[] = {&opt_engine_doctor, &opt_python, &opt_model, &opt_tp, &opt_ep,

@@ -187,8 +187,8 @@ static int set_text(cli_spec_t *s, const void *arg, const char *opt, const char 
             return MT_INVAL;
         }
     }
-    if (off == offsetof(cli_spec_t, strategy) && strcmp(val, "exhaustive") != 0) {
-        mt_fmt(err, errlen, "--%s %s: unknown strategy (known: exhaustive)", opt, val);
+    if (off == offsetof(cli_spec_t, strategy) && strcmp(val, "exhaustive") != 0 && strcmp(val, "halving") != 0) {
+        mt_fmt(err, errlen, "--%s %s: unknown strategy (known: exhaustive, halving)", opt, val);
         return MT_INVAL;
     }
     snprintf(dst, cap, "%s", val);
@@ -354,7 +354,7 @@ static const opt_def_t k_opts[] = {
     {{"num-warps", "LIST", "num_warps values (default 4,8)"}, set_space, SP_WARPS},
     {{"num-stages", "LIST", "num_stages values (default 2,3,4,5)"}, set_space, SP_STAGES},
     {{"name", "NAME", "sweep name (default derived from the shapes)"}, set_text, ARG(offsetof(cli_spec_t, name))},
-    {{"strategy", "exhaustive", "search strategy (default exhaustive)"}, set_text, ARG(offsetof(cli_spec_t, strategy))},
+    {{"strategy", "exhaustive|halving", "search strategy (default exhaustive): halving measures every config at 5 samples, then the best sixteenth per batch size (and its neighbours' winners) to the RSD rule"}, set_text, ARG(offsetof(cli_spec_t, strategy))},
     {{"device-filter", "TEXT", "only workers whose GPU name contains TEXT"}, set_text, ARG(offsetof(cli_spec_t, device_filter))},
     {{"worker-backend", "cuda|triton|sim", "only workers of this backend measure the sweep; triton uses Triton's static rules (submit; tune sets it from --backend)"}, set_text, ARG(offsetof(cli_spec_t, backend))},
     {{"routing", "FILE", "captured top-k expert ids every batch size draws its tokens from (NumPy .npy int32/int64 [tokens, topk], or a PyTorch .pt capture the triton helper reads; the path must be readable by the workers); default uniform random routing"}, set_routing, 0},

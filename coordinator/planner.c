@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "convert.h"
+#include "halving.h"
+#include "order.h"
 #include "mt.h"
 #include "race.h"
 
@@ -36,32 +38,6 @@ void plan_destroy(plan_t **pp) {
     free(p->batch_sizes);
     free(p);
     *pp = NULL;
-}
-
-static size_t gcd(size_t a, size_t b) {
-    while (b) {
-        size_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-/* Reorders the valid configs (in the space's nested order, BLOCK_SIZE_M outermost) by a
- * golden-ratio stride: consecutive configs land far apart in the space, so every job and
- * every prefix of the sweep is a spread sample of it (all BLOCK_SIZE_M values within the
- * first few configs), an interrupted sweep's picks are not biased to one corner, and
- * racing meets a strong best early. Deterministic: the same spec gives the same jobs. */
-static int interleave(krn_config_t *v, size_t n) {
-    if (n < 3) return MT_OK;
-    size_t stride = (size_t)((double)n * 0.6180339887 + 0.5);
-    while (gcd(stride, n) != 1) stride++;
-    krn_config_t *tmp = malloc(n * sizeof *tmp);
-    if (!tmp) return MT_NOMEM;
-    for (size_t i = 0; i < n; i++) tmp[i] = v[(i * stride) % n];
-    memcpy(v, tmp, n * sizeof *tmp);
-    free(tmp);
-    return MT_OK;
 }
 
 /* One list of the space: where it lives in the spec and in krn_space_t. */
@@ -136,8 +112,8 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
         mt_fmt(err, errlen, "no spec");
         return MT_INVAL;
     }
-    if (spec->strategy && *spec->strategy && strcmp(spec->strategy, "exhaustive") != 0) {
-        mt_fmt(err, errlen, "unknown strategy '%.64s' (known: exhaustive)", spec->strategy);
+    if (!halving_strategy_known(spec->strategy)) {
+        mt_fmt(err, errlen, "unknown strategy '%.64s' (known: exhaustive, halving)", spec->strategy);
         return MT_INVAL;
     }
     if (spec->n_shapes == 0) {
@@ -284,7 +260,11 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
                 if (!first_why[0]) snprintf(first_why, sizeof first_why, "%s", why);
             }
         }
-        if (interleave(ps->valid, ps->n_valid)) goto nomem;
+        /* most promising first by the cost model, one BLOCK_SIZE_M after another, so every
+         * job and every prefix of the sweep spans the space, an interrupted sweep's picks are
+         * not biased to one corner, and racing meets a strong best early (order.h).
+         * Deterministic: the same spec gives the same jobs. */
+        if (ord_configs(&ps->shape, p->batch_sizes, p->n_batch_sizes, ps->valid, ps->n_valid)) goto nomem;
         p->jobs += (uint32_t)((ps->n_valid + p->chunk - 1) / p->chunk);
         p->configs_valid += (uint32_t)ps->n_valid;
         p->configs_rejected += (uint32_t)ps->n_rejected;

@@ -29,6 +29,7 @@ void sched_batch_free(sched_batch_t *b) {
     free(b->res);
     free(b->jobs);
     free(b->sweeps);
+    sched_halving_free(b->hv, b->n_hv);
     free(b);
 }
 
@@ -59,6 +60,7 @@ static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
         .kernel_hash = br->strs[3],
         .versions = br->strs[4],
         .created = now_s,
+        .phase = e->job->phase,
     };
     br->r = r;
     br->crash = e->crash;
@@ -82,12 +84,21 @@ int sched_batch_take(sched_t *s, sched_batch_t **out) {
     size_t n_sw = 0;
     for (size_t i = 0; i < s->n_sweeps; i++) n_sw += s->sweeps[i]->dirty;
     size_t n_e = s->n_pending < SCHED_BATCH_MAX ? s->n_pending : SCHED_BATCH_MAX;
-    if (!n_e && !s->n_dirty && !n_sw) {
+    bhalving_t *hv = NULL;
+    size_t n_hv = 0;
+    if (sched_halving_take(s, &hv, &n_hv)) return MT_NOMEM;
+    if (!n_e && !s->n_dirty && !n_sw && !n_hv) {
         sched_send_acks(s); /* rejections need no commit */
         return MT_AGAIN;
     }
     sched_batch_t *b = mt_calloc(1, sizeof *b);
-    if (!b) return MT_NOMEM;
+    if (!b) {
+        sched_halving_done(s, hv, n_hv, false, 0);
+        sched_halving_free(hv, n_hv);
+        return MT_NOMEM;
+    }
+    b->hv = hv; /* halving's phase transitions ride in this batch's transaction */
+    b->n_hv = n_hv;
     size_t nj = s->n_dirty;
     b->res = mt_calloc(n_e ? n_e : 1, sizeof *b->res);
     b->jobs = mt_calloc(nj ? nj : 1, sizeof *b->jobs);
@@ -133,6 +144,7 @@ int sched_batch_take(sched_t *s, sched_batch_t **out) {
     *out = b;
     return MT_OK;
 nomem:
+    sched_halving_done(s, b->hv, b->n_hv, false, 0);
     sched_batch_free(b);
     log_at(MT_LOG_ERROR, "out of memory building a commit batch; kept for the next try");
     return MT_NOMEM;
@@ -145,7 +157,7 @@ int sched_batch_write(store_t *db, void *arg) {
     for (size_t i = 0; !rc && i < b->n_res; i++) {
         brow_t *br = &b->res[i].row;
         store_result_t row = br->base;
-        br->new_rows = br->new_failed = br->new_pruned = 0;
+        br->new_rows = br->new_failed = br->new_pruned = br->new_replaced = 0;
         br->new_timed_us = 0;
         memset(br->new_by_status, 0, sizeof br->new_by_status);
         if (br->hello) {
@@ -154,7 +166,7 @@ int sched_batch_write(store_t *db, void *arg) {
         }
         for (size_t k = 0; !rc && k < br->r->n_measurements; k++) {
             const Moetune__Measurement *m = br->r->measurements[k];
-            bool inserted = false;
+            int outcome = STORE_ROW_KEPT;
             row.batch_size = m->batch_size;
             row.status = m->status;
             row.median_us = m->median_us;
@@ -166,15 +178,20 @@ int sched_batch_write(store_t *db, void *arg) {
             row.up_us = m->up_us;
             row.down_us = m->down_us;
             row.timed_us = m->timed_us;
-            rc = store_result_insert(db, &row, &inserted);
-            if (!rc && inserted) {
-                br->new_rows++;
+            rc = store_result_put(db, &row, &outcome);
+            if (!rc && outcome != STORE_ROW_KEPT) {
+                /* a halving finalist's phase-2 row replaces its phase-1 ok row: its job's, not a new row */
+                if (outcome == STORE_ROW_NEW)
+                    br->new_rows++;
+                else
+                    br->new_replaced++;
                 br->new_timed_us += m->timed_us;
                 if (m->status == MOETUNE__STATUS__STATUS_PRUNED)
                     br->new_pruned++;
                 else if (m->status != MOETUNE__STATUS__STATUS_OK)
                     br->new_failed++;
-                br->new_by_status[(unsigned)m->status < SCHED_N_STATUS ? (unsigned)m->status : 0]++;
+                if (outcome == STORE_ROW_NEW)
+                    br->new_by_status[(unsigned)m->status < SCHED_N_STATUS ? (unsigned)m->status : 0]++;
             }
         }
         if (!rc && br->crash) {
@@ -185,6 +202,10 @@ int sched_batch_write(store_t *db, void *arg) {
     for (size_t i = 0; !rc && i < b->n_jobs; i++) rc = store_job_update(db, &b->jobs[i].u);
     for (size_t i = 0; !rc && i < b->n_sweeps; i++)
         rc = store_sweep_set_state(db, b->sweeps[i].id, b->sweeps[i].state, b->sweeps[i].finished);
+    for (size_t i = 0; !rc && i < b->n_hv; i++) {
+        bhalving_t *h = &b->hv[i];
+        rc = halving_advance(db, h->sweep_id, h->shape_id, h->bs, h->nb, h->chunk, mt_wall_s(), &h->st);
+    }
     return rc;
 }
 
@@ -222,8 +243,8 @@ static void apply_entry(sched_t *s, const entry_t *e, const brow_t *br) {
     job_t *j = e->job;
     sweep_t *sw = j->sw;
     jcfg_t *c = &j->cfgs[e->cfg];
-    c->rows += br->new_rows;
-    if (!c->removed) j->rows_done += br->new_rows;
+    c->rows += br->new_rows + br->new_replaced;
+    if (!c->removed) j->rows_done += br->new_rows + br->new_replaced;
     sw->done += br->new_rows;
     sw->failed += br->new_failed;
     sw->pruned += br->new_pruned;
@@ -238,7 +259,6 @@ static void apply_entry(sched_t *s, const entry_t *e, const brow_t *br) {
 }
 
 void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uint64_t now_ms) {
-    (void)now_ms;
     if (!b) return;
     if (s->inflight == b) s->inflight = NULL;
     if (rc) {
@@ -264,6 +284,7 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         }
         for (size_t i = 0; i < b->n_jobs; i++) sched_job_dirty(s, b->jobs[i].job);
         for (size_t i = 0; i < b->n_sweeps; i++) b->sweeps[i].sw->dirty = true;
+        sched_halving_done(s, b->hv, b->n_hv, false, now_ms);
         sched_batch_free(b);
         sched_send_acks(s);
         return;
@@ -284,6 +305,7 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         apply_entry(s, e, br);
         wire_free(&e->env);
     }
+    sched_halving_done(s, b->hv, b->n_hv, true, now_ms);
     sched_batch_free(b);
     sched_send_acks(s);
 }

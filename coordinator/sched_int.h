@@ -10,6 +10,8 @@
  *   sched_commit.c  the commit pipeline: sched_batch_take and sched_batch_done on
  *                   the loop, sched_batch_write on the writer thread, sched_flush
  *   sched_status.c  status replies, rates, GPU busy, counters
+ *   sched_halving.c successive halving: a halving sweep's shapes and the phase
+ *                   transition when a shape's phase-1 jobs are over (halving.c)
  *
  * Threads: everything runs on the event loop's thread except sched_batch_write,
  * which runs on the writer thread (writer.h) and reads only its batch, never the
@@ -22,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "halving.h"
 #include "mt.h"
 #include "race.h"
 #include "scheduler.h"
@@ -57,6 +60,9 @@ struct job {
     jcfg_t *cfgs;
     size_t n_cfgs;
     uint64_t rows_needed, rows_done;
+    uint32_t phase;          /* 1, or 2 for a halving sweep's finalists */
+    uint32_t *bs;            /* its batch sizes, sorted, owned; NULL = the sweep's */
+    size_t nb;               /* how many bs holds */
     bool dirty;
     bool reclaim;            /* held across a Hello or a restart: the holder's first heartbeat must list it */
 };
@@ -74,8 +80,16 @@ struct sweep {
     char *backend;           /* NULL = any worker's backend */
     char *device;            /* the GPU model it is bound to by its first lease; NULL = not yet */
     char *routing_path;      /* the spec's routing file, sent with every job; NULL = uniform */
-    uint32_t max_attempts;
+    uint32_t max_attempts, chunk;
     Moetune__Measure measure;
+    /* halving (strategy "halving", sched_halving.c): phase-1 jobs measure with measure1,
+     * phase 2 with measure (racing off); per shape, where its phase 2 stands (HV_*) */
+    bool halving;
+    bool halving_due;        /* a phase-1 job ended: a shape's phase 2 may be due */
+    Moetune__Measure measure1;
+    uint64_t *hv_shapes;
+    uint8_t *hv_state;
+    size_t n_hv;
     uint64_t planned, done, failed, pruned;
     double timed_us;         /* GPU time in timed kernels over its committed results */
     uint64_t *devs;          /* devices that committed results to it (GPU busy's denominator) */
@@ -130,6 +144,7 @@ typedef struct {
     Moetune__Hello *hello;   /* a copy of the Hello of a worker not yet recorded (owned), or NULL */
     uint64_t device_id;      /* what recording it gave */
     uint32_t new_rows, new_failed, new_pruned;
+    uint32_t new_replaced;   /* halving: phase-1 rows its phase-2 rows replaced */
     uint32_t new_by_status[SCHED_N_STATUS]; /* new rows by Moetune__Status value */
     double new_timed_us;
 } brow_t;
@@ -146,6 +161,20 @@ typedef struct {
     store_job_update_t u;    /* writer side; u.worker_id owned */
 } bjob_t;
 
+/* Where a halving shape's phase 2 stands. */
+enum { HV_WAIT, HV_TAKEN, HV_PLANNED };
+
+/* A halving phase transition in a batch: the writer runs it in the batch's transaction. */
+typedef struct {
+    sweep_t *sw;             /* loop side */
+    size_t h;                /* the shape's index in sw->hv_shapes */
+    uint64_t sweep_id, shape_id; /* writer side from here */
+    uint32_t *bs;            /* the sweep's batch sizes, a copy (owned) */
+    size_t nb;
+    uint32_t chunk;
+    halving_step_t st;       /* what the writer did */
+} bhalving_t;
+
 /* A changed sweep and the snapshot of its state the writer stores. */
 typedef struct {
     sweep_t *sw;             /* loop side */
@@ -161,6 +190,8 @@ struct sched_batch {
     size_t n_jobs;
     bsweep_t *sweeps;
     size_t n_sweeps;
+    bhalving_t *hv;
+    size_t n_hv;
 };
 
 struct sched {
@@ -199,6 +230,15 @@ struct sched {
 };
 
 static inline int64_t sched_wall_ms(void) { return mt_wall_s() * 1000; }
+
+/* The batch sizes a job measures: the sweep's, or a halving finalist's few. */
+static inline const uint32_t *sched_job_bs(const job_t *j) { return j->bs ? j->bs : j->sw->bs; }
+static inline size_t sched_job_nb(const job_t *j) { return j->bs ? j->nb : j->sw->nb; }
+static inline bool sched_job_has_bs(const job_t *j, uint32_t b) {
+    for (size_t i = 0; j->bs && i < j->nb; i++)
+        if (j->bs[i] == b) return true;
+    return !j->bs;
+}
 
 /* Sends env to w through the caller's sched_send_fn. */
 static inline int sched_send_env(sched_t *s, sched_worker_t *w, wire_env_t *env) {
@@ -246,6 +286,27 @@ void sched_dispatch_all(sched_t *s, uint64_t now_ms);
 int sched_load_sweep(void *ctx, const store_sweep_row_t *row);
 void sched_job_free(job_t *j);
 void sched_sweep_free(sweep_t *sw);
+
+/* Loads the running sweep's open jobs that are not in memory yet (halving's phase 2),
+ * with their configs and committed rows; a job already complete is finished. */
+int sched_load_new_jobs(sched_t *s, sweep_t *sw);
+
+/* ---- sched_halving.c: successive halving's hooks (the logic is halving.c) */
+
+/* Loads sw's shapes and whether each one's phase 2 is planned (a halving sweep's load). */
+int sched_halving_load(sched_t *s, sweep_t *sw);
+/* Adds a shape of sw and whether its phase 2 is planned; MT_NOMEM leaves sw as it was. */
+int sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned);
+/* True while a shape of sw has no phase 2 planned: the sweep is not over. */
+bool sched_halving_waiting(const sweep_t *sw);
+/* For a commit batch: every shape of a running halving sweep whose phase-1 jobs are
+ * over and whose phase 2 is not planned, marked taken (*hv owned by the caller, freed
+ * with sched_halving_free). MT_NOMEM leaves them waiting. */
+int sched_halving_take(sched_t *s, bhalving_t **hv, size_t *n);
+/* The batch came back: committed, each shape's phase 2 is planned, its pruned rows
+ * counted and its jobs loaded and dispatched; otherwise the shapes wait for the next batch. */
+void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, uint64_t now_ms);
+void sched_halving_free(bhalving_t *hv, size_t n);
 
 /* ---- sched_commit.c */
 

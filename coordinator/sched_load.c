@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "halving.h"
 #include "mt.h"
 #include "planner.h"
 #include "race.h"
@@ -34,6 +35,7 @@ static void rng_seed(sched_t *s) {
 void sched_job_free(job_t *j) {
     if (!j) return;
     free(j->cfgs);
+    free(j->bs);
     free(j->last_worker);
     free(j->avoid);
     free(j);
@@ -51,6 +53,8 @@ void sched_sweep_free(sweep_t *sw) {
     free(sw->device);
     free(sw->routing_path);
     free(sw->devs);
+    free(sw->hv_shapes);
+    free(sw->hv_state);
     free(sw);
 }
 
@@ -79,23 +83,36 @@ static int load_cfg(void *ctx, uint64_t config_id) {
 static int job_load_rows(sched_t *s, job_t *j) {
     for (size_t i = 0; i < j->n_cfgs; i++) {
         uint32_t n = 0;
-        int rc = store_result_count(s->db, j->sw->id, j->shape_id, j->cfgs[i].config_id, &n);
+        /* a finalist's phase-2 rows replace its phase-1 ones: only they count for its job */
+        int rc = store_result_count_from(s->db, j->sw->id, j->shape_id, j->cfgs[i].config_id, j->phase, &n);
         if (rc) return rc;
-        if (n > j->sw->nb) n = (uint32_t)j->sw->nb;
+        if (n > sched_job_nb(j)) n = (uint32_t)sched_job_nb(j);
         j->cfgs[i].rows = n;
         j->rows_done += n;
     }
-    j->rows_needed = (uint64_t)j->n_cfgs * j->sw->nb;
+    j->rows_needed = (uint64_t)j->n_cfgs * sched_job_nb(j);
     return MT_OK;
 }
 
 static int load_job(void *ctx, const store_job_row_t *row) {
     load_ctx_t *lc = ctx;
+    if (sched_job_lookup(lc->s, row->id)) return MT_OK; /* in memory already (halving loads its new jobs) */
     job_t *j = mt_calloc(1, sizeof *j);
     if (!j) return MT_NOMEM;
     j->id = row->id;
     j->sw = lc->sw;
     j->shape_id = row->shape_id;
+    j->phase = row->phase;
+    if (row->batch_sizes) {
+        int prc = halving_bs_parse(row->batch_sizes, lc->sw->bs, lc->sw->nb, &j->bs, &j->nb);
+        if (prc) {
+            log_at(MT_LOG_ERROR, "job %llu: batch sizes '%.64s' are not the sweep's", (unsigned long long)row->id,
+                   row->batch_sizes);
+            sched_job_free(j);
+            return prc;
+        }
+        qsort(j->bs, j->nb, sizeof *j->bs, cmp_u32);
+    }
     j->state = J_PENDING;
     j->attempts = row->attempts;
     j->token = row->lease_token;
@@ -127,6 +144,19 @@ static int load_job(void *ctx, const store_job_row_t *row) {
 static int load_best(void *ctx, uint64_t shape_id, uint32_t bs, double median_us) {
     load_ctx_t *lc = ctx;
     return race_note(lc->s->race, lc->sw->id, shape_id, bs, median_us);
+}
+
+int sched_load_new_jobs(sched_t *s, sweep_t *sw) {
+    load_ctx_t lc = {.s = s, .sw = sw};
+    size_t n_before = sw->n_jobs;
+    int rc = store_jobs_open_each(s->db, sw->id, load_job, &lc);
+    for (size_t i = n_before; !rc && i < sw->n_jobs; i++) {
+        lc.job = sw->jobs[i];
+        rc = store_job_configs_each(s->db, lc.job->id, load_cfg, &lc);
+        if (!rc) rc = job_load_rows(s, lc.job);
+        if (!rc && lc.job->rows_done >= lc.job->rows_needed) sched_job_finish(s, lc.job, J_DONE);
+    }
+    return rc;
 }
 
 /* Takes a sweep out of memory again (it was the last one added) and frees it. */
@@ -171,7 +201,13 @@ static int sweep_new(const store_sweep_row_t *row, const Moetune__SweepSpec *spe
         (spec->routing_path && *spec->routing_path && !sw->routing_path))
         goto nomem;
     sw->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
+    sw->chunk = spec->chunk ? spec->chunk : PLAN_DEFAULT_CHUNK;
     plan_measure(spec, &sw->measure);
+    sw->halving = halving_is(spec->strategy);
+    if (sw->halving) {
+        halving_measure(&sw->measure, 1, &sw->measure1);
+        halving_measure(&sw->measure, 2, &sw->measure);
+    }
     *out = sw;
     return MT_OK;
 nomem:
@@ -224,7 +260,8 @@ int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
     }
     if (rc) goto out;
     load_ctx_t lc = {.s = s, .sw = sw};
-    rc = store_sweep_bests_each(s->db, sw->id, load_best, &lc);
+    rc = sw->halving ? sched_halving_load(s, sw) : MT_OK;
+    if (!rc) rc = store_sweep_bests_each(s->db, sw->id, load_best, &lc);
     if (!rc) rc = store_jobs_open_each(s->db, sw->id, load_job, &lc);
     for (size_t i = 0; !rc && i < sw->n_jobs; i++) {
         lc.job = sw->jobs[i];
@@ -235,6 +272,7 @@ int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
     /* a job whose every config is already committed is done (its row was not written yet) */
     for (size_t i = 0; i < sw->n_jobs; i++)
         if (sw->jobs[i]->rows_done >= sw->jobs[i]->rows_needed) sched_job_finish(s, sw->jobs[i], J_DONE);
+    sw->halving_due = sw->halving; /* the first batch plans a phase 2 that a restart interrupted */
     sched_sweep_check(s, sw);
     log_at(MT_LOG_INFO, "sweep %llu '%s' loaded: %u jobs pending, %llu of %llu results", (unsigned long long)sw->id,
            sw->name, sw->jobs_by_state[J_PENDING], (unsigned long long)sw->done, (unsigned long long)sw->planned);
@@ -400,6 +438,8 @@ static int sweep_from_plan(sched_t *s, const sched_plan_t *sp) {
     s->sweeps[s->n_sweeps++] = sw;
     for (size_t k = 0; k < p->n_shapes; k++) {
         const plan_shape_t *ps = &p->shapes[k];
+        /* halving: every shape with jobs has its phase 2 to plan, as a load would say */
+        if (sw->halving && ps->n_jobs && sched_halving_add_shape(sw, ps->shape_id, false)) goto nomem;
         for (size_t jn = 0; jn < ps->n_jobs; jn++) {
             size_t first = jn * p->chunk, n = ps->n_valid - first < p->chunk ? ps->n_valid - first : p->chunk;
             job_t *j = mt_calloc(1, sizeof *j);
@@ -412,6 +452,7 @@ static int sweep_from_plan(sched_t *s, const sched_plan_t *sp) {
             j->id = ps->job_ids[jn];
             j->sw = sw;
             j->shape_id = ps->shape_id;
+            j->phase = 1;
             j->state = J_PENDING;
             j->cfgs = cfgs;
             j->n_cfgs = n;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "halving.h"
 #include "mt.h"
 #include "race.h"
 #include "sched_int.h"
@@ -122,6 +123,10 @@ static void release_holder(job_t *j) {
 /* A sweep is over when no job is pending or leased. */
 void sched_sweep_check(sched_t *s, sweep_t *sw) {
     if (sw->state != S_RUNNING || sw->jobs_by_state[J_PENDING] || sw->jobs_by_state[J_LEASED]) return;
+    if (sched_halving_waiting(sw)) {
+        sw->halving_due = true; /* not over: a shape's phase 2 is still to plan */
+        return;
+    }
     sw->state = sw->jobs_by_state[J_FAILED] ? S_FAILED : S_DONE;
     sw->finished = mt_wall_s();
     sw->dirty = true;
@@ -134,6 +139,7 @@ void sched_job_finish(sched_t *s, job_t *j, int state) {
     release_holder(j);
     sched_set_job_state(j, state);
     j->finished = mt_wall_s();
+    if (j->phase == 1 && j->sw->halving) j->sw->halving_due = true;
     sched_job_dirty(s, j);
     log_at(MT_LOG_INFO, "job %llu (sweep %llu) %s after %u attempts", (unsigned long long)j->id,
            (unsigned long long)j->sw->id, g_sched_job_state[state], j->attempts);
@@ -391,7 +397,7 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     size_t n = 0;
     for (size_t i = 0; i < j->n_cfgs; i++) {
         const jcfg_t *c = &j->cfgs[i];
-        if (c->removed || c->rows >= j->sw->nb) continue;
+        if (c->removed || c->rows >= sched_job_nb(j)) continue;
         const krn_config_t *k = config_get(s, c->config_id);
         if (!k) return MT_IO;
         moetune__job_config__init(&s->jc[n]);
@@ -402,9 +408,9 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
         n++;
     }
     if (n == 0) return MT_NOTFOUND;
-    if (sched_grow((void **)&s->best, &s->cap_best, j->sw->nb, sizeof *s->best)) return MT_NOMEM;
-    for (size_t i = 0; i < j->sw->nb; i++)
-        s->best[i] = race_best(s->race, j->sw->id, j->shape_id, j->sw->bs[i]);
+    if (sched_grow((void **)&s->best, &s->cap_best, sched_job_nb(j), sizeof *s->best)) return MT_NOMEM;
+    for (size_t i = 0; i < sched_job_nb(j); i++)
+        s->best[i] = race_best(s->race, j->sw->id, j->shape_id, sched_job_bs(j)[i]);
     Moetune__Shape shape;
     wire_shape_to_msg(sh, &shape);
     Moetune__Job job = MOETUNE__JOB__INIT;
@@ -414,10 +420,10 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     job.shape = &shape;
     job.n_configs = n;
     job.configs = s->jcp;
-    job.n_batch_sizes = j->sw->nb;
-    job.batch_sizes = j->sw->bs;
-    job.measure = &j->sw->measure;
-    job.n_best_us = j->sw->nb;
+    job.n_batch_sizes = sched_job_nb(j);
+    job.batch_sizes = (uint32_t *)sched_job_bs(j);
+    job.measure = j->sw->halving && j->phase == 1 ? &j->sw->measure1 : &j->sw->measure;
+    job.n_best_us = sched_job_nb(j);
     job.best_us = s->best;
     job.routing_path = j->sw->routing_path ? j->sw->routing_path : "";
     wire_env_t env;
@@ -531,7 +537,19 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     int rc = store_begin(s->db);
     if (!rc) rc = store_crash_bump(s->db, j->sw->id, j->shape_id, c->config_id, w->id, &count);
     if (!rc) rc = store_job_config_delete(s->db, j->id, c->config_id);
-    if (!rc) rc = store_job_insert(s->db, j->sw->id, j->shape_id, w->id, mt_wall_s(), &new_id);
+    char bs_text[2048] = "";
+    uint32_t *nbs = j->bs ? malloc(j->nb * sizeof *nbs) : NULL;
+    if (j->bs && (!nbs || halving_bs_format(j->bs, j->nb, bs_text, sizeof bs_text))) {
+        free(nbs);
+        store_rollback(s->db);
+        goto nomem;
+    }
+    if (nbs) memcpy(nbs, j->bs, j->nb * sizeof *nbs);
+    nj->bs = nbs; /* the retry keeps the job's phase and batch sizes */
+    nj->nb = j->nb;
+    nj->phase = j->phase;
+    if (!rc) rc = store_job_insert_phase(s->db, j->sw->id, j->shape_id, j->phase, j->bs ? bs_text : NULL, w->id,
+                                         mt_wall_s(), &new_id);
     if (!rc) rc = store_job_config_insert(s->db, new_id, c->config_id);
     if (!rc && sched_job_index_reserve(s, j->sw, new_id)) {
         store_rollback(s->db);
@@ -543,7 +561,7 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
                (unsigned long long)j->id, store_errmsg(s->db));
         store_rollback(s->db);
         s->c.commit_failures++;
-        free(nj);
+        sched_job_free(nj);
         free(ncfg);
         free(avoid);
         return rc;
@@ -556,10 +574,10 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     nj->cfgs = ncfg;
     nj->n_cfgs = 1;
     ncfg->config_id = c->config_id;
-    nj->rows_needed = j->sw->nb;
+    nj->rows_needed = sched_job_nb(nj);
     sched_job_index(s, nj); /* room reserved above: cannot fail */
     c->removed = true;
-    j->rows_needed -= j->sw->nb;
+    j->rows_needed -= sched_job_nb(j);
     j->rows_done -= c->rows;
     log_at(MT_LOG_WARN, "config %llu crashed %s's child in job %llu: retried alone in job %llu elsewhere",
            (unsigned long long)c->config_id, w->id, (unsigned long long)j->id, (unsigned long long)new_id);
@@ -569,7 +587,7 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
 nomem:
     log_at(MT_LOG_ERROR, "out of memory recording the crash of config %llu in job %llu",
            (unsigned long long)c->config_id, (unsigned long long)j->id);
-    free(nj);
+    sched_job_free(nj);
     free(ncfg);
     free(avoid);
     return MT_NOMEM;
@@ -603,8 +621,8 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
         return reject_holder(s, w, j, r->seq, why, now_ms);
     }
     sweep_t *sw = j->sw;
-    if (r->n_measurements != sw->nb) {
-        mt_fmt(why, sizeof why, "%zu measurements for %zu batch sizes", r->n_measurements, sw->nb);
+    if (r->n_measurements != sched_job_nb(j)) {
+        mt_fmt(why, sizeof why, "%zu measurements for %zu batch sizes", r->n_measurements, sched_job_nb(j));
         return reject_holder(s, w, j, r->seq, why, now_ms);
     }
     if (++sw->stamp == 0) {
@@ -614,8 +632,8 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     size_t crashed = 0;
     for (size_t i = 0; i < r->n_measurements; i++) {
         int bi = bs_index(sw, r->measurements[i]->batch_size);
-        if (bi < 0 || sw->seen[bi] == sw->stamp) {
-            mt_fmt(why, sizeof why, "batch size %u is not one of the sweep's or repeats",
+        if (bi < 0 || !sched_job_has_bs(j, r->measurements[i]->batch_size) || sw->seen[bi] == sw->stamp) {
+            mt_fmt(why, sizeof why, "batch size %u is not one of the job's or repeats",
                    r->measurements[i]->batch_size);
             return reject_holder(s, w, j, r->seq, why, now_ms);
         }

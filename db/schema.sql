@@ -1,4 +1,4 @@
--- moetune store, schema version 3. The coordinator applies it through db/store.c
+-- moetune store, schema version 4. The coordinator applies it through db/store.c
 -- (PRAGMA user_version); this file is the readable copy and is embedded at build time.
 CREATE TABLE devices (
   id INTEGER PRIMARY KEY,
@@ -57,7 +57,9 @@ CREATE TABLE jobs (
   lease_expires INTEGER,           -- wall-clock ms
   avoid_worker TEXT,               -- a retry of a crashing config runs elsewhere
   created INTEGER NOT NULL,
-  finished INTEGER
+  finished INTEGER,
+  phase INTEGER NOT NULL DEFAULT 1, -- halving: 1 = every config at a few samples, 2 = the finalists
+  batch_sizes TEXT                 -- the batch sizes it measures ('1,16,256'); NULL = the sweep's
 );
 CREATE INDEX jobs_by_state ON jobs (state, sweep_id);
 CREATE TABLE job_configs (
@@ -91,6 +93,7 @@ CREATE TABLE results (
   versions TEXT,                   -- the measuring worker's versions (triton: kernel, triton, torch, python)
   up_us REAL, down_us REAL,        -- GEMM1 and GEMM2 timed alone, medians; 0 = not measured
   timed_us REAL,                   -- GPU time in the timed kernels of this measurement; NULL = not reported
+  phase INTEGER NOT NULL DEFAULT 1, -- the job phase that measured it; only a later phase replaces a row
   UNIQUE (sweep_id, shape_id, config_id, batch_size)
 );
 CREATE INDEX results_best ON results (shape_id, batch_size, status, median_us);

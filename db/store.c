@@ -8,9 +8,9 @@
 
 #include "mt.h"
 
-/* Schema version 3; kept identical to db/schema.sql (tests/unit/test_store.c checks). */
+/* Schema version 4; kept identical to db/schema.sql (tests/unit/test_store.c checks). */
 static const char g_schema[] =
-    "-- moetune store, schema version 3. The coordinator applies it through db/store.c\n"
+    "-- moetune store, schema version 4. The coordinator applies it through db/store.c\n"
     "-- (PRAGMA user_version); this file is the readable copy and is embedded at build time.\n"
     "CREATE TABLE devices (\n"
     "  id INTEGER PRIMARY KEY,\n"
@@ -69,7 +69,9 @@ static const char g_schema[] =
     "  lease_expires INTEGER,           -- wall-clock ms\n"
     "  avoid_worker TEXT,               -- a retry of a crashing config runs elsewhere\n"
     "  created INTEGER NOT NULL,\n"
-    "  finished INTEGER\n"
+    "  finished INTEGER,\n"
+    "  phase INTEGER NOT NULL DEFAULT 1, -- halving: 1 = every config at a few samples, 2 = the finalists\n"
+    "  batch_sizes TEXT                 -- the batch sizes it measures ('1,16,256'); NULL = the sweep's\n"
     ");\n"
     "CREATE INDEX jobs_by_state ON jobs (state, sweep_id);\n"
     "CREATE TABLE job_configs (\n"
@@ -103,6 +105,7 @@ static const char g_schema[] =
     "  versions TEXT,                   -- the measuring worker's versions (triton: kernel, triton, torch, python)\n"
     "  up_us REAL, down_us REAL,        -- GEMM1 and GEMM2 timed alone, medians; 0 = not measured\n"
     "  timed_us REAL,                   -- GPU time in the timed kernels of this measurement; NULL = not reported\n"
+    "  phase INTEGER NOT NULL DEFAULT 1, -- the job phase that measured it; only a later phase replaces a row\n"
     "  UNIQUE (sweep_id, shape_id, config_id, batch_size)\n"
     ");\n"
     "CREATE INDEX results_best ON results (shape_id, batch_size, status, median_us);\n"
@@ -135,7 +138,7 @@ enum {
     ST_RESULT_INSERT, ST_CRASH_BUMP, ST_CRASH_COUNT,
     ST_ROUTING_INSERT, ST_SWEEPS, ST_JOBS_OPEN, ST_JOB_CONFIGS, ST_SHAPE_GET, ST_CONFIG_GET,
     ST_RESULT_COUNT, ST_SWEEP_RESULT_COUNTS, ST_JOB_STATE_COUNTS, ST_SWEEP_BESTS, ST_SWEEP_DEVICE,
-    ST_SWEEP_DEVICES,
+    ST_SWEEP_DEVICES, ST_RESULT_REPLACE, ST_PHASE_ROWS, ST_RESULT_PRUNE, ST_SWEEP_PHASES,
     ST_COUNT
 };
 
@@ -181,7 +184,8 @@ static const char *const g_sql[ST_COUNT] = {
         "INSERT INTO rejected (sweep_id, shape_id, config_id, reason) VALUES (?1, ?2, ?3, ?4)"
         " ON CONFLICT DO NOTHING",
     [ST_JOB_INSERT] =
-        "INSERT INTO jobs (sweep_id, shape_id, state, avoid_worker, created) VALUES (?1, ?2, 'pending', ?3, ?4)",
+        "INSERT INTO jobs (sweep_id, shape_id, state, avoid_worker, created, phase, batch_sizes)"
+        " VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6)",
     [ST_JOB_CONFIG_INSERT] = "INSERT INTO job_configs (job_id, config_id) VALUES (?1, ?2)",
     [ST_JOB_CONFIG_DELETE] = "DELETE FROM job_configs WHERE job_id = ?1 AND config_id = ?2",
     [ST_JOB_UPDATE] =
@@ -190,8 +194,21 @@ static const char *const g_sql[ST_COUNT] = {
     [ST_RESULT_INSERT] =
         "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us, mean_us,"
         " stddev_us, samples, detail, registers, spills, job_id, worker_id, device_id, backend, compiler,"
-        " kernel_hash, created, versions, up_us, down_us, timed_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
-        " ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24) ON CONFLICT (sweep_id, shape_id, config_id, batch_size) DO NOTHING",
+        " kernel_hash, created, versions, up_us, down_us, timed_us, phase) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+        " ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)"
+        " ON CONFLICT (sweep_id, shape_id, config_id, batch_size) DO NOTHING",
+    /* halving: a later phase's measurement replaces the row of an earlier one, never the reverse */
+    [ST_RESULT_REPLACE] =
+        "UPDATE results SET status = ?5, median_us = ?6, min_us = ?7, mean_us = ?8, stddev_us = ?9, samples = ?10,"
+        " detail = ?11, registers = ?12, spills = ?13, job_id = ?14, worker_id = ?15, device_id = ?16, backend = ?17,"
+        " compiler = ?18, kernel_hash = ?19, created = ?20, versions = ?21, up_us = ?22, down_us = ?23,"
+        " timed_us = ?24, phase = ?25 WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3 AND batch_size = ?4"
+        " AND phase < ?25",
+    [ST_PHASE_ROWS] = "SELECT config_id, batch_size, median_us, stddev_us FROM results WHERE sweep_id = ?1"
+                      " AND shape_id = ?2 AND phase = ?3 AND status = 'ok' ORDER BY config_id, batch_size",
+    [ST_RESULT_PRUNE] = "UPDATE results SET status = 'pruned', detail = ?6 WHERE sweep_id = ?1 AND shape_id = ?2"
+                        " AND config_id = ?3 AND batch_size = ?4 AND phase = ?5 AND status = 'ok'",
+    [ST_SWEEP_PHASES] = "SELECT shape_id, MAX(phase) FROM jobs WHERE sweep_id = ?1 GROUP BY shape_id ORDER BY shape_id",
     [ST_CRASH_BUMP] =
         "INSERT INTO crashes (sweep_id, shape_id, config_id, count, last_worker) VALUES (?1, ?2, ?3, 1, ?4)"
         " ON CONFLICT (sweep_id, shape_id, config_id) DO UPDATE SET count = count + 1, last_worker = excluded.last_worker",
@@ -203,14 +220,14 @@ static const char *const g_sql[ST_COUNT] = {
                         "JOIN devices d ON d.id = w.device_id WHERE j.sweep_id = ?1) ORDER BY o, i LIMIT 1",
     [ST_SWEEPS] = "SELECT id, name, state, spec, results_planned, created FROM sweeps ORDER BY id",
     [ST_JOBS_OPEN] =
-        "SELECT id, sweep_id, shape_id, state, attempts, worker_id, lease_token, avoid_worker FROM jobs"
+        "SELECT id, sweep_id, shape_id, state, attempts, worker_id, lease_token, avoid_worker, phase, batch_sizes FROM jobs"
         " WHERE sweep_id = ?1 AND state IN ('pending', 'leased') ORDER BY id",
     [ST_JOB_CONFIGS] = "SELECT config_id FROM job_configs WHERE job_id = ?1 ORDER BY config_id",
     [ST_SHAPE_GET] = "SELECT e, n, k, topk, dtype, block_n, block_k, routing FROM shapes WHERE id = ?1",
     [ST_CONFIG_GET] =
         "SELECT block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs WHERE id = ?1",
     [ST_RESULT_COUNT] =
-        "SELECT COUNT(*) FROM results WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3",
+        "SELECT COUNT(*) FROM results WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3 AND phase >= ?4",
     [ST_SWEEP_RESULT_COUNTS] =
         "SELECT COUNT(*), COALESCE(SUM(status NOT IN ('ok', 'pruned')), 0), COALESCE(SUM(status = 'pruned'), 0),"
         " COALESCE(SUM(timed_us), 0) FROM results WHERE sweep_id = ?1",
@@ -378,6 +395,10 @@ static const char *const g_upgrade[STORE_SCHEMA_VERSION + 1] = {
           "DROP TABLE results;\n"
           "ALTER TABLE results_v3 RENAME TO results;\n"
           "CREATE INDEX results_best ON results (shape_id, batch_size, status, median_us);\n",
+    /* halving: a job's phase and batch-size subset, a result's phase */
+    [4] = "ALTER TABLE jobs ADD COLUMN phase INTEGER NOT NULL DEFAULT 1;\n"
+          "ALTER TABLE jobs ADD COLUMN batch_sizes TEXT;\n"
+          "ALTER TABLE results ADD COLUMN phase INTEGER NOT NULL DEFAULT 1;\n",
 };
 
 /* Applies the schema to a fresh database, or the upgrades from its version to a
@@ -608,11 +629,18 @@ int store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint
 
 int store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker,
                      int64_t created, uint64_t *id) {
+    return store_job_insert_phase(s, sweep_id, shape_id, 1, NULL, avoid_worker, created, id);
+}
+
+int store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase,
+                           const char *batch_sizes, const char *avoid_worker, int64_t created, uint64_t *id) {
     sqlite3_stmt *st = s->st[ST_JOB_INSERT];
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
     sqlite3_bind_int64(st, 2, (int64_t)shape_id);
     bind_text(st, 3, avoid_worker);
     sqlite3_bind_int64(st, 4, created);
+    sqlite3_bind_int64(st, 5, phase ? phase : 1);
+    bind_text(st, 6, batch_sizes && *batch_sizes ? batch_sizes : NULL);
     int rc = exec_st(s, ST_JOB_INSERT);
     if (!rc) *id = (uint64_t)sqlite3_last_insert_rowid(s->db);
     return rc;
@@ -642,13 +670,7 @@ int store_job_update(store_t *s, const store_job_update_t *u) {
     return exec_st(s, ST_JOB_UPDATE);
 }
 
-int store_result_insert(store_t *s, const store_result_t *r, bool *inserted) {
-    const char *status = store_status_name(r->status);
-    if (!status) {
-        mt_fmt(s->err, sizeof s->err, "result status %d is unknown", r->status);
-        return MT_INVAL;
-    }
-    sqlite3_stmt *st = s->st[ST_RESULT_INSERT];
+static void bind_result(sqlite3_stmt *st, const store_result_t *r, const char *status) {
     sqlite3_bind_int64(st, 1, (int64_t)r->sweep_id);
     sqlite3_bind_int64(st, 2, (int64_t)r->shape_id);
     sqlite3_bind_int64(st, 3, (int64_t)r->config_id);
@@ -673,8 +695,48 @@ int store_result_insert(store_t *s, const store_result_t *r, bool *inserted) {
     sqlite3_bind_double(st, 22, r->up_us);
     sqlite3_bind_double(st, 23, r->down_us);
     sqlite3_bind_double(st, 24, r->timed_us);
+    sqlite3_bind_int64(st, 25, r->phase ? r->phase : 1);
+}
+
+int store_result_put(store_t *s, const store_result_t *r, int *outcome) {
+    const char *status = store_status_name(r->status);
+    *outcome = STORE_ROW_KEPT;
+    if (!status) {
+        mt_fmt(s->err, sizeof s->err, "result status %d is unknown", r->status);
+        return MT_INVAL;
+    }
+    bind_result(s->st[ST_RESULT_INSERT], r, status);
     int rc = exec_st(s, ST_RESULT_INSERT);
-    if (!rc) *inserted = sqlite3_changes(s->db) == 1;
+    if (rc) return rc;
+    if (sqlite3_changes(s->db) == 1) {
+        *outcome = STORE_ROW_NEW;
+        return MT_OK;
+    }
+    if (r->phase <= 1) return MT_OK; /* a first phase never replaces anything */
+    bind_result(s->st[ST_RESULT_REPLACE], r, status);
+    rc = exec_st(s, ST_RESULT_REPLACE);
+    if (!rc && sqlite3_changes(s->db) == 1) *outcome = STORE_ROW_REPLACED;
+    return rc;
+}
+
+int store_result_insert(store_t *s, const store_result_t *r, bool *inserted) {
+    int outcome = STORE_ROW_KEPT;
+    int rc = store_result_put(s, r, &outcome);
+    *inserted = outcome == STORE_ROW_NEW;
+    return rc;
+}
+
+int store_result_prune(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t batch_size,
+                       uint32_t phase, const char *detail, bool *changed) {
+    sqlite3_stmt *st = s->st[ST_RESULT_PRUNE];
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
+    sqlite3_bind_int64(st, 3, (int64_t)config_id);
+    sqlite3_bind_int64(st, 4, batch_size);
+    sqlite3_bind_int64(st, 5, phase);
+    bind_text(st, 6, detail);
+    int rc = exec_st(s, ST_RESULT_PRUNE);
+    if (!rc) *changed = sqlite3_changes(s->db) == 1;
     return rc;
 }
 
@@ -753,7 +815,10 @@ static int job_row(sqlite3_stmt *st, void *cb, void *ctx) {
         .worker_id = col_text(st, 5),
         .lease_token = (uint64_t)sqlite3_column_int64(st, 6),
         .avoid_worker = col_text(st, 7),
+        .phase = (uint32_t)sqlite3_column_int64(st, 8),
+        .batch_sizes = col_text(st, 9),
     };
+    if (!r.phase) r.phase = 1;
     if (!r.state) r.state = "";
     return ((store_job_cb)cb)(ctx, &r);
 }
@@ -816,8 +881,14 @@ int store_config_get(store_t *s, uint64_t id, krn_config_t *cfg) {
 }
 
 int store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n) {
+    return store_result_count_from(s, sweep_id, shape_id, config_id, 1, n);
+}
+
+int store_result_count_from(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t phase,
+                            uint32_t *n) {
     uint64_t v = 0;
     bind_ssc(s->st[ST_RESULT_COUNT], sweep_id, shape_id, config_id);
+    sqlite3_bind_int64(s->st[ST_RESULT_COUNT], 4, phase);
     int rc = exec_u64(s, ST_RESULT_COUNT, &v);
     if (!rc) *n = (uint32_t)v;
     return rc;
@@ -884,4 +955,27 @@ int store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t len) {
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
     return rc;
+}
+
+static int phase_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    return ((store_phase_row_fn)cb)(ctx, (uint64_t)sqlite3_column_int64(st, 0), (uint32_t)sqlite3_column_int64(st, 1),
+                                    sqlite3_column_double(st, 2), sqlite3_column_double(st, 3));
+}
+
+int store_phase_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase, store_phase_row_fn fn,
+                          void *ctx) {
+    sqlite3_stmt *st = s->st[ST_PHASE_ROWS];
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
+    sqlite3_bind_int64(st, 3, phase);
+    return each(s, ST_PHASE_ROWS, phase_row, (void *)fn, ctx);
+}
+
+static int shape_phase_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    return ((store_shape_phase_fn)cb)(ctx, (uint64_t)sqlite3_column_int64(st, 0), (uint32_t)sqlite3_column_int64(st, 1));
+}
+
+int store_sweep_phases_each(store_t *s, uint64_t sweep_id, store_shape_phase_fn fn, void *ctx) {
+    sqlite3_bind_int64(s->st[ST_SWEEP_PHASES], 1, (int64_t)sweep_id);
+    return each(s, ST_SWEEP_PHASES, shape_phase_row, (void *)fn, ctx);
 }

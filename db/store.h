@@ -18,7 +18,7 @@
 #include "moetune.pb-c.h"
 #include "space.h"
 
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 4
 
 typedef struct store store_t;
 
@@ -34,6 +34,7 @@ typedef struct {
     double up_us, down_us;           /* GEMM1 / GEMM2 alone, medians; 0 = not measured */
     double timed_us;                 /* GPU time in the measurement's timed kernels */
     int64_t created;                 /* wall-clock seconds */
+    uint32_t phase;                  /* the measuring job's phase (halving); 0 reads as 1 */
 } store_result_t;
 
 /* The mutable part of a jobs row. */
@@ -52,6 +53,8 @@ typedef struct {
     uint64_t id, sweep_id, shape_id, lease_token;
     const char *state, *worker_id, *avoid_worker;
     uint32_t attempts;
+    uint32_t phase;                  /* 1, or 2 for a halving sweep's finalists */
+    const char *batch_sizes;         /* its batch sizes ("1,16,256"); NULL = the sweep's */
 } store_job_row_t;
 
 /* A sweeps row as loaded at start; spec points at the packed SweepSpec. */
@@ -121,6 +124,10 @@ int store_routing_insert(store_t *s, const char *sha256, const char *source, uin
 
 int store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker,
                      int64_t created, uint64_t *id);
+/* A new pending job of a phase (halving: 1 or 2) measuring only batch_sizes
+ * ("1,16,256"; NULL = the sweep's). store_job_insert is phase 1, all batch sizes. */
+int store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase,
+                           const char *batch_sizes, const char *avoid_worker, int64_t created, uint64_t *id);
 int store_job_config_insert(store_t *s, uint64_t job_id, uint64_t config_id);
 int store_job_config_delete(store_t *s, uint64_t job_id, uint64_t config_id);
 int store_job_update(store_t *s, const store_job_update_t *u);
@@ -129,6 +136,15 @@ int store_job_update(store_t *s, const store_job_update_t *u);
 /* Inserts one row unless (sweep, shape, config, batch size) already exists;
  * *inserted is true when a new row was written. */
 int store_result_insert(store_t *s, const store_result_t *r, bool *inserted);
+/* What store_result_put did with a row. */
+enum { STORE_ROW_KEPT, STORE_ROW_NEW, STORE_ROW_REPLACED };
+/* Inserts r; when its key exists, replaces it only when r->phase is later than the
+ * stored row's (halving's finalists), so a resent result is written once and a phase-1
+ * row never overwrites a phase-2 one. *outcome says which. */
+int store_result_put(store_t *s, const store_result_t *r, int *outcome);
+/* Halving: turns one ok row of phase into 'pruned' with detail; *changed when it did. */
+int store_result_prune(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t batch_size,
+                       uint32_t phase, const char *detail, bool *changed);
 /* Adds one crash of (sweep, shape, config) by worker; *count gets the new total. */
 int store_crash_bump(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
                      const char *worker_id, uint32_t *count);
@@ -150,6 +166,17 @@ int store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape);
 int store_config_get(store_t *s, uint64_t id, krn_config_t *cfg);
 /* Committed rows of (sweep, shape, config). */
 int store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n);
+/* Committed rows of (sweep, shape, config) measured in phase or later. */
+int store_result_count_from(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t phase,
+                            uint32_t *n);
+/* Halving: calls fn for every ok row of (sweep, shape) measured in phase, by config and batch size. */
+typedef int (*store_phase_row_fn)(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us,
+                                  double stddev_us);
+int store_phase_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase, store_phase_row_fn fn,
+                          void *ctx);
+/* Halving: per shape of a sweep's jobs, the latest phase planned for it, in shape order. */
+typedef int (*store_shape_phase_fn)(void *ctx, uint64_t shape_id, uint32_t max_phase);
+int store_sweep_phases_each(store_t *s, uint64_t sweep_id, store_shape_phase_fn fn, void *ctx);
 /* What a sweep's committed rows add up to, in one pass over them. */
 typedef struct {
     uint64_t done;      /* rows */

@@ -352,9 +352,21 @@ static void test_queries(void **state) {
     assert_null(q);
 }
 
+/* The near-tie margin: the gap over the pair's combined deviation; equal medians are a
+ * tie, and a gap without any deviation is no tie at all. */
+static void test_margin(void **state) {
+    (void)state;
+    assert_true(exp_margin_sd(100.0, 3.0, 105.0, 4.0) == 1.0);
+    assert_true(exp_margin_sd(100.0, 0.3, 100.3, 0.4) < EXP_NEAR_TIE_SD);
+    assert_true(exp_margin_sd(100.0, 0.3, 110.0, 0.4) > EXP_NEAR_TIE_SD);
+    assert_true(exp_margin_sd(50.0, 0.0, 50.0, 0.0) == 0.0);
+    assert_true(exp_margin_sd(50.0, 0.0, 51.0, 0.0) > 1e300);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_files, setup, teardown),
+        cmocka_unit_test(test_margin),
         cmocka_unit_test_setup_teardown(test_reexport, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queries, setup, teardown),
     };

@@ -357,6 +357,23 @@ static void test_custom_space_and_measure(void **state) {
     plan_destroy(&p);
 }
 
+/* Both strategies plan the same jobs: halving's phases are the scheduler's. */
+static void test_halving_accepted(void **state) {
+    spec_t s;
+    char err[256] = "";
+    uint32_t v_ex = 0, r_ex = 0, j_ex = 0, v_hv = 0, r_hv = 0, j_hv = 0;
+    spec_init(&s, QWEN, 1);
+    s.spec.strategy = "exhaustive";
+    assert_int_equal(plan_count(&s.spec, &v_ex, &r_ex, &j_ex, err, sizeof err), MT_OK);
+    s.spec.strategy = "halving";
+    assert_int_equal(plan_count(&s.spec, &v_hv, &r_hv, &j_hv, err, sizeof err), MT_OK);
+    assert_int_equal(v_hv, v_ex);
+    assert_int_equal(j_hv, j_ex);
+    s.spec.strategy = "halvingx";
+    assert_int_equal(plan_count(&s.spec, &v_hv, &r_hv, &j_hv, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "known: exhaustive, halving"));
+}
+
 int main(void) {
     mt_log_init("test_planner", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
@@ -366,6 +383,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_invalid_specs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_start_leaves_nothing, setup, teardown),
         cmocka_unit_test(test_custom_space_and_measure),
+        cmocka_unit_test(test_halving_accepted),
         cmocka_unit_test(test_triton_rules),
         cmocka_unit_test(test_fp8_block_engines),
         cmocka_unit_test(test_cuda_rejects_fp8),

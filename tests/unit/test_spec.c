@@ -41,6 +41,7 @@ static void test_flags(void **state) {
     set_ok(s, "name", "nightly");
     set_ok(s, "rsd-target", "0.02");
     set_ok(s, "config-timeout-ms", "1500");
+    set_ok(s, "strategy", "halving");
     assert_int_equal(cli_spec_finish(s, false, err, sizeof err), MT_OK);
     const Moetune__SweepSpec *p = cli_spec_get(s);
     assert_non_null(p);
@@ -58,6 +59,7 @@ static void test_flags(void **state) {
     assert_int_equal(p->space->n_block_n, 4);  /* not given: the default list */
     assert_int_equal(p->space->n_num_stages, 4);
     assert_int_equal(p->chunk, 8);
+    assert_string_equal(p->strategy, "halving");
     assert_non_null(p->measure);
     assert_true(p->measure->rsd_target == 0.02);
     assert_int_equal(p->measure->timeout_ms, 1500);
@@ -318,7 +320,7 @@ static void test_json(void **state) {
         "{\"name\": \"j\", \"shapes\": [\"E=128,N=768,K=2048,topk=8\","
         " {\"E\": 256, \"N\": 256, \"K\": 7168, \"topk\": 8, \"dtype\": \"fp8_w8a8\", \"block_shape\": [128, 128]}],"
         " \"models\": [{\"name\": \"gpt-oss-120b\", \"tp\": 4}], \"batch_sizes\": [1, 16, 256],"
-        " \"space\": {\"block_m\": [16, 64], \"num_warps\": [4]}, \"chunk\": 32,"
+        " \"space\": {\"block_m\": [16, 64], \"num_warps\": [4]}, \"chunk\": 32, \"strategy\": \"halving\","
         " \"measure\": {\"warmup\": 3, \"max_samples\": 50, \"seed\": 7, \"timeout_ms\": 9000}}";
     cli_spec_t *s = cli_spec_new();
     char err[400] = "";
@@ -334,6 +336,7 @@ static void test_json(void **state) {
     assert_int_equal(p->space->n_block_m, 2);
     assert_int_equal(p->space->num_warps[0], 4);
     assert_int_equal(p->chunk, 32);
+    assert_string_equal(p->strategy, "halving");
     assert_int_equal(p->measure->warmup, 3);
     assert_int_equal(p->measure->max_samples, 50);
     assert_int_equal(p->measure->seed, 7);
@@ -369,6 +372,7 @@ static void json_bad(const char *doc, const char *reason_part) {
 static void test_json_bad(void **state) {
     json_bad("{\"shapes\": [\"E=128\"", "not valid JSON");
     json_bad("[]", "not a JSON object");
+    json_bad("{\"strategy\": \"random\"}", "unknown strategy");
     json_bad("{\"colour\": 1}", "unknown key \"colour\"");
     json_bad("{\"space\": {\"block_q\": [1]}}", "unknown key \"block_q\"");
     json_bad("{\"measure\": {\"warmup\": -1}}", "--warmup -1");

@@ -118,7 +118,7 @@ static void test_migrate_v1(void **state) {
                                " AND type = 'TEXT'"),
                      1);
     /* the same columns as a fresh v2 database, in the same order */
-    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results')"), 25); /* with v3's timed_us */
+    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results')"), 26); /* v3's timed_us, v4's phase */
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'down_us'"), 23);
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'timed_us'"), 24);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE median_us = 5.0 AND versions IS NULL"
@@ -182,9 +182,73 @@ static void test_fresh_columns(void **state) {
     store_t *s = NULL;
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     store_close(&s);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results')"), 25);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results')"), 26);
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'down_us'"), 23);
+    assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'phase'"), 25);
+    assert_int_equal(query_int("SELECT cid FROM pragma_table_info('jobs') WHERE name = 'batch_sizes'"), 12);
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('workers') WHERE name = 'versions'"), 10);
+}
+
+/* A v3 database (the schema before halving) gets the jobs' phase and batch sizes and the
+ * results' phase by ALTER TABLE, keeps every row (read as phase 1), and takes phase rows after. */
+static void test_migrate_v3(void **state) {
+    char err[256], path[512];
+    static char v3[65536];
+    sqlite3 *db = NULL;
+    store_t *s = NULL;
+    FILE *f = fopen(mt_fmt(path, sizeof path, "%s/tests/unit/support/schema_v3.sql", MT_SOURCE_DIR), "rb");
+    assert_non_null(f);
+    size_t n = fread(v3, 1, sizeof v3 - 1, f);
+    fclose(f);
+    v3[n] = '\0';
+    assert_int_equal(sqlite3_open(g_db.path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, v3, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "INSERT INTO sweeps (name, spec, state, created) VALUES ('old', x'00', 'done', 1);"
+                                  "INSERT INTO shapes (e, n, k, topk, dtype) VALUES (8, 256, 256, 2, 'bf16');"
+                                  "INSERT INTO configs (block_m, block_n, block_k, group_m, num_warps, num_stages)"
+                                  " VALUES (16, 64, 64, 1, 4, 2);"
+                                  "INSERT INTO jobs (sweep_id, shape_id, state, created) VALUES (1, 1, 'done', 1);"
+                                  "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
+                                  " backend, compiler, created, timed_us) VALUES (1, 1, 1, 1, 'ok', 5.0, 'sim', 'sim', 1, 50);"
+                                  "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
+                                  " backend, compiler, created) VALUES (1, 1, 1, 2, 'pruned', 9.0, 'sim', 'sim', 1);"
+                                  "PRAGMA user_version = 3;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(query_int("PRAGMA user_version"), 4);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE phase = 1"), 2);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'ok' AND median_us = 5.0 AND timed_us = 50"), 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 1 AND batch_sizes IS NULL AND state = 'done'"), 1);
+    /* the layout a fresh v4 database has */
+    assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'phase'"), 25);
+    assert_int_equal(query_int("SELECT cid FROM pragma_table_info('jobs') WHERE name = 'batch_sizes'"), 12);
+    /* a phase-2 row replaces the phase-1 one; a phase-1 resend then changes nothing */
+    store_result_t r = {.sweep_id = 1, .shape_id = 1, .config_id = 1, .batch_size = 1, .status = MOETUNE__STATUS__STATUS_OK,
+                        .median_us = 4.0, .samples = 40, .backend = "sim", .compiler = "sim", .created = 2, .phase = 2};
+    int outcome = -1;
+    assert_int_equal(store_result_put(s, &r, &outcome), MT_OK);
+    assert_int_equal(outcome, STORE_ROW_REPLACED);
+    assert_int_equal(store_result_put(s, &r, &outcome), MT_OK);
+    assert_int_equal(outcome, STORE_ROW_KEPT); /* the same phase again: exactly once */
+    r.phase = 1;
+    r.median_us = 7.0;
+    assert_int_equal(store_result_put(s, &r, &outcome), MT_OK);
+    assert_int_equal(outcome, STORE_ROW_KEPT);
+    uint32_t rows = 0;
+    assert_int_equal(store_result_count_from(s, 1, 1, 1, 2, &rows), MT_OK);
+    assert_int_equal(rows, 1);
+    assert_int_equal(store_result_count_from(s, 1, 1, 1, 1, &rows), MT_OK);
+    assert_int_equal(rows, 2);
+    uint64_t job = 0;
+    assert_int_equal(store_job_insert_phase(s, 1, 1, 2, "1,16", NULL, 3, &job), MT_OK);
+    store_close(&s);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 2);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE batch_size = 1 AND phase = 2 AND median_us = 4.0"
+                               " AND samples = 40"), 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '1,16'"), 1);
 }
 
 static void test_newer_schema_refused(void **state) {
@@ -338,6 +402,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup, teardown),
         cmocka_unit_test_setup_teardown(test_migrate_v1, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fresh_columns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrate_v3, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test(test_bad_path),
         cmocka_unit_test_setup_teardown(test_idempotent_result, setup, teardown),

@@ -1,0 +1,268 @@
+/* halving.c - successive halving: finalists and the phase transition. See halving.h. */
+#include "halving.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mt.h"
+
+bool halving_is(const char *strategy) { return strategy && strcmp(strategy, "halving") == 0; }
+
+bool halving_strategy_known(const char *strategy) {
+    return !strategy || !*strategy || strcmp(strategy, "exhaustive") == 0 || halving_is(strategy);
+}
+
+void halving_measure(const Moetune__Measure *sweep, uint32_t phase, Moetune__Measure *out) {
+    *out = *sweep;
+    if (phase <= 1) {
+        out->min_samples = HALVING_PHASE1_SAMPLES;
+        out->max_samples = HALVING_PHASE1_SAMPLES;
+    } else {
+        out->race_margin = -1.0;
+    }
+}
+
+static int cmp_row(const void *a, const void *b) {
+    const halving_row_t *x = a, *y = b;
+    if (x->bi != y->bi) return x->bi < y->bi ? -1 : 1;
+    if (x->median_us != y->median_us) return x->median_us < y->median_us ? -1 : 1;
+    return (x->config_id > y->config_id) - (x->config_id < y->config_id);
+}
+
+int halving_choose(halving_row_t *rows, size_t n, size_t nb) {
+    size_t *start = calloc(nb + 1, sizeof *start);
+    if (!start) return MT_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].bi >= nb) {
+            free(start);
+            return MT_INVAL;
+        }
+    }
+    if (n) qsort(rows, n, sizeof *rows, cmp_row);
+    /* start[b] .. start[b + 1]: the rows of batch size b, fastest first */
+    for (size_t i = 0, b = 0; b <= nb; b++) {
+        while (i < n && rows[i].bi < b) i++;
+        start[b] = i;
+    }
+    for (size_t b = 0; b < nb; b++) {
+        size_t m = start[b + 1] - start[b];
+        size_t keep = (m + HALVING_KEEP_DIV - 1) / HALVING_KEEP_DIV;
+        if (keep < HALVING_KEEP_MIN) keep = HALVING_KEEP_MIN;
+        for (size_t k = 0; k < m; k++) {
+            halving_row_t *r = &rows[start[b] + k];
+            r->rank = (uint32_t)(k + 1);
+            r->finalist = k < keep;
+        }
+    }
+    /* Seeds: a neighbouring batch size's winner is measured here too, so a winner that
+     * phase 1's few samples put just outside the kept share at this size gets its chance. */
+    for (size_t b = 0; b < nb; b++) {
+        for (int d = -1; d <= 1; d += 2) {
+            if ((d < 0 && b == 0) || (d > 0 && b + 1 >= nb)) continue;
+            size_t o = (size_t)((long)b + d);
+            if (start[o] == start[o + 1]) continue;
+            uint64_t winner = rows[start[o]].config_id;
+            for (size_t k = start[b]; k < start[b + 1]; k++)
+                if (rows[k].config_id == winner) rows[k].finalist = true;
+        }
+    }
+    free(start);
+    return MT_OK;
+}
+
+int halving_bs_format(const uint32_t *bs, size_t n, char *buf, size_t len) {
+    size_t used = 0;
+    if (len) buf[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        int w = snprintf(buf + used, len - used, "%s%u", i ? "," : "", bs[i]);
+        if (w < 0 || (size_t)w >= len - used) return MT_INVAL;
+        used += (size_t)w;
+    }
+    return MT_OK;
+}
+
+int halving_bs_parse(const char *text, const uint32_t *allowed, size_t n_allowed, uint32_t **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    if (!text || !*text) return MT_INVAL;
+    uint32_t *v = malloc(n_allowed * sizeof *v + 1);
+    if (!v) return MT_NOMEM;
+    size_t k = 0;
+    const char *p = text;
+    for (;;) {
+        char *end = NULL;
+        if (*p < '0' || *p > '9') break;
+        unsigned long x = strtoul(p, &end, 10);
+        bool ok = false;
+        for (size_t i = 0; i < n_allowed && !ok; i++) ok = allowed[i] == x;
+        for (size_t i = 0; i < k && ok; i++) ok = v[i] != x;
+        if (!ok || k == n_allowed) break;
+        v[k++] = (uint32_t)x;
+        if (*end == '\0') {
+            *out = v;
+            *n = k;
+            return MT_OK;
+        }
+        if (*end != ',') break;
+        p = end + 1;
+    }
+    free(v);
+    return MT_INVAL;
+}
+
+typedef struct {
+    halving_row_t *rows;
+    size_t n, cap;
+    const uint32_t *bs;
+    size_t nb;
+} collect_t;
+
+static int collect(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us, double stddev_us) {
+    (void)stddev_us;
+    collect_t *c = ctx;
+    size_t bi = c->nb;
+    for (size_t i = 0; i < c->nb; i++)
+        if (c->bs[i] == batch_size) bi = i;
+    if (bi == c->nb || !(median_us > 0)) return MT_OK; /* not one of the sweep's: not a candidate */
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 256;
+        halving_row_t *a = realloc(c->rows, cap * sizeof *a);
+        if (!a) return MT_NOMEM;
+        c->rows = a;
+        c->cap = cap;
+    }
+    c->rows[c->n++] = (halving_row_t){.config_id = config_id, .bi = (uint32_t)bi, .median_us = median_us};
+    return MT_OK;
+}
+
+typedef struct {
+    bool planned;
+    uint64_t shape_id;
+} phase_probe_t;
+
+static int probe(void *ctx, uint64_t shape_id, uint32_t max_phase) {
+    phase_probe_t *p = ctx;
+    if (shape_id == p->shape_id && max_phase >= 2) p->planned = true;
+    return MT_OK;
+}
+
+/* One finalist config and the batch sizes where it is one. */
+typedef struct {
+    uint64_t config_id;
+    uint8_t *mask;           /* nb flags */
+    size_t nb;
+} final_t;
+
+static int cmp_final(const void *a, const void *b) {
+    const final_t *x = a, *y = b;
+    int c = memcmp(x->mask, y->mask, x->nb);
+    if (c) return -c; /* configs of the most batch sizes first */
+    return (x->config_id > y->config_id) - (x->config_id < y->config_id);
+}
+
+/* Prunes the non-finalists' rows and stores the phase-2 jobs, in the open transaction. */
+static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
+                     int64_t now_s, halving_row_t *rows, size_t n, halving_step_t *out) {
+    int rc = MT_OK;
+    final_t *fin = NULL;
+    uint8_t *masks = NULL;
+    uint32_t *sub = malloc((nb ? nb : 1) * sizeof *sub);
+    size_t text_len = nb * 12 + 1;
+    char *text = malloc(text_len);
+    size_t n_cfg = 0, *per_bs = calloc(nb ? nb : 1, sizeof *per_bs);
+    if (!sub || !text || !per_bs) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) per_bs[rows[i].bi]++;
+    for (size_t i = 0; !rc && i < n; i++) {
+        halving_row_t *r = &rows[i];
+        if (r->finalist) {
+            out->finalists++;
+            continue;
+        }
+        char detail[96];
+        bool changed = false;
+        mt_fmt(detail, sizeof detail, "halving: rank %u of %zu at phase 1 (%d samples)", r->rank, per_bs[r->bi],
+               HALVING_PHASE1_SAMPLES);
+        rc = store_result_prune(db, sweep_id, shape_id, r->config_id, bs[r->bi], 1, detail, &changed);
+        if (!rc && changed) out->pruned++;
+    }
+    if (rc || !out->finalists) goto out;
+    /* one entry per finalist config with its batch sizes */
+    fin = calloc(out->finalists, sizeof *fin);
+    masks = calloc((size_t)out->finalists * nb, 1);
+    if (!fin || !masks) {
+        rc = MT_NOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!rows[i].finalist) continue;
+        size_t k = 0;
+        while (k < n_cfg && fin[k].config_id != rows[i].config_id) k++;
+        if (k == n_cfg) {
+            fin[k].config_id = rows[i].config_id;
+            fin[k].mask = masks + n_cfg * nb;
+            fin[k].nb = nb;
+            n_cfg++;
+        }
+        fin[k].mask[rows[i].bi] = 1;
+    }
+    qsort(fin, n_cfg, sizeof *fin, cmp_final);
+    /* a job: up to chunk configs that share their batch sizes */
+    uint64_t job_id = 0;
+    size_t in_job = 0;
+    for (size_t k = 0; !rc && k < n_cfg; k++) {
+        if (k == 0 || in_job == chunk || memcmp(fin[k].mask, fin[k - 1].mask, nb) != 0) {
+            size_t m = 0;
+            for (size_t b = 0; b < nb; b++)
+                if (fin[k].mask[b]) sub[m++] = bs[b];
+            rc = halving_bs_format(sub, m, text, text_len);
+            if (!rc) rc = store_job_insert_phase(db, sweep_id, shape_id, 2, m == nb ? NULL : text, NULL, now_s, &job_id);
+            if (rc) break;
+            out->jobs++;
+            in_job = 0;
+        }
+        rc = store_job_config_insert(db, job_id, fin[k].config_id);
+        in_job++;
+    }
+out:
+    free(sub);
+    free(text);
+    free(per_bs);
+    free(fin);
+    free(masks);
+    return rc;
+}
+
+int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                    uint32_t chunk, int64_t now_s, halving_step_t *out) {
+    collect_t c = {.bs = bs, .nb = nb};
+    phase_probe_t p = {.shape_id = shape_id};
+    memset(out, 0, sizeof *out);
+    if (!chunk) chunk = 16;
+    int rc = store_sweep_phases_each(db, sweep_id, probe, &p);
+    if (!rc && p.planned) {
+        out->already = true;
+        return MT_OK;
+    }
+    if (!rc) rc = store_phase_rows_each(db, sweep_id, shape_id, 1, collect, &c);
+    if (!rc) rc = halving_choose(c.rows, c.n, nb);
+    if (!rc) rc = plan_rows(db, sweep_id, shape_id, bs, nb, chunk, now_s, c.rows, c.n, out);
+    free(c.rows);
+    return rc;
+}
+
+int halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                       uint32_t chunk, int64_t now_s, halving_step_t *out) {
+    int rc = store_begin(db);
+    if (rc) return rc;
+    rc = halving_advance(db, sweep_id, shape_id, bs, nb, chunk, now_s, out);
+    if (!rc) rc = store_commit(db);
+    if (rc) {
+        store_rollback(db);
+        memset(out, 0, sizeof *out);
+    }
+    return rc;
+}

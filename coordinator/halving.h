@@ -1,0 +1,89 @@
+/*
+ * halving.h - successive halving (SweepSpec.strategy "halving").
+ *
+ * Phase 1 measures every valid config of a shape at HALVING_PHASE1_SAMPLES samples.
+ * When every phase-1 job of a (sweep, shape) is over, one transaction (the
+ * coordinator's next commit batch on its writer thread: halving_advance) ranks the phase-1 medians per batch size, keeps the best share
+ * of each batch size plus the phase-1 winners of its neighbouring batch sizes, marks
+ * every other phase-1 ok row 'pruned' (detail "halving: rank R of N at phase 1") and
+ * stores the phase-2 jobs: one shape, a few finalists, only the batch sizes where they
+ * are finalists. Phase 2 measures them to the sweep's RSD rule with racing off, and
+ * each phase-2 row replaces its phase-1 row (store_result_put). The transition is
+ * idempotent: a shape that has phase-2 jobs is never planned again, so a restart
+ * anywhere plans what is missing and continues what is planned.
+ */
+#ifndef COORD_HALVING_H
+#define COORD_HALVING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "moetune.pb-c.h"
+#include "store.h"
+
+/* Phase 1's samples per (config, batch size): the median of 5 stays put when two of
+ * them are outliers (a clock dip; the sim draws one in 50), and lands within about
+ * half a sample's deviation of the true median (0.3-1 % on measured kernels), far
+ * inside the gap between the kept share and the rest. Fewer (3) lets one outlier in
+ * two move the median; more buys precision that phase 2 measures anyway. */
+#define HALVING_PHASE1_SAMPLES 5
+/* The share of each batch size's configs that goes on to phase 2, at least KEEP_MIN. */
+#define HALVING_KEEP_DIV 16
+#define HALVING_KEEP_MIN 4
+
+/* A strategy name the planner and the CLI accept. */
+bool halving_strategy_known(const char *strategy);
+/* True when strategy names successive halving. */
+bool halving_is(const char *strategy);
+
+/* The measurement settings of a job of phase (1 or 2) of a halving sweep whose
+ * settings are sweep (defaults filled, planner.h plan_measure): phase 1 takes exactly
+ * HALVING_PHASE1_SAMPLES samples and races as the sweep does; phase 2 is the sweep's
+ * RSD rule with racing off, so a finalist is never cut short. */
+void halving_measure(const Moetune__Measure *sweep, uint32_t phase, Moetune__Measure *out);
+
+/* One phase-1 ok row, as halving_choose ranks it. */
+typedef struct {
+    uint64_t config_id;
+    uint32_t bi;             /* index of its batch size in the sweep's sorted list */
+    double median_us;
+    uint32_t rank;           /* out: 1 = fastest at its batch size */
+    bool finalist;           /* out */
+} halving_row_t;
+
+/* Pure: ranks rows per batch size (median, then config id) and marks the finalists:
+ * the best max(HALVING_KEEP_MIN, ceil(n / HALVING_KEEP_DIV)) of each batch size's n
+ * rows, plus, at each batch size, the rank-1 configs of the neighbouring batch sizes
+ * (bi - 1, bi + 1) where they have a row. Reorders rows. nb bounds every bi. */
+int halving_choose(halving_row_t *rows, size_t n, size_t nb);
+
+/* Formats batch sizes as "1,16,256" into buf; MT_INVAL when it does not fit. */
+int halving_bs_format(const uint32_t *bs, size_t n, char *buf, size_t len);
+/* Parses "1,16,256" into a new array (*out, caller frees) of *n values, each of which
+ * must be one of allowed[0..n_allowed); MT_INVAL for anything else (a stored row is data). */
+int halving_bs_parse(const char *text, const uint32_t *allowed, size_t n_allowed, uint32_t **out, size_t *n);
+
+/* What one shape's transition did. */
+typedef struct {
+    bool already;            /* phase 2 was planned before: nothing changed */
+    uint32_t finalists;      /* (config, batch size) pairs that go on */
+    uint32_t pruned;         /* phase-1 ok rows turned 'pruned' */
+    uint32_t jobs;           /* phase-2 jobs stored */
+} halving_step_t;
+
+/* halving_plan_shape inside the caller's open transaction (the coordinator's commit
+ * batch, on its writer thread): the same reads and writes, no begin or commit; on
+ * failure the caller rolls back. */
+int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                    uint32_t chunk, int64_t now_s, halving_step_t *out);
+
+/* The phase transition of (sweep, shape), in one transaction of its own on db: reads
+ * the phase-1 ok rows, chooses the finalists, prunes the others' rows and stores the
+ * phase-2 jobs (at most chunk configs each). bs: the sweep's batch sizes, sorted. A
+ * shape whose phase 2 is planned already changes nothing (out->already). On failure
+ * nothing is stored: MT_BUSY/MT_IO with store_errmsg(db), MT_NOMEM. */
+int halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                       uint32_t chunk, int64_t now_s, halving_step_t *out);
+
+#endif

@@ -1,0 +1,30 @@
+/*
+ * order.h - the order a sweep's configs are measured in: most promising first by a
+ * cost model, interleaved over BLOCK_SIZE_M so that any prefix is a fair sample.
+ *
+ * The cost model is a roofline estimate of one fused-MoE layer (both GEMMs): padded
+ * tensor-core work at a tile-shape efficiency against weight and activation traffic
+ * (weight re-reads per M block, softened by GROUP_SIZE_M), with wave quantisation and
+ * a pipeline-depth and accumulator-pressure factor. It ranks; it never times: the
+ * measurements decide. A config's score is the geometric mean over the batch sizes of
+ * its estimate over the best estimate at that batch size (1 = predicted best everywhere).
+ */
+#ifndef COORD_ORDER_H
+#define COORD_ORDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "space.h"
+
+/* The model's estimate of one layer at batch size m, microseconds; for ranking only. */
+double ord_cost_us(const krn_shape_t *shape, const krn_config_t *cfg, uint32_t m);
+
+/* Reorders v[0, n) for a shape measured at bs[0, nb): configs are taken in rounds, one
+ * per BLOCK_SIZE_M value per round (values in ascending order), each the best-scored
+ * remaining config of its BLOCK_SIZE_M. So every prefix of k rounds holds the k most
+ * promising configs of every BLOCK_SIZE_M, and the first (distinct BLOCK_SIZE_M) configs
+ * span them all. Deterministic (ties keep the space order). MT_NOMEM on failure, v unchanged. */
+int ord_configs(const krn_shape_t *shape, const uint32_t *bs, size_t nb, krn_config_t *v, size_t n);
+
+#endif

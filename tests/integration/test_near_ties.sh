@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Near ties (sim backend): the manifest records, for every exported pick, its runner-up (another
+# config's best ok row at that batch size), the margin (runner_up - best) / sqrt(sd_best^2 +
+# sd_runner_up^2) recomputed here from the database, and flags the picks under 1 as near ties;
+# `results --near-ties` lists exactly those (text and --json), per sweep or for --sweep N.
+source "$(dirname "$0")/lib.sh"
+M="$BIN/moetune"
+q() { sqlite3 -batch -noheader "$T/t.db" "$1"; }
+# in the sim, this space's winner at 4096 leads its runner-up by 6 %; at 1, 16 and 256 they tie
+SPACE=(--block-m 16,32,64,128 --block-n 64,128,256 --block-k 64,128 --group-m 1 --num-warps 4,8 --num-stages 3)
+"$M" tune --backend sim --workers 2 --sim-time-scale 0 --model qwen3-30b-a3b --tp 1 --batch-sizes 1,16,256,4096 \
+  "${SPACE[@]}" --db "$T/t.db" --out "$T/out" >"$T/tune.out" 2>"$T/tune.err" || { tail "$T/tune.err"; fail "tune exited $?"; }
+man="$T/out/sim/manifest.json"
+rec=$(jq -c '.["E=128,N=768,device_name=NVIDIA_H200.json"]' "$man")
+[ "$rec" != null ] || fail "no manifest record"
+flagged=""
+for bs in 1 16 256 4096; do
+  e=$(echo "$rec" | jq -c --arg k $bs '.entries[$k]')
+  cfg=$(echo "$e" | jq .config_id); ru=$(echo "$e" | jq .runner_up.config_id)
+  [ "$ru" != null ] && [ "$ru" != "$cfg" ] || fail "batch size $bs: runner-up '$ru' is missing or the pick itself"
+  # the runner-up is the best ok row of the other configs
+  want=$(q "SELECT config_id FROM results WHERE status = 'ok' AND batch_size = $bs AND config_id <> $cfg
+            ORDER BY median_us, config_id LIMIT 1")
+  [ "$ru" = "$want" ] || fail "batch size $bs: runner-up $ru, the database's is $want"
+  m=$(q "SELECT (u.median_us - b.median_us) / sqrt(b.stddev_us * b.stddev_us + u.stddev_us * u.stddev_us)
+         FROM results b, results u WHERE b.batch_size = $bs AND u.batch_size = $bs AND b.config_id = $cfg AND u.config_id = $ru")
+  got=$(echo "$e" | jq .margin_sd)
+  awk -v a="$m" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-6) }' \
+    || fail "batch size $bs: margin_sd $got, recomputed $m"
+  tie=$(echo "$e" | jq .near_tie)
+  want_tie=$(awk -v a="$m" 'BEGIN { print (a < 1 ? "true" : "false") }')
+  [ "$tie" = "$want_tie" ] || fail "batch size $bs: near_tie $tie with margin $m"
+  [ "$tie" = true ] && flagged="$flagged $bs"
+done
+flagged=${flagged# }
+[ "$(echo "$rec" | jq -r '.near_ties | map(tostring) | join(" ")')" = "$flagged" ] || fail "near_ties does not list$flagged"
+echo "$flagged" | grep -qw 4096 && fail "4096 (a 6 % lead) is flagged a near tie"
+[ -n "$flagged" ] || fail "no near tie flagged where the sim's configs tie"
+pass "manifest: runner-ups and margins match the database; near ties at $flagged, not at 4096"
+
+listed=$("$M" results --db "$T/t.db" --near-ties --json | jq -r '.batch_size' | tr '\n' ' ')
+[ "${listed% }" = "$flagged" ] || fail "results --near-ties --json lists '${listed% }', the manifest '$flagged'"
+"$M" results --db "$T/t.db" --near-ties --json | jq -e 'select(.sweep != 1 or .margin_sd >= 1 or .runner_up.config_id == .config_id)' \
+  >/dev/null && fail "a listed near tie is not one"
+n_text=$("$M" results --db "$T/t.db" --near-ties --sweep 1 | tail -n +2 | wc -l)
+[ "$n_text" = "$(echo "$flagged" | wc -w)" ] || fail "the text listing has $n_text rows"
+rc=0; "$M" results --db "$T/t.db" --near-ties --sweep 7 >/dev/null 2>"$T/e7" || rc=$?
+[ $rc = 1 ] && grep -q "no sweep 7" "$T/e7" || fail "an unknown sweep: exit $rc, $(cat "$T/e7")"
+rc=0; "$M" results --db "$T/t.db" --near-ties --best >/dev/null 2>"$T/eb" || rc=$?
+[ $rc = 2 ] || fail "--near-ties --best: exit $rc, not a usage error"
+pass "results --near-ties lists the manifest's near ties ($flagged), in text and JSON"

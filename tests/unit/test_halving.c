@@ -1,0 +1,349 @@
+/* test_halving.c - successive halving: the finalists' rule (share, minimum, neighbours'
+ * winners), the phases' measurement settings, batch-size lists, and the phase transition
+ * on a store (pruned rows with their rank, phase-2 jobs by shared batch sizes, idempotent). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "halving.h"
+#include "mt.h"
+#include "sched_fx.h"
+#include "scheduler.h"
+#include "store.h"
+#include "tmpdb.h"
+#include "wire.h"
+
+static tmpdb_t g_db;
+
+static int setup(void **state) { return tmpdb_make(&g_db, "halving"); }
+
+static int teardown(void **state) {
+    tmpdb_remove(&g_db);
+    return 0;
+}
+
+static int64_t query_int(const char *sql) { return tmpdb_query_int(g_db.path, sql); }
+
+static const halving_row_t *find(const halving_row_t *rows, size_t n, uint64_t cfg, uint32_t bi) {
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].config_id == cfg && rows[i].bi == bi) return &rows[i];
+    fail_msg("no row for config %llu at %u", (unsigned long long)cfg, bi);
+    return NULL;
+}
+
+/* 40 configs at 3 batch sizes: ceil(40 / 16) = 3 is under the minimum, so the best 4 of
+ * each go on; config 40 wins batch size 0 only, and is a finalist at batch size 1 (its
+ * neighbour) though it ranks last there, but not at batch size 2 (no neighbour of 0). */
+static void test_choose(void **state) {
+    enum { N_CFG = 40, NB = 3 };
+    halving_row_t rows[N_CFG * NB];
+    size_t n = 0;
+    for (uint32_t b = 0; b < NB; b++) {
+        for (uint64_t c = 1; c <= N_CFG; c++) {
+            double us = 100.0 + (double)c; /* config 1 fastest ... */
+            if (c == 40) us = b == 0 ? 50.0 : 1000.0;
+            rows[n++] = (halving_row_t){.config_id = c, .bi = b, .median_us = us};
+        }
+    }
+    assert_int_equal(halving_choose(rows, n, NB), MT_OK);
+    size_t finalists[NB] = {0};
+    for (size_t i = 0; i < n; i++) finalists[rows[i].bi] += rows[i].finalist;
+    assert_int_equal(finalists[0], 4); /* 40, 1, 2, 3; batch size 1's winner (1) is one already */
+    assert_true(find(rows, n, 40, 0)->finalist);
+    assert_int_equal(find(rows, n, 40, 0)->rank, 1);
+    assert_int_equal(find(rows, n, 4, 0)->rank, 5);
+    assert_false(find(rows, n, 4, 0)->finalist);
+    assert_true(find(rows, n, 4, 1)->finalist); /* ranks 4 at batch size 1 */
+    assert_true(find(rows, n, 40, 1)->finalist); /* seeded: batch size 0's winner */
+    assert_int_equal(find(rows, n, 40, 1)->rank, 40);
+    assert_false(find(rows, n, 40, 2)->finalist); /* batch size 1's winner is config 1 */
+    assert_int_equal(finalists[1], 5);
+    assert_int_equal(finalists[2], 4);
+    halving_row_t bad = {.config_id = 1, .bi = 3, .median_us = 1};
+    assert_int_equal(halving_choose(&bad, 1, NB), MT_INVAL);
+}
+
+/* 100 configs at one batch size: ceil(100 / 16) = 7 go on; ties keep the lower config id first. */
+static void test_choose_share(void **state) {
+    halving_row_t rows[100];
+    for (uint64_t c = 0; c < 100; c++) rows[c] = (halving_row_t){.config_id = 100 - c, .bi = 0, .median_us = 5.0};
+    assert_int_equal(halving_choose(rows, 100, 1), MT_OK);
+    size_t k = 0;
+    for (size_t i = 0; i < 100; i++) k += rows[i].finalist;
+    assert_int_equal(k, 7);
+    assert_int_equal(find(rows, 100, 1, 0)->rank, 1);
+    assert_true(find(rows, 100, 7, 0)->finalist);
+    assert_false(find(rows, 100, 8, 0)->finalist);
+    assert_int_equal(halving_choose(NULL, 0, 4), MT_OK);
+}
+
+static void test_measure(void **state) {
+    Moetune__Measure sweep = MOETUNE__MEASURE__INIT, m;
+    sweep.min_samples = 10;
+    sweep.max_samples = 100;
+    sweep.rsd_target = 0.01;
+    sweep.race_margin = 0.2;
+    sweep.warmup = 5;
+    halving_measure(&sweep, 1, &m);
+    assert_int_equal(m.min_samples, HALVING_PHASE1_SAMPLES);
+    assert_int_equal(m.max_samples, HALVING_PHASE1_SAMPLES);
+    assert_true(m.race_margin == 0.2);
+    assert_int_equal(m.warmup, 5);
+    halving_measure(&sweep, 2, &m);
+    assert_int_equal(m.min_samples, 10);
+    assert_int_equal(m.max_samples, 100);
+    assert_true(m.rsd_target == 0.01);
+    assert_true(m.race_margin < 0); /* racing off: a finalist is measured to the RSD rule */
+    assert_true(halving_is("halving"));
+    assert_false(halving_is("exhaustive"));
+    assert_true(halving_strategy_known(NULL));
+    assert_true(halving_strategy_known(""));
+    assert_true(halving_strategy_known("exhaustive"));
+    assert_false(halving_strategy_known("Halving"));
+}
+
+static void test_bs_lists(void **state) {
+    static const uint32_t all[] = {1, 16, 256, 4096};
+    char buf[64];
+    uint32_t *v = NULL;
+    size_t n = 0;
+    assert_int_equal(halving_bs_format(all, 4, buf, sizeof buf), MT_OK);
+    assert_string_equal(buf, "1,16,256,4096");
+    assert_int_equal(halving_bs_format(all, 4, buf, 8), MT_INVAL);
+    assert_int_equal(halving_bs_parse("16,4096", all, 4, &v, &n), MT_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(v[0], 16);
+    assert_int_equal(v[1], 4096);
+    free(v);
+    static const char *const bad[] = {"", "16,", ",16", "2", "16,16", "16;256", "16 ", "-1", "1,16,256,4096,1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(halving_bs_parse(bad[i], all, 4, &v, &n), MT_INVAL);
+        assert_null(v);
+    }
+    assert_int_equal(halving_bs_parse(NULL, all, 4, &v, &n), MT_INVAL);
+}
+
+/* A shape with 20 configs measured at phase 1 at two batch sizes: the transition keeps the
+ * best 4 at each (configs 1-4 at 1, 17-20 at 2; plus each side's winner at the other), prunes
+ * the 32 others with their rank in one transaction, stores phase-2 jobs grouped by the batch
+ * sizes they share, and a second call changes nothing. */
+static void test_plan_shape(void **state) {
+    char err[256];
+    store_t *s = NULL;
+    uint64_t sweep = 0, shape = 0, job = 0;
+    static const uint32_t bs[] = {1, 2};
+    krn_shape_t sh = {.e = 8, .n = 256, .k = 256, .topk = 2, .dtype = "bf16"};
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_sweep_insert(s, "hv", "", 0, 1, &sweep), MT_OK);
+    assert_int_equal(store_shape_upsert(s, &sh, &shape), MT_OK);
+    assert_int_equal(store_job_insert(s, sweep, shape, NULL, 1, &job), MT_OK);
+    for (uint32_t c = 1; c <= 20; c++) {
+        krn_config_t cfg = {16, 64, 64, c, 4, 2};
+        uint64_t id = 0;
+        bool inserted = false;
+        assert_int_equal(store_config_upsert(s, &cfg, &id), MT_OK);
+        assert_int_equal(id, c);
+        for (size_t b = 0; b < 2; b++) {
+            store_result_t r = {.sweep_id = sweep, .shape_id = shape, .config_id = id, .job_id = job,
+                                .batch_size = bs[b], .status = MOETUNE__STATUS__STATUS_OK,
+                                .median_us = b == 0 ? 10.0 + c : 40.0 - c, .samples = 5, .backend = "sim",
+                                .compiler = "sim", .created = 1, .phase = 1};
+            if (c == 10 && b == 1) r.status = MOETUNE__STATUS__STATUS_PRUNED; /* racing's: not a candidate */
+            assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
+        }
+    }
+    halving_step_t st;
+    assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 3, 7, &st), MT_OK);
+    assert_false(st.already);
+    assert_int_equal(st.finalists, 10); /* 4 + 1 seeded at each batch size */
+    assert_int_equal(st.pruned, 20 - 5 + 19 - 5);
+    /* configs 1, 20 at both; 2-4 at 1 only; 17-19 at 2 only: one job each (chunk 3) */
+    assert_int_equal(st.jobs, 3);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes IS NULL"), 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '1'"), 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '2'"), 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
+                               " WHERE j.phase = 2 AND j.batch_sizes IS NULL AND jc.config_id IN (1, 20)"),
+                     2);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'ok'"), 10);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'pruned' AND detail LIKE 'halving:%'"), 29);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE config_id = 5 AND batch_size = 1"
+                               " AND detail = 'halving: rank 5 of 20 at phase 1 (5 samples)'"),
+                     1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE config_id = 10 AND batch_size = 2"
+                               " AND detail IS NULL AND status = 'pruned'"),
+                     1);
+    /* again (a restart that finds phase 2 planned): nothing changes */
+    assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 3, 8, &st), MT_OK);
+    assert_true(st.already);
+    assert_int_equal(st.jobs, 0);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2"), 3);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'ok'"), 10);
+    store_close(&s);
+}
+
+/* A Result of config for the batch sizes bs[0, n) with medians med[]. sched_on_result's code. */
+static int send_result(fx_t *f, sched_worker_t *w, const Moetune__Job *j, uint64_t seq, uint64_t config,
+                       const uint32_t *bs, const double *med, size_t n, uint64_t now) {
+    Moetune__Measurement m[4], *pm[4];
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    wire_env_t env, *out = NULL;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int code;
+    char err[128];
+    for (size_t i = 0; i < n; i++) {
+        moetune__measurement__init(&m[i]);
+        pm[i] = &m[i];
+        m[i].batch_size = bs[i];
+        m[i].status = MOETUNE__STATUS__STATUS_OK;
+        m[i].median_us = m[i].min_us = m[i].mean_us = med[i];
+        m[i].stddev_us = 0.1;
+        m[i].samples = j->measure->max_samples;
+    }
+    r.job_id = j->job_id, r.lease_token = j->lease_token, r.seq = seq, r.config_id = config;
+    r.n_measurements = n, r.measurements = pm;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
+    free(buf);
+    sched_on_heard(f->s, w, now);
+    int rc = sched_on_result(f->s, w, &out, now);
+    wire_free(&out);
+    return rc;
+}
+
+/* Phase 1 at bs 1 ranks configs by id, at bs 2 the other way round. */
+static double phase1_us(uint64_t config, uint32_t bs) { return bs == 1 ? 10.0 + (double)config : 100.0 - (double)config; }
+
+/* The scheduler runs a halving sweep: phase-1 jobs take 5 samples and race; when the last
+ * phase-1 result commits, phase 2 is stored and dispatched (racing off, the sweep's sample
+ * rule, each job only its finalists' batch sizes); a result for a batch size outside its
+ * job is refused; the sweep is running until phase 2 is done, and then each (config, batch
+ * size) has one row, the finalists' from phase 2. */
+static void test_sched_phases(void **state) {
+    fx_t *f = *state;
+    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1, 16, 32}, nw[] = {4}, ns[] = {2, 3, 4, 5};
+    static uint32_t bs[] = {1, 2};
+    Moetune__Space sp = MOETUNE__SPACE__INIT;
+    Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
+    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    Moetune__Submitted sub;
+    char err[256];
+    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
+    sp.n_group_m = 3, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw, sp.n_num_stages = 4, sp.num_stages = ns;
+    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
+    spec.name = "halving", spec.strategy = "halving";
+    spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs, spec.space = &sp;
+    fx_start(f, 1000, 30000);
+    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+    assert_int_equal(sub.configs_valid, 12);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    const Moetune__Job *j = fx_last_job(f, "A");
+    assert_non_null(j);
+    assert_int_equal(j->n_configs, 12);
+    assert_int_equal(j->measure->min_samples, HALVING_PHASE1_SAMPLES);
+    assert_int_equal(j->measure->max_samples, HALVING_PHASE1_SAMPLES);
+    assert_true(j->measure->race_margin > 0);
+    uint64_t seq = 1, lo = UINT64_MAX, hi = 0;
+    for (size_t i = 0; i < j->n_configs; i++) {
+        uint64_t id = j->configs[i]->config_id;
+        double med[2] = {phase1_us(id, 1), phase1_us(id, 2)};
+        lo = id < lo ? id : lo;
+        hi = id > hi ? id : hi;
+        assert_int_equal(send_result(f, a, j, seq++, id, bs, med, 2, 1), MT_OK);
+    }
+    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    /* finalists: the best 4 at each batch size plus the other's winner; 14 rows pruned */
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'pruned' AND detail LIKE 'halving:%'"), 14);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 3);
+    sched_status_t st;
+    assert_int_equal(sched_status(f->s, 0, 2, &st), MT_OK);
+    assert_string_equal(st.reply.sweeps[0]->state, "running");
+    assert_int_equal(st.reply.sweeps[0]->results_pruned, 14);
+    sched_status_release(&st);
+    fx_clear(f);
+    sched_on_ready(f->s, a, 3, 3);
+    size_t jobs = 0, one = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
+        const Moetune__Job *p2 = f->msg[i]->job;
+        jobs++;
+        assert_true(p2->measure->race_margin < 0);
+        assert_int_equal(p2->measure->min_samples, 10);
+        assert_int_equal(p2->measure->max_samples, 100);
+        assert_int_equal(p2->n_best_us, p2->n_batch_sizes);
+        if (p2->n_batch_sizes == 1) one++;
+    }
+    assert_int_equal(jobs, 3);
+    assert_int_equal(one, 2); /* the configs finalist at one batch size only */
+    /* a result for a batch size its job does not measure is refused, the job back to pending */
+    const Moetune__Job *p2 = NULL;
+    for (size_t i = 0; i < f->n && !p2; i++)
+        if (f->msg[i]->body_case == MOETUNE__ENVELOPE__BODY_JOB && f->msg[i]->job->n_batch_sizes == 1 &&
+            f->msg[i]->job->batch_sizes[0] == 1)
+            p2 = f->msg[i]->job;
+    assert_non_null(p2);
+    double med1 = 5.0;
+    uint32_t wrong = 2;
+    assert_int_equal(send_result(f, a, p2, seq++, p2->configs[0]->config_id, &wrong, &med1, 1, 4), MT_INVAL);
+    uint32_t attempts = 0;
+    assert_string_equal(sched_job_state(f->s, p2->job_id, &attempts), "pending");
+    assert_int_equal(attempts, 1);
+    /* measure every phase-2 job (the two still leased, then the refused one again): finalist
+     * rows replace their phase-1 rows */
+    uint64_t refused = p2->job_id;
+    for (int round = 0; round < 2; round++) {
+        if (round) {
+            fx_clear(f);
+            sched_on_ready(f->s, a, 1, 5 + round);
+        }
+        for (size_t i = 0; i < f->n; i++) {
+            if (f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
+            const Moetune__Job *q = f->msg[i]->job;
+            if (round == 0 && q->job_id == refused) continue;
+            for (size_t k = 0; k < q->n_configs; k++) {
+                double med[2] = {1.0, 2.0};
+                assert_int_equal(send_result(f, a, q, seq++, q->configs[k]->config_id, q->batch_sizes, med,
+                                             q->n_batch_sizes, 5 + round),
+                                 MT_OK);
+            }
+        }
+        assert_int_equal(sched_flush(f->s, 5 + round), MT_OK);
+    }
+    assert_int_equal(sched_status(f->s, 0, 10, &st), MT_OK);
+    assert_string_equal(st.reply.sweeps[0]->state, "done");
+    assert_int_equal(st.reply.sweeps[0]->results_done, 24);
+    assert_int_equal(st.reply.sweeps[0]->results_pruned, 14);
+    sched_status_release(&st);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 24);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE phase = 2 AND status = 'ok' AND median_us < 3"), 10);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE phase = 1 AND status = 'ok'"), 0);
+    char sql[160];
+    mt_fmt(sql, sizeof sql, "SELECT COUNT(*) FROM results WHERE phase = 2 AND config_id IN (%llu, %llu)",
+           (unsigned long long)lo, (unsigned long long)hi);
+    assert_int_equal(fx_query_int(f, sql), 4); /* each side's winner, at both batch sizes */
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+}
+
+int main(void) {
+    mt_log_init("test_halving", MT_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_choose),
+        cmocka_unit_test(test_choose_share),
+        cmocka_unit_test(test_measure),
+        cmocka_unit_test(test_bs_lists),
+        cmocka_unit_test_setup_teardown(test_plan_shape, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
