@@ -9,10 +9,8 @@
 #include "cmd.h"
 #include "mt.h"
 #include "progress.h"
+#include "states.h"
 
-static bool finished_state(const char *s) {
-    return s && (strcmp(s, "done") == 0 || strcmp(s, "failed") == 0 || strcmp(s, "cancelled") == 0);
-}
 
 static int connect_control(const cli_cmd_t *cmd, const cli_opts_t *o, cli_client_t **c) {
     char err[300];
@@ -59,7 +57,7 @@ int cli_wait_sweeps(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool 
         }
         bool all_done = true, any_bad = false;
         for (size_t i = 0; i < r->n_sweeps; i++) {
-            if (!finished_state(r->sweeps[i]->state)) all_done = false;
+            if (!wire_sweep_finished(r->sweeps[i]->state)) all_done = false;
             else if (strcmp(r->sweeps[i]->state, "done") != 0) any_bad = true;
         }
         cli_progress_storage(prog, r->counters);
