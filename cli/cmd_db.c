@@ -32,7 +32,7 @@ int cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t 
         bool done = false;
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
             if (strcasecmp(tok, fields[i].key) != 0) continue;
-            if (mt_parse_u32(eq + 1, 1, 1048576, (uint32_t *)((char *)f + fields[i].off)) != MT_OK) {
+            if (mt_parse_u32(eq + 1, 1, KRN_MAX_NK, (uint32_t *)((char *)f + fields[i].off)) != MT_OK) {
                 mt_fmt(err, errlen, "--shape: %s=%s is not a positive integer", tok, eq + 1);
                 rc = MT_INVAL;
                 goto out;

@@ -283,9 +283,10 @@ int krn_shape_parse(const char *text, krn_shape_t *s, char *err, size_t errlen) 
             char *x = strchr(val, 'x');
             uint32_t bn = 0, bk = 0;
             if (x) *x = '\0';
-            if (!x || mt_parse_u32(val, 1, 65536, &bn) != MT_OK || mt_parse_u32(x + 1, 1, 65536, &bk) != MT_OK) {
+            if (!x || mt_parse_u32(val, 1, KRN_MAX_BLOCK_SCALE, &bn) != MT_OK ||
+                mt_parse_u32(x + 1, 1, KRN_MAX_BLOCK_SCALE, &bk) != MT_OK) {
                 if (x) *x = 'x';
-                mt_fmt(err, errlen, "block_shape=%s is not NxK (positive integers up to 65536)", val);
+                mt_fmt(err, errlen, "block_shape=%s is not NxK (positive integers up to %u)", val, KRN_MAX_BLOCK_SCALE);
                 rc = MT_INVAL;
                 goto out;
             }

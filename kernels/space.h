@@ -133,6 +133,7 @@ int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_con
 #define KRN_MAX_E 65536u
 #define KRN_MAX_NK 1048576u
 #define KRN_MAX_TOPK 64u
+#define KRN_MAX_BLOCK_SCALE 65536u /* each side of an fp8 block_shape */
 
 /* Parses "E=128,N=768,K=2048,topk=8[,dtype=bf16][,block_shape=128x128]" into shape.
  * Returns MT_INVAL with a reason in err on a malformed or out-of-range field. */

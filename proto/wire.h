@@ -29,6 +29,9 @@
 #define WIRE_HEARTBEAT_MAX_MS 600000u
 #define WIRE_LEASE_MIN_MS 10u
 #define WIRE_LEASE_MAX_MS 86400000u
+/* The periods when none is given (coordinator options, a worker before its Welcome). */
+#define WIRE_HEARTBEAT_DEFAULT_MS 1000u
+#define WIRE_LEASE_DEFAULT_MS 30000u
 
 typedef Moetune__Envelope wire_env_t;
 typedef Moetune__Envelope__BodyCase wire_body_t;

@@ -658,7 +658,7 @@ int wrk_parent_new(const wrk_parent_opts_t *opts, wrk_parent_t **out, char *err,
         rc = MT_INVAL;
         goto out;
     }
-    p->heartbeat_ms = opts->heartbeat_ms ? opts->heartbeat_ms : 1000;
+    p->heartbeat_ms = opts->heartbeat_ms ? opts->heartbeat_ms : WIRE_HEARTBEAT_DEFAULT_MS;
     if (gethostname(p->host, sizeof p->host) != 0) snprintf(p->host, sizeof p->host, "localhost");
     p->host[sizeof p->host - 1] = '\0';
     if (opts->worker_id) {
