@@ -812,13 +812,9 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
     if (s->measure_set) {
         Moetune__Measure m = s->measure;
         moetune__measure__init(&s->measure);
-        s->measure.warmup = m.warmup;
-        s->measure.min_samples = m.min_samples;
-        s->measure.max_samples = m.max_samples;
-        s->measure.rsd_target = m.rsd_target;
-        s->measure.budget_ms = m.budget_ms;
-        s->measure.timeout_ms = m.timeout_ms;
-        s->measure.seed = m.seed;
+#define X(f, def) s->measure.f = m.f;
+        WIRE_MEASURE_DEFAULTS(X)
+#undef X
         s->measure.race_margin = m.race_margin;
         s->spec.measure = &s->measure;
     }

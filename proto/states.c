@@ -23,14 +23,24 @@ static const char *const g_job[WIRE_JOB_NSTATES] = {
 #undef X
 };
 
-static const struct {
-    const char *name;
-    bool finished;
-} g_sweep[WIRE_SWEEP_NSTATES] = {
-#define X(id, name, fin) [WIRE_SWEEP_##id] = {name, fin},
+static const char *const g_sweep[WIRE_SWEEP_NSTATES] = {
+#define X(id, name, fin) [WIRE_SWEEP_##id] = name,
     WIRE_SWEEP_STATES(X)
 #undef X
 };
+
+static const bool g_sweep_finished[WIRE_SWEEP_NSTATES] = {
+#define X(id, name, fin) [WIRE_SWEEP_##id] = fin,
+    WIRE_SWEEP_STATES(X)
+#undef X
+};
+
+/* The index of name in names[0..n); -1 when absent or name is NULL. */
+static int find(const char *const *names, int n, const char *name) {
+    for (int i = 0; name && i < n; i++)
+        if (strcmp(names[i], name) == 0) return i;
+    return -1;
+}
 
 const char *wire_status_name(int status) {
     for (size_t i = 0; i < N_STATUS_ROWS; i++)
@@ -59,30 +69,24 @@ const char *wire_job_state_name(int state) {
 }
 
 const char *wire_sweep_state_name(int state) {
-    return state >= 0 && state < WIRE_SWEEP_NSTATES ? g_sweep[state].name : NULL;
+    return state >= 0 && state < WIRE_SWEEP_NSTATES ? g_sweep[state] : NULL;
 }
 
 int wire_job_state_parse(const char *name, wire_job_state_t *state) {
-    for (int i = 0; name && i < WIRE_JOB_NSTATES; i++) {
-        if (strcmp(g_job[i], name) == 0) {
-            *state = (wire_job_state_t)i;
-            return MT_OK;
-        }
-    }
-    return MT_INVAL;
+    int i = find(g_job, WIRE_JOB_NSTATES, name);
+    if (i < 0) return MT_INVAL;
+    *state = (wire_job_state_t)i;
+    return MT_OK;
 }
 
 int wire_sweep_state_parse(const char *name, wire_sweep_state_t *state) {
-    for (int i = 0; name && i < WIRE_SWEEP_NSTATES; i++) {
-        if (strcmp(g_sweep[i].name, name) == 0) {
-            *state = (wire_sweep_state_t)i;
-            return MT_OK;
-        }
-    }
-    return MT_INVAL;
+    int i = find(g_sweep, WIRE_SWEEP_NSTATES, name);
+    if (i < 0) return MT_INVAL;
+    *state = (wire_sweep_state_t)i;
+    return MT_OK;
 }
 
 bool wire_sweep_finished(const char *name) {
-    wire_sweep_state_t st;
-    return wire_sweep_state_parse(name, &st) == MT_OK && g_sweep[st].finished;
+    int i = find(g_sweep, WIRE_SWEEP_NSTATES, name);
+    return i >= 0 && g_sweep_finished[i];
 }

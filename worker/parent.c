@@ -217,13 +217,9 @@ static void measure_from_proto(const Moetune__Job *job, wrk_measure_t *out) {
     wire_measure_fill(job->measure, &filled);
     memset(out, 0, sizeof *out);
     snprintf(out->routing_path, sizeof out->routing_path, "%s", job->routing_path ? job->routing_path : "");
-    out->warmup = m->warmup;
-    out->min_samples = m->min_samples;
-    out->max_samples = m->max_samples;
-    out->rsd_target = m->rsd_target;
-    out->budget_ms = m->budget_ms;
-    out->timeout_ms = m->timeout_ms;
-    out->seed = m->seed;
+#define X(f, def) out->f = m->f;
+    WIRE_MEASURE_DEFAULTS(X)
+#undef X
     out->race_margin = m->race_margin;
 }
 

@@ -29,29 +29,19 @@ typedef struct {
     size_t n;
 } names_t;
 
-static names_t status_names(void) {
+/* The names name_of gives for from..to-1, in order (the tables' rows). */
+static names_t table_names(const char *(*name_of)(int), int from, int to) {
     names_t t = {.n = 0};
-#define X(st, name, failed) t.names[t.n++] = name;
-    WIRE_STATUSES(X)
-#undef X
+    for (int i = from; i < to; i++) {
+        assert_non_null(name_of(i));
+        t.names[t.n++] = name_of(i);
+    }
     return t;
 }
 
-static names_t job_names(void) {
-    names_t t = {.n = 0};
-#define X(id, name) t.names[t.n++] = name;
-    WIRE_JOB_STATES(X)
-#undef X
-    return t;
-}
-
-static names_t sweep_names(void) {
-    names_t t = {.n = 0};
-#define X(id, name, fin) t.names[t.n++] = name;
-    WIRE_SWEEP_STATES(X)
-#undef X
-    return t;
-}
+static names_t status_names(void) { return table_names(wire_status_name, 1, WIRE_N_STATUS); }
+static names_t job_names(void) { return table_names(wire_job_state_name, 0, WIRE_JOB_NSTATES); }
+static names_t sweep_names(void) { return table_names(wire_sweep_state_name, 0, WIRE_SWEEP_NSTATES); }
 
 /* The quoted names of "CHECK (<column> IN (...))" in the CREATE TABLE <table> statement of sql
  * (into buf, NUL-separated). Fails the test when the table or the CHECK is missing. */
