@@ -19,6 +19,9 @@ typedef struct {
     char routing[65];         /* sha256 of the captured routing the inputs draw from; "" = uniform */
 } krn_shape_t;
 
+/* The integer fields of a shape, named as in krn_shape_t and the wire's Shape. */
+#define KRN_SHAPE_INTS(X) X(e) X(n) X(k) X(topk) X(block_n) X(block_k)
+
 /* The six fields of a config, in their one order (the engines' files, the wire, the
  * configs columns, the text form): X(field, file key, option, max). field is the name of
  * the krn_config_t member, the Moetune__Config and Moetune__Space fields, the configs

@@ -12,12 +12,9 @@ int wire_shape_from_msg(const Moetune__Shape *m, krn_shape_t *out, char *err, si
         mt_fmt(err, errlen, "shape missing");
         return MT_INVAL;
     }
-    out->e = m->e;
-    out->n = m->n;
-    out->k = m->k;
-    out->topk = m->topk;
-    out->block_n = m->block_n;
-    out->block_k = m->block_k;
+#define X(f) out->f = m->f;
+    KRN_SHAPE_INTS(X)
+#undef X
     const char *dt = m->dtype && *m->dtype ? m->dtype : "bf16";
     if (strlen(dt) >= sizeof out->dtype) {
         mt_fmt(err, errlen, "dtype '%.32s' is not one of bf16, fp8_w8a8", dt);
@@ -35,13 +32,10 @@ int wire_shape_from_msg(const Moetune__Shape *m, krn_shape_t *out, char *err, si
 
 void wire_shape_to_msg(const krn_shape_t *sh, Moetune__Shape *m) {
     moetune__shape__init(m);
-    m->e = sh->e;
-    m->n = sh->n;
-    m->k = sh->k;
-    m->topk = sh->topk;
+#define X(f) m->f = sh->f;
+    KRN_SHAPE_INTS(X)
+#undef X
     m->dtype = (char *)sh->dtype;
-    m->block_n = sh->block_n;
-    m->block_k = sh->block_k;
     m->routing = (char *)sh->routing;
 }
 

@@ -46,9 +46,14 @@ static wire_env_t *next(void *sock, wire_body_t want, uint8_t *rid, size_t *rid_
     return NULL;
 }
 
-static void send_to(void *sock, const uint8_t *rid, size_t rid_len, wire_env_t *env) {
+/* Sends one message of body case body (msg: its message, the Envelope's oneof member). */
+static void send_to(void *sock, const uint8_t *rid, size_t rid_len, wire_body_t body, void *msg) {
     char err[200];
-    assert_int_equal(wire_send(sock, rid, rid_len, env, 0, err, sizeof err), MT_OK);
+    wire_env_t env;
+    wire_env_init(&env);
+    env.body_case = body;
+    env.hello = msg; /* the members of the oneof share one pointer */
+    assert_int_equal(wire_send(sock, rid, rid_len, &env, 0, err, sizeof err), MT_OK);
 }
 
 static void test_zero_measure_gets_planner_defaults(void **state) {
@@ -76,13 +81,9 @@ static void test_zero_measure_gets_planner_defaults(void **state) {
     wire_env_t *env = next(sock, MOETUNE__ENVELOPE__BODY_HELLO, rid, &rid_len);
     assert_non_null(env);
     wire_free(&env);
-    wire_env_t out;
     Moetune__Welcome w = MOETUNE__WELCOME__INIT;
     w.heartbeat_ms = 1000, w.lease_ms = 30000;
-    wire_env_init(&out);
-    out.body_case = MOETUNE__ENVELOPE__BODY_WELCOME;
-    out.welcome = &w;
-    send_to(sock, rid, rid_len, &out);
+    send_to(sock, rid, rid_len, MOETUNE__ENVELOPE__BODY_WELCOME, &w);
     env = next(sock, MOETUNE__ENVELOPE__BODY_READY, rid, &rid_len);
     assert_non_null(env);
     wire_free(&env);
@@ -104,10 +105,7 @@ static void test_zero_measure_gets_planner_defaults(void **state) {
     Moetune__Job job = MOETUNE__JOB__INIT;
     job.job_id = 1, job.lease_token = 11, job.sweep_id = 1, job.shape = &msh, job.n_configs = 1, job.configs = &pjc;
     job.n_batch_sizes = 2, job.batch_sizes = bs, job.measure = &m;
-    wire_env_init(&out);
-    out.body_case = MOETUNE__ENVELOPE__BODY_JOB;
-    out.job = &job;
-    send_to(sock, rid, rid_len, &out);
+    send_to(sock, rid, rid_len, MOETUNE__ENVELOPE__BODY_JOB, &job);
 
     env = next(sock, MOETUNE__ENVELOPE__BODY_RESULT, rid, &rid_len);
     assert_non_null(env);
@@ -125,10 +123,7 @@ static void test_zero_measure_gets_planner_defaults(void **state) {
 
     Moetune__Shutdown sd = MOETUNE__SHUTDOWN__INIT;
     sd.reason = "test over";
-    wire_env_init(&out);
-    out.body_case = MOETUNE__ENVELOPE__BODY_SHUTDOWN;
-    out.shutdown = &sd;
-    send_to(sock, rid, rid_len, &out);
+    send_to(sock, rid, rid_len, MOETUNE__ENVELOPE__BODY_SHUTDOWN, &sd);
     assert_int_equal(pthread_join(th, NULL), 0);
     assert_int_equal(r.rc, 0);
     wrk_parent_destroy(&r.p);
