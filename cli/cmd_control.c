@@ -11,10 +11,9 @@
 #include "eta.h"
 #include "mt.h"
 #include "progress.h"
+#include "states.h"
 
-bool cli_sweep_finished(const char *state) {
-    return state && (strcmp(state, "done") == 0 || strcmp(state, "failed") == 0 || strcmp(state, "cancelled") == 0);
-}
+bool cli_sweep_finished(const char *state) { return state && wire_sweep_finished(state); }
 
 static int connect_control(const cli_cmd_t *cmd, const cli_opts_t *o, cli_client_t **c) {
     char err[300];

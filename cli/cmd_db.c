@@ -5,10 +5,12 @@
 #include <strings.h>
 
 #include "cmd.h"
+#include "compare.h"
 #include "export.h"
 #include "lookup.h"
 #include "mt.h"
 #include "query.h"
+#include "states.h"
 #include "store.h"
 
 int cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen) {
@@ -30,7 +32,7 @@ int cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t 
         bool done = false;
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
             if (strcasecmp(tok, fields[i].key) != 0) continue;
-            if (mt_parse_u32(eq + 1, 1, 1048576, (uint32_t *)((char *)f + fields[i].off)) != MT_OK) {
+            if (mt_parse_u32(eq + 1, 1, KRN_MAX_NK, (uint32_t *)((char *)f + fields[i].off)) != MT_OK) {
                 mt_fmt(err, errlen, "--shape: %s=%s is not a positive integer", tok, eq + 1);
                 rc = MT_INVAL;
                 goto out;
@@ -51,19 +53,16 @@ out:
     return rc;
 }
 
-/* Whether name is a results.status the store writes (store_status_name's table); names
- * them all into list for the usage line. */
+/* Whether name is a results.status (states.h's table); names them all into list for the
+ * usage line. */
 static bool known_status(const char *name, char *list, size_t len) {
-    bool known = false;
     size_t used = 0;
+    int status;
     list[0] = '\0';
-    for (int v = MOETUNE__STATUS__STATUS_UNKNOWN + 1; v <= MOETUNE__STATUS__STATUS_PRUNED; v++) {
-        const char *n = store_status_name(v);
-        if (!n) continue;
-        known = known || strcmp(name, n) == 0;
-        used += (size_t)snprintf(list + used, used < len ? len - used : 0, "%s%s", used ? ", " : "", n);
-    }
-    return known;
+#define X(st, text, failed) used += (size_t)snprintf(list + used, used < len ? len - used : 0, "%s%s", used ? ", " : "", text);
+    WIRE_STATUSES(X)
+#undef X
+    return wire_status_parse(name, &status) == MT_OK;
 }
 
 typedef struct {
@@ -73,19 +72,16 @@ typedef struct {
 
 static int print_row(void *vctx, const dbq_result_t *r) {
     results_ctx_t *ctx = vctx;
-    char shape[96], cfg[64];
+    char shape[96], cfg[KRN_CONFIG_TEXT_LEN];
     krn_shape_name(&r->shape, shape, sizeof shape);
-    snprintf(cfg, sizeof cfg, "%ux%ux%ux%ux%ux%u", r->config.block_m, r->config.block_n, r->config.block_k,
-             r->config.group_m, r->config.num_warps, r->config.num_stages);
+    krn_config_format(&r->config, cfg, sizeof cfg);
     if (ctx->json) {
         json_t *o = json_pack(
-            "{s:I, s:I, s:{s:i, s:i, s:i, s:i, s:s}, s:I, s:{s:i, s:i, s:i, s:i, s:i, s:i}, s:i, s:s,"
+            "{s:I, s:I, s:{s:i, s:i, s:i, s:i, s:s}, s:I, s:o, s:i, s:s,"
             " s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:s, s:s, s:s, s:I}",
             "result", (json_int_t)r->result_id, "sweep", (json_int_t)r->sweep_id, "shape", "E", (int)r->shape.e,
             "N", (int)r->shape.n, "K", (int)r->shape.k, "topk", (int)r->shape.topk, "dtype", r->shape.dtype,
-            "config_id", (json_int_t)r->config_id, "config", "BLOCK_SIZE_M", (int)r->config.block_m,
-            "BLOCK_SIZE_N", (int)r->config.block_n, "BLOCK_SIZE_K", (int)r->config.block_k, "GROUP_SIZE_M",
-            (int)r->config.group_m, "num_warps", (int)r->config.num_warps, "num_stages", (int)r->config.num_stages,
+            "config_id", (json_int_t)r->config_id, "config", cmp_config_json(&r->config),
             "batch_size", (int)r->batch_size, "status", r->status, "median_us", r->median_us, "min_us", r->min_us,
             "mean_us", r->mean_us, "stddev_us", r->stddev_us, "samples", (int)r->samples, "detail", r->detail,
             "device", r->device_name, "backend", r->backend, "compiler", r->compiler, "worker", r->worker_id,
@@ -176,10 +172,9 @@ static int print_compare(const cmp_t *c, bool json) {
     for (size_t i = 0; i < c->n; i++) {
         const cmp_cell_t *x = &c->cells[i];
         if (!(x->uniform_us > 0 && x->captured_us > 0)) continue;
-        char shape[96], cfg[64];
+        char shape[96], cfg[KRN_CONFIG_TEXT_LEN];
         krn_shape_name(&x->shape, shape, sizeof shape);
-        snprintf(cfg, sizeof cfg, "%ux%ux%ux%ux%ux%u", x->config.block_m, x->config.block_n, x->config.block_k,
-                 x->config.group_m, x->config.num_warps, x->config.num_stages);
+        krn_config_format(&x->config, cfg, sizeof cfg);
         double ratio = x->captured_us / x->uniform_us;
         if (json) {
             json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:s, s:i, s:f, s:f, s:f, s:s}", "shape", shape, "K",
@@ -422,12 +417,14 @@ int cmd_lookup(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (moetune_lookup_load(o->pos[0], &t, err, sizeof err) != MOETUNE_LOOKUP_OK) return cli_fail(cmd, err);
     moetune_lookup_get(t, m, &c, &key);
     moetune_lookup_free(&t);
+    /* the lookup library's config is its own (it links nothing of moetune): same fields, same order */
+    const int v[KRN_N_FIELDS] = {c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages};
     if (o->json)
-        printf("{\"batch_size\": %u, \"key\": %u, \"BLOCK_SIZE_M\": %d, \"BLOCK_SIZE_N\": %d, \"BLOCK_SIZE_K\": %d, "
-               "\"GROUP_SIZE_M\": %d, \"num_warps\": %d, \"num_stages\": %d}\n",
-               m, key, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages);
+        printf("{\"batch_size\": %u, \"key\": %u", m, key);
     else
-        printf("M=%u -> entry \"%u\": BLOCK_SIZE_M=%d BLOCK_SIZE_N=%d BLOCK_SIZE_K=%d GROUP_SIZE_M=%d num_warps=%d num_stages=%d\n",
-               m, key, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages);
+        printf("M=%u -> entry \"%u\":", m, key);
+    for (size_t i = 0; i < KRN_N_FIELDS; i++)
+        printf(o->json ? ", \"%s\": %d" : " %s=%d", krn_config_fields[i].file, v[i]);
+    printf(o->json ? "}\n" : "\n");
     return MT_EXIT_OK;
 }

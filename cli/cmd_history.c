@@ -45,7 +45,7 @@ static json_t *sweep_json(const cmp_sweep_t *s) {
         const cmp_best_t *b = &s->best[i];
         char shape[128], cfg[64];
         cmp_shape_text(&b->shape, shape, sizeof shape);
-        cmp_config_text(&b->config, cfg, sizeof cfg);
+        krn_config_format(&b->config, cfg, sizeof cfg);
         json_array_append_new(arr, json_pack("{s:s, s:i, s:s, s:f, s:f, s:i}", "shape", shape, "batch_size",
                                              (int)b->batch_size, "config", cfg, "median_us", b->median_us,
                                              "stddev_us", b->stddev_us, "samples", (int)b->samples));
@@ -107,7 +107,7 @@ int cmd_history(const cli_cmd_t *cmd, cli_opts_t *o) {
             const cmp_best_t *b = &w->best[k], *pb = find_best(p, b);
             char shape[128], cfg[64], vs[32] = "-";
             cmp_shape_text(&b->shape, shape, sizeof shape);
-            cmp_config_text(&b->config, cfg, sizeof cfg);
+            krn_config_format(&b->config, cfg, sizeof cfg);
             if (pb && pb->median_us > 0) snprintf(vs, sizeof vs, "%+.2f%%", (b->median_us - pb->median_us) / pb->median_us * 100.0);
             printf("  %-40.40s %6u %-20s %11.2f %9s\n", shape, b->batch_size, cfg, b->median_us, vs);
         }

@@ -10,15 +10,18 @@
 #include "compare.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
+#include "states.h"
 
 #define MAX_BS 64
 #define MAX_SHAPES 64
-#define N_STATUS 7
-
-static const char *const k_status[N_STATUS] = {"ok", "invalid", "compile_error", "launch_error",
-                                               "wrong_result", "timeout", "crashed"};
-static const char *const k_status_color[N_STATUS] = {"#2ca02c", "#7f7f7f", "#9467bd", "#8c564b",
-                                                     "#d62728", "#bcbd22", "#e377c2"};
+/* The status chart's bars: every status of states.h's table, in its order, by Moetune__Status
+ * value (0, unknown, has no bar). */
+static const char *const k_status_color[WIRE_N_STATUS] = {
+    [MOETUNE__STATUS__STATUS_OK] = "#2ca02c",           [MOETUNE__STATUS__STATUS_INVALID] = "#7f7f7f",
+    [MOETUNE__STATUS__STATUS_COMPILE_ERROR] = "#9467bd", [MOETUNE__STATUS__STATUS_LAUNCH_ERROR] = "#8c564b",
+    [MOETUNE__STATUS__STATUS_WRONG_RESULT] = "#d62728",  [MOETUNE__STATUS__STATUS_TIMEOUT] = "#bcbd22",
+    [MOETUNE__STATUS__STATUS_CRASHED] = "#e377c2",       [MOETUNE__STATUS__STATUS_PRUNED] = "#17becf",
+};
 static const uint32_t k_bm[] = {16, 32, 64, 128, 256}, k_bn[] = {32, 64, 128, 256};
 #define N_BM (sizeof k_bm / sizeof k_bm[0])
 #define N_BN (sizeof k_bn / sizeof k_bn[0])
@@ -35,7 +38,7 @@ typedef struct {
     double best[MAX_BS], def[MAX_BS]; /* 0 = none */
     krn_config_t best_cfg[MAX_BS];
     double heat[N_BM][N_BN];          /* best over the other parameters at heat_m; 0 = none */
-    uint64_t status[N_STATUS];
+    uint64_t status[WIRE_N_STATUS]; /* rows by Moetune__Status value */
 } rshape_t;
 
 typedef struct {
@@ -96,8 +99,8 @@ static int on_row(void *vctx, const dbq_result_t *r) {
         snprintf(c->kernel, sizeof c->kernel, "%s", r->kernel_hash);
         snprintf(c->versions, sizeof c->versions, "%s", r->versions);
     }
-    for (size_t k = 0; k < N_STATUS; k++)
-        if (strcmp(r->status, k_status[k]) == 0) s->status[k]++;
+    int st;
+    if (wire_status_parse(r->status, &st) == MT_OK) s->status[st]++;
     size_t i = bs_index(s, r->batch_size);
     if (i == MAX_BS || strcmp(r->status, "ok") != 0 || !(r->median_us > 0)) return 0;
     if (!s->best[i] || r->median_us < s->best[i]) {
@@ -231,19 +234,20 @@ static void heat_chart(FILE *f, const rshape_t *s, uint32_t m) {
 static void status_chart(FILE *f, const rshape_t *s) {
     const double W = 640, bar_h = 18, L = 110, R = 80;
     uint64_t max = 1;
-    for (size_t k = 0; k < N_STATUS; k++)
+    for (size_t k = 0; k < WIRE_N_STATUS; k++)
         if (s->status[k] > max) max = s->status[k];
-    double H = bar_h * 1.4 * N_STATUS + 10;
+    double H = bar_h * 1.4 * (WIRE_N_STATUS - 1) + 10;
     fprintf(f, "<svg class=\"chart status\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
                "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\"><title>results by status</title>\n",
             W, H, W, H);
-    for (size_t k = 0; k < N_STATUS; k++) {
-        double y = 5 + bar_h * 1.4 * k, w = (W - L - R) * (double)s->status[k] / (double)max;
+    for (int k = 1; k < WIRE_N_STATUS; k++) {
+        const char *name = wire_status_name(k);
+        double y = 5 + bar_h * 1.4 * (k - 1), w = (W - L - R) * (double)s->status[k] / (double)max;
         if (s->status[k] && w < 4) w = 4; /* a handful of failures stays visible */
         fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" text-anchor=\"end\">%s</text>"
                    "<rect class=\"bar %s\" x=\"%.0f\" y=\"%.0f\" width=\"%.1f\" height=\"%.0f\" fill=\"%s\"/>"
                    "<text x=\"%.1f\" y=\"%.0f\" font-size=\"11\">%llu</text>\n",
-                L - 6, y + 13, k_status[k], k_status[k], L, y, w, bar_h, k_status_color[k], L + w + 6, y + 13,
+                L - 6, y + 13, name, name, L, y, w, bar_h, k_status_color[k], L + w + 6, y + 13,
                 (unsigned long long)s->status[k]);
     }
     fprintf(f, "</svg>\n");
@@ -338,7 +342,7 @@ static void write_html(FILE *f, const sweep_ctx_t *sw, const rctx_t *c) {
                 fprintf(f, "<tr><td class=\"n\">%u</td><td colspan=\"4\">no ok result</td></tr>\n", s->bs[k]);
                 continue;
             }
-            cmp_config_text(&s->best_cfg[k], cfg, sizeof cfg);
+            krn_config_format(&s->best_cfg[k], cfg, sizeof cfg);
             fprintf(f, "<tr><td class=\"n\">%u</td><td>%s</td><td class=\"n\">%.2f</td>", s->bs[k], cfg, s->best[k]);
             if (s->def[k] > 0)
                 fprintf(f, "<td class=\"n\">%.2f</td><td class=\"n\">%.2fx</td></tr>\n", s->def[k], s->def[k] / s->best[k]);

@@ -17,9 +17,11 @@ void cmp_shape_text(const krn_shape_t *s, char *buf, size_t len) {
              strcmp(s->dtype, "bf16") && *s->dtype ? ",dtype=" : "", strcmp(s->dtype, "bf16") ? s->dtype : "", tail);
 }
 
-void cmp_config_text(const krn_config_t *c, char *buf, size_t len) {
-    snprintf(buf, len, "%ux%ux%ux%ux%ux%u", c->block_m, c->block_n, c->block_k, c->group_m, c->num_warps,
-             c->num_stages);
+json_t *cmp_config_json(const krn_config_t *c) {
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < KRN_N_FIELDS; i++)
+        json_object_set_new(o, krn_config_fields[i].file, json_integer(KRN_CONFIG_GET(c, i)));
+    return o;
 }
 
 static int shape_cmp(const krn_shape_t *x, const krn_shape_t *y) {
@@ -369,13 +371,10 @@ const char *cmp_verdict_name(cmp_verdict_t v) {
 
 static json_t *side_json(const cmp_best_t *b) {
     if (!b) return json_null();
-    char cfg[64];
-    cmp_config_text(&b->config, cfg, sizeof cfg);
-    return json_pack("{s:s, s:{s:i, s:i, s:i, s:i, s:i, s:i}, s:f, s:f, s:i}", "config_text", cfg, "config",
-                     "BLOCK_SIZE_M", (int)b->config.block_m, "BLOCK_SIZE_N", (int)b->config.block_n,
-                     "BLOCK_SIZE_K", (int)b->config.block_k, "GROUP_SIZE_M", (int)b->config.group_m, "num_warps",
-                     (int)b->config.num_warps, "num_stages", (int)b->config.num_stages, "median_us", b->median_us,
-                     "stddev_us", b->stddev_us, "samples", (int)b->samples);
+    char cfg[KRN_CONFIG_TEXT_LEN];
+    krn_config_format(&b->config, cfg, sizeof cfg);
+    return json_pack("{s:s, s:o, s:f, s:f, s:i}", "config_text", cfg, "config", cmp_config_json(&b->config),
+                     "median_us", b->median_us, "stddev_us", b->stddev_us, "samples", (int)b->samples);
 }
 
 static json_t *sweep_json(const cmp_sweep_t *s) {
@@ -429,11 +428,11 @@ void cmp_diff_print(const cmp_diff_t *d, bool json, FILE *out) {
         char shape[128], ca[64] = "-", cb[64] = "-", ua[32] = "-", ub[32] = "-", ch[32] = "-", nz[32] = "-";
         cmp_shape_text(&any->shape, shape, sizeof shape);
         if (e->a) {
-            cmp_config_text(&e->a->config, ca, sizeof ca);
+            krn_config_format(&e->a->config, ca, sizeof ca);
             snprintf(ua, sizeof ua, "%.2f", e->a->median_us);
         }
         if (e->b) {
-            cmp_config_text(&e->b->config, cb, sizeof cb);
+            krn_config_format(&e->b->config, cb, sizeof cb);
             snprintf(ub, sizeof ub, "%.2f", e->b->median_us);
         }
         if (e->a && e->b) {

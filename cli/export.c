@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "compare.h"
 #include "exports.h"
 #include "lookup.h"
 #include "mt.h"
@@ -79,13 +80,6 @@ typedef struct {
     int lock_fd;
 } run_t;
 
-static const struct { const char *json; size_t off; } k_cfg_fields[] = {
-    {"BLOCK_SIZE_M", offsetof(krn_config_t, block_m)}, {"BLOCK_SIZE_N", offsetof(krn_config_t, block_n)},
-    {"BLOCK_SIZE_K", offsetof(krn_config_t, block_k)}, {"GROUP_SIZE_M", offsetof(krn_config_t, group_m)},
-    {"num_warps", offsetof(krn_config_t, num_warps)}, {"num_stages", offsetof(krn_config_t, num_stages)},
-};
-#define N_CFG_FIELDS (sizeof k_cfg_fields / sizeof k_cfg_fields[0])
-
 const char *exp_state_name(exp_state_t s) {
     static const char *const names[] = {"new", "changed", "unchanged"};
     return (unsigned)s < 3 ? names[s] : "?";
@@ -122,14 +116,6 @@ static void file_name(const dbq_result_t *r, char *buf, size_t len) {
     if (n > 0 && (size_t)n < len && r->shape.block_n)
         n += snprintf(buf + n, len - (size_t)n, ",block_shape=[%u, %u]", r->shape.block_n, r->shape.block_k);
     if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ".json");
-}
-
-static json_t *cfg_json(const krn_config_t *c) {
-    json_t *o = json_object();
-    for (size_t i = 0; o && i < N_CFG_FIELDS; i++)
-        json_object_set_new(o, k_cfg_fields[i].json,
-                            json_integer(*(const uint32_t *)((const char *)c + k_cfg_fields[i].off)));
-    return o;
 }
 
 static void cfg_text(const krn_config_t *c, char *buf, size_t len) {
@@ -830,7 +816,7 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
     for (size_t k = 0; k < n_ents; k++) {
         char key[16];
         snprintf(key, sizeof key, "%u", ents[k].bs);
-        json_object_set_new(obj, key, cfg_json(&ents[k].cfg));
+        json_object_set_new(obj, key, cmp_config_json(&ents[k].cfg));
     }
     text = dump(obj);
     if (!text) {

@@ -137,7 +137,7 @@ int cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t e
             rc = MT_INVAL;
             goto out;
         }
-        if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > 1048576) {
+        if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > KRN_MAX_NK) {
             mt_fmt(err, errlen, "model config: %s is not a positive integer", need[i].what);
             rc = MT_INVAL;
             goto out;
@@ -154,8 +154,8 @@ int cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t e
         if (wbs && !json_is_null(wbs)) {
             json_t *a = json_array_get(wbs, 0), *b = json_array_get(wbs, 1);
             if (!json_is_array(wbs) || json_array_size(wbs) != 2 || !json_is_integer(a) || !json_is_integer(b) ||
-                json_integer_value(a) <= 0 || json_integer_value(b) <= 0 || json_integer_value(a) > 65536 ||
-                json_integer_value(b) > 65536) {
+                json_integer_value(a) <= 0 || json_integer_value(b) <= 0 || json_integer_value(a) > KRN_MAX_BLOCK_SCALE ||
+                json_integer_value(b) > KRN_MAX_BLOCK_SCALE) {
                 mt_fmt(err, errlen, "model config: quantization_config.weight_block_size is not [n, k] "
                        "(two positive integers)");
                 rc = MT_INVAL;

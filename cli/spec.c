@@ -17,8 +17,6 @@
 
 #define MAX_MODELS 16
 
-enum { SP_BM, SP_BN, SP_BK, SP_GM, SP_WARPS, SP_STAGES, SP_N };
-
 struct cli_spec {
     Moetune__SweepSpec spec;
     Moetune__Space space;
@@ -37,8 +35,8 @@ struct cli_spec {
     char dtype[16];
     uint32_t batch[CLI_SPEC_MAX_BATCH];
     size_t n_batch;
-    uint32_t space_vals[SP_N][KRN_MAX_VALUES];
-    size_t n_space[SP_N];
+    uint32_t space_vals[KRN_N_FIELDS][KRN_MAX_VALUES];
+    size_t n_space[KRN_N_FIELDS];
     char name[128], strategy[32], device_filter[128], backend[16];
     char engine_names[2][8];
     char routing[4096];       /* --routing as given; the resolved path goes into the spec */
@@ -163,13 +161,14 @@ static int parse_list(const char *opt, const char *val, uint32_t max, size_t max
 
 static int set_batch(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
                      size_t errlen) {
-    return parse_list(opt, val, 1048576, CLI_SPEC_MAX_BATCH, s->batch, &s->n_batch, err, errlen);
+    return parse_list(opt, val, PLAN_MAX_BATCH, CLI_SPEC_MAX_BATCH, s->batch, &s->n_batch, err, errlen);
 }
 
 static int set_space(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
                      size_t errlen) {
     intptr_t i = (intptr_t)arg;
-    return parse_list(opt, val, 4096, KRN_MAX_VALUES, s->space_vals[i], &s->n_space[i], err, errlen);
+    return parse_list(opt, val, krn_config_fields[i].max, KRN_MAX_VALUES, s->space_vals[i], &s->n_space[i], err,
+                      errlen);
 }
 
 static int set_text(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
@@ -347,12 +346,12 @@ static const opt_def_t k_opts[] = {
     {{"ep", "N", "expert parallel size for --model/--model-config (E = experts / EP; default 1)"}, set_par, 1},
     {{"dtype", "bf16|fp8_w8a8", "dtype of --model/--model-config shapes (default: what the checkpoint ships, e.g. deepseek-v3 fp8_w8a8 with 128x128 blocks; fp8_w8a8 keeps its blocks, else per-tensor scales)"}, set_dtype, 0},
     {{"batch-sizes", "1,2,4,..", "batch sizes (default the engines' 18: 1 .. 4096)"}, set_batch, 0},
-    {{"block-m", "LIST", "BLOCK_SIZE_M values (default 16,32,64,128,256)"}, set_space, SP_BM},
-    {{"block-n", "LIST", "BLOCK_SIZE_N values (default 32,64,128,256)"}, set_space, SP_BN},
-    {{"block-k", "LIST", "BLOCK_SIZE_K values (default 64,128,256)"}, set_space, SP_BK},
-    {{"group-m", "LIST", "GROUP_SIZE_M values (default 1,16,32,64)"}, set_space, SP_GM},
-    {{"num-warps", "LIST", "num_warps values (default 4,8)"}, set_space, SP_WARPS},
-    {{"num-stages", "LIST", "num_stages values (default 2,3,4,5)"}, set_space, SP_STAGES},
+    {{"block-m", "LIST", "BLOCK_SIZE_M values (default 16,32,64,128,256)"}, set_space, KRN_F_block_m},
+    {{"block-n", "LIST", "BLOCK_SIZE_N values (default 32,64,128,256)"}, set_space, KRN_F_block_n},
+    {{"block-k", "LIST", "BLOCK_SIZE_K values (default 64,128,256)"}, set_space, KRN_F_block_k},
+    {{"group-m", "LIST", "GROUP_SIZE_M values (default 1,16,32,64)"}, set_space, KRN_F_group_m},
+    {{"num-warps", "LIST", "num_warps values (default 4,8)"}, set_space, KRN_F_num_warps},
+    {{"num-stages", "LIST", "num_stages values (default 2,3,4,5)"}, set_space, KRN_F_num_stages},
     {{"name", "NAME", "sweep name (default derived from the shapes)"}, set_text, ARG(offsetof(cli_spec_t, name))},
     {{"strategy", "exhaustive|halving", "search strategy (default exhaustive): halving measures every config at 5 samples, then the best sixteenth per batch size (and its neighbours' winners) to the RSD rule"}, set_text, ARG(offsetof(cli_spec_t, strategy))},
     {{"device-filter", "TEXT", "only workers whose GPU name contains TEXT"}, set_text, ARG(offsetof(cli_spec_t, device_filter))},
@@ -506,8 +505,9 @@ static const struct { const char *key, *opt; } k_json_keys[] = {
     {"chunk", "chunk"}, {"max_attempts", "max-attempts"},
 };
 static const struct { const char *key, *opt; } k_json_space[] = {
-    {"block_m", "block-m"}, {"block_n", "block-n"}, {"block_k", "block-k"},
-    {"group_m", "group-m"}, {"num_warps", "num-warps"}, {"num_stages", "num-stages"},
+#define X(f, file, opt, max) {#f, opt},
+    KRN_CONFIG_FIELDS(X)
+#undef X
 };
 static const struct { const char *key, *opt; } k_json_measure[] = {
     {"warmup", "warmup"}, {"min_samples", "min-samples"}, {"max_samples", "max-samples"},
@@ -740,7 +740,7 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
         return MT_INVAL;
     }
     bool any_space = false;
-    for (int i = 0; i < SP_N; i++) any_space = any_space || s->n_space[i];
+    for (int i = 0; i < KRN_N_FIELDS; i++) any_space = any_space || s->n_space[i];
     if (fill_defaults && s->n_batch == 0) {
         for (size_t i = 0; i < krn_n_default_batch_sizes; i++) s->batch[i] = krn_default_batch_sizes[i];
         s->n_batch = krn_n_default_batch_sizes;
@@ -750,18 +750,16 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
     if (fill_defaults || any_space) {
         krn_space_t def;
         krn_space_default(&def);
-        const uint32_t *dv[SP_N] = {def.block_m, def.block_n, def.block_k, def.group_m, def.num_warps, def.num_stages};
-        const uint32_t dn[SP_N] = {def.n_block_m, def.n_block_n, def.n_block_k, def.n_group_m, def.n_num_warps, def.n_num_stages};
-        for (int i = 0; i < SP_N; i++) {
+        for (int i = 0; i < KRN_N_FIELDS; i++) {
             if (s->n_space[i]) continue;
-            memcpy(s->space_vals[i], dv[i], dn[i] * sizeof(uint32_t));
-            s->n_space[i] = dn[i];
+            memcpy(s->space_vals[i], def.values[i], def.n[i] * sizeof(uint32_t));
+            s->n_space[i] = def.n[i];
         }
     }
     if (fill_defaults) {
         if (!s->strategy[0]) snprintf(s->strategy, sizeof s->strategy, "exhaustive");
-        if (!s->spec.chunk) s->spec.chunk = 16;
-        if (!s->spec.max_attempts) s->spec.max_attempts = 3;
+        if (!s->spec.chunk) s->spec.chunk = PLAN_DEFAULT_CHUNK;
+        if (!s->spec.max_attempts) s->spec.max_attempts = PLAN_DEFAULT_MAX_ATTEMPTS;
     }
     if (!s->name[0]) {
         char sh[96];
@@ -795,11 +793,17 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
     s->spec.n_batch_sizes = s->n_batch;
     s->spec.batch_sizes = s->batch;
     moetune__space__init(&s->space);
-    size_t *counts[SP_N] = {&s->space.n_block_m, &s->space.n_block_n, &s->space.n_block_k,
-                            &s->space.n_group_m, &s->space.n_num_warps, &s->space.n_num_stages};
-    uint32_t **lists[SP_N] = {&s->space.block_m, &s->space.block_n, &s->space.block_k,
-                              &s->space.group_m, &s->space.num_warps, &s->space.num_stages};
-    for (int i = 0; i < SP_N; i++) {
+    size_t *counts[KRN_N_FIELDS] = {
+#define X(f, file, opt, max) &s->space.n_##f,
+        KRN_CONFIG_FIELDS(X)
+#undef X
+    };
+    uint32_t **lists[KRN_N_FIELDS] = {
+#define X(f, file, opt, max) &s->space.f,
+        KRN_CONFIG_FIELDS(X)
+#undef X
+    };
+    for (int i = 0; i < KRN_N_FIELDS; i++) {
         *counts[i] = s->n_space[i];
         *lists[i] = s->space_vals[i];
         any_space = any_space || s->n_space[i];
@@ -808,13 +812,9 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
     if (s->measure_set) {
         Moetune__Measure m = s->measure;
         moetune__measure__init(&s->measure);
-        s->measure.warmup = m.warmup;
-        s->measure.min_samples = m.min_samples;
-        s->measure.max_samples = m.max_samples;
-        s->measure.rsd_target = m.rsd_target;
-        s->measure.budget_ms = m.budget_ms;
-        s->measure.timeout_ms = m.timeout_ms;
-        s->measure.seed = m.seed;
+#define X(f, def) s->measure.f = m.f;
+        WIRE_MEASURE_DEFAULTS(X)
+#undef X
         s->measure.race_margin = m.race_margin;
         s->spec.measure = &s->measure;
     }
@@ -921,12 +921,8 @@ int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *no
     }
     diff_list(diff, len, &n, "batch sizes", pa->batch_sizes, pa->n_batch_sizes, pb->batch_sizes, pb->n_batch_sizes);
     const krn_space_t *x = &pa->space, *y = &pb->space;
-    diff_list(diff, len, &n, "block_m", x->block_m, x->n_block_m, y->block_m, y->n_block_m);
-    diff_list(diff, len, &n, "block_n", x->block_n, x->n_block_n, y->block_n, y->n_block_n);
-    diff_list(diff, len, &n, "block_k", x->block_k, x->n_block_k, y->block_k, y->n_block_k);
-    diff_list(diff, len, &n, "group_m", x->group_m, x->n_group_m, y->group_m, y->n_group_m);
-    diff_list(diff, len, &n, "num_warps", x->num_warps, x->n_num_warps, y->num_warps, y->n_num_warps);
-    diff_list(diff, len, &n, "num_stages", x->num_stages, x->n_num_stages, y->num_stages, y->n_num_stages);
+    for (int f = 0; f < KRN_N_FIELDS; f++)
+        diff_list(diff, len, &n, krn_config_fields[f].name, x->values[f], x->n[f], y->values[f], y->n[f]);
     diff_u64(diff, len, &n, "chunk", pa->chunk, pb->chunk);
     diff_u64(diff, len, &n, "max_attempts", pa->max_attempts, pb->max_attempts);
     const Moetune__Measure *m = &pa->measure, *o = &pb->measure;

@@ -13,6 +13,7 @@
 #include "lock.h"
 #include "metrics.h"
 #include "mt.h"
+#include "states.h"
 #include "store.h"
 #include "wire.h"
 #include "writer.h"
@@ -121,8 +122,8 @@ int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen)
     c->o = *opts;
     if (!c->o.bind) c->o.bind = COORD_DEFAULT_BIND;
     if (!c->o.control) c->o.control = "tcp://127.0.0.1:5556";
-    if (!c->o.heartbeat_ms) c->o.heartbeat_ms = 1000;
-    if (!c->o.lease_ms) c->o.lease_ms = 30000;
+    if (!c->o.heartbeat_ms) c->o.heartbeat_ms = WIRE_HEARTBEAT_DEFAULT_MS;
+    if (!c->o.lease_ms) c->o.lease_ms = WIRE_LEASE_DEFAULT_MS;
     if (!c->o.max_msg_bytes) c->o.max_msg_bytes = WIRE_DEFAULT_MAX_BYTES;
     atomic_init(&c->stop, 0);
     rc = db_lock_acquire(c->o.db_path, &c->lock, err, errlen);
@@ -498,13 +499,15 @@ static void metrics_refresh(coord_t *c, uint64_t now) {
     if (sched_status(c->sched, 0, now, &st) != MT_OK) return;
     for (size_t i = 0; i < st.reply.n_sweeps; i++) {
         const Moetune__SweepStatus *s = st.reply.sweeps[i];
-        m.jobs_pending += s->jobs_pending;
-        m.jobs_leased += s->jobs_leased;
-        m.jobs_done += s->jobs_done;
-        m.jobs_failed += s->jobs_failed;
-        m.jobs_cancelled += s->jobs_total - s->jobs_pending - s->jobs_leased - s->jobs_done - s->jobs_failed;
-        m.sweeps_running += strcmp(s->state, "running") == 0;
-        if (strcmp(s->state, "running") == 0 && s->gpu_busy > 0) {
+        m.jobs[WIRE_JOB_PENDING] += s->jobs_pending;
+        m.jobs[WIRE_JOB_LEASED] += s->jobs_leased;
+        m.jobs[WIRE_JOB_DONE] += s->jobs_done;
+        m.jobs[WIRE_JOB_FAILED] += s->jobs_failed;
+        m.jobs[WIRE_JOB_CANCELLED] += s->jobs_total - s->jobs_pending - s->jobs_leased - s->jobs_done - s->jobs_failed;
+        wire_sweep_state_t sst;
+        bool running = wire_sweep_state_parse(s->state, &sst) == MT_OK && sst == WIRE_SWEEP_RUNNING;
+        m.sweeps_running += running;
+        if (running && s->gpu_busy > 0) {
             /* several running sweeps share the GPUs: their fractions add up */
             m.gpu_busy += s->gpu_busy;
             m.gpu_busy_known = 1;

@@ -38,8 +38,8 @@ typedef struct {
     const char *db_path;         /* required */
     const char *bind;            /* worker endpoint; NULL = COORD_DEFAULT_BIND (loopback) */
     const char *control;         /* control endpoint; NULL = tcp://127.0.0.1:5556 */
-    uint32_t heartbeat_ms;       /* 0 = 1000 */
-    uint32_t lease_ms;           /* 0 = 30000 */
+    uint32_t heartbeat_ms;       /* 0 = WIRE_HEARTBEAT_DEFAULT_MS */
+    uint32_t lease_ms;           /* 0 = WIRE_LEASE_DEFAULT_MS */
     size_t max_msg_bytes;        /* 0 = WIRE_DEFAULT_MAX_BYTES */
     void *zmq_ctx;               /* a ZeroMQ context to share (inproc tests); NULL = own */
     const sec_cert_t *curve;     /* key pair: with curve_allow both sockets are CURVE servers; NULL = plain */

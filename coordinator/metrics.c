@@ -10,13 +10,11 @@
 #include <string.h>
 
 #include "mt.h"
+#include "states.h"
 
 /* Commit latency buckets, seconds (upper bounds; +Inf is implied). */
 static const double k_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 #define N_BUCKETS (sizeof k_buckets / sizeof k_buckets[0])
-
-static const char *const k_status[SCHED_N_STATUS] = {"unknown", "ok", "invalid", "compile_error",
-                                                     "launch_error", "wrong_result", "timeout", "crashed", "pruned"};
 
 struct metrics {
     struct MHD_Daemon *d;
@@ -82,10 +80,8 @@ char *metrics_render(metrics_t *m) {
     metric(&b, "moetune_workers_busy", "gauge", "Connected workers holding at least one job lease.");
     put(&b, "moetune_workers_busy %llu\n", (unsigned long long)s.workers_busy);
     metric(&b, "moetune_jobs", "gauge", "Jobs of every sweep in memory, by state.");
-    const struct { const char *name; uint64_t v; } jobs[] = {{"pending", s.jobs_pending}, {"leased", s.jobs_leased},
-        {"done", s.jobs_done}, {"failed", s.jobs_failed}, {"cancelled", s.jobs_cancelled}};
-    for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++)
-        put(&b, "moetune_jobs{state=\"%s\"} %llu\n", jobs[i].name, (unsigned long long)jobs[i].v);
+    for (int i = 0; i < WIRE_JOB_NSTATES; i++)
+        put(&b, "moetune_jobs{state=\"%s\"} %llu\n", wire_job_state_name(i), (unsigned long long)s.jobs[i]);
     metric(&b, "moetune_sweeps_running", "gauge", "Sweeps still running.");
     put(&b, "moetune_sweeps_running %llu\n", (unsigned long long)s.sweeps_running);
     if (s.gpu_busy_known) {
@@ -97,7 +93,7 @@ char *metrics_render(metrics_t *m) {
     put(&b, "moetune_results_committed_total %llu\n", (unsigned long long)s.c.results_committed);
     metric(&b, "moetune_results_total", "counter", "Result rows committed since start, by status (pruned rows are racing's, the rest but ok are failures).");
     for (int k = 1; k < SCHED_N_STATUS; k++)
-        put(&b, "moetune_results_total{status=\"%s\"} %llu\n", k_status[k], (unsigned long long)s.c.committed_by_status[k]);
+        put(&b, "moetune_results_total{status=\"%s\"} %llu\n", wire_status_name(k), (unsigned long long)s.c.committed_by_status[k]);
     if (s.c.committed_by_status[0])
         put(&b, "moetune_results_total{status=\"unknown\"} %llu\n", (unsigned long long)s.c.committed_by_status[0]);
     metric(&b, "moetune_results_unacked", "gauge", "Results received and waiting for a commit.");

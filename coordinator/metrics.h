@@ -13,13 +13,14 @@
 #include <stdint.h>
 
 #include "scheduler.h"
+#include "states.h"
 
 typedef struct metrics metrics_t;
 
 /* What the loop publishes. */
 typedef struct {
     uint64_t workers_alive, workers_busy, workers_away, workers_dead;
-    uint64_t jobs_pending, jobs_leased, jobs_done, jobs_failed, jobs_cancelled;
+    uint64_t jobs[WIRE_JOB_NSTATES];  /* by wire_job_state_t */
     uint64_t sweeps_running;
     double gpu_busy;            /* the running sweeps' timed kernel time over their wall time and GPUs */
     int gpu_busy_known;

@@ -13,14 +13,7 @@
 
 void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out) {
     const Moetune__Measure *m = spec ? spec->measure : NULL;
-    moetune__measure__init(out);
-    out->warmup = m && m->warmup ? m->warmup : 5;
-    out->min_samples = m && m->min_samples ? m->min_samples : 10;
-    out->max_samples = m && m->max_samples ? m->max_samples : 100;
-    out->rsd_target = m && m->rsd_target > 0 ? m->rsd_target : 0.01;
-    out->budget_ms = m && m->budget_ms ? m->budget_ms : 1000;
-    out->timeout_ms = m && m->timeout_ms ? m->timeout_ms : 60000;
-    out->seed = m && m->seed ? m->seed : 1;
+    wire_measure_fill(m, out);
     /* racing is on unless turned off (negative); 0 is "not given" */
     out->race_margin = m && m->race_margin != 0 ? m->race_margin : RACE_DEFAULT_MARGIN;
 }
@@ -40,19 +33,14 @@ void plan_destroy(plan_t **pp) {
     *pp = NULL;
 }
 
-/* One list of the space: where it lives in the spec and in krn_space_t. */
-typedef struct {
-    const char *name;
-    size_t spec_n_off, spec_v_off;     /* offsets of n_x and x in Moetune__Space */
-    size_t krn_v_off, krn_n_off;       /* offsets of x[] and n_x in krn_space_t */
-} space_list_t;
-
-#define SPACE_LIST(f)                                                                                   \
-    {#f, offsetof(Moetune__Space, n_##f), offsetof(Moetune__Space, f), offsetof(krn_space_t, f),      \
-     offsetof(krn_space_t, n_##f)}
-static const space_list_t g_lists[] = {SPACE_LIST(block_m), SPACE_LIST(block_n),   SPACE_LIST(block_k),
-                                       SPACE_LIST(group_m), SPACE_LIST(num_warps), SPACE_LIST(num_stages)};
-#define N_LISTS (sizeof g_lists / sizeof g_lists[0])
+/* Where each field's list lives in Moetune__Space (KRN_F_* order). */
+static const struct {
+    size_t n_off, v_off; /* offsets of n_x and x */
+} g_lists[KRN_N_FIELDS] = {
+#define X(f, file, opt, max) {offsetof(Moetune__Space, n_##f), offsetof(Moetune__Space, f)},
+    KRN_CONFIG_FIELDS(X)
+#undef X
+};
 
 static int has_dup(const uint32_t *v, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -65,35 +53,36 @@ static int has_dup(const uint32_t *v, size_t n) {
  * non-empty, at most KRN_MAX_VALUES long, positive and unique. */
 static int build_space(const Moetune__Space *sp, krn_space_t *out, char *err, size_t errlen) {
     size_t total = 0;
-    for (size_t i = 0; sp && i < N_LISTS; i++) total += *(const size_t *)((const char *)sp + g_lists[i].spec_n_off);
+    for (size_t i = 0; sp && i < KRN_N_FIELDS; i++) total += *(const size_t *)((const char *)sp + g_lists[i].n_off);
     if (total == 0) {
         krn_space_default(out);
         return MT_OK;
     }
     memset(out, 0, sizeof *out);
-    for (size_t i = 0; i < N_LISTS; i++) {
-        size_t n = *(const size_t *)((const char *)sp + g_lists[i].spec_n_off);
-        const uint32_t *v = *(uint32_t *const *)((const char *)sp + g_lists[i].spec_v_off);
+    for (size_t i = 0; i < KRN_N_FIELDS; i++) {
+        const krn_config_field_t *f = &krn_config_fields[i];
+        size_t n = *(const size_t *)((const char *)sp + g_lists[i].n_off);
+        const uint32_t *v = *(uint32_t *const *)((const char *)sp + g_lists[i].v_off);
         if (n == 0) {
-            mt_fmt(err, errlen, "space: %s list is empty", g_lists[i].name);
+            mt_fmt(err, errlen, "space: %s list is empty", f->name);
             return MT_INVAL;
         }
         if (n > KRN_MAX_VALUES) {
-            mt_fmt(err, errlen, "space: %s has %zu values (at most %d)", g_lists[i].name, n, KRN_MAX_VALUES);
+            mt_fmt(err, errlen, "space: %s has %zu values (at most %d)", f->name, n, KRN_MAX_VALUES);
             return MT_INVAL;
         }
         for (size_t j = 0; j < n; j++) {
-            if (v[j] == 0 || v[j] > 1024) {
-                mt_fmt(err, errlen, "space: %s value %u is out of range 1..1024", g_lists[i].name, v[j]);
+            if (v[j] == 0 || v[j] > f->max) {
+                mt_fmt(err, errlen, "space: %s value %u is out of range 1..%u", f->name, v[j], f->max);
                 return MT_INVAL;
             }
         }
         if (has_dup(v, n)) {
-            mt_fmt(err, errlen, "space: %s has a repeated value", g_lists[i].name);
+            mt_fmt(err, errlen, "space: %s has a repeated value", f->name);
             return MT_INVAL;
         }
-        memcpy((char *)out + g_lists[i].krn_v_off, v, n * sizeof *v);
-        *(uint32_t *)((char *)out + g_lists[i].krn_n_off) = (uint32_t)n;
+        memcpy(out->values[i], v, n * sizeof *v);
+        out->n[i] = (uint32_t)n;
     }
     return MT_OK;
 }

@@ -60,9 +60,10 @@ typedef struct {
     int64_t created;                 /* filled by plan_write: the sweep row's created (s) */
 } plan_t;
 
-/* Fills out with spec's measurement settings, defaults for zero fields (warmup 5,
- * min_samples 10, max_samples 100, rsd_target 0.01, budget_ms 1000, timeout_ms
- * 60000, seed 1). spec->measure may be NULL. */
+/* Fills out with spec's measurement settings, defaults for zero fields (convert.h's
+ * WIRE_MEASURE_DEFAULTS: warmup 5, min_samples 10, max_samples 100, rsd_target 0.01,
+ * budget_ms 1000, timeout_ms 60000, seed 1; race_margin RACE_DEFAULT_MARGIN).
+ * spec->measure may be NULL. */
 void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out);
 
 /* Validates and expands spec. On success *out is a new plan. On an invalid spec

@@ -224,12 +224,7 @@ static void row_from(sqlite3_stmt *st, dbq_result_t *r) {
     col_text(st, i++, r->shape.dtype, sizeof r->shape.dtype);
     r->shape.block_n = col_u32(st, i++);
     r->shape.block_k = col_u32(st, i++);
-    r->config.block_m = col_u32(st, i++);
-    r->config.block_n = col_u32(st, i++);
-    r->config.block_k = col_u32(st, i++);
-    r->config.group_m = col_u32(st, i++);
-    r->config.num_warps = col_u32(st, i++);
-    r->config.num_stages = col_u32(st, i++);
+    for (int f = 0; f < KRN_N_FIELDS; f++) KRN_CONFIG_AT(&r->config, f) = col_u32(st, i++);
     r->batch_size = col_u32(st, i++);
     col_text(st, i++, r->status, sizeof r->status);
     r->median_us = sqlite3_column_double(st, i++);

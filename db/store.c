@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mt.h"
+#include "states.h"
 
 /* Schema version 4; kept identical to db/schema.sql (tests/unit/test_store.c checks). */
 static const char g_schema[] =
@@ -242,27 +243,6 @@ struct store {
     sqlite3_stmt *st[ST_COUNT];
     char err[512];
 };
-
-/* Status values of Moetune__Status and their results.status text. */
-static const struct {
-    int status;
-    const char *name;
-} g_status[] = {
-    {MOETUNE__STATUS__STATUS_OK, "ok"},
-    {MOETUNE__STATUS__STATUS_INVALID, "invalid"},
-    {MOETUNE__STATUS__STATUS_COMPILE_ERROR, "compile_error"},
-    {MOETUNE__STATUS__STATUS_LAUNCH_ERROR, "launch_error"},
-    {MOETUNE__STATUS__STATUS_WRONG_RESULT, "wrong_result"},
-    {MOETUNE__STATUS__STATUS_TIMEOUT, "timeout"},
-    {MOETUNE__STATUS__STATUS_CRASHED, "crashed"},
-    {MOETUNE__STATUS__STATUS_PRUNED, "pruned"},
-};
-
-const char *store_status_name(int status) {
-    for (size_t i = 0; i < sizeof g_status / sizeof g_status[0]; i++)
-        if (g_status[i].status == status) return g_status[i].name;
-    return NULL;
-}
 
 const char *store_errmsg(const store_t *s) { return s ? s->err : "no store"; }
 
@@ -597,12 +577,7 @@ int store_routing_insert(store_t *s, const char *sha256, const char *source, uin
 }
 
 static void bind_config(sqlite3_stmt *st, const krn_config_t *c) {
-    sqlite3_bind_int64(st, 1, c->block_m);
-    sqlite3_bind_int64(st, 2, c->block_n);
-    sqlite3_bind_int64(st, 3, c->block_k);
-    sqlite3_bind_int64(st, 4, c->group_m);
-    sqlite3_bind_int64(st, 5, c->num_warps);
-    sqlite3_bind_int64(st, 6, c->num_stages);
+    for (int i = 0; i < KRN_N_FIELDS; i++) sqlite3_bind_int64(st, i + 1, KRN_CONFIG_GET(c, i));
 }
 
 int store_config_upsert(store_t *s, const krn_config_t *cfg, uint64_t *id) {
@@ -699,7 +674,7 @@ static void bind_result(sqlite3_stmt *st, const store_result_t *r, const char *s
 }
 
 int store_result_put(store_t *s, const store_result_t *r, int *outcome) {
-    const char *status = store_status_name(r->status);
+    const char *status = wire_status_name(r->status);
     *outcome = STORE_ROW_KEPT;
     if (!status) {
         mt_fmt(s->err, sizeof s->err, "result status %d is unknown", r->status);
@@ -862,13 +837,7 @@ int store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape) {
 }
 
 static int config_row(sqlite3_stmt *st, void *cb, void *ctx) {
-    krn_config_t *c = ctx;
-    c->block_m = (uint32_t)sqlite3_column_int64(st, 0);
-    c->block_n = (uint32_t)sqlite3_column_int64(st, 1);
-    c->block_k = (uint32_t)sqlite3_column_int64(st, 2);
-    c->group_m = (uint32_t)sqlite3_column_int64(st, 3);
-    c->num_warps = (uint32_t)sqlite3_column_int64(st, 4);
-    c->num_stages = (uint32_t)sqlite3_column_int64(st, 5);
+    for (int i = 0; i < KRN_N_FIELDS; i++) KRN_CONFIG_AT(ctx, i) = (uint32_t)sqlite3_column_int64(st, i);
     *(int *)cb = 1;
     return MT_OK;
 }
@@ -925,18 +894,15 @@ int store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void
     return each(s, ST_SWEEP_BESTS, best_row, (void *)fn, ctx);
 }
 
-static const char *const g_job_states[5] = {"pending", "leased", "done", "failed", "cancelled"};
-
 static int state_row(sqlite3_stmt *st, void *cb, void *ctx) {
     uint32_t *counts = ctx;
-    const char *state = col_text(st, 0);
-    for (int i = 0; state && i < 5; i++)
-        if (strcmp(state, g_job_states[i]) == 0) counts[i] = (uint32_t)sqlite3_column_int64(st, 1);
+    wire_job_state_t state;
+    if (wire_job_state_parse(col_text(st, 0), &state) == MT_OK) counts[state] = (uint32_t)sqlite3_column_int64(st, 1);
     return MT_OK;
 }
 
-int store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[5]) {
-    memset(counts, 0, 5 * sizeof counts[0]);
+int store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[WIRE_JOB_NSTATES]) {
+    memset(counts, 0, WIRE_JOB_NSTATES * sizeof counts[0]);
     sqlite3_bind_int64(s->st[ST_JOB_STATE_COUNTS], 1, (int64_t)sweep_id);
     return each(s, ST_JOB_STATE_COUNTS, state_row, NULL, counts);
 }

@@ -17,6 +17,7 @@
 
 #include "moetune.pb-c.h"
 #include "space.h"
+#include "states.h"
 
 #define STORE_SCHEMA_VERSION 4
 
@@ -40,7 +41,7 @@ typedef struct {
 /* The mutable part of a jobs row. */
 typedef struct {
     uint64_t id;
-    const char *state;               /* "pending", "leased", "done", "failed", "cancelled" */
+    const char *state;               /* a job state's name (states.h) */
     uint32_t attempts;
     const char *worker_id;           /* NULL keeps SQL NULL */
     uint64_t lease_token;
@@ -194,10 +195,7 @@ int store_sweep_devices_each(store_t *s, uint64_t sweep_id, store_id_cb cb, void
  * result, else of the first of its jobs' holders known to the store. MT_NOTFOUND when
  * none has been leased yet. */
 int store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t len);
-/* Jobs of a sweep per state, in the order pending, leased, done, failed, cancelled. */
-int store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[5]);
-
-/* The results.status text of a Moetune__Status value; NULL when unknown. */
-const char *store_status_name(int status);
+/* Jobs of a sweep per state, indexed by wire_job_state_t (states.h). */
+int store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[WIRE_JOB_NSTATES]);
 
 #endif

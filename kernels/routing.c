@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "mt.h"
+#include "space.h"
 
 void krn_routing_clear(krn_routing_t *r) {
     if (!r) return;
@@ -101,10 +102,12 @@ int krn_routing_parse(const uint8_t *d, size_t len, krn_routing_t *r, char *err,
     free(h);
     if (rc) return rc;
     size_t body = len - start - hlen;
-    if (topk > 64 || tokens > SIZE_MAX / 8 / topk || body != tokens * topk * item) {
+    char over[40] = "";
+    if (topk > KRN_MAX_TOPK) mt_fmt(over, sizeof over, " (and topk is at most %u)", KRN_MAX_TOPK);
+    if (topk > KRN_MAX_TOPK || tokens > SIZE_MAX / 8 / topk || body != tokens * topk * item) {
         mt_fmt(err, errlen, "data is %zu bytes, [%llu, %llu] int%zu needs %llu%s", body, (unsigned long long)tokens,
                (unsigned long long)topk, item * 8, (unsigned long long)(tokens * topk * item),
-               topk > 64 ? " (and topk is at most 64)" : "");
+               over);
         return MT_INVAL;
     }
     r->ids = malloc(tokens * topk * sizeof *r->ids);

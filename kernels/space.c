@@ -14,39 +14,65 @@ const uint32_t krn_default_batch_sizes[] = {1,   2,   4,   8,    16,   24,   32,
                                             96,  128, 256, 512, 1024, 1536, 2048, 3072, 4096};
 const size_t krn_n_default_batch_sizes = sizeof krn_default_batch_sizes / sizeof krn_default_batch_sizes[0];
 
-static void set_list(uint32_t *dst, uint32_t *n, const uint32_t *src, uint32_t count) {
-    memcpy(dst, src, count * sizeof *src);
-    *n = count;
+const krn_config_field_t krn_config_fields[KRN_N_FIELDS] = {
+#define X(f, file, opt, max) {#f, file, opt, max, offsetof(krn_config_t, f)},
+    KRN_CONFIG_FIELDS(X)
+#undef X
+};
+
+char *krn_config_format(const krn_config_t *c, char *buf, size_t len) {
+    size_t used = 0;
+    if (len) buf[0] = '\0';
+    for (size_t i = 0; i < KRN_N_FIELDS; i++) {
+        int n = snprintf(buf + used, used < len ? len - used : 0, "%s%u", i ? "x" : "", KRN_CONFIG_GET(c, i));
+        if (n > 0) used += (size_t)n;
+    }
+    return buf;
+}
+
+int krn_config_parse(const char *text, krn_config_t *cfg) {
+    krn_config_t c;
+    const char *p = text;
+    if (!p) return MT_INVAL;
+    for (size_t i = 0; i < KRN_N_FIELDS; i++) {
+        uint64_t v = 0;
+        size_t digits = 0;
+        /* digits only: strtoul would take a sign or leading blanks */
+        for (; *p >= '0' && *p <= '9' && digits < 10; p++, digits++) v = v * 10 + (uint64_t)(*p - '0');
+        if (!digits || v < 1 || v > krn_config_fields[i].max) return MT_INVAL;
+        KRN_CONFIG_AT(&c, i) = (uint32_t)v;
+        if (i + 1 < KRN_N_FIELDS && *p++ != 'x') return MT_INVAL;
+    }
+    if (*p) return MT_INVAL;
+    *cfg = c;
+    return MT_OK;
 }
 
 void krn_space_default(krn_space_t *s) {
-    static const uint32_t bm[] = {16, 32, 64, 128, 256}, bn[] = {32, 64, 128, 256}, bk[] = {64, 128, 256},
-                          gm[] = {1, 16, 32, 64}, nw[] = {4, 8}, ns[] = {2, 3, 4, 5};
+    static const uint32_t def[KRN_N_FIELDS][KRN_MAX_VALUES] = {
+        [KRN_F_block_m] = {16, 32, 64, 128, 256}, [KRN_F_block_n] = {32, 64, 128, 256},
+        [KRN_F_block_k] = {64, 128, 256},         [KRN_F_group_m] = {1, 16, 32, 64},
+        [KRN_F_num_warps] = {4, 8},               [KRN_F_num_stages] = {2, 3, 4, 5},
+    };
     memset(s, 0, sizeof *s);
-    set_list(s->block_m, &s->n_block_m, bm, 5);
-    set_list(s->block_n, &s->n_block_n, bn, 4);
-    set_list(s->block_k, &s->n_block_k, bk, 3);
-    set_list(s->group_m, &s->n_group_m, gm, 4);
-    set_list(s->num_warps, &s->n_num_warps, nw, 2);
-    set_list(s->num_stages, &s->n_num_stages, ns, 4);
+    for (int f = 0; f < KRN_N_FIELDS; f++) {
+        while (s->n[f] < KRN_MAX_VALUES && def[f][s->n[f]]) s->n[f]++;
+        memcpy(s->values[f], def[f], s->n[f] * sizeof def[f][0]);
+    }
 }
 
 size_t krn_space_size(const krn_space_t *s) {
-    return (size_t)s->n_block_m * s->n_block_n * s->n_block_k * s->n_group_m * s->n_num_warps * s->n_num_stages;
+    size_t n = 1;
+    for (int f = 0; f < KRN_N_FIELDS; f++) n *= s->n[f];
+    return n;
 }
 
+/* The first field varies slowest, the last fastest. */
 void krn_space_at(const krn_space_t *s, size_t i, krn_config_t *c) {
-    c->num_stages = s->num_stages[i % s->n_num_stages];
-    i /= s->n_num_stages;
-    c->num_warps = s->num_warps[i % s->n_num_warps];
-    i /= s->n_num_warps;
-    c->group_m = s->group_m[i % s->n_group_m];
-    i /= s->n_group_m;
-    c->block_k = s->block_k[i % s->n_block_k];
-    i /= s->n_block_k;
-    c->block_n = s->block_n[i % s->n_block_n];
-    i /= s->n_block_n;
-    c->block_m = s->block_m[i % s->n_block_m];
+    for (int f = KRN_N_FIELDS - 1; f >= 0; f--) {
+        KRN_CONFIG_AT(c, f) = s->values[f][i % s->n[f]];
+        i /= s->n[f];
+    }
 }
 
 void krn_limits_default(krn_limits_t *l) {
@@ -179,8 +205,9 @@ int krn_shape_check(const krn_shape_t *s, char *err, size_t errlen) {
         mt_fmt(err, errlen, "topk=%u is larger than E=%u", s->topk, s->e);
         return MT_INVAL;
     }
-    if (s->e > 65536 || s->n > 1048576 || s->k > 1048576 || s->topk > 64) {
-        mt_fmt(err, errlen, "shape out of range (E <= 65536, N and K <= 1048576, topk <= 64)");
+    if (s->e > KRN_MAX_E || s->n > KRN_MAX_NK || s->k > KRN_MAX_NK || s->topk > KRN_MAX_TOPK) {
+        mt_fmt(err, errlen, "shape out of range (E <= %u, N and K <= %u, topk <= %u)", KRN_MAX_E, KRN_MAX_NK,
+               KRN_MAX_TOPK);
         return MT_INVAL;
     }
     if (strcmp(s->dtype, "bf16") != 0 && strcmp(s->dtype, "fp8_w8a8") != 0) {
@@ -232,7 +259,7 @@ int krn_shape_parse(const char *text, krn_shape_t *s, char *err, size_t errlen) 
                 goto out;
             }
             uint32_t v;
-            if (mt_parse_u32(val, 1, 1048576, &v) != MT_OK) {
+            if (mt_parse_u32(val, 1, KRN_MAX_NK, &v) != MT_OK) {
                 mt_fmt(err, errlen, "%s=%s is not a positive integer", key, val);
                 rc = MT_INVAL;
                 goto out;
@@ -256,9 +283,10 @@ int krn_shape_parse(const char *text, krn_shape_t *s, char *err, size_t errlen) 
             char *x = strchr(val, 'x');
             uint32_t bn = 0, bk = 0;
             if (x) *x = '\0';
-            if (!x || mt_parse_u32(val, 1, 65536, &bn) != MT_OK || mt_parse_u32(x + 1, 1, 65536, &bk) != MT_OK) {
+            if (!x || mt_parse_u32(val, 1, KRN_MAX_BLOCK_SCALE, &bn) != MT_OK ||
+                mt_parse_u32(x + 1, 1, KRN_MAX_BLOCK_SCALE, &bk) != MT_OK) {
                 if (x) *x = 'x';
-                mt_fmt(err, errlen, "block_shape=%s is not NxK (positive integers up to 65536)", val);
+                mt_fmt(err, errlen, "block_shape=%s is not NxK (positive integers up to %u)", val, KRN_MAX_BLOCK_SCALE);
                 rc = MT_INVAL;
                 goto out;
             }

@@ -19,9 +19,59 @@ typedef struct {
     char routing[65];         /* sha256 of the captured routing the inputs draw from; "" = uniform */
 } krn_shape_t;
 
+/* The integer fields of a shape, named as in krn_shape_t and the wire's Shape. */
+#define KRN_SHAPE_INTS(X) X(e) X(n) X(k) X(topk) X(block_n) X(block_k)
+
+/* The six fields of a config, in their one order (the engines' files, the wire, the
+ * configs columns, the text form): X(field, file key, option, max). field is the name of
+ * the krn_config_t member, the Moetune__Config and Moetune__Space fields, the configs
+ * column and the spec's "space" key; file key is the engines' JSON key; option is the
+ * CLI's list option (--block-m). Every value is in 1..max: the bounds a worker accepts in
+ * a Job, and so those a spec and a plan take. 32 warps are CUDA's 1024 threads per block;
+ * 1024 is past any tile that fits shared memory; 16 stages past any pipeline in use. */
+#define KRN_CONFIG_FIELDS(X)                                                                        \
+    X(block_m, "BLOCK_SIZE_M", "block-m", 1024)                                                     \
+    X(block_n, "BLOCK_SIZE_N", "block-n", 1024)                                                     \
+    X(block_k, "BLOCK_SIZE_K", "block-k", 1024)                                                     \
+    X(group_m, "GROUP_SIZE_M", "group-m", 1024)                                                     \
+    X(num_warps, "num_warps", "num-warps", 32)                                                      \
+    X(num_stages, "num_stages", "num-stages", 16)
+
 typedef struct {
-    uint32_t block_m, block_n, block_k, group_m, num_warps, num_stages;
+#define KRN_X_MEMBER(f, file, opt, max) uint32_t f;
+    KRN_CONFIG_FIELDS(KRN_X_MEMBER)
+#undef KRN_X_MEMBER
 } krn_config_t;
+
+/* The fields' indexes: KRN_F_block_m .. KRN_F_num_stages, KRN_N_FIELDS. */
+enum {
+#define KRN_X_INDEX(f, file, opt, max) KRN_F_##f,
+    KRN_CONFIG_FIELDS(KRN_X_INDEX)
+#undef KRN_X_INDEX
+    KRN_N_FIELDS
+};
+
+/* One row of KRN_CONFIG_FIELDS for code that walks the fields. */
+typedef struct {
+    const char *name;   /* "block_m" */
+    const char *file;   /* "BLOCK_SIZE_M" */
+    const char *option; /* "block-m" */
+    uint32_t max;       /* values are 1..max */
+    size_t off;         /* offsetof(krn_config_t, field) */
+} krn_config_field_t;
+extern const krn_config_field_t krn_config_fields[KRN_N_FIELDS];
+
+/* Field i of c (krn_config_fields[i]). */
+#define KRN_CONFIG_AT(c, i) (*(uint32_t *)((char *)(c) + krn_config_fields[i].off))
+#define KRN_CONFIG_GET(c, i) (*(const uint32_t *)((const char *)(c) + krn_config_fields[i].off))
+
+/* The config's text form: "BMxBNxBKxGMxWxS" (64x128x64x1x4x3), the fields in table order.
+ * krn_config_format writes it into buf (KRN_CONFIG_TEXT_LEN is enough) and returns buf;
+ * krn_config_parse reads exactly six decimal values, each in its field's 1..max, and returns
+ * MT_INVAL for anything else (cfg is then unchanged). */
+#define KRN_CONFIG_TEXT_LEN 48
+char *krn_config_format(const krn_config_t *cfg, char *buf, size_t len);
+int krn_config_parse(const char *text, krn_config_t *cfg);
 
 /* What a device allows; krn_limits_default() gives Hopper (sm_90) values. */
 typedef struct {
@@ -30,15 +80,11 @@ typedef struct {
     uint32_t cc_major, cc_minor;
 } krn_limits_t;
 
-/* The value lists of a space; each list at most KRN_MAX_VALUES long. */
+/* The value lists of a space, one per field (KRN_F_*); each at most KRN_MAX_VALUES long. */
 #define KRN_MAX_VALUES 16
 typedef struct {
-    uint32_t block_m[KRN_MAX_VALUES], n_block_m;
-    uint32_t block_n[KRN_MAX_VALUES], n_block_n;
-    uint32_t block_k[KRN_MAX_VALUES], n_block_k;
-    uint32_t group_m[KRN_MAX_VALUES], n_group_m;
-    uint32_t num_warps[KRN_MAX_VALUES], n_num_warps;
-    uint32_t num_stages[KRN_MAX_VALUES], n_num_stages;
+    uint32_t values[KRN_N_FIELDS][KRN_MAX_VALUES];
+    uint32_t n[KRN_N_FIELDS];
 } krn_space_t;
 
 /* The default space the serving frameworks tune (1920 configs). */
@@ -84,6 +130,13 @@ int krn_check_triton(const krn_config_t *c, char *why, size_t whylen);
  * when the engine cannot run it. */
 int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
                      size_t whylen);
+
+/* The bounds of a shape: E up to KRN_MAX_E experts, N and K up to KRN_MAX_NK, topk up to
+ * KRN_MAX_TOPK (and E). The wire, the routing files and the shape parser check these. */
+#define KRN_MAX_E 65536u
+#define KRN_MAX_NK 1048576u
+#define KRN_MAX_TOPK 64u
+#define KRN_MAX_BLOCK_SCALE 65536u /* each side of an fp8 block_shape */
 
 /* Parses "E=128,N=768,K=2048,topk=8[,dtype=bf16][,block_shape=128x128]" into shape.
  * Returns MT_INVAL with a reason in err on a malformed or out-of-range field. */

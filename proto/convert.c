@@ -12,12 +12,9 @@ int wire_shape_from_msg(const Moetune__Shape *m, krn_shape_t *out, char *err, si
         mt_fmt(err, errlen, "shape missing");
         return MT_INVAL;
     }
-    out->e = m->e;
-    out->n = m->n;
-    out->k = m->k;
-    out->topk = m->topk;
-    out->block_n = m->block_n;
-    out->block_k = m->block_k;
+#define X(f) out->f = m->f;
+    KRN_SHAPE_INTS(X)
+#undef X
     const char *dt = m->dtype && *m->dtype ? m->dtype : "bf16";
     if (strlen(dt) >= sizeof out->dtype) {
         mt_fmt(err, errlen, "dtype '%.32s' is not one of bf16, fp8_w8a8", dt);
@@ -35,31 +32,31 @@ int wire_shape_from_msg(const Moetune__Shape *m, krn_shape_t *out, char *err, si
 
 void wire_shape_to_msg(const krn_shape_t *sh, Moetune__Shape *m) {
     moetune__shape__init(m);
-    m->e = sh->e;
-    m->n = sh->n;
-    m->k = sh->k;
-    m->topk = sh->topk;
+#define X(f) m->f = sh->f;
+    KRN_SHAPE_INTS(X)
+#undef X
     m->dtype = (char *)sh->dtype;
-    m->block_n = sh->block_n;
-    m->block_k = sh->block_k;
     m->routing = (char *)sh->routing;
 }
 
 void wire_config_from_msg(const Moetune__Config *m, krn_config_t *out) {
-    out->block_m = m->block_m;
-    out->block_n = m->block_n;
-    out->block_k = m->block_k;
-    out->group_m = m->group_m;
-    out->num_warps = m->num_warps;
-    out->num_stages = m->num_stages;
+#define X(f, file, opt, max) out->f = m->f;
+    KRN_CONFIG_FIELDS(X)
+#undef X
 }
 
 void wire_config_to_msg(const krn_config_t *c, Moetune__Config *m) {
     moetune__config__init(m);
-    m->block_m = c->block_m;
-    m->block_n = c->block_n;
-    m->block_k = c->block_k;
-    m->group_m = c->group_m;
-    m->num_warps = c->num_warps;
-    m->num_stages = c->num_stages;
+#define X(f, file, opt, max) m->f = c->f;
+    KRN_CONFIG_FIELDS(X)
+#undef X
+}
+
+void wire_measure_fill(const Moetune__Measure *m, Moetune__Measure *out) {
+    Moetune__Measure given = MOETUNE__MEASURE__INIT;
+    if (m) given = *m;
+    *out = given;
+#define X(f, def) out->f = given.f > 0 ? given.f : (def);
+    WIRE_MEASURE_DEFAULTS(X)
+#undef X
 }

@@ -26,4 +26,20 @@ void wire_config_from_msg(const Moetune__Config *m, krn_config_t *out);
 /* Initialises m and fills it from c. */
 void wire_config_to_msg(const krn_config_t *c, Moetune__Config *m);
 
+/* The measurement settings a Job carries when its spec leaves them 0: X(Measure field,
+ * default). The planner fills a sweep's from these and a worker fills a Job's the same way,
+ * so no backend has defaults of its own. */
+#define WIRE_MEASURE_DEFAULTS(X)                                                                   \
+    X(warmup, 5)                                                                                   \
+    X(min_samples, 10)                                                                             \
+    X(max_samples, 100)                                                                            \
+    X(rsd_target, 0.01)                                                                            \
+    X(budget_ms, 1000)                                                                             \
+    X(timeout_ms, 60000)                                                                           \
+    X(seed, 1)
+
+/* Copies m (NULL: an empty Measure) into out with every field of WIRE_MEASURE_DEFAULTS that
+ * is 0 set to its default; the other fields (race_margin, ...) are copied as they are. */
+void wire_measure_fill(const Moetune__Measure *m, Moetune__Measure *out);
+
 #endif

@@ -6,6 +6,8 @@
 #include <zmq.h>
 
 #include "mt.h"
+#include "space.h"
+#include "states.h"
 
 #define MAX_STRING 4096        /* longest string field accepted */
 #define MAX_LIST 65536         /* longest repeated field accepted */
@@ -81,14 +83,15 @@ static bool str_ok(const char *s) { return !s || strlen(s) <= MAX_STRING; }
 static bool latency_ok(double us) { return us >= 0 && us < WIRE_MAX_LATENCY_US; }
 
 static bool shape_ok(const Moetune__Shape *s) {
-    return s && s->e > 0 && s->n > 0 && s->k > 0 && s->topk > 0 && s->topk <= s->e &&
-           s->e <= 1u << 16 && s->n <= 1u << 20 && s->k <= 1u << 20 && str_ok(s->dtype);
+    return s && s->e > 0 && s->n > 0 && s->k > 0 && s->topk > 0 && s->topk <= s->e && s->topk <= KRN_MAX_TOPK &&
+           s->e <= KRN_MAX_E && s->n <= KRN_MAX_NK && s->k <= KRN_MAX_NK && str_ok(s->dtype);
 }
 
+/* Every field in 1..its max (space.h's KRN_CONFIG_FIELDS). */
 static bool config_ok(const Moetune__Config *c) {
-    return c && c->block_m > 0 && c->block_n > 0 && c->block_k > 0 && c->group_m > 0 &&
-           c->num_warps > 0 && c->num_stages > 0 && c->block_m <= 1024 && c->block_n <= 1024 &&
-           c->block_k <= 1024 && c->group_m <= 1024 && c->num_warps <= 32 && c->num_stages <= 16;
+#define X(f, file, opt, max) &&c->f >= 1 && c->f <= (max)
+    return c KRN_CONFIG_FIELDS(X);
+#undef X
 }
 
 /* Field-level checks per body; returns NULL when valid, else the reason. */
@@ -104,7 +107,7 @@ static const char *validate(const wire_env_t *env) {
         return NULL;
     }
     case MOETUNE__ENVELOPE__BODY_READY:
-        return env->ready->credits > 1024 ? "ready: too many credits" : NULL;
+        return env->ready->credits > WIRE_MAX_CREDITS ? "ready: too many credits" : NULL;
     case MOETUNE__ENVELOPE__BODY_RESULT: {
         const Moetune__Result *r = env->result;
         if (r->job_id == 0 || r->config_id == 0) return "result: job_id and config_id must be set";
@@ -112,7 +115,7 @@ static const char *validate(const wire_env_t *env) {
         for (size_t i = 0; i < r->n_measurements; i++) {
             const Moetune__Measurement *m = r->measurements[i];
             if (m->batch_size == 0) return "result: batch_size 0";
-            if (m->status <= MOETUNE__STATUS__STATUS_UNKNOWN || m->status > MOETUNE__STATUS__STATUS_PRUNED)
+            if (!wire_status_name(m->status))
                 return "result: unknown status";
             /* every latency, whatever the status, is a finite number of microseconds (NaN fails
              * every comparison); 0 = not measured */

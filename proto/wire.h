@@ -20,11 +20,18 @@
 #define WIRE_MAX_ID 256          /* longest routing id (worker id) accepted */
 #define WIRE_MAX_LATENCY_US 1e12 /* a latency at or over this (or not finite) is invalid */
 
+/* Most credits a worker may hold: the most a Ready may carry, a worker may be started with
+ * and the coordinator counts for one worker. */
+#define WIRE_MAX_CREDITS 1024u
+
 /* Heartbeat and lease periods a coordinator may set and a worker accepts in a Welcome. */
 #define WIRE_HEARTBEAT_MIN_MS 10u
 #define WIRE_HEARTBEAT_MAX_MS 600000u
 #define WIRE_LEASE_MIN_MS 10u
 #define WIRE_LEASE_MAX_MS 86400000u
+/* The periods when none is given (coordinator options, a worker before its Welcome). */
+#define WIRE_HEARTBEAT_DEFAULT_MS 1000u
+#define WIRE_LEASE_DEFAULT_MS 30000u
 
 typedef Moetune__Envelope wire_env_t;
 typedef Moetune__Envelope__BodyCase wire_body_t;

@@ -44,7 +44,9 @@ typedef struct {
     char versions[256];         /* "kernel=moetune triton=3.6.0 torch=2.11.0 python=3.12.3"; "" when none */
 } wrk_device_t;
 
-/* Measurement settings of a job (proto Measure), and what racing compares against. */
+/* Measurement settings of a job (proto Measure), and what racing compares against. The worker's
+ * parent fills the fields a Job leaves 0 (convert.h's WIRE_MEASURE_DEFAULTS, the planner's own):
+ * a backend uses them as they are. */
 typedef struct {
     uint32_t warmup, min_samples, max_samples;
     double rsd_target;

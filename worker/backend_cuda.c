@@ -770,9 +770,10 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         launch_failed(st, lr != CUDA_SUCCESS ? lr : r, "capturing the timing graph", out);
         goto out;
     }
-    uint32_t warm = m->warmup ? m->warmup : 2, min_s = m->min_samples ? m->min_samples : 5;
-    uint32_t max_s = m->max_samples ? m->max_samples : 200, budget = m->budget_ms ? m->budget_ms : 3000;
-    double rsd_target = m->rsd_target > 0 ? m->rsd_target : 0.01;
+    /* m is filled (WIRE_MEASURE_DEFAULTS, by the worker's parent): no defaults of our own */
+    uint32_t warm = m->warmup, min_s = m->min_samples;
+    uint32_t max_s = m->max_samples ? m->max_samples : 1, budget = m->budget_ms;
+    double rsd_target = m->rsd_target;
     if (min_s > max_s) min_s = max_s;
     for (uint32_t i = 0; i < warm; i++)
         if ((r = g_drv.cuGraphLaunch(exec, st->stream)) != CUDA_SUCCESS) break;

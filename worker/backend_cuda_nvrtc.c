@@ -271,14 +271,11 @@ int wcu_compile_common(uint32_t cc_major, uint32_t cc_minor, const char *cache_d
 /* Parses one "BMxBNxBKxGMxWxS" entry; 1 when it names cfg. */
 static int inject_matches(const char *spec, size_t len, const krn_config_t *cfg) {
     char buf[64];
-    unsigned v[6];
-    char tail = 0;
+    krn_config_t v;
     if (len >= sizeof buf) return 0;
     memcpy(buf, spec, len);
     buf[len] = '\0';
-    if (sscanf(buf, "%ux%ux%ux%ux%ux%u%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &tail) != 6) return 0;
-    return v[0] == cfg->block_m && v[1] == cfg->block_n && v[2] == cfg->block_k && v[3] == cfg->group_m &&
-           v[4] == cfg->num_warps && v[5] == cfg->num_stages;
+    return krn_config_parse(buf, &v) == MT_OK && memcmp(&v, cfg, sizeof v) == 0;
 }
 
 int wcu_inject_for(const krn_config_t *cfg) {

@@ -82,21 +82,7 @@ static uint64_t hash_case(uint64_t seed, const krn_shape_t *shape, const krn_con
 
 /* ---- fault spec */
 
-int wrk_sim_config_parse(const char *text, krn_config_t *cfg) {
-    unsigned v[6];
-    char tail;
-    if (!text || sscanf(text, "%ux%ux%ux%ux%ux%u%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &tail) != 6)
-        return MT_INVAL;
-    for (int i = 0; i < 6; i++)
-        if (v[i] == 0 || v[i] > 4096) return MT_INVAL;
-    cfg->block_m = v[0];
-    cfg->block_n = v[1];
-    cfg->block_k = v[2];
-    cfg->group_m = v[3];
-    cfg->num_warps = v[4];
-    cfg->num_stages = v[5];
-    return MT_OK;
-}
+int wrk_sim_config_parse(const char *text, krn_config_t *cfg) { return krn_config_parse(text, cfg); }
 
 static int add_config(const char *key, const char *val, krn_config_t *list, size_t *n, char *err, size_t errlen) {
     if (*n == WRK_SIM_MAX_FAULTS) {
@@ -286,9 +272,10 @@ static int cmp_double(const void *a, const void *b) {
  * min..max samples and the time budget; fills out; returns the simulated seconds. */
 static double sample_one(double lat_us, double scale, uint64_t stream, const wrk_measure_t *m, size_t bi,
                          double *buf, wrk_meas_t *out) {
-    uint32_t min_n = m->min_samples ? m->min_samples : 5;
-    uint32_t max_n = m->max_samples ? m->max_samples : 100;
-    double target = m->rsd_target > 0 ? m->rsd_target : 0.01;
+    /* m is filled (WIRE_MEASURE_DEFAULTS, by the worker's parent): no defaults of our own */
+    uint32_t min_n = m->min_samples;
+    uint32_t max_n = m->max_samples ? m->max_samples : 1;
+    double target = m->rsd_target;
     if (min_n > SIM_MAX_SAMPLES) min_n = SIM_MAX_SAMPLES;
     if (max_n > SIM_MAX_SAMPLES) max_n = SIM_MAX_SAMPLES;
     if (max_n < min_n) max_n = min_n;
@@ -497,7 +484,7 @@ static int sim_measure(void *state, const krn_shape_t *shape, const krn_config_t
         sleep_s(st->time_scale * spent_s);
         return MT_OK;
     }
-    uint32_t cap = m->max_samples ? m->max_samples : 100;
+    uint32_t cap = m->max_samples;
     if (m->min_samples > cap) cap = m->min_samples;
     if (cap < 5) cap = 5;
     if (cap > SIM_MAX_SAMPLES) cap = SIM_MAX_SAMPLES;

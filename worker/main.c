@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
             break;
         case OPT_ID: o.worker_id = optarg; break;
         case OPT_CREDITS:
-            if (mt_parse_u32(optarg, 1, 1024, &o.credits)) return bad("--credits", optarg);
+            if (mt_parse_u32(optarg, 1, WIRE_MAX_CREDITS, &o.credits)) return bad("--credits", optarg);
             break;
         case OPT_HEARTBEAT:
             if (mt_parse_u32(optarg, WIRE_HEARTBEAT_MIN_MS, WIRE_HEARTBEAT_MAX_MS, &o.heartbeat_ms)) return bad("--heartbeat-ms", optarg);

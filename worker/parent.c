@@ -209,17 +209,17 @@ static void shape_from_proto(pjob_t *j) {
     j->shape_ok = 1;
 }
 
+/* The Job's settings with the defaults a sweep's planner fills (WIRE_MEASURE_DEFAULTS) for
+ * any left 0, so a backend never falls back on numbers of its own. */
 static void measure_from_proto(const Moetune__Job *job, wrk_measure_t *out) {
-    const Moetune__Measure *m = job->measure;
+    Moetune__Measure filled;
+    const Moetune__Measure *m = &filled;
+    wire_measure_fill(job->measure, &filled);
     memset(out, 0, sizeof *out);
     snprintf(out->routing_path, sizeof out->routing_path, "%s", job->routing_path ? job->routing_path : "");
-    out->warmup = m->warmup;
-    out->min_samples = m->min_samples;
-    out->max_samples = m->max_samples;
-    out->rsd_target = m->rsd_target;
-    out->budget_ms = m->budget_ms;
-    out->timeout_ms = m->timeout_ms;
-    out->seed = m->seed;
+#define X(f, def) out->f = m->f;
+    WIRE_MEASURE_DEFAULTS(X)
+#undef X
     out->race_margin = m->race_margin;
 }
 
@@ -649,12 +649,12 @@ int wrk_parent_new(const wrk_parent_opts_t *opts, wrk_parent_t **out, char *err,
     }
     snprintf(p->endpoint, sizeof p->endpoint, "%s", opts->endpoint);
     if (p->opts.credits == 0) p->opts.credits = 1;
-    if (p->opts.credits > 1024) {
-        mt_fmt(err, errlen, "credits %u > 1024", p->opts.credits);
+    if (p->opts.credits > WIRE_MAX_CREDITS) {
+        mt_fmt(err, errlen, "credits %u > %u", p->opts.credits, WIRE_MAX_CREDITS);
         rc = MT_INVAL;
         goto out;
     }
-    p->heartbeat_ms = opts->heartbeat_ms ? opts->heartbeat_ms : 1000;
+    p->heartbeat_ms = opts->heartbeat_ms ? opts->heartbeat_ms : WIRE_HEARTBEAT_DEFAULT_MS;
     if (gethostname(p->host, sizeof p->host) != 0) snprintf(p->host, sizeof p->host, "localhost");
     p->host[sizeof p->host - 1] = '\0';
     if (opts->worker_id) {

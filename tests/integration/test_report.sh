@@ -35,6 +35,10 @@ grep -q "<td class=\"n\">1024</td><td>[0-9x]*</td><td class=\"n\">$best</td>" "$
 wrong=$(sql "SELECT count(*) FROM results r JOIN shapes s ON s.id=r.shape_id WHERE s.e=64 AND status='wrong_result'")
 [ "$wrong" -gt 0 ] || fail "no wrong results planted"
 grep -q ">wrong_result</text><rect class=\"bar wrong_result\"[^>]*/><text[^>]*>$wrong</text>" "$h" || fail "status chart does not show $wrong wrong results"
+# every status has its bar, racing's pruned rows included
+pruned=$(sql "SELECT count(*) FROM results r JOIN shapes s ON s.id=r.shape_id WHERE s.e=64 AND status='pruned'")
+grep -q ">pruned</text><rect class=\"bar pruned\"[^>]*/><text[^>]*>$pruned</text>" "$h" || fail "status chart does not show $pruned pruned rows"
+[ "$(grep -c '<rect class="bar ' "$h")" = 16 ] || fail "expected 8 status bars per chart, got $(grep -c '<rect class="bar ' "$h")"
 grep -q "heat map at M=256" "$T/report.out" || fail "heat map not at M=256 (nearest 256)"
 pass "report: 3 charts per shape, engine default where measured ($def us) and 'not measured' elsewhere, stored values"
 

@@ -171,7 +171,7 @@ static void test_compile_default_space(void **unused) {
     assert_int_equal(accepted + rejected, total);
     assert_true(accepted > 0 && rejected > 0);
     /* GROUP_SIZE_M is a run-time argument: four accepted configs per compiled image. */
-    assert_int_equal(accepted, distinct * space.n_group_m);
+    assert_int_equal(accepted, distinct * space.n[KRN_F_group_m]);
 
     const char *stride_env = getenv("MT_NVRTC_STRIDE");
     size_t stride = stride_env ? strtoul(stride_env, NULL, 10) : 1;

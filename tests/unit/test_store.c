@@ -389,12 +389,6 @@ static void test_schema_file_matches(void **state) {
     assert_string_equal(buf, store_schema_sql());
 }
 
-static void test_status_names(void **state) {
-    assert_string_equal(store_status_name(MOETUNE__STATUS__STATUS_OK), "ok");
-    assert_string_equal(store_status_name(MOETUNE__STATUS__STATUS_CRASHED), "crashed");
-    assert_null(store_status_name(MOETUNE__STATUS__STATUS_UNKNOWN));
-}
-
 int main(void) {
     mt_log_init("test_store", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
@@ -409,7 +403,6 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_rollback_discards, setup, teardown),
         cmocka_unit_test_setup_teardown(test_leased_back_to_pending, setup, teardown),
         cmocka_unit_test(test_schema_file_matches),
-        cmocka_unit_test(test_status_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

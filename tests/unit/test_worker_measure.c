@@ -1,0 +1,140 @@
+/* test_worker_measure.c - a worker given a Job whose measurement settings are left 0 measures
+ * with the planner's defaults (convert.h's WIRE_MEASURE_DEFAULTS), not numbers of its backend's
+ * own. A fake coordinator (a ROUTER socket in this process) welcomes a sim worker running in a
+ * thread, sends it one Job, reads the Result and shuts it down. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <zmq.h>
+
+#include "convert.h"
+#include "mt.h"
+#include "parent.h"
+#include "wire.h"
+
+typedef struct {
+    wrk_parent_t *p;
+    int rc;
+} run_t;
+
+static void *run(void *arg) {
+    run_t *r = arg;
+    r->rc = wrk_parent_run(r->p);
+    return NULL;
+}
+
+/* The next message from the worker whose body is want (others are skipped); NULL after 20 s. */
+static wire_env_t *next(void *sock, wire_body_t want, uint8_t *rid, size_t *rid_len) {
+    uint64_t end = mt_now_ms() + 20000;
+    while (mt_now_ms() < end) {
+        zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 200) <= 0) continue;
+        wire_env_t *env = NULL;
+        wire_reject_t rej;
+        if (wire_recv(sock, true, rid, rid_len, WIRE_DEFAULT_MAX_BYTES, 0, &env, &rej) != MT_OK) continue;
+        if (env->body_case == want) return env;
+        wire_free(&env);
+    }
+    return NULL;
+}
+
+/* Sends one message of body case body (msg: its message, the Envelope's oneof member). */
+static void send_to(void *sock, const uint8_t *rid, size_t rid_len, wire_body_t body, void *msg) {
+    char err[200];
+    wire_env_t env;
+    wire_env_init(&env);
+    env.body_case = body;
+    env.hello = msg; /* the members of the oneof share one pointer */
+    assert_int_equal(wire_send(sock, rid, rid_len, &env, 0, err, sizeof err), MT_OK);
+}
+
+static void test_zero_measure_gets_planner_defaults(void **state) {
+    void *ctx = zmq_ctx_new();
+    void *sock = zmq_socket(ctx, ZMQ_ROUTER);
+    char ep[128];
+    size_t ep_len = sizeof ep;
+    assert_int_equal(zmq_bind(sock, "tcp://127.0.0.1:*"), 0);
+    assert_int_equal(zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, ep, &ep_len), 0);
+
+    wrk_parent_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.endpoint = ep;
+    o.backend = "sim";
+    o.worker_id = "measure-w0";
+    o.bopts.sim_time_scale = 0;
+    char err[300];
+    run_t r = {NULL, -1};
+    assert_int_equal(wrk_parent_new(&o, &r.p, err, sizeof err), MT_OK);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, run, &r), 0);
+
+    uint8_t rid[WIRE_MAX_ID];
+    size_t rid_len = 0;
+    wire_env_t *env = next(sock, MOETUNE__ENVELOPE__BODY_HELLO, rid, &rid_len);
+    assert_non_null(env);
+    wire_free(&env);
+    Moetune__Welcome w = MOETUNE__WELCOME__INIT;
+    w.heartbeat_ms = 1000, w.lease_ms = 30000;
+    send_to(sock, rid, rid_len, MOETUNE__ENVELOPE__BODY_WELCOME, &w);
+    env = next(sock, MOETUNE__ENVELOPE__BODY_READY, rid, &rid_len);
+    assert_non_null(env);
+    wire_free(&env);
+
+    /* every setting 0 but a relative-deviation target any sample set meets: the worker stops at
+     * min_samples, so the samples say which minimum it used */
+    krn_shape_t sh;
+    assert_int_equal(krn_shape_parse("E=8,N=1024,K=1024,topk=2", &sh, err, sizeof err), MT_OK);
+    krn_config_t cfg = {.block_m = 64, .block_n = 64, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3};
+    Moetune__Shape msh;
+    Moetune__Config mc;
+    wire_shape_to_msg(&sh, &msh);
+    wire_config_to_msg(&cfg, &mc);
+    Moetune__JobConfig jc = MOETUNE__JOB_CONFIG__INIT, *pjc = &jc;
+    jc.config_id = 7, jc.config = &mc;
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    m.rsd_target = 0.5;
+    uint32_t bs[] = {1, 64};
+    Moetune__Job job = MOETUNE__JOB__INIT;
+    job.job_id = 1, job.lease_token = 11, job.sweep_id = 1, job.shape = &msh, job.n_configs = 1, job.configs = &pjc;
+    job.n_batch_sizes = 2, job.batch_sizes = bs, job.measure = &m;
+    send_to(sock, rid, rid_len, MOETUNE__ENVELOPE__BODY_JOB, &job);
+
+    env = next(sock, MOETUNE__ENVELOPE__BODY_RESULT, rid, &rid_len);
+    assert_non_null(env);
+    Moetune__Result *res = env->result;
+    assert_int_equal(res->n_measurements, 2);
+    Moetune__Measure def;
+    wire_measure_fill(NULL, &def);
+    for (size_t i = 0; i < res->n_measurements; i++) {
+        assert_int_equal(res->measurements[i]->status, MOETUNE__STATUS__STATUS_OK);
+        if (res->measurements[i]->samples != def.min_samples)
+            fail_msg("batch size %u: %u samples, not the default min_samples %u", res->measurements[i]->batch_size,
+                     res->measurements[i]->samples, def.min_samples);
+    }
+    wire_free(&env);
+
+    Moetune__Shutdown sd = MOETUNE__SHUTDOWN__INIT;
+    sd.reason = "test over";
+    send_to(sock, rid, rid_len, MOETUNE__ENVELOPE__BODY_SHUTDOWN, &sd);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(r.rc, 0);
+    wrk_parent_destroy(&r.p);
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+}
+
+int main(void) {
+    mt_log_init("test_worker_measure", MT_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_zero_measure_gets_planner_defaults),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
