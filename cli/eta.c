@@ -24,6 +24,7 @@ typedef struct {
 
 struct cli_eta {
     bool started, have_eta;
+    bool measured;            /* the ETA comes from chunks, not from the provisional life-so-far guess */
     double c_t;               /* where the open chunk began */
     uint64_t c_done, c_pruned;
     chunk_t *chunks;
@@ -122,7 +123,11 @@ int cli_eta_observe(cli_eta_t *e, const cli_eta_sample_t *s, double *eta_s) {
         e->c_t = s->t_s;
         e->c_done = s->done;
         e->c_pruned = s->pruned;
+        e->measured = false;
     }
+    /* Until the first result arrives (workers starting, helpers importing, first compiles)
+     * the open chunk starts at the latest snapshot: start-up is not a cost of the results. */
+    if (e->n == 0 && s->done == e->c_done) e->c_t = s->t_s;
     uint64_t step = (uint64_t)((double)s->planned * ETA_CHUNK_SHARE);
     if (step < ETA_CHUNK_MIN) step = ETA_CHUNK_MIN;
     if (s->done >= e->c_done + step && s->t_s > e->c_t) {
@@ -144,13 +149,17 @@ int cli_eta_observe(cli_eta_t *e, const cli_eta_sample_t *s, double *eta_s) {
     if (s->planned && s->done >= s->planned) raw = 0.0;
     else if (s->planned && e->n) raw = from_chunks(e, s);
     else raw = cli_eta_once(s);
-    if (raw <= 0.0 || !e->have_eta) {
+    if (raw <= 0.0 || !e->have_eta || (e->n && !e->measured)) {
+        /* the first estimate from measured chunks replaces the provisional one outright */
         e->eta = raw;
         e->have_eta = raw >= 0.0;
+        e->measured = e->n > 0;
     } else {
         double dt = s->t_s - e->t_last;
         double pred = e->eta - dt > 0 ? e->eta - dt : 0.0;
-        double next = pred + (raw - pred) * (1.0 - exp(-dt / ETA_TAU_S));
+        /* a short sweep must not wait half a minute to follow its estimate */
+        double tau = pred / 4.0 < ETA_TAU_S ? (pred / 4.0 > 2.0 ? pred / 4.0 : 2.0) : ETA_TAU_S;
+        double next = pred + (raw - pred) * (1.0 - exp(-dt / tau));
         double step_max = ETA_MAX_STEP_PER_S * dt < ETA_MAX_STEP ? ETA_MAX_STEP_PER_S * dt : ETA_MAX_STEP;
         /* Near the end a few seconds are no swing worth holding back. */
         if (pred > 10.0) {
