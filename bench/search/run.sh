@@ -8,7 +8,8 @@
 # (which hold every config of the space) and divided by the exhaustive best: 1.000 = the same pick
 # or one as fast. Also each run's wall time and its GPU-busy fraction (tune's last progress line).
 #   bench/search/run.sh OUT_DIR [tune options: --model/--shape, --tp, space, --batch-sizes]
-# Env: BACKEND (default cuda; sim for a dry run), STRATEGIES (default "exhaustive racing halving"),
+# Env: BACKEND (default cuda; sim for a dry run), STRATEGIES (the order they run in; default
+#      "exhaustive racing halving"; exhaustive must be one of them),
 #      MT_BIN_DIR (the moetune binaries; default from PATH).
 set -uo pipefail
 out=${1:?usage: bench/search/run.sh OUT_DIR [tune options]}
@@ -38,4 +39,6 @@ for s in ${STRATEGIES:-exhaustive racing halving}; do
   python3 -c "print('$s wall', round($t1 - $t0, 1), 's, exit', $rc)" | tee "$out/$s.time"
   tr '\r' '\n' <"$out/$s.err" | grep -E 'sweep [0-9]+ ' | tail -n 1
 done
-python3 "$here/compare.py" "$out" ${STRATEGIES:-exhaustive racing halving}
+# the exhaustive run is the reference, whichever order they ran in
+others=$(for s in ${STRATEGIES:-exhaustive racing halving}; do [ "$s" = exhaustive ] || printf '%s ' "$s"; done)
+python3 "$here/compare.py" "$out" exhaustive $others
