@@ -222,11 +222,3 @@ void krn_routing_rows(uint32_t tokens, uint32_t m, uint64_t seed, uint32_t *rows
     }
 }
 
-int krn_routing_hash_ok(const char *s) {
-    size_t n = strlen(s);
-    if (n == 0) return 1;
-    if (n != 64) return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
-    return 1;
-}

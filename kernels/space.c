@@ -14,6 +14,16 @@ const uint32_t krn_default_batch_sizes[] = {1,   2,   4,   8,    16,   24,   32,
                                             96,  128, 256, 512, 1024, 1536, 2048, 3072, 4096};
 const size_t krn_n_default_batch_sizes = sizeof krn_default_batch_sizes / sizeof krn_default_batch_sizes[0];
 
+/* Declared in routing.h; here so that shape checks need no routing reader (nor libsodium). */
+int krn_routing_hash_ok(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0) return 1;
+    if (n != 64) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return 1;
+}
+
 const krn_config_field_t krn_config_fields[KRN_N_FIELDS] = {
 #define X(f, file, opt, max) {#f, file, opt, max, offsetof(krn_config_t, f)},
     KRN_CONFIG_FIELDS(X)
