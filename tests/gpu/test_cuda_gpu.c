@@ -4,12 +4,16 @@
  *    config injected to fault reports LAUNCH_ERROR and a lost context, one injected to hang
  *    reports TIMEOUT (or is killed by this parent at its deadline), and a fresh child then
  *    still measures a normal config OK.
- * 2. Every config of the default space the static rules accept is correct at batch sizes
+ * 2. Racing: a config whose first samples lose against a best far below them is PRUNED after
+ *    2 samples and not verified; one racing against a best far above it stays, is verified
+ *    (rel_err in its detail) and sampled to the RSD rule like a config measured without a race.
+ * 3. Every config of the default space the static rules accept is correct at batch sizes
  *    1, 64 and 4096 for Qwen3-30B-A3B TP1 and Mixtral-8x7B TP2.
  *
  * MT_GPU_STRIDE=S checks every S-th accepted config only (default 1), starting at the
  * MT_GPU_OFFSET-th (default 0): two processes with stride 2 and offsets 0 and 1 on two GPUs
  * (CUDA_VISIBLE_DEVICES) check every accepted config between them. Exit 0 when all pass. */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +27,8 @@
 
 static const char *status_name(int s) {
     static const char *names[] = {"unknown", "ok", "invalid", "compile_error", "launch_error",
-                                  "wrong_result", "timeout", "crashed"};
-    return s >= 0 && s <= 7 ? names[s] : "?";
+                                  "wrong_result", "timeout", "crashed", "pruned"};
+    return s >= 0 && s <= 8 ? names[s] : "?";
 }
 
 /* Measures cfg at batch bs in a child process; returns its status, TIMEOUT when the child
@@ -185,10 +189,60 @@ static int space_tests(void) {
     return fails;
 }
 
+static int racing_tests(void) {
+    wrk_backend_opts_t opts = {.gpu_index = 0, .compile_threads = 0};
+    void *st = NULL;
+    wrk_device_t dev;
+    char err[256];
+    if (wrk_backend_cuda.open(&opts, &st, &dev, err, sizeof err) != MT_OK) {
+        printf("open failed: %s\n", err);
+        return 1;
+    }
+    krn_shape_t shape;
+    krn_shape_parse("E=128,N=768,K=2048,topk=8", &shape, err, sizeof err);
+    krn_config_t cfg;
+    krn_config_parse("64x128x64x1x8x4", &cfg);
+    static const uint32_t bss[] = {64, 4096};
+    int fails = 0;
+    uint32_t regs, spills;
+    wrk_meas_t plain[2], lost[2], kept[2];
+    wrk_measure_t m = {.warmup = 5, .min_samples = 10, .max_samples = 100, .rsd_target = 0.01,
+                       .budget_ms = 1000, .timeout_ms = 20000, .seed = 42};
+    if (wrk_backend_cuda.measure(st, &shape, &cfg, bss, 2, &m, plain, &regs, &spills, err, sizeof err) != MT_OK) {
+        printf("racing: measure failed: %s\n", err);
+        wrk_backend_cuda.close(&st);
+        return 1;
+    }
+    double low[2] = {plain[0].median_us / 3, plain[1].median_us / 3}, high[2] = {plain[0].median_us * 3,
+                                                                                  plain[1].median_us * 3};
+    m.race_margin = 0.2;
+    m.best_us = low;
+    int rc1 = wrk_backend_cuda.measure(st, &shape, &cfg, bss, 2, &m, lost, &regs, &spills, err, sizeof err);
+    m.best_us = high;
+    int rc2 = wrk_backend_cuda.measure(st, &shape, &cfg, bss, 2, &m, kept, &regs, &spills, err, sizeof err);
+    for (int b = 0; b < 2; b++) {
+        printf("racing M=%u: plain %s %.2f us (%u samples, %s); lost %s %u samples (%s); kept %s %.2f us (%u "
+               "samples, %s)\n",
+               bss[b], status_name(plain[b].status), plain[b].median_us, plain[b].samples, plain[b].detail,
+               status_name(lost[b].status), lost[b].samples, lost[b].detail, status_name(kept[b].status),
+               kept[b].median_us, kept[b].samples, kept[b].detail);
+        if (plain[b].status != WCU_ST_OK || !strstr(plain[b].detail, "rel_err=")) fails++;
+        if (rc1 != MT_OK || lost[b].status != WCU_ST_PRUNED || lost[b].samples != 2 ||
+            !strstr(lost[b].detail, "not verified"))
+            fails++;
+        if (rc2 != MT_OK || kept[b].status != WCU_ST_OK || !strstr(kept[b].detail, "rel_err=") ||
+            kept[b].samples < m.min_samples || fabs(kept[b].median_us / plain[b].median_us - 1) > 0.05)
+            fails++;
+    }
+    wrk_backend_cuda.close(&st);
+    return fails;
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     int fails = 0;
     if (!getenv("MT_GPU_SKIP_INJECT")) fails += injection_tests();
+    fails += racing_tests();
     fails += space_tests();
     printf("%s: %d failure(s)\n", fails ? "FAILED" : "PASSED", fails);
     return fails ? 1 : 0;
