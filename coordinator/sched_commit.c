@@ -249,6 +249,7 @@ static void apply_entry(sched_t *s, const entry_t *e, const brow_t *br) {
     sw->failed += br->new_failed;
     sw->pruned += br->new_pruned;
     sw->timed_us += br->new_timed_us;
+    if (j->phase >= 2) sw->finalists_done += br->new_rows + br->new_replaced;
     if (br->new_rows && e->w->device_id) sched_sweep_note_device(sw, e->w->device_id);
     s->c.results_committed += br->new_rows;
     for (int k = 0; k < WIRE_N_STATUS; k++) s->c.committed_by_status[k] += br->new_by_status[k];

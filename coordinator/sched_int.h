@@ -87,6 +87,8 @@ struct sweep {
     uint64_t *hv_shapes;
     uint8_t *hv_state;
     size_t n_hv;
+    uint64_t finalists;      /* rows planned for phase 2 so far (SweepStatus.finalists_planned) */
+    uint64_t finalists_done; /* of those, committed by a phase-2 job */
     uint64_t planned, done, failed, pruned;
     double timed_us;         /* GPU time in timed kernels over its committed results */
     uint64_t *devs;          /* devices that committed results to it (GPU busy's denominator) */

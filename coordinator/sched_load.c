@@ -228,8 +228,10 @@ int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
         sw->failed = rows.failed;
         sw->pruned = rows.pruned;
         sw->timed_us = rows.timed_us;
+        sw->finalists_done = rows.phase2;
         rc = store_sweep_devices_each(s->db, sw->id, load_device, sw);
     }
+    if (!rc && sw->halving) rc = store_sweep_finalists(s->db, sw->id, (uint32_t)sw->nb, &sw->finalists);
     if (rc) goto out;
     if (sched_grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps)) {
         rc = MT_NOMEM;

@@ -77,6 +77,13 @@ int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t 
         o->jobs_failed = sw->jobs_by_state[WIRE_JOB_FAILED];
         o->rate = sw->state == WIRE_SWEEP_RUNNING ? sweep_rate(sw, now_ms) : 0.0;
         o->created_s = (uint64_t)sw->created;
+        if (sw->halving) {
+            /* a finished sweep's shapes are not in memory: its finalists tell how far it got */
+            bool two = sw->state == WIRE_SWEEP_RUNNING ? !sched_halving_waiting(sw) : sw->finalists > 0;
+            o->phase = two ? 2 : 1;
+            o->finalists_planned = sw->finalists;
+            o->finalists_done = sw->finalists_done;
+        }
         st->sweep_ptrs[k++] = o;
     }
     st->reply.n_sweeps = k;

@@ -139,7 +139,7 @@ enum {
     ST_RESULT_INSERT, ST_CRASH_BUMP, ST_CRASH_COUNT,
     ST_ROUTING_INSERT, ST_SWEEPS, ST_JOBS_OPEN, ST_JOB_CONFIGS, ST_SHAPE_GET, ST_CONFIG_GET,
     ST_RESULT_COUNT, ST_SWEEP_RESULT_COUNTS, ST_JOB_STATE_COUNTS, ST_SWEEP_BESTS, ST_SWEEP_DEVICE,
-    ST_SWEEP_DEVICES, ST_RESULT_REPLACE, ST_PHASE_ROWS, ST_RESULT_PRUNE, ST_SWEEP_PHASES,
+    ST_SWEEP_DEVICES, ST_RESULT_REPLACE, ST_PHASE_ROWS, ST_RESULT_PRUNE, ST_SWEEP_PHASES, ST_SWEEP_FINALISTS,
     ST_COUNT
 };
 
@@ -210,6 +210,12 @@ static const char *const g_sql[ST_COUNT] = {
     [ST_RESULT_PRUNE] = "UPDATE results SET status = 'pruned', detail = ?6 WHERE sweep_id = ?1 AND shape_id = ?2"
                         " AND config_id = ?3 AND batch_size = ?4 AND phase = ?5 AND status = 'ok'",
     [ST_SWEEP_PHASES] = "SELECT shape_id, MAX(phase) FROM jobs WHERE sweep_id = ?1 GROUP BY shape_id ORDER BY shape_id",
+    /* a phase-2 job's rows: its configs times its batch sizes ('1,16,256'; NULL = the sweep's ?2) */
+    [ST_SWEEP_FINALISTS] =
+        "SELECT COALESCE(SUM((SELECT COUNT(*) FROM job_configs c WHERE c.job_id = j.id) *"
+        " CASE WHEN j.batch_sizes IS NULL OR j.batch_sizes = '' THEN ?2"
+        " ELSE LENGTH(j.batch_sizes) - LENGTH(REPLACE(j.batch_sizes, ',', '')) + 1 END), 0)"
+        " FROM jobs j WHERE j.sweep_id = ?1 AND j.phase >= 2",
     [ST_CRASH_BUMP] =
         "INSERT INTO crashes (sweep_id, shape_id, config_id, count, last_worker) VALUES (?1, ?2, ?3, 1, ?4)"
         " ON CONFLICT (sweep_id, shape_id, config_id) DO UPDATE SET count = count + 1, last_worker = excluded.last_worker",
@@ -231,7 +237,7 @@ static const char *const g_sql[ST_COUNT] = {
         "SELECT COUNT(*) FROM results WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3 AND phase >= ?4",
     [ST_SWEEP_RESULT_COUNTS] =
         "SELECT COUNT(*), COALESCE(SUM(status NOT IN ('ok', 'pruned')), 0), COALESCE(SUM(status = 'pruned'), 0),"
-        " COALESCE(SUM(timed_us), 0) FROM results WHERE sweep_id = ?1",
+        " COALESCE(SUM(timed_us), 0), COALESCE(SUM(phase >= 2), 0) FROM results WHERE sweep_id = ?1",
     [ST_JOB_STATE_COUNTS] = "SELECT state, COUNT(*) FROM jobs WHERE sweep_id = ?1 GROUP BY state",
     [ST_SWEEP_DEVICES] = "SELECT DISTINCT device_id FROM results WHERE sweep_id = ?1 AND device_id IS NOT NULL",
     [ST_SWEEP_BESTS] = "SELECT shape_id, batch_size, MIN(median_us) FROM results WHERE sweep_id = ?1"
@@ -870,6 +876,7 @@ static int counts_row(sqlite3_stmt *st, void *cb, void *ctx) {
     c->failed = (uint64_t)sqlite3_column_int64(st, 1);
     c->pruned = (uint64_t)sqlite3_column_int64(st, 2);
     c->timed_us = sqlite3_column_double(st, 3);
+    c->phase2 = (uint64_t)sqlite3_column_int64(st, 4);
     return MT_OK;
 }
 
@@ -877,6 +884,13 @@ int store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep_counts_
     memset(out, 0, sizeof *out);
     sqlite3_bind_int64(s->st[ST_SWEEP_RESULT_COUNTS], 1, (int64_t)sweep_id);
     return each(s, ST_SWEEP_RESULT_COUNTS, counts_row, NULL, out);
+}
+
+int store_sweep_finalists(store_t *s, uint64_t sweep_id, uint32_t nb, uint64_t *n) {
+    *n = 0;
+    sqlite3_bind_int64(s->st[ST_SWEEP_FINALISTS], 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(s->st[ST_SWEEP_FINALISTS], 2, nb);
+    return exec_u64(s, ST_SWEEP_FINALISTS, n);
 }
 
 static int best_row(sqlite3_stmt *st, void *cb, void *ctx) {
