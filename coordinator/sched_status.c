@@ -40,6 +40,16 @@ static double sweep_rate(const sweep_t *sw, uint64_t now_ms) {
     return (double)(sw->done - sw->rate_done[oldest]) * 1000.0 / (double)(now_ms - t0);
 }
 
+/* Halving: an estimate of the finalist rows of sw's shapes still in phase 1, each shape
+ * taken as an equal share of the plan. */
+static uint64_t finalists_ahead(const sweep_t *sw) {
+    size_t waiting = 0;
+    for (size_t h = 0; h < sw->n_hv; h++) waiting += sw->hv_state[h] != HV_PLANNED;
+    if (sw->state != WIRE_SWEEP_RUNNING || !waiting || !sw->nb) return 0;
+    uint64_t configs = sw->planned / ((uint64_t)sw->n_hv * sw->nb);
+    return waiting * halving_finalists_estimate(configs ? configs : 1, sw->nb);
+}
+
 int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t *st) {
     memset(st, 0, sizeof *st);
     moetune__status_reply__init(&st->reply);
@@ -83,6 +93,7 @@ int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t 
             o->phase = two ? 2 : 1;
             o->finalists_planned = sw->finalists;
             o->finalists_done = sw->finalists_done;
+            o->finalists_expected = sw->finalists + finalists_ahead(sw);
         }
         st->sweep_ptrs[k++] = o;
     }

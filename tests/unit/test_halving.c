@@ -83,6 +83,16 @@ static void test_choose_share(void **state) {
     assert_int_equal(halving_choose(NULL, 0, 4), MT_OK);
 }
 
+/* The progress estimate of a shape's finalists: the kept share (at least 4) plus one
+ * neighbour's winner per batch size, never more than every config. */
+static void test_finalists_estimate(void **state) {
+    (void)state;
+    assert_int_equal(halving_finalists_estimate(12, 2), 10);
+    assert_int_equal(halving_finalists_estimate(1152, 18), (72 + 1) * 18);
+    assert_int_equal(halving_finalists_estimate(100, 1), 7); /* ceil(100 / 16), no neighbour */
+    assert_int_equal(halving_finalists_estimate(3, 5), 15);
+}
+
 static void test_measure(void **state) {
     Moetune__Measure sweep = MOETUNE__MEASURE__INIT, m;
     sweep.min_samples = 10;
@@ -256,6 +266,7 @@ static void test_sched_phases(void **state) {
     assert_int_equal(st.reply.sweeps[0]->phase, 1);
     assert_int_equal(st.reply.sweeps[0]->finalists_planned, 0);
     assert_int_equal(st.reply.sweeps[0]->finalists_done, 0);
+    assert_int_equal(st.reply.sweeps[0]->finalists_expected, 10); /* (4 best + a neighbour's winner) x 2 */
     sched_status_release(&st);
     assert_int_equal(j->measure->min_samples, HALVING_PHASE1_SAMPLES);
     assert_int_equal(j->measure->max_samples, HALVING_PHASE1_SAMPLES);
@@ -280,6 +291,7 @@ static void test_sched_phases(void **state) {
     assert_int_equal(st.reply.sweeps[0]->phase, 2);
     assert_int_equal(st.reply.sweeps[0]->finalists_planned, 10);
     assert_int_equal(st.reply.sweeps[0]->finalists_done, 0);
+    assert_int_equal(st.reply.sweeps[0]->finalists_expected, 10);
     sched_status_release(&st);
     fx_clear(f);
     sched_on_ready(f->s, a, 3, 3);
@@ -369,6 +381,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choose),
         cmocka_unit_test(test_choose_share),
+        cmocka_unit_test(test_finalists_estimate),
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_bs_lists),
         cmocka_unit_test_setup_teardown(test_plan_shape, setup, teardown),
