@@ -113,10 +113,22 @@ planned_p2=$(sql "SELECT COALESCE(SUM(CASE WHEN j.batch_sizes IS NULL THEN 4 ELS
        LENGTH(j.batch_sizes) - LENGTH(REPLACE(j.batch_sizes, ',', '')) + 1 END), 0)
        FROM jobs j JOIN job_configs jc ON jc.job_id = j.id WHERE j.phase = 2")
 wait_log "$T/coord.log" "commit of [0-9]+ results failed" 60 || fail "phase-2 commits were not held"
-kill_quiet "$COORD_PID"
+# mid phase 2 every result is in (a phase-2 row replaces its phase-1 row), so the progress must
+# come from the finalists: phase 2, the rows planned and re-measured, under 100 %
+"$M" status --control "$CEP" --json >"$T/st.json" || fail "status --json exited $?"
 mid=$(sql "SELECT COUNT(*) FROM results WHERE phase = 2")
+read -r sp rd rp fp fd pct <<<"$(jq -r '.sweeps[0] | "\(.phase) \(.results_done) \(.results_planned) \(.finalists_planned) \(.finalists_done) \(.percent)"' "$T/st.json")"
+[ "$sp" = 2 ] || fail "status says phase '$sp' during phase 2"
+[ "$rd" = "$rp" ] || fail "results $rd/$rp: not the moment where the results alone read 100 %"
+[ "$fp" = "$planned_p2" ] && [ "$fd" = "$mid" ] || fail "status has $fd/$fp finalists, the store $mid/$planned_p2"
+awk -v p="$pct" 'BEGIN { exit !(p < 100) }' || fail "status --json says $pct % during phase 2"
+"$M" status --control "$CEP" >"$T/st.txt" || fail "status exited $?"
+grep -q "sweep 1: halving phase 2: $mid/$planned_p2 finalists, $rd/$rp results (" "$T/st.txt" \
+  || { cat "$T/st.txt"; fail "status does not show phase 2's finalists"; }
+grep -q "100.0%" "$T/st.txt" && fail "status shows 100 % during phase 2"
+kill_quiet "$COORD_PID"
 [ "$mid" -gt 0 ] && [ "$mid" -lt "$planned_p2" ] || fail "the kill is not mid phase 2 ($mid of $planned_p2 rows)"
-pass "coordinator killed during phase 2: $mid of $planned_p2 finalist rows committed"
+pass "coordinator killed during phase 2: $mid of $planned_p2 finalist rows committed; status showed phase 2 at $pct %"
 
 sql "DROP TRIGGER hold_commit"
 sleep 1
