@@ -270,6 +270,13 @@ static int exec_st(store_t *s, int id) {
     return rc;
 }
 
+/* Steps an INSERT and sets *id to the new row's id. */
+static int exec_insert(store_t *s, int id, uint64_t *row_id) {
+    int rc = exec_st(s, id);
+    if (!rc) *row_id = (uint64_t)sqlite3_last_insert_rowid(s->db);
+    return rc;
+}
+
 /* Steps a statement expected to return one row whose first column is an integer.
  * MT_NOTFOUND when there is no row. The statement is reset. */
 static int exec_u64(store_t *s, int id, uint64_t *out) {
@@ -533,9 +540,7 @@ int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t sp
     sqlite3_bind_text(st, 1, name ? name : "", -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 2, spec_len ? spec : "", (int)spec_len, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, created);
-    int rc = exec_st(s, ST_SWEEP_INSERT);
-    if (!rc) *id = (uint64_t)sqlite3_last_insert_rowid(s->db);
-    return rc;
+    return exec_insert(s, ST_SWEEP_INSERT, id);
 }
 
 int store_sweep_set_planned(store_t *s, uint64_t sweep_id, uint64_t results_planned) {
@@ -622,9 +627,7 @@ int store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uin
     sqlite3_bind_int64(st, 4, created);
     sqlite3_bind_int64(st, 5, phase ? phase : 1);
     bind_text(st, 6, batch_sizes && *batch_sizes ? batch_sizes : NULL);
-    int rc = exec_st(s, ST_JOB_INSERT);
-    if (!rc) *id = (uint64_t)sqlite3_last_insert_rowid(s->db);
-    return rc;
+    return exec_insert(s, ST_JOB_INSERT, id);
 }
 
 int store_job_config_insert(store_t *s, uint64_t job_id, uint64_t config_id) {
