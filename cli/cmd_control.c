@@ -88,7 +88,7 @@ int cli_follow(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json,
             bool all_done = true, any_bad = false;
             for (size_t i = 0; i < r->n_sweeps; i++) {
                 if (!cli_sweep_finished(r->sweeps[i]->state)) all_done = false;
-                else if (strcmp(r->sweeps[i]->state, "done") != 0) any_bad = true;
+                else if (!wire_sweep_is(r->sweeps[i]->state, WIRE_SWEEP_DONE)) any_bad = true;
             }
             cli_progress_storage(prog, r->counters);
             if (r->n_sweeps == 1) {
@@ -110,7 +110,7 @@ int cli_follow(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json,
                 if (any_bad && !f->quiet_end) {
                     code = MT_EXIT_FAIL;
                     for (size_t i = 0; i < r->n_sweeps; i++)
-                        if (strcmp(r->sweeps[i]->state, "done") != 0)
+                        if (!wire_sweep_is(r->sweeps[i]->state, WIRE_SWEEP_DONE))
                             fprintf(stderr, "moetune %s: sweep %llu ended %s\n", cmd->name,
                                     (unsigned long long)r->sweeps[i]->sweep_id, r->sweeps[i]->state);
                 }
@@ -232,7 +232,7 @@ static json_t *json_text(const char *text) {
 /* The ETA of one status snapshot (eta.h: the sweep's life so far), as a followed display
  * starts from; < 0 for a sweep that is not running. */
 static double snapshot_eta(const Moetune__SweepStatus *s) {
-    if (!s->state || strcmp(s->state, "running") != 0) return -1.0;
+    if (!wire_sweep_is(s->state, WIRE_SWEEP_RUNNING)) return -1.0;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     cli_eta_sample_t e;

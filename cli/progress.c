@@ -9,6 +9,7 @@
 
 #include "eta.h"
 #include "mt.h"
+#include "states.h"
 
 struct cli_progress {
     FILE *out;
@@ -88,7 +89,7 @@ double cli_progress_percent(const Moetune__SweepStatus *st) {
     cli_progress_work(st, &total, &done);
     double pct = total ? 100.0 * (double)done / (double)total : 0.0;
     /* a halving sweep is over when the coordinator says so, not when a count is reached */
-    if (st->phase && pct > 99.9 && (!st->state || strcmp(st->state, "running") == 0)) pct = 99.9;
+    if (st->phase && pct > 99.9 && (!st->state || wire_sweep_is(st->state, WIRE_SWEEP_RUNNING))) pct = 99.9;
     return pct;
 }
 
