@@ -88,7 +88,7 @@ int cli_follow(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json,
             bool all_done = true, any_bad = false;
             for (size_t i = 0; i < r->n_sweeps; i++) {
                 if (!cli_sweep_finished(r->sweeps[i]->state)) all_done = false;
-                else if (strcmp(r->sweeps[i]->state, "done") != 0) any_bad = true;
+                else if (!wire_sweep_is(r->sweeps[i]->state, WIRE_SWEEP_DONE)) any_bad = true;
             }
             cli_progress_storage(prog, r->counters);
             if (r->n_sweeps == 1) {
@@ -96,7 +96,7 @@ int cli_follow(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json,
                 snprintf(end->state, sizeof end->state, "%s", st->state ? st->state : "");
                 if (all_done) {
                     cli_progress_finish(prog, st, cli_live_workers(r));
-                } else if (stop && st->results_planned && st->results_done >= st->results_planned &&
+                } else if (stop && cli_progress_complete(st) &&
                            mt_now_ms() - stop_ms < f->stop_grace_ms) {
                     /* An interrupt after the last commit: the sweep is about to be marked done,
                      * and waiting for that keeps the export. */
@@ -110,7 +110,7 @@ int cli_follow(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json,
                 if (any_bad && !f->quiet_end) {
                     code = MT_EXIT_FAIL;
                     for (size_t i = 0; i < r->n_sweeps; i++)
-                        if (strcmp(r->sweeps[i]->state, "done") != 0)
+                        if (!wire_sweep_is(r->sweeps[i]->state, WIRE_SWEEP_DONE))
                             fprintf(stderr, "moetune %s: sweep %llu ended %s\n", cmd->name,
                                     (unsigned long long)r->sweeps[i]->sweep_id, r->sweeps[i]->state);
                 }
@@ -232,7 +232,7 @@ static json_t *json_text(const char *text) {
 /* The ETA of one status snapshot (eta.h: the sweep's life so far), as a followed display
  * starts from; < 0 for a sweep that is not running. */
 static double snapshot_eta(const Moetune__SweepStatus *s) {
-    if (!s->state || strcmp(s->state, "running") != 0) return -1.0;
+    if (!wire_sweep_is(s->state, WIRE_SWEEP_RUNNING)) return -1.0;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     cli_eta_sample_t e;
@@ -250,6 +250,7 @@ static json_t *sweep_json(const Moetune__SweepStatus *s) {
                      (int)s->jobs_done, "jobs_failed", (int)s->jobs_failed, "rate", s->rate,
                      "created", (json_int_t)s->created_s);
     if (o) json_object_set_new(o, "eta_s", cli_progress_eta_json(s, snapshot_eta(s)));
+    if (o) cli_progress_json_phase(o, s);
     return o;
 }
 
@@ -303,7 +304,7 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         snprintf(res, sizeof res, "%llu/%llu", (unsigned long long)s->results_done,
                  (unsigned long long)s->results_planned);
         snprintf(jobs, sizeof jobs, "%u/%u/%u/%u", s->jobs_pending, s->jobs_leased, s->jobs_done, s->jobs_failed);
-        if (s->results_planned && s->results_done >= s->results_planned) snprintf(eta, sizeof eta, "0s");
+        if (cli_progress_complete(s)) snprintf(eta, sizeof eta, "0s");
         else cli_progress_eta_text(snapshot_eta(s), eta, sizeof eta);
         printf("%-6llu %-32.32s %-9s %21s %8llu %19s %9.1f %8s\n", (unsigned long long)s->sweep_id,
                s->name ? s->name : "", s->state ? s->state : "", res, (unsigned long long)s->results_failed,
@@ -315,6 +316,12 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         if (s->results_pruned)
             printf("sweep %llu: %llu results pruned by racing (kept, never exported)\n",
                    (unsigned long long)s->sweep_id, (unsigned long long)s->results_pruned);
+        if (s->phase) {
+            char counts[160];
+            cli_progress_counts(s, counts, sizeof counts);
+            printf("sweep %llu: halving %s (%.1f%%)\n", (unsigned long long)s->sweep_id, counts,
+                   cli_progress_percent(s));
+        }
         if (s->gpu_busy > 0)
             printf("sweep %llu: GPU busy %.0f%% (%.1f s in timed kernels)\n", (unsigned long long)s->sweep_id,
                    100.0 * s->gpu_busy, s->timed_s);

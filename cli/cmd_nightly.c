@@ -7,6 +7,7 @@
 #include "cmd.h"
 #include "compare.h"
 #include "mt.h"
+#include "states.h"
 
 typedef struct {
     uint64_t id;
@@ -29,7 +30,7 @@ static int wait_stored_done(const char *db, uint64_t id, char *err, size_t errle
         if (!rc) rc = dbq_sweeps(q, NULL, on_state, &c, err, errlen);
         dbq_close(&q);
         if (rc) return rc;
-        if (strcmp(c.state, "done") == 0) return MT_OK;
+        if (wire_sweep_is(c.state, WIRE_SWEEP_DONE)) return MT_OK;
         usleep(100 * 1000);
     }
     mt_fmt(err, errlen, "sweep %llu is not stored as done in %s (is --db the coordinator's database?)",

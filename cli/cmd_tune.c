@@ -24,6 +24,7 @@
 #include "mt.h"
 #include "progress.h"
 #include "query.h"
+#include "states.h"
 #include "supervise.h"
 
 #define TUNE_SUBMIT_TIMEOUT_MS 60000 /* planning a large sweep on a loaded machine */
@@ -91,8 +92,8 @@ static void cands_clear(cands_t *cs) {
 
 static int collect_cand(void *vctx, const dbq_sweep_t *s) {
     cands_t *cs = vctx;
-    bool running = strcmp(s->state, "running") == 0;
-    if (!running && strcmp(s->state, "done") != 0) return 0;
+    bool running = wire_sweep_is(s->state, WIRE_SWEEP_RUNNING);
+    if (!running && !wire_sweep_is(s->state, WIRE_SWEEP_DONE)) return 0;
     Moetune__SweepSpec *have = moetune__sweep_spec__unpack(NULL, s->spec_len, s->spec);
     if (!have) return 0;
     if (!cli_spec_same_target(cs->want, have)) {
@@ -605,7 +606,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     /* --fresh measured anew on purpose: its picks replace the file's, slower or not */
     code = export_engines(cmd, db, out, sweep, engine, o->json, o->fresh);
     if (code == MT_EXIT_OK) print_where(out, sim, o->json);
-    if (strcmp(state, "done") != 0) {
+    if (!wire_sweep_is(state, WIRE_SWEEP_DONE)) {
         mt_fmt(err, sizeof err, "sweep %llu ended %s", (unsigned long long)sweep, state);
         code = cli_fail(cmd, err);
     }

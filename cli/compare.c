@@ -9,6 +9,7 @@
 
 #include "moetune.pb-c.h"
 #include "mt.h"
+#include "states.h"
 
 void cmp_shape_text(const krn_shape_t *s, char *buf, size_t len) {
     char tail[64] = "";
@@ -166,13 +167,13 @@ static int on_resolve(void *vctx, const dbq_sweep_t *row) {
         c->exists = true;
         c->spec = spec_key(row->spec, row->spec_len, &c->spec_len);
     }
-    if (strcmp(row->state, "done") == 0) c->last_done = row->id;
+    if (wire_sweep_is(row->state, WIRE_SWEEP_DONE)) c->last_done = row->id;
     return 0;
 }
 
 static int on_candidate(void *vctx, const dbq_sweep_t *row) {
     walk_ctx_t *c = vctx;
-    if (row->id >= c->before || strcmp(row->state, "done") != 0) return 0;
+    if (row->id >= c->before || !wire_sweep_is(row->state, WIRE_SWEEP_DONE)) return 0;
     size_t n = 0;
     uint8_t *k = spec_key(row->spec, row->spec_len, &n);
     bool same = k && c->spec && n == c->spec_len && memcmp(k, c->spec, n) == 0;

@@ -11,6 +11,9 @@
  * share the trend of the chunks predicts for the rest of the sweep. Every job measures a
  * config at each of the sweep's batch sizes, so the results left hold the batch sizes in
  * the same mix as the results measured: a chunk's cost is already the cost by batch size.
+ * A halving sweep is fed its results plus its phase-2 finalist rows (progress.h,
+ * cli_progress_work) and no pruned count: its phase-2 rows are dearer and measure only
+ * the finalists' batch sizes, and the recent chunks, weighted most, carry that cost.
  *
  * The answer counts down between snapshots and moves toward a new estimate with a time
  * constant of 30 s, at most 3 % of itself per second and 15 % per snapshot, so that it

@@ -19,6 +19,7 @@
 #include "lookup.h"
 #include "mt.h"
 #include "query.h"
+#include "states.h"
 
 #define MAX_FILE_SWEEPS 16
 #define LOCK_WAIT_MS 60000
@@ -385,7 +386,7 @@ static json_t *file_coverage(const run_t *x, const dbq_result_t *first, const ui
                        (unsigned long long)c->planned, c->batch_size, c->device_name);
             }
         }
-        if (strcmp(state, "done") != 0) {
+        if (!wire_sweep_is(state, WIRE_SWEEP_DONE)) {
             if (complete) mt_fmt(why, whylen, "sweep %llu is %s, not done", (unsigned long long)ids[s], state);
             complete = false;
             size_t l = strlen(not_done);

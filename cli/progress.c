@@ -2,12 +2,14 @@
 #include "progress.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "eta.h"
 #include "mt.h"
+#include "states.h"
 
 struct cli_progress {
     FILE *out;
@@ -50,26 +52,60 @@ static void fmt_eta(double secs, char *buf, size_t len) {
 
 void cli_progress_eta_text(double eta_s, char *buf, size_t len) { fmt_eta(eta_s, buf, len); }
 
+void cli_progress_work(const Moetune__SweepStatus *st, uint64_t *planned, uint64_t *done) {
+    uint64_t finalists = st->finalists_expected > st->finalists_planned ? st->finalists_expected : st->finalists_planned;
+    *planned = st->results_planned + finalists;
+    *done = st->results_done + st->finalists_done;
+}
+
+bool cli_progress_complete(const Moetune__SweepStatus *st) {
+    uint64_t planned, done;
+    cli_progress_work(st, &planned, &done);
+    return planned && done >= planned;
+}
+
 void cli_progress_sample(const Moetune__SweepStatus *st, double t_s, double wall_s, cli_eta_sample_t *s) {
-    *s = (cli_eta_sample_t){t_s, wall_s, st->results_planned, st->results_done, st->results_pruned,
-                            st->created_s, st->rate};
+    uint64_t planned, done;
+    cli_progress_work(st, &planned, &done);
+    /* halving's transition turns most phase-1 rows 'pruned' at once: no racing trend */
+    *s = (cli_eta_sample_t){t_s, wall_s, planned, done, st->phase ? 0 : st->results_pruned, st->created_s, st->rate};
+}
+
+void cli_progress_counts(const Moetune__SweepStatus *st, char *buf, size_t len) {
+    unsigned long long rd = st->results_done, rp = st->results_planned, fd = st->finalists_done,
+                       fp = st->finalists_planned;
+    if (st->phase == 0)
+        snprintf(buf, len, "%llu/%llu results", rd, rp);
+    else if (st->phase == 1 && fp)
+        snprintf(buf, len, "phase 1: %llu/%llu results, phase 2: %llu/%llu finalists", rd, rp, fd, fp);
+    else if (st->phase == 1)
+        snprintf(buf, len, "phase 1: %llu/%llu results", rd, rp);
+    else
+        snprintf(buf, len, "phase 2: %llu/%llu finalists, %llu/%llu results", fd, fp, rd, rp);
+}
+
+double cli_progress_percent(const Moetune__SweepStatus *st) {
+    uint64_t total, done;
+    cli_progress_work(st, &total, &done);
+    double pct = total ? 100.0 * (double)done / (double)total : 0.0;
+    /* a halving sweep is over when the coordinator says so, not when a count is reached */
+    if (st->phase && pct > 99.9 && (!st->state || wire_sweep_is(st->state, WIRE_SWEEP_RUNNING))) pct = 99.9;
+    return pct;
 }
 
 void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, double eta_s, char *buf,
                          size_t len) {
-    uint64_t total = st->results_planned, done = st->results_done;
-    double pct = total ? 100.0 * (double)done / (double)total : 0.0;
-    char eta[32];
-    if (done >= total && total) snprintf(eta, sizeof eta, "0s");
+    char counts[160], eta[32];
+    cli_progress_counts(st, counts, sizeof counts);
+    if (cli_progress_complete(st)) snprintf(eta, sizeof eta, "0s");
     else fmt_eta(eta_s, eta, sizeof eta);
     char racing[80] = ""; /* ", N pruned, GPU busy P%" when known */
     if (st->results_pruned)
         snprintf(racing, sizeof racing, ", %llu pruned", (unsigned long long)st->results_pruned);
     if (st->gpu_busy > 0)
         snprintf(racing + strlen(racing), sizeof racing - strlen(racing), ", GPU busy %.0f%%", 100.0 * st->gpu_busy);
-    snprintf(buf, len, "sweep %llu %s: %llu/%llu results (%.1f%%), %.0f/s, ETA %s, %llu failed%s, jobs %u/%u done%s%s, %u workers",
-             (unsigned long long)st->sweep_id, st->state ? st->state : "?", (unsigned long long)done,
-             (unsigned long long)total, pct, st->rate, eta, (unsigned long long)st->results_failed, racing,
+    snprintf(buf, len, "sweep %llu %s: %s (%.1f%%), %.0f/s, ETA %s, %llu failed%s, jobs %u/%u done%s%s, %u workers",
+             (unsigned long long)st->sweep_id, st->state ? st->state : "?", counts, cli_progress_percent(st), st->rate, eta, (unsigned long long)st->results_failed, racing,
              st->jobs_done, st->jobs_total, st->jobs_failed ? ", jobs failed " : "",
              st->jobs_failed ? "yes" : "", workers_alive);
 }
@@ -104,6 +140,7 @@ static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t wor
                               "jobs_total", (int)st->jobs_total, "jobs_failed", (int)st->jobs_failed, "workers",
                               (int)workers_alive);
         if (o) json_object_set_new(o, "eta_s", cli_progress_eta_json(st, p->eta_s));
+        if (o) cli_progress_json_phase(o, st);
         if (o && p->storage[0]) {
             json_object_set_new(o, "storage_error", json_string(p->storage));
             json_object_set_new(o, "results_unacked", json_integer((json_int_t)p->unacked));
@@ -168,8 +205,17 @@ void cli_progress_storage(cli_progress_t *p, const Moetune__Counters *c) {
     p->unacked = c ? c->results_unacked : 0;
 }
 
+void cli_progress_json_phase(json_t *o, const Moetune__SweepStatus *st) {
+    json_object_set_new(o, "percent", json_real(round(cli_progress_percent(st) * 10.0) / 10.0));
+    if (!st->phase) return;
+    json_object_set_new(o, "phase", json_integer(st->phase));
+    json_object_set_new(o, "finalists_planned", json_integer((json_int_t)st->finalists_planned));
+    json_object_set_new(o, "finalists_done", json_integer((json_int_t)st->finalists_done));
+    json_object_set_new(o, "finalists_expected", json_integer((json_int_t)st->finalists_expected));
+}
+
 json_t *cli_progress_eta_json(const Moetune__SweepStatus *st, double eta_s) {
-    if (st->results_planned && st->results_done >= st->results_planned) return json_integer(0);
+    if (cli_progress_complete(st)) return json_integer(0);
     return eta_s >= 0 && eta_s <= 365.0 * 86400 ? json_integer((json_int_t)(eta_s + 0.5)) : json_null();
 }
 

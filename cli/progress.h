@@ -27,6 +27,21 @@ int cli_progress_new(FILE *out, bool json, bool tty, cli_progress_t **p);
 void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, double eta_s, char *buf,
                          size_t len);
 
+/* A sweep's work as progress counts it: its results plus, for a halving sweep, phase 2's
+ * finalist rows (finalists_expected while shapes are still in phase 1: a phase-2 row
+ * replaces its phase-1 row, so the results alone reach their plan when phase 1 ends). */
+void cli_progress_work(const Moetune__SweepStatus *st, uint64_t *planned, uint64_t *done);
+/* True when that work is all done (the ETA is 0). */
+bool cli_progress_complete(const Moetune__SweepStatus *st);
+/* The work done in percent; below 100 for a running halving sweep. */
+double cli_progress_percent(const Moetune__SweepStatus *st);
+/* The counts as the line shows them: "120/480 results", for halving "phase 1: 300/480
+ * results[, phase 2: 4/30 finalists]" or "phase 2: 12/30 finalists, 480/480 results". */
+void cli_progress_counts(const Moetune__SweepStatus *st, char *buf, size_t len);
+/* Adds to a sweep's JSON object "percent" and, for a halving sweep, "phase",
+ * "finalists_planned", "finalists_done" and "finalists_expected". */
+void cli_progress_json_phase(json_t *o, const Moetune__SweepStatus *st);
+
 /* The ETA as the line shows it: "1h02m", "4m05s", "12s", "--" when unknown. */
 void cli_progress_eta_text(double eta_s, char *buf, size_t len);
 

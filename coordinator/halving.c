@@ -30,6 +30,13 @@ static int cmp_row(const void *a, const void *b) {
     return (x->config_id > y->config_id) - (x->config_id < y->config_id);
 }
 
+uint64_t halving_finalists_estimate(uint64_t configs, size_t nb) {
+    uint64_t keep = (configs + HALVING_KEEP_DIV - 1) / HALVING_KEEP_DIV;
+    if (keep < HALVING_KEEP_MIN) keep = HALVING_KEEP_MIN;
+    if (nb > 1) keep++;
+    return (keep < configs ? keep : configs) * nb;
+}
+
 int halving_choose(halving_row_t *rows, size_t n, size_t nb) {
     size_t *start = calloc(nb + 1, sizeof *start);
     if (!start) return MT_NOMEM;

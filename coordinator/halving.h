@@ -58,6 +58,11 @@ typedef struct {
  * (bi - 1, bi + 1) where they have a row. Reorders rows. nb bounds every bi. */
 int halving_choose(halving_row_t *rows, size_t n, size_t nb);
 
+/* About how many finalist rows halving_choose keeps of a shape whose configs each have a
+ * row at nb batch sizes: the kept share at each batch size plus one neighbour's winner
+ * (there may be two, or none new), at most every config. For a progress estimate. */
+uint64_t halving_finalists_estimate(uint64_t configs, size_t nb);
+
 /* Formats batch sizes as "1,16,256" into buf; MT_INVAL when it does not fit. */
 int halving_bs_format(const uint32_t *bs, size_t n, char *buf, size_t len);
 /* Parses "1,16,256" into a new array (*out, caller frees) of *n values, each of which

@@ -92,7 +92,7 @@ char *metrics_render(metrics_t *m) {
     metric(&b, "moetune_results_committed_total", "counter", "Result rows committed to the database since start.");
     put(&b, "moetune_results_committed_total %llu\n", (unsigned long long)s.c.results_committed);
     metric(&b, "moetune_results_total", "counter", "Result rows committed since start, by status (pruned rows are racing's, the rest but ok are failures).");
-    for (int k = 1; k < SCHED_N_STATUS; k++)
+    for (int k = 1; k < WIRE_N_STATUS; k++)
         put(&b, "moetune_results_total{status=\"%s\"} %llu\n", wire_status_name(k), (unsigned long long)s.c.committed_by_status[k]);
     if (s.c.committed_by_status[0])
         put(&b, "moetune_results_total{status=\"unknown\"} %llu\n", (unsigned long long)s.c.committed_by_status[0]);

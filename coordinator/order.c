@@ -30,14 +30,7 @@ static double gemm_s(const krn_config_t *c, double ctas, double flops, double by
     double t_work = flops / (ORD_FLOPS * eff * (fill > 0.05 ? fill : 0.05));
     double depth = c->num_stages > 1 ? (double)(c->num_stages - 1) : 0.5;
     double bw = ORD_BW * (depth >= 2 ? 1.0 : 0.75);
-    double t = fmax(t_work, bytes / bw);
-    double iters = red / c->block_k;
-    if (c->num_stages > iters) t *= 1.0 + 0.3 * (c->num_stages - iters) / c->num_stages;
-    if (ctas > slots) {
-        double waves = ceil(ctas / slots);
-        t *= 1.0 + 0.5 * (waves * slots / ctas - 1.0);
-    }
-    return t;
+    return krn_time_penalized(c, fmax(t_work, bytes / bw), red, ctas, slots);
 }
 
 double ord_cost_us(const krn_shape_t *s, const krn_config_t *c, uint32_t m) {

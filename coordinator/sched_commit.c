@@ -115,12 +115,12 @@ int sched_batch_take(sched_t *s, sched_batch_t **out) {
         bj->job = j;
         bj->u = (store_job_update_t){
             .id = j->id,
-            .state = g_sched_job_state[j->state],
+            .state = wire_job_state_name(j->state),
             .attempts = j->attempts,
             .worker_id = dup_or_null(j->last_worker),
             .lease_token = j->token,
-            .lease_expires_ms = j->state == J_LEASED ? j->lease_expires_wall_ms : 0,
-            .finished = j->state >= J_DONE ? j->finished : 0,
+            .lease_expires_ms = j->state == WIRE_JOB_LEASED ? j->lease_expires_wall_ms : 0,
+            .finished = j->state >= WIRE_JOB_DONE ? j->finished : 0,
         };
         if (j->last_worker && !bj->u.worker_id) goto nomem;
     }
@@ -128,7 +128,7 @@ int sched_batch_take(sched_t *s, sched_batch_t **out) {
         sweep_t *sw = s->sweeps[i];
         if (!sw->dirty) continue;
         b->sweeps[b->n_sweeps++] =
-            (bsweep_t){.sw = sw, .id = sw->id, .state = g_sched_sweep_state[sw->state], .finished = sw->finished};
+            (bsweep_t){.sw = sw, .id = sw->id, .state = wire_sweep_state_name(sw->state), .finished = sw->finished};
     }
     /* everything copied: move ownership into the batch */
     for (size_t i = 0; i < n_e; i++) b->res[i].e = s->pending[i];
@@ -188,10 +188,10 @@ int sched_batch_write(store_t *db, void *arg) {
                 br->new_timed_us += m->timed_us;
                 if (m->status == MOETUNE__STATUS__STATUS_PRUNED)
                     br->new_pruned++;
-                else if (m->status != MOETUNE__STATUS__STATUS_OK)
+                else if (wire_status_failed(m->status)) /* the wire took only known statuses */
                     br->new_failed++;
                 if (outcome == STORE_ROW_NEW)
-                    br->new_by_status[(unsigned)m->status < SCHED_N_STATUS ? (unsigned)m->status : 0]++;
+                    br->new_by_status[(unsigned)m->status < WIRE_N_STATUS ? (unsigned)m->status : 0]++;
             }
         }
         if (!rc && br->crash) {
@@ -249,13 +249,14 @@ static void apply_entry(sched_t *s, const entry_t *e, const brow_t *br) {
     sw->failed += br->new_failed;
     sw->pruned += br->new_pruned;
     sw->timed_us += br->new_timed_us;
+    if (j->phase >= 2) sw->finalists_done += br->new_rows + br->new_replaced;
     if (br->new_rows && e->w->device_id) sched_sweep_note_device(sw, e->w->device_id);
     s->c.results_committed += br->new_rows;
-    for (int k = 0; k < SCHED_N_STATUS; k++) s->c.committed_by_status[k] += br->new_by_status[k];
+    for (int k = 0; k < WIRE_N_STATUS; k++) s->c.committed_by_status[k] += br->new_by_status[k];
     e->w->results += br->new_rows;
     sched_ack_push(e->w, e->env->result->seq);
-    if (j->rows_done >= j->rows_needed && (j->state == J_PENDING || j->state == J_LEASED))
-        sched_job_finish(s, j, J_DONE);
+    if (j->rows_done >= j->rows_needed && (j->state == WIRE_JOB_PENDING || j->state == WIRE_JOB_LEASED))
+        sched_job_finish(s, j, WIRE_JOB_DONE);
 }
 
 void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uint64_t now_ms) {

@@ -39,7 +39,7 @@ bool sched_halving_waiting(const sweep_t *sw) {
 static bool shape_open(const sweep_t *sw, uint64_t shape_id) {
     for (size_t i = 0; i < sw->n_jobs; i++) {
         const job_t *j = sw->jobs[i];
-        if (j->shape_id == shape_id && (j->state == J_PENDING || j->state == J_LEASED)) return true;
+        if (j->shape_id == shape_id && (j->state == WIRE_JOB_PENDING || j->state == WIRE_JOB_LEASED)) return true;
     }
     return false;
 }
@@ -56,7 +56,7 @@ int sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
     *n_out = 0;
     for (size_t i = 0; i < s->n_sweeps; i++) {
         sweep_t *sw = s->sweeps[i];
-        if (!sw->halving || !sw->halving_due || sw->state != S_RUNNING) continue;
+        if (!sw->halving || !sw->halving_due || sw->state != WIRE_SWEEP_RUNNING) continue;
         for (size_t h = 0; h < sw->n_hv; h++) {
             if (sw->hv_state[h] != HV_WAIT || shape_open(sw, sw->hv_shapes[h])) continue;
             bhalving_t *a = realloc(hv, (n + 1) * sizeof *a);
@@ -93,6 +93,7 @@ void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, ui
         }
         sw->hv_state[hv[i].h] = HV_PLANNED;
         sw->pruned += hv[i].st.pruned;
+        if (!hv[i].st.already) sw->finalists += hv[i].st.finalists; /* planned before: counted at load */
         log_at(MT_LOG_INFO, "sweep %llu shape %llu: halving phase 1 over: %u finalist rows in %u phase-2 jobs, %u rows "
                "pruned%s", (unsigned long long)sw->id, (unsigned long long)hv[i].shape_id, hv[i].st.finalists,
                hv[i].st.jobs, hv[i].st.pruned, hv[i].st.already ? " (planned before)" : "");
@@ -102,7 +103,7 @@ void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, ui
         sweep_t *sw = hv[i].sw;
         bool seen = false;
         for (size_t k = 0; k < i && !seen; k++) seen = hv[k].sw == sw;
-        if (seen || sw->state != S_RUNNING) continue;
+        if (seen || sw->state != WIRE_SWEEP_RUNNING) continue;
         int rc = sched_load_new_jobs(s, sw);
         if (rc) { /* not over: a restart loads them */
             log_at(MT_LOG_ERROR, "sweep %llu: loading its phase-2 jobs: %s; a restart loads them",

@@ -29,10 +29,7 @@
 #include "race.h"
 #include "scheduler.h"
 
-enum { J_PENDING, J_LEASED, J_DONE, J_FAILED, J_CANCELLED, J_NSTATES };
-enum { S_RUNNING, S_DONE, S_CANCELLED, S_FAILED, S_NSTATES };
-extern const char *const g_sched_job_state[J_NSTATES];   /* names as stored: "pending", ... */
-extern const char *const g_sched_sweep_state[S_NSTATES]; /* "running", ... */
+#include "states.h"
 
 #define RATE_SLOTS 6        /* one sample a second: a ~5 s window */
 
@@ -48,7 +45,7 @@ typedef struct {
 struct job {
     uint64_t id, shape_id, token;
     sweep_t *sw;
-    int state;
+    wire_job_state_t state;
     uint32_t attempts;
     sched_worker_t *holder;  /* while leased */
     size_t held_idx;         /* index in holder->held */
@@ -70,7 +67,7 @@ struct job {
 struct sweep {
     uint64_t id;
     char *name;
-    int state;
+    wire_sweep_state_t state;
     int64_t created, finished;
     uint32_t *bs;            /* batch sizes, sorted */
     size_t nb;
@@ -90,11 +87,13 @@ struct sweep {
     uint64_t *hv_shapes;
     uint8_t *hv_state;
     size_t n_hv;
+    uint64_t finalists;      /* rows planned for phase 2 so far (SweepStatus.finalists_planned) */
+    uint64_t finalists_done; /* of those, committed by a phase-2 job */
     uint64_t planned, done, failed, pruned;
     double timed_us;         /* GPU time in timed kernels over its committed results */
     uint64_t *devs;          /* devices that committed results to it (GPU busy's denominator) */
     size_t n_devs, cap_devs;
-    uint32_t jobs_by_state[J_NSTATES];
+    uint32_t jobs_by_state[WIRE_JOB_NSTATES];
     job_t **jobs;            /* in id order */
     size_t n_jobs, cap_jobs, hint;
     bool dirty;
@@ -145,7 +144,7 @@ typedef struct {
     uint64_t device_id;      /* what recording it gave */
     uint32_t new_rows, new_failed, new_pruned;
     uint32_t new_replaced;   /* halving: phase-1 rows its phase-2 rows replaced */
-    uint32_t new_by_status[SCHED_N_STATUS]; /* new rows by Moetune__Status value */
+    uint32_t new_by_status[WIRE_N_STATUS]; /* new rows by Moetune__Status value */
     double new_timed_us;
 } brow_t;
 
@@ -253,9 +252,9 @@ int sched_grow(void **arr, size_t *cap, size_t need, size_t elem);
 /* Queues j's row for the next batch. */
 void sched_job_dirty(sched_t *s, job_t *j);
 /* Moves j to state, keeping its sweep's per-state counts. */
-void sched_set_job_state(job_t *j, int state);
+void sched_set_job_state(job_t *j, wire_job_state_t state);
 /* Ends j (done, failed, cancelled): releases its holder, queues its row, ends its sweep when nothing is left. */
-void sched_job_finish(sched_t *s, job_t *j, int state);
+void sched_job_finish(sched_t *s, job_t *j, wire_job_state_t state);
 /* A running sweep with no job pending or leased is over (failed when a job failed). */
 void sched_sweep_check(sched_t *s, sweep_t *sw);
 /* Makes room to index one more job of sw with this id; nothing else changes. */

@@ -113,7 +113,7 @@ static int load_job(void *ctx, const store_job_row_t *row) {
         }
         qsort(j->bs, j->nb, sizeof *j->bs, cmp_u32);
     }
-    j->state = J_PENDING;
+    j->state = WIRE_JOB_PENDING;
     j->attempts = row->attempts;
     j->token = row->lease_token;
     j->last_worker = row->worker_id ? mt_strdup(row->worker_id) : NULL;
@@ -125,14 +125,16 @@ static int load_job(void *ctx, const store_job_row_t *row) {
     }
     /* A lease survives a restart: the job stays leased to its recorded holder with a
      * fresh expiry, so the holder may come back and deliver what it has in flight. */
-    if (strcmp(row->state, "leased") == 0 && row->worker_id && *row->worker_id) {
+    wire_job_state_t stored;
+    bool leased = wire_job_state_parse(row->state, &stored) == MT_OK && stored == WIRE_JOB_LEASED;
+    if (leased && row->worker_id && *row->worker_id) {
         sched_t *s = lc->s;
         size_t len = strlen(row->worker_id);
         if (len > WIRE_MAX_ID) len = WIRE_MAX_ID;
         sched_worker_t *w = sched_worker_find(s, (const uint8_t *)row->worker_id, len);
         if (!w) w = sched_worker_add(s, (const uint8_t *)row->worker_id, len);
         if (!w || sched_worker_hold(w, j)) return MT_NOMEM;
-        sched_set_job_state(j, J_LEASED);
+        sched_set_job_state(j, WIRE_JOB_LEASED);
         j->lease_expires = s->load_now + s->o.lease_ms;
         j->lease_expires_wall_ms = sched_wall_ms() + s->o.lease_ms;
         j->reclaim = true;
@@ -154,7 +156,7 @@ int sched_load_new_jobs(sched_t *s, sweep_t *sw) {
         lc.job = sw->jobs[i];
         rc = store_job_configs_each(s->db, lc.job->id, load_cfg, &lc);
         if (!rc) rc = job_load_rows(s, lc.job);
-        if (!rc && lc.job->rows_done >= lc.job->rows_needed) sched_job_finish(s, lc.job, J_DONE);
+        if (!rc && lc.job->rows_done >= lc.job->rows_needed) sched_job_finish(s, lc.job, WIRE_JOB_DONE);
     }
     return rc;
 }
@@ -178,12 +180,10 @@ static int sweep_new(const store_sweep_row_t *row, const Moetune__SweepSpec *spe
     if (!sw->name) goto nomem;
     sw->created = row->created;
     sw->planned = row->results_planned;
-    sw->state = S_FAILED;
-    for (int i = 0; i < S_NSTATES; i++)
-        if (strcmp(row->state, g_sched_sweep_state[i]) == 0) sw->state = i;
+    if (wire_sweep_state_parse(row->state, &sw->state)) sw->state = WIRE_SWEEP_FAILED;
     if (!spec || spec->n_batch_sizes == 0) {
         log_at(MT_LOG_ERROR, "sweep %llu: stored spec does not decode; left as it is", (unsigned long long)row->id);
-        if (sw->state == S_RUNNING) sw->state = S_FAILED;
+        if (sw->state == WIRE_SWEEP_RUNNING) sw->state = WIRE_SWEEP_FAILED;
         *out = sw;
         return MT_OK;
     }
@@ -228,28 +228,30 @@ int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
         sw->failed = rows.failed;
         sw->pruned = rows.pruned;
         sw->timed_us = rows.timed_us;
+        sw->finalists_done = rows.phase2;
         rc = store_sweep_devices_each(s->db, sw->id, load_device, sw);
     }
+    if (!rc && sw->halving) rc = store_sweep_finalists(s->db, sw->id, (uint32_t)sw->nb, &sw->finalists);
     if (rc) goto out;
     if (sched_grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps)) {
         rc = MT_NOMEM;
         goto out;
     }
     s->sweeps[s->n_sweeps++] = sw;
-    if (sw->state != S_RUNNING) {
+    if (sw->state != WIRE_SWEEP_RUNNING) {
         /* finished sweeps keep only their counts */
-        uint32_t counts[J_NSTATES];
+        uint32_t counts[WIRE_JOB_NSTATES];
         rc = store_job_state_counts(s->db, sw->id, counts);
         if (!rc) memcpy(sw->jobs_by_state, counts, sizeof counts);
         sw = NULL;
         goto out;
     }
-    uint32_t counts[J_NSTATES];
+    uint32_t counts[WIRE_JOB_NSTATES];
     rc = store_job_state_counts(s->db, sw->id, counts);
     if (rc) goto out;
-    sw->jobs_by_state[J_DONE] = counts[J_DONE];
-    sw->jobs_by_state[J_FAILED] = counts[J_FAILED];
-    sw->jobs_by_state[J_CANCELLED] = counts[J_CANCELLED];
+    sw->jobs_by_state[WIRE_JOB_DONE] = counts[WIRE_JOB_DONE];
+    sw->jobs_by_state[WIRE_JOB_FAILED] = counts[WIRE_JOB_FAILED];
+    sw->jobs_by_state[WIRE_JOB_CANCELLED] = counts[WIRE_JOB_CANCELLED];
     char device[256];
     rc = store_sweep_device(s->db, sw->id, device, sizeof device);
     if (rc == MT_OK) {
@@ -271,11 +273,11 @@ int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
     if (rc) goto out;
     /* a job whose every config is already committed is done (its row was not written yet) */
     for (size_t i = 0; i < sw->n_jobs; i++)
-        if (sw->jobs[i]->rows_done >= sw->jobs[i]->rows_needed) sched_job_finish(s, sw->jobs[i], J_DONE);
+        if (sw->jobs[i]->rows_done >= sw->jobs[i]->rows_needed) sched_job_finish(s, sw->jobs[i], WIRE_JOB_DONE);
     sw->halving_due = sw->halving; /* the first batch plans a phase 2 that a restart interrupted */
     sched_sweep_check(s, sw);
     log_at(MT_LOG_INFO, "sweep %llu '%s' loaded: %u jobs pending, %llu of %llu results", (unsigned long long)sw->id,
-           sw->name, sw->jobs_by_state[J_PENDING], (unsigned long long)sw->done, (unsigned long long)sw->planned);
+           sw->name, sw->jobs_by_state[WIRE_JOB_PENDING], (unsigned long long)sw->done, (unsigned long long)sw->planned);
     sw = NULL;
 out:
     if (spec) moetune__sweep_spec__free_unpacked(spec, NULL);
@@ -292,8 +294,8 @@ sched_t *sched_new(store_t *db, const sched_opts_t *opts, uint64_t now_ms, char 
     }
     s->db = db;
     s->o = *opts;
-    if (!s->o.heartbeat_ms) s->o.heartbeat_ms = 1000;
-    if (!s->o.lease_ms) s->o.lease_ms = 30000;
+    if (!s->o.heartbeat_ms) s->o.heartbeat_ms = WIRE_HEARTBEAT_DEFAULT_MS;
+    if (!s->o.lease_ms) s->o.lease_ms = WIRE_LEASE_DEFAULT_MS;
     rng_seed(s);
     s->race = race_new();
     if (!s->race) {
@@ -426,7 +428,7 @@ int sched_plan_write(store_t *db, void *arg) {
  * read back from the database. All or nothing. */
 static int sweep_from_plan(sched_t *s, const sched_plan_t *sp) {
     const plan_t *p = sp->plan;
-    store_sweep_row_t row = {.id = p->sweep_id, .name = sp->spec->name ? sp->spec->name : "", .state = "running",
+    store_sweep_row_t row = {.id = p->sweep_id, .name = sp->spec->name ? sp->spec->name : "", .state = wire_sweep_state_name(WIRE_SWEEP_RUNNING),
                              .results_planned = p->results_planned, .created = p->created};
     sweep_t *sw = NULL;
     int rc = sweep_new(&row, sp->spec, &sw);
@@ -453,7 +455,7 @@ static int sweep_from_plan(sched_t *s, const sched_plan_t *sp) {
             j->sw = sw;
             j->shape_id = ps->shape_id;
             j->phase = 1;
-            j->state = J_PENDING;
+            j->state = WIRE_JOB_PENDING;
             j->cfgs = cfgs;
             j->n_cfgs = n;
             for (size_t i = 0; i < n; i++) cfgs[i].config_id = ps->config_ids[first + i];
@@ -488,7 +490,7 @@ int sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *why, Moe
     size_t n_behind = 0;
     for (size_t i = 0; i < s->n_sweeps; i++) {
         const sweep_t *o = s->sweeps[i];
-        if (o->state != S_RUNNING || !(o->jobs_by_state[J_PENDING] + o->jobs_by_state[J_LEASED])) continue;
+        if (o->state != WIRE_SWEEP_RUNNING || !(o->jobs_by_state[WIRE_JOB_PENDING] + o->jobs_by_state[WIRE_JOB_LEASED])) continue;
         if (sched_grow((void **)&s->behind, &s->cap_behind, n_behind + 1, sizeof *s->behind)) break;
         s->behind[n_behind++] = o->id;
     }
@@ -497,7 +499,7 @@ int sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *why, Moe
         /* stored but not in memory: mark it failed, or a restart would measure it unasked */
         mt_fmt(err, errlen, "loading sweep %llu: %s", (unsigned long long)p->sweep_id,
                rc == MT_NOMEM ? "out of memory" : store_errmsg(s->db));
-        if (store_sweep_set_state(s->db, p->sweep_id, g_sched_sweep_state[S_FAILED], mt_wall_s()))
+        if (store_sweep_set_state(s->db, p->sweep_id, wire_sweep_state_name(WIRE_SWEEP_FAILED), mt_wall_s()))
             log_at(MT_LOG_ERROR, "sweep %llu could not be marked failed: %s", (unsigned long long)p->sweep_id,
                    store_errmsg(s->db));
         goto out;

@@ -14,7 +14,7 @@ static double sweep_gpu_busy(const sweep_t *sw) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     /* created and finished are whole seconds: a sweep of a few seconds reads a little less busy */
-    double end = sw->state == S_RUNNING || !sw->finished ? (double)ts.tv_sec + ts.tv_nsec * 1e-9 : (double)sw->finished + 1;
+    double end = sw->state == WIRE_SWEEP_RUNNING || !sw->finished ? (double)ts.tv_sec + ts.tv_nsec * 1e-9 : (double)sw->finished + 1;
     double wall = end - (double)sw->created;
     return sw->timed_us > 0 && wall > 0 && sw->n_devs ? sw->timed_us * 1e-6 / (wall * (double)sw->n_devs) : 0.0;
 }
@@ -24,7 +24,7 @@ void sched_rate_sample(sched_t *s, uint64_t now_ms) {
     s->next_rate = now_ms + 1000;
     for (size_t i = 0; i < s->n_sweeps; i++) {
         sweep_t *sw = s->sweeps[i];
-        if (sw->state != S_RUNNING) continue;
+        if (sw->state != WIRE_SWEEP_RUNNING) continue;
         size_t slot = sw->rate_n % RATE_SLOTS;
         sw->rate_t[slot] = now_ms;
         sw->rate_done[slot] = sw->done;
@@ -38,6 +38,16 @@ static double sweep_rate(const sweep_t *sw, uint64_t now_ms) {
     uint64_t t0 = sw->rate_t[oldest];
     if (now_ms <= t0) return 0.0;
     return (double)(sw->done - sw->rate_done[oldest]) * 1000.0 / (double)(now_ms - t0);
+}
+
+/* Halving: an estimate of the finalist rows of sw's shapes still in phase 1, each shape
+ * taken as an equal share of the plan. */
+static uint64_t finalists_ahead(const sweep_t *sw) {
+    size_t waiting = 0;
+    for (size_t h = 0; h < sw->n_hv; h++) waiting += sw->hv_state[h] != HV_PLANNED;
+    if (sw->state != WIRE_SWEEP_RUNNING || !waiting || !sw->nb) return 0;
+    uint64_t configs = sw->planned / ((uint64_t)sw->n_hv * sw->nb);
+    return waiting * halving_finalists_estimate(configs ? configs : 1, sw->nb);
 }
 
 int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t *st) {
@@ -63,20 +73,28 @@ int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t 
         moetune__sweep_status__init(o);
         o->sweep_id = sw->id;
         o->name = sw->name;
-        o->state = (char *)g_sched_sweep_state[sw->state];
+        o->state = (char *)wire_sweep_state_name(sw->state);
         o->results_planned = sw->planned;
         o->results_done = sw->done;
         o->results_failed = sw->failed;
         o->results_pruned = sw->pruned;
         o->timed_s = sw->timed_us * 1e-6;
         o->gpu_busy = sweep_gpu_busy(sw);
-        for (int js = 0; js < J_NSTATES; js++) o->jobs_total += sw->jobs_by_state[js];
-        o->jobs_pending = sw->jobs_by_state[J_PENDING];
-        o->jobs_leased = sw->jobs_by_state[J_LEASED];
-        o->jobs_done = sw->jobs_by_state[J_DONE];
-        o->jobs_failed = sw->jobs_by_state[J_FAILED];
-        o->rate = sw->state == S_RUNNING ? sweep_rate(sw, now_ms) : 0.0;
+        for (int js = 0; js < WIRE_JOB_NSTATES; js++) o->jobs_total += sw->jobs_by_state[js];
+        o->jobs_pending = sw->jobs_by_state[WIRE_JOB_PENDING];
+        o->jobs_leased = sw->jobs_by_state[WIRE_JOB_LEASED];
+        o->jobs_done = sw->jobs_by_state[WIRE_JOB_DONE];
+        o->jobs_failed = sw->jobs_by_state[WIRE_JOB_FAILED];
+        o->rate = sw->state == WIRE_SWEEP_RUNNING ? sweep_rate(sw, now_ms) : 0.0;
         o->created_s = (uint64_t)sw->created;
+        if (sw->halving) {
+            /* a finished sweep's shapes are not in memory: its finalists tell how far it got */
+            bool two = sw->state == WIRE_SWEEP_RUNNING ? !sched_halving_waiting(sw) : sw->finalists > 0;
+            o->phase = two ? 2 : 1;
+            o->finalists_planned = sw->finalists;
+            o->finalists_done = sw->finalists_done;
+            o->finalists_expected = sw->finalists + finalists_ahead(sw);
+        }
         st->sweep_ptrs[k++] = o;
     }
     st->reply.n_sweeps = k;
@@ -134,5 +152,5 @@ const char *sched_job_state(const sched_t *s, uint64_t job_id, uint32_t *attempt
     const job_t *j = sched_job_lookup(s, job_id);
     if (!j) return NULL;
     if (attempts) *attempts = j->attempts;
-    return g_sched_job_state[j->state];
+    return wire_job_state_name(j->state);
 }

@@ -12,9 +12,6 @@
 #include "race.h"
 #include "sched_int.h"
 
-const char *const g_sched_job_state[J_NSTATES] = {"pending", "leased", "done", "failed", "cancelled"};
-const char *const g_sched_sweep_state[S_NSTATES] = {"running", "done", "cancelled", "failed"};
-
 #define DEAD_PERIODS 3
 
 /* ---- small helpers */
@@ -105,7 +102,7 @@ void sched_job_dirty(sched_t *s, job_t *j) {
     j->dirty = true;
 }
 
-void sched_set_job_state(job_t *j, int state) {
+void sched_set_job_state(job_t *j, wire_job_state_t state) {
     j->sw->jobs_by_state[j->state]--;
     j->state = state;
     j->sw->jobs_by_state[state]++;
@@ -122,44 +119,44 @@ static void release_holder(job_t *j) {
 
 /* A sweep is over when no job is pending or leased. */
 void sched_sweep_check(sched_t *s, sweep_t *sw) {
-    if (sw->state != S_RUNNING || sw->jobs_by_state[J_PENDING] || sw->jobs_by_state[J_LEASED]) return;
+    if (sw->state != WIRE_SWEEP_RUNNING || sw->jobs_by_state[WIRE_JOB_PENDING] || sw->jobs_by_state[WIRE_JOB_LEASED]) return;
     if (sched_halving_waiting(sw)) {
         sw->halving_due = true; /* not over: a shape's phase 2 is still to plan */
         return;
     }
-    sw->state = sw->jobs_by_state[J_FAILED] ? S_FAILED : S_DONE;
+    sw->state = sw->jobs_by_state[WIRE_JOB_FAILED] ? WIRE_SWEEP_FAILED : WIRE_SWEEP_DONE;
     sw->finished = mt_wall_s();
     sw->dirty = true;
     race_forget(s->race, sw->id);
     log_at(MT_LOG_INFO, "sweep %llu '%s' %s: %llu results, %llu not ok", (unsigned long long)sw->id, sw->name,
-           g_sched_sweep_state[sw->state], (unsigned long long)sw->done, (unsigned long long)sw->failed);
+           wire_sweep_state_name(sw->state), (unsigned long long)sw->done, (unsigned long long)sw->failed);
 }
 
-void sched_job_finish(sched_t *s, job_t *j, int state) {
+void sched_job_finish(sched_t *s, job_t *j, wire_job_state_t state) {
     release_holder(j);
     sched_set_job_state(j, state);
     j->finished = mt_wall_s();
     if (j->phase == 1 && j->sw->halving) j->sw->halving_due = true;
     sched_job_dirty(s, j);
     log_at(MT_LOG_INFO, "job %llu (sweep %llu) %s after %u attempts", (unsigned long long)j->id,
-           (unsigned long long)j->sw->id, g_sched_job_state[state], j->attempts);
+           (unsigned long long)j->sw->id, wire_job_state_name(state), j->attempts);
     sched_sweep_check(s, j->sw);
 }
 
 /* Back to pending (or failed at max_attempts) from whatever lease it had. */
 static void job_requeue(sched_t *s, job_t *j, bool count_attempt, const char *why) {
-    if (j->state != J_LEASED && j->state != J_PENDING) return;
+    if (j->state != WIRE_JOB_LEASED && j->state != WIRE_JOB_PENDING) return;
     release_holder(j);
     if (count_attempt) j->attempts++;
     s->c.requeued_jobs++;
     if (count_attempt && j->attempts >= j->sw->max_attempts) {
         log_at(MT_LOG_WARN, "job %llu failed: %s (attempt %u of %u)", (unsigned long long)j->id, why, j->attempts,
                j->sw->max_attempts);
-        sched_job_finish(s, j, J_FAILED);
+        sched_job_finish(s, j, WIRE_JOB_FAILED);
         return;
     }
     log_at(MT_LOG_INFO, "job %llu back to pending: %s (attempts %u)", (unsigned long long)j->id, why, j->attempts);
-    if (j->state != J_PENDING) sched_set_job_state(j, J_PENDING);
+    if (j->state != WIRE_JOB_PENDING) sched_set_job_state(j, WIRE_JOB_PENDING);
     if (j->idx < j->sw->hint) j->sw->hint = j->idx;
     sched_job_dirty(s, j);
 }
@@ -338,7 +335,7 @@ void sched_on_heartbeat(sched_t *s, sched_worker_t *w, const uint64_t *job_ids, 
 
 void sched_on_ready(sched_t *s, sched_worker_t *w, uint32_t credits, uint64_t now_ms) {
     uint64_t c = (uint64_t)w->credits + credits;
-    w->credits = c > 1024 ? 1024 : (uint32_t)c;
+    w->credits = c > WIRE_MAX_CREDITS ? WIRE_MAX_CREDITS : (uint32_t)c;
     dispatch(s, w, now_ms);
 }
 
@@ -364,12 +361,12 @@ static bool other_live_worker(const sched_t *s, const sched_worker_t *w, const s
 static job_t *pick(sched_t *s, sched_worker_t *w) {
     for (size_t i = 0; i < s->n_sweeps; i++) {
         sweep_t *sw = s->sweeps[i];
-        if (sw->state != S_RUNNING || !sw->jobs_by_state[J_PENDING] || !worker_matches(w, sw)) continue;
-        while (sw->hint < sw->n_jobs && sw->jobs[sw->hint]->state != J_PENDING) sw->hint++;
+        if (sw->state != WIRE_SWEEP_RUNNING || !sw->jobs_by_state[WIRE_JOB_PENDING] || !worker_matches(w, sw)) continue;
+        while (sw->hint < sw->n_jobs && sw->jobs[sw->hint]->state != WIRE_JOB_PENDING) sw->hint++;
         int other = -1;
         for (size_t k = sw->hint; k < sw->n_jobs; k++) {
             job_t *j = sw->jobs[k];
-            if (j->state != J_PENDING) continue;
+            if (j->state != WIRE_JOB_PENDING) continue;
             if (j->avoid && strcmp(j->avoid, w->id) == 0) {
                 if (other < 0) other = other_live_worker(s, w, sw);
                 if (other) continue;
@@ -453,7 +450,7 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
             free(holder_id);
             free(device);
             j->token = old_token;
-            sched_job_finish(s, j, J_DONE);
+            sched_job_finish(s, j, WIRE_JOB_DONE);
             continue;
         }
         if (rc) {
@@ -469,7 +466,7 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
                    "measures it, so its answer is for one device, from the whole space",
                    (unsigned long long)j->sw->id, device, w->id);
         }
-        sched_set_job_state(j, J_LEASED);
+        sched_set_job_state(j, WIRE_JOB_LEASED);
         sched_worker_hold(w, j); /* room was made above */
         w->credits--;
         j->lease_expires = now_ms + s->o.lease_ms;
@@ -506,7 +503,7 @@ static int reject_holder(sched_t *s, sched_worker_t *w, job_t *j, uint64_t seq, 
 void sched_on_bad(sched_t *s, sched_worker_t *w, const wire_reject_t *rej, uint64_t now_ms) {
     char why[320];
     job_t *j = rej->job_id ? sched_job_lookup(s, rej->job_id) : NULL;
-    if (j && j->state == J_LEASED && j->holder == w && j->token == rej->lease_token) {
+    if (j && j->state == WIRE_JOB_LEASED && j->holder == w && j->token == rej->lease_token) {
         reject_holder(s, w, j, rej->seq, rej->reason, now_ms);
         return;
     }
@@ -569,7 +566,7 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     nj->id = new_id;
     nj->sw = j->sw;
     nj->shape_id = j->shape_id;
-    nj->state = J_PENDING;
+    nj->state = WIRE_JOB_PENDING;
     nj->avoid = avoid;
     nj->cfgs = ncfg;
     nj->n_cfgs = 1;
@@ -581,7 +578,7 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     j->rows_done -= c->rows;
     log_at(MT_LOG_WARN, "config %llu crashed %s's child in job %llu: retried alone in job %llu elsewhere",
            (unsigned long long)c->config_id, w->id, (unsigned long long)j->id, (unsigned long long)new_id);
-    if (j->rows_done >= j->rows_needed && (j->state == J_PENDING || j->state == J_LEASED)) sched_job_finish(s, j, J_DONE);
+    if (j->rows_done >= j->rows_needed && (j->state == WIRE_JOB_PENDING || j->state == WIRE_JOB_LEASED)) sched_job_finish(s, j, WIRE_JOB_DONE);
     sched_dispatch_all(s, now_ms);
     return MT_OK;
 nomem:
@@ -599,8 +596,8 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     job_t *j = sched_job_lookup(s, r->job_id);
     /* Only the current lease may deliver: leased, same token, same holder, not expired. */
     if (!j) return reject(s, w, r->seq, r->job_id, "unknown job");
-    if (j->state != J_LEASED) {
-        mt_fmt(why, sizeof why, "job is %s, not leased", g_sched_job_state[j->state]);
+    if (j->state != WIRE_JOB_LEASED) {
+        mt_fmt(why, sizeof why, "job is %s, not leased", wire_job_state_name(j->state));
         return reject(s, w, r->seq, r->job_id, why);
     }
     if (r->lease_token != j->token) return reject(s, w, r->seq, r->job_id, "lease token is not the job's");
@@ -726,14 +723,14 @@ int sched_cancel(sched_t *s, uint64_t sweep_id, uint32_t *jobs_cancelled, uint64
     sweep_t *sw = sched_sweep_lookup(s, sweep_id);
     uint32_t n = 0;
     if (!sw) return MT_NOTFOUND;
-    if (sw->state == S_RUNNING) {
-        sw->state = S_CANCELLED; /* first, so finishing jobs do not mark it done */
+    if (sw->state == WIRE_SWEEP_RUNNING) {
+        sw->state = WIRE_SWEEP_CANCELLED; /* first, so finishing jobs do not mark it done */
         sw->finished = mt_wall_s();
         sw->dirty = true;
         for (size_t i = 0; i < sw->n_jobs; i++) {
             job_t *j = sw->jobs[i];
-            if (j->state == J_PENDING || j->state == J_LEASED) {
-                sched_job_finish(s, j, J_CANCELLED);
+            if (j->state == WIRE_JOB_PENDING || j->state == WIRE_JOB_LEASED) {
+                sched_job_finish(s, j, WIRE_JOB_CANCELLED);
                 n++;
             }
         }

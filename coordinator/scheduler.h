@@ -35,18 +35,15 @@ typedef struct sched_batch sched_batch_t;
 typedef int (*sched_send_fn)(void *ctx, const uint8_t *rid, size_t rid_len, wire_env_t *env);
 
 typedef struct {
-    uint32_t heartbeat_ms;   /* 0 = 1000 */
-    uint32_t lease_ms;       /* 0 = 30000 */
+    uint32_t heartbeat_ms;   /* 0 = WIRE_HEARTBEAT_DEFAULT_MS */
+    uint32_t lease_ms;       /* 0 = WIRE_LEASE_DEFAULT_MS */
     sched_send_fn send;
     void *send_ctx;
 } sched_opts_t;
 
-/* Moetune__Status values 0 (unknown) .. 8 (pruned). */
-#define SCHED_N_STATUS 9
-
 typedef struct {
     uint64_t bad_messages, rejected_results, results_committed, requeued_jobs, dead_workers, commit_failures;
-    uint64_t committed_by_status[SCHED_N_STATUS]; /* results_committed by Moetune__Status value */
+    uint64_t committed_by_status[WIRE_N_STATUS]; /* results_committed by Moetune__Status value */
 } sched_counters_t;
 
 /* A StatusReply and the arrays behind it; release with sched_status_release(). */

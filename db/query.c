@@ -282,6 +282,19 @@ static int prepare(dbq_t *q, const char *sql, sqlite3_stmt **st, char *err, size
     return MT_OK;
 }
 
+/* Binds ?1..?7 of a results or history statement: the sweep, the shape's fields and the
+ * batch size of f (a dbq_filter_t or a dbq_hist_filter_t; 0 and "" match any). */
+#define BIND_TARGET(st, f)                                                                         \
+    do {                                                                                           \
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)(f)->sweep_id);                                   \
+        sqlite3_bind_int64(st, 2, (f)->e);                                                         \
+        sqlite3_bind_int64(st, 3, (f)->n);                                                         \
+        sqlite3_bind_int64(st, 4, (f)->k);                                                         \
+        sqlite3_bind_int64(st, 5, (f)->topk);                                                      \
+        sqlite3_bind_text(st, 6, (f)->dtype, -1, SQLITE_TRANSIENT);                                \
+        sqlite3_bind_int64(st, 7, (f)->batch_size);                                                \
+    } while (0)
+
 int dbq_results(dbq_t *q, const dbq_filter_t *f, dbq_result_fn fn, void *ctx, char *err,
                 size_t errlen) {
     sqlite3_stmt *st = NULL;
@@ -292,13 +305,7 @@ int dbq_results(dbq_t *q, const dbq_filter_t *f, dbq_result_fn fn, void *ctx, ch
     }
     int rc = prepare(q, f->best ? k_sql_best[q->v2 + q->v3] : k_sql_results[q->v2 + q->v3], &st, err, errlen);
     if (rc != MT_OK) return rc;
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)f->sweep_id);
-    sqlite3_bind_int64(st, 2, f->e);
-    sqlite3_bind_int64(st, 3, f->n);
-    sqlite3_bind_int64(st, 4, f->k);
-    sqlite3_bind_int64(st, 5, f->topk);
-    sqlite3_bind_text(st, 6, f->dtype, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 7, f->batch_size);
+    BIND_TARGET(st, f);
     sqlite3_bind_text(st, 8, f->status, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 9, f->limit ? (sqlite3_int64)f->limit : -1);
     rc = walk(q, st, fn, ctx, err, errlen);
@@ -383,13 +390,7 @@ int dbq_history(dbq_t *q, const dbq_hist_filter_t *f, dbq_result_fn fn, void *ct
     sqlite3_stmt *st = NULL;
     int rc = prepare(q, k_sql_history[q->v2 + q->v3], &st, err, errlen);
     if (rc != MT_OK) return rc;
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)f->sweep_id);
-    sqlite3_bind_int64(st, 2, f->e);
-    sqlite3_bind_int64(st, 3, f->n);
-    sqlite3_bind_int64(st, 4, f->k);
-    sqlite3_bind_int64(st, 5, f->topk);
-    sqlite3_bind_text(st, 6, f->dtype, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 7, f->batch_size);
+    BIND_TARGET(st, f);
     sqlite3_bind_text(st, 8, f->device, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 9, f->backend, -1, SQLITE_TRANSIENT);
     rc = walk(q, st, fn, ctx, err, errlen);

@@ -139,7 +139,7 @@ enum {
     ST_RESULT_INSERT, ST_CRASH_BUMP, ST_CRASH_COUNT,
     ST_ROUTING_INSERT, ST_SWEEPS, ST_JOBS_OPEN, ST_JOB_CONFIGS, ST_SHAPE_GET, ST_CONFIG_GET,
     ST_RESULT_COUNT, ST_SWEEP_RESULT_COUNTS, ST_JOB_STATE_COUNTS, ST_SWEEP_BESTS, ST_SWEEP_DEVICE,
-    ST_SWEEP_DEVICES, ST_RESULT_REPLACE, ST_PHASE_ROWS, ST_RESULT_PRUNE, ST_SWEEP_PHASES,
+    ST_SWEEP_DEVICES, ST_RESULT_REPLACE, ST_PHASE_ROWS, ST_RESULT_PRUNE, ST_SWEEP_PHASES, ST_SWEEP_FINALISTS,
     ST_COUNT
 };
 
@@ -210,6 +210,12 @@ static const char *const g_sql[ST_COUNT] = {
     [ST_RESULT_PRUNE] = "UPDATE results SET status = 'pruned', detail = ?6 WHERE sweep_id = ?1 AND shape_id = ?2"
                         " AND config_id = ?3 AND batch_size = ?4 AND phase = ?5 AND status = 'ok'",
     [ST_SWEEP_PHASES] = "SELECT shape_id, MAX(phase) FROM jobs WHERE sweep_id = ?1 GROUP BY shape_id ORDER BY shape_id",
+    /* a phase-2 job's rows: its configs times its batch sizes ('1,16,256'; NULL = the sweep's ?2) */
+    [ST_SWEEP_FINALISTS] =
+        "SELECT COALESCE(SUM((SELECT COUNT(*) FROM job_configs c WHERE c.job_id = j.id) *"
+        " CASE WHEN j.batch_sizes IS NULL OR j.batch_sizes = '' THEN ?2"
+        " ELSE LENGTH(j.batch_sizes) - LENGTH(REPLACE(j.batch_sizes, ',', '')) + 1 END), 0)"
+        " FROM jobs j WHERE j.sweep_id = ?1 AND j.phase >= 2",
     [ST_CRASH_BUMP] =
         "INSERT INTO crashes (sweep_id, shape_id, config_id, count, last_worker) VALUES (?1, ?2, ?3, 1, ?4)"
         " ON CONFLICT (sweep_id, shape_id, config_id) DO UPDATE SET count = count + 1, last_worker = excluded.last_worker",
@@ -231,7 +237,7 @@ static const char *const g_sql[ST_COUNT] = {
         "SELECT COUNT(*) FROM results WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3 AND phase >= ?4",
     [ST_SWEEP_RESULT_COUNTS] =
         "SELECT COUNT(*), COALESCE(SUM(status NOT IN ('ok', 'pruned')), 0), COALESCE(SUM(status = 'pruned'), 0),"
-        " COALESCE(SUM(timed_us), 0) FROM results WHERE sweep_id = ?1",
+        " COALESCE(SUM(timed_us), 0), COALESCE(SUM(phase >= 2), 0) FROM results WHERE sweep_id = ?1",
     [ST_JOB_STATE_COUNTS] = "SELECT state, COUNT(*) FROM jobs WHERE sweep_id = ?1 GROUP BY state",
     [ST_SWEEP_DEVICES] = "SELECT DISTINCT device_id FROM results WHERE sweep_id = ?1 AND device_id IS NOT NULL",
     [ST_SWEEP_BESTS] = "SELECT shape_id, batch_size, MIN(median_us) FROM results WHERE sweep_id = ?1"
@@ -261,6 +267,13 @@ static int exec_st(store_t *s, int id) {
     if (src != SQLITE_DONE && src != SQLITE_ROW) rc = fail(s, src, g_sql[id]);
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
+    return rc;
+}
+
+/* Steps an INSERT and sets *id to the new row's id. */
+static int exec_insert(store_t *s, int id, uint64_t *row_id) {
+    int rc = exec_st(s, id);
+    if (!rc) *row_id = (uint64_t)sqlite3_last_insert_rowid(s->db);
     return rc;
 }
 
@@ -527,9 +540,7 @@ int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t sp
     sqlite3_bind_text(st, 1, name ? name : "", -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 2, spec_len ? spec : "", (int)spec_len, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, created);
-    int rc = exec_st(s, ST_SWEEP_INSERT);
-    if (!rc) *id = (uint64_t)sqlite3_last_insert_rowid(s->db);
-    return rc;
+    return exec_insert(s, ST_SWEEP_INSERT, id);
 }
 
 int store_sweep_set_planned(store_t *s, uint64_t sweep_id, uint64_t results_planned) {
@@ -616,9 +627,7 @@ int store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uin
     sqlite3_bind_int64(st, 4, created);
     sqlite3_bind_int64(st, 5, phase ? phase : 1);
     bind_text(st, 6, batch_sizes && *batch_sizes ? batch_sizes : NULL);
-    int rc = exec_st(s, ST_JOB_INSERT);
-    if (!rc) *id = (uint64_t)sqlite3_last_insert_rowid(s->db);
-    return rc;
+    return exec_insert(s, ST_JOB_INSERT, id);
 }
 
 int store_job_config_insert(store_t *s, uint64_t job_id, uint64_t config_id) {
@@ -870,6 +879,7 @@ static int counts_row(sqlite3_stmt *st, void *cb, void *ctx) {
     c->failed = (uint64_t)sqlite3_column_int64(st, 1);
     c->pruned = (uint64_t)sqlite3_column_int64(st, 2);
     c->timed_us = sqlite3_column_double(st, 3);
+    c->phase2 = (uint64_t)sqlite3_column_int64(st, 4);
     return MT_OK;
 }
 
@@ -877,6 +887,13 @@ int store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep_counts_
     memset(out, 0, sizeof *out);
     sqlite3_bind_int64(s->st[ST_SWEEP_RESULT_COUNTS], 1, (int64_t)sweep_id);
     return each(s, ST_SWEEP_RESULT_COUNTS, counts_row, NULL, out);
+}
+
+int store_sweep_finalists(store_t *s, uint64_t sweep_id, uint32_t nb, uint64_t *n) {
+    *n = 0;
+    sqlite3_bind_int64(s->st[ST_SWEEP_FINALISTS], 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(s->st[ST_SWEEP_FINALISTS], 2, nb);
+    return exec_u64(s, ST_SWEEP_FINALISTS, n);
 }
 
 static int best_row(sqlite3_stmt *st, void *cb, void *ctx) {

@@ -184,8 +184,12 @@ typedef struct {
     uint64_t failed;    /* a status other than ok and pruned */
     uint64_t pruned;    /* racing's */
     double timed_us;    /* GPU time in their timed kernels */
+    uint64_t phase2;    /* halving: rows measured by a phase-2 job (finalists re-measured) */
 } store_sweep_counts_t;
 int store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep_counts_t *out);
+/* Halving: the (config, batch size) rows of a sweep's phase-2 jobs, the finalists planned
+ * so far; nb is the sweep's batch-size count (a job without its own list measures all). */
+int store_sweep_finalists(store_t *s, uint64_t sweep_id, uint32_t nb, uint64_t *n);
 /* Racing: per (shape, batch size) of a sweep, the lowest committed ok median. */
 typedef int (*store_best_fn)(void *ctx, uint64_t shape_id, uint32_t batch_size, double median_us);
 int store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx);

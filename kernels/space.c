@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "space.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,16 @@ uint32_t krn_smem_bytes(const krn_config_t *c, const krn_shape_t *shape) {
 }
 
 static int is_pow2(uint32_t v) { return v && !(v & (v - 1)); }
+
+double krn_time_penalized(const krn_config_t *c, double t, double red, double ctas, double slots) {
+    double iters = red / c->block_k;
+    if (c->num_stages > iters) t *= 1.0 + 0.3 * (c->num_stages - iters) / c->num_stages;
+    if (ctas > slots) {
+        double waves = ceil(ctas / slots);
+        t *= 1.0 + 0.5 * (waves * slots / ctas - 1.0);
+    }
+    return t;
+}
 
 uint32_t krn_warps_m(const krn_config_t *c) {
     uint32_t best = 0, best_cost = UINT32_MAX;

@@ -110,6 +110,12 @@ uint32_t krn_smem_bytes(const krn_config_t *cfg, const krn_shape_t *shape);
  * and the warp tile is as square as possible. Returns 0 when no split fits. */
 uint32_t krn_warps_m(const krn_config_t *cfg);
 
+/* A GEMM's time t (any unit) with the two costs of its shape that the sim's roofline and
+ * the coordinator's order model share: pipeline stages beyond the K loop's red / block_k
+ * iterations are a wasted prologue, and a partial last wave of ctas CTAs over slots
+ * concurrent ones idles part of the machine. */
+double krn_time_penalized(const krn_config_t *cfg, double t, double red, double ctas, double slots);
+
 /* Checks cfg for shape on a device with limits. Returns MT_OK when it can run,
  * else MT_INVAL with a one-line reason in why (e.g. "shared memory 294912 B >
  * 232448 B limit"). */

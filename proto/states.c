@@ -86,6 +86,11 @@ int wire_sweep_state_parse(const char *name, wire_sweep_state_t *state) {
     return MT_OK;
 }
 
+bool wire_sweep_is(const char *name, wire_sweep_state_t state) {
+    int i = find(g_sweep, WIRE_SWEEP_NSTATES, name);
+    return i >= 0 && i == (int)state;
+}
+
 bool wire_sweep_finished(const char *name) {
     int i = find(g_sweep, WIRE_SWEEP_NSTATES, name);
     return i >= 0 && g_sweep_finished[i];

@@ -71,5 +71,7 @@ int wire_job_state_parse(const char *name, wire_job_state_t *state);
 int wire_sweep_state_parse(const char *name, wire_sweep_state_t *state);
 /* Whether name is a finished sweep state (done, cancelled, failed). */
 bool wire_sweep_finished(const char *name);
+/* Whether name is the text of state (name may be NULL). */
+bool wire_sweep_is(const char *name, wire_sweep_state_t state);
 
 #endif

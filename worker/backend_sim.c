@@ -216,16 +216,8 @@ static double gemm_s(const sim_gpu_t *g, const krn_shape_t *shape, const krn_con
     double fill = active * c->num_warps / (g->sm_count * 8.0);
     if (fill > 1.0) fill = 1.0;
     double rate = g->flops * eff * fill;
-    double t = fmax(bytes / bw, flops / rate);
-    /* Pipeline prologue: stages beyond the K loop's iterations are wasted. */
-    double iters = red / c->block_k;
-    if (c->num_stages > iters) t *= 1.0 + 0.3 * (c->num_stages - iters) / c->num_stages;
-    /* Wave quantisation: a partial last wave idles part of the machine. */
-    if (ctas > slots) {
-        double waves = ceil(ctas / slots);
-        t *= 1.0 + 0.5 * (waves * slots / ctas - 1.0);
-    }
-    return t;
+    /* the pipeline prologue and the wave quantisation */
+    return krn_time_penalized(c, fmax(bytes / bw, flops / rate), red, ctas, slots);
 }
 
 static double model_us(const sim_gpu_t *g, const krn_shape_t *s, const krn_config_t *c, uint32_t m) {

@@ -36,6 +36,7 @@
 #include "backend.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
+#include "states.h"
 
 #define TR_LINE_MAX (64u * 1024u)         /* longest reply line (HELPER.md) */
 #define TR_START_MS 120000u               /* importing torch is slow */
@@ -356,24 +357,12 @@ static int get_num(json_t *o, const char *key, double def, double *dst) {
     return MT_OK;
 }
 
-/* Reply statuses (HELPER.md): the store's names; crashed is the C side's own. */
-static const struct {
-    const char *name;
-    int status;
-} g_status[] = {
-    {"ok", MOETUNE__STATUS__STATUS_OK},
-    {"invalid", MOETUNE__STATUS__STATUS_INVALID},
-    {"compile_error", MOETUNE__STATUS__STATUS_COMPILE_ERROR},
-    {"launch_error", MOETUNE__STATUS__STATUS_LAUNCH_ERROR},
-    {"wrong_result", MOETUNE__STATUS__STATUS_WRONG_RESULT},
-    {"timeout", MOETUNE__STATUS__STATUS_TIMEOUT},
-    {"pruned", MOETUNE__STATUS__STATUS_PRUNED},
-};
-
+/* A reply's status (HELPER.md): the store's names, except crashed, which is the C side's own. */
 static int status_of(const char *name) {
-    for (size_t i = 0; i < sizeof g_status / sizeof g_status[0]; i++)
-        if (strcmp(g_status[i].name, name) == 0) return g_status[i].status;
-    return MOETUNE__STATUS__STATUS_UNKNOWN;
+    int status;
+    if (wire_status_parse(name, &status) || status == MOETUNE__STATUS__STATUS_CRASHED)
+        return MOETUNE__STATUS__STATUS_UNKNOWN;
+    return status;
 }
 
 /* The device fields of hello's "device" object, by name. */
@@ -582,9 +571,14 @@ static json_t *shape_json(const krn_shape_t *s) {
 }
 
 static json_t *config_json(const krn_config_t *c) {
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i}", "BLOCK_SIZE_M", (int)c->block_m, "BLOCK_SIZE_N",
-                     (int)c->block_n, "BLOCK_SIZE_K", (int)c->block_k, "GROUP_SIZE_M", (int)c->group_m, "num_warps",
-                     (int)c->num_warps, "num_stages", (int)c->num_stages);
+    json_t *o = json_object();
+    for (int i = 0; o && i < KRN_N_FIELDS; i++) {
+        if (json_object_set_new(o, krn_config_fields[i].file, json_integer(KRN_CONFIG_GET(c, i)))) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
 }
 
 static json_t *bs_json(const uint32_t *bs, size_t n) {

@@ -5,7 +5,9 @@
 # non-finalists 'pruned' with their rank, never exported; each finalist's phase-2 row in place of
 # its phase-1 row) and takes fewer samples than racing. 2: a restart between the phases (phase 1
 # over, phase 2 not stored) plans phase 2 at load; a restart during phase 2 continues it; the sweep
-# ends with the same picks and every row exactly once.
+# ends with the same picks and every row exactly once. During phase 2 (every result in) `status`
+# and its --json say phase 2 with the finalists planned and measured, under 100 %, and read them
+# back after a restart.
 source "$(dirname "$0")/lib.sh"
 M="$BIN/moetune"
 q() { sqlite3 -batch -noheader "$1" "$2"; }
@@ -113,16 +115,38 @@ planned_p2=$(sql "SELECT COALESCE(SUM(CASE WHEN j.batch_sizes IS NULL THEN 4 ELS
        LENGTH(j.batch_sizes) - LENGTH(REPLACE(j.batch_sizes, ',', '')) + 1 END), 0)
        FROM jobs j JOIN job_configs jc ON jc.job_id = j.id WHERE j.phase = 2")
 wait_log "$T/coord.log" "commit of [0-9]+ results failed" 60 || fail "phase-2 commits were not held"
+# mid phase 2 every result is in (a phase-2 row replaces its phase-1 row), so the progress must
+# come from the finalists: phase 2, the rows planned and re-measured, under 100 %
+# (a commit of fewer rows may still pass the trigger: the store's count before and after brackets it)
+mid0=$(sql "SELECT COUNT(*) FROM results WHERE phase = 2")
+"$M" status --control "$CEP" --json >"$T/st.json" || fail "status --json exited $?"
+mid=$(sql "SELECT COUNT(*) FROM results WHERE phase = 2")
+read -r sp rd rp fp fd pct <<<"$(jq -r '.sweeps[0] | "\(.phase) \(.results_done) \(.results_planned) \(.finalists_planned) \(.finalists_done) \(.percent)"' "$T/st.json")"
+[ "$sp" = 2 ] || fail "status says phase '$sp' during phase 2"
+[ "$rd" = "$rp" ] || fail "results $rd/$rp: not the moment where the results alone read 100 %"
+[ "$fp" = "$planned_p2" ] && [ "$fd" -ge "$mid0" ] && [ "$fd" -le "$mid" ] \
+  || fail "status has $fd/$fp finalists, the store $mid0..$mid/$planned_p2"
+awk -v p="$pct" 'BEGIN { exit !(p < 100) }' || fail "status --json says $pct % during phase 2"
+"$M" status --control "$CEP" >"$T/st.txt" || fail "status exited $?"
+grep -Eq "sweep 1: halving phase 2: [0-9]+/$planned_p2 finalists, $rd/$rp results \(" "$T/st.txt" \
+  || { cat "$T/st.txt"; fail "status does not show phase 2's finalists"; }
+grep -q "100.0%" "$T/st.txt" && fail "status shows 100 % during phase 2"
 kill_quiet "$COORD_PID"
 mid=$(sql "SELECT COUNT(*) FROM results WHERE phase = 2")
 [ "$mid" -gt 0 ] && [ "$mid" -lt "$planned_p2" ] || fail "the kill is not mid phase 2 ($mid of $planned_p2 rows)"
-pass "coordinator killed during phase 2: $mid of $planned_p2 finalist rows committed"
+pass "coordinator killed during phase 2: $mid of $planned_p2 finalist rows committed; status showed phase 2 at $pct %"
 
 sql "DROP TRIGGER hold_commit"
 sleep 1
 start_coordinator --heartbeat-ms 200 --lease-ms 5000
+# the restarted coordinator reads phase 2's progress back from the store
+read -r sp fp fd <<<"$("$M" status --control "$CEP" --json | jq -r '.sweeps[0] | "\(.phase) \(.finalists_planned) \(.finalists_done)"')"
+[ "$sp" = 2 ] && [ "$fp" = "$planned_p2" ] && [ "$fd" -ge "$mid" ] && [ "$fd" -le "$planned_p2" ] \
+  || fail "after the restart status has phase $sp, $fd/$fp finalists; the store had $mid/$planned_p2"
 state=$(wait_sweep 1 240)
 [ "$state" = done ] || fail "sweep state after the restarts is $state"
+read -r fp fd pct <<<"$("$M" status --control "$CEP" --json | jq -r '.sweeps[0] | "\(.finalists_planned) \(.finalists_done) \(.percent)"')"
+[ "$fp/$fd/$pct" = "$planned_p2/$planned_p2/100" ] || fail "the done sweep's status has $fd/$fp finalists at $pct %"
 rows=$(check_rows 1)
 [ "$(sql "SELECT COUNT(*) FROM results WHERE phase = 2")" = "$planned_p2" ] || fail "phase-2 rows are not the planned $planned_p2"
 [ "$(sql "SELECT COUNT(*) - COUNT(DISTINCT jc.config_id) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id WHERE j.phase = 2")" = 0 ] \
@@ -131,4 +155,4 @@ rows=$(check_rows 1)
 "$M" export --db "$DB" --out "$T/r" --sweep 1 >"$T/export.out" 2>&1 || { cat "$T/export.out"; fail "export failed"; }
 read -r worst exact <<<"$(check_picks "$T/r/sim/E=128,N=768,device_name=NVIDIA_H200.json" "$DB" "$T/ref.db" $BS)"
 [ "$exact" -ge 1 ] || fail "no batch size with a gap over 3 %: the exact-winner check did not run"
-pass "after both restarts: $rows rows exactly once, $planned_p2 phase-2 rows, picks within ${worst}x of exhaustive's, the same config at $exact batch sizes with a gap over 3 %"
+pass "after both restarts: $rows rows exactly once, $planned_p2 phase-2 rows (status: $fd/$fp finalists, $pct %), picks within ${worst}x of exhaustive's, the same config at $exact batch sizes with a gap over 3 %"

@@ -38,12 +38,7 @@ static int setup(void **state) {
     assert_non_null(mkdtemp(fx->dir));
     snprintf(fx->db, sizeof fx->db, "%s/m.db", fx->dir);
     snprintf(fx->out, sizeof fx->out, "%s/configs", fx->dir);
-    char *schema = tmpdb_read_file(MT_SOURCE_DIR "/db/schema.sql");
-    assert_non_null(schema);
-    sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(fx->db, &db), SQLITE_OK);
-    tmpdb_exec(db, schema);
-    free(schema);
+    sqlite3 *db = tmpdb_schema(fx->db);
     tmpdb_exec(db, "INSERT INTO devices (id, name, uuid, driver_version, cuda_version) VALUES "
                 "(1, 'NVIDIA H200', 'SIM-1', '580.1', '13.0'), (2, 'NVIDIA H200', 'GPU-2', '580.1', '13.0');"
                 "INSERT INTO sweeps (id, name, spec, state, created) VALUES (1, 's', x'', 'done', 1);"
@@ -114,9 +109,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     fixture_t *fx = *state;
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx->dir);
-    assert_int_equal(system(cmd), 0);
+    tmpdb_rmdir(fx->dir);
     free(fx);
     return 0;
 }

@@ -61,9 +61,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
     fixture_t *fx = *state;
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", fx->dir);
-    assert_int_equal(system(cmd), 0);
+    tmpdb_rmdir(fx->dir);
     free(fx);
     return 0;
 }

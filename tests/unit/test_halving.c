@@ -83,6 +83,16 @@ static void test_choose_share(void **state) {
     assert_int_equal(halving_choose(NULL, 0, 4), MT_OK);
 }
 
+/* The progress estimate of a shape's finalists: the kept share (at least 4) plus one
+ * neighbour's winner per batch size, never more than every config. */
+static void test_finalists_estimate(void **state) {
+    (void)state;
+    assert_int_equal(halving_finalists_estimate(12, 2), 10);
+    assert_int_equal(halving_finalists_estimate(1152, 18), (72 + 1) * 18);
+    assert_int_equal(halving_finalists_estimate(100, 1), 7); /* ceil(100 / 16), no neighbour */
+    assert_int_equal(halving_finalists_estimate(3, 5), 15);
+}
+
 static void test_measure(void **state) {
     Moetune__Measure sweep = MOETUNE__MEASURE__INIT, m;
     sweep.min_samples = 10;
@@ -251,6 +261,13 @@ static void test_sched_phases(void **state) {
     const Moetune__Job *j = fx_last_job(f, "A");
     assert_non_null(j);
     assert_int_equal(j->n_configs, 12);
+    sched_status_t st;
+    assert_int_equal(sched_status(f->s, 0, 1, &st), MT_OK);
+    assert_int_equal(st.reply.sweeps[0]->phase, 1);
+    assert_int_equal(st.reply.sweeps[0]->finalists_planned, 0);
+    assert_int_equal(st.reply.sweeps[0]->finalists_done, 0);
+    assert_int_equal(st.reply.sweeps[0]->finalists_expected, 10); /* (4 best + a neighbour's winner) x 2 */
+    sched_status_release(&st);
     assert_int_equal(j->measure->min_samples, HALVING_PHASE1_SAMPLES);
     assert_int_equal(j->measure->max_samples, HALVING_PHASE1_SAMPLES);
     assert_true(j->measure->race_margin > 0);
@@ -266,10 +283,15 @@ static void test_sched_phases(void **state) {
     /* finalists: the best 4 at each batch size plus the other's winner; 14 rows pruned */
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'pruned' AND detail LIKE 'halving:%'"), 14);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 3);
-    sched_status_t st;
+    /* every result is in (a phase-2 row replaces its phase-1 row), yet phase 2 is all to do */
     assert_int_equal(sched_status(f->s, 0, 2, &st), MT_OK);
     assert_string_equal(st.reply.sweeps[0]->state, "running");
     assert_int_equal(st.reply.sweeps[0]->results_pruned, 14);
+    assert_int_equal(st.reply.sweeps[0]->results_done, st.reply.sweeps[0]->results_planned);
+    assert_int_equal(st.reply.sweeps[0]->phase, 2);
+    assert_int_equal(st.reply.sweeps[0]->finalists_planned, 10);
+    assert_int_equal(st.reply.sweeps[0]->finalists_done, 0);
+    assert_int_equal(st.reply.sweeps[0]->finalists_expected, 10);
     sched_status_release(&st);
     fx_clear(f);
     sched_on_ready(f->s, a, 3, 3);
@@ -301,7 +323,7 @@ static void test_sched_phases(void **state) {
     assert_int_equal(attempts, 1);
     /* measure every phase-2 job (the two still leased, then the refused one again): finalist
      * rows replace their phase-1 rows */
-    uint64_t refused = p2->job_id;
+    uint64_t refused = p2->job_id, sent = 0;
     for (int round = 0; round < 2; round++) {
         if (round) {
             fx_clear(f);
@@ -316,10 +338,20 @@ static void test_sched_phases(void **state) {
                 assert_int_equal(send_result(f, a, q, seq++, q->configs[k]->config_id, q->batch_sizes, med,
                                              q->n_batch_sizes, 5 + round),
                                  MT_OK);
+                sent += q->n_batch_sizes;
             }
         }
         assert_int_equal(sched_flush(f->s, 5 + round), MT_OK);
+        assert_int_equal(sched_status(f->s, 0, 5 + round, &st), MT_OK);
+        assert_int_equal(st.reply.sweeps[0]->finalists_done, sent);
+        assert_int_equal(st.reply.sweeps[0]->finalists_planned, 10);
+        if (round == 0) {
+            assert_true(sent > 0 && sent < 10);
+            assert_string_equal(st.reply.sweeps[0]->state, "running");
+        }
+        sched_status_release(&st);
     }
+    assert_int_equal(sent, 10);
     assert_int_equal(sched_status(f->s, 0, 10, &st), MT_OK);
     assert_string_equal(st.reply.sweeps[0]->state, "done");
     assert_int_equal(st.reply.sweeps[0]->results_done, 24);
@@ -333,6 +365,15 @@ static void test_sched_phases(void **state) {
            (unsigned long long)lo, (unsigned long long)hi);
     assert_int_equal(fx_query_int(f, sql), 4); /* each side's winner, at both batch sizes */
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+    /* a restart reads the same progress back from the store */
+    fx_stop(f);
+    fx_start(f, 1000, 30000);
+    assert_int_equal(sched_status(f->s, 0, 20, &st), MT_OK);
+    assert_string_equal(st.reply.sweeps[0]->state, "done");
+    assert_int_equal(st.reply.sweeps[0]->phase, 2);
+    assert_int_equal(st.reply.sweeps[0]->finalists_planned, 10);
+    assert_int_equal(st.reply.sweeps[0]->finalists_done, 10);
+    sched_status_release(&st);
 }
 
 int main(void) {
@@ -340,6 +381,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choose),
         cmocka_unit_test(test_choose_share),
+        cmocka_unit_test(test_finalists_estimate),
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_bs_lists),
         cmocka_unit_test_setup_teardown(test_plan_shape, setup, teardown),

@@ -199,6 +199,11 @@ static void test_status_table(void **state) {
     assert_true(wire_sweep_finished("failed"));
     assert_false(wire_sweep_finished("pending"));
     assert_false(wire_sweep_finished(NULL));
+    assert_true(wire_sweep_is("done", WIRE_SWEEP_DONE));
+    assert_true(wire_sweep_is("running", WIRE_SWEEP_RUNNING));
+    assert_false(wire_sweep_is("done", WIRE_SWEEP_RUNNING));
+    assert_false(wire_sweep_is("Done", WIRE_SWEEP_DONE));
+    assert_false(wire_sweep_is(NULL, WIRE_SWEEP_RUNNING));
 }
 
 static void test_config_text(void **state) {

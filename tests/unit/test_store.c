@@ -67,31 +67,39 @@ static int count_v2(void *ctx, const dbq_result_t *r) {
     return 0;
 }
 
+/* The rows every old schema's test starts from: a done sweep, a shape and a config. */
+#define OLD_ROWS                                                                                   \
+    "INSERT INTO sweeps (name, spec, state, created) VALUES ('old', x'00', 'done', 1);"            \
+    "INSERT INTO shapes (e, n, k, topk, dtype) VALUES (8, 256, 256, 2, 'bf16');"                   \
+    "INSERT INTO configs (block_m, block_n, block_k, group_m, num_warps, num_stages) VALUES (16, 64, 64, 1, 4, 2);"
+
+/* Lays the test database out by tests/unit/support/NAME (an earlier schema) and fills it
+ * with OLD_ROWS and then rows. */
+static void old_db(const char *name, const char *rows) {
+    static char sql[65536];
+    char path[512];
+    sqlite3 *db = NULL;
+    FILE *f = fopen(mt_fmt(path, sizeof path, "%s/tests/unit/support/%s", MT_SOURCE_DIR, name), "rb");
+    assert_non_null(f);
+    size_t n = fread(sql, 1, sizeof sql - 1, f);
+    fclose(f);
+    sql[n] = '\0';
+    assert_int_equal(sqlite3_open(g_db.path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, OLD_ROWS, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, rows, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+}
+
 /* A v1 database (the schema as it was) gets the v2 columns by ALTER TABLE and keeps its rows. */
 static void test_migrate_v1(void **state) {
-    char err[256], path[512];
-    static char v1[65536];
-    sqlite3 *db = NULL;
+    char err[256];
     store_t *s = NULL;
-    FILE *f = fopen(mt_fmt(path, sizeof path, "%s/tests/unit/support/schema_v1.sql", MT_SOURCE_DIR), "rb");
-    assert_non_null(f);
-    size_t n = fread(v1, 1, sizeof v1 - 1, f);
-    fclose(f);
-    v1[n] = '\0';
-    assert_int_equal(sqlite3_open(g_db.path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, v1, NULL, NULL, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db,
-                                  "INSERT INTO sweeps (name, spec, state, created) VALUES ('old', x'00', 'done', 1);"
-                                  "INSERT INTO shapes (e, n, k, topk, dtype) VALUES (8, 256, 256, 2, 'bf16');"
-                                  "INSERT INTO configs (block_m, block_n, block_k, group_m, num_warps, num_stages)"
-                                  " VALUES (16, 64, 64, 1, 4, 2);"
-                                  "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
-                                  " backend, compiler, created) VALUES (1, 1, 1, 1, 'ok', 5.0, 'sim', 'sim', 1);"
-                                  "INSERT INTO workers (worker_id, compiler) VALUES ('w0', 'sim');"
-                                  "PRAGMA user_version = 1;",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
-    sqlite3_close(db);
+    old_db("schema_v1.sql",
+           "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
+           " backend, compiler, created) VALUES (1, 1, 1, 1, 'ok', 5.0, 'sim', 'sim', 1);"
+           "INSERT INTO workers (worker_id, compiler) VALUES ('w0', 'sim');"
+           "PRAGMA user_version = 1;");
     assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results') WHERE name IN ('versions',"
                                " 'up_us', 'down_us')"),
                      0);
@@ -126,6 +134,7 @@ static void test_migrate_v1(void **state) {
                      1);
     assert_int_equal(query_int("SELECT COUNT(*) FROM workers WHERE worker_id = 'w0'"), 1);
     /* v3: the rebuilt table takes 'pruned', still refuses an unknown status, keeps its index */
+    sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(g_db.path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db,
                                   "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
@@ -192,31 +201,15 @@ static void test_fresh_columns(void **state) {
 /* A v3 database (the schema before halving) gets the jobs' phase and batch sizes and the
  * results' phase by ALTER TABLE, keeps every row (read as phase 1), and takes phase rows after. */
 static void test_migrate_v3(void **state) {
-    char err[256], path[512];
-    static char v3[65536];
-    sqlite3 *db = NULL;
+    char err[256];
     store_t *s = NULL;
-    FILE *f = fopen(mt_fmt(path, sizeof path, "%s/tests/unit/support/schema_v3.sql", MT_SOURCE_DIR), "rb");
-    assert_non_null(f);
-    size_t n = fread(v3, 1, sizeof v3 - 1, f);
-    fclose(f);
-    v3[n] = '\0';
-    assert_int_equal(sqlite3_open(g_db.path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, v3, NULL, NULL, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db,
-                                  "INSERT INTO sweeps (name, spec, state, created) VALUES ('old', x'00', 'done', 1);"
-                                  "INSERT INTO shapes (e, n, k, topk, dtype) VALUES (8, 256, 256, 2, 'bf16');"
-                                  "INSERT INTO configs (block_m, block_n, block_k, group_m, num_warps, num_stages)"
-                                  " VALUES (16, 64, 64, 1, 4, 2);"
-                                  "INSERT INTO jobs (sweep_id, shape_id, state, created) VALUES (1, 1, 'done', 1);"
-                                  "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
-                                  " backend, compiler, created, timed_us) VALUES (1, 1, 1, 1, 'ok', 5.0, 'sim', 'sim', 1, 50);"
-                                  "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
-                                  " backend, compiler, created) VALUES (1, 1, 1, 2, 'pruned', 9.0, 'sim', 'sim', 1);"
-                                  "PRAGMA user_version = 3;",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
-    sqlite3_close(db);
+    old_db("schema_v3.sql",
+           "INSERT INTO jobs (sweep_id, shape_id, state, created) VALUES (1, 1, 'done', 1);"
+           "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
+           " backend, compiler, created, timed_us) VALUES (1, 1, 1, 1, 'ok', 5.0, 'sim', 'sim', 1, 50);"
+           "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
+           " backend, compiler, created) VALUES (1, 1, 1, 2, 'pruned', 9.0, 'sim', 'sim', 1);"
+           "PRAGMA user_version = 3;");
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     assert_int_equal(query_int("PRAGMA user_version"), 4);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE phase = 1"), 2);

@@ -54,3 +54,19 @@ char *tmpdb_read_file(const char *path) {
     buf[n] = '\0';
     return strdup(buf);
 }
+
+struct sqlite3 *tmpdb_schema(const char *path) {
+    char *schema = tmpdb_read_file(MT_SOURCE_DIR "/db/schema.sql");
+    assert_non_null(schema);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    tmpdb_exec(db, schema);
+    free(schema);
+    return db;
+}
+
+void tmpdb_rmdir(const char *dir) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}

@@ -22,4 +22,9 @@ void tmpdb_exec(struct sqlite3 *db, const char *sql);
 /* The whole file (up to 1 MiB) as a string to free(); NULL when it cannot be read. */
 char *tmpdb_read_file(const char *path);
 
+/* Opens path and lays out the current schema (db/schema.sql) in it; the caller closes it. */
+struct sqlite3 *tmpdb_schema(const char *path);
+/* Removes dir and everything in it; a failure fails the test. */
+void tmpdb_rmdir(const char *dir);
+
 #endif
