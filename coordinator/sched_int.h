@@ -42,7 +42,9 @@ typedef struct job job_t;
 typedef struct {
     uint64_t config_id;
     uint32_t rows;           /* committed rows (batch sizes) of this config */
-    bool removed;            /* moved into a crash-retry job */
+    bool removed;            /* no longer this job's: moved into a crash-retry job, or moved by a split */
+    bool moved;              /* removed by a split: its holder may still send it (accepted, credited to `to`) */
+    job_t *to;               /* removed: the job it went to (a split's or a crash retry's) */
 } jcfg_t;
 
 struct job {

@@ -433,9 +433,119 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     return sched_send_env(s, w, &env);
 }
 
+/* A config its job still waits for: in the job and without all its rows. */
+static bool cfg_open(const job_t *j, const jcfg_t *c) { return !c->removed && c->rows < sched_job_nb(j); }
+
+static size_t job_open_cfgs(const job_t *j) {
+    size_t n = 0;
+    for (size_t i = 0; i < j->n_cfgs; i++) n += cfg_open(j, &j->cfgs[i]);
+    return n;
+}
+
+/* The job a split takes from for w: leased to another worker, of a running sweep w may
+ * measure, with the most open configs (at least 2); the lowest job id among equals. */
+static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
+    job_t *best = NULL;
+    size_t best_n = 1;
+    for (size_t i = 0; i < s->n_workers; i++) {
+        const sched_worker_t *o = s->workers[i];
+        if (o == w) continue;
+        for (size_t k = 0; k < o->n_held; k++) {
+            job_t *j = o->held[k];
+            if (j->state != J_LEASED || j->sw->state != S_RUNNING || !worker_matches(w, j->sw)) continue;
+            size_t n = job_open_cfgs(j);
+            if (n > best_n || (n == best_n && best && j->id < best->id)) {
+                best = j;
+                best_n = n;
+            }
+        }
+    }
+    *n_open = best ? best_n : 0;
+    return best;
+}
+
+/* Tail work: w holds nothing and nothing is pending for it. The leased job with the most
+ * open configs gives the back half of them (what its holder reaches last) to a new pending
+ * job, stored at once in its own transaction (job_configs moved, the job's phase and batch
+ * sizes kept) and returned for w to lease. Its holder is not told: its results for the moved
+ * configs are still accepted (sched_on_result) and credited to the job that holds them now
+ * (sched_commit.c). Bounded: only a worker holding no job splits, one job a dispatch, a job
+ * with fewer than 2 open configs is never split, and each move at least halves the job a
+ * config is in, so a config moves at most log2(chunk) times. NULL when nothing splits or on
+ * failure (memory or storage: nothing changed). */
+static job_t *job_split(sched_t *s, sched_worker_t *w) {
+    size_t n_open = 0;
+    if (w->n_held) return NULL;
+    job_t *j = split_pick(s, w, &n_open);
+    if (!j) return NULL;
+    sweep_t *sw = j->sw;
+    size_t move = n_open / 2, nb = sched_job_nb(j);
+    uint64_t new_id = 0;
+    char bs_text[2048] = "";
+    job_t *nj = mt_calloc(1, sizeof *nj);
+    jcfg_t *ncfg = mt_calloc(move, sizeof *ncfg);
+    size_t *mv = mt_malloc(move * sizeof *mv);
+    uint32_t *nbs = j->bs ? mt_malloc(j->nb * sizeof *nbs) : NULL;
+    if (!nj || !ncfg || !mv || (j->bs && (!nbs || halving_bs_format(j->bs, j->nb, bs_text, sizeof bs_text)))) {
+        log_at(MT_LOG_ERROR, "out of memory splitting job %llu", (unsigned long long)j->id);
+        goto fail;
+    }
+    /* the back `move` open configs, kept in the job's order */
+    for (size_t i = j->n_cfgs, m = move; m && i-- > 0;)
+        if (cfg_open(j, &j->cfgs[i])) mv[--m] = i;
+    int rc = store_begin(s->db);
+    for (size_t k = 0; !rc && k < move; k++) rc = store_job_config_delete(s->db, j->id, j->cfgs[mv[k]].config_id);
+    if (!rc) rc = store_job_insert_phase(s->db, sw->id, j->shape_id, j->phase, j->bs ? bs_text : NULL, NULL,
+                                         mt_wall_s(), &new_id);
+    for (size_t k = 0; !rc && k < move; k++) rc = store_job_config_insert(s->db, new_id, j->cfgs[mv[k]].config_id);
+    if (!rc && sched_job_index_reserve(s, sw, new_id)) rc = MT_NOMEM;
+    if (!rc) rc = store_commit(s->db);
+    if (rc) {
+        log_at(MT_LOG_WARN, "job %llu not split for %s: %s", (unsigned long long)j->id, w->id,
+               rc == MT_NOMEM ? "out of memory" : store_errmsg(s->db));
+        store_rollback(s->db);
+        if (rc != MT_NOMEM) s->c.commit_failures++;
+        goto fail;
+    }
+    if (nbs) memcpy(nbs, j->bs, j->nb * sizeof *nbs);
+    nj->id = new_id;
+    nj->sw = sw;
+    nj->shape_id = j->shape_id;
+    nj->state = J_PENDING;
+    nj->phase = j->phase;
+    nj->bs = nbs;
+    nj->nb = j->nb;
+    nj->cfgs = ncfg;
+    nj->n_cfgs = move;
+    nj->rows_needed = (uint64_t)move * nb;
+    for (size_t k = 0; k < move; k++) {
+        jcfg_t *c = &j->cfgs[mv[k]];
+        ncfg[k].config_id = c->config_id;
+        ncfg[k].rows = c->rows;
+        nj->rows_done += c->rows;
+        c->removed = c->moved = true;
+        c->to = nj;
+        j->rows_needed -= nb;
+        j->rows_done -= c->rows;
+    }
+    sched_job_index(s, nj); /* room reserved above: cannot fail */
+    log_at(MT_LOG_INFO, "job %llu (held by %s) split for idle %s: its last %zu of %zu open configs moved to job %llu",
+           (unsigned long long)j->id, j->holder ? j->holder->id : "nobody", w->id, move, n_open,
+           (unsigned long long)new_id);
+    free(mv);
+    return nj;
+fail:
+    free(nbs);
+    free(mv);
+    free(ncfg);
+    free(nj);
+    return NULL;
+}
+
 static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
     while (w->alive && w->credits) {
         job_t *j = pick(s, w);
+        if (!j) j = job_split(s, w);
         if (!j) return;
         if (sched_grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return;
         char *holder_id = mt_strdup(w->id); /* the job row's worker_id, before anything is sent */
@@ -483,6 +593,13 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
 }
 
 /* ---- results */
+
+/* j's config config_id when a split moved it to another job, else NULL. */
+static const jcfg_t *job_moved_cfg(const job_t *j, uint64_t config_id) {
+    for (size_t i = 0; i < j->n_cfgs; i++)
+        if (j->cfgs[i].config_id == config_id && j->cfgs[i].moved) return &j->cfgs[i];
+    return NULL;
+}
 
 static int reject(sched_t *s, sched_worker_t *w, uint64_t seq, uint64_t job_id, const char *why) {
     s->c.rejected_results++;
@@ -577,6 +694,7 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     nj->rows_needed = sched_job_nb(nj);
     sched_job_index(s, nj); /* room reserved above: cannot fail */
     c->removed = true;
+    c->to = nj;
     j->rows_needed -= sched_job_nb(j);
     j->rows_done -= c->rows;
     log_at(MT_LOG_WARN, "config %llu crashed %s's child in job %llu: retried alone in job %llu elsewhere",
@@ -599,6 +717,15 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     job_t *j = sched_job_lookup(s, r->job_id);
     /* Only the current lease may deliver: leased, same token, same holder, not expired. */
     if (!j) return reject(s, w, r->seq, r->job_id, "unknown job");
+    if (j->state == J_DONE && r->lease_token == j->token && job_moved_cfg(j, r->config_id)) {
+        /* its holder measured a config a split moved after its own configs were done: the config's
+         * new job measures it (or has), so nothing waits on this one */
+        sched_ack_push(w, r->seq);
+        log_at(MT_LOG_INFO, "result seq %llu from %s for config %llu of done job %llu dropped: a split moved it to "
+               "job %llu", (unsigned long long)r->seq, w->id, (unsigned long long)r->config_id,
+               (unsigned long long)j->id, (unsigned long long)job_moved_cfg(j, r->config_id)->to->id);
+        return MT_OK;
+    }
     if (j->state != J_LEASED) {
         mt_fmt(why, sizeof why, "job is %s, not leased", g_sched_job_state[j->state]);
         return reject(s, w, r->seq, r->job_id, why);
@@ -611,7 +738,7 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     if (now_ms > j->lease_expires) return reject(s, w, r->seq, r->job_id, "lease expired");
     size_t ci = j->n_cfgs;
     for (size_t i = 0; i < j->n_cfgs; i++) {
-        if (j->cfgs[i].config_id == r->config_id && !j->cfgs[i].removed) {
+        if (j->cfgs[i].config_id == r->config_id && (!j->cfgs[i].removed || j->cfgs[i].moved)) {
             ci = i;
             break;
         }
@@ -641,6 +768,13 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
         if (r->measurements[i]->status == MOETUNE__STATUS__STATUS_CRASHED) crashed++;
     }
     bool crash = crashed == r->n_measurements;
+    if (crash && j->cfgs[ci].moved) {
+        /* the config's crash is for the job a split moved it to: its holder records it */
+        sched_ack_push(w, r->seq);
+        log_at(MT_LOG_INFO, "crash of config %llu in job %llu dropped: a split moved it to job %llu",
+               (unsigned long long)r->config_id, (unsigned long long)j->id, (unsigned long long)j->cfgs[ci].to->id);
+        return MT_OK;
+    }
     if (crash) {
         uint32_t count = 0;
         int rc = store_crash_count(s->db, sw->id, j->shape_id, r->config_id, &count);
