@@ -594,6 +594,21 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
 
 /* ---- results */
 
+/* Another open job of j's sweep, shape and phase that holds config_id, else NULL. Scans the
+ * sweep's jobs: only for a result whose config is not in its job (rare). */
+static const job_t *config_elsewhere(const job_t *j, uint64_t config_id) {
+    const sweep_t *sw = j->sw;
+    for (size_t i = sw->n_jobs; i-- > 0;) {
+        const job_t *o = sw->jobs[i];
+        if (o == j || (o->state != J_PENDING && o->state != J_LEASED) || o->shape_id != j->shape_id ||
+            o->phase != j->phase)
+            continue;
+        for (size_t k = 0; k < o->n_cfgs; k++)
+            if (o->cfgs[k].config_id == config_id && !o->cfgs[k].removed) return o;
+    }
+    return NULL;
+}
+
 /* j's config config_id when a split moved it to another job, else NULL. */
 static const jcfg_t *job_moved_cfg(const job_t *j, uint64_t config_id) {
     for (size_t i = 0; i < j->n_cfgs; i++)
@@ -737,11 +752,21 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     }
     if (now_ms > j->lease_expires) return reject(s, w, r->seq, r->job_id, "lease expired");
     size_t ci = j->n_cfgs;
+    const job_t *other = NULL;
     for (size_t i = 0; i < j->n_cfgs; i++) {
         if (j->cfgs[i].config_id == r->config_id && (!j->cfgs[i].removed || j->cfgs[i].moved)) {
             ci = i;
             break;
         }
+    }
+    if (ci == j->n_cfgs && (other = config_elsewhere(j, r->config_id)) != NULL) {
+        /* moved by a split the holder was not told of and this scheduler does not remember (it was
+         * restarted: the database is the truth): the job that holds it now measures it */
+        sched_ack_push(w, r->seq);
+        log_at(MT_LOG_INFO, "result seq %llu from %s for config %llu dropped: job %llu holds it, not job %llu",
+               (unsigned long long)r->seq, w->id, (unsigned long long)r->config_id, (unsigned long long)other->id,
+               (unsigned long long)j->id);
+        return MT_OK;
     }
     if (ci == j->n_cfgs) {
         mt_fmt(why, sizeof why, "config %llu is not in the job", (unsigned long long)r->config_id);

@@ -1193,6 +1193,48 @@ static void test_split_tail(void **state) {
     check_consistent(f);
 }
 
+/* A restart after a split: the database is the truth (the moved configs are the new job's).
+ * The old holder, reclaiming its lease, sends a moved config: acknowledged and dropped, its
+ * job neither requeued nor charged an attempt; its kept configs finish it, and the new job's
+ * holder finishes the rest: every planned row once. */
+static void test_split_restart(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit_8(f);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
+    sched_on_ready(f->s, a, 1, 1);
+    const Moetune__Job *ja = fx_last_job(f, "A");
+    uint64_t job = ja->job_id, tok = ja->lease_token, cfg[8];
+    for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
+    sched_on_ready(f->s, b, 1, 1);
+    const Moetune__Job *jb = fx_last_job(f, "B");
+    uint64_t twin = jb->job_id, tokb = jb->lease_token;
+    assert_int_equal(flush_done(f, 2), 0);
+    restart(f);
+    fx_clear(f);
+    a = fx_hello(f, "A", "gpu", 1);
+    b = fx_hello(f, "B", "gpu", 1);
+    heartbeat(f, a, &job, 1, 1);
+    heartbeat(f, b, &twin, 1, 1);
+    for (int i = 0; i < 4; i++) assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    assert_int_equal(result(f, a, job, tok, 5, cfg[4], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    uint32_t att = 9;
+    assert_string_equal(sched_job_state(f->s, job, &att), "leased");
+    assert_int_equal(att, 0);
+    assert_int_equal(flush_done(f, 3), 8); /* A's 4 kept configs; its moved one dropped */
+    assert_true(acked(f, "A", 5));
+    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    for (int i = 4; i < 8; i++) assert_int_equal(result(f, b, twin, tokb, (uint64_t)i, cfg[i], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
+    assert_int_equal(flush_done(f, 4), 16);
+    assert_int_equal(flush_done(f, 5), 16);
+    assert_string_equal(sched_job_state(f->s, twin, NULL), "done");
+    assert_int_equal(sched_counters(f->s)->rejected_results, 0);
+    assert_int_equal(sched_counters(f->s)->requeued_jobs, 0);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+    check_consistent(f);
+}
+
 /* Splitting is bounded: a job with one open config is never split, a worker already holding
  * a job never splits one, and a sweep it may not measure is not split for it. */
 static void test_split_bounds(void **state) {
@@ -1337,6 +1379,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_alloc_failure_scenarios, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_split_tail, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_split_bounds, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_split_restart, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
