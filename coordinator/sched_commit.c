@@ -238,29 +238,14 @@ static void race_note_entry(sched_t *s, const entry_t *e) {
     }
 }
 
-/* The job whose config *ci of j is now: j itself, or where a split or a crash retry moved it
- * (following later moves); NULL when none holds it. Bounded: a config moves a few times. */
-static job_t *cfg_owner(job_t *j, size_t *ci) {
-    for (int hops = 0; j && hops < 64; hops++) {
-        const jcfg_t *c = &j->cfgs[*ci];
-        if (!c->removed) return j;
-        job_t *t = c->to;
-        size_t k = 0;
-        while (t && k < t->n_cfgs && t->cfgs[k].config_id != c->config_id) k++;
-        if (!t || k == t->n_cfgs) return NULL;
-        j = t;
-        *ci = k;
-    }
-    return NULL;
-}
-
 /* New rows of a config a split moved: they count for the job that holds it now (its twin),
  * once, whichever worker's result committed them first (the store keeps one row per batch
  * size), so neither job waits for them twice. */
 static void credit_moved(sched_t *s, job_t *j, size_t ci, uint32_t rows) {
-    job_t *o = cfg_owner(j, &ci);
+    job_t *o = sched_cfg_owner(j, &ci);
     if (!o || !rows) return;
     o->cfgs[ci].rows += rows;
+    o->cfgs[ci].twin_rows = true;
     o->rows_done += rows;
     if (o->rows_done >= o->rows_needed && (o->state == J_PENDING || o->state == J_LEASED)) sched_job_finish(s, o, J_DONE);
 }

@@ -466,10 +466,11 @@ static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
 
 /* Tail work: w holds nothing and nothing is pending for it. The leased job with the most
  * open configs gives the back half of them (what its holder reaches last) to a new pending
- * job, stored at once in its own transaction (job_configs moved, the job's phase and batch
- * sizes kept) and returned for w to lease. Its holder is not told: its results for the moved
- * configs are still accepted (sched_on_result) and credited to the job that holds them now
- * (sched_commit.c). Bounded: only a worker holding no job splits, one job a dispatch, a job
+ * job, listed back to front, stored at once in its own transaction (job_configs moved, the
+ * job's phase and batch sizes kept) and returned for w to lease. Its holder is not told: when
+ * its own configs are done it goes on into the moved ones front to back while w comes the
+ * other way, and its results for them are accepted while the new job needs them
+ * (sched_on_result) and credited to the job that holds them now (sched_commit.c). Bounded: only a worker holding no job splits, one job a dispatch, a job
  * with fewer than 2 open configs is never split, and each move at least halves the job a
  * config is in, so a config moves at most log2(chunk) times. NULL when nothing splits or on
  * failure (memory or storage: nothing changed). */
@@ -519,9 +520,11 @@ static job_t *job_split(sched_t *s, sched_worker_t *w) {
     nj->n_cfgs = move;
     nj->rows_needed = (uint64_t)move * nb;
     for (size_t k = 0; k < move; k++) {
+        /* listed back to front: the holder, not told, goes on from its kept configs into the
+         * moved ones front to back, so the two meet and the holder's extra work is not wasted */
         jcfg_t *c = &j->cfgs[mv[k]];
-        ncfg[k].config_id = c->config_id;
-        ncfg[k].rows = c->rows;
+        ncfg[move - 1 - k].config_id = c->config_id;
+        ncfg[move - 1 - k].rows = c->rows;
         nj->rows_done += c->rows;
         c->removed = c->moved = true;
         c->to = nj;
@@ -594,6 +597,43 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
 
 /* ---- results */
 
+/* Bounded: a config moves a few times. */
+job_t *sched_cfg_owner(job_t *j, size_t *ci) {
+    for (int hops = 0; j && hops < 64; hops++) {
+        const jcfg_t *c = &j->cfgs[*ci];
+        if (!c->removed) return j;
+        job_t *t = c->to;
+        size_t k = 0;
+        while (t && k < t->n_cfgs && t->cfgs[k].config_id != c->config_id) k++;
+        if (!t || k == t->n_cfgs) return NULL;
+        j = t;
+        *ci = k;
+    }
+    return NULL;
+}
+
+/* A result with the token of done job j for config_id: NULL to go on (*late set when the config
+ * was moved by a split and its new job still waits for it: accepted, its rows credited there),
+ * or why it is dropped quietly (a split moved it and its rows are in; or its rows came from the
+ * holder of the job it was moved from, so this worker's job was done before it got there). */
+static const char *late_result(job_t *j, uint64_t config_id, bool *late) {
+    *late = false;
+    for (size_t i = 0; i < j->n_cfgs; i++) {
+        jcfg_t *c = &j->cfgs[i];
+        if (c->config_id != config_id) continue;
+        if (c->moved) {
+            size_t oci = i;
+            job_t *o = sched_cfg_owner(j, &oci);
+            *late = o && (o->state == J_PENDING || o->state == J_LEASED) && o->cfgs[oci].rows < sched_job_nb(o);
+            return *late ? NULL : "a split moved it and its rows are in";
+        }
+        if (!c->removed && c->twin_rows && c->rows >= sched_job_nb(j))
+            return "its rows came from the worker it was split from";
+        return NULL;
+    }
+    return NULL;
+}
+
 /* Another open job of j's sweep, shape and phase that holds config_id, else NULL. Scans the
  * sweep's jobs: only for a result whose config is not in its job (rare). */
 static const job_t *config_elsewhere(const job_t *j, uint64_t config_id) {
@@ -606,13 +646,6 @@ static const job_t *config_elsewhere(const job_t *j, uint64_t config_id) {
         for (size_t k = 0; k < o->n_cfgs; k++)
             if (o->cfgs[k].config_id == config_id && !o->cfgs[k].removed) return o;
     }
-    return NULL;
-}
-
-/* j's config config_id when a split moved it to another job, else NULL. */
-static const jcfg_t *job_moved_cfg(const job_t *j, uint64_t config_id) {
-    for (size_t i = 0; i < j->n_cfgs; i++)
-        if (j->cfgs[i].config_id == config_id && j->cfgs[i].moved) return &j->cfgs[i];
     return NULL;
 }
 
@@ -732,25 +765,27 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     job_t *j = sched_job_lookup(s, r->job_id);
     /* Only the current lease may deliver: leased, same token, same holder, not expired. */
     if (!j) return reject(s, w, r->seq, r->job_id, "unknown job");
-    if (j->state == J_DONE && r->lease_token == j->token && job_moved_cfg(j, r->config_id)) {
-        /* its holder measured a config a split moved after its own configs were done: the config's
-         * new job measures it (or has), so nothing waits on this one */
-        sched_ack_push(w, r->seq);
-        log_at(MT_LOG_INFO, "result seq %llu from %s for config %llu of done job %llu dropped: a split moved it to "
-               "job %llu", (unsigned long long)r->seq, w->id, (unsigned long long)r->config_id,
-               (unsigned long long)j->id, (unsigned long long)job_moved_cfg(j, r->config_id)->to->id);
-        return MT_OK;
+    /* late: the holder of a done job measured a config a split moved, which its new job still needs */
+    bool late = false;
+    if (j->state == J_DONE && r->lease_token == j->token) {
+        const char *drop = late_result(j, r->config_id, &late);
+        if (drop) {
+            sched_ack_push(w, r->seq);
+            log_at(MT_LOG_INFO, "result seq %llu from %s for config %llu of done job %llu dropped: %s",
+                   (unsigned long long)r->seq, w->id, (unsigned long long)r->config_id, (unsigned long long)j->id, drop);
+            return MT_OK;
+        }
     }
-    if (j->state != J_LEASED) {
+    if (!late && j->state != J_LEASED) {
         mt_fmt(why, sizeof why, "job is %s, not leased", g_sched_job_state[j->state]);
         return reject(s, w, r->seq, r->job_id, why);
     }
-    if (r->lease_token != j->token) return reject(s, w, r->seq, r->job_id, "lease token is not the job's");
-    if (j->holder != w) {
+    if (!late && r->lease_token != j->token) return reject(s, w, r->seq, r->job_id, "lease token is not the job's");
+    if (!late && j->holder != w) {
         mt_fmt(why, sizeof why, "lease is held by %s", j->holder ? j->holder->id : "nobody");
         return reject(s, w, r->seq, r->job_id, why);
     }
-    if (now_ms > j->lease_expires) return reject(s, w, r->seq, r->job_id, "lease expired");
+    if (!late && now_ms > j->lease_expires) return reject(s, w, r->seq, r->job_id, "lease expired");
     size_t ci = j->n_cfgs;
     const job_t *other = NULL;
     for (size_t i = 0; i < j->n_cfgs; i++) {

@@ -1144,7 +1144,7 @@ static void test_split_tail(void **state) {
     uint64_t twin = jb->job_id, tokb = jb->lease_token;
     assert_int_not_equal(twin, job);
     assert_int_equal(jb->n_configs, 4);
-    for (int i = 0; i < 4; i++) assert_int_equal(jb->configs[i]->config_id, cfg[4 + i]); /* the back half, in order */
+    for (int i = 0; i < 4; i++) assert_int_equal(jb->configs[i]->config_id, cfg[7 - i]); /* the back half, back to front */
     assert_int_equal(jb->n_batch_sizes, 2);
     assert_string_equal(sched_job_state(f->s, twin, NULL), "leased");
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 2);
@@ -1232,6 +1232,55 @@ static void test_split_restart(void **state) {
     assert_int_equal(sched_counters(f->s)->rejected_results, 0);
     assert_int_equal(sched_counters(f->s)->requeued_jobs, 0);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+    check_consistent(f);
+}
+
+/* The holder and the worker that split its job meet in the middle: the new job lists the moved
+ * configs back to front, the holder, its own job done, goes on into them front to back. Its
+ * result for a moved config the new job still needs is accepted and credited there; the other
+ * worker's later result for that config, its job done by then, is acked and dropped, not
+ * rejected; every row once, counts never above the plan. */
+static void test_split_meet(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit_8(f);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
+    sched_on_ready(f->s, a, 1, 1);
+    const Moetune__Job *ja = fx_last_job(f, "A");
+    uint64_t job = ja->job_id, tok = ja->lease_token, cfg[8];
+    for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
+    sched_on_ready(f->s, b, 1, 1);
+    const Moetune__Job *jb = fx_last_job(f, "B");
+    uint64_t twin = jb->job_id, tokb = jb->lease_token;
+    for (int i = 0; i < 4; i++) assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    assert_int_equal(result(f, b, twin, tokb, 1, cfg[7], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    assert_int_equal(result(f, b, twin, tokb, 2, cfg[6], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    assert_int_equal(flush_done(f, 2), 12);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    /* A goes on: 4 and 5, which B has not reached */
+    assert_int_equal(result(f, a, job, tok, 5, cfg[4], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
+    assert_int_equal(sched_pending(f->s), 1);
+    assert_int_equal(flush_done(f, 3), 14);
+    assert_string_equal(sched_job_state(f->s, twin, NULL), "leased");
+    assert_int_equal(result(f, a, job, tok, 6, cfg[5], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
+    assert_int_equal(flush_done(f, 4), 16);
+    assert_string_equal(sched_job_state(f->s, twin, NULL), "done"); /* A's two results finished it */
+    assert_int_equal(flush_done(f, 5), 16);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+    /* B reaches 5: its job is done with rows from A: dropped; A's 6 (B's): its rows are in: dropped */
+    assert_int_equal(result(f, b, twin, tokb, 3, cfg[5], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
+    assert_int_equal(result(f, a, job, tok, 7, cfg[6], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
+    assert_int_equal(flush_done(f, 6), 16);
+    assert_true(acked(f, "B", 3));
+    assert_true(acked(f, "A", 7));
+    assert_int_equal(sched_counters(f->s)->rejected_results, 0);
+    assert_int_equal(sched_counters(f->s)->results_committed, 16);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'A'"), 12);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'B'"), 4);
+    /* a result for a done job that no split touched is still rejected */
+    assert_int_equal(result(f, a, job, tok, 8, cfg[0], MOETUNE__STATUS__STATUS_OK, 7), MT_INVAL);
+    assert_int_equal(sched_counters(f->s)->rejected_results, 1);
     check_consistent(f);
 }
 
@@ -1380,6 +1429,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_split_tail, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_split_bounds, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_split_restart, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_split_meet, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
