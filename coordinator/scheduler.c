@@ -470,10 +470,11 @@ static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
  * job's phase and batch sizes kept) and returned for w to lease. Its holder is not told: when
  * its own configs are done it goes on into the moved ones front to back while w comes the
  * other way, and its results for them are accepted while the new job needs them
- * (sched_on_result) and credited to the job that holds them now (sched_commit.c). Bounded: only a worker holding no job splits, one job a dispatch, a job
- * with fewer than 2 open configs is never split, and each move at least halves the job a
- * config is in, so a config moves at most log2(chunk) times. NULL when nothing splits or on
- * failure (memory or storage: nothing changed). */
+ * (sched_on_result) and credited to the job that holds them now (sched_commit.c).
+ * Bounded: only a worker holding no job splits, one job a dispatch, a job with fewer than 2
+ * open configs is never split, and each move at least halves the job a config is in, so a
+ * config moves at most log2(chunk) times. NULL when nothing splits or on failure (memory or
+ * storage: nothing changed). */
 static job_t *job_split(sched_t *s, sched_worker_t *w) {
     size_t n_open = 0;
     if (w->n_held) return NULL;
@@ -491,7 +492,7 @@ static job_t *job_split(sched_t *s, sched_worker_t *w) {
         log_at(MT_LOG_ERROR, "out of memory splitting job %llu", (unsigned long long)j->id);
         goto fail;
     }
-    /* the back `move` open configs, kept in the job's order */
+    /* the back `move` open configs, in the job's order */
     for (size_t i = j->n_cfgs, m = move; m && i-- > 0;)
         if (cfg_open(j, &j->cfgs[i])) mv[--m] = i;
     int rc = store_begin(s->db);
