@@ -238,6 +238,18 @@ static void race_note_entry(sched_t *s, const entry_t *e) {
     }
 }
 
+/* New rows of a config a split moved: they count for the job that holds it now (its twin),
+ * once, whichever worker's result committed them first (the store keeps one row per batch
+ * size), so neither job waits for them twice. */
+static void credit_moved(sched_t *s, job_t *j, size_t ci, uint32_t rows) {
+    job_t *o = sched_cfg_owner(j, &ci);
+    if (!o || !rows) return;
+    o->cfgs[ci].rows += rows;
+    o->cfgs[ci].twin_rows = true;
+    o->rows_done += rows;
+    if (o->rows_done >= o->rows_needed && (o->state == WIRE_JOB_PENDING || o->state == WIRE_JOB_LEASED)) sched_job_finish(s, o, WIRE_JOB_DONE);
+}
+
 /* Applies a committed result's new rows to the in-memory counts; its Ack is queued. */
 static void apply_entry(sched_t *s, const entry_t *e, const brow_t *br) {
     job_t *j = e->job;
@@ -245,6 +257,7 @@ static void apply_entry(sched_t *s, const entry_t *e, const brow_t *br) {
     jcfg_t *c = &j->cfgs[e->cfg];
     c->rows += br->new_rows + br->new_replaced;
     if (!c->removed) j->rows_done += br->new_rows + br->new_replaced;
+    else if (c->moved) credit_moved(s, j, e->cfg, br->new_rows + br->new_replaced);
     sw->done += br->new_rows;
     sw->failed += br->new_failed;
     sw->pruned += br->new_pruned;

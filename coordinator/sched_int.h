@@ -39,7 +39,10 @@ typedef struct job job_t;
 typedef struct {
     uint64_t config_id;
     uint32_t rows;           /* committed rows (batch sizes) of this config */
-    bool removed;            /* moved into a crash-retry job */
+    bool removed;            /* no longer this job's: moved into a crash-retry job, or moved by a split */
+    bool moved;              /* removed by a split: its holder may still send it (accepted, credited to `to`) */
+    job_t *to;               /* removed: the job it went to (a split's or a crash retry's) */
+    bool twin_rows;          /* rows came from the result of the holder of the job a split moved it from */
 } jcfg_t;
 
 struct job {
@@ -275,6 +278,9 @@ sched_worker_t *sched_worker_add(sched_t *s, const uint8_t *rid, size_t len);
 int sched_worker_hold(sched_worker_t *w, job_t *j);
 /* Queues seq for w's next Ack. */
 void sched_ack_push(sched_worker_t *w, uint64_t seq);
+/* The job whose config *ci of j is now: j itself, or where a split or a crash retry moved
+ * it (following later moves), *ci its index there; NULL when none holds it. */
+job_t *sched_cfg_owner(job_t *j, size_t *ci);
 /* Dispatches to every live worker with credits. */
 void sched_dispatch_all(sched_t *s, uint64_t now_ms);
 

@@ -91,7 +91,15 @@ void sched_on_ready(sched_t *s, sched_worker_t *w, uint32_t credits, uint64_t no
  * Accepted results are buffered (ownership of *env taken, *env
  * nulled) and acknowledged after sched_flush commits them; a rejected one is
  * counted and its seq acknowledged at the next flush (returns MT_INVAL). A first
- * crash of a config moves it into a new job at once (returns MT_OK). */
+ * crash of a config moves it into a new job at once (returns MT_OK).
+ * A config a split moved out of the job (a worker with nothing to do took the back
+ * half of the job's open configs; the holder is not told) is accepted from the holder,
+ * also after the holder's own job is done while the config's new job still waits for
+ * it, and its new rows count for the job that holds the config now. Acknowledged and
+ * dropped without counting as rejected (returns MT_OK, *env left to the caller): such
+ * a result once that config's rows are in; a result for a config of a done job whose
+ * rows came from the holder of the job it was moved from; and, after a restart (the
+ * database is the truth), a result for a config another open job of the sweep holds. */
 int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t now_ms);
 
 /* A message from w that arrived but did not decode or validate (rej from wire_recv).

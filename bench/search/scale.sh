@@ -5,10 +5,10 @@
 #   bench/search/scale.sh BUILD_OR_BIN_DIR [N] [--shape ... | --model ... sweep options]
 # Default N = 256, sweep = 4 shapes x (BLOCK_M 16..128, BLOCK_N 64..256, BLOCK_K 64,128, GROUP 1,16,
 # warps 4,8, stages 3,4) x the 18 default batch sizes, racing on (the default).
-# The wall time runs from the submit to the sweep's 'done', with every worker connected before
-# the submit (start-up is not the scheduler's work). The ideal counts, per result row, the timed
+# The wall time runs from the submit to the sweep's 'done' (polled every 0.1 s), with every worker
+# connected before the submit (start-up is not the scheduler's work). The ideal counts, per result row, the timed
 # samples (results.timed_us), the warm-up runs (warmup x median) and, per config, the sim's 50 ms
-# compile; "kernel only" counts the timed samples alone. Needs python3 (sqlite3 module).
+# compile; "kernel only" counts the timed samples alone. Needs python3 (sqlite3 module) and jq.
 set -euo pipefail
 bin=${1:?usage: bench/search/scale.sh BUILD_OR_BIN_DIR [N] [sweep options]}
 n=${2:-256}
@@ -26,7 +26,7 @@ port=$((40000 + RANDOM % 10000))
 wep=tcp://127.0.0.1:$port cep=tcp://127.0.0.1:$((port + 1))
 db=$T/scale.db
 "$bin/moetune-coordinator" --db "$db" --bind "$wep" --control "$cep" --max-connections 4096 \
-  --log-level warn 2>"$T/coord.log" &
+  --log-level "${COORD_LOG_LEVEL:-warn}" 2>"$T/coord.log" &
 until "$bin/moetune" status --control "$cep" --timeout-ms 200 >/dev/null 2>&1; do sleep 0.05; done
 for i in $(seq 1 "$n"); do
   "$bin/moetune-worker" --connect "$wep" --backend sim --sim-time-scale 1 --id "s$i" \
@@ -43,8 +43,12 @@ print(sum(1 for w in ws if w.get("state") in ("idle", "busy")))' 2>/dev/null || 
 done
 echo "workers connected: $alive of $n"
 t0=$(date +%s.%N)
-"$bin/moetune" submit --control "$cep" --name scale --wait "${sweep[@]}" >"$T/submit.out" 2>"$T/submit.err" ||
+"$bin/moetune" submit --control "$cep" --name scale "${sweep[@]}" >"$T/submit.out" 2>"$T/submit.err" ||
   { cat "$T/submit.err"; exit 1; }
+# the end is polled every 0.1 s (submit --wait polls once a second: up to 1 s on a wall of 15 s)
+until [ "$("$bin/moetune" status --control "$cep" --json 2>/dev/null | jq -r '.sweeps[0].state')" = done ]; do
+  sleep 0.1
+done
 t1=$(date +%s.%N)
 python3 - "$db" "$n" "$t0" "$t1" <<'PY'
 import sqlite3, sys

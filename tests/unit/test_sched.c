@@ -1086,6 +1086,235 @@ static void restart(fx_t *f) {
     assert_non_null(f->s);
 }
 
+/* One sweep of 8 configs (warps 4,8 x stages 2..5) in one job of 8, batch sizes {1, 2}; its id. */
+static uint64_t submit_8(fx_t *f) {
+    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1}, nw[] = {4, 8}, ns[] = {2, 3, 4, 5};
+    static uint32_t bs[] = {2, 1};
+    Moetune__Space sp = MOETUNE__SPACE__INIT;
+    Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
+    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    Moetune__Submitted sub;
+    char err[256];
+    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
+    sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 2, sp.num_warps = nw, sp.n_num_stages = 4, sp.num_stages = ns;
+    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
+    spec.name = "eight", spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs;
+    spec.space = &sp, spec.chunk = 8;
+    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+    assert_int_equal(sub.configs_valid, 8);
+    assert_int_equal(sub.jobs, 1);
+    assert_int_equal(sub.results_planned, 16);
+    return sub.sweep_id;
+}
+
+/* Flushes and returns the sweep's committed count, which never exceeds its plan and always
+ * equals its stored rows. */
+static uint64_t flush_done(fx_t *f, uint64_t now) {
+    sched_status_t st;
+    assert_int_equal(sched_flush(f->s, now), MT_OK);
+    assert_int_equal(sched_status(f->s, 0, now, &st), MT_OK);
+    uint64_t done = st.reply.sweeps[0]->results_done;
+    assert_true(done <= st.reply.sweeps[0]->results_planned);
+    assert_int_equal(done, fx_query_int(f, "SELECT COUNT(*) FROM results"));
+    sched_status_release(&st);
+    return done;
+}
+
+/* The tail: B has nothing pending while A holds a job of 8 configs, so B takes the back 4 of
+ * them in a new job (stored: job_configs moved). A's kept configs finish A's job; A's result
+ * for a moved config is stored once and credits B's job (which then waits only for the rest);
+ * B's own result for it changes nothing; A's later result for a moved config, after its job
+ * is done, is acknowledged and dropped without counting as rejected. Every planned row is
+ * stored exactly once, and memory agrees with the database, also after a restart. */
+static void test_split_tail(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit_8(f);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
+    sched_on_ready(f->s, a, 1, 1);
+    const Moetune__Job *ja = fx_last_job(f, "A");
+    assert_non_null(ja);
+    assert_int_equal(ja->n_configs, 8);
+    uint64_t job = ja->job_id, tok = ja->lease_token, cfg[8];
+    for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
+    sched_on_ready(f->s, b, 1, 2);
+    const Moetune__Job *jb = fx_last_job(f, "B");
+    assert_non_null(jb);
+    uint64_t twin = jb->job_id, tokb = jb->lease_token;
+    assert_int_not_equal(twin, job);
+    assert_int_equal(jb->n_configs, 4);
+    for (int i = 0; i < 4; i++) assert_int_equal(jb->configs[i]->config_id, cfg[7 - i]); /* the back half, back to front */
+    assert_int_equal(jb->n_batch_sizes, 2);
+    assert_string_equal(sched_job_state(f->s, twin, NULL), "leased");
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 2);
+    char sql[160];
+    for (int i = 0; i < 8; i++) {
+        snprintf(sql, sizeof sql, "SELECT job_id FROM job_configs WHERE config_id = %llu", (unsigned long long)cfg[i]);
+        assert_int_equal(fx_query_int(f, sql), i < 4 ? (int64_t)job : (int64_t)twin);
+    }
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM job_configs"), 8);
+    /* A, not told, measures its job in order: 0..3 (kept) then 4 (moved) */
+    uint64_t seq = 1;
+    for (int i = 0; i < 3; i++) assert_int_equal(result(f, a, job, tok, seq++, cfg[i], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
+    assert_int_equal(flush_done(f, 3), 6);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    assert_int_equal(result(f, a, job, tok, seq++, cfg[3], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
+    assert_int_equal(result(f, a, job, tok, seq++, cfg[4], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
+    assert_int_equal(flush_done(f, 4), 10);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "done"); /* its 4 kept configs */
+    for (uint64_t q = 1; q < seq; q++) assert_true(acked(f, "A", q));
+    /* B measures 4 too: stored once, nothing counted twice */
+    assert_int_equal(result(f, b, twin, tokb, 1, cfg[4], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
+    assert_int_equal(result(f, b, twin, tokb, 2, cfg[5], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
+    assert_int_equal(result(f, b, twin, tokb, 3, cfg[6], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
+    assert_int_equal(flush_done(f, 5), 14);
+    assert_string_equal(sched_job_state(f->s, twin, NULL), "leased"); /* 7 is still to come */
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM results WHERE config_id = %llu AND worker_id = 'A'",
+             (unsigned long long)cfg[4]);
+    assert_int_equal(fx_query_int(f, sql), 2); /* A's rows kept, B's duplicates not stored */
+    /* A's result for moved 5 after its job is done: acked, dropped, not a rejection */
+    assert_int_equal(result(f, a, job, tok, seq, cfg[5], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
+    assert_int_equal(flush_done(f, 6), 14);
+    assert_true(acked(f, "A", seq));
+    assert_int_equal(sched_counters(f->s)->rejected_results, 0);
+    assert_int_equal(sched_counters(f->s)->requeued_jobs, 0);
+    assert_int_equal(result(f, b, twin, tokb, 4, cfg[7], MOETUNE__STATUS__STATUS_OK, 7), MT_OK);
+    assert_int_equal(flush_done(f, 7), 16);
+    assert_int_equal(flush_done(f, 8), 16);
+    assert_string_equal(sched_job_state(f->s, twin, NULL), "done");
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'done'"), 2);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM (SELECT DISTINCT config_id, batch_size FROM results)"), 16);
+    assert_int_equal(sched_counters(f->s)->results_committed, 16);
+    assert_int_equal(sched_counters(f->s)->rejected_results, 0);
+    check_consistent(f);
+    restart(f);
+    check_consistent(f);
+}
+
+/* A restart after a split: the database is the truth (the moved configs are the new job's).
+ * The old holder, reclaiming its lease, sends a moved config: acknowledged and dropped, its
+ * job neither requeued nor charged an attempt; its kept configs finish it, and the new job's
+ * holder finishes the rest: every planned row once. */
+static void test_split_restart(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit_8(f);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
+    sched_on_ready(f->s, a, 1, 1);
+    const Moetune__Job *ja = fx_last_job(f, "A");
+    uint64_t job = ja->job_id, tok = ja->lease_token, cfg[8];
+    for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
+    sched_on_ready(f->s, b, 1, 1);
+    const Moetune__Job *jb = fx_last_job(f, "B");
+    uint64_t twin = jb->job_id, tokb = jb->lease_token;
+    assert_int_equal(flush_done(f, 2), 0);
+    restart(f);
+    fx_clear(f);
+    a = fx_hello(f, "A", "gpu", 1);
+    b = fx_hello(f, "B", "gpu", 1);
+    heartbeat(f, a, &job, 1, 1);
+    heartbeat(f, b, &twin, 1, 1);
+    for (int i = 0; i < 4; i++) assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    assert_int_equal(result(f, a, job, tok, 5, cfg[4], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    uint32_t att = 9;
+    assert_string_equal(sched_job_state(f->s, job, &att), "leased");
+    assert_int_equal(att, 0);
+    assert_int_equal(flush_done(f, 3), 8); /* A's 4 kept configs; its moved one dropped */
+    assert_true(acked(f, "A", 5));
+    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    for (int i = 4; i < 8; i++) assert_int_equal(result(f, b, twin, tokb, (uint64_t)i, cfg[i], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
+    assert_int_equal(flush_done(f, 4), 16);
+    assert_int_equal(flush_done(f, 5), 16);
+    assert_string_equal(sched_job_state(f->s, twin, NULL), "done");
+    assert_int_equal(sched_counters(f->s)->rejected_results, 0);
+    assert_int_equal(sched_counters(f->s)->requeued_jobs, 0);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+    check_consistent(f);
+}
+
+/* The holder and the worker that split its job meet in the middle: the new job lists the moved
+ * configs back to front, the holder, its own job done, goes on into them front to back. Its
+ * result for a moved config the new job still needs is accepted and credited there; the other
+ * worker's later result for that config, its job done by then, is acked and dropped, not
+ * rejected; every row once, counts never above the plan. */
+static void test_split_meet(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit_8(f);
+    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
+    sched_on_ready(f->s, a, 1, 1);
+    const Moetune__Job *ja = fx_last_job(f, "A");
+    uint64_t job = ja->job_id, tok = ja->lease_token, cfg[8];
+    for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
+    sched_on_ready(f->s, b, 1, 1);
+    const Moetune__Job *jb = fx_last_job(f, "B");
+    uint64_t twin = jb->job_id, tokb = jb->lease_token;
+    for (int i = 0; i < 4; i++) assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    assert_int_equal(result(f, b, twin, tokb, 1, cfg[7], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    assert_int_equal(result(f, b, twin, tokb, 2, cfg[6], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    assert_int_equal(flush_done(f, 2), 12);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    /* A goes on: 4 and 5, which B has not reached */
+    assert_int_equal(result(f, a, job, tok, 5, cfg[4], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
+    assert_int_equal(sched_pending(f->s), 1);
+    assert_int_equal(flush_done(f, 3), 14);
+    assert_string_equal(sched_job_state(f->s, twin, NULL), "leased");
+    assert_int_equal(result(f, a, job, tok, 6, cfg[5], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
+    assert_int_equal(flush_done(f, 4), 16);
+    assert_string_equal(sched_job_state(f->s, twin, NULL), "done"); /* A's two results finished it */
+    assert_int_equal(flush_done(f, 5), 16);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+    /* B reaches 5: its job is done with rows from A: dropped; A's 6 (B's): its rows are in: dropped */
+    assert_int_equal(result(f, b, twin, tokb, 3, cfg[5], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
+    assert_int_equal(result(f, a, job, tok, 7, cfg[6], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
+    assert_int_equal(flush_done(f, 6), 16);
+    assert_true(acked(f, "B", 3));
+    assert_true(acked(f, "A", 7));
+    assert_int_equal(sched_counters(f->s)->rejected_results, 0);
+    assert_int_equal(sched_counters(f->s)->results_committed, 16);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'A'"), 12);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'B'"), 4);
+    /* a result for a done job that no split touched is still rejected */
+    assert_int_equal(result(f, a, job, tok, 8, cfg[0], MOETUNE__STATUS__STATUS_OK, 7), MT_INVAL);
+    assert_int_equal(sched_counters(f->s)->rejected_results, 1);
+    check_consistent(f);
+}
+
+/* Splitting is bounded: a job with one open config is never split, a worker already holding
+ * a job never splits one, and a sweep it may not measure is not split for it. */
+static void test_split_bounds(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit_8(f);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100", 0);
+    sched_worker_t *other = fx_hello(f, "O", "NVIDIA H200", 0);
+    sched_on_ready(f->s, a, 1, 1);
+    const Moetune__Job *ja = fx_last_job(f, "A");
+    uint64_t job = ja->job_id, tok = ja->lease_token, cfg[8];
+    for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
+    sched_on_ready(f->s, other, 1, 1); /* the sweep is bound to the H100 */
+    assert_int_equal(count_body(f, "O", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    for (int i = 0; i < 7; i++) assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    assert_int_equal(flush_done(f, 2), 14);
+    sched_worker_t *b = fx_hello(f, "B", "NVIDIA H100", 3);
+    sched_on_ready(f->s, b, 1, 3);
+    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0); /* one open config: kept */
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 1);
+    /* a second sweep (O gone): B takes its job; A, holding one, splits none of it */
+    sched_on_bye(f->s, other, 3);
+    submit_8(f);
+    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    const Moetune__Job *jb = fx_last_job(f, "B");
+    assert_int_equal(jb->n_configs, 8); /* B took the pending job (A holds one already) */
+    sched_on_ready(f->s, a, 1, 4);
+    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 2);
+}
+
 /* Submit, hello, dispatch, results, the batched commit, heartbeat, cancel and a restart, with the
  * n-th allocation failing, for n = 1.. until one run has nothing left to fail: no crash, no leak
  * (ASan), and afterwards (commits retried unarmed) memory agrees with the database, also after
@@ -1197,6 +1426,10 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_crash_allocation_failures, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_mixed_fleet_binds_sweep, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_alloc_failure_scenarios, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_split_tail, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_split_bounds, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_split_restart, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_split_meet, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
