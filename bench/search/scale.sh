@@ -8,7 +8,7 @@
 # The wall time runs from the submit to the sweep's 'done' (polled every 0.1 s), with every worker
 # connected before the submit (start-up is not the scheduler's work). The ideal counts, per result row, the timed
 # samples (results.timed_us), the warm-up runs (warmup x median) and, per config, the sim's 50 ms
-# compile; "kernel only" counts the timed samples alone. Needs python3 (sqlite3 module) and jq.
+# compile; "kernel only" counts the timed samples alone. Needs python3 (sqlite3 module).
 set -euo pipefail
 bin=${1:?usage: bench/search/scale.sh BUILD_OR_BIN_DIR [N] [sweep options]}
 n=${2:-256}
@@ -46,9 +46,13 @@ t0=$(date +%s.%N)
 "$bin/moetune" submit --control "$cep" --name scale "${sweep[@]}" >"$T/submit.out" 2>"$T/submit.err" ||
   { cat "$T/submit.err"; exit 1; }
 # the end is polled every 0.1 s (submit --wait polls once a second: up to 1 s on a wall of 15 s)
-until [ "$("$bin/moetune" status --control "$cep" --json 2>/dev/null | jq -r '.sweeps[0].state')" = done ]; do
+state=running
+while [ "$state" = running ] || [ -z "$state" ]; do
   sleep 0.1
+  state=$("$bin/moetune" status --control "$cep" --json 2>/dev/null |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["sweeps"][0]["state"])' 2>/dev/null)
 done
+[ "$state" = done ] || { echo "sweep ended $state"; exit 1; }
 t1=$(date +%s.%N)
 python3 - "$db" "$n" "$t0" "$t1" <<'PY'
 import sqlite3, sys
