@@ -40,8 +40,10 @@ static int open_socket(cli_client_t *c, char *err, size_t errlen) {
 
 static void no_answer(const cli_client_t *c, char *err, size_t errlen) {
     if (c->curve)
-        mt_fmt(err, errlen, "no coordinator answering at %s (CURVE is on: authentication may have failed; "
-               "check --curve-secret, --curve-server and the coordinator's allow-list)", c->endpoint);
+        mt_fmt(err, errlen,
+               "no coordinator answering at %s (CURVE is on: authentication may have failed; "
+               "check --curve-secret, --curve-server and the coordinator's allow-list)",
+               c->endpoint);
     else
         mt_fmt(err, errlen, "no coordinator answering at %s", c->endpoint);
 }
@@ -92,8 +94,8 @@ void cli_client_set_timeout(cli_client_t *c, int timeout_ms) {
     if (c && timeout_ms > 0) c->timeout_ms = timeout_ms;
 }
 
-int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply,
-                    int *error_code, char *err, size_t errlen) {
+int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply, int *error_code,
+                    char *err, size_t errlen) {
     *reply = NULL;
     if (error_code) *error_code = 0;
     if (!c->sock && open_socket(c, err, errlen) != MT_OK) return MT_ERR;

@@ -24,8 +24,8 @@ int cli_client_new(const char *endpoint, int timeout_ms, cli_client_t **out, cha
  * answering at EP" on timeout (the socket is then replaced, so a late reply cannot be
  * taken for the next one); MT_ERR with the coordinator's Error text (code in
  * *error_code when not NULL) or a protocol problem in err. */
-int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply,
-                    int *error_code, char *err, size_t errlen);
+int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply, int *error_code,
+                    char *err, size_t errlen);
 
 /* Asks for the status of one sweep (0 = all); *reply is a StatusReply envelope the caller
  * frees with wire_free(). Errors as cli_client_call. */

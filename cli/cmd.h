@@ -26,16 +26,15 @@ typedef struct {
 
 /* Every option of every command lands here; a command reads the ones it lists. */
 typedef struct {
-    const char *control, *db, *out, *shape, *status, *backend, *gpus, *sim_time_scale,
-        *sim_faults, *log_level, *curve_secret, *curve_server, *key_name, *kernel, *python, *engine, *model,
-        *dtype, *doctor_shape;
+    const char *control, *db, *out, *shape, *status, *backend, *gpus, *sim_time_scale, *sim_faults, *log_level,
+        *curve_secret, *curve_server, *key_name, *kernel, *python, *engine, *model, *dtype, *doctor_shape;
     uint32_t timeout_ms, batch_size, limit, workers, helper_mem_mb, tp, ep;
     uint64_t sweep;
     bool wait, json, best, keep_temp, fresh, keep_settings, compare_routing, near_ties;
-    const char *sweeps;    /* export: --sweeps A,B */
+    const char *sweeps; /* export: --sweeps A,B */
     bool latest, partial, force;
-    cli_spec_t *spec;      /* set for commands that take spec options */
-    bool spec_given;       /* at least one spec option was given */
+    cli_spec_t *spec; /* set for commands that take spec options */
+    bool spec_given;  /* at least one spec option was given */
     const char *pos[4];
     size_t n_pos;
     /* history, diff, report, submit --compare-to */
@@ -49,23 +48,22 @@ typedef int (*cli_run_fn)(const cli_cmd_t *cmd, cli_opts_t *o);
 
 struct cli_cmd {
     const char *name;
-    const char *args;      /* usage after the options, e.g. "FILE M" */
+    const char *args; /* usage after the options, e.g. "FILE M" */
     const char *summary;
-    const char *details;   /* extra help paragraph, or NULL */
-    const cli_opt_t *const *opts;  /* NULL-terminated */
-    bool spec;             /* accepts the spec options */
+    const char *details;          /* extra help paragraph, or NULL */
+    const cli_opt_t *const *opts; /* NULL-terminated */
+    bool spec;                    /* accepts the spec options */
     size_t min_pos, max_pos;
     cli_run_fn run;
 };
 
 /* Shared option definitions. */
-extern const cli_opt_t opt_control, opt_timeout, opt_sweep, opt_wait, opt_json, opt_db, opt_out,
-    opt_shape_filter, opt_batch_size, opt_status, opt_best, opt_compare_routing, opt_near_ties, opt_limit, opt_backend, opt_workers,
-    opt_gpus, opt_sim_time_scale, opt_sim_faults, opt_log_level, opt_keep_temp, opt_curve_secret,
-    opt_curve_server, opt_key_out, opt_key_name, opt_kernel, opt_python, opt_helper_mem_mb, opt_engine,
-    opt_engine_doctor, opt_model, opt_tp, opt_ep, opt_dtype, opt_doctor_shape, opt_fresh, opt_keep_settings,
-    opt_sweeps, opt_latest,
-    opt_partial, opt_force;
+extern const cli_opt_t opt_control, opt_timeout, opt_sweep, opt_wait, opt_json, opt_db, opt_out, opt_shape_filter,
+    opt_batch_size, opt_status, opt_best, opt_compare_routing, opt_near_ties, opt_limit, opt_backend, opt_workers,
+    opt_gpus, opt_sim_time_scale, opt_sim_faults, opt_log_level, opt_keep_temp, opt_curve_secret, opt_curve_server,
+    opt_key_out, opt_key_name, opt_kernel, opt_python, opt_helper_mem_mb, opt_engine, opt_engine_doctor, opt_model,
+    opt_tp, opt_ep, opt_dtype, opt_doctor_shape, opt_fresh, opt_keep_settings, opt_sweeps, opt_latest, opt_partial,
+    opt_force;
 
 /* history, diff, report, submit --compare-to (cmd_common.c) */
 extern const cli_opt_t opt_device_filter, opt_backend_filter, opt_threshold, opt_compare_to, opt_nightly_db,
@@ -114,8 +112,8 @@ int cli_export(const cli_cmd_t *cmd, const struct exp_opts_s *eo, bool json);
 /* cli_export of one sweep (finished and fully covered: no --partial; force replaces entries
  * by slower-measured ones, as `tune --fresh` asks), into
  * OUT/<compiler>/ when engine is NULL, else as "sglang" or "vllm" lay them out. */
-int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine,
-                   bool json, bool force);
+int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine, bool json,
+                   bool force);
 
 /* submit --compare-to: checks the options (an exit code, MT_EXIT_OK when fine), and after
  * the wait diffs the sweep against the previous one and exports when nothing regressed.
@@ -131,11 +129,11 @@ int cli_wait_sweeps(const cli_cmd_t *cmd, struct cli_client *c, uint64_t sweep, 
 /* How cli_follow runs; all zero (or a NULL pointer) is the plain wait of submit/status --wait. */
 struct cli_progress;
 typedef struct {
-    uint32_t poll_ms;        /* between status calls */
-    bool retry;              /* a failed status call, or no such sweep yet, is asked again */
-    uint32_t stop_grace_ms;  /* after an interrupt, wait this long for a sweep whose every result
+    uint32_t poll_ms;       /* between status calls */
+    bool retry;             /* a failed status call, or no such sweep yet, is asked again */
+    uint32_t stop_grace_ms; /* after an interrupt, wait this long for a sweep whose every result
                               * is committed to be marked done; 0: end at once */
-    bool quiet_end;          /* a sweep that ended other than done: leave saying so to the caller */
+    bool quiet_end;         /* a sweep that ended other than done: leave saying so to the caller */
     /* Called each round before the status call with r NULL (not after an interrupt), and
      * after each status of a sweep still running with r; returns MT_EXIT_OK to go on, else
      * the exit code that ends the wait (the progress line is ended first). */
@@ -144,8 +142,8 @@ typedef struct {
 } cli_follow_t;
 
 typedef struct {
-    char state[16];          /* the followed sweep's last state; "" when unknown */
-    bool interrupted;        /* mt_stop_requested ended the wait */
+    char state[16];   /* the followed sweep's last state; "" when unknown */
+    bool interrupted; /* mt_stop_requested ended the wait */
 } cli_follow_end_t;
 
 /* The follow loop of tune, submit --wait and status --wait: polls the status of sweep

@@ -6,55 +6,98 @@
 #include "mt.h"
 
 #define OFF(f) offsetof(cli_opts_t, f)
-const cli_opt_t opt_control = {"control", OPT_STR, OFF(control), "EP", "coordinator control endpoint (e.g. tcp://127.0.0.1:5556)"};
+const cli_opt_t opt_control = {"control", OPT_STR, OFF(control), "EP",
+                               "coordinator control endpoint (e.g. tcp://127.0.0.1:5556)"};
 const cli_opt_t opt_timeout = {"timeout-ms", OPT_U32, OFF(timeout_ms), "MS", "reply timeout (default 5000)"};
 const cli_opt_t opt_sweep = {"sweep", OPT_U64, OFF(sweep), "ID", "only this sweep"};
 const cli_opt_t opt_wait = {"wait", OPT_FLAG, OFF(wait), NULL, "block until the sweep(s) finish, showing progress"};
 const cli_opt_t opt_json = {"json", OPT_FLAG, OFF(json), NULL, "machine-readable JSON output"};
 const cli_opt_t opt_db = {"db", OPT_STR, OFF(db), "FILE", "SQLite database"};
 const cli_opt_t opt_out = {"out", OPT_STR, OFF(out), "DIR", "directory for the config files"};
-const cli_opt_t opt_shape_filter = {"shape", OPT_STR, OFF(shape), "E=..,N=..[,K=..][,topk=..][,dtype=..]", "only this shape (fields given must match)"};
+const cli_opt_t opt_shape_filter = {"shape", OPT_STR, OFF(shape), "E=..,N=..[,K=..][,topk=..][,dtype=..]",
+                                    "only this shape (fields given must match)"};
 const cli_opt_t opt_batch_size = {"batch-size", OPT_U32, OFF(batch_size), "M", "only this batch size"};
-const cli_opt_t opt_status = {"status", OPT_STR, OFF(status), "ok|invalid|compile_error|launch_error|wrong_result|timeout|crashed|pruned", "only results with this status"};
-const cli_opt_t opt_compare_routing = {"compare-routing", OPT_FLAG, OFF(compare_routing), NULL, "per config and batch size measured on both: the median on uniform and on captured routing, and their ratio"};
-const cli_opt_t opt_near_ties = {"near-ties", OPT_FLAG, OFF(near_ties), NULL, "per sweep (or --sweep N), the picks within noise of their runner-up: (runner-up - best) / sqrt(sd_best^2 + sd_runner-up^2) under 1, as the manifest flags them"};
-const cli_opt_t opt_best = {"best", OPT_FLAG, OFF(best), NULL, "only the lowest-median ok config per (shape, batch size)"};
+const cli_opt_t opt_status = {"status", OPT_STR, OFF(status),
+                              "ok|invalid|compile_error|launch_error|wrong_result|timeout|crashed|pruned",
+                              "only results with this status"};
+const cli_opt_t opt_compare_routing = {
+    "compare-routing", OPT_FLAG, OFF(compare_routing), NULL,
+    "per config and batch size measured on both: the median on uniform and on captured routing, and their ratio"};
+const cli_opt_t opt_near_ties = {"near-ties", OPT_FLAG, OFF(near_ties), NULL,
+                                 "per sweep (or --sweep N), the picks within noise of their runner-up: (runner-up - "
+                                 "best) / sqrt(sd_best^2 + sd_runner-up^2) under 1, as the manifest flags them"};
+const cli_opt_t opt_best = {"best", OPT_FLAG, OFF(best), NULL,
+                            "only the lowest-median ok config per (shape, batch size)"};
 const cli_opt_t opt_limit = {"limit", OPT_U32, OFF(limit), "N", "at most N rows"};
-const cli_opt_t opt_backend = {"backend", OPT_STR, OFF(backend), "sim|cuda|triton", "measurement backend (default cuda)"};
+const cli_opt_t opt_backend = {"backend", OPT_STR, OFF(backend), "sim|cuda|triton",
+                               "measurement backend (default cuda)"};
 const cli_opt_t opt_workers = {"workers", OPT_U32, OFF(workers), "N", "sim workers to run (default 4)"};
-const cli_opt_t opt_gpus = {"gpus", OPT_STR, OFF(gpus), "0,1,..", "cuda, triton: GPUs to use, one worker each (default all)"};
-const cli_opt_t opt_sim_time_scale = {"sim-time-scale", OPT_STR, OFF(sim_time_scale), "X", "sim: sleep X times the simulated time (0 = instant)"};
-const cli_opt_t opt_sim_faults = {"sim-faults", OPT_STR, OFF(sim_faults), "SPEC", "sim: fault injection, passed to the workers"};
-const cli_opt_t opt_kernel = {"kernel", OPT_STR, OFF(kernel), "sglang|vllm|moetune", "triton: the kernel to tune (default moetune)"};
-const cli_opt_t opt_python = {"python", OPT_STR, OFF(python), "PATH", "the interpreter with torch, Triton and the engine (default python3 on PATH)"};
-const cli_opt_t opt_helper_mem_mb = {"helper-mem-mb", OPT_U32, OFF(helper_mem_mb), "N", "triton: helper resident memory limit, MiB (default 65536)"};
-const cli_opt_t opt_log_level = {"log-level", OPT_STR, OFF(log_level), "LEVEL", "log level of the coordinator and workers (default info)"};
-const cli_opt_t opt_curve_secret = {"curve-secret", OPT_STR, OFF(curve_secret), "FILE", "CURVE: this client's key pair (.key, from moetune keygen)"};
-const cli_opt_t opt_curve_server = {"curve-server", OPT_STR, OFF(curve_server), "FILE", "CURVE: the coordinator's public key (.pub)"};
+const cli_opt_t opt_gpus = {"gpus", OPT_STR, OFF(gpus), "0,1,..",
+                            "cuda, triton: GPUs to use, one worker each (default all)"};
+const cli_opt_t opt_sim_time_scale = {"sim-time-scale", OPT_STR, OFF(sim_time_scale), "X",
+                                      "sim: sleep X times the simulated time (0 = instant)"};
+const cli_opt_t opt_sim_faults = {"sim-faults", OPT_STR, OFF(sim_faults), "SPEC",
+                                  "sim: fault injection, passed to the workers"};
+const cli_opt_t opt_kernel = {"kernel", OPT_STR, OFF(kernel), "sglang|vllm|moetune",
+                              "triton: the kernel to tune (default moetune)"};
+const cli_opt_t opt_python = {"python", OPT_STR, OFF(python), "PATH",
+                              "the interpreter with torch, Triton and the engine (default python3 on PATH)"};
+const cli_opt_t opt_helper_mem_mb = {"helper-mem-mb", OPT_U32, OFF(helper_mem_mb), "N",
+                                     "triton: helper resident memory limit, MiB (default 65536)"};
+const cli_opt_t opt_log_level = {"log-level", OPT_STR, OFF(log_level), "LEVEL",
+                                 "log level of the coordinator and workers (default info)"};
+const cli_opt_t opt_curve_secret = {"curve-secret", OPT_STR, OFF(curve_secret), "FILE",
+                                    "CURVE: this client's key pair (.key, from moetune keygen)"};
+const cli_opt_t opt_curve_server = {"curve-server", OPT_STR, OFF(curve_server), "FILE",
+                                    "CURVE: the coordinator's public key (.pub)"};
 const cli_opt_t opt_key_out = {"out", OPT_STR, OFF(out), "DIR", "directory for the key files (created)"};
-const cli_opt_t opt_key_name = {"name", OPT_STR, OFF(key_name), "NAME", "file name stem: NAME.key and NAME.pub (default the host name)"};
-const cli_opt_t opt_engine = {"engine", OPT_STR, OFF(engine), "sglang|vllm", "lay out and name the files as this engine finds them (triton results only; tune: sglang,vllm exports both)"};
+const cli_opt_t opt_key_name = {"name", OPT_STR, OFF(key_name), "NAME",
+                                "file name stem: NAME.key and NAME.pub (default the host name)"};
+const cli_opt_t opt_engine = {
+    "engine", OPT_STR, OFF(engine), "sglang|vllm",
+    "lay out and name the files as this engine finds them (triton results only; tune: sglang,vllm exports both)"};
 const cli_opt_t opt_engine_doctor = {"engine", OPT_STR, OFF(engine), "sglang|vllm", "the engine to check (required)"};
-const cli_opt_t opt_model = {"model", OPT_STR, OFF(model), "NAME", "model preset (see moetune --help); with --tp [--ep]"};
+const cli_opt_t opt_model = {"model", OPT_STR, OFF(model), "NAME",
+                             "model preset (see moetune --help); with --tp [--ep]"};
 const cli_opt_t opt_tp = {"tp", OPT_U32, OFF(tp), "N", "tensor parallel size of --model (default 1)"};
 const cli_opt_t opt_ep = {"ep", OPT_U32, OFF(ep), "N", "expert parallel size of --model (default 1)"};
 const cli_opt_t opt_dtype = {"dtype", OPT_STR, OFF(dtype), "bf16|fp8_w8a8", "dtype of --model (default bf16)"};
-const cli_opt_t opt_doctor_shape = {"shape", OPT_STR, OFF(doctor_shape), "E=..,N=..,K=..,topk=..[,dtype=..][,block_shape=NxK]", "the shape, instead of --model"};
-const cli_opt_t opt_fresh = {"fresh", OPT_FLAG, OFF(fresh), NULL, "measure anew: never resume or reuse an earlier sweep of these shapes"};
-const cli_opt_t opt_keep_settings = {"keep-settings", OPT_FLAG, OFF(keep_settings), NULL, "resume (or reuse) the earlier sweep of these shapes with its own settings"};
-const cli_opt_t opt_sweeps = {"sweeps", OPT_STR, OFF(sweeps), "A,B,..", "merge these sweeps: per batch size the best of them"};
-const cli_opt_t opt_latest = {"latest", OPT_FLAG, OFF(latest), NULL, "per file, only the newest sweep that measured it"};
-const cli_opt_t opt_partial = {"partial", OPT_FLAG, OFF(partial), NULL, "also write files of unfinished or incompletely measured sweeps (marked partial)"};
-const cli_opt_t opt_force = {"force", OPT_FLAG, OFF(force), NULL, "replace entries by configs measured slower than the file's"};
-const cli_opt_t opt_keep_temp = {"keep-temp", OPT_FLAG, OFF(keep_temp), NULL, "keep the run directory with the processes' logs"};
-const cli_opt_t opt_device_filter = {"device", OPT_STR, OFF(device), "NAME", "only results of this device name (as stored, e.g. 'NVIDIA H200')"};
-const cli_opt_t opt_backend_filter = {"backend", OPT_STR, OFF(backend), "sim|cuda|triton", "only results of this backend"};
-const cli_opt_t opt_threshold = {"threshold", OPT_STR, OFF(threshold), "PCT", "a slowdown beyond noise counts as a regression above PCT % (default 3)"};
-const cli_opt_t opt_compare_to = {"compare-to", OPT_STR, OFF(compare_to), "last|ID", "with --wait: diff the finished sweep against the previous done sweep of the same spec on the same device (last) or sweep ID; export only when nothing regressed"};
-const cli_opt_t opt_nightly_db = {"db", OPT_STR, OFF(db), "FILE", "with --compare-to: the coordinator's database, read for the diff and the export"};
-const cli_opt_t opt_nightly_out = {"out", OPT_STR, OFF(out), "DIR", "with --compare-to: export the sweep's config files here when nothing regressed"};
-const cli_opt_t opt_force_export = {"force", OPT_FLAG, OFF(force_export), NULL, "with --compare-to: export even when a regression was found (the exit code is still 3)"};
-const cli_opt_t opt_heatmap_m = {"heatmap-m", OPT_U32, OFF(heatmap_m), "M", "batch size of the BLOCK_SIZE_M x BLOCK_SIZE_N heat map (default the sweep's batch size nearest 256)"};
+const cli_opt_t opt_doctor_shape = {"shape", OPT_STR, OFF(doctor_shape),
+                                    "E=..,N=..,K=..,topk=..[,dtype=..][,block_shape=NxK]",
+                                    "the shape, instead of --model"};
+const cli_opt_t opt_fresh = {"fresh", OPT_FLAG, OFF(fresh), NULL,
+                             "measure anew: never resume or reuse an earlier sweep of these shapes"};
+const cli_opt_t opt_keep_settings = {"keep-settings", OPT_FLAG, OFF(keep_settings), NULL,
+                                     "resume (or reuse) the earlier sweep of these shapes with its own settings"};
+const cli_opt_t opt_sweeps = {"sweeps", OPT_STR, OFF(sweeps), "A,B,..",
+                              "merge these sweeps: per batch size the best of them"};
+const cli_opt_t opt_latest = {"latest", OPT_FLAG, OFF(latest), NULL,
+                              "per file, only the newest sweep that measured it"};
+const cli_opt_t opt_partial = {"partial", OPT_FLAG, OFF(partial), NULL,
+                               "also write files of unfinished or incompletely measured sweeps (marked partial)"};
+const cli_opt_t opt_force = {"force", OPT_FLAG, OFF(force), NULL,
+                             "replace entries by configs measured slower than the file's"};
+const cli_opt_t opt_keep_temp = {"keep-temp", OPT_FLAG, OFF(keep_temp), NULL,
+                                 "keep the run directory with the processes' logs"};
+const cli_opt_t opt_device_filter = {"device", OPT_STR, OFF(device), "NAME",
+                                     "only results of this device name (as stored, e.g. 'NVIDIA H200')"};
+const cli_opt_t opt_backend_filter = {"backend", OPT_STR, OFF(backend), "sim|cuda|triton",
+                                      "only results of this backend"};
+const cli_opt_t opt_threshold = {"threshold", OPT_STR, OFF(threshold), "PCT",
+                                 "a slowdown beyond noise counts as a regression above PCT % (default 3)"};
+const cli_opt_t opt_compare_to = {"compare-to", OPT_STR, OFF(compare_to), "last|ID",
+                                  "with --wait: diff the finished sweep against the previous done sweep of the same "
+                                  "spec on the same device (last) or sweep ID; export only when nothing regressed"};
+const cli_opt_t opt_nightly_db = {"db", OPT_STR, OFF(db), "FILE",
+                                  "with --compare-to: the coordinator's database, read for the diff and the export"};
+const cli_opt_t opt_nightly_out = {"out", OPT_STR, OFF(out), "DIR",
+                                   "with --compare-to: export the sweep's config files here when nothing regressed"};
+const cli_opt_t opt_force_export = {
+    "force", OPT_FLAG, OFF(force_export), NULL,
+    "with --compare-to: export even when a regression was found (the exit code is still 3)"};
+const cli_opt_t opt_heatmap_m = {
+    "heatmap-m", OPT_U32, OFF(heatmap_m), "M",
+    "batch size of the BLOCK_SIZE_M x BLOCK_SIZE_N heat map (default the sweep's batch size nearest 256)"};
 const cli_opt_t opt_report_out = {"o", OPT_STR, OFF(out), "FILE", "the HTML file to write"};
 
 int cli_usage(const cli_cmd_t *cmd, const char *msg) {
@@ -75,14 +118,17 @@ static const cli_opt_t *find(const cli_cmd_t *cmd, const char *flag) {
 
 static void print_opt(FILE *out, const char *flag, const char *metavar, const char *help) {
     char left[128];
-    snprintf(left, sizeof left, "%s%s%s%s", strlen(flag) == 1 ? "-" : "--", flag, metavar ? " " : "", metavar ? metavar : "");
-    if (strlen(left) > 28) fprintf(out, "  %s\n  %-28s  %s\n", left, "", help);
-    else fprintf(out, "  %-28s  %s\n", left, help);
+    snprintf(left, sizeof left, "%s%s%s%s", strlen(flag) == 1 ? "-" : "--", flag, metavar ? " " : "",
+             metavar ? metavar : "");
+    if (strlen(left) > 28)
+        fprintf(out, "  %s\n  %-28s  %s\n", left, "", help);
+    else
+        fprintf(out, "  %-28s  %s\n", left, help);
 }
 
 void cli_print_help(const cli_cmd_t *cmd, FILE *out) {
-    fprintf(out, "usage: moetune %s [options]%s%s\n\n%s\n", cmd->name, cmd->args ? " " : "",
-            cmd->args ? cmd->args : "", cmd->summary);
+    fprintf(out, "usage: moetune %s [options]%s%s\n\n%s\n", cmd->name, cmd->args ? " " : "", cmd->args ? cmd->args : "",
+            cmd->summary);
     if (cmd->details) fprintf(out, "\n%s\n", cmd->details);
     fprintf(out, "\noptions:\n");
     for (size_t i = 0; cmd->opts && cmd->opts[i]; i++)
@@ -152,31 +198,31 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, bool *
         }
         void *dst = (char *)o + opt->off;
         switch (opt->type) {
-        case OPT_STR:
-            if (!*val) {
-                mt_fmt(err, errlen, "--%s: empty value", flag);
-                return MT_INVAL;
+            case OPT_STR:
+                if (!*val) {
+                    mt_fmt(err, errlen, "--%s: empty value", flag);
+                    return MT_INVAL;
+                }
+                *(const char **)dst = val;
+                break;
+            case OPT_U32:
+                if (mt_parse_u32(val, 1, UINT32_MAX, dst) != MT_OK) {
+                    mt_fmt(err, errlen, "--%s %s: not a positive integer", flag, val);
+                    return MT_INVAL;
+                }
+                break;
+            case OPT_U64: {
+                uint64_t v;
+                if (mt_parse_u64(val, &v) != MT_OK || v == 0) {
+                    mt_fmt(err, errlen, "--%s %s: not a positive integer", flag, val);
+                    return MT_INVAL;
+                }
+                *(uint64_t *)dst = v;
+                break;
             }
-            *(const char **)dst = val;
-            break;
-        case OPT_U32:
-            if (mt_parse_u32(val, 1, UINT32_MAX, dst) != MT_OK) {
-                mt_fmt(err, errlen, "--%s %s: not a positive integer", flag, val);
-                return MT_INVAL;
-            }
-            break;
-        case OPT_U64: {
-            uint64_t v;
-            if (mt_parse_u64(val, &v) != MT_OK || v == 0) {
-                mt_fmt(err, errlen, "--%s %s: not a positive integer", flag, val);
-                return MT_INVAL;
-            }
-            *(uint64_t *)dst = v;
-            break;
-        }
-        case OPT_FLAG:
-            *(bool *)dst = true;
-            break;
+            case OPT_FLAG:
+                *(bool *)dst = true;
+                break;
         }
     }
     if (o->n_pos < cmd->min_pos) {

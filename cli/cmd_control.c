@@ -87,8 +87,10 @@ int cli_follow(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json,
         if (r) {
             bool all_done = true, any_bad = false;
             for (size_t i = 0; i < r->n_sweeps; i++) {
-                if (!cli_sweep_finished(r->sweeps[i]->state)) all_done = false;
-                else if (!wire_sweep_is(r->sweeps[i]->state, WIRE_SWEEP_DONE)) any_bad = true;
+                if (!cli_sweep_finished(r->sweeps[i]->state))
+                    all_done = false;
+                else if (!wire_sweep_is(r->sweeps[i]->state, WIRE_SWEEP_DONE))
+                    any_bad = true;
             }
             cli_progress_storage(prog, r->counters);
             if (r->n_sweeps == 1) {
@@ -96,8 +98,7 @@ int cli_follow(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json,
                 snprintf(end->state, sizeof end->state, "%s", st->state ? st->state : "");
                 if (all_done) {
                     cli_progress_finish(prog, st, cli_live_workers(r));
-                } else if (stop && cli_progress_complete(st) &&
-                           mt_now_ms() - stop_ms < f->stop_grace_ms) {
+                } else if (stop && cli_progress_complete(st) && mt_now_ms() - stop_ms < f->stop_grace_ms) {
                     /* An interrupt after the last commit: the sweep is about to be marked done,
                      * and waiting for that keeps the export. */
                     usleep(50 * 1000);
@@ -190,7 +191,11 @@ out:
 
 /* Length of the valid UTF-8 sequence at p (at most n bytes), 0 when it is not one. */
 static size_t utf8_seq(const unsigned char *p, size_t n) {
-    size_t len = p[0] < 0x80 ? 1 : (p[0] & 0xE0) == 0xC0 ? 2 : (p[0] & 0xF0) == 0xE0 ? 3 : (p[0] & 0xF8) == 0xF0 ? 4 : 0;
+    size_t len = p[0] < 0x80             ? 1
+                 : (p[0] & 0xE0) == 0xC0 ? 2
+                 : (p[0] & 0xF0) == 0xE0 ? 3
+                 : (p[0] & 0xF8) == 0xF0 ? 4
+                                         : 0;
     if (len == 0 || len > n) return 0;
     uint32_t cp = len == 1 ? p[0] : len == 2 ? (p[0] & 0x1Fu) : len == 3 ? (p[0] & 0x0Fu) : (p[0] & 0x07u);
     for (size_t i = 1; i < len; i++) {
@@ -241,14 +246,14 @@ static double snapshot_eta(const Moetune__SweepStatus *s) {
 }
 
 static json_t *sweep_json(const Moetune__SweepStatus *s) {
-    json_t *o = json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:f, s:I}", "sweep",
-                     (json_int_t)s->sweep_id, "name", json_text(s->name), "state",
-                     s->state ? s->state : "", "results_planned", (json_int_t)s->results_planned,
-                     "results_done", (json_int_t)s->results_done, "results_failed",
-                     (json_int_t)s->results_failed, "results_pruned", (json_int_t)s->results_pruned, "timed_s", s->timed_s, "gpu_busy", s->gpu_busy, "jobs_total", (int)s->jobs_total, "jobs_pending",
-                     (int)s->jobs_pending, "jobs_leased", (int)s->jobs_leased, "jobs_done",
-                     (int)s->jobs_done, "jobs_failed", (int)s->jobs_failed, "rate", s->rate,
-                     "created", (json_int_t)s->created_s);
+    json_t *o =
+        json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:f, s:I}", "sweep",
+                  (json_int_t)s->sweep_id, "name", json_text(s->name), "state", s->state ? s->state : "",
+                  "results_planned", (json_int_t)s->results_planned, "results_done", (json_int_t)s->results_done,
+                  "results_failed", (json_int_t)s->results_failed, "results_pruned", (json_int_t)s->results_pruned,
+                  "timed_s", s->timed_s, "gpu_busy", s->gpu_busy, "jobs_total", (int)s->jobs_total, "jobs_pending",
+                  (int)s->jobs_pending, "jobs_leased", (int)s->jobs_leased, "jobs_done", (int)s->jobs_done,
+                  "jobs_failed", (int)s->jobs_failed, "rate", s->rate, "created", (json_int_t)s->created_s);
     if (o) json_object_set_new(o, "eta_s", cli_progress_eta_json(s, snapshot_eta(s)));
     if (o) cli_progress_json_phase(o, s);
     return o;
@@ -256,12 +261,11 @@ static json_t *sweep_json(const Moetune__SweepStatus *s) {
 
 static json_t *worker_json(const Moetune__WorkerInfo *w) {
     const Moetune__Gpu *g = w->gpu;
-    return json_pack("{s:o, s:o, s:i, s:o, s:o, s:o, s:s, s:i, s:I, s:I}", "worker",
-                     json_text(w->worker_id), "host", json_text(w->host), "pid",
-                     (int)w->pid, "backend", json_text(w->backend), "gpu",
+    return json_pack("{s:o, s:o, s:i, s:o, s:o, s:o, s:s, s:i, s:I, s:I}", "worker", json_text(w->worker_id), "host",
+                     json_text(w->host), "pid", (int)w->pid, "backend", json_text(w->backend), "gpu",
                      json_text(g ? g->name : NULL), "gpu_uuid", json_text(g ? g->uuid : NULL), "state",
-                     w->state ? w->state : "", "jobs_leased", (int)w->jobs_leased, "results",
-                     (json_int_t)w->results, "last_seen_ms", (json_int_t)w->last_seen_ms);
+                     w->state ? w->state : "", "jobs_leased", (int)w->jobs_leased, "results", (json_int_t)w->results,
+                     "last_seen_ms", (json_int_t)w->last_seen_ms);
 }
 
 static void print_json(json_t *v) {
@@ -283,11 +287,9 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
                                           (json_int_t)c->bad_messages, "rejected_results",
                                           (json_int_t)c->rejected_results, "results_committed",
                                           (json_int_t)c->results_committed, "requeued_jobs",
-                                          (json_int_t)c->requeued_jobs, "dead_workers",
-                                          (json_int_t)c->dead_workers, "commit_failures",
-                                          (json_int_t)c->commit_failures, "storage_error",
-                                          "", "results_unacked",
-                                          (json_int_t)c->results_unacked));
+                                          (json_int_t)c->requeued_jobs, "dead_workers", (json_int_t)c->dead_workers,
+                                          "commit_failures", (json_int_t)c->commit_failures, "storage_error", "",
+                                          "results_unacked", (json_int_t)c->results_unacked));
         if (c) /* sqlite's text can quote a path, which may be any bytes */
             json_object_set_new(json_object_get(root, "counters"), "storage_error", json_text(c->storage_error));
         if (c)
@@ -296,19 +298,21 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         print_json(root);
         return;
     }
-    printf("%-6s %-32s %-9s %21s %8s %19s %9s %8s\n", "SWEEP", "NAME", "STATE", "RESULTS DONE/PLANNED",
-           "FAILED", "JOBS P/L/D/F", "RATE/s", "ETA");
+    printf("%-6s %-32s %-9s %21s %8s %19s %9s %8s\n", "SWEEP", "NAME", "STATE", "RESULTS DONE/PLANNED", "FAILED",
+           "JOBS P/L/D/F", "RATE/s", "ETA");
     for (size_t i = 0; i < r->n_sweeps; i++) {
         const Moetune__SweepStatus *s = r->sweeps[i];
         char res[48], jobs[48], eta[32];
         snprintf(res, sizeof res, "%llu/%llu", (unsigned long long)s->results_done,
                  (unsigned long long)s->results_planned);
         snprintf(jobs, sizeof jobs, "%u/%u/%u/%u", s->jobs_pending, s->jobs_leased, s->jobs_done, s->jobs_failed);
-        if (cli_progress_complete(s)) snprintf(eta, sizeof eta, "0s");
-        else cli_progress_eta_text(snapshot_eta(s), eta, sizeof eta);
+        if (cli_progress_complete(s))
+            snprintf(eta, sizeof eta, "0s");
+        else
+            cli_progress_eta_text(snapshot_eta(s), eta, sizeof eta);
         printf("%-6llu %-32.32s %-9s %21s %8llu %19s %9.1f %8s\n", (unsigned long long)s->sweep_id,
-               s->name ? s->name : "", s->state ? s->state : "", res, (unsigned long long)s->results_failed,
-               jobs, s->rate, eta);
+               s->name ? s->name : "", s->state ? s->state : "", res, (unsigned long long)s->results_failed, jobs,
+               s->rate, eta);
     }
     if (r->n_sweeps == 0) printf("(no sweeps)\n");
     for (size_t i = 0; i < r->n_sweeps; i++) {
@@ -383,8 +387,8 @@ int cmd_workers(const cli_cmd_t *cmd, cli_opts_t *o) {
         for (size_t i = 0; i < r->n_workers; i++) json_array_append_new(arr, worker_json(r->workers[i]));
         print_json(json_pack("{s:o}", "workers", arr));
     } else {
-        printf("%-28s %-16s %7s %-7s %-24s %-6s %5s %9s %10s\n", "WORKER", "HOST", "PID", "BACKEND",
-               "GPU", "STATE", "JOBS", "RESULTS", "LAST SEEN");
+        printf("%-28s %-16s %7s %-7s %-24s %-6s %5s %9s %10s\n", "WORKER", "HOST", "PID", "BACKEND", "GPU", "STATE",
+               "JOBS", "RESULTS", "LAST SEEN");
         for (size_t i = 0; i < r->n_workers; i++) {
             const Moetune__WorkerInfo *w = r->workers[i];
             char seen[32];

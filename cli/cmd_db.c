@@ -17,9 +17,13 @@ int cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t 
     int rc = MT_OK;
     char *copy = strdup(text);
     if (!copy) return MT_NOMEM;
-    static const struct { const char *key; size_t off; } fields[] = {
-        {"E", offsetof(dbq_filter_t, e)}, {"N", offsetof(dbq_filter_t, n)},
-        {"K", offsetof(dbq_filter_t, k)}, {"topk", offsetof(dbq_filter_t, topk)}};
+    static const struct {
+        const char *key;
+        size_t off;
+    } fields[] = {{"E", offsetof(dbq_filter_t, e)},
+                  {"N", offsetof(dbq_filter_t, n)},
+                  {"K", offsetof(dbq_filter_t, k)},
+                  {"topk", offsetof(dbq_filter_t, topk)}};
     char *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(tok, '=');
@@ -59,7 +63,8 @@ static bool known_status(const char *name, char *list, size_t len) {
     size_t used = 0;
     int status;
     list[0] = '\0';
-#define X(st, text, failed) used += (size_t)snprintf(list + used, used < len ? len - used : 0, "%s%s", used ? ", " : "", text);
+#define X(st, text, failed)                                                                                            \
+    used += (size_t)snprintf(list + used, used < len ? len - used : 0, "%s%s", used ? ", " : "", text);
     WIRE_STATUSES(X)
 #undef X
     return wire_status_parse(name, &status) == MT_OK;
@@ -79,13 +84,12 @@ static int print_row(void *vctx, const dbq_result_t *r) {
         json_t *o = json_pack(
             "{s:I, s:I, s:{s:i, s:i, s:i, s:i, s:s}, s:I, s:o, s:i, s:s,"
             " s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:s, s:s, s:s, s:I}",
-            "result", (json_int_t)r->result_id, "sweep", (json_int_t)r->sweep_id, "shape", "E", (int)r->shape.e,
-            "N", (int)r->shape.n, "K", (int)r->shape.k, "topk", (int)r->shape.topk, "dtype", r->shape.dtype,
-            "config_id", (json_int_t)r->config_id, "config", cmp_config_json(&r->config),
-            "batch_size", (int)r->batch_size, "status", r->status, "median_us", r->median_us, "min_us", r->min_us,
-            "mean_us", r->mean_us, "stddev_us", r->stddev_us, "samples", (int)r->samples, "detail", r->detail,
-            "device", r->device_name, "backend", r->backend, "compiler", r->compiler, "worker", r->worker_id,
-            "created", (json_int_t)r->created);
+            "result", (json_int_t)r->result_id, "sweep", (json_int_t)r->sweep_id, "shape", "E", (int)r->shape.e, "N",
+            (int)r->shape.n, "K", (int)r->shape.k, "topk", (int)r->shape.topk, "dtype", r->shape.dtype, "config_id",
+            (json_int_t)r->config_id, "config", cmp_config_json(&r->config), "batch_size", (int)r->batch_size, "status",
+            r->status, "median_us", r->median_us, "min_us", r->min_us, "mean_us", r->mean_us, "stddev_us", r->stddev_us,
+            "samples", (int)r->samples, "detail", r->detail, "device", r->device_name, "backend", r->backend,
+            "compiler", r->compiler, "worker", r->worker_id, "created", (json_int_t)r->created);
         if (o) {
             json_object_set_new(o, "up_us", json_real(r->up_us));
             json_object_set_new(o, "down_us", json_real(r->down_us));
@@ -112,7 +116,7 @@ static int print_row(void *vctx, const dbq_result_t *r) {
 
 /* --compare-routing: one cell per (shape without its routing, config, batch size). */
 typedef struct {
-    krn_shape_t shape;      /* routing cleared */
+    krn_shape_t shape; /* routing cleared */
     uint64_t config_id;
     krn_config_t config;
     uint32_t bs;
@@ -179,8 +183,8 @@ static int print_compare(const cmp_t *c, bool json) {
         if (json) {
             json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:s, s:i, s:f, s:f, s:f, s:s}", "shape", shape, "K",
                                   (int)x->shape.k, "topk", (int)x->shape.topk, "config_id", (json_int_t)x->config_id,
-                                  "config", cfg, "batch_size", (int)x->bs, "uniform_us", x->uniform_us,
-                                  "captured_us", x->captured_us, "ratio", ratio, "routing", x->routing);
+                                  "config", cfg, "batch_size", (int)x->bs, "uniform_us", x->uniform_us, "captured_us",
+                                  x->captured_us, "ratio", ratio, "routing", x->routing);
             char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
             if (s) printf("%s\n", s);
             free(s);
@@ -279,8 +283,8 @@ static int near_ties(const cli_cmd_t *cmd, dbq_t *q, uint64_t sweep, bool json) 
     free(v.ids);
     if (rc == MT_NOMEM) mt_fmt(err, sizeof err, "out of memory");
     if (rc != MT_OK) return cli_fail(cmd, err);
-    if (!json && t.shown == 0) printf("(no near ties: every pick leads its runner-up by %g deviation or more)\n",
-                                      EXP_NEAR_TIE_SD);
+    if (!json && t.shown == 0)
+        printf("(no near ties: every pick leads its runner-up by %g deviation or more)\n", EXP_NEAR_TIE_SD);
     return MT_EXIT_OK;
 }
 
@@ -343,8 +347,8 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
             char path[1100];
             snprintf(path, sizeof path, "%s/%s", eo.out_dir, f->path);
             json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:b, s:b}", "file", path, "state", exp_state_name(f->state),
-                                  "entries", (int)f->entries, "changed", (int)f->changed, "simulated", f->simulated != 0,
-                                  "partial", f->partial);
+                                  "entries", (int)f->entries, "changed", (int)f->changed, "simulated",
+                                  f->simulated != 0, "partial", f->partial);
             if (j && f->partial) json_object_set_new(j, "coverage", json_string(f->coverage));
             char *t = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
             if (t) printf("%s\n", t);
@@ -358,16 +362,17 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
         printf("\n");
     }
     if (rc != MT_OK && rep.n_files)
-        fprintf(stderr, "moetune %s: the %zu file(s) listed above were exported before the error\n", cmd->name, rep.n_files);
+        fprintf(stderr, "moetune %s: the %zu file(s) listed above were exported before the error\n", cmd->name,
+                rep.n_files);
     exp_report_clear(&rep);
     if (rc != MT_OK) return cli_fail(cmd, err);
     return MT_EXIT_OK;
 }
 
-int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine,
-                   bool json, bool force) {
-    exp_opts_t eo = {.db_path = db, .out_dir = out, .sweep_id = sweep, .changes = json ? stderr : stdout,
-                     .force = force};
+int cli_run_export(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine, bool json,
+                   bool force) {
+    exp_opts_t eo = {
+        .db_path = db, .out_dir = out, .sweep_id = sweep, .changes = json ? stderr : stdout, .force = force};
     if (engine && exp_engine_parse(engine, &eo.engine) != MT_OK)
         return cli_usage(cmd, "--engine: not one of sglang, vllm");
     return cli_export(cmd, &eo, json);
@@ -377,13 +382,19 @@ int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o) {
     char err[200];
     uint64_t *ids = NULL;
     size_t n_ids = 0;
-    exp_opts_t eo = {.db_path = o->db, .out_dir = o->out, .sweep_id = o->sweep, .changes = stdout,
-                     .latest = o->latest, .partial = o->partial, .force = o->force};
+    exp_opts_t eo = {.db_path = o->db,
+                     .out_dir = o->out,
+                     .sweep_id = o->sweep,
+                     .changes = stdout,
+                     .latest = o->latest,
+                     .partial = o->partial,
+                     .force = o->force};
     if (!o->db) return cli_usage(cmd, "--db FILE is required");
     if (!o->out) return cli_usage(cmd, "--out DIR is required");
     if (o->engine && exp_engine_parse(o->engine, &eo.engine) != MT_OK)
         return cli_usage(cmd, "--engine: not one of sglang, vllm");
-    if (o->sweep && (o->sweeps || o->latest)) return cli_usage(cmd, "--sweep N takes one sweep: drop --sweeps/--latest");
+    if (o->sweep && (o->sweeps || o->latest))
+        return cli_usage(cmd, "--sweep N takes one sweep: drop --sweeps/--latest");
     if (o->sweeps) {
         char *copy = strdup(o->sweeps);
         if (!copy) return cli_fail(cmd, "out of memory");

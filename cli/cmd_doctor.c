@@ -20,8 +20,8 @@
 
 enum { DOCTOR_EXIT_MISSING = 3 };
 
-#define PROBE_TIMEOUT_MS 180000  /* importing torch and an engine can take a minute on a cold cache */
-#define PROBE_MAX_OUT 65536      /* HELPER.md: a reply line is at most 64 KiB */
+#define PROBE_TIMEOUT_MS 180000 /* importing torch and an engine can take a minute on a cold cache */
+#define PROBE_MAX_OUT 65536     /* HELPER.md: a reply line is at most 64 KiB */
 
 /* Per engine: the variable that overrides its folder, and how it lays files out. */
 static const struct {
@@ -114,11 +114,12 @@ static int run_probe(const char *python, const char *helper, const char *engine,
         char buf[4096];
         if (open_out && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
             ssize_t got = read(po[0], buf, sizeof buf);
-            if (got <= 0) open_out = false;
+            if (got <= 0)
+                open_out = false;
             else if (n_out + (size_t)got < outlen) {
                 memcpy(out + n_out, buf, (size_t)got);
                 n_out += (size_t)got;
-            }  /* past the cap: read and dropped, so the probe never blocks */
+            } /* past the cap: read and dropped, so the probe never blocks */
         }
         if (open_err && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
             ssize_t got = read(pe[0], buf, sizeof buf);
@@ -140,8 +141,7 @@ static int run_probe(const char *python, const char *helper, const char *engine,
     tail[n_tail] = '\0';
     last_line(tail, errtail, taillen);
     int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
     *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
 out:
     for (int i = 0; i < 2; i++) {
@@ -261,7 +261,8 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
     krn_shape_t shape;
     if (!o->engine) return cli_usage(cmd, "--engine sglang|vllm is required");
     if (exp_engine_parse(o->engine, &engine) != MT_OK) return cli_usage(cmd, "--engine: not one of sglang, vllm");
-    if (!!o->model == !!o->doctor_shape) return cli_usage(cmd, "give --model NAME --tp N, or --shape E=..,N=..,K=..,topk=..");
+    if (!!o->model == !!o->doctor_shape)
+        return cli_usage(cmd, "give --model NAME --tp N, or --shape E=..,N=..,K=..,topk=..");
     if (o->model) {
         int rc = cli_preset_shape(o->model, o->tp ? o->tp : 1, o->ep ? o->ep : 1, o->dtype, &shape, why, sizeof why);
         if (rc != MT_OK) return cli_usage(cmd, why);
@@ -332,8 +333,10 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
                 if (*q == '.') *q = '_';
             }
             mt_fmt(fb_path, sizeof fb_path, "%s/configs/%s/%s", folder, vdir, name);
-            mt_fmt(fb_what, sizeof fb_what, "the Triton %s configs (it logs \"Fallback to triton version %s\" and "
-                   "\"Performance might be sub-optimal!\")", ver, ver);
+            mt_fmt(fb_what, sizeof fb_what,
+                   "the Triton %s configs (it logs \"Fallback to triton version %s\" and "
+                   "\"Performance might be sub-optimal!\")",
+                   ver, ver);
         }
     } else {
         mt_fmt(expected, sizeof expected, "%s/%s", folder, name);
@@ -344,8 +347,10 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
                 other_version = true;
                 found = false;
                 snprintf(fb_path, sizeof fb_path, "%s", expected);
-                mt_fmt(fb_what, sizeof fb_what, "this file anyway: it was tuned with Triton %s, and vLLM ignores "
-                       "triton_version", file_tv);
+                mt_fmt(fb_what, sizeof fb_what,
+                       "this file anyway: it was tuned with Triton %s, and vLLM ignores "
+                       "triton_version",
+                       file_tv);
             }
         }
         char bundled[PATH_MAX + 512];
@@ -359,17 +364,23 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
     }
     char defaults[300];
     if (strcmp(shape.dtype, "bf16") == 0)
-        mt_fmt(defaults, sizeof defaults, "untuned defaults (\"Using default MoE kernel config. Performance might be "
+        mt_fmt(defaults, sizeof defaults,
+               "untuned defaults (\"Using default MoE kernel config. Performance might be "
                "sub-optimal!\"): BLOCK_SIZE_M/N/K 64/64/32, GROUP_SIZE_M 8, or 16/32/64, GROUP_SIZE_M 1 when "
-               "M <= E (%u)%s", shape.e, engine == EXP_ENGINE_VLLM ? ", SPLIT_K 1" : "; no num_warps/num_stages");
+               "M <= E (%u)%s",
+               shape.e, engine == EXP_ENGINE_VLLM ? ", SPLIT_K 1" : "; no num_warps/num_stages");
     else
-        mt_fmt(defaults, sizeof defaults, "untuned built-in defaults for %s (\"Using default MoE kernel config. "
-               "Performance might be sub-optimal!\")", shape.dtype);
+        mt_fmt(defaults, sizeof defaults,
+               "untuned built-in defaults for %s (\"Using default MoE kernel config. "
+               "Performance might be sub-optimal!\")",
+               shape.dtype);
 
     /* The command that makes the file, and how to point the engine at it. */
     char outdir[PATH_MAX + 32], cwd[PATH_MAX], what[600], tune[2048], point[PATH_MAX + 64];
-    if (p.env_dir[0]) snprintf(outdir, sizeof outdir, "%s", p.env_dir);
-    else mt_fmt(outdir, sizeof outdir, "%s/moetune-configs", getcwd(cwd, sizeof cwd) ? cwd : ".");
+    if (p.env_dir[0])
+        snprintf(outdir, sizeof outdir, "%s", p.env_dir);
+    else
+        mt_fmt(outdir, sizeof outdir, "%s/moetune-configs", getcwd(cwd, sizeof cwd) ? cwd : ".");
     if (o->model) {
         int n = snprintf(what, sizeof what, "--model %s --tp %u", o->model, o->tp ? o->tp : 1);
         if (o->ep && n > 0) n += snprintf(what + n, sizeof what - (size_t)n, " --ep %u", o->ep);
@@ -422,13 +433,18 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
     printf("device:        %s\n", p.device);
     printf("config folder: %s (%s)\n", folder, p.env_dir[0] ? env_var : "the engine's own configs");
     printf("expected file: %s\n", expected);
-    printf("for Triton %s: %s\n", p.triton, found ? "found" : other_version ? "missing (a file for another Triton version is there)" : "missing");
+    printf("for Triton %s: %s\n", p.triton,
+           found           ? "found"
+           : other_version ? "missing (a file for another Triton version is there)"
+                           : "missing");
     if (engine == EXP_ENGINE_SGLANG && found)
         printf("down file:     %s (%s)\n", down_found ? "found" : "none: the second GEMM reuses the main file's config",
                down);
     if (found) return code;
-    if (fb_path[0]) printf("fallback:      %s uses %s: %s\n", label, fb_what, fb_path);
-    else printf("fallback:      %s uses %s\n", label, defaults);
+    if (fb_path[0])
+        printf("fallback:      %s uses %s: %s\n", label, fb_what, fb_path);
+    else
+        printf("fallback:      %s uses %s\n", label, defaults);
     printf("to tune:       %s\n", tune);
     printf("then run the engine with %s\n", point);
     return code;

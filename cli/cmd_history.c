@@ -31,15 +31,17 @@ static const cmp_best_t *find_best(const cmp_sweep_t *prev, const cmp_best_t *b)
 
 /* "value" or "value (was old)" when it changed since the previous sweep. */
 static void field(char *buf, size_t len, const char *now, const char *was) {
-    if (was && strcmp(now, was) != 0) snprintf(buf, len, "%s (was %s)", *now ? now : "-", *was ? was : "-");
-    else snprintf(buf, len, "%s", *now ? now : "-");
+    if (was && strcmp(now, was) != 0)
+        snprintf(buf, len, "%s (was %s)", *now ? now : "-", *was ? was : "-");
+    else
+        snprintf(buf, len, "%s", *now ? now : "-");
 }
 
 static json_t *sweep_json(const cmp_sweep_t *s) {
-    json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "sweep", (json_int_t)s->id,
-                          "name", s->name, "state", s->state, "created", (json_int_t)s->created, "device", s->device,
-                          "driver", s->driver, "toolkit", s->toolkit, "backend", s->backend, "compiler", s->compiler,
-                          "triton", s->triton, "kernel", s->kernel);
+    json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "sweep", (json_int_t)s->id, "name",
+                          s->name, "state", s->state, "created", (json_int_t)s->created, "device", s->device, "driver",
+                          s->driver, "toolkit", s->toolkit, "backend", s->backend, "compiler", s->compiler, "triton",
+                          s->triton, "kernel", s->kernel);
     json_t *arr = json_array();
     for (size_t i = 0; i < s->n_best; i++) {
         const cmp_best_t *b = &s->best[i];
@@ -47,8 +49,8 @@ static json_t *sweep_json(const cmp_sweep_t *s) {
         cmp_shape_text(&b->shape, shape, sizeof shape);
         krn_config_format(&b->config, cfg, sizeof cfg);
         json_array_append_new(arr, json_pack("{s:s, s:i, s:s, s:f, s:f, s:i}", "shape", shape, "batch_size",
-                                             (int)b->batch_size, "config", cfg, "median_us", b->median_us,
-                                             "stddev_us", b->stddev_us, "samples", (int)b->samples));
+                                             (int)b->batch_size, "config", cfg, "median_us", b->median_us, "stddev_us",
+                                             b->stddev_us, "samples", (int)b->samples));
     }
     json_object_set_new(o, "best", arr);
     return o;
@@ -100,15 +102,16 @@ int cmd_history(const cli_cmd_t *cmd, cli_opts_t *o) {
         field(kn, sizeof kn, w->kernel, p ? p->kernel : NULL);
         field(comp, sizeof comp, w->compiler, p ? p->compiler : NULL);
         printf("sweep %llu '%s' %s (%s)%s\n  device %s; driver %s; toolkit %s; %s %s; triton %s; kernel %s\n",
-               (unsigned long long)w->id, w->name, date, w->state, w->n_devices > 1 ? " [several devices]" : "",
-               dev, drv, tk, w->backend, comp, tr, kn);
+               (unsigned long long)w->id, w->name, date, w->state, w->n_devices > 1 ? " [several devices]" : "", dev,
+               drv, tk, w->backend, comp, tr, kn);
         printf("  %-40s %6s %-20s %11s %9s\n", "SHAPE", "M", "CONFIG", "BEST_US", "VS PREV");
         for (size_t k = 0; k < w->n_best; k++) {
             const cmp_best_t *b = &w->best[k], *pb = find_best(p, b);
             char shape[128], cfg[64], vs[32] = "-";
             cmp_shape_text(&b->shape, shape, sizeof shape);
             krn_config_format(&b->config, cfg, sizeof cfg);
-            if (pb && pb->median_us > 0) snprintf(vs, sizeof vs, "%+.2f%%", (b->median_us - pb->median_us) / pb->median_us * 100.0);
+            if (pb && pb->median_us > 0)
+                snprintf(vs, sizeof vs, "%+.2f%%", (b->median_us - pb->median_us) / pb->median_us * 100.0);
             printf("  %-40.40s %6u %-20s %11.2f %9s\n", shape, b->batch_size, cfg, b->median_us, vs);
         }
     }

@@ -69,8 +69,10 @@ int cli_nightly_finish(const cli_cmd_t *cmd, const cli_opts_t *o, uint64_t sweep
     int rc = wait_stored_done(o->db, sweep, err, sizeof err);
     if (rc) return cli_fail(cmd, err);
     if (dbq_open(o->db, &q, err, sizeof err) != MT_OK) return cli_fail(cmd, err);
-    if (strcmp(o->compare_to, "last") == 0) rc = cmp_previous(q, sweep, &prev, err, sizeof err);
-    else rc = mt_parse_u64(o->compare_to, &prev);
+    if (strcmp(o->compare_to, "last") == 0)
+        rc = cmp_previous(q, sweep, &prev, err, sizeof err);
+    else
+        rc = mt_parse_u64(o->compare_to, &prev);
     bool first = rc == MT_NOTFOUND && strcmp(o->compare_to, "last") == 0 && strstr(err, "no earlier");
     if (first) {
         printf("compare: %s; nothing to compare, sweep %llu is the first\n", err, (unsigned long long)sweep);

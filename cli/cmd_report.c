@@ -17,10 +17,14 @@
 /* The status chart's bars: every status of states.h's table, in its order, by Moetune__Status
  * value (0, unknown, has no bar). */
 static const char *const k_status_color[WIRE_N_STATUS] = {
-    [MOETUNE__STATUS__STATUS_OK] = "#2ca02c",           [MOETUNE__STATUS__STATUS_INVALID] = "#7f7f7f",
-    [MOETUNE__STATUS__STATUS_COMPILE_ERROR] = "#9467bd", [MOETUNE__STATUS__STATUS_LAUNCH_ERROR] = "#8c564b",
-    [MOETUNE__STATUS__STATUS_WRONG_RESULT] = "#d62728",  [MOETUNE__STATUS__STATUS_TIMEOUT] = "#bcbd22",
-    [MOETUNE__STATUS__STATUS_CRASHED] = "#e377c2",       [MOETUNE__STATUS__STATUS_PRUNED] = "#17becf",
+    [MOETUNE__STATUS__STATUS_OK] = "#2ca02c",
+    [MOETUNE__STATUS__STATUS_INVALID] = "#7f7f7f",
+    [MOETUNE__STATUS__STATUS_COMPILE_ERROR] = "#9467bd",
+    [MOETUNE__STATUS__STATUS_LAUNCH_ERROR] = "#8c564b",
+    [MOETUNE__STATUS__STATUS_WRONG_RESULT] = "#d62728",
+    [MOETUNE__STATUS__STATUS_TIMEOUT] = "#bcbd22",
+    [MOETUNE__STATUS__STATUS_CRASHED] = "#e377c2",
+    [MOETUNE__STATUS__STATUS_PRUNED] = "#17becf",
 };
 static const uint32_t k_bm[] = {16, 32, 64, 128, 256}, k_bn[] = {32, 64, 128, 256};
 #define N_BM (sizeof k_bm / sizeof k_bm[0])
@@ -37,7 +41,7 @@ typedef struct {
     size_t n_bs;
     double best[MAX_BS], def[MAX_BS]; /* 0 = none */
     krn_config_t best_cfg[MAX_BS];
-    double heat[N_BM][N_BN];          /* best over the other parameters at heat_m; 0 = none */
+    double heat[N_BM][N_BN];        /* best over the other parameters at heat_m; 0 = none */
     uint64_t status[WIRE_N_STATUS]; /* rows by Moetune__Status value */
 } rshape_t;
 
@@ -55,8 +59,10 @@ typedef struct {
  * (4, 3). Other dtypes: none known here. */
 static bool engine_default(const krn_shape_t *s, uint32_t m, krn_config_t *c) {
     if (strcmp(s->dtype, "bf16") != 0 && *s->dtype) return false;
-    if (m <= s->e) *c = (krn_config_t){16, 32, 64, 1, 4, 3};
-    else *c = (krn_config_t){64, 64, 32, 8, 4, 3};
+    if (m <= s->e)
+        *c = (krn_config_t){16, 32, 64, 1, 4, 3};
+    else
+        *c = (krn_config_t){64, 64, 32, 8, 4, 3};
     return true;
 }
 
@@ -108,8 +114,7 @@ static int on_row(void *vctx, const dbq_result_t *r) {
         s->best_cfg[i] = r->config;
     }
     krn_config_t d;
-    if (engine_default(&r->shape, r->batch_size, &d) && memcmp(&d, &r->config, sizeof d) == 0)
-        s->def[i] = r->median_us;
+    if (engine_default(&r->shape, r->batch_size, &d) && memcmp(&d, &r->config, sizeof d) == 0) s->def[i] = r->median_us;
     if (r->batch_size == c->heat_m) {
         for (size_t a = 0; a < N_BM; a++)
             for (size_t b = 0; b < N_BN; b++)
@@ -124,11 +129,20 @@ static int on_row(void *vctx, const dbq_result_t *r) {
 static void esc(FILE *f, const char *t) {
     for (; t && *t; t++) {
         switch (*t) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default: fputc(*t, f);
+            case '<':
+                fputs("&lt;", f);
+                break;
+            case '>':
+                fputs("&gt;", f);
+                break;
+            case '&':
+                fputs("&amp;", f);
+                break;
+            case '"':
+                fputs("&quot;", f);
+                break;
+            default:
+                fputc(*t, f);
         }
     }
 }
@@ -155,24 +169,31 @@ static void latency_chart(FILE *f, const rshape_t *s) {
     if (x1 <= x0) x1 = x0 + 1;
 #define PX(m) (L + (log2(m) - x0) / (x1 - x0) * (W - L - R))
 #define PY(v) (T + (1 - (v) / ymax) * (H - T - B))
-    fprintf(f, "<svg class=\"chart latency\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-               "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\"><title>latency against batch size</title>\n",
+    fprintf(f,
+            "<svg class=\"chart latency\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+            "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\"><title>latency against batch size</title>\n",
             W, H, W, H);
     fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"#999\"/>\n", L, T,
             W - L - R, H - T - B);
     for (int k = 0; k <= 4; k++) {
         double v = ymax * k / 4;
-        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%.0f</text>\n", L - 6, PY(v) + 4, v);
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%.0f</text>\n", L - 6, PY(v) + 4,
+                v);
     }
     for (size_t i = 0; i < s->n_bs; i++)
         fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" font-size=\"10\" text-anchor=\"middle\">%u</text>\n", PX(s->bs[i]),
                 H - B + 15, s->bs[i]);
     fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\" text-anchor=\"middle\">batch size M (tokens)</text>\n",
             (W + L) / 2, H - 8);
-    fprintf(f, "<text x=\"14\" y=\"%.0f\" font-size=\"12\" transform=\"rotate(-90 14 %.0f)\" text-anchor=\"middle\">"
-               "latency (us)</text>\n", (H - B + T) / 2, (H - B + T) / 2);
-    const struct { const double *v; const char *color, *name, *dash; } series[] = {
-        {s->best, COLOR_BEST, "best", ""}, {s->def, COLOR_DEFAULT, "engine default", " stroke-dasharray=\"6 4\""}};
+    fprintf(f,
+            "<text x=\"14\" y=\"%.0f\" font-size=\"12\" transform=\"rotate(-90 14 %.0f)\" text-anchor=\"middle\">"
+            "latency (us)</text>\n",
+            (H - B + T) / 2, (H - B + T) / 2);
+    const struct {
+        const double *v;
+        const char *color, *name, *dash;
+    } series[] = {{s->best, COLOR_BEST, "best", ""},
+                  {s->def, COLOR_DEFAULT, "engine default", " stroke-dasharray=\"6 4\""}};
     for (size_t k = 0; k < 2; k++) {
         fprintf(f, "<polyline class=\"series %s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"",
                 k ? "default" : "best", series[k].color, series[k].dash);
@@ -181,11 +202,15 @@ static void latency_chart(FILE *f, const rshape_t *s) {
         fprintf(f, "\"/>\n");
         for (size_t i = 0; i < s->n_bs; i++)
             if (series[k].v[i] > 0)
-                fprintf(f, "<circle class=\"point %s\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\"><title>M=%u: %.2f us</title></circle>\n",
-                        k ? "default" : "best", PX(s->bs[i]), PY(series[k].v[i]), series[k].color, s->bs[i], series[k].v[i]);
-        fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"14\" height=\"10\" fill=\"%s\"/><text x=\"%.0f\" y=\"%.0f\" "
-                   "font-size=\"11\">%s</text>\n", L + 10, T + 8 + 16.0 * k, series[k].color, L + 30, T + 17 + 16.0 * k,
-                series[k].name);
+                fprintf(f,
+                        "<circle class=\"point %s\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\"><title>M=%u: %.2f "
+                        "us</title></circle>\n",
+                        k ? "default" : "best", PX(s->bs[i]), PY(series[k].v[i]), series[k].color, s->bs[i],
+                        series[k].v[i]);
+        fprintf(f,
+                "<rect x=\"%.0f\" y=\"%.0f\" width=\"14\" height=\"10\" fill=\"%s\"/><text x=\"%.0f\" y=\"%.0f\" "
+                "font-size=\"11\">%s</text>\n",
+                L + 10, T + 8 + 16.0 * k, series[k].color, L + 30, T + 17 + 16.0 * k, series[k].name);
     }
     fprintf(f, "</svg>\n");
 #undef PX
@@ -203,14 +228,17 @@ static void heat_chart(FILE *f, const rshape_t *s, uint32_t m) {
             if (v > hi) hi = v;
         }
     double W = L + cw * N_BN + 10, H = T + ch * N_BM + 10;
-    fprintf(f, "<svg class=\"chart heatmap\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-               "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\"><title>best latency by BLOCK_SIZE_M x BLOCK_SIZE_N at M=%u</title>\n",
+    fprintf(f,
+            "<svg class=\"chart heatmap\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+            "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\"><title>best latency by BLOCK_SIZE_M x BLOCK_SIZE_N at "
+            "M=%u</title>\n",
             W, H, W, H, m);
-    fprintf(f, "<text x=\"%.0f\" y=\"14\" font-size=\"12\" text-anchor=\"middle\">BLOCK_SIZE_N</text>\n", L + cw * N_BN / 2);
+    fprintf(f, "<text x=\"%.0f\" y=\"14\" font-size=\"12\" text-anchor=\"middle\">BLOCK_SIZE_N</text>\n",
+            L + cw * N_BN / 2);
     fprintf(f, "<text x=\"4\" y=\"%.0f\" font-size=\"11\">BLOCK_SIZE_M</text>\n", T - 4);
     for (size_t b = 0; b < N_BN; b++)
-        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" text-anchor=\"middle\">%u</text>\n", L + cw * b + cw / 2,
-                T - 4, k_bn[b]);
+        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" text-anchor=\"middle\">%u</text>\n",
+                L + cw * b + cw / 2, T - 4, k_bn[b]);
     for (size_t a = 0; a < N_BM; a++) {
         fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" text-anchor=\"end\">%u</text>\n", L - 8,
                 T + ch * a + ch / 2 + 4, k_bm[a]);
@@ -223,9 +251,12 @@ static void heat_chart(FILE *f, const rshape_t *s, uint32_t m) {
                 heat_color(t, color, sizeof color);
                 snprintf(label, sizeof label, "%.1f", v);
             }
-            fprintf(f, "<rect class=\"cell%s\" x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"%s\" stroke=\"#fff\"/>"
-                       "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n",
-                    v ? "" : " empty", L + cw * b, T + ch * a, cw, ch, color, L + cw * b + cw / 2, T + ch * a + ch / 2 + 4, label);
+            fprintf(f,
+                    "<rect class=\"cell%s\" x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"%s\" "
+                    "stroke=\"#fff\"/>"
+                    "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n",
+                    v ? "" : " empty", L + cw * b, T + ch * a, cw, ch, color, L + cw * b + cw / 2,
+                    T + ch * a + ch / 2 + 4, label);
         }
     }
     fprintf(f, "</svg>\n");
@@ -237,16 +268,18 @@ static void status_chart(FILE *f, const rshape_t *s) {
     for (size_t k = 0; k < WIRE_N_STATUS; k++)
         if (s->status[k] > max) max = s->status[k];
     double H = bar_h * 1.4 * (WIRE_N_STATUS - 1) + 10;
-    fprintf(f, "<svg class=\"chart status\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
-               "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\"><title>results by status</title>\n",
+    fprintf(f,
+            "<svg class=\"chart status\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
+            "xmlns=\"http://www.w3.org/2000/svg\" role=\"img\"><title>results by status</title>\n",
             W, H, W, H);
     for (int k = 1; k < WIRE_N_STATUS; k++) {
         const char *name = wire_status_name(k);
         double y = 5 + bar_h * 1.4 * (k - 1), w = (W - L - R) * (double)s->status[k] / (double)max;
         if (s->status[k] && w < 4) w = 4; /* a handful of failures stays visible */
-        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" text-anchor=\"end\">%s</text>"
-                   "<rect class=\"bar %s\" x=\"%.0f\" y=\"%.0f\" width=\"%.1f\" height=\"%.0f\" fill=\"%s\"/>"
-                   "<text x=\"%.1f\" y=\"%.0f\" font-size=\"11\">%llu</text>\n",
+        fprintf(f,
+                "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\" text-anchor=\"end\">%s</text>"
+                "<rect class=\"bar %s\" x=\"%.0f\" y=\"%.0f\" width=\"%.1f\" height=\"%.0f\" fill=\"%s\"/>"
+                "<text x=\"%.1f\" y=\"%.0f\" font-size=\"11\">%llu</text>\n",
                 L - 6, y + 13, name, name, L, y, w, bar_h, k_status_color[k], L + w + 6, y + 13,
                 (unsigned long long)s->status[k]);
     }
@@ -303,8 +336,9 @@ static void write_html(FILE *f, const sweep_ctx_t *sw, const rctx_t *c) {
     prov_row(f, "sweep", mt_fmt(buf, sizeof buf, "%llu (%s)", (unsigned long long)sw->id, sw->row.state));
     prov_row(f, "created", created);
     prov_row(f, "finished", finished);
-    prov_row(f, "results", mt_fmt(buf, sizeof buf, "%llu stored of %llu planned", (unsigned long long)c->rows,
-                                  (unsigned long long)sw->row.results_planned));
+    prov_row(f, "results",
+             mt_fmt(buf, sizeof buf, "%llu stored of %llu planned", (unsigned long long)c->rows,
+                    (unsigned long long)sw->row.results_planned));
     prov_row(f, "device", c->device);
     prov_row(f, "device uuid", c->uuid);
     prov_row(f, "driver", c->driver);
@@ -315,21 +349,25 @@ static void write_html(FILE *f, const sweep_ctx_t *sw, const rctx_t *c) {
     prov_row(f, "versions", c->versions);
     if (sw->spec) {
         prov_row(f, "strategy", sw->spec->strategy && *sw->spec->strategy ? sw->spec->strategy : "exhaustive");
-        prov_row(f, "device filter", sw->spec->device_filter && *sw->spec->device_filter ? sw->spec->device_filter : "any");
+        prov_row(f, "device filter",
+                 sw->spec->device_filter && *sw->spec->device_filter ? sw->spec->device_filter : "any");
         uint64_t seed = sw->spec->measure ? sw->spec->measure->seed : 0;
         prov_row(f, "seed", seed ? mt_fmt(buf, sizeof buf, "%llu", (unsigned long long)seed) : "default");
     }
     fprintf(f, "</table>\n");
-    fprintf(f, "<p>Engine default: the config SGLang and vLLM run when no tuned file exists (bf16: 16x32x64 "
-               "GROUP_SIZE_M 1 when M &lt;= E, else 64x64x32 GROUP_SIZE_M 8, num_warps 4, num_stages 3 as "
-               "Triton's defaults). It is shown where this sweep measured that config; elsewhere "
-               "<em>not measured</em>. Configs are BLOCK_SIZE_M x N x K x GROUP_SIZE_M x num_warps x num_stages.</p>\n");
+    fprintf(f,
+            "<p>Engine default: the config SGLang and vLLM run when no tuned file exists (bf16: 16x32x64 "
+            "GROUP_SIZE_M 1 when M &lt;= E, else 64x64x32 GROUP_SIZE_M 8, num_warps 4, num_stages 3 as "
+            "Triton's defaults). It is shown where this sweep measured that config; elsewhere "
+            "<em>not measured</em>. Configs are BLOCK_SIZE_M x N x K x GROUP_SIZE_M x num_warps x num_stages.</p>\n");
     for (size_t i = 0; i < c->n; i++) {
         const rshape_t *s = &c->s[i];
         char shape[128], cfg[64];
         cmp_shape_text(&s->shape, shape, sizeof shape);
-        fprintf(f, "<section class=\"shape\"><h2>%s</h2>\n<div class=\"charts\">\n<div><h4>Latency against batch size</h4>\n",
-                shape);
+        fprintf(
+            f,
+            "<section class=\"shape\"><h2>%s</h2>\n<div class=\"charts\">\n<div><h4>Latency against batch size</h4>\n",
+            shape);
         if (s->n_bs) latency_chart(f, s);
         fprintf(f, "</div>\n<div><h4>Best latency (us) by BLOCK_SIZE_M x BLOCK_SIZE_N at M=%u</h4>\n", c->heat_m);
         heat_chart(f, s, c->heat_m);
@@ -345,7 +383,8 @@ static void write_html(FILE *f, const sweep_ctx_t *sw, const rctx_t *c) {
             krn_config_format(&s->best_cfg[k], cfg, sizeof cfg);
             fprintf(f, "<tr><td class=\"n\">%u</td><td>%s</td><td class=\"n\">%.2f</td>", s->bs[k], cfg, s->best[k]);
             if (s->def[k] > 0)
-                fprintf(f, "<td class=\"n\">%.2f</td><td class=\"n\">%.2fx</td></tr>\n", s->def[k], s->def[k] / s->best[k]);
+                fprintf(f, "<td class=\"n\">%.2f</td><td class=\"n\">%.2fx</td></tr>\n", s->def[k],
+                        s->def[k] / s->best[k]);
             else
                 fprintf(f, "<td class=\"n\">not measured</td><td class=\"n\">-</td></tr>\n");
         }

@@ -29,7 +29,7 @@
 
 #define TUNE_SUBMIT_TIMEOUT_MS 60000 /* planning a large sweep on a loaded machine */
 #define TUNE_HELLO_MS 30000          /* the workers' start (a triton helper imports torch) */
-#define TUNE_STOP_GRACE_MS 3000     /* an interrupt after the last commit: wait this long for "done" */
+#define TUNE_STOP_GRACE_MS 3000      /* an interrupt after the last commit: wait this long for "done" */
 #define TUNE_FILTER_WARN_MS 10000    /* no worker may measure the sweep for this long: say so */
 #define TUNE_POLL_MS 500
 
@@ -146,10 +146,10 @@ static void kinds_from(const Moetune__StatusReply *sr, kinds_t *ks) {
         snprintf(k.versions, sizeof k.versions, "%s", w->versions ? w->versions : "");
         bool seen = false;
         for (size_t j = 0; j < ks->n; j++)
-            seen = seen || (strcmp(ks->k[j].gpu, k.gpu) == 0 && strcmp(ks->k[j].backend, k.backend) == 0 &&
-                            strcmp(ks->k[j].compiler, k.compiler) == 0 &&
-                            strcmp(ks->k[j].kernel_hash, k.kernel_hash) == 0 &&
-                            strcmp(ks->k[j].versions, k.versions) == 0);
+            seen = seen ||
+                   (strcmp(ks->k[j].gpu, k.gpu) == 0 && strcmp(ks->k[j].backend, k.backend) == 0 &&
+                    strcmp(ks->k[j].compiler, k.compiler) == 0 && strcmp(ks->k[j].kernel_hash, k.kernel_hash) == 0 &&
+                    strcmp(ks->k[j].versions, k.versions) == 0);
         if (!seen && ks->n < MAX_KINDS) ks->k[ks->n++] = k;
     }
 }
@@ -187,8 +187,8 @@ static bool covered_here(const char *db, const cand_t *c, kinds_t *ks) {
 /* Among the running (or the done and here completely measured) candidates, newest
  * first: sets *same_id to one whose expanded plan and settings equal spec's, if any;
  * returns it, else the newest that differs (its differences in diff), else NULL. */
-static const cand_t *pick_candidate(const cands_t *cs, const Moetune__SweepSpec *spec, bool running,
-                                    const char *db, kinds_t *ks, uint64_t *same_id, char *diff, size_t len) {
+static const cand_t *pick_candidate(const cands_t *cs, const Moetune__SweepSpec *spec, bool running, const char *db,
+                                    kinds_t *ks, uint64_t *same_id, char *diff, size_t len) {
     const cand_t *differs = NULL;
     char why[1000];
     *same_id = 0;
@@ -274,8 +274,9 @@ static int tune_check(void *ctx, const Moetune__StatusReply *sr, cli_progress_t 
         char fleet[400];
         describe_fleet(sr, fleet, sizeof fleet);
         cli_progress_finish(prog, NULL, 0);
-        fprintf(stderr, "moetune tune: warning: for %u s no connected worker may measure sweep %llu "
-                        "(device filter '%s', backend %s); connected: %s\n",
+        fprintf(stderr,
+                "moetune tune: warning: for %u s no connected worker may measure sweep %llu "
+                "(device filter '%s', backend %s); connected: %s\n",
                 TUNE_FILTER_WARN_MS / 1000, (unsigned long long)tw->sweep,
                 tw->spec->device_filter ? tw->spec->device_filter : "", tw->backend, fleet);
         tw->warned = true;
@@ -326,15 +327,16 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     /* ---- validate everything before starting anything */
     bool sim = strcmp(backend, "sim") == 0;
     bool triton = strcmp(backend, "triton") == 0;
-    if (!sim && !triton && strcmp(backend, "cuda") != 0) return cli_usage(cmd, "--backend: not one of sim, cuda, triton");
+    if (!sim && !triton && strcmp(backend, "cuda") != 0)
+        return cli_usage(cmd, "--backend: not one of sim, cuda, triton");
     if (!triton && (o->kernel || o->python || o->helper_mem_mb || o->engine))
         return cli_usage(cmd, "--kernel, --python, --helper-mem-mb and --engine apply only with --backend triton");
     /* Triton results go out in an engine's layout: the kernel's own engine unless told;
      * "sglang,vllm" measures what either engine can run once and exports both layouts. */
     const char *engine = o->engine;
     if (triton && !engine) engine = o->kernel && strcmp(o->kernel, "vllm") == 0 ? "vllm" : "sglang";
-    if (engine && strcmp(engine, "sglang") != 0 && strcmp(engine, "vllm") != 0 &&
-        strcmp(engine, "sglang,vllm") != 0 && strcmp(engine, "vllm,sglang") != 0)
+    if (engine && strcmp(engine, "sglang") != 0 && strcmp(engine, "vllm") != 0 && strcmp(engine, "sglang,vllm") != 0 &&
+        strcmp(engine, "vllm,sglang") != 0)
         return cli_usage(cmd, "--engine: not one of sglang, vllm, sglang,vllm");
     /* The sweep is for this backend's kernel and these engines: its workers alone measure it,
      * by its static rules. */
@@ -357,7 +359,8 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
             return cli_usage(cmd, "--sim-time-scale: not a number >= 0");
     }
     mt_log_level_t lvl;
-    if (mt_log_parse_level(log_level, &lvl) != MT_OK) return cli_usage(cmd, "--log-level: not one of error, warn, info, debug");
+    if (mt_log_parse_level(log_level, &lvl) != MT_OK)
+        return cli_usage(cmd, "--log-level: not one of error, warn, info, debug");
     if (check_writable_file(db, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
     if (check_out_dir(out, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
     uint32_t n_workers = 0, gpus[SUP_MAX_WORKERS];
@@ -413,7 +416,8 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
 
     /* ---- start the coordinator */
     mt_install_stop_handlers();
-    if (sup_open_dir(r, err, sizeof err) != MT_OK || sup_start_coordinator(r, db, log_level, err, sizeof err) != MT_OK) {
+    if (sup_open_dir(r, err, sizeof err) != MT_OK ||
+        sup_start_coordinator(r, db, log_level, err, sizeof err) != MT_OK) {
         code = cli_fail(cmd, err);
         goto out;
     }
@@ -581,18 +585,24 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
             goto out;
         }
         sweep = reply->submitted->sweep_id;
-        fprintf(stderr, "sweep %llu: %u jobs, %u configs valid, %u rejected by the static rules, %llu results to measure on %u %s worker%s\n",
+        fprintf(stderr,
+                "sweep %llu: %u jobs, %u configs valid, %u rejected by the static rules, %llu results to measure on %u "
+                "%s worker%s\n",
                 (unsigned long long)sweep, reply->submitted->jobs, reply->submitted->configs_valid,
-                reply->submitted->configs_rejected, (unsigned long long)reply->submitted->results_planned,
-                r->n_workers, backend, r->n_workers == 1 ? "" : "s");
+                reply->submitted->configs_rejected, (unsigned long long)reply->submitted->results_planned, r->n_workers,
+                backend, r->n_workers == 1 ? "" : "s");
         cli_say_queued_behind(cmd->name, reply->submitted->queued_behind, reply->submitted->n_queued_behind);
     }
 
     /* ---- follow it */
     {
         tune_watch_t tw = {cmd, r, follow_spec, backend, sweep, mt_now_ms(), false, false};
-        cli_follow_t f = {.poll_ms = TUNE_POLL_MS, .retry = true, .stop_grace_ms = TUNE_STOP_GRACE_MS,
-                          .quiet_end = true, .check = tune_check, .ctx = &tw};
+        cli_follow_t f = {.poll_ms = TUNE_POLL_MS,
+                          .retry = true,
+                          .stop_grace_ms = TUNE_STOP_GRACE_MS,
+                          .quiet_end = true,
+                          .check = tune_check,
+                          .ctx = &tw};
         cli_follow_end_t end;
         code = cli_follow(cmd, c, sweep, o->json, &f, &end);
         keep_dir = tw.keep_dir;

@@ -137,13 +137,13 @@ int cmp_load(dbq_t *q, const dbq_hist_filter_t *filter, cmp_sweeps_t *out, char 
 /* ---- last / prev */
 
 typedef struct {
-    uint64_t want, found_id;     /* want: a sweep id to find (resolve by id) */
+    uint64_t want, found_id; /* want: a sweep id to find (resolve by id) */
     uint64_t last_done;
     bool exists;
-    uint8_t *spec;               /* of the sweep looked up, name cleared */
+    uint8_t *spec; /* of the sweep looked up, name cleared */
     size_t spec_len;
-    uint64_t before;             /* candidates must be older than this */
-    uint64_t *cands;             /* done sweeps with the same spec, newest last */
+    uint64_t before; /* candidates must be older than this */
+    uint64_t *cands; /* done sweeps with the same spec, newest last */
     size_t n_cands, cap_cands;
 } walk_ctx_t;
 
@@ -232,8 +232,7 @@ int cmp_previous(dbq_t *q, uint64_t sweep, uint64_t *prev, char *err, size_t err
         goto out;
     }
     rc = MT_NOTFOUND;
-    mt_fmt(err, errlen, "no earlier done sweep of the same spec on %s than sweep %llu", dev,
-           (unsigned long long)sweep);
+    mt_fmt(err, errlen, "no earlier done sweep of the same spec on %s than sweep %llu", dev, (unsigned long long)sweep);
     for (size_t i = c.n_cands; i-- > 0;) {
         int r2 = sweep_device(q, c.cands[i], cdev, sizeof cdev, &csev, err, errlen);
         if (r2) {
@@ -322,9 +321,12 @@ static void judge(cmp_entry_t *e, double threshold) {
     double ra = rsd(e->a), rb = rsd(e->b);
     e->noise_pct = 2.0 * sqrt(ra * ra + rb * rb) * 100.0;
     e->beyond_noise = fabs(e->change_pct) > e->noise_pct;
-    if (!e->beyond_noise) e->verdict = CMP_SAME;
-    else if (e->change_pct > 0) e->verdict = e->change_pct > threshold ? CMP_REGRESSION : CMP_SLOWER;
-    else e->verdict = -e->change_pct > threshold ? CMP_IMPROVEMENT : CMP_FASTER;
+    if (!e->beyond_noise)
+        e->verdict = CMP_SAME;
+    else if (e->change_pct > 0)
+        e->verdict = e->change_pct > threshold ? CMP_REGRESSION : CMP_SLOWER;
+    else
+        e->verdict = -e->change_pct > threshold ? CMP_IMPROVEMENT : CMP_FASTER;
 }
 
 int cmp_diff(dbq_t *q, uint64_t a, uint64_t b, double threshold, const char *device, cmp_diff_t *d, char *err,
@@ -380,15 +382,14 @@ static json_t *side_json(const cmp_best_t *b) {
 
 static json_t *sweep_json(const cmp_sweep_t *s) {
     return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "sweep", (json_int_t)s->id, "name", s->name,
-                     "device", s->device, "driver", s->driver, "toolkit", s->toolkit, "backend", s->backend,
-                     "compiler", s->compiler, "triton", s->triton, "kernel", s->kernel);
+                     "device", s->device, "driver", s->driver, "toolkit", s->toolkit, "backend", s->backend, "compiler",
+                     s->compiler, "triton", s->triton, "kernel", s->kernel);
 }
 
 static void sweep_line(FILE *out, const char *label, const cmp_sweep_t *s) {
     fprintf(out, "%s sweep %llu '%s': %s, driver %s, toolkit %s, %s %s, triton %s, kernel %s\n", label,
-            (unsigned long long)s->id, s->name, s->device, *s->driver ? s->driver : "-",
-            *s->toolkit ? s->toolkit : "-", s->backend, s->compiler, *s->triton ? s->triton : "-",
-            *s->kernel ? s->kernel : "-");
+            (unsigned long long)s->id, s->name, s->device, *s->driver ? s->driver : "-", *s->toolkit ? s->toolkit : "-",
+            s->backend, s->compiler, *s->triton ? s->triton : "-", *s->kernel ? s->kernel : "-");
 }
 
 void cmp_diff_print(const cmp_diff_t *d, bool json, FILE *out) {
@@ -402,9 +403,9 @@ void cmp_diff_print(const cmp_diff_t *d, bool json, FILE *out) {
             const cmp_best_t *any = e->a ? e->a : e->b;
             char shape[128];
             cmp_shape_text(&any->shape, shape, sizeof shape);
-            json_t *o = json_pack("{s:s, s:i, s:o, s:o, s:s}", "shape", shape, "batch_size", (int)any->batch_size,
-                                  "old", side_json(e->a), "new", side_json(e->b), "verdict",
-                                  cmp_verdict_name(e->verdict));
+            json_t *o =
+                json_pack("{s:s, s:i, s:o, s:o, s:s}", "shape", shape, "batch_size", (int)any->batch_size, "old",
+                          side_json(e->a), "new", side_json(e->b), "verdict", cmp_verdict_name(e->verdict));
             if (o && e->a && e->b) {
                 json_object_set_new(o, "change_pct", json_real(e->change_pct));
                 json_object_set_new(o, "noise_pct", json_real(e->noise_pct));
@@ -440,8 +441,8 @@ void cmp_diff_print(const cmp_diff_t *d, bool json, FILE *out) {
             snprintf(ch, sizeof ch, "%+.2f%%", e->change_pct);
             snprintf(nz, sizeof nz, "%.2f%%", e->noise_pct);
         }
-        fprintf(out, "%-40.40s %6u %-20s %10s %-20s %10s %8s %7s  %s\n", shape, any->batch_size, ca, ua, cb, ub, ch,
-                nz, cmp_verdict_name(e->verdict));
+        fprintf(out, "%-40.40s %6u %-20s %10s %-20s %10s %8s %7s  %s\n", shape, any->batch_size, ca, ua, cb, ub, ch, nz,
+                cmp_verdict_name(e->verdict));
     }
     fprintf(out, "%zu entries: %zu regressions beyond noise and %.1f%%, %zu improvements\n", d->n, d->regressions,
             d->threshold_pct, d->improvements);

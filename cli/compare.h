@@ -65,19 +65,27 @@ int cmp_resolve(dbq_t *q, const char *ref, uint64_t *id, char *err, size_t errle
  * none (err says why), or an error. */
 int cmp_previous(dbq_t *q, uint64_t sweep, uint64_t *prev, char *err, size_t errlen);
 
-typedef enum { CMP_SAME, CMP_REGRESSION, CMP_IMPROVEMENT, CMP_SLOWER, CMP_FASTER, CMP_ADDED, CMP_REMOVED } cmp_verdict_t;
+typedef enum {
+    CMP_SAME,
+    CMP_REGRESSION,
+    CMP_IMPROVEMENT,
+    CMP_SLOWER,
+    CMP_FASTER,
+    CMP_ADDED,
+    CMP_REMOVED
+} cmp_verdict_t;
 
 /* One (shape, batch size) of a diff; a or b is NULL for entries only in one sweep. */
 typedef struct {
     const cmp_best_t *a, *b;
-    double change_pct;      /* (b - a) / a * 100 */
-    double noise_pct;       /* 2 * sqrt(rsd_a^2 + rsd_b^2) * 100, rsd = stddev / median */
+    double change_pct; /* (b - a) / a * 100 */
+    double noise_pct;  /* 2 * sqrt(rsd_a^2 + rsd_b^2) * 100, rsd = stddev / median */
     bool beyond_noise;
     cmp_verdict_t verdict;
 } cmp_entry_t;
 
 typedef struct {
-    cmp_sweep_t a, b;       /* owned */
+    cmp_sweep_t a, b; /* owned */
     double threshold_pct;
     cmp_entry_t *e;
     size_t n;
@@ -89,8 +97,8 @@ typedef struct {
  * threshold_pct; an improvement when beyond noise, faster by more than threshold_pct.
  * device (NULL = the only one) picks one device of sweeps measured on several;
  * MT_INVAL names the devices when it is needed. Clear with cmp_diff_clear. */
-int cmp_diff(dbq_t *q, uint64_t a, uint64_t b, double threshold_pct, const char *device, cmp_diff_t *out,
-             char *err, size_t errlen);
+int cmp_diff(dbq_t *q, uint64_t a, uint64_t b, double threshold_pct, const char *device, cmp_diff_t *out, char *err,
+             size_t errlen);
 void cmp_diff_clear(cmp_diff_t *d);
 
 /* Prints the diff as a table, or as one JSON object with --json. */

@@ -16,16 +16,16 @@
 #define ETA_SHARE_AHEAD 0.3     /* the pruned share ahead: at most this much above the recent one */
 
 typedef struct {
-    double cost;   /* seconds per result */
-    double share;  /* pruned share */
-    double x;      /* progress (done / planned) at its middle */
-    double n;      /* results */
+    double cost;  /* seconds per result */
+    double share; /* pruned share */
+    double x;     /* progress (done / planned) at its middle */
+    double n;     /* results */
 } chunk_t;
 
 struct cli_eta {
     bool started, have_eta;
-    bool measured;            /* the ETA comes from chunks, not from the provisional life-so-far guess */
-    double c_t;               /* where the open chunk began */
+    bool measured; /* the ETA comes from chunks, not from the provisional life-so-far guess */
+    double c_t;    /* where the open chunk began */
     uint64_t c_done, c_pruned;
     chunk_t *chunks;
     size_t n, cap;
@@ -146,9 +146,12 @@ int cli_eta_observe(cli_eta_t *e, const cli_eta_sample_t *s, double *eta_s) {
         e->c_pruned = s->pruned;
     }
     double raw;
-    if (s->planned && s->done >= s->planned) raw = 0.0;
-    else if (s->planned && e->n) raw = from_chunks(e, s);
-    else raw = cli_eta_once(s);
+    if (s->planned && s->done >= s->planned)
+        raw = 0.0;
+    else if (s->planned && e->n)
+        raw = from_chunks(e, s);
+    else
+        raw = cli_eta_once(s);
     if (raw <= 0.0 || !e->have_eta || (e->n && !e->measured)) {
         /* the first estimate from measured chunks replaces the provisional one outright */
         e->eta = raw;

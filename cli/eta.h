@@ -32,8 +32,8 @@ typedef struct cli_eta cli_eta_t;
 typedef struct {
     double t_s, wall_s;
     uint64_t planned, done, pruned;
-    uint64_t created_s;  /* wall seconds; 0 = unknown */
-    double rate;         /* the coordinator's recent results per second; 0 = unknown */
+    uint64_t created_s; /* wall seconds; 0 = unknown */
+    double rate;        /* the coordinator's recent results per second; 0 = unknown */
 } cli_eta_sample_t;
 
 /* New estimator. MT_OK with *out (free with cli_eta_destroy); MT_NOMEM. */

@@ -26,19 +26,19 @@
 
 typedef struct {
     dbq_result_t *rows;
-    dbq_result_t *ru;       /* per row, its runner-up (config_id 0: none) */
+    dbq_result_t *ru; /* per row, its runner-up (config_id 0: none) */
     size_t n, cap;
-    char bad[400];          /* why a row was refused */
+    char bad[400]; /* why a row was refused */
 } rowvec_t;
 
 /* One entry of a file being written: from a result row, or kept from the old file. */
 typedef struct {
     uint32_t bs;
     krn_config_t cfg;
-    const dbq_result_t *row;  /* NULL when kept from the previous file */
-    double cost;              /* what "slower" compares: median, or up + down for a split pair */
+    const dbq_result_t *row; /* NULL when kept from the previous file */
+    double cost;             /* what "slower" compares: median, or up + down for a split pair */
     bool split;
-    const dbq_result_t *ru;   /* the best ok row of another config at this batch size, or NULL */
+    const dbq_result_t *ru; /* the best ok row of another config at this batch size, or NULL */
 } entry_t;
 
 /* What exports gets per file. */
@@ -51,11 +51,11 @@ typedef struct {
 
 /* A file planned: nothing is written until every file is planned. */
 typedef struct {
-    char mdir[1024];        /* folder of the file and its manifest */
-    char name[420];         /* file name: the manifest key */
-    char *text;             /* new body; NULL when the file is left as it is */
-    json_t *rec;            /* its manifest record */
-    char *changes;          /* "path: batch size M: old -> new" lines, shown once written */
+    char mdir[1024]; /* folder of the file and its manifest */
+    char name[420];  /* file name: the manifest key */
+    char *text;      /* new body; NULL when the file is left as it is */
+    json_t *rec;     /* its manifest record */
+    char *changes;   /* "path: batch size M: old -> new" lines, shown once written */
     exp_file_t f;
     file_meta_t meta;
     bool done;
@@ -98,8 +98,8 @@ static bool safe_component(const char *s) {
     if (!*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0) return false;
     for (const char *p = s; *p; p++) {
         char c = *p;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-' || c == '.'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '.'))
             return false;
     }
     return true;
@@ -120,14 +120,11 @@ static void file_name(const dbq_result_t *r, char *buf, size_t len) {
 }
 
 static void cfg_text(const krn_config_t *c, char *buf, size_t len) {
-    snprintf(buf, len, "M%u N%u K%u G%u w%u s%u", c->block_m, c->block_n, c->block_k, c->group_m,
-             c->num_warps, c->num_stages);
+    snprintf(buf, len, "M%u N%u K%u G%u w%u s%u", c->block_m, c->block_n, c->block_k, c->group_m, c->num_warps,
+             c->num_stages);
 }
 
-static bool cfg_eq(const krn_config_t *a, const krn_config_t *b) {
-    return memcmp(a, b, sizeof *a) == 0;
-}
-
+static bool cfg_eq(const krn_config_t *a, const krn_config_t *b) { return memcmp(a, b, sizeof *a) == 0; }
 
 /* Dumps a JSON value the way the frameworks' files look: indent 4, keys in insertion
  * order, newline at the end. Caller frees. */
@@ -169,20 +166,27 @@ static int check_row(const dbq_result_t *r, char *bad, size_t len) {
     const char *what = NULL;
     double v = 0;
     if (r->batch_size == 0) {
-        mt_fmt(bad, len, "result %llu (sweep %llu) has a batch size outside 1..4294967295 in the database; "
-               "export refused: the row is damaged or was written by hand", (unsigned long long)r->result_id,
-               (unsigned long long)r->sweep_id);
+        mt_fmt(bad, len,
+               "result %llu (sweep %llu) has a batch size outside 1..4294967295 in the database; "
+               "export refused: the row is damaged or was written by hand",
+               (unsigned long long)r->result_id, (unsigned long long)r->sweep_id);
         return MT_INVAL;
     }
-    if (!isfinite(r->median_us) || r->median_us <= 0) what = "median_us", v = r->median_us;
-    else if (!isfinite(r->min_us) || r->min_us < 0) what = "min_us", v = r->min_us;
-    else if (!isfinite(r->stddev_us) || r->stddev_us < 0) what = "stddev_us", v = r->stddev_us;
-    else if (!isfinite(r->up_us) || r->up_us < 0) what = "up_us", v = r->up_us;
-    else if (!isfinite(r->down_us) || r->down_us < 0) what = "down_us", v = r->down_us;
+    if (!isfinite(r->median_us) || r->median_us <= 0)
+        what = "median_us", v = r->median_us;
+    else if (!isfinite(r->min_us) || r->min_us < 0)
+        what = "min_us", v = r->min_us;
+    else if (!isfinite(r->stddev_us) || r->stddev_us < 0)
+        what = "stddev_us", v = r->stddev_us;
+    else if (!isfinite(r->up_us) || r->up_us < 0)
+        what = "up_us", v = r->up_us;
+    else if (!isfinite(r->down_us) || r->down_us < 0)
+        what = "down_us", v = r->down_us;
     if (!what) return MT_OK;
-    mt_fmt(bad, len, "result %llu (sweep %llu, batch size %u) is ok but has %s %g (none reads as 0) in the "
-           "database; export refused: a latency must be a positive finite number", (unsigned long long)r->result_id,
-           (unsigned long long)r->sweep_id, r->batch_size, what, v);
+    mt_fmt(bad, len,
+           "result %llu (sweep %llu, batch size %u) is ok but has %s %g (none reads as 0) in the "
+           "database; export refused: a latency must be a positive finite number",
+           (unsigned long long)r->result_id, (unsigned long long)r->sweep_id, r->batch_size, what, v);
     return MT_INVAL;
 }
 
@@ -204,7 +208,7 @@ static int collect(void *ctx, const dbq_result_t *row, const dbq_result_t *ru) {
         v->ru[v->n] = *ru;
     else
         memset(&v->ru[v->n], 0, sizeof v->ru[v->n]);
-    v->rows[v->n].versions = "";  /* points into the statement; this layout does not use it */
+    v->rows[v->n].versions = ""; /* points into the statement; this layout does not use it */
     v->ru[v->n++].versions = "";
     return 0;
 }
@@ -277,9 +281,10 @@ static void near_tie_fields(json_t *e, const entry_t *ent, json_t *near_ties) {
         return;
     }
     double m = exp_margin_sd(r->median_us, r->stddev_us, u->median_us, u->stddev_us);
-    json_object_set_new(e, "runner_up", json_pack("{s:I, s:I, s:f, s:f, s:i}", "sweep_id", (json_int_t)u->sweep_id,
-                                                  "config_id", (json_int_t)u->config_id, "median_us", u->median_us,
-                                                  "stddev_us", u->stddev_us, "samples", (int)u->samples));
+    json_object_set_new(e, "runner_up",
+                        json_pack("{s:I, s:I, s:f, s:f, s:i}", "sweep_id", (json_int_t)u->sweep_id, "config_id",
+                                  (json_int_t)u->config_id, "median_us", u->median_us, "stddev_us", u->stddev_us,
+                                  "samples", (int)u->samples));
     json_object_set_new(e, "margin_sd", isfinite(m) ? json_real(m) : json_null());
     json_object_set_new(e, "near_tie", json_boolean(m < EXP_NEAR_TIE_SD));
     if (m < EXP_NEAR_TIE_SD) json_array_append_new(near_ties, json_integer(ent->bs));
@@ -322,15 +327,17 @@ static int load_coverage(run_t *x, dbq_t *q, char *err, size_t errlen) {
     char list[200] = "";
     size_t used = 0, n = 0;
     for (size_t i = 0; i < x->n_cov; i++) {
-        if (i && x->cov[i].sweep_id == x->cov[i - 1].sweep_id) continue;  /* rows come by sweep */
+        if (i && x->cov[i].sweep_id == x->cov[i - 1].sweep_id) continue; /* rows come by sweep */
         n++;
         if (used + 24 < sizeof list)
             used += (size_t)snprintf(list + used, sizeof list - used, "%s%llu", used ? ", " : "",
                                      (unsigned long long)x->cov[i].sweep_id);
     }
     if (n <= 1) return MT_OK;
-    mt_fmt(err, errlen, "the database holds results of %zu sweeps (%s): export one with --sweep N, merge some "
-           "with --sweeps A,B, or take the newest per file with --latest", n, list);
+    mt_fmt(err, errlen,
+           "the database holds results of %zu sweeps (%s): export one with --sweep N, merge some "
+           "with --sweeps A,B, or take the newest per file with --latest",
+           n, list);
     return MT_INVAL;
 }
 
@@ -381,8 +388,10 @@ static json_t *file_coverage(const run_t *x, const dbq_result_t *first, const ui
                                          (unsigned long long)c->planned);
             if (c->measured < c->planned && complete) {
                 complete = false;
-                mt_fmt(why, whylen, "sweep %llu (%s) measured %llu of the %llu planned configs at batch size %u "
-                       "on %s", (unsigned long long)c->sweep_id, c->state, (unsigned long long)c->measured,
+                mt_fmt(why, whylen,
+                       "sweep %llu (%s) measured %llu of the %llu planned configs at batch size %u "
+                       "on %s",
+                       (unsigned long long)c->sweep_id, c->state, (unsigned long long)c->measured,
                        (unsigned long long)c->planned, c->batch_size, c->device_name);
             }
         }
@@ -549,8 +558,8 @@ static bool shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
 
 /* The manifest record of one file. Entries kept from the previous file keep what the
  * previous record said of them. */
-static json_t *manifest_record(const dbq_result_t *first, const entry_t *ents, size_t n_ents,
-                               file_meta_t *meta, json_t *old_rec) {
+static json_t *manifest_record(const dbq_result_t *first, const entry_t *ents, size_t n_ents, file_meta_t *meta,
+                               json_t *old_rec) {
     json_t *rec = json_object();
     json_t *shape = json_object();
     json_t *sweeps = json_array(), *uuids = json_array(), *drivers = json_array();
@@ -575,8 +584,9 @@ static json_t *manifest_record(const dbq_result_t *first, const entry_t *ents, s
     }
     /* Which routing the entries were measured on: uniform random, or a captured file. */
     if (first->shape.routing[0])
-        json_object_set_new(rec, "routing", json_pack("{s:s, s:s, s:s}", "kind", "captured", "sha256",
-                                                      first->shape.routing, "source", first->routing_source));
+        json_object_set_new(rec, "routing",
+                            json_pack("{s:s, s:s, s:s}", "kind", "captured", "sha256", first->shape.routing, "source",
+                                      first->routing_source));
     else
         json_object_set_new(rec, "routing", json_pack("{s:s}", "kind", "uniform"));
     for (size_t i = 0; i < n_ents; i++) {
@@ -628,8 +638,9 @@ static json_t *manifest_record(const dbq_result_t *first, const entry_t *ents, s
     json_object_set_new(rec, "simulated", json_boolean(sim));
     json_object_set_new(rec, "exported_at", json_string(stamp));
     json_object_set_new(rec, "entries", entries);
-    json_object_set_new(rec, "near_tie_rule", json_string("margin_sd = (runner_up - best) / sqrt(sd_best^2 + "
-                                                          "sd_runner_up^2) under 1: the pick is within noise"));
+    json_object_set_new(rec, "near_tie_rule",
+                        json_string("margin_sd = (runner_up - best) / sqrt(sd_best^2 + "
+                                    "sd_runner_up^2) under 1: the pick is within noise"));
     json_object_set_new(rec, "near_ties", near_ties);
     return rec;
 }
@@ -644,9 +655,10 @@ static int check_coverage(const run_t *x, const dbq_result_t *first, const entry
     char why[400];
     json_decref(file_coverage(x, first, ids, n_ids, &f, why, sizeof why));
     if (!f.partial || x->o->partial) return MT_OK;
-    mt_fmt(err, errlen, "%s/%s: %s; a file is written only from a finished sweep whose device measured every "
-           "planned config at every batch size (pass --partial to write it, marked partial)", x->o->out_dir, rel,
-           why);
+    mt_fmt(err, errlen,
+           "%s/%s: %s; a file is written only from a finished sweep whose device measured every "
+           "planned config at every batch size (pass --partial to write it, marked partial)",
+           x->o->out_dir, rel, why);
     return MT_INVAL;
 }
 
@@ -689,9 +701,9 @@ static double old_cost(json_t *old_entries, const char *key, bool split) {
  * lacks. tv, when not NULL, is written first as "triton_version" (vLLM's files);
  * versions (engine exports) must match the existing record's. Nothing is written: the
  * planned file goes to x->pend (*out). */
-static int plan_file(run_t *x, const char *mdir, const char *name, const char *rel, const entry_t *new_ents,
-                     size_t n, const char *tv, const char *versions, const dbq_result_t *first, pend_t **out,
-                     char *err, size_t errlen) {
+static int plan_file(run_t *x, const char *mdir, const char *name, const char *rel, const entry_t *new_ents, size_t n,
+                     const char *tv, const char *versions, const dbq_result_t *first, pend_t **out, char *err,
+                     size_t errlen) {
     int rc = MT_OK;
     const exp_opts_t *o = x->o;
     moetune_lookup_t *old = NULL;
@@ -724,9 +736,11 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
         char a[128], b[128];
         shape_text(&was, a, sizeof a);
         shape_text(&first->shape, b, sizeof b);
-        mt_fmt(err, errlen, "%s/%s holds shape %s (its manifest record); these results are for shape %s: an "
+        mt_fmt(err, errlen,
+               "%s/%s holds shape %s (its manifest record); these results are for shape %s: an "
                "engine's file name carries E and N but not K or topk, so one folder cannot hold both; export into "
-               "another --out", o->out_dir, rel, a, b);
+               "another --out",
+               o->out_dir, rel, a, b);
         rc = MT_INVAL;
         goto out;
     }
@@ -734,16 +748,20 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
     const char *oh = json_string_value(json_array_get(json_object_get(orec, "kernel_hashes"), 0));
     if (existed && ((versions && ov && strcmp(ov, versions) != 0) ||
                     (oh && first->kernel_hash[0] && strcmp(oh, first->kernel_hash) != 0))) {
-        mt_fmt(err, errlen, "%s/%s was exported from results with versions '%s' (kernel_hash %s); these are "
+        mt_fmt(err, errlen,
+               "%s/%s was exported from results with versions '%s' (kernel_hash %s); these are "
                "'%s' (kernel_hash %s), and one file never mixes them: export into another --out or move "
-               "the file away", o->out_dir, rel, ov ? ov : "?", oh ? oh : "?", versions ? versions : "",
+               "the file away",
+               o->out_dir, rel, ov ? ov : "?", oh ? oh : "?", versions ? versions : "",
                first->kernel_hash[0] ? first->kernel_hash : "none");
         rc = MT_INVAL;
         goto out;
     }
     if (tv && old_tv[0] && strcmp(old_tv, tv) != 0) {
-        mt_fmt(err, errlen, "%s/%s holds configs for Triton %s; these are for Triton %s, and one file never "
-               "mixes them: export into another --out or move the file away", o->out_dir, rel, old_tv, tv);
+        mt_fmt(err, errlen,
+               "%s/%s holds configs for Triton %s; these are for Triton %s, and one file never "
+               "mixes them: export into another --out or move the file away",
+               o->out_dir, rel, old_tv, tv);
         rc = MT_INVAL;
         goto out;
     }
@@ -767,9 +785,12 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
             moetune_lookup_config_t c;
             oe.bs = moetune_lookup_key(old, j);
             moetune_lookup_get(old, oe.bs, &c, NULL);
-            oe.cfg = (krn_config_t){.block_m = (uint32_t)c.block_m, .block_n = (uint32_t)c.block_n,
-                                    .block_k = (uint32_t)c.block_k, .group_m = (uint32_t)c.group_m,
-                                    .num_warps = (uint32_t)c.num_warps, .num_stages = (uint32_t)c.num_stages};
+            oe.cfg = (krn_config_t){.block_m = (uint32_t)c.block_m,
+                                    .block_n = (uint32_t)c.block_n,
+                                    .block_k = (uint32_t)c.block_k,
+                                    .group_m = (uint32_t)c.group_m,
+                                    .num_warps = (uint32_t)c.num_warps,
+                                    .num_stages = (uint32_t)c.num_stages};
         }
         if (j == n_old || (i < n && new_ents[i].bs <= oe.bs)) {
             entry_t *e = &ents[n_ents++];
@@ -784,8 +805,8 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
                 if (had) cfg_text(&oe.cfg, a, sizeof a);
                 if (had && was_us > 0) snprintf(was_txt, sizeof was_txt, "%.2f -> ", was_us);
                 cfg_text(&e->cfg, b, sizeof b);
-                mt_fmt(line, sizeof line, "%s: batch size %u: %s -> %s (%s%.2f us, sweep %llu)%s", f->path, e->bs, a,
-                       b, was_txt, e->cost, (unsigned long long)(e->row ? e->row->sweep_id : 0),
+                mt_fmt(line, sizeof line, "%s: batch size %u: %s -> %s (%s%.2f us, sweep %llu)%s", f->path, e->bs, a, b,
+                       was_txt, e->cost, (unsigned long long)(e->row ? e->row->sweep_id : 0),
                        is_slower ? (o->force ? ", slower: replaced with --force" : ", slower") : "");
                 if (is_slower && slower++ == 0) mt_fmt(first_slower, sizeof first_slower, "%s", line);
                 if (existed && !append_line(&changes, line)) {
@@ -796,14 +817,15 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
             if (had) j++;
             i++;
         } else {
-            ents[n_ents++] = oe;  /* kept: the store has nothing for this batch size */
+            ents[n_ents++] = oe; /* kept: the store has nothing for this batch size */
             j++;
         }
     }
     if (slower && !o->force) {
-        mt_fmt(err, errlen, "%zu entr%s would be replaced by configs measured slower than the entry's recorded "
-               "latency, e.g. %s; nothing written: pass --force to replace them", slower, slower == 1 ? "y" : "ies",
-               first_slower);
+        mt_fmt(err, errlen,
+               "%zu entr%s would be replaced by configs measured slower than the entry's recorded "
+               "latency, e.g. %s; nothing written: pass --force to replace them",
+               slower, slower == 1 ? "y" : "ies", first_slower);
         rc = MT_INVAL;
         goto out;
     }
@@ -824,8 +846,7 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
         rc = MT_NOMEM;
         goto out;
     }
-    mt_fmt(p->meta.hash, sizeof p->meta.hash, "%016llx",
-           (unsigned long long)mt_fnv1a(MT_FNV_INIT, text, strlen(text)));
+    mt_fmt(p->meta.hash, sizeof p->meta.hash, "%016llx", (unsigned long long)mt_fnv1a(MT_FNV_INIT, text, strlen(text)));
     /* A file that lacked its triton_version is rewritten even when no entry changed. */
     bool same_tv = !tv || strcmp(tv, old_tv) == 0;
     if (existed && f->changed == 0 && same_tv) {
@@ -847,7 +868,7 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
     *out = p;
     p = NULL;
 out:
-    if (p) {  /* the last pend is this one: drop it */
+    if (p) { /* the last pend is this one: drop it */
         free(p->text);
         json_decref(p->rec);
         free(p->changes);
@@ -932,15 +953,18 @@ static void run_free(run_t *x) {
     for (size_t i = 0; i < x->n_dirs; i++) json_decref(x->dirs[i].m);
     free(x->dirs);
     free(x->cov);
-    if (x->lock_fd >= 0) close(x->lock_fd);  /* releases the lock */
+    if (x->lock_fd >= 0) close(x->lock_fd); /* releases the lock */
 }
 
 /* ---- engine layouts (export.h "With an engine") */
 
 int exp_engine_parse(const char *name, exp_engine_t *engine) {
-    if (name && strcmp(name, "sglang") == 0) *engine = EXP_ENGINE_SGLANG;
-    else if (name && strcmp(name, "vllm") == 0) *engine = EXP_ENGINE_VLLM;
-    else return MT_INVAL;
+    if (name && strcmp(name, "sglang") == 0)
+        *engine = EXP_ENGINE_SGLANG;
+    else if (name && strcmp(name, "vllm") == 0)
+        *engine = EXP_ENGINE_VLLM;
+    else
+        return MT_INVAL;
     return MT_OK;
 }
 
@@ -959,11 +983,12 @@ static bool has_token(const char *s, const char *tok) {
     return false;
 }
 
-void exp_engine_file_name(exp_engine_t engine, const char *device_name, const krn_shape_t *sh, char *buf,
-                          size_t len) {
+void exp_engine_file_name(exp_engine_t engine, const char *device_name, const krn_shape_t *sh, char *buf, size_t len) {
     char dev[128];
-    if (engine == EXP_ENGINE_VLLM && has_token(device_name, "H200")) snprintf(dev, sizeof dev, "NVIDIA_H200");
-    else snprintf(dev, sizeof dev, "%s", device_name);
+    if (engine == EXP_ENGINE_VLLM && has_token(device_name, "H200"))
+        snprintf(dev, sizeof dev, "NVIDIA_H200");
+    else
+        snprintf(dev, sizeof dev, "%s", device_name);
     for (char *p = dev; *p; p++) {
         if (*p == ' ' || *p == '/' || *p == '\\') *p = '_';
     }
@@ -971,9 +996,9 @@ void exp_engine_file_name(exp_engine_t engine, const char *device_name, const kr
     if (n > 0 && (size_t)n < len && strcmp(sh->dtype, "bf16") != 0)
         n += snprintf(buf + n, len - (size_t)n, ",dtype=%s", sh->dtype);
     if (n > 0 && (size_t)n < len && sh->block_n)
-        n += snprintf(buf + n, len - (size_t)n, engine == EXP_ENGINE_VLLM ? ",block_shape=[%u,%u]"
-                                                                          : ",block_shape=[%u, %u]",
-                      sh->block_n, sh->block_k);
+        n += snprintf(buf + n, len - (size_t)n,
+                      engine == EXP_ENGINE_VLLM ? ",block_shape=[%u,%u]" : ",block_shape=[%u, %u]", sh->block_n,
+                      sh->block_k);
     if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ".json");
 }
 
@@ -989,15 +1014,15 @@ typedef struct {
 /* What one (group, shape, batch size) needs: the best whole-layer row and, per
  * BLOCK_SIZE_M, the best rows of each GEMM alone. */
 typedef struct {
-    char *versions;         /* owned; the rows' versions point here */
+    char *versions; /* owned; the rows' versions point here */
     uint64_t shape_id;
     uint32_t bs;
     dbq_result_t best;
-    dbq_result_t second;    /* the best row of another config: the runner-up (near ties) */
+    dbq_result_t second; /* the best row of another config: the runner-up (near ties) */
     bool has_second;
     split_t split[MAX_SPLIT_BM];
     size_t n_split;
-    const split_t *pair;    /* the chosen pair, set when the file is split */
+    const split_t *pair; /* the chosen pair, set when the file is split */
 } cell_t;
 
 typedef struct {
@@ -1006,9 +1031,9 @@ typedef struct {
     size_t last;            /* cell of the previous row: rows come grouped */
     char other_backend[16]; /* first non-triton row seen */
     uint64_t other_sweep;
-    int rc_detail;          /* MT_INVAL when a row had too many BLOCK_SIZE_M values */
-    char bad[400];          /* why a row was refused */
-    exp_engine_t engine;    /* rows of configs this engine cannot run are not its */
+    int rc_detail;       /* MT_INVAL when a row had too many BLOCK_SIZE_M values */
+    char bad[400];       /* why a row was refused */
+    exp_engine_t engine; /* rows of configs this engine cannot run are not its */
 } eng_t;
 
 /* Rows alike in all that decides a file: one Triton build, kernel, versions, device, shape. */
@@ -1149,10 +1174,10 @@ static void triton_version(const cell_t *c, char *buf, size_t len) {
 /* One file to write: cells [first, first + n) of one group. */
 typedef struct {
     size_t first, n;
-    char dir[1024];         /* folder of the file and its manifest */
-    char name[400];         /* file name, without _down */
-    char rel[512];          /* path relative to OUT */
-    char sweeps[128];       /* the sweeps its rows came from, for messages */
+    char dir[1024];   /* folder of the file and its manifest */
+    char name[400];   /* file name, without _down */
+    char rel[512];    /* path relative to OUT */
+    char sweeps[128]; /* the sweeps its rows came from, for messages */
     bool split;
 } group_t;
 
@@ -1167,16 +1192,16 @@ static void group_sweeps(const eng_t *g, group_t *gr) {
         for (size_t k = 0; k < n_seen; k++) dup = dup || seen[k] == id;
         if (dup || n_seen == 16) continue;
         seen[n_seen++] = id;
-        int w = snprintf(gr->sweeps + used, sizeof gr->sweeps - used, "%s%llu", used ? "," : "",
-                         (unsigned long long)id);
+        int w =
+            snprintf(gr->sweeps + used, sizeof gr->sweeps - used, "%s%llu", used ? "," : "", (unsigned long long)id);
         if (w < 0 || (size_t)w >= sizeof gr->sweeps - used) break;
         used += (size_t)w;
     }
 }
 
 static void describe(const cell_t *c, const group_t *gr, char *buf, size_t len) {
-    mt_fmt(buf, len, "sweep%s %s (%s, kernel_hash %s, versions '%s')", strchr(gr->sweeps, ',') ? "s" : "",
-           gr->sweeps, c->best.compiler, c->best.kernel_hash[0] ? c->best.kernel_hash : "none", c->versions);
+    mt_fmt(buf, len, "sweep%s %s (%s, kernel_hash %s, versions '%s')", strchr(gr->sweeps, ',') ? "s" : "", gr->sweeps,
+           c->best.compiler, c->best.kernel_hash[0] ? c->best.kernel_hash : "none", c->versions);
 }
 
 /* The pair for one cell: lowest up + down among BLOCK_SIZE_M values with both. */
@@ -1212,15 +1237,19 @@ static void engine_record(json_t *rec, const exp_opts_t *o, const eng_t *g, cons
     if (down_file) {
         json_object_set_new(rec, "role", json_string("down"));
         json_object_set_new(rec, "up_file", json_string(gr->name));
-        json_object_set_new(rec, "entry_rule", json_string(
-            "down config of the pair (up, down) with the lowest up_us + down_us whose BLOCK_SIZE_M agree"));
+        json_object_set_new(
+            rec, "entry_rule",
+            json_string("down config of the pair (up, down) with the lowest up_us + down_us whose BLOCK_SIZE_M agree"));
     } else {
         json_object_set_new(rec, "role", json_string(gr->split ? "up" : "whole"));
         json_object_set_new(rec, "down_file", gr->split ? json_string(down) : json_null());
-        json_object_set_new(rec, "entry_rule", json_string(gr->split
-            ? "up config of the pair (up, down) with the lowest up_us + down_us whose BLOCK_SIZE_M agree; "
-              "the engine runs the first GEMM with this file and the second with down_file"
-            : "best whole-layer config (lowest median); no down file: the rows lack separate up/down timings"));
+        json_object_set_new(
+            rec, "entry_rule",
+            json_string(
+                gr->split
+                    ? "up config of the pair (up, down) with the lowest up_us + down_us whose BLOCK_SIZE_M agree; "
+                      "the engine runs the first GEMM with this file and the second with down_file"
+                    : "best whole-layer config (lowest median); no down file: the rows lack separate up/down timings"));
     }
     json_t *entries = json_object_get(rec, "entries");
     for (size_t i = gr->first; i < gr->first + gr->n; i++) {
@@ -1268,10 +1297,14 @@ static int engine_group(run_t *x, const eng_t *g, group_t *gr, char *err, size_t
             ents[i] = (entry_t){c->bs, r->config, r, cost, gr->split, !gr->split && c->has_second ? &c->second : NULL};
         }
         char name[420], rel[540];
-        if (down) mt_fmt(name, sizeof name, "%.*s_down.json", (int)(strlen(gr->name) - 5), gr->name);
-        else mt_fmt(name, sizeof name, "%s", gr->name);
-        if (o->engine == EXP_ENGINE_SGLANG) mt_fmt(rel, sizeof rel, "configs/%s/%s", c0->best.compiler, name);
-        else mt_fmt(rel, sizeof rel, "%s", name);
+        if (down)
+            mt_fmt(name, sizeof name, "%.*s_down.json", (int)(strlen(gr->name) - 5), gr->name);
+        else
+            mt_fmt(name, sizeof name, "%s", gr->name);
+        if (o->engine == EXP_ENGINE_SGLANG)
+            mt_fmt(rel, sizeof rel, "configs/%s/%s", c0->best.compiler, name);
+        else
+            mt_fmt(rel, sizeof rel, "%s", name);
         pend_t *p = NULL;
         rc = plan_file(x, gr->dir, name, rel, ents, gr->n, o->engine == EXP_ENGINE_VLLM ? tv : NULL, c0->versions,
                        &c0->best, &p, err, errlen);
@@ -1303,18 +1336,23 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
     dbq_close(q);
     if (g.other_backend[0]) {
         bool sim = strcmp(g.other_backend, "sim") == 0;
-        mt_fmt(err, errlen, "sweep %llu measured with the %s backend: %s; --engine exports triton results "
-               "only (export it without --engine%s)", (unsigned long long)g.other_sweep, g.other_backend,
+        mt_fmt(err, errlen,
+               "sweep %llu measured with the %s backend: %s; --engine exports triton results "
+               "only (export it without --engine%s)",
+               (unsigned long long)g.other_sweep, g.other_backend,
                sim ? "its numbers are simulated, never a measurement"
-               : strcmp(g.other_backend, "cuda") == 0 ? "its configs are for moetune's CUDA kernel, which no engine runs"
-               : "its configs are not for an engine's Triton kernel",
+               : strcmp(g.other_backend, "cuda") == 0
+                   ? "its configs are for moetune's CUDA kernel, which no engine runs"
+                   : "its configs are not for an engine's Triton kernel",
                o->sweep_id ? "" : ", or pick a triton sweep with --sweep N");
         rc = MT_INVAL;
         goto out;
     }
     if (g.n == 0) {
-        if (o->sweep_id) mt_fmt(err, errlen, "sweep %llu has no ok results to export", (unsigned long long)o->sweep_id);
-        else mt_fmt(err, errlen, "the selected sweeps have no ok results to export");
+        if (o->sweep_id)
+            mt_fmt(err, errlen, "sweep %llu has no ok results to export", (unsigned long long)o->sweep_id);
+        else
+            mt_fmt(err, errlen, "the selected sweeps have no ok results to export");
         rc = MT_NOTFOUND;
         goto out;
     }
@@ -1356,16 +1394,20 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
             shape_text(&other->best.shape, sa, sizeof sa);
             shape_text(&c->best.shape, sb, sizeof sb);
             if (other->shape_id != c->shape_id)
-                mt_fmt(err, errlen, "two shapes, %s and %s, would both be written to %s (the name carries E and N "
+                mt_fmt(err, errlen,
+                       "two shapes, %s and %s, would both be written to %s (the name carries E and N "
                        "only): %s and %s; export one sweep at a time with --sweep N into separate --out folders",
                        sa, sb, gr->rel, a, b);
             else if (strcmp(other->best.device_name, c->best.device_name) != 0)
-                mt_fmt(err, errlen, "results of two devices, %s and %s, would be merged into %s: %s and %s; "
-                       "export one sweep at a time with --sweep N", other->best.device_name, c->best.device_name,
-                       gr->rel, a, b);
+                mt_fmt(err, errlen,
+                       "results of two devices, %s and %s, would be merged into %s: %s and %s; "
+                       "export one sweep at a time with --sweep N",
+                       other->best.device_name, c->best.device_name, gr->rel, a, b);
             else
-                mt_fmt(err, errlen, "results of different Triton builds, kernels or versions would be merged "
-                       "into %s: %s and %s; export one sweep at a time with --sweep N", gr->rel, a, b);
+                mt_fmt(err, errlen,
+                       "results of different Triton builds, kernels or versions would be merged "
+                       "into %s: %s and %s; export one sweep at a time with --sweep N",
+                       gr->rel, a, b);
             rc = MT_INVAL;
             goto out;
         }
@@ -1378,7 +1420,8 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
         }
         if (!gr->split)
             for (size_t k = i; k < j; k++) g.cells[k].pair = NULL;
-        for (size_t k = i; k < j; k++) tmp[k - i] = (entry_t){g.cells[k].bs, g.cells[k].best.config, &g.cells[k].best, 0, false, NULL};
+        for (size_t k = i; k < j; k++)
+            tmp[k - i] = (entry_t){g.cells[k].bs, g.cells[k].best.config, &g.cells[k].best, 0, false, NULL};
         rc = check_coverage(x, &c->best, tmp, j - i, gr->rel, err, errlen);
         if (rc != MT_OK) goto out;
         i = j;
@@ -1425,8 +1468,10 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
     if (rc != MT_OK) goto out;
     dbq_close(q);
     if (v.n == 0) {
-        if (o->sweep_id) mt_fmt(err, errlen, "sweep %llu has no ok results to export", (unsigned long long)o->sweep_id);
-        else mt_fmt(err, errlen, "the selected sweeps have no ok results to export");
+        if (o->sweep_id)
+            mt_fmt(err, errlen, "sweep %llu has no ok results to export", (unsigned long long)o->sweep_id);
+        else
+            mt_fmt(err, errlen, "the selected sweeps have no ok results to export");
         rc = MT_NOTFOUND;
         goto out;
     }
@@ -1437,7 +1482,11 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
         goto out;
     }
     for (size_t k = 0; k < v.n; k++)
-        ents[k] = (entry_t){v.rows[k].batch_size, v.rows[k].config, &v.rows[k], v.rows[k].median_us, false,
+        ents[k] = (entry_t){v.rows[k].batch_size,
+                            v.rows[k].config,
+                            &v.rows[k],
+                            v.rows[k].median_us,
+                            false,
                             v.ru[k].config_id ? &v.ru[k] : NULL};
     /* Plan every file from the rows first: nothing is created when one is refused. */
     for (size_t i = 0; i < v.n;) {
@@ -1462,16 +1511,19 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
             char a[128], b[128];
             shape_text(&v.rows[files[k].first].shape, a, sizeof a);
             shape_text(&r->shape, b, sizeof b);
-            mt_fmt(err, errlen, "two shapes, %s and %s, would both be written to %s (the name carries E and N "
-                   "only); export one sweep at a time with --sweep N into separate --out folders", a, b, pf->rel);
+            mt_fmt(err, errlen,
+                   "two shapes, %s and %s, would both be written to %s (the name carries E and N "
+                   "only); export one sweep at a time with --sweep N into separate --out folders",
+                   a, b, pf->rel);
             rc = MT_INVAL;
             goto out;
         }
         for (size_t k = i + 1; k < j; k++) {
             if (strcmp(v.rows[k].kernel_hash, r->kernel_hash) == 0) continue;
-            mt_fmt(err, errlen, "%s would mix results of two kernel sources: kernel_hash %s (sweep %llu) and %s "
-                   "(sweep %llu); export one sweep at a time with --sweep N", pf->rel,
-                   r->kernel_hash[0] ? r->kernel_hash : "none", (unsigned long long)r->sweep_id,
+            mt_fmt(err, errlen,
+                   "%s would mix results of two kernel sources: kernel_hash %s (sweep %llu) and %s "
+                   "(sweep %llu); export one sweep at a time with --sweep N",
+                   pf->rel, r->kernel_hash[0] ? r->kernel_hash : "none", (unsigned long long)r->sweep_id,
                    v.rows[k].kernel_hash[0] ? v.rows[k].kernel_hash : "none", (unsigned long long)v.rows[k].sweep_id);
             rc = MT_INVAL;
             goto out;
@@ -1487,8 +1539,8 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
         pend_t *p = NULL;
         rc = mt_mkdirs(pf->dir, err, errlen);
         if (rc != MT_OK) goto out;
-        rc = plan_file(x, pf->dir, pf->name, pf->rel, &ents[pf->first], pf->n, NULL, NULL, &v.rows[pf->first], &p,
-                       err, errlen);
+        rc = plan_file(x, pf->dir, pf->name, pf->rel, &ents[pf->first], pf->n, NULL, NULL, &v.rows[pf->first], &p, err,
+                       errlen);
         if (rc != MT_OK) goto out;
     }
     rc = commit(x, rep, err, errlen);

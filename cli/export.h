@@ -81,29 +81,29 @@
 typedef enum { EXP_ENGINE_NONE, EXP_ENGINE_SGLANG, EXP_ENGINE_VLLM } exp_engine_t;
 
 typedef struct exp_opts_s {
-    const char *db_path;   /* the store; read-only, plus one short write to `exports` */
-    const char *out_dir;   /* created when missing */
-    uint64_t sweep_id;     /* this sweep only; 0 = sweep_ids, or every sweep when none */
-    FILE *changes;         /* where "changed entry" lines go; NULL = nowhere */
-    exp_engine_t engine;   /* EXP_ENGINE_NONE: OUT/<compiler>/name.json */
-    const uint64_t *sweep_ids;  /* with sweep_id 0: only these sweeps (n_sweep_ids > 0) */
+    const char *db_path;       /* the store; read-only, plus one short write to `exports` */
+    const char *out_dir;       /* created when missing */
+    uint64_t sweep_id;         /* this sweep only; 0 = sweep_ids, or every sweep when none */
+    FILE *changes;             /* where "changed entry" lines go; NULL = nowhere */
+    exp_engine_t engine;       /* EXP_ENGINE_NONE: OUT/<compiler>/name.json */
+    const uint64_t *sweep_ids; /* with sweep_id 0: only these sweeps (n_sweep_ids > 0) */
     size_t n_sweep_ids;
-    bool latest;           /* per file, only the newest selected sweep that measured it */
-    bool one_sweep;        /* refuse when the selection holds results of several sweeps */
-    bool partial;          /* write files of unfinished or incompletely covered sweeps */
-    bool force;            /* replace entries by configs measured slower */
+    bool latest;    /* per file, only the newest selected sweep that measured it */
+    bool one_sweep; /* refuse when the selection holds results of several sweeps */
+    bool partial;   /* write files of unfinished or incompletely covered sweeps */
+    bool force;     /* replace entries by configs measured slower */
 } exp_opts_t;
 
 typedef enum { EXP_NEW, EXP_CHANGED, EXP_UNCHANGED } exp_state_t;
 
 typedef struct {
-    char path[512];        /* relative to out_dir, e.g. "sim/E=128,N=768,device_name=NVIDIA_H200.json" */
-    uint32_t entries;      /* entries in the file as it now is */
-    uint32_t changed;      /* entries that differ from the file it replaced (all, when new) */
+    char path[512];   /* relative to out_dir, e.g. "sim/E=128,N=768,device_name=NVIDIA_H200.json" */
+    uint32_t entries; /* entries in the file as it now is */
+    uint32_t changed; /* entries that differ from the file it replaced (all, when new) */
     exp_state_t state;
     int simulated;
-    bool partial;          /* not every planned config measured, or a sweep not done */
-    char coverage[512];    /* per batch size "measured/planned", for partial files */
+    bool partial;       /* not every planned config measured, or a sweep not done */
+    char coverage[512]; /* per batch size "measured/planned", for partial files */
 } exp_file_t;
 
 typedef struct {
@@ -153,10 +153,9 @@ typedef int (*exp_pair_fn)(void *ctx, const dbq_result_t *best, const dbq_result
  * fn's non-zero value, or the query's error with its text in err. */
 int exp_pairs(dbq_t *q, const dbq_select_t *sel, exp_pair_fn fn, void *ctx, char *err, size_t errlen);
 
-
 /* The config file name an engine looks for (no folder): device as the engine's
  * torch.cuda.get_device_name() reports it, shape as stored. Written into buf. */
-void exp_engine_file_name(exp_engine_t engine, const char *device_name, const krn_shape_t *shape,
-                          char *buf, size_t len);
+void exp_engine_file_name(exp_engine_t engine, const char *device_name, const krn_shape_t *shape, char *buf,
+                          size_t len);
 
 #endif

@@ -13,9 +13,9 @@ typedef struct {
 } entry_t;
 
 struct moetune_lookup {
-    entry_t *entries;  /* sorted by key, keys unique */
+    entry_t *entries; /* sorted by key, keys unique */
     size_t n;
-    char triton_version[64];  /* "" when the file has none */
+    char triton_version[64]; /* "" when the file has none */
 };
 
 static void set_err(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
@@ -107,8 +107,7 @@ static int parse_root(json_t *root, moetune_lookup_t **out, char *err, size_t er
             }
             json_int_t v = json_is_integer(f) ? json_integer_value(f) : -1;
             if (!json_is_integer(f) || v < k_fields[i].min || v > 1048576) {
-                set_err(err, errlen, "entry \"%s\": %s is not a valid integer", key,
-                        k_fields[i].name);
+                set_err(err, errlen, "entry \"%s\": %s is not a valid integer", key, k_fields[i].name);
                 rc = MOETUNE_LOOKUP_EINVAL;
                 goto out;
             }
@@ -133,8 +132,7 @@ out:
     return rc;
 }
 
-int moetune_lookup_parse(const char *text, size_t len, moetune_lookup_t **out, char *err,
-                         size_t errlen) {
+int moetune_lookup_parse(const char *text, size_t len, moetune_lookup_t **out, char *err, size_t errlen) {
     if (!text || !out) return MOETUNE_LOOKUP_EINVAL;
     *out = NULL;
     json_error_t jerr;
@@ -194,15 +192,16 @@ out:
     return rc;
 }
 
-int moetune_lookup_get(const moetune_lookup_t *t, uint32_t m, moetune_lookup_config_t *cfg,
-                       uint32_t *key) {
+int moetune_lookup_get(const moetune_lookup_t *t, uint32_t m, moetune_lookup_config_t *cfg, uint32_t *key) {
     if (!t || !cfg || t->n == 0) return MOETUNE_LOOKUP_EINVAL;
     /* Binary search for the first key >= m; the answer is it or its predecessor. */
     size_t lo = 0, hi = t->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (t->entries[mid].key < m) lo = mid + 1;
-        else hi = mid;
+        if (t->entries[mid].key < m)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     size_t pick;
     if (lo == t->n) {
@@ -212,22 +211,18 @@ int moetune_lookup_get(const moetune_lookup_t *t, uint32_t m, moetune_lookup_con
     } else {
         uint64_t above = (uint64_t)t->entries[lo].key - m;
         uint64_t below = (uint64_t)m - t->entries[lo - 1].key;
-        pick = below <= above ? lo - 1 : lo;  /* a tie goes to the smaller key */
+        pick = below <= above ? lo - 1 : lo; /* a tie goes to the smaller key */
     }
     *cfg = t->entries[pick].cfg;
     if (key) *key = t->entries[pick].key;
     return MOETUNE_LOOKUP_OK;
 }
 
-const char *moetune_lookup_triton_version(const moetune_lookup_t *t) {
-    return t ? t->triton_version : "";
-}
+const char *moetune_lookup_triton_version(const moetune_lookup_t *t) { return t ? t->triton_version : ""; }
 
 size_t moetune_lookup_count(const moetune_lookup_t *t) { return t ? t->n : 0; }
 
-uint32_t moetune_lookup_key(const moetune_lookup_t *t, size_t i) {
-    return (t && i < t->n) ? t->entries[i].key : 0;
-}
+uint32_t moetune_lookup_key(const moetune_lookup_t *t, size_t i) { return (t && i < t->n) ? t->entries[i].key : 0; }
 
 void moetune_lookup_free(moetune_lookup_t **t) {
     if (!t || !*t) return;

@@ -18,8 +18,8 @@
 
 enum {
     MOETUNE_LOOKUP_OK = 0,
-    MOETUNE_LOOKUP_EINVAL = -5,  /* not a valid config file; reason in err */
-    MOETUNE_LOOKUP_EIO = -7,     /* the file cannot be read */
+    MOETUNE_LOOKUP_EINVAL = -5, /* not a valid config file; reason in err */
+    MOETUNE_LOOKUP_EIO = -7,    /* the file cannot be read */
     MOETUNE_LOOKUP_ENOMEM = -4,
 };
 
@@ -38,14 +38,12 @@ typedef struct moetune_lookup moetune_lookup_t;
 int moetune_lookup_load(const char *path, moetune_lookup_t **out, char *err, size_t errlen);
 
 /* Same as moetune_lookup_load() on len bytes of JSON text in memory. */
-int moetune_lookup_parse(const char *text, size_t len, moetune_lookup_t **out, char *err,
-                         size_t errlen);
+int moetune_lookup_parse(const char *text, size_t len, moetune_lookup_t **out, char *err, size_t errlen);
 
 /* Picks the entry for batch size m by the lookup rule above, copies it into *cfg and,
  * when key is not NULL, the chosen key into *key. Never fails on a loaded table (a
  * table always holds at least one entry); returns MOETUNE_LOOKUP_EINVAL on NULL args. */
-int moetune_lookup_get(const moetune_lookup_t *table, uint32_t m, moetune_lookup_config_t *cfg,
-                       uint32_t *key);
+int moetune_lookup_get(const moetune_lookup_t *table, uint32_t m, moetune_lookup_config_t *cfg, uint32_t *key);
 
 /* Number of entries, and the i-th key in ascending order (0 <= i < count). */
 size_t moetune_lookup_count(const moetune_lookup_t *table);

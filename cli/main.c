@@ -7,37 +7,60 @@
 #include "mt.h"
 #include "presets.h"
 
-static const cli_opt_t *const tune_opts[] = {&opt_backend, &opt_workers, &opt_gpus, &opt_db, &opt_out,
-                                             &opt_sim_time_scale, &opt_sim_faults, &opt_kernel, &opt_python,
-                                             &opt_helper_mem_mb, &opt_engine, &opt_json, &opt_log_level, &opt_keep_temp,
-                                             &opt_fresh, &opt_keep_settings, NULL};
-static const cli_opt_t *const submit_opts[] = {&opt_control, &opt_timeout, &opt_wait, &opt_json,
-                                               &opt_curve_secret, &opt_curve_server, &opt_compare_to,
-                                               &opt_nightly_db, &opt_nightly_out, &opt_force_export,
-                                               &opt_threshold, &opt_engine, NULL};
-static const cli_opt_t *const status_opts[] = {&opt_control, &opt_timeout, &opt_sweep, &opt_wait, &opt_json,
+static const cli_opt_t *const tune_opts[] = {&opt_backend,
+                                             &opt_workers,
+                                             &opt_gpus,
+                                             &opt_db,
+                                             &opt_out,
+                                             &opt_sim_time_scale,
+                                             &opt_sim_faults,
+                                             &opt_kernel,
+                                             &opt_python,
+                                             &opt_helper_mem_mb,
+                                             &opt_engine,
+                                             &opt_json,
+                                             &opt_log_level,
+                                             &opt_keep_temp,
+                                             &opt_fresh,
+                                             &opt_keep_settings,
+                                             NULL};
+static const cli_opt_t *const submit_opts[] = {&opt_control,
+                                               &opt_timeout,
+                                               &opt_wait,
+                                               &opt_json,
+                                               &opt_curve_secret,
+                                               &opt_curve_server,
+                                               &opt_compare_to,
+                                               &opt_nightly_db,
+                                               &opt_nightly_out,
+                                               &opt_force_export,
+                                               &opt_threshold,
+                                               &opt_engine,
+                                               NULL};
+static const cli_opt_t *const status_opts[] = {&opt_control, &opt_timeout,      &opt_sweep,        &opt_wait,
+                                               &opt_json,    &opt_curve_secret, &opt_curve_server, NULL};
+static const cli_opt_t *const workers_opts[] = {&opt_control,      &opt_timeout,      &opt_json,
+                                                &opt_curve_secret, &opt_curve_server, NULL};
+static const cli_opt_t *const cancel_opts[] = {&opt_control,      &opt_timeout,      &opt_sweep,
                                                &opt_curve_secret, &opt_curve_server, NULL};
-static const cli_opt_t *const workers_opts[] = {&opt_control, &opt_timeout, &opt_json, &opt_curve_secret,
-                                                &opt_curve_server, NULL};
-static const cli_opt_t *const cancel_opts[] = {&opt_control, &opt_timeout, &opt_sweep, &opt_curve_secret,
-                                               &opt_curve_server, NULL};
 static const cli_opt_t *const keygen_opts[] = {&opt_key_out, &opt_key_name, NULL};
-static const cli_opt_t *const results_opts[] = {&opt_db, &opt_sweep, &opt_shape_filter, &opt_batch_size, &opt_status,
-                                                &opt_best, &opt_limit, &opt_json, &opt_compare_routing, &opt_near_ties, NULL};
-static const cli_opt_t *const export_opts[] = {&opt_db, &opt_out, &opt_sweep, &opt_sweeps, &opt_latest, &opt_engine,
-                                               &opt_partial, &opt_force, NULL};
-static const cli_opt_t *const doctor_opts[] = {&opt_engine_doctor, &opt_python, &opt_model, &opt_tp, &opt_ep,
-                                               &opt_dtype, &opt_doctor_shape, &opt_json, NULL};
+static const cli_opt_t *const results_opts[] = {
+    &opt_db,    &opt_sweep, &opt_shape_filter,    &opt_batch_size, &opt_status, &opt_best,
+    &opt_limit, &opt_json,  &opt_compare_routing, &opt_near_ties,  NULL};
+static const cli_opt_t *const export_opts[] = {&opt_db,     &opt_out,     &opt_sweep, &opt_sweeps, &opt_latest,
+                                               &opt_engine, &opt_partial, &opt_force, NULL};
+static const cli_opt_t *const doctor_opts[] = {&opt_engine_doctor, &opt_python,       &opt_model, &opt_tp, &opt_ep,
+                                               &opt_dtype,         &opt_doctor_shape, &opt_json,  NULL};
 static const cli_opt_t *const lookup_opts[] = {&opt_json, NULL};
-static const cli_opt_t *const history_opts[] = {&opt_db, &opt_shape_filter, &opt_batch_size, &opt_device_filter,
-                                                &opt_backend_filter, &opt_json, NULL};
+static const cli_opt_t *const history_opts[] = {
+    &opt_db, &opt_shape_filter, &opt_batch_size, &opt_device_filter, &opt_backend_filter, &opt_json, NULL};
 static const cli_opt_t *const diff_opts[] = {&opt_db, &opt_threshold, &opt_device_filter, &opt_json, NULL};
 static const cli_opt_t *const report_opts[] = {&opt_db, &opt_sweep, &opt_report_out, &opt_heatmap_m, NULL};
 
-
 static const cli_cmd_t k_cmds[] = {
-    {"tune", NULL, "Tune on this machine: runs a coordinator and one worker per local GPU (or N sim workers),\n"
-                   "shows progress, and writes the config files.",
+    {"tune", NULL,
+     "Tune on this machine: runs a coordinator and one worker per local GPU (or N sim workers),\n"
+     "shows progress, and writes the config files.",
      "Shapes come from --shape, --model with --tp/--ep, or --model-config with --tp/--ep.\n"
      "Exit codes: 0 done, 1 failure (a process died, a worker could not open its backend),\n"
      "2 bad usage, 130 interrupted. Every result is committed as it arrives: after Ctrl-C or a\n"
@@ -73,23 +96,27 @@ static const cli_cmd_t k_cmds[] = {
      "is replaced by a config measured slower than it only with --force. Exports into one DIR\n"
      "take a lock and run one after the other.",
      export_opts, false, 0, 0, cmd_export},
-    {"lookup", "FILE M", "Print the entry of config FILE that an engine uses for batch size M\n"
-                         "(the exact key, else the nearest key; a tie goes to the smaller key).",
+    {"lookup", "FILE M",
+     "Print the entry of config FILE that an engine uses for batch size M\n"
+     "(the exact key, else the nearest key; a tie goes to the smaller key).",
      NULL, lookup_opts, false, 2, 2, cmd_lookup},
-    {"doctor", NULL, "Check whether SGLang or vLLM, in the given interpreter, finds a tuned config file\n"
-                     "for this GPU and shape, and say what to run when it does not.",
+    {"doctor", NULL,
+     "Check whether SGLang or vLLM, in the given interpreter, finds a tuned config file\n"
+     "for this GPU and shape, and say what to run when it does not.",
      "Runs the helper's probe in --python, then names the folder the engine reads, the file it\n"
      "expects, what it falls back to, and the moetune tune command that makes the file.\n"
      "Exit codes: 0 the file exists for the running Triton version, 3 it is missing, 1 the\n"
      "probe cannot run or finds no torch, Triton or GPU, 2 bad usage.",
      doctor_opts, false, 0, 0, cmd_doctor},
-    {"history", NULL, "Per sweep, in time order, the best latency and config for each batch size of a shape,\n"
-                      "with the sweep's device, driver, toolkit, Triton and kernel versions (read-only).",
+    {"history", NULL,
+     "Per sweep, in time order, the best latency and config for each batch size of a shape,\n"
+     "with the sweep's device, driver, toolkit, Triton and kernel versions (read-only).",
      "A version that changed since the previous sweep is shown as 'new (was old)', and each\n"
      "entry's change against the previous sweep's entry is in VS PREV.",
      history_opts, false, 0, 0, cmd_history},
-    {"diff", "A B", "Compare two sweeps (ids, or last / prev): per shape and batch size the old and new best\n"
-                    "config and latency, the change, and whether it is beyond the sweeps' measured noise.",
+    {"diff", "A B",
+     "Compare two sweeps (ids, or last / prev): per shape and batch size the old and new best\n"
+     "config and latency, the change, and whether it is beyond the sweeps' measured noise.",
      "last is the newest sweep that finished as done; prev is the done sweep before it with\n"
      "the same spec (names aside) on the same device. A change is beyond noise when it exceeds\n"
      "2 x sqrt(rsd_A^2 + rsd_B^2) of the two best results (rsd = stddev / median); a slowdown\n"
@@ -120,8 +147,9 @@ static const cli_cmd_t *find_cmd(const char *name) {
 }
 
 static void main_help(FILE *out) {
-    fprintf(out, "usage: moetune COMMAND [options]\n\nTunes fused Mixture-of-Experts kernels and writes the config files\n"
-                 "SGLang and vLLM load.\n\ncommands:\n");
+    fprintf(out,
+            "usage: moetune COMMAND [options]\n\nTunes fused Mixture-of-Experts kernels and writes the config files\n"
+            "SGLang and vLLM load.\n\ncommands:\n");
     for (size_t i = 0; i < N_CMDS; i++) {
         const char *nl = strchr(k_cmds[i].summary, '\n');
         int len = nl ? (int)(nl - k_cmds[i].summary) : (int)strlen(k_cmds[i].summary);
@@ -174,12 +202,13 @@ int main(int argc, char **argv) {
     }
     bool help = false;
     int rc = cli_parse(cmd, argc - 2, argv + 2, &o, &help, err, sizeof err);
-    if (rc != MT_OK) code = cli_usage(cmd, err);
+    if (rc != MT_OK)
+        code = cli_usage(cmd, err);
     else if (help) {
         cli_print_help(cmd, stdout);
         code = MT_EXIT_OK;
-    }
-    else code = cmd->run(cmd, &o);
+    } else
+        code = cmd->run(cmd, &o);
     cli_spec_destroy(&o.spec);
     return code;
 }

@@ -39,16 +39,14 @@ const cli_preset_t *cli_preset_find(const char *name) {
     return NULL;
 }
 
-int cli_preset_dims_shape(const char *what, uint32_t experts, uint32_t topk, uint32_t hidden,
-                          uint32_t moe_intermediate, uint32_t tp, uint32_t ep, const char *dtype,
-                          krn_shape_t *shape, char *err, size_t errlen) {
+int cli_preset_dims_shape(const char *what, uint32_t experts, uint32_t topk, uint32_t hidden, uint32_t moe_intermediate,
+                          uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape, char *err, size_t errlen) {
     if (tp == 0 || ep == 0) {
         mt_fmt(err, errlen, "%s: --tp and --ep must be at least 1", what);
         return MT_INVAL;
     }
     if (moe_intermediate % tp != 0) {
-        mt_fmt(err, errlen, "%s: moe intermediate size %u is not divisible by TP %u", what,
-               moe_intermediate, tp);
+        mt_fmt(err, errlen, "%s: moe intermediate size %u is not divisible by TP %u", what, moe_intermediate, tp);
         return MT_INVAL;
     }
     if (experts % ep != 0) {
@@ -69,8 +67,8 @@ int cli_preset_dims_shape(const char *what, uint32_t experts, uint32_t topk, uin
     return MT_OK;
 }
 
-int cli_preset_shape(const char *name, uint32_t tp, uint32_t ep, const char *dtype,
-                     krn_shape_t *shape, char *err, size_t errlen) {
+int cli_preset_shape(const char *name, uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape, char *err,
+                     size_t errlen) {
     const cli_preset_t *p = cli_preset_find(name);
     if (!p) {
         char list[512] = "";
@@ -84,8 +82,8 @@ int cli_preset_shape(const char *name, uint32_t tp, uint32_t ep, const char *dty
         return MT_NOTFOUND;
     }
     if (!dtype) dtype = p->dtype ? p->dtype : "bf16";
-    int rc = cli_preset_dims_shape(p->name, p->experts, p->topk, p->hidden, p->moe_intermediate, tp,
-                                   ep, dtype, shape, err, errlen);
+    int rc = cli_preset_dims_shape(p->name, p->experts, p->topk, p->hidden, p->moe_intermediate, tp, ep, dtype, shape,
+                                   err, errlen);
     if (rc == MT_OK && strcmp(shape->dtype, "fp8_w8a8") == 0) {
         shape->block_n = p->fp8_block_n;
         shape->block_k = p->fp8_block_k;
@@ -112,18 +110,20 @@ static const char *const k_inter[] = {"moe_intermediate_size", "intermediate_siz
 static const char *const k_hidden[] = {"hidden_size", NULL};
 static const char *const k_quant[] = {"quantization_config", NULL};
 
-int cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t ep,
-                           const char *dtype, krn_shape_t *shape, char *err, size_t errlen) {
+int cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t ep, const char *dtype,
+                           krn_shape_t *shape, char *err, size_t errlen) {
     int rc = MT_OK;
     json_error_t jerr;
     json_t *root = json_loadb(text, len, 0, &jerr);
     if (!root || !json_is_object(root)) {
-        mt_fmt(err, errlen, "model config is not a JSON object%s%s", root ? "" : ": ",
-               root ? "" : jerr.text);
+        mt_fmt(err, errlen, "model config is not a JSON object%s%s", root ? "" : ": ", root ? "" : jerr.text);
         rc = MT_INVAL;
         goto out;
     }
-    static const struct { const char *what; const char *const *names; } need[] = {
+    static const struct {
+        const char *what;
+        const char *const *names;
+    } need[] = {
         {"experts (num_local_experts, n_routed_experts or num_experts)", k_experts},
         {"experts per token (num_experts_per_tok or experts_per_token)", k_topk},
         {"intermediate size (moe_intermediate_size or intermediate_size)", k_inter},
@@ -154,9 +154,10 @@ int cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t e
         if (wbs && !json_is_null(wbs)) {
             json_t *a = json_array_get(wbs, 0), *b = json_array_get(wbs, 1);
             if (!json_is_array(wbs) || json_array_size(wbs) != 2 || !json_is_integer(a) || !json_is_integer(b) ||
-                json_integer_value(a) <= 0 || json_integer_value(b) <= 0 || json_integer_value(a) > KRN_MAX_BLOCK_SCALE ||
-                json_integer_value(b) > KRN_MAX_BLOCK_SCALE) {
-                mt_fmt(err, errlen, "model config: quantization_config.weight_block_size is not [n, k] "
+                json_integer_value(a) <= 0 || json_integer_value(b) <= 0 ||
+                json_integer_value(a) > KRN_MAX_BLOCK_SCALE || json_integer_value(b) > KRN_MAX_BLOCK_SCALE) {
+                mt_fmt(err, errlen,
+                       "model config: quantization_config.weight_block_size is not [n, k] "
                        "(two positive integers)");
                 rc = MT_INVAL;
                 goto out;
@@ -165,8 +166,8 @@ int cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t e
             bk = (uint32_t)json_integer_value(b);
         }
     }
-    rc = cli_preset_dims_shape("model config", vals[0], vals[1], vals[3], vals[2], tp, ep,
-                               dtype ? dtype : qdtype, shape, err, errlen);
+    rc = cli_preset_dims_shape("model config", vals[0], vals[1], vals[3], vals[2], tp, ep, dtype ? dtype : qdtype,
+                               shape, err, errlen);
     /* The weights' block scales hold whatever dtype is asked of fp8. */
     if (rc == MT_OK && strcmp(shape->dtype, "fp8_w8a8") == 0) {
         shape->block_n = bn;
@@ -177,8 +178,8 @@ out:
     return rc;
 }
 
-int cli_model_config_load(const char *path, uint32_t tp, uint32_t ep, const char *dtype,
-                          krn_shape_t *shape, char *err, size_t errlen) {
+int cli_model_config_load(const char *path, uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape, char *err,
+                          size_t errlen) {
     int rc = MT_OK;
     char buf[1 << 16];
     /* Opened without blocking and checked before reading: a FIFO or device would block

@@ -17,13 +17,13 @@ struct cli_progress {
     uint64_t last_ms;
     char last_state[16];
     size_t last_len;
-    uint64_t first_ms, first_done;  /* for a local rate when the coordinator reports none */
+    uint64_t first_ms, first_done; /* for a local rate when the coordinator reports none */
     bool have_first;
-    char storage[300];              /* the coordinator's last commit error, "" when none */
+    char storage[300]; /* the coordinator's last commit error, "" when none */
     uint64_t unacked;
     bool storage_changed;
-    cli_eta_t *eta;                 /* NULL when out of memory: the ETA then shows "--" */
-    double eta_s;                   /* its last answer; < 0 unknown */
+    cli_eta_t *eta; /* NULL when out of memory: the ETA then shows "--" */
+    double eta_s;   /* its last answer; < 0 unknown */
 };
 
 int cli_progress_new(FILE *out, bool json, bool tty, cli_progress_t **pp) {
@@ -45,15 +45,19 @@ static void fmt_eta(double secs, char *buf, size_t len) {
         return;
     }
     unsigned long s = (unsigned long)(secs + 0.5);
-    if (s >= 3600) snprintf(buf, len, "%luh%02lum", s / 3600, (s / 60) % 60);
-    else if (s >= 60) snprintf(buf, len, "%lum%02lus", s / 60, s % 60);
-    else snprintf(buf, len, "%lus", s);
+    if (s >= 3600)
+        snprintf(buf, len, "%luh%02lum", s / 3600, (s / 60) % 60);
+    else if (s >= 60)
+        snprintf(buf, len, "%lum%02lus", s / 60, s % 60);
+    else
+        snprintf(buf, len, "%lus", s);
 }
 
 void cli_progress_eta_text(double eta_s, char *buf, size_t len) { fmt_eta(eta_s, buf, len); }
 
 void cli_progress_work(const Moetune__SweepStatus *st, uint64_t *planned, uint64_t *done) {
-    uint64_t finalists = st->finalists_expected > st->finalists_planned ? st->finalists_expected : st->finalists_planned;
+    uint64_t finalists =
+        st->finalists_expected > st->finalists_planned ? st->finalists_expected : st->finalists_planned;
     *planned = st->results_planned + finalists;
     *done = st->results_done + st->finalists_done;
 }
@@ -93,21 +97,21 @@ double cli_progress_percent(const Moetune__SweepStatus *st) {
     return pct;
 }
 
-void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, double eta_s, char *buf,
-                         size_t len) {
+void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, double eta_s, char *buf, size_t len) {
     char counts[160], eta[32];
     cli_progress_counts(st, counts, sizeof counts);
-    if (cli_progress_complete(st)) snprintf(eta, sizeof eta, "0s");
-    else fmt_eta(eta_s, eta, sizeof eta);
+    if (cli_progress_complete(st))
+        snprintf(eta, sizeof eta, "0s");
+    else
+        fmt_eta(eta_s, eta, sizeof eta);
     char racing[80] = ""; /* ", N pruned, GPU busy P%" when known */
-    if (st->results_pruned)
-        snprintf(racing, sizeof racing, ", %llu pruned", (unsigned long long)st->results_pruned);
+    if (st->results_pruned) snprintf(racing, sizeof racing, ", %llu pruned", (unsigned long long)st->results_pruned);
     if (st->gpu_busy > 0)
         snprintf(racing + strlen(racing), sizeof racing - strlen(racing), ", GPU busy %.0f%%", 100.0 * st->gpu_busy);
     snprintf(buf, len, "sweep %llu %s: %s (%.1f%%), %.0f/s, ETA %s, %llu failed%s, jobs %u/%u done%s%s, %u workers",
-             (unsigned long long)st->sweep_id, st->state ? st->state : "?", counts, cli_progress_percent(st), st->rate, eta, (unsigned long long)st->results_failed, racing,
-             st->jobs_done, st->jobs_total, st->jobs_failed ? ", jobs failed " : "",
-             st->jobs_failed ? "yes" : "", workers_alive);
+             (unsigned long long)st->sweep_id, st->state ? st->state : "?", counts, cli_progress_percent(st), st->rate,
+             eta, (unsigned long long)st->results_failed, racing, st->jobs_done, st->jobs_total,
+             st->jobs_failed ? ", jobs failed " : "", st->jobs_failed ? "yes" : "", workers_alive);
 }
 
 /* Feeds the estimator every snapshot, shown or not. */
@@ -135,10 +139,9 @@ static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t wor
         json_t *o = json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:i}", "sweep",
                               (json_int_t)st->sweep_id, "state", st->state ? st->state : "", "done",
                               (json_int_t)st->results_done, "total", (json_int_t)st->results_planned, "failed",
-                              (json_int_t)st->results_failed, "pruned", (json_int_t)st->results_pruned,
-                              "gpu_busy", st->gpu_busy, "rate", st->rate, "jobs_done", (int)st->jobs_done,
-                              "jobs_total", (int)st->jobs_total, "jobs_failed", (int)st->jobs_failed, "workers",
-                              (int)workers_alive);
+                              (json_int_t)st->results_failed, "pruned", (json_int_t)st->results_pruned, "gpu_busy",
+                              st->gpu_busy, "rate", st->rate, "jobs_done", (int)st->jobs_done, "jobs_total",
+                              (int)st->jobs_total, "jobs_failed", (int)st->jobs_failed, "workers", (int)workers_alive);
         if (o) json_object_set_new(o, "eta_s", cli_progress_eta_json(st, p->eta_s));
         if (o) cli_progress_json_phase(o, st);
         if (o && p->storage[0]) {
@@ -187,8 +190,10 @@ void cli_progress_update(cli_progress_t *p, const Moetune__SweepStatus *st, uint
 void cli_progress_finish(cli_progress_t *p, const Moetune__SweepStatus *st, uint32_t workers_alive) {
     if (!p) return;
     if (st) observe(p, st);
-    if (st) emit(p, st, workers_alive, true);
-    else if (p->drawn) fputc('\n', p->out);
+    if (st)
+        emit(p, st, workers_alive, true);
+    else if (p->drawn)
+        fputc('\n', p->out);
     p->drawn = false;
 }
 

@@ -24,8 +24,7 @@ int cli_progress_new(FILE *out, bool json, bool tty, cli_progress_t **p);
 
 /* Formats one text progress line for st with workers_alive live workers and eta_s
  * seconds left (< 0 unknown; eta.h) into buf. */
-void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, double eta_s, char *buf,
-                         size_t len);
+void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, double eta_s, char *buf, size_t len);
 
 /* A sweep's work as progress counts it: its results plus, for a halving sweep, phase 2's
  * finalist rows (finalists_expected while shapes are still in phase 1: a phase-2 row

@@ -39,25 +39,23 @@ struct cli_spec {
     size_t n_space[KRN_N_FIELDS];
     char name[128], strategy[32], device_filter[128], backend[16];
     char engine_names[2][8];
-    char routing[4096];       /* --routing as given; the resolved path goes into the spec */
+    char routing[4096]; /* --routing as given; the resolved path goes into the spec */
     char routing_abs[4096];
     char *engines[2];
     size_t n_engines;
-    int depth;      /* nesting of spec files, to refuse a file that includes itself */
+    int depth; /* nesting of spec files, to refuse a file that includes itself */
     bool finished;
 };
 
-typedef int (*setter_fn)(cli_spec_t *s, const void *arg, const char *opt, const char *val,
-                         char *err, size_t errlen);
+typedef int (*setter_fn)(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen);
 
 typedef struct {
     cli_spec_opt_t o;
     setter_fn fn;
-    intptr_t arg;  /* which field: an offset or an index, depending on fn */
+    intptr_t arg; /* which field: an offset or an index, depending on fn */
 } opt_def_t;
 
-static int set_shape(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                     size_t errlen) {
+static int set_shape(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     if (s->n_shapes == CLI_SPEC_MAX_SHAPES) {
         mt_fmt(err, errlen, "--%s: more than %d shapes", opt, CLI_SPEC_MAX_SHAPES);
         return MT_INVAL;
@@ -86,8 +84,7 @@ static int add_str(char **arr, size_t *n, const char *opt, const char *val, char
     return MT_OK;
 }
 
-static int set_model(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                     size_t errlen) {
+static int set_model(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     if (!cli_preset_find(val)) {
         krn_shape_t tmp;
         cli_preset_shape(val, 1, 1, NULL, &tmp, err, errlen);
@@ -96,13 +93,11 @@ static int set_model(cli_spec_t *s, const void *arg, const char *opt, const char
     return add_str(s->models, &s->n_models, opt, val, err, errlen);
 }
 
-static int set_model_cfg(cli_spec_t *s, const void *arg, const char *opt, const char *val,
-                         char *err, size_t errlen) {
+static int set_model_cfg(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     return add_str(s->model_cfgs, &s->n_model_cfgs, opt, val, err, errlen);
 }
 
-static int set_par(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                   size_t errlen) {
+static int set_par(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     uint32_t v;
     if (mt_parse_u32(val, 1, 1 << 20, &v) != MT_OK) {
         mt_fmt(err, errlen, "--%s %s: not a positive integer", opt, val);
@@ -118,8 +113,7 @@ static int set_par(cli_spec_t *s, const void *arg, const char *opt, const char *
     return MT_OK;
 }
 
-static int set_dtype(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                     size_t errlen) {
+static int set_dtype(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     if (strcmp(val, "bf16") != 0 && strcmp(val, "fp8_w8a8") != 0) {
         mt_fmt(err, errlen, "--%s %s: not one of bf16, fp8_w8a8", opt, val);
         return MT_INVAL;
@@ -128,8 +122,8 @@ static int set_dtype(cli_spec_t *s, const void *arg, const char *opt, const char
     return MT_OK;
 }
 
-static int parse_list(const char *opt, const char *val, uint32_t max, size_t max_n, uint32_t *dst,
-                      size_t *n_dst, char *err, size_t errlen) {
+static int parse_list(const char *opt, const char *val, uint32_t max, size_t max_n, uint32_t *dst, size_t *n_dst,
+                      char *err, size_t errlen) {
     uint32_t *vals = NULL;
     size_t n = 0;
     char why[160];
@@ -159,20 +153,17 @@ static int parse_list(const char *opt, const char *val, uint32_t max, size_t max
     return MT_OK;
 }
 
-static int set_batch(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                     size_t errlen) {
+static int set_batch(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     return parse_list(opt, val, PLAN_MAX_BATCH, CLI_SPEC_MAX_BATCH, s->batch, &s->n_batch, err, errlen);
 }
 
-static int set_space(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                     size_t errlen) {
+static int set_space(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     intptr_t i = (intptr_t)arg;
     return parse_list(opt, val, krn_config_fields[i].max, KRN_MAX_VALUES, s->space_vals[i], &s->n_space[i], err,
                       errlen);
 }
 
-static int set_text(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                    size_t errlen) {
+static int set_text(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     size_t off = (size_t)(intptr_t)arg;
     char *dst = (char *)s + off;
     size_t cap = off == offsetof(cli_spec_t, strategy) ? sizeof s->strategy : sizeof s->name;
@@ -195,8 +186,7 @@ static int set_text(cli_spec_t *s, const void *arg, const char *opt, const char 
 }
 
 /* "sglang", "vllm" or both, comma-separated, each once. */
-static int set_engines(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                       size_t errlen) {
+static int set_engines(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     size_t n = 0;
     const char *p = val;
     while (*p) {
@@ -218,8 +208,7 @@ bad:
     return MT_INVAL;
 }
 
-static int set_routing(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                       size_t errlen) {
+static int set_routing(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     if (!*val || strlen(val) >= sizeof s->routing) {
         mt_fmt(err, errlen, "--%s: empty or longer than %zu characters", opt, sizeof s->routing - 1);
         return MT_INVAL;
@@ -269,7 +258,11 @@ static int resolve_routing(cli_spec_t *s, char *err, size_t errlen) {
 }
 
 /* Unsigned fields of the spec and its Measure: arg = offset into cli_spec_t. */
-typedef struct { size_t off; uint32_t min, max; bool measure; } u32_field_t;
+typedef struct {
+    size_t off;
+    uint32_t min, max;
+    bool measure;
+} u32_field_t;
 static const u32_field_t k_u32_fields[] = {
     {offsetof(cli_spec_t, spec.chunk), 1, 100000, false},
     {offsetof(cli_spec_t, spec.max_attempts), 1, 1000, false},
@@ -281,8 +274,7 @@ static const u32_field_t k_u32_fields[] = {
     {offsetof(cli_spec_t, measure.timeout_ms), 1, 86400000, true},
 };
 
-static int set_u32(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                   size_t errlen) {
+static int set_u32(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     const u32_field_t *f = &k_u32_fields[(intptr_t)arg];
     uint32_t v;
     if (mt_parse_u32(val, f->min, f->max, &v) != MT_OK) {
@@ -294,8 +286,7 @@ static int set_u32(cli_spec_t *s, const void *arg, const char *opt, const char *
     return MT_OK;
 }
 
-static int set_rsd(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                   size_t errlen) {
+static int set_rsd(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     double v;
     if (mt_parse_double(val, &v) != MT_OK || !(v > 0.0 && v < 1.0)) {
         mt_fmt(err, errlen, "--%s %s: not a fraction between 0 and 1 (0.01 = 1%%)", opt, val);
@@ -307,8 +298,7 @@ static int set_rsd(cli_spec_t *s, const void *arg, const char *opt, const char *
 }
 
 /* 0 turns racing off: stored as -1, since 0 in the spec means "the default". */
-static int set_race(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                    size_t errlen) {
+static int set_race(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     double v;
     if (mt_parse_double(val, &v) != MT_OK || !(v >= 0.0 && v < 10.0)) {
         mt_fmt(err, errlen, "--%s %s: not a fraction from 0 (racing off) to below 10 (0.2 = 20%%)", opt, val);
@@ -319,8 +309,7 @@ static int set_race(cli_spec_t *s, const void *arg, const char *opt, const char 
     return MT_OK;
 }
 
-static int set_seed(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                    size_t errlen) {
+static int set_seed(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     uint64_t v;
     /* As for warmup: a zero seed would silently be the default seed 1. */
     if (mt_parse_u64(val, &v) != MT_OK || v == 0) {
@@ -332,8 +321,7 @@ static int set_seed(cli_spec_t *s, const void *arg, const char *opt, const char 
     return MT_OK;
 }
 
-static int set_specfile(cli_spec_t *s, const void *arg, const char *opt, const char *val,
-                        char *err, size_t errlen) {
+static int set_specfile(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     return cli_spec_load_json(s, val, err, errlen);
 }
 
@@ -344,7 +332,11 @@ static const opt_def_t k_opts[] = {
     {{"model-config", "config.json", "a Hugging Face config.json (repeatable)"}, set_model_cfg, 0},
     {{"tp", "N", "tensor parallel size for --model/--model-config (N = intermediate / TP; default 1)"}, set_par, 0},
     {{"ep", "N", "expert parallel size for --model/--model-config (E = experts / EP; default 1)"}, set_par, 1},
-    {{"dtype", "bf16|fp8_w8a8", "dtype of --model/--model-config shapes (default: what the checkpoint ships, e.g. deepseek-v3 fp8_w8a8 with 128x128 blocks; fp8_w8a8 keeps its blocks, else per-tensor scales)"}, set_dtype, 0},
+    {{"dtype", "bf16|fp8_w8a8",
+      "dtype of --model/--model-config shapes (default: what the checkpoint ships, e.g. deepseek-v3 fp8_w8a8 with "
+      "128x128 blocks; fp8_w8a8 keeps its blocks, else per-tensor scales)"},
+     set_dtype,
+     0},
     {{"batch-sizes", "1,2,4,..", "batch sizes (default the engines' 18: 1 .. 4096)"}, set_batch, 0},
     {{"block-m", "LIST", "BLOCK_SIZE_M values (default 16,32,64,128,256)"}, set_space, KRN_F_block_m},
     {{"block-n", "LIST", "BLOCK_SIZE_N values (default 32,64,128,256)"}, set_space, KRN_F_block_n},
@@ -353,11 +345,30 @@ static const opt_def_t k_opts[] = {
     {{"num-warps", "LIST", "num_warps values (default 4,8)"}, set_space, KRN_F_num_warps},
     {{"num-stages", "LIST", "num_stages values (default 2,3,4,5)"}, set_space, KRN_F_num_stages},
     {{"name", "NAME", "sweep name (default derived from the shapes)"}, set_text, ARG(offsetof(cli_spec_t, name))},
-    {{"strategy", "exhaustive|halving", "search strategy (default exhaustive): halving measures every config at 5 samples, then the best sixteenth per batch size (and its neighbours' winners) to the RSD rule"}, set_text, ARG(offsetof(cli_spec_t, strategy))},
-    {{"device-filter", "TEXT", "only workers whose GPU name contains TEXT"}, set_text, ARG(offsetof(cli_spec_t, device_filter))},
-    {{"worker-backend", "cuda|triton|sim", "only workers of this backend measure the sweep; triton uses Triton's static rules (submit; tune sets it from --backend)"}, set_text, ARG(offsetof(cli_spec_t, backend))},
-    {{"routing", "FILE", "captured top-k expert ids every batch size draws its tokens from (NumPy .npy int32/int64 [tokens, topk], or a PyTorch .pt capture the triton helper reads; the path must be readable by the workers); default uniform random routing"}, set_routing, 0},
-    {{"engines", "sglang,vllm", "the engines whose files a triton sweep is for: an fp8 block shape keeps the configs any of them can run (submit; default both; tune sets it from --engine)"}, set_engines, 0},
+    {{"strategy", "exhaustive|halving",
+      "search strategy (default exhaustive): halving measures every config at 5 samples, then the best sixteenth per "
+      "batch size (and its neighbours' winners) to the RSD rule"},
+     set_text,
+     ARG(offsetof(cli_spec_t, strategy))},
+    {{"device-filter", "TEXT", "only workers whose GPU name contains TEXT"},
+     set_text,
+     ARG(offsetof(cli_spec_t, device_filter))},
+    {{"worker-backend", "cuda|triton|sim",
+      "only workers of this backend measure the sweep; triton uses Triton's static rules (submit; tune sets it from "
+      "--backend)"},
+     set_text,
+     ARG(offsetof(cli_spec_t, backend))},
+    {{"routing", "FILE",
+      "captured top-k expert ids every batch size draws its tokens from (NumPy .npy int32/int64 [tokens, topk], or a "
+      "PyTorch .pt capture the triton helper reads; the path must be readable by the workers); default uniform random "
+      "routing"},
+     set_routing,
+     0},
+    {{"engines", "sglang,vllm",
+      "the engines whose files a triton sweep is for: an fp8 block shape keeps the configs any of them can run "
+      "(submit; default both; tune sets it from --engine)"},
+     set_engines,
+     0},
     {{"chunk", "N", "configs per job (default 16)"}, set_u32, 0},
     {{"max-attempts", "N", "leases a job may fail before it is failed (default 3)"}, set_u32, 1},
     {{"warmup", "N", "warm-up runs per measurement (default 5)"}, set_u32, 2},
@@ -367,7 +378,10 @@ static const opt_def_t k_opts[] = {
     {{"config-timeout-ms", "MS", "time limit per config, all batch sizes (default 60000)"}, set_u32, 6},
     {{"rsd-target", "X", "stop sampling under this relative deviation (default 0.01)"}, set_rsd, 0},
     {{"seed", "N", "input and routing seed (default 1)"}, set_seed, 0},
-    {{"race-margin", "X", "racing: stop a config whose first samples are this fraction slower than the best so far (default 0.2; 0 = off)"}, set_race, 0},
+    {{"race-margin", "X",
+      "racing: stop a config whose first samples are this fraction slower than the best so far (default 0.2; 0 = off)"},
+     set_race,
+     0},
     {{"spec", "FILE.json", "read the spec from a JSON file (flags after it override)"}, set_specfile, 0},
 };
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])
@@ -433,8 +447,7 @@ static int json_to_text(json_t *v, char *buf, size_t len) {
         buf[0] = '\0';
         json_array_foreach(v, i, x) {
             if (!json_is_integer(x)) return MT_INVAL;
-            int n = snprintf(buf + used, len - used, "%s%" JSON_INTEGER_FORMAT, i ? "," : "",
-                             json_integer_value(x));
+            int n = snprintf(buf + used, len - used, "%s%" JSON_INTEGER_FORMAT, i ? "," : "", json_integer_value(x));
             if (n < 0 || (size_t)n >= len - used) return MT_INVAL;
             used += (size_t)n;
         }
@@ -444,8 +457,7 @@ static int json_to_text(json_t *v, char *buf, size_t len) {
 }
 
 /* Applies one JSON value to option opt (JSON key key, for the error text). */
-static int apply_json(cli_spec_t *s, const char *key, const char *opt, json_t *v, char *err,
-                      size_t errlen) {
+static int apply_json(cli_spec_t *s, const char *key, const char *opt, json_t *v, char *err, size_t errlen) {
     char text[4096];
     if (json_to_text(v, text, sizeof text) != MT_OK) {
         mt_fmt(err, errlen, "spec key \"%s\": wrong type", key);
@@ -498,31 +510,49 @@ static int apply_shape_json(cli_spec_t *s, json_t *v, char *err, size_t errlen) 
 }
 
 /* Key of the JSON document → option; special keys handled in cli_spec_parse_json. */
-static const struct { const char *key, *opt; } k_json_keys[] = {
-    {"name", "name"}, {"tp", "tp"}, {"ep", "ep"}, {"dtype", "dtype"},
-    {"batch_sizes", "batch-sizes"}, {"strategy", "strategy"}, {"device_filter", "device-filter"},
-    {"backend", "worker-backend"}, {"engines", "engines"}, {"routing", "routing"},
-    {"chunk", "chunk"}, {"max_attempts", "max-attempts"},
+static const struct {
+    const char *key, *opt;
+} k_json_keys[] = {
+    {"name", "name"},
+    {"tp", "tp"},
+    {"ep", "ep"},
+    {"dtype", "dtype"},
+    {"batch_sizes", "batch-sizes"},
+    {"strategy", "strategy"},
+    {"device_filter", "device-filter"},
+    {"backend", "worker-backend"},
+    {"engines", "engines"},
+    {"routing", "routing"},
+    {"chunk", "chunk"},
+    {"max_attempts", "max-attempts"},
 };
-static const struct { const char *key, *opt; } k_json_space[] = {
+static const struct {
+    const char *key, *opt;
+} k_json_space[] = {
 #define X(f, file, opt, max) {#f, opt},
     KRN_CONFIG_FIELDS(X)
 #undef X
 };
-static const struct { const char *key, *opt; } k_json_measure[] = {
-    {"warmup", "warmup"}, {"min_samples", "min-samples"}, {"max_samples", "max-samples"},
-    {"rsd_target", "rsd-target"}, {"budget_ms", "budget-ms"}, {"timeout_ms", "config-timeout-ms"},
-    {"seed", "seed"}, {"race_margin", "race-margin"},
+static const struct {
+    const char *key, *opt;
+} k_json_measure[] = {
+    {"warmup", "warmup"},
+    {"min_samples", "min-samples"},
+    {"max_samples", "max-samples"},
+    {"rsd_target", "rsd-target"},
+    {"budget_ms", "budget-ms"},
+    {"timeout_ms", "config-timeout-ms"},
+    {"seed", "seed"},
+    {"race_margin", "race-margin"},
 };
-#define LOOKUP_KEY(table, name_, out)                                            \
-    do {                                                                         \
-        (out) = NULL;                                                            \
-        for (size_t i_ = 0; i_ < sizeof(table) / sizeof(table)[0]; i_++)         \
-            if (strcmp((table)[i_].key, (name_)) == 0) (out) = (table)[i_].opt;  \
+#define LOOKUP_KEY(table, name_, out)                                                                                  \
+    do {                                                                                                               \
+        (out) = NULL;                                                                                                  \
+        for (size_t i_ = 0; i_ < sizeof(table) / sizeof(table)[0]; i_++)                                               \
+            if (strcmp((table)[i_].key, (name_)) == 0) (out) = (table)[i_].opt;                                        \
     } while (0)
 
-static int apply_object(cli_spec_t *s, const char *what, json_t *obj, int which, char *err,
-                        size_t errlen) {
+static int apply_object(cli_spec_t *s, const char *what, json_t *obj, int which, char *err, size_t errlen) {
     if (!json_is_object(obj)) {
         mt_fmt(err, errlen, "spec \"%s\" is not an object", what);
         return MT_INVAL;
@@ -531,8 +561,10 @@ static int apply_object(cli_spec_t *s, const char *what, json_t *obj, int which,
     json_t *v;
     json_object_foreach(obj, k, v) {
         const char *opt;
-        if (which == 0) LOOKUP_KEY(k_json_space, k, opt);
-        else LOOKUP_KEY(k_json_measure, k, opt);
+        if (which == 0)
+            LOOKUP_KEY(k_json_space, k, opt);
+        else
+            LOOKUP_KEY(k_json_measure, k, opt);
         if (!opt) {
             mt_fmt(err, errlen, "spec \"%s\": unknown key \"%s\"", what, k);
             return MT_INVAL;
@@ -686,8 +718,8 @@ static int add_resolved(cli_spec_t *s, const krn_shape_t *sh, char *err, size_t 
 }
 
 static bool shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
-    return a->e == b->e && a->n == b->n && a->k == b->k && a->topk == b->topk &&
-           strcmp(a->dtype, b->dtype) == 0 && a->block_n == b->block_n && a->block_k == b->block_k;
+    return a->e == b->e && a->n == b->n && a->k == b->k && a->topk == b->topk && strcmp(a->dtype, b->dtype) == 0 &&
+           a->block_n == b->block_n && a->block_k == b->block_k;
 }
 
 int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen) {
@@ -733,8 +765,7 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
         if (rc != MT_OK) return rc;
         routing_tokens = s->spec.routing_tokens;
     }
-    if (s->measure.min_samples && s->measure.max_samples &&
-        s->measure.min_samples > s->measure.max_samples) {
+    if (s->measure.min_samples && s->measure.max_samples && s->measure.min_samples > s->measure.max_samples) {
         mt_fmt(err, errlen, "--min-samples %u is larger than --max-samples %u", s->measure.min_samples,
                s->measure.max_samples);
         return MT_INVAL;
@@ -767,8 +798,8 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
         if (s->n_shapes == 1)
             mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u", sh, s->shapes[0].k, s->shapes[0].topk);
         else
-            mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u +%zu shapes", sh, s->shapes[0].k,
-                   s->shapes[0].topk, s->n_shapes - 1);
+            mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u +%zu shapes", sh, s->shapes[0].k, s->shapes[0].topk,
+                   s->n_shapes - 1);
     }
     /* Assemble the message; init() clears the scalars kept in it, so save them. */
     uint32_t chunk = s->spec.chunk, max_attempts = s->spec.max_attempts;
@@ -828,18 +859,15 @@ static bool u32s_eq(const uint32_t *a, size_t na, const uint32_t *b, size_t nb) 
     return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
 }
 
-static bool str_eq(const char *a, const char *b) {
-    return strcmp(a ? a : "", b ? b : "") == 0;
-}
+static bool str_eq(const char *a, const char *b) { return strcmp(a ? a : "", b ? b : "") == 0; }
 
 bool cli_spec_same_target(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b) {
     if (!a || !b || !str_eq(a->name, b->name) || !str_eq(a->backend, b->backend)) return false;
     if (a->n_shapes != b->n_shapes) return false;
     for (size_t i = 0; i < a->n_shapes; i++) {
         const Moetune__Shape *x = a->shapes[i], *y = b->shapes[i];
-        if (x->e != y->e || x->n != y->n || x->k != y->k || x->topk != y->topk ||
-            !str_eq(x->dtype, y->dtype) || x->block_n != y->block_n || x->block_k != y->block_k ||
-            !str_eq(x->routing, y->routing))
+        if (x->e != y->e || x->n != y->n || x->k != y->k || x->topk != y->topk || !str_eq(x->dtype, y->dtype) ||
+            x->block_n != y->block_n || x->block_k != y->block_k || !str_eq(x->routing, y->routing))
             return false;
     }
     return true;
@@ -848,8 +876,7 @@ bool cli_spec_same_target(const Moetune__SweepSpec *a, const Moetune__SweepSpec 
 /* Appends "what: A (was) vs B (now)" to the diff text. */
 static void add_diff(char *diff, size_t len, size_t *n, const char *what, const char *was, const char *now) {
     size_t used = strlen(diff);
-    if (used + 1 < len)
-        snprintf(diff + used, len - used, "%s%s %s, now %s", *n ? "; " : "", what, was, now);
+    if (used + 1 < len) snprintf(diff + used, len - used, "%s%s %s, now %s", *n ? "; " : "", what, was, now);
     (*n)++;
 }
 
@@ -886,8 +913,7 @@ static void diff_str(char *diff, size_t len, size_t *n, const char *what, const 
     add_diff(diff, len, n, what, a, b);
 }
 
-int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *now, bool *same, char *diff,
-                     size_t len) {
+int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *now, bool *same, char *diff, size_t len) {
     int rc = MT_OK;
     plan_t *pa = NULL, *pb = NULL;
     size_t n = 0;
@@ -969,4 +995,3 @@ out:
     plan_destroy(&pb);
     return rc;
 }
-

@@ -23,8 +23,8 @@ typedef struct cli_spec cli_spec_t;
 
 /* One spec option, for the CLI's help text. */
 typedef struct {
-    const char *name;      /* flag without "--" */
-    const char *metavar;   /* NULL for none */
+    const char *name;    /* flag without "--" */
+    const char *metavar; /* NULL for none */
     const char *help;
 } cli_spec_opt_t;
 
@@ -75,7 +75,6 @@ bool cli_spec_same_target(const Moetune__SweepSpec *a, const Moetune__SweepSpec 
  * setting, strategy, device filter and the configs the static rules accept. Sets *same;
  * the differences go into diff as "field A, now B" joined by "; ". MT_INVAL (reason in
  * diff) when either spec does not plan. */
-int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *now, bool *same, char *diff,
-                     size_t len);
+int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *now, bool *same, char *diff, size_t len);
 
 #endif

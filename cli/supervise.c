@@ -114,8 +114,8 @@ static int spawn(sup_proc_t *p, char *const argv[], char *err, size_t errlen) {
 int sup_start_coordinator(sup_t *s, const char *db, const char *log_level, char *err, size_t errlen) {
     mt_fmt(s->coord.log, sizeof s->coord.log, "%s/coordinator.log", s->dir);
     snprintf(s->coord.label, sizeof s->coord.label, "coordinator");
-    char *argv[] = {s->coord_bin, "--db", (char *)db, "--bind", s->workers_ep, "--control", s->control_ep,
-                    "--log-level", (char *)log_level, NULL};
+    char *argv[] = {s->coord_bin, "--db",        (char *)db,    "--bind",          s->workers_ep,
+                    "--control",  s->control_ep, "--log-level", (char *)log_level, NULL};
     return spawn(&s->coord, argv, err, errlen);
 }
 

@@ -20,17 +20,17 @@
 
 /* One child process. */
 typedef struct {
-    pid_t pid;        /* 0 until spawned */
-    int status;       /* wait status once exited */
+    pid_t pid;  /* 0 until spawned */
+    int status; /* wait status once exited */
     bool exited;
     char log[PATH_MAX];
-    char label[32];   /* "coordinator", "worker 3" */
+    char label[32]; /* "coordinator", "worker 3" */
 } sup_proc_t;
 
 /* A run: the caller fills gpus and n_workers before starting workers; the rest is the
  * supervisor's. Visible because tune builds the workers' arguments from it. */
 typedef struct {
-    char dir[PATH_MAX];                          /* run folder; "" until sup_open_dir */
+    char dir[PATH_MAX]; /* run folder; "" until sup_open_dir */
     char coord_bin[PATH_MAX], worker_bin[PATH_MAX];
     char workers_ep[PATH_MAX + 16], control_ep[PATH_MAX + 16];
     sup_proc_t coord;

@@ -22,8 +22,10 @@ void mt_log_init(const char *tag, mt_log_level_t level) {
 }
 
 int mt_log_parse_level(const char *name, mt_log_level_t *out) {
-    static const struct { const char *name; mt_log_level_t level; } table[] = {
-        {"error", MT_LOG_ERROR}, {"warn", MT_LOG_WARN}, {"info", MT_LOG_INFO}, {"debug", MT_LOG_DEBUG}};
+    static const struct {
+        const char *name;
+        mt_log_level_t level;
+    } table[] = {{"error", MT_LOG_ERROR}, {"warn", MT_LOG_WARN}, {"info", MT_LOG_INFO}, {"debug", MT_LOG_DEBUG}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         if (strcmp(name, table[i].name) == 0) {
             *out = table[i].level;
@@ -95,8 +97,7 @@ int mt_parse_double(const char *s, double *out) {
     return MT_OK;
 }
 
-int mt_parse_u32_list(const char *s, uint32_t min, uint32_t max, uint32_t **out, size_t *n,
-                      char *err, size_t errlen) {
+int mt_parse_u32_list(const char *s, uint32_t min, uint32_t max, uint32_t **out, size_t *n, char *err, size_t errlen) {
     int rc = MT_OK;
     char *copy = NULL;
     uint32_t *vals = NULL;

@@ -12,13 +12,13 @@
 /* One status type for the whole project: 0 is success, errors are negative. */
 typedef enum {
     MT_OK = 0,
-    MT_ERR = -1,     /* generic failure; detail is in the owner's error buffer */
-    MT_AGAIN = -2,   /* a socket would block; try again later */
-    MT_BUSY = -3,    /* the database is locked; try again later */
+    MT_ERR = -1,   /* generic failure; detail is in the owner's error buffer */
+    MT_AGAIN = -2, /* a socket would block; try again later */
+    MT_BUSY = -3,  /* the database is locked; try again later */
     MT_NOMEM = -4,
-    MT_INVAL = -5,   /* bad input: a spec, a message, a file */
+    MT_INVAL = -5, /* bad input: a spec, a message, a file */
     MT_NOTFOUND = -6,
-    MT_IO = -7,      /* disk or file error */
+    MT_IO = -7, /* disk or file error */
 } mt_status_t;
 
 /* Exit codes of the command-line programs. */
@@ -32,12 +32,11 @@ void mt_log_init(const char *tag, mt_log_level_t level);
 /* Parses "error", "warn", "info", "debug"; returns MT_INVAL for anything else. */
 int mt_log_parse_level(const char *name, mt_log_level_t *out);
 extern mt_log_level_t mt_log_level;
-void mt_log_write(mt_log_level_t level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+void mt_log_write(mt_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Logs at a level; the level check runs before the arguments are formatted. */
-#define log_at(level, ...)                                                       \
-    do {                                                                         \
-        if ((level) <= mt_log_level) mt_log_write((level), __VA_ARGS__);        \
+#define log_at(level, ...)                                                                                             \
+    do {                                                                                                               \
+        if ((level) <= mt_log_level) mt_log_write((level), __VA_ARGS__);                                               \
     } while (0)
 
 /* Monotonic milliseconds / microseconds, for timers and durations. */
@@ -56,8 +55,7 @@ int mt_parse_double(const char *s, double *out);
 
 /* Parses a comma-separated list of unsigned integers in [min, max] into a newly allocated
  * array (caller frees *out). Returns MT_INVAL with a reason in err on a bad element. */
-int mt_parse_u32_list(const char *s, uint32_t min, uint32_t max, uint32_t **out, size_t *n,
-                      char *err, size_t errlen);
+int mt_parse_u32_list(const char *s, uint32_t min, uint32_t max, uint32_t **out, size_t *n, char *err, size_t errlen);
 
 /* 64-bit FNV-1a over bytes, continuing from h (start with MT_FNV_INIT). */
 #define MT_FNV_INIT 1469598103934665603ULL

@@ -18,16 +18,16 @@
 #include "wire.h"
 #include "writer.h"
 
-#define DRAIN_MAX 256       /* messages per socket per loop turn, so neither socket starves the other or the timers */
-#define TICK_MS 10          /* timer resolution */
-#define METRICS_MS 200      /* how often the metrics snapshot is refreshed */
-#define SUBMITS_MAX 64      /* submits waiting for the writer thread at most; more are refused */
+#define DRAIN_MAX 256  /* messages per socket per loop turn, so neither socket starves the other or the timers */
+#define TICK_MS 10     /* timer resolution */
+#define METRICS_MS 200 /* how often the metrics snapshot is refreshed */
+#define SUBMITS_MAX 64 /* submits waiting for the writer thread at most; more are refused */
 
 /* A control client's submit: its routing id, for the reply once the plan is stored. */
 typedef struct {
     uint8_t rid[WIRE_MAX_ID];
     size_t rid_len;
-    sched_plan_t *plan;      /* NULL = no submit here */
+    sched_plan_t *plan; /* NULL = no submit here */
 } submit_t;
 
 struct coord {
@@ -36,18 +36,18 @@ struct coord {
     bool own_ctx;
     void *workers, *control;
     char ep[2][256];
-    db_lock_t *lock;         /* one writer per database: held from before the first open to the end */
-    store_t *db;             /* the loop's connection: loading, planning, hellos, reads */
-    writer_t *writer;        /* the writer thread's connection: every result batch and every plan */
+    db_lock_t *lock;               /* one writer per database: held from before the first open to the end */
+    store_t *db;                   /* the loop's connection: loading, planning, hellos, reads */
+    writer_t *writer;              /* the writer thread's connection: every result batch and every plan */
     submit_t submits[SUBMITS_MAX]; /* waiting for the writer, oldest first */
     size_t n_submits;
-    submit_t planning;       /* the submit whose plan the writer thread has */
+    submit_t planning; /* the submit whose plan the writer thread has */
     sched_t *sched;
-    sec_auth_t *auth;        /* CURVE authenticator; NULL = plain TCP */
-    void *mon[2];            /* connection events of each socket (PAIR, inproc) */
+    sec_auth_t *auth; /* CURVE authenticator; NULL = plain TCP */
+    void *mon[2];     /* connection events of each socket (PAIR, inproc) */
     uint32_t conns[2], max_conns[2];
     uint64_t refused[2];
-    metrics_t *metrics;      /* Prometheus endpoint; NULL = off */
+    metrics_t *metrics; /* Prometheus endpoint; NULL = off */
     atomic_int stop;
 };
 
@@ -81,9 +81,12 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
     zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-    if (which == 0) c->workers = sock; else c->control = sock;
-    if (c->auth && sec_server_apply(c->auth, sock, c->o.curve, which ? "control" : "workers", c->max_conns[which],
-                                    err, errlen))
+    if (which == 0)
+        c->workers = sock;
+    else
+        c->control = sock;
+    if (c->auth &&
+        sec_server_apply(c->auth, sock, c->o.curve, which ? "control" : "workers", c->max_conns[which], err, errlen))
         return MT_ERR;
     if (zmq_bind(sock, ep) != 0) {
         mt_fmt(err, errlen, "bind %s: %s", ep, zmq_strerror(zmq_errno()));
@@ -103,7 +106,8 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
     }
     if (c->mon[which]) zmq_setsockopt(c->mon[which], ZMQ_LINGER, &linger, sizeof linger);
     size_t len = sizeof c->ep[which];
-    if (zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, c->ep[which], &len) != 0) mt_fmt(c->ep[which], sizeof c->ep[which], "%s", ep);
+    if (zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, c->ep[which], &len) != 0)
+        mt_fmt(c->ep[which], sizeof c->ep[which], "%s", ep);
     return MT_OK;
 }
 
@@ -136,8 +140,8 @@ int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen)
         if (rc != MT_INVAL) rc = MT_IO;
         goto out;
     }
-    sched_opts_t so = {.heartbeat_ms = c->o.heartbeat_ms, .lease_ms = c->o.lease_ms, .send = send_worker,
-                       .send_ctx = c};
+    sched_opts_t so = {
+        .heartbeat_ms = c->o.heartbeat_ms, .lease_ms = c->o.lease_ms, .send = send_worker, .send_ctx = c};
     c->sched = sched_new(c->db, &so, mt_now_ms(), err, errlen);
     if (!c->sched) {
         rc = MT_IO;
@@ -191,16 +195,17 @@ out:
         coord_destroy(&c);
         return rc;
     }
-    log_at(MT_LOG_INFO, "coordinator on %s (workers) and %s (control), database %s", c->ep[0], c->ep[1],
-           c->o.db_path);
+    log_at(MT_LOG_INFO, "coordinator on %s (workers) and %s (control), database %s", c->ep[0], c->ep[1], c->o.db_path);
     for (int which = 0; which < 2 && !c->auth; which++) {
         if (ep_is_local(c->ep[which])) continue;
-        log_at(MT_LOG_WARN, "WARNING: the %s socket %s is reachable from other hosts in plain TCP without CURVE: "
+        log_at(MT_LOG_WARN,
+               "WARNING: the %s socket %s is reachable from other hosts in plain TCP without CURVE: "
                "anyone who can connect can %s; bind a loopback address or use --curve-secret/--curve-allow",
                which ? "control" : "worker", c->ep[which],
                which ? "submit and cancel sweeps" : "take jobs and store results");
     }
-    if (c->metrics) log_at(MT_LOG_INFO, "metrics on http://%s/metrics (port %u)", c->o.metrics, metrics_port(c->metrics));
+    if (c->metrics)
+        log_at(MT_LOG_INFO, "metrics on http://%s/metrics (port %u)", c->o.metrics, metrics_port(c->metrics));
     *out = c;
     return MT_OK;
 }
@@ -242,9 +247,7 @@ static void on_result(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t 
 static void on_heartbeat(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) {
     sched_on_heartbeat(c->sched, w, (*env)->heartbeat->job_ids, (*env)->heartbeat->n_job_ids, now);
 }
-static void on_bye(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) {
-    sched_on_bye(c->sched, w, now);
-}
+static void on_bye(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) { sched_on_bye(c->sched, w, now); }
 
 static const struct {
     wire_body_t body;
@@ -463,9 +466,11 @@ static void monitor_drain(coord_t *c, int which) {
             if (c->conns[which] > c->max_conns[which] && fd >= 0) {
                 shutdown(fd, SHUT_RDWR);
                 if (c->refused[which]++ % 100 == 0)
-                    log_at(MT_LOG_WARN, "%s socket: %u connections, over its limit of %u: refusing new ones "
-                           "(%llu refused so far)", which ? "control" : "worker", c->conns[which] - 1,
-                           c->max_conns[which], (unsigned long long)c->refused[which]);
+                    log_at(MT_LOG_WARN,
+                           "%s socket: %u connections, over its limit of %u: refusing new ones "
+                           "(%llu refused so far)",
+                           which ? "control" : "worker", c->conns[which] - 1, c->max_conns[which],
+                           (unsigned long long)c->refused[which]);
             }
         }
     }
@@ -515,9 +520,12 @@ static void metrics_refresh(coord_t *c, uint64_t now) {
     }
     for (size_t i = 0; i < st.reply.n_workers; i++) {
         const char *ws = st.reply.workers[i]->state;
-        if (strcmp(ws, "dead") == 0) m.workers_dead++;
-        else if (strcmp(ws, "away") == 0) m.workers_away++;
-        else m.workers_alive++;
+        if (strcmp(ws, "dead") == 0)
+            m.workers_dead++;
+        else if (strcmp(ws, "away") == 0)
+            m.workers_away++;
+        else
+            m.workers_alive++;
         m.workers_busy += strcmp(ws, "busy") == 0;
     }
     sched_status_release(&st);
@@ -549,7 +557,7 @@ static void writer_feed(coord_t *c) {
 int coord_run(coord_t *c) {
     int rc = MT_OK;
     uint64_t next_tick = 0;
-    uint64_t retry_at = 0;   /* after a failed commit, wait a little before the next try */
+    uint64_t retry_at = 0; /* after a failed commit, wait a little before the next try */
     uint64_t next_metrics = 0;
     while (!mt_stop_requested && !atomic_load(&c->stop)) {
         zmq_pollitem_t items[5] = {{c->workers, 0, ZMQ_POLLIN, 0},

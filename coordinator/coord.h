@@ -35,17 +35,17 @@ typedef struct coord coord_t;
 #define COORD_FD_RESERVE 64u
 
 typedef struct {
-    const char *db_path;         /* required */
-    const char *bind;            /* worker endpoint; NULL = COORD_DEFAULT_BIND (loopback) */
-    const char *control;         /* control endpoint; NULL = tcp://127.0.0.1:5556 */
-    uint32_t heartbeat_ms;       /* 0 = WIRE_HEARTBEAT_DEFAULT_MS */
-    uint32_t lease_ms;           /* 0 = WIRE_LEASE_DEFAULT_MS */
-    size_t max_msg_bytes;        /* 0 = WIRE_DEFAULT_MAX_BYTES */
-    void *zmq_ctx;               /* a ZeroMQ context to share (inproc tests); NULL = own */
-    const sec_cert_t *curve;     /* key pair: with curve_allow both sockets are CURVE servers; NULL = plain */
-    const char *curve_allow;     /* directory of the allowed public keys (*.pub) */
-    uint32_t max_conns;          /* worker-socket connections at most; 0 = COORD_DEFAULT_CONNS */
-    const char *metrics;         /* "HOST:PORT": serve Prometheus metrics there (metrics.h); NULL = off */
+    const char *db_path;     /* required */
+    const char *bind;        /* worker endpoint; NULL = COORD_DEFAULT_BIND (loopback) */
+    const char *control;     /* control endpoint; NULL = tcp://127.0.0.1:5556 */
+    uint32_t heartbeat_ms;   /* 0 = WIRE_HEARTBEAT_DEFAULT_MS */
+    uint32_t lease_ms;       /* 0 = WIRE_LEASE_DEFAULT_MS */
+    size_t max_msg_bytes;    /* 0 = WIRE_DEFAULT_MAX_BYTES */
+    void *zmq_ctx;           /* a ZeroMQ context to share (inproc tests); NULL = own */
+    const sec_cert_t *curve; /* key pair: with curve_allow both sockets are CURVE servers; NULL = plain */
+    const char *curve_allow; /* directory of the allowed public keys (*.pub) */
+    uint32_t max_conns;      /* worker-socket connections at most; 0 = COORD_DEFAULT_CONNS */
+    const char *metrics;     /* "HOST:PORT": serve Prometheus metrics there (metrics.h); NULL = off */
 } coord_opts_t;
 
 /* Takes the database's writer lock (db/lock.h), opens the store (creating and

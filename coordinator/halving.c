@@ -157,7 +157,7 @@ static int probe(void *ctx, uint64_t shape_id, uint32_t max_phase) {
 /* One finalist config and the batch sizes where it is one. */
 typedef struct {
     uint64_t config_id;
-    uint8_t *mask;           /* nb flags */
+    uint8_t *mask; /* nb flags */
     size_t nb;
 } final_t;
 
@@ -226,7 +226,8 @@ static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const ui
             for (size_t b = 0; b < nb; b++)
                 if (fin[k].mask[b]) sub[m++] = bs[b];
             rc = halving_bs_format(sub, m, text, text_len);
-            if (!rc) rc = store_job_insert_phase(db, sweep_id, shape_id, 2, m == nb ? NULL : text, NULL, now_s, &job_id);
+            if (!rc)
+                rc = store_job_insert_phase(db, sweep_id, shape_id, 2, m == nb ? NULL : text, NULL, now_s, &job_id);
             if (rc) break;
             out->jobs++;
             in_job = 0;
@@ -243,8 +244,8 @@ out:
     return rc;
 }
 
-int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
-                    uint32_t chunk, int64_t now_s, halving_step_t *out) {
+int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
+                    int64_t now_s, halving_step_t *out) {
     collect_t c = {.bs = bs, .nb = nb};
     phase_probe_t p = {.shape_id = shape_id};
     memset(out, 0, sizeof *out);
@@ -261,8 +262,8 @@ int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uin
     return rc;
 }
 
-int halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
-                       uint32_t chunk, int64_t now_s, halving_step_t *out) {
+int halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
+                       int64_t now_s, halving_step_t *out) {
     int rc = store_begin(db);
     if (rc) return rc;
     rc = halving_advance(db, sweep_id, shape_id, bs, nb, chunk, now_s, out);

@@ -46,10 +46,10 @@ void halving_measure(const Moetune__Measure *sweep, uint32_t phase, Moetune__Mea
 /* One phase-1 ok row, as halving_choose ranks it. */
 typedef struct {
     uint64_t config_id;
-    uint32_t bi;             /* index of its batch size in the sweep's sorted list */
+    uint32_t bi; /* index of its batch size in the sweep's sorted list */
     double median_us;
-    uint32_t rank;           /* out: 1 = fastest at its batch size */
-    bool finalist;           /* out */
+    uint32_t rank; /* out: 1 = fastest at its batch size */
+    bool finalist; /* out */
 } halving_row_t;
 
 /* Pure: ranks rows per batch size (median, then config id) and marks the finalists:
@@ -71,24 +71,24 @@ int halving_bs_parse(const char *text, const uint32_t *allowed, size_t n_allowed
 
 /* What one shape's transition did. */
 typedef struct {
-    bool already;            /* phase 2 was planned before: nothing changed */
-    uint32_t finalists;      /* (config, batch size) pairs that go on */
-    uint32_t pruned;         /* phase-1 ok rows turned 'pruned' */
-    uint32_t jobs;           /* phase-2 jobs stored */
+    bool already;       /* phase 2 was planned before: nothing changed */
+    uint32_t finalists; /* (config, batch size) pairs that go on */
+    uint32_t pruned;    /* phase-1 ok rows turned 'pruned' */
+    uint32_t jobs;      /* phase-2 jobs stored */
 } halving_step_t;
 
 /* halving_plan_shape inside the caller's open transaction (the coordinator's commit
  * batch, on its writer thread): the same reads and writes, no begin or commit; on
  * failure the caller rolls back. */
-int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
-                    uint32_t chunk, int64_t now_s, halving_step_t *out);
+int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
+                    int64_t now_s, halving_step_t *out);
 
 /* The phase transition of (sweep, shape), in one transaction of its own on db: reads
  * the phase-1 ok rows, chooses the finalists, prunes the others' rows and stores the
  * phase-2 jobs (at most chunk configs each). bs: the sweep's batch sizes, sorted. A
  * shape whose phase 2 is planned already changes nothing (out->already). On failure
  * nothing is stored: MT_BUSY/MT_IO with store_errmsg(db), MT_NOMEM. */
-int halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
-                       uint32_t chunk, int64_t now_s, halving_step_t *out);
+int halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
+                       int64_t now_s, halving_step_t *out);
 
 #endif

@@ -95,9 +95,16 @@ static const struct {
     const char *name;
     opt_fn fn;
 } g_opts[] = {
-    {"--db", opt_db},           {"--bind", opt_bind},   {"--control", opt_control},
-    {"--heartbeat-ms", opt_hb}, {"--lease-ms", opt_lease}, {"--max-msg-bytes", opt_max}, {"--max-connections", opt_conns},
-    {"--log-level", opt_level},      {"--curve-secret", opt_curve_secret}, {"--curve-allow", opt_curve_allow},
+    {"--db", opt_db},
+    {"--bind", opt_bind},
+    {"--control", opt_control},
+    {"--heartbeat-ms", opt_hb},
+    {"--lease-ms", opt_lease},
+    {"--max-msg-bytes", opt_max},
+    {"--max-connections", opt_conns},
+    {"--log-level", opt_level},
+    {"--curve-secret", opt_curve_secret},
+    {"--curve-allow", opt_curve_allow},
     {"--metrics", opt_metrics},
 };
 

@@ -91,9 +91,11 @@ char *metrics_render(metrics_t *m) {
     }
     metric(&b, "moetune_results_committed_total", "counter", "Result rows committed to the database since start.");
     put(&b, "moetune_results_committed_total %llu\n", (unsigned long long)s.c.results_committed);
-    metric(&b, "moetune_results_total", "counter", "Result rows committed since start, by status (pruned rows are racing's, the rest but ok are failures).");
+    metric(&b, "moetune_results_total", "counter",
+           "Result rows committed since start, by status (pruned rows are racing's, the rest but ok are failures).");
     for (int k = 1; k < WIRE_N_STATUS; k++)
-        put(&b, "moetune_results_total{status=\"%s\"} %llu\n", wire_status_name(k), (unsigned long long)s.c.committed_by_status[k]);
+        put(&b, "moetune_results_total{status=\"%s\"} %llu\n", wire_status_name(k),
+            (unsigned long long)s.c.committed_by_status[k]);
     if (s.c.committed_by_status[0])
         put(&b, "moetune_results_total{status=\"unknown\"} %llu\n", (unsigned long long)s.c.committed_by_status[0]);
     metric(&b, "moetune_results_unacked", "gauge", "Results received and waiting for a commit.");
@@ -108,14 +110,16 @@ char *metrics_render(metrics_t *m) {
     put(&b, "moetune_storage_errors_total %llu\n", (unsigned long long)s.c.commit_failures);
     metric(&b, "moetune_storage_error", "gauge", "1 while the last commit failed.");
     put(&b, "moetune_storage_error %d\n", s.storage_error ? 1 : 0);
-    metric(&b, "moetune_bad_messages_total", "counter", "Messages refused: undecodable, too large, wrong version or body.");
+    metric(&b, "moetune_bad_messages_total", "counter",
+           "Messages refused: undecodable, too large, wrong version or body.");
     put(&b, "moetune_bad_messages_total %llu\n", (unsigned long long)s.c.bad_messages);
     metric(&b, "moetune_connections_refused_total", "counter",
            "Connections refused: by CURVE authentication, or closed over the worker or control socket's cap.");
     put(&b, "moetune_connections_refused_total{reason=\"curve\"} %llu\n", (unsigned long long)s.auth_refused);
     put(&b, "moetune_connections_refused_total{reason=\"worker_cap\"} %llu\n", (unsigned long long)s.cap_refused[0]);
     put(&b, "moetune_connections_refused_total{reason=\"control_cap\"} %llu\n", (unsigned long long)s.cap_refused[1]);
-    metric(&b, "moetune_commit_duration_seconds", "histogram", "Duration of one result batch commit (transaction included).");
+    metric(&b, "moetune_commit_duration_seconds", "histogram",
+           "Duration of one result batch commit (transaction included).");
     uint64_t cum = 0;
     for (size_t i = 0; i < N_BUCKETS; i++) {
         cum += bucket[i];
@@ -174,8 +178,10 @@ int metrics_new(const char *hostport, metrics_t **out, char *err, size_t errlen)
         return MT_INVAL;
     }
     snprintf(host, sizeof host, "%.*s", (int)(colon - hostport), hostport);
-    if (strcmp(host, "*") == 0 || strcmp(host, "0.0.0.0") == 0 || !*host) sa.sin_addr.s_addr = htonl(INADDR_ANY);
-    else if (strcmp(host, "localhost") == 0) sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (strcmp(host, "*") == 0 || strcmp(host, "0.0.0.0") == 0 || !*host)
+        sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    else if (strcmp(host, "localhost") == 0)
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     else if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
         mt_fmt(err, errlen, "--metrics '%s': '%s' is not an IPv4 address, localhost or *", hostport, host);
         return MT_INVAL;
@@ -184,9 +190,9 @@ int metrics_new(const char *hostport, metrics_t **out, char *err, size_t errlen)
     metrics_t *m = calloc(1, sizeof *m);
     if (!m) return MT_NOMEM;
     pthread_mutex_init(&m->mu, NULL);
-    m->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL, NULL,
-                            on_request, m, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                            MHD_OPTION_CONNECTION_LIMIT, 64u, MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+    m->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL, NULL, on_request,
+                            m, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, 64u,
+                            MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
     if (!m->d) {
         mt_fmt(err, errlen, "--metrics %s: cannot listen (address in use or not local?)", hostport);
         pthread_mutex_destroy(&m->mu);

@@ -20,15 +20,15 @@ typedef struct metrics metrics_t;
 /* What the loop publishes. */
 typedef struct {
     uint64_t workers_alive, workers_busy, workers_away, workers_dead;
-    uint64_t jobs[WIRE_JOB_NSTATES];  /* by wire_job_state_t */
+    uint64_t jobs[WIRE_JOB_NSTATES]; /* by wire_job_state_t */
     uint64_t sweeps_running;
-    double gpu_busy;            /* the running sweeps' timed kernel time over their wall time and GPUs */
+    double gpu_busy; /* the running sweeps' timed kernel time over their wall time and GPUs */
     int gpu_busy_known;
     sched_counters_t c;
     uint64_t results_unacked;
-    int storage_error;          /* the last commit failed */
-    uint64_t auth_refused;      /* connections refused by CURVE */
-    uint64_t cap_refused[2];    /* connections closed over the worker / control socket's cap */
+    int storage_error;       /* the last commit failed */
+    uint64_t auth_refused;   /* connections refused by CURVE */
+    uint64_t cap_refused[2]; /* connections closed over the worker / control socket's cap */
 } metrics_snapshot_t;
 
 /* Starts serving on "HOST:PORT" (HOST an IPv4 address, or * for all interfaces; PORT 0

@@ -9,8 +9,8 @@
 
 /* An H200-class device: what ranks configs, not what times them. */
 #define ORD_SMS 132.0
-#define ORD_FLOPS 7.0e14      /* sustained dense bf16 tensor-core rate */
-#define ORD_BW 4.0e12         /* sustained HBM bandwidth, bytes/s */
+#define ORD_FLOPS 7.0e14 /* sustained dense bf16 tensor-core rate */
+#define ORD_BW 4.0e12    /* sustained HBM bandwidth, bytes/s */
 #define ORD_LAUNCH_US 4.0
 #define ORD_MAX_BS 6
 
@@ -54,7 +54,7 @@ double ord_cost_us(const krn_shape_t *s, const krn_config_t *c, uint32_t m) {
 
 typedef struct {
     double score;
-    size_t pos;              /* index in the space order: ties keep it */
+    size_t pos; /* index in the space order: ties keep it */
     uint32_t block_m;
 } ranked_t;
 

@@ -132,8 +132,7 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
     p->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
     plan_measure(spec, &p->measure);
     if (p->measure.min_samples > p->measure.max_samples) {
-        mt_fmt(err, errlen, "measure: min_samples %u > max_samples %u", p->measure.min_samples,
-               p->measure.max_samples);
+        mt_fmt(err, errlen, "measure: min_samples %u > max_samples %u", p->measure.min_samples, p->measure.max_samples);
         rc = MT_INVAL;
         goto out;
     }

@@ -34,14 +34,14 @@ typedef struct {
 
 typedef struct {
     krn_shape_t shape;
-    krn_config_t *valid;             /* configs the static rules accept, in space order */
+    krn_config_t *valid; /* configs the static rules accept, in space order */
     size_t n_valid;
-    plan_rejection_t *rejected;      /* the others, with the rule's reason */
+    plan_rejection_t *rejected; /* the others, with the rule's reason */
     size_t n_rejected;
     /* filled by plan_write: */
     uint64_t shape_id;
-    uint64_t *config_ids;            /* per valid config */
-    uint64_t *job_ids;               /* per job: valid configs [k x chunk, (k + 1) x chunk) */
+    uint64_t *config_ids; /* per valid config */
+    uint64_t *job_ids;    /* per job: valid configs [k x chunk, (k + 1) x chunk) */
     size_t n_jobs;
 } plan_shape_t;
 
@@ -53,11 +53,11 @@ typedef struct {
     size_t n_batch_sizes;
     krn_space_t space;
     uint32_t chunk, max_attempts;
-    Moetune__Measure measure;        /* defaults filled */
-    uint32_t jobs, configs_valid, configs_rejected;  /* summed over shapes */
-    uint64_t results_planned;        /* valid configs x batch sizes */
-    uint64_t sweep_id;               /* filled by plan_write */
-    int64_t created;                 /* filled by plan_write: the sweep row's created (s) */
+    Moetune__Measure measure;                       /* defaults filled */
+    uint32_t jobs, configs_valid, configs_rejected; /* summed over shapes */
+    uint64_t results_planned;                       /* valid configs x batch sizes */
+    uint64_t sweep_id;                              /* filled by plan_write */
+    int64_t created;                                /* filled by plan_write: the sweep row's created (s) */
 } plan_t;
 
 /* Fills out with spec's measurement settings, defaults for zero fields (convert.h's
@@ -77,8 +77,8 @@ void plan_destroy(plan_t **p);
 
 /* Pure count of what spec would plan: configs accepted and rejected (summed over
  * shapes) and jobs. MT_INVAL with a reason in err for an invalid spec. */
-int plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t *rejected, uint32_t *jobs,
-               char *err, size_t errlen);
+int plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t *rejected, uint32_t *jobs, char *err,
+               size_t errlen);
 
 /* Writes plan p of spec (built by plan_build from this spec) inside the caller's open
  * transaction: the sweep row (packed spec, created now), routing, shapes, configs,
@@ -92,7 +92,6 @@ int plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, int64_t n
  * configs_valid, configs_rejected, results_planned). An invalid spec stores nothing
  * and returns MT_INVAL; a storage failure stores nothing either and returns MT_IO or
  * MT_BUSY. Reason in err. */
-int plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err,
-               size_t errlen);
+int plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err, size_t errlen);
 
 #endif

@@ -247,7 +247,8 @@ static void credit_moved(sched_t *s, job_t *j, size_t ci, uint32_t rows) {
     o->cfgs[ci].rows += rows;
     o->cfgs[ci].twin_rows = true;
     o->rows_done += rows;
-    if (o->rows_done >= o->rows_needed && (o->state == WIRE_JOB_PENDING || o->state == WIRE_JOB_LEASED)) sched_job_finish(s, o, WIRE_JOB_DONE);
+    if (o->rows_done >= o->rows_needed && (o->state == WIRE_JOB_PENDING || o->state == WIRE_JOB_LEASED))
+        sched_job_finish(s, o, WIRE_JOB_DONE);
 }
 
 /* Applies a committed result's new rows to the in-memory counts; its Ack is queued. */
@@ -256,8 +257,10 @@ static void apply_entry(sched_t *s, const entry_t *e, const brow_t *br) {
     sweep_t *sw = j->sw;
     jcfg_t *c = &j->cfgs[e->cfg];
     c->rows += br->new_rows + br->new_replaced;
-    if (!c->removed) j->rows_done += br->new_rows + br->new_replaced;
-    else if (c->moved) credit_moved(s, j, e->cfg, br->new_rows + br->new_replaced);
+    if (!c->removed)
+        j->rows_done += br->new_rows + br->new_replaced;
+    else if (c->moved)
+        credit_moved(s, j, e->cfg, br->new_rows + br->new_replaced);
     sw->done += br->new_rows;
     sw->failed += br->new_failed;
     sw->pruned += br->new_pruned;
@@ -281,8 +284,8 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         s->c.commit_failures++;
         why = why && *why ? why : "unknown error";
         if (!s->storage_err[0])
-            log_at(MT_LOG_WARN, "storage: commit of %zu results failed, kept unacknowledged and retried: %s",
-                   b->n_res, why);
+            log_at(MT_LOG_WARN, "storage: commit of %zu results failed, kept unacknowledged and retried: %s", b->n_res,
+                   why);
         else
             log_at(MT_LOG_DEBUG, "storage: commit of %zu results failed again: %s", b->n_res, why);
         mt_fmt(s->storage_err, sizeof s->storage_err, "%s", why);

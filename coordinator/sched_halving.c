@@ -69,8 +69,13 @@ int sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
                 return MT_NOMEM;
             }
             memcpy(bs, sw->bs, sw->nb * sizeof *bs);
-            hv[n++] = (bhalving_t){.sw = sw, .h = h, .sweep_id = sw->id, .shape_id = sw->hv_shapes[h], .bs = bs,
-                                   .nb = sw->nb, .chunk = sw->chunk};
+            hv[n++] = (bhalving_t){.sw = sw,
+                                   .h = h,
+                                   .sweep_id = sw->id,
+                                   .shape_id = sw->hv_shapes[h],
+                                   .bs = bs,
+                                   .nb = sw->nb,
+                                   .chunk = sw->chunk};
             sw->hv_state[h] = HV_TAKEN;
         }
         sw->halving_due = false; /* a job that ends sets it again */
@@ -85,8 +90,10 @@ void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, ui
         sweep_t *sw = hv[i].sw;
         if (!committed) {
             if (now_ms) /* 0: the batch was never built */
-                log_at(MT_LOG_WARN, "sweep %llu shape %llu: halving's phase 2 not planned yet (its commit failed); "
-                       "the next batch carries it again", (unsigned long long)sw->id, (unsigned long long)hv[i].shape_id);
+                log_at(MT_LOG_WARN,
+                       "sweep %llu shape %llu: halving's phase 2 not planned yet (its commit failed); "
+                       "the next batch carries it again",
+                       (unsigned long long)sw->id, (unsigned long long)hv[i].shape_id);
             sw->hv_state[hv[i].h] = HV_WAIT; /* the next batch carries it again */
             sw->halving_due = true;
             continue;
@@ -94,9 +101,11 @@ void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, ui
         sw->hv_state[hv[i].h] = HV_PLANNED;
         sw->pruned += hv[i].st.pruned;
         if (!hv[i].st.already) sw->finalists += hv[i].st.finalists; /* planned before: counted at load */
-        log_at(MT_LOG_INFO, "sweep %llu shape %llu: halving phase 1 over: %u finalist rows in %u phase-2 jobs, %u rows "
-               "pruned%s", (unsigned long long)sw->id, (unsigned long long)hv[i].shape_id, hv[i].st.finalists,
-               hv[i].st.jobs, hv[i].st.pruned, hv[i].st.already ? " (planned before)" : "");
+        log_at(MT_LOG_INFO,
+               "sweep %llu shape %llu: halving phase 1 over: %u finalist rows in %u phase-2 jobs, %u rows "
+               "pruned%s",
+               (unsigned long long)sw->id, (unsigned long long)hv[i].shape_id, hv[i].st.finalists, hv[i].st.jobs,
+               hv[i].st.pruned, hv[i].st.already ? " (planned before)" : "");
     }
     if (!committed) return;
     for (size_t i = 0; i < n; i++) {

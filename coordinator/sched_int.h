@@ -31,18 +31,18 @@
 
 #include "states.h"
 
-#define RATE_SLOTS 6        /* one sample a second: a ~5 s window */
+#define RATE_SLOTS 6 /* one sample a second: a ~5 s window */
 
 typedef struct sweep sweep_t;
 typedef struct job job_t;
 
 typedef struct {
     uint64_t config_id;
-    uint32_t rows;           /* committed rows (batch sizes) of this config */
-    bool removed;            /* no longer this job's: moved into a crash-retry job, or moved by a split */
-    bool moved;              /* removed by a split: its holder may still send it (accepted, credited to `to`) */
-    job_t *to;               /* removed: the job it went to (a split's or a crash retry's) */
-    bool twin_rows;          /* rows came from the result of the holder of the job a split moved it from */
+    uint32_t rows;  /* committed rows (batch sizes) of this config */
+    bool removed;   /* no longer this job's: moved into a crash-retry job, or moved by a split */
+    bool moved;     /* removed by a split: its holder may still send it (accepted, credited to `to`) */
+    job_t *to;      /* removed: the job it went to (a split's or a crash retry's) */
+    bool twin_rows; /* rows came from the result of the holder of the job a split moved it from */
 } jcfg_t;
 
 struct job {
@@ -50,21 +50,21 @@ struct job {
     sweep_t *sw;
     wire_job_state_t state;
     uint32_t attempts;
-    sched_worker_t *holder;  /* while leased */
-    size_t held_idx;         /* index in holder->held */
-    size_t idx;              /* index in sw->jobs */
-    char *last_worker;       /* current or last holder's id, for the row */
-    char *avoid;             /* crash retry: run elsewhere when possible */
-    uint64_t lease_expires;  /* monotonic ms */
+    sched_worker_t *holder; /* while leased */
+    size_t held_idx;        /* index in holder->held */
+    size_t idx;             /* index in sw->jobs */
+    char *last_worker;      /* current or last holder's id, for the row */
+    char *avoid;            /* crash retry: run elsewhere when possible */
+    uint64_t lease_expires; /* monotonic ms */
     int64_t lease_expires_wall_ms, finished;
     jcfg_t *cfgs;
     size_t n_cfgs;
     uint64_t rows_needed, rows_done;
-    uint32_t phase;          /* 1, or 2 for a halving sweep's finalists */
-    uint32_t *bs;            /* its batch sizes, sorted, owned; NULL = the sweep's */
-    size_t nb;               /* how many bs holds */
+    uint32_t phase; /* 1, or 2 for a halving sweep's finalists */
+    uint32_t *bs;   /* its batch sizes, sorted, owned; NULL = the sweep's */
+    size_t nb;      /* how many bs holds */
     bool dirty;
-    bool reclaim;            /* held across a Hello or a restart: the holder's first heartbeat must list it */
+    bool reclaim; /* held across a Hello or a restart: the holder's first heartbeat must list it */
 };
 
 struct sweep {
@@ -72,20 +72,20 @@ struct sweep {
     char *name;
     wire_sweep_state_t state;
     int64_t created, finished;
-    uint32_t *bs;            /* batch sizes, sorted */
+    uint32_t *bs; /* batch sizes, sorted */
     size_t nb;
-    uint32_t *seen;          /* per batch size: stamp of the last result that had it */
+    uint32_t *seen; /* per batch size: stamp of the last result that had it */
     uint32_t stamp;
     char *filter;
-    char *backend;           /* NULL = any worker's backend */
-    char *device;            /* the GPU model it is bound to by its first lease; NULL = not yet */
-    char *routing_path;      /* the spec's routing file, sent with every job; NULL = uniform */
+    char *backend;      /* NULL = any worker's backend */
+    char *device;       /* the GPU model it is bound to by its first lease; NULL = not yet */
+    char *routing_path; /* the spec's routing file, sent with every job; NULL = uniform */
     uint32_t max_attempts, chunk;
     Moetune__Measure measure;
     /* halving (strategy "halving", sched_halving.c): phase-1 jobs measure with measure1,
      * phase 2 with measure (racing off); per shape, where its phase 2 stands (HV_*) */
     bool halving;
-    bool halving_due;        /* a phase-1 job ended: a shape's phase 2 may be due */
+    bool halving_due; /* a phase-1 job ended: a shape's phase 2 may be due */
     Moetune__Measure measure1;
     uint64_t *hv_shapes;
     uint8_t *hv_state;
@@ -93,11 +93,11 @@ struct sweep {
     uint64_t finalists;      /* rows planned for phase 2 so far (SweepStatus.finalists_planned) */
     uint64_t finalists_done; /* of those, committed by a phase-2 job */
     uint64_t planned, done, failed, pruned;
-    double timed_us;         /* GPU time in timed kernels over its committed results */
-    uint64_t *devs;          /* devices that committed results to it (GPU busy's denominator) */
+    double timed_us; /* GPU time in timed kernels over its committed results */
+    uint64_t *devs;  /* devices that committed results to it (GPU busy's denominator) */
     size_t n_devs, cap_devs;
     uint32_t jobs_by_state[WIRE_JOB_NSTATES];
-    job_t **jobs;            /* in id order */
+    job_t **jobs; /* in id order */
     size_t n_jobs, cap_jobs, hint;
     bool dirty;
     uint64_t rate_t[RATE_SLOTS], rate_done[RATE_SLOTS];
@@ -108,16 +108,16 @@ struct sched_worker {
     uint8_t rid[WIRE_MAX_ID];
     size_t rid_len;
     uint64_t rid_hash;
-    char *id;                /* worker id, owned (a restart knows it before any Hello) */
-    wire_env_t *hello;       /* the Hello it last sent, owned; NULL until it says Hello */
+    char *id;          /* worker id, owned (a restart knows it before any Hello) */
+    wire_env_t *hello; /* the Hello it last sent, owned; NULL until it says Hello */
     uint64_t device_id;
     bool alive;
-    bool await_hb;           /* said Hello while holding jobs: its next heartbeat settles them */
+    bool await_hb; /* said Hello while holding jobs: its next heartbeat settles them */
     uint32_t credits;
     uint64_t last_heard, results;
     job_t **held;
     size_t n_held, cap_held;
-    uint64_t *acks;          /* seqs to acknowledge at the next flush */
+    uint64_t *acks; /* seqs to acknowledge at the next flush */
     size_t n_acks, cap_acks;
 };
 
@@ -126,8 +126,8 @@ typedef struct {
     wire_env_t *env;
     sched_worker_t *w;
     job_t *job;
-    size_t cfg;              /* index in job->cfgs */
-    bool crash;              /* a quarantining second crash: bump the crash count too */
+    size_t cfg; /* index in job->cfgs */
+    bool crash; /* a quarantining second crash: bump the crash count too */
 } entry_t;
 
 typedef struct {
@@ -142,25 +142,25 @@ typedef struct {
     store_result_t base;
     const Moetune__Result *r;
     bool crash;
-    char *strs[5];           /* copies behind base's worker_id, backend, compiler, kernel_hash, versions */
-    Moetune__Hello *hello;   /* a copy of the Hello of a worker not yet recorded (owned), or NULL */
-    uint64_t device_id;      /* what recording it gave */
+    char *strs[5];         /* copies behind base's worker_id, backend, compiler, kernel_hash, versions */
+    Moetune__Hello *hello; /* a copy of the Hello of a worker not yet recorded (owned), or NULL */
+    uint64_t device_id;    /* what recording it gave */
     uint32_t new_rows, new_failed, new_pruned;
-    uint32_t new_replaced;   /* halving: phase-1 rows its phase-2 rows replaced */
+    uint32_t new_replaced;                 /* halving: phase-1 rows its phase-2 rows replaced */
     uint32_t new_by_status[WIRE_N_STATUS]; /* new rows by Moetune__Status value */
     double new_timed_us;
 } brow_t;
 
 /* A result in a batch: the loop's entry (taken from the front of s->pending) and its row. */
 typedef struct {
-    entry_t e;               /* loop side */
-    brow_t row;              /* writer side */
+    entry_t e;  /* loop side */
+    brow_t row; /* writer side */
 } bres_t;
 
 /* A changed job and the snapshot of its row the writer stores. */
 typedef struct {
-    job_t *job;              /* loop side */
-    store_job_update_t u;    /* writer side; u.worker_id owned */
+    job_t *job;           /* loop side */
+    store_job_update_t u; /* writer side; u.worker_id owned */
 } bjob_t;
 
 /* Where a halving shape's phase 2 stands. */
@@ -168,19 +168,19 @@ enum { HV_WAIT, HV_TAKEN, HV_PLANNED };
 
 /* A halving phase transition in a batch: the writer runs it in the batch's transaction. */
 typedef struct {
-    sweep_t *sw;             /* loop side */
-    size_t h;                /* the shape's index in sw->hv_shapes */
+    sweep_t *sw;                 /* loop side */
+    size_t h;                    /* the shape's index in sw->hv_shapes */
     uint64_t sweep_id, shape_id; /* writer side from here */
-    uint32_t *bs;            /* the sweep's batch sizes, a copy (owned) */
+    uint32_t *bs;                /* the sweep's batch sizes, a copy (owned) */
     size_t nb;
     uint32_t chunk;
-    halving_step_t st;       /* what the writer did */
+    halving_step_t st; /* what the writer did */
 } bhalving_t;
 
 /* A changed sweep and the snapshot of its state the writer stores. */
 typedef struct {
-    sweep_t *sw;             /* loop side */
-    uint64_t id;             /* writer side from here */
+    sweep_t *sw; /* loop side */
+    uint64_t id; /* writer side from here */
     const char *state;
     int64_t finished;
 } bsweep_t;
@@ -199,9 +199,9 @@ struct sched_batch {
 struct sched {
     store_t *db;
     sched_opts_t o;
-    sweep_t **sweeps;        /* in id order */
+    sweep_t **sweeps; /* in id order */
     size_t n_sweeps, cap_sweeps;
-    job_t **by_id;           /* job id -> job, for jobs in memory */
+    job_t **by_id; /* job id -> job, for jobs in memory */
     size_t cap_by_id;
     job_t **dirty_jobs;
     size_t n_dirty, cap_dirty;
@@ -211,23 +211,23 @@ struct sched {
     size_t n_pending, cap_pending;
     shape_entry_t *shapes;
     size_t n_shapes, cap_shapes;
-    krn_config_t *cfgs;      /* config id -> config; block_m 0 = not loaded */
+    krn_config_t *cfgs; /* config id -> config; block_m 0 = not loaded */
     size_t cap_cfgs;
-    Moetune__JobConfig *jc;  /* scratch for Job messages */
+    Moetune__JobConfig *jc; /* scratch for Job messages */
     Moetune__JobConfig **jcp;
     Moetune__Config *jcfg;
     size_t cap_jc;
-    race_t *race;            /* best committed medians, sent with each job */
-    double *best;            /* scratch: a job's best_us */
+    race_t *race; /* best committed medians, sent with each job */
+    double *best; /* scratch: a job's best_us */
     size_t cap_best;
     uint64_t rng;
     uint64_t next_hb, next_rate;
     sched_batch_t *inflight; /* handed to a writer, not yet done */
     sched_counters_t c;
-    uint64_t *behind;        /* Submitted.queued_behind of the last submit */
+    uint64_t *behind; /* Submitted.queued_behind of the last submit */
     size_t cap_behind;
-    uint64_t load_now;       /* monotonic ms of the load, for the leases kept across a restart */
-    char storage_err[256];   /* text of the last failed commit; empty once one succeeds */
+    uint64_t load_now;     /* monotonic ms of the load, for the leases kept across a restart */
+    char storage_err[256]; /* text of the last failed commit; empty once one succeeds */
     char err[512];
 };
 

@@ -118,7 +118,8 @@ static int load_job(void *ctx, const store_job_row_t *row) {
     j->token = row->lease_token;
     j->last_worker = row->worker_id ? mt_strdup(row->worker_id) : NULL;
     j->avoid = row->avoid_worker ? mt_strdup(row->avoid_worker) : NULL;
-    int rc = (row->worker_id && !j->last_worker) || (row->avoid_worker && !j->avoid) ? MT_NOMEM : sched_job_index(lc->s, j);
+    int rc =
+        (row->worker_id && !j->last_worker) || (row->avoid_worker && !j->avoid) ? MT_NOMEM : sched_job_index(lc->s, j);
     if (rc) {
         sched_job_free(j);
         return rc;
@@ -277,7 +278,8 @@ int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
     sw->halving_due = sw->halving; /* the first batch plans a phase 2 that a restart interrupted */
     sched_sweep_check(s, sw);
     log_at(MT_LOG_INFO, "sweep %llu '%s' loaded: %u jobs pending, %llu of %llu results", (unsigned long long)sw->id,
-           sw->name, sw->jobs_by_state[WIRE_JOB_PENDING], (unsigned long long)sw->done, (unsigned long long)sw->planned);
+           sw->name, sw->jobs_by_state[WIRE_JOB_PENDING], (unsigned long long)sw->done,
+           (unsigned long long)sw->planned);
     sw = NULL;
 out:
     if (spec) moetune__sweep_spec__free_unpacked(spec, NULL);
@@ -316,8 +318,8 @@ sched_t *sched_new(store_t *db, const sched_opts_t *opts, uint64_t now_ms, char 
     }
     if (requeued) log_at(MT_LOG_INFO, "%u leased jobs of finished sweeps returned to pending", requeued);
     for (size_t i = 0; i < s->n_workers; i++)
-        log_at(MT_LOG_INFO, "worker %s keeps %zu leases until %u ms from now unless it says hello",
-               s->workers[i]->id, s->workers[i]->n_held, s->o.lease_ms);
+        log_at(MT_LOG_INFO, "worker %s keeps %zu leases until %u ms from now unless it says hello", s->workers[i]->id,
+               s->workers[i]->n_held, s->o.lease_ms);
     s->next_hb = now_ms + s->o.heartbeat_ms;
     s->next_rate = now_ms;
     return s;
@@ -428,8 +430,11 @@ int sched_plan_write(store_t *db, void *arg) {
  * read back from the database. All or nothing. */
 static int sweep_from_plan(sched_t *s, const sched_plan_t *sp) {
     const plan_t *p = sp->plan;
-    store_sweep_row_t row = {.id = p->sweep_id, .name = sp->spec->name ? sp->spec->name : "", .state = wire_sweep_state_name(WIRE_SWEEP_RUNNING),
-                             .results_planned = p->results_planned, .created = p->created};
+    store_sweep_row_t row = {.id = p->sweep_id,
+                             .name = sp->spec->name ? sp->spec->name : "",
+                             .state = wire_sweep_state_name(WIRE_SWEEP_RUNNING),
+                             .results_planned = p->results_planned,
+                             .created = p->created};
     sweep_t *sw = NULL;
     int rc = sweep_new(&row, sp->spec, &sw);
     if (rc) return rc;
@@ -472,8 +477,8 @@ nomem:
     return MT_NOMEM;
 }
 
-int sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *why, Moetune__Submitted *out,
-                    uint64_t now_ms, char *err, size_t errlen) {
+int sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *why, Moetune__Submitted *out, uint64_t now_ms,
+                    char *err, size_t errlen) {
     sched_plan_t *sp = *psp;
     moetune__submitted__init(out);
     if (rc) {
@@ -490,7 +495,8 @@ int sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *why, Moe
     size_t n_behind = 0;
     for (size_t i = 0; i < s->n_sweeps; i++) {
         const sweep_t *o = s->sweeps[i];
-        if (o->state != WIRE_SWEEP_RUNNING || !(o->jobs_by_state[WIRE_JOB_PENDING] + o->jobs_by_state[WIRE_JOB_LEASED])) continue;
+        if (o->state != WIRE_SWEEP_RUNNING || !(o->jobs_by_state[WIRE_JOB_PENDING] + o->jobs_by_state[WIRE_JOB_LEASED]))
+            continue;
         if (sched_grow((void **)&s->behind, &s->cap_behind, n_behind + 1, sizeof *s->behind)) break;
         s->behind[n_behind++] = o->id;
     }
@@ -513,9 +519,11 @@ int sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *why, Moe
     out->queued_behind = n_behind ? s->behind : NULL;
     for (size_t i = 0; i < n_behind; i++) {
         const sweep_t *o = sched_sweep_lookup(s, s->behind[i]);
-        log_at(MT_LOG_WARN, "sweep %llu queued behind running sweep %llu '%s' (%llu of %llu results): it is "
-               "measured first", (unsigned long long)out->sweep_id, (unsigned long long)o->id, o->name,
-               (unsigned long long)o->done, (unsigned long long)o->planned);
+        log_at(MT_LOG_WARN,
+               "sweep %llu queued behind running sweep %llu '%s' (%llu of %llu results): it is "
+               "measured first",
+               (unsigned long long)out->sweep_id, (unsigned long long)o->id, o->name, (unsigned long long)o->done,
+               (unsigned long long)o->planned);
     }
     log_at(MT_LOG_INFO, "sweep %llu '%s' submitted: %u jobs, %u configs valid, %u rejected, %llu results planned",
            (unsigned long long)out->sweep_id, sp->spec->name ? sp->spec->name : "", out->jobs, out->configs_valid,

@@ -14,7 +14,8 @@ static double sweep_gpu_busy(const sweep_t *sw) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     /* created and finished are whole seconds: a sweep of a few seconds reads a little less busy */
-    double end = sw->state == WIRE_SWEEP_RUNNING || !sw->finished ? (double)ts.tv_sec + ts.tv_nsec * 1e-9 : (double)sw->finished + 1;
+    double end = sw->state == WIRE_SWEEP_RUNNING || !sw->finished ? (double)ts.tv_sec + ts.tv_nsec * 1e-9
+                                                                  : (double)sw->finished + 1;
     double wall = end - (double)sw->created;
     return sw->timed_us > 0 && wall > 0 && sw->n_devs ? sw->timed_us * 1e-6 / (wall * (double)sw->n_devs) : 0.0;
 }

@@ -38,7 +38,6 @@ static uint64_t rng_next(sched_t *s) {
     return v ? v : 1;
 }
 
-
 static const char *gpu_name(const sched_worker_t *w) {
     const Moetune__Hello *h = w->hello ? w->hello->hello : NULL;
     return h && h->gpu && h->gpu->name ? h->gpu->name : "";
@@ -65,7 +64,6 @@ static int bs_index(const sweep_t *sw, uint32_t b) {
     }
     return lo < sw->nb && sw->bs[lo] == b ? (int)lo : -1;
 }
-
 
 /* ---- caches */
 
@@ -119,7 +117,8 @@ static void release_holder(job_t *j) {
 
 /* A sweep is over when no job is pending or leased. */
 void sched_sweep_check(sched_t *s, sweep_t *sw) {
-    if (sw->state != WIRE_SWEEP_RUNNING || sw->jobs_by_state[WIRE_JOB_PENDING] || sw->jobs_by_state[WIRE_JOB_LEASED]) return;
+    if (sw->state != WIRE_SWEEP_RUNNING || sw->jobs_by_state[WIRE_JOB_PENDING] || sw->jobs_by_state[WIRE_JOB_LEASED])
+        return;
     if (sched_halving_waiting(sw)) {
         sw->halving_due = true; /* not over: a shape's phase 2 is still to plan */
         return;
@@ -188,7 +187,6 @@ int sched_sweep_note_device(sweep_t *sw, uint64_t device_id) {
     sw->devs[sw->n_devs++] = device_id;
     return MT_OK;
 }
-
 
 /* ---- workers */
 
@@ -278,12 +276,12 @@ int sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **
     w->device_id = 0;
     uint64_t dev = 0;
     if (store_hello(s->db, h, mt_wall_s(), &dev))
-        log_at(MT_LOG_WARN, "worker %s: not recorded yet (%s); it is recorded with its first results",
-               w->id, store_errmsg(s->db));
+        log_at(MT_LOG_WARN, "worker %s: not recorded yet (%s); it is recorded with its first results", w->id,
+               store_errmsg(s->db));
     else
         w->device_id = dev;
-    log_at(MT_LOG_INFO, "worker %s joined: host %s pid %u backend %s gpu '%s'", w->id, h->host ? h->host : "",
-           h->pid, h->backend ? h->backend : "", gpu_name(w));
+    log_at(MT_LOG_INFO, "worker %s joined: host %s pid %u backend %s gpu '%s'", w->id, h->host ? h->host : "", h->pid,
+           h->backend ? h->backend : "", gpu_name(w));
     wire_env_t out;
     Moetune__Welcome wel = MOETUNE__WELCOME__INIT;
     wire_env_init(&out);
@@ -449,7 +447,8 @@ static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
         if (o == w) continue;
         for (size_t k = 0; k < o->n_held; k++) {
             job_t *j = o->held[k];
-            if (j->state != WIRE_JOB_LEASED || j->sw->state != WIRE_SWEEP_RUNNING || !worker_matches(w, j->sw)) continue;
+            if (j->state != WIRE_JOB_LEASED || j->sw->state != WIRE_SWEEP_RUNNING || !worker_matches(w, j->sw))
+                continue;
             size_t n = job_open_cfgs(j);
             if (n > best_n || (n == best_n && best && j->id < best->id)) {
                 best = j;
@@ -494,8 +493,9 @@ static job_t *job_split(sched_t *s, sched_worker_t *w) {
         if (cfg_open(j, &j->cfgs[i])) mv[--m] = i;
     int rc = store_begin(s->db);
     for (size_t k = 0; !rc && k < move; k++) rc = store_job_config_delete(s->db, j->id, j->cfgs[mv[k]].config_id);
-    if (!rc) rc = store_job_insert_phase(s->db, sw->id, j->shape_id, j->phase, j->bs ? bs_text : NULL, NULL,
-                                         mt_wall_s(), &new_id);
+    if (!rc)
+        rc = store_job_insert_phase(s->db, sw->id, j->shape_id, j->phase, j->bs ? bs_text : NULL, NULL, mt_wall_s(),
+                                    &new_id);
     for (size_t k = 0; !rc && k < move; k++) rc = store_job_config_insert(s->db, new_id, j->cfgs[mv[k]].config_id);
     if (!rc && sched_job_index_reserve(s, sw, new_id)) rc = MT_NOMEM;
     if (!rc) rc = store_commit(s->db);
@@ -576,7 +576,8 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
         }
         if (device) {
             j->sw->device = device;
-            log_at(MT_LOG_INFO, "sweep %llu bound to GPU model '%s' (its first lease, to %s): only that model "
+            log_at(MT_LOG_INFO,
+                   "sweep %llu bound to GPU model '%s' (its first lease, to %s): only that model "
                    "measures it, so its answer is for one device, from the whole space",
                    (unsigned long long)j->sw->id, device, w->id);
         }
@@ -622,7 +623,8 @@ static const char *late_result(job_t *j, uint64_t config_id, bool *late) {
         if (c->moved) {
             size_t oci = i;
             job_t *o = sched_cfg_owner(j, &oci);
-            *late = o && (o->state == WIRE_JOB_PENDING || o->state == WIRE_JOB_LEASED) && o->cfgs[oci].rows < sched_job_nb(o);
+            *late = o && (o->state == WIRE_JOB_PENDING || o->state == WIRE_JOB_LEASED) &&
+                    o->cfgs[oci].rows < sched_job_nb(o);
             return *late ? NULL : "a split moved it and its rows are in";
         }
         if (!c->removed && c->twin_rows && c->rows >= sched_job_nb(j))
@@ -711,8 +713,9 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     nj->bs = nbs; /* the retry keeps the job's phase and batch sizes */
     nj->nb = j->nb;
     nj->phase = j->phase;
-    if (!rc) rc = store_job_insert_phase(s->db, j->sw->id, j->shape_id, j->phase, j->bs ? bs_text : NULL, w->id,
-                                         mt_wall_s(), &new_id);
+    if (!rc)
+        rc = store_job_insert_phase(s->db, j->sw->id, j->shape_id, j->phase, j->bs ? bs_text : NULL, w->id, mt_wall_s(),
+                                    &new_id);
     if (!rc) rc = store_job_config_insert(s->db, new_id, c->config_id);
     if (!rc && sched_job_index_reserve(s, j->sw, new_id)) {
         store_rollback(s->db);
@@ -745,7 +748,8 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     j->rows_done -= c->rows;
     log_at(MT_LOG_WARN, "config %llu crashed %s's child in job %llu: retried alone in job %llu elsewhere",
            (unsigned long long)c->config_id, w->id, (unsigned long long)j->id, (unsigned long long)new_id);
-    if (j->rows_done >= j->rows_needed && (j->state == WIRE_JOB_PENDING || j->state == WIRE_JOB_LEASED)) sched_job_finish(s, j, WIRE_JOB_DONE);
+    if (j->rows_done >= j->rows_needed && (j->state == WIRE_JOB_PENDING || j->state == WIRE_JOB_LEASED))
+        sched_job_finish(s, j, WIRE_JOB_DONE);
     sched_dispatch_all(s, now_ms);
     return MT_OK;
 nomem:
@@ -770,7 +774,8 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
         if (drop) {
             sched_ack_push(w, r->seq);
             log_at(MT_LOG_INFO, "result seq %llu from %s for config %llu of done job %llu dropped: %s",
-                   (unsigned long long)r->seq, w->id, (unsigned long long)r->config_id, (unsigned long long)j->id, drop);
+                   (unsigned long long)r->seq, w->id, (unsigned long long)r->config_id, (unsigned long long)j->id,
+                   drop);
             return MT_OK;
         }
     }
@@ -818,8 +823,7 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     for (size_t i = 0; i < r->n_measurements; i++) {
         int bi = bs_index(sw, r->measurements[i]->batch_size);
         if (bi < 0 || !sched_job_has_bs(j, r->measurements[i]->batch_size) || sw->seen[bi] == sw->stamp) {
-            mt_fmt(why, sizeof why, "batch size %u is not one of the job's or repeats",
-                   r->measurements[i]->batch_size);
+            mt_fmt(why, sizeof why, "batch size %u is not one of the job's or repeats", r->measurements[i]->batch_size);
             return reject_holder(s, w, j, r->seq, why, now_ms);
         }
         sw->seen[bi] = sw->stamp;

@@ -35,8 +35,8 @@ typedef struct sched_batch sched_batch_t;
 typedef int (*sched_send_fn)(void *ctx, const uint8_t *rid, size_t rid_len, wire_env_t *env);
 
 typedef struct {
-    uint32_t heartbeat_ms;   /* 0 = WIRE_HEARTBEAT_DEFAULT_MS */
-    uint32_t lease_ms;       /* 0 = WIRE_LEASE_DEFAULT_MS */
+    uint32_t heartbeat_ms; /* 0 = WIRE_HEARTBEAT_DEFAULT_MS */
+    uint32_t lease_ms;     /* 0 = WIRE_LEASE_DEFAULT_MS */
     sched_send_fn send;
     void *send_ctx;
 } sched_opts_t;
@@ -177,8 +177,8 @@ int sched_plan_write(store_t *db, void *plan);
  * the next submit). Otherwise returns the error with a one-line reason in err: MT_INVAL
  * for a bad spec, MT_IO/MT_BUSY for storage (nothing stored), or MT_NOMEM for memory
  * (the stored sweep is marked failed: never left running). */
-int sched_plan_done(sched_t *s, sched_plan_t **plan, int rc, const char *why, Moetune__Submitted *out,
-                    uint64_t now_ms, char *err, size_t errlen);
+int sched_plan_done(sched_t *s, sched_plan_t **plan, int rc, const char *why, Moetune__Submitted *out, uint64_t now_ms,
+                    char *err, size_t errlen);
 
 /* Releases a plan job; NULL-safe, nulls *plan. */
 void sched_plan_free(sched_plan_t **plan);
@@ -189,8 +189,8 @@ void sched_plan_free(sched_plan_t **plan);
  * valid until the next submit). MT_INVAL with a reason in err for a bad spec
  * (nothing stored); MT_IO/MT_BUSY on a storage failure (nothing stored, or the
  * sweep marked failed: never left running). */
-int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms,
-                 char *err, size_t errlen);
+int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms, char *err,
+                 size_t errlen);
 
 /* Cancels a sweep's pending and leased jobs. MT_NOTFOUND for an unknown sweep. */
 int sched_cancel(sched_t *s, uint64_t sweep_id, uint32_t *jobs_cancelled, uint64_t now_ms);

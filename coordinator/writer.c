@@ -19,10 +19,10 @@ struct writer {
     bool started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int fds[2];              /* [0] read by the loop, [1] written by the thread */
-    int state;               /* under mu */
-    bool quit;               /* under mu */
-    writer_fn prep, fn;      /* prep: outside the transaction, may be NULL */
+    int fds[2];         /* [0] read by the loop, [1] written by the thread */
+    int state;          /* under mu */
+    bool quit;          /* under mu */
+    writer_fn prep, fn; /* prep: outside the transaction, may be NULL */
     void *arg;
     int rc;
     char why[256];
@@ -132,8 +132,7 @@ bool writer_busy(const writer_t *w) {
 int writer_poll(writer_t *w, int timeout_ms, void **arg, int *rc, char *why, size_t whylen) {
     for (;;) {
         char buf[16];
-        while (read(w->fds[0], buf, sizeof buf) > 0) {
-        }
+        while (read(w->fds[0], buf, sizeof buf) > 0) {}
         pthread_mutex_lock(&w->mu);
         bool done = w->state == W_DONE, idle = w->state == W_IDLE;
         if (done) {

@@ -14,8 +14,8 @@
 
 /* One exported file. Strings are borrowed for the call. */
 typedef struct {
-    const char *path;       /* relative to out_dir */
-    const char *sweep_ids;  /* "1,3" */
+    const char *path;      /* relative to out_dir */
+    const char *sweep_ids; /* "1,3" */
     uint32_t entries, changed;
     const char *content_hash;
 } dbx_export_t;

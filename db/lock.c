@@ -76,7 +76,8 @@ void db_lock_release(db_lock_t **pl) {
     if (!pl || !*pl) return;
     db_lock_t *l = *pl;
     /* empty first, so a reader never names a process that no longer holds it */
-    if (ftruncate(l->fd, 0) != 0) { /* nothing to do: the lock goes with the descriptor */ }
+    if (ftruncate(l->fd, 0) != 0) { /* nothing to do: the lock goes with the descriptor */
+    }
     flock(l->fd, LOCK_UN);
     close(l->fd);
     free(l);

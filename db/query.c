@@ -16,13 +16,13 @@ struct dbq {
 };
 
 /* Columns every result walk reads, in the order row_from() expects. */
-#define RESULT_COLS                                                                         \
-    "r.id AS rid, r.sweep_id, r.shape_id, r.config_id, s.e, s.n, s.k, s.topk, s.dtype,"     \
-    " s.block_n AS sbn, s.block_k AS sbk, c.block_m, c.block_n, c.block_k, c.group_m,"      \
-    " c.num_warps, c.num_stages, r.batch_size, r.status, r.median_us, r.min_us, r.mean_us," \
-    " r.stddev_us, r.samples, r.detail, r.worker_id, COALESCE(d.name, 'unknown') AS dev,"   \
-    " COALESCE(d.uuid, ''), COALESCE(d.driver_version, ''), COALESCE(d.cuda_version, ''),"  \
-    " r.backend, r.compiler, COALESCE(r.kernel_hash, ''), r.created,"                       \
+#define RESULT_COLS                                                                                                    \
+    "r.id AS rid, r.sweep_id, r.shape_id, r.config_id, s.e, s.n, s.k, s.topk, s.dtype,"                                \
+    " s.block_n AS sbn, s.block_k AS sbk, c.block_m, c.block_n, c.block_k, c.group_m,"                                 \
+    " c.num_warps, c.num_stages, r.batch_size, r.status, r.median_us, r.min_us, r.mean_us,"                            \
+    " r.stddev_us, r.samples, r.detail, r.worker_id, COALESCE(d.name, 'unknown') AS dev,"                              \
+    " COALESCE(d.uuid, ''), COALESCE(d.driver_version, ''), COALESCE(d.cuda_version, ''),"                             \
+    " r.backend, r.compiler, COALESCE(r.kernel_hash, ''), r.created,"                                                  \
     " CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END AS dir"
 /* The columns schema 2 added, and what a read-only walk of a v1 file reads instead. */
 #define RESULT_COLS_V2 ", COALESCE(r.versions, ''), COALESCE(r.up_us, 0), COALESCE(r.down_us, 0)"
@@ -30,24 +30,24 @@ struct dbq {
 /* Schema 3: the shape's routing and where that routing file came from. */
 #define RESULT_COLS_V3 RESULT_COLS_V2 ", s.routing, COALESCE(rt.source, '')"
 #define RESULT_COLS_PRE3(v) v ", '', ''"
-#define RESULT_FROM_BASE                                               \
-    " FROM results r JOIN shapes s ON s.id = r.shape_id"               \
-    " JOIN configs c ON c.id = r.config_id"                            \
+#define RESULT_FROM_BASE                                                                                               \
+    " FROM results r JOIN shapes s ON s.id = r.shape_id"                                                               \
+    " JOIN configs c ON c.id = r.config_id"                                                                            \
     " LEFT JOIN devices d ON d.id = r.device_id"
 #define RESULT_FROM_V3 RESULT_FROM_BASE " LEFT JOIN routings rt ON rt.sha256 = s.routing"
-#define RESULT_WHERE                                                                       \
-    " WHERE (?1 = 0 OR r.sweep_id = ?1) AND (?2 = 0 OR s.e = ?2) AND (?3 = 0 OR s.n = ?3)"  \
-    " AND (?4 = 0 OR s.k = ?4) AND (?5 = 0 OR s.topk = ?5) AND (?6 = '' OR s.dtype = ?6)"   \
+#define RESULT_WHERE                                                                                                   \
+    " WHERE (?1 = 0 OR r.sweep_id = ?1) AND (?2 = 0 OR s.e = ?2) AND (?3 = 0 OR s.n = ?3)"                             \
+    " AND (?4 = 0 OR s.k = ?4) AND (?5 = 0 OR s.topk = ?5) AND (?6 = '' OR s.dtype = ?6)"                              \
     " AND (?7 = 0 OR r.batch_size = ?7) AND (?8 = '' OR r.status = ?8)"
 
-#define SQL_RESULTS(tail, RESULT_FROM)                       \
-    "SELECT " RESULT_COLS tail RESULT_FROM RESULT_WHERE      \
+#define SQL_RESULTS(tail, RESULT_FROM)                                                                                 \
+    "SELECT " RESULT_COLS tail RESULT_FROM RESULT_WHERE                                                                \
     " ORDER BY r.sweep_id, r.shape_id, r.batch_size, r.median_us, r.config_id LIMIT ?9"
 
-#define SQL_BEST(tail, RESULT_FROM)                                                      \
-    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY r.shape_id," \
-    " r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM RESULT_WHERE    \
-    " AND r.status = 'ok' AND r.median_us IS NOT NULL) WHERE rk = 1"                      \
+#define SQL_BEST(tail, RESULT_FROM)                                                                                    \
+    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY r.shape_id,"                          \
+    " r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM RESULT_WHERE                                  \
+    " AND r.status = 'ok' AND r.median_us IS NOT NULL) WHERE rk = 1"                                                   \
     " ORDER BY shape_id, batch_size LIMIT ?9"
 
 /* What an export reads: ok rows of the selected sweeps (?1: a JSON array of ids, NULL =
@@ -55,33 +55,33 @@ struct dbq {
  * latest variant keeps only the rows of the newest sweep per (dir, device, shape). An
  * ok row without a median sorts first, so the exporter sees it and refuses it. */
 #define EXPORT_DIR_DEV "CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END, COALESCE(d.name, 'unknown')"
-#define EXPORT_WHERE \
-    " WHERE r.status = 'ok' AND (?1 IS NULL OR r.sweep_id IN (SELECT value FROM json_each(?1)))"
+#define EXPORT_WHERE " WHERE r.status = 'ok' AND (?1 IS NULL OR r.sweep_id IN (SELECT value FROM json_each(?1)))"
 #define EXPORT_ORDER " ORDER BY dir, dev, e, n, dtype, sbn, sbk, k, topk, shape_id, batch_size, median_us, config_id"
-#define SQL_EXPORT(tail, RESULT_FROM)                                                                        \
-    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY " EXPORT_DIR_DEV \
-    ", r.shape_id, r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM EXPORT_WHERE \
+#define SQL_EXPORT(tail, RESULT_FROM)                                                                                  \
+    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY " EXPORT_DIR_DEV                      \
+    ", r.shape_id, r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM EXPORT_WHERE                     \
     ") WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
-#define SQL_EXPORT_LATEST(tail, RESULT_FROM)                                                                 \
-    "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY dir, dev, shape_id, batch_size"   \
-    " ORDER BY median_us, config_id) AS rk FROM (SELECT " RESULT_COLS tail ", max(r.sweep_id)"  \
-    " OVER (PARTITION BY " EXPORT_DIR_DEV ", r.shape_id) AS lsid" RESULT_FROM EXPORT_WHERE ")"  \
+#define SQL_EXPORT_LATEST(tail, RESULT_FROM)                                                                           \
+    "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY dir, dev, shape_id, batch_size"                          \
+    " ORDER BY median_us, config_id) AS rk FROM (SELECT " RESULT_COLS tail ", max(r.sweep_id)"                         \
+    " OVER (PARTITION BY " EXPORT_DIR_DEV ", r.shape_id) AS lsid" RESULT_FROM EXPORT_WHERE ")"                         \
     " WHERE sweep_id = lsid) WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
 
-#define SQL_HISTORY(tail, RESULT_FROM)                                                                   \
-    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY r.sweep_id,"  \
-    " r.shape_id, COALESCE(d.name, 'unknown'), r.batch_size ORDER BY r.median_us, r.config_id)"  \
-    " AS rk" RESULT_FROM                                                                       \
-    " WHERE (?1 = 0 OR r.sweep_id = ?1) AND (?2 = 0 OR s.e = ?2) AND (?3 = 0 OR s.n = ?3)"      \
-    " AND (?4 = 0 OR s.k = ?4) AND (?5 = 0 OR s.topk = ?5) AND (?6 = '' OR s.dtype = ?6)"       \
-    " AND (?7 = 0 OR r.batch_size = ?7) AND (?8 = '' OR COALESCE(d.name, 'unknown') = ?8)"      \
-    " AND (?9 = '' OR r.backend = ?9) AND r.status = 'ok' AND r.median_us IS NOT NULL)"         \
+#define SQL_HISTORY(tail, RESULT_FROM)                                                                                 \
+    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY r.sweep_id,"                          \
+    " r.shape_id, COALESCE(d.name, 'unknown'), r.batch_size ORDER BY r.median_us, r.config_id)"                        \
+    " AS rk" RESULT_FROM " WHERE (?1 = 0 OR r.sweep_id = ?1) AND (?2 = 0 OR s.e = ?2) AND (?3 = 0 OR s.n = ?3)"        \
+    " AND (?4 = 0 OR s.k = ?4) AND (?5 = 0 OR s.topk = ?5) AND (?6 = '' OR s.dtype = ?6)"                              \
+    " AND (?7 = 0 OR r.batch_size = ?7) AND (?8 = '' OR COALESCE(d.name, 'unknown') = ?8)"                             \
+    " AND (?9 = '' OR r.backend = ?9) AND r.status = 'ok' AND r.median_us IS NOT NULL)"                                \
     " WHERE rk = 1 ORDER BY sweep_id, e, n, k, topk, dtype, sbn, sbk, dev, batch_size"
 
 /* Each walk for a v1 file [0], a v2 file [1] and a v3 file [2]. */
-#define SQL_BY_VERSION(sql)                                                                       \
-    {sql(RESULT_COLS_PRE3(RESULT_COLS_V1), RESULT_FROM_BASE), sql(RESULT_COLS_PRE3(RESULT_COLS_V2), \
-     RESULT_FROM_BASE), sql(RESULT_COLS_V3, RESULT_FROM_V3)}
+#define SQL_BY_VERSION(sql)                                                                                            \
+    {                                                                                                                  \
+        sql(RESULT_COLS_PRE3(RESULT_COLS_V1), RESULT_FROM_BASE),                                                       \
+            sql(RESULT_COLS_PRE3(RESULT_COLS_V2), RESULT_FROM_BASE), sql(RESULT_COLS_V3, RESULT_FROM_V3)               \
+    }
 static const char *const k_sql_results[3] = SQL_BY_VERSION(SQL_RESULTS);
 static const char *const k_sql_best[3] = SQL_BY_VERSION(SQL_BEST);
 static const char *const k_sql_export[3] = SQL_BY_VERSION(SQL_EXPORT);
@@ -124,8 +124,10 @@ static char *immutable_uri(const char *path) {
     if (!uri) return NULL;
     size_t o = (size_t)sprintf(uri, "file:");
     for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
-        if (*p == '?' || *p == '#' || *p == '%' || *p < 0x20 || *p >= 0x7f) o += (size_t)sprintf(uri + o, "%%%02X", *p);
-        else uri[o++] = (char)*p;
+        if (*p == '?' || *p == '#' || *p == '%' || *p < 0x20 || *p >= 0x7f)
+            o += (size_t)sprintf(uri + o, "%%%02X", *p);
+        else
+            uri[o++] = (char)*p;
     }
     sprintf(uri + o, "?immutable=1");
     return uri;
@@ -148,8 +150,8 @@ static int open_conn(const char *name, int flags, dbq_t *q, int *code, char *why
     }
     sqlite3_finalize(st);
     st = NULL;
-    q->v2 = sqlite3_prepare_v2(q->db, "SELECT versions, up_us, down_us FROM results LIMIT 0", -1, &st, NULL) ==
-            SQLITE_OK;
+    q->v2 =
+        sqlite3_prepare_v2(q->db, "SELECT versions, up_us, down_us FROM results LIMIT 0", -1, &st, NULL) == SQLITE_OK;
     sqlite3_finalize(st);
     st = NULL;
     q->v3 = q->v2 && sqlite3_prepare_v2(q->db, "SELECT s.routing, rt.source FROM shapes s, routings rt LIMIT 0", -1,
@@ -284,19 +286,18 @@ static int prepare(dbq_t *q, const char *sql, sqlite3_stmt **st, char *err, size
 
 /* Binds ?1..?7 of a results or history statement: the sweep, the shape's fields and the
  * batch size of f (a dbq_filter_t or a dbq_hist_filter_t; 0 and "" match any). */
-#define BIND_TARGET(st, f)                                                                         \
-    do {                                                                                           \
-        sqlite3_bind_int64(st, 1, (sqlite3_int64)(f)->sweep_id);                                   \
-        sqlite3_bind_int64(st, 2, (f)->e);                                                         \
-        sqlite3_bind_int64(st, 3, (f)->n);                                                         \
-        sqlite3_bind_int64(st, 4, (f)->k);                                                         \
-        sqlite3_bind_int64(st, 5, (f)->topk);                                                      \
-        sqlite3_bind_text(st, 6, (f)->dtype, -1, SQLITE_TRANSIENT);                                \
-        sqlite3_bind_int64(st, 7, (f)->batch_size);                                                \
+#define BIND_TARGET(st, f)                                                                                             \
+    do {                                                                                                               \
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)(f)->sweep_id);                                                       \
+        sqlite3_bind_int64(st, 2, (f)->e);                                                                             \
+        sqlite3_bind_int64(st, 3, (f)->n);                                                                             \
+        sqlite3_bind_int64(st, 4, (f)->k);                                                                             \
+        sqlite3_bind_int64(st, 5, (f)->topk);                                                                          \
+        sqlite3_bind_text(st, 6, (f)->dtype, -1, SQLITE_TRANSIENT);                                                    \
+        sqlite3_bind_int64(st, 7, (f)->batch_size);                                                                    \
     } while (0)
 
-int dbq_results(dbq_t *q, const dbq_filter_t *f, dbq_result_fn fn, void *ctx, char *err,
-                size_t errlen) {
+int dbq_results(dbq_t *q, const dbq_filter_t *f, dbq_result_fn fn, void *ctx, char *err, size_t errlen) {
     sqlite3_stmt *st = NULL;
     dbq_filter_t none;
     if (!f) {
@@ -367,8 +368,10 @@ int dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *er
     sqlite3_stmt *st = NULL;
     int rc = prepare(q, k_sql_sweeps, &st, err, errlen);
     if (rc != MT_OK) return rc;
-    if (state) sqlite3_bind_text(st, 1, state, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 1);
+    if (state)
+        sqlite3_bind_text(st, 1, state, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 1);
     while (rc == MT_OK && next_row(q, st, &rc, err, errlen)) {
         dbq_sweep_t w;
         memset(&w, 0, sizeof w);

@@ -31,9 +31,9 @@ typedef struct {
     char dtype[16];
     uint32_t batch_size;
     char status[16];
-    bool best;         /* only the lowest-median ok row per (shape, batch size);
+    bool best;      /* only the lowest-median ok row per (shape, batch size);
                           ties go to the lower config id */
-    uint32_t limit;    /* 0 = no limit */
+    uint32_t limit; /* 0 = no limit */
 } dbq_filter_t;
 
 /* One result row with its shape, config and device. Strings are always terminated
@@ -65,8 +65,7 @@ typedef int (*dbq_result_fn)(void *ctx, const dbq_result_t *row);
 /* Walks the results that match filter, ordered by sweep, shape, batch size, median
  * (the best rows by shape and batch size). Returns MT_OK, the callback's non-zero
  * value, or MT_ERR with sqlite's text in err. */
-int dbq_results(dbq_t *q, const dbq_filter_t *filter, dbq_result_fn fn, void *ctx, char *err,
-                size_t errlen);
+int dbq_results(dbq_t *q, const dbq_filter_t *filter, dbq_result_fn fn, void *ctx, char *err, size_t errlen);
 
 /* Which sweeps an export reads: ids[0, n_ids) (n_ids = 0: every sweep); with latest,
  * per (export dir, device name, shape) only the newest of them that has ok rows. */
@@ -90,8 +89,8 @@ typedef struct {
     uint64_t sweep_id, shape_id;
     char export_dir[48], device_name[128], state[16];
     uint32_t batch_size;
-    uint64_t measured;  /* configs with a result row of any status from this device */
-    uint64_t planned;   /* configs of the shape's jobs, plus any config with a result */
+    uint64_t measured; /* configs with a result row of any status from this device */
+    uint64_t planned;  /* configs of the shape's jobs, plus any config with a result */
 } dbq_coverage_t;
 
 typedef int (*dbq_coverage_fn)(void *ctx, const dbq_coverage_t *row);
@@ -122,7 +121,7 @@ typedef struct {
     uint32_t e, n, k, topk;
     char dtype[16];
     uint32_t batch_size;
-    char device[128];   /* the device name exactly as stored */
+    char device[128]; /* the device name exactly as stored */
     char backend[16];
 } dbq_hist_filter_t;
 
@@ -130,7 +129,6 @@ typedef struct {
  * median (ties: lower config id) among those that match filter. Ordered by sweep id
  * (the order sweeps were stored in), shape, device, batch size. Returns as
  * dbq_results. */
-int dbq_history(dbq_t *q, const dbq_hist_filter_t *filter, dbq_result_fn fn, void *ctx, char *err,
-                size_t errlen);
+int dbq_history(dbq_t *q, const dbq_hist_filter_t *filter, dbq_result_fn fn, void *ctx, char *err, size_t errlen);
 
 #endif

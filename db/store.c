@@ -131,15 +131,45 @@ const char *store_schema_sql(void) { return g_schema; }
 
 /* Every statement, prepared once at open. */
 enum {
-    ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_REQUEUE_LEASED,
-    ST_DEVICE_UPSERT, ST_DEVICE_ID, ST_WORKER_UPSERT,
-    ST_SWEEP_INSERT, ST_SWEEP_PLANNED, ST_SWEEP_STATE,
-    ST_SHAPE_INSERT, ST_SHAPE_ID, ST_CONFIG_INSERT, ST_CONFIG_ID,
-    ST_REJECTED_INSERT, ST_JOB_INSERT, ST_JOB_CONFIG_INSERT, ST_JOB_CONFIG_DELETE, ST_JOB_UPDATE,
-    ST_RESULT_INSERT, ST_CRASH_BUMP, ST_CRASH_COUNT,
-    ST_ROUTING_INSERT, ST_SWEEPS, ST_JOBS_OPEN, ST_JOB_CONFIGS, ST_SHAPE_GET, ST_CONFIG_GET,
-    ST_RESULT_COUNT, ST_SWEEP_RESULT_COUNTS, ST_JOB_STATE_COUNTS, ST_SWEEP_BESTS, ST_SWEEP_DEVICE,
-    ST_SWEEP_DEVICES, ST_RESULT_REPLACE, ST_PHASE_ROWS, ST_RESULT_PRUNE, ST_SWEEP_PHASES, ST_SWEEP_FINALISTS,
+    ST_BEGIN,
+    ST_COMMIT,
+    ST_ROLLBACK,
+    ST_REQUEUE_LEASED,
+    ST_DEVICE_UPSERT,
+    ST_DEVICE_ID,
+    ST_WORKER_UPSERT,
+    ST_SWEEP_INSERT,
+    ST_SWEEP_PLANNED,
+    ST_SWEEP_STATE,
+    ST_SHAPE_INSERT,
+    ST_SHAPE_ID,
+    ST_CONFIG_INSERT,
+    ST_CONFIG_ID,
+    ST_REJECTED_INSERT,
+    ST_JOB_INSERT,
+    ST_JOB_CONFIG_INSERT,
+    ST_JOB_CONFIG_DELETE,
+    ST_JOB_UPDATE,
+    ST_RESULT_INSERT,
+    ST_CRASH_BUMP,
+    ST_CRASH_COUNT,
+    ST_ROUTING_INSERT,
+    ST_SWEEPS,
+    ST_JOBS_OPEN,
+    ST_JOB_CONFIGS,
+    ST_SHAPE_GET,
+    ST_CONFIG_GET,
+    ST_RESULT_COUNT,
+    ST_SWEEP_RESULT_COUNTS,
+    ST_JOB_STATE_COUNTS,
+    ST_SWEEP_BESTS,
+    ST_SWEEP_DEVICE,
+    ST_SWEEP_DEVICES,
+    ST_RESULT_REPLACE,
+    ST_PHASE_ROWS,
+    ST_RESULT_PRUNE,
+    ST_SWEEP_PHASES,
+    ST_SWEEP_FINALISTS,
     ST_COUNT
 };
 
@@ -149,12 +179,11 @@ static const char *const g_sql[ST_COUNT] = {
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_REQUEUE_LEASED] = "UPDATE jobs SET state = 'pending' WHERE state = 'leased'"
                           " AND sweep_id NOT IN (SELECT id FROM sweeps WHERE state = 'running')",
-    [ST_DEVICE_UPSERT] =
-        "INSERT INTO devices (name, uuid, cc_major, cc_minor, sm_count, memory_bytes, driver_version,"
-        " cuda_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (uuid) DO UPDATE SET"
-        " name = excluded.name, cc_major = excluded.cc_major, cc_minor = excluded.cc_minor,"
-        " sm_count = excluded.sm_count, memory_bytes = excluded.memory_bytes,"
-        " driver_version = excluded.driver_version, cuda_version = excluded.cuda_version",
+    [ST_DEVICE_UPSERT] = "INSERT INTO devices (name, uuid, cc_major, cc_minor, sm_count, memory_bytes, driver_version,"
+                         " cuda_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (uuid) DO UPDATE SET"
+                         " name = excluded.name, cc_major = excluded.cc_major, cc_minor = excluded.cc_minor,"
+                         " sm_count = excluded.sm_count, memory_bytes = excluded.memory_bytes,"
+                         " driver_version = excluded.driver_version, cuda_version = excluded.cuda_version",
     [ST_DEVICE_ID] = "SELECT id FROM devices WHERE uuid = ?1",
     [ST_WORKER_UPSERT] =
         "INSERT INTO workers (worker_id, host, pid, backend, device_id, compiler, kernel_hash, first_seen,"
@@ -162,36 +191,28 @@ static const char *const g_sql[ST_COUNT] = {
         " host = excluded.host, pid = excluded.pid, backend = excluded.backend,"
         " device_id = excluded.device_id, compiler = excluded.compiler,"
         " kernel_hash = excluded.kernel_hash, last_seen = excluded.last_seen, versions = excluded.versions",
-    [ST_SWEEP_INSERT] =
-        "INSERT INTO sweeps (name, spec, state, created) VALUES (?1, ?2, 'running', ?3)",
+    [ST_SWEEP_INSERT] = "INSERT INTO sweeps (name, spec, state, created) VALUES (?1, ?2, 'running', ?3)",
     [ST_SWEEP_PLANNED] = "UPDATE sweeps SET results_planned = ?2 WHERE id = ?1",
     [ST_SWEEP_STATE] = "UPDATE sweeps SET state = ?2, finished = ?3 WHERE id = ?1",
     [ST_SHAPE_INSERT] =
         "INSERT INTO shapes (e, n, k, topk, dtype, block_n, block_k, routing) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
         " ON CONFLICT DO NOTHING",
-    [ST_SHAPE_ID] =
-        "SELECT id FROM shapes WHERE e = ?1 AND n = ?2 AND k = ?3 AND topk = ?4 AND dtype = ?5"
-        " AND block_n = ?6 AND block_k = ?7 AND routing = ?8",
-    [ST_ROUTING_INSERT] =
-        "INSERT INTO routings (sha256, source, tokens, topk, created) VALUES (?1, ?2, ?3, ?4, ?5)"
-        " ON CONFLICT (sha256) DO NOTHING",
-    [ST_CONFIG_INSERT] =
-        "INSERT INTO configs (block_m, block_n, block_k, group_m, num_warps, num_stages)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
-    [ST_CONFIG_ID] =
-        "SELECT id FROM configs WHERE block_m = ?1 AND block_n = ?2 AND block_k = ?3 AND group_m = ?4"
-        " AND num_warps = ?5 AND num_stages = ?6",
-    [ST_REJECTED_INSERT] =
-        "INSERT INTO rejected (sweep_id, shape_id, config_id, reason) VALUES (?1, ?2, ?3, ?4)"
-        " ON CONFLICT DO NOTHING",
-    [ST_JOB_INSERT] =
-        "INSERT INTO jobs (sweep_id, shape_id, state, avoid_worker, created, phase, batch_sizes)"
-        " VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6)",
+    [ST_SHAPE_ID] = "SELECT id FROM shapes WHERE e = ?1 AND n = ?2 AND k = ?3 AND topk = ?4 AND dtype = ?5"
+                    " AND block_n = ?6 AND block_k = ?7 AND routing = ?8",
+    [ST_ROUTING_INSERT] = "INSERT INTO routings (sha256, source, tokens, topk, created) VALUES (?1, ?2, ?3, ?4, ?5)"
+                          " ON CONFLICT (sha256) DO NOTHING",
+    [ST_CONFIG_INSERT] = "INSERT INTO configs (block_m, block_n, block_k, group_m, num_warps, num_stages)"
+                         " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT DO NOTHING",
+    [ST_CONFIG_ID] = "SELECT id FROM configs WHERE block_m = ?1 AND block_n = ?2 AND block_k = ?3 AND group_m = ?4"
+                     " AND num_warps = ?5 AND num_stages = ?6",
+    [ST_REJECTED_INSERT] = "INSERT INTO rejected (sweep_id, shape_id, config_id, reason) VALUES (?1, ?2, ?3, ?4)"
+                           " ON CONFLICT DO NOTHING",
+    [ST_JOB_INSERT] = "INSERT INTO jobs (sweep_id, shape_id, state, avoid_worker, created, phase, batch_sizes)"
+                      " VALUES (?1, ?2, 'pending', ?3, ?4, ?5, ?6)",
     [ST_JOB_CONFIG_INSERT] = "INSERT INTO job_configs (job_id, config_id) VALUES (?1, ?2)",
     [ST_JOB_CONFIG_DELETE] = "DELETE FROM job_configs WHERE job_id = ?1 AND config_id = ?2",
-    [ST_JOB_UPDATE] =
-        "UPDATE jobs SET state = ?2, attempts = ?3, worker_id = ?4, lease_token = ?5, lease_expires = ?6,"
-        " finished = ?7 WHERE id = ?1",
+    [ST_JOB_UPDATE] = "UPDATE jobs SET state = ?2, attempts = ?3, worker_id = ?4, lease_token = ?5, lease_expires = ?6,"
+                      " finished = ?7 WHERE id = ?1",
     [ST_RESULT_INSERT] =
         "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us, mean_us,"
         " stddev_us, samples, detail, registers, spills, job_id, worker_id, device_id, backend, compiler,"
@@ -211,14 +232,14 @@ static const char *const g_sql[ST_COUNT] = {
                         " AND config_id = ?3 AND batch_size = ?4 AND phase = ?5 AND status = 'ok'",
     [ST_SWEEP_PHASES] = "SELECT shape_id, MAX(phase) FROM jobs WHERE sweep_id = ?1 GROUP BY shape_id ORDER BY shape_id",
     /* a phase-2 job's rows: its configs times its batch sizes ('1,16,256'; NULL = the sweep's ?2) */
-    [ST_SWEEP_FINALISTS] =
-        "SELECT COALESCE(SUM((SELECT COUNT(*) FROM job_configs c WHERE c.job_id = j.id) *"
-        " CASE WHEN j.batch_sizes IS NULL OR j.batch_sizes = '' THEN ?2"
-        " ELSE LENGTH(j.batch_sizes) - LENGTH(REPLACE(j.batch_sizes, ',', '')) + 1 END), 0)"
-        " FROM jobs j WHERE j.sweep_id = ?1 AND j.phase >= 2",
+    [ST_SWEEP_FINALISTS] = "SELECT COALESCE(SUM((SELECT COUNT(*) FROM job_configs c WHERE c.job_id = j.id) *"
+                           " CASE WHEN j.batch_sizes IS NULL OR j.batch_sizes = '' THEN ?2"
+                           " ELSE LENGTH(j.batch_sizes) - LENGTH(REPLACE(j.batch_sizes, ',', '')) + 1 END), 0)"
+                           " FROM jobs j WHERE j.sweep_id = ?1 AND j.phase >= 2",
     [ST_CRASH_BUMP] =
         "INSERT INTO crashes (sweep_id, shape_id, config_id, count, last_worker) VALUES (?1, ?2, ?3, 1, ?4)"
-        " ON CONFLICT (sweep_id, shape_id, config_id) DO UPDATE SET count = count + 1, last_worker = excluded.last_worker",
+        " ON CONFLICT (sweep_id, shape_id, config_id) DO UPDATE SET count = count + 1, last_worker = "
+        "excluded.last_worker",
     [ST_CRASH_COUNT] = "SELECT count FROM crashes WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3",
     /* the GPU model a sweep is bound to: of its first result, else of its first job's holder */
     [ST_SWEEP_DEVICE] = "SELECT name FROM (SELECT 0 AS o, r.id AS i, d.name AS name FROM results r "
@@ -226,13 +247,12 @@ static const char *const g_sql[ST_COUNT] = {
                         "UNION ALL SELECT 1, j.id, d.name FROM jobs j JOIN workers w ON w.worker_id = j.worker_id "
                         "JOIN devices d ON d.id = w.device_id WHERE j.sweep_id = ?1) ORDER BY o, i LIMIT 1",
     [ST_SWEEPS] = "SELECT id, name, state, spec, results_planned, created FROM sweeps ORDER BY id",
-    [ST_JOBS_OPEN] =
-        "SELECT id, sweep_id, shape_id, state, attempts, worker_id, lease_token, avoid_worker, phase, batch_sizes FROM jobs"
-        " WHERE sweep_id = ?1 AND state IN ('pending', 'leased') ORDER BY id",
+    [ST_JOBS_OPEN] = "SELECT id, sweep_id, shape_id, state, attempts, worker_id, lease_token, avoid_worker, phase, "
+                     "batch_sizes FROM jobs"
+                     " WHERE sweep_id = ?1 AND state IN ('pending', 'leased') ORDER BY id",
     [ST_JOB_CONFIGS] = "SELECT config_id FROM job_configs WHERE job_id = ?1 ORDER BY config_id",
     [ST_SHAPE_GET] = "SELECT e, n, k, topk, dtype, block_n, block_k, routing FROM shapes WHERE id = ?1",
-    [ST_CONFIG_GET] =
-        "SELECT block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs WHERE id = ?1",
+    [ST_CONFIG_GET] = "SELECT block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs WHERE id = ?1",
     [ST_RESULT_COUNT] =
         "SELECT COUNT(*) FROM results WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3 AND phase >= ?4",
     [ST_SWEEP_RESULT_COUNTS] =
@@ -364,7 +384,7 @@ static const char *const g_upgrade[STORE_SCHEMA_VERSION + 1] = {
           "  tokens INTEGER NOT NULL, topk INTEGER NOT NULL,\n"
           "  created INTEGER NOT NULL\n"
           ");\n"
-    /* 'pruned' joins the status CHECK: SQLite changes a CHECK only by rebuilding the table */
+          /* 'pruned' joins the status CHECK: SQLite changes a CHECK only by rebuilding the table */
           "CREATE TABLE results_v3 (\n"
           "  id INTEGER PRIMARY KEY,\n"
           "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),\n"
@@ -438,11 +458,9 @@ int store_open(const char *path, store_t **out, char *err, size_t errlen) {
         mt_fmt(err, errlen, "out of memory");
         return MT_NOMEM;
     }
-    int src = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                              NULL);
+    int src = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (src != SQLITE_OK) {
-        mt_fmt(s->err, sizeof s->err, "cannot open %s: %s", path,
-               s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(src));
+        mt_fmt(s->err, sizeof s->err, "cannot open %s: %s", path, s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(src));
         rc = MT_IO;
         goto out;
     }
@@ -534,8 +552,7 @@ int store_hello(store_t *s, const Moetune__Hello *h, int64_t now_s, uint64_t *de
     return rc ? rc : worker_upsert(s, h, *device_id, now_s);
 }
 
-int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t spec_len, int64_t created,
-                       uint64_t *id) {
+int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t spec_len, int64_t created, uint64_t *id) {
     sqlite3_stmt *st = s->st[ST_SWEEP_INSERT];
     sqlite3_bind_text(st, 1, name ? name : "", -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 2, spec_len ? spec : "", (int)spec_len, SQLITE_STATIC);
@@ -603,8 +620,7 @@ int store_config_upsert(store_t *s, const krn_config_t *cfg, uint64_t *id) {
     return exec_u64(s, ST_CONFIG_ID, id);
 }
 
-int store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
-                          const char *reason) {
+int store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, const char *reason) {
     sqlite3_stmt *st = s->st[ST_REJECTED_INSERT];
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
     sqlite3_bind_int64(st, 2, (int64_t)shape_id);
@@ -613,13 +629,13 @@ int store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint
     return exec_st(s, ST_REJECTED_INSERT);
 }
 
-int store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker,
-                     int64_t created, uint64_t *id) {
+int store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker, int64_t created,
+                     uint64_t *id) {
     return store_job_insert_phase(s, sweep_id, shape_id, 1, NULL, avoid_worker, created, id);
 }
 
-int store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase,
-                           const char *batch_sizes, const char *avoid_worker, int64_t created, uint64_t *id) {
+int store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase, const char *batch_sizes,
+                           const char *avoid_worker, int64_t created, uint64_t *id) {
     sqlite3_stmt *st = s->st[ST_JOB_INSERT];
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
     sqlite3_bind_int64(st, 2, (int64_t)shape_id);
@@ -742,8 +758,8 @@ int store_crash_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t
     return rc;
 }
 
-int store_crash_bump(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
-                     const char *worker_id, uint32_t *count) {
+int store_crash_bump(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, const char *worker_id,
+                     uint32_t *count) {
     bind_ssc(s->st[ST_CRASH_BUMP], sweep_id, shape_id, config_id);
     bind_text(s->st[ST_CRASH_BUMP], 4, worker_id);
     int rc = exec_st(s, ST_CRASH_BUMP);
@@ -787,7 +803,9 @@ static int sweep_row(sqlite3_stmt *st, void *cb, void *ctx) {
     return ((store_sweep_cb)cb)(ctx, &r);
 }
 
-int store_sweeps_each(store_t *s, store_sweep_cb cb, void *ctx) { return each(s, ST_SWEEPS, sweep_row, (void *)cb, ctx); }
+int store_sweeps_each(store_t *s, store_sweep_cb cb, void *ctx) {
+    return each(s, ST_SWEEPS, sweep_row, (void *)cb, ctx);
+}
 
 static int job_row(sqlite3_stmt *st, void *cb, void *ctx) {
     store_job_row_t r = {
@@ -955,7 +973,8 @@ int store_phase_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint
 }
 
 static int shape_phase_row(sqlite3_stmt *st, void *cb, void *ctx) {
-    return ((store_shape_phase_fn)cb)(ctx, (uint64_t)sqlite3_column_int64(st, 0), (uint32_t)sqlite3_column_int64(st, 1));
+    return ((store_shape_phase_fn)cb)(ctx, (uint64_t)sqlite3_column_int64(st, 0),
+                                      (uint32_t)sqlite3_column_int64(st, 1));
 }
 
 int store_sweep_phases_each(store_t *s, uint64_t sweep_id, store_shape_phase_fn fn, void *ctx) {

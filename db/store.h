@@ -27,26 +27,26 @@ typedef struct store store_t;
 typedef struct {
     uint64_t sweep_id, shape_id, config_id, job_id, device_id;
     uint32_t batch_size;
-    int status;                      /* Moetune__Status value */
+    int status; /* Moetune__Status value */
     double median_us, min_us, mean_us, stddev_us;
     uint32_t samples, registers, spills;
     const char *detail, *worker_id, *backend, *compiler, *kernel_hash;
-    const char *versions;            /* the measuring worker's Hello.versions; NULL or "" stores NULL */
-    double up_us, down_us;           /* GEMM1 / GEMM2 alone, medians; 0 = not measured */
-    double timed_us;                 /* GPU time in the measurement's timed kernels */
-    int64_t created;                 /* wall-clock seconds */
-    uint32_t phase;                  /* the measuring job's phase (halving); 0 reads as 1 */
+    const char *versions;  /* the measuring worker's Hello.versions; NULL or "" stores NULL */
+    double up_us, down_us; /* GEMM1 / GEMM2 alone, medians; 0 = not measured */
+    double timed_us;       /* GPU time in the measurement's timed kernels */
+    int64_t created;       /* wall-clock seconds */
+    uint32_t phase;        /* the measuring job's phase (halving); 0 reads as 1 */
 } store_result_t;
 
 /* The mutable part of a jobs row. */
 typedef struct {
     uint64_t id;
-    const char *state;               /* a job state's name (states.h) */
+    const char *state; /* a job state's name (states.h) */
     uint32_t attempts;
-    const char *worker_id;           /* NULL keeps SQL NULL */
+    const char *worker_id; /* NULL keeps SQL NULL */
     uint64_t lease_token;
-    int64_t lease_expires_ms;        /* wall-clock ms, 0 = NULL */
-    int64_t finished;                /* wall-clock seconds, 0 = NULL */
+    int64_t lease_expires_ms; /* wall-clock ms, 0 = NULL */
+    int64_t finished;         /* wall-clock seconds, 0 = NULL */
 } store_job_update_t;
 
 /* A jobs row as loaded at start. */
@@ -54,8 +54,8 @@ typedef struct {
     uint64_t id, sweep_id, shape_id, lease_token;
     const char *state, *worker_id, *avoid_worker;
     uint32_t attempts;
-    uint32_t phase;                  /* 1, or 2 for a halving sweep's finalists */
-    const char *batch_sizes;         /* its batch sizes ("1,16,256"); NULL = the sweep's */
+    uint32_t phase;          /* 1, or 2 for a halving sweep's finalists */
+    const char *batch_sizes; /* its batch sizes ("1,16,256"); NULL = the sweep's */
 } store_job_row_t;
 
 /* A sweeps row as loaded at start; spec points at the packed SweepSpec. */
@@ -109,26 +109,24 @@ int store_device_upsert(store_t *s, const Moetune__Gpu *gpu, uint64_t *id);
 int store_hello(store_t *s, const Moetune__Hello *hello, int64_t now_s, uint64_t *device_id);
 
 /* ---- planning */
-int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t spec_len, int64_t created,
-                       uint64_t *id);
+int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t spec_len, int64_t created, uint64_t *id);
 int store_sweep_set_planned(store_t *s, uint64_t sweep_id, uint64_t results_planned);
 /* state is one of the sweeps.state values; finished 0 stores NULL. */
 int store_sweep_set_state(store_t *s, uint64_t sweep_id, const char *state, int64_t finished);
 int store_shape_upsert(store_t *s, const krn_shape_t *shape, uint64_t *id);
 int store_config_upsert(store_t *s, const krn_config_t *cfg, uint64_t *id);
-int store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
-                          const char *reason);
+int store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, const char *reason);
 /* New pending job; avoid_worker may be NULL. */
 /* Records a routing file a sweep is planned on (kept once per sha256). */
 int store_routing_insert(store_t *s, const char *sha256, const char *source, uint32_t tokens, uint32_t topk,
                          int64_t now);
 
-int store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker,
-                     int64_t created, uint64_t *id);
+int store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker, int64_t created,
+                     uint64_t *id);
 /* A new pending job of a phase (halving: 1 or 2) measuring only batch_sizes
  * ("1,16,256"; NULL = the sweep's). store_job_insert is phase 1, all batch sizes. */
-int store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase,
-                           const char *batch_sizes, const char *avoid_worker, int64_t created, uint64_t *id);
+int store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase, const char *batch_sizes,
+                           const char *avoid_worker, int64_t created, uint64_t *id);
 int store_job_config_insert(store_t *s, uint64_t job_id, uint64_t config_id);
 int store_job_config_delete(store_t *s, uint64_t job_id, uint64_t config_id);
 int store_job_update(store_t *s, const store_job_update_t *u);
@@ -147,11 +145,10 @@ int store_result_put(store_t *s, const store_result_t *r, int *outcome);
 int store_result_prune(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t batch_size,
                        uint32_t phase, const char *detail, bool *changed);
 /* Adds one crash of (sweep, shape, config) by worker; *count gets the new total. */
-int store_crash_bump(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
-                     const char *worker_id, uint32_t *count);
+int store_crash_bump(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, const char *worker_id,
+                     uint32_t *count);
 /* Current crash count (0 when none). */
-int store_crash_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
-                      uint32_t *count);
+int store_crash_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *count);
 
 /* ---- reads for start-up */
 typedef int (*store_sweep_cb)(void *ctx, const store_sweep_row_t *row);
@@ -180,11 +177,11 @@ typedef int (*store_shape_phase_fn)(void *ctx, uint64_t shape_id, uint32_t max_p
 int store_sweep_phases_each(store_t *s, uint64_t sweep_id, store_shape_phase_fn fn, void *ctx);
 /* What a sweep's committed rows add up to, in one pass over them. */
 typedef struct {
-    uint64_t done;      /* rows */
-    uint64_t failed;    /* a status other than ok and pruned */
-    uint64_t pruned;    /* racing's */
-    double timed_us;    /* GPU time in their timed kernels */
-    uint64_t phase2;    /* halving: rows measured by a phase-2 job (finalists re-measured) */
+    uint64_t done;   /* rows */
+    uint64_t failed; /* a status other than ok and pruned */
+    uint64_t pruned; /* racing's */
+    double timed_us; /* GPU time in their timed kernels */
+    uint64_t phase2; /* halving: rows measured by a phase-2 job (finalists re-measured) */
 } store_sweep_counts_t;
 int store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep_counts_t *out);
 /* Halving: the (config, batch size) rows of a sweep's phase-2 jobs, the finalists planned

@@ -106,8 +106,7 @@ int krn_routing_parse(const uint8_t *d, size_t len, krn_routing_t *r, char *err,
     if (topk > KRN_MAX_TOPK) mt_fmt(over, sizeof over, " (and topk is at most %u)", KRN_MAX_TOPK);
     if (topk > KRN_MAX_TOPK || tokens > SIZE_MAX / 8 / topk || body != tokens * topk * item) {
         mt_fmt(err, errlen, "data is %zu bytes, [%llu, %llu] int%zu needs %llu%s", body, (unsigned long long)tokens,
-               (unsigned long long)topk, item * 8, (unsigned long long)(tokens * topk * item),
-               over);
+               (unsigned long long)topk, item * 8, (unsigned long long)(tokens * topk * item), over);
         return MT_INVAL;
     }
     r->ids = malloc(tokens * topk * sizeof *r->ids);
@@ -167,8 +166,10 @@ int krn_routing_load(const char *path, krn_routing_t *r, char *err, size_t errle
         goto out;
     }
     rc = krn_routing_parse(buf, (size_t)size, r, why, sizeof why);
-    if (rc == MT_NOMEM) mt_fmt(err, errlen, "%s: out of memory", path);
-    else if (rc) mt_fmt(err, errlen, "%s: %s", path, why);
+    if (rc == MT_NOMEM)
+        mt_fmt(err, errlen, "%s: out of memory", path);
+    else if (rc)
+        mt_fmt(err, errlen, "%s: %s", path, why);
 out:
     free(buf);
     fclose(f);
@@ -221,4 +222,3 @@ void krn_routing_rows(uint32_t tokens, uint32_t m, uint64_t seed, uint32_t *rows
         rows[i] = (uint32_t)((z ^ (z >> 31)) % tokens);
     }
 }
-

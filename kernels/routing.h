@@ -19,9 +19,9 @@
 
 typedef struct {
     uint32_t tokens, topk;
-    uint32_t *ids;          /* tokens * topk expert ids, row-major; owned */
+    uint32_t *ids; /* tokens * topk expert ids, row-major; owned */
     uint32_t max_id;
-    char sha256[65];        /* of the whole file, lowercase hex */
+    char sha256[65]; /* of the whole file, lowercase hex */
 } krn_routing_t;
 
 /* Parses a .npy image of len bytes into r (caller frees with krn_routing_clear). MT_INVAL with

@@ -11,8 +11,8 @@
 #include "mt.h"
 #include "routing.h"
 
-const uint32_t krn_default_batch_sizes[] = {1,   2,   4,   8,    16,   24,   32,   48,   64,
-                                            96,  128, 256, 512, 1024, 1536, 2048, 3072, 4096};
+const uint32_t krn_default_batch_sizes[] = {1,  2,   4,   8,   16,   24,   32,   48,   64,
+                                            96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096};
 const size_t krn_n_default_batch_sizes = sizeof krn_default_batch_sizes / sizeof krn_default_batch_sizes[0];
 
 /* Declared in routing.h; here so that shape checks need no routing reader (nor libsodium). */
@@ -61,9 +61,12 @@ int krn_config_parse(const char *text, krn_config_t *cfg) {
 
 void krn_space_default(krn_space_t *s) {
     static const uint32_t def[KRN_N_FIELDS][KRN_MAX_VALUES] = {
-        [KRN_F_block_m] = {16, 32, 64, 128, 256}, [KRN_F_block_n] = {32, 64, 128, 256},
-        [KRN_F_block_k] = {64, 128, 256},         [KRN_F_group_m] = {1, 16, 32, 64},
-        [KRN_F_num_warps] = {4, 8},               [KRN_F_num_stages] = {2, 3, 4, 5},
+        [KRN_F_block_m] = {16, 32, 64, 128, 256},
+        [KRN_F_block_n] = {32, 64, 128, 256},
+        [KRN_F_block_k] = {64, 128, 256},
+        [KRN_F_group_m] = {1, 16, 32, 64},
+        [KRN_F_num_warps] = {4, 8},
+        [KRN_F_num_stages] = {2, 3, 4, 5},
     };
     memset(s, 0, sizeof *s);
     for (int f = 0; f < KRN_N_FIELDS; f++) {
@@ -93,9 +96,7 @@ void krn_limits_default(krn_limits_t *l) {
     l->cc_minor = 0;
 }
 
-static uint32_t elem_bytes(const krn_shape_t *shape) {
-    return strncmp(shape->dtype, "fp8", 3) == 0 ? 1u : 2u;
-}
+static uint32_t elem_bytes(const krn_shape_t *shape) { return strncmp(shape->dtype, "fp8", 3) == 0 ? 1u : 2u; }
 
 uint32_t krn_smem_bytes(const krn_config_t *c, const krn_shape_t *shape) {
     uint64_t tile = ((uint64_t)c->block_m * c->block_k + (uint64_t)c->block_k * c->block_n) * elem_bytes(shape);
@@ -136,8 +137,8 @@ uint32_t krn_warps_m(const krn_config_t *c) {
 
 int krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_t *l, char *why, size_t whylen) {
     uint32_t threads = c->num_warps * 32;
-    if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 ||
-        c->block_n < 16 || c->block_k < 16) {
+    if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 || c->block_n < 16 ||
+        c->block_k < 16) {
         mt_fmt(why, whylen, "block sizes must be powers of two >= 16");
         return MT_INVAL;
     }
@@ -186,8 +187,8 @@ int krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_
 }
 
 int krn_check_triton(const krn_config_t *c, char *why, size_t whylen) {
-    if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 ||
-        c->block_n < 16 || c->block_k < 16) {
+    if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 || c->block_n < 16 ||
+        c->block_k < 16) {
         mt_fmt(why, whylen, "block sizes must be powers of two >= 16");
         return MT_INVAL;
     }
@@ -202,16 +203,15 @@ int krn_check_triton(const krn_config_t *c, char *why, size_t whylen) {
     return MT_OK;
 }
 
-int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
-                     size_t whylen) {
+int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why, size_t whylen) {
     if (!shape->block_n || !shape->block_k || !engine) return MT_OK;
     if (strcmp(engine, "sglang") == 0 && shape->block_k % cfg->block_k != 0) {
         mt_fmt(why, whylen, "SGLang: BLOCK_SIZE_K=%u does not divide block_k=%u", cfg->block_k, shape->block_k);
         return MT_INVAL;
     }
     if (strcmp(engine, "vllm") == 0 && (cfg->block_k % shape->block_k != 0 || cfg->block_n % shape->block_n != 0)) {
-        mt_fmt(why, whylen, "vLLM: BLOCK_SIZE_N/K=%u/%u are not multiples of block %ux%u", cfg->block_n,
-               cfg->block_k, shape->block_n, shape->block_k);
+        mt_fmt(why, whylen, "vLLM: BLOCK_SIZE_N/K=%u/%u are not multiples of block %ux%u", cfg->block_n, cfg->block_k,
+               shape->block_n, shape->block_k);
         return MT_INVAL;
     }
     return MT_OK;
@@ -268,9 +268,14 @@ int krn_shape_parse(const char *text, krn_shape_t *s, char *err, size_t errlen) 
         }
         *eq = '\0';
         const char *key = tok, *val = eq + 1;
-        static const struct { const char *key; size_t off; unsigned bit; } fields[] = {
-            {"E", offsetof(krn_shape_t, e), 1}, {"N", offsetof(krn_shape_t, n), 2},
-            {"K", offsetof(krn_shape_t, k), 4}, {"topk", offsetof(krn_shape_t, topk), 8}};
+        static const struct {
+            const char *key;
+            size_t off;
+            unsigned bit;
+        } fields[] = {{"E", offsetof(krn_shape_t, e), 1},
+                      {"N", offsetof(krn_shape_t, n), 2},
+                      {"K", offsetof(krn_shape_t, k), 4},
+                      {"topk", offsetof(krn_shape_t, topk), 8}};
         int done = 0;
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
             if (strcasecmp(key, fields[i].key) != 0) continue;

@@ -13,10 +13,10 @@
 #include <stdint.h>
 
 typedef struct {
-    uint32_t e, n, k, topk;   /* experts, intermediate/TP, hidden, experts per token */
-    char dtype[16];           /* "bf16" (default), "fp8_w8a8" */
-    uint32_t block_n, block_k;/* fp8 block-scale shape; 0 when none */
-    char routing[65];         /* sha256 of the captured routing the inputs draw from; "" = uniform */
+    uint32_t e, n, k, topk;    /* experts, intermediate/TP, hidden, experts per token */
+    char dtype[16];            /* "bf16" (default), "fp8_w8a8" */
+    uint32_t block_n, block_k; /* fp8 block-scale shape; 0 when none */
+    char routing[65];          /* sha256 of the captured routing the inputs draw from; "" = uniform */
 } krn_shape_t;
 
 /* The integer fields of a shape, named as in krn_shape_t and the wire's Shape. */
@@ -29,12 +29,12 @@ typedef struct {
  * CLI's list option (--block-m). Every value is in 1..max: the bounds a worker accepts in
  * a Job, and so those a spec and a plan take. 32 warps are CUDA's 1024 threads per block;
  * 1024 is past any tile that fits shared memory; 16 stages past any pipeline in use. */
-#define KRN_CONFIG_FIELDS(X)                                                                        \
-    X(block_m, "BLOCK_SIZE_M", "block-m", 1024)                                                     \
-    X(block_n, "BLOCK_SIZE_N", "block-n", 1024)                                                     \
-    X(block_k, "BLOCK_SIZE_K", "block-k", 1024)                                                     \
-    X(group_m, "GROUP_SIZE_M", "group-m", 1024)                                                     \
-    X(num_warps, "num_warps", "num-warps", 32)                                                      \
+#define KRN_CONFIG_FIELDS(X)                                                                                           \
+    X(block_m, "BLOCK_SIZE_M", "block-m", 1024)                                                                        \
+    X(block_n, "BLOCK_SIZE_N", "block-n", 1024)                                                                        \
+    X(block_k, "BLOCK_SIZE_K", "block-k", 1024)                                                                        \
+    X(group_m, "GROUP_SIZE_M", "group-m", 1024)                                                                        \
+    X(num_warps, "num_warps", "num-warps", 32)                                                                         \
     X(num_stages, "num_stages", "num-stages", 16)
 
 typedef struct {
@@ -48,7 +48,7 @@ enum {
 #define KRN_X_INDEX(f, file, opt, max) KRN_F_##f,
     KRN_CONFIG_FIELDS(KRN_X_INDEX)
 #undef KRN_X_INDEX
-    KRN_N_FIELDS
+        KRN_N_FIELDS
 };
 
 /* One row of KRN_CONFIG_FIELDS for code that walks the fields. */
@@ -119,8 +119,7 @@ double krn_time_penalized(const krn_config_t *cfg, double t, double red, double 
 /* Checks cfg for shape on a device with limits. Returns MT_OK when it can run,
  * else MT_INVAL with a one-line reason in why (e.g. "shared memory 294912 B >
  * 232448 B limit"). */
-int krn_check(const krn_shape_t *shape, const krn_config_t *cfg, const krn_limits_t *limits,
-              char *why, size_t whylen);
+int krn_check(const krn_shape_t *shape, const krn_config_t *cfg, const krn_limits_t *limits, char *why, size_t whylen);
 
 /* The static rules for a Triton kernel (the triton backend): only what no Triton MoE kernel can
  * run (block sizes not powers of two or below 16, warps not a power of two up to 32, stages
@@ -134,8 +133,7 @@ int krn_check_triton(const krn_config_t *c, char *why, size_t whylen);
  * BLOCK_SIZE_K and BLOCK_SIZE_N that are multiples of block_k and block_n. A shape without a
  * block shape, or an engine of another name, keeps everything. MT_INVAL with the rule in why
  * when the engine cannot run it. */
-int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
-                     size_t whylen);
+int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why, size_t whylen);
 
 /* The bounds of a shape: E up to KRN_MAX_E experts, N and K up to KRN_MAX_NK, topk up to
  * KRN_MAX_TOPK (and E). The wire, the routing files and the shape parser check these. */

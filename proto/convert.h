@@ -29,13 +29,13 @@ void wire_config_to_msg(const krn_config_t *c, Moetune__Config *m);
 /* The measurement settings a Job carries when its spec leaves them 0: X(Measure field,
  * default). The planner fills a sweep's from these and a worker fills a Job's the same way,
  * so no backend has defaults of its own. */
-#define WIRE_MEASURE_DEFAULTS(X)                                                                   \
-    X(warmup, 5)                                                                                   \
-    X(min_samples, 10)                                                                             \
-    X(max_samples, 100)                                                                            \
-    X(rsd_target, 0.01)                                                                            \
-    X(budget_ms, 1000)                                                                             \
-    X(timeout_ms, 60000)                                                                           \
+#define WIRE_MEASURE_DEFAULTS(X)                                                                                       \
+    X(warmup, 5)                                                                                                       \
+    X(min_samples, 10)                                                                                                 \
+    X(max_samples, 100)                                                                                                \
+    X(rsd_target, 0.01)                                                                                                \
+    X(budget_ms, 1000)                                                                                                 \
+    X(timeout_ms, 60000)                                                                                               \
     X(seed, 1)
 
 /* Copies m (NULL: an empty Measure) into out with every field of WIRE_MEASURE_DEFAULTS that

@@ -21,9 +21,9 @@
 #define MAX_WATCH 4
 #define MAX_KEY_FILE 65536
 #define POLL_MS 100
-#define N_REASONS 6            /* g_protocol_errors plus "no detail" */
+#define N_REASONS 6 /* g_protocol_errors plus "no detail" */
 #define N_LOG_SLOTS (MAX_WATCH * N_REASONS + 1)
-#define LOG_EVERY_MS 5000     /* a peer that retries is logged at most this often per socket */
+#define LOG_EVERY_MS 5000 /* a peer that retries is logged at most this often per socket */
 
 /* ---- key files */
 
@@ -157,7 +157,7 @@ int sec_load_public(const char *path, sec_cert_t *out, char *err, size_t errlen)
 static bool good_name(const char *name) {
     if (!name || !*name || strlen(name) > 128 || name[0] == '.') return false;
     for (const char *p = name; *p; p++)
-        if (!(( *p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
               *p == '_' || *p == '.'))
             return false;
     return true;
@@ -257,7 +257,7 @@ struct sec_auth {
     void *ctx;
     char dir[4096];
     struct timespec dir_mtime;
-    uint8_t (*keys)[SEC_KEY_BYTES];   /* only the handler thread touches it once started */
+    uint8_t (*keys)[SEC_KEY_BYTES]; /* only the handler thread touches it once started */
     size_t n_keys;
     atomic_size_t n_keys_pub;
     void *zap;
@@ -269,7 +269,7 @@ struct sec_auth {
     int n_watch;
     /* per (socket, reason) slot, so one kind of refusal never hides another; the last slot is ZAP's */
     uint64_t last_log_ms[N_LOG_SLOTS];
-    uint64_t quiet[N_LOG_SLOTS];          /* refusals not logged since */
+    uint64_t quiet[N_LOG_SLOTS]; /* refusals not logged since */
     char quiet_note[96];
     atomic_uint_fast64_t refused;
     atomic_int stop;
@@ -283,10 +283,10 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 /* Reads every *.pub of dir into a fresh array. */
-static int load_dir(const char *dir, uint8_t (**out)[SEC_KEY_BYTES], size_t *n_out, struct timespec *mtime,
-                    char *err, size_t errlen) {
+static int load_dir(const char *dir, uint8_t (**out)[SEC_KEY_BYTES], size_t *n_out, struct timespec *mtime, char *err,
+                    size_t errlen) {
     int rc = MT_OK;
-    uint8_t (*keys)[SEC_KEY_BYTES] = NULL;
+    uint8_t(*keys)[SEC_KEY_BYTES] = NULL;
     size_t n = 0, cap = 0;
     struct stat st;
     DIR *d = opendir(dir);
@@ -335,7 +335,7 @@ static void reload_if_changed(sec_auth_t *a) {
     struct stat st;
     if (stat(a->dir, &st) != 0) return;
     if (st.st_mtim.tv_sec == a->dir_mtime.tv_sec && st.st_mtim.tv_nsec == a->dir_mtime.tv_nsec) return;
-    uint8_t (*keys)[SEC_KEY_BYTES] = NULL;
+    uint8_t(*keys)[SEC_KEY_BYTES] = NULL;
     size_t n = 0;
     struct timespec mt;
     char err[512];
@@ -386,8 +386,10 @@ static int recv_frames(void *sock, zmq_msg_t *frames, int max) {
             return -1;
         }
         more = zmq_msg_more(&m);
-        if (n < max) frames[n++] = m;
-        else zmq_msg_close(&m);
+        if (n < max)
+            frames[n++] = m;
+        else
+            zmq_msg_close(&m);
     }
     return n;
 }
@@ -463,8 +465,10 @@ static void monitor_handle(sec_auth_t *a, int i) {
         if (event == ZMQ_EVENT_ACCEPTED && ++a->conns[i] > a->max_conns[i] && a->max_conns[i]) {
             shutdown((int)value, SHUT_RDWR);
             if (atomic_fetch_add(&a->cap_refused[i], 1) % 100 == 0)
-                log_at(MT_LOG_WARN, "%s socket: %u connections, over its limit of %u: refusing new ones "
-                       "(%llu refused so far)", a->label[i], a->conns[i] - 1, a->max_conns[i],
+                log_at(MT_LOG_WARN,
+                       "%s socket: %u connections, over its limit of %u: refusing new ones "
+                       "(%llu refused so far)",
+                       a->label[i], a->conns[i] - 1, a->max_conns[i],
                        (unsigned long long)atomic_load(&a->cap_refused[i]));
         }
         /* A client refused by ZAP hangs up (ECONNRESET): counted by the ZAP handler. A
@@ -514,7 +518,7 @@ int sec_auth_new(void *ctx, const char *allow_dir, sec_auth_t **out, char *err, 
     *out = NULL;
     rc = need_curve(err, errlen);
     if (rc) return rc;
-    if (!allow_dir || !*allow_dir || strlen(allow_dir) >= sizeof ((sec_auth_t *)0)->dir) {
+    if (!allow_dir || !*allow_dir || strlen(allow_dir) >= sizeof((sec_auth_t *)0)->dir) {
         mt_fmt(err, errlen, "bad allow-list directory");
         return MT_INVAL;
     }

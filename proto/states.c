@@ -64,9 +64,7 @@ bool wire_status_failed(int status) {
     return false;
 }
 
-const char *wire_job_state_name(int state) {
-    return state >= 0 && state < WIRE_JOB_NSTATES ? g_job[state] : NULL;
-}
+const char *wire_job_state_name(int state) { return state >= 0 && state < WIRE_JOB_NSTATES ? g_job[state] : NULL; }
 
 const char *wire_sweep_state_name(int state) {
     return state >= 0 && state < WIRE_SWEEP_NSTATES ? g_sweep[state] : NULL;

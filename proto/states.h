@@ -13,14 +13,14 @@
 
 /* Result statuses: X(Moetune__Status value, results.status text, counts as a failure).
  * Pruned rows are racing's (measured, slower than the best): not failures. */
-#define WIRE_STATUSES(X)                                                                           \
-    X(MOETUNE__STATUS__STATUS_OK, "ok", false)                                                     \
-    X(MOETUNE__STATUS__STATUS_INVALID, "invalid", true)                                            \
-    X(MOETUNE__STATUS__STATUS_COMPILE_ERROR, "compile_error", true)                                \
-    X(MOETUNE__STATUS__STATUS_LAUNCH_ERROR, "launch_error", true)                                  \
-    X(MOETUNE__STATUS__STATUS_WRONG_RESULT, "wrong_result", true)                                  \
-    X(MOETUNE__STATUS__STATUS_TIMEOUT, "timeout", true)                                            \
-    X(MOETUNE__STATUS__STATUS_CRASHED, "crashed", true)                                            \
+#define WIRE_STATUSES(X)                                                                                               \
+    X(MOETUNE__STATUS__STATUS_OK, "ok", false)                                                                         \
+    X(MOETUNE__STATUS__STATUS_INVALID, "invalid", true)                                                                \
+    X(MOETUNE__STATUS__STATUS_COMPILE_ERROR, "compile_error", true)                                                    \
+    X(MOETUNE__STATUS__STATUS_LAUNCH_ERROR, "launch_error", true)                                                      \
+    X(MOETUNE__STATUS__STATUS_WRONG_RESULT, "wrong_result", true)                                                      \
+    X(MOETUNE__STATUS__STATUS_TIMEOUT, "timeout", true)                                                                \
+    X(MOETUNE__STATUS__STATUS_CRASHED, "crashed", true)                                                                \
     X(MOETUNE__STATUS__STATUS_PRUNED, "pruned", false)
 
 /* Moetune__Status values 0 (unknown) .. the last of WIRE_STATUSES: an array indexed by a
@@ -35,32 +35,32 @@ int wire_status_parse(const char *name, int *status);
 bool wire_status_failed(int status);
 
 /* Job states: X(suffix, jobs.state text). */
-#define WIRE_JOB_STATES(X)                                                                         \
-    X(PENDING, "pending")                                                                          \
-    X(LEASED, "leased")                                                                            \
-    X(DONE, "done")                                                                                \
-    X(FAILED, "failed")                                                                            \
+#define WIRE_JOB_STATES(X)                                                                                             \
+    X(PENDING, "pending")                                                                                              \
+    X(LEASED, "leased")                                                                                                \
+    X(DONE, "done")                                                                                                    \
+    X(FAILED, "failed")                                                                                                \
     X(CANCELLED, "cancelled")
 
 typedef enum {
 #define WIRE_X_JOB(id, name) WIRE_JOB_##id,
     WIRE_JOB_STATES(WIRE_X_JOB)
 #undef WIRE_X_JOB
-    WIRE_JOB_NSTATES
+        WIRE_JOB_NSTATES
 } wire_job_state_t;
 
 /* Sweep states: X(suffix, sweeps.state text, finished). A finished sweep takes no more work. */
-#define WIRE_SWEEP_STATES(X)                                                                       \
-    X(RUNNING, "running", false)                                                                   \
-    X(DONE, "done", true)                                                                          \
-    X(CANCELLED, "cancelled", true)                                                                \
+#define WIRE_SWEEP_STATES(X)                                                                                           \
+    X(RUNNING, "running", false)                                                                                       \
+    X(DONE, "done", true)                                                                                              \
+    X(CANCELLED, "cancelled", true)                                                                                    \
     X(FAILED, "failed", true)
 
 typedef enum {
 #define WIRE_X_SWEEP(id, name, fin) WIRE_SWEEP_##id,
     WIRE_SWEEP_STATES(WIRE_X_SWEEP)
 #undef WIRE_X_SWEEP
-    WIRE_SWEEP_NSTATES
+        WIRE_SWEEP_NSTATES
 } wire_sweep_state_t;
 
 /* The text of a state; NULL when out of range. */

@@ -9,8 +9,8 @@
 #include "space.h"
 #include "states.h"
 
-#define MAX_STRING 4096        /* longest string field accepted */
-#define MAX_LIST 65536         /* longest repeated field accepted */
+#define MAX_STRING 4096 /* longest string field accepted */
+#define MAX_LIST 65536  /* longest repeated field accepted */
 
 void wire_env_init(wire_env_t *env) {
     moetune__envelope__init(env);
@@ -97,68 +97,67 @@ static bool config_ok(const Moetune__Config *c) {
 /* Field-level checks per body; returns NULL when valid, else the reason. */
 static const char *validate(const wire_env_t *env) {
     switch (env->body_case) {
-    case MOETUNE__ENVELOPE__BODY_HELLO: {
-        const Moetune__Hello *h = env->hello;
-        if (!h->worker_id || !*h->worker_id || strlen(h->worker_id) > WIRE_MAX_ID) return "hello: bad worker_id";
-        if (!str_ok(h->host) || !str_ok(h->backend) || !str_ok(h->compiler) || !str_ok(h->kernel_hash) ||
-            !str_ok(h->versions))
-            return "hello: string too long";
-        if (h->gpu && (!str_ok(h->gpu->name) || !str_ok(h->gpu->uuid))) return "hello: gpu string too long";
-        return NULL;
-    }
-    case MOETUNE__ENVELOPE__BODY_READY:
-        return env->ready->credits > WIRE_MAX_CREDITS ? "ready: too many credits" : NULL;
-    case MOETUNE__ENVELOPE__BODY_RESULT: {
-        const Moetune__Result *r = env->result;
-        if (r->job_id == 0 || r->config_id == 0) return "result: job_id and config_id must be set";
-        if (r->n_measurements == 0 || r->n_measurements > MAX_LIST) return "result: bad measurement count";
-        for (size_t i = 0; i < r->n_measurements; i++) {
-            const Moetune__Measurement *m = r->measurements[i];
-            if (m->batch_size == 0) return "result: batch_size 0";
-            if (!wire_status_name(m->status))
-                return "result: unknown status";
-            /* every latency, whatever the status, is a finite number of microseconds (NaN fails
-             * every comparison); 0 = not measured */
-            if (!latency_ok(m->median_us) || !latency_ok(m->min_us) || !latency_ok(m->mean_us) ||
-                !latency_ok(m->stddev_us))
-                return "result: negative or non-finite latency";
-            if ((m->status == MOETUNE__STATUS__STATUS_OK || m->status == MOETUNE__STATUS__STATUS_PRUNED) &&
-                !(m->median_us > 0 && m->min_us > 0 && m->mean_us > 0))
-                return "result: ok or pruned measurement with a zero latency";
-            if (!latency_ok(m->up_us) || !latency_ok(m->down_us) || !latency_ok(m->timed_us))
-                return "result: negative or non-finite up_us/down_us/timed_us";
-            if (!str_ok(m->detail)) return "result: detail too long";
+        case MOETUNE__ENVELOPE__BODY_HELLO: {
+            const Moetune__Hello *h = env->hello;
+            if (!h->worker_id || !*h->worker_id || strlen(h->worker_id) > WIRE_MAX_ID) return "hello: bad worker_id";
+            if (!str_ok(h->host) || !str_ok(h->backend) || !str_ok(h->compiler) || !str_ok(h->kernel_hash) ||
+                !str_ok(h->versions))
+                return "hello: string too long";
+            if (h->gpu && (!str_ok(h->gpu->name) || !str_ok(h->gpu->uuid))) return "hello: gpu string too long";
+            return NULL;
         }
-        return NULL;
-    }
-    case MOETUNE__ENVELOPE__BODY_HEARTBEAT:
-        return env->heartbeat->n_job_ids > MAX_LIST ? "heartbeat: too many jobs" : NULL;
-    case MOETUNE__ENVELOPE__BODY_JOB: {
-        const Moetune__Job *j = env->job;
-        if (j->job_id == 0 || !shape_ok(j->shape)) return "job: bad id or shape";
-        if (j->n_configs == 0 || j->n_batch_sizes == 0) return "job: no configs or batch sizes";
-        for (size_t i = 0; i < j->n_configs; i++)
-            if (!j->configs[i]->config_id || !config_ok(j->configs[i]->config)) return "job: bad config";
-        for (size_t i = 0; i < j->n_batch_sizes; i++)
-            if (j->batch_sizes[i] == 0) return "job: batch size 0";
-        if (!j->measure) return "job: no measurement settings";
-        if (!(j->measure->race_margin > -1e9 && j->measure->race_margin < 1e9)) return "job: bad race margin";
-        if (j->n_best_us && j->n_best_us != j->n_batch_sizes) return "job: best_us not one per batch size";
-        for (size_t i = 0; i < j->n_best_us; i++)
-            if (!(j->best_us[i] >= 0 && j->best_us[i] < 1e12)) return "job: negative or non-finite best_us";
-        return NULL;
-    }
-    case MOETUNE__ENVELOPE__BODY_SUBMIT: {
-        const Moetune__SweepSpec *s = env->submit->spec;
-        if (!s) return "submit: no spec";
-        if (!str_ok(s->name) || !str_ok(s->strategy) || !str_ok(s->device_filter)) return "submit: string too long";
-        if (s->n_shapes > 4096 || s->n_batch_sizes > 4096) return "submit: too many shapes or batch sizes";
-        return NULL; /* the planner checks the spec's meaning and answers with reasons */
-    }
-    case MOETUNE__ENVELOPE__BODY_ERROR:
-        return str_ok(env->error->message) ? NULL : "error: message too long";
-    default:
-        return NULL;
+        case MOETUNE__ENVELOPE__BODY_READY:
+            return env->ready->credits > WIRE_MAX_CREDITS ? "ready: too many credits" : NULL;
+        case MOETUNE__ENVELOPE__BODY_RESULT: {
+            const Moetune__Result *r = env->result;
+            if (r->job_id == 0 || r->config_id == 0) return "result: job_id and config_id must be set";
+            if (r->n_measurements == 0 || r->n_measurements > MAX_LIST) return "result: bad measurement count";
+            for (size_t i = 0; i < r->n_measurements; i++) {
+                const Moetune__Measurement *m = r->measurements[i];
+                if (m->batch_size == 0) return "result: batch_size 0";
+                if (!wire_status_name(m->status)) return "result: unknown status";
+                /* every latency, whatever the status, is a finite number of microseconds (NaN fails
+             * every comparison); 0 = not measured */
+                if (!latency_ok(m->median_us) || !latency_ok(m->min_us) || !latency_ok(m->mean_us) ||
+                    !latency_ok(m->stddev_us))
+                    return "result: negative or non-finite latency";
+                if ((m->status == MOETUNE__STATUS__STATUS_OK || m->status == MOETUNE__STATUS__STATUS_PRUNED) &&
+                    !(m->median_us > 0 && m->min_us > 0 && m->mean_us > 0))
+                    return "result: ok or pruned measurement with a zero latency";
+                if (!latency_ok(m->up_us) || !latency_ok(m->down_us) || !latency_ok(m->timed_us))
+                    return "result: negative or non-finite up_us/down_us/timed_us";
+                if (!str_ok(m->detail)) return "result: detail too long";
+            }
+            return NULL;
+        }
+        case MOETUNE__ENVELOPE__BODY_HEARTBEAT:
+            return env->heartbeat->n_job_ids > MAX_LIST ? "heartbeat: too many jobs" : NULL;
+        case MOETUNE__ENVELOPE__BODY_JOB: {
+            const Moetune__Job *j = env->job;
+            if (j->job_id == 0 || !shape_ok(j->shape)) return "job: bad id or shape";
+            if (j->n_configs == 0 || j->n_batch_sizes == 0) return "job: no configs or batch sizes";
+            for (size_t i = 0; i < j->n_configs; i++)
+                if (!j->configs[i]->config_id || !config_ok(j->configs[i]->config)) return "job: bad config";
+            for (size_t i = 0; i < j->n_batch_sizes; i++)
+                if (j->batch_sizes[i] == 0) return "job: batch size 0";
+            if (!j->measure) return "job: no measurement settings";
+            if (!(j->measure->race_margin > -1e9 && j->measure->race_margin < 1e9)) return "job: bad race margin";
+            if (j->n_best_us && j->n_best_us != j->n_batch_sizes) return "job: best_us not one per batch size";
+            for (size_t i = 0; i < j->n_best_us; i++)
+                if (!(j->best_us[i] >= 0 && j->best_us[i] < 1e12)) return "job: negative or non-finite best_us";
+            return NULL;
+        }
+        case MOETUNE__ENVELOPE__BODY_SUBMIT: {
+            const Moetune__SweepSpec *s = env->submit->spec;
+            if (!s) return "submit: no spec";
+            if (!str_ok(s->name) || !str_ok(s->strategy) || !str_ok(s->device_filter)) return "submit: string too long";
+            if (s->n_shapes > 4096 || s->n_batch_sizes > 4096) return "submit: too many shapes or batch sizes";
+            return NULL; /* the planner checks the spec's meaning and answers with reasons */
+        }
+        case MOETUNE__ENVELOPE__BODY_ERROR:
+            return str_ok(env->error->message) ? NULL : "error: message too long";
+        default:
+            return NULL;
     }
 }
 
@@ -208,13 +207,12 @@ fail:
     return MT_INVAL;
 }
 
-int wire_unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **out, int *code,
-                char *err, size_t errlen) {
+int wire_unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **out, int *code, char *err,
+                size_t errlen) {
     return unpack(buf, len, max_bytes, out, code, err, errlen, NULL);
 }
 
-int wire_send(void *sock, const void *id, size_t id_len, wire_env_t *env, int flags, char *err,
-              size_t errlen) {
+int wire_send(void *sock, const void *id, size_t id_len, wire_env_t *env, int flags, char *err, size_t errlen) {
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc = wire_pack(env, &buf, &len);
@@ -248,8 +246,8 @@ static bool has_more(void *sock) {
     return zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more;
 }
 
-int wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size_t max_bytes, int flags,
-              wire_env_t **out, wire_reject_t *rej) {
+int wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size_t max_bytes, int flags, wire_env_t **out,
+              wire_reject_t *rej) {
     zmq_msg_t m;
     int rc;
     *out = NULL;
@@ -287,8 +285,7 @@ int wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size_t max_b
         mt_fmt(rej->reason, sizeof rej->reason, "message has more than one payload frame");
         return MT_INVAL;
     }
-    rc = unpack(zmq_msg_data(&m), zmq_msg_size(&m), max_bytes, out, &rej->code, rej->reason,
-                sizeof rej->reason, rej);
+    rc = unpack(zmq_msg_data(&m), zmq_msg_size(&m), max_bytes, out, &rej->code, rej->reason, sizeof rej->reason, rej);
     zmq_msg_close(&m);
     return rc;
 }

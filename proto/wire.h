@@ -41,16 +41,16 @@ typedef enum { WIRE_FROM_WORKER, WIRE_FROM_COORDINATOR, WIRE_FROM_CLIENT } wire_
 
 /* Error codes carried in Error.code. */
 enum {
-    WIRE_E_DECODE = 1,     /* bytes did not decode as an Envelope */
-    WIRE_E_TOO_LARGE = 2,  /* message over the size limit */
-    WIRE_E_VERSION = 3,    /* unknown protocol_version */
-    WIRE_E_BODY = 4,       /* a body this peer may not send, or none */
-    WIRE_E_INVALID = 5,    /* decoded but a field is out of range */
-    WIRE_E_LEASE = 6,      /* result for an unknown job or with a wrong lease token */
-    WIRE_E_SPEC = 7,       /* a sweep spec the coordinator cannot plan */
-    WIRE_E_INTERNAL = 8,   /* coordinator-side failure (storage) */
-    WIRE_E_NOTFOUND = 9,   /* unknown sweep */
-    WIRE_E_HELLO = 10,     /* message from an unknown worker: say Hello first */
+    WIRE_E_DECODE = 1,    /* bytes did not decode as an Envelope */
+    WIRE_E_TOO_LARGE = 2, /* message over the size limit */
+    WIRE_E_VERSION = 3,   /* unknown protocol_version */
+    WIRE_E_BODY = 4,      /* a body this peer may not send, or none */
+    WIRE_E_INVALID = 5,   /* decoded but a field is out of range */
+    WIRE_E_LEASE = 6,     /* result for an unknown job or with a wrong lease token */
+    WIRE_E_SPEC = 7,      /* a sweep spec the coordinator cannot plan */
+    WIRE_E_INTERNAL = 8,  /* coordinator-side failure (storage) */
+    WIRE_E_NOTFOUND = 9,  /* unknown sweep */
+    WIRE_E_HELLO = 10,    /* message from an unknown worker: say Hello first */
 };
 
 /* Packs env into a new buffer (caller frees *buf). protocol_version is set to
@@ -61,8 +61,8 @@ int wire_pack(wire_env_t *env, uint8_t **buf, size_t *len);
  * fields' ranges). On success *out is a new Envelope owned by the caller.
  * On failure returns MT_INVAL, writes a one-line reason into err and, if code is
  * not NULL, the WIRE_E_* code into *code. */
-int wire_unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **out, int *code,
-                char *err, size_t errlen);
+int wire_unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **out, int *code, char *err,
+                size_t errlen);
 
 /* True when a peer in role may send a message with this body. */
 bool wire_allowed(wire_role_t role, wire_body_t body);
@@ -76,12 +76,11 @@ void wire_free(wire_env_t **env);
 /* Sends env on sock as one message: with id (ROUTER socket) the routing frame
  * first. flags are ZeroMQ send flags (ZMQ_DONTWAIT). Returns MT_OK, MT_AGAIN when
  * the socket would block, MT_ERR with zmq_strerror text in err. */
-int wire_send(void *sock, const void *id, size_t id_len, wire_env_t *env, int flags, char *err,
-              size_t errlen);
+int wire_send(void *sock, const void *id, size_t id_len, wire_env_t *env, int flags, char *err, size_t errlen);
 
 /* Result of wire_recv on a message that arrived but did not validate. */
 typedef struct {
-    int code;              /* WIRE_E_* */
+    int code; /* WIRE_E_* */
     char reason[256];
     /* A Result that decoded but did not validate: the lease it claims and its seq
      * (all 0 for anything else), so the job it was for is not left waiting. */
@@ -94,8 +93,8 @@ typedef struct {
  * ZMQ_DONTWAIT); MT_INVAL when a message arrived but is malformed (framing,
  * size, decode, version): *out is NULL, rej says why, and id is still filled
  * when known so the caller can answer with an Error; MT_ERR on a socket error. */
-int wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size_t max_bytes, int flags,
-              wire_env_t **out, wire_reject_t *rej);
+int wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size_t max_bytes, int flags, wire_env_t **out,
+              wire_reject_t *rej);
 
 /* Sends an Error{code, message} to id on a ROUTER socket (or plain when id is NULL).
  * Best effort: never blocks, failures are ignored. */

@@ -19,29 +19,29 @@
 
 /* Options a backend is opened with; from the worker's command line. */
 typedef struct {
-    int gpu_index;              /* --gpu N */
-    double sim_time_scale;      /* --sim-time-scale X: 0 instant, 1 sleep the simulated time */
-    const char *sim_faults;     /* --sim-faults SPEC, or NULL */
-    const char *sim_device;     /* --sim-device NAME: which simulated GPU, or NULL for the default */
-    const char *cache_dir;      /* compiled-image cache directory, or NULL for the default */
-    unsigned compile_threads;   /* size of the compile pool; 0 = backend default */
-    const char *python;         /* --python PATH: triton: the helper's interpreter; NULL = "python3" */
-    const char *kernel;         /* --kernel sglang|vllm|moetune: triton: which kernel; NULL = "moetune" */
-    uint32_t helper_mem_mb;     /* --helper-mem-mb N: triton: helper resident memory limit; 0 = 65536 */
+    int gpu_index;            /* --gpu N */
+    double sim_time_scale;    /* --sim-time-scale X: 0 instant, 1 sleep the simulated time */
+    const char *sim_faults;   /* --sim-faults SPEC, or NULL */
+    const char *sim_device;   /* --sim-device NAME: which simulated GPU, or NULL for the default */
+    const char *cache_dir;    /* compiled-image cache directory, or NULL for the default */
+    unsigned compile_threads; /* size of the compile pool; 0 = backend default */
+    const char *python;       /* --python PATH: triton: the helper's interpreter; NULL = "python3" */
+    const char *kernel;       /* --kernel sglang|vllm|moetune: triton: which kernel; NULL = "moetune" */
+    uint32_t helper_mem_mb;   /* --helper-mem-mb N: triton: helper resident memory limit; 0 = 65536 */
 } wrk_backend_opts_t;
 
 /* What a backend reports about its device; goes into Hello. */
 typedef struct {
-    char name[128];             /* "NVIDIA H200" */
+    char name[128]; /* "NVIDIA H200" */
     char uuid[64];
     uint32_t cc_major, cc_minor, sm_count;
     uint64_t memory_bytes;
     char driver_version[32], cuda_version[32];
     uint32_t clock_khz, mem_clock_khz;
     uint32_t smem_per_block, regs_per_block;
-    char compiler[32];          /* export directory: "cuda_13_0", "sim" */
-    char kernel_hash[32];       /* hash of the kernel sources, hex */
-    char versions[256];         /* "kernel=moetune triton=3.6.0 torch=2.11.0 python=3.12.3"; "" when none */
+    char compiler[32];    /* export directory: "cuda_13_0", "sim" */
+    char kernel_hash[32]; /* hash of the kernel sources, hex */
+    char versions[256];   /* "kernel=moetune triton=3.6.0 torch=2.11.0 python=3.12.3"; "" when none */
 } wrk_device_t;
 
 /* Measurement settings of a job (proto Measure), and what racing compares against. The worker's
@@ -52,9 +52,9 @@ typedef struct {
     double rsd_target;
     uint32_t budget_ms, timeout_ms;
     uint64_t seed;
-    double race_margin;         /* > 0: stop a config whose first samples exceed best_us by this fraction */
-    const double *best_us;      /* per batch size of the call, the best median known (0 = none); or NULL */
-    char routing_path[512];     /* the shape's captured routing file (shape->routing is its sha256); "" = none */
+    double race_margin;     /* > 0: stop a config whose first samples exceed best_us by this fraction */
+    const double *best_us;  /* per batch size of the call, the best median known (0 = none); or NULL */
+    char routing_path[512]; /* the shape's captured routing file (shape->routing is its sha256); "" = none */
 } wrk_measure_t;
 
 /* Racing (proto STATUS_PRUNED): after WRK_RACE_SAMPLES timed samples, a config whose
@@ -72,8 +72,8 @@ typedef struct {
     int status;
     double median_us, min_us, mean_us, stddev_us;
     uint32_t samples;
-    double up_us, down_us;      /* GEMM1 / GEMM2 timed alone, medians; 0 = not measured */
-    double timed_us;            /* GPU time in its timed kernels, all samples (the GPU-busy numerator) */
+    double up_us, down_us; /* GEMM1 / GEMM2 timed alone, medians; 0 = not measured */
+    double timed_us;       /* GPU time in its timed kernels, all samples (the GPU-busy numerator) */
     char detail[160];
 } wrk_meas_t;
 
@@ -87,9 +87,8 @@ typedef struct {
     int (*prepare)(void *state, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n);
     /* Measures cfg at each of the n_bs batch sizes into out[0..n_bs). regs/spills
      * receive the compiled kernel's resource use (0 when not applicable). */
-    int (*measure)(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
-                   size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
-                   char *err, size_t errlen);
+    int (*measure)(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
+                   const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err, size_t errlen);
     /* Releases everything; NULL-safe, nulls *state. */
     void (*close)(void **state);
 } wrk_backend_ops_t;

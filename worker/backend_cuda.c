@@ -17,54 +17,53 @@
 #include "backend_cuda.h"
 #include "mt.h"
 
-
 /* The driver library is opened with dlopen(), not linked: the worker binary (and every
  * test linked with mt_worker) must start on hosts with no NVIDIA driver, where the cuda
  * backend's open() then fails with a clear reason. Names go through cuda.h's macros, so
  * the versioned symbols (cuMemAlloc_v2, ...) are the ones looked up. */
-#define WCU_DRV_FUNCS(X) \
-    X(cuCtxSetCurrent) \
-    X(cuCtxSynchronize) \
-    X(cuDeviceGet) \
-    X(cuDeviceGetAttribute) \
-    X(cuDeviceGetCount) \
-    X(cuDeviceGetName) \
-    X(cuDeviceGetUuid) \
-    X(cuDevicePrimaryCtxRelease) \
-    X(cuDevicePrimaryCtxRetain) \
-    X(cuDeviceTotalMem) \
-    X(cuDriverGetVersion) \
-    X(cuEventCreate) \
-    X(cuEventDestroy) \
-    X(cuEventElapsedTime) \
-    X(cuEventRecord) \
-    X(cuFuncGetAttribute) \
-    X(cuFuncSetAttribute) \
-    X(cuGetErrorName) \
-    X(cuGetErrorString) \
-    X(cuGraphDestroy) \
-    X(cuGraphExecDestroy) \
-    X(cuGraphInstantiate) \
-    X(cuGraphLaunch) \
-    X(cuInit) \
-    X(cuLaunchKernel) \
-    X(cuMemAlloc) \
-    X(cuMemFree) \
-    X(cuMemGetInfo) \
-    X(cuMemcpyDtoDAsync) \
-    X(cuMemcpyDtoH) \
-    X(cuMemcpyDtoHAsync) \
-    X(cuMemcpyHtoD) \
-    X(cuMemsetD32Async) \
-    X(cuModuleGetFunction) \
-    X(cuModuleLoadData) \
-    X(cuModuleUnload) \
-    X(cuStreamBeginCapture) \
-    X(cuStreamCreate) \
-    X(cuStreamDestroy) \
-    X(cuStreamEndCapture) \
-    X(cuStreamQuery) \
-    X(cuStreamSynchronize) \
+#define WCU_DRV_FUNCS(X)                                                                                               \
+    X(cuCtxSetCurrent)                                                                                                 \
+    X(cuCtxSynchronize)                                                                                                \
+    X(cuDeviceGet)                                                                                                     \
+    X(cuDeviceGetAttribute)                                                                                            \
+    X(cuDeviceGetCount)                                                                                                \
+    X(cuDeviceGetName)                                                                                                 \
+    X(cuDeviceGetUuid)                                                                                                 \
+    X(cuDevicePrimaryCtxRelease)                                                                                       \
+    X(cuDevicePrimaryCtxRetain)                                                                                        \
+    X(cuDeviceTotalMem)                                                                                                \
+    X(cuDriverGetVersion)                                                                                              \
+    X(cuEventCreate)                                                                                                   \
+    X(cuEventDestroy)                                                                                                  \
+    X(cuEventElapsedTime)                                                                                              \
+    X(cuEventRecord)                                                                                                   \
+    X(cuFuncGetAttribute)                                                                                              \
+    X(cuFuncSetAttribute)                                                                                              \
+    X(cuGetErrorName)                                                                                                  \
+    X(cuGetErrorString)                                                                                                \
+    X(cuGraphDestroy)                                                                                                  \
+    X(cuGraphExecDestroy)                                                                                              \
+    X(cuGraphInstantiate)                                                                                              \
+    X(cuGraphLaunch)                                                                                                   \
+    X(cuInit)                                                                                                          \
+    X(cuLaunchKernel)                                                                                                  \
+    X(cuMemAlloc)                                                                                                      \
+    X(cuMemFree)                                                                                                       \
+    X(cuMemGetInfo)                                                                                                    \
+    X(cuMemcpyDtoDAsync)                                                                                               \
+    X(cuMemcpyDtoH)                                                                                                    \
+    X(cuMemcpyDtoHAsync)                                                                                               \
+    X(cuMemcpyHtoD)                                                                                                    \
+    X(cuMemsetD32Async)                                                                                                \
+    X(cuModuleGetFunction)                                                                                             \
+    X(cuModuleLoadData)                                                                                                \
+    X(cuModuleUnload)                                                                                                  \
+    X(cuStreamBeginCapture)                                                                                            \
+    X(cuStreamCreate)                                                                                                  \
+    X(cuStreamDestroy)                                                                                                 \
+    X(cuStreamEndCapture)                                                                                              \
+    X(cuStreamQuery)                                                                                                   \
+    X(cuStreamSynchronize)
 
 #define WCU_STR2(x) #x
 #define WCU_STR(x) WCU_STR2(x)
@@ -81,11 +80,12 @@ static void drv_load(void) {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
-        mt_fmt(g_drv_err, sizeof g_drv_err, "no CUDA device: the driver library cannot be loaded (dlopen libcuda.so.1: %s)", e ? e : "not found");
+        mt_fmt(g_drv_err, sizeof g_drv_err,
+               "no CUDA device: the driver library cannot be loaded (dlopen libcuda.so.1: %s)", e ? e : "not found");
         return;
     }
-#define WCU_LOOKUP(f)                                                                          \
-    if (!*g_drv_err && !(*(void **)&g_drv.f = dlsym(h, WCU_STR(f))))                           \
+#define WCU_LOOKUP(f)                                                                                                  \
+    if (!*g_drv_err && !(*(void **)&g_drv.f = dlsym(h, WCU_STR(f))))                                                   \
         mt_fmt(g_drv_err, sizeof g_drv_err, "no CUDA device: libcuda.so.1 lacks %s (driver too old)", WCU_STR(f));
     WCU_DRV_FUNCS(WCU_LOOKUP)
 #undef WCU_LOOKUP
@@ -99,11 +99,11 @@ static void drv_load(void) {
 
 typedef struct {
     krn_config_t key;
-    int state;              /* 0 queued, 1 compiling, 2 compiled (img.ok says how) */
+    int state; /* 0 queued, 1 compiling, 2 compiled (img.ok says how) */
     wcu_image_t img;
     CUmodule mod;
     CUfunction g1, g2;
-    int loaded;             /* 1 loaded, -1 load failed (load_err) */
+    int loaded; /* 1 loaded, -1 load failed (load_err) */
     uint32_t regs;
     char load_err[160];
 } img_entry_t;
@@ -111,7 +111,7 @@ typedef struct {
 typedef struct {
     uint32_t m;
     CUdeviceptr x, topk_ids, route_w;
-    float *ref;             /* host, m x K */
+    float *ref; /* host, m x K */
 } bs_data_t;
 
 typedef struct {
@@ -266,10 +266,12 @@ static int load_common(cuda_state_t *st, char *err, size_t errlen) {
         cu_text(r, "g_drv.cuModuleLoadData(common)", err, errlen);
         return MT_ERR;
     }
-    static const struct { const char *name; size_t off; } fns[] = {
-        {"moe_align", offsetof(cuda_state_t, f_align)},     {"moe_topk_sum", offsetof(cuda_state_t, f_sum)},
-        {"moe_fill_bf16", offsetof(cuda_state_t, f_fill)},  {"moe_poison", offsetof(cuda_state_t, f_poison)},
-        {"ref_gemm1", offsetof(cuda_state_t, f_ref1)},      {"ref_gemm2", offsetof(cuda_state_t, f_ref2)}};
+    static const struct {
+        const char *name;
+        size_t off;
+    } fns[] = {{"moe_align", offsetof(cuda_state_t, f_align)},    {"moe_topk_sum", offsetof(cuda_state_t, f_sum)},
+               {"moe_fill_bf16", offsetof(cuda_state_t, f_fill)}, {"moe_poison", offsetof(cuda_state_t, f_poison)},
+               {"ref_gemm1", offsetof(cuda_state_t, f_ref1)},     {"ref_gemm2", offsetof(cuda_state_t, f_ref2)}};
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
         r = g_drv.cuModuleGetFunction((CUfunction *)((char *)st + fns[i].off), st->common, fns[i].name);
         if (r != CUDA_SUCCESS) {
@@ -277,7 +279,8 @@ static int load_common(cuda_state_t *st, char *err, size_t errlen) {
             return MT_ERR;
         }
     }
-    g_drv.cuFuncSetAttribute(st->f_align, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)st->limits.smem_per_block);
+    g_drv.cuFuncSetAttribute(st->f_align, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                             (int)st->limits.smem_per_block);
     return MT_OK;
 }
 
@@ -330,18 +333,19 @@ static int cuda_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t 
     CUuuid uu;
     if (g_drv.cuDeviceGetUuid(&uu, st->dev) == CUDA_SUCCESS) {
         const unsigned char *b = (const unsigned char *)uu.bytes;
-        mt_fmt(d->uuid, sizeof d->uuid,
-               "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3],
-               b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+        mt_fmt(d->uuid, sizeof d->uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+               b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
     }
-    static const struct { CUdevice_attribute attr; size_t off; } attrs[] = {
-        {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, offsetof(wrk_device_t, cc_major)},
-        {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, offsetof(wrk_device_t, cc_minor)},
-        {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, offsetof(wrk_device_t, sm_count)},
-        {CU_DEVICE_ATTRIBUTE_CLOCK_RATE, offsetof(wrk_device_t, clock_khz)},
-        {CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, offsetof(wrk_device_t, mem_clock_khz)},
-        {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, offsetof(wrk_device_t, smem_per_block)},
-        {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, offsetof(wrk_device_t, regs_per_block)}};
+    static const struct {
+        CUdevice_attribute attr;
+        size_t off;
+    } attrs[] = {{CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, offsetof(wrk_device_t, cc_major)},
+                 {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, offsetof(wrk_device_t, cc_minor)},
+                 {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, offsetof(wrk_device_t, sm_count)},
+                 {CU_DEVICE_ATTRIBUTE_CLOCK_RATE, offsetof(wrk_device_t, clock_khz)},
+                 {CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, offsetof(wrk_device_t, mem_clock_khz)},
+                 {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, offsetof(wrk_device_t, smem_per_block)},
+                 {CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, offsetof(wrk_device_t, regs_per_block)}};
     for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
         a = 0;
         g_drv.cuDeviceGetAttribute(&a, attrs[i].attr, st->dev);
@@ -436,8 +440,8 @@ static void free_dptr(CUdeviceptr *p) {
 
 static void free_shape(cuda_state_t *st) {
     free_bs(st);
-    CUdeviceptr *ps[] = {&st->w1, &st->w2, &st->sorted, &st->expert_ids, &st->npp,
-                         &st->inter, &st->slots, &st->out, &st->check, &st->flush};
+    CUdeviceptr *ps[] = {&st->w1,    &st->w2,    &st->sorted, &st->expert_ids, &st->npp,
+                         &st->inter, &st->slots, &st->out,    &st->check,      &st->flush};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free_dptr(ps[i]);
     st->have_shape = 0;
     st->cap_m = 0;
@@ -490,7 +494,8 @@ static int ensure_shape(cuda_state_t *st, const krn_shape_t *s, uint64_t seed, c
     }
     st->flush_bytes = (size_t)st->l2_bytes * 2;
     if ((r = g_drv.cuMemAlloc(&st->flush, st->flush_bytes)) != CUDA_SUCCESS ||
-        (r = g_drv.cuMemAlloc(&st->npp, 16)) != CUDA_SUCCESS || (r = g_drv.cuStreamSynchronize(st->stream)) != CUDA_SUCCESS) {
+        (r = g_drv.cuMemAlloc(&st->npp, 16)) != CUDA_SUCCESS ||
+        (r = g_drv.cuStreamSynchronize(st->stream)) != CUDA_SUCCESS) {
         cu_text(r, "preparing the shape", err, errlen);
         free_shape(st);
         return MT_ERR;
@@ -612,7 +617,7 @@ static int get_bs(cuda_state_t *st, uint32_t m, bs_data_t **out, char *err, size
         void *a1[] = {&b->x, &st->w1, &b->topk_ids, &h, &inumel, &itopk, &in, &ik};
         void *a2[] = {&h, &st->w2, &b->topk_ids, &b->route_w, &ref, &im, &itopk, &in, &ik};
         if ((r = g_drv.cuLaunchKernel(st->f_ref1, (s->n + 15) / 16, (unsigned)((numel + 15) / 16), 1, 16, 16, 1, 0,
-                                st->stream, a1, NULL)) != CUDA_SUCCESS ||
+                                      st->stream, a1, NULL)) != CUDA_SUCCESS ||
             (r = g_drv.cuLaunchKernel(st->f_ref2, (s->k + 127) / 128, m, 1, 128, 1, 1, 0, st->stream, a2, NULL)) !=
                 CUDA_SUCCESS ||
             (r = g_drv.cuMemcpyDtoHAsync(b->ref, ref, (size_t)m * s->k * 4, st->stream)) != CUDA_SUCCESS ||
@@ -661,17 +666,19 @@ static CUresult launch_layer(cuda_state_t *st, const run_cfg_t *rc, const bs_dat
     CUdeviceptr w1 = st->w1 + (CUdeviceptr)st->w1_elems * 2 * set, w2 = st->w2 + (CUdeviceptr)st->w2_elems * 2 * set;
     unsigned threads = rc->cfg.num_warps * 32, pid_m = (unsigned)((em + bm - 1) / bm);
     void *aa[] = {(void *)&b->topk_ids, &numel, &ne, &bm, &st->sorted, &st->expert_ids, &st->npp};
-    r = g_drv.cuLaunchKernel(st->f_align, 1, 1, 1, ALIGN_THREADS, 1, 1, (unsigned)(8 * (s->e + 1)), st->stream, aa, NULL);
+    r = g_drv.cuLaunchKernel(st->f_align, 1, 1, 1, ALIGN_THREADS, 1, 1, (unsigned)(8 * (s->e + 1)), st->stream, aa,
+                             NULL);
     if (r != CUDA_SUCCESS) return r;
-    void *a1[] = {(void *)&b->x, &w1, &st->inter, &st->sorted, &st->expert_ids, &st->npp, &em, &numel, &itopk, &in,
-                  &ik, &gm, &inj};
-    r = g_drv.cuLaunchKernel(rc->img->g1, pid_m * (2 * s->n / rc->cfg.block_n), 1, 1, threads, 1, 1, rc->smem, st->stream,
-                       a1, NULL);
+    void *a1[] = {(void *)&b->x, &w1, &st->inter, &st->sorted, &st->expert_ids, &st->npp, &em, &numel, &itopk,
+                  &in,           &ik, &gm,        &inj};
+    r = g_drv.cuLaunchKernel(rc->img->g1, pid_m * (2 * s->n / rc->cfg.block_n), 1, 1, threads, 1, 1, rc->smem,
+                             st->stream, a1, NULL);
     if (r != CUDA_SUCCESS) return r;
-    void *a2[] = {&st->inter, &w2, &st->slots, (void *)&b->route_w, &st->sorted, &st->expert_ids, &st->npp, &em,
-                  &numel, &in, &ik, &gm, &inj};
-    r = g_drv.cuLaunchKernel(rc->img->g2, pid_m * (s->k / rc->cfg.block_n), 1, 1, threads, 1, 1, rc->smem, st->stream, a2,
-                       NULL);
+    void *a2[] = {
+        &st->inter, &w2, &st->slots, (void *)&b->route_w, &st->sorted, &st->expert_ids, &st->npp, &em, &numel, &in,
+        &ik,        &gm, &inj};
+    r = g_drv.cuLaunchKernel(rc->img->g2, pid_m * (s->k / rc->cfg.block_n), 1, 1, threads, 1, 1, rc->smem, st->stream,
+                             a2, NULL);
     if (r != CUDA_SUCCESS) return r;
     void *as[] = {&st->slots, &st->out, &im, &ik, &itopk};
     size_t vec = (size_t)b->m * s->k / 8;
@@ -708,7 +715,10 @@ static void launch_failed(cuda_state_t *st, CUresult r, const char *what, wrk_me
 static double rel_error(const unsigned short *o, const float *ref, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
-        union { uint32_t u; float f; } cv = {.u = (uint32_t)o[i] << 16};
+        union {
+            uint32_t u;
+            float f;
+        } cv = {.u = (uint32_t)o[i] << 16};
         double d = (double)cv.f - ref[i];
         num += d * d;
         den += (double)ref[i] * ref[i];
@@ -723,8 +733,8 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 /* Verifies and times cfg at batch b into out. */
-static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b, const wrk_measure_t *m,
-                       size_t bi, wrk_meas_t *out) {
+static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b, const wrk_measure_t *m, size_t bi,
+                       wrk_meas_t *out) {
     const krn_shape_t *s = &st->shape;
     CUresult r;
     CUgraph graph = NULL;
@@ -799,7 +809,8 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         if ((r = g_drv.cuMemsetD32Async(st->flush, n, st->flush_bytes / 4, st->stream)) != CUDA_SUCCESS ||
             (r = g_drv.cuEventRecord(st->ev0, st->stream)) != CUDA_SUCCESS ||
             (r = g_drv.cuGraphLaunch(exec, st->stream)) != CUDA_SUCCESS ||
-            (r = g_drv.cuEventRecord(st->ev1, st->stream)) != CUDA_SUCCESS || (r = wait_stream(st, m->timeout_ms)) != CUDA_SUCCESS ||
+            (r = g_drv.cuEventRecord(st->ev1, st->stream)) != CUDA_SUCCESS ||
+            (r = wait_stream(st, m->timeout_ms)) != CUDA_SUCCESS ||
             (r = g_drv.cuEventElapsedTime(&ms, st->ev0, st->ev1)) != CUDA_SUCCESS) {
             launch_failed(st, r, "timing", out);
             goto out;
@@ -846,8 +857,8 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     out->min_us = samples[0];
     out->median_us = n % 2 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
     if (pruned) {
-        mt_fmt(out->detail, sizeof out->detail, "pruned: fastest of %u samples %.2fx the best %.4g us; not verified",
-               n, fastest / m->best_us[bi], m->best_us[bi]);
+        mt_fmt(out->detail, sizeof out->detail, "pruned: fastest of %u samples %.2fx the best %.4g us; not verified", n,
+               fastest / m->best_us[bi], m->best_us[bi]);
         goto out;
     }
     /* Stayed in the race (or no race): the check's output against the reference. */
@@ -877,9 +888,9 @@ static void set_all(wrk_meas_t *out, size_t n, int status, const char *detail) {
     }
 }
 
-static int cuda_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
-                        size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
-                        char *err, size_t errlen) {
+static int cuda_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
+                        const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err,
+                        size_t errlen) {
     cuda_state_t *st = state;
     char why[160];
     CUresult r;
@@ -915,10 +926,10 @@ static int cuda_measure(void *state, const krn_shape_t *shape, const krn_config_
         if ((r = g_drv.cuModuleLoadData(&img->mod, img->img.cubin)) != CUDA_SUCCESS ||
             (r = g_drv.cuModuleGetFunction(&img->g1, img->mod, "moe_gemm1")) != CUDA_SUCCESS ||
             (r = g_drv.cuModuleGetFunction(&img->g2, img->mod, "moe_gemm2")) != CUDA_SUCCESS ||
-            (r = g_drv.cuFuncSetAttribute(img->g1, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                          (int)rc.smem)) != CUDA_SUCCESS ||
-            (r = g_drv.cuFuncSetAttribute(img->g2, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                          (int)rc.smem)) != CUDA_SUCCESS) {
+            (r = g_drv.cuFuncSetAttribute(img->g1, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)rc.smem)) !=
+                CUDA_SUCCESS ||
+            (r = g_drv.cuFuncSetAttribute(img->g2, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)rc.smem)) !=
+                CUDA_SUCCESS) {
             cu_text(r, "loading the image", img->load_err, sizeof img->load_err);
             img->loaded = -1;
         } else {
@@ -962,7 +973,8 @@ static int cuda_measure(void *state, const krn_shape_t *shape, const krn_config_
         if (st->ctx_lost) lost_at = i;
     }
     if (st->ctx_lost) {
-        mt_fmt(err, errlen, "the CUDA context is lost: %s", lost_at < n_bs ? out[lost_at].detail : "before this config");
+        mt_fmt(err, errlen, "the CUDA context is lost: %s",
+               lost_at < n_bs ? out[lost_at].detail : "before this config");
         return MT_ERR;
     }
     return MT_OK;

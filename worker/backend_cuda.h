@@ -28,14 +28,14 @@ enum {
 };
 
 typedef struct {
-    int ok;                 /* 1 compiled, 0 failed (reason in error) */
-    unsigned char *cubin;   /* owned */
+    int ok;               /* 1 compiled, 0 failed (reason in error) */
+    unsigned char *cubin; /* owned */
     size_t cubin_size;
-    uint32_t regs;          /* max registers per thread over the image's kernels */
-    uint32_t spill_bytes;   /* spill stores + loads over the image's kernels, bytes */
-    int from_cache;         /* 1 when read from the disk cache */
+    uint32_t regs;        /* max registers per thread over the image's kernels */
+    uint32_t spill_bytes; /* spill stores + loads over the image's kernels, bytes */
+    int from_cache;       /* 1 when read from the disk cache */
     double compile_s;
-    char error[200];        /* NVRTC's first error line, or the failing call */
+    char error[200]; /* NVRTC's first error line, or the failing call */
 } wcu_image_t;
 
 /* The NVRTC library version. */

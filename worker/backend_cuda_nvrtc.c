@@ -280,7 +280,10 @@ static int inject_matches(const char *spec, size_t len, const krn_config_t *cfg)
 
 int wcu_inject_for(const krn_config_t *cfg) {
     const char *env = getenv("MOETUNE_CUDA_INJECT");
-    static const struct { const char *kind; int code; } kinds[] = {{"fault:", 1}, {"hang:", 2}};
+    static const struct {
+        const char *kind;
+        int code;
+    } kinds[] = {{"fault:", 1}, {"hang:", 2}};
     if (!env) return 0;
     for (const char *p = env; *p;) {
         size_t n = strcspn(p, ",");

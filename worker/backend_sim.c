@@ -28,9 +28,9 @@
 #include "routing.h"
 
 #define SIM_MODEL_VERSION "moetune-sim-model-1"
-#define SIM_DRAM_LATENCY_S 0.8e-6  /* loaded DRAM latency the pipeline must hide */
-#define SIM_LAUNCH_US 6.0          /* five launches of a layer, fixed cost */
-#define SIM_COMPILE_S 0.050        /* simulated compile time per config */
+#define SIM_DRAM_LATENCY_S 0.8e-6 /* loaded DRAM latency the pipeline must hide */
+#define SIM_LAUNCH_US 6.0         /* five launches of a layer, fixed cost */
+#define SIM_COMPILE_S 0.050       /* simulated compile time per config */
 #define SIM_MAX_SAMPLES 100000u
 
 /* The simulated devices, by --sim-device name. */
@@ -38,8 +38,8 @@ typedef struct {
     const char *key;
     const char *name;
     uint32_t sm_count;
-    double bw;              /* HBM bytes/s */
-    double flops;           /* effective dense bf16 FLOP/s */
+    double bw;    /* HBM bytes/s */
+    double flops; /* effective dense bf16 FLOP/s */
     uint32_t smem_per_block, smem_per_sm;
     uint64_t memory_bytes;
     uint32_t clock_khz, mem_clock_khz;
@@ -57,7 +57,7 @@ typedef struct {
     double time_scale;
     krn_limits_t limits;
     int gpu_index;
-    krn_routing_t routing;       /* the captured routing of the last shape that had one */
+    krn_routing_t routing; /* the captured routing of the last shape that had one */
 } sim_state_t;
 
 /* ---- deterministic randomness */
@@ -72,7 +72,7 @@ static uint64_t splitmix64(uint64_t *s) {
 static double unit_draw(uint64_t *s) { return (double)(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
 
 static uint64_t hash_case(uint64_t seed, const krn_shape_t *shape, const krn_config_t *cfg, uint64_t extra) {
-    uint32_t v[] = {shape->e, shape->n, shape->k, shape->topk, shape->block_n, shape->block_k,
+    uint32_t v[] = {shape->e,     shape->n,     shape->k,     shape->topk,  shape->block_n, shape->block_k,
                     cfg->block_m, cfg->block_n, cfg->block_k, cfg->group_m, cfg->num_warps, cfg->num_stages};
     uint64_t h = mt_fnv1a(MT_FNV_INIT, &seed, sizeof seed);
     h = mt_fnv1a(h, v, sizeof v);
@@ -141,7 +141,8 @@ int wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, siz
                 out->slowdown = x;
             }
         } else {
-            mt_fmt(err, errlen, "sim faults: unknown key '%s' (crash, crash_rate, hang, wrong, slow_start_ms, slowdown)", key);
+            mt_fmt(err, errlen,
+                   "sim faults: unknown key '%s' (crash, crash_rate, hang, wrong, slow_start_ms, slowdown)", key);
             rc = MT_INVAL;
         }
         if (rc) goto out;
@@ -167,8 +168,10 @@ int wrk_sim_crash_draw(const wrk_sim_faults_t *f, uint64_t seed, const krn_shape
 /* ---- latency model */
 
 static double bk_efficiency(uint32_t bk) {
-    static const struct { uint32_t bk; double eff; } table[] = {
-        {16, 0.60}, {32, 0.75}, {64, 0.90}, {128, 0.97}, {256, 0.93}};
+    static const struct {
+        uint32_t bk;
+        double eff;
+    } table[] = {{16, 0.60}, {32, 0.75}, {64, 0.90}, {128, 0.97}, {256, 0.93}};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (table[i].bk == bk) return table[i].eff;
     return 0.85;
@@ -262,8 +265,8 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Draws samples of one (config, batch size) until the RSD is under target, within
  * min..max samples and the time budget; fills out; returns the simulated seconds. */
-static double sample_one(double lat_us, double scale, uint64_t stream, const wrk_measure_t *m, size_t bi,
-                         double *buf, wrk_meas_t *out) {
+static double sample_one(double lat_us, double scale, uint64_t stream, const wrk_measure_t *m, size_t bi, double *buf,
+                         wrk_meas_t *out) {
     /* m is filled (WIRE_MEASURE_DEFAULTS, by the worker's parent): no defaults of our own */
     uint32_t min_n = m->min_samples;
     uint32_t max_n = m->max_samples ? m->max_samples : 1;
@@ -319,8 +322,7 @@ static double sample_one(double lat_us, double scale, uint64_t stream, const wrk
 static void sleep_s(double s) {
     if (!(s > 0)) return;
     struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
 static void fill_status(wrk_meas_t *out, const uint32_t *bs, size_t n_bs, int status, const char *detail) {
@@ -455,7 +457,8 @@ static int sim_measure(void *state, const krn_shape_t *shape, const krn_config_t
     double spent_s = SIM_COMPILE_S;
     *regs = 0;
     *spills = 0;
-    if (krn_shape_check(shape, why, sizeof why) != MT_OK || krn_check(shape, cfg, &st->limits, why, sizeof why) != MT_OK) {
+    if (krn_shape_check(shape, why, sizeof why) != MT_OK ||
+        krn_check(shape, cfg, &st->limits, why, sizeof why) != MT_OK) {
         fill_status(out, bs, n_bs, MOETUNE__STATUS__STATUS_INVALID, why);
         return MT_OK;
     }

@@ -38,8 +38,8 @@
 #include "mt.h"
 #include "states.h"
 
-#define TR_LINE_MAX (64u * 1024u)         /* longest reply line (HELPER.md) */
-#define TR_START_MS 120000u               /* importing torch is slow */
+#define TR_LINE_MAX (64u * 1024u) /* longest reply line (HELPER.md) */
+#define TR_START_MS 120000u       /* importing torch is slow */
 #define TR_MEM_POLL_MS 100
 #define TR_DEFAULT_MEM_MB 65536u
 #define TR_QUIT_MS 2000u
@@ -48,30 +48,30 @@
 typedef enum { TR_LINE = 0, TR_DIED, TR_PROTO, TR_MEM, TR_LATE } tr_end_t;
 
 typedef struct {
-    pid_t pid;                 /* the helper; also its process group id */
-    int in_fd, out_fd, err_fd; /* our ends of its stdin, stdout, stderr */
-    char python[PATH_MAX];     /* as asked (--python) */
-    char python_path[PATH_MAX];/* as found on PATH */
+    pid_t pid;                  /* the helper; also its process group id */
+    int in_fd, out_fd, err_fd;  /* our ends of its stdin, stdout, stderr */
+    char python[PATH_MAX];      /* as asked (--python) */
+    char python_path[PATH_MAX]; /* as found on PATH */
     uint64_t mem_limit_kb;
     uint32_t mem_limit_mb;
     uint64_t next_id;
-    char *obuf;                /* stdout bytes not yet a whole line */
+    char *obuf; /* stdout bytes not yet a whole line */
     size_t olen;
-    char *line;                /* the reply line read_line() handed out last */
-    char why[256];             /* what went wrong, one line */
+    char *line;    /* the reply line read_line() handed out last */
+    char why[256]; /* what went wrong, one line */
     /* stderr, drained by err_thread */
     pthread_t err_thread;
     int err_thread_started;
     pthread_mutex_t mu;
-    char last_err[256];        /* the last non-empty stderr line */
+    char last_err[256]; /* the last non-empty stderr line */
     int err_eof;
     /* what the helper did, logged when it is closed */
-    uint64_t peak_group_kb;    /* largest resident size of its process group seen while waiting */
-    uint64_t peak_helper_kb;   /* largest peak_rss_kb it reported (its own and its compile processes') */
-    double gpu_s;              /* seconds of timed kernels it reported */
+    uint64_t peak_group_kb;  /* largest resident size of its process group seen while waiting */
+    uint64_t peak_helper_kb; /* largest peak_rss_kb it reported (its own and its compile processes') */
+    double gpu_s;            /* seconds of timed kernels it reported */
     uint64_t configs, started_ms;
     uint64_t hello_ms, first_done_ms; /* when hello and the first config's done came (0: not yet) */
-    char stats[512];           /* the last done's "stats" object, compact JSON ("" when none) */
+    char stats[512];                  /* the last done's "stats" object, compact JSON ("" when none) */
 } tr_state_t;
 
 /* ---- helpers around processes */
@@ -160,8 +160,7 @@ static void kill_helper(tr_state_t *st, uint32_t wait_ms, char *how, size_t howl
     while ((r = waitpid(st->pid, &status, WNOHANG)) == 0 && mt_now_ms() < until) usleep(5000);
     kill(-st->pid, SIGKILL); /* also what it started, when it already went */
     if (r == 0) {
-        while ((r = waitpid(st->pid, &status, 0)) < 0 && errno == EINTR) {
-        }
+        while ((r = waitpid(st->pid, &status, 0)) < 0 && errno == EINTR) {}
     }
     if (how && r == st->pid) describe_exit(status, how, howlen);
     st->pid = -1;
@@ -419,8 +418,7 @@ static int parse_hello(json_t *hello, wrk_device_t *dev, const char **bad) {
 static void tr_close(void **state);
 
 /* Forks and execs the helper with pipes for its three streams. */
-static int spawn_helper(tr_state_t *st, const char *helper, const wrk_backend_opts_t *opts, char *err,
-                        size_t errlen) {
+static int spawn_helper(tr_state_t *st, const char *helper, const wrk_backend_opts_t *opts, char *err, size_t errlen) {
     int in[2] = {-1, -1}, out[2] = {-1, -1}, er[2] = {-1, -1}, ex[2] = {-1, -1};
     char gpu[16];
     const char *argv[12];
@@ -475,8 +473,7 @@ static int spawn_helper(tr_state_t *st, const char *helper, const wrk_backend_op
     st->err_fd = er[0];
     int e = 0;
     ssize_t r;
-    while ((r = read(ex[0], &e, sizeof e)) < 0 && errno == EINTR) {
-    }
+    while ((r = read(ex[0], &e, sizeof e)) < 0 && errno == EINTR) {}
     close(ex[0]);
     if (r == (ssize_t)sizeof e) {
         kill_helper(st, 1000, NULL, 0);
@@ -600,8 +597,8 @@ static int tr_prepare(void *state, const krn_shape_t *shape, const krn_config_t 
     json_t *list = json_array();
     for (size_t i = 0; list && i < n; i++) json_array_append_new(list, config_json(&cfgs[i]));
     /* The batch sizes come with each measure; prepare compiles, which does not need them. */
-    json_t *req = json_pack("{s:s, s:o, s:o, s:[]}", "op", "prepare", "shape", shape_json(shape), "configs", list,
-                            "batch_sizes");
+    json_t *req =
+        json_pack("{s:s, s:o, s:o, s:[]}", "op", "prepare", "shape", shape_json(shape), "configs", list, "batch_sizes");
     int rc = req ? write_line(st, req) : MT_NOMEM;
     json_decref(req);
     return rc;
@@ -636,8 +633,8 @@ static int take_reply(json_t *j, uint64_t id, uint32_t bs, wrk_meas_t *m, char *
     m->status = status;
     /* a pruned config carries the statistics of the samples it got, like an ok one */
     if (status == MOETUNE__STATUS__STATUS_OK || status == MOETUNE__STATUS__STATUS_PRUNED) {
-        static const char *const keys[] = {"median_us", "min_us",  "mean_us",
-                                           "stddev_us", "up_us",   "down_us", "timed_us"};
+        static const char *const keys[] = {"median_us", "min_us",  "mean_us", "stddev_us",
+                                           "up_us",     "down_us", "timed_us"};
         double *dst[] = {&m->median_us, &m->min_us, &m->mean_us, &m->stddev_us, &m->up_us, &m->down_us, &m->timed_us};
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
             /* up/down/timed are optional (0 = not measured), the rest are not */

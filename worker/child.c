@@ -236,9 +236,7 @@ static int spawn(wrk_child_t *c, char *err, size_t errlen) {
 /* SIGKILLs the child, and its whole process group when it made itself a group
  * leader (so what it started goes with it); other children are killed alone, as
  * they always were. */
-static void kill_child(pid_t pid) {
-    kill(getpgid(pid) == pid ? -pid : pid, SIGKILL);
-}
+static void kill_child(pid_t pid) { kill(getpgid(pid) == pid ? -pid : pid, SIGKILL); }
 
 static void describe_status(int status, char *buf, size_t len) {
     if (WIFSIGNALED(status))
@@ -257,8 +255,7 @@ static void reap(wrk_child_t *c, int kill_first) {
     c->fd = -1;
     if (c->pid > 0) {
         if (kill_first) kill_child(c->pid);
-        while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
-        }
+        while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {}
         describe_status(status, c->error, sizeof c->error);
     }
     c->pid = -1;
@@ -324,8 +321,7 @@ void wrk_child_destroy(wrk_child_t **pc) {
         while ((r = waitpid(c->pid, &status, WNOHANG)) == 0 && mt_now_ms() < until) usleep(5000);
         if (r == 0) {
             kill_child(c->pid);
-            while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {
-            }
+            while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {}
         }
     }
     free(c->rbuf);
@@ -361,8 +357,8 @@ int wrk_child_prepare(wrk_child_t *c, const krn_shape_t *shape, const krn_config
     return send_frame(c->fd, FR_PREPARE, &ph, sizeof ph, cfgs, n * sizeof *cfgs) ? MT_ERR : MT_OK;
 }
 
-int wrk_child_start(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
-                    size_t n_bs, const wrk_measure_t *m) {
+int wrk_child_start(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
+                    const wrk_measure_t *m) {
     if (c->state != WRK_CHILD_IDLE || n_bs == 0 || n_bs > WRK_CHILD_MAX_BS) return MT_INVAL;
     if (n_bs > c->cap_meas) {
         wrk_meas_t *grown = realloc(c->meas, n_bs * sizeof *grown);
@@ -516,8 +512,10 @@ int wrk_child_poll(wrk_child_t *c, int wait_ms, wrk_child_event_t *ev) {
     if (took) return took < 0 ? MT_ERR : MT_OK;
     if (c->state == WRK_CHILD_BUSY) {
         uint64_t now = mt_now_ms();
-        if (now >= c->deadline_ms) wait_ms = 0;
-        else if (wait_ms < 0 || (uint64_t)wait_ms > c->deadline_ms - now) wait_ms = (int)(c->deadline_ms - now);
+        if (now >= c->deadline_ms)
+            wait_ms = 0;
+        else if (wait_ms < 0 || (uint64_t)wait_ms > c->deadline_ms - now)
+            wait_ms = (int)(c->deadline_ms - now);
     }
     struct pollfd pfd = {c->fd, POLLIN, 0};
     if (poll(&pfd, 1, wait_ms) > 0) {
@@ -582,11 +580,12 @@ int wrk_child_wait_ready(wrk_child_t *c, int timeout_ms, char *err, size_t errle
 }
 
 int wrk_child_measure(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
-                      size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
-                      char *err, size_t errlen) {
+                      size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err,
+                      size_t errlen) {
     int rc = wrk_child_start(c, shape, cfg, bs, n_bs, m);
     if (rc) {
-        mt_fmt(err, errlen, "cannot start the measurement: %s", c->state == WRK_CHILD_IDLE ? c->error : "child not idle");
+        mt_fmt(err, errlen, "cannot start the measurement: %s",
+               c->state == WRK_CHILD_IDLE ? c->error : "child not idle");
         return rc;
     }
     wrk_child_event_t ev = WRK_CHILD_EV_NONE;

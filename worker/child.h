@@ -81,8 +81,8 @@ int wrk_child_prepare(wrk_child_t *c, const krn_shape_t *shape, const krn_config
 /* Sends one config to measure at n_bs batch sizes (1..WRK_CHILD_MAX_BS); needs
  * IDLE; state becomes BUSY with a deadline of m->timeout_ms (default 60 s).
  * MT_INVAL on a bad argument or state, MT_ERR when the pipe write fails. */
-int wrk_child_start(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
-                    size_t n_bs, const wrk_measure_t *m);
+int wrk_child_start(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
+                    const wrk_measure_t *m);
 
 /* Reads what the child sent, waiting at most wait_ms (0 = not at all) and enforces
  * the deadline. Sets *ev to at most one event per call. Returns MT_OK (also with
@@ -103,7 +103,7 @@ int wrk_child_wait_ready(wrk_child_t *c, int timeout_ms, char *err, size_t errle
  * MT_OK unless the request could not be made or the new child failed to open
  * (MT_ERR, reason in err). */
 int wrk_child_measure(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
-                      size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
-                      char *err, size_t errlen);
+                      size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err,
+                      size_t errlen);
 
 #endif

@@ -33,20 +33,46 @@ static void usage(FILE *f) {
             wrk_backend_names());
 }
 
-enum { OPT_CONNECT = 1, OPT_BACKEND, OPT_GPU, OPT_ID, OPT_CREDITS, OPT_HEARTBEAT, OPT_SCALE, OPT_FAULTS,
-       OPT_SIMDEV, OPT_CACHE, OPT_LOG, OPT_STATS, OPT_HELP, OPT_CURVE_SECRET, OPT_CURVE_SERVER, OPT_KERNEL,
-       OPT_PYTHON, OPT_HELPER_MEM };
+enum {
+    OPT_CONNECT = 1,
+    OPT_BACKEND,
+    OPT_GPU,
+    OPT_ID,
+    OPT_CREDITS,
+    OPT_HEARTBEAT,
+    OPT_SCALE,
+    OPT_FAULTS,
+    OPT_SIMDEV,
+    OPT_CACHE,
+    OPT_LOG,
+    OPT_STATS,
+    OPT_HELP,
+    OPT_CURVE_SECRET,
+    OPT_CURVE_SERVER,
+    OPT_KERNEL,
+    OPT_PYTHON,
+    OPT_HELPER_MEM
+};
 
 static const struct option g_options[] = {
-    {"connect", required_argument, NULL, OPT_CONNECT},     {"backend", required_argument, NULL, OPT_BACKEND},
-    {"gpu", required_argument, NULL, OPT_GPU},             {"id", required_argument, NULL, OPT_ID},
-    {"credits", required_argument, NULL, OPT_CREDITS},     {"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT},
-    {"sim-time-scale", required_argument, NULL, OPT_SCALE}, {"sim-faults", required_argument, NULL, OPT_FAULTS},
-    {"sim-device", required_argument, NULL, OPT_SIMDEV},   {"cache-dir", required_argument, NULL, OPT_CACHE},
-    {"log-level", required_argument, NULL, OPT_LOG},       {"stats", no_argument, NULL, OPT_STATS},
-    {"help", no_argument, NULL, OPT_HELP},                 {"curve-secret", required_argument, NULL, OPT_CURVE_SECRET},
-    {"curve-server", required_argument, NULL, OPT_CURVE_SERVER}, {"kernel", required_argument, NULL, OPT_KERNEL},
-    {"python", required_argument, NULL, OPT_PYTHON},       {"helper-mem-mb", required_argument, NULL, OPT_HELPER_MEM},
+    {"connect", required_argument, NULL, OPT_CONNECT},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"gpu", required_argument, NULL, OPT_GPU},
+    {"id", required_argument, NULL, OPT_ID},
+    {"credits", required_argument, NULL, OPT_CREDITS},
+    {"heartbeat-ms", required_argument, NULL, OPT_HEARTBEAT},
+    {"sim-time-scale", required_argument, NULL, OPT_SCALE},
+    {"sim-faults", required_argument, NULL, OPT_FAULTS},
+    {"sim-device", required_argument, NULL, OPT_SIMDEV},
+    {"cache-dir", required_argument, NULL, OPT_CACHE},
+    {"log-level", required_argument, NULL, OPT_LOG},
+    {"stats", no_argument, NULL, OPT_STATS},
+    {"help", no_argument, NULL, OPT_HELP},
+    {"curve-secret", required_argument, NULL, OPT_CURVE_SECRET},
+    {"curve-server", required_argument, NULL, OPT_CURVE_SERVER},
+    {"kernel", required_argument, NULL, OPT_KERNEL},
+    {"python", required_argument, NULL, OPT_PYTHON},
+    {"helper-mem-mb", required_argument, NULL, OPT_HELPER_MEM},
     {NULL, 0, NULL, 0},
 };
 
@@ -69,56 +95,79 @@ int main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     while ((c = getopt_long(argc, argv, "", g_options, NULL)) != -1) {
         switch (c) {
-        case OPT_CONNECT: o.endpoint = optarg; break;
-        case OPT_BACKEND: o.backend = optarg; break;
-        case OPT_GPU:
-            if (mt_parse_u32(optarg, 0, 1023, &u)) return bad("--gpu", optarg);
-            o.bopts.gpu_index = (int)u;
-            break;
-        case OPT_ID: o.worker_id = optarg; break;
-        case OPT_CREDITS:
-            if (mt_parse_u32(optarg, 1, WIRE_MAX_CREDITS, &o.credits)) return bad("--credits", optarg);
-            break;
-        case OPT_HEARTBEAT:
-            if (mt_parse_u32(optarg, WIRE_HEARTBEAT_MIN_MS, WIRE_HEARTBEAT_MAX_MS, &o.heartbeat_ms)) return bad("--heartbeat-ms", optarg);
-            break;
-        case OPT_SCALE:
-            if (mt_parse_double(optarg, &o.bopts.sim_time_scale) || !(o.bopts.sim_time_scale >= 0) ||
-                o.bopts.sim_time_scale > 1000)
-                return bad("--sim-time-scale", optarg);
-            break;
-        case OPT_FAULTS: o.bopts.sim_faults = optarg; break;
-        case OPT_SIMDEV: o.bopts.sim_device = optarg; break;
-        case OPT_CACHE: o.bopts.cache_dir = optarg; break;
-        case OPT_KERNEL:
-            if (strcmp(optarg, "sglang") && strcmp(optarg, "vllm") && strcmp(optarg, "moetune"))
-                return bad("--kernel", optarg);
-            o.bopts.kernel = optarg;
-            break;
-        case OPT_PYTHON:
-            if (!*optarg) return bad("--python", optarg);
-            o.bopts.python = optarg;
-            break;
-        case OPT_HELPER_MEM:
-            if (mt_parse_u32(optarg, 1, 16u * 1024u * 1024u, &o.bopts.helper_mem_mb)) return bad("--helper-mem-mb", optarg);
-            break;
-        case OPT_LOG:
-            if (mt_log_parse_level(optarg, &level)) return bad("--log-level", optarg);
-            break;
-        case OPT_STATS: stats = 1; break;
-        case OPT_CURVE_SECRET: curve_secret = optarg; break;
-        case OPT_CURVE_SERVER: curve_server = optarg; break;
-        case OPT_HELP: usage(stdout); return MT_EXIT_OK;
-        default:
-            /* getopt has named the option on its own line */
-            fprintf(stderr, "moetune-worker: bad option %s (moetune-worker --help lists the options)\n",
-                    argv[optind - 1]);
-            return MT_EXIT_USAGE;
+            case OPT_CONNECT:
+                o.endpoint = optarg;
+                break;
+            case OPT_BACKEND:
+                o.backend = optarg;
+                break;
+            case OPT_GPU:
+                if (mt_parse_u32(optarg, 0, 1023, &u)) return bad("--gpu", optarg);
+                o.bopts.gpu_index = (int)u;
+                break;
+            case OPT_ID:
+                o.worker_id = optarg;
+                break;
+            case OPT_CREDITS:
+                if (mt_parse_u32(optarg, 1, WIRE_MAX_CREDITS, &o.credits)) return bad("--credits", optarg);
+                break;
+            case OPT_HEARTBEAT:
+                if (mt_parse_u32(optarg, WIRE_HEARTBEAT_MIN_MS, WIRE_HEARTBEAT_MAX_MS, &o.heartbeat_ms))
+                    return bad("--heartbeat-ms", optarg);
+                break;
+            case OPT_SCALE:
+                if (mt_parse_double(optarg, &o.bopts.sim_time_scale) || !(o.bopts.sim_time_scale >= 0) ||
+                    o.bopts.sim_time_scale > 1000)
+                    return bad("--sim-time-scale", optarg);
+                break;
+            case OPT_FAULTS:
+                o.bopts.sim_faults = optarg;
+                break;
+            case OPT_SIMDEV:
+                o.bopts.sim_device = optarg;
+                break;
+            case OPT_CACHE:
+                o.bopts.cache_dir = optarg;
+                break;
+            case OPT_KERNEL:
+                if (strcmp(optarg, "sglang") && strcmp(optarg, "vllm") && strcmp(optarg, "moetune"))
+                    return bad("--kernel", optarg);
+                o.bopts.kernel = optarg;
+                break;
+            case OPT_PYTHON:
+                if (!*optarg) return bad("--python", optarg);
+                o.bopts.python = optarg;
+                break;
+            case OPT_HELPER_MEM:
+                if (mt_parse_u32(optarg, 1, 16u * 1024u * 1024u, &o.bopts.helper_mem_mb))
+                    return bad("--helper-mem-mb", optarg);
+                break;
+            case OPT_LOG:
+                if (mt_log_parse_level(optarg, &level)) return bad("--log-level", optarg);
+                break;
+            case OPT_STATS:
+                stats = 1;
+                break;
+            case OPT_CURVE_SECRET:
+                curve_secret = optarg;
+                break;
+            case OPT_CURVE_SERVER:
+                curve_server = optarg;
+                break;
+            case OPT_HELP:
+                usage(stdout);
+                return MT_EXIT_OK;
+            default:
+                /* getopt has named the option on its own line */
+                fprintf(stderr, "moetune-worker: bad option %s (moetune-worker --help lists the options)\n",
+                        argv[optind - 1]);
+                return MT_EXIT_USAGE;
         }
     }
     if (optind < argc) return bad("argument", argv[optind]);
     if (!o.endpoint || !o.backend) {
-        fprintf(stderr, "moetune-worker: --connect and --backend are required (moetune-worker --help lists the options)\n");
+        fprintf(stderr,
+                "moetune-worker: --connect and --backend are required (moetune-worker --help lists the options)\n");
         return MT_EXIT_USAGE;
     }
     if (!curve_secret != !curve_server) {

@@ -14,26 +14,26 @@
 #include "mt.h"
 #include "wire.h"
 
-#define SILENT_PERIODS 3        /* heartbeat periods of silence before reconnecting */
-#define LINGER_MS 500           /* how long a closing socket may still deliver Bye */
+#define SILENT_PERIODS 3 /* heartbeat periods of silence before reconnecting */
+#define LINGER_MS 500    /* how long a closing socket may still deliver Bye */
 
 /* One held job: the Envelope that carried it, and how far the child got. */
 typedef struct pjob {
-    wire_env_t *env;            /* owns the Job */
+    wire_env_t *env; /* owns the Job */
     const Moetune__Job *job;
     krn_shape_t shape;
     int shape_ok;
-    char why[160];              /* why every config is invalid, when !shape_ok */
-    size_t next;                /* next config to measure */
+    char why[160]; /* why every config is invalid, when !shape_ok */
+    size_t next;   /* next config to measure */
     int prepared;
-    double *best;               /* racing: per batch size, the job's best_us lowered by our own ok results */
+    double *best; /* racing: per batch size, the job's best_us lowered by our own ok results */
     struct pjob *link;
 } pjob_t;
 
 /* A Result kept until an Ack lists its seq. */
 typedef struct {
     uint64_t seq;
-    uint8_t *buf;               /* packed Envelope */
+    uint8_t *buf; /* packed Envelope */
     size_t len;
 } unacked_t;
 
@@ -50,18 +50,18 @@ struct wrk_parent {
     uint32_t heartbeat_ms;
     uint64_t last_heard_ms, next_beat_ms;
     wrk_child_t *child;
-    pjob_t *head, *tail;        /* held jobs; head is the one running */
+    pjob_t *head, *tail; /* held jobs; head is the one running */
     size_t n_jobs;
     unacked_t *unacked;
     size_t n_unacked, cap_unacked;
     uint64_t seq;
-    uint64_t *ready_sent;       /* FIFO of Ready send times, one per credit */
+    uint64_t *ready_sent; /* FIFO of Ready send times, one per credit */
     size_t n_ready, cap_ready;
-    uint64_t *rtt;              /* dispatch round trips, us */
+    uint64_t *rtt; /* dispatch round trips, us */
     size_t n_rtt, cap_rtt;
     uint64_t jobs_done, results, bad_messages, reconnects, child_restarts;
     int stop;
-    sec_cert_t curve, curve_server;  /* copies; used when opts.curve is set */
+    sec_cert_t curve, curve_server; /* copies; used when opts.curve is set */
 };
 
 /* ---- small helpers */
@@ -82,7 +82,8 @@ static void send_env(wrk_parent_t *p, wire_env_t *env) {
     char err[128];
     if (!p->sock) return;
     int rc = wire_send(p->sock, NULL, 0, env, ZMQ_DONTWAIT, err, sizeof err);
-    if (rc) log_at(MT_LOG_WARN, "cannot send %s: %s", wire_body_name(env->body_case), rc == MT_AGAIN ? "queue full" : err);
+    if (rc)
+        log_at(MT_LOG_WARN, "cannot send %s: %s", wire_body_name(env->body_case), rc == MT_AGAIN ? "queue full" : err);
 }
 
 static void send_ready(wrk_parent_t *p, uint32_t credits) {
@@ -174,7 +175,8 @@ static int connect_and_hello(wrk_parent_t *p) {
     close_socket(p);
     p->sock = zmq_socket(p->ctx, ZMQ_DEALER);
     if (!p->sock) goto zerr;
-    if (zmq_setsockopt(p->sock, ZMQ_ROUTING_ID, p->id, strlen(p->id)) || zmq_setsockopt(p->sock, ZMQ_LINGER, &linger, sizeof linger) ||
+    if (zmq_setsockopt(p->sock, ZMQ_ROUTING_ID, p->id, strlen(p->id)) ||
+        zmq_setsockopt(p->sock, ZMQ_LINGER, &linger, sizeof linger) ||
         zmq_setsockopt(p->sock, ZMQ_SNDHWM, &hwm, sizeof hwm))
         goto zerr;
     char err[256];
@@ -283,9 +285,8 @@ static int emit_result(wrk_parent_t *p, pjob_t *j, size_t ci, const wrk_meas_t *
                (unsigned long long)r.seq, zmq_strerror(zmq_errno()));
     buf = NULL;
     p->results++;
-    log_at(MT_LOG_DEBUG, "job %llu config %llu: result seq %llu (status %d at bs %u)",
-           (unsigned long long)r.job_id, (unsigned long long)r.config_id, (unsigned long long)r.seq, meas[0].status,
-           ms[0].batch_size);
+    log_at(MT_LOG_DEBUG, "job %llu config %llu: result seq %llu (status %d at bs %u)", (unsigned long long)r.job_id,
+           (unsigned long long)r.config_id, (unsigned long long)r.seq, meas[0].status, ms[0].batch_size);
 out:
     free(buf);
     free(pm);
@@ -404,8 +405,10 @@ static void on_job(wrk_parent_t *p, wire_env_t **penv) {
         memmove(p->ready_sent, p->ready_sent + 1, (p->n_ready - 1) * sizeof *p->ready_sent);
         p->n_ready--;
     }
-    if (p->tail) p->tail->link = j;
-    else p->head = j;
+    if (p->tail)
+        p->tail->link = j;
+    else
+        p->head = j;
     p->tail = j;
     p->n_jobs++;
     log_at(MT_LOG_INFO, "job %llu: %zu configs x %zu batch sizes", (unsigned long long)job->job_id, job->n_configs,
@@ -445,7 +448,7 @@ typedef struct {
 } handler_t;
 
 static const handler_t g_handlers[] = {
-    {MOETUNE__ENVELOPE__BODY_WELCOME, on_welcome},   {MOETUNE__ENVELOPE__BODY_ACK, on_ack},
+    {MOETUNE__ENVELOPE__BODY_WELCOME, on_welcome},     {MOETUNE__ENVELOPE__BODY_ACK, on_ack},
     {MOETUNE__ENVELOPE__BODY_HEARTBEAT, on_heartbeat}, {MOETUNE__ENVELOPE__BODY_ERROR, on_error},
     {MOETUNE__ENVELOPE__BODY_SHUTDOWN, on_shutdown},
 };
@@ -601,8 +604,10 @@ int wrk_parent_run(wrk_parent_t *p) {
         if (now >= p->last_heard_ms + (uint64_t)SILENT_PERIODS * p->heartbeat_ms) {
             p->reconnects++;
             if (p->opts.curve && p->session != SESSION_WELCOMED)
-                log_at(MT_LOG_WARN, "no Welcome from %s in %u ms (CURVE: the coordinator may refuse our key, or "
-                       "the server key is wrong); reconnecting", p->endpoint, SILENT_PERIODS * p->heartbeat_ms);
+                log_at(MT_LOG_WARN,
+                       "no Welcome from %s in %u ms (CURVE: the coordinator may refuse our key, or "
+                       "the server key is wrong); reconnecting",
+                       p->endpoint, SILENT_PERIODS * p->heartbeat_ms);
             else
                 log_at(MT_LOG_WARN, "coordinator silent for %u ms; reconnecting", SILENT_PERIODS * p->heartbeat_ms);
             if (connect_and_hello(p)) {
@@ -638,7 +643,8 @@ int wrk_parent_new(const wrk_parent_opts_t *opts, wrk_parent_t **out, char *err,
     p->opts = *opts;
     p->be = wrk_backend_find(opts->backend);
     if (!p->be) {
-        mt_fmt(err, errlen, "unknown backend '%s' (built: %s)", opts->backend ? opts->backend : "", wrk_backend_names());
+        mt_fmt(err, errlen, "unknown backend '%s' (built: %s)", opts->backend ? opts->backend : "",
+               wrk_backend_names());
         rc = MT_INVAL;
         goto out;
     }

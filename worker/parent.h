@@ -17,13 +17,13 @@
 #include "secure.h"
 
 typedef struct {
-    const char *endpoint;       /* coordinator's worker socket, "tcp://host:5555" */
-    const char *backend;        /* "sim", "cuda" */
-    wrk_backend_opts_t bopts;   /* passed to the backend in the child */
-    const char *worker_id;      /* NULL: "<hostname>-<pid>-gpu<N>" */
-    uint32_t credits;           /* jobs held at once (Ready credits); 0 = 1 */
-    uint32_t heartbeat_ms;      /* until the coordinator's Welcome says otherwise; 0 = WIRE_HEARTBEAT_DEFAULT_MS */
-    const sec_cert_t *curve;    /* CURVE: this worker's key pair (copied); NULL = plain TCP */
+    const char *endpoint;           /* coordinator's worker socket, "tcp://host:5555" */
+    const char *backend;            /* "sim", "cuda" */
+    wrk_backend_opts_t bopts;       /* passed to the backend in the child */
+    const char *worker_id;          /* NULL: "<hostname>-<pid>-gpu<N>" */
+    uint32_t credits;               /* jobs held at once (Ready credits); 0 = 1 */
+    uint32_t heartbeat_ms;          /* until the coordinator's Welcome says otherwise; 0 = WIRE_HEARTBEAT_DEFAULT_MS */
+    const sec_cert_t *curve;        /* CURVE: this worker's key pair (copied); NULL = plain TCP */
     const sec_cert_t *curve_server; /* CURVE: the coordinator's public key; set with curve */
 } wrk_parent_opts_t;
 

@@ -23,13 +23,13 @@
 typedef struct {
     krn_config_t crash[WRK_SIM_MAX_FAULTS]; /* the child dies (SIGSEGV) on these */
     size_t n_crash;
-    krn_config_t hang[WRK_SIM_MAX_FAULTS];  /* the child sleeps forever on these */
+    krn_config_t hang[WRK_SIM_MAX_FAULTS]; /* the child sleeps forever on these */
     size_t n_hang;
     krn_config_t wrong[WRK_SIM_MAX_FAULTS]; /* status WRONG_RESULT */
     size_t n_wrong;
-    double crash_rate;                      /* probability a config kills the child */
-    uint32_t slow_start_ms;                 /* open() sleeps this long */
-    double slowdown;                        /* every latency times this (a simulated driver or
+    double crash_rate;      /* probability a config kills the child */
+    uint32_t slow_start_ms; /* open() sleeps this long */
+    double slowdown;        /* every latency times this (a simulated driver or
                                                toolkit regression); 0 = 1 */
 } wrk_sim_faults_t;
 
@@ -53,7 +53,7 @@ double wrk_sim_latency_us(const krn_shape_t *shape, const krn_config_t *cfg, uin
  * seeded by (seed, shape, cfg, pid), so a retry in another process (a new child or
  * another worker) draws again and can succeed, while the same process is
  * deterministic. */
-int wrk_sim_crash_draw(const wrk_sim_faults_t *faults, uint64_t seed, const krn_shape_t *shape,
-                       const krn_config_t *cfg, uint32_t pid);
+int wrk_sim_crash_draw(const wrk_sim_faults_t *faults, uint64_t seed, const krn_shape_t *shape, const krn_config_t *cfg,
+                       uint32_t pid);
 
 #endif

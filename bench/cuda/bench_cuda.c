@@ -43,16 +43,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    printf("# %s, %u SMs, driver %s, CUDA %s, %s, kernels %s; copy %.0f GB/s (r+w), bf16 GEMM %.0f TFLOP/s\n",
-           dev.name, dev.sm_count, dev.driver_version, dev.cuda_version, dev.compiler, dev.kernel_hash, copy_gbps,
-           gemm_tflops);
+    printf("# %s, %u SMs, driver %s, CUDA %s, %s, kernels %s; copy %.0f GB/s (r+w), bf16 GEMM %.0f TFLOP/s\n", dev.name,
+           dev.sm_count, dev.driver_version, dev.cuda_version, dev.compiler, dev.kernel_hash, copy_gbps, gemm_tflops);
     /* Weight streaming reads only: a copy moves read + write bytes, so read bandwidth ~ copy_gbps. */
     double bw = copy_gbps * 1e9;
     krn_limits_t lim;
     krn_limits_default(&lim);
     lim.smem_per_block = dev.smem_per_block;
-    wrk_measure_t m = {.warmup = 2, .min_samples = 5, .max_samples = 40, .rsd_target = 0.02,
-                       .budget_ms = 400, .timeout_ms = 20000, .seed = 7};
+    wrk_measure_t m = {.warmup = 2,
+                       .min_samples = 5,
+                       .max_samples = 40,
+                       .rsd_target = 0.02,
+                       .budget_ms = 400,
+                       .timeout_ms = 20000,
+                       .seed = 7};
     for (int si = 0; si < n_shapes; si++) {
         krn_shape_t s;
         if (krn_shape_parse(shapes[si], &s, err, sizeof err) != MT_OK) {

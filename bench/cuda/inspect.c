@@ -24,9 +24,9 @@
 
 #define CC_MAJOR 9u
 #define CC_MINOR 0u
-#define SMS 132u                  /* H200 */
+#define SMS 132u /* H200 */
 #define SM_REGS 65536u
-#define SM_SMEM (228u * 1024u)    /* per SM; each CTA also reserves 1 KiB */
+#define SM_SMEM (228u * 1024u) /* per SM; each CTA also reserves 1 KiB */
 #define SM_MAX_WARPS 64u
 #define SM_MAX_CTAS 32u
 
@@ -135,8 +135,8 @@ static int parse_cfg(const char *s, krn_config_t *c) {
     char tail;
     memset(c, 0, sizeof *c);
     c->group_m = 1;
-    return sscanf(s, "%ux%ux%ux%ux%u%c", &c->block_m, &c->block_n, &c->block_k, &c->num_warps, &c->num_stages,
-                  &tail) == 5
+    return sscanf(s, "%ux%ux%ux%ux%u%c", &c->block_m, &c->block_n, &c->block_k, &c->num_warps, &c->num_stages, &tail) ==
+                   5
                ? MT_OK
                : MT_INVAL;
 }
@@ -164,10 +164,11 @@ static void print_grid(const krn_config_t *c, const char *where, unsigned ctas_p
             size_t numel = (size_t)m * s->topk, ne = numel < s->e ? numel : s->e;
             size_t em = numel + ne * (c->block_m - 1), pid_m = (em + c->block_m - 1) / c->block_m;
             unsigned slots = ctas_per_sm * SMS;
-            printf("    %s M=%u: expected row blocks %.1f (%.0f%% of the MMA rows are real tokens); live CTAs GEMM1 %.0f, GEMM2 %.0f (launched %zu, %zu); "
+            printf("    %s M=%u: expected row blocks %.1f (%.0f%% of the MMA rows are real tokens); live CTAs GEMM1 "
+                   "%.0f, GEMM2 %.0f (launched %zu, %zu); "
                    "%u resident slots -> waves %.2f, %.2f\n",
-                   s->name, m, rb, 100.0 * (double)numel / (rb * c->block_m), g1, g2, pid_m * (2 * s->n / c->block_n), pid_m * (s->k / c->block_n), slots,
-                   g1 / slots, g2 / slots);
+                   s->name, m, rb, 100.0 * (double)numel / (rb * c->block_m), g1, g2, pid_m * (2 * s->n / c->block_n),
+                   pid_m * (s->k / c->block_n), slots, g1 / slots, g2 / slots);
         }
     }
 }
@@ -199,8 +200,7 @@ static int inspect_config(const char *dir, const char *spec) {
     opts[n++] = "--std=c++17";
     opts[n++] = "-Xptxas=-v";
     char name[64];
-    mt_fmt(name, sizeof name, "moe_gemm_%ux%ux%u_w%u_s%u", c.block_m, c.block_n, c.block_k, c.num_warps,
-           c.num_stages);
+    mt_fmt(name, sizeof name, "moe_gemm_%ux%ux%u_w%u_s%u", c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages);
     if (nvrtc_compile(krn_src_moe_gemm, name, opts, n, &log, &cubin, &size, err, sizeof err) != MT_OK) {
         fprintf(stderr, "%s: %s\n", name, err);
         goto out;
@@ -222,8 +222,8 @@ static int inspect_config(const char *dir, const char *spec) {
     krn_shape_t shape;
     memset(&shape, 0, sizeof shape);
     uint32_t dyn = krn_smem_bytes(&c, &shape);
-    printf("%s (warps %ux%u, warp tile %ux%u, %zu B cubin, identical to the backend's)\n", name, wm,
-           c.num_warps / wm, c.block_m / wm, c.block_n / (c.num_warps / wm), size);
+    printf("%s (warps %ux%u, warp tile %ux%u, %zu B cubin, identical to the backend's)\n", name, wm, c.num_warps / wm,
+           c.block_m / wm, c.block_n / (c.num_warps / wm), size);
     unsigned worst = 0;
     for (int g = 1; g <= 2; g++) {
         unsigned regs, smem, stack, spill;
@@ -310,8 +310,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     wcu_nvrtc_version(&maj, &min);
-    printf("# NVRTC %d.%d, sm_%u%u, %u SMs, %u regs and %u B shared memory per SM\n", maj, min, CC_MAJOR, CC_MINOR,
-           SMS, SM_REGS, SM_SMEM);
+    printf("# NVRTC %d.%d, sm_%u%u, %u SMs, %u regs and %u B shared memory per SM\n", maj, min, CC_MAJOR, CC_MINOR, SMS,
+           SM_REGS, SM_SMEM);
     fails += inspect_common(argv[1]) != MT_OK;
     if (argc > 2) {
         for (int i = 2; i < argc; i++) fails += inspect_config(argv[1], argv[i]) != MT_OK;

@@ -26,7 +26,7 @@
 #include "mt.h"
 
 static const char *status_name(int s) {
-    static const char *names[] = {"unknown", "ok", "invalid", "compile_error", "launch_error",
+    static const char *names[] = {"unknown",      "ok",      "invalid", "compile_error", "launch_error",
                                   "wrong_result", "timeout", "crashed", "pruned"};
     return s >= 0 && s <= 8 ? names[s] : "?";
 }
@@ -47,8 +47,13 @@ static int run_child(const krn_shape_t *shape, krn_config_t cfg, uint32_t bs, ui
         char err[256] = "", line[512];
         wrk_meas_t meas;
         uint32_t regs, spills;
-        wrk_measure_t m = {.warmup = 1, .min_samples = 3, .max_samples = 10, .rsd_target = 0.05,
-                           .budget_ms = 500, .timeout_ms = timeout_ms, .seed = 1};
+        wrk_measure_t m = {.warmup = 1,
+                           .min_samples = 3,
+                           .max_samples = 10,
+                           .rsd_target = 0.05,
+                           .budget_ms = 500,
+                           .timeout_ms = timeout_ms,
+                           .seed = 1};
         if (wrk_backend_cuda.open(&opts, &st, &dev, err, sizeof err) != MT_OK) {
             mt_fmt(line, sizeof line, "%d %d open: %s\n", WCU_ST_LAUNCH_ERROR, MT_ERR, err);
         } else {
@@ -152,8 +157,13 @@ static int space_tests(void) {
             if (acc++ % stride == offset) cfgs[n++] = c;
         }
         wrk_backend_cuda.prepare(st, &shape, cfgs, n);
-        wrk_measure_t m = {.warmup = 1, .min_samples = 1, .max_samples = 1, .rsd_target = 1,
-                           .budget_ms = 100, .timeout_ms = 20000, .seed = 42};
+        wrk_measure_t m = {.warmup = 1,
+                           .min_samples = 1,
+                           .max_samples = 1,
+                           .rsd_target = 1,
+                           .budget_ms = 100,
+                           .timeout_ms = 20000,
+                           .seed = 42};
         uint64_t t0 = mt_now_ms();
         double worst_us[3] = {0, 0, 0};
         for (size_t i = 0; i < n; i++) {
@@ -171,8 +181,8 @@ static int space_tests(void) {
                 if (out[b].status != WCU_ST_OK) {
                     fails++;
                     printf("FAIL %s M=%u %ux%ux%u g%u w%u s%u: %s %s\n", shapes[si], bss[b], cfgs[i].block_m,
-                           cfgs[i].block_n, cfgs[i].block_k, cfgs[i].group_m, cfgs[i].num_warps,
-                           cfgs[i].num_stages, status_name(out[b].status), out[b].detail);
+                           cfgs[i].block_n, cfgs[i].block_k, cfgs[i].group_m, cfgs[i].num_warps, cfgs[i].num_stages,
+                           status_name(out[b].status), out[b].detail);
                 } else if (out[b].median_us > worst_us[b]) {
                     worst_us[b] = out[b].median_us;
                 }
@@ -206,15 +216,20 @@ static int racing_tests(void) {
     int fails = 0;
     uint32_t regs, spills;
     wrk_meas_t plain[2], lost[2], kept[2];
-    wrk_measure_t m = {.warmup = 5, .min_samples = 10, .max_samples = 100, .rsd_target = 0.01,
-                       .budget_ms = 1000, .timeout_ms = 20000, .seed = 42};
+    wrk_measure_t m = {.warmup = 5,
+                       .min_samples = 10,
+                       .max_samples = 100,
+                       .rsd_target = 0.01,
+                       .budget_ms = 1000,
+                       .timeout_ms = 20000,
+                       .seed = 42};
     if (wrk_backend_cuda.measure(st, &shape, &cfg, bss, 2, &m, plain, &regs, &spills, err, sizeof err) != MT_OK) {
         printf("racing: measure failed: %s\n", err);
         wrk_backend_cuda.close(&st);
         return 1;
     }
-    double low[2] = {plain[0].median_us / 3, plain[1].median_us / 3}, high[2] = {plain[0].median_us * 3,
-                                                                                  plain[1].median_us * 3};
+    double low[2] = {plain[0].median_us / 3, plain[1].median_us / 3},
+           high[2] = {plain[0].median_us * 3, plain[1].median_us * 3};
     m.race_margin = 0.2;
     m.best_us = low;
     int rc1 = wrk_backend_cuda.measure(st, &shape, &cfg, bss, 2, &m, lost, &regs, &spills, err, sizeof err);

@@ -47,50 +47,50 @@ int main(int argc, char **argv) {
         size_t len = next() % sizeof buf;
         for (size_t j = 0; j < len; j++) buf[j] = (uint8_t)next();
         switch (i % 6) {
-        case 0: /* random bytes */
-            zmq_send(s, buf, len, 0);
-            break;
-        case 1: /* multi-frame junk */
-            zmq_send(s, buf, len / 2, ZMQ_SNDMORE);
-            zmq_send(s, buf + len / 2, len - len / 2, 0);
-            break;
-        case 2: /* empty frame */
-            zmq_send(s, "", 0, 0);
-            break;
-        case 3: { /* wrong version, valid otherwise */
-            wire_env_t env;
-            Moetune__Ready r = MOETUNE__READY__INIT;
-            wire_env_init(&env);
-            env.body_case = MOETUNE__ENVELOPE__BODY_READY;
-            env.ready = &r;
-            env.protocol_version = 7;
-            size_t n = moetune__envelope__get_packed_size(&env);
-            uint8_t *p = malloc(n);
-            moetune__envelope__pack(&env, p);
-            zmq_send(s, p, n, 0);
-            free(p);
-            break;
-        }
-        case 4: { /* a body a worker or client may not send (a Job), and a Result with no Hello */
-            wire_env_t env;
-            Moetune__Ack ack = MOETUNE__ACK__INIT;
-            wire_env_init(&env);
-            env.body_case = MOETUNE__ENVELOPE__BODY_ACK;
-            env.ack = &ack;
-            wire_send(s, NULL, 0, &env, 0, NULL, 0);
-            break;
-        }
-        default: { /* oversized (5 MiB) once, last: a peer may be dropped for it */
-            if (i != count - 1) {
+            case 0: /* random bytes */
                 zmq_send(s, buf, len, 0);
                 break;
+            case 1: /* multi-frame junk */
+                zmq_send(s, buf, len / 2, ZMQ_SNDMORE);
+                zmq_send(s, buf + len / 2, len - len / 2, 0);
+                break;
+            case 2: /* empty frame */
+                zmq_send(s, "", 0, 0);
+                break;
+            case 3: { /* wrong version, valid otherwise */
+                wire_env_t env;
+                Moetune__Ready r = MOETUNE__READY__INIT;
+                wire_env_init(&env);
+                env.body_case = MOETUNE__ENVELOPE__BODY_READY;
+                env.ready = &r;
+                env.protocol_version = 7;
+                size_t n = moetune__envelope__get_packed_size(&env);
+                uint8_t *p = malloc(n);
+                moetune__envelope__pack(&env, p);
+                zmq_send(s, p, n, 0);
+                free(p);
+                break;
             }
-            size_t n = 5u << 20;
-            uint8_t *p = calloc(1, n);
-            zmq_send(s, p, n, 0);
-            free(p);
-            break;
-        }
+            case 4: { /* a body a worker or client may not send (a Job), and a Result with no Hello */
+                wire_env_t env;
+                Moetune__Ack ack = MOETUNE__ACK__INIT;
+                wire_env_init(&env);
+                env.body_case = MOETUNE__ENVELOPE__BODY_ACK;
+                env.ack = &ack;
+                wire_send(s, NULL, 0, &env, 0, NULL, 0);
+                break;
+            }
+            default: { /* oversized (5 MiB) once, last: a peer may be dropped for it */
+                if (i != count - 1) {
+                    zmq_send(s, buf, len, 0);
+                    break;
+                }
+                size_t n = 5u << 20;
+                uint8_t *p = calloc(1, n);
+                zmq_send(s, p, n, 0);
+                free(p);
+                break;
+            }
         }
         sent++;
     }

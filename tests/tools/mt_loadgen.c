@@ -153,24 +153,24 @@ int main(int argc, char **argv) {
                 if (rc == MT_AGAIN || rc == MT_ERR) break;
                 if (rc != MT_OK) continue;
                 switch (env->body_case) {
-                case MOETUNE__ENVELOPE__BODY_WELCOME:
-                    c->welcomed = 1;
-                    c->heartbeat_ms = env->welcome->heartbeat_ms;
-                    c->next_hb = now + c->heartbeat_ms;
-                    send_ready(c);
-                    break;
-                case MOETUNE__ENVELOPE__BODY_JOB:
-                    answer_job(c, env->job);
-                    last_job = mt_now_ms();
-                    break;
-                case MOETUNE__ENVELOPE__BODY_ACK:
-                    c->acked += env->ack->n_seqs;
-                    break;
-                case MOETUNE__ENVELOPE__BODY_ERROR:
-                    if (env->error->code == WIRE_E_HELLO) send_hello(c);
-                    break;
-                default:
-                    break;
+                    case MOETUNE__ENVELOPE__BODY_WELCOME:
+                        c->welcomed = 1;
+                        c->heartbeat_ms = env->welcome->heartbeat_ms;
+                        c->next_hb = now + c->heartbeat_ms;
+                        send_ready(c);
+                        break;
+                    case MOETUNE__ENVELOPE__BODY_JOB:
+                        answer_job(c, env->job);
+                        last_job = mt_now_ms();
+                        break;
+                    case MOETUNE__ENVELOPE__BODY_ACK:
+                        c->acked += env->ack->n_seqs;
+                        break;
+                    case MOETUNE__ENVELOPE__BODY_ERROR:
+                        if (env->error->code == WIRE_E_HELLO) send_hello(c);
+                        break;
+                    default:
+                        break;
                 }
                 wire_free(&env);
             }

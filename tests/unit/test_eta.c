@@ -21,11 +21,11 @@
 static const uint32_t k_bs[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096};
 #define NB (sizeof k_bs / sizeof k_bs[0])
 #define FULL_SAMPLES 40
-#define PRUNED_SAMPLES 2     /* racing stops a config after its first samples */
+#define PRUNED_SAMPLES 2      /* racing stops a config after its first samples */
 #define CONFIG_OVERHEAD_S 0.3 /* compile, reference check */
 
 typedef struct {
-    double t;     /* commit time */
+    double t; /* commit time */
     bool pruned;
 } commit_t;
 
@@ -62,11 +62,11 @@ static commit_t *simulate(size_t n_cfg, double prune_end, double speed_var, doub
 }
 
 typedef struct {
-    double worst_swing;      /* |eta_k - (eta_{k-1} - dt)| / eta_{k-1}, lines from 5 % done */
-    double worst_plain;      /* |eta_k - eta_{k-1}| / eta_{k-1}, lines from 5 % done while eta >= 60 s */
-    double worst_err_half;   /* |eta - true| / true, lines from 50 % to 95 % done */
-    double worst_err_fifth;  /* the same from 20 % done */
-    double err_at[3];        /* at 50 %, 75 %, 90 % done */
+    double worst_swing;     /* |eta_k - (eta_{k-1} - dt)| / eta_{k-1}, lines from 5 % done */
+    double worst_plain;     /* |eta_k - eta_{k-1}| / eta_{k-1}, lines from 5 % done while eta >= 60 s */
+    double worst_err_half;  /* |eta - true| / true, lines from 50 % to 95 % done */
+    double worst_err_fifth; /* the same from 20 % done */
+    double err_at[3];       /* at 50 %, 75 %, 90 % done */
     size_t lines;
 } verdict_t;
 
@@ -207,7 +207,8 @@ static void test_edges(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpu_pattern),
-        cmocka_unit_test(test_steady), cmocka_unit_test(test_startup),
+        cmocka_unit_test(test_steady),
+        cmocka_unit_test(test_startup),
         cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -40,13 +40,13 @@ static int setup(void **state) {
     snprintf(fx->out, sizeof fx->out, "%s/configs", fx->dir);
     sqlite3 *db = tmpdb_schema(fx->db);
     tmpdb_exec(db, "INSERT INTO devices (id, name, uuid, driver_version, cuda_version) VALUES "
-                "(1, 'NVIDIA H200', 'SIM-1', '580.1', '13.0'), (2, 'NVIDIA H200', 'GPU-2', '580.1', '13.0');"
-                "INSERT INTO sweeps (id, name, spec, state, created) VALUES (1, 's', x'', 'done', 1);"
-                "INSERT INTO shapes (id, e, n, k, topk, dtype) VALUES (1, 128, 768, 2048, 8, 'bf16');"
-                "INSERT INTO shapes (id, e, n, k, topk, dtype, block_n, block_k) VALUES "
-                "(2, 256, 256, 7168, 8, 'fp8_w8a8', 128, 128);"
-                "INSERT INTO configs VALUES (1, 16, 64, 128, 1, 4, 3), (2, 32, 64, 64, 16, 4, 2),"
-                " (3, 64, 128, 128, 16, 8, 4), (4, 128, 256, 64, 1, 8, 5), (5, 16, 32, 64, 1, 4, 2);");
+                   "(1, 'NVIDIA H200', 'SIM-1', '580.1', '13.0'), (2, 'NVIDIA H200', 'GPU-2', '580.1', '13.0');"
+                   "INSERT INTO sweeps (id, name, spec, state, created) VALUES (1, 's', x'', 'done', 1);"
+                   "INSERT INTO shapes (id, e, n, k, topk, dtype) VALUES (1, 128, 768, 2048, 8, 'bf16');"
+                   "INSERT INTO shapes (id, e, n, k, topk, dtype, block_n, block_k) VALUES "
+                   "(2, 256, 256, 7168, 8, 'fp8_w8a8', 128, 128);"
+                   "INSERT INTO configs VALUES (1, 16, 64, 128, 1, 4, 3), (2, 32, 64, 64, 16, 4, 2),"
+                   " (3, 64, 128, 128, 16, 8, 4), (4, 128, 256, 64, 1, 8, 5), (5, 16, 32, 64, 1, 4, 2);");
     sqlite3_stmt *st = NULL;
     assert_int_equal(sqlite3_prepare_v2(db,
                                         "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status,"
@@ -55,7 +55,7 @@ static int setup(void **state) {
                                         " ?6, ?7, ?8, 'kh', 1)",
                                         -1, &st, NULL),
                      SQLITE_OK);
-    static const int sizes[] = {64, 1, 16, 4096};  /* inserted out of order */
+    static const int sizes[] = {64, 1, 16, 4096}; /* inserted out of order */
     for (int s = 1; s <= 2; s++) {
         for (size_t i = 0; i < 4; i++) {
             for (int c = 1; c <= 3; c++) {
@@ -100,8 +100,8 @@ static int setup(void **state) {
     tmpdb_exec(db, "INSERT INTO sweeps (id, name, spec, state, created) VALUES (2, 'c', x'', 'done', 2)");
     sqlite3_finalize(st);
     tmpdb_exec(db, "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us,"
-                " stddev_us, samples, device_id, backend, compiler, created) VALUES"
-                " (2, 1, 2, 1, 'ok', 42.0, 41.0, 0.2, 30, 2, 'cuda', 'cuda_13_0', 2)");
+                   " stddev_us, samples, device_id, backend, compiler, created) VALUES"
+                   " (2, 1, 2, 1, 'ok', 42.0, 41.0, 0.2, 30, 2, 'cuda', 'cuda_13_0', 2)");
     sqlite3_close(db);
     *state = fx;
     return 0;
@@ -210,8 +210,9 @@ static int count_exports(fixture_t *fx, int *changed_sum) {
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     assert_int_equal(sqlite3_open_v2(fx->db, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_prepare_v2(db, "SELECT count(*), COALESCE(sum(changed_entries), 0) FROM exports",
-                                        -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_prepare_v2(db, "SELECT count(*), COALESCE(sum(changed_entries), 0) FROM exports", -1, &st, NULL),
+        SQLITE_OK);
     assert_int_equal(sqlite3_step(st), SQLITE_ROW);
     int n = sqlite3_column_int(st, 0);
     *changed_sum = sqlite3_column_int(st, 1);
@@ -250,7 +251,7 @@ static void test_reexport(void **state) {
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(fx->db, &db), SQLITE_OK);
     tmpdb_exec(db, "UPDATE results SET median_us = 1.0 WHERE sweep_id = 1 AND shape_id = 1 AND config_id = 2"
-                " AND batch_size = 16");
+                   " AND batch_size = 16");
     sqlite3_close(db);
     char cpath[600];
     snprintf(cpath, sizeof cpath, "%s/changes.txt", fx->dir);

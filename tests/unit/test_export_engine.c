@@ -37,15 +37,19 @@ static bool is_file(const char *path) {
 }
 
 /* Configs: id, BLOCK_SIZE_M, N, K, GROUP_SIZE_M, warps, stages. */
-#define CONFIGS "INSERT INTO configs VALUES (1, 16, 64, 128, 1, 4, 3), (2, 32, 64, 64, 16, 4, 2)," \
-                " (3, 64, 128, 128, 16, 8, 4), (4, 16, 128, 64, 1, 4, 4), (5, 64, 64, 64, 1, 4, 3),"  \
-                " (6, 32, 128, 128, 16, 8, 3)"
+#define CONFIGS                                                                                                        \
+    "INSERT INTO configs VALUES (1, 16, 64, 128, 1, 4, 3), (2, 32, 64, 64, 16, 4, 2),"                                 \
+    " (3, 64, 128, 128, 16, 8, 4), (4, 16, 128, 64, 1, 4, 4), (5, 64, 64, 64, 1, 4, 3),"                               \
+    " (6, 32, 128, 128, 16, 8, 3)"
 
 /* Per config at one batch size: whole-layer median, up alone, down alone. The whole-layer
  * best is config 3 (BLOCK_SIZE_M 64); the best pair with agreeing BLOCK_SIZE_M is up 1 +
  * down 4 (BLOCK_SIZE_M 16: 20 + 10 = 30); BLOCK_SIZE_M 32 gives 25 + 6 = 31, 64 gives
  * 30 + 15 = 45. Up 1 + down 6 (20 + 6 = 26) would be lower, but their BLOCK_SIZE_M differ. */
-static const struct { int cfg; double med, up, down; } k_timing[] = {
+static const struct {
+    int cfg;
+    double med, up, down;
+} k_timing[] = {
     {1, 60, 20, 40}, {2, 65, 25, 25}, {3, 50, 30, 18}, {4, 70, 35, 10}, {5, 80, 40, 15}, {6, 75, 26, 6},
 };
 
@@ -61,14 +65,16 @@ static void insert(sqlite3_stmt *st, int sweep, int shape, int cfg, int bs, doub
     sqlite3_bind_text(st, 7, backend, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 8, compiler, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 9, hash, -1, SQLITE_STATIC);
-    if (versions) sqlite3_bind_text(st, 10, versions, -1, SQLITE_STATIC);
-    else sqlite3_bind_null(st, 10);
+    if (versions)
+        sqlite3_bind_text(st, 10, versions, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 10);
     sqlite3_bind_double(st, 11, up);
     sqlite3_bind_double(st, 12, down);
     assert_int_equal(sqlite3_step(st), SQLITE_DONE);
 }
 
-static const int k_sizes[] = {64, 1, 4096};  /* inserted out of order */
+static const int k_sizes[] = {64, 1, 4096}; /* inserted out of order */
 
 /* Sweep 1: Triton 3.6.0, shape 1 (bf16) on an H200 with up/down timings, shape 2 (fp8,
  * block 128x128) on an H200 NVL without. Sweep 3: shape 1 on Triton 3.5.1. Sweep 4:
@@ -81,12 +87,12 @@ static int setup(void **state) {
     snprintf(fx->out, sizeof fx->out, "%s/out", fx->dir);
     sqlite3 *db = tmpdb_schema(fx->db);
     tmpdb_exec(db, "INSERT INTO devices (id, name, uuid, driver_version, cuda_version) VALUES"
-                " (1, 'NVIDIA H200', 'GPU-1', '580.1', '13.0'), (2, 'NVIDIA H200 NVL', 'GPU-2', '580.1', '13.0');"
-                "INSERT INTO sweeps (id, name, spec, state, created) VALUES (1, 'a', x'', 'done', 1),"
-                " (2, 'cuda', x'', 'done', 1), (3, 'old', x'', 'done', 1), (4, 'torch', x'', 'done', 1);"
-                "INSERT INTO shapes (id, e, n, k, topk, dtype) VALUES (1, 128, 768, 2048, 8, 'bf16');"
-                "INSERT INTO shapes (id, e, n, k, topk, dtype, block_n, block_k) VALUES"
-                " (2, 256, 256, 7168, 8, 'fp8_w8a8', 128, 128);" CONFIGS);
+                   " (1, 'NVIDIA H200', 'GPU-1', '580.1', '13.0'), (2, 'NVIDIA H200 NVL', 'GPU-2', '580.1', '13.0');"
+                   "INSERT INTO sweeps (id, name, spec, state, created) VALUES (1, 'a', x'', 'done', 1),"
+                   " (2, 'cuda', x'', 'done', 1), (3, 'old', x'', 'done', 1), (4, 'torch', x'', 'done', 1);"
+                   "INSERT INTO shapes (id, e, n, k, topk, dtype) VALUES (1, 128, 768, 2048, 8, 'bf16');"
+                   "INSERT INTO shapes (id, e, n, k, topk, dtype, block_n, block_k) VALUES"
+                   " (2, 256, 256, 7168, 8, 'fp8_w8a8', 128, 128);" CONFIGS);
     sqlite3_stmt *st = NULL;
     assert_int_equal(sqlite3_prepare_v2(db,
                                         "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status,"
@@ -143,7 +149,7 @@ static void export_ok(fixture_t *fx, exp_engine_t engine, uint64_t sweep) {
 
 typedef struct {
     unsigned e, n;
-    const char *dtype;  /* NULL for bf16 */
+    const char *dtype; /* NULL for bf16 */
     unsigned block_n, block_k;
 } eng_shape_t;
 
@@ -151,7 +157,8 @@ typedef struct {
 static void sglang_name(const char *device, const eng_shape_t *s, bool down, char *buf, size_t len) {
     char dev[128], extra[96] = "";
     snprintf(dev, sizeof dev, "%s", device);
-    for (char *p = dev; *p; p++) if (*p == ' ') *p = '_';
+    for (char *p = dev; *p; p++)
+        if (*p == ' ') *p = '_';
     if (s->dtype) snprintf(extra, sizeof extra, ",dtype=%s", s->dtype);
     if (s->block_n)
         snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ",block_shape=[%u, %u]", s->block_n, s->block_k);
@@ -175,7 +182,8 @@ static bool sglang_find(const char *d, const char *triton, const char *device, c
     char name[256], ver[32];
     sglang_name(device, s, down, name, sizeof name);
     snprintf(ver, sizeof ver, "%s", triton);
-    for (char *p = ver; *p; p++) if (*p == '.') *p = '_';
+    for (char *p = ver; *p; p++)
+        if (*p == '.') *p = '_';
     snprintf(path, len, "%s/configs/triton_%s/%s", d, ver, name);
     if (is_file(path)) return true;
     char cdir[512], best[64] = "";
@@ -187,7 +195,8 @@ static bool sglang_find(const char *d, const char *triton, const char *device, c
         if (strncmp(de->d_name, "triton_", 7) != 0 || strcmp(de->d_name + 7, ver) == 0) continue;
         char p[1024];
         snprintf(p, sizeof p, "%s/%s/%s", cdir, de->d_name, name);
-        if (is_file(p) && (!best[0] || ver_cmp(de->d_name + 7, best) > 0)) snprintf(best, sizeof best, "%s", de->d_name + 7);
+        if (is_file(p) && (!best[0] || ver_cmp(de->d_name + 7, best) > 0))
+            snprintf(best, sizeof best, "%s", de->d_name + 7);
     }
     closedir(dir);
     if (!best[0]) return false;
@@ -200,10 +209,12 @@ static bool vllm_find(const char *folder, const char *device, const eng_shape_t 
     char dev[128], extra[96] = "";
     char tmp[128];
     snprintf(tmp, sizeof tmp, " %s ", device);
-    if (strstr(tmp, " H200 ")) snprintf(dev, sizeof dev, "NVIDIA_H200");
+    if (strstr(tmp, " H200 "))
+        snprintf(dev, sizeof dev, "NVIDIA_H200");
     else {
         snprintf(dev, sizeof dev, "%s", device);
-        for (char *p = dev; *p; p++) if (*p == ' ') *p = '_';
+        for (char *p = dev; *p; p++)
+            if (*p == ' ') *p = '_';
     }
     if (s->dtype) snprintf(extra, sizeof extra, ",dtype=%s", s->dtype);
     if (s->block_n)
@@ -236,10 +247,15 @@ static int engine_pick(const char *path, int m, int *key_out) {
 }
 
 static void check_cfg(json_t *root, const char *key, int cfg) {
-    static const int k_cfg[7][6] = {{0}, {16, 64, 128, 1, 4, 3}, {32, 64, 64, 16, 4, 2}, {64, 128, 128, 16, 8, 4},
-                                   {16, 128, 64, 1, 4, 4}, {64, 64, 64, 1, 4, 3}, {32, 128, 128, 16, 8, 3}};
-    static const char *const k_f[6] = {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
-                                       "num_stages"};
+    static const int k_cfg[7][6] = {{0},
+                                    {16, 64, 128, 1, 4, 3},
+                                    {32, 64, 64, 16, 4, 2},
+                                    {64, 128, 128, 16, 8, 4},
+                                    {16, 128, 64, 1, 4, 4},
+                                    {64, 64, 64, 1, 4, 3},
+                                    {32, 128, 128, 16, 8, 3}};
+    static const char *const k_f[6] = {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K",
+                                       "GROUP_SIZE_M", "num_warps",    "num_stages"};
     json_t *e = json_object_get(root, key);
     if (!e) fail_msg("no entry %s", key);
     for (int i = 0; i < 6; i++)
@@ -341,9 +357,10 @@ static void test_sglang(void **state) {
     assert_int_equal(json_integer_value(json_object_get(e64, "config_id")), 1);
     json_t *drec = json_object_get(man, "E=128,N=768,device_name=NVIDIA_H200_down.json");
     assert_string_equal(json_string_value(json_object_get(drec, "role")), "down");
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(drec, "entries"), "64"),
-                                                        "config_id")), 4);
-    json_t *frec = json_object_get(man, "E=256,N=256,device_name=NVIDIA_H200_NVL,dtype=fp8_w8a8,block_shape=[128, 128].json");
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(json_object_get(drec, "entries"), "64"), "config_id")), 4);
+    json_t *frec =
+        json_object_get(man, "E=256,N=256,device_name=NVIDIA_H200_NVL,dtype=fp8_w8a8,block_shape=[128, 128].json");
     assert_string_equal(json_string_value(json_object_get(frec, "role")), "whole");
     assert_true(json_is_null(json_object_get(frec, "down_file")));
     json_decref(man);
@@ -371,7 +388,7 @@ static void test_vllm(void **state) {
     assert_keys_in_order(text, "\"triton_version\"");
     free(text);
     json_t *root = json_load_file(path, 0, NULL);
-    check_cfg(root, "64", 3);  /* no split for vLLM: the whole-layer best */
+    check_cfg(root, "64", 3); /* no split for vLLM: the whole-layer best */
     json_decref(root);
     assert_true(vllm_find(fx->out, "NVIDIA H200 NVL", &k_fp8, path, sizeof path));
     assert_non_null(strstr(path, "/E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"));
@@ -394,7 +411,7 @@ static void test_vllm(void **state) {
         n++;
     }
     closedir(d);
-    assert_int_equal(n, 3);  /* two files and manifest.json */
+    assert_int_equal(n, 3); /* two files and manifest.json */
     snprintf(path, sizeof path, "%s/manifest.json", fx->out);
     json_t *man = json_load_file(path, 0, NULL);
     json_t *rec = json_object_get(man, "E=128,N=768,device_name=NVIDIA_H200.json");
@@ -415,7 +432,7 @@ static void test_refusals(void **state) {
     assert_non_null(strstr(err, "sweep 3 (triton_3_5_1, kernel_hash bbbb, versions '" V351 "')"));
     assert_non_null(strstr(err, "sweep 4 (triton_3_6_0, kernel_hash aaaa, versions '" V36_TORCH210 "')"));
     assert_non_null(strstr(err, "--sweep N"));
-    assert_int_not_equal(access(fx->out, F_OK), 0);  /* nothing written */
+    assert_int_not_equal(access(fx->out, F_OK), 0); /* nothing written */
     /* SGLang: 3.5.1 has its folder, but sweep 4 (other torch) meets sweep 1 in triton_3_6_0. */
     assert_int_equal(export_as(fx, EXP_ENGINE_SGLANG, 0, &rep, err, sizeof err), MT_INVAL);
     exp_report_clear(&rep);
@@ -434,7 +451,8 @@ static void test_refusals(void **state) {
     snprintf(path, sizeof path, "%s/v/E=128,N=768,device_name=NVIDIA_H200.json", fx->dir);
     FILE *f = fopen(path, "w");
     fputs("{\"triton_version\": \"3.5.1\", \"8\": {\"BLOCK_SIZE_M\": 16, \"BLOCK_SIZE_N\": 64, \"BLOCK_SIZE_K\": 64,"
-          " \"GROUP_SIZE_M\": 1, \"num_warps\": 4, \"num_stages\": 3}}\n", f);
+          " \"GROUP_SIZE_M\": 1, \"num_warps\": 4, \"num_stages\": 3}}\n",
+          f);
     fclose(f);
     snprintf(fx->out, sizeof fx->out, "%s/v", fx->dir);
     assert_int_equal(export_as(fx, EXP_ENGINE_VLLM, 1, &rep, err, sizeof err), MT_INVAL);
@@ -444,7 +462,7 @@ static void test_refusals(void **state) {
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(fx->db, &db), SQLITE_OK);
     tmpdb_exec(db, "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, device_id,"
-                " backend, compiler, created) VALUES (2, 1, 1, 1, 'ok', 3.0, 1, 'cuda', 'cuda_13_0', 1)");
+                   " backend, compiler, created) VALUES (2, 1, 1, 1, 'ok', 3.0, 1, 'cuda', 'cuda_13_0', 1)");
     sqlite3_close(db);
     assert_int_equal(export_as(fx, EXP_ENGINE_SGLANG, 2, &rep, err, sizeof err), MT_INVAL);
     exp_report_clear(&rep);
@@ -470,7 +488,7 @@ static void test_names(void **state) {
     krn_shape_t b = {.e = 8, .n = 7168, .k = 4096, .topk = 2, .dtype = "bf16"};
     exp_engine_file_name(EXP_ENGINE_VLLM, "NVIDIA H100 80GB HBM3", &b, buf, sizeof buf);
     assert_string_equal(buf, "E=8,N=7168,device_name=NVIDIA_H100_80GB_HBM3.json");
-    exp_engine_file_name(EXP_ENGINE_VLLM, "NVIDIA H2000", &b, buf, sizeof buf);  /* a token, not a substring */
+    exp_engine_file_name(EXP_ENGINE_VLLM, "NVIDIA H2000", &b, buf, sizeof buf); /* a token, not a substring */
     assert_string_equal(buf, "E=8,N=7168,device_name=NVIDIA_H2000.json");
     exp_engine_t e;
     assert_int_equal(exp_engine_parse("vllm", &e), MT_OK);

@@ -90,7 +90,9 @@ static bool out_exists(fixture_t *fx) { return access(fx->out, F_OK) == 0; }
 static void test_damaged_rows(void **state) {
     fixture_t *fx = *state;
     exp_report_t rep;
-    static const struct { const char *sql, *want; } cases[] = {
+    static const struct {
+        const char *sql, *want;
+    } cases[] = {
         {"UPDATE results SET batch_size = -1 WHERE sweep_id = 1 AND batch_size = 16",
          "has a batch size outside 1..4294967295"},
         {"UPDATE results SET median_us = -9e999 WHERE sweep_id = 1 AND config_id = 2 AND batch_size = 1",
@@ -99,8 +101,7 @@ static void test_damaged_rows(void **state) {
          "has median_us -3.5"},
         {"UPDATE results SET median_us = NULL WHERE sweep_id = 1 AND config_id = 2 AND batch_size = 1",
          "has median_us 0"},
-        {"UPDATE results SET min_us = -1 WHERE sweep_id = 1 AND config_id = 1 AND batch_size = 1",
-         "has min_us -1"},
+        {"UPDATE results SET min_us = -1 WHERE sweep_id = 1 AND config_id = 1 AND batch_size = 1", "has min_us -1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         exec_sql(fx, "DROP TABLE IF EXISTS keep; CREATE TABLE keep AS SELECT * FROM results");
@@ -219,7 +220,8 @@ static void test_slower(void **state) {
     assert_int_equal(rep.n_files, 0);
     exp_report_clear(&rep);
     assert_non_null(strstr(fx->err, "1 entry would be replaced by configs measured slower"));
-    assert_non_null(strstr(fx->err, "batch size 16: M16 N64 K128 G1 w4 s3 -> M64 N128 K128 G16 w8 s4 (26.00 -> 36.00 us"));
+    assert_non_null(
+        strstr(fx->err, "batch size 16: M16 N64 K128 G1 w4 s3 -> M64 N128 K128 G16 w8 s4 (26.00 -> 36.00 us"));
     assert_non_null(strstr(fx->err, "--force"));
     assert_string_equal(fx->changes, "");
     char *after = tmpdb_read_file(path);
@@ -232,14 +234,14 @@ static void test_slower(void **state) {
     assert_int_equal(rep.files[0].changed, 1);
     exp_report_clear(&rep);
     assert_string_equal(fx->changes, FILE1 ": batch size 16: M16 N64 K128 G1 w4 s3 -> M64 N128 K128 G16 w8 s4 "
-                                     "(26.00 -> 36.00 us, sweep 1), slower: replaced with --force\n");
+                                           "(26.00 -> 36.00 us, sweep 1), slower: replaced with --force\n");
     /* Faster replacements need no force. */
     exec_sql(fx, "UPDATE results SET median_us = 5 WHERE sweep_id = 1 AND config_id = 1 AND batch_size = 16");
     o.force = false;
     assert_int_equal(run(fx, o, &rep), MT_OK);
     exp_report_clear(&rep);
     assert_string_equal(fx->changes, FILE1 ": batch size 16: M64 N128 K128 G16 w8 s4 -> M16 N64 K128 G1 w4 s3 "
-                                     "(36.00 -> 5.00 us, sweep 1)\n");
+                                           "(36.00 -> 5.00 us, sweep 1)\n");
     free(before);
 }
 

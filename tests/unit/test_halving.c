@@ -59,7 +59,7 @@ static void test_choose(void **state) {
     assert_int_equal(find(rows, n, 40, 0)->rank, 1);
     assert_int_equal(find(rows, n, 4, 0)->rank, 5);
     assert_false(find(rows, n, 4, 0)->finalist);
-    assert_true(find(rows, n, 4, 1)->finalist); /* ranks 4 at batch size 1 */
+    assert_true(find(rows, n, 4, 1)->finalist);  /* ranks 4 at batch size 1 */
     assert_true(find(rows, n, 40, 1)->finalist); /* seeded: batch size 0's winner */
     assert_int_equal(find(rows, n, 40, 1)->rank, 40);
     assert_false(find(rows, n, 40, 2)->finalist); /* batch size 1's winner is config 1 */
@@ -160,10 +160,18 @@ static void test_plan_shape(void **state) {
         assert_int_equal(store_config_upsert(s, &cfg, &id), MT_OK);
         assert_int_equal(id, c);
         for (size_t b = 0; b < 2; b++) {
-            store_result_t r = {.sweep_id = sweep, .shape_id = shape, .config_id = id, .job_id = job,
-                                .batch_size = bs[b], .status = MOETUNE__STATUS__STATUS_OK,
-                                .median_us = b == 0 ? 10.0 + c : 40.0 - c, .samples = 5, .backend = "sim",
-                                .compiler = "sim", .created = 1, .phase = 1};
+            store_result_t r = {.sweep_id = sweep,
+                                .shape_id = shape,
+                                .config_id = id,
+                                .job_id = job,
+                                .batch_size = bs[b],
+                                .status = MOETUNE__STATUS__STATUS_OK,
+                                .median_us = b == 0 ? 10.0 + c : 40.0 - c,
+                                .samples = 5,
+                                .backend = "sim",
+                                .compiler = "sim",
+                                .created = 1,
+                                .phase = 1};
             if (c == 10 && b == 1) r.status = MOETUNE__STATUS__STATUS_PRUNED; /* racing's: not a candidate */
             assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
         }
@@ -232,7 +240,9 @@ static int send_result(fx_t *f, sched_worker_t *w, const Moetune__Job *j, uint64
 }
 
 /* Phase 1 at bs 1 ranks configs by id, at bs 2 the other way round. */
-static double phase1_us(uint64_t config, uint32_t bs) { return bs == 1 ? 10.0 + (double)config : 100.0 - (double)config; }
+static double phase1_us(uint64_t config, uint32_t bs) {
+    return bs == 1 ? 10.0 + (double)config : 100.0 - (double)config;
+}
 
 /* The scheduler runs a halving sweep: phase-1 jobs take 5 samples and race; when the last
  * phase-1 result commits, phase 2 is stored and dispatched (racing off, the sweep's sample
@@ -281,7 +291,8 @@ static void test_sched_phases(void **state) {
     }
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
     /* finalists: the best 4 at each batch size plus the other's winner; 14 rows pruned */
-    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'pruned' AND detail LIKE 'halving:%'"), 14);
+    assert_int_equal(
+        fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'pruned' AND detail LIKE 'halving:%'"), 14);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 3);
     /* every result is in (a phase-2 row replaces its phase-1 row), yet phase 2 is all to do */
     assert_int_equal(sched_status(f->s, 0, 2, &st), MT_OK);
@@ -358,7 +369,8 @@ static void test_sched_phases(void **state) {
     assert_int_equal(st.reply.sweeps[0]->results_pruned, 14);
     sched_status_release(&st);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 24);
-    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE phase = 2 AND status = 'ok' AND median_us < 3"), 10);
+    assert_int_equal(
+        fx_query_int(f, "SELECT COUNT(*) FROM results WHERE phase = 2 AND status = 'ok' AND median_us < 3"), 10);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE phase = 1 AND status = 'ok'"), 0);
     char sql[160];
     mt_fmt(sql, sizeof sql, "SELECT COUNT(*) FROM results WHERE phase = 2 AND config_id IN (%llu, %llu)",

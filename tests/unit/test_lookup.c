@@ -9,11 +9,12 @@
 
 #include "lookup.h"
 
-#define ENTRY(m) "{\"BLOCK_SIZE_M\": " #m ", \"BLOCK_SIZE_N\": 64, \"BLOCK_SIZE_K\": 128, " \
-                 "\"GROUP_SIZE_M\": 1, \"num_warps\": 4, \"num_stages\": 3}"
+#define ENTRY(m)                                                                                                       \
+    "{\"BLOCK_SIZE_M\": " #m ", \"BLOCK_SIZE_N\": 64, \"BLOCK_SIZE_K\": 128, "                                         \
+    "\"GROUP_SIZE_M\": 1, \"num_warps\": 4, \"num_stages\": 3}"
 /* Keys deliberately out of order: the loader sorts them. */
-static const char k_file[] = "{\"64\": " ENTRY(64) ", \"1\": " ENTRY(16) ", \"2\": " ENTRY(32)
-                             ", \"16\": " ENTRY(128) ", \"4\": " ENTRY(256) "}";
+static const char k_file[] = "{\"64\": " ENTRY(64) ", \"1\": " ENTRY(16) ", \"2\": " ENTRY(32) ", \"16\": " ENTRY(
+    128) ", \"4\": " ENTRY(256) "}";
 
 static moetune_lookup_t *load_ok(void) {
     moetune_lookup_t *t = NULL;
@@ -55,13 +56,13 @@ static void test_exact(void **state) {
 static void test_nearest(void **state) {
     moetune_lookup_t *t = load_ok();
     int bm;
-    assert_int_equal(pick(t, 5000, &bm), 64);  /* above every key */
+    assert_int_equal(pick(t, 5000, &bm), 64); /* above every key */
     assert_int_equal(pick(t, 65, &bm), 64);
-    assert_int_equal(pick(t, 5, &bm), 4);      /* between 4 and 16, nearer 4 */
-    assert_int_equal(pick(t, 12, &bm), 16);    /* nearer 16 */
-    assert_int_equal(pick(t, 3, &bm), 2);      /* tie between 2 and 4: smaller key */
-    assert_int_equal(pick(t, 10, &bm), 4);     /* tie between 4 and 16 */
-    assert_int_equal(pick(t, 40, &bm), 16);    /* tie between 16 and 64 */
+    assert_int_equal(pick(t, 5, &bm), 4);   /* between 4 and 16, nearer 4 */
+    assert_int_equal(pick(t, 12, &bm), 16); /* nearer 16 */
+    assert_int_equal(pick(t, 3, &bm), 2);   /* tie between 2 and 4: smaller key */
+    assert_int_equal(pick(t, 10, &bm), 4);  /* tie between 4 and 16 */
+    assert_int_equal(pick(t, 40, &bm), 16); /* tie between 16 and 64 */
     assert_int_equal(pick(t, 41, &bm), 64);
     moetune_lookup_free(&t);
 }
@@ -102,9 +103,11 @@ static void test_broken(void **state) {
     expect_broken("{\"-4\": " ENTRY(16) "}", "is not a positive integer");
     expect_broken("{\"1\": 5}", "not an object");
     expect_broken("{\"1\": {\"BLOCK_SIZE_M\": 16, \"BLOCK_SIZE_N\": 64, \"BLOCK_SIZE_K\": 128, "
-                  "\"GROUP_SIZE_M\": 1, \"num_warps\": 4}}", "lacks num_stages");
+                  "\"GROUP_SIZE_M\": 1, \"num_warps\": 4}}",
+                  "lacks num_stages");
     expect_broken("{\"1\": {\"BLOCK_SIZE_M\": \"16\", \"BLOCK_SIZE_N\": 64, \"BLOCK_SIZE_K\": 128, "
-                  "\"GROUP_SIZE_M\": 1, \"num_warps\": 4, \"num_stages\": 2}}", "BLOCK_SIZE_M is not a valid integer");
+                  "\"GROUP_SIZE_M\": 1, \"num_warps\": 4, \"num_stages\": 2}}",
+                  "BLOCK_SIZE_M is not a valid integer");
     /* Two entries for one batch size, however the key is spelt: refused as a duplicate
      * (keys are canonical decimals, so "01" cannot be a second spelling of "1"). */
     expect_broken("{\"1\": " ENTRY(16) ", \"1\": " ENTRY(32) "}", "duplicate object key");
@@ -115,7 +118,7 @@ static void test_broken(void **state) {
     char err[256] = "";
     assert_int_equal(moetune_lookup_load("/nonexistent/x.json", &t, err, sizeof err), MOETUNE_LOOKUP_EIO);
     assert_non_null(strstr(err, "/nonexistent/x.json"));
-    moetune_lookup_free(&t);  /* NULL-safe */
+    moetune_lookup_free(&t); /* NULL-safe */
 }
 
 int main(void) {

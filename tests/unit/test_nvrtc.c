@@ -124,8 +124,8 @@ static int compile_worker(void *arg) {
         p->total_s += img.compile_s;
         if (rc != MT_OK || !img.ok) {
             p->failed++;
-            printf("COMPILE FAILED %ux%ux%u w%u s%u: %s\n", p->cfgs[i].block_m, p->cfgs[i].block_n,
-                   p->cfgs[i].block_k, p->cfgs[i].num_warps, p->cfgs[i].num_stages, img.error);
+            printf("COMPILE FAILED %ux%ux%u w%u s%u: %s\n", p->cfgs[i].block_m, p->cfgs[i].block_n, p->cfgs[i].block_k,
+                   p->cfgs[i].num_warps, p->cfgs[i].num_stages, img.error);
         } else {
             if (img.spill_bytes) {
                 p->spilling++;
@@ -196,9 +196,9 @@ static void test_compile_default_space(void **unused) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_status_values),  cmocka_unit_test(test_open_without_gpu),
-        cmocka_unit_test(test_warp_layout),    cmocka_unit_test(test_inject_spec),
-        cmocka_unit_test(test_cache),          cmocka_unit_test(test_compile_default_space),
+        cmocka_unit_test(test_status_values), cmocka_unit_test(test_open_without_gpu),
+        cmocka_unit_test(test_warp_layout),   cmocka_unit_test(test_inject_spec),
+        cmocka_unit_test(test_cache),         cmocka_unit_test(test_compile_default_space),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

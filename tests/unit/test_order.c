@@ -98,7 +98,8 @@ static void test_cost(void **state) {
     /* large tiles win at large batch sizes, small ones at one token (no padding to 128 rows) */
     assert_true(ord_cost_us(&s, &large, 4096) < ord_cost_us(&s, &small, 4096));
     assert_true(ord_cost_us(&s, &small, 1) < ord_cost_us(&s, &large, 1));
-    for (size_t b = 0; b < 4; b++) assert_true(isfinite(ord_cost_us(&s, &small, k_bs[b])) && ord_cost_us(&s, &small, k_bs[b]) > 0);
+    for (size_t b = 0; b < 4; b++)
+        assert_true(isfinite(ord_cost_us(&s, &small, k_bs[b])) && ord_cost_us(&s, &small, k_bs[b]) > 0);
 }
 
 int main(void) {

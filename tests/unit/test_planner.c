@@ -131,8 +131,11 @@ static void test_fp8_block_engines(void **state) {
     s.shapes[0].block_k = 128;
     s.spec.backend = "triton";
     char *sgl[] = {"sglang"}, *vllm[] = {"vllm"}, *both[] = {"vllm", "sglang"}, *bad[] = {"trt"};
-    const struct { char **engines; size_t n; uint32_t valid; } cases[] = {
-        {NULL, 0, 1600}, {sgl, 1, 1280}, {vllm, 1, 640}, {both, 2, 1600}};
+    const struct {
+        char **engines;
+        size_t n;
+        uint32_t valid;
+    } cases[] = {{NULL, 0, 1600}, {sgl, 1, 1280}, {vllm, 1, 640}, {both, 2, 1600}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         s.spec.engines = cases[i].engines;
         s.spec.n_engines = cases[i].n;
@@ -277,12 +280,17 @@ static void test_invalid_specs(void **state) {
         spoil_fn fn;
         const char *needle;
     } cases[] = {
-        {spoil_no_shapes, "no shapes"},  {spoil_zero_batch, "batch size 0"},
-        {spoil_big_batch, "out of range"}, {spoil_dup_batch, "repeat"},
-        {spoil_no_batch, "no batch sizes"}, {spoil_topk, "topk"},
-        {spoil_strategy, "unknown strategy"}, {spoil_dtype, "dtype"},
+        {spoil_no_shapes, "no shapes"},
+        {spoil_zero_batch, "batch size 0"},
+        {spoil_big_batch, "out of range"},
+        {spoil_dup_batch, "repeat"},
+        {spoil_no_batch, "no batch sizes"},
+        {spoil_topk, "topk"},
+        {spoil_strategy, "unknown strategy"},
+        {spoil_dtype, "dtype"},
         {spoil_space, "list is empty"},
-        {spoil_huge_space, "expands to 16777216 configs (1 shapes x 16777216 configs of the space), over the limit of 100000"},
+        {spoil_huge_space,
+         "expands to 16777216 configs (1 shapes x 16777216 configs of the space), over the limit of 100000"},
     };
     char err[256];
     store_t *db = NULL;
@@ -318,11 +326,12 @@ static void test_failed_start_leaves_nothing(void **state) {
     spec_init(&s, QWEN, 1);
     assert_int_equal(store_open(g_db.path, &db, err, sizeof err), MT_OK);
     assert_int_equal(sqlite3_open(g_db.path, &raw), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(raw,
-                                  "CREATE TRIGGER no_jobs BEFORE INSERT ON jobs BEGIN SELECT RAISE(ABORT, 'disk full'); END;"
-                                  "CREATE TRIGGER no_marks BEFORE UPDATE ON sweeps BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(raw,
+                     "CREATE TRIGGER no_jobs BEFORE INSERT ON jobs BEGIN SELECT RAISE(ABORT, 'disk full'); END;"
+                     "CREATE TRIGGER no_marks BEFORE UPDATE ON sweeps BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
     assert_int_not_equal(plan_store(db, &s.spec, &sub, err, sizeof err), MT_OK);
     assert_non_null(strstr(err, "disk full"));
     store_close(&db);
@@ -339,8 +348,7 @@ static void test_custom_space_and_measure(void **state) {
     Moetune__Space sp = MOETUNE__SPACE__INIT;
     Moetune__Measure m = MOETUNE__MEASURE__INIT;
     sp.n_block_m = 2, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 2, sp.block_k = bk;
-    sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw, sp.n_num_stages = 3,
-    sp.num_stages = ns;
+    sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw, sp.n_num_stages = 3, sp.num_stages = ns;
     m.warmup = 2;
     m.seed = 9;
     spec_init(&s, QWEN, 1);

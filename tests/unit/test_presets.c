@@ -16,7 +16,12 @@
 
 /* MODELS.md: E, topk, K and N at TP 1/2/4/8; the dtype and weight blocks the checkpoint ships
  * (DeepSeek-V3/R1, Kimi-K2 and Qwen's -FP8 checkpoints: fp8 e4m3 with 128x128 block scales). */
-static const struct { const char *name; uint32_t e, topk, k, n[4]; const char *dtype; uint32_t block; } k_models[] = {
+static const struct {
+    const char *name;
+    uint32_t e, topk, k, n[4];
+    const char *dtype;
+    uint32_t block;
+} k_models[] = {
     {"mixtral-8x7b", 8, 2, 4096, {14336, 7168, 3584, 1792}, "bf16", 0},
     {"mixtral-8x22b", 8, 2, 6144, {16384, 8192, 4096, 2048}, "bf16", 0},
     {"deepseek-v3", 256, 8, 7168, {2048, 1024, 512, 256}, "fp8_w8a8", 128},
@@ -116,22 +121,26 @@ static void hf(const char *json, uint32_t tp, uint32_t ep, uint32_t e, uint32_t 
 static void test_hf_families(void **state) {
     /* Mixtral: num_local_experts, intermediate_size. */
     hf("{\"architectures\": [\"MixtralForCausalLM\"], \"hidden_size\": 4096, \"intermediate_size\": 14336,"
-       " \"num_local_experts\": 8, \"num_experts_per_tok\": 2}", 2, 1, 8, 7168, 4096, 2, "bf16", 0);
+       " \"num_local_experts\": 8, \"num_experts_per_tok\": 2}",
+       2, 1, 8, 7168, 4096, 2, "bf16", 0);
     /* DeepSeek: n_routed_experts, moe_intermediate_size preferred over the dense intermediate_size,
      * fp8 block quantisation. */
     hf("{\"hidden_size\": 7168, \"intermediate_size\": 18432, \"moe_intermediate_size\": 2048,"
        " \"n_routed_experts\": 256, \"num_experts_per_tok\": 8, \"quantization_config\":"
-       " {\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]}}", 8, 1, 256, 256, 7168, 8, "fp8_w8a8", 128);
+       " {\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]}}",
+       8, 1, 256, 256, 7168, 8, "fp8_w8a8", 128);
     /* Qwen MoE: num_experts. */
     hf("{\"hidden_size\": 2048, \"intermediate_size\": 6144, \"moe_intermediate_size\": 768,"
-       " \"num_experts\": 128, \"num_experts_per_tok\": 8}", 4, 2, 64, 192, 2048, 8, "bf16", 0);
+       " \"num_experts\": 128, \"num_experts_per_tok\": 8}",
+       4, 2, 64, 192, 2048, 8, "bf16", 0);
     /* gpt-oss: experts_per_token. */
     hf("{\"hidden_size\": 2880, \"intermediate_size\": 2880, \"num_local_experts\": 128,"
-       " \"experts_per_token\": 4, \"quantization_config\": {\"quant_method\": \"mxfp4\"}}", 2, 1, 128, 1440, 2880, 4,
-       "bf16", 0);
+       " \"experts_per_token\": 4, \"quantization_config\": {\"quant_method\": \"mxfp4\"}}",
+       2, 1, 128, 1440, 2880, 4, "bf16", 0);
     /* Nested text_config (multimodal wrappers). */
     hf("{\"model_type\": \"qwen3_5_moe\", \"text_config\": {\"hidden_size\": 4096, \"moe_intermediate_size\": 1024,"
-       " \"num_experts\": 512, \"num_experts_per_tok\": 10}}", 8, 1, 512, 128, 4096, 10, "bf16", 0);
+       " \"num_experts\": 512, \"num_experts_per_tok\": 10}}",
+       8, 1, 512, 128, 4096, 10, "bf16", 0);
 }
 
 /* An fp8 checkpoint's config with --dtype: fp8_w8a8 keeps its weight blocks, bf16 drops them; no
@@ -165,7 +174,8 @@ static void test_hf_fp8(void **state) {
         snprintf(text, sizeof text,
                  "{\"hidden_size\": 2048, \"moe_intermediate_size\": 768, \"num_experts\": 128,"
                  " \"num_experts_per_tok\": 8, \"quantization_config\": {\"quant_method\": \"fp8\","
-                 " \"weight_block_size\": %s}}", bad[i]);
+                 " \"weight_block_size\": %s}}",
+                 bad[i]);
         err[0] = '\0';
         assert_int_equal(cli_model_config_parse(text, strlen(text), 1, 1, NULL, &s, err, sizeof err), MT_INVAL);
         assert_non_null(strstr(err, "weight_block_size"));
@@ -212,8 +222,8 @@ static void test_not_regular(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_presets_tp), cmocka_unit_test(test_presets_dtype), cmocka_unit_test(test_presets_ep),
-        cmocka_unit_test(test_errors), cmocka_unit_test(test_hf_families), cmocka_unit_test(test_hf_fp8),
-        cmocka_unit_test(test_hf_errors), cmocka_unit_test(test_not_regular),
+        cmocka_unit_test(test_errors),     cmocka_unit_test(test_hf_families),   cmocka_unit_test(test_hf_fp8),
+        cmocka_unit_test(test_hf_errors),  cmocka_unit_test(test_not_regular),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

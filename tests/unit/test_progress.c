@@ -62,7 +62,8 @@ static void test_phase1(void **state) {
 static void test_phase2(void **state) {
     (void)state;
     Moetune__SweepStatus st = halving("running", 2, 480, 30, 12);
-    assert_non_null(strstr(line_of(&st, 30.0), "sweep 7 running: phase 2: 12/30 finalists, 480/480 results (96.5%), 0/s, ETA 30s"));
+    assert_non_null(
+        strstr(line_of(&st, 30.0), "sweep 7 running: phase 2: 12/30 finalists, 480/480 results (96.5%), 0/s, ETA 30s"));
     uint64_t planned, done;
     cli_progress_work(&st, &planned, &done);
     assert_int_equal(planned, 510);
@@ -81,7 +82,8 @@ static void test_phase2(void **state) {
     st = halving("running", 2, 480, 30, 30);
     assert_true(cli_progress_percent(&st) < 100.0);
     st = halving("done", 2, 480, 30, 30);
-    assert_non_null(strstr(line_of(&st, -1.0), "sweep 7 done: phase 2: 30/30 finalists, 480/480 results (100.0%), 0/s, ETA 0s"));
+    assert_non_null(
+        strstr(line_of(&st, -1.0), "sweep 7 done: phase 2: 30/30 finalists, 480/480 results (100.0%), 0/s, ETA 0s"));
 }
 
 /* Phase 1 of one shape is over while another's runs: both counts show. */

@@ -37,8 +37,8 @@ static void test_valid(void **state) {
     uint8_t buf[512];
     krn_routing_t r;
     char err[256] = "";
-    size_t n = npy(buf, sizeof buf, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4, 2), }", k_ids32,
-                   sizeof k_ids32);
+    size_t n =
+        npy(buf, sizeof buf, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4, 2), }", k_ids32, sizeof k_ids32);
     assert_int_equal(krn_routing_parse(buf, n, &r, err, sizeof err), MT_OK);
     assert_int_equal(r.tokens, 4);
     assert_int_equal(r.topk, 2);
@@ -140,7 +140,7 @@ static void test_fuzz(void **state) {
         krn_routing_clear(&r);
         free(copy);
     }
-    assert_int_equal(ok, 1);  /* only the whole file */
+    assert_int_equal(ok, 1); /* only the whole file */
     for (int iter = 0; iter < 20000; iter++) {
         memcpy(m, good, n);
         int flips = 1 + (int)(seed % 4);
@@ -205,7 +205,7 @@ static void test_rows(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid), cmocka_unit_test(test_hostile), cmocka_unit_test(test_fuzz),
-        cmocka_unit_test(test_load), cmocka_unit_test(test_rows),
+        cmocka_unit_test(test_load),  cmocka_unit_test(test_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,7 +24,6 @@
 #include "wire.h"
 #include "sched_fx.h"
 
-
 static bool g_skip_heard; /* deliver the next Result without sched_on_heard first */
 
 /* Sends a Result for every batch size {1, 2} with one status. Returns sched_on_result's code. */
@@ -46,7 +45,6 @@ static size_t count_body(fx_t *f, const char *rid, wire_body_t body) {
     for (size_t i = 0; i < f->n; i++) n += strcmp(f->rid[i], rid) == 0 && f->msg[i]->body_case == body;
     return n;
 }
-
 
 static bool acked(fx_t *f, const char *rid, uint64_t seq) {
     for (size_t i = 0; i < f->n; i++) {
@@ -251,8 +249,9 @@ static void test_avoid_worker_alone(void **state) {
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
     sched_on_ready(f->s, a, 1, 0);
     const Moetune__Job *j = fx_last_job(f, "A");
-    assert_int_equal(result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id,
-                            MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
+    assert_int_equal(
+        result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_CRASHED, 1),
+        MT_OK);
     sched_on_ready(f->s, a, 1, 1);
     assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     sched_on_bye(f->s, b, 2); /* A is now the only live worker: it gets the retry */
@@ -320,8 +319,8 @@ static void test_racing_bests(void **state) {
     assert_true(j->measure->race_margin > 0.19 && j->measure->race_margin < 0.21); /* the default */
     assert_int_equal(j->n_best_us, 2);
     assert_true(j->best_us[0] == 0 && j->best_us[1] == 0);
-    assert_int_equal(result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_OK, 1),
-                     MT_OK);
+    assert_int_equal(
+        result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     sched_on_ready(f->s, a, 1, 1); /* received, not committed: nothing to race against yet */
     j = fx_last_job(f, "A");
     assert_true(j->best_us[0] == 0 && j->best_us[1] == 0);
@@ -390,7 +389,8 @@ static void test_restart_holder_gone(void **state) {
     /* back too late: its result is rejected and nothing is stored */
     a = fx_hello(f, "A", "gpu", 10600);
     assert_int_equal(result(f, a, job, tok, 1, (uint64_t)fx_query_int(f, "SELECT config_id FROM job_configs"),
-                            MOETUNE__STATUS__STATUS_OK, 10600), MT_INVAL);
+                            MOETUNE__STATUS__STATUS_OK, 10600),
+                     MT_INVAL);
     assert_int_equal(sched_flush(f->s, 10600), MT_OK);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 0);
     assert_true(acked(f, "A", 1));
@@ -461,9 +461,11 @@ static void test_hello_while_locked(void **state) {
     assert_true(acked(f, "A", 1) && acked(f, "A", 2));
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 4);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results r JOIN devices d ON d.id = r.device_id"
-                                     " WHERE d.name = 'locked-gpu' AND r.worker_id = 'A'"), 4);
+                                     " WHERE d.name = 'locked-gpu' AND r.worker_id = 'A'"),
+                     4);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM workers w JOIN devices d ON d.id = w.device_id"
-                                     " WHERE w.worker_id = 'A' AND d.name = 'locked-gpu'"), 1);
+                                     " WHERE w.worker_id = 'A' AND d.name = 'locked-gpu'"),
+                     1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM devices"), 1);
 }
 
@@ -487,7 +489,8 @@ static void test_job_rows_commit_fails(void **state) {
     unlock_db(lock);
     assert_int_equal(sched_flush(f->s, 3), MT_OK);
     char sql[128];
-    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM jobs WHERE id = %llu AND state = 'leased'", (unsigned long long)job);
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM jobs WHERE id = %llu AND state = 'leased'",
+             (unsigned long long)job);
     assert_int_equal(fx_query_int(f, sql), 1);
 }
 
@@ -567,8 +570,8 @@ static wire_env_t *recv_env(void *sock) {
 static void test_daemon_hostile_input(void **state) {
     fx_t *f = *state;
     char err[256];
-    coord_opts_t o = {.db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*",
-                      .heartbeat_ms = 100};
+    coord_opts_t o = {
+        .db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*", .heartbeat_ms = 100};
     coord_t *c = NULL;
     assert_int_equal(coord_new(&o, &c, err, sizeof err), MT_OK);
     pthread_t th;
@@ -725,8 +728,8 @@ typedef struct {
 static void daemon_start(fx_t *f, daemon_t *d) {
     char err[256];
     /* a long heartbeat: a slow plan (a sanitizer build) must not make the test's worker dead */
-    coord_opts_t o = {.db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*",
-                      .heartbeat_ms = 60000};
+    coord_opts_t o = {
+        .db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*", .heartbeat_ms = 60000};
     memset(d, 0, sizeof *d);
     assert_int_equal(coord_new(&o, &d->c, err, sizeof err), MT_OK);
     assert_int_equal(pthread_create(&d->th, NULL, run_coord, d->c), 0);
@@ -944,8 +947,7 @@ static void test_crash_allocation_failures(void **state) {
         f->path = f->tmp.path;
         fx_start(f, 1000, 30000);
         /* 16 jobs of one config: the retry job is the 17th, so the sweep's job list grows */
-        static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1, 16, 32, 64}, nw[] = {4, 8},
-                        ns[] = {2, 3};
+        static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1, 16, 32, 64}, nw[] = {4, 8}, ns[] = {2, 3};
         static uint32_t bs[] = {1, 2};
         Moetune__Space sp = MOETUNE__SPACE__INIT;
         Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
@@ -975,8 +977,10 @@ static void test_crash_allocation_failures(void **state) {
         for (uint64_t id = 1; id <= 18; id++) {
             bool in_db = (int64_t)id <= db_jobs; /* ids are 1..n */
             const char *st = sched_job_state(f->s, id, NULL);
-            if (in_db) assert_non_null(st);
-            else assert_null(st);
+            if (in_db)
+                assert_non_null(st);
+            else
+                assert_null(st);
         }
         if (retry > 0) {
             /* the retry job is real: B (not A) gets exactly that config */
@@ -1059,7 +1063,8 @@ static void check_consistent(fx_t *f) {
         }
         snprintf(sql, sizeof sql,
                  "SELECT COUNT(*) FROM jobs j JOIN sweeps s ON s.id = j.sweep_id WHERE j.id = %lld AND "
-                 "s.state = 'running' AND j.state IN ('pending', 'leased')", (long long)id);
+                 "s.state = 'running' AND j.state IN ('pending', 'leased')",
+                 (long long)id);
         if (fx_query_int(f, sql) == 1) assert_non_null(st);
     }
     sched_status_t stt;
@@ -1067,7 +1072,8 @@ static void check_consistent(fx_t *f) {
     assert_int_equal(stt.reply.n_sweeps, fx_query_int(f, "SELECT COUNT(*) FROM sweeps"));
     for (size_t i = 0; i < stt.reply.n_sweeps; i++) {
         const Moetune__SweepStatus *ss = stt.reply.sweeps[i];
-        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM results WHERE sweep_id = %llu", (unsigned long long)ss->sweep_id);
+        snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM results WHERE sweep_id = %llu",
+                 (unsigned long long)ss->sweep_id);
         assert_int_equal(ss->results_done, fx_query_int(f, sql));
         snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM sweeps WHERE id = %llu AND state = '%s'",
                  (unsigned long long)ss->sweep_id, ss->state);
@@ -1144,7 +1150,8 @@ static void test_split_tail(void **state) {
     uint64_t twin = jb->job_id, tokb = jb->lease_token;
     assert_int_not_equal(twin, job);
     assert_int_equal(jb->n_configs, 4);
-    for (int i = 0; i < 4; i++) assert_int_equal(jb->configs[i]->config_id, cfg[7 - i]); /* the back half, back to front */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(jb->configs[i]->config_id, cfg[7 - i]); /* the back half, back to front */
     assert_int_equal(jb->n_batch_sizes, 2);
     assert_string_equal(sched_job_state(f->s, twin, NULL), "leased");
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 2);
@@ -1156,7 +1163,8 @@ static void test_split_tail(void **state) {
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM job_configs"), 8);
     /* A, not told, measures its job in order: 0..3 (kept) then 4 (moved) */
     uint64_t seq = 1;
-    for (int i = 0; i < 3; i++) assert_int_equal(result(f, a, job, tok, seq++, cfg[i], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(result(f, a, job, tok, seq++, cfg[i], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
     assert_int_equal(flush_done(f, 3), 6);
     assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
     assert_int_equal(result(f, a, job, tok, seq++, cfg[3], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
@@ -1217,7 +1225,8 @@ static void test_split_restart(void **state) {
     b = fx_hello(f, "B", "gpu", 1);
     heartbeat(f, a, &job, 1, 1);
     heartbeat(f, b, &twin, 1, 1);
-    for (int i = 0; i < 4; i++) assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
     assert_int_equal(result(f, a, job, tok, 5, cfg[4], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
     uint32_t att = 9;
     assert_string_equal(sched_job_state(f->s, job, &att), "leased");
@@ -1225,7 +1234,8 @@ static void test_split_restart(void **state) {
     assert_int_equal(flush_done(f, 3), 8); /* A's 4 kept configs; its moved one dropped */
     assert_true(acked(f, "A", 5));
     assert_string_equal(sched_job_state(f->s, job, NULL), "done");
-    for (int i = 4; i < 8; i++) assert_int_equal(result(f, b, twin, tokb, (uint64_t)i, cfg[i], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
+    for (int i = 4; i < 8; i++)
+        assert_int_equal(result(f, b, twin, tokb, (uint64_t)i, cfg[i], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
     assert_int_equal(flush_done(f, 4), 16);
     assert_int_equal(flush_done(f, 5), 16);
     assert_string_equal(sched_job_state(f->s, twin, NULL), "done");
@@ -1253,7 +1263,8 @@ static void test_split_meet(void **state) {
     sched_on_ready(f->s, b, 1, 1);
     const Moetune__Job *jb = fx_last_job(f, "B");
     uint64_t twin = jb->job_id, tokb = jb->lease_token;
-    for (int i = 0; i < 4; i++) assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
     assert_int_equal(result(f, b, twin, tokb, 1, cfg[7], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
     assert_int_equal(result(f, b, twin, tokb, 2, cfg[6], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
     assert_int_equal(flush_done(f, 2), 12);
@@ -1298,7 +1309,8 @@ static void test_split_bounds(void **state) {
     for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
     sched_on_ready(f->s, other, 1, 1); /* the sweep is bound to the H100 */
     assert_int_equal(count_body(f, "O", MOETUNE__ENVELOPE__BODY_JOB), 0);
-    for (int i = 0; i < 7; i++) assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    for (int i = 0; i < 7; i++)
+        assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
     assert_int_equal(flush_done(f, 2), 14);
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H100", 3);
     sched_on_ready(f->s, b, 1, 3);
@@ -1356,8 +1368,7 @@ static void test_alloc_failure_scenarios(void **state) {
         restart(f);
         fired = mt_alloc_failed();
         mt_alloc_fail_at(0);
-        for (int k = 0; k < 10 && sched_flush(f->s, 7) != MT_OK; k++) {
-        }
+        for (int k = 0; k < 10 && sched_flush(f->s, 7) != MT_OK; k++) {}
         assert_int_equal(sched_pending(f->s), 0);
         check_consistent(f);
         restart(f);
@@ -1382,8 +1393,8 @@ static void test_mixed_fleet_binds_sweep(void **state) {
     assert_int_equal(j->sweep_id, sw1);
     sched_on_ready(f->s, b, 4, 0);
     assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
-    assert_int_equal(result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id,
-                            MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
+    assert_int_equal(
+        result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
     /* restart: the binding comes back from the stored results */
     sched_destroy(&f->s);

@@ -204,9 +204,18 @@ static void test_fault_parse(void **unused) {
     assert_int_equal(f.slow_start_ms, 40);
     assert_true(f.slowdown == 1.25);
 
-    static const char *bad[] = {"crash=64x128", "crash=64x128x64x1x4x3x9", "crash_rate=1.5", "crash_rate=x",
-                                "bogus=1", "slow_start_ms=-3", "crash", "=5", "wrong=0x1x1x1x1x1",
-                                "slowdown=0", "slowdown=x", "slowdown=101"};
+    static const char *bad[] = {"crash=64x128",
+                                "crash=64x128x64x1x4x3x9",
+                                "crash_rate=1.5",
+                                "crash_rate=x",
+                                "bogus=1",
+                                "slow_start_ms=-3",
+                                "crash",
+                                "=5",
+                                "wrong=0x1x1x1x1x1",
+                                "slowdown=0",
+                                "slowdown=x",
+                                "slowdown=101"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
         assert_int_equal(wrk_sim_faults_parse(bad[i], &f, err, sizeof err), MT_INVAL);
@@ -404,11 +413,10 @@ static void test_time_scale(void **unused) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_find),        cmocka_unit_test(test_device),     cmocka_unit_test(test_determinism),
-        cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid), cmocka_unit_test(test_fault_parse),
-        cmocka_unit_test(test_crash_draw),  cmocka_unit_test(test_wrong),      cmocka_unit_test(test_rsd_stop),
-        cmocka_unit_test(test_racing),      cmocka_unit_test(test_slowdown),
-        cmocka_unit_test(test_time_scale),
+        cmocka_unit_test(test_find),           cmocka_unit_test(test_device),   cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid),  cmocka_unit_test(test_fault_parse),
+        cmocka_unit_test(test_crash_draw),     cmocka_unit_test(test_wrong),    cmocka_unit_test(test_rsd_stop),
+        cmocka_unit_test(test_racing),         cmocka_unit_test(test_slowdown), cmocka_unit_test(test_time_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,13 +50,13 @@ static void test_flags(void **state) {
     assert_int_equal(p->shapes[0]->e, 128);
     assert_int_equal(p->shapes[1]->block_n, 128);
     assert_string_equal(p->shapes[1]->dtype, "fp8_w8a8");
-    assert_int_equal(p->shapes[2]->e, 128);   /* qwen3-30b-a3b at TP 2 */
+    assert_int_equal(p->shapes[2]->e, 128); /* qwen3-30b-a3b at TP 2 */
     assert_int_equal(p->shapes[2]->n, 384);
     assert_int_equal(p->n_batch_sizes, 4);
     assert_int_equal(p->batch_sizes[3], 64);
     assert_non_null(p->space);
     assert_int_equal(p->space->n_block_m, 2);
-    assert_int_equal(p->space->n_block_n, 4);  /* not given: the default list */
+    assert_int_equal(p->space->n_block_n, 4); /* not given: the default list */
     assert_int_equal(p->space->n_num_stages, 4);
     assert_int_equal(p->chunk, 8);
     assert_string_equal(p->strategy, "halving");
@@ -161,7 +161,9 @@ static void test_routing(void **state) {
     cli_spec_destroy(&u);
     cli_spec_destroy(&s);
     /* id 7 does not fit E=4; topk 2 does not fit topk=4 */
-    static const struct { const char *shape, *why; } bad[] = {
+    static const struct {
+        const char *shape, *why;
+    } bad[] = {
         {"E=4,N=256,K=512,topk=2", "does not fit shape E=4,topk=2: expert id 7 is out of range 0..3 (E=4)"},
         {"E=8,N=256,K=512,topk=4", "2 experts per token, the shape has topk=4"},
     };
@@ -186,14 +188,15 @@ static void test_defaults(void **state) {
     cli_spec_t *s = cli_spec_new();
     char err[400] = "";
     set_ok(s, "shape", "E=128,N=768,K=2048,topk=8");
-    set_ok(s, "shape", "E=128,N=768,K=2048,topk=8");   /* the same shape twice is tuned once */
+    set_ok(s, "shape", "E=128,N=768,K=2048,topk=8"); /* the same shape twice is tuned once */
     assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_OK);
     const Moetune__SweepSpec *p = cli_spec_get(s);
     assert_int_equal(p->n_shapes, 1);
     assert_int_equal(p->n_batch_sizes, 18);
     assert_int_equal(p->batch_sizes[17], 4096);
     assert_int_equal(p->space->n_block_m * p->space->n_block_n * p->space->n_block_k * p->space->n_group_m *
-                         p->space->n_num_warps * p->space->n_num_stages, 1920);
+                         p->space->n_num_warps * p->space->n_num_stages,
+                     1920);
     assert_string_equal(p->strategy, "exhaustive");
     assert_int_equal(p->chunk, 16);
     assert_string_equal(p->name, "E=128,N=768,K=2048,topk=8");
@@ -217,7 +220,9 @@ static cli_spec_t *made(const char *first, ...) {
 /* Resume decisions compare expanded plans: absent and zero settings are the planner's
  * defaults, never wildcards; every difference is named. */
 static void test_compare(void **state) {
-    struct { const char *k, *v, *diff; } cases[] = {
+    struct {
+        const char *k, *v, *diff;
+    } cases[] = {
         {"min-samples", "20", "min_samples 10, now 20"},
         {"max-samples", "50", "max_samples 100, now 50"},
         {"rsd-target", "0.05", "rsd_target 0.01, now 0.05"},
@@ -285,8 +290,8 @@ static void test_bad_flags(void **state) {
     set_bad("dtype", "fp4", "--dtype fp4");
     set_bad("strategy", "random", "unknown strategy");
     set_bad("rsd-target", "2", "--rsd-target 2");
-    set_bad("warmup", "0", "--warmup 0");   /* zero would be taken for the default 5 */
-    set_bad("seed", "0", "--seed 0");       /* zero would be taken for the default 1 */
+    set_bad("warmup", "0", "--warmup 0"); /* zero would be taken for the default 5 */
+    set_bad("seed", "0", "--seed 0");     /* zero would be taken for the default 1 */
     set_bad("nonsense", "1", "unknown spec option");
 
     cli_spec_t *s = cli_spec_new();
@@ -352,7 +357,7 @@ static void test_json(void **state) {
     fclose(f);
     s = cli_spec_new();
     set_ok(s, "spec", path);
-    set_ok(s, "batch-sizes", "4");   /* a flag after --spec overrides the file */
+    set_ok(s, "batch-sizes", "4"); /* a flag after --spec overrides the file */
     assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_OK);
     assert_int_equal(cli_spec_get(s)->n_batch_sizes, 1);
     assert_int_equal(cli_spec_get(s)->batch_sizes[0], 4);
@@ -379,7 +384,8 @@ static void test_json_bad(void **state) {
     json_bad("{\"batch_sizes\": [1, 0]}", "'0'");
     json_bad("{\"batch_sizes\": \"many\"}", "'many'");
     json_bad("{\"batch_sizes\": {\"a\": 1}}", "wrong type");
-    json_bad("{\"shapes\": [{\"E\": 128, \"N\": 768, \"K\": 2048, \"topk\": 8, \"colour\": 1}]}", "unknown key \"colour\"");
+    json_bad("{\"shapes\": [{\"E\": 128, \"N\": 768, \"K\": 2048, \"topk\": 8, \"colour\": 1}]}",
+             "unknown key \"colour\"");
     json_bad("{\"shapes\": [{\"E\": 128, \"N\": 0, \"K\": 2048, \"topk\": 8}]}", "N=0");
     json_bad("{\"shapes\": \"E=128,N=768,K=2048,topk=8\"}", "not an array");
     json_bad("{\"models\": [{\"name\": \"gpt-oss-20b\", \"pp\": 2}]}", "unknown key \"pp\"");
@@ -392,7 +398,7 @@ static void test_json_bad(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_flags), cmocka_unit_test(test_engines), cmocka_unit_test(test_routing),
+        cmocka_unit_test(test_flags),    cmocka_unit_test(test_engines),   cmocka_unit_test(test_routing),
         cmocka_unit_test(test_defaults), cmocka_unit_test(test_bad_flags), cmocka_unit_test(test_json),
         cmocka_unit_test(test_json_bad), cmocka_unit_test(test_compare),
     };

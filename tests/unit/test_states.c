@@ -220,10 +220,21 @@ static void test_config_text(void **state) {
     assert_int_equal(krn_config_parse(buf, &back), MT_OK);
     assert_memory_equal(&back, &big, sizeof big);
     /* malformed or out of a field's bounds: refused, and the config left as it was */
-    static const char *const bad[] = {"", "64x128x64x1x4", "64x128x64x1x4x3x2", "64x128x64x1x4x3 ",
-                                      " 64x128x64x1x4x3", "64x128x64x1x4x", "x128x64x1x4x3", "64x128x64x0x4x3",
-                                      "64x-128x64x1x4x3", "64x+128x64x1x4x3", "64x128x64x1x64x3", "64x128x64x1x4x17",
-                                      "2048x128x64x1x4x3", "64X128x64x1x4x3", "99999999999x1x1x1x1x1"};
+    static const char *const bad[] = {"",
+                                      "64x128x64x1x4",
+                                      "64x128x64x1x4x3x2",
+                                      "64x128x64x1x4x3 ",
+                                      " 64x128x64x1x4x3",
+                                      "64x128x64x1x4x",
+                                      "x128x64x1x4x3",
+                                      "64x128x64x0x4x3",
+                                      "64x-128x64x1x4x3",
+                                      "64x+128x64x1x4x3",
+                                      "64x128x64x1x64x3",
+                                      "64x128x64x1x4x17",
+                                      "2048x128x64x1x4x3",
+                                      "64X128x64x1x4x3",
+                                      "99999999999x1x1x1x1x1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         back = c;
         if (krn_config_parse(bad[i], &back) != MT_INVAL) fail_msg("'%s' parsed", bad[i]);
@@ -272,10 +283,10 @@ static int plan_with(int field, uint32_t value, char *err, size_t errlen) {
     krn_space_default(&def);
     Moetune__Space sp = MOETUNE__SPACE__INIT;
     uint32_t one = value;
-    size_t *counts[KRN_N_FIELDS] = {&sp.n_block_m, &sp.n_block_n, &sp.n_block_k, &sp.n_group_m, &sp.n_num_warps,
-                                    &sp.n_num_stages};
-    uint32_t **lists[KRN_N_FIELDS] = {&sp.block_m, &sp.block_n, &sp.block_k, &sp.group_m, &sp.num_warps,
-                                      &sp.num_stages};
+    size_t *counts[KRN_N_FIELDS] = {&sp.n_block_m, &sp.n_block_n,   &sp.n_block_k,
+                                    &sp.n_group_m, &sp.n_num_warps, &sp.n_num_stages};
+    uint32_t **lists[KRN_N_FIELDS] = {&sp.block_m, &sp.block_n,   &sp.block_k,
+                                      &sp.group_m, &sp.num_warps, &sp.num_stages};
     for (int i = 0; i < KRN_N_FIELDS; i++) {
         *counts[i] = i == field ? 1 : def.n[i];
         *lists[i] = i == field ? &one : def.values[i];
@@ -371,12 +382,9 @@ static void test_measure_defaults(void **state) {
 int main(void) {
     mt_log_init("test_states", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_status_table),
-        cmocka_unit_test(test_schema_file_checks),
-        cmocka_unit_test(test_created_schema_checks),
-        cmocka_unit_test(test_config_text),
-        cmocka_unit_test(test_config_bounds),
-        cmocka_unit_test(test_credit_cap),
+        cmocka_unit_test(test_status_table),          cmocka_unit_test(test_schema_file_checks),
+        cmocka_unit_test(test_created_schema_checks), cmocka_unit_test(test_config_text),
+        cmocka_unit_test(test_config_bounds),         cmocka_unit_test(test_credit_cap),
         cmocka_unit_test(test_measure_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -68,9 +68,9 @@ static int count_v2(void *ctx, const dbq_result_t *r) {
 }
 
 /* The rows every old schema's test starts from: a done sweep, a shape and a config. */
-#define OLD_ROWS                                                                                   \
-    "INSERT INTO sweeps (name, spec, state, created) VALUES ('old', x'00', 'done', 1);"            \
-    "INSERT INTO shapes (e, n, k, topk, dtype) VALUES (8, 256, 256, 2, 'bf16');"                   \
+#define OLD_ROWS                                                                                                       \
+    "INSERT INTO sweeps (name, spec, state, created) VALUES ('old', x'00', 'done', 1);"                                \
+    "INSERT INTO shapes (e, n, k, topk, dtype) VALUES (8, 256, 256, 2, 'bf16');"                                       \
     "INSERT INTO configs (block_m, block_n, block_k, group_m, num_warps, num_stages) VALUES (16, 64, 64, 1, 4, 2);"
 
 /* Lays the test database out by tests/unit/support/NAME (an earlier schema) and fills it
@@ -95,11 +95,10 @@ static void old_db(const char *name, const char *rows) {
 static void test_migrate_v1(void **state) {
     char err[256];
     store_t *s = NULL;
-    old_db("schema_v1.sql",
-           "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
-           " backend, compiler, created) VALUES (1, 1, 1, 1, 'ok', 5.0, 'sim', 'sim', 1);"
-           "INSERT INTO workers (worker_id, compiler) VALUES ('w0', 'sim');"
-           "PRAGMA user_version = 1;");
+    old_db("schema_v1.sql", "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
+                            " backend, compiler, created) VALUES (1, 1, 1, 1, 'ok', 5.0, 'sim', 'sim', 1);"
+                            "INSERT INTO workers (worker_id, compiler) VALUES ('w0', 'sim');"
+                            "PRAGMA user_version = 1;");
     assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results') WHERE name IN ('versions',"
                                " 'up_us', 'down_us')"),
                      0);
@@ -126,7 +125,8 @@ static void test_migrate_v1(void **state) {
                                " AND type = 'TEXT'"),
                      1);
     /* the same columns as a fresh v2 database, in the same order */
-    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results')"), 26); /* v3's timed_us, v4's phase */
+    assert_int_equal(query_int("SELECT COUNT(*) FROM pragma_table_info('results')"),
+                     26); /* v3's timed_us, v4's phase */
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'down_us'"), 23);
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'timed_us'"), 24);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE median_us = 5.0 AND versions IS NULL"
@@ -147,8 +147,7 @@ static void test_migrate_v1(void **state) {
                                       NULL, NULL, NULL),
                          SQLITE_OK);
     sqlite3_close(db);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'results_best'"),
-                     1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'results_best'"), 1);
     assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE name = 'results_v3'"), 0);
     /* v3: the shapes table rebuilt with the routing in its identity, ids and references kept */
     assert_int_equal(query_int("SELECT COUNT(*) FROM shapes WHERE id = 1 AND e = 8 AND routing = ''"), 1);
@@ -213,14 +212,25 @@ static void test_migrate_v3(void **state) {
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     assert_int_equal(query_int("PRAGMA user_version"), 4);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE phase = 1"), 2);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'ok' AND median_us = 5.0 AND timed_us = 50"), 1);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 1 AND batch_sizes IS NULL AND state = 'done'"), 1);
+    assert_int_equal(
+        query_int("SELECT COUNT(*) FROM results WHERE status = 'ok' AND median_us = 5.0 AND timed_us = 50"), 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 1 AND batch_sizes IS NULL AND state = 'done'"),
+                     1);
     /* the layout a fresh v4 database has */
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'phase'"), 25);
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('jobs') WHERE name = 'batch_sizes'"), 12);
     /* a phase-2 row replaces the phase-1 one; a phase-1 resend then changes nothing */
-    store_result_t r = {.sweep_id = 1, .shape_id = 1, .config_id = 1, .batch_size = 1, .status = MOETUNE__STATUS__STATUS_OK,
-                        .median_us = 4.0, .samples = 40, .backend = "sim", .compiler = "sim", .created = 2, .phase = 2};
+    store_result_t r = {.sweep_id = 1,
+                        .shape_id = 1,
+                        .config_id = 1,
+                        .batch_size = 1,
+                        .status = MOETUNE__STATUS__STATUS_OK,
+                        .median_us = 4.0,
+                        .samples = 40,
+                        .backend = "sim",
+                        .compiler = "sim",
+                        .created = 2,
+                        .phase = 2};
     int outcome = -1;
     assert_int_equal(store_result_put(s, &r, &outcome), MT_OK);
     assert_int_equal(outcome, STORE_ROW_REPLACED);
@@ -240,7 +250,8 @@ static void test_migrate_v3(void **state) {
     store_close(&s);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 2);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE batch_size = 1 AND phase = 2 AND median_us = 4.0"
-                               " AND samples = 40"), 1);
+                               " AND samples = 40"),
+                     1);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '1,16'"), 1);
 }
 
@@ -286,11 +297,24 @@ static void test_idempotent_result(void **state) {
     bool inserted = false;
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     seed_job(s, &sweep, &shape, &cfg, &job);
-    store_result_t r = {.sweep_id = sweep, .shape_id = shape, .config_id = cfg, .job_id = job, .batch_size = 16,
-                        .status = MOETUNE__STATUS__STATUS_OK, .median_us = 12.5, .min_us = 12.0, .mean_us = 12.6,
-                        .stddev_us = 0.1, .samples = 20, .worker_id = "w1", .backend = "sim",
-                        .compiler = "sim", .created = 5, .versions = "kernel=moetune triton=3.6.0",
-                        .up_us = 8.25, .down_us = 4.5};
+    store_result_t r = {.sweep_id = sweep,
+                        .shape_id = shape,
+                        .config_id = cfg,
+                        .job_id = job,
+                        .batch_size = 16,
+                        .status = MOETUNE__STATUS__STATUS_OK,
+                        .median_us = 12.5,
+                        .min_us = 12.0,
+                        .mean_us = 12.6,
+                        .stddev_us = 0.1,
+                        .samples = 20,
+                        .worker_id = "w1",
+                        .backend = "sim",
+                        .compiler = "sim",
+                        .created = 5,
+                        .versions = "kernel=moetune triton=3.6.0",
+                        .up_us = 8.25,
+                        .down_us = 4.5};
     assert_int_equal(store_begin(s), MT_OK);
     assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
     assert_true(inserted);
@@ -322,8 +346,13 @@ static void test_rollback_discards(void **state) {
     bool inserted = false;
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     seed_job(s, &sweep, &shape, &cfg, &job);
-    store_result_t r = {.sweep_id = sweep, .shape_id = shape, .config_id = cfg, .batch_size = 1,
-                        .status = MOETUNE__STATUS__STATUS_TIMEOUT, .backend = "sim", .compiler = "sim"};
+    store_result_t r = {.sweep_id = sweep,
+                        .shape_id = shape,
+                        .config_id = cfg,
+                        .batch_size = 1,
+                        .status = MOETUNE__STATUS__STATUS_TIMEOUT,
+                        .backend = "sim",
+                        .compiler = "sim"};
     assert_int_equal(store_begin(s), MT_OK);
     assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
     store_rollback(s);
@@ -339,8 +368,8 @@ static void test_leased_back_to_pending(void **state) {
     uint64_t sweep, shape, cfg, job;
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
     seed_job(s, &sweep, &shape, &cfg, &job);
-    store_job_update_t u = {.id = job, .state = "leased", .attempts = 1, .worker_id = "w1", .lease_token = 77,
-                            .lease_expires_ms = 123};
+    store_job_update_t u = {
+        .id = job, .state = "leased", .attempts = 1, .worker_id = "w1", .lease_token = 77, .lease_expires_ms = 123};
     assert_int_equal(store_job_update(s, &u), MT_OK);
     store_close(&s);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE state = 'leased'"), 1);

@@ -345,8 +345,7 @@ static void test_socket_recv(void **state) {
     assert_int_equal(out->body_case, MOETUNE__ENVELOPE__BODY_READY);
     assert_int_equal(out->ready->credits, 2);
     wire_free(&out);
-    assert_int_equal(wire_recv(router, true, id, &id_len, WIRE_DEFAULT_MAX_BYTES, ZMQ_DONTWAIT, &out, &rej),
-                     MT_AGAIN);
+    assert_int_equal(wire_recv(router, true, id, &id_len, WIRE_DEFAULT_MAX_BYTES, ZMQ_DONTWAIT, &out, &rej), MT_AGAIN);
 
     /* An Error reply reaches the dealer. */
     wire_send_error(router, "w1", 2, WIRE_E_DECODE, "bad bytes");
@@ -366,11 +365,16 @@ static void test_socket_recv(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),     cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_oversized),      cmocka_unit_test(test_wrong_version),
-        cmocka_unit_test(test_no_body_and_bad_fields), cmocka_unit_test(test_random_bytes),
-        cmocka_unit_test(test_roles),          cmocka_unit_test(test_socket_recv),
-        cmocka_unit_test(test_non_finite_latencies), cmocka_unit_test(test_recv_invalid_result_names_lease),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_oversized),
+        cmocka_unit_test(test_wrong_version),
+        cmocka_unit_test(test_no_body_and_bad_fields),
+        cmocka_unit_test(test_random_bytes),
+        cmocka_unit_test(test_roles),
+        cmocka_unit_test(test_socket_recv),
+        cmocka_unit_test(test_non_finite_latencies),
+        cmocka_unit_test(test_recv_invalid_result_names_lease),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

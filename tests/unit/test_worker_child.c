@@ -77,7 +77,8 @@ static void test_normal(void **unused) {
     void *st = NULL;
     memset(&o, 0, sizeof o);
     assert_int_equal(wrk_backend_sim.open(&o, &st, &dev, err, sizeof err), MT_OK);
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, g_bs, 3, &m, direct, &dregs, &dspills, err, sizeof err), MT_OK);
+    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, g_bs, 3, &m, direct, &dregs, &dspills, err, sizeof err),
+                     MT_OK);
     wrk_backend_sim.close(&st);
     for (int i = 0; i < 3; i++) {
         assert_true(out[i].median_us == direct[i].median_us);
@@ -157,9 +158,9 @@ static int lost_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t 
     *state = NULL;
     return MT_OK;
 }
-static int lost_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
-                        size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
-                        char *err, size_t errlen) {
+static int lost_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
+                        const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err,
+                        size_t errlen) {
     (void)state, (void)shape, (void)bs, (void)m, (void)regs, (void)spills;
     for (size_t i = 0; i < n_bs; i++) {
         out[i].status = MOETUNE__STATUS__STATUS_OK;
@@ -250,9 +251,12 @@ static void test_slow_start_async(void **unused) {
 int main(void) {
     mt_log_init("test", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_normal),     cmocka_unit_test(test_crash),
-        cmocka_unit_test(test_hang),       cmocka_unit_test(test_open_fails),
-        cmocka_unit_test(test_slow_start_async), cmocka_unit_test(test_backend_lost),
+        cmocka_unit_test(test_normal),
+        cmocka_unit_test(test_crash),
+        cmocka_unit_test(test_hang),
+        cmocka_unit_test(test_open_fails),
+        cmocka_unit_test(test_slow_start_async),
+        cmocka_unit_test(test_backend_lost),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,7 +21,6 @@
 #include "wire.h"
 #include "sched_fx.h"
 
-
 static bool acked(fx_t *f, const char *rid, uint64_t seq) {
     for (size_t i = 0; i < f->n; i++) {
         if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;
@@ -31,12 +30,11 @@ static bool acked(fx_t *f, const char *rid, uint64_t seq) {
     return false;
 }
 
-
 /* ---- writer thread alone */
 
 typedef struct {
     const char *uuid;
-    int fail;                /* return this after the write */
+    int fail; /* return this after the write */
 } wjob_t;
 
 static int write_device(store_t *db, void *arg) {
@@ -204,11 +202,12 @@ static void test_batch_failure_keeps_results(void **state) {
     sched_batch_done(f->s, arg, rc, why, 5);
     char sql[128];
     assert_int_equal(fx_query_int(f, mt_fmt(sql, sizeof sql, "SELECT count(*) FROM jobs WHERE id=%llu AND state='done'",
-                                         (unsigned long long)jid)),
+                                            (unsigned long long)jid)),
                      1);
-    assert_int_equal(fx_query_int(f, mt_fmt(sql, sizeof sql, "SELECT count(*) FROM sweeps WHERE id=%llu AND state='done'",
-                                         (unsigned long long)sweep)),
-                     1);
+    assert_int_equal(
+        fx_query_int(f, mt_fmt(sql, sizeof sql, "SELECT count(*) FROM sweeps WHERE id=%llu AND state='done'",
+                               (unsigned long long)sweep)),
+        1);
     assert_int_equal(sched_batch_take(f->s, &b), MT_AGAIN);
     writer_destroy(&wr);
 }

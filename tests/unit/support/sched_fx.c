@@ -15,7 +15,6 @@
 #include "sched_fx.h"
 #include "tmpdb.h"
 
-
 int fx_capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) {
     fx_t *f = ctx;
     uint8_t *buf = NULL;

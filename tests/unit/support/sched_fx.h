@@ -19,7 +19,7 @@
 
 typedef struct {
     tmpdb_t tmp;
-    const char *path;   /* tmp.path */
+    const char *path; /* tmp.path */
     store_t *db;
     sched_t *s;
     char rid[MAX_MSGS][32];

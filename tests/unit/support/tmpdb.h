@@ -6,7 +6,7 @@
 
 typedef struct {
     char dir[64];
-    char path[128];   /* dir/t.db */
+    char path[128]; /* dir/t.db */
 } tmpdb_t;
 
 /* Makes /tmp/mt_<tag>_XXXXXX and sets path inside it; 0 or -1 (a cmocka setup result). */
