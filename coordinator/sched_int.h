@@ -12,6 +12,8 @@
  *   sched_status.c  status replies, rates, GPU busy, counters
  *   sched_halving.c successive halving: a halving sweep's shapes and the phase
  *                   transition when a shape's phase-1 jobs are over (halving.c)
+ *   sched_split.c   tail work: a leased job split for a worker that would idle,
+ *                   and where the results of the configs a split moved belong
  *
  * Threads: everything runs on the event loop's thread except sched_batch_write,
  * which runs on the writer thread (writer.h) and reads only its batch, never the
@@ -281,6 +283,22 @@ void sched_ack_push(sched_worker_t *w, uint64_t seq);
 /* The job whose config *ci of j is now: j itself, or where a split or a crash retry moved
  * it (following later moves), *ci its index there; NULL when none holds it. */
 job_t *sched_cfg_owner(job_t *j, size_t *ci);
+
+/* True when worker w may measure sweep sw (backend, device filter, the GPU model it is bound to). */
+bool sched_worker_matches(const sched_worker_t *w, const sweep_t *sw);
+
+/* sched_split.c. Tail work for w, which holds nothing while nothing is pending for it: the
+ * back half of the open configs of the leased job with the most, moved to a new pending job
+ * (stored at once) and returned for w to lease; NULL when nothing splits or on failure
+ * (nothing changed). */
+job_t *sched_job_split(sched_t *s, sched_worker_t *w);
+
+/* A result with the token of done job j for config_id: NULL to go on (*late set when a split
+ * moved the config and its new job still waits for it), or why it is dropped quietly. */
+const char *sched_late_result(job_t *j, uint64_t config_id, bool *late);
+
+/* Another open job of j's sweep, shape and phase that holds config_id, else NULL. */
+const job_t *sched_config_elsewhere(const job_t *j, uint64_t config_id);
 /* Dispatches to every live worker with credits. */
 void sched_dispatch_all(sched_t *s, uint64_t now_ms);
 

@@ -46,7 +46,7 @@ static const char *gpu_name(const sched_worker_t *w) {
 /* A sweep's results are for one kernel: a worker of another backend measures another kernel.
  * And for one GPU model: once leased to one, a sweep is measured only by that model, so every
  * device that measures a sweep measures all of it (a mixed fleet never splits one). */
-static bool worker_matches(const sched_worker_t *w, const sweep_t *sw) {
+bool sched_worker_matches(const sched_worker_t *w, const sweep_t *sw) {
     const Moetune__Hello *h = w->hello ? w->hello->hello : NULL;
     if (sw->backend && (!h || !h->backend || strcmp(h->backend, sw->backend) != 0)) return false;
     if (sw->device && strcmp(gpu_name(w), sw->device) != 0) return false;
@@ -350,7 +350,7 @@ void sched_on_bye(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
 static bool other_live_worker(const sched_t *s, const sched_worker_t *w, const sweep_t *sw) {
     for (size_t i = 0; i < s->n_workers; i++) {
         const sched_worker_t *o = s->workers[i];
-        if (o != w && o->alive && worker_matches(o, sw)) return true;
+        if (o != w && o->alive && sched_worker_matches(o, sw)) return true;
     }
     return false;
 }
@@ -359,7 +359,8 @@ static bool other_live_worker(const sched_t *s, const sched_worker_t *w, const s
 static job_t *pick(sched_t *s, sched_worker_t *w) {
     for (size_t i = 0; i < s->n_sweeps; i++) {
         sweep_t *sw = s->sweeps[i];
-        if (sw->state != WIRE_SWEEP_RUNNING || !sw->jobs_by_state[WIRE_JOB_PENDING] || !worker_matches(w, sw)) continue;
+        if (sw->state != WIRE_SWEEP_RUNNING || !sw->jobs_by_state[WIRE_JOB_PENDING] || !sched_worker_matches(w, sw))
+            continue;
         while (sw->hint < sw->n_jobs && sw->jobs[sw->hint]->state != WIRE_JOB_PENDING) sw->hint++;
         int other = -1;
         for (size_t k = sw->hint; k < sw->n_jobs; k++) {
@@ -428,125 +429,10 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     return sched_send_env(s, w, &env);
 }
 
-/* A config its job still waits for: in the job and without all its rows. */
-static bool cfg_open(const job_t *j, const jcfg_t *c) { return !c->removed && c->rows < sched_job_nb(j); }
-
-static size_t job_open_cfgs(const job_t *j) {
-    size_t n = 0;
-    for (size_t i = 0; i < j->n_cfgs; i++) n += cfg_open(j, &j->cfgs[i]);
-    return n;
-}
-
-/* The job a split takes from for w: leased to another worker, of a running sweep w may
- * measure, with the most open configs (at least 2); the lowest job id among equals. */
-static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
-    job_t *best = NULL;
-    size_t best_n = 1;
-    for (size_t i = 0; i < s->n_workers; i++) {
-        const sched_worker_t *o = s->workers[i];
-        if (o == w) continue;
-        for (size_t k = 0; k < o->n_held; k++) {
-            job_t *j = o->held[k];
-            if (j->state != WIRE_JOB_LEASED || j->sw->state != WIRE_SWEEP_RUNNING || !worker_matches(w, j->sw))
-                continue;
-            size_t n = job_open_cfgs(j);
-            if (n > best_n || (n == best_n && best && j->id < best->id)) {
-                best = j;
-                best_n = n;
-            }
-        }
-    }
-    *n_open = best ? best_n : 0;
-    return best;
-}
-
-/* Tail work: w holds nothing and nothing is pending for it. The leased job with the most
- * open configs gives the back half of them (what its holder reaches last) to a new pending
- * job, listed back to front, stored at once in its own transaction (job_configs moved, the
- * job's phase and batch sizes kept) and returned for w to lease. Its holder is not told: when
- * its own configs are done it goes on into the moved ones front to back while w comes the
- * other way, and its results for them are accepted while the new job needs them
- * (sched_on_result) and credited to the job that holds them now (sched_commit.c).
- * Bounded: only a worker holding no job splits, one job a dispatch, a job with fewer than 2
- * open configs is never split, and each move at least halves the job a config is in, so a
- * config moves at most log2(chunk) times. NULL when nothing splits or on failure (memory or
- * storage: nothing changed). */
-static job_t *job_split(sched_t *s, sched_worker_t *w) {
-    size_t n_open = 0;
-    if (w->n_held) return NULL;
-    job_t *j = split_pick(s, w, &n_open);
-    if (!j) return NULL;
-    sweep_t *sw = j->sw;
-    size_t move = n_open / 2, nb = sched_job_nb(j);
-    uint64_t new_id = 0;
-    char bs_text[2048] = "";
-    job_t *nj = mt_calloc(1, sizeof *nj);
-    jcfg_t *ncfg = mt_calloc(move, sizeof *ncfg);
-    size_t *mv = mt_malloc(move * sizeof *mv);
-    uint32_t *nbs = j->bs ? mt_malloc(j->nb * sizeof *nbs) : NULL;
-    if (!nj || !ncfg || !mv || (j->bs && (!nbs || halving_bs_format(j->bs, j->nb, bs_text, sizeof bs_text)))) {
-        log_at(MT_LOG_ERROR, "out of memory splitting job %llu", (unsigned long long)j->id);
-        goto fail;
-    }
-    /* the back `move` open configs, in the job's order */
-    for (size_t i = j->n_cfgs, m = move; m && i-- > 0;)
-        if (cfg_open(j, &j->cfgs[i])) mv[--m] = i;
-    int rc = store_begin(s->db);
-    for (size_t k = 0; !rc && k < move; k++) rc = store_job_config_delete(s->db, j->id, j->cfgs[mv[k]].config_id);
-    if (!rc)
-        rc = store_job_insert_phase(s->db, sw->id, j->shape_id, j->phase, j->bs ? bs_text : NULL, NULL, mt_wall_s(),
-                                    &new_id);
-    for (size_t k = 0; !rc && k < move; k++) rc = store_job_config_insert(s->db, new_id, j->cfgs[mv[k]].config_id);
-    if (!rc && sched_job_index_reserve(s, sw, new_id)) rc = MT_NOMEM;
-    if (!rc) rc = store_commit(s->db);
-    if (rc) {
-        log_at(MT_LOG_WARN, "job %llu not split for %s: %s", (unsigned long long)j->id, w->id,
-               rc == MT_NOMEM ? "out of memory" : store_errmsg(s->db));
-        store_rollback(s->db);
-        if (rc != MT_NOMEM) s->c.commit_failures++;
-        goto fail;
-    }
-    if (nbs) memcpy(nbs, j->bs, j->nb * sizeof *nbs);
-    nj->id = new_id;
-    nj->sw = sw;
-    nj->shape_id = j->shape_id;
-    nj->state = WIRE_JOB_PENDING;
-    nj->phase = j->phase;
-    nj->bs = nbs;
-    nj->nb = j->nb;
-    nj->cfgs = ncfg;
-    nj->n_cfgs = move;
-    nj->rows_needed = (uint64_t)move * nb;
-    for (size_t k = 0; k < move; k++) {
-        /* listed back to front: the holder, not told, goes on from its kept configs into the
-         * moved ones front to back, so the two meet and the holder's extra work is not wasted */
-        jcfg_t *c = &j->cfgs[mv[k]];
-        ncfg[move - 1 - k].config_id = c->config_id;
-        ncfg[move - 1 - k].rows = c->rows;
-        nj->rows_done += c->rows;
-        c->removed = c->moved = true;
-        c->to = nj;
-        j->rows_needed -= nb;
-        j->rows_done -= c->rows;
-    }
-    sched_job_index(s, nj); /* room reserved above: cannot fail */
-    log_at(MT_LOG_INFO, "job %llu (held by %s) split for idle %s: its last %zu of %zu open configs moved to job %llu",
-           (unsigned long long)j->id, j->holder ? j->holder->id : "nobody", w->id, move, n_open,
-           (unsigned long long)new_id);
-    free(mv);
-    return nj;
-fail:
-    free(nbs);
-    free(mv);
-    free(ncfg);
-    free(nj);
-    return NULL;
-}
-
 static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
     while (w->alive && w->credits) {
         job_t *j = pick(s, w);
-        if (!j) j = job_split(s, w);
+        if (!j) j = sched_job_split(s, w);
         if (!j) return;
         if (sched_grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return;
         char *holder_id = mt_strdup(w->id); /* the job row's worker_id, before anything is sent */
@@ -595,59 +481,6 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
 }
 
 /* ---- results */
-
-/* Bounded: a config moves a few times. */
-job_t *sched_cfg_owner(job_t *j, size_t *ci) {
-    for (int hops = 0; j && hops < 64; hops++) {
-        const jcfg_t *c = &j->cfgs[*ci];
-        if (!c->removed) return j;
-        job_t *t = c->to;
-        size_t k = 0;
-        while (t && k < t->n_cfgs && t->cfgs[k].config_id != c->config_id) k++;
-        if (!t || k == t->n_cfgs) return NULL;
-        j = t;
-        *ci = k;
-    }
-    return NULL;
-}
-
-/* A result with the token of done job j for config_id: NULL to go on (*late set when the config
- * was moved by a split and its new job still waits for it: accepted, its rows credited there),
- * or why it is dropped quietly (a split moved it and its rows are in; or its rows came from the
- * holder of the job it was moved from, so this worker's job was done before it got there). */
-static const char *late_result(job_t *j, uint64_t config_id, bool *late) {
-    *late = false;
-    for (size_t i = 0; i < j->n_cfgs; i++) {
-        jcfg_t *c = &j->cfgs[i];
-        if (c->config_id != config_id) continue;
-        if (c->moved) {
-            size_t oci = i;
-            job_t *o = sched_cfg_owner(j, &oci);
-            *late = o && (o->state == WIRE_JOB_PENDING || o->state == WIRE_JOB_LEASED) &&
-                    o->cfgs[oci].rows < sched_job_nb(o);
-            return *late ? NULL : "a split moved it and its rows are in";
-        }
-        if (!c->removed && c->twin_rows && c->rows >= sched_job_nb(j))
-            return "its rows came from the worker it was split from";
-        return NULL;
-    }
-    return NULL;
-}
-
-/* Another open job of j's sweep, shape and phase that holds config_id, else NULL. Scans the
- * sweep's jobs: only for a result whose config is not in its job (rare). */
-static const job_t *config_elsewhere(const job_t *j, uint64_t config_id) {
-    const sweep_t *sw = j->sw;
-    for (size_t i = sw->n_jobs; i-- > 0;) {
-        const job_t *o = sw->jobs[i];
-        if (o == j || (o->state != WIRE_JOB_PENDING && o->state != WIRE_JOB_LEASED) || o->shape_id != j->shape_id ||
-            o->phase != j->phase)
-            continue;
-        for (size_t k = 0; k < o->n_cfgs; k++)
-            if (o->cfgs[k].config_id == config_id && !o->cfgs[k].removed) return o;
-    }
-    return NULL;
-}
 
 static int reject(sched_t *s, sched_worker_t *w, uint64_t seq, uint64_t job_id, const char *why) {
     s->c.rejected_results++;
@@ -770,7 +603,7 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
     /* late: the holder of a done job measured a config a split moved, which its new job still needs */
     bool late = false;
     if (j->state == WIRE_JOB_DONE && r->lease_token == j->token) {
-        const char *drop = late_result(j, r->config_id, &late);
+        const char *drop = sched_late_result(j, r->config_id, &late);
         if (drop) {
             sched_ack_push(w, r->seq);
             log_at(MT_LOG_INFO, "result seq %llu from %s for config %llu of done job %llu dropped: %s",
@@ -797,7 +630,7 @@ int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t no
             break;
         }
     }
-    if (ci == j->n_cfgs && (other = config_elsewhere(j, r->config_id)) != NULL) {
+    if (ci == j->n_cfgs && (other = sched_config_elsewhere(j, r->config_id)) != NULL) {
         /* moved by a split the holder was not told of and this scheduler does not remember (it was
          * restarted: the database is the truth): the job that holds it now measures it */
         sched_ack_push(w, r->seq);
