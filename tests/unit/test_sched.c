@@ -1126,6 +1126,33 @@ static uint64_t flush_done(fx_t *f, uint64_t now) {
     return done;
 }
 
+/* The split fixture: A takes the one job of 8 configs, then B, with nothing pending, takes
+ * the back half of it. Returns A's and B's jobs with their tokens and A's configs in order. */
+typedef struct {
+    sched_worker_t *a, *b;
+    uint64_t job, tok, twin, tokb, cfg[8];
+    const Moetune__Job *jb;
+} split_fx_t;
+
+static void split_setup(fx_t *f, split_fx_t *x) {
+    fx_start(f, 1000, 30000);
+    submit_8(f);
+    x->a = fx_hello(f, "A", "gpu", 0);
+    x->b = fx_hello(f, "B", "gpu", 0);
+    sched_on_ready(f->s, x->a, 1, 1);
+    const Moetune__Job *ja = fx_last_job(f, "A");
+    assert_non_null(ja);
+    assert_int_equal(ja->n_configs, 8);
+    x->job = ja->job_id;
+    x->tok = ja->lease_token;
+    for (int i = 0; i < 8; i++) x->cfg[i] = ja->configs[i]->config_id;
+    sched_on_ready(f->s, x->b, 1, 2);
+    x->jb = fx_last_job(f, "B");
+    assert_non_null(x->jb);
+    x->twin = x->jb->job_id;
+    x->tokb = x->jb->lease_token;
+}
+
 /* The tail: B has nothing pending while A holds a job of 8 configs, so B takes the back 4 of
  * them in a new job (stored: job_configs moved). A's kept configs finish A's job; A's result
  * for a moved config is stored once and credits B's job (which then waits only for the rest);
@@ -1134,20 +1161,11 @@ static uint64_t flush_done(fx_t *f, uint64_t now) {
  * stored exactly once, and memory agrees with the database, also after a restart. */
 static void test_split_tail(void **state) {
     fx_t *f = *state;
-    fx_start(f, 1000, 30000);
-    submit_8(f);
-    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 1);
-    const Moetune__Job *ja = fx_last_job(f, "A");
-    assert_non_null(ja);
-    assert_int_equal(ja->n_configs, 8);
-    uint64_t job = ja->job_id, tok = ja->lease_token, cfg[8];
-    for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
-    sched_on_ready(f->s, b, 1, 2);
-    const Moetune__Job *jb = fx_last_job(f, "B");
-    assert_non_null(jb);
-    uint64_t twin = jb->job_id, tokb = jb->lease_token;
+    split_fx_t x;
+    split_setup(f, &x);
+    sched_worker_t *a = x.a, *b = x.b;
+    const Moetune__Job *jb = x.jb;
+    uint64_t job = x.job, tok = x.tok, twin = x.twin, tokb = x.tokb, *cfg = x.cfg;
     assert_int_not_equal(twin, job);
     assert_int_equal(jb->n_configs, 4);
     for (int i = 0; i < 4; i++)
@@ -1207,17 +1225,10 @@ static void test_split_tail(void **state) {
  * holder finishes the rest: every planned row once. */
 static void test_split_restart(void **state) {
     fx_t *f = *state;
-    fx_start(f, 1000, 30000);
-    submit_8(f);
-    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 1);
-    const Moetune__Job *ja = fx_last_job(f, "A");
-    uint64_t job = ja->job_id, tok = ja->lease_token, cfg[8];
-    for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
-    sched_on_ready(f->s, b, 1, 1);
-    const Moetune__Job *jb = fx_last_job(f, "B");
-    uint64_t twin = jb->job_id, tokb = jb->lease_token;
+    split_fx_t x;
+    split_setup(f, &x);
+    sched_worker_t *a = x.a, *b = x.b;
+    uint64_t job = x.job, tok = x.tok, twin = x.twin, tokb = x.tokb, *cfg = x.cfg;
     assert_int_equal(flush_done(f, 2), 0);
     restart(f);
     fx_clear(f);
@@ -1252,17 +1263,10 @@ static void test_split_restart(void **state) {
  * rejected; every row once, counts never above the plan. */
 static void test_split_meet(void **state) {
     fx_t *f = *state;
-    fx_start(f, 1000, 30000);
-    submit_8(f);
-    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 1);
-    const Moetune__Job *ja = fx_last_job(f, "A");
-    uint64_t job = ja->job_id, tok = ja->lease_token, cfg[8];
-    for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
-    sched_on_ready(f->s, b, 1, 1);
-    const Moetune__Job *jb = fx_last_job(f, "B");
-    uint64_t twin = jb->job_id, tokb = jb->lease_token;
+    split_fx_t x;
+    split_setup(f, &x);
+    sched_worker_t *a = x.a, *b = x.b;
+    uint64_t job = x.job, tok = x.tok, twin = x.twin, tokb = x.tokb, *cfg = x.cfg;
     for (int i = 0; i < 4; i++)
         assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
     assert_int_equal(result(f, b, twin, tokb, 1, cfg[7], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
