@@ -1010,23 +1010,8 @@ static void test_crash_allocation_failures(void **state) {
 
 /* A Hello from id that may fail (no asserts on the scheduler's answer); the live worker or NULL. */
 static sched_worker_t *try_hello(fx_t *f, const char *id, uint64_t now) {
-    Moetune__Hello h = MOETUNE__HELLO__INIT;
-    Moetune__Gpu g = MOETUNE__GPU__INIT;
-    wire_env_t env, *out = NULL;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int code;
-    char err[128];
-    g.name = "gpu";
-    h.worker_id = (char *)id, h.host = "host", h.pid = 1, h.backend = "sim", h.gpu = &g;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
-    env.hello = &h;
-    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
-    free(buf);
-    sched_on_hello(f->s, (const uint8_t *)id, strlen(id), &out, now);
-    wire_free(&out);
+    bool left;
+    fx_hello_send(f, id, "gpu", now, &left);
     return sched_worker(f->s, (const uint8_t *)id, strlen(id));
 }
 

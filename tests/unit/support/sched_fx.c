@@ -92,7 +92,7 @@ uint64_t fx_submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filte
     return sub.sweep_id;
 }
 
-sched_worker_t *fx_hello(fx_t *f, const char *id, const char *gpu, uint64_t now) {
+int fx_hello_send(fx_t *f, const char *id, const char *gpu, uint64_t now, bool *left) {
     Moetune__Hello h = MOETUNE__HELLO__INIT;
     Moetune__Gpu g = MOETUNE__GPU__INIT;
     wire_env_t env, *out = NULL;
@@ -114,8 +114,16 @@ sched_worker_t *fx_hello(fx_t *f, const char *id, const char *gpu, uint64_t now)
     assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
     assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
     free(buf);
-    assert_int_equal(sched_on_hello(f->s, (const uint8_t *)id, strlen(id), &out, now), MT_OK);
-    assert_null(out);
+    int rc = sched_on_hello(f->s, (const uint8_t *)id, strlen(id), &out, now);
+    *left = out != NULL;
+    wire_free(&out);
+    return rc;
+}
+
+sched_worker_t *fx_hello(fx_t *f, const char *id, const char *gpu, uint64_t now) {
+    bool left = true;
+    assert_int_equal(fx_hello_send(f, id, gpu, now, &left), MT_OK);
+    assert_false(left);
     sched_worker_t *w = sched_worker(f->s, (const uint8_t *)id, strlen(id));
     assert_non_null(w);
     return w;

@@ -43,6 +43,9 @@ int64_t fx_query_int(fx_t *f, const char *sql);
 /* A small sweep: one shape, n_stages configs (stages 2..), batch sizes {1, 2}; its id. */
 uint64_t fx_submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filter);
 /* Delivers a Hello from id with GPU name gpu; the scheduler's worker. */
+/* Packs and unpacks a Hello from worker id on GPU gpu, hands it to sched_on_hello and returns
+ * its code; *left says whether the scheduler left the message unconsumed (freed here). */
+int fx_hello_send(fx_t *f, const char *id, const char *gpu, uint64_t now, bool *left);
 sched_worker_t *fx_hello(fx_t *f, const char *id, const char *gpu, uint64_t now);
 /* Delivers a Result for batch sizes {1, 2} with one status (after sched_on_heard when heard);
  * sched_on_result's code. */
