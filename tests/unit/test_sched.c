@@ -1015,24 +1015,7 @@ static sched_worker_t *try_hello(fx_t *f, const char *id, uint64_t now) {
     return sched_worker(f->s, (const uint8_t *)id, strlen(id));
 }
 
-static int try_submit(fx_t *f, const char *name, uint64_t *id) {
-    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1}, nw[] = {4}, ns[] = {2, 3, 4, 5};
-    static uint32_t bs[] = {2, 1};
-    Moetune__Space sp = MOETUNE__SPACE__INIT;
-    Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
-    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
-    Moetune__Submitted sub;
-    char err[256];
-    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
-    sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw, sp.n_num_stages = 4;
-    sp.num_stages = ns;
-    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
-    spec.name = (char *)name, spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs;
-    spec.space = &sp, spec.chunk = 1;
-    int rc = sched_submit(f->s, &spec, &sub, 0, err, sizeof err);
-    *id = rc ? 0 : sub.sweep_id;
-    return rc;
-}
+static int try_submit(fx_t *f, const char *name, uint64_t *id) { return fx_submit_try(f, name, 4, 1, NULL, id, NULL); }
 
 /* Memory agrees with the database: every job in memory has its stored state, every open job
  * of a running sweep is in memory, and each sweep's committed count is its stored rows. */

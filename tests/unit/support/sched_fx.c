@@ -67,8 +67,8 @@ int fx_teardown(void **state) {
 
 int64_t fx_query_int(fx_t *f, const char *sql) { return tmpdb_query_int(f->path, sql); }
 
-/* A small sweep: one shape, n_stages configs (stages 2..), batch sizes {1, 2}. */
-uint64_t fx_submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filter) {
+int fx_submit_try(fx_t *f, const char *name, uint32_t n_stages, uint32_t chunk, const char *filter, uint64_t *id,
+                  uint32_t *valid) {
     static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1}, nw[] = {4}, ns[] = {2, 3, 4, 5};
     static uint32_t bs[] = {2, 1};
     Moetune__Space sp = MOETUNE__SPACE__INIT;
@@ -81,15 +81,24 @@ uint64_t fx_submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filte
     sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw;
     sp.n_num_stages = n_stages, sp.num_stages = ns;
     sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
-    spec.name = "small";
+    spec.name = (char *)name;
     spec.n_shapes = 1, spec.shapes = &shp;
     spec.n_batch_sizes = 2, spec.batch_sizes = bs;
     spec.space = &sp;
     spec.chunk = chunk;
     spec.device_filter = (char *)filter;
-    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
-    assert_int_equal(sub.configs_valid, n_stages);
-    return sub.sweep_id;
+    int rc = sched_submit(f->s, &spec, &sub, 0, err, sizeof err);
+    *id = rc ? 0 : sub.sweep_id;
+    if (valid) *valid = rc ? 0 : sub.configs_valid;
+    return rc;
+}
+
+uint64_t fx_submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filter) {
+    uint64_t id = 0;
+    uint32_t valid = 0;
+    assert_int_equal(fx_submit_try(f, "small", n_stages, chunk, filter, &id, &valid), MT_OK);
+    assert_int_equal(valid, n_stages);
+    return id;
 }
 
 int fx_hello_send(fx_t *f, const char *id, const char *gpu, uint64_t now, bool *left) {

@@ -40,6 +40,11 @@ void fx_stop(fx_t *f);
 void fx_clear(fx_t *f);
 /* The first column of the first row of sql on a read-only connection (-1 when no row). */
 int64_t fx_query_int(fx_t *f, const char *sql);
+/* A small sweep named name: one shape, n_stages configs (stages 2..), batch sizes {1, 2},
+ * chunk configs a job, an optional device filter. sched_submit's code; *id (and *valid, the
+ * configs the rules accept, when not NULL) on success, 0 otherwise. No asserts on the answer. */
+int fx_submit_try(fx_t *f, const char *name, uint32_t n_stages, uint32_t chunk, const char *filter, uint64_t *id,
+                  uint32_t *valid);
 /* A small sweep: one shape, n_stages configs (stages 2..), batch sizes {1, 2}; its id. */
 uint64_t fx_submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filter);
 /* Delivers a Hello from id with GPU name gpu; the scheduler's worker. */
