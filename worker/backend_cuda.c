@@ -741,12 +741,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     CUgraphExec exec = NULL;
     double *samples = NULL;
     size_t nout = (size_t)b->m * s->k;
-    unsigned short *host = malloc(nout * 2);
-    if (!host) {
-        out->status = WCU_ST_LAUNCH_ERROR;
-        mt_fmt(out->detail, sizeof out->detail, "out of host memory for the check");
-        return;
-    }
+    unsigned short *host = NULL; /* the check's host copy: only for configs that stay in the race */
     /* The check's layer: poisoned output, one layer on weight set 0, its output kept aside
      * (the graph's layers overwrite it) and compared with the reference only once the
      * config has stayed in the race: a pruned config is never a winner, and the host copy
@@ -862,6 +857,12 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         goto out;
     }
     /* Stayed in the race (or no race): the check's output against the reference. */
+    host = malloc(nout * 2);
+    if (!host) {
+        out->status = WCU_ST_LAUNCH_ERROR;
+        mt_fmt(out->detail, sizeof out->detail, "out of host memory for the check");
+        goto out;
+    }
     if ((r = g_drv.cuMemcpyDtoH(host, st->check, nout * 2)) != CUDA_SUCCESS) {
         launch_failed(st, r, "reading the output", out);
         goto out;
