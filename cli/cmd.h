@@ -156,9 +156,6 @@ int cli_follow(const cli_cmd_t *cmd, struct cli_client *c, uint64_t sweep, bool 
 /* Workers of r that are not dead. */
 uint32_t cli_live_workers(const Moetune__StatusReply *r);
 
-/* True for the states a sweep ends in: done, failed, cancelled. */
-bool cli_sweep_finished(const char *state);
-
 /* Says on stderr, in one line, which running sweeps a submitted one waits behind (nothing
  * when none): they are measured first. */
 void cli_say_queued_behind(const char *cmd_name, const uint64_t *ids, size_t n);

@@ -13,8 +13,6 @@
 #include "progress.h"
 #include "states.h"
 
-bool cli_sweep_finished(const char *state) { return state && wire_sweep_finished(state); }
-
 static int connect_control(const cli_cmd_t *cmd, const cli_opts_t *o, cli_client_t **c) {
     char err[300];
     if (!o->control) return cli_usage(cmd, "--control EP is required");
@@ -87,7 +85,7 @@ int cli_follow(const cli_cmd_t *cmd, cli_client_t *c, uint64_t sweep, bool json,
         if (r) {
             bool all_done = true, any_bad = false;
             for (size_t i = 0; i < r->n_sweeps; i++) {
-                if (!cli_sweep_finished(r->sweeps[i]->state))
+                if (!wire_sweep_finished(r->sweeps[i]->state))
                     all_done = false;
                 else if (!wire_sweep_is(r->sweeps[i]->state, WIRE_SWEEP_DONE))
                     any_bad = true;
