@@ -37,6 +37,9 @@ struct cli_spec {
     size_t n_batch;
     uint32_t space_vals[KRN_N_FIELDS][KRN_MAX_VALUES];
     size_t n_space[KRN_N_FIELDS];
+    Moetune__Config cfgs[KRN_MAX_LIST]; /* --configs: exactly these (Space.configs) */
+    Moetune__Config *cfg_ptrs[KRN_MAX_LIST];
+    size_t n_cfgs;
     char name[128], strategy[32], device_filter[128], backend[16];
     char engine_names[2][8];
     char routing[4096]; /* --routing as given; the resolved path goes into the spec */
@@ -161,6 +164,36 @@ static int set_space(cli_spec_t *s, const void *arg, const char *opt, const char
     intptr_t i = (intptr_t)arg;
     return parse_list(opt, val, krn_config_fields[i].max, KRN_MAX_VALUES, s->space_vals[i], &s->n_space[i], err,
                       errlen);
+}
+
+/* --configs 64x128x64x16x4x4,...: appends each config; repeatable. */
+static int set_configs(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+    const char *p = val;
+    do {
+        size_t len = strcspn(p, ",");
+        char one[KRN_CONFIG_TEXT_LEN];
+        krn_config_t c;
+        if (len == 0 || len >= sizeof one) {
+            mt_fmt(err, errlen, "--%s %s: an empty or overlong config", opt, val);
+            return MT_INVAL;
+        }
+        memcpy(one, p, len);
+        one[len] = '\0';
+        if (krn_config_parse(one, &c) != MT_OK) {
+            mt_fmt(err, errlen, "--%s: %s is not BLOCK_SIZE_MxNxKxGROUP_SIZE_Mxnum_warpsxnum_stages (e.g. 64x128x64x16x4x4)",
+                   opt, one);
+            return MT_INVAL;
+        }
+        if (s->n_cfgs == KRN_MAX_LIST) {
+            mt_fmt(err, errlen, "--%s: more than %d configs", opt, KRN_MAX_LIST);
+            return MT_INVAL;
+        }
+        moetune__config__init(&s->cfgs[s->n_cfgs]);
+        wire_config_to_msg(&c, &s->cfgs[s->n_cfgs]);
+        s->n_cfgs++;
+        p += len;
+    } while (*p++ == ',');
+    return MT_OK;
 }
 
 static int set_text(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
@@ -344,6 +377,12 @@ static const opt_def_t k_opts[] = {
     {{"group-m", "LIST", "GROUP_SIZE_M values (default 1,16,32,64)"}, set_space, KRN_F_group_m},
     {{"num-warps", "LIST", "num_warps values (default 4,8)"}, set_space, KRN_F_num_warps},
     {{"num-stages", "LIST", "num_stages values (default 2,3,4,5)"}, set_space, KRN_F_num_stages},
+    {{"configs", "CFG,..",
+      "exactly these configs (BLOCK_SIZE_MxNxKxGROUP_SIZE_Mxnum_warpsxnum_stages, e.g. 64x128x64x16x4x4; at most 64), "
+      "instead of a space: re-measures a few picks side by side in one job per shape; racing is off unless "
+      "--race-margin is given"},
+     set_configs,
+     0},
     {{"name", "NAME", "sweep name (default derived from the shapes)"}, set_text, ARG(offsetof(cli_spec_t, name))},
     {{"strategy", "exhaustive|halving",
       "search strategy (default exhaustive): halving measures every config at 5 samples, then the best sixteenth per "
@@ -659,6 +698,19 @@ int cli_spec_parse_json(cli_spec_t *s, const char *text, size_t len, char *err, 
             }
         } else if (strcmp(k, "space") == 0) {
             rc = apply_object(s, k, v, 0, err, errlen);
+        } else if (strcmp(k, "configs") == 0) {
+            size_t i;
+            json_t *x;
+            if (!json_is_array(v)) {
+                mt_fmt(err, errlen, "spec \"configs\" is not an array of configs such as \"64x128x64x16x4x4\"");
+                rc = MT_INVAL;
+                goto out;
+            }
+            json_array_foreach(v, i, x) {
+                rc = json_is_string(x) ? cli_spec_set(s, "configs", json_string_value(x), err, errlen) : MT_INVAL;
+                if (!json_is_string(x)) mt_fmt(err, errlen, "spec \"configs\": item %zu is not a string", i + 1);
+                if (rc != MT_OK) goto out;
+            }
         } else if (strcmp(k, "measure") == 0) {
             rc = apply_object(s, k, v, 1, err, errlen);
         } else {
@@ -772,13 +824,23 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
     }
     bool any_space = false;
     for (int i = 0; i < KRN_N_FIELDS; i++) any_space = any_space || s->n_space[i];
+    if (s->n_cfgs && any_space) {
+        mt_fmt(err, errlen, "--configs and the value lists (--block-m, ...) exclude each other");
+        return MT_INVAL;
+    }
+    if (s->n_cfgs) {
+        /* A side-by-side re-measure: every config of a shape in one job, each to the RSD rule. */
+        if (!s->spec.chunk) s->spec.chunk = (uint32_t)s->n_cfgs;
+        if (s->measure.race_margin == 0) s->measure.race_margin = -1.0;
+        s->measure_set = true;
+    }
     if (fill_defaults && s->n_batch == 0) {
         for (size_t i = 0; i < krn_n_default_batch_sizes; i++) s->batch[i] = krn_default_batch_sizes[i];
         s->n_batch = krn_n_default_batch_sizes;
     }
     /* A space with some lists given gets the default for the others: the planner takes
      * a whole space or none. */
-    if (fill_defaults || any_space) {
+    if ((fill_defaults && !s->n_cfgs) || any_space) {
         krn_space_t def;
         krn_space_default(&def);
         for (int i = 0; i < KRN_N_FIELDS; i++) {
@@ -800,6 +862,11 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
         else
             mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u +%zu shapes", sh, s->shapes[0].k, s->shapes[0].topk,
                    s->n_shapes - 1);
+        /* A re-measure is its own sweep, not a changed copy of the one it checks. */
+        if (s->n_cfgs) {
+            size_t used = strlen(s->name);
+            mt_fmt(s->name + used, sizeof s->name - used, " (%zu configs)", s->n_cfgs);
+        }
     }
     /* Assemble the message; init() clears the scalars kept in it, so save them. */
     uint32_t chunk = s->spec.chunk, max_attempts = s->spec.max_attempts;
@@ -839,7 +906,10 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
         *lists[i] = s->space_vals[i];
         any_space = any_space || s->n_space[i];
     }
-    s->spec.space = any_space ? &s->space : NULL;
+    for (size_t i = 0; i < s->n_cfgs; i++) s->cfg_ptrs[i] = &s->cfgs[i];
+    s->space.n_configs = s->n_cfgs;
+    s->space.configs = s->n_cfgs ? s->cfg_ptrs : NULL;
+    s->spec.space = any_space || s->n_cfgs ? &s->space : NULL;
     if (s->measure_set) {
         Moetune__Measure m = s->measure;
         moetune__measure__init(&s->measure);
@@ -949,6 +1019,12 @@ int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *no
     const krn_space_t *x = &pa->space, *y = &pb->space;
     for (int f = 0; f < KRN_N_FIELDS; f++)
         diff_list(diff, len, &n, krn_config_fields[f].name, x->values[f], x->n[f], y->values[f], y->n[f]);
+    if (x->n_list != y->n_list || (x->n_list && memcmp(x->list, y->list, x->n_list * sizeof x->list[0]) != 0)) {
+        char a[32], b[32];
+        snprintf(a, sizeof a, "%u listed", x->n_list);
+        snprintf(b, sizeof b, "%u listed%s", y->n_list, x->n_list == y->n_list ? " (other configs)" : "");
+        add_diff(diff, len, &n, "configs", a, b);
+    }
     diff_u64(diff, len, &n, "chunk", pa->chunk, pb->chunk);
     diff_u64(diff, len, &n, "max_attempts", pa->max_attempts, pb->max_attempts);
     const Moetune__Measure *m = &pa->measure, *o = &pb->measure;

@@ -49,11 +49,53 @@ static int has_dup(const uint32_t *v, size_t n) {
     return 0;
 }
 
+/* A list of configs (Space.configs) is the space itself: each config in its fields'
+ * bounds, none repeated, at most KRN_MAX_LIST, and no value lists beside it. */
+static int build_list(const Moetune__Space *sp, size_t lists, krn_space_t *out, char *err, size_t errlen) {
+    if (lists) {
+        mt_fmt(err, errlen, "space: a list of configs and value lists (block_m, ...) exclude each other");
+        return MT_INVAL;
+    }
+    if (sp->n_configs > KRN_MAX_LIST) {
+        mt_fmt(err, errlen, "space: %zu configs listed (at most %d)", sp->n_configs, KRN_MAX_LIST);
+        return MT_INVAL;
+    }
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < sp->n_configs; i++) {
+        if (!sp->configs[i]) {
+            mt_fmt(err, errlen, "space: config %zu is empty", i + 1);
+            return MT_INVAL;
+        }
+        krn_config_t c;
+        wire_config_from_msg(sp->configs[i], &c);
+        for (size_t f = 0; f < KRN_N_FIELDS; f++) {
+            uint32_t v = KRN_CONFIG_AT(&c, f);
+            if (v == 0 || v > krn_config_fields[f].max) {
+                mt_fmt(err, errlen, "space: config %zu: %s value %u is out of range 1..%u", i + 1,
+                       krn_config_fields[f].file, v, krn_config_fields[f].max);
+                return MT_INVAL;
+            }
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (memcmp(&out->list[j], &c, sizeof c) == 0) {
+                char t[KRN_CONFIG_TEXT_LEN];
+                mt_fmt(err, errlen, "space: config %s is listed twice", krn_config_format(&c, t, sizeof t));
+                return MT_INVAL;
+            }
+        }
+        out->list[i] = c;
+    }
+    out->n_list = (uint32_t)sp->n_configs;
+    return MT_OK;
+}
+
 /* Empty space (or none) means the default space; otherwise every list must be
- * non-empty, at most KRN_MAX_VALUES long, positive and unique. */
+ * non-empty, at most KRN_MAX_VALUES long, positive and unique. A space with
+ * configs listed is exactly those (build_list). */
 static int build_space(const Moetune__Space *sp, krn_space_t *out, char *err, size_t errlen) {
     size_t total = 0;
     for (size_t i = 0; sp && i < KRN_N_FIELDS; i++) total += *(const size_t *)((const char *)sp + g_lists[i].n_off);
+    if (sp && sp->n_configs) return build_list(sp, total, out, err, errlen);
     if (total == 0) {
         krn_space_default(out);
         return MT_OK;

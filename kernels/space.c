@@ -76,6 +76,7 @@ void krn_space_default(krn_space_t *s) {
 }
 
 size_t krn_space_size(const krn_space_t *s) {
+    if (s->n_list) return s->n_list;
     size_t n = 1;
     for (int f = 0; f < KRN_N_FIELDS; f++) n *= s->n[f];
     return n;
@@ -83,6 +84,10 @@ size_t krn_space_size(const krn_space_t *s) {
 
 /* The first field varies slowest, the last fastest. */
 void krn_space_at(const krn_space_t *s, size_t i, krn_config_t *c) {
+    if (s->n_list) {
+        *c = s->list[i];
+        return;
+    }
     for (int f = KRN_N_FIELDS - 1; f >= 0; f--) {
         KRN_CONFIG_AT(c, f) = s->values[f][i % s->n[f]];
         i /= s->n[f];

@@ -80,16 +80,21 @@ typedef struct {
     uint32_t cc_major, cc_minor;
 } krn_limits_t;
 
-/* The value lists of a space, one per field (KRN_F_*); each at most KRN_MAX_VALUES long. */
+/* The value lists of a space, one per field (KRN_F_*); each at most KRN_MAX_VALUES long.
+ * A space of n_list > 0 is instead exactly list[0..n_list) (the lists are unused): the few
+ * configs a re-measure takes side by side. */
 #define KRN_MAX_VALUES 16
+#define KRN_MAX_LIST 64
 typedef struct {
     uint32_t values[KRN_N_FIELDS][KRN_MAX_VALUES];
     uint32_t n[KRN_N_FIELDS];
+    krn_config_t list[KRN_MAX_LIST];
+    uint32_t n_list;
 } krn_space_t;
 
 /* The default space the serving frameworks tune (1920 configs). */
 void krn_space_default(krn_space_t *space);
-/* Number of configs in the space (product of the list lengths). */
+/* Number of configs in the space (product of the list lengths, or n_list). */
 size_t krn_space_size(const krn_space_t *space);
 /* The i-th config of the space, 0 <= i < krn_space_size(), in a fixed order. */
 void krn_space_at(const krn_space_t *space, size_t i, krn_config_t *out);

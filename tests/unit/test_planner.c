@@ -12,6 +12,7 @@
 #include <cmocka.h>
 #include <sqlite3.h>
 
+#include "convert.h"
 #include "mt.h"
 #include "planner.h"
 #include "store.h"
@@ -382,6 +383,61 @@ static void test_halving_accepted(void **state) {
     assert_non_null(strstr(err, "known: exhaustive, halving"));
 }
 
+/* A list of configs is the space itself: exactly those configs, in one job when the chunk
+ * holds them; a list beside value lists, a repeat, a field out of range or more than
+ * KRN_MAX_LIST configs are refused. */
+static void test_config_list(void **state) {
+    spec_t s;
+    char err[256] = "";
+    plan_t *p = NULL;
+    static const krn_config_t want[3] = {{64, 128, 64, 16, 4, 4}, {16, 64, 128, 1, 4, 3}, {128, 256, 64, 1, 8, 4}};
+    Moetune__Config cfg[KRN_MAX_LIST + 1];
+    Moetune__Config *ptr[KRN_MAX_LIST + 1];
+    for (size_t i = 0; i < KRN_MAX_LIST + 1; i++) {
+        moetune__config__init(&cfg[i]);
+        wire_config_to_msg(&want[i % 3], &cfg[i]); /* past 3 only the count is read */
+        ptr[i] = &cfg[i];
+    }
+    Moetune__Space sp = MOETUNE__SPACE__INIT;
+    sp.n_configs = 3;
+    sp.configs = ptr;
+    spec_init(&s, QWEN, 1);
+    s.spec.space = &sp;
+    s.spec.chunk = 3;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_int_equal(p->configs_valid + p->configs_rejected, 3);
+    assert_int_equal(p->configs_valid, 3);
+    assert_int_equal(p->jobs, 1);
+    for (size_t i = 0; i < 3; i++) {
+        bool found = false;
+        for (size_t k = 0; k < p->shapes[0].n_valid; k++)
+            found = found || memcmp(&p->shapes[0].valid[k], &want[i], sizeof want[i]) == 0;
+        if (!found) fail_msg("listed config %zu is not in the plan", i);
+    }
+    plan_destroy(&p);
+
+    static uint32_t bm[] = {64};
+    sp.n_block_m = 1, sp.block_m = bm;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "exclude each other"));
+    sp.n_block_m = 0, sp.block_m = NULL;
+
+    cfg[2] = cfg[0];
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "64x128x64x16x4x4 is listed twice"));
+    wire_config_to_msg(&want[2], &cfg[2]);
+
+    cfg[1].block_m = 0;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "config 2: BLOCK_SIZE_M value 0 is out of range"));
+    wire_config_to_msg(&want[1], &cfg[1]);
+
+    sp.n_configs = KRN_MAX_LIST + 1;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "65 configs listed (at most 64)"));
+    assert_null(p);
+}
+
 int main(void) {
     mt_log_init("test_planner", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
@@ -392,6 +448,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_failed_start_leaves_nothing, setup, teardown),
         cmocka_unit_test(test_custom_space_and_measure),
         cmocka_unit_test(test_halving_accepted),
+        cmocka_unit_test(test_config_list),
         cmocka_unit_test(test_triton_rules),
         cmocka_unit_test(test_fp8_block_engines),
         cmocka_unit_test(test_cuda_rejects_fp8),

@@ -396,11 +396,65 @@ static void test_json_bad(void **state) {
     cli_spec_destroy(&s);
 }
 
+/* --configs (and JSON "configs"): exactly the listed configs in one job with racing off,
+ * no default space beside them; a changed list is a changed sweep; bad text is refused. */
+static void test_configs(void **state) {
+    cli_spec_t *a = made("configs", "64x128x64x16x4x4,16x64x128x1x4x3", "configs", "128x256x64x1x8x4", NULL);
+    const Moetune__SweepSpec *p = cli_spec_get(a);
+    assert_non_null(p->space);
+    assert_int_equal(p->space->n_configs, 3);
+    assert_int_equal(p->space->n_block_m, 0);
+    assert_int_equal(p->space->n_num_stages, 0);
+    assert_int_equal(p->space->configs[1]->block_m, 16);
+    assert_int_equal(p->space->configs[1]->num_stages, 3);
+    assert_int_equal(p->space->configs[2]->num_warps, 8);
+    assert_int_equal(p->chunk, 3);
+    assert_non_null(p->measure);
+    assert_true(p->measure->race_margin < 0);
+    assert_non_null(strstr(p->name, ",K=2048,topk=8 (3 configs)"));
+
+    /* The same list through JSON is the same sweep; another list is not. */
+    const char *doc = "{\"shapes\": [\"E=128,N=768,K=2048,topk=8\"], \"configs\": [\"64x128x64x16x4x4\", "
+                      "\"16x64x128x1x4x3\", \"128x256x64x1x8x4\"]}";
+    cli_spec_t *j = cli_spec_new();
+    char err[400] = "", diff[600] = "";
+    bool same = false;
+    if (cli_spec_parse_json(j, doc, strlen(doc), err, sizeof err) != MT_OK) fail_msg("%s", err);
+    assert_int_equal(cli_spec_finish(j, true, err, sizeof err), MT_OK);
+    assert_int_equal(cli_spec_compare(p, cli_spec_get(j), &same, diff, sizeof diff), MT_OK);
+    if (!same) fail_msg("the same list differs: %s", diff);
+    cli_spec_t *b = made("configs", "64x128x64x16x4x4,16x64x128x1x4x3,128x256x64x1x8x3", NULL);
+    assert_int_equal(cli_spec_compare(p, cli_spec_get(b), &same, diff, sizeof diff), MT_OK);
+    assert_false(same);
+    assert_non_null(strstr(diff, "configs 3 listed, now 3 listed (other configs)"));
+    cli_spec_destroy(&b);
+    cli_spec_destroy(&j);
+    cli_spec_destroy(&a);
+
+    /* Racing stays as given. */
+    a = made("configs", "64x128x64x16x4x4", "race-margin", "0.3", NULL);
+    assert_true(cli_spec_get(a)->measure->race_margin > 0.29);
+    cli_spec_destroy(&a);
+
+    set_bad("configs", "64x128x64x16x4", "is not BLOCK_SIZE_MxNxKxGROUP_SIZE_Mxnum_warpsxnum_stages");
+    set_bad("configs", "64x128x64x16x4x4,", "an empty or overlong config");
+    set_bad("configs", "64x128x64x16x4x99", "64x128x64x16x4x99 is not");
+    cli_spec_t *s = cli_spec_new();
+    set_ok(s, "shape", "E=128,N=768,K=2048,topk=8");
+    set_ok(s, "configs", "64x128x64x16x4x4");
+    set_ok(s, "block-m", "16");
+    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "--configs and the value lists"));
+    cli_spec_destroy(&s);
+    json_bad("{\"configs\": \"64x128x64x16x4x4\"}", "not an array of configs");
+    json_bad("{\"configs\": [7]}", "item 1 is not a string");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flags),    cmocka_unit_test(test_engines),   cmocka_unit_test(test_routing),
         cmocka_unit_test(test_defaults), cmocka_unit_test(test_bad_flags), cmocka_unit_test(test_json),
-        cmocka_unit_test(test_json_bad), cmocka_unit_test(test_compare),
+        cmocka_unit_test(test_json_bad), cmocka_unit_test(test_compare),   cmocka_unit_test(test_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
