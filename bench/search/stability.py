@@ -1,0 +1,92 @@
+"""Stability of a sweep's picks (bench/search/stability.sh): two runs of the same sweep, and where
+their picks differ, the side-by-side re-measure of both picks decides whether they are equivalent.
+
+  python3 bench/search/stability.py differ A.db B.db
+      prints two lines: the configs picked differently (text form, comma-separated, for --configs)
+      and the batch sizes where they differ (comma-separated); both empty when the runs agree.
+  python3 bench/search/stability.py score A.db B.db [C.db]
+      per (shape, batch size): each run's pick; where they differ, both picks' medians in C.db (the
+      re-measure, sweep 1) and their ratio. A batch size agrees when both runs picked the same config
+      or the re-measured picks are within 1 % of each other. Prints the table and a summary line.
+"""
+import json
+import sqlite3
+import sys
+
+TOLERANCE = 0.01
+
+
+def cfg_text(c):
+    return "x".join(str(v) for v in c)
+
+
+def picks(db):
+    """{(shape, M): config} of the lowest ok median per (shape, batch size) of sweep 1."""
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    cfg = {i: (bm, bn, bk, g, w, st) for i, bm, bn, bk, g, w, st in c.execute(
+        "SELECT id, block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs")}
+    best = {}
+    for e, n, k, topk, m, cid, med in c.execute(
+            "SELECT s.e, s.n, s.k, s.topk, r.batch_size, r.config_id, r.median_us FROM results r"
+            " JOIN shapes s ON s.id = r.shape_id WHERE r.sweep_id = 1 AND r.status = 'ok'"
+            " ORDER BY r.median_us"):
+        best.setdefault(((e, n, k, topk), m), (cfg[cid], med))
+    return best
+
+
+def medians(db):
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    return {(((e, n, k, topk), m), (bm, bn, bk, g, w, st)): med for e, n, k, topk, m, bm, bn, bk, g, w, st, med in
+            c.execute("SELECT s.e, s.n, s.k, s.topk, r.batch_size, f.block_m, f.block_n, f.block_k, f.group_m,"
+                      " f.num_warps, f.num_stages, r.median_us FROM results r JOIN shapes s ON s.id = r.shape_id"
+                      " JOIN configs f ON f.id = r.config_id WHERE r.sweep_id = 1 AND r.status = 'ok'")}
+
+
+def differ(a, b):
+    pa, pb = picks(a), picks(b)
+    keys = sorted(set(pa) | set(pb))
+    missing = [k for k in keys if k not in pa or k not in pb]
+    if missing:
+        sys.exit(f"runs do not cover the same batch sizes: {missing[:4]}")
+    diff = [k for k in keys if pa[k][0] != pb[k][0]]
+    cfgs = sorted({pa[k][0] for k in diff} | {pb[k][0] for k in diff})
+    print(",".join(cfg_text(c) for c in cfgs))
+    print(",".join(str(m) for m in sorted({k[1] for k in diff})))
+
+
+def score(a, b, c=None):
+    pa, pb = picks(a), picks(b)
+    re = medians(c) if c else {}
+    agree, rows, ratios = 0, 0, []
+    print(f"{'shape':<24} {'M':>5} {'run A':<22} {'run B':<22} {'A re-measured':>13} {'B re-measured':>13} {'ratio':>7}")
+    for key in sorted(pa):
+        (e, n, k, topk), m = key
+        ca, cb = pa[key][0], pb[key][0]
+        rows += 1
+        if ca == cb:
+            agree += 1
+            print(f"E={e},N={n},K={k:<11} {m:>5} {cfg_text(ca):<22} {'(same)':<22}")
+            continue
+        ma, mb = re.get((key, ca)), re.get((key, cb))
+        if ma is None or mb is None:
+            print(f"E={e},N={n},K={k:<11} {m:>5} {cfg_text(ca):<22} {cfg_text(cb):<22} {'(not re-measured)':>27}")
+            continue
+        ratio = max(ma, mb) / min(ma, mb)
+        ratios.append(ratio)
+        agree += ratio <= 1 + TOLERANCE
+        print(f"E={e},N={n},K={k:<11} {m:>5} {cfg_text(ca):<22} {cfg_text(cb):<22} {ma:>13.2f} {mb:>13.2f} "
+              f"{ratio:>7.4f}")
+    share = agree / rows if rows else 0.0
+    print(f"\nagree {agree}/{rows} ({100 * share:.1f} %): same config, or within {100 * TOLERANCE:.0f} % side by side")
+    print("summary " + json.dumps({"batch_sizes": rows, "agree": agree, "share": share,
+                                   "re_measured": len(ratios),
+                                   "worst_ratio": max(ratios) if ratios else 1.0}))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 4 and sys.argv[1] == "differ":
+        differ(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) in (4, 5) and sys.argv[1] == "score":
+        score(*sys.argv[2:])
+    else:
+        sys.exit(__doc__)

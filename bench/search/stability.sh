@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Stability of the default (racing) sweep, issue 9's benchmark: the same sweep twice, each from a
+# fresh database; where the two runs picked different configs, one more sweep re-measures exactly
+# those picks side by side (`tune --configs ... --batch-sizes <where they differ>`: one job per shape,
+# racing off, each config to the RSD rule), and a batch size counts as stable when both runs picked
+# the same config or the re-measured picks are within 1 % of each other (stability.py).
+#   bench/search/stability.sh OUT_DIR [tune options: --model/--shape, --tp, space, --batch-sizes]
+# Env: BACKEND (default cuda; sim for a dry run), MT_BIN_DIR (the binaries; default from PATH).
+set -uo pipefail
+out=${1:?usage: bench/search/stability.sh OUT_DIR [tune options]}
+shift
+bin=${MT_BIN_DIR:-$(dirname "$(command -v moetune)")}
+backend=${BACKEND:-cuda}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+args=("$@")
+[ ${#args[@]} -eq 0 ] && args=(--model qwen3-30b-a3b --tp 1)
+extra=()
+[ "$backend" = sim ] && extra=(--workers 1 --sim-time-scale 0)
+
+run() { # name, then extra tune options
+  local name=$1
+  shift
+  rm -f "$out/$name.db"*
+  echo "== $name: moetune tune --backend $backend $*"
+  local t0 t1 rc
+  t0=$(date +%s.%N)
+  "$bin/moetune" tune --backend "$backend" "${extra[@]}" "$@" --name "stability-$name" \
+    --db "$out/$name.db" --out "$out/configs-$name" >"$out/$name.out" 2>"$out/$name.err"
+  rc=$?
+  t1=$(date +%s.%N)
+  python3 -c "print('$name wall', round($t1 - $t0, 1), 's, exit', $rc)" | tee "$out/$name.time"
+  tr '\r' '\n' <"$out/$name.err" | grep -E 'sweep [0-9]+ ' | tail -n 1
+  [ $rc = 0 ] || { tail -n 5 "$out/$name.err"; exit 1; }
+}
+
+run a "${args[@]}"
+run b "${args[@]}"
+python3 "$here/stability.py" differ "$out/a.db" "$out/b.db" >"$out/differ.txt" || exit 1
+cfgs=$(sed -n 1p "$out/differ.txt")
+sizes=$(sed -n 2p "$out/differ.txt")
+if [ -n "$cfgs" ]; then
+  # the shape options of the sweep without its space and batch sizes: the list replaces them
+  shape=()
+  set -- "${args[@]}"
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --model | --shape | --tp | --ep | --dtype | --model-config | --routing) shape+=("$1" "$2"); shift 2 ;;
+      *) shift ;;
+    esac
+  done
+  run remeasure "${shape[@]}" --configs "$cfgs" --batch-sizes "$sizes"
+  python3 "$here/stability.py" score "$out/a.db" "$out/b.db" "$out/remeasure.db"
+else
+  python3 "$here/stability.py" score "$out/a.db" "$out/b.db"
+fi
