@@ -330,14 +330,16 @@ static int set_rsd(cli_spec_t *s, const void *arg, const char *opt, const char *
     return MT_OK;
 }
 
-/* 0 turns racing off: stored as -1, since 0 in the spec means "the default". */
-static int set_race(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
-    double v;
-    if (mt_parse_double(val, &v) != MT_OK || !(v >= 0.0 && v < 10.0)) {
-        mt_fmt(err, errlen, "--%s %s: not a fraction from 0 (racing off) to below 10 (0.2 = 20%%)", opt, val);
+/* --race-margin (arg 0) and --decide-margin (arg 1): 0 turns the step off, stored as -1,
+ * since 0 in the spec means "the default". */
+static int set_margin(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+    bool race = (intptr_t)arg == 0;
+    double v, max = race ? 10.0 : 1.0;
+    if (mt_parse_double(val, &v) != MT_OK || !(v >= 0.0 && v < max)) {
+        mt_fmt(err, errlen, "--%s %s: not a fraction from 0 (off) to below %g (0.2 = 20%%)", opt, val, max);
         return MT_INVAL;
     }
-    s->measure.race_margin = v > 0 ? v : -1.0;
+    *(race ? &s->measure.race_margin : &s->measure.decide_margin) = v > 0 ? v : -1.0;
     s->measure_set = true;
     return MT_OK;
 }
@@ -419,8 +421,13 @@ static const opt_def_t k_opts[] = {
     {{"seed", "N", "input and routing seed (default 1)"}, set_seed, 0},
     {{"race-margin", "X",
       "racing: stop a config whose first samples are this fraction slower than the best so far (default 0.2; 0 = off)"},
-     set_race,
+     set_margin,
      0},
+    {{"decide-margin", "X",
+      "racing's last step: per shape and batch size, the configs within this fraction of the best (at most 4) are "
+      "re-measured side by side in one job, racing off, and those measurements pick (e.g. 0.02; default 0 = off)"},
+     set_margin,
+     1},
     {{"spec", "FILE.json", "read the spec from a JSON file (flags after it override)"}, set_specfile, 0},
 };
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])
@@ -583,6 +590,7 @@ static const struct {
     {"timeout_ms", "config-timeout-ms"},
     {"seed", "seed"},
     {"race_margin", "race-margin"},
+    {"decide_margin", "decide-margin"},
 };
 #define LOOKUP_KEY(table, name_, out)                                                                                  \
     do {                                                                                                               \
@@ -917,6 +925,7 @@ int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen)
         WIRE_MEASURE_DEFAULTS(X)
 #undef X
         s->measure.race_margin = m.race_margin;
+        s->measure.decide_margin = m.decide_margin;
         s->spec.measure = &s->measure;
     }
     s->finished = true;
@@ -983,6 +992,15 @@ static void diff_str(char *diff, size_t len, size_t *n, const char *what, const 
     add_diff(diff, len, n, what, a, b);
 }
 
+/* A margin: negative is off, shown as 0 (the option's "off"). */
+static void diff_margin(char *diff, size_t len, size_t *n, const char *what, double was, double now) {
+    if (was == now) return;
+    char a[32], b[32];
+    snprintf(a, sizeof a, "%g", was > 0 ? was : 0.0);
+    snprintf(b, sizeof b, "%g", now > 0 ? now : 0.0);
+    add_diff(diff, len, n, what, a, b);
+}
+
 int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *now, bool *same, char *diff, size_t len) {
     int rc = MT_OK;
     plan_t *pa = NULL, *pb = NULL;
@@ -1040,12 +1058,8 @@ int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *no
         snprintf(b, sizeof b, "%g", o->rsd_target);
         add_diff(diff, len, &n, "rsd_target", a, b);
     }
-    if (m->race_margin != o->race_margin) {
-        char a[32], b[32];
-        snprintf(a, sizeof a, "%g", m->race_margin > 0 ? m->race_margin : 0.0);
-        snprintf(b, sizeof b, "%g", o->race_margin > 0 ? o->race_margin : 0.0);
-        add_diff(diff, len, &n, "race_margin", a, b);
-    }
+    diff_margin(diff, len, &n, "race_margin", m->race_margin, o->race_margin);
+    diff_margin(diff, len, &n, "decide_margin", m->decide_margin, o->decide_margin);
     /* The same space can expand differently when the static rules changed since. */
     if (pa->n_shapes != pb->n_shapes) {
         diff_u64(diff, len, &n, "shapes", pa->n_shapes, pb->n_shapes);

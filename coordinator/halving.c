@@ -13,9 +13,15 @@ bool halving_strategy_known(const char *strategy) {
     return !strategy || !*strategy || strcmp(strategy, "exhaustive") == 0 || halving_is(strategy);
 }
 
-void halving_measure(const Moetune__Measure *sweep, uint32_t phase, Moetune__Measure *out) {
+double halving_decide_margin(const char *strategy, const Moetune__Measure *filled) {
+    if (halving_is(strategy) || !(filled->race_margin > 0) || !(filled->decide_margin > 0)) return 0.0;
+    return filled->decide_margin;
+}
+
+void halving_measure(const Moetune__Measure *sweep, uint32_t phase, bool decide, Moetune__Measure *out) {
     *out = *sweep;
     if (phase <= 1) {
+        if (decide) return;
         out->min_samples = HALVING_PHASE1_SAMPLES;
         out->max_samples = HALVING_PHASE1_SAMPLES;
     } else {
@@ -75,6 +81,25 @@ int halving_choose(halving_row_t *rows, size_t n, size_t nb) {
         }
     }
     free(start);
+    return MT_OK;
+}
+
+int halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin) {
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].bi >= nb) return MT_INVAL;
+    if (n) qsort(rows, n, sizeof *rows, cmp_row);
+    for (size_t i = 0; i < n;) {
+        size_t e = i;
+        while (e < n && rows[e].bi == rows[i].bi) e++;
+        size_t keep = 0;
+        double limit = rows[i].median_us * (1.0 + margin);
+        while (i + keep < e && keep < HALVING_DECIDE_MAX && rows[i + keep].median_us <= limit) keep++;
+        for (size_t k = i; k < e; k++) {
+            rows[k].rank = (uint32_t)(k - i + 1);
+            rows[k].finalist = keep >= 2 && k - i < keep;
+        }
+        i = e;
+    }
     return MT_OK;
 }
 
@@ -168,9 +193,9 @@ static int cmp_final(const void *a, const void *b) {
     return (x->config_id > y->config_id) - (x->config_id < y->config_id);
 }
 
-/* Prunes the non-finalists' rows and stores the phase-2 jobs, in the open transaction. */
+/* Prunes the non-finalists' rows (halving) and stores the phase-2 jobs, in the open transaction. */
 static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
-                     int64_t now_s, halving_row_t *rows, size_t n, halving_step_t *out) {
+                     bool prune, int64_t now_s, halving_row_t *rows, size_t n, halving_step_t *out) {
     int rc = MT_OK;
     final_t *fin = NULL;
     uint8_t *masks = NULL;
@@ -189,6 +214,7 @@ static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const ui
             out->finalists++;
             continue;
         }
+        if (!prune) continue;
         char detail[96];
         bool changed = false;
         mt_fmt(detail, sizeof detail, "halving: rank %u of %zu at phase 1 (%d samples)", r->rank, per_bs[r->bi],
@@ -245,7 +271,7 @@ out:
 }
 
 int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
-                    int64_t now_s, halving_step_t *out) {
+                    double decide, int64_t now_s, halving_step_t *out) {
     collect_t c = {.bs = bs, .nb = nb};
     phase_probe_t p = {.shape_id = shape_id};
     memset(out, 0, sizeof *out);
@@ -256,17 +282,17 @@ int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uin
         return MT_OK;
     }
     if (!rc) rc = store_phase_rows_each(db, sweep_id, shape_id, 1, collect, &c);
-    if (!rc) rc = halving_choose(c.rows, c.n, nb);
-    if (!rc) rc = plan_rows(db, sweep_id, shape_id, bs, nb, chunk, now_s, c.rows, c.n, out);
+    if (!rc) rc = decide > 0 ? halving_choose_decide(c.rows, c.n, nb, decide) : halving_choose(c.rows, c.n, nb);
+    if (!rc) rc = plan_rows(db, sweep_id, shape_id, bs, nb, chunk, !(decide > 0), now_s, c.rows, c.n, out);
     free(c.rows);
     return rc;
 }
 
 int halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
-                       int64_t now_s, halving_step_t *out) {
+                       double decide, int64_t now_s, halving_step_t *out) {
     int rc = store_begin(db);
     if (rc) return rc;
-    rc = halving_advance(db, sweep_id, shape_id, bs, nb, chunk, now_s, out);
+    rc = halving_advance(db, sweep_id, shape_id, bs, nb, chunk, decide, now_s, out);
     if (!rc) rc = store_commit(db);
     if (rc) {
         store_rollback(db);

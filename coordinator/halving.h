@@ -32,16 +32,29 @@
 #define HALVING_KEEP_DIV 16
 #define HALVING_KEEP_MIN 4
 
+/* A racing sweep's decide step reuses phase 2: when a shape's jobs are over, the configs
+ * within Measure.decide_margin of each batch size's best (at most HALVING_DECIDE_MAX, and
+ * only where there are two or more) are re-measured side by side, racing off, to the RSD
+ * rule; their rows replace the first ones. Nothing is pruned: the others keep their rows.
+ * Two configs measured in separate jobs differ by up to 1-2 % from run to run on an H200
+ * (bench/RESULTS.md), so a 2 % margin (`--decide-margin 0.02`) holds every pick such
+ * noise could have swapped. Off unless asked for. */
+#define HALVING_DECIDE_MAX 4
+
 /* A strategy name the planner and the CLI accept. */
 bool halving_strategy_known(const char *strategy);
 /* True when strategy names successive halving. */
 bool halving_is(const char *strategy);
+/* The decide margin of a sweep of strategy and filled measure (planner.h plan_measure):
+ * positive when it has a decide step (racing on, not halving), else 0. */
+double halving_decide_margin(const char *strategy, const Moetune__Measure *filled);
 
-/* The measurement settings of a job of phase (1 or 2) of a halving sweep whose
- * settings are sweep (defaults filled, planner.h plan_measure): phase 1 takes exactly
- * HALVING_PHASE1_SAMPLES samples and races as the sweep does; phase 2 is the sweep's
- * RSD rule with racing off, so a finalist is never cut short. */
-void halving_measure(const Moetune__Measure *sweep, uint32_t phase, Moetune__Measure *out);
+/* The measurement settings of a job of phase (1 or 2) of a halving sweep (decide false)
+ * or a racing sweep's decide step (decide true) whose settings are sweep (defaults
+ * filled, planner.h plan_measure): halving's phase 1 takes exactly HALVING_PHASE1_SAMPLES
+ * samples and races as the sweep does, a decide sweep's phase 1 is the sweep's own; phase
+ * 2 is the sweep's RSD rule with racing off, so a finalist is never cut short. */
+void halving_measure(const Moetune__Measure *sweep, uint32_t phase, bool decide, Moetune__Measure *out);
 
 /* One phase-1 ok row, as halving_choose ranks it. */
 typedef struct {
@@ -57,6 +70,10 @@ typedef struct {
  * rows, plus, at each batch size, the rank-1 configs of the neighbouring batch sizes
  * (bi - 1, bi + 1) where they have a row. Reorders rows. nb bounds every bi. */
 int halving_choose(halving_row_t *rows, size_t n, size_t nb);
+/* Pure: ranks rows as halving_choose and marks the decide step's finalists: at each batch
+ * size the configs whose median is within margin of the best (median <= best x (1 +
+ * margin)), at most HALVING_DECIDE_MAX, and none where only the best is. Reorders rows. */
+int halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin);
 
 /* About how many finalist rows halving_choose keeps of a shape whose configs each have a
  * row at nb batch sizes: the kept share at each batch size plus one neighbour's winner
@@ -81,14 +98,15 @@ typedef struct {
  * batch, on its writer thread): the same reads and writes, no begin or commit; on
  * failure the caller rolls back. */
 int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
-                    int64_t now_s, halving_step_t *out);
+                    double decide, int64_t now_s, halving_step_t *out);
 
 /* The phase transition of (sweep, shape), in one transaction of its own on db: reads
  * the phase-1 ok rows, chooses the finalists, prunes the others' rows and stores the
- * phase-2 jobs (at most chunk configs each). bs: the sweep's batch sizes, sorted. A
+ * phase-2 jobs (at most chunk configs each). bs: the sweep's batch sizes, sorted. decide:
+ * 0 for halving, else the decide step's margin (halving_choose_decide; nothing pruned). A
  * shape whose phase 2 is planned already changes nothing (out->already). On failure
  * nothing is stored: MT_BUSY/MT_IO with store_errmsg(db), MT_NOMEM. */
 int halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
-                       int64_t now_s, halving_step_t *out);
+                       double decide, int64_t now_s, halving_step_t *out);
 
 #endif

@@ -16,6 +16,8 @@ void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out) {
     wire_measure_fill(m, out);
     /* racing is on unless turned off (negative); 0 is "not given" */
     out->race_margin = m && m->race_margin != 0 ? m->race_margin : RACE_DEFAULT_MARGIN;
+    /* the decide step is off unless asked for (a positive margin) */
+    out->decide_margin = m && m->decide_margin > 0 ? m->decide_margin : 0.0;
 }
 
 void plan_destroy(plan_t **pp) {
@@ -181,6 +183,12 @@ int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t e
     if (!(p->measure.race_margin < 10.0)) {
         mt_fmt(err, errlen, "measure: race margin %g is not below 10 (1000 %%); negative turns racing off",
                p->measure.race_margin);
+        rc = MT_INVAL;
+        goto out;
+    }
+    if (!(p->measure.decide_margin < 1.0)) {
+        mt_fmt(err, errlen, "measure: decide margin %g is not below 1 (100 %%); negative turns it off",
+               p->measure.decide_margin);
         rc = MT_INVAL;
         goto out;
     }

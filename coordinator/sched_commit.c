@@ -204,7 +204,7 @@ int sched_batch_write(store_t *db, void *arg) {
         rc = store_sweep_set_state(db, b->sweeps[i].id, b->sweeps[i].state, b->sweeps[i].finished);
     for (size_t i = 0; !rc && i < b->n_hv; i++) {
         bhalving_t *h = &b->hv[i];
-        rc = halving_advance(db, h->sweep_id, h->shape_id, h->bs, h->nb, h->chunk, mt_wall_s(), &h->st);
+        rc = halving_advance(db, h->sweep_id, h->shape_id, h->bs, h->nb, h->chunk, h->decide, mt_wall_s(), &h->st);
     }
     return rc;
 }

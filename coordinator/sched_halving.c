@@ -75,7 +75,8 @@ int sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
                                    .shape_id = sw->hv_shapes[h],
                                    .bs = bs,
                                    .nb = sw->nb,
-                                   .chunk = sw->chunk};
+                                   .chunk = sw->chunk,
+                                   .decide = sw->decide};
             sw->hv_state[h] = HV_TAKEN;
         }
         sw->halving_due = false; /* a job that ends sets it again */
@@ -102,9 +103,10 @@ void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, ui
         sw->pruned += hv[i].st.pruned;
         if (!hv[i].st.already) sw->finalists += hv[i].st.finalists; /* planned before: counted at load */
         log_at(MT_LOG_INFO,
-               "sweep %llu shape %llu: halving phase 1 over: %u finalist rows in %u phase-2 jobs, %u rows "
-               "pruned%s",
-               (unsigned long long)sw->id, (unsigned long long)hv[i].shape_id, hv[i].st.finalists, hv[i].st.jobs,
+               "sweep %llu shape %llu: %s: %u finalist rows in %u phase-2 jobs, %u rows pruned%s",
+               (unsigned long long)sw->id, (unsigned long long)hv[i].shape_id,
+               sw->decide > 0 ? "racing over, near-ties re-measured side by side" : "halving phase 1 over",
+               hv[i].st.finalists, hv[i].st.jobs,
                hv[i].st.pruned, hv[i].st.already ? " (planned before)" : "");
     }
     if (!committed) return;

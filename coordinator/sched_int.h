@@ -84,9 +84,11 @@ struct sweep {
     char *routing_path; /* the spec's routing file, sent with every job; NULL = uniform */
     uint32_t max_attempts, chunk;
     Moetune__Measure measure;
-    /* halving (strategy "halving", sched_halving.c): phase-1 jobs measure with measure1,
-     * phase 2 with measure (racing off); per shape, where its phase 2 stands (HV_*) */
+    /* two phases (sched_halving.c): strategy "halving", or a racing sweep's decide step
+     * (decide > 0, its margin); phase-1 jobs measure with measure1, phase 2 with measure
+     * (racing off); per shape, where its phase 2 stands (HV_*) */
     bool halving;
+    double decide;
     bool halving_due; /* a phase-1 job ended: a shape's phase 2 may be due */
     Moetune__Measure measure1;
     uint64_t *hv_shapes;
@@ -176,6 +178,7 @@ typedef struct {
     uint32_t *bs;                /* the sweep's batch sizes, a copy (owned) */
     size_t nb;
     uint32_t chunk;
+    double decide;     /* the sweep's: 0 for halving */
     halving_step_t st; /* what the writer did */
 } bhalving_t;
 

@@ -46,7 +46,8 @@ static double sweep_rate(const sweep_t *sw, uint64_t now_ms) {
 static uint64_t finalists_ahead(const sweep_t *sw) {
     size_t waiting = 0;
     for (size_t h = 0; h < sw->n_hv; h++) waiting += sw->hv_state[h] != HV_PLANNED;
-    if (sw->state != WIRE_SWEEP_RUNNING || !waiting || !sw->nb) return 0;
+    /* a decide step's finalists are the few near-ties: none foreseen */
+    if (sw->state != WIRE_SWEEP_RUNNING || !waiting || !sw->nb || sw->decide > 0) return 0;
     uint64_t configs = sw->planned / ((uint64_t)sw->n_hv * sw->nb);
     return waiting * halving_finalists_estimate(configs ? configs : 1, sw->nb);
 }

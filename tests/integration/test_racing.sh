@@ -52,6 +52,27 @@ for bs in 1 16 256 4096; do
 done
 pass "racing's picks are within ${worst}x of the exhaustive best at every batch size; exports hold only ok rows"
 
+# The decide step (--decide-margin): after racing, the near-ties of each batch size (at most 4,
+# within 2 % of the best) are measured again side by side in phase-2 jobs; no row is added or
+# pruned by it, and each batch size's pick is one of those side-by-side rows where it has any.
+"$M" tune "${SPEC[@]}" --decide-margin 0.02 --db "$T/dec.db" --out "$T/dec" >"$T/dec.out" 2>"$T/dec.err" \
+  || { tail "$T/dec.err"; fail "tune with --decide-margin exited $?"; }
+p2jobs=$(q "$T/dec.db" "SELECT COUNT(*) FROM jobs WHERE phase = 2")
+p2rows=$(q "$T/dec.db" "SELECT COUNT(*) FROM results WHERE phase = 2")
+[ "$p2jobs" -gt 0 ] || fail "the decide step planned no phase-2 job"
+[ "$p2rows" -gt 0 ] && [ "$p2rows" -le 16 ] || fail "$p2rows phase-2 rows (1 to 4 per batch size expected)"
+[ "$(q "$T/dec.db" "SELECT COUNT(*) FROM results")" = "$(q "$T/on.db" "SELECT COUNT(*) FROM results")" ] \
+  || fail "the decide step changed the number of rows"
+[ "$(q "$T/dec.db" "SELECT COUNT(*) FROM results WHERE phase = 2 AND (status <> 'ok' OR samples < 10)")" = 0 ] \
+  || fail "a phase-2 row was raced or cut short"
+[ "$(q "$T/dec.db" "SELECT COUNT(*) FROM results WHERE status = 'pruned' AND detail LIKE 'halving:%'")" = 0 ] \
+  || fail "the decide step pruned rows"
+for bs in $(q "$T/dec.db" "SELECT DISTINCT batch_size FROM results WHERE phase = 2"); do
+  [ "$(q "$T/dec.db" "SELECT phase FROM results WHERE status = 'ok' AND batch_size = $bs ORDER BY median_us LIMIT 1")" = 2 ] \
+    || fail "batch size $bs: the pick is not one of the side-by-side rows"
+done
+pass "decide step: $p2rows near-tie rows re-measured side by side in $p2jobs phase-2 jobs; picks from them"
+
 # Order: the first job of the sweep spans every BLOCK_SIZE_M of the space.
 n_bm=$(q "$T/on.db" "SELECT COUNT(DISTINCT c.block_m) FROM configs c JOIN job_configs jc ON jc.config_id = c.id")
 first=$(q "$T/on.db" "SELECT COUNT(DISTINCT c.block_m) FROM configs c JOIN job_configs jc ON jc.config_id = c.id

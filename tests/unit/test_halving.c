@@ -83,6 +83,44 @@ static void test_choose_share(void **state) {
     assert_int_equal(halving_choose(NULL, 0, 4), MT_OK);
 }
 
+/* The decide rule: at each batch size the configs within the margin of the best, at most
+ * HALVING_DECIDE_MAX, none where the best stands alone; ranks as halving_choose. */
+static void test_choose_decide(void **state) {
+    enum { NB = 3 };
+    static const double us[NB][6] = {
+        {100.0, 101.0, 101.5, 101.9, 101.95, 110.0}, /* five within 2 %: the best four */
+        {100.0, 105.0, 106.0, 107.0, 108.0, 109.0},  /* the best alone: no re-measure */
+        {100.5, 100.0, 130.0, 140.0, 150.0, 160.0},  /* two */
+    };
+    halving_row_t rows[NB * 6];
+    size_t n = 0;
+    for (uint32_t b = 0; b < NB; b++)
+        for (uint64_t c = 0; c < 6; c++) rows[n++] = (halving_row_t){.config_id = c + 1, .bi = b, .median_us = us[b][c]};
+    assert_int_equal(halving_choose_decide(rows, n, NB, 0.02), MT_OK);
+    size_t finalists[NB] = {0};
+    for (size_t i = 0; i < n; i++) finalists[rows[i].bi] += rows[i].finalist;
+    assert_int_equal(finalists[0], HALVING_DECIDE_MAX);
+    assert_int_equal(finalists[1], 0);
+    assert_int_equal(finalists[2], 2);
+    assert_true(find(rows, n, 4, 0)->finalist);
+    assert_false(find(rows, n, 5, 0)->finalist); /* within 2 %, past the cap */
+    assert_int_equal(find(rows, n, 5, 0)->rank, 5);
+    assert_int_equal(find(rows, n, 2, 2)->rank, 1);
+    assert_true(find(rows, n, 1, 2)->finalist);
+    assert_false(find(rows, n, 3, 2)->finalist);
+    halving_row_t bad = {.config_id = 1, .bi = NB, .median_us = 1};
+    assert_int_equal(halving_choose_decide(&bad, 1, NB, 0.02), MT_INVAL);
+    /* only racing sweeps decide, and not when turned off */
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    m.race_margin = 0.2, m.decide_margin = 0.02;
+    assert_true(halving_decide_margin("exhaustive", &m) > 0.019);
+    assert_true(halving_decide_margin("halving", &m) == 0.0);
+    m.race_margin = -1;
+    assert_true(halving_decide_margin("exhaustive", &m) == 0.0);
+    m.race_margin = 0.2, m.decide_margin = -1;
+    assert_true(halving_decide_margin("exhaustive", &m) == 0.0);
+}
+
 /* The progress estimate of a shape's finalists: the kept share (at least 4) plus one
  * neighbour's winner per batch size, never more than every config. */
 static void test_finalists_estimate(void **state) {
@@ -100,12 +138,12 @@ static void test_measure(void **state) {
     sweep.rsd_target = 0.01;
     sweep.race_margin = 0.2;
     sweep.warmup = 5;
-    halving_measure(&sweep, 1, &m);
+    halving_measure(&sweep, 1, false, &m);
     assert_int_equal(m.min_samples, HALVING_PHASE1_SAMPLES);
     assert_int_equal(m.max_samples, HALVING_PHASE1_SAMPLES);
     assert_true(m.race_margin == 0.2);
     assert_int_equal(m.warmup, 5);
-    halving_measure(&sweep, 2, &m);
+    halving_measure(&sweep, 2, false, &m);
     assert_int_equal(m.min_samples, 10);
     assert_int_equal(m.max_samples, 100);
     assert_true(m.rsd_target == 0.01);
@@ -177,7 +215,7 @@ static void test_plan_shape(void **state) {
         }
     }
     halving_step_t st;
-    assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 3, 7, &st), MT_OK);
+    assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 3, 0, 7, &st), MT_OK);
     assert_false(st.already);
     assert_int_equal(st.finalists, 10); /* 4 + 1 seeded at each batch size */
     assert_int_equal(st.pruned, 20 - 5 + 19 - 5);
@@ -198,7 +236,7 @@ static void test_plan_shape(void **state) {
                                " AND detail IS NULL AND status = 'pruned'"),
                      1);
     /* again (a restart that finds phase 2 planned): nothing changes */
-    assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 3, 8, &st), MT_OK);
+    assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 3, 0, 8, &st), MT_OK);
     assert_true(st.already);
     assert_int_equal(st.jobs, 0);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2"), 3);
@@ -388,16 +426,99 @@ static void test_sched_phases(void **state) {
     sched_status_release(&st);
 }
 
+/* A racing sweep's decide step (--decide-margin 0.02): phase 1 is the sweep's own measurement (racing on, the RSD
+ * rule); when its results commit, the near-ties of each batch size (here the best four of
+ * five within 2 % at batch size 1, none at 2) go to one phase-2 job, racing off, nothing
+ * pruned; their side-by-side rows replace the first ones and decide the pick. */
+static void test_sched_decide(void **state) {
+    fx_t *f = *state;
+    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1, 16, 32}, nw[] = {4}, ns[] = {2, 3, 4, 5};
+    static uint32_t bs[] = {1, 2};
+    Moetune__Space sp = MOETUNE__SPACE__INIT;
+    Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
+    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    Moetune__Submitted sub;
+    char err[256];
+    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
+    sp.n_group_m = 3, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw, sp.n_num_stages = 4, sp.num_stages = ns;
+    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    m.decide_margin = 0.02; /* racing stays on: its default */
+    spec.name = "decide", spec.measure = &m;
+    spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs, spec.space = &sp;
+    fx_start(f, 1000, 30000);
+    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
+    sched_on_ready(f->s, a, 1, 0);
+    const Moetune__Job *j = fx_last_job(f, "A");
+    assert_non_null(j);
+    assert_int_equal(j->n_configs, 12);
+    assert_int_equal(j->measure->min_samples, 10); /* the sweep's own rule, not halving's 5 */
+    assert_int_equal(j->measure->max_samples, 100);
+    assert_true(j->measure->race_margin > 0);
+    uint64_t lo = UINT64_MAX, hi = 0, seq = 1;
+    for (size_t i = 0; i < j->n_configs; i++) {
+        uint64_t id = j->configs[i]->config_id;
+        lo = id < lo ? id : lo;
+        hi = id > hi ? id : hi;
+    }
+    assert_int_equal(hi - lo, 11);
+    for (size_t i = 0; i < j->n_configs; i++) {
+        uint64_t r = j->configs[i]->config_id - lo; /* rank 0 fastest at both */
+        double med[2] = {100.0 + 0.5 * (double)r, 100.0 + 5.0 * (double)r};
+        assert_int_equal(send_result(f, a, j, seq++, j->configs[i]->config_id, bs, med, 2, 1), MT_OK);
+    }
+    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '1'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'ok'"), 24);
+    sched_status_t st;
+    assert_int_equal(sched_status(f->s, 0, 2, &st), MT_OK);
+    assert_string_equal(st.reply.sweeps[0]->state, "running");
+    assert_int_equal(st.reply.sweeps[0]->finalists_planned, HALVING_DECIDE_MAX);
+    assert_int_equal(st.reply.sweeps[0]->results_pruned, 0);
+    sched_status_release(&st);
+    fx_clear(f);
+    sched_on_ready(f->s, a, 1, 3);
+    const Moetune__Job *p2 = fx_last_job(f, "A");
+    assert_non_null(p2);
+    assert_int_equal(p2->n_configs, HALVING_DECIDE_MAX);
+    assert_int_equal(p2->n_batch_sizes, 1);
+    assert_int_equal(p2->batch_sizes[0], 1);
+    assert_true(p2->measure->race_margin < 0);
+    assert_int_equal(p2->measure->min_samples, 10);
+    /* side by side, the third of phase 1 is the fastest */
+    for (size_t k = 0; k < p2->n_configs; k++) {
+        uint64_t r = p2->configs[k]->config_id - lo;
+        assert_true(r < HALVING_DECIDE_MAX);
+        double med = r == 2 ? 99.0 : 100.0 + (double)r;
+        assert_int_equal(send_result(f, a, p2, seq++, p2->configs[k]->config_id, p2->batch_sizes, &med, 1, 4), MT_OK);
+    }
+    assert_int_equal(sched_flush(f->s, 5), MT_OK);
+    assert_int_equal(sched_status(f->s, 0, 5, &st), MT_OK);
+    assert_string_equal(st.reply.sweeps[0]->state, "done");
+    assert_int_equal(st.reply.sweeps[0]->finalists_done, HALVING_DECIDE_MAX);
+    sched_status_release(&st);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 24);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE phase = 2 AND batch_size = 1"),
+                     HALVING_DECIDE_MAX);
+    assert_int_equal(
+        fx_query_int(f, "SELECT config_id FROM results WHERE batch_size = 1 AND status = 'ok' ORDER BY median_us LIMIT 1"),
+        (int64_t)(lo + 2));
+}
+
 int main(void) {
     mt_log_init("test_halving", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choose),
         cmocka_unit_test(test_choose_share),
+        cmocka_unit_test(test_choose_decide),
         cmocka_unit_test(test_finalists_estimate),
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_bs_lists),
         cmocka_unit_test_setup_teardown(test_plan_shape, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_sched_decide, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

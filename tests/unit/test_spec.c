@@ -235,6 +235,7 @@ static void test_compare(void **state) {
         {"block-m", "16,32", "block_m 16,32,64,128,256, now 16,32"},
         {"batch-sizes", "1,2", "batch sizes 1,2,4,8"},
         {"device-filter", "H100", "device filter '', now 'H100'"},
+        {"decide-margin", "0.05", "decide_margin 0, now 0.05"},
     };
     cli_spec_t *base = made(NULL);
     bool same = true;
@@ -248,7 +249,8 @@ static void test_compare(void **state) {
         cli_spec_destroy(&now);
     }
     /* The defaults given explicitly are the same work as none given. */
-    cli_spec_t *now = made("min-samples", "10", "seed", "1", "rsd-target", "0.01", "warmup", "5", NULL);
+    cli_spec_t *now =
+        made("min-samples", "10", "seed", "1", "rsd-target", "0.01", "warmup", "5", "decide-margin", "0", NULL);
     assert_int_equal(cli_spec_compare(cli_spec_get(base), cli_spec_get(now), &same, diff, sizeof diff), MT_OK);
     if (!same) fail_msg("explicit defaults differ: %s", diff);
     cli_spec_destroy(&now);
@@ -292,6 +294,8 @@ static void test_bad_flags(void **state) {
     set_bad("rsd-target", "2", "--rsd-target 2");
     set_bad("warmup", "0", "--warmup 0"); /* zero would be taken for the default 5 */
     set_bad("seed", "0", "--seed 0");     /* zero would be taken for the default 1 */
+    set_bad("decide-margin", "1", "--decide-margin 1: not a fraction from 0 (off) to below 1");
+    set_bad("race-margin", "-0.1", "--race-margin -0.1: not a fraction from 0 (off) to below 10");
     set_bad("nonsense", "1", "unknown spec option");
 
     cli_spec_t *s = cli_spec_new();
