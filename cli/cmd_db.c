@@ -150,13 +150,7 @@ static int cmp_row(void *vctx, const dbq_result_t *r) {
             x = y;
     }
     if (!x) {
-        if (c->n == c->cap) {
-            size_t cap = c->cap ? 2 * c->cap : 256;
-            cmp_cell_t *g = realloc(c->cells, cap * sizeof *g);
-            if (!g) return MT_NOMEM;
-            c->cells = g;
-            c->cap = cap;
-        }
+        if (mt_grow((void **)&c->cells, &c->cap, c->n + 1, sizeof *c->cells, 256) != MT_OK) return MT_NOMEM;
         x = &c->cells[c->n++];
         memset(x, 0, sizeof *x);
         x->shape = sh;
@@ -255,13 +249,7 @@ typedef struct {
 static int add_sweep_id(void *ctx, const dbq_sweep_t *s) {
     sweep_ids_t *v = ctx;
     if (v->want && s->id != v->want) return 0;
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? 2 * v->cap : 16;
-        uint64_t *g = realloc(v->ids, cap * sizeof *g);
-        if (!g) return MT_NOMEM;
-        v->ids = g;
-        v->cap = cap;
-    }
+    if (mt_grow((void **)&v->ids, &v->cap, v->n + 1, sizeof *v->ids, 16) != MT_OK) return MT_NOMEM;
     v->ids[v->n++] = s->id;
     return 0;
 }

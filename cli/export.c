@@ -308,13 +308,7 @@ static void sel_init(run_t *x) {
 
 static int cov_collect(void *ctx, const dbq_coverage_t *c) {
     run_t *x = ctx;
-    if (x->n_cov == x->cap_cov) {
-        size_t cap = x->cap_cov ? x->cap_cov * 2 : 64;
-        dbq_coverage_t *grown = realloc(x->cov, cap * sizeof *grown);
-        if (!grown) return MT_NOMEM;
-        x->cov = grown;
-        x->cap_cov = cap;
-    }
+    if (mt_grow((void **)&x->cov, &x->cap_cov, x->n_cov + 1, sizeof *x->cov, 64) != MT_OK) return MT_NOMEM;
     x->cov[x->n_cov++] = *c;
     return 0;
 }
@@ -663,13 +657,7 @@ static int check_coverage(const run_t *x, const dbq_result_t *first, const entry
 }
 
 static int add_pend(run_t *x, pend_t **out) {
-    if (x->n_pend == x->cap_pend) {
-        size_t cap = x->cap_pend ? x->cap_pend * 2 : 16;
-        pend_t *grown = realloc(x->pend, cap * sizeof *grown);
-        if (!grown) return MT_NOMEM;
-        x->pend = grown;
-        x->cap_pend = cap;
-    }
+    if (mt_grow((void **)&x->pend, &x->cap_pend, x->n_pend + 1, sizeof *x->pend, 16) != MT_OK) return MT_NOMEM;
     *out = &x->pend[x->n_pend++];
     memset(*out, 0, sizeof **out);
     return MT_OK;
@@ -1077,13 +1065,7 @@ static int reduce_row(void *ctx, const dbq_result_t *r) {
         }
     }
     if (!c) {
-        if (g->n == g->cap) {
-            size_t cap = g->cap ? g->cap * 2 : 64;
-            cell_t *grown = realloc(g->cells, cap * sizeof *grown);
-            if (!grown) return MT_NOMEM;
-            g->cells = grown;
-            g->cap = cap;
-        }
+        if (mt_grow((void **)&g->cells, &g->cap, g->n + 1, sizeof *g->cells, 64) != MT_OK) return MT_NOMEM;
         c = &g->cells[g->n];
         memset(c, 0, sizeof *c);
         c->versions = strdup(r->versions);

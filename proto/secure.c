@@ -304,16 +304,10 @@ static int load_dir(const char *dir, uint8_t (**out)[SEC_KEY_BYTES], size_t *n_o
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         rc = sec_load_public(path, &cert, err, errlen);
         if (rc) goto out;
-        if (n == cap) {
-            size_t c = cap ? cap * 2 : 16;
-            void *g = realloc(keys, c * sizeof *keys);
-            if (!g) {
-                rc = MT_NOMEM;
-                mt_fmt(err, errlen, "out of memory");
-                goto out;
-            }
-            keys = g;
-            cap = c;
+        if (mt_grow((void **)&keys, &cap, n + 1, sizeof *keys, 16) != MT_OK) {
+            rc = MT_NOMEM;
+            mt_fmt(err, errlen, "out of memory");
+            goto out;
         }
         memcpy(keys[n++], cert.pub, SEC_KEY_BYTES);
     }

@@ -166,13 +166,7 @@ static img_entry_t *find_entry(cuda_state_t *st, const krn_config_t *key) {
 
 /* Adds a queued entry for key (st->mu held). Entries are indices, stable across growth. */
 static long add_entry(cuda_state_t *st, const krn_config_t *key) {
-    if (st->n_imgs == st->cap_imgs) {
-        size_t cap = st->cap_imgs ? st->cap_imgs * 2 : 64;
-        img_entry_t *p = realloc(st->imgs, cap * sizeof *p);
-        if (!p) return -1;
-        st->imgs = p;
-        st->cap_imgs = cap;
-    }
+    if (mt_grow((void **)&st->imgs, &st->cap_imgs, st->n_imgs + 1, sizeof *st->imgs, 64) != MT_OK) return -1;
     img_entry_t *e = &st->imgs[st->n_imgs];
     memset(e, 0, sizeof *e);
     e->key = *key;
