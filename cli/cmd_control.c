@@ -266,13 +266,6 @@ static json_t *worker_json(const Moetune__WorkerInfo *w) {
                      "last_seen_ms", (json_int_t)w->last_seen_ms);
 }
 
-static void print_json(json_t *v) {
-    char *s = json_dumps(v, JSON_PRESERVE_ORDER | JSON_COMPACT);
-    if (s) printf("%s\n", s);
-    free(s);
-    json_decref(v);
-}
-
 static void print_status(const Moetune__StatusReply *r, bool json) {
     if (json) {
         json_t *root = json_object(), *sw = json_array();
@@ -293,7 +286,7 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         if (c)
             json_object_set_new(json_object_get(root, "counters"), "auth_refused",
                                 json_integer((json_int_t)c->auth_refused));
-        print_json(root);
+        cli_print_json(stdout, root);
         return;
     }
     printf("%-6s %-32s %-9s %21s %8s %19s %9s %8s\n", "SWEEP", "NAME", "STATE", "RESULTS DONE/PLANNED", "FAILED",
@@ -383,7 +376,7 @@ int cmd_workers(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (o->json) {
         json_t *arr = json_array();
         for (size_t i = 0; i < r->n_workers; i++) json_array_append_new(arr, worker_json(r->workers[i]));
-        print_json(json_pack("{s:o}", "workers", arr));
+        cli_print_json(stdout, json_pack("{s:o}", "workers", arr));
     } else {
         printf("%-28s %-16s %7s %-7s %-24s %-6s %5s %9s %10s\n", "WORKER", "HOST", "PID", "BACKEND", "GPU", "STATE",
                "JOBS", "RESULTS", "LAST SEEN");

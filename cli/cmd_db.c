@@ -96,10 +96,7 @@ static int print_row(void *vctx, const dbq_result_t *r) {
             json_object_set_new(o, "versions", json_string(r->versions));
             json_object_set_new(o, "routing", r->shape.routing[0] ? json_string(r->shape.routing) : json_null());
         }
-        char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
-        if (s) printf("%s\n", s);
-        free(s);
-        json_decref(o);
+        cli_print_json(stdout, o);
     } else {
         if (ctx->rows == 0)
             printf("%-6s %-34s %6s %-20s %-13s %11s %11s %7s  %-20s %s\n", "SWEEP", "SHAPE", "M",
@@ -179,10 +176,7 @@ static int print_compare(const cmp_t *c, bool json) {
                                   (int)x->shape.k, "topk", (int)x->shape.topk, "config_id", (json_int_t)x->config_id,
                                   "config", cfg, "batch_size", (int)x->bs, "uniform_us", x->uniform_us, "captured_us",
                                   x->captured_us, "ratio", ratio, "routing", x->routing);
-            char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
-            if (s) printf("%s\n", s);
-            free(s);
-            json_decref(o);
+            cli_print_json(stdout, o);
         } else {
             if (shown == 0)
                 printf("%-34s %6s %-20s %12s %12s %7s  %s\n", "SHAPE", "M", "CONFIG (MxNxKxGxWxS)", "UNIFORM_US",
@@ -223,10 +217,7 @@ static int print_tie(void *vctx, const dbq_result_t *b, const dbq_result_t *u) {
                               "config_id", (json_int_t)b->config_id, "config", cb, "median_us", b->median_us,
                               "stddev_us", b->stddev_us, "runner_up", "config_id", (json_int_t)u->config_id, "config",
                               cu, "median_us", u->median_us, "stddev_us", u->stddev_us, "margin_sd", m);
-        char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
-        if (s) printf("%s\n", s);
-        free(s);
-        json_decref(o);
+        cli_print_json(stdout, o);
     } else {
         if (t->shown == 0)
             printf("%-6s %-34s %6s %-20s %11s %-20s %11s %9s\n", "SWEEP", "SHAPE", "M", "PICK (MxNxKxGxWxS)",
@@ -338,10 +329,7 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
                                   "entries", (int)f->entries, "changed", (int)f->changed, "simulated",
                                   f->simulated != 0, "partial", f->partial);
             if (j && f->partial) json_object_set_new(j, "coverage", json_string(f->coverage));
-            char *t = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-            if (t) printf("%s\n", t);
-            free(t);
-            json_decref(j);
+            cli_print_json(stdout, j);
             continue;
         }
         printf("%s/%s: %s, %u entries, %u changed%s", eo.out_dir, f->path, exp_state_name(f->state), f->entries,

@@ -295,11 +295,7 @@ static int export_engines(const cli_cmd_t *cmd, const char *db, const char *out,
 
 static void print_where(const char *out, bool sim, bool json) {
     if (json) {
-        json_t *o = json_pack("{s:s, s:s}", "out", out, "dir", sim ? "sim" : "<compiler>");
-        char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        if (t) printf("%s\n", t);
-        free(t);
-        json_decref(o);
+        cli_print_json(stdout, json_pack("{s:s, s:s}", "out", out, "dir", sim ? "sim" : "<compiler>"));
     } else {
         printf("config files are in %s/%s\n", out, sim ? "sim (simulated numbers, not for engines)" : "<compiler>");
     }

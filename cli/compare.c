@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cmd.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
 #include "states.h"
@@ -403,10 +404,7 @@ void cmp_diff_print(const cmp_diff_t *d, bool json, FILE *out) {
             json_array_append_new(arr, o);
         }
         json_object_set_new(root, "entries", arr);
-        char *s = json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT);
-        if (s) fprintf(out, "%s\n", s);
-        free(s);
-        json_decref(root);
+        cli_print_json(out, root);
         return;
     }
     sweep_line(out, "old:", &d->a);
