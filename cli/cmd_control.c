@@ -153,15 +153,8 @@ int cmd_submit(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (code != MT_EXIT_OK) return code;
     code = connect_control(cmd, o, &c);
     if (code != MT_EXIT_OK) return code;
-    wire_env_t req;
-    Moetune__Submit sub;
-    wire_env_init(&req);
-    moetune__submit__init(&sub);
-    sub.spec = (Moetune__SweepSpec *)cli_spec_get(o->spec);
-    req.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
-    req.submit = &sub;
     int ecode = 0;
-    int rc = cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_SUBMITTED, &reply, &ecode, err, sizeof err);
+    int rc = cli_client_submit(c, cli_spec_get(o->spec), &reply, &ecode, err, sizeof err);
     if (rc != MT_OK) {
         /* A spec the coordinator refuses is the user's input: usage. */
         code = ecode == WIRE_E_SPEC ? cli_usage(cmd, err) : cli_fail(cmd, err);
@@ -404,14 +397,7 @@ int cmd_cancel(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (!o->sweep) return cli_usage(cmd, "--sweep ID is required");
     int code = connect_control(cmd, o, &c);
     if (code != MT_EXIT_OK) return code;
-    wire_env_t req;
-    Moetune__Cancel cn;
-    wire_env_init(&req);
-    moetune__cancel__init(&cn);
-    cn.sweep_id = o->sweep;
-    req.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
-    req.cancel = &cn;
-    if (cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_CANCELLED, &reply, NULL, err, sizeof err) != MT_OK) {
+    if (cli_client_cancel(c, o->sweep, &reply, err, sizeof err) != MT_OK) {
         code = cli_fail(cmd, err);
         goto out;
     }

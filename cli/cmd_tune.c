@@ -444,15 +444,8 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
 
     /* The interrupted sweep that --fresh replaces: cancelled before a worker can take its jobs. */
     if (replace) {
-        wire_env_t req;
-        Moetune__Cancel cn;
-        wire_env_init(&req);
-        moetune__cancel__init(&cn);
-        cn.sweep_id = replace;
-        req.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
-        req.cancel = &cn;
         wire_free(&reply);
-        if (cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_CANCELLED, &reply, NULL, err, sizeof err) != MT_OK) {
+        if (cli_client_cancel(c, replace, &reply, err, sizeof err) != MT_OK) {
             code = cli_fail(cmd, err);
             goto out;
         }
@@ -564,17 +557,10 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
         fprintf(stderr, "resuming sweep %llu (interrupted earlier) in %s%s\n", (unsigned long long)sweep, db,
                 follow_spec != spec ? " with its own settings (--keep-settings)" : ", same plan and settings");
     } else {
-        wire_env_t req;
-        Moetune__Submit sub;
-        wire_env_init(&req);
-        moetune__submit__init(&sub);
-        sub.spec = (Moetune__SweepSpec *)spec;
-        req.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
-        req.submit = &sub;
         wire_free(&reply);
         int ecode = 0;
         cli_client_set_timeout(c, TUNE_SUBMIT_TIMEOUT_MS);
-        int rc = cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_SUBMITTED, &reply, &ecode, err, sizeof err);
+        int rc = cli_client_submit(c, spec, &reply, &ecode, err, sizeof err);
         cli_client_set_timeout(c, CLI_CLIENT_DEFAULT_TIMEOUT_MS);
         if (rc != MT_OK) {
             code = ecode == WIRE_E_SPEC ? cli_usage(cmd, err) : cli_fail(cmd, err);
