@@ -302,6 +302,13 @@ static void print_where(const char *out, bool sim, bool json) {
     fflush(stdout);
 }
 
+/* Appends "flag value" to the worker arguments args[*n]; nothing when value is NULL. */
+static void add_arg(char **args, int *n, const char *flag, const char *value) {
+    if (!value) return;
+    args[(*n)++] = (char *)flag;
+    args[(*n)++] = (char *)value;
+}
+
 int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     int code = MT_EXIT_FAIL;
     char err[700];
@@ -457,35 +464,15 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     {
         char *args[24];
         int a = 0;
-        args[a++] = "--backend";
-        args[a++] = (char *)backend;
-        args[a++] = "--log-level";
-        args[a++] = (char *)log_level;
-        if (o->sim_time_scale) {
-            args[a++] = "--sim-time-scale";
-            args[a++] = (char *)o->sim_time_scale;
-        }
-        if (o->sim_faults) {
-            args[a++] = "--sim-faults";
-            args[a++] = (char *)o->sim_faults;
-        }
-        if (strcmp(backend, "triton") == 0) {
-            /* hold the next job too: its configs compile ahead while this one is measured */
-            args[a++] = "--credits";
-            args[a++] = "2";
-        }
-        if (o->kernel) {
-            args[a++] = "--kernel";
-            args[a++] = (char *)o->kernel;
-        }
-        if (o->python) {
-            args[a++] = "--python";
-            args[a++] = (char *)o->python;
-        }
-        if (o->helper_mem_mb) {
-            args[a++] = "--helper-mem-mb";
-            args[a++] = mem_mb;
-        }
+        add_arg(args, &a, "--backend", backend);
+        add_arg(args, &a, "--log-level", log_level);
+        add_arg(args, &a, "--sim-time-scale", o->sim_time_scale);
+        add_arg(args, &a, "--sim-faults", o->sim_faults);
+        /* hold the next job too: its configs compile ahead while this one is measured */
+        if (strcmp(backend, "triton") == 0) add_arg(args, &a, "--credits", "2");
+        add_arg(args, &a, "--kernel", o->kernel);
+        add_arg(args, &a, "--python", o->python);
+        if (o->helper_mem_mb) add_arg(args, &a, "--helper-mem-mb", mem_mb);
         args[a] = NULL;
         for (uint32_t i = 0; i < r->n_workers; i++) {
             if (sup_start_worker(r, i, args, err, sizeof err) != MT_OK) {
