@@ -179,3 +179,26 @@ int cli_client_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char 
     req.status_request = &sr;
     return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_STATUS_REPLY, reply, NULL, err, errlen);
 }
+
+int cli_client_submit(cli_client_t *c, const Moetune__SweepSpec *spec, wire_env_t **reply, int *error_code, char *err,
+                      size_t errlen) {
+    wire_env_t req;
+    Moetune__Submit sub;
+    wire_env_init(&req);
+    moetune__submit__init(&sub);
+    sub.spec = (Moetune__SweepSpec *)spec;
+    req.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
+    req.submit = &sub;
+    return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_SUBMITTED, reply, error_code, err, errlen);
+}
+
+int cli_client_cancel(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
+    wire_env_t req;
+    Moetune__Cancel cn;
+    wire_env_init(&req);
+    moetune__cancel__init(&cn);
+    cn.sweep_id = sweep;
+    req.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
+    req.cancel = &cn;
+    return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_CANCELLED, reply, NULL, err, errlen);
+}

@@ -31,6 +31,16 @@ int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_e
  * frees with wire_free(). Errors as cli_client_call. */
 int cli_client_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen);
 
+/* Submits spec (not copied; it must outlive the call); *reply is a Submitted envelope the
+ * caller frees with wire_free(). Errors as cli_client_call (WIRE_E_SPEC in *error_code:
+ * the coordinator refused the spec). */
+int cli_client_submit(cli_client_t *c, const Moetune__SweepSpec *spec, wire_env_t **reply, int *error_code, char *err,
+                      size_t errlen);
+
+/* Cancels sweep; *reply is a Cancelled envelope the caller frees with wire_free(). Errors
+ * as cli_client_call. */
+int cli_client_cancel(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen);
+
 /* As cli_client_new, as a CURVE client with key pair self of the coordinator whose
  * public key is server (both copied). A timeout then says that authentication may
  * have failed. MT_INVAL when a key is missing. */

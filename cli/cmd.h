@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "query.h"
 #include "spec.h"
 
@@ -155,6 +157,10 @@ int cli_follow(const cli_cmd_t *cmd, struct cli_client *c, uint64_t sweep, bool 
 
 /* Workers of r that are not dead. */
 uint32_t cli_live_workers(const Moetune__StatusReply *r);
+
+/* Prints v on out as one compact JSON line, keys in their order, and releases v; prints
+ * nothing for a NULL v (a failed json_pack) or one that cannot be dumped. */
+void cli_print_json(FILE *out, json_t *v);
 
 /* Says on stderr, in one line, which running sweeps a submitted one waits behind (nothing
  * when none): they are measured first. */

@@ -232,6 +232,13 @@ int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, bool *
     return MT_OK;
 }
 
+void cli_print_json(FILE *out, json_t *v) {
+    char *s = v ? json_dumps(v, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
+    if (s) fprintf(out, "%s\n", s);
+    free(s);
+    json_decref(v);
+}
+
 void cli_say_queued_behind(const char *cmd_name, const uint64_t *ids, size_t n) {
     if (!n) return;
     fprintf(stderr, "moetune %s: queued behind running sweep%s", cmd_name, n == 1 ? "" : "s");

@@ -153,15 +153,8 @@ int cmd_submit(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (code != MT_EXIT_OK) return code;
     code = connect_control(cmd, o, &c);
     if (code != MT_EXIT_OK) return code;
-    wire_env_t req;
-    Moetune__Submit sub;
-    wire_env_init(&req);
-    moetune__submit__init(&sub);
-    sub.spec = (Moetune__SweepSpec *)cli_spec_get(o->spec);
-    req.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
-    req.submit = &sub;
     int ecode = 0;
-    int rc = cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_SUBMITTED, &reply, &ecode, err, sizeof err);
+    int rc = cli_client_submit(c, cli_spec_get(o->spec), &reply, &ecode, err, sizeof err);
     if (rc != MT_OK) {
         /* A spec the coordinator refuses is the user's input: usage. */
         code = ecode == WIRE_E_SPEC ? cli_usage(cmd, err) : cli_fail(cmd, err);
@@ -266,13 +259,6 @@ static json_t *worker_json(const Moetune__WorkerInfo *w) {
                      "last_seen_ms", (json_int_t)w->last_seen_ms);
 }
 
-static void print_json(json_t *v) {
-    char *s = json_dumps(v, JSON_PRESERVE_ORDER | JSON_COMPACT);
-    if (s) printf("%s\n", s);
-    free(s);
-    json_decref(v);
-}
-
 static void print_status(const Moetune__StatusReply *r, bool json) {
     if (json) {
         json_t *root = json_object(), *sw = json_array();
@@ -293,7 +279,7 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         if (c)
             json_object_set_new(json_object_get(root, "counters"), "auth_refused",
                                 json_integer((json_int_t)c->auth_refused));
-        print_json(root);
+        cli_print_json(stdout, root);
         return;
     }
     printf("%-6s %-32s %-9s %21s %8s %19s %9s %8s\n", "SWEEP", "NAME", "STATE", "RESULTS DONE/PLANNED", "FAILED",
@@ -383,7 +369,7 @@ int cmd_workers(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (o->json) {
         json_t *arr = json_array();
         for (size_t i = 0; i < r->n_workers; i++) json_array_append_new(arr, worker_json(r->workers[i]));
-        print_json(json_pack("{s:o}", "workers", arr));
+        cli_print_json(stdout, json_pack("{s:o}", "workers", arr));
     } else {
         printf("%-28s %-16s %7s %-7s %-24s %-6s %5s %9s %10s\n", "WORKER", "HOST", "PID", "BACKEND", "GPU", "STATE",
                "JOBS", "RESULTS", "LAST SEEN");
@@ -411,14 +397,7 @@ int cmd_cancel(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (!o->sweep) return cli_usage(cmd, "--sweep ID is required");
     int code = connect_control(cmd, o, &c);
     if (code != MT_EXIT_OK) return code;
-    wire_env_t req;
-    Moetune__Cancel cn;
-    wire_env_init(&req);
-    moetune__cancel__init(&cn);
-    cn.sweep_id = o->sweep;
-    req.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
-    req.cancel = &cn;
-    if (cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_CANCELLED, &reply, NULL, err, sizeof err) != MT_OK) {
+    if (cli_client_cancel(c, o->sweep, &reply, err, sizeof err) != MT_OK) {
         code = cli_fail(cmd, err);
         goto out;
     }

@@ -96,10 +96,7 @@ static int print_row(void *vctx, const dbq_result_t *r) {
             json_object_set_new(o, "versions", json_string(r->versions));
             json_object_set_new(o, "routing", r->shape.routing[0] ? json_string(r->shape.routing) : json_null());
         }
-        char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
-        if (s) printf("%s\n", s);
-        free(s);
-        json_decref(o);
+        cli_print_json(stdout, o);
     } else {
         if (ctx->rows == 0)
             printf("%-6s %-34s %6s %-20s %-13s %11s %11s %7s  %-20s %s\n", "SWEEP", "SHAPE", "M",
@@ -150,13 +147,7 @@ static int cmp_row(void *vctx, const dbq_result_t *r) {
             x = y;
     }
     if (!x) {
-        if (c->n == c->cap) {
-            size_t cap = c->cap ? 2 * c->cap : 256;
-            cmp_cell_t *g = realloc(c->cells, cap * sizeof *g);
-            if (!g) return MT_NOMEM;
-            c->cells = g;
-            c->cap = cap;
-        }
+        if (mt_grow((void **)&c->cells, &c->cap, c->n + 1, sizeof *c->cells, 256) != MT_OK) return MT_NOMEM;
         x = &c->cells[c->n++];
         memset(x, 0, sizeof *x);
         x->shape = sh;
@@ -185,10 +176,7 @@ static int print_compare(const cmp_t *c, bool json) {
                                   (int)x->shape.k, "topk", (int)x->shape.topk, "config_id", (json_int_t)x->config_id,
                                   "config", cfg, "batch_size", (int)x->bs, "uniform_us", x->uniform_us, "captured_us",
                                   x->captured_us, "ratio", ratio, "routing", x->routing);
-            char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
-            if (s) printf("%s\n", s);
-            free(s);
-            json_decref(o);
+            cli_print_json(stdout, o);
         } else {
             if (shown == 0)
                 printf("%-34s %6s %-20s %12s %12s %7s  %s\n", "SHAPE", "M", "CONFIG (MxNxKxGxWxS)", "UNIFORM_US",
@@ -229,10 +217,7 @@ static int print_tie(void *vctx, const dbq_result_t *b, const dbq_result_t *u) {
                               "config_id", (json_int_t)b->config_id, "config", cb, "median_us", b->median_us,
                               "stddev_us", b->stddev_us, "runner_up", "config_id", (json_int_t)u->config_id, "config",
                               cu, "median_us", u->median_us, "stddev_us", u->stddev_us, "margin_sd", m);
-        char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
-        if (s) printf("%s\n", s);
-        free(s);
-        json_decref(o);
+        cli_print_json(stdout, o);
     } else {
         if (t->shown == 0)
             printf("%-6s %-34s %6s %-20s %11s %-20s %11s %9s\n", "SWEEP", "SHAPE", "M", "PICK (MxNxKxGxWxS)",
@@ -255,13 +240,7 @@ typedef struct {
 static int add_sweep_id(void *ctx, const dbq_sweep_t *s) {
     sweep_ids_t *v = ctx;
     if (v->want && s->id != v->want) return 0;
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? 2 * v->cap : 16;
-        uint64_t *g = realloc(v->ids, cap * sizeof *g);
-        if (!g) return MT_NOMEM;
-        v->ids = g;
-        v->cap = cap;
-    }
+    if (mt_grow((void **)&v->ids, &v->cap, v->n + 1, sizeof *v->ids, 16) != MT_OK) return MT_NOMEM;
     v->ids[v->n++] = s->id;
     return 0;
 }
@@ -350,10 +329,7 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
                                   "entries", (int)f->entries, "changed", (int)f->changed, "simulated",
                                   f->simulated != 0, "partial", f->partial);
             if (j && f->partial) json_object_set_new(j, "coverage", json_string(f->coverage));
-            char *t = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-            if (t) printf("%s\n", t);
-            free(t);
-            json_decref(j);
+            cli_print_json(stdout, j);
             continue;
         }
         printf("%s/%s: %s, %u entries, %u changed%s", eo.out_dir, f->path, exp_state_name(f->state), f->entries,

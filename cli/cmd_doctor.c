@@ -246,11 +246,7 @@ static void shape_arg(const krn_shape_t *s, char *buf, size_t len) {
 /* Prints one line naming the failure (text, or JSON with --json); returns exit 1. */
 static int doctor_fail(const cli_cmd_t *cmd, bool json, const char *python, const char *msg) {
     if (json) {
-        json_t *o = json_pack("{s:s, s:s, s:s}", "status", "error", "python", python, "error", msg);
-        char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
-        if (s) printf("%s\n", s);
-        free(s);
-        json_decref(o);
+        cli_print_json(stdout, json_pack("{s:s, s:s, s:s}", "status", "error", "python", python, "error", msg));
     }
     return cli_fail(cmd, msg);
 }
@@ -421,10 +417,7 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
             json_object_set_new(j, "tune", json_string(tune));
             json_object_set_new(j, "point_engine", json_string(point));
         }
-        char *s = json_dumps(j, JSON_PRESERVE_ORDER | JSON_COMPACT);
-        if (s) printf("%s\n", s);
-        free(s);
-        json_decref(j);
+        cli_print_json(stdout, j);
         return code;
     }
     printf("interpreter:   %s (Python %s)\n", py, p.python_version[0] ? p.python_version : "?");

@@ -82,11 +82,7 @@ int cmd_history(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (o->json) {
         json_t *arr = json_array();
         for (size_t i = 0; i < s.n; i++) json_array_append_new(arr, sweep_json(&s.v[i]));
-        json_t *root = json_pack("{s:o}", "sweeps", arr);
-        char *text = root ? json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
-        if (text) printf("%s\n", text);
-        free(text);
-        json_decref(root);
+        cli_print_json(stdout, json_pack("{s:o}", "sweeps", arr));
         cmp_sweeps_clear(&s);
         return MT_EXIT_OK;
     }

@@ -125,25 +125,17 @@ static int on_row(void *vctx, const dbq_result_t *r) {
     return 0;
 }
 
+/* The characters HTML text escapes, and their entities. */
+static const char *const k_html_entity[256] = {['<'] = "&lt;", ['>'] = "&gt;", ['&'] = "&amp;", ['"'] = "&quot;"};
+
 /* HTML-escapes text into f. */
 static void esc(FILE *f, const char *t) {
     for (; t && *t; t++) {
-        switch (*t) {
-            case '<':
-                fputs("&lt;", f);
-                break;
-            case '>':
-                fputs("&gt;", f);
-                break;
-            case '&':
-                fputs("&amp;", f);
-                break;
-            case '"':
-                fputs("&quot;", f);
-                break;
-            default:
-                fputc(*t, f);
-        }
+        const char *entity = k_html_entity[(unsigned char)*t];
+        if (entity)
+            fputs(entity, f);
+        else
+            fputc(*t, f);
     }
 }
 

@@ -295,15 +295,18 @@ static int export_engines(const cli_cmd_t *cmd, const char *db, const char *out,
 
 static void print_where(const char *out, bool sim, bool json) {
     if (json) {
-        json_t *o = json_pack("{s:s, s:s}", "out", out, "dir", sim ? "sim" : "<compiler>");
-        char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
-        if (t) printf("%s\n", t);
-        free(t);
-        json_decref(o);
+        cli_print_json(stdout, json_pack("{s:s, s:s}", "out", out, "dir", sim ? "sim" : "<compiler>"));
     } else {
         printf("config files are in %s/%s\n", out, sim ? "sim (simulated numbers, not for engines)" : "<compiler>");
     }
     fflush(stdout);
+}
+
+/* Appends "flag value" to the worker arguments args[*n]; nothing when value is NULL. */
+static void add_arg(char **args, int *n, const char *flag, const char *value) {
+    if (!value) return;
+    args[(*n)++] = (char *)flag;
+    args[(*n)++] = (char *)value;
 }
 
 int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
@@ -448,15 +451,8 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
 
     /* The interrupted sweep that --fresh replaces: cancelled before a worker can take its jobs. */
     if (replace) {
-        wire_env_t req;
-        Moetune__Cancel cn;
-        wire_env_init(&req);
-        moetune__cancel__init(&cn);
-        cn.sweep_id = replace;
-        req.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
-        req.cancel = &cn;
         wire_free(&reply);
-        if (cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_CANCELLED, &reply, NULL, err, sizeof err) != MT_OK) {
+        if (cli_client_cancel(c, replace, &reply, err, sizeof err) != MT_OK) {
             code = cli_fail(cmd, err);
             goto out;
         }
@@ -468,35 +464,15 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     {
         char *args[24];
         int a = 0;
-        args[a++] = "--backend";
-        args[a++] = (char *)backend;
-        args[a++] = "--log-level";
-        args[a++] = (char *)log_level;
-        if (o->sim_time_scale) {
-            args[a++] = "--sim-time-scale";
-            args[a++] = (char *)o->sim_time_scale;
-        }
-        if (o->sim_faults) {
-            args[a++] = "--sim-faults";
-            args[a++] = (char *)o->sim_faults;
-        }
-        if (strcmp(backend, "triton") == 0) {
-            /* hold the next job too: its configs compile ahead while this one is measured */
-            args[a++] = "--credits";
-            args[a++] = "2";
-        }
-        if (o->kernel) {
-            args[a++] = "--kernel";
-            args[a++] = (char *)o->kernel;
-        }
-        if (o->python) {
-            args[a++] = "--python";
-            args[a++] = (char *)o->python;
-        }
-        if (o->helper_mem_mb) {
-            args[a++] = "--helper-mem-mb";
-            args[a++] = mem_mb;
-        }
+        add_arg(args, &a, "--backend", backend);
+        add_arg(args, &a, "--log-level", log_level);
+        add_arg(args, &a, "--sim-time-scale", o->sim_time_scale);
+        add_arg(args, &a, "--sim-faults", o->sim_faults);
+        /* hold the next job too: its configs compile ahead while this one is measured */
+        if (strcmp(backend, "triton") == 0) add_arg(args, &a, "--credits", "2");
+        add_arg(args, &a, "--kernel", o->kernel);
+        add_arg(args, &a, "--python", o->python);
+        if (o->helper_mem_mb) add_arg(args, &a, "--helper-mem-mb", mem_mb);
         args[a] = NULL;
         for (uint32_t i = 0; i < r->n_workers; i++) {
             if (sup_start_worker(r, i, args, err, sizeof err) != MT_OK) {
@@ -568,17 +544,10 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
         fprintf(stderr, "resuming sweep %llu (interrupted earlier) in %s%s\n", (unsigned long long)sweep, db,
                 follow_spec != spec ? " with its own settings (--keep-settings)" : ", same plan and settings");
     } else {
-        wire_env_t req;
-        Moetune__Submit sub;
-        wire_env_init(&req);
-        moetune__submit__init(&sub);
-        sub.spec = (Moetune__SweepSpec *)spec;
-        req.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
-        req.submit = &sub;
         wire_free(&reply);
         int ecode = 0;
         cli_client_set_timeout(c, TUNE_SUBMIT_TIMEOUT_MS);
-        int rc = cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_SUBMITTED, &reply, &ecode, err, sizeof err);
+        int rc = cli_client_submit(c, spec, &reply, &ecode, err, sizeof err);
         cli_client_set_timeout(c, CLI_CLIENT_DEFAULT_TIMEOUT_MS);
         if (rc != MT_OK) {
             code = ecode == WIRE_E_SPEC ? cli_usage(cmd, err) : cli_fail(cmd, err);

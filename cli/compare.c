@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cmd.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
 #include "states.h"
@@ -64,22 +65,11 @@ void cmp_sweeps_clear(cmp_sweeps_t *s) {
     memset(s, 0, sizeof *s);
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t size) {
-    if (need <= *cap) return MT_OK;
-    size_t n = *cap ? *cap * 2 : 16;
-    while (n < need) n *= 2;
-    void *q = realloc(*p, n * size);
-    if (!q) return MT_NOMEM;
-    *p = q;
-    *cap = n;
-    return MT_OK;
-}
-
 static int on_best(void *vctx, const dbq_result_t *r) {
     cmp_sweeps_t *s = vctx;
     cmp_sweep_t *w = s->n ? &s->v[s->n - 1] : NULL;
     if (!w || w->id != r->sweep_id) {
-        if (grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v)) return MT_NOMEM;
+        if (mt_grow((void **)&s->v, &s->cap, s->n + 1, sizeof *s->v, 16)) return MT_NOMEM;
         w = &s->v[s->n++];
         memset(w, 0, sizeof *w);
         w->id = r->sweep_id;
@@ -96,7 +86,7 @@ static int on_best(void *vctx, const dbq_result_t *r) {
         w->n_devices = 2;
         snprintf(w->other_device, sizeof w->other_device, "%s", r->device_name);
     }
-    if (grow((void **)&w->best, &w->cap_best, w->n_best + 1, sizeof *w->best)) return MT_NOMEM;
+    if (mt_grow((void **)&w->best, &w->cap_best, w->n_best + 1, sizeof *w->best, 16)) return MT_NOMEM;
     cmp_best_t *b = &w->best[w->n_best++];
     b->shape = r->shape;
     b->batch_size = r->batch_size;
@@ -179,7 +169,7 @@ static int on_candidate(void *vctx, const dbq_sweep_t *row) {
     bool same = k && c->spec && n == c->spec_len && memcmp(k, c->spec, n) == 0;
     free(k);
     if (!same) return 0;
-    if (grow((void **)&c->cands, &c->cap_cands, c->n_cands + 1, sizeof *c->cands)) return MT_NOMEM;
+    if (mt_grow((void **)&c->cands, &c->cap_cands, c->n_cands + 1, sizeof *c->cands, 16)) return MT_NOMEM;
     c->cands[c->n_cands++] = row->id;
     return 0;
 }
@@ -414,10 +404,7 @@ void cmp_diff_print(const cmp_diff_t *d, bool json, FILE *out) {
             json_array_append_new(arr, o);
         }
         json_object_set_new(root, "entries", arr);
-        char *s = json_dumps(root, JSON_PRESERVE_ORDER | JSON_COMPACT);
-        if (s) fprintf(out, "%s\n", s);
-        free(s);
-        json_decref(root);
+        cli_print_json(out, root);
         return;
     }
     sweep_line(out, "old:", &d->a);

@@ -131,13 +131,7 @@ int cli_eta_observe(cli_eta_t *e, const cli_eta_sample_t *s, double *eta_s) {
     uint64_t step = (uint64_t)((double)s->planned * ETA_CHUNK_SHARE);
     if (step < ETA_CHUNK_MIN) step = ETA_CHUNK_MIN;
     if (s->done >= e->c_done + step && s->t_s > e->c_t) {
-        if (e->n == e->cap) {
-            size_t cap = e->cap ? e->cap * 2 : 64;
-            chunk_t *c = realloc(e->chunks, cap * sizeof *c);
-            if (!c) return MT_NOMEM;
-            e->chunks = c;
-            e->cap = cap;
-        }
+        if (mt_grow((void **)&e->chunks, &e->cap, e->n + 1, sizeof *e->chunks, 64) != MT_OK) return MT_NOMEM;
         double n = (double)(s->done - e->c_done);
         e->chunks[e->n++] = (chunk_t){(s->t_s - e->c_t) / n, (double)(s->pruned - e->c_pruned) / n,
                                       ((double)(s->done + e->c_done) / 2.0) / (double)s->planned, n};

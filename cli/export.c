@@ -105,6 +105,23 @@ static bool safe_component(const char *s) {
     return true;
 }
 
+/* MT_OK for a directory name from the database that is one plain path component, else
+ * MT_INVAL with the reason in err. */
+static int check_dir_name(const char *s, char *err, size_t errlen) {
+    if (safe_component(s)) return MT_OK;
+    mt_fmt(err, errlen, "compiler directory '%s' in the database is not a plain name", s);
+    return MT_INVAL;
+}
+
+/* The error of an export that selected no ok result: MT_NOTFOUND with the reason in err. */
+static int no_results(const exp_opts_t *o, char *err, size_t errlen) {
+    if (o->sweep_id)
+        mt_fmt(err, errlen, "sweep %llu has no ok results to export", (unsigned long long)o->sweep_id);
+    else
+        mt_fmt(err, errlen, "the selected sweeps have no ok results to export");
+    return MT_NOTFOUND;
+}
+
 static void file_name(const dbq_result_t *r, char *buf, size_t len) {
     char dev[128];
     snprintf(dev, sizeof dev, "%s", r->device_name);
@@ -308,13 +325,7 @@ static void sel_init(run_t *x) {
 
 static int cov_collect(void *ctx, const dbq_coverage_t *c) {
     run_t *x = ctx;
-    if (x->n_cov == x->cap_cov) {
-        size_t cap = x->cap_cov ? x->cap_cov * 2 : 64;
-        dbq_coverage_t *grown = realloc(x->cov, cap * sizeof *grown);
-        if (!grown) return MT_NOMEM;
-        x->cov = grown;
-        x->cap_cov = cap;
-    }
+    if (mt_grow((void **)&x->cov, &x->cap_cov, x->n_cov + 1, sizeof *x->cov, 64) != MT_OK) return MT_NOMEM;
     x->cov[x->n_cov++] = *c;
     return 0;
 }
@@ -663,13 +674,7 @@ static int check_coverage(const run_t *x, const dbq_result_t *first, const entry
 }
 
 static int add_pend(run_t *x, pend_t **out) {
-    if (x->n_pend == x->cap_pend) {
-        size_t cap = x->cap_pend ? x->cap_pend * 2 : 16;
-        pend_t *grown = realloc(x->pend, cap * sizeof *grown);
-        if (!grown) return MT_NOMEM;
-        x->pend = grown;
-        x->cap_pend = cap;
-    }
+    if (mt_grow((void **)&x->pend, &x->cap_pend, x->n_pend + 1, sizeof *x->pend, 16) != MT_OK) return MT_NOMEM;
     *out = &x->pend[x->n_pend++];
     memset(*out, 0, sizeof **out);
     return MT_OK;
@@ -1077,13 +1082,7 @@ static int reduce_row(void *ctx, const dbq_result_t *r) {
         }
     }
     if (!c) {
-        if (g->n == g->cap) {
-            size_t cap = g->cap ? g->cap * 2 : 64;
-            cell_t *grown = realloc(g->cells, cap * sizeof *grown);
-            if (!grown) return MT_NOMEM;
-            g->cells = grown;
-            g->cap = cap;
-        }
+        if (mt_grow((void **)&g->cells, &g->cap, g->n + 1, sizeof *g->cells, 64) != MT_OK) return MT_NOMEM;
         c = &g->cells[g->n];
         memset(c, 0, sizeof *c);
         c->versions = strdup(r->versions);
@@ -1349,11 +1348,7 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
         goto out;
     }
     if (g.n == 0) {
-        if (o->sweep_id)
-            mt_fmt(err, errlen, "sweep %llu has no ok results to export", (unsigned long long)o->sweep_id);
-        else
-            mt_fmt(err, errlen, "the selected sweeps have no ok results to export");
-        rc = MT_NOTFOUND;
+        rc = no_results(o, err, errlen);
         goto out;
     }
     qsort(g.cells, g.n, sizeof *g.cells, cmp_cell);
@@ -1368,11 +1363,8 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
         const cell_t *c = &g.cells[i];
         size_t j = i + 1;
         while (j < g.n && same_group(&g.cells[j].best, g.cells[j].versions, &c->best, c->versions)) j++;
-        if (!safe_component(c->best.compiler)) {
-            mt_fmt(err, errlen, "compiler directory '%s' in the database is not a plain name", c->best.compiler);
-            rc = MT_INVAL;
-            goto out;
-        }
+        rc = check_dir_name(c->best.compiler, err, errlen);
+        if (rc != MT_OK) goto out;
         group_t *gr = &groups[n_groups++];
         gr->first = i;
         gr->n = j - i;
@@ -1468,11 +1460,7 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
     if (rc != MT_OK) goto out;
     dbq_close(q);
     if (v.n == 0) {
-        if (o->sweep_id)
-            mt_fmt(err, errlen, "sweep %llu has no ok results to export", (unsigned long long)o->sweep_id);
-        else
-            mt_fmt(err, errlen, "the selected sweeps have no ok results to export");
-        rc = MT_NOTFOUND;
+        rc = no_results(o, err, errlen);
         goto out;
     }
     files = calloc(v.n, sizeof *files);
@@ -1495,11 +1483,8 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
         while (j < v.n && v.rows[j].shape_id == r->shape_id && strcmp(v.rows[j].export_dir, r->export_dir) == 0 &&
                strcmp(v.rows[j].device_name, r->device_name) == 0)
             j++;
-        if (!safe_component(r->export_dir)) {
-            mt_fmt(err, errlen, "compiler directory '%s' in the database is not a plain name", r->export_dir);
-            rc = MT_INVAL;
-            goto out;
-        }
+        rc = check_dir_name(r->export_dir, err, errlen);
+        if (rc != MT_OK) goto out;
         plain_t *pf = &files[n_files++];
         pf->first = i;
         pf->n = j - i;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cmd.h"
 #include "eta.h"
 #include "mt.h"
 #include "states.h"
@@ -148,10 +149,7 @@ static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t wor
             json_object_set_new(o, "storage_error", json_string(p->storage));
             json_object_set_new(o, "results_unacked", json_integer((json_int_t)p->unacked));
         }
-        char *t = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-        if (t) fprintf(p->out, "%s\n", t);
-        free(t);
-        json_decref(o);
+        cli_print_json(p->out, o);
         fflush(p->out);
         return;
     }

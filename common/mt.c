@@ -118,14 +118,9 @@ int mt_parse_u32_list(const char *s, uint32_t min, uint32_t max, uint32_t **out,
             rc = MT_INVAL;
             goto out;
         }
-        if (count == cap) {
-            cap = cap ? cap * 2 : 16;
-            uint32_t *grown = realloc(vals, cap * sizeof *vals);
-            if (!grown) {
-                rc = MT_NOMEM;
-                goto out;
-            }
-            vals = grown;
+        if (mt_grow((void **)&vals, &cap, count + 1, sizeof *vals, 16) != MT_OK) {
+            rc = MT_NOMEM;
+            goto out;
         }
         vals[count++] = v;
     }
@@ -240,3 +235,14 @@ void *mt_malloc(size_t n) { return alloc_should_fail() ? NULL : malloc(n); }
 void *mt_calloc(size_t count, size_t n) { return alloc_should_fail() ? NULL : calloc(count, n); }
 void *mt_realloc(void *p, size_t n) { return alloc_should_fail() ? NULL : realloc(p, n); }
 char *mt_strdup(const char *s) { return alloc_should_fail() ? NULL : strdup(s); }
+
+int mt_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first) {
+    if (need <= *cap) return MT_OK;
+    size_t n = *cap ? *cap * 2 : first;
+    while (n < need) n *= 2;
+    void *p = realloc(*arr, n * elem);
+    if (!p) return MT_NOMEM;
+    *arr = p;
+    *cap = n;
+    return MT_OK;
+}

@@ -80,6 +80,12 @@ char *mt_strdup(const char *s);
 void mt_alloc_fail_at(unsigned long n);
 int mt_alloc_failed(void);
 
+/* Makes room for need elements of elem bytes in the growing array *arr of *cap: nothing
+ * when need <= *cap, else the capacity doubles (from first, > 0, when 0) until need fits and the
+ * array is reallocated; *arr and *cap change only on success. Plain realloc, outside the
+ * failure hook above. MT_NOMEM when out of memory (the array is kept as it was). */
+int mt_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first);
+
 /* Sends a signal-safe flag: the daemons' loops check it. */
 extern volatile int mt_stop_requested;
 /* Installs SIGINT/SIGTERM/SIGHUP handlers that set mt_stop_requested, and ignores SIGPIPE. */

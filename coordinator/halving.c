@@ -157,13 +157,7 @@ static int collect(void *ctx, uint64_t config_id, uint32_t batch_size, double me
     for (size_t i = 0; i < c->nb; i++)
         if (c->bs[i] == batch_size) bi = i;
     if (bi == c->nb || !(median_us > 0)) return MT_OK; /* not one of the sweep's: not a candidate */
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 256;
-        halving_row_t *a = realloc(c->rows, cap * sizeof *a);
-        if (!a) return MT_NOMEM;
-        c->rows = a;
-        c->cap = cap;
-    }
+    if (mt_grow((void **)&c->rows, &c->cap, c->n + 1, sizeof *c->rows, 256) != MT_OK) return MT_NOMEM;
     c->rows[c->n++] = (halving_row_t){.config_id = config_id, .bi = (uint32_t)bi, .median_us = median_us};
     return MT_OK;
 }

@@ -1,6 +1,7 @@
 /* main.c - moetune-coordinator: parses options, runs the coordinator loop. */
 #include <malloc.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,72 +42,48 @@ typedef struct {
     sec_cert_t curve;
 } args_t;
 
-typedef int (*opt_fn)(args_t *a, const char *v, char *err, size_t errlen);
+/* How an option's value is stored: its type and where in args_t (nginx-style). */
+typedef enum { ARG_STR, ARG_U32, ARG_LEVEL } arg_type_t;
 
-static int opt_db(args_t *a, const char *v, char *err, size_t errlen) {
-    a->o.db_path = v;
-    return MT_OK;
-}
-static int opt_bind(args_t *a, const char *v, char *err, size_t errlen) {
-    a->o.bind = v;
-    return MT_OK;
-}
-static int opt_control(args_t *a, const char *v, char *err, size_t errlen) {
-    a->o.control = v;
-    return MT_OK;
-}
-static int opt_curve_secret(args_t *a, const char *v, char *err, size_t errlen) {
-    a->curve_secret = v;
-    return MT_OK;
-}
-static int opt_metrics(args_t *a, const char *v, char *err, size_t errlen) {
-    a->o.metrics = v;
-    return MT_OK;
-}
-static int opt_curve_allow(args_t *a, const char *v, char *err, size_t errlen) {
-    a->o.curve_allow = v;
-    return MT_OK;
-}
-static int opt_u32(const char *name, const char *v, uint32_t min, uint32_t max, uint32_t *out, char *err,
-                   size_t errlen) {
-    if (mt_parse_u32(v, min, max, out) == MT_OK) return MT_OK;
-    mt_fmt(err, errlen, "%s: '%s' is not a whole number in %u..%u", name, v, min, max);
-    return MT_INVAL;
-}
-static int opt_hb(args_t *a, const char *v, char *err, size_t errlen) {
-    return opt_u32("--heartbeat-ms", v, WIRE_HEARTBEAT_MIN_MS, WIRE_HEARTBEAT_MAX_MS, &a->hb, err, errlen);
-}
-static int opt_lease(args_t *a, const char *v, char *err, size_t errlen) {
-    return opt_u32("--lease-ms", v, WIRE_LEASE_MIN_MS, WIRE_LEASE_MAX_MS, &a->lease, err, errlen);
-}
-static int opt_max(args_t *a, const char *v, char *err, size_t errlen) {
-    return opt_u32("--max-msg-bytes", v, 1024, 1u << 30, &a->max_msg, err, errlen);
-}
-static int opt_conns(args_t *a, const char *v, char *err, size_t errlen) {
-    return opt_u32("--max-connections", v, 1, 1u << 20, &a->max_conns, err, errlen);
-}
-static int opt_level(args_t *a, const char *v, char *err, size_t errlen) {
-    if (mt_log_parse_level(v, &a->level) == MT_OK) return MT_OK;
-    mt_fmt(err, errlen, "--log-level: '%s' is not one of error, warn, info, debug", v);
-    return MT_INVAL;
-}
-
-static const struct {
+typedef struct {
     const char *name;
-    opt_fn fn;
-} g_opts[] = {
-    {"--db", opt_db},
-    {"--bind", opt_bind},
-    {"--control", opt_control},
-    {"--heartbeat-ms", opt_hb},
-    {"--lease-ms", opt_lease},
-    {"--max-msg-bytes", opt_max},
-    {"--max-connections", opt_conns},
-    {"--log-level", opt_level},
-    {"--curve-secret", opt_curve_secret},
-    {"--curve-allow", opt_curve_allow},
-    {"--metrics", opt_metrics},
+    arg_type_t type;
+    size_t off;
+    uint32_t min, max; /* ARG_U32 */
+} arg_opt_t;
+
+static const arg_opt_t g_opts[] = {
+    {"--db", ARG_STR, offsetof(args_t, o.db_path), 0, 0},
+    {"--bind", ARG_STR, offsetof(args_t, o.bind), 0, 0},
+    {"--control", ARG_STR, offsetof(args_t, o.control), 0, 0},
+    {"--heartbeat-ms", ARG_U32, offsetof(args_t, hb), WIRE_HEARTBEAT_MIN_MS, WIRE_HEARTBEAT_MAX_MS},
+    {"--lease-ms", ARG_U32, offsetof(args_t, lease), WIRE_LEASE_MIN_MS, WIRE_LEASE_MAX_MS},
+    {"--max-msg-bytes", ARG_U32, offsetof(args_t, max_msg), 1024, 1u << 30},
+    {"--max-connections", ARG_U32, offsetof(args_t, max_conns), 1, 1u << 20},
+    {"--log-level", ARG_LEVEL, offsetof(args_t, level), 0, 0},
+    {"--curve-secret", ARG_STR, offsetof(args_t, curve_secret), 0, 0},
+    {"--curve-allow", ARG_STR, offsetof(args_t, o.curve_allow), 0, 0},
+    {"--metrics", ARG_STR, offsetof(args_t, o.metrics), 0, 0},
 };
+
+/* Stores option opt's value v into a; MT_INVAL with the reason in err. */
+static int set_opt(args_t *a, const arg_opt_t *opt, const char *v, char *err, size_t errlen) {
+    void *dst = (char *)a + opt->off;
+    switch (opt->type) {
+        case ARG_STR:
+            *(const char **)dst = v;
+            return MT_OK;
+        case ARG_U32:
+            if (mt_parse_u32(v, opt->min, opt->max, dst) == MT_OK) return MT_OK;
+            mt_fmt(err, errlen, "%s: '%s' is not a whole number in %u..%u", opt->name, v, opt->min, opt->max);
+            return MT_INVAL;
+        case ARG_LEVEL:
+            if (mt_log_parse_level(v, dst) == MT_OK) return MT_OK;
+            mt_fmt(err, errlen, "%s: '%s' is not one of error, warn, info, debug", opt->name, v);
+            return MT_INVAL;
+    }
+    return MT_INVAL;
+}
 
 static int parse(int argc, char **argv, args_t *a, char *err, size_t errlen) {
     for (int i = 1; i < argc; i++) {
@@ -130,7 +107,7 @@ static int parse(int argc, char **argv, args_t *a, char *err, size_t errlen) {
             }
             val = argv[++i];
         }
-        int rc = g_opts[k].fn(a, val, err, errlen);
+        int rc = set_opt(a, &g_opts[k], val, err, errlen);
         if (rc) return rc;
     }
     if (!a->o.db_path || !*a->o.db_path) {

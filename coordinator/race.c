@@ -41,13 +41,7 @@ int race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs, doub
         if (median_us < e->best_us) e->best_us = median_us;
         return MT_OK;
     }
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? 2 * r->cap : 64;
-        race_entry_t *a = realloc(r->e, cap * sizeof *a);
-        if (!a) return MT_NOMEM;
-        r->e = a;
-        r->cap = cap;
-    }
+    if (mt_grow((void **)&r->e, &r->cap, r->n + 1, sizeof *r->e, 64) != MT_OK) return MT_NOMEM;
     r->e[r->n++] = (race_entry_t){sweep_id, shape_id, bs, median_us};
     return MT_OK;
 }

@@ -107,6 +107,18 @@ out:
     return rc;
 }
 
+/* Decodes key `name` of text, the content of key file path, into out; MT_INVAL with
+ * "path: no NAME (hint)" or "path: NAME is not 40 Z85 characters" in err. */
+static int read_key(const char *text, const char *path, const char *name, const char *hint, uint8_t out[SEC_KEY_BYTES],
+                    char *err, size_t errlen) {
+    int rc = find_key(text, name, out);
+    if (rc == MT_NOTFOUND)
+        mt_fmt(err, errlen, "%s: no %s (%s)", path, name, hint);
+    else if (rc)
+        mt_fmt(err, errlen, "%s: %s is not 40 Z85 characters", path, name);
+    return rc ? MT_INVAL : MT_OK;
+}
+
 static int load(const char *path, bool want_secret, sec_cert_t *out, char *err, size_t errlen) {
     char *text = NULL;
     memset(out, 0, sizeof *out);
@@ -114,23 +126,10 @@ static int load(const char *path, bool want_secret, sec_cert_t *out, char *err, 
     if (rc) return rc;
     rc = read_text(path, &text, err, errlen);
     if (rc) return rc;
-    rc = find_key(text, "public-key", out->pub);
-    if (rc) {
-        mt_fmt(err, errlen, "%s: %s", path,
-               rc == MT_NOTFOUND ? "no public-key (not a moetune/czmq key file)"
-                                 : "public-key is not 40 Z85 characters");
-        rc = MT_INVAL;
-        goto out;
-    }
-    if (!want_secret) goto out;
-    rc = find_key(text, "secret-key", out->sec);
-    if (rc) {
-        mt_fmt(err, errlen, "%s: %s", path,
-               rc == MT_NOTFOUND ? "no secret-key (a .pub file where the .key file is needed?)"
-                                 : "secret-key is not 40 Z85 characters");
-        rc = MT_INVAL;
-        goto out;
-    }
+    rc = read_key(text, path, "public-key", "not a moetune/czmq key file", out->pub, err, errlen);
+    if (rc || !want_secret) goto out;
+    rc = read_key(text, path, "secret-key", "a .pub file where the .key file is needed?", out->sec, err, errlen);
+    if (rc) goto out;
     char sec_z[SEC_Z85_LEN + 1], pub_z[SEC_Z85_LEN + 1], want_z[SEC_Z85_LEN + 1];
     sec_z85(out->sec, sec_z);
     sec_z85(out->pub, want_z);
@@ -304,16 +303,10 @@ static int load_dir(const char *dir, uint8_t (**out)[SEC_KEY_BYTES], size_t *n_o
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         rc = sec_load_public(path, &cert, err, errlen);
         if (rc) goto out;
-        if (n == cap) {
-            size_t c = cap ? cap * 2 : 16;
-            void *g = realloc(keys, c * sizeof *keys);
-            if (!g) {
-                rc = MT_NOMEM;
-                mt_fmt(err, errlen, "out of memory");
-                goto out;
-            }
-            keys = g;
-            cap = c;
+        if (mt_grow((void **)&keys, &cap, n + 1, sizeof *keys, 16) != MT_OK) {
+            rc = MT_NOMEM;
+            mt_fmt(err, errlen, "out of memory");
+            goto out;
         }
         memcpy(keys[n++], cert.pub, SEC_KEY_BYTES);
     }

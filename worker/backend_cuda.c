@@ -166,17 +166,25 @@ static img_entry_t *find_entry(cuda_state_t *st, const krn_config_t *key) {
 
 /* Adds a queued entry for key (st->mu held). Entries are indices, stable across growth. */
 static long add_entry(cuda_state_t *st, const krn_config_t *key) {
-    if (st->n_imgs == st->cap_imgs) {
-        size_t cap = st->cap_imgs ? st->cap_imgs * 2 : 64;
-        img_entry_t *p = realloc(st->imgs, cap * sizeof *p);
-        if (!p) return -1;
-        st->imgs = p;
-        st->cap_imgs = cap;
-    }
+    if (mt_grow((void **)&st->imgs, &st->cap_imgs, st->n_imgs + 1, sizeof *st->imgs, 64) != MT_OK) return -1;
     img_entry_t *e = &st->imgs[st->n_imgs];
     memset(e, 0, sizeof *e);
     e->key = *key;
     return (long)st->n_imgs++;
+}
+
+/* Compiles the queued entry idx (state 0) with st->mu released; called, and returns, with
+ * st->mu held. The entry reads compiling (1) meanwhile and compiled (2) after; waiters wake. */
+static void compile_entry(cuda_state_t *st, size_t idx) {
+    st->imgs[idx].state = 1;
+    krn_config_t key = st->imgs[idx].key;
+    pthread_mutex_unlock(&st->mu);
+    wcu_image_t img;
+    wcu_compile_config(&key, st->info.cc_major, st->info.cc_minor, st->cache_dir, &img);
+    pthread_mutex_lock(&st->mu);
+    st->imgs[idx].img = img;
+    st->imgs[idx].state = 2;
+    pthread_cond_broadcast(&st->cv);
 }
 
 static void *pool_main(void *arg) {
@@ -193,15 +201,7 @@ static void *pool_main(void *arg) {
             pthread_cond_wait(&st->cv, &st->mu);
             continue;
         }
-        st->imgs[pick].state = 1;
-        krn_config_t key = st->imgs[pick].key;
-        pthread_mutex_unlock(&st->mu);
-        wcu_image_t img;
-        wcu_compile_config(&key, st->info.cc_major, st->info.cc_minor, st->cache_dir, &img);
-        pthread_mutex_lock(&st->mu);
-        st->imgs[pick].img = img;
-        st->imgs[pick].state = 2;
-        pthread_cond_broadcast(&st->cv);
+        compile_entry(st, (size_t)pick);
     }
     pthread_mutex_unlock(&st->mu);
     return NULL;
@@ -217,16 +217,7 @@ static img_entry_t *get_image(cuda_state_t *st, const krn_config_t *cfg) {
         pthread_mutex_unlock(&st->mu);
         return NULL;
     }
-    if (st->imgs[idx].state == 0) {
-        st->imgs[idx].state = 1;
-        pthread_mutex_unlock(&st->mu);
-        wcu_image_t img;
-        wcu_compile_config(&key, st->info.cc_major, st->info.cc_minor, st->cache_dir, &img);
-        pthread_mutex_lock(&st->mu);
-        st->imgs[idx].img = img;
-        st->imgs[idx].state = 2;
-        pthread_cond_broadcast(&st->cv);
-    }
+    if (st->imgs[idx].state == 0) compile_entry(st, (size_t)idx);
     while (st->imgs[idx].state != 2) pthread_cond_wait(&st->cv, &st->mu);
     e = &st->imgs[idx];
     pthread_mutex_unlock(&st->mu);

@@ -97,6 +97,19 @@ static int add_config(const char *key, const char *val, krn_config_t *list, size
     return MT_OK;
 }
 
+/* Sets *out to val when it is a number in [lo, hi]; else MT_INVAL, saying in err that
+ * key=val is not what (e.g. "a probability in [0, 1]"). */
+static int set_real(const char *key, const char *val, double lo, double hi, const char *what, double *out, char *err,
+                    size_t errlen) {
+    double x;
+    if (mt_parse_double(val, &x) != MT_OK || !(x >= lo && x <= hi)) {
+        mt_fmt(err, errlen, "sim faults: %s=%s is not %s", key, val, what);
+        return MT_INVAL;
+    }
+    *out = x;
+    return MT_OK;
+}
+
 int wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, size_t errlen) {
     int rc = MT_OK;
     char *copy = NULL, *save = NULL;
@@ -120,26 +133,14 @@ int wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, siz
         } else if (strcmp(key, "wrong") == 0) {
             rc = add_config(key, val, out->wrong, &out->n_wrong, err, errlen);
         } else if (strcmp(key, "crash_rate") == 0) {
-            double p;
-            if (mt_parse_double(val, &p) != MT_OK || !(p >= 0.0 && p <= 1.0)) {
-                mt_fmt(err, errlen, "sim faults: crash_rate=%s is not a probability in [0, 1]", val);
-                rc = MT_INVAL;
-            } else {
-                out->crash_rate = p;
-            }
+            rc = set_real(key, val, 0.0, 1.0, "a probability in [0, 1]", &out->crash_rate, err, errlen);
         } else if (strcmp(key, "slow_start_ms") == 0) {
             if (mt_parse_u32(val, 0, 3600000, &out->slow_start_ms) != MT_OK) {
                 mt_fmt(err, errlen, "sim faults: slow_start_ms=%s is not an integer in 0..3600000", val);
                 rc = MT_INVAL;
             }
         } else if (strcmp(key, "slowdown") == 0) {
-            double x;
-            if (mt_parse_double(val, &x) != MT_OK || !(x >= 0.01 && x <= 100.0)) {
-                mt_fmt(err, errlen, "sim faults: slowdown=%s is not a factor in 0.01..100", val);
-                rc = MT_INVAL;
-            } else {
-                out->slowdown = x;
-            }
+            rc = set_real(key, val, 0.01, 100.0, "a factor in 0.01..100", &out->slowdown, err, errlen);
         } else {
             mt_fmt(err, errlen,
                    "sim faults: unknown key '%s' (crash, crash_rate, hang, wrong, slow_start_ms, slowdown)", key);

@@ -67,13 +67,7 @@ struct wrk_parent {
 /* ---- small helpers */
 
 static int push_u64(uint64_t **arr, size_t *n, size_t *cap, uint64_t v) {
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 64;
-        uint64_t *g = realloc(*arr, c * sizeof *g);
-        if (!g) return MT_NOMEM;
-        *arr = g;
-        *cap = c;
-    }
+    if (mt_grow((void **)arr, cap, *n + 1, sizeof **arr, 64) != MT_OK) return MT_NOMEM;
     (*arr)[(*n)++] = v;
     return MT_OK;
 }
@@ -269,15 +263,9 @@ static int emit_result(wrk_parent_t *p, pjob_t *j, size_t ci, const wrk_meas_t *
     env.result = &r;
     rc = wire_pack(&env, &buf, &len);
     if (rc) goto out;
-    if (p->n_unacked == p->cap_unacked) {
-        size_t cap = p->cap_unacked ? p->cap_unacked * 2 : 64;
-        unacked_t *g = realloc(p->unacked, cap * sizeof *g);
-        if (!g) {
-            rc = MT_NOMEM;
-            goto out;
-        }
-        p->unacked = g;
-        p->cap_unacked = cap;
+    if (mt_grow((void **)&p->unacked, &p->cap_unacked, p->n_unacked + 1, sizeof *p->unacked, 64) != MT_OK) {
+        rc = MT_NOMEM;
+        goto out;
     }
     p->unacked[p->n_unacked++] = (unacked_t){r.seq, buf, len};
     if (p->session == SESSION_WELCOMED && p->sock && zmq_send(p->sock, buf, len, ZMQ_DONTWAIT) < 0)

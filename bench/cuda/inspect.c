@@ -92,6 +92,16 @@ static int write_file(const char *path, const void *data, size_t size) {
     return fclose(f) == 0 && w == size ? MT_OK : MT_IO;
 }
 
+/* Writes DIR/NAME.cubin and DIR/NAME.ptxas.txt (the ptxas -v log); MT_IO with the file that
+ * failed in path. */
+static int save_image(const char *dir, const char *name, const unsigned char *cubin, size_t size, const char *log,
+                      char *path, size_t pathlen) {
+    mt_fmt(path, pathlen, "%s/%s.cubin", dir, name);
+    if (write_file(path, cubin, size) != MT_OK) return MT_IO;
+    mt_fmt(path, pathlen, "%s/%s.ptxas.txt", dir, name);
+    return write_file(path, log, strlen(log));
+}
+
 /* Sum over experts of E[ceil(X / bm)], X ~ Binomial(m, topk / e): the expected number of
  * BLOCK_M row blocks the align step produces under uniform routing. */
 static double expected_row_blocks(const shape_t *s, uint32_t m, uint32_t bm) {
@@ -214,10 +224,7 @@ static int inspect_config(const char *dir, const char *spec) {
                 size);
         goto out;
     }
-    mt_fmt(path, sizeof path, "%s/%s.cubin", dir, name);
-    if (write_file(path, cubin, size) != MT_OK) goto io;
-    mt_fmt(path, sizeof path, "%s/%s.ptxas.txt", dir, name);
-    if (write_file(path, log, strlen(log)) != MT_OK) goto io;
+    if (save_image(dir, name, cubin, size, log, path, sizeof path) != MT_OK) goto io;
 
     krn_shape_t shape;
     memset(&shape, 0, sizeof shape);
@@ -279,10 +286,7 @@ static int inspect_common(const char *dir) {
         fprintf(stderr, "moe_common: the backend's cubin differs from this compile\n");
         goto out;
     }
-    mt_fmt(path, sizeof path, "%s/moe_common.cubin", dir);
-    if (write_file(path, cubin, size) != MT_OK) goto out;
-    mt_fmt(path, sizeof path, "%s/moe_common.ptxas.txt", dir);
-    if (write_file(path, log, strlen(log)) != MT_OK) goto out;
+    if (save_image(dir, "moe_common", cubin, size, log, path, sizeof path) != MT_OK) goto out;
     printf("moe_common (%zu B cubin, identical to the backend's)\n", size);
     static const char *kernels[] = {"moe_align", "moe_topk_sum"};
     for (size_t i = 0; i < 2; i++) {

@@ -13,12 +13,8 @@
 """
 import argparse
 import json
-import os
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "worker"))
-import moetune_helper as mh  # noqa: E402
+from stack import mh, open_bf16
 
 M = {"warmup": 5, "min_samples": 20, "max_samples": 200, "rsd_target": 0.005, "budget_ms": 4000, "seed": 1, "race_margin": 0.0}
 
@@ -40,12 +36,8 @@ def main():
     ap.add_argument("--baseline")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    torch, triton = mh.import_stack()
-    e, n, k, topk = (int(v) for v in a.shape.split(","))
-    shape = {"e": e, "n": n, "k": k, "topk": topk, "dtype": "bf16"}
-    kernel = mh.MoetuneKernel(torch, triton)
-    meas = mh.Measurer(torch, kernel)
-    meas.set_shape(shape, 1)
+    torch, kernel, meas, shape = open_bf16(a.shape)
+    e, topk = shape["e"], shape["topk"]
     up_file = json.load(open(a.file))
     tuned = json.load(open(a.whole)) if a.whole else up_file
     down = json.load(open(a.down)) if a.down else {}

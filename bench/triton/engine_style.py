@@ -11,13 +11,9 @@ moetune sweep it is compared with.
 import argparse
 import itertools
 import json
-import os
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "worker"))
-import moetune_helper as mh  # noqa: E402
+from stack import mh, open_bf16
 
 
 def parse_space(text):
@@ -32,12 +28,7 @@ def main():
     ap.add_argument("--batch-sizes", required=True)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    torch, triton = mh.import_stack()
-    e, n, k, topk = (int(v) for v in a.shape.split(","))
-    shape = {"e": e, "n": n, "k": k, "topk": topk, "dtype": "bf16"}
-    kernel = mh.MoetuneKernel(torch, triton)
-    meas = mh.Measurer(torch, kernel)
-    meas.set_shape(shape, 1)
+    torch, kernel, meas, shape = open_bf16(a.shape)
     cfgs = parse_space(a.space)
     bss = [int(v) for v in a.batch_sizes.split(",")]
     t0 = time.monotonic()
