@@ -46,15 +46,6 @@ static size_t count_body(fx_t *f, const char *rid, wire_body_t body) {
     return n;
 }
 
-static bool acked(fx_t *f, const char *rid, uint64_t seq) {
-    for (size_t i = 0; i < f->n; i++) {
-        if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;
-        for (size_t k = 0; k < f->msg[i]->ack->n_seqs; k++)
-            if (f->msg[i]->ack->seqs[k] == seq) return true;
-    }
-    return false;
-}
-
 static void test_credits(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
@@ -114,9 +105,9 @@ static void test_tokens_and_completion(void **state) {
     assert_int_equal(result(f, a, job, tok, 4, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(result(f, a, job, tok, 5, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK); /* resend */
     assert_int_equal(sched_pending(f->s), 2);
-    assert_false(acked(f, "A", 4));
+    assert_false(fx_acked(f, "A", 4));
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
-    for (uint64_t seq = 1; seq <= 5; seq++) assert_true(acked(f, "A", seq));
+    for (uint64_t seq = 1; seq <= 5; seq++) assert_true(fx_acked(f, "A", seq));
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 2);
     assert_int_equal(sched_counters(f->s)->rejected_results, 3);
     assert_int_equal(sched_counters(f->s)->results_committed, 2);
@@ -139,7 +130,7 @@ static void test_tokens_and_completion(void **state) {
     /* a result for a done job is rejected, still acknowledged */
     assert_int_equal(result(f, a, job, tok, 7, c2, MOETUNE__STATUS__STATUS_OK, 6), MT_INVAL);
     assert_int_equal(sched_flush(f->s, 6), MT_OK);
-    assert_true(acked(f, "A", 7));
+    assert_true(fx_acked(f, "A", 7));
 }
 
 static void test_silent_workers_and_attempts(void **state) {
@@ -212,7 +203,7 @@ static void test_crash_retry_and_quarantine(void **state) {
     assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
     assert_int_equal(sched_pending(f->s), 0);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
-    assert_true(acked(f, "A", 1));
+    assert_true(fx_acked(f, "A", 1));
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 0);
     assert_int_equal(fx_query_int(f, "SELECT count FROM crashes"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE avoid_worker = 'A'"), 1);
@@ -297,8 +288,8 @@ static void test_restart_and_filter(void **state) {
     /* the holder's in-flight result with the old token is kept */
     assert_int_equal(result(f, b, job, tok, 2, c2, MOETUNE__STATUS__STATUS_OK, 12), MT_OK);
     assert_int_equal(sched_flush(f->s, 12), MT_OK);
-    assert_true(acked(f, "B", 2));
-    assert_true(acked(f, "C", 1));
+    assert_true(fx_acked(f, "B", 2));
+    assert_true(fx_acked(f, "C", 1));
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 4);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'C'"), 0);
     assert_string_equal(sched_job_state(f->s, job, NULL), "done");
@@ -393,7 +384,7 @@ static void test_restart_holder_gone(void **state) {
                      MT_INVAL);
     assert_int_equal(sched_flush(f->s, 10600), MT_OK);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 0);
-    assert_true(acked(f, "A", 1));
+    assert_true(fx_acked(f, "A", 1));
 }
 
 /* A re-Hello keeps the leases; the first heartbeat gives back, without an attempt, what it does not list. */
@@ -458,7 +449,7 @@ static void test_hello_while_locked(void **state) {
     assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(result(f, a, job, tok, 2, c2, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
-    assert_true(acked(f, "A", 1) && acked(f, "A", 2));
+    assert_true(fx_acked(f, "A", 1) && fx_acked(f, "A", 2));
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 4);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results r JOIN devices d ON d.id = r.device_id"
                                      " WHERE d.name = 'locked-gpu' AND r.worker_id = 'A'"),
@@ -518,7 +509,7 @@ static void test_lease_discipline(void **state) {
     assert_int_equal(sched_flush(f->s, 20), MT_OK);
     assert_int_equal(fx_query_int(f, rows_sql), rows);
     assert_int_equal(sched_counters(f->s)->rejected_results, rej + 3);
-    assert_true(acked(f, "A", 2) && acked(f, "A", 3) && acked(f, "B", 1));
+    assert_true(fx_acked(f, "A", 2) && fx_acked(f, "A", 3) && fx_acked(f, "B", 1));
     /* after expiry (before any timer ran): rejected although token and holder match */
     g_skip_heard = true;
     assert_int_equal(result(f, a, job, tok, 4, c2, MOETUNE__STATUS__STATUS_OK, 1500), MT_INVAL);
@@ -924,8 +915,8 @@ static void test_invalid_results_requeue(void **state) {
     assert_string_equal(sched_job_state(f->s, job, &attempts), "failed"); /* max_attempts 3 */
     assert_int_equal(attempts, 3);
     assert_int_equal(sched_flush(f->s, 7), MT_OK);
-    assert_true(acked(f, "A", 1));
-    assert_true(acked(f, "A", 2));
+    assert_true(fx_acked(f, "A", 1));
+    assert_true(fx_acked(f, "A", 2));
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'failed' AND attempts = 3"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'failed'"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 0);
@@ -1157,7 +1148,7 @@ static void test_split_tail(void **state) {
     assert_int_equal(result(f, a, job, tok, seq++, cfg[4], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
     assert_int_equal(flush_done(f, 4), 10);
     assert_string_equal(sched_job_state(f->s, job, NULL), "done"); /* its 4 kept configs */
-    for (uint64_t q = 1; q < seq; q++) assert_true(acked(f, "A", q));
+    for (uint64_t q = 1; q < seq; q++) assert_true(fx_acked(f, "A", q));
     /* B measures 4 too: stored once, nothing counted twice */
     assert_int_equal(result(f, b, twin, tokb, 1, cfg[4], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
     assert_int_equal(result(f, b, twin, tokb, 2, cfg[5], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
@@ -1170,7 +1161,7 @@ static void test_split_tail(void **state) {
     /* A's result for moved 5 after its job is done: acked, dropped, not a rejection */
     assert_int_equal(result(f, a, job, tok, seq, cfg[5], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
     assert_int_equal(flush_done(f, 6), 14);
-    assert_true(acked(f, "A", seq));
+    assert_true(fx_acked(f, "A", seq));
     assert_int_equal(sched_counters(f->s)->rejected_results, 0);
     assert_int_equal(sched_counters(f->s)->requeued_jobs, 0);
     assert_int_equal(result(f, b, twin, tokb, 4, cfg[7], MOETUNE__STATUS__STATUS_OK, 7), MT_OK);
@@ -1211,7 +1202,7 @@ static void test_split_restart(void **state) {
     assert_string_equal(sched_job_state(f->s, job, &att), "leased");
     assert_int_equal(att, 0);
     assert_int_equal(flush_done(f, 3), 8); /* A's 4 kept configs; its moved one dropped */
-    assert_true(acked(f, "A", 5));
+    assert_true(fx_acked(f, "A", 5));
     assert_string_equal(sched_job_state(f->s, job, NULL), "done");
     for (int i = 4; i < 8; i++)
         assert_int_equal(result(f, b, twin, tokb, (uint64_t)i, cfg[i], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
@@ -1255,8 +1246,8 @@ static void test_split_meet(void **state) {
     assert_int_equal(result(f, b, twin, tokb, 3, cfg[5], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
     assert_int_equal(result(f, a, job, tok, 7, cfg[6], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
     assert_int_equal(flush_done(f, 6), 16);
-    assert_true(acked(f, "B", 3));
-    assert_true(acked(f, "A", 7));
+    assert_true(fx_acked(f, "B", 3));
+    assert_true(fx_acked(f, "A", 7));
     assert_int_equal(sched_counters(f->s)->rejected_results, 0);
     assert_int_equal(sched_counters(f->s)->results_committed, 16);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'A'"), 12);

@@ -21,15 +21,6 @@
 #include "wire.h"
 #include "sched_fx.h"
 
-static bool acked(fx_t *f, const char *rid, uint64_t seq) {
-    for (size_t i = 0; i < f->n; i++) {
-        if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;
-        for (size_t k = 0; k < f->msg[i]->ack->n_seqs; k++)
-            if (f->msg[i]->ack->seqs[k] == seq) return true;
-    }
-    return false;
-}
-
 /* ---- writer thread alone */
 
 typedef struct {
@@ -174,8 +165,8 @@ static void test_batch_failure_keeps_results(void **state) {
     assert_int_equal(sched_counters(f->s)->commit_failures, 1);
     assert_int_equal(sched_counters(f->s)->results_committed, 0);
     assert_int_equal(sched_pending(f->s), 2);
-    assert_false(acked(f, "w1", 1));
-    assert_false(acked(f, "w1", 2));
+    assert_false(fx_acked(f, "w1", 1));
+    assert_false(fx_acked(f, "w1", 2));
     assert_int_equal(fx_query_int(f, "SELECT count(*) FROM results"), 0);
 
     /* the retry goes through the writer thread on its own connection */
@@ -187,8 +178,8 @@ static void test_batch_failure_keeps_results(void **state) {
     assert_ptr_equal(arg, b);
     assert_int_equal(rc, MT_OK);
     sched_batch_done(f->s, arg, rc, why, 4);
-    assert_true(acked(f, "w1", 1));
-    assert_true(acked(f, "w1", 2));
+    assert_true(fx_acked(f, "w1", 1));
+    assert_true(fx_acked(f, "w1", 2));
     assert_int_equal(sched_pending(f->s), 0);
     assert_int_equal(sched_counters(f->s)->results_committed, 4);
     assert_int_equal(fx_query_int(f, "SELECT count(*) FROM results"), 4);
@@ -233,11 +224,11 @@ static void test_batch_cap(void **state) {
     sched_batch_done(f->s, b, MT_OK, NULL, 2);
     assert_int_equal(sched_pending(f->s), 3);
     assert_int_equal(sched_counters(f->s)->results_committed, 2); /* one config, two batch sizes */
-    assert_true(acked(f, "w1", SCHED_BATCH_MAX));
-    assert_false(acked(f, "w1", SCHED_BATCH_MAX + 1));
+    assert_true(fx_acked(f, "w1", SCHED_BATCH_MAX));
+    assert_false(fx_acked(f, "w1", SCHED_BATCH_MAX + 1));
     assert_int_equal(sched_flush(f->s, 3), MT_OK);
     assert_int_equal(sched_pending(f->s), 0);
-    assert_true(acked(f, "w1", SCHED_BATCH_MAX + 3));
+    assert_true(fx_acked(f, "w1", SCHED_BATCH_MAX + 3));
 }
 
 int main(void) {

@@ -175,3 +175,12 @@ const Moetune__Job *fx_last_job(fx_t *f, const char *rid) {
         if (strcmp(f->rid[i], rid) == 0 && f->msg[i]->body_case == MOETUNE__ENVELOPE__BODY_JOB) return f->msg[i]->job;
     return NULL;
 }
+
+bool fx_acked(fx_t *f, const char *rid, uint64_t seq) {
+    for (size_t i = 0; i < f->n; i++) {
+        if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;
+        for (size_t k = 0; k < f->msg[i]->ack->n_seqs; k++)
+            if (f->msg[i]->ack->seqs[k] == seq) return true;
+    }
+    return false;
+}

@@ -58,5 +58,7 @@ int fx_result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t
               Moetune__Status status, uint64_t now, bool heard);
 /* The last Job captured for rid, or NULL. */
 const Moetune__Job *fx_last_job(fx_t *f, const char *rid);
+/* Whether an Ack captured for rid lists seq. */
+bool fx_acked(fx_t *f, const char *rid, uint64_t seq);
 
 #endif
