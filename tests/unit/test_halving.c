@@ -210,12 +210,6 @@ static void test_plan_shape(void **state) {
 static int send_result(fx_t *f, sched_worker_t *w, const Moetune__Job *j, uint64_t seq, uint64_t config,
                        const uint32_t *bs, const double *med, size_t n, uint64_t now) {
     Moetune__Measurement m[4], *pm[4];
-    Moetune__Result r = MOETUNE__RESULT__INIT;
-    wire_env_t env, *out = NULL;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int code;
-    char err[128];
     for (size_t i = 0; i < n; i++) {
         moetune__measurement__init(&m[i]);
         pm[i] = &m[i];
@@ -225,18 +219,7 @@ static int send_result(fx_t *f, sched_worker_t *w, const Moetune__Job *j, uint64
         m[i].stddev_us = 0.1;
         m[i].samples = j->measure->max_samples;
     }
-    r.job_id = j->job_id, r.lease_token = j->lease_token, r.seq = seq, r.config_id = config;
-    r.n_measurements = n, r.measurements = pm;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-    env.result = &r;
-    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
-    free(buf);
-    sched_on_heard(f->s, w, now);
-    int rc = sched_on_result(f->s, w, &out, now);
-    wire_free(&out);
-    return rc;
+    return fx_result_of(f, w, j->job_id, j->lease_token, seq, config, pm, n, now, true);
 }
 
 /* Phase 1 at bs 1 ranks configs by id, at bs 2 the other way round. */

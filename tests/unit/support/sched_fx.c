@@ -15,16 +15,22 @@
 #include "sched_fx.h"
 #include "tmpdb.h"
 
-int fx_capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) {
-    fx_t *f = ctx;
+wire_env_t *fx_roundtrip(wire_env_t *env) {
     uint8_t *buf = NULL;
-    size_t blen = 0;
+    size_t len = 0;
+    wire_env_t *out = NULL;
     int code = 0;
     char err[128];
-    assert_true(f->n < MAX_MSGS);
-    assert_int_equal(wire_pack(env, &buf, &blen), MT_OK);
-    assert_int_equal(wire_unpack(buf, blen, WIRE_DEFAULT_MAX_BYTES, &f->msg[f->n], &code, err, sizeof err), MT_OK);
+    assert_int_equal(wire_pack(env, &buf, &len), MT_OK);
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
     free(buf);
+    return out;
+}
+
+int fx_capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) {
+    fx_t *f = ctx;
+    assert_true(f->n < MAX_MSGS);
+    f->msg[f->n] = fx_roundtrip(env);
     snprintf(f->rid[f->n], sizeof f->rid[0], "%.*s", (int)len, (const char *)rid);
     f->n++;
     return MT_OK;
@@ -104,11 +110,7 @@ uint64_t fx_submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filte
 int fx_hello_send(fx_t *f, const char *id, const char *gpu, uint64_t now, bool *left) {
     Moetune__Hello h = MOETUNE__HELLO__INIT;
     Moetune__Gpu g = MOETUNE__GPU__INIT;
-    wire_env_t env, *out = NULL;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int code;
-    char err[128];
+    wire_env_t env;
     g.name = (char *)gpu;
     g.uuid = (char *)id;
     h.worker_id = (char *)id;
@@ -120,9 +122,7 @@ int fx_hello_send(fx_t *f, const char *id, const char *gpu, uint64_t now, bool *
     wire_env_init(&env);
     env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
     env.hello = &h;
-    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
-    free(buf);
+    wire_env_t *out = fx_roundtrip(&env);
     int rc = sched_on_hello(f->s, (const uint8_t *)id, strlen(id), &out, now);
     *left = out != NULL;
     wire_free(&out);
@@ -138,16 +138,25 @@ sched_worker_t *fx_hello(fx_t *f, const char *id, const char *gpu, uint64_t now)
     return w;
 }
 
-/* Sends a Result for every batch size {1, 2} with one status. Returns sched_on_result's code. */
+int fx_result_of(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
+                 Moetune__Measurement **m, size_t n, uint64_t now, bool heard) {
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    wire_env_t env;
+    r.job_id = job, r.lease_token = token, r.seq = seq, r.config_id = config;
+    r.n_measurements = n, r.measurements = m;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    wire_env_t *out = fx_roundtrip(&env);
+    if (heard) sched_on_heard(f->s, w, now);
+    int rc = sched_on_result(f->s, w, &out, now);
+    wire_free(&out);
+    return rc;
+}
+
 int fx_result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
               Moetune__Status status, uint64_t now, bool heard) {
     Moetune__Measurement m[2], *pm[2] = {&m[0], &m[1]};
-    Moetune__Result r = MOETUNE__RESULT__INIT;
-    wire_env_t env, *out = NULL;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int code;
-    char err[128];
     for (int i = 0; i < 2; i++) {
         moetune__measurement__init(&m[i]);
         m[i].batch_size = (uint32_t)i + 1;
@@ -156,18 +165,7 @@ int fx_result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t
         m[i].samples = 10;
         m[i].timed_us = 100.0;
     }
-    r.job_id = job, r.lease_token = token, r.seq = seq, r.config_id = config;
-    r.n_measurements = 2, r.measurements = pm;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-    env.result = &r;
-    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
-    free(buf);
-    if (heard) sched_on_heard(f->s, w, now);
-    int rc = sched_on_result(f->s, w, &out, now);
-    wire_free(&out);
-    return rc;
+    return fx_result_of(f, w, job, token, seq, config, pm, 2, now, heard);
 }
 
 const Moetune__Job *fx_last_job(fx_t *f, const char *rid) {

@@ -47,11 +47,17 @@ int fx_submit_try(fx_t *f, const char *name, uint32_t n_stages, uint32_t chunk, 
                   uint32_t *valid);
 /* A small sweep: one shape, n_stages configs (stages 2..), batch sizes {1, 2}; its id. */
 uint64_t fx_submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filter);
-/* Delivers a Hello from id with GPU name gpu; the scheduler's worker. */
+/* Packs env and unpacks it again (both asserted), as the coordinator receives it; the copy
+ * is the caller's to wire_free. */
+wire_env_t *fx_roundtrip(wire_env_t *env);
 /* Packs and unpacks a Hello from worker id on GPU gpu, hands it to sched_on_hello and returns
  * its code; *left says whether the scheduler left the message unconsumed (freed here). */
 int fx_hello_send(fx_t *f, const char *id, const char *gpu, uint64_t now, bool *left);
+/* Delivers a Hello from id with GPU name gpu (asserted: consumed, MT_OK); the scheduler's worker. */
 sched_worker_t *fx_hello(fx_t *f, const char *id, const char *gpu, uint64_t now);
+/* Delivers a Result of the n measurements m (after sched_on_heard when heard); sched_on_result's code. */
+int fx_result_of(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
+                 Moetune__Measurement **m, size_t n, uint64_t now, bool heard);
 /* Delivers a Result for batch sizes {1, 2} with one status (after sched_on_heard when heard);
  * sched_on_result's code. */
 int fx_result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
