@@ -234,20 +234,12 @@ static double phase1_us(uint64_t config, uint32_t bs) {
  * size) has one row, the finalists' from phase 2. */
 static void test_sched_phases(void **state) {
     fx_t *f = *state;
-    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1, 16, 32}, nw[] = {4}, ns[] = {2, 3, 4, 5};
-    static uint32_t bs[] = {1, 2};
-    Moetune__Space sp = MOETUNE__SPACE__INIT;
-    Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
-    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    fx_spec_t x;
     Moetune__Submitted sub;
-    char err[256];
-    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
-    sp.n_group_m = 3, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw, sp.n_num_stages = 4, sp.num_stages = ns;
-    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
-    spec.name = "halving", spec.strategy = "halving";
-    spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs, spec.space = &sp;
+    fx_spec(&x, "halving", (const uint32_t[]){1, 2}, 3, 1, 4);
+    x.spec.strategy = "halving";
     fx_start(f, 1000, 30000);
-    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+    fx_submit_spec(f, &x, &sub);
     assert_int_equal(sub.configs_valid, 12);
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
     sched_on_ready(f->s, a, 1, 0);
@@ -270,7 +262,7 @@ static void test_sched_phases(void **state) {
         double med[2] = {phase1_us(id, 1), phase1_us(id, 2)};
         lo = id < lo ? id : lo;
         hi = id > hi ? id : hi;
-        assert_int_equal(send_result(f, a, j, seq++, id, bs, med, 2, 1), MT_OK);
+        assert_int_equal(send_result(f, a, j, seq++, id, x.bs, med, 2, 1), MT_OK);
     }
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
     /* finalists: the best 4 at each batch size plus the other's winner; 14 rows pruned */

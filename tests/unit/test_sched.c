@@ -938,20 +938,11 @@ static void test_crash_allocation_failures(void **state) {
         f->path = f->tmp.path;
         fx_start(f, 1000, 30000);
         /* 16 jobs of one config: the retry job is the 17th, so the sweep's job list grows */
-        static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1, 16, 32, 64}, nw[] = {4, 8}, ns[] = {2, 3};
-        static uint32_t bs[] = {1, 2};
-        Moetune__Space sp = MOETUNE__SPACE__INIT;
-        Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
-        Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+        fx_spec_t x;
         Moetune__Submitted sub;
-        char err[256];
-        sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
-        sp.n_group_m = 4, sp.group_m = gm, sp.n_num_warps = 2, sp.num_warps = nw, sp.n_num_stages = 2;
-        sp.num_stages = ns;
-        sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
-        spec.name = "alloc", spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs;
-        spec.space = &sp, spec.chunk = 1;
-        assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+        fx_spec(&x, "alloc", (const uint32_t[]){1, 2}, 4, 2, 2);
+        x.spec.chunk = 1;
+        fx_submit_spec(f, &x, &sub);
         assert_int_equal(sub.jobs, 16);
         sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
         sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
@@ -1051,21 +1042,13 @@ static void restart(fx_t *f) {
     assert_non_null(f->s);
 }
 
-/* One sweep of 8 configs (warps 4,8 x stages 2..5) in one job of 8, batch sizes {1, 2}; its id. */
+/* One sweep of 8 configs (warps 4,8 x stages 2..5) in one job of 8, batch sizes {2, 1}; its id. */
 static uint64_t submit_8(fx_t *f) {
-    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1}, nw[] = {4, 8}, ns[] = {2, 3, 4, 5};
-    static uint32_t bs[] = {2, 1};
-    Moetune__Space sp = MOETUNE__SPACE__INIT;
-    Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
-    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    fx_spec_t x;
     Moetune__Submitted sub;
-    char err[256];
-    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
-    sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 2, sp.num_warps = nw, sp.n_num_stages = 4, sp.num_stages = ns;
-    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
-    spec.name = "eight", spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs;
-    spec.space = &sp, spec.chunk = 8;
-    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+    fx_spec(&x, "eight", (const uint32_t[]){2, 1}, 1, 2, 4);
+    x.spec.chunk = 8;
+    fx_submit_spec(f, &x, &sub);
     assert_int_equal(sub.configs_valid, 8);
     assert_int_equal(sub.jobs, 1);
     assert_int_equal(sub.results_planned, 16);

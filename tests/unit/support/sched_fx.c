@@ -73,27 +73,43 @@ int fx_teardown(void **state) {
 
 int64_t fx_query_int(fx_t *f, const char *sql) { return tmpdb_query_int(f->path, sql); }
 
+void fx_spec(fx_spec_t *x, const char *name, const uint32_t bs[2], size_t n_group_m, size_t n_warps, size_t n_stages) {
+    static const uint32_t gm[] = {1, 16, 32, 64}, nw[] = {4, 8}, ns[] = {2, 3, 4, 5};
+    assert_true(n_group_m <= 4 && n_warps <= 2 && n_stages <= 4);
+    x->bm[0] = 16, x->bn[0] = 64, x->bk[0] = 64;
+    memcpy(x->gm, gm, sizeof gm), memcpy(x->nw, nw, sizeof nw), memcpy(x->ns, ns, sizeof ns);
+    x->bs[0] = bs[0], x->bs[1] = bs[1];
+    moetune__space__init(&x->sp);
+    moetune__shape__init(&x->sh);
+    moetune__sweep_spec__init(&x->spec);
+    x->sp.n_block_m = 1, x->sp.block_m = x->bm, x->sp.n_block_n = 1, x->sp.block_n = x->bn;
+    x->sp.n_block_k = 1, x->sp.block_k = x->bk;
+    x->sp.n_group_m = n_group_m, x->sp.group_m = x->gm, x->sp.n_num_warps = n_warps, x->sp.num_warps = x->nw;
+    x->sp.n_num_stages = n_stages, x->sp.num_stages = x->ns;
+    x->sh.e = 8, x->sh.n = 256, x->sh.k = 256, x->sh.topk = 2;
+    x->shp = &x->sh;
+    x->spec.name = (char *)name;
+    x->spec.n_shapes = 1, x->spec.shapes = &x->shp;
+    x->spec.n_batch_sizes = 2, x->spec.batch_sizes = x->bs;
+    x->spec.space = &x->sp;
+}
+
+void fx_submit_spec(fx_t *f, fx_spec_t *x, Moetune__Submitted *sub) {
+    char err[256];
+    int rc = sched_submit(f->s, &x->spec, sub, 0, err, sizeof err);
+    if (rc) print_error("sched_submit: %s\n", err);
+    assert_int_equal(rc, MT_OK);
+}
+
 int fx_submit_try(fx_t *f, const char *name, uint32_t n_stages, uint32_t chunk, const char *filter, uint64_t *id,
                   uint32_t *valid) {
-    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1}, nw[] = {4}, ns[] = {2, 3, 4, 5};
-    static uint32_t bs[] = {2, 1};
-    Moetune__Space sp = MOETUNE__SPACE__INIT;
-    Moetune__Shape sh = MOETUNE__SHAPE__INIT;
-    Moetune__Shape *shp = &sh;
-    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    fx_spec_t x;
     Moetune__Submitted sub;
     char err[256];
-    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
-    sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw;
-    sp.n_num_stages = n_stages, sp.num_stages = ns;
-    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
-    spec.name = (char *)name;
-    spec.n_shapes = 1, spec.shapes = &shp;
-    spec.n_batch_sizes = 2, spec.batch_sizes = bs;
-    spec.space = &sp;
-    spec.chunk = chunk;
-    spec.device_filter = (char *)filter;
-    int rc = sched_submit(f->s, &spec, &sub, 0, err, sizeof err);
+    fx_spec(&x, name, (const uint32_t[]){2, 1}, 1, 1, n_stages);
+    x.spec.chunk = chunk;
+    x.spec.device_filter = (char *)filter;
+    int rc = sched_submit(f->s, &x.spec, &sub, 0, err, sizeof err);
     *id = rc ? 0 : sub.sweep_id;
     if (valid) *valid = rc ? 0 : sub.configs_valid;
     return rc;

@@ -40,12 +40,25 @@ void fx_stop(fx_t *f);
 void fx_clear(fx_t *f);
 /* The first column of the first row of sql on a read-only connection (-1 when no row). */
 int64_t fx_query_int(fx_t *f, const char *sql);
-/* A small sweep named name: one shape, n_stages configs (stages 2..), batch sizes {1, 2},
+/* fx_spec fills x with a sweep spec named name: one shape (E=8, N=256, K=256, top-k 2), blocks
+ * 16x64x64 and the first n_group_m of group_m {1, 16, 32, 64}, n_warps of num_warps {4, 8} and
+ * n_stages of num_stages {2, 3, 4, 5}; the two batch sizes bs, in that order (the planner keeps
+ * it). The arrays live in x: x->spec is valid while x is. */
+typedef struct {
+    uint32_t bm[1], bn[1], bk[1], gm[4], nw[2], ns[4], bs[2];
+    Moetune__Space sp;
+    Moetune__Shape sh, *shp;
+    Moetune__SweepSpec spec;
+} fx_spec_t;
+void fx_spec(fx_spec_t *x, const char *name, const uint32_t bs[2], size_t n_group_m, size_t n_warps, size_t n_stages);
+/* Submits x->spec (asserted MT_OK); the reply in *sub. */
+void fx_submit_spec(fx_t *f, fx_spec_t *x, Moetune__Submitted *sub);
+/* A small sweep named name: fx_spec's with n_stages configs (stages 2..), batch sizes {2, 1},
  * chunk configs a job, an optional device filter. sched_submit's code; *id (and *valid, the
  * configs the rules accept, when not NULL) on success, 0 otherwise. No asserts on the answer. */
 int fx_submit_try(fx_t *f, const char *name, uint32_t n_stages, uint32_t chunk, const char *filter, uint64_t *id,
                   uint32_t *valid);
-/* A small sweep: one shape, n_stages configs (stages 2..), batch sizes {1, 2}; its id. */
+/* fx_submit_try's sweep named "small", asserted: all n_stages configs valid; its id. */
 uint64_t fx_submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filter);
 /* Packs env and unpacks it again (both asserted), as the coordinator receives it; the copy
  * is the caller's to wire_free. */
