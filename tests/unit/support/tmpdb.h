@@ -2,6 +2,7 @@
 #ifndef TMPDB_H
 #define TMPDB_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -15,6 +16,20 @@ int tmpdb_make(tmpdb_t *t, const char *tag);
 void tmpdb_remove(tmpdb_t *t);
 /* The first column of the first row of sql, read on a read-only connection; -1 when no row. */
 int64_t tmpdb_query_int(const char *path, const char *sql);
+
+/* A test's own directory: dir is /tmp/<tag>_XXXXXX, db a database path in it (m.db) and out a
+ * second path in it (neither is made). */
+typedef struct {
+    char dir[64];
+    char db[128];
+    char out[128];
+} tmpdir_t;
+
+/* A zeroed fixture of size bytes that begins with a tmpdir_t, made for tag with out named
+ * out_name; a failure fails the test. Released by tmpdir_teardown. */
+void *tmpdir_new(size_t size, const char *tag, const char *out_name);
+/* cmocka teardown for a tmpdir_new fixture in *state: removes its directory and frees it. */
+int tmpdir_teardown(void **state);
 
 struct sqlite3;
 /* Runs sql on db; a failure fails the test with the statement and SQLite's message. */
