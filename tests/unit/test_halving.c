@@ -19,14 +19,7 @@
 #include "tmpdb.h"
 #include "wire.h"
 
-static tmpdb_t g_db;
-
-static int setup(void **state) { return tmpdb_make(&g_db, "halving"); }
-
-static int teardown(void **state) {
-    tmpdb_remove(&g_db);
-    return 0;
-}
+static tmpdb_t g_db = {.tag = "halving"}; /* each test's own (tmpdb_setup) */
 
 static int64_t query_int(const char *sql) { return tmpdb_query_int(g_db.path, sql); }
 
@@ -371,7 +364,7 @@ int main(void) {
         cmocka_unit_test(test_finalists_estimate),
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_bs_lists),
-        cmocka_unit_test_setup_teardown(test_plan_shape, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_plan_shape, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

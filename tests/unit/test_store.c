@@ -18,14 +18,7 @@
 #include "store.h"
 #include "tmpdb.h"
 
-static tmpdb_t g_db;
-
-static int setup(void **state) { return tmpdb_make(&g_db, "store"); }
-
-static int teardown(void **state) {
-    tmpdb_remove(&g_db);
-    return 0;
-}
+static tmpdb_t g_db = {.tag = "store"}; /* each test's own (tmpdb_setup) */
 
 static int64_t query_int(const char *sql) { return tmpdb_query_int(g_db.path, sql); }
 
@@ -414,16 +407,16 @@ static void test_schema_file_matches(void **state) {
 int main(void) {
     mt_log_init("test_store", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_migrate_fresh, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_migrate_v1, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fresh_columns, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_migrate_v3, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_migrate_fresh, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_reopen_keeps_data, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_migrate_v1, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_fresh_columns, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_migrate_v3, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_newer_schema_refused, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test(test_bad_path),
-        cmocka_unit_test_setup_teardown(test_idempotent_result, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rollback_discards, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_leased_back_to_pending, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_idempotent_result, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_rollback_discards, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_leased_back_to_pending, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test(test_schema_file_matches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -28,6 +28,16 @@ void tmpdb_remove(tmpdb_t *t) {
     rmdir(t->dir);
 }
 
+int tmpdb_setup(void **state) {
+    tmpdb_t *t = *state;
+    return tmpdb_make(t, t->tag ? t->tag : "test");
+}
+
+int tmpdb_teardown(void **state) {
+    tmpdb_remove(*state);
+    return 0;
+}
+
 int64_t tmpdb_query_int(const char *path, const char *sql) {
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;

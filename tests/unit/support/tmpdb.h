@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 typedef struct {
+    const char *tag; /* tmpdb_setup's tag (NULL: "test") */
     char dir[64];
     char path[128]; /* dir/t.db */
 } tmpdb_t;
@@ -14,6 +15,10 @@ typedef struct {
 int tmpdb_make(tmpdb_t *t, const char *tag);
 /* Removes the database, its WAL and shared-memory files, and the directory. */
 void tmpdb_remove(tmpdb_t *t);
+/* cmocka setup and teardown for a test whose initial state is a tmpdb_t
+ * (cmocka_unit_test_prestate_setup_teardown): tmpdb_make with its tag, and tmpdb_remove. */
+int tmpdb_setup(void **state);
+int tmpdb_teardown(void **state);
 /* The first column of the first row of sql, read on a read-only connection; -1 when no row. */
 int64_t tmpdb_query_int(const char *path, const char *sql);
 
