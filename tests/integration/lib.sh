@@ -137,6 +137,26 @@ wait_log() {
   return 1
 }
 
+# lock_db FILE TIMEOUT_S : another process (sqlite3, its pid in LOCKER) takes an exclusive lock on
+# the database FILE and holds it until unlock_db; fails unless it has it within TIMEOUT_S.
+lock_db() {
+  mkfifo "$T/lock.fifo"
+  sqlite3 "$1" <"$T/lock.fifo" >"$T/lock.out" 2>&1 &
+  LOCKER=$!
+  PIDS+=($LOCKER)
+  exec 5>"$T/lock.fifo"
+  echo ".timeout 5000" >&5
+  echo "BEGIN EXCLUSIVE; SELECT 'locked';" >&5
+  wait_log "$T/lock.out" locked "$2" || fail "could not take the lock: $(cat "$T/lock.out")"
+}
+
+# unlock_db : lock_db's process rolls back and exits.
+unlock_db() {
+  echo "ROLLBACK;" >&5
+  exec 5>&-
+  wait "$LOCKER" 2>/dev/null || true
+}
+
 # check_rows ID : the result rows of the sweep are exactly the planned set, no duplicates.
 check_rows() {
   local id=$1
