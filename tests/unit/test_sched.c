@@ -39,30 +39,23 @@ static void heartbeat(fx_t *f, sched_worker_t *w, const uint64_t *ids, size_t n,
     sched_on_heartbeat(f->s, w, ids, n, now);
 }
 
-/* Captured messages of one body to one worker. */
-static size_t count_body(fx_t *f, const char *rid, wire_body_t body) {
-    size_t n = 0;
-    for (size_t i = 0; i < f->n; i++) n += strcmp(f->rid[i], rid) == 0 && f->msg[i]->body_case == body;
-    return n;
-}
-
 static void test_credits(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     fx_submit(f, 3, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100", 0);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_WELCOME), 1);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_WELCOME), 1);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
     sched_on_ready(f->s, a, 0, 1);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
     sched_on_ready(f->s, a, 1, 1);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     uint64_t first = fx_last_job(f, "A")->job_id;
     sched_on_ready(f->s, a, 1, 2);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
     assert_true(fx_last_job(f, "A")->job_id > first);
     sched_on_ready(f->s, a, 5, 3);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3); /* only 3 jobs exist */
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3); /* only 3 jobs exist */
     const Moetune__Job *j = fx_last_job(f, "A");
     assert_int_equal(j->n_configs, 1);
     assert_int_equal(j->n_batch_sizes, 2);
@@ -70,7 +63,7 @@ static void test_credits(void **state) {
     assert_int_not_equal(j->lease_token, 0);
     /* a late submit is dispatched at once to the credits left */
     fx_submit(f, 2, 1, NULL);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 5);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 5);
     sched_status_t st;
     assert_int_equal(sched_status(f->s, 0, 10, &st), MT_OK);
     assert_int_equal(st.reply.n_sweeps, 2);
@@ -87,9 +80,7 @@ static void test_tokens_and_completion(void **state) {
     fx_start(f, 1000, 30000);
     fx_submit(f, 2, 2, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 0);
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, a, job, tok + 1, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
     assert_int_equal(result(f, a, job + 100, tok, 2, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
@@ -140,10 +131,8 @@ static void test_silent_workers_and_attempts(void **state) {
     const char *ids[] = {"A", "B", "C"};
     uint64_t t = 0, job = 0, tok = 0;
     for (int k = 0; k < 3; k++) {
-        sched_worker_t *w = fx_hello(f, ids[k], "gpu", t);
-        sched_on_ready(f->s, w, 1, t);
-        const Moetune__Job *j = fx_last_job(f, ids[k]);
-        assert_non_null(j);
+        fx_hello(f, ids[k], "gpu", t);
+        const Moetune__Job *j = fx_take(f, ids[k], t);
         if (k) assert_int_equal(j->job_id, job);
         assert_int_not_equal(j->lease_token, tok);
         job = j->job_id;
@@ -164,7 +153,7 @@ static void test_silent_workers_and_attempts(void **state) {
     assert_int_equal(fx_query_int(f, "SELECT attempts FROM jobs"), 3);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'failed'"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'failed'"), 1);
-    assert_true(count_body(f, "A", MOETUNE__ENVELOPE__BODY_HEARTBEAT) >= 1);
+    assert_true(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_HEARTBEAT) >= 1);
 }
 
 static void test_lease_expiry_and_bye(void **state) {
@@ -172,8 +161,7 @@ static void test_lease_expiry_and_bye(void **state) {
     fx_start(f, 1000, 200);
     fx_submit(f, 2, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    uint64_t job = fx_last_job(f, "A")->job_id;
+    uint64_t job = fx_take(f, "A", 0)->job_id;
     sched_on_heard(f->s, a, 150); /* extends the lease to 350 */
     sched_tick(f->s, 300);
     assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
@@ -183,7 +171,7 @@ static void test_lease_expiry_and_bye(void **state) {
     assert_int_equal(attempts, 1);
     /* Bye gives jobs back without an attempt */
     sched_on_ready(f->s, a, 2, 360);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3);
     sched_on_bye(f->s, a, 370);
     assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
     assert_int_equal(attempts, 1);
@@ -197,8 +185,7 @@ static void test_crash_retry_and_quarantine(void **state) {
     fx_submit(f, 2, 2, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
+    const Moetune__Job *j = fx_take(f, "A", 0);
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
     assert_int_equal(sched_pending(f->s), 0);
@@ -212,10 +199,8 @@ static void test_crash_retry_and_quarantine(void **state) {
     assert_string_equal(sched_job_state(f->s, retry, NULL), "pending");
     /* A may not take it while B lives */
     sched_on_ready(f->s, a, 1, 2);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
-    sched_on_ready(f->s, b, 1, 2);
-    const Moetune__Job *jb = fx_last_job(f, "B");
-    assert_non_null(jb);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    const Moetune__Job *jb = fx_take(f, "B", 2);
     assert_int_equal(jb->job_id, retry);
     assert_int_equal(jb->n_configs, 1);
     assert_int_equal(jb->configs[0]->config_id, c1);
@@ -238,15 +223,14 @@ static void test_avoid_worker_alone(void **state) {
     fx_submit(f, 1, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
+    const Moetune__Job *j = fx_take(f, "A", 0);
     assert_int_equal(
         result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_CRASHED, 1),
         MT_OK);
     sched_on_ready(f->s, a, 1, 1);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     sched_on_bye(f->s, b, 2); /* A is now the only live worker: it gets the retry */
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
 }
 
 static void test_restart_and_filter(void **state) {
@@ -255,11 +239,9 @@ static void test_restart_and_filter(void **state) {
     fx_submit(f, 2, 2, "H200");
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100 80GB HBM3", 0);
     sched_on_ready(f->s, a, 1, 0);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 0);
-    sched_on_ready(f->s, b, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "B");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "B", 0);
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, b, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
@@ -279,7 +261,7 @@ static void test_restart_and_filter(void **state) {
     sched_status_release(&st);
     sched_worker_t *c = fx_hello(f, "C", "NVIDIA H200", 10);
     sched_on_ready(f->s, c, 1, 10);
-    assert_int_equal(count_body(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 0); /* not dispatched again */
+    assert_int_equal(fx_count(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 0); /* not dispatched again */
     assert_int_equal(result(f, c, job, tok, 1, c2, MOETUNE__STATUS__STATUS_OK, 10), MT_INVAL);
     b = fx_hello(f, "B", "NVIDIA H200", 10);
     uint64_t ids[] = {job};
@@ -304,21 +286,17 @@ static void test_racing_bests(void **state) {
     fx_start(f, 1000, 30000);
     fx_submit(f, 4, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 0);
     assert_true(j->measure->race_margin > 0.19 && j->measure->race_margin < 0.21); /* the default */
     assert_int_equal(j->n_best_us, 2);
     assert_true(j->best_us[0] == 0 && j->best_us[1] == 0);
     assert_int_equal(
         result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
-    sched_on_ready(f->s, a, 1, 1); /* received, not committed: nothing to race against yet */
-    j = fx_last_job(f, "A");
+    j = fx_take(f, "A", 1); /* received, not committed: nothing to race against yet */
     assert_true(j->best_us[0] == 0 && j->best_us[1] == 0);
     uint64_t job2 = j->job_id, tok2 = j->lease_token, c2 = j->configs[0]->config_id;
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
-    sched_on_ready(f->s, a, 1, 2);
-    j = fx_last_job(f, "A");
+    j = fx_take(f, "A", 2);
     assert_true(j->best_us[0] == 10.0 && j->best_us[1] == 11.0);
     uint64_t job3 = j->job_id;
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H100 80GB HBM3", 3);
@@ -347,10 +325,8 @@ static void test_racing_bests(void **state) {
     assert_true(st.reply.sweeps[0]->timed_s > 0.000399 && st.reply.sweeps[0]->timed_s < 0.000401);
     assert_true(st.reply.sweeps[0]->gpu_busy > 0); /* the device came back from the rows */
     sched_status_release(&st);
-    sched_worker_t *c = fx_hello(f, "C", "NVIDIA H200", 10);
-    sched_on_ready(f->s, c, 1, 10);
-    j = fx_last_job(f, "C");
-    assert_non_null(j);
+    fx_hello(f, "C", "NVIDIA H200", 10);
+    j = fx_take(f, "C", 10);
     assert_int_equal(j->job_id, job3);
     assert_true(j->best_us[0] == 10.0 && j->best_us[1] == 11.0);
 }
@@ -361,8 +337,8 @@ static void test_restart_holder_gone(void **state) {
     fx_start(f, 1000, 500);
     fx_submit(f, 1, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    uint64_t job = fx_last_job(f, "A")->job_id, tok = fx_last_job(f, "A")->lease_token;
+    const Moetune__Job *j = fx_take(f, "A", 0);
+    uint64_t job = j->job_id, tok = j->lease_token;
     assert_int_equal(sched_flush(f->s, 0), MT_OK);
     sched_destroy(&f->s);
     fx_clear(f);
@@ -394,7 +370,7 @@ static void test_rehello_heartbeat(void **state) {
     fx_submit(f, 2, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     sched_on_ready(f->s, a, 2, 0);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
     const Moetune__Job *j2 = fx_last_job(f, "A");
     uint64_t job2 = j2->job_id, tok2 = j2->lease_token, cfg2 = j2->configs[0]->config_id;
     uint64_t job1 = job2 - 1;
@@ -442,9 +418,7 @@ static void test_hello_while_locked(void **state) {
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM workers WHERE worker_id = 'A'"), 0);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM devices WHERE name = 'locked-gpu'"), 0);
 
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 0);
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(result(f, a, job, tok, 2, c2, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
@@ -466,12 +440,10 @@ static void test_job_rows_commit_fails(void **state) {
     fx_t *f = *state;
     fx_start(f, 100000, 30000);
     fx_submit(f, 2, 2, NULL);
-    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    fx_hello(f, "A", "gpu", 0);
     assert_int_equal(sched_flush(f->s, 0), MT_OK);
     sqlite3 *lock = lock_db(f);
-    sched_on_ready(f->s, a, 1, 1);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 1);
     uint64_t job = j->job_id;
     assert_int_not_equal(sched_flush(f->s, 2), MT_OK);
     assert_int_equal(sched_counters(f->s)->commit_failures, 1);
@@ -491,8 +463,7 @@ static void test_lease_discipline(void **state) {
     fx_submit(f, 2, 2, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
+    const Moetune__Job *j = fx_take(f, "A", 0);
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 10), MT_OK);
     assert_int_equal(sched_flush(f->s, 10), MT_OK);
@@ -518,9 +489,7 @@ static void test_lease_discipline(void **state) {
     sched_tick(f->s, 1500);
     assert_string_equal(sched_job_state(f->s, job, NULL), "pending");
     /* the lease moves to B: A's replay of its old token and A with B's token are rejected */
-    sched_on_ready(f->s, b, 1, 1600);
-    const Moetune__Job *jb = fx_last_job(f, "B");
-    assert_non_null(jb);
+    const Moetune__Job *jb = fx_take(f, "B", 1600);
     assert_int_equal(jb->job_id, job);
     uint64_t tok2 = jb->lease_token;
     assert_int_not_equal(tok2, tok);
@@ -882,9 +851,7 @@ static void test_invalid_results_requeue(void **state) {
     fx_start(f, 1000, 30000);
     fx_submit(f, 1, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 0);
     uint64_t job = j->job_id, tok = j->lease_token, cfg = j->configs[0]->config_id;
     uint32_t attempts = 0;
     /* 1: the wire rejected a Result naming this lease (e.g. an infinite latency) */
@@ -899,8 +866,7 @@ static void test_invalid_results_requeue(void **state) {
     assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
     assert_int_equal(attempts, 1);
     /* 2: a config that is not in the job, from the holder */
-    sched_on_ready(f->s, a, 1, 3);
-    j = fx_last_job(f, "A");
+    j = fx_take(f, "A", 3);
     assert_int_equal(j->job_id, job);
     tok = j->lease_token;
     assert_int_equal(result(f, a, job, tok, 2, cfg + 1000, MOETUNE__STATUS__STATUS_OK, 4), MT_INVAL);
@@ -946,8 +912,7 @@ static void test_crash_allocation_failures(void **state) {
         assert_int_equal(sub.jobs, 16);
         sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
         sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-        sched_on_ready(f->s, a, 1, 0);
-        const Moetune__Job *j = fx_last_job(f, "A");
+        const Moetune__Job *j = fx_take(f, "A", 0);
         uint64_t job = j->job_id, tok = j->lease_token, cfg = j->configs[0]->config_id;
         mt_alloc_fail_at(n);
         result(f, a, job, tok, 1, cfg, MOETUNE__STATUS__STATUS_CRASHED, 1);
@@ -1081,16 +1046,12 @@ static void split_setup(fx_t *f, split_fx_t *x) {
     submit_8(f);
     x->a = fx_hello(f, "A", "gpu", 0);
     x->b = fx_hello(f, "B", "gpu", 0);
-    sched_on_ready(f->s, x->a, 1, 1);
-    const Moetune__Job *ja = fx_last_job(f, "A");
-    assert_non_null(ja);
+    const Moetune__Job *ja = fx_take(f, "A", 1);
     assert_int_equal(ja->n_configs, 8);
     x->job = ja->job_id;
     x->tok = ja->lease_token;
     for (int i = 0; i < 8; i++) x->cfg[i] = ja->configs[i]->config_id;
-    sched_on_ready(f->s, x->b, 1, 2);
-    x->jb = fx_last_job(f, "B");
-    assert_non_null(x->jb);
+    x->jb = fx_take(f, "B", 2);
     x->twin = x->jb->job_id;
     x->tokb = x->jb->lease_token;
 }
@@ -1249,27 +1210,26 @@ static void test_split_bounds(void **state) {
     submit_8(f);
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100", 0);
     sched_worker_t *other = fx_hello(f, "O", "NVIDIA H200", 0);
-    sched_on_ready(f->s, a, 1, 1);
-    const Moetune__Job *ja = fx_last_job(f, "A");
+    const Moetune__Job *ja = fx_take(f, "A", 1);
     uint64_t job = ja->job_id, tok = ja->lease_token, cfg[8];
     for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
     sched_on_ready(f->s, other, 1, 1); /* the sweep is bound to the H100 */
-    assert_int_equal(count_body(f, "O", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_count(f, "O", MOETUNE__ENVELOPE__BODY_JOB), 0);
     for (int i = 0; i < 7; i++)
         assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
     assert_int_equal(flush_done(f, 2), 14);
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H100", 3);
     sched_on_ready(f->s, b, 1, 3);
-    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0); /* one open config: kept */
+    assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0); /* one open config: kept */
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 1);
     /* a second sweep (O gone): B takes its job; A, holding one, splits none of it */
     sched_on_bye(f->s, other, 3);
     submit_8(f);
-    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 1);
     const Moetune__Job *jb = fx_last_job(f, "B");
     assert_int_equal(jb->n_configs, 8); /* B took the pending job (A holds one already) */
     sched_on_ready(f->s, a, 1, 4);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 2);
 }
 
@@ -1333,12 +1293,10 @@ static void test_mixed_fleet_binds_sweep(void **state) {
     uint64_t sw1 = fx_submit(f, 4, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100 80GB HBM3", 0);
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 0);
     assert_int_equal(j->sweep_id, sw1);
     sched_on_ready(f->s, b, 4, 0);
-    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
     assert_int_equal(
         result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
@@ -1348,16 +1306,16 @@ static void test_mixed_fleet_binds_sweep(void **state) {
     fx_start(f, 1000, 30000);
     b = fx_hello(f, "B", "NVIDIA H200", 10);
     sched_on_ready(f->s, b, 4, 10);
-    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
     sched_worker_t *c = fx_hello(f, "C", "NVIDIA H100 80GB HBM3", 10);
     sched_on_ready(f->s, c, 4, 10);
-    assert_int_equal(count_body(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 3);
+    assert_int_equal(fx_count(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 3);
     /* a second sweep: the idle H200 takes it and binds it */
     uint64_t sw2 = fx_submit(f, 2, 1, NULL);
     const Moetune__Job *jb = fx_last_job(f, "B");
     assert_non_null(jb);
     assert_int_equal(jb->sweep_id, sw2);
-    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 2);
+    assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 2);
 }
 
 int main(void) {

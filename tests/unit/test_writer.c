@@ -155,9 +155,7 @@ static void test_batch_failure_keeps_results(void **state) {
     fx_start(f, 1000, 30000);
     uint64_t sweep = fx_submit(f, 2, 16, NULL);
     sched_worker_t *w = fx_hello(f, "w1", "sim", 0);
-    sched_on_ready(f->s, w, 1, 0);
-    const Moetune__Job *job = fx_last_job(f, "w1");
-    assert_non_null(job);
+    const Moetune__Job *job = fx_take(f, "w1", 0);
     assert_int_equal(job->n_configs, 2);
     uint64_t jid = job->job_id, tok = job->lease_token;
     uint64_t c0 = job->configs[0]->config_id, c1 = job->configs[1]->config_id;
@@ -222,8 +220,7 @@ static void test_batch_cap(void **state) {
     fx_start(f, 1000, 30000);
     fx_submit(f, 2, 16, NULL);
     sched_worker_t *w = fx_hello(f, "w1", "sim", 0);
-    sched_on_ready(f->s, w, 1, 0);
-    const Moetune__Job *job = fx_last_job(f, "w1");
+    const Moetune__Job *job = fx_take(f, "w1", 0);
     uint64_t jid = job->job_id, tok = job->lease_token, c0 = job->configs[0]->config_id;
     /* the same config resent: each is buffered (inserts are idempotent) */
     for (uint64_t seq = 1; seq <= SCHED_BATCH_MAX + 3; seq++)

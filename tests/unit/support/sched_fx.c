@@ -190,6 +190,21 @@ const Moetune__Job *fx_last_job(fx_t *f, const char *rid) {
     return NULL;
 }
 
+size_t fx_count(fx_t *f, const char *rid, wire_body_t body) {
+    size_t n = 0;
+    for (size_t i = 0; i < f->n; i++) n += strcmp(f->rid[i], rid) == 0 && f->msg[i]->body_case == body;
+    return n;
+}
+
+const Moetune__Job *fx_take(fx_t *f, const char *rid, uint64_t now) {
+    sched_worker_t *w = sched_worker(f->s, (const uint8_t *)rid, strlen(rid));
+    assert_non_null(w);
+    size_t before = fx_count(f, rid, MOETUNE__ENVELOPE__BODY_JOB);
+    sched_on_ready(f->s, w, 1, now);
+    assert_int_equal(fx_count(f, rid, MOETUNE__ENVELOPE__BODY_JOB), before + 1);
+    return fx_last_job(f, rid);
+}
+
 bool fx_acked(fx_t *f, const char *rid, uint64_t seq) {
     for (size_t i = 0; i < f->n; i++) {
         if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;

@@ -77,6 +77,11 @@ int fx_result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t
               Moetune__Status status, uint64_t now, bool heard);
 /* The last Job captured for rid, or NULL. */
 const Moetune__Job *fx_last_job(fx_t *f, const char *rid);
+/* Captured messages of one body to rid. */
+size_t fx_count(fx_t *f, const char *rid, wire_body_t body);
+/* One credit from the worker with routing id rid at now: the Job it was sent (asserted: one more
+ * Job to rid than before). */
+const Moetune__Job *fx_take(fx_t *f, const char *rid, uint64_t now);
 /* Whether an Ack captured for rid lists seq. */
 bool fx_acked(fx_t *f, const char *rid, uint64_t seq);
 
