@@ -516,113 +516,6 @@ static void *run_coord(void *arg) {
     return NULL;
 }
 
-static wire_env_t *recv_env(void *sock) {
-    uint8_t id[WIRE_MAX_ID];
-    size_t id_len = 0;
-    wire_env_t *env = NULL;
-    wire_reject_t rej;
-    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-    if (zmq_poll(&it, 1, 5000) <= 0) return NULL;
-    if (wire_recv(sock, false, id, &id_len, WIRE_DEFAULT_MAX_BYTES, 0, &env, &rej) != MT_OK) return NULL;
-    return env;
-}
-
-static void test_daemon_hostile_input(void **state) {
-    fx_t *f = *state;
-    char err[256];
-    coord_opts_t o = {
-        .db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*", .heartbeat_ms = 100};
-    coord_t *c = NULL;
-    assert_int_equal(coord_new(&o, &c, err, sizeof err), MT_OK);
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, run_coord, c), 0);
-    void *ctx = zmq_ctx_new();
-    void *wk = zmq_socket(ctx, ZMQ_DEALER), *cl = zmq_socket(ctx, ZMQ_DEALER);
-    int linger = 0;
-    zmq_setsockopt(wk, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(cl, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(wk, ZMQ_ROUTING_ID, "W1", 2);
-    assert_int_equal(zmq_connect(wk, coord_endpoint(c, 0)), 0);
-    assert_int_equal(zmq_connect(cl, coord_endpoint(c, 1)), 0);
-    /* garbage, an empty frame, multi-frame junk: each answered with an Error */
-    zmq_send(wk, "\xff\x01garbage", 9, 0);
-    wire_env_t *e = recv_env(wk);
-    assert_non_null(e);
-    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
-    wire_free(&e);
-    zmq_send(wk, "", 0, 0);
-    e = recv_env(wk);
-    assert_non_null(e);
-    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
-    wire_free(&e);
-    zmq_send(wk, "a", 1, ZMQ_SNDMORE);
-    zmq_send(wk, "b", 1, 0);
-    e = recv_env(wk);
-    assert_non_null(e);
-    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
-    wire_free(&e);
-    /* a Ready before Hello: say hello first */
-    Moetune__Ready rd = MOETUNE__READY__INIT;
-    wire_env_t env;
-    wire_env_init(&env);
-    rd.credits = 1;
-    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
-    env.ready = &rd;
-    assert_int_equal(wire_send(wk, NULL, 0, &env, 0, NULL, 0), MT_OK);
-    e = recv_env(wk);
-    assert_non_null(e);
-    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
-    assert_int_equal(e->error->code, WIRE_E_HELLO);
-    wire_free(&e);
-    /* a worker body on the control socket */
-    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
-    e = recv_env(cl);
-    assert_non_null(e);
-    assert_int_equal(e->error->code, WIRE_E_BODY);
-    wire_free(&e);
-    /* an invalid spec is refused with a reason */
-    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
-    Moetune__Submit sub = MOETUNE__SUBMIT__INIT;
-    sub.spec = &spec;
-    env.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
-    env.submit = &sub;
-    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
-    e = recv_env(cl);
-    assert_non_null(e);
-    assert_int_equal(e->error->code, WIRE_E_SPEC);
-    assert_non_null(strstr(e->error->message, "no shapes"));
-    wire_free(&e);
-    /* status counts the bad messages (4 on the worker socket, 1 on control) */
-    Moetune__StatusRequest sr = MOETUNE__STATUS_REQUEST__INIT;
-    env.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REQUEST;
-    env.status_request = &sr;
-    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
-    e = recv_env(cl);
-    assert_non_null(e);
-    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_STATUS_REPLY);
-    assert_int_equal(e->status_reply->counters->bad_messages, 4);
-    assert_int_equal(e->status_reply->n_sweeps, 0);
-    wire_free(&e);
-    Moetune__Cancel cn = MOETUNE__CANCEL__INIT;
-    cn.sweep_id = 5;
-    env.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
-    env.cancel = &cn;
-    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
-    e = recv_env(cl);
-    assert_non_null(e);
-    assert_int_equal(e->error->code, WIRE_E_NOTFOUND);
-    wire_free(&e);
-    zmq_close(wk);
-    zmq_close(cl);
-    zmq_ctx_term(ctx);
-    coord_stop(c);
-    pthread_join(th, NULL);
-    coord_destroy(&c);
-    assert_null(c);
-}
-
-/* ---- a submit is planned off the loop (issue 8.11) */
-
 static wire_env_t *recv_env_ms(void *sock, long ms) {
     uint8_t id[WIRE_MAX_ID];
     size_t id_len = 0;
@@ -634,19 +527,18 @@ static wire_env_t *recv_env_ms(void *sock, long ms) {
     return env;
 }
 
-/* n shapes x the default 1920-config space and the default 18 batch sizes. */
-static void spec_of_shapes(Moetune__SweepSpec *spec, Moetune__Shape *sh, Moetune__Shape **shp, size_t n) {
-    moetune__sweep_spec__init(spec);
-    for (size_t i = 0; i < n; i++) {
-        moetune__shape__init(&sh[i]);
-        sh[i].e = 64, sh[i].n = 128 * (uint32_t)(i + 1), sh[i].k = 4096, sh[i].topk = 4, sh[i].dtype = "bf16";
-        shp[i] = &sh[i];
-    }
-    spec->name = "bound";
-    spec->batch_sizes = (uint32_t *)krn_default_batch_sizes;
-    spec->n_batch_sizes = krn_n_default_batch_sizes;
-    spec->n_shapes = n;
-    spec->shapes = shp;
+static wire_env_t *recv_env(void *sock) { return recv_env_ms(sock, 5000); }
+
+/* The next answer on sock: an Error (asserted), whose message contains part when not NULL;
+ * its code. */
+static uint32_t error_code(void *sock, const char *part) {
+    wire_env_t *e = recv_env(sock);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
+    uint32_t code = e->error->code;
+    if (part) assert_non_null(strstr(e->error->message, part));
+    wire_free(&e);
+    return code;
 }
 
 static void send_submit(void *cl, Moetune__SweepSpec *spec) {
@@ -685,11 +577,12 @@ typedef struct {
     void *ctx, *wk, *cl;
 } daemon_t;
 
-static void daemon_start(fx_t *f, daemon_t *d) {
+/* A coordinator on f's database with this heartbeat, run on its own thread, and two DEALERs
+ * connected to it: wk (the worker "W1") and cl (a client). */
+static void daemon_start(fx_t *f, daemon_t *d, uint32_t heartbeat_ms) {
     char err[256];
-    /* a long heartbeat: a slow plan (a sanitizer build) must not make the test's worker dead */
     coord_opts_t o = {
-        .db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*", .heartbeat_ms = 60000};
+        .db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*", .heartbeat_ms = heartbeat_ms};
     memset(d, 0, sizeof *d);
     assert_int_equal(coord_new(&o, &d->c, err, sizeof err), MT_OK);
     assert_int_equal(pthread_create(&d->th, NULL, run_coord, d->c), 0);
@@ -713,6 +606,69 @@ static void daemon_stop(daemon_t *d) {
     coord_destroy(&d->c);
 }
 
+static void test_daemon_hostile_input(void **state) {
+    fx_t *f = *state;
+    daemon_t d;
+    daemon_start(f, &d, 100);
+    /* garbage, an empty frame, multi-frame junk: each answered with an Error */
+    zmq_send(d.wk, "\xff\x01garbage", 9, 0);
+    error_code(d.wk, NULL);
+    zmq_send(d.wk, "", 0, 0);
+    error_code(d.wk, NULL);
+    zmq_send(d.wk, "a", 1, ZMQ_SNDMORE);
+    zmq_send(d.wk, "b", 1, 0);
+    error_code(d.wk, NULL);
+    /* a Ready before Hello: say hello first */
+    Moetune__Ready rd = MOETUNE__READY__INIT;
+    wire_env_t env;
+    wire_env_init(&env);
+    rd.credits = 1;
+    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
+    env.ready = &rd;
+    assert_int_equal(wire_send(d.wk, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    assert_int_equal(error_code(d.wk, NULL), WIRE_E_HELLO);
+    /* a worker body on the control socket */
+    assert_int_equal(wire_send(d.cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    assert_int_equal(error_code(d.cl, NULL), WIRE_E_BODY);
+    /* an invalid spec is refused with a reason */
+    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    send_submit(d.cl, &spec);
+    assert_int_equal(error_code(d.cl, "no shapes"), WIRE_E_SPEC);
+    /* status counts the bad messages (4 on the worker socket, 1 on control) */
+    send_status(d.cl);
+    wire_env_t *e = recv_env(d.cl);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_STATUS_REPLY);
+    assert_int_equal(e->status_reply->counters->bad_messages, 4);
+    assert_int_equal(e->status_reply->n_sweeps, 0);
+    wire_free(&e);
+    Moetune__Cancel cn = MOETUNE__CANCEL__INIT;
+    cn.sweep_id = 5;
+    env.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
+    env.cancel = &cn;
+    assert_int_equal(wire_send(d.cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    assert_int_equal(error_code(d.cl, NULL), WIRE_E_NOTFOUND);
+    daemon_stop(&d);
+    assert_null(d.c);
+}
+
+/* ---- a submit is planned off the loop (issue 8.11) */
+
+/* n shapes x the default 1920-config space and the default 18 batch sizes. */
+static void spec_of_shapes(Moetune__SweepSpec *spec, Moetune__Shape *sh, Moetune__Shape **shp, size_t n) {
+    moetune__sweep_spec__init(spec);
+    for (size_t i = 0; i < n; i++) {
+        moetune__shape__init(&sh[i]);
+        sh[i].e = 64, sh[i].n = 128 * (uint32_t)(i + 1), sh[i].k = 4096, sh[i].topk = 4, sh[i].dtype = "bf16";
+        shp[i] = &sh[i];
+    }
+    spec->name = "bound";
+    spec->batch_sizes = (uint32_t *)krn_default_batch_sizes;
+    spec->n_batch_sizes = krn_n_default_batch_sizes;
+    spec->n_shapes = n;
+    spec->shapes = shp;
+}
+
 /* While a submit at the plan bound (52 shapes x 1920 configs) is planned and stored, the loop
  * answers a status request (no sweep yet) and a worker's Hello; the Submitted reply comes
  * after them with the sweep's id and counts, and the sweep's jobs in memory are the stored
@@ -729,7 +685,7 @@ static void test_daemon_plans_off_the_loop(void **state) {
     assert_int_equal(rc, MT_OK);
     assert_true(valid + rejected > 99000 && valid + rejected <= PLAN_MAX_CONFIGS);
     daemon_t d;
-    daemon_start(f, &d);
+    daemon_start(f, &d, 60000); /* long: a slow plan (a sanitizer build) must not make the test's worker dead */
     assert_int_equal(status_sweeps(d.cl), 0); /* connected */
     send_submit(d.cl, &spec);
     send_status(d.cl);
@@ -811,7 +767,7 @@ static void test_daemon_plan_storage_error(void **state) {
     Moetune__SweepSpec spec;
     spec_of_shapes(&spec, sh, shp, 1);
     daemon_t d;
-    daemon_start(f, &d);
+    daemon_start(f, &d, 60000); /* long: a slow plan (a sanitizer build) must not make the test's worker dead */
     assert_int_equal(status_sweeps(d.cl), 0);
     sqlite3 *lk = NULL;
     assert_int_equal(sqlite3_open(f->path, &lk), SQLITE_OK);
