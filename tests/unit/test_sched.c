@@ -854,10 +854,7 @@ static void test_crash_allocation_failures(void **state) {
     bool fired = true;
     unsigned long n;
     for (n = 1; fired && n < 200; n++) {
-        fx_stop(f);
-        tmpdb_remove(&f->tmp);
-        assert_int_equal(tmpdb_make(&f->tmp, "test"), 0);
-        f->path = f->tmp.path;
+        fx_fresh(f);
         fx_start(f, 1000, 30000);
         /* 16 jobs of one config: the retry job is the 17th, so the sweep's job list grows */
         fx_spec_t x;
@@ -1198,10 +1195,7 @@ static void test_alloc_failure_scenarios(void **state) {
     bool fired = true;
     unsigned long n;
     for (n = 1; fired && n < 2000; n++) {
-        fx_stop(f);
-        tmpdb_remove(&f->tmp);
-        assert_int_equal(tmpdb_make(&f->tmp, "test"), 0);
-        f->path = f->tmp.path;
+        fx_fresh(f);
         fx_start(f, 1000, 30000);
         uint64_t sw1 = 0, sw2 = 0;
         mt_alloc_fail_at(n);

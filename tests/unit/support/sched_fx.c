@@ -55,6 +55,13 @@ void fx_stop(fx_t *f) {
     fx_clear(f);
 }
 
+void fx_fresh(fx_t *f) {
+    fx_stop(f);
+    tmpdb_remove(&f->tmp);
+    assert_int_equal(tmpdb_make(&f->tmp, "test"), 0);
+    f->path = f->tmp.path;
+}
+
 int fx_setup(void **state) {
     fx_t *f = calloc(1, sizeof *f);
     if (!f || tmpdb_make(&f->tmp, "test") != 0) return -1;

@@ -36,6 +36,8 @@ int fx_capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env);
 void fx_start(fx_t *f, uint32_t hb, uint32_t lease);
 /* Destroys the scheduler, closes the store, drops the captured messages. */
 void fx_stop(fx_t *f);
+/* fx_stop, then a new empty database in a new directory in place of the old ones. */
+void fx_fresh(fx_t *f);
 /* Drops the captured messages. */
 void fx_clear(fx_t *f);
 /* The first column of the first row of sql on a read-only connection (-1 when no row). */
