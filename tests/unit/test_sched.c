@@ -39,6 +39,16 @@ static void heartbeat(fx_t *f, sched_worker_t *w, const uint64_t *ids, size_t n,
     sched_on_heartbeat(f->s, w, ids, n, now);
 }
 
+/* job's lease still holds at tick alive and has lapsed at tick dead: pending again, one attempt. */
+static void lapses(fx_t *f, uint64_t job, uint64_t alive, uint64_t dead) {
+    sched_tick(f->s, alive);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    sched_tick(f->s, dead);
+    uint32_t attempts = 9;
+    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
+    assert_int_equal(attempts, 1);
+}
+
 static void test_credits(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
@@ -163,13 +173,9 @@ static void test_lease_expiry_and_bye(void **state) {
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     uint64_t job = fx_take(f, "A", 0)->job_id;
     sched_on_heard(f->s, a, 150); /* extends the lease to 350 */
-    sched_tick(f->s, 300);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
-    sched_tick(f->s, 351);
-    uint32_t attempts = 0;
-    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
-    assert_int_equal(attempts, 1);
+    lapses(f, job, 300, 351);
     /* Bye gives jobs back without an attempt */
+    uint32_t attempts = 0;
     sched_on_ready(f->s, a, 2, 360);
     assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3);
     sched_on_bye(f->s, a, 370);
@@ -347,12 +353,7 @@ static void test_restart_holder_gone(void **state) {
     sched_opts_t o = {.heartbeat_ms = 1000, .lease_ms = 500, .send = fx_capture, .send_ctx = f};
     f->s = sched_new(f->db, &o, 10000, err, sizeof err); /* restarted at t = 10 s */
     assert_non_null(f->s);
-    sched_tick(f->s, 10400);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
-    sched_tick(f->s, 10501);
-    uint32_t attempts = 9;
-    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
-    assert_int_equal(attempts, 1);
+    lapses(f, job, 10400, 10501);
     /* back too late: its result is rejected and nothing is stored */
     a = fx_hello(f, "A", "gpu", 10600);
     assert_int_equal(result(f, a, job, tok, 1, (uint64_t)fx_query_int(f, "SELECT config_id FROM job_configs"),
