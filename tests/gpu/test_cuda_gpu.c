@@ -98,6 +98,16 @@ static int run_child(const krn_shape_t *shape, krn_config_t cfg, uint32_t bs, ui
     return status;
 }
 
+/* Opens the backend on GPU 0, compiling on the measuring thread, into *st and *dev; MT_OK, or
+ * its code with the reason printed. */
+static int open_gpu(void **st, wrk_device_t *dev) {
+    wrk_backend_opts_t opts = {.gpu_index = 0, .compile_threads = 0};
+    char err[256];
+    int rc = wrk_backend_cuda.open(&opts, st, dev, err, sizeof err);
+    if (rc != MT_OK) printf("open failed: %s\n", err);
+    return rc;
+}
+
 static int injection_tests(void) {
     krn_shape_t shape;
     char err[200], detail[512];
@@ -126,14 +136,10 @@ static int space_tests(void) {
     if (stride < 1) stride = 1;
     const char *offset_env = getenv("MT_GPU_OFFSET");
     size_t offset = offset_env ? strtoul(offset_env, NULL, 10) % stride : 0;
-    wrk_backend_opts_t opts = {.gpu_index = 0, .compile_threads = 0};
     void *st = NULL;
     wrk_device_t dev;
     char err[256];
-    if (wrk_backend_cuda.open(&opts, &st, &dev, err, sizeof err) != MT_OK) {
-        printf("open failed: %s\n", err);
-        return 1;
-    }
+    if (open_gpu(&st, &dev) != MT_OK) return 1;
     printf("device %s (%s) cc %u.%u, %u SMs, driver %s, CUDA %s, compiler %s, kernels %s\n", dev.name, dev.uuid,
            dev.cc_major, dev.cc_minor, dev.sm_count, dev.driver_version, dev.cuda_version, dev.compiler,
            dev.kernel_hash);
@@ -200,14 +206,10 @@ static int space_tests(void) {
 }
 
 static int racing_tests(void) {
-    wrk_backend_opts_t opts = {.gpu_index = 0, .compile_threads = 0};
     void *st = NULL;
     wrk_device_t dev;
     char err[256];
-    if (wrk_backend_cuda.open(&opts, &st, &dev, err, sizeof err) != MT_OK) {
-        printf("open failed: %s\n", err);
-        return 1;
-    }
+    if (open_gpu(&st, &dev) != MT_OK) return 1;
     krn_shape_t shape;
     krn_shape_parse("E=128,N=768,K=2048,topk=8", &shape, err, sizeof err);
     krn_config_t cfg;

@@ -102,6 +102,30 @@ cfg_where() {
   echo "c.block_m=$bm AND c.block_n=$bn AND c.block_k=$bk AND c.group_m=$gm AND c.num_warps=$w AND c.num_stages=$s"
 }
 
+# pick_where FILE BS : the SQL condition on configs (alias c) that selects the config an exported
+# FILE holds for batch size BS.
+pick_where() {
+  cfg_where "$(jq -r --arg k "$2" '.[$k] | "\(.BLOCK_SIZE_M)x\(.BLOCK_SIZE_N)x\(.BLOCK_SIZE_K)x\(.GROUP_SIZE_M)x\(.num_warps)x\(.num_stages)"' "$1")"
+}
+
+# near_best REF_DB BS WHERE WHO : fails unless the config WHERE selects (a condition on configs c)
+# is within 1 % of REF_DB's best ok median at batch size BS (the message names WHO's pick). Sets
+# RATIO to that ratio, WORST to the largest RATIO so far (the caller starts it at 0), and GAP to
+# how far REF_DB's best leads its runner-up there (clear_lead).
+near_best() {
+  local db=$1 bs=$2 w=$3
+  RATIO=$(sqlite3 -batch -noheader "$db" "SELECT r.median_us / (SELECT MIN(median_us) FROM results WHERE status = 'ok' AND batch_size = $bs)
+          FROM results r JOIN configs c ON c.id = r.config_id WHERE r.batch_size = $bs AND $w")
+  awk -v r="$RATIO" 'BEGIN { exit !(r >= 1 && r <= 1.01) }' || fail "batch size $bs: $4's pick is ${RATIO}x the exhaustive best"
+  WORST=$(awk -v a="$WORST" -v r="$RATIO" 'BEGIN { print (r > a ? r : a) }')
+  GAP=$(sqlite3 -batch -noheader "$db" "SELECT (SELECT median_us FROM results WHERE status = 'ok' AND batch_size = $bs ORDER BY median_us
+        LIMIT 1 OFFSET 1) / MIN(median_us) - 1 FROM results WHERE status = 'ok' AND batch_size = $bs")
+}
+
+# clear_lead : whether the last near_best's reference best leads its runner-up by more than 3 %
+# (beyond the noise: a pick there must be that very config).
+clear_lead() { awk -v g="$GAP" 'BEGIN { exit !(g > 0.03) }'; }
+
 # wait_log FILE PATTERN TIMEOUT_S : waits until an extended regex matches a line of FILE.
 # Events that depend on a peer's retry timing (a refused handshake) are awaited, not grepped once.
 wait_log() {
@@ -111,6 +135,26 @@ wait_log() {
     sleep 0.1
   done
   return 1
+}
+
+# lock_db FILE TIMEOUT_S : another process (sqlite3, its pid in LOCKER) takes an exclusive lock on
+# the database FILE and holds it until unlock_db; fails unless it has it within TIMEOUT_S.
+lock_db() {
+  mkfifo "$T/lock.fifo"
+  sqlite3 "$1" <"$T/lock.fifo" >"$T/lock.out" 2>&1 &
+  LOCKER=$!
+  PIDS+=($LOCKER)
+  exec 5>"$T/lock.fifo"
+  echo ".timeout 5000" >&5
+  echo "BEGIN EXCLUSIVE; SELECT 'locked';" >&5
+  wait_log "$T/lock.out" locked "$2" || fail "could not take the lock: $(cat "$T/lock.out")"
+}
+
+# unlock_db : lock_db's process rolls back and exits.
+unlock_db() {
+  echo "ROLLBACK;" >&5
+  exec 5>&-
+  wait "$LOCKER" 2>/dev/null || true
 }
 
 # check_rows ID : the result rows of the sweep are exactly the planned set, no duplicates.

@@ -11,36 +11,30 @@
 source "$(dirname "$0")/lib.sh"
 M="$BIN/moetune"
 q() { sqlite3 -batch -noheader "$1" "$2"; }
-where() { echo "c.block_m=$1 AND c.block_n=$2 AND c.block_k=$3 AND c.group_m=$4 AND c.num_warps=$5 AND c.num_stages=$6"; }
 
 # check_picks FILE DB REF_DB BATCH_SIZES: FILE's pick at each batch size is an ok row of DB, within
 # 1 % of REF_DB's best, and REF_DB's own winner wherever that leads its runner-up by more than 3 %.
 # Prints the worst ratio and how many batch sizes had such a gap (and so the same winner).
 check_picks() {
-  local f=$1 db=$2 ref=$3 worst=0 exact=0 bs
+  local f=$1 db=$2 ref=$3 exact=0 bs
+  WORST=0
   [ -f "$f" ] || fail "missing export $f"
   for bs in ${4//,/ }; do
-    local e bm bn bk gm nw ns w st ratio gap win
+    local e w st win
     e=$(jq -c --arg k "$bs" '.[$k]' "$f")
     [ "$e" != null ] || fail "$f has no entry for batch size $bs"
-    read -r bm bn bk gm nw ns <<<"$(echo "$e" | jq -r '"\(.BLOCK_SIZE_M) \(.BLOCK_SIZE_N) \(.BLOCK_SIZE_K) \(.GROUP_SIZE_M) \(.num_warps) \(.num_stages)"')"
-    w=$(where "$bm" "$bn" "$bk" "$gm" "$nw" "$ns")
+    w=$(pick_where "$f" "$bs")
     st=$(q "$db" "SELECT r.status || ' ' || r.phase FROM results r JOIN configs c ON c.id = r.config_id WHERE r.batch_size = $bs AND $w")
     [ "$st" = "ok 2" ] || fail "batch size $bs: the exported config's row is '$st', not an ok phase-2 row"
-    ratio=$(q "$ref" "SELECT r.median_us / (SELECT MIN(median_us) FROM results WHERE status = 'ok' AND batch_size = $bs)
-            FROM results r JOIN configs c ON c.id = r.config_id WHERE r.batch_size = $bs AND $w")
-    awk -v r="$ratio" 'BEGIN { exit !(r >= 1 && r <= 1.01) }' || fail "batch size $bs: halving's pick is ${ratio}x the exhaustive best"
-    worst=$(awk -v a="$worst" -v r="$ratio" 'BEGIN { print (r > a ? r : a) }')
-    gap=$(q "$ref" "SELECT (SELECT median_us FROM results WHERE status = 'ok' AND batch_size = $bs ORDER BY median_us
-          LIMIT 1 OFFSET 1) / MIN(median_us) - 1 FROM results WHERE status = 'ok' AND batch_size = $bs")
-    if awk -v g="$gap" 'BEGIN { exit !(g > 0.03) }'; then
+    near_best "$ref" "$bs" "$w" halving
+    if clear_lead; then
       win=$(q "$ref" "SELECT r.median_us = (SELECT MIN(median_us) FROM results WHERE status = 'ok' AND batch_size = $bs)
             FROM results r JOIN configs c ON c.id = r.config_id WHERE r.batch_size = $bs AND $w")
-      [ "$win" = 1 ] || fail "batch size $bs: halving picked another config than exhaustive's (gap $gap)"
+      [ "$win" = 1 ] || fail "batch size $bs: halving picked another config than exhaustive's (gap $GAP)"
       exact=$((exact + 1))
     fi
   done
-  echo "$worst $exact"
+  echo "$WORST $exact"
 }
 
 # ---- 1: halving against exhaustive

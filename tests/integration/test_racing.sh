@@ -32,25 +32,18 @@ pass "racing pruned $pruned of $((pruned + okrows)) measured rows; samples $s_on
 f_off="$T/off/sim/E=128,N=768,device_name=NVIDIA_H200.json"
 f_on="$T/on/sim/E=128,N=768,device_name=NVIDIA_H200.json"
 [ -f "$f_on" ] && [ -f "$f_off" ] || fail "missing exports"
-where() { echo "c.block_m=$1 AND c.block_n=$2 AND c.block_k=$3 AND c.group_m=$4 AND c.num_warps=$5 AND c.num_stages=$6"; }
-worst=0
+WORST=0
 for bs in 1 16 256 4096; do
   a=$(jq -c --arg k $bs '.[$k]' "$f_off"); b=$(jq -c --arg k $bs '.[$k]' "$f_on")
-  read -r bm bn bk gm nw ns <<<"$(echo "$b" | jq -r '"\(.BLOCK_SIZE_M) \(.BLOCK_SIZE_N) \(.BLOCK_SIZE_K) \(.GROUP_SIZE_M) \(.num_warps) \(.num_stages)"')"
-  w=$(where $bm $bn $bk $gm $nw $ns)
+  w=$(pick_where "$f_on" $bs)
   st=$(q "$T/on.db" "SELECT r.status FROM results r JOIN configs c ON c.id = r.config_id WHERE r.batch_size = $bs AND $w")
   [ "$st" = ok ] || fail "batch size $bs: the exported config's row is '$st'"
-  ratio=$(q "$T/off.db" "SELECT r.median_us / (SELECT MIN(median_us) FROM results WHERE status = 'ok' AND batch_size = $bs)
-          FROM results r JOIN configs c ON c.id = r.config_id WHERE r.batch_size = $bs AND $w")
-  awk -v r="$ratio" 'BEGIN { exit !(r >= 1 && r <= 1.01) }' || fail "batch size $bs: racing's pick is ${ratio}x the exhaustive best"
-  worst=$(awk -v a="$worst" -v r="$ratio" 'BEGIN { print (r > a ? r : a) }')
-  gap=$(q "$T/off.db" "SELECT (SELECT median_us FROM results WHERE status = 'ok' AND batch_size = $bs ORDER BY median_us
-        LIMIT 1 OFFSET 1) / MIN(median_us) - 1 FROM results WHERE status = 'ok' AND batch_size = $bs")
-  if awk -v g="$gap" 'BEGIN { exit !(g > 0.03) }'; then
-    [ "$a" = "$b" ] || fail "batch size $bs: racing picked $b, exhaustive $a (gap $gap)"
+  near_best "$T/off.db" $bs "$w" racing
+  if clear_lead; then
+    [ "$a" = "$b" ] || fail "batch size $bs: racing picked $b, exhaustive $a (gap $GAP)"
   fi
 done
-pass "racing's picks are within ${worst}x of the exhaustive best at every batch size; exports hold only ok rows"
+pass "racing's picks are within ${WORST}x of the exhaustive best at every batch size; exports hold only ok rows"
 
 # The decide step (--decide-margin): after racing, the near-ties of each batch size (at most 4,
 # within 2 % of the best) are measured again side by side in phase-2 jobs; no row is added or

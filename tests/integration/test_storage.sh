@@ -17,15 +17,7 @@ start_workers 2 --sim-time-scale 1
   --shape E=128,N=768,K=2048,topk=8 --shape E=8,N=7168,K=4096,topk=2 >"$T/submit.out" 2>&1 \
   || { cat "$T/submit.out"; fail "submit failed"; }
 for _ in $(seq 1 200); do [ "$(sql "SELECT count(*) FROM results")" -gt 0 ] && break; sleep 0.05; done
-mkfifo "$T/lock.fifo"
-sqlite3 "$DB" <"$T/lock.fifo" >"$T/lock.out" 2>&1 &
-LOCKER=$!
-PIDS+=($LOCKER)
-exec 5>"$T/lock.fifo"
-echo ".timeout 5000" >&5
-echo "BEGIN EXCLUSIVE; SELECT 'locked';" >&5
-for _ in $(seq 1 100); do grep -q locked "$T/lock.out" && break; sleep 0.05; done
-grep -q locked "$T/lock.out" || fail "could not take the lock: $(cat "$T/lock.out")"
+lock_db "$DB" 5
 seen_err="" max_unacked=0
 end=$(( $(date +%s%N) / 1000000 + 3000 ))
 while [ $(( $(date +%s%N) / 1000000 )) -lt $end ]; do
@@ -35,9 +27,7 @@ while [ $(( $(date +%s%N) / 1000000 )) -lt $end ]; do
   [ "$u" -gt "$max_unacked" ] && max_unacked=$u
   sleep 0.2
 done
-echo "ROLLBACK;" >&5
-exec 5>&-
-wait "$LOCKER" 2>/dev/null || true
+unlock_db
 kill -0 "$COORD_PID" || fail "coordinator died under the lock"
 [ -n "$seen_err" ] || fail "no storage error reported while locked"
 [ "$max_unacked" -gt 0 ] || fail "no unacknowledged results reported while locked"

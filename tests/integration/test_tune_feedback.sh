@@ -53,19 +53,10 @@ for _ in $(seq 1 300); do
   [ "$(sqlite3 -batch -noheader "$DB2" "SELECT count(*) FROM results" 2>/dev/null || echo 0)" -gt 0 ] && break
   sleep 0.05
 done
-mkfifo "$T/lock.fifo"
-sqlite3 "$DB2" <"$T/lock.fifo" >"$T/lock.out" 2>&1 &
-LOCKER=$!
-PIDS+=($LOCKER)
-exec 5>"$T/lock.fifo"
-echo ".timeout 5000" >&5
-echo "BEGIN EXCLUSIVE; SELECT 'locked';" >&5
-wait_log "$T/lock.out" locked 10 || fail "could not take the lock: $(cat "$T/lock.out")"
+lock_db "$DB2" 10
 seen=0
 wait_log "$T/lock-tune.err" "storage: .*results waiting for a commit" 15 && seen=1
-echo "ROLLBACK;" >&5
-exec 5>&-
-wait "$LOCKER" 2>/dev/null || true
+unlock_db
 [ $seen = 1 ] || { tail -n5 "$T/lock-tune.err"; fail "tune's progress line never showed the storage error"; }
 set +e
 wait $TUNE

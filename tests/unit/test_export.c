@@ -17,11 +17,7 @@
 #include "tmpdb.h"
 #include "query.h"
 
-typedef struct {
-    char dir[64];
-    char db[128];
-    char out[128];
-} fixture_t;
+typedef tmpdir_t fixture_t;
 
 /* Median of config c for shape s at batch size m: config 1 wins small M, config 3
  * large M; config 2 always loses. */
@@ -33,11 +29,7 @@ static double median(int s, int c, int m) {
 }
 
 static int setup(void **state) {
-    fixture_t *fx = calloc(1, sizeof *fx);
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/test_export_XXXXXX");
-    assert_non_null(mkdtemp(fx->dir));
-    snprintf(fx->db, sizeof fx->db, "%s/m.db", fx->dir);
-    snprintf(fx->out, sizeof fx->out, "%s/configs", fx->dir);
+    fixture_t *fx = tmpdir_new(sizeof *fx, "test_export", "configs");
     sqlite3 *db = tmpdb_schema(fx->db);
     tmpdb_exec(db, "INSERT INTO devices (id, name, uuid, driver_version, cuda_version) VALUES "
                    "(1, 'NVIDIA H200', 'SIM-1', '580.1', '13.0'), (2, 'NVIDIA H200', 'GPU-2', '580.1', '13.0');"
@@ -104,13 +96,6 @@ static int setup(void **state) {
                    " (2, 1, 2, 1, 'ok', 42.0, 41.0, 0.2, 30, 2, 'cuda', 'cuda_13_0', 2)");
     sqlite3_close(db);
     *state = fx;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture_t *fx = *state;
-    tmpdb_rmdir(fx->dir);
-    free(fx);
     return 0;
 }
 
@@ -359,10 +344,10 @@ static void test_margin(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_files, setup, tmpdir_teardown),
         cmocka_unit_test(test_margin),
-        cmocka_unit_test_setup_teardown(test_reexport, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_queries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reexport, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_queries, setup, tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,11 +25,7 @@
 #define V36_TORCH210 "kernel=sglang triton=3.6.0 torch=2.10.0 python=3.12.3 engine=sglang-0.5.4"
 #define V351 "kernel=sglang triton=3.5.1 torch=2.11.0 python=3.12.3 engine=sglang-0.5.4"
 
-typedef struct {
-    char dir[64];
-    char db[128];
-    char out[128];
-} fixture_t;
+typedef tmpdir_t fixture_t;
 
 static bool is_file(const char *path) {
     struct stat st;
@@ -80,11 +76,7 @@ static const int k_sizes[] = {64, 1, 4096}; /* inserted out of order */
  * block 128x128) on an H200 NVL without. Sweep 3: shape 1 on Triton 3.5.1. Sweep 4:
  * shape 1 on Triton 3.6.0 with another torch. */
 static int setup(void **state) {
-    fixture_t *fx = calloc(1, sizeof *fx);
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/test_export_engine_XXXXXX");
-    assert_non_null(mkdtemp(fx->dir));
-    snprintf(fx->db, sizeof fx->db, "%s/m.db", fx->dir);
-    snprintf(fx->out, sizeof fx->out, "%s/out", fx->dir);
+    fixture_t *fx = tmpdir_new(sizeof *fx, "test_export_engine", "out");
     sqlite3 *db = tmpdb_schema(fx->db);
     tmpdb_exec(db, "INSERT INTO devices (id, name, uuid, driver_version, cuda_version) VALUES"
                    " (1, 'NVIDIA H200', 'GPU-1', '580.1', '13.0'), (2, 'NVIDIA H200 NVL', 'GPU-2', '580.1', '13.0');"
@@ -118,13 +110,6 @@ static int setup(void **state) {
     sqlite3_finalize(st);
     sqlite3_close(db);
     *state = fx;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture_t *fx = *state;
-    tmpdb_rmdir(fx->dir);
-    free(fx);
     return 0;
 }
 
@@ -498,9 +483,9 @@ static void test_names(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_sglang, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_vllm, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sglang, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_vllm, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_refusals, setup, tmpdir_teardown),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,16 +18,14 @@
 #include "tmpdb.h"
 
 typedef struct {
-    char dir[64];
-    char db[128];
-    char out[128];
+    tmpdir_t t; /* first: tmpdir_teardown frees the fixture through it */
     char err[1500];
     char changes[4096];
 } fixture_t;
 
 static void exec_sql(fixture_t *fx, const char *sql) {
     sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open(fx->db, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_open(fx->t.db, &db), SQLITE_OK);
     tmpdb_exec(db, sql);
     sqlite3_close(db);
 }
@@ -35,11 +33,7 @@ static void exec_sql(fixture_t *fx, const char *sql) {
 /* Sweep 1: shape 1 (E=128, N=768, K=2048), sweep 2: shape 2 (E=128, N=768, K=4096,
  * the same file name). Configs 1 and 2 at M = 1, 16; config 1 wins. One sim device. */
 static int setup(void **state) {
-    fixture_t *fx = calloc(1, sizeof *fx);
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/test_export_honest_XXXXXX");
-    assert_non_null(mkdtemp(fx->dir));
-    snprintf(fx->db, sizeof fx->db, "%s/m.db", fx->dir);
-    snprintf(fx->out, sizeof fx->out, "%s/out", fx->dir);
+    fixture_t *fx = tmpdir_new(sizeof *fx, "test_export_honest", "out");
     char *schema = tmpdb_read_file(MT_SOURCE_DIR "/db/schema.sql");
     assert_non_null(schema);
     exec_sql(fx, schema);
@@ -59,20 +53,13 @@ static int setup(void **state) {
     return 0;
 }
 
-static int teardown(void **state) {
-    fixture_t *fx = *state;
-    tmpdb_rmdir(fx->dir);
-    free(fx);
-    return 0;
-}
-
 /* Runs an export; the change lines land in fx->changes. */
 static int run(fixture_t *fx, exp_opts_t o, exp_report_t *rep) {
     char cpath[128];
-    snprintf(cpath, sizeof cpath, "%s/changes.txt", fx->dir);
+    snprintf(cpath, sizeof cpath, "%s/changes.txt", fx->t.dir);
     FILE *ch = fopen(cpath, "w");
-    o.db_path = fx->db;
-    o.out_dir = fx->out;
+    o.db_path = fx->t.db;
+    o.out_dir = fx->t.out;
     o.changes = ch;
     fx->err[0] = '\0';
     int rc = exp_run(&o, rep, fx->err, sizeof fx->err);
@@ -83,7 +70,7 @@ static int run(fixture_t *fx, exp_opts_t o, exp_report_t *rep) {
     return rc;
 }
 
-static bool out_exists(fixture_t *fx) { return access(fx->out, F_OK) == 0; }
+static bool out_exists(fixture_t *fx) { return access(fx->t.out, F_OK) == 0; }
 
 #define FILE1 "sim/E=128,N=768,device_name=NVIDIA_H200.json"
 
@@ -141,7 +128,7 @@ static void test_two_shapes(void **state) {
     assert_int_equal(run(fx, one, &rep), MT_OK);
     exp_report_clear(&rep);
     char path[256];
-    snprintf(path, sizeof path, "%s/" FILE1, fx->out);
+    snprintf(path, sizeof path, "%s/" FILE1, fx->t.out);
     char *before = tmpdb_read_file(path);
     assert_int_equal(run(fx, two, &rep), MT_INVAL);
     assert_int_equal(rep.n_files, 0);
@@ -152,7 +139,7 @@ static void test_two_shapes(void **state) {
     assert_string_equal(before, after);
     free(before);
     free(after);
-    snprintf(path, sizeof path, "%s/sim/manifest.json", fx->out);
+    snprintf(path, sizeof path, "%s/sim/manifest.json", fx->t.out);
     char *man = tmpdb_read_file(path);
     assert_null(strstr(man, "kept_from_previous_file"));
     assert_non_null(strstr(man, "\"K\": 2048"));
@@ -182,7 +169,7 @@ static void test_unfinished(void **state) {
     assert_non_null(strstr(rep.files[0].coverage, "sweep 1 is running"));
     exp_report_clear(&rep);
     char path[256];
-    snprintf(path, sizeof path, "%s/sim/manifest.json", fx->out);
+    snprintf(path, sizeof path, "%s/sim/manifest.json", fx->t.out);
     json_t *man = json_load_file(path, 0, NULL);
     json_t *cov = json_object_get(json_object_get(man, "E=128,N=768,device_name=NVIDIA_H200.json"), "coverage");
     assert_true(json_is_false(json_object_get(cov, "complete")));
@@ -211,7 +198,7 @@ static void test_slower(void **state) {
     assert_int_equal(run(fx, o, &rep), MT_OK);
     exp_report_clear(&rep);
     char path[256];
-    snprintf(path, sizeof path, "%s/" FILE1, fx->out);
+    snprintf(path, sizeof path, "%s/" FILE1, fx->t.out);
     char *before = tmpdb_read_file(path);
     /* Config 1 (the entry, 26 us at M=16) re-measured at 100 us: config 2 (36 us) would
      * replace it, slower than the recorded 26 us. */
@@ -265,7 +252,7 @@ static void test_selection(void **state) {
     assert_int_equal(run(fx, latest, &rep), MT_OK);
     exp_report_clear(&rep);
     char path[256];
-    snprintf(path, sizeof path, "%s/sim/manifest.json", fx->out);
+    snprintf(path, sizeof path, "%s/sim/manifest.json", fx->t.out);
     json_t *man = json_load_file(path, 0, NULL);
     json_t *rec = json_object_get(man, "E=128,N=768,device_name=NVIDIA_H200.json");
     assert_int_equal(json_array_size(json_object_get(rec, "sweep_ids")), 1);
@@ -292,11 +279,11 @@ static void test_selection(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_damaged_rows, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_two_shapes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unfinished, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_slower, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_selection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_damaged_rows, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_two_shapes, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_unfinished, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_slower, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_selection, setup, tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,14 +19,7 @@
 #include "tmpdb.h"
 #include "wire.h"
 
-static tmpdb_t g_db;
-
-static int setup(void **state) { return tmpdb_make(&g_db, "halving"); }
-
-static int teardown(void **state) {
-    tmpdb_remove(&g_db);
-    return 0;
-}
+static tmpdb_t g_db = {.tag = "halving"}; /* each test's own (tmpdb_setup) */
 
 static int64_t query_int(const char *sql) { return tmpdb_query_int(g_db.path, sql); }
 
@@ -248,12 +241,6 @@ static void test_plan_shape(void **state) {
 static int send_result(fx_t *f, sched_worker_t *w, const Moetune__Job *j, uint64_t seq, uint64_t config,
                        const uint32_t *bs, const double *med, size_t n, uint64_t now) {
     Moetune__Measurement m[4], *pm[4];
-    Moetune__Result r = MOETUNE__RESULT__INIT;
-    wire_env_t env, *out = NULL;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int code;
-    char err[128];
     for (size_t i = 0; i < n; i++) {
         moetune__measurement__init(&m[i]);
         pm[i] = &m[i];
@@ -263,18 +250,7 @@ static int send_result(fx_t *f, sched_worker_t *w, const Moetune__Job *j, uint64
         m[i].stddev_us = 0.1;
         m[i].samples = j->measure->max_samples;
     }
-    r.job_id = j->job_id, r.lease_token = j->lease_token, r.seq = seq, r.config_id = config;
-    r.n_measurements = n, r.measurements = pm;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-    env.result = &r;
-    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
-    free(buf);
-    sched_on_heard(f->s, w, now);
-    int rc = sched_on_result(f->s, w, &out, now);
-    wire_free(&out);
-    return rc;
+    return fx_result_of(f, w, j->job_id, j->lease_token, seq, config, pm, n, now, true);
 }
 
 /* Phase 1 at bs 1 ranks configs by id, at bs 2 the other way round. */
@@ -289,25 +265,15 @@ static double phase1_us(uint64_t config, uint32_t bs) {
  * size) has one row, the finalists' from phase 2. */
 static void test_sched_phases(void **state) {
     fx_t *f = *state;
-    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1, 16, 32}, nw[] = {4}, ns[] = {2, 3, 4, 5};
-    static uint32_t bs[] = {1, 2};
-    Moetune__Space sp = MOETUNE__SPACE__INIT;
-    Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
-    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    fx_spec_t x;
     Moetune__Submitted sub;
-    char err[256];
-    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
-    sp.n_group_m = 3, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw, sp.n_num_stages = 4, sp.num_stages = ns;
-    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
-    spec.name = "halving", spec.strategy = "halving";
-    spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs, spec.space = &sp;
+    fx_spec(&x, "halving", (const uint32_t[]){1, 2}, 3, 1, 4);
+    x.spec.strategy = "halving";
     fx_start(f, 1000, 30000);
-    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+    fx_submit_spec(f, &x, &sub);
     assert_int_equal(sub.configs_valid, 12);
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 0);
     assert_int_equal(j->n_configs, 12);
     sched_status_t st;
     assert_int_equal(sched_status(f->s, 0, 1, &st), MT_OK);
@@ -325,7 +291,7 @@ static void test_sched_phases(void **state) {
         double med[2] = {phase1_us(id, 1), phase1_us(id, 2)};
         lo = id < lo ? id : lo;
         hi = id > hi ? id : hi;
-        assert_int_equal(send_result(f, a, j, seq++, id, bs, med, 2, 1), MT_OK);
+        assert_int_equal(send_result(f, a, j, seq++, id, x.bs, med, 2, 1), MT_OK);
     }
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
     /* finalists: the best 4 at each batch size plus the other's winner; 14 rows pruned */
@@ -516,7 +482,7 @@ int main(void) {
         cmocka_unit_test(test_finalists_estimate),
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_bs_lists),
-        cmocka_unit_test_setup_teardown(test_plan_shape, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_plan_shape, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide, fx_setup, fx_teardown),
     };

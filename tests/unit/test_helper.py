@@ -628,7 +628,9 @@ class Missing(unittest.TestCase):
 class EngineLookup(unittest.TestCase):
     """EngineKernel names a missing function or an unknown launcher parameter in one line."""
 
-    def load(self, kernels_src):
+    def run_beside(self, kernels_src, body):
+        """body, run after `import moetune_helper as mh` beside a fake triton and a fake vLLM whose
+        fused_moe.py is kernels_src: what it printed."""
         tmp = tempfile.mkdtemp()
         fake_modules(tmp, extra={
             "triton/__init__.py": TRITON, "triton/language/__init__.py": "bfloat16 = 'bf16'\n",
@@ -636,11 +638,15 @@ class EngineLookup(unittest.TestCase):
             "vllm/model_executor/__init__.py": "", "vllm/model_executor/layers/__init__.py": "",
             "vllm/model_executor/layers/fused_moe/__init__.py": "",
             "vllm/model_executor/layers/fused_moe/fused_moe.py": kernels_src})
-        code = ("import sys; sys.path[:0] = [%r, %r]; import moetune_helper as mh\n"
-                "try:\n    mh.EngineKernel('vllm', None, __import__('triton')); print('OK', file=sys.__stdout__)\n"
-                "except mh.Fatal as e:\n    print('FATAL', e, file=sys.__stdout__)\n" % (tmp, os.path.join(ROOT, "worker")))
+        code = ("import sys, json; sys.path[:0] = [%r, %r]; import moetune_helper as mh\n"
+                % (tmp, os.path.join(ROOT, "worker"))) + body
         r = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60)
         return r.stdout.strip()
+
+    def load(self, kernels_src):
+        return self.run_beside(kernels_src, "try:\n    mh.EngineKernel('vllm', None, __import__('triton'))"
+                                            "; print('OK', file=sys.__stdout__)\n"
+                                            "except mh.Fatal as e:\n    print('FATAL', e, file=sys.__stdout__)\n")
 
     def test_missing_function(self):
         out = self.load("def fused_experts(): pass\n")
@@ -653,22 +659,14 @@ class EngineLookup(unittest.TestCase):
 
     def fp8(self, kernels_src):
         """fp8_options of a fake vLLM launcher, for a block-scale layer: the options or the error."""
-        tmp = tempfile.mkdtemp()
-        fake_modules(tmp, extra={
-            "triton/__init__.py": TRITON, "triton/language/__init__.py": "bfloat16 = 'bf16'\n",
-            "vllm/__init__.py": "__version__ = '0.0.1test'\n",
-            "vllm/model_executor/__init__.py": "", "vllm/model_executor/layers/__init__.py": "",
-            "vllm/model_executor/layers/fused_moe/__init__.py": "",
-            "vllm/model_executor/layers/fused_moe/fused_moe.py": kernels_src})
-        code = ("import sys, json; sys.path[:0] = [%r, %r]; import moetune_helper as mh\n"
-                "k = mh.EngineKernel('vllm', None, __import__('triton'))\n"
-                "L = {'fp8': True, 'block': (128, 128), 'w1s': 'S1', 'w2s': 'S2'}\n"
-                "try:\n    print(json.dumps([k.fp8_options(L, 1), k.fp8_options(L, 2),"
-                " k.fp8_options(dict(L, block=None), 1), k.fp8_options(dict(L, fp8=False), 1)]), file=sys.__stdout__)\n"
-                "except mh.Unsupported as e:\n    print('UNSUPPORTED', e, mh.classify(e)[0], file=sys.__stdout__)\n"
-                % (tmp, os.path.join(ROOT, "worker")))
-        r = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60)
-        return r.stdout.strip()
+        return self.run_beside(kernels_src,
+                               "k = mh.EngineKernel('vllm', None, __import__('triton'))\n"
+                               "L = {'fp8': True, 'block': (128, 128), 'w1s': 'S1', 'w2s': 'S2'}\n"
+                               "try:\n    print(json.dumps([k.fp8_options(L, 1), k.fp8_options(L, 2),"
+                               " k.fp8_options(dict(L, block=None), 1), k.fp8_options(dict(L, fp8=False), 1)]),"
+                               " file=sys.__stdout__)\n"
+                               "except mh.Unsupported as e:\n"
+                               "    print('UNSUPPORTED', e, mh.classify(e)[0], file=sys.__stdout__)\n")
 
     def test_fp8_options_are_the_engines_own(self):
         out = self.fp8("def invoke_fused_moe_kernel(A, B, C, A_scale, B_scale, B_zp, topk_weights, "

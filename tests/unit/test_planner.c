@@ -18,14 +18,7 @@
 #include "store.h"
 #include "tmpdb.h"
 
-static tmpdb_t g_db;
-
-static int setup(void **state) { return tmpdb_make(&g_db, "plan"); }
-
-static int teardown(void **state) {
-    tmpdb_remove(&g_db);
-    return 0;
-}
+static tmpdb_t g_db = {.tag = "plan"}; /* each test's own (tmpdb_setup) */
 
 static int64_t query_int(const char *sql) { return tmpdb_query_int(g_db.path, sql); }
 
@@ -443,9 +436,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_space_counts),
         cmocka_unit_test(test_divisibility_and_chunks),
-        cmocka_unit_test_setup_teardown(test_store_plan, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_invalid_specs, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_failed_start_leaves_nothing, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_store_plan, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_invalid_specs, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_failed_start_leaves_nothing, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test(test_custom_space_and_measure),
         cmocka_unit_test(test_halving_accepted),
         cmocka_unit_test(test_config_list),

@@ -39,20 +39,14 @@ static void heartbeat(fx_t *f, sched_worker_t *w, const uint64_t *ids, size_t n,
     sched_on_heartbeat(f->s, w, ids, n, now);
 }
 
-/* Captured messages of one body to one worker. */
-static size_t count_body(fx_t *f, const char *rid, wire_body_t body) {
-    size_t n = 0;
-    for (size_t i = 0; i < f->n; i++) n += strcmp(f->rid[i], rid) == 0 && f->msg[i]->body_case == body;
-    return n;
-}
-
-static bool acked(fx_t *f, const char *rid, uint64_t seq) {
-    for (size_t i = 0; i < f->n; i++) {
-        if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;
-        for (size_t k = 0; k < f->msg[i]->ack->n_seqs; k++)
-            if (f->msg[i]->ack->seqs[k] == seq) return true;
-    }
-    return false;
+/* job's lease still holds at tick alive and has lapsed at tick dead: pending again, one attempt. */
+static void lapses(fx_t *f, uint64_t job, uint64_t alive, uint64_t dead) {
+    sched_tick(f->s, alive);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    sched_tick(f->s, dead);
+    uint32_t attempts = 9;
+    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
+    assert_int_equal(attempts, 1);
 }
 
 static void test_credits(void **state) {
@@ -60,18 +54,18 @@ static void test_credits(void **state) {
     fx_start(f, 1000, 30000);
     fx_submit(f, 3, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100", 0);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_WELCOME), 1);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_WELCOME), 1);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
     sched_on_ready(f->s, a, 0, 1);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
     sched_on_ready(f->s, a, 1, 1);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     uint64_t first = fx_last_job(f, "A")->job_id;
     sched_on_ready(f->s, a, 1, 2);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
     assert_true(fx_last_job(f, "A")->job_id > first);
     sched_on_ready(f->s, a, 5, 3);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3); /* only 3 jobs exist */
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3); /* only 3 jobs exist */
     const Moetune__Job *j = fx_last_job(f, "A");
     assert_int_equal(j->n_configs, 1);
     assert_int_equal(j->n_batch_sizes, 2);
@@ -79,7 +73,7 @@ static void test_credits(void **state) {
     assert_int_not_equal(j->lease_token, 0);
     /* a late submit is dispatched at once to the credits left */
     fx_submit(f, 2, 1, NULL);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 5);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 5);
     sched_status_t st;
     assert_int_equal(sched_status(f->s, 0, 10, &st), MT_OK);
     assert_int_equal(st.reply.n_sweeps, 2);
@@ -96,9 +90,7 @@ static void test_tokens_and_completion(void **state) {
     fx_start(f, 1000, 30000);
     fx_submit(f, 2, 2, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 0);
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, a, job, tok + 1, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
     assert_int_equal(result(f, a, job + 100, tok, 2, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
@@ -114,9 +106,9 @@ static void test_tokens_and_completion(void **state) {
     assert_int_equal(result(f, a, job, tok, 4, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(result(f, a, job, tok, 5, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK); /* resend */
     assert_int_equal(sched_pending(f->s), 2);
-    assert_false(acked(f, "A", 4));
+    assert_false(fx_acked(f, "A", 4));
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
-    for (uint64_t seq = 1; seq <= 5; seq++) assert_true(acked(f, "A", seq));
+    for (uint64_t seq = 1; seq <= 5; seq++) assert_true(fx_acked(f, "A", seq));
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 2);
     assert_int_equal(sched_counters(f->s)->rejected_results, 3);
     assert_int_equal(sched_counters(f->s)->results_committed, 2);
@@ -139,7 +131,7 @@ static void test_tokens_and_completion(void **state) {
     /* a result for a done job is rejected, still acknowledged */
     assert_int_equal(result(f, a, job, tok, 7, c2, MOETUNE__STATUS__STATUS_OK, 6), MT_INVAL);
     assert_int_equal(sched_flush(f->s, 6), MT_OK);
-    assert_true(acked(f, "A", 7));
+    assert_true(fx_acked(f, "A", 7));
 }
 
 static void test_silent_workers_and_attempts(void **state) {
@@ -149,10 +141,8 @@ static void test_silent_workers_and_attempts(void **state) {
     const char *ids[] = {"A", "B", "C"};
     uint64_t t = 0, job = 0, tok = 0;
     for (int k = 0; k < 3; k++) {
-        sched_worker_t *w = fx_hello(f, ids[k], "gpu", t);
-        sched_on_ready(f->s, w, 1, t);
-        const Moetune__Job *j = fx_last_job(f, ids[k]);
-        assert_non_null(j);
+        fx_hello(f, ids[k], "gpu", t);
+        const Moetune__Job *j = fx_take(f, ids[k], t);
         if (k) assert_int_equal(j->job_id, job);
         assert_int_not_equal(j->lease_token, tok);
         job = j->job_id;
@@ -173,7 +163,7 @@ static void test_silent_workers_and_attempts(void **state) {
     assert_int_equal(fx_query_int(f, "SELECT attempts FROM jobs"), 3);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'failed'"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'failed'"), 1);
-    assert_true(count_body(f, "A", MOETUNE__ENVELOPE__BODY_HEARTBEAT) >= 1);
+    assert_true(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_HEARTBEAT) >= 1);
 }
 
 static void test_lease_expiry_and_bye(void **state) {
@@ -181,18 +171,13 @@ static void test_lease_expiry_and_bye(void **state) {
     fx_start(f, 1000, 200);
     fx_submit(f, 2, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    uint64_t job = fx_last_job(f, "A")->job_id;
+    uint64_t job = fx_take(f, "A", 0)->job_id;
     sched_on_heard(f->s, a, 150); /* extends the lease to 350 */
-    sched_tick(f->s, 300);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
-    sched_tick(f->s, 351);
-    uint32_t attempts = 0;
-    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
-    assert_int_equal(attempts, 1);
+    lapses(f, job, 300, 351);
     /* Bye gives jobs back without an attempt */
+    uint32_t attempts = 0;
     sched_on_ready(f->s, a, 2, 360);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3);
     sched_on_bye(f->s, a, 370);
     assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
     assert_int_equal(attempts, 1);
@@ -206,13 +191,12 @@ static void test_crash_retry_and_quarantine(void **state) {
     fx_submit(f, 2, 2, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
+    const Moetune__Job *j = fx_take(f, "A", 0);
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
     assert_int_equal(sched_pending(f->s), 0);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
-    assert_true(acked(f, "A", 1));
+    assert_true(fx_acked(f, "A", 1));
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 0);
     assert_int_equal(fx_query_int(f, "SELECT count FROM crashes"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE avoid_worker = 'A'"), 1);
@@ -221,10 +205,8 @@ static void test_crash_retry_and_quarantine(void **state) {
     assert_string_equal(sched_job_state(f->s, retry, NULL), "pending");
     /* A may not take it while B lives */
     sched_on_ready(f->s, a, 1, 2);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
-    sched_on_ready(f->s, b, 1, 2);
-    const Moetune__Job *jb = fx_last_job(f, "B");
-    assert_non_null(jb);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    const Moetune__Job *jb = fx_take(f, "B", 2);
     assert_int_equal(jb->job_id, retry);
     assert_int_equal(jb->n_configs, 1);
     assert_int_equal(jb->configs[0]->config_id, c1);
@@ -247,15 +229,14 @@ static void test_avoid_worker_alone(void **state) {
     fx_submit(f, 1, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
+    const Moetune__Job *j = fx_take(f, "A", 0);
     assert_int_equal(
         result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_CRASHED, 1),
         MT_OK);
     sched_on_ready(f->s, a, 1, 1);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     sched_on_bye(f->s, b, 2); /* A is now the only live worker: it gets the retry */
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
 }
 
 static void test_restart_and_filter(void **state) {
@@ -264,11 +245,9 @@ static void test_restart_and_filter(void **state) {
     fx_submit(f, 2, 2, "H200");
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100 80GB HBM3", 0);
     sched_on_ready(f->s, a, 1, 0);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 0);
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 0);
-    sched_on_ready(f->s, b, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "B");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "B", 0);
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, b, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
@@ -288,7 +267,7 @@ static void test_restart_and_filter(void **state) {
     sched_status_release(&st);
     sched_worker_t *c = fx_hello(f, "C", "NVIDIA H200", 10);
     sched_on_ready(f->s, c, 1, 10);
-    assert_int_equal(count_body(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 0); /* not dispatched again */
+    assert_int_equal(fx_count(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 0); /* not dispatched again */
     assert_int_equal(result(f, c, job, tok, 1, c2, MOETUNE__STATUS__STATUS_OK, 10), MT_INVAL);
     b = fx_hello(f, "B", "NVIDIA H200", 10);
     uint64_t ids[] = {job};
@@ -297,8 +276,8 @@ static void test_restart_and_filter(void **state) {
     /* the holder's in-flight result with the old token is kept */
     assert_int_equal(result(f, b, job, tok, 2, c2, MOETUNE__STATUS__STATUS_OK, 12), MT_OK);
     assert_int_equal(sched_flush(f->s, 12), MT_OK);
-    assert_true(acked(f, "B", 2));
-    assert_true(acked(f, "C", 1));
+    assert_true(fx_acked(f, "B", 2));
+    assert_true(fx_acked(f, "C", 1));
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 4);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'C'"), 0);
     assert_string_equal(sched_job_state(f->s, job, NULL), "done");
@@ -313,21 +292,17 @@ static void test_racing_bests(void **state) {
     fx_start(f, 1000, 30000);
     fx_submit(f, 4, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 0);
     assert_true(j->measure->race_margin > 0.19 && j->measure->race_margin < 0.21); /* the default */
     assert_int_equal(j->n_best_us, 2);
     assert_true(j->best_us[0] == 0 && j->best_us[1] == 0);
     assert_int_equal(
         result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
-    sched_on_ready(f->s, a, 1, 1); /* received, not committed: nothing to race against yet */
-    j = fx_last_job(f, "A");
+    j = fx_take(f, "A", 1); /* received, not committed: nothing to race against yet */
     assert_true(j->best_us[0] == 0 && j->best_us[1] == 0);
     uint64_t job2 = j->job_id, tok2 = j->lease_token, c2 = j->configs[0]->config_id;
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
-    sched_on_ready(f->s, a, 1, 2);
-    j = fx_last_job(f, "A");
+    j = fx_take(f, "A", 2);
     assert_true(j->best_us[0] == 10.0 && j->best_us[1] == 11.0);
     uint64_t job3 = j->job_id;
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H100 80GB HBM3", 3);
@@ -356,10 +331,8 @@ static void test_racing_bests(void **state) {
     assert_true(st.reply.sweeps[0]->timed_s > 0.000399 && st.reply.sweeps[0]->timed_s < 0.000401);
     assert_true(st.reply.sweeps[0]->gpu_busy > 0); /* the device came back from the rows */
     sched_status_release(&st);
-    sched_worker_t *c = fx_hello(f, "C", "NVIDIA H200", 10);
-    sched_on_ready(f->s, c, 1, 10);
-    j = fx_last_job(f, "C");
-    assert_non_null(j);
+    fx_hello(f, "C", "NVIDIA H200", 10);
+    j = fx_take(f, "C", 10);
     assert_int_equal(j->job_id, job3);
     assert_true(j->best_us[0] == 10.0 && j->best_us[1] == 11.0);
 }
@@ -370,8 +343,8 @@ static void test_restart_holder_gone(void **state) {
     fx_start(f, 1000, 500);
     fx_submit(f, 1, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    uint64_t job = fx_last_job(f, "A")->job_id, tok = fx_last_job(f, "A")->lease_token;
+    const Moetune__Job *j = fx_take(f, "A", 0);
+    uint64_t job = j->job_id, tok = j->lease_token;
     assert_int_equal(sched_flush(f->s, 0), MT_OK);
     sched_destroy(&f->s);
     fx_clear(f);
@@ -380,12 +353,7 @@ static void test_restart_holder_gone(void **state) {
     sched_opts_t o = {.heartbeat_ms = 1000, .lease_ms = 500, .send = fx_capture, .send_ctx = f};
     f->s = sched_new(f->db, &o, 10000, err, sizeof err); /* restarted at t = 10 s */
     assert_non_null(f->s);
-    sched_tick(f->s, 10400);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
-    sched_tick(f->s, 10501);
-    uint32_t attempts = 9;
-    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
-    assert_int_equal(attempts, 1);
+    lapses(f, job, 10400, 10501);
     /* back too late: its result is rejected and nothing is stored */
     a = fx_hello(f, "A", "gpu", 10600);
     assert_int_equal(result(f, a, job, tok, 1, (uint64_t)fx_query_int(f, "SELECT config_id FROM job_configs"),
@@ -393,7 +361,7 @@ static void test_restart_holder_gone(void **state) {
                      MT_INVAL);
     assert_int_equal(sched_flush(f->s, 10600), MT_OK);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 0);
-    assert_true(acked(f, "A", 1));
+    assert_true(fx_acked(f, "A", 1));
 }
 
 /* A re-Hello keeps the leases; the first heartbeat gives back, without an attempt, what it does not list. */
@@ -403,7 +371,7 @@ static void test_rehello_heartbeat(void **state) {
     fx_submit(f, 2, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     sched_on_ready(f->s, a, 2, 0);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
     const Moetune__Job *j2 = fx_last_job(f, "A");
     uint64_t job2 = j2->job_id, tok2 = j2->lease_token, cfg2 = j2->configs[0]->config_id;
     uint64_t job1 = job2 - 1;
@@ -451,14 +419,12 @@ static void test_hello_while_locked(void **state) {
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM workers WHERE worker_id = 'A'"), 0);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM devices WHERE name = 'locked-gpu'"), 0);
 
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 0);
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(result(f, a, job, tok, 2, c2, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
-    assert_true(acked(f, "A", 1) && acked(f, "A", 2));
+    assert_true(fx_acked(f, "A", 1) && fx_acked(f, "A", 2));
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 4);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results r JOIN devices d ON d.id = r.device_id"
                                      " WHERE d.name = 'locked-gpu' AND r.worker_id = 'A'"),
@@ -475,12 +441,10 @@ static void test_job_rows_commit_fails(void **state) {
     fx_t *f = *state;
     fx_start(f, 100000, 30000);
     fx_submit(f, 2, 2, NULL);
-    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    fx_hello(f, "A", "gpu", 0);
     assert_int_equal(sched_flush(f->s, 0), MT_OK);
     sqlite3 *lock = lock_db(f);
-    sched_on_ready(f->s, a, 1, 1);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 1);
     uint64_t job = j->job_id;
     assert_int_not_equal(sched_flush(f->s, 2), MT_OK);
     assert_int_equal(sched_counters(f->s)->commit_failures, 1);
@@ -500,8 +464,7 @@ static void test_lease_discipline(void **state) {
     fx_submit(f, 2, 2, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
+    const Moetune__Job *j = fx_take(f, "A", 0);
     uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
     assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 10), MT_OK);
     assert_int_equal(sched_flush(f->s, 10), MT_OK);
@@ -518,7 +481,7 @@ static void test_lease_discipline(void **state) {
     assert_int_equal(sched_flush(f->s, 20), MT_OK);
     assert_int_equal(fx_query_int(f, rows_sql), rows);
     assert_int_equal(sched_counters(f->s)->rejected_results, rej + 3);
-    assert_true(acked(f, "A", 2) && acked(f, "A", 3) && acked(f, "B", 1));
+    assert_true(fx_acked(f, "A", 2) && fx_acked(f, "A", 3) && fx_acked(f, "B", 1));
     /* after expiry (before any timer ran): rejected although token and holder match */
     g_skip_heard = true;
     assert_int_equal(result(f, a, job, tok, 4, c2, MOETUNE__STATUS__STATUS_OK, 1500), MT_INVAL);
@@ -527,9 +490,7 @@ static void test_lease_discipline(void **state) {
     sched_tick(f->s, 1500);
     assert_string_equal(sched_job_state(f->s, job, NULL), "pending");
     /* the lease moves to B: A's replay of its old token and A with B's token are rejected */
-    sched_on_ready(f->s, b, 1, 1600);
-    const Moetune__Job *jb = fx_last_job(f, "B");
-    assert_non_null(jb);
+    const Moetune__Job *jb = fx_take(f, "B", 1600);
     assert_int_equal(jb->job_id, job);
     uint64_t tok2 = jb->lease_token;
     assert_int_not_equal(tok2, tok);
@@ -556,113 +517,6 @@ static void *run_coord(void *arg) {
     return NULL;
 }
 
-static wire_env_t *recv_env(void *sock) {
-    uint8_t id[WIRE_MAX_ID];
-    size_t id_len = 0;
-    wire_env_t *env = NULL;
-    wire_reject_t rej;
-    zmq_pollitem_t it = {sock, 0, ZMQ_POLLIN, 0};
-    if (zmq_poll(&it, 1, 5000) <= 0) return NULL;
-    if (wire_recv(sock, false, id, &id_len, WIRE_DEFAULT_MAX_BYTES, 0, &env, &rej) != MT_OK) return NULL;
-    return env;
-}
-
-static void test_daemon_hostile_input(void **state) {
-    fx_t *f = *state;
-    char err[256];
-    coord_opts_t o = {
-        .db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*", .heartbeat_ms = 100};
-    coord_t *c = NULL;
-    assert_int_equal(coord_new(&o, &c, err, sizeof err), MT_OK);
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, run_coord, c), 0);
-    void *ctx = zmq_ctx_new();
-    void *wk = zmq_socket(ctx, ZMQ_DEALER), *cl = zmq_socket(ctx, ZMQ_DEALER);
-    int linger = 0;
-    zmq_setsockopt(wk, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(cl, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(wk, ZMQ_ROUTING_ID, "W1", 2);
-    assert_int_equal(zmq_connect(wk, coord_endpoint(c, 0)), 0);
-    assert_int_equal(zmq_connect(cl, coord_endpoint(c, 1)), 0);
-    /* garbage, an empty frame, multi-frame junk: each answered with an Error */
-    zmq_send(wk, "\xff\x01garbage", 9, 0);
-    wire_env_t *e = recv_env(wk);
-    assert_non_null(e);
-    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
-    wire_free(&e);
-    zmq_send(wk, "", 0, 0);
-    e = recv_env(wk);
-    assert_non_null(e);
-    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
-    wire_free(&e);
-    zmq_send(wk, "a", 1, ZMQ_SNDMORE);
-    zmq_send(wk, "b", 1, 0);
-    e = recv_env(wk);
-    assert_non_null(e);
-    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
-    wire_free(&e);
-    /* a Ready before Hello: say hello first */
-    Moetune__Ready rd = MOETUNE__READY__INIT;
-    wire_env_t env;
-    wire_env_init(&env);
-    rd.credits = 1;
-    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
-    env.ready = &rd;
-    assert_int_equal(wire_send(wk, NULL, 0, &env, 0, NULL, 0), MT_OK);
-    e = recv_env(wk);
-    assert_non_null(e);
-    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
-    assert_int_equal(e->error->code, WIRE_E_HELLO);
-    wire_free(&e);
-    /* a worker body on the control socket */
-    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
-    e = recv_env(cl);
-    assert_non_null(e);
-    assert_int_equal(e->error->code, WIRE_E_BODY);
-    wire_free(&e);
-    /* an invalid spec is refused with a reason */
-    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
-    Moetune__Submit sub = MOETUNE__SUBMIT__INIT;
-    sub.spec = &spec;
-    env.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
-    env.submit = &sub;
-    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
-    e = recv_env(cl);
-    assert_non_null(e);
-    assert_int_equal(e->error->code, WIRE_E_SPEC);
-    assert_non_null(strstr(e->error->message, "no shapes"));
-    wire_free(&e);
-    /* status counts the bad messages (4 on the worker socket, 1 on control) */
-    Moetune__StatusRequest sr = MOETUNE__STATUS_REQUEST__INIT;
-    env.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REQUEST;
-    env.status_request = &sr;
-    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
-    e = recv_env(cl);
-    assert_non_null(e);
-    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_STATUS_REPLY);
-    assert_int_equal(e->status_reply->counters->bad_messages, 4);
-    assert_int_equal(e->status_reply->n_sweeps, 0);
-    wire_free(&e);
-    Moetune__Cancel cn = MOETUNE__CANCEL__INIT;
-    cn.sweep_id = 5;
-    env.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
-    env.cancel = &cn;
-    assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
-    e = recv_env(cl);
-    assert_non_null(e);
-    assert_int_equal(e->error->code, WIRE_E_NOTFOUND);
-    wire_free(&e);
-    zmq_close(wk);
-    zmq_close(cl);
-    zmq_ctx_term(ctx);
-    coord_stop(c);
-    pthread_join(th, NULL);
-    coord_destroy(&c);
-    assert_null(c);
-}
-
-/* ---- a submit is planned off the loop (issue 8.11) */
-
 static wire_env_t *recv_env_ms(void *sock, long ms) {
     uint8_t id[WIRE_MAX_ID];
     size_t id_len = 0;
@@ -674,19 +528,18 @@ static wire_env_t *recv_env_ms(void *sock, long ms) {
     return env;
 }
 
-/* n shapes x the default 1920-config space and the default 18 batch sizes. */
-static void spec_of_shapes(Moetune__SweepSpec *spec, Moetune__Shape *sh, Moetune__Shape **shp, size_t n) {
-    moetune__sweep_spec__init(spec);
-    for (size_t i = 0; i < n; i++) {
-        moetune__shape__init(&sh[i]);
-        sh[i].e = 64, sh[i].n = 128 * (uint32_t)(i + 1), sh[i].k = 4096, sh[i].topk = 4, sh[i].dtype = "bf16";
-        shp[i] = &sh[i];
-    }
-    spec->name = "bound";
-    spec->batch_sizes = (uint32_t *)krn_default_batch_sizes;
-    spec->n_batch_sizes = krn_n_default_batch_sizes;
-    spec->n_shapes = n;
-    spec->shapes = shp;
+static wire_env_t *recv_env(void *sock) { return recv_env_ms(sock, 5000); }
+
+/* The next answer on sock: an Error (asserted), whose message contains part when not NULL;
+ * its code. */
+static uint32_t error_code(void *sock, const char *part) {
+    wire_env_t *e = recv_env(sock);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_ERROR);
+    uint32_t code = e->error->code;
+    if (part) assert_non_null(strstr(e->error->message, part));
+    wire_free(&e);
+    return code;
 }
 
 static void send_submit(void *cl, Moetune__SweepSpec *spec) {
@@ -725,11 +578,12 @@ typedef struct {
     void *ctx, *wk, *cl;
 } daemon_t;
 
-static void daemon_start(fx_t *f, daemon_t *d) {
+/* A coordinator on f's database with this heartbeat, run on its own thread, and two DEALERs
+ * connected to it: wk (the worker "W1") and cl (a client). */
+static void daemon_start(fx_t *f, daemon_t *d, uint32_t heartbeat_ms) {
     char err[256];
-    /* a long heartbeat: a slow plan (a sanitizer build) must not make the test's worker dead */
     coord_opts_t o = {
-        .db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*", .heartbeat_ms = 60000};
+        .db_path = f->path, .bind = "tcp://127.0.0.1:*", .control = "tcp://127.0.0.1:*", .heartbeat_ms = heartbeat_ms};
     memset(d, 0, sizeof *d);
     assert_int_equal(coord_new(&o, &d->c, err, sizeof err), MT_OK);
     assert_int_equal(pthread_create(&d->th, NULL, run_coord, d->c), 0);
@@ -753,6 +607,69 @@ static void daemon_stop(daemon_t *d) {
     coord_destroy(&d->c);
 }
 
+static void test_daemon_hostile_input(void **state) {
+    fx_t *f = *state;
+    daemon_t d;
+    daemon_start(f, &d, 100);
+    /* garbage, an empty frame, multi-frame junk: each answered with an Error */
+    zmq_send(d.wk, "\xff\x01garbage", 9, 0);
+    error_code(d.wk, NULL);
+    zmq_send(d.wk, "", 0, 0);
+    error_code(d.wk, NULL);
+    zmq_send(d.wk, "a", 1, ZMQ_SNDMORE);
+    zmq_send(d.wk, "b", 1, 0);
+    error_code(d.wk, NULL);
+    /* a Ready before Hello: say hello first */
+    Moetune__Ready rd = MOETUNE__READY__INIT;
+    wire_env_t env;
+    wire_env_init(&env);
+    rd.credits = 1;
+    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
+    env.ready = &rd;
+    assert_int_equal(wire_send(d.wk, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    assert_int_equal(error_code(d.wk, NULL), WIRE_E_HELLO);
+    /* a worker body on the control socket */
+    assert_int_equal(wire_send(d.cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    assert_int_equal(error_code(d.cl, NULL), WIRE_E_BODY);
+    /* an invalid spec is refused with a reason */
+    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    send_submit(d.cl, &spec);
+    assert_int_equal(error_code(d.cl, "no shapes"), WIRE_E_SPEC);
+    /* status counts the bad messages (4 on the worker socket, 1 on control) */
+    send_status(d.cl);
+    wire_env_t *e = recv_env(d.cl);
+    assert_non_null(e);
+    assert_int_equal(e->body_case, MOETUNE__ENVELOPE__BODY_STATUS_REPLY);
+    assert_int_equal(e->status_reply->counters->bad_messages, 4);
+    assert_int_equal(e->status_reply->n_sweeps, 0);
+    wire_free(&e);
+    Moetune__Cancel cn = MOETUNE__CANCEL__INIT;
+    cn.sweep_id = 5;
+    env.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
+    env.cancel = &cn;
+    assert_int_equal(wire_send(d.cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
+    assert_int_equal(error_code(d.cl, NULL), WIRE_E_NOTFOUND);
+    daemon_stop(&d);
+    assert_null(d.c);
+}
+
+/* ---- a submit is planned off the loop (issue 8.11) */
+
+/* n shapes x the default 1920-config space and the default 18 batch sizes. */
+static void spec_of_shapes(Moetune__SweepSpec *spec, Moetune__Shape *sh, Moetune__Shape **shp, size_t n) {
+    moetune__sweep_spec__init(spec);
+    for (size_t i = 0; i < n; i++) {
+        moetune__shape__init(&sh[i]);
+        sh[i].e = 64, sh[i].n = 128 * (uint32_t)(i + 1), sh[i].k = 4096, sh[i].topk = 4, sh[i].dtype = "bf16";
+        shp[i] = &sh[i];
+    }
+    spec->name = "bound";
+    spec->batch_sizes = (uint32_t *)krn_default_batch_sizes;
+    spec->n_batch_sizes = krn_n_default_batch_sizes;
+    spec->n_shapes = n;
+    spec->shapes = shp;
+}
+
 /* While a submit at the plan bound (52 shapes x 1920 configs) is planned and stored, the loop
  * answers a status request (no sweep yet) and a worker's Hello; the Submitted reply comes
  * after them with the sweep's id and counts, and the sweep's jobs in memory are the stored
@@ -769,7 +686,7 @@ static void test_daemon_plans_off_the_loop(void **state) {
     assert_int_equal(rc, MT_OK);
     assert_true(valid + rejected > 99000 && valid + rejected <= PLAN_MAX_CONFIGS);
     daemon_t d;
-    daemon_start(f, &d);
+    daemon_start(f, &d, 60000); /* long: a slow plan (a sanitizer build) must not make the test's worker dead */
     assert_int_equal(status_sweeps(d.cl), 0); /* connected */
     send_submit(d.cl, &spec);
     send_status(d.cl);
@@ -851,7 +768,7 @@ static void test_daemon_plan_storage_error(void **state) {
     Moetune__SweepSpec spec;
     spec_of_shapes(&spec, sh, shp, 1);
     daemon_t d;
-    daemon_start(f, &d);
+    daemon_start(f, &d, 60000); /* long: a slow plan (a sanitizer build) must not make the test's worker dead */
     assert_int_equal(status_sweeps(d.cl), 0);
     sqlite3 *lk = NULL;
     assert_int_equal(sqlite3_open(f->path, &lk), SQLITE_OK);
@@ -891,9 +808,7 @@ static void test_invalid_results_requeue(void **state) {
     fx_start(f, 1000, 30000);
     fx_submit(f, 1, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 0);
     uint64_t job = j->job_id, tok = j->lease_token, cfg = j->configs[0]->config_id;
     uint32_t attempts = 0;
     /* 1: the wire rejected a Result naming this lease (e.g. an infinite latency) */
@@ -908,8 +823,7 @@ static void test_invalid_results_requeue(void **state) {
     assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
     assert_int_equal(attempts, 1);
     /* 2: a config that is not in the job, from the holder */
-    sched_on_ready(f->s, a, 1, 3);
-    j = fx_last_job(f, "A");
+    j = fx_take(f, "A", 3);
     assert_int_equal(j->job_id, job);
     tok = j->lease_token;
     assert_int_equal(result(f, a, job, tok, 2, cfg + 1000, MOETUNE__STATUS__STATUS_OK, 4), MT_INVAL);
@@ -924,8 +838,8 @@ static void test_invalid_results_requeue(void **state) {
     assert_string_equal(sched_job_state(f->s, job, &attempts), "failed"); /* max_attempts 3 */
     assert_int_equal(attempts, 3);
     assert_int_equal(sched_flush(f->s, 7), MT_OK);
-    assert_true(acked(f, "A", 1));
-    assert_true(acked(f, "A", 2));
+    assert_true(fx_acked(f, "A", 1));
+    assert_true(fx_acked(f, "A", 2));
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'failed' AND attempts = 3"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'failed'"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 0);
@@ -941,31 +855,18 @@ static void test_crash_allocation_failures(void **state) {
     bool fired = true;
     unsigned long n;
     for (n = 1; fired && n < 200; n++) {
-        fx_stop(f);
-        tmpdb_remove(&f->tmp);
-        assert_int_equal(tmpdb_make(&f->tmp, "test"), 0);
-        f->path = f->tmp.path;
+        fx_fresh(f);
         fx_start(f, 1000, 30000);
         /* 16 jobs of one config: the retry job is the 17th, so the sweep's job list grows */
-        static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1, 16, 32, 64}, nw[] = {4, 8}, ns[] = {2, 3};
-        static uint32_t bs[] = {1, 2};
-        Moetune__Space sp = MOETUNE__SPACE__INIT;
-        Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
-        Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+        fx_spec_t x;
         Moetune__Submitted sub;
-        char err[256];
-        sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
-        sp.n_group_m = 4, sp.group_m = gm, sp.n_num_warps = 2, sp.num_warps = nw, sp.n_num_stages = 2;
-        sp.num_stages = ns;
-        sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
-        spec.name = "alloc", spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs;
-        spec.space = &sp, spec.chunk = 1;
-        assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+        fx_spec(&x, "alloc", (const uint32_t[]){1, 2}, 4, 2, 2);
+        x.spec.chunk = 1;
+        fx_submit_spec(f, &x, &sub);
         assert_int_equal(sub.jobs, 16);
         sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
         sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-        sched_on_ready(f->s, a, 1, 0);
-        const Moetune__Job *j = fx_last_job(f, "A");
+        const Moetune__Job *j = fx_take(f, "A", 0);
         uint64_t job = j->job_id, tok = j->lease_token, cfg = j->configs[0]->config_id;
         mt_alloc_fail_at(n);
         result(f, a, job, tok, 1, cfg, MOETUNE__STATUS__STATUS_CRASHED, 1);
@@ -1060,21 +961,13 @@ static void restart(fx_t *f) {
     assert_non_null(f->s);
 }
 
-/* One sweep of 8 configs (warps 4,8 x stages 2..5) in one job of 8, batch sizes {1, 2}; its id. */
+/* One sweep of 8 configs (warps 4,8 x stages 2..5) in one job of 8, batch sizes {2, 1}; its id. */
 static uint64_t submit_8(fx_t *f) {
-    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1}, nw[] = {4, 8}, ns[] = {2, 3, 4, 5};
-    static uint32_t bs[] = {2, 1};
-    Moetune__Space sp = MOETUNE__SPACE__INIT;
-    Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
-    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    fx_spec_t x;
     Moetune__Submitted sub;
-    char err[256];
-    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
-    sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 2, sp.num_warps = nw, sp.n_num_stages = 4, sp.num_stages = ns;
-    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
-    spec.name = "eight", spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs;
-    spec.space = &sp, spec.chunk = 8;
-    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+    fx_spec(&x, "eight", (const uint32_t[]){2, 1}, 1, 2, 4);
+    x.spec.chunk = 8;
+    fx_submit_spec(f, &x, &sub);
     assert_int_equal(sub.configs_valid, 8);
     assert_int_equal(sub.jobs, 1);
     assert_int_equal(sub.results_planned, 16);
@@ -1107,16 +1000,12 @@ static void split_setup(fx_t *f, split_fx_t *x) {
     submit_8(f);
     x->a = fx_hello(f, "A", "gpu", 0);
     x->b = fx_hello(f, "B", "gpu", 0);
-    sched_on_ready(f->s, x->a, 1, 1);
-    const Moetune__Job *ja = fx_last_job(f, "A");
-    assert_non_null(ja);
+    const Moetune__Job *ja = fx_take(f, "A", 1);
     assert_int_equal(ja->n_configs, 8);
     x->job = ja->job_id;
     x->tok = ja->lease_token;
     for (int i = 0; i < 8; i++) x->cfg[i] = ja->configs[i]->config_id;
-    sched_on_ready(f->s, x->b, 1, 2);
-    x->jb = fx_last_job(f, "B");
-    assert_non_null(x->jb);
+    x->jb = fx_take(f, "B", 2);
     x->twin = x->jb->job_id;
     x->tokb = x->jb->lease_token;
 }
@@ -1157,7 +1046,7 @@ static void test_split_tail(void **state) {
     assert_int_equal(result(f, a, job, tok, seq++, cfg[4], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
     assert_int_equal(flush_done(f, 4), 10);
     assert_string_equal(sched_job_state(f->s, job, NULL), "done"); /* its 4 kept configs */
-    for (uint64_t q = 1; q < seq; q++) assert_true(acked(f, "A", q));
+    for (uint64_t q = 1; q < seq; q++) assert_true(fx_acked(f, "A", q));
     /* B measures 4 too: stored once, nothing counted twice */
     assert_int_equal(result(f, b, twin, tokb, 1, cfg[4], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
     assert_int_equal(result(f, b, twin, tokb, 2, cfg[5], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
@@ -1170,7 +1059,7 @@ static void test_split_tail(void **state) {
     /* A's result for moved 5 after its job is done: acked, dropped, not a rejection */
     assert_int_equal(result(f, a, job, tok, seq, cfg[5], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
     assert_int_equal(flush_done(f, 6), 14);
-    assert_true(acked(f, "A", seq));
+    assert_true(fx_acked(f, "A", seq));
     assert_int_equal(sched_counters(f->s)->rejected_results, 0);
     assert_int_equal(sched_counters(f->s)->requeued_jobs, 0);
     assert_int_equal(result(f, b, twin, tokb, 4, cfg[7], MOETUNE__STATUS__STATUS_OK, 7), MT_OK);
@@ -1211,7 +1100,7 @@ static void test_split_restart(void **state) {
     assert_string_equal(sched_job_state(f->s, job, &att), "leased");
     assert_int_equal(att, 0);
     assert_int_equal(flush_done(f, 3), 8); /* A's 4 kept configs; its moved one dropped */
-    assert_true(acked(f, "A", 5));
+    assert_true(fx_acked(f, "A", 5));
     assert_string_equal(sched_job_state(f->s, job, NULL), "done");
     for (int i = 4; i < 8; i++)
         assert_int_equal(result(f, b, twin, tokb, (uint64_t)i, cfg[i], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
@@ -1255,8 +1144,8 @@ static void test_split_meet(void **state) {
     assert_int_equal(result(f, b, twin, tokb, 3, cfg[5], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
     assert_int_equal(result(f, a, job, tok, 7, cfg[6], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
     assert_int_equal(flush_done(f, 6), 16);
-    assert_true(acked(f, "B", 3));
-    assert_true(acked(f, "A", 7));
+    assert_true(fx_acked(f, "B", 3));
+    assert_true(fx_acked(f, "A", 7));
     assert_int_equal(sched_counters(f->s)->rejected_results, 0);
     assert_int_equal(sched_counters(f->s)->results_committed, 16);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'A'"), 12);
@@ -1275,27 +1164,26 @@ static void test_split_bounds(void **state) {
     submit_8(f);
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100", 0);
     sched_worker_t *other = fx_hello(f, "O", "NVIDIA H200", 0);
-    sched_on_ready(f->s, a, 1, 1);
-    const Moetune__Job *ja = fx_last_job(f, "A");
+    const Moetune__Job *ja = fx_take(f, "A", 1);
     uint64_t job = ja->job_id, tok = ja->lease_token, cfg[8];
     for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
     sched_on_ready(f->s, other, 1, 1); /* the sweep is bound to the H100 */
-    assert_int_equal(count_body(f, "O", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_count(f, "O", MOETUNE__ENVELOPE__BODY_JOB), 0);
     for (int i = 0; i < 7; i++)
         assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
     assert_int_equal(flush_done(f, 2), 14);
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H100", 3);
     sched_on_ready(f->s, b, 1, 3);
-    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0); /* one open config: kept */
+    assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0); /* one open config: kept */
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 1);
     /* a second sweep (O gone): B takes its job; A, holding one, splits none of it */
     sched_on_bye(f->s, other, 3);
     submit_8(f);
-    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 1);
     const Moetune__Job *jb = fx_last_job(f, "B");
     assert_int_equal(jb->n_configs, 8); /* B took the pending job (A holds one already) */
     sched_on_ready(f->s, a, 1, 4);
-    assert_int_equal(count_body(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 2);
 }
 
@@ -1308,10 +1196,7 @@ static void test_alloc_failure_scenarios(void **state) {
     bool fired = true;
     unsigned long n;
     for (n = 1; fired && n < 2000; n++) {
-        fx_stop(f);
-        tmpdb_remove(&f->tmp);
-        assert_int_equal(tmpdb_make(&f->tmp, "test"), 0);
-        f->path = f->tmp.path;
+        fx_fresh(f);
         fx_start(f, 1000, 30000);
         uint64_t sw1 = 0, sw2 = 0;
         mt_alloc_fail_at(n);
@@ -1359,12 +1244,10 @@ static void test_mixed_fleet_binds_sweep(void **state) {
     uint64_t sw1 = fx_submit(f, 4, 1, NULL);
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100 80GB HBM3", 0);
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 0);
     assert_int_equal(j->sweep_id, sw1);
     sched_on_ready(f->s, b, 4, 0);
-    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
     assert_int_equal(
         result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
@@ -1374,16 +1257,16 @@ static void test_mixed_fleet_binds_sweep(void **state) {
     fx_start(f, 1000, 30000);
     b = fx_hello(f, "B", "NVIDIA H200", 10);
     sched_on_ready(f->s, b, 4, 10);
-    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
     sched_worker_t *c = fx_hello(f, "C", "NVIDIA H100 80GB HBM3", 10);
     sched_on_ready(f->s, c, 4, 10);
-    assert_int_equal(count_body(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 3);
+    assert_int_equal(fx_count(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 3);
     /* a second sweep: the idle H200 takes it and binds it */
     uint64_t sw2 = fx_submit(f, 2, 1, NULL);
     const Moetune__Job *jb = fx_last_job(f, "B");
     assert_non_null(jb);
     assert_int_equal(jb->sweep_id, sw2);
-    assert_int_equal(count_body(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 2);
+    assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 2);
 }
 
 int main(void) {

@@ -43,6 +43,39 @@ static void *open_sim(const char *faults) {
     return st;
 }
 
+/* A measurement on the sim backend: the default shape, a config, measure_default's settings
+ * and the backend it runs on (st, opened by the test). */
+typedef struct {
+    krn_shape_t s;
+    krn_config_t c;
+    wrk_measure_t m;
+    uint32_t regs, spills;
+    char err[128];
+    void *st;
+} sim_case_t;
+
+static void sim_case(sim_case_t *k, krn_config_t c) {
+    memset(k, 0, sizeof *k);
+    shape_default(&k->s);
+    k->c = c;
+    measure_default(&k->m);
+}
+
+/* k's config measured at bs[0, n) into out; the backend's code. */
+static int sim_measure(sim_case_t *k, const uint32_t *bs, size_t n, wrk_meas_t *out) {
+    return wrk_backend_sim.measure(k->st, &k->s, &k->c, bs, n, &k->m, out, &k->regs, &k->spills, k->err, sizeof k->err);
+}
+
+/* open() with o fails, leaves no state and names part of o in its reason. */
+static void open_refused(const wrk_backend_opts_t *o, const char *part) {
+    wrk_device_t dev;
+    char err[256] = "";
+    void *st = NULL;
+    assert_int_equal(wrk_backend_sim.open(o, &st, &dev, err, sizeof err), MT_ERR);
+    assert_null(st);
+    assert_non_null(strstr(err, part));
+}
+
 static void test_find(void **unused) {
     (void)unused;
     assert_ptr_equal(wrk_backend_find("sim"), &wrk_backend_sim);
@@ -75,26 +108,20 @@ static void test_device(void **unused) {
     wrk_backend_sim.close(&st);
     assert_non_null(strstr(b.name, "H100"));
     o.sim_device = "z9000";
-    assert_int_equal(wrk_backend_sim.open(&o, &st, &b, err, sizeof err), MT_ERR);
-    assert_null(st);
-    assert_non_null(strstr(err, "z9000"));
+    open_refused(&o, "z9000");
 }
 
 static void test_determinism(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    krn_config_t c = {64, 128, 128, 16, 4, 3};
-    wrk_measure_t m;
+    sim_case_t k;
     wrk_meas_t a[4], b[4], d[4];
-    uint32_t bs[4] = {1, 64, 512, 4096}, regs, spills;
-    char err[128];
-    shape_default(&s);
-    measure_default(&m);
-    void *st = open_sim(NULL);
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 4, &m, a, &regs, &spills, err, sizeof err), MT_OK);
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 4, &m, b, &regs, &spills, err, sizeof err), MT_OK);
-    m.seed = 99;
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 4, &m, d, &regs, &spills, err, sizeof err), MT_OK);
+    uint32_t bs[4] = {1, 64, 512, 4096};
+    sim_case(&k, (krn_config_t){64, 128, 128, 16, 4, 3});
+    k.st = open_sim(NULL);
+    assert_int_equal(sim_measure(&k, bs, 4, a), MT_OK);
+    assert_int_equal(sim_measure(&k, bs, 4, b), MT_OK);
+    k.m.seed = 99;
+    assert_int_equal(sim_measure(&k, bs, 4, d), MT_OK);
     int differs = 0;
     for (int i = 0; i < 4; i++) {
         assert_int_equal(a[i].status, MOETUNE__STATUS__STATUS_OK);
@@ -108,8 +135,8 @@ static void test_determinism(void **unused) {
     }
     assert_true(differs); /* another seed draws other noise */
     assert_true(a[3].median_us > a[0].median_us);
-    assert_true(regs > 0);
-    wrk_backend_sim.close(&st);
+    assert_true(k.regs > 0);
+    wrk_backend_sim.close(&k.st);
 }
 
 /* The noise-free argmin over the default space at batch size m. */
@@ -158,27 +185,24 @@ static void test_winners_differ(void **unused) {
 
 static void test_invalid(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    krn_config_t c = {256, 256, 256, 1, 4, 5}; /* far over shared memory and registers */
-    wrk_measure_t m;
+    sim_case_t k;
     wrk_meas_t out[2];
-    uint32_t bs[2] = {1, 8}, regs = 7, spills = 7;
-    char err[128];
-    shape_default(&s);
-    measure_default(&m);
-    void *st = open_sim(NULL);
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 2, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    uint32_t bs[2] = {1, 8};
+    sim_case(&k, (krn_config_t){256, 256, 256, 1, 4, 5}); /* far over shared memory and registers */
+    k.regs = k.spills = 7;
+    k.st = open_sim(NULL);
+    assert_int_equal(sim_measure(&k, bs, 2, out), MT_OK);
     for (int i = 0; i < 2; i++) {
         assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_INVALID);
         assert_true(strlen(out[i].detail) > 0);
         assert_int_equal(out[i].samples, 0);
     }
-    krn_config_t c2 = {64, 64, 128, 1, 4, 3};
-    s.k = 2000; /* not a multiple of BLOCK_SIZE_K */
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c2, bs, 2, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    k.c = (krn_config_t){64, 64, 128, 1, 4, 3};
+    k.s.k = 2000; /* not a multiple of BLOCK_SIZE_K */
+    assert_int_equal(sim_measure(&k, bs, 2, out), MT_OK);
     assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_INVALID);
     assert_non_null(strstr(out[0].detail, "BLOCK_SIZE_K"));
-    wrk_backend_sim.close(&st);
+    wrk_backend_sim.close(&k.st);
 }
 
 static void test_fault_parse(void **unused) {
@@ -223,13 +247,9 @@ static void test_fault_parse(void **unused) {
     }
     /* A bad spec makes open() fail with the reason. */
     wrk_backend_opts_t o;
-    wrk_device_t dev;
-    void *st = NULL;
     memset(&o, 0, sizeof o);
     o.sim_faults = "crash=1x2";
-    assert_int_equal(wrk_backend_sim.open(&o, &st, &dev, err, sizeof err), MT_ERR);
-    assert_null(st);
-    assert_non_null(strstr(err, "crash=1x2"));
+    open_refused(&o, "crash=1x2");
 }
 
 static void test_crash_draw(void **unused) {
@@ -260,39 +280,32 @@ static void test_crash_draw(void **unused) {
 
 static void test_wrong(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    krn_config_t c = {64, 128, 64, 1, 4, 3}, other = {64, 128, 64, 1, 4, 4};
-    wrk_measure_t m;
+    sim_case_t k;
     wrk_meas_t out[3];
-    uint32_t bs[3] = {1, 2, 4}, regs, spills;
-    char err[128];
-    shape_default(&s);
-    measure_default(&m);
-    void *st = open_sim("wrong=64x128x64x1x4x3");
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    uint32_t bs[3] = {1, 2, 4};
+    sim_case(&k, (krn_config_t){64, 128, 64, 1, 4, 3}); /* wrong; with 4 stages right */
+    k.st = open_sim("wrong=64x128x64x1x4x3");
+    assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
     for (int i = 0; i < 3; i++) assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_WRONG_RESULT);
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &other, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    k.c.num_stages = 4;
+    assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
     for (int i = 0; i < 3; i++) assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_OK);
-    wrk_backend_sim.close(&st);
+    wrk_backend_sim.close(&k.st);
 }
 
 /* slowdown=X scales every latency: the same seed gives X times the numbers. */
 static void test_slowdown(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    krn_config_t c = {64, 128, 64, 1, 4, 3};
-    wrk_measure_t m;
+    sim_case_t k;
     wrk_meas_t base[2], slow[2];
-    uint32_t bs[2] = {16, 256}, regs, spills;
-    char err[128];
-    shape_default(&s);
-    measure_default(&m);
-    void *st = open_sim(NULL);
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 2, &m, base, &regs, &spills, err, sizeof err), MT_OK);
-    wrk_backend_sim.close(&st);
-    st = open_sim("slowdown=1.25");
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 2, &m, slow, &regs, &spills, err, sizeof err), MT_OK);
-    wrk_backend_sim.close(&st);
+    uint32_t bs[2] = {16, 256};
+    sim_case(&k, (krn_config_t){64, 128, 64, 1, 4, 3});
+    k.st = open_sim(NULL);
+    assert_int_equal(sim_measure(&k, bs, 2, base), MT_OK);
+    wrk_backend_sim.close(&k.st);
+    k.st = open_sim("slowdown=1.25");
+    assert_int_equal(sim_measure(&k, bs, 2, slow), MT_OK);
+    wrk_backend_sim.close(&k.st);
     for (int i = 0; i < 2; i++) {
         assert_int_equal(slow[i].status, MOETUNE__STATUS__STATUS_OK);
         assert_true(fabs(slow[i].median_us / base[i].median_us - 1.25) < 1e-9);
@@ -301,46 +314,42 @@ static void test_slowdown(void **unused) {
 
 static void test_rsd_stop(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    krn_config_t c = {64, 128, 128, 16, 4, 3};
-    wrk_measure_t m;
+    sim_case_t k;
     wrk_meas_t out[3];
-    uint32_t bs[3] = {1, 256, 4096}, regs, spills;
-    char err[128];
-    shape_default(&s);
-    measure_default(&m);
-    void *st = open_sim(NULL);
+    uint32_t bs[3] = {1, 256, 4096};
+    sim_case(&k, (krn_config_t){64, 128, 128, 16, 4, 3});
+    k.st = open_sim(NULL);
     /* A target any sample set meets: stop exactly at min_samples. */
-    m.min_samples = 7;
-    m.max_samples = 40;
-    m.rsd_target = 10.0;
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    k.m.min_samples = 7;
+    k.m.max_samples = 40;
+    k.m.rsd_target = 10.0;
+    assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
     for (int i = 0; i < 3; i++) assert_int_equal(out[i].samples, 7);
     /* A target no sample set meets: stop exactly at max_samples. */
-    m.rsd_target = 1e-12;
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    k.m.rsd_target = 1e-12;
+    assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(out[i].samples, 40);
         assert_true(out[i].stddev_us > 0);
         assert_true(out[i].stddev_us / out[i].mean_us < 0.2);
     }
     /* max below min: min wins. */
-    m.min_samples = 12;
-    m.max_samples = 3;
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    k.m.min_samples = 12;
+    k.m.max_samples = 3;
+    assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
     for (int i = 0; i < 3; i++) assert_int_equal(out[i].samples, 12);
     /* A realistic 1% target stops somewhere in between for at least one size. */
-    m.min_samples = 5;
-    m.max_samples = 200;
-    m.rsd_target = 0.01;
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    k.m.min_samples = 5;
+    k.m.max_samples = 200;
+    k.m.rsd_target = 0.01;
+    assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
     int early = 0;
     for (int i = 0; i < 3; i++) {
         assert_true(out[i].samples >= 5 && out[i].samples <= 200);
         if (out[i].samples < 200) early = 1;
     }
     assert_true(early);
-    wrk_backend_sim.close(&st);
+    wrk_backend_sim.close(&k.st);
 }
 
 /* Racing: a config slower than the best by more than the margin stops after
@@ -348,22 +357,18 @@ static void test_rsd_stop(void **unused) {
  * unknown best (0) or racing off (margin 0) is sampled to the RSD rule. */
 static void test_racing(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    krn_config_t c = {64, 128, 128, 16, 4, 3};
-    wrk_measure_t m;
+    sim_case_t k;
     wrk_meas_t out[3], ref[3];
-    uint32_t bs[3] = {1, 256, 4096}, regs, spills;
-    char err[128];
-    shape_default(&s);
-    measure_default(&m);
-    void *st = open_sim(NULL);
-    m.min_samples = 7;
-    m.rsd_target = 10.0;
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, ref, &regs, &spills, err, sizeof err), MT_OK);
+    uint32_t bs[3] = {1, 256, 4096};
+    sim_case(&k, (krn_config_t){64, 128, 128, 16, 4, 3});
+    k.st = open_sim(NULL);
+    k.m.min_samples = 7;
+    k.m.rsd_target = 10.0;
+    assert_int_equal(sim_measure(&k, bs, 3, ref), MT_OK);
     double best[3] = {ref[0].median_us / 2, ref[1].median_us * 2, 0};
-    m.best_us = best;
-    m.race_margin = 0.2;
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    k.m.best_us = best;
+    k.m.race_margin = 0.2;
+    assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
     assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_PRUNED);
     assert_int_equal(out[0].samples, WRK_RACE_SAMPLES);
     assert_true(out[0].median_us > best[0] * 1.2);
@@ -375,40 +380,35 @@ static void test_racing(void **unused) {
     }
     /* within the margin: 1.1x the best is not pruned at margin 0.2 */
     best[0] = ref[0].median_us / 1.1;
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
     assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_OK);
     /* racing off */
     best[0] = ref[0].median_us / 2;
-    m.race_margin = 0;
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    k.m.race_margin = 0;
+    assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
     assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_OK);
     assert_int_equal(out[0].samples, 7);
-    wrk_backend_sim.close(&st);
+    wrk_backend_sim.close(&k.st);
 }
 
 static void test_time_scale(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    krn_config_t c = {64, 128, 128, 16, 4, 3};
-    wrk_measure_t m;
+    sim_case_t k;
     wrk_meas_t out[1];
-    uint32_t bs[1] = {64}, regs, spills;
-    char err[128];
+    uint32_t bs[1] = {64};
     wrk_backend_opts_t o;
     wrk_device_t dev;
-    void *st = NULL;
-    shape_default(&s);
-    measure_default(&m);
+    sim_case(&k, (krn_config_t){64, 128, 128, 16, 4, 3});
     memset(&o, 0, sizeof o);
     o.sim_time_scale = 1.0;
-    assert_int_equal(wrk_backend_sim.open(&o, &st, &dev, err, sizeof err), MT_OK);
+    assert_int_equal(wrk_backend_sim.open(&o, &k.st, &dev, k.err, sizeof k.err), MT_OK);
     uint64_t t0 = mt_now_ms();
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, bs, 1, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(sim_measure(&k, bs, 1, out), MT_OK);
     uint64_t dt = mt_now_ms() - t0;
     assert_true(dt >= 45 && dt < 2000); /* about the 50 ms simulated compile */
-    wrk_backend_sim.close(&st);
+    wrk_backend_sim.close(&k.st);
     o.sim_time_scale = -1;
-    assert_int_equal(wrk_backend_sim.open(&o, &st, &dev, err, sizeof err), MT_ERR);
+    assert_int_equal(wrk_backend_sim.open(&o, &k.st, &dev, k.err, sizeof k.err), MT_ERR);
 }
 
 int main(void) {

@@ -28,6 +28,31 @@ static void set_bad(const char *name, const char *val, const char *reason_part) 
     assert_null(s);
 }
 
+/* A spec of the settings given (name, value pairs, NULL-ended) that cli_spec_finish refuses
+ * with a reason that contains reason_part. */
+static void finish_bad(const char *reason_part, ...) {
+    cli_spec_t *s = cli_spec_new();
+    char err[400] = "";
+    va_list ap;
+    va_start(ap, reason_part);
+    for (const char *k = va_arg(ap, const char *); k; k = va_arg(ap, const char *))
+        set_ok(s, k, va_arg(ap, const char *));
+    va_end(ap);
+    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_INVAL);
+    if (!strstr(err, reason_part)) fail_msg("reason '%s' lacks '%s'", err, reason_part);
+    cli_spec_destroy(&s);
+}
+
+/* cli_spec_compare(a, b) answers (asserted) that they differ, naming what among the differences. */
+static void assert_differs(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b, const char *what) {
+    bool same = true;
+    char diff[1000] = "";
+    int rc = cli_spec_compare(a, b, &same, diff, sizeof diff);
+    if (rc) fprintf(stderr, "compare: %s\n", diff);
+    assert_int_equal(rc, MT_OK);
+    if (same || !strstr(diff, what)) fail_msg("same=%d, diff '%s' lacks '%s'", same, diff, what);
+}
+
 static void test_flags(void **state) {
     cli_spec_t *s = cli_spec_new();
     char err[400] = "";
@@ -76,9 +101,7 @@ static void test_flags(void **state) {
     assert_int_equal(cli_spec_compare(back, p, &same, diff, sizeof diff), MT_OK);
     assert_true(same);
     back->batch_sizes[0] = 3;
-    assert_int_equal(cli_spec_compare(back, p, &same, diff, sizeof diff), MT_OK);
-    assert_false(same);
-    assert_non_null(strstr(diff, "batch sizes 3,2,4,64, now 1,2,4,64"));
+    assert_differs(back, p, "batch sizes 3,2,4,64, now 1,2,4,64");
     moetune__sweep_spec__free_unpacked(back, NULL);
     cli_spec_destroy(&s);
 }
@@ -98,13 +121,7 @@ static void test_engines(void **state) {
     set_ok(t, "engines", "vllm");
     assert_int_equal(cli_spec_finish(t, true, err, sizeof err), MT_OK);
     assert_int_equal(cli_spec_get(t)->n_engines, 1);
-    bool same = true;
-    char diff[512] = "";
-    int crc = cli_spec_compare(p, cli_spec_get(t), &same, diff, sizeof diff);
-    if (crc) fprintf(stderr, "compare: %s\n", diff);
-    assert_int_equal(crc, MT_OK);
-    assert_false(same);
-    assert_non_null(strstr(diff, "engines"));
+    assert_differs(p, cli_spec_get(t), "engines");
     cli_spec_destroy(&s);
     cli_spec_destroy(&t);
     set_bad("engines", "trt", "not sglang, vllm or sglang,vllm");
@@ -149,15 +166,7 @@ static void test_routing(void **state) {
     set_ok(u, "shape", "E=16,N=256,K=512,topk=2");
     assert_int_equal(cli_spec_finish(u, true, err, sizeof err), MT_OK);
     assert_string_equal(cli_spec_get(u)->shapes[0]->routing, "");
-    {
-        bool same = true;
-        char diff[512] = "";
-        int crc = cli_spec_compare(p, cli_spec_get(u), &same, diff, sizeof diff);
-        if (crc) fprintf(stderr, "compare: %s\n", diff);
-        assert_int_equal(crc, MT_OK);
-        assert_false(same);
-        assert_non_null(strstr(diff, "routing"));
-    }
+    assert_differs(p, cli_spec_get(u), "routing");
     cli_spec_destroy(&u);
     cli_spec_destroy(&s);
     /* id 7 does not fit E=4; topk 2 does not fit topk=4 */
@@ -256,9 +265,7 @@ static void test_compare(void **state) {
     cli_spec_destroy(&now);
     /* Two settings changed: both named. */
     now = made("min-samples", "20", "seed", "3", NULL);
-    assert_int_equal(cli_spec_compare(cli_spec_get(base), cli_spec_get(now), &same, diff, sizeof diff), MT_OK);
-    assert_false(same);
-    assert_non_null(strstr(diff, "min_samples 10, now 20; seed 1, now 3"));
+    assert_differs(cli_spec_get(base), cli_spec_get(now), "min_samples 10, now 20; seed 1, now 3");
     cli_spec_destroy(&now);
     /* Another name or shape is another target. */
     now = made("name", "other", NULL);
@@ -298,30 +305,11 @@ static void test_bad_flags(void **state) {
     set_bad("race-margin", "-0.1", "--race-margin -0.1: not a fraction from 0 (off) to below 10");
     set_bad("nonsense", "1", "unknown spec option");
 
-    cli_spec_t *s = cli_spec_new();
-    char err[400] = "";
-    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_INVAL);
-    assert_non_null(strstr(err, "no shape"));
-    cli_spec_destroy(&s);
-    s = cli_spec_new();
-    set_ok(s, "shape", "E=128,N=768,K=2048,topk=8");
-    set_ok(s, "tp", "2");
-    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_INVAL);
-    assert_non_null(strstr(err, "--tp"));
-    cli_spec_destroy(&s);
-    s = cli_spec_new();
-    set_ok(s, "model", "mixtral-8x7b");
-    set_ok(s, "tp", "3");
-    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_INVAL);
-    assert_non_null(strstr(err, "not divisible by TP 3"));
-    cli_spec_destroy(&s);
-    s = cli_spec_new();
-    set_ok(s, "shape", "E=128,N=768,K=2048,topk=8");
-    set_ok(s, "min-samples", "50");
-    set_ok(s, "max-samples", "10");
-    assert_int_equal(cli_spec_finish(s, true, err, sizeof err), MT_INVAL);
-    assert_non_null(strstr(err, "--min-samples 50"));
-    cli_spec_destroy(&s);
+    finish_bad("no shape", NULL);
+    finish_bad("--tp", "shape", "E=128,N=768,K=2048,topk=8", "tp", "2", NULL);
+    finish_bad("not divisible by TP 3", "model", "mixtral-8x7b", "tp", "3", NULL);
+    finish_bad("--min-samples 50", "shape", "E=128,N=768,K=2048,topk=8", "min-samples", "50", "max-samples", "10",
+               NULL);
 }
 
 static void test_json(void **state) {

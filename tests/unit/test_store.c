@@ -18,14 +18,7 @@
 #include "store.h"
 #include "tmpdb.h"
 
-static tmpdb_t g_db;
-
-static int setup(void **state) { return tmpdb_make(&g_db, "store"); }
-
-static int teardown(void **state) {
-    tmpdb_remove(&g_db);
-    return 0;
-}
+static tmpdb_t g_db = {.tag = "store"}; /* each test's own (tmpdb_setup) */
 
 static int64_t query_int(const char *sql) { return tmpdb_query_int(g_db.path, sql); }
 
@@ -275,32 +268,40 @@ static void test_bad_path(void **state) {
     assert_true(strlen(err) > 0);
 }
 
-static void seed_job(store_t *s, uint64_t *sweep, uint64_t *shape, uint64_t *cfg, uint64_t *job) {
+/* The ids seed_job stored. */
+typedef struct {
+    uint64_t sweep, shape, cfg, job;
+} seeded_t;
+
+/* Opens the store on g_db and stores one sweep, shape and config (each upserted twice: the
+ * same id) and a job of that config; the store, for the caller to close. */
+static store_t *seed_job(seeded_t *x) {
+    char err[256];
+    store_t *s = NULL;
     krn_shape_t sh = {.e = 8, .n = 256, .k = 256, .topk = 2, .dtype = "bf16"};
     krn_config_t c = {16, 64, 64, 1, 4, 2};
-    assert_int_equal(store_sweep_insert(s, "s", "", 0, 1, sweep), MT_OK);
-    assert_int_equal(store_shape_upsert(s, &sh, shape), MT_OK);
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(store_sweep_insert(s, "s", "", 0, 1, &x->sweep), MT_OK);
+    assert_int_equal(store_shape_upsert(s, &sh, &x->shape), MT_OK);
     uint64_t shape2 = 0, cfg2 = 0;
     assert_int_equal(store_shape_upsert(s, &sh, &shape2), MT_OK);
-    assert_int_equal(shape2, *shape);
-    assert_int_equal(store_config_upsert(s, &c, cfg), MT_OK);
+    assert_int_equal(shape2, x->shape);
+    assert_int_equal(store_config_upsert(s, &c, &x->cfg), MT_OK);
     assert_int_equal(store_config_upsert(s, &c, &cfg2), MT_OK);
-    assert_int_equal(cfg2, *cfg);
-    assert_int_equal(store_job_insert(s, *sweep, *shape, NULL, 1, job), MT_OK);
-    assert_int_equal(store_job_config_insert(s, *job, *cfg), MT_OK);
+    assert_int_equal(cfg2, x->cfg);
+    assert_int_equal(store_job_insert(s, x->sweep, x->shape, NULL, 1, &x->job), MT_OK);
+    assert_int_equal(store_job_config_insert(s, x->job, x->cfg), MT_OK);
+    return s;
 }
 
 static void test_idempotent_result(void **state) {
-    char err[256];
-    store_t *s = NULL;
-    uint64_t sweep, shape, cfg, job;
+    seeded_t x;
+    store_t *s = seed_job(&x);
     bool inserted = false;
-    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
-    seed_job(s, &sweep, &shape, &cfg, &job);
-    store_result_t r = {.sweep_id = sweep,
-                        .shape_id = shape,
-                        .config_id = cfg,
-                        .job_id = job,
+    store_result_t r = {.sweep_id = x.sweep,
+                        .shape_id = x.shape,
+                        .config_id = x.cfg,
+                        .job_id = x.job,
                         .batch_size = 16,
                         .status = MOETUNE__STATUS__STATUS_OK,
                         .median_us = 12.5,
@@ -325,10 +326,10 @@ static void test_idempotent_result(void **state) {
     r.status = 99;
     assert_int_equal(store_result_insert(s, &r, &inserted), MT_INVAL);
     uint32_t n = 0;
-    assert_int_equal(store_result_count(s, sweep, shape, cfg, &n), MT_OK);
+    assert_int_equal(store_result_count(s, x.sweep, x.shape, x.cfg, &n), MT_OK);
     assert_int_equal(n, 1);
     store_sweep_counts_t rows;
-    assert_int_equal(store_sweep_result_counts(s, sweep, &rows), MT_OK);
+    assert_int_equal(store_sweep_result_counts(s, x.sweep, &rows), MT_OK);
     assert_int_equal(rows.done, 1);
     assert_int_equal(rows.failed, 0);
     store_close(&s);
@@ -340,15 +341,12 @@ static void test_idempotent_result(void **state) {
 }
 
 static void test_rollback_discards(void **state) {
-    char err[256];
-    store_t *s = NULL;
-    uint64_t sweep, shape, cfg, job;
+    seeded_t x;
+    store_t *s = seed_job(&x);
     bool inserted = false;
-    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
-    seed_job(s, &sweep, &shape, &cfg, &job);
-    store_result_t r = {.sweep_id = sweep,
-                        .shape_id = shape,
-                        .config_id = cfg,
+    store_result_t r = {.sweep_id = x.sweep,
+                        .shape_id = x.shape,
+                        .config_id = x.cfg,
                         .batch_size = 1,
                         .status = MOETUNE__STATUS__STATUS_TIMEOUT,
                         .backend = "sim",
@@ -364,12 +362,10 @@ static int noop_send(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env)
 
 static void test_leased_back_to_pending(void **state) {
     char err[256];
-    store_t *s = NULL;
-    uint64_t sweep, shape, cfg, job;
-    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
-    seed_job(s, &sweep, &shape, &cfg, &job);
+    seeded_t x;
+    store_t *s = seed_job(&x);
     store_job_update_t u = {
-        .id = job, .state = "leased", .attempts = 1, .worker_id = "w1", .lease_token = 77, .lease_expires_ms = 123};
+        .id = x.job, .state = "leased", .attempts = 1, .worker_id = "w1", .lease_token = 77, .lease_expires_ms = 123};
     assert_int_equal(store_job_update(s, &u), MT_OK);
     store_close(&s);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE state = 'leased'"), 1);
@@ -381,7 +377,7 @@ static void test_leased_back_to_pending(void **state) {
     assert_int_equal(n, 0);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE state = 'leased' AND worker_id = 'w1'"), 1);
     /* a finished sweep's leased job goes back to pending */
-    assert_int_equal(store_sweep_set_state(s, sweep, "done", 2), MT_OK);
+    assert_int_equal(store_sweep_set_state(s, x.sweep, "done", 2), MT_OK);
     assert_int_equal(store_requeue_leased(s, &n), MT_OK);
     assert_int_equal(n, 1);
     store_close(&s);
@@ -389,7 +385,7 @@ static void test_leased_back_to_pending(void **state) {
 
     /* and the scheduler does it on start */
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
-    assert_int_equal(store_sweep_set_state(s, sweep, "cancelled", 2), MT_OK);
+    assert_int_equal(store_sweep_set_state(s, x.sweep, "cancelled", 2), MT_OK);
     assert_int_equal(store_job_update(s, &u), MT_OK);
     sched_opts_t o = {.send = noop_send};
     sched_t *sc = sched_new(s, &o, 0, err, sizeof err);
@@ -414,16 +410,16 @@ static void test_schema_file_matches(void **state) {
 int main(void) {
     mt_log_init("test_store", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_migrate_fresh, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_migrate_v1, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fresh_columns, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_migrate_v3, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_migrate_fresh, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_reopen_keeps_data, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_migrate_v1, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_fresh_columns, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_migrate_v3, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_newer_schema_refused, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test(test_bad_path),
-        cmocka_unit_test_setup_teardown(test_idempotent_result, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rollback_discards, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_leased_back_to_pending, setup, teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_idempotent_result, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_rollback_discards, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_leased_back_to_pending, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test(test_schema_file_matches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

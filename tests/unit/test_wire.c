@@ -46,23 +46,44 @@ static uint8_t *pack_result(size_t *len, uint32_t n_meas) {
     return buf;
 }
 
+/* env as a Ready of credits, its body in r. */
+static void ready_env(wire_env_t *env, Moetune__Ready *r, uint32_t credits) {
+    moetune__ready__init(r);
+    r->credits = credits;
+    wire_env_init(env);
+    env->body_case = MOETUNE__ENVELOPE__BODY_READY;
+    env->ready = r;
+}
+
+/* What wire_unpack answered: the envelope (the caller's to wire_free), the error code and the reason. */
+typedef struct {
+    wire_env_t *env;
+    int code;
+    char err[256];
+} unpacked_t;
+
+/* wire_unpack of buf[0, len) under the limit max into *u (its envelope and code cleared first); its code. */
+static int unpack(const uint8_t *buf, size_t len, size_t max, unpacked_t *u) {
+    u->env = NULL;
+    u->code = 0;
+    return wire_unpack(buf, len, max, &u->env, &u->code, u->err, sizeof u->err);
+}
+
 static void test_round_trip(void **state) {
     (void)state;
     size_t len;
     uint8_t *buf = pack_result(&len, 18);
-    wire_env_t *env = NULL;
-    char err[256];
-    int code = 0;
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &env, &code, err, sizeof err), MT_OK);
-    assert_int_equal(env->protocol_version, WIRE_PROTOCOL_VERSION);
-    assert_int_equal(env->body_case, MOETUNE__ENVELOPE__BODY_RESULT);
-    assert_int_equal(env->result->job_id, 7);
-    assert_true(env->result->lease_token == 0xfeedfacecafebeefULL);
-    assert_int_equal(env->result->n_measurements, 18);
-    assert_int_equal(env->result->measurements[17]->batch_size, 18);
-    assert_true(env->result->measurements[4]->median_us == 14.5);
-    wire_free(&env);
-    assert_null(env);
+    unpacked_t u;
+    assert_int_equal(unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u), MT_OK);
+    assert_int_equal(u.env->protocol_version, WIRE_PROTOCOL_VERSION);
+    assert_int_equal(u.env->body_case, MOETUNE__ENVELOPE__BODY_RESULT);
+    assert_int_equal(u.env->result->job_id, 7);
+    assert_true(u.env->result->lease_token == 0xfeedfacecafebeefULL);
+    assert_int_equal(u.env->result->n_measurements, 18);
+    assert_int_equal(u.env->result->measurements[17]->batch_size, 18);
+    assert_true(u.env->result->measurements[4]->median_us == 14.5);
+    wire_free(&u.env);
+    assert_null(u.env);
     free(buf);
 }
 
@@ -73,16 +94,14 @@ static void test_truncated(void **state) {
     int rejected = 0;
     /* Every strict prefix must either fail to decode or fail validation; none may crash. */
     for (size_t cut = 0; cut < len; cut++) {
-        wire_env_t *env = NULL;
-        char err[256];
-        int code = 0;
-        if (wire_unpack(buf, cut, WIRE_DEFAULT_MAX_BYTES, &env, &code, err, sizeof err) != MT_OK) {
-            assert_null(env);
-            assert_true(code == WIRE_E_DECODE || code == WIRE_E_BODY || code == WIRE_E_VERSION ||
-                        code == WIRE_E_INVALID);
+        unpacked_t u;
+        if (unpack(buf, cut, WIRE_DEFAULT_MAX_BYTES, &u) != MT_OK) {
+            assert_null(u.env);
+            assert_true(u.code == WIRE_E_DECODE || u.code == WIRE_E_BODY || u.code == WIRE_E_VERSION ||
+                        u.code == WIRE_E_INVALID);
             rejected++;
         } else {
-            wire_free(&env);
+            wire_free(&u.env);
         }
     }
     /* The Result is the envelope's last field, so no strict prefix is a whole message: a
@@ -95,33 +114,26 @@ static void test_oversized(void **state) {
     (void)state;
     size_t len;
     uint8_t *buf = pack_result(&len, 18);
-    wire_env_t *env = NULL;
-    char err[256];
-    int code = 0;
-    assert_int_equal(wire_unpack(buf, len, len - 1, &env, &code, err, sizeof err), MT_INVAL);
-    assert_int_equal(code, WIRE_E_TOO_LARGE);
-    assert_non_null(strstr(err, "limit"));
+    unpacked_t u;
+    assert_int_equal(unpack(buf, len, len - 1, &u), MT_INVAL);
+    assert_int_equal(u.code, WIRE_E_TOO_LARGE);
+    assert_non_null(strstr(u.err, "limit"));
     free(buf);
 }
 
 static void test_wrong_version(void **state) {
     (void)state;
     wire_env_t env;
-    Moetune__Ready ready = MOETUNE__READY__INIT;
-    ready.credits = 1;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
-    env.ready = &ready;
+    Moetune__Ready ready;
+    ready_env(&env, &ready, 1);
     env.protocol_version = 99;
     /* wire_pack always stamps the current version; pack by hand to send a wrong one. */
     size_t len = moetune__envelope__get_packed_size(&env);
     uint8_t *buf = malloc(len);
     moetune__envelope__pack(&env, buf);
-    wire_env_t *out = NULL;
-    char err[256];
-    int code = 0;
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_INVAL);
-    assert_int_equal(code, WIRE_E_VERSION);
+    unpacked_t u;
+    assert_int_equal(unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u), MT_INVAL);
+    assert_int_equal(u.code, WIRE_E_VERSION);
     free(buf);
 }
 
@@ -131,12 +143,10 @@ static void test_no_body_and_bad_fields(void **state) {
     wire_env_init(&env);
     uint8_t *buf;
     size_t len;
-    wire_env_t *out = NULL;
-    char err[256];
-    int code = 0;
+    unpacked_t u;
     assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_INVAL);
-    assert_int_equal(code, WIRE_E_BODY);
+    assert_int_equal(unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u), MT_INVAL);
+    assert_int_equal(u.code, WIRE_E_BODY);
     free(buf);
 
     /* An OK measurement with a negative latency is data, and invalid. */
@@ -153,8 +163,8 @@ static void test_no_body_and_bad_fields(void **state) {
     env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
     env.result = &r;
     assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_INVAL);
-    assert_int_equal(code, WIRE_E_INVALID);
+    assert_int_equal(unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u), MT_INVAL);
+    assert_int_equal(u.code, WIRE_E_INVALID);
     free(buf);
 
     /* up_us/down_us: 0 (not measured) and a latency pass, NaN, infinity and negatives do not. */
@@ -166,16 +176,16 @@ static void test_no_body_and_bad_fields(void **state) {
             m.up_us = which ? 1.0 : up[i];
             m.down_us = which ? up[i] : 1.0;
             assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-            int rc = wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err);
+            int rc = unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u);
             free(buf);
             if (good[i]) {
                 assert_int_equal(rc, MT_OK);
-                assert_true(out->result->measurements[0]->up_us == m.up_us);
-                assert_true(out->result->measurements[0]->down_us == m.down_us);
-                wire_free(&out);
+                assert_true(u.env->result->measurements[0]->up_us == m.up_us);
+                assert_true(u.env->result->measurements[0]->down_us == m.down_us);
+                wire_free(&u.env);
             } else {
                 assert_int_equal(rc, MT_INVAL);
-                assert_int_equal(code, WIRE_E_INVALID);
+                assert_int_equal(u.code, WIRE_E_INVALID);
             }
         }
     }
@@ -188,11 +198,10 @@ static void test_non_finite_latencies(void **state) {
     Moetune__Measurement m = MOETUNE__MEASUREMENT__INIT;
     Moetune__Measurement *pm = &m;
     Moetune__Result r = MOETUNE__RESULT__INIT;
-    wire_env_t env, *out = NULL;
+    wire_env_t env;
     uint8_t *buf;
     size_t len;
-    char err[256];
-    int code = 0;
+    unpacked_t u;
     wire_env_init(&env);
     r.job_id = 7, r.config_id = 3, r.lease_token = 99, r.seq = 5;
     r.n_measurements = 1, r.measurements = &pm;
@@ -210,11 +219,11 @@ static void test_non_finite_latencies(void **state) {
                 m.stddev_us = 0.5;
                 *f[field] = bad[b];
                 assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-                int rc = wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err);
+                int rc = unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u);
                 free(buf);
                 assert_int_equal(rc, MT_INVAL);
-                assert_null(out);
-                assert_int_equal(code, WIRE_E_INVALID);
+                assert_null(u.env);
+                assert_int_equal(u.code, WIRE_E_INVALID);
             }
         }
     }
@@ -222,9 +231,9 @@ static void test_non_finite_latencies(void **state) {
     m.status = MOETUNE__STATUS__STATUS_TIMEOUT;
     m.median_us = m.min_us = m.mean_us = m.stddev_us = 0;
     assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
+    assert_int_equal(unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u), MT_OK);
     free(buf);
-    wire_free(&out);
+    wire_free(&u.env);
 }
 
 /* wire_recv names the lease an invalid Result claims, so the coordinator can requeue its job. */
@@ -276,18 +285,16 @@ static void test_random_bytes(void **state) {
             x ^= x << 17;
             buf[i] = (uint8_t)x;
         }
-        wire_env_t *env = NULL;
-        char err[256];
-        int code = 0;
-        if (wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &env, &code, err, sizeof err) == MT_OK) {
+        unpacked_t u;
+        if (unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u) == MT_OK) {
             /* Whatever decodes must carry the right version and a body. */
-            assert_int_equal(env->protocol_version, WIRE_PROTOCOL_VERSION);
-            assert_int_not_equal(env->body_case, MOETUNE__ENVELOPE__BODY__NOT_SET);
+            assert_int_equal(u.env->protocol_version, WIRE_PROTOCOL_VERSION);
+            assert_int_not_equal(u.env->body_case, MOETUNE__ENVELOPE__BODY__NOT_SET);
             accepted++;
-            wire_free(&env);
+            wire_free(&u.env);
         } else {
-            assert_null(env);
-            assert_true(code >= WIRE_E_DECODE && code <= WIRE_E_INVALID);
+            assert_null(u.env);
+            assert_true(u.code >= WIRE_E_DECODE && u.code <= WIRE_E_INVALID);
         }
     }
     assert_true(accepted < 200); /* random bytes almost never form a valid message */
@@ -323,11 +330,8 @@ static void test_socket_recv(void **state) {
     zmq_send(dealer, "a", 1, ZMQ_SNDMORE);
     zmq_send(dealer, "b", 1, 0);
     wire_env_t env;
-    Moetune__Ready ready = MOETUNE__READY__INIT;
-    ready.credits = 2;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
-    env.ready = &ready;
+    Moetune__Ready ready;
+    ready_env(&env, &ready, 2);
     char err[256];
     assert_int_equal(wire_send(dealer, NULL, 0, &env, 0, err, sizeof err), MT_OK);
 

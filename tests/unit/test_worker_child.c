@@ -19,6 +19,7 @@
 #include "moetune.pb-c.h"
 #include "mt.h"
 #include "sim.h"
+#include "wcase.h"
 
 static const uint32_t g_bs[3] = {1, 64, 1024};
 
@@ -36,15 +37,8 @@ static wrk_child_t *start_child(const char *faults) {
     return c;
 }
 
-static void setup_case(krn_shape_t *s, wrk_measure_t *m) {
-    char err[128];
-    assert_int_equal(krn_shape_parse("E=128,N=768,K=2048,topk=8", s, err, sizeof err), MT_OK);
-    memset(m, 0, sizeof *m);
-    m->min_samples = 5;
-    m->max_samples = 30;
-    m->rsd_target = 0.01;
-    m->seed = 5;
-}
+/* k measured at g_bs on ch; wrk_child_measure's code. */
+static int measure(wrk_child_t *ch, wcase_t *k) { return wcase_measure(ch, k, g_bs, 3); }
 
 static void assert_ok(const wrk_meas_t *out, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -56,42 +50,41 @@ static void assert_ok(const wrk_meas_t *out, size_t n) {
 
 static void test_normal(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    wrk_measure_t m;
-    wrk_meas_t out[3], direct[3];
-    uint32_t regs = 0, spills = 9, dregs, dspills;
-    char err[256];
-    krn_config_t c = {64, 128, 128, 16, 4, 3};
-    setup_case(&s, &m);
+    wcase_t k;
+    wrk_meas_t direct[3];
+    uint32_t dregs, dspills;
+    wcase_init(&k, (krn_config_t){64, 128, 128, 16, 4, 3});
+    k.spills = 9; /* regs 0 and spills 9: the measure sets both */
     wrk_child_t *ch = start_child(NULL);
     pid_t pid = wrk_child_pid(ch);
     assert_true(pid > 0 && pid != getpid());
-    assert_int_equal(wrk_child_prepare(ch, &s, &c, 1), MT_OK);
-    assert_int_equal(wrk_child_measure(ch, &s, &c, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
-    assert_ok(out, 3);
-    assert_true(regs > 0);
-    assert_int_equal(spills, 0);
+    assert_int_equal(wrk_child_prepare(ch, &k.s, &k.cfg, 1), MT_OK);
+    assert_int_equal(measure(ch, &k), MT_OK);
+    assert_ok(k.out, 3);
+    assert_true(k.regs > 0);
+    assert_int_equal(k.spills, 0);
     /* The child returns exactly what the backend computes in-process. */
     wrk_backend_opts_t o;
     wrk_device_t dev;
     void *st = NULL;
     memset(&o, 0, sizeof o);
-    assert_int_equal(wrk_backend_sim.open(&o, &st, &dev, err, sizeof err), MT_OK);
-    assert_int_equal(wrk_backend_sim.measure(st, &s, &c, g_bs, 3, &m, direct, &dregs, &dspills, err, sizeof err),
-                     MT_OK);
+    assert_int_equal(wrk_backend_sim.open(&o, &st, &dev, k.err, sizeof k.err), MT_OK);
+    assert_int_equal(
+        wrk_backend_sim.measure(st, &k.s, &k.cfg, g_bs, 3, &k.m, direct, &dregs, &dspills, k.err, sizeof k.err), MT_OK);
     wrk_backend_sim.close(&st);
     for (int i = 0; i < 3; i++) {
-        assert_true(out[i].median_us == direct[i].median_us);
-        assert_int_equal(out[i].samples, direct[i].samples);
+        assert_true(k.out[i].median_us == direct[i].median_us);
+        assert_int_equal(k.out[i].samples, direct[i].samples);
     }
     /* An invalid config is data, not a failure. */
-    krn_config_t bad = {256, 256, 256, 1, 4, 5};
-    assert_int_equal(wrk_child_measure(ch, &s, &bad, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
-    assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_INVALID);
+    krn_config_t good = k.cfg;
+    k.cfg = (krn_config_t){256, 256, 256, 1, 4, 5};
+    assert_int_equal(measure(ch, &k), MT_OK);
+    assert_int_equal(k.out[0].status, MOETUNE__STATUS__STATUS_INVALID);
     assert_int_equal(wrk_child_pid(ch), pid);
     assert_int_equal(wrk_child_spawns(ch), 1);
     /* Bad requests are refused without touching the child. */
-    assert_int_equal(wrk_child_start(ch, &s, &c, g_bs, 0, &m), MT_INVAL);
+    assert_int_equal(wrk_child_start(ch, &k.s, &good, g_bs, 0, &k.m), MT_INVAL);
     wrk_child_destroy(&ch);
     assert_null(ch);
     assert_int_equal(kill(pid, 0), -1); /* reaped */
@@ -99,52 +92,44 @@ static void test_normal(void **unused) {
 
 static void test_crash(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    wrk_measure_t m;
-    wrk_meas_t out[3];
-    uint32_t regs, spills;
-    char err[256];
-    krn_config_t boom = {64, 128, 64, 1, 4, 3}, fine = {64, 128, 64, 1, 4, 4};
-    setup_case(&s, &m);
+    wcase_t k;
+    wcase_init(&k, (krn_config_t){64, 128, 64, 1, 4, 3}); /* it crashes; 4 stages is fine */
     wrk_child_t *ch = start_child("crash=64x128x64x1x4x3");
     pid_t first = wrk_child_pid(ch);
-    assert_int_equal(wrk_child_measure(ch, &s, &boom, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(measure(ch, &k), MT_OK);
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_CRASHED);
-        assert_string_equal(out[i].detail, "child died: signal 11");
+        assert_int_equal(k.out[i].status, MOETUNE__STATUS__STATUS_CRASHED);
+        assert_string_equal(k.out[i].detail, "child died: signal 11");
     }
     assert_int_equal(wrk_child_spawns(ch), 2);
     assert_true(wrk_child_pid(ch) != first);
     assert_int_equal(wrk_child_state(ch), WRK_CHILD_IDLE);
-    assert_int_equal(wrk_child_measure(ch, &s, &fine, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
-    assert_ok(out, 3);
+    k.cfg.num_stages = 4;
+    assert_int_equal(measure(ch, &k), MT_OK);
+    assert_ok(k.out, 3);
     wrk_child_destroy(&ch);
 }
 
 static void test_hang(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    wrk_measure_t m;
-    wrk_meas_t out[3];
-    uint32_t regs, spills;
-    char err[256];
-    krn_config_t stuck = {32, 64, 128, 16, 4, 4}, fine = {32, 64, 128, 16, 4, 3};
-    setup_case(&s, &m);
-    m.timeout_ms = 300;
+    wcase_t k;
+    wcase_init(&k, (krn_config_t){32, 64, 128, 16, 4, 4}); /* it hangs; 3 stages is fine */
+    k.m.timeout_ms = 300;
     wrk_child_t *ch = start_child("hang=32x64x128x16x4x4");
     pid_t first = wrk_child_pid(ch);
     uint64_t t0 = mt_now_ms();
-    assert_int_equal(wrk_child_measure(ch, &s, &stuck, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(measure(ch, &k), MT_OK);
     uint64_t dt = mt_now_ms() - t0;
     assert_true(dt >= 300 && dt < 5000);
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_TIMEOUT);
-        assert_non_null(strstr(out[i].detail, "300 ms"));
+        assert_int_equal(k.out[i].status, MOETUNE__STATUS__STATUS_TIMEOUT);
+        assert_non_null(strstr(k.out[i].detail, "300 ms"));
     }
     assert_int_equal(kill(first, 0), -1); /* the stuck child is gone */
     assert_int_equal(wrk_child_spawns(ch), 2);
-    assert_int_equal(wrk_child_measure(ch, &s, &fine, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
-    assert_ok(out, 3);
+    k.cfg.num_stages = 3;
+    assert_int_equal(measure(ch, &k), MT_OK);
+    assert_ok(k.out, 3);
     wrk_child_destroy(&ch);
 }
 
@@ -179,31 +164,27 @@ static const wrk_backend_ops_t g_lossy = {"lossy", lost_open, NULL, lost_measure
 
 static void test_backend_lost(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    wrk_measure_t m;
-    wrk_meas_t out[3];
-    uint32_t regs, spills;
-    char err[256] = "";
-    krn_config_t doomed = {64, 128, 64, 1, 4, 9}, fine = {64, 128, 64, 1, 4, 3};
-    setup_case(&s, &m);
+    wcase_t k;
+    wcase_init(&k, (krn_config_t){64, 128, 64, 1, 4, 9}); /* 9 stages lose the device; 3 are fine */
     wrk_backend_opts_t o;
     memset(&o, 0, sizeof o);
     wrk_child_t *ch = NULL;
-    assert_int_equal(wrk_child_new(&g_lossy, &o, &ch, err, sizeof err), MT_OK);
-    assert_int_equal(wrk_child_wait_ready(ch, 10000, err, sizeof err), MT_OK);
+    assert_int_equal(wrk_child_new(&g_lossy, &o, &ch, k.err, sizeof k.err), MT_OK);
+    assert_int_equal(wrk_child_wait_ready(ch, 10000, k.err, sizeof k.err), MT_OK);
     pid_t first = wrk_child_pid(ch);
-    assert_int_equal(wrk_child_measure(ch, &s, &doomed, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(measure(ch, &k), MT_OK);
     /* what was measured before the loss stands; the lost batch size keeps its own status */
-    assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_OK);
-    assert_true(out[0].median_us == 10.0);
-    assert_int_equal(out[1].status, MOETUNE__STATUS__STATUS_TIMEOUT);
-    assert_string_equal(out[1].detail, "kernel still running after the timeout");
-    assert_int_equal(out[2].status, MOETUNE__STATUS__STATUS_LAUNCH_ERROR);
-    assert_non_null(strstr(out[2].detail, "the context is lost"));
+    assert_int_equal(k.out[0].status, MOETUNE__STATUS__STATUS_OK);
+    assert_true(k.out[0].median_us == 10.0);
+    assert_int_equal(k.out[1].status, MOETUNE__STATUS__STATUS_TIMEOUT);
+    assert_string_equal(k.out[1].detail, "kernel still running after the timeout");
+    assert_int_equal(k.out[2].status, MOETUNE__STATUS__STATUS_LAUNCH_ERROR);
+    assert_non_null(strstr(k.out[2].detail, "the context is lost"));
     assert_int_equal(wrk_child_spawns(ch), 2);
     assert_true(wrk_child_pid(ch) != first);
-    assert_int_equal(wrk_child_measure(ch, &s, &fine, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
-    for (int i = 0; i < 3; i++) assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_OK);
+    k.cfg.num_stages = 3;
+    assert_int_equal(measure(ch, &k), MT_OK);
+    for (int i = 0; i < 3; i++) assert_int_equal(k.out[i].status, MOETUNE__STATUS__STATUS_OK);
     wrk_child_destroy(&ch);
 }
 

@@ -22,6 +22,7 @@
 #include "child.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
+#include "wcase.h"
 
 #define PYTHON "/usr/bin/python3"
 
@@ -97,17 +98,14 @@ static wrk_child_t *start_ready(const char *mode, uint32_t mem_mb) {
     return c;
 }
 
-static void setup_case(krn_shape_t *s, krn_config_t *cfg, wrk_measure_t *m) {
-    char err[128];
-    assert_int_equal(krn_shape_parse("E=128,N=768,K=2048,topk=8", s, err, sizeof err), MT_OK);
-    *cfg = (krn_config_t){64, 128, 64, 16, 4, 3};
-    memset(m, 0, sizeof *m);
-    m->min_samples = 5;
-    m->max_samples = 30;
-    m->rsd_target = 0.01;
-    m->budget_ms = 100;
-    m->seed = 5;
+/* The case every test measures: config 64x128x64x16x4x3, a 100 ms budget. */
+static void setup_case(wcase_t *k) {
+    wcase_init(k, (krn_config_t){64, 128, 64, 16, 4, 3});
+    k->m.budget_ms = 100;
 }
+
+/* k measured at the first n of g_bs on c; wrk_child_measure's code. */
+static int measure(wrk_child_t *c, wcase_t *k, size_t n) { return wcase_measure(c, k, g_bs, n); }
 
 static void assert_ok_values(const wrk_meas_t *o, uint32_t bm, uint32_t bs) {
     double median = bm + bs / 2.0;
@@ -123,13 +121,9 @@ static void assert_ok_values(const wrk_meas_t *o, uint32_t bm, uint32_t bs) {
 
 static void test_ok_round_trip(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    krn_config_t cfg;
-    wrk_measure_t m;
-    wrk_meas_t out[3];
-    uint32_t regs = 9, spills = 9;
-    char err[256] = "";
-    setup_case(&s, &cfg, &m);
+    wcase_t k;
+    setup_case(&k);
+    k.regs = k.spills = 9;
     wrk_child_t *c = start_ready("ok", 0);
     const wrk_device_t *d = wrk_child_device(c);
     assert_string_equal(d->name, "Fake H200");
@@ -142,12 +136,12 @@ static void test_ok_round_trip(void **unused) {
     assert_string_equal(d->compiler, "triton_3_6_0");
     assert_string_equal(d->kernel_hash, "0123456789abcdef");
     assert_string_equal(d->versions, "kernel=sglang triton=3.6.0 torch=2.11.0 python=3.12.3");
-    assert_int_equal(wrk_child_prepare(c, &s, &cfg, 1), MT_OK);
+    assert_int_equal(wrk_child_prepare(c, &k.s, &k.cfg, 1), MT_OK);
     for (int round = 0; round < 2; round++) {
-        cfg.block_m = round ? 16 : 64;
-        assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
-        for (int i = 0; i < 3; i++) assert_ok_values(&out[i], cfg.block_m, g_bs[i]);
-        assert_int_equal(regs, 0);
+        k.cfg.block_m = round ? 16 : 64;
+        assert_int_equal(measure(c, &k, 3), MT_OK);
+        for (int i = 0; i < 3; i++) assert_ok_values(&k.out[i], k.cfg.block_m, g_bs[i]);
+        assert_int_equal(k.regs, 0);
     }
     assert_int_equal(wrk_child_spawns(c), 1);
     pid_t pids[8] = {0};
@@ -160,29 +154,24 @@ static void test_ok_round_trip(void **unused) {
  * pruned answer comes back with its measured statistics (the coordinator stores them). */
 static void test_race_round_trip(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    krn_config_t cfg;
-    wrk_measure_t m;
-    wrk_meas_t out[3];
-    uint32_t regs, spills;
-    char err[256] = "";
-    setup_case(&s, &cfg, &m);
+    wcase_t k;
+    setup_case(&k);
     double best[3];
-    for (int i = 0; i < 3; i++) best[i] = cfg.block_m + g_bs[i] / 2.0;
+    for (int i = 0; i < 3; i++) best[i] = k.cfg.block_m + g_bs[i] / 2.0;
     best[1] /= 2; /* the config is 2x the best at the second batch size */
-    m.best_us = best;
-    m.race_margin = 0.2;
+    k.m.best_us = best;
+    k.m.race_margin = 0.2;
     wrk_child_t *c = start_ready("ok", 0);
-    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
-    assert_ok_values(&out[0], cfg.block_m, g_bs[0]);
-    assert_ok_values(&out[2], cfg.block_m, g_bs[2]);
-    assert_int_equal(out[1].status, MOETUNE__STATUS__STATUS_PRUNED);
-    assert_true(out[1].median_us == cfg.block_m + g_bs[1] / 2.0);
-    assert_int_equal(out[1].samples, 2);
-    assert_string_equal(out[1].detail, "pruned: fake");
-    m.race_margin = 0; /* off: nothing pruned */
-    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
-    for (int i = 0; i < 3; i++) assert_ok_values(&out[i], cfg.block_m, g_bs[i]);
+    assert_int_equal(measure(c, &k, 3), MT_OK);
+    assert_ok_values(&k.out[0], k.cfg.block_m, g_bs[0]);
+    assert_ok_values(&k.out[2], k.cfg.block_m, g_bs[2]);
+    assert_int_equal(k.out[1].status, MOETUNE__STATUS__STATUS_PRUNED);
+    assert_true(k.out[1].median_us == k.cfg.block_m + g_bs[1] / 2.0);
+    assert_int_equal(k.out[1].samples, 2);
+    assert_string_equal(k.out[1].detail, "pruned: fake");
+    k.m.race_margin = 0; /* off: nothing pruned */
+    assert_int_equal(measure(c, &k, 3), MT_OK);
+    for (int i = 0; i < 3; i++) assert_ok_values(&k.out[i], k.cfg.block_m, g_bs[i]);
     wrk_child_destroy(&c);
 }
 
@@ -190,13 +179,9 @@ static void test_race_round_trip(void **unused) {
  * stats object (the helper's counts: what the benchmark's log shows of where time went). */
 static void test_close_logs_stats(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    krn_config_t cfg;
-    wrk_measure_t m;
-    wrk_meas_t out[3];
-    uint32_t regs, spills;
-    char err[256] = "", path[300], text[8192];
-    setup_case(&s, &cfg, &m);
+    wcase_t k;
+    char path[300], text[8192];
+    setup_case(&k);
     mt_fmt(path, sizeof path, "%s/stderr", g_dir);
     fflush(stderr);
     int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -206,8 +191,7 @@ static void test_close_logs_stats(void **unused) {
     mt_log_level_t level = mt_log_level;
     mt_log_level = MT_LOG_INFO;
     wrk_child_t *c = start_ready("ok", 0);
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    for (int i = 0; i < 2; i++) assert_int_equal(measure(c, &k, 3), MT_OK);
     wrk_child_destroy(&c);
     mt_log_level = level;
     fflush(stderr);
@@ -228,21 +212,16 @@ static void test_close_logs_stats(void **unused) {
 
 static void test_dies_mid_config(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    krn_config_t cfg;
-    wrk_measure_t m;
-    wrk_meas_t out[3];
-    uint32_t regs, spills;
-    char err[256] = "";
-    setup_case(&s, &cfg, &m);
+    wcase_t k;
+    setup_case(&k);
     setenv("FAKE_HELPER_BM", "64", 1);
     wrk_child_t *c = start_ready("die", 0);
     pid_t child1 = wrk_child_pid(c);
-    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
-    assert_ok_values(&out[0], 64, 1);
+    assert_int_equal(measure(c, &k, 3), MT_OK);
+    assert_ok_values(&k.out[0], 64, 1);
     for (int i = 1; i < 3; i++) {
-        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_CRASHED);
-        assert_string_equal(out[i].detail, "helper died: exit status 3: fake: dying on purpose");
+        assert_int_equal(k.out[i].status, MOETUNE__STATUS__STATUS_CRASHED);
+        assert_string_equal(k.out[i].detail, "helper died: exit status 3: fake: dying on purpose");
     }
     /* a new child, and with it a new helper, measures the next config */
     assert_int_equal(wrk_child_spawns(c), 2);
@@ -251,31 +230,26 @@ static void test_dies_mid_config(void **unused) {
     assert_int_equal(read_pids(g_pids, pids, 8), 2);
     assert_int_not_equal(pids[0], pids[1]);
     assert_true(gone_within(pids[0], 3000));
-    cfg.block_m = 16;
-    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
-    for (int i = 0; i < 3; i++) assert_ok_values(&out[i], 16, g_bs[i]);
+    k.cfg.block_m = 16;
+    assert_int_equal(measure(c, &k, 3), MT_OK);
+    for (int i = 0; i < 3; i++) assert_ok_values(&k.out[i], 16, g_bs[i]);
     wrk_child_destroy(&c);
     unsetenv("FAKE_HELPER_BM");
 }
 
 static void test_hang_times_out(void **unused) {
     (void)unused;
-    krn_shape_t s;
-    krn_config_t cfg;
-    wrk_measure_t m;
-    wrk_meas_t out[3];
-    uint32_t regs, spills;
-    char err[256] = "";
-    setup_case(&s, &cfg, &m);
-    m.timeout_ms = 1500;
+    wcase_t k;
+    setup_case(&k);
+    k.m.timeout_ms = 1500;
     wrk_child_t *c = start_ready("hang", 0);
     uint64_t t0 = mt_now_ms();
-    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
+    assert_int_equal(measure(c, &k, 3), MT_OK);
     uint64_t took = mt_now_ms() - t0;
     assert_true(took >= 1500);
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_TIMEOUT);
-        assert_string_equal(out[i].detail, "timed out after 1500 ms");
+        assert_int_equal(k.out[i].status, MOETUNE__STATUS__STATUS_TIMEOUT);
+        assert_string_equal(k.out[i].detail, "timed out after 1500 ms");
     }
     /* the hung helper went with its child: no orphan */
     pid_t hung[1] = {0};
@@ -288,21 +262,16 @@ static void test_hang_times_out(void **unused) {
 /* A helper that breaks the protocol: batch sizes before the break keep their
  * measurements (keep of them), the rest are crashed with the reason. */
 static void check_broken(const char *mode, uint32_t mem_mb, size_t keep, const char *detail_prefix) {
-    krn_shape_t s;
-    krn_config_t cfg;
-    wrk_measure_t m;
-    wrk_meas_t out[3];
-    uint32_t regs, spills;
-    char err[256] = "";
-    setup_case(&s, &cfg, &m);
-    m.timeout_ms = 20000;
+    wcase_t k;
+    setup_case(&k);
+    k.m.timeout_ms = 20000;
     wrk_child_t *c = start_ready(mode, mem_mb);
-    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 3, &m, out, &regs, &spills, err, sizeof err), MT_OK);
-    for (size_t i = 0; i < keep; i++) assert_ok_values(&out[i], 64, g_bs[i]);
+    assert_int_equal(measure(c, &k, 3), MT_OK);
+    for (size_t i = 0; i < keep; i++) assert_ok_values(&k.out[i], 64, g_bs[i]);
     for (size_t i = keep; i < 3; i++) {
-        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_CRASHED);
-        if (strncmp(out[i].detail, detail_prefix, strlen(detail_prefix)) != 0)
-            fail_msg("%s: detail '%s', expected '%s...'", mode, out[i].detail, detail_prefix);
+        assert_int_equal(k.out[i].status, MOETUNE__STATUS__STATUS_CRASHED);
+        if (strncmp(k.out[i].detail, detail_prefix, strlen(detail_prefix)) != 0)
+            fail_msg("%s: detail '%s', expected '%s...'", mode, k.out[i].detail, detail_prefix);
     }
     assert_int_equal(wrk_child_spawns(c), 2);
     pid_t pids[8] = {0};
@@ -330,20 +299,15 @@ static void test_memory_limit(void **unused) {
     (void)unused;
     check_broken("grow", 128, 0, "helper used ");
     /* the message names the limit */
-    krn_shape_t s;
-    krn_config_t cfg;
-    wrk_measure_t m;
-    wrk_meas_t out[1];
-    uint32_t regs, spills;
-    char err[256] = "";
-    setup_case(&s, &cfg, &m);
+    wcase_t k;
+    setup_case(&k);
     unlink(g_pids);
     wrk_child_t *c = start_ready("grow", 128);
-    assert_int_equal(wrk_child_measure(c, &s, &cfg, g_bs, 1, &m, out, &regs, &spills, err, sizeof err), MT_OK);
-    assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_CRASHED);
-    assert_non_null(strstr(out[0].detail, " MiB, over the limit of 128 MiB"));
+    assert_int_equal(measure(c, &k, 1), MT_OK);
+    assert_int_equal(k.out[0].status, MOETUNE__STATUS__STATUS_CRASHED);
+    assert_non_null(strstr(k.out[0].detail, " MiB, over the limit of 128 MiB"));
     unsigned used = 0;
-    assert_int_equal(sscanf(out[0].detail, "helper used %u MiB", &used), 1);
+    assert_int_equal(sscanf(k.out[0].detail, "helper used %u MiB", &used), 1);
     assert_true(used > 128);
     wrk_child_destroy(&c);
 }

@@ -21,15 +21,6 @@
 #include "wire.h"
 #include "sched_fx.h"
 
-static bool acked(fx_t *f, const char *rid, uint64_t seq) {
-    for (size_t i = 0; i < f->n; i++) {
-        if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;
-        for (size_t k = 0; k < f->msg[i]->ack->n_seqs; k++)
-            if (f->msg[i]->ack->seqs[k] == seq) return true;
-    }
-    return false;
-}
-
 /* ---- writer thread alone */
 
 typedef struct {
@@ -47,32 +38,49 @@ static int write_device(store_t *db, void *arg) {
     return rc ? rc : j->fail;
 }
 
-static void test_writer_commit_and_failure(void **state) {
-    fx_t *f = *state;
-    char err[256], why[256];
+/* What writer_poll returns with a finished job: its argument, its outcome and the reason. */
+typedef struct {
+    void *arg;
+    int rc;
+    char why[256];
+} done_t;
+
+/* writer_poll(w, ms) into *d; its code. */
+static int poll_done(writer_t *w, int ms, done_t *d) {
+    return writer_poll(w, ms, &d->arg, &d->rc, d->why, sizeof d->why);
+}
+
+/* Opens f's store and a writer on the same file (both asserted); the writer. */
+static writer_t *open_writer(fx_t *f) {
+    char err[256];
     writer_t *w = NULL;
-    void *arg = NULL;
-    int rc = -1;
     assert_int_equal(store_open(f->path, &f->db, err, sizeof err), MT_OK);
     assert_int_equal(writer_new(f->path, &w, err, sizeof err), MT_OK);
+    return w;
+}
+
+static void test_writer_commit_and_failure(void **state) {
+    fx_t *f = *state;
+    done_t d = {.rc = -1};
+    writer_t *w = open_writer(f);
     assert_true(writer_fd(w) >= 0);
     assert_false(writer_busy(w));
-    assert_int_equal(writer_poll(w, 0, &arg, &rc, why, sizeof why), MT_AGAIN);
+    assert_int_equal(poll_done(w, 0, &d), MT_AGAIN);
 
     wjob_t ok = {"GPU-ok", MT_OK}, bad = {"GPU-bad", MT_IO};
     assert_int_equal(writer_submit(w, write_device, &ok), MT_OK);
     assert_true(writer_busy(w));
     assert_int_equal(writer_submit(w, write_device, &bad), MT_BUSY); /* one at a time */
-    assert_int_equal(writer_poll(w, -1, &arg, &rc, why, sizeof why), MT_OK);
-    assert_ptr_equal(arg, &ok);
-    assert_int_equal(rc, MT_OK);
+    assert_int_equal(poll_done(w, -1, &d), MT_OK);
+    assert_ptr_equal(d.arg, &ok);
+    assert_int_equal(d.rc, MT_OK);
     assert_false(writer_busy(w));
     assert_int_equal(fx_query_int(f, "SELECT count(*) FROM devices WHERE uuid='GPU-ok'"), 1);
 
     assert_int_equal(writer_submit(w, write_device, &bad), MT_OK);
-    assert_int_equal(writer_poll(w, -1, &arg, &rc, why, sizeof why), MT_OK);
-    assert_ptr_equal(arg, &bad);
-    assert_int_equal(rc, MT_IO);
+    assert_int_equal(poll_done(w, -1, &d), MT_OK);
+    assert_ptr_equal(d.arg, &bad);
+    assert_int_equal(d.rc, MT_IO);
     assert_int_equal(fx_query_int(f, "SELECT count(*) FROM devices WHERE uuid='GPU-bad'"), 0); /* rolled back */
     assert_int_equal(fx_query_int(f, "SELECT count(*) FROM devices"), 1);
     writer_destroy(&w);
@@ -102,31 +110,27 @@ static int fn_device(store_t *db, void *arg) {
 
 static void test_writer_prep(void **state) {
     fx_t *f = *state;
-    char err[256], why[256];
-    writer_t *w = NULL;
-    void *arg = NULL;
-    int rc = -1;
-    assert_int_equal(store_open(f->path, &f->db, err, sizeof err), MT_OK);
-    assert_int_equal(writer_new(f->path, &w, err, sizeof err), MT_OK);
+    done_t d = {.rc = -1};
+    writer_t *w = open_writer(f);
     pjob_t a = {.pre = {"GPU-pre-a", MT_OK}, .fn = {"GPU-fn-a", MT_IO}, .pre_rc = MT_OK};
     assert_int_equal(writer_submit_prep(w, prep_device, fn_device, &a), MT_OK);
-    assert_int_equal(writer_poll(w, -1, &arg, &rc, why, sizeof why), MT_OK);
-    assert_ptr_equal(arg, &a);
-    assert_int_equal(rc, MT_IO);
+    assert_int_equal(poll_done(w, -1, &d), MT_OK);
+    assert_ptr_equal(d.arg, &a);
+    assert_int_equal(d.rc, MT_IO);
     assert_int_equal(a.fn_calls, 1);
     assert_int_equal(fx_query_int(f, "SELECT count(*) FROM devices WHERE uuid='GPU-pre-a'"), 1);
     assert_int_equal(fx_query_int(f, "SELECT count(*) FROM devices WHERE uuid='GPU-fn-a'"), 0);
     pjob_t b = {.pre = {"GPU-pre-b", MT_OK}, .fn = {"GPU-fn-b", MT_OK}, .pre_rc = MT_INVAL};
     assert_int_equal(writer_submit_prep(w, prep_device, fn_device, &b), MT_OK);
-    assert_int_equal(writer_poll(w, -1, &arg, &rc, why, sizeof why), MT_OK);
-    assert_int_equal(rc, MT_INVAL);
-    assert_string_equal(why, "");
+    assert_int_equal(poll_done(w, -1, &d), MT_OK);
+    assert_int_equal(d.rc, MT_INVAL);
+    assert_string_equal(d.why, "");
     assert_int_equal(b.fn_calls, 0);
     assert_int_equal(fx_query_int(f, "SELECT count(*) FROM devices WHERE uuid='GPU-fn-b'"), 0);
     pjob_t c = {.pre = {"GPU-pre-c", MT_OK}, .fn = {"GPU-fn-c", MT_OK}, .pre_rc = MT_OK};
     assert_int_equal(writer_submit_prep(w, prep_device, fn_device, &c), MT_OK);
-    assert_int_equal(writer_poll(w, -1, &arg, &rc, why, sizeof why), MT_OK);
-    assert_int_equal(rc, MT_OK);
+    assert_int_equal(poll_done(w, -1, &d), MT_OK);
+    assert_int_equal(d.rc, MT_OK);
     assert_int_equal(fx_query_int(f, "SELECT count(*) FROM devices WHERE uuid='GPU-fn-c'"), 1);
     writer_destroy(&w);
 }
@@ -144,17 +148,14 @@ static void test_writer_bad_path(void **state) {
 
 static void test_batch_failure_keeps_results(void **state) {
     fx_t *f = *state;
-    char err[256], why[256];
+    char err[256];
     writer_t *wr = NULL;
     sched_batch_t *b = NULL;
-    void *arg = NULL;
-    int rc = -1;
+    done_t d = {.rc = -1};
     fx_start(f, 1000, 30000);
     uint64_t sweep = fx_submit(f, 2, 16, NULL);
     sched_worker_t *w = fx_hello(f, "w1", "sim", 0);
-    sched_on_ready(f->s, w, 1, 0);
-    const Moetune__Job *job = fx_last_job(f, "w1");
-    assert_non_null(job);
+    const Moetune__Job *job = fx_take(f, "w1", 0);
     assert_int_equal(job->n_configs, 2);
     uint64_t jid = job->job_id, tok = job->lease_token;
     uint64_t c0 = job->configs[0]->config_id, c1 = job->configs[1]->config_id;
@@ -174,8 +175,8 @@ static void test_batch_failure_keeps_results(void **state) {
     assert_int_equal(sched_counters(f->s)->commit_failures, 1);
     assert_int_equal(sched_counters(f->s)->results_committed, 0);
     assert_int_equal(sched_pending(f->s), 2);
-    assert_false(acked(f, "w1", 1));
-    assert_false(acked(f, "w1", 2));
+    assert_false(fx_acked(f, "w1", 1));
+    assert_false(fx_acked(f, "w1", 2));
     assert_int_equal(fx_query_int(f, "SELECT count(*) FROM results"), 0);
 
     /* the retry goes through the writer thread on its own connection */
@@ -183,12 +184,12 @@ static void test_batch_failure_keeps_results(void **state) {
     assert_int_equal(sched_batch_take(f->s, &b), MT_OK);
     assert_int_equal(sched_batch_results(b), 2);
     assert_int_equal(writer_submit(wr, sched_batch_write, b), MT_OK);
-    assert_int_equal(writer_poll(wr, -1, &arg, &rc, why, sizeof why), MT_OK);
-    assert_ptr_equal(arg, b);
-    assert_int_equal(rc, MT_OK);
-    sched_batch_done(f->s, arg, rc, why, 4);
-    assert_true(acked(f, "w1", 1));
-    assert_true(acked(f, "w1", 2));
+    assert_int_equal(poll_done(wr, -1, &d), MT_OK);
+    assert_ptr_equal(d.arg, b);
+    assert_int_equal(d.rc, MT_OK);
+    sched_batch_done(f->s, d.arg, d.rc, d.why, 4);
+    assert_true(fx_acked(f, "w1", 1));
+    assert_true(fx_acked(f, "w1", 2));
     assert_int_equal(sched_pending(f->s), 0);
     assert_int_equal(sched_counters(f->s)->results_committed, 4);
     assert_int_equal(fx_query_int(f, "SELECT count(*) FROM results"), 4);
@@ -198,8 +199,8 @@ static void test_batch_failure_keeps_results(void **state) {
     assert_int_equal(sched_batch_take(f->s, &b), MT_OK);
     assert_int_equal(sched_batch_results(b), 0);
     assert_int_equal(writer_submit(wr, sched_batch_write, b), MT_OK);
-    assert_int_equal(writer_poll(wr, -1, &arg, &rc, why, sizeof why), MT_OK);
-    sched_batch_done(f->s, arg, rc, why, 5);
+    assert_int_equal(poll_done(wr, -1, &d), MT_OK);
+    sched_batch_done(f->s, d.arg, d.rc, d.why, 5);
     char sql[128];
     assert_int_equal(fx_query_int(f, mt_fmt(sql, sizeof sql, "SELECT count(*) FROM jobs WHERE id=%llu AND state='done'",
                                             (unsigned long long)jid)),
@@ -219,8 +220,7 @@ static void test_batch_cap(void **state) {
     fx_start(f, 1000, 30000);
     fx_submit(f, 2, 16, NULL);
     sched_worker_t *w = fx_hello(f, "w1", "sim", 0);
-    sched_on_ready(f->s, w, 1, 0);
-    const Moetune__Job *job = fx_last_job(f, "w1");
+    const Moetune__Job *job = fx_take(f, "w1", 0);
     uint64_t jid = job->job_id, tok = job->lease_token, c0 = job->configs[0]->config_id;
     /* the same config resent: each is buffered (inserts are idempotent) */
     for (uint64_t seq = 1; seq <= SCHED_BATCH_MAX + 3; seq++)
@@ -233,11 +233,11 @@ static void test_batch_cap(void **state) {
     sched_batch_done(f->s, b, MT_OK, NULL, 2);
     assert_int_equal(sched_pending(f->s), 3);
     assert_int_equal(sched_counters(f->s)->results_committed, 2); /* one config, two batch sizes */
-    assert_true(acked(f, "w1", SCHED_BATCH_MAX));
-    assert_false(acked(f, "w1", SCHED_BATCH_MAX + 1));
+    assert_true(fx_acked(f, "w1", SCHED_BATCH_MAX));
+    assert_false(fx_acked(f, "w1", SCHED_BATCH_MAX + 1));
     assert_int_equal(sched_flush(f->s, 3), MT_OK);
     assert_int_equal(sched_pending(f->s), 0);
-    assert_true(acked(f, "w1", SCHED_BATCH_MAX + 3));
+    assert_true(fx_acked(f, "w1", SCHED_BATCH_MAX + 3));
 }
 
 int main(void) {

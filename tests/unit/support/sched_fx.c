@@ -15,16 +15,22 @@
 #include "sched_fx.h"
 #include "tmpdb.h"
 
-int fx_capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) {
-    fx_t *f = ctx;
+wire_env_t *fx_roundtrip(wire_env_t *env) {
     uint8_t *buf = NULL;
-    size_t blen = 0;
+    size_t len = 0;
+    wire_env_t *out = NULL;
     int code = 0;
     char err[128];
-    assert_true(f->n < MAX_MSGS);
-    assert_int_equal(wire_pack(env, &buf, &blen), MT_OK);
-    assert_int_equal(wire_unpack(buf, blen, WIRE_DEFAULT_MAX_BYTES, &f->msg[f->n], &code, err, sizeof err), MT_OK);
+    assert_int_equal(wire_pack(env, &buf, &len), MT_OK);
+    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
     free(buf);
+    return out;
+}
+
+int fx_capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) {
+    fx_t *f = ctx;
+    assert_true(f->n < MAX_MSGS);
+    f->msg[f->n] = fx_roundtrip(env);
     snprintf(f->rid[f->n], sizeof f->rid[0], "%.*s", (int)len, (const char *)rid);
     f->n++;
     return MT_OK;
@@ -49,6 +55,13 @@ void fx_stop(fx_t *f) {
     fx_clear(f);
 }
 
+void fx_fresh(fx_t *f) {
+    fx_stop(f);
+    tmpdb_remove(&f->tmp);
+    assert_int_equal(tmpdb_make(&f->tmp, "test"), 0);
+    f->path = f->tmp.path;
+}
+
 int fx_setup(void **state) {
     fx_t *f = calloc(1, sizeof *f);
     if (!f || tmpdb_make(&f->tmp, "test") != 0) return -1;
@@ -67,27 +80,43 @@ int fx_teardown(void **state) {
 
 int64_t fx_query_int(fx_t *f, const char *sql) { return tmpdb_query_int(f->path, sql); }
 
+void fx_spec(fx_spec_t *x, const char *name, const uint32_t bs[2], size_t n_group_m, size_t n_warps, size_t n_stages) {
+    static const uint32_t gm[] = {1, 16, 32, 64}, nw[] = {4, 8}, ns[] = {2, 3, 4, 5};
+    assert_true(n_group_m <= 4 && n_warps <= 2 && n_stages <= 4);
+    x->bm[0] = 16, x->bn[0] = 64, x->bk[0] = 64;
+    memcpy(x->gm, gm, sizeof gm), memcpy(x->nw, nw, sizeof nw), memcpy(x->ns, ns, sizeof ns);
+    x->bs[0] = bs[0], x->bs[1] = bs[1];
+    moetune__space__init(&x->sp);
+    moetune__shape__init(&x->sh);
+    moetune__sweep_spec__init(&x->spec);
+    x->sp.n_block_m = 1, x->sp.block_m = x->bm, x->sp.n_block_n = 1, x->sp.block_n = x->bn;
+    x->sp.n_block_k = 1, x->sp.block_k = x->bk;
+    x->sp.n_group_m = n_group_m, x->sp.group_m = x->gm, x->sp.n_num_warps = n_warps, x->sp.num_warps = x->nw;
+    x->sp.n_num_stages = n_stages, x->sp.num_stages = x->ns;
+    x->sh.e = 8, x->sh.n = 256, x->sh.k = 256, x->sh.topk = 2;
+    x->shp = &x->sh;
+    x->spec.name = (char *)name;
+    x->spec.n_shapes = 1, x->spec.shapes = &x->shp;
+    x->spec.n_batch_sizes = 2, x->spec.batch_sizes = x->bs;
+    x->spec.space = &x->sp;
+}
+
+void fx_submit_spec(fx_t *f, fx_spec_t *x, Moetune__Submitted *sub) {
+    char err[256];
+    int rc = sched_submit(f->s, &x->spec, sub, 0, err, sizeof err);
+    if (rc) print_error("sched_submit: %s\n", err);
+    assert_int_equal(rc, MT_OK);
+}
+
 int fx_submit_try(fx_t *f, const char *name, uint32_t n_stages, uint32_t chunk, const char *filter, uint64_t *id,
                   uint32_t *valid) {
-    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1}, nw[] = {4}, ns[] = {2, 3, 4, 5};
-    static uint32_t bs[] = {2, 1};
-    Moetune__Space sp = MOETUNE__SPACE__INIT;
-    Moetune__Shape sh = MOETUNE__SHAPE__INIT;
-    Moetune__Shape *shp = &sh;
-    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    fx_spec_t x;
     Moetune__Submitted sub;
     char err[256];
-    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
-    sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw;
-    sp.n_num_stages = n_stages, sp.num_stages = ns;
-    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
-    spec.name = (char *)name;
-    spec.n_shapes = 1, spec.shapes = &shp;
-    spec.n_batch_sizes = 2, spec.batch_sizes = bs;
-    spec.space = &sp;
-    spec.chunk = chunk;
-    spec.device_filter = (char *)filter;
-    int rc = sched_submit(f->s, &spec, &sub, 0, err, sizeof err);
+    fx_spec(&x, name, (const uint32_t[]){2, 1}, 1, 1, n_stages);
+    x.spec.chunk = chunk;
+    x.spec.device_filter = (char *)filter;
+    int rc = sched_submit(f->s, &x.spec, &sub, 0, err, sizeof err);
     *id = rc ? 0 : sub.sweep_id;
     if (valid) *valid = rc ? 0 : sub.configs_valid;
     return rc;
@@ -104,11 +133,7 @@ uint64_t fx_submit(fx_t *f, uint32_t n_stages, uint32_t chunk, const char *filte
 int fx_hello_send(fx_t *f, const char *id, const char *gpu, uint64_t now, bool *left) {
     Moetune__Hello h = MOETUNE__HELLO__INIT;
     Moetune__Gpu g = MOETUNE__GPU__INIT;
-    wire_env_t env, *out = NULL;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int code;
-    char err[128];
+    wire_env_t env;
     g.name = (char *)gpu;
     g.uuid = (char *)id;
     h.worker_id = (char *)id;
@@ -120,9 +145,7 @@ int fx_hello_send(fx_t *f, const char *id, const char *gpu, uint64_t now, bool *
     wire_env_init(&env);
     env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
     env.hello = &h;
-    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
-    free(buf);
+    wire_env_t *out = fx_roundtrip(&env);
     int rc = sched_on_hello(f->s, (const uint8_t *)id, strlen(id), &out, now);
     *left = out != NULL;
     wire_free(&out);
@@ -138,16 +161,25 @@ sched_worker_t *fx_hello(fx_t *f, const char *id, const char *gpu, uint64_t now)
     return w;
 }
 
-/* Sends a Result for every batch size {1, 2} with one status. Returns sched_on_result's code. */
+int fx_result_of(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
+                 Moetune__Measurement **m, size_t n, uint64_t now, bool heard) {
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    wire_env_t env;
+    r.job_id = job, r.lease_token = token, r.seq = seq, r.config_id = config;
+    r.n_measurements = n, r.measurements = m;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
+    env.result = &r;
+    wire_env_t *out = fx_roundtrip(&env);
+    if (heard) sched_on_heard(f->s, w, now);
+    int rc = sched_on_result(f->s, w, &out, now);
+    wire_free(&out);
+    return rc;
+}
+
 int fx_result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
               Moetune__Status status, uint64_t now, bool heard) {
     Moetune__Measurement m[2], *pm[2] = {&m[0], &m[1]};
-    Moetune__Result r = MOETUNE__RESULT__INIT;
-    wire_env_t env, *out = NULL;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    int code;
-    char err[128];
     for (int i = 0; i < 2; i++) {
         moetune__measurement__init(&m[i]);
         m[i].batch_size = (uint32_t)i + 1;
@@ -156,22 +188,35 @@ int fx_result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t
         m[i].samples = 10;
         m[i].timed_us = 100.0;
     }
-    r.job_id = job, r.lease_token = token, r.seq = seq, r.config_id = config;
-    r.n_measurements = 2, r.measurements = pm;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-    env.result = &r;
-    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(wire_unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &out, &code, err, sizeof err), MT_OK);
-    free(buf);
-    if (heard) sched_on_heard(f->s, w, now);
-    int rc = sched_on_result(f->s, w, &out, now);
-    wire_free(&out);
-    return rc;
+    return fx_result_of(f, w, job, token, seq, config, pm, 2, now, heard);
 }
 
 const Moetune__Job *fx_last_job(fx_t *f, const char *rid) {
     for (size_t i = f->n; i-- > 0;)
         if (strcmp(f->rid[i], rid) == 0 && f->msg[i]->body_case == MOETUNE__ENVELOPE__BODY_JOB) return f->msg[i]->job;
     return NULL;
+}
+
+size_t fx_count(fx_t *f, const char *rid, wire_body_t body) {
+    size_t n = 0;
+    for (size_t i = 0; i < f->n; i++) n += strcmp(f->rid[i], rid) == 0 && f->msg[i]->body_case == body;
+    return n;
+}
+
+const Moetune__Job *fx_take(fx_t *f, const char *rid, uint64_t now) {
+    sched_worker_t *w = sched_worker(f->s, (const uint8_t *)rid, strlen(rid));
+    assert_non_null(w);
+    size_t before = fx_count(f, rid, MOETUNE__ENVELOPE__BODY_JOB);
+    sched_on_ready(f->s, w, 1, now);
+    assert_int_equal(fx_count(f, rid, MOETUNE__ENVELOPE__BODY_JOB), before + 1);
+    return fx_last_job(f, rid);
+}
+
+bool fx_acked(fx_t *f, const char *rid, uint64_t seq) {
+    for (size_t i = 0; i < f->n; i++) {
+        if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;
+        for (size_t k = 0; k < f->msg[i]->ack->n_seqs; k++)
+            if (f->msg[i]->ack->seqs[k] == seq) return true;
+    }
+    return false;
 }

@@ -28,6 +28,16 @@ void tmpdb_remove(tmpdb_t *t) {
     rmdir(t->dir);
 }
 
+int tmpdb_setup(void **state) {
+    tmpdb_t *t = *state;
+    return tmpdb_make(t, t->tag ? t->tag : "test");
+}
+
+int tmpdb_teardown(void **state) {
+    tmpdb_remove(*state);
+    return 0;
+}
+
 int64_t tmpdb_query_int(const char *path, const char *sql) {
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
@@ -69,4 +79,22 @@ void tmpdb_rmdir(const char *dir) {
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
+}
+
+void *tmpdir_new(size_t size, const char *tag, const char *out_name) {
+    assert_true(size >= sizeof(tmpdir_t));
+    tmpdir_t *t = calloc(1, size);
+    assert_non_null(t);
+    snprintf(t->dir, sizeof t->dir, "/tmp/%s_XXXXXX", tag);
+    assert_non_null(mkdtemp(t->dir));
+    snprintf(t->db, sizeof t->db, "%s/m.db", t->dir);
+    snprintf(t->out, sizeof t->out, "%s/%s", t->dir, out_name);
+    return t;
+}
+
+int tmpdir_teardown(void **state) {
+    tmpdir_t *t = *state;
+    tmpdb_rmdir(t->dir);
+    free(t);
+    return 0;
 }
