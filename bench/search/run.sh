@@ -4,6 +4,7 @@
 #   exhaustive  every config measured to the RSD rule, racing off (--race-margin 0): the reference;
 #   racing      the default (exhaustive with racing, margin 0.2);
 #   halving     --strategy halving;
+#   decide      racing with its decide step (--decide-margin 0.02: near-ties re-measured side by side);
 # then, per batch size, each strategy's pick looked up in the exhaustive run's own measurements
 # (which hold every config of the space) and divided by the exhaustive best: 1.000 = the same pick
 # or one as fast. Also each run's wall time and its GPU-busy fraction (tune's last progress line).
@@ -27,6 +28,7 @@ for s in ${STRATEGIES:-exhaustive racing halving}; do
     exhaustive) opt=(--race-margin 0) ;;
     racing) opt=() ;;
     halving) opt=(--strategy halving) ;;
+    decide) opt=(--decide-margin 0.02) ;;
     *) echo "unknown strategy $s" >&2; exit 2 ;;
   esac
   rm -f "$out/$s.db"*
