@@ -8,6 +8,10 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
       per (shape, batch size): each run's pick; where they differ, both picks' medians in C.db (the
       re-measure, sweep 1) and their ratio. A batch size agrees when both runs picked the same config
       or the re-measured picks are within 1 % of each other. Prints the table and a summary line.
+  python3 bench/search/stability.py spread A.db B.db [...]
+      the same configs measured in separate runs (bench/search/noise.sh): per (shape, batch size,
+      config) the slowest run's median over the fastest's, and per batch size whether the runs
+      ordered the configs alike.
 """
 import json
 import sqlite3
@@ -83,10 +87,33 @@ def score(a, b, c=None):
                                    "worst_ratio": max(ratios) if ratios else 1.0}))
 
 
+def spread(dbs):
+    runs = [medians(db) for db in dbs]
+    keys = sorted(set.intersection(*(set(r) for r in runs)))
+    worst, flips = 1.0, 0
+    print(f"{'shape':<24} {'M':>5} {'config':<22} {'fastest':>9} {'slowest':>9} {'ratio':>7}")
+    for key in keys:
+        (e, n, k, topk), m = key[0]
+        vals = [r[key] for r in runs]
+        ratio = max(vals) / min(vals)
+        worst = max(worst, ratio)
+        print(f"E={e},N={n},K={k:<11} {m:>5} {cfg_text(key[1]):<22} {min(vals):>9.2f} {max(vals):>9.2f} {ratio:>7.4f}")
+    points = sorted({k[0] for k in keys})
+    for p in points:
+        orders = {tuple(sorted((c for (q, c) in keys if q == p), key=lambda c: r[(p, c)])) for r in runs}
+        flips += len(orders) > 1
+    print(f"\n{len(dbs)} runs, {len(keys)} (config, batch size) pairs: worst run-to-run ratio {worst:.4f}; "
+          f"the runs ordered the configs differently at {flips} of {len(points)} batch sizes")
+    print("summary " + json.dumps({"runs": len(dbs), "pairs": len(keys), "worst_ratio": worst,
+                                   "order_differs": flips, "batch_sizes": len(points)}))
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "differ":
         differ(sys.argv[2], sys.argv[3])
     elif len(sys.argv) in (4, 5) and sys.argv[1] == "score":
         score(*sys.argv[2:])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "spread":
+        spread(sys.argv[2:])
     else:
         sys.exit(__doc__)
