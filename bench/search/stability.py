@@ -8,8 +8,9 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
       per (shape, batch size): each run's pick; where they differ, both picks' medians in C.db (the
       re-measure, sweep 1) and their ratio. A batch size agrees when both runs picked the same config
       or the re-measured picks are within 1 % of each other. Prints the table and a summary line.
-  python3 bench/search/stability.py spread A.db B.db [...]
-      the same configs measured in separate runs (bench/search/noise.sh): per (shape, batch size,
+  python3 bench/search/stability.py spread A.db B.db [...] | spread ONE.db
+      the same configs measured in separate runs (bench/search/noise.sh), one database each or the
+      done sweeps of one database (ONE_PROCESS=1): per (shape, batch size,
       config) the slowest run's median over the fastest's, and per batch size whether the runs
       ordered the configs alike.
 """
@@ -38,12 +39,12 @@ def picks(db):
     return best
 
 
-def medians(db):
+def medians(db, sweep=1):
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     return {(((e, n, k, topk), m), (bm, bn, bk, g, w, st)): med for e, n, k, topk, m, bm, bn, bk, g, w, st, med in
             c.execute("SELECT s.e, s.n, s.k, s.topk, r.batch_size, f.block_m, f.block_n, f.block_k, f.group_m,"
                       " f.num_warps, f.num_stages, r.median_us FROM results r JOIN shapes s ON s.id = r.shape_id"
-                      " JOIN configs f ON f.id = r.config_id WHERE r.sweep_id = 1 AND r.status = 'ok'")}
+                      " JOIN configs f ON f.id = r.config_id WHERE r.sweep_id = ? AND r.status = 'ok'", (sweep,))}
 
 
 def differ(a, b):
@@ -88,7 +89,14 @@ def score(a, b, c=None):
 
 
 def spread(dbs):
-    runs = [medians(db) for db in dbs]
+    """dbs: paths (sweep 1 of each), or one path and every sweep in it (one process, one after another)."""
+    if len(dbs) == 1:
+        c = sqlite3.connect(f"file:{dbs[0]}?mode=ro", uri=True)
+        ids = [i for (i,) in c.execute("SELECT id FROM sweeps WHERE state = 'done' ORDER BY id")]
+        runs = [medians(dbs[0], i) for i in ids]
+        dbs = ids
+    else:
+        runs = [medians(db) for db in dbs]
     keys = sorted(set.intersection(*(set(r) for r in runs)))
     worst, flips = 1.0, 0
     print(f"{'shape':<24} {'M':>5} {'config':<22} {'fastest':>9} {'slowest':>9} {'ratio':>7}")
@@ -113,7 +121,7 @@ if __name__ == "__main__":
         differ(sys.argv[2], sys.argv[3])
     elif len(sys.argv) in (4, 5) and sys.argv[1] == "score":
         score(*sys.argv[2:])
-    elif len(sys.argv) >= 4 and sys.argv[1] == "spread":
+    elif len(sys.argv) >= 3 and sys.argv[1] == "spread":
         spread(sys.argv[2:])
     else:
         sys.exit(__doc__)
