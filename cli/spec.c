@@ -658,6 +658,41 @@ static int apply_models(cli_spec_t *s, json_t *arr, char *err, size_t errlen) {
     return MT_OK;
 }
 
+/* One item of a JSON array: the i-th (from 0) of key's value. */
+typedef int (*item_fn)(cli_spec_t *s, const char *key, size_t i, json_t *x, char *err, size_t errlen);
+
+static int item_shape(cli_spec_t *s, const char *key, size_t i, json_t *x, char *err, size_t errlen) {
+    return apply_shape_json(s, x, err, errlen);
+}
+
+static int item_model_config(cli_spec_t *s, const char *key, size_t i, json_t *x, char *err, size_t errlen) {
+    return apply_json(s, key, "model-config", x, err, errlen);
+}
+
+static int item_config(cli_spec_t *s, const char *key, size_t i, json_t *x, char *err, size_t errlen) {
+    if (!json_is_string(x)) {
+        mt_fmt(err, errlen, "spec \"%s\": item %zu is not a string", key, i + 1);
+        return MT_INVAL;
+    }
+    return cli_spec_set(s, "configs", json_string_value(x), err, errlen);
+}
+
+/* Applies each item of v, key's value, with fn; what follows "is not an array" in the error. */
+static int apply_array(cli_spec_t *s, const char *key, json_t *v, const char *what, item_fn fn, char *err,
+                       size_t errlen) {
+    size_t i;
+    json_t *x;
+    if (!json_is_array(v)) {
+        mt_fmt(err, errlen, "spec \"%s\" is not an array%s", key, what);
+        return MT_INVAL;
+    }
+    json_array_foreach(v, i, x) {
+        int rc = fn(s, key, i, x, err, errlen);
+        if (rc != MT_OK) return rc;
+    }
+    return MT_OK;
+}
+
 int cli_spec_parse_json(cli_spec_t *s, const char *text, size_t len, char *err, size_t errlen) {
     int rc = MT_OK;
     json_error_t jerr;
@@ -679,46 +714,15 @@ int cli_spec_parse_json(cli_spec_t *s, const char *text, size_t len, char *err, 
         if (opt) {
             rc = apply_json(s, k, opt, v, err, errlen);
         } else if (strcmp(k, "shapes") == 0) {
-            size_t i;
-            json_t *x;
-            if (!json_is_array(v)) {
-                mt_fmt(err, errlen, "spec \"shapes\" is not an array");
-                rc = MT_INVAL;
-                goto out;
-            }
-            json_array_foreach(v, i, x) {
-                rc = apply_shape_json(s, x, err, errlen);
-                if (rc != MT_OK) goto out;
-            }
+            rc = apply_array(s, k, v, "", item_shape, err, errlen);
         } else if (strcmp(k, "models") == 0) {
             rc = apply_models(s, v, err, errlen);
         } else if (strcmp(k, "model_configs") == 0) {
-            size_t i;
-            json_t *x;
-            if (!json_is_array(v)) {
-                mt_fmt(err, errlen, "spec \"model_configs\" is not an array of paths");
-                rc = MT_INVAL;
-                goto out;
-            }
-            json_array_foreach(v, i, x) {
-                rc = apply_json(s, k, "model-config", x, err, errlen);
-                if (rc != MT_OK) goto out;
-            }
+            rc = apply_array(s, k, v, " of paths", item_model_config, err, errlen);
         } else if (strcmp(k, "space") == 0) {
             rc = apply_object(s, k, v, 0, err, errlen);
         } else if (strcmp(k, "configs") == 0) {
-            size_t i;
-            json_t *x;
-            if (!json_is_array(v)) {
-                mt_fmt(err, errlen, "spec \"configs\" is not an array of configs such as \"64x128x64x16x4x4\"");
-                rc = MT_INVAL;
-                goto out;
-            }
-            json_array_foreach(v, i, x) {
-                rc = json_is_string(x) ? cli_spec_set(s, "configs", json_string_value(x), err, errlen) : MT_INVAL;
-                if (!json_is_string(x)) mt_fmt(err, errlen, "spec \"configs\": item %zu is not a string", i + 1);
-                if (rc != MT_OK) goto out;
-            }
+            rc = apply_array(s, k, v, " of configs such as \"64x128x64x16x4x4\"", item_config, err, errlen);
         } else if (strcmp(k, "measure") == 0) {
             rc = apply_object(s, k, v, 1, err, errlen);
         } else {
