@@ -14,11 +14,7 @@ set -uo pipefail
 out=${1:?usage: bench/search/noise.sh OUT_DIR N [tune options]}
 n=${2:?usage: bench/search/noise.sh OUT_DIR N [tune options]}
 shift 2
-bin=${MT_BIN_DIR:-$(dirname "$(command -v moetune)")}
-backend=${BACKEND:-cuda}
-here=$(cd "$(dirname "$0")" && pwd)
-extra=()
-[ "$backend" = sim ] && extra=(--workers 1 --sim-time-scale 0)
+source "$(dirname "$0")/lib.sh"
 mkdir -p "$out"
 if [ "${ONE_PROCESS:-0}" = 1 ]; then
   port=${PORT:-5655}

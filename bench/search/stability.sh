@@ -9,14 +9,10 @@
 set -uo pipefail
 out=${1:?usage: bench/search/stability.sh OUT_DIR [tune options]}
 shift
-bin=${MT_BIN_DIR:-$(dirname "$(command -v moetune)")}
-backend=${BACKEND:-cuda}
-here=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/lib.sh"
 mkdir -p "$out"
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(--model qwen3-30b-a3b --tp 1)
-extra=()
-[ "$backend" = sim ] && extra=(--workers 1 --sim-time-scale 0)
 
 run() { # name, then extra tune options
   local name=$1

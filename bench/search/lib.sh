@@ -1,0 +1,8 @@
+# Sourced by the search benchmarks (run.sh, stability.sh, noise.sh): where the binaries are, which
+# backend measures, and the options a sim dry run adds to `moetune tune`.
+# Env: BACKEND (default cuda; sim for a dry run), MT_BIN_DIR (the binaries; default from PATH).
+bin=${MT_BIN_DIR:-$(dirname "$(command -v moetune)")}
+backend=${BACKEND:-cuda}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+extra=()
+[ "$backend" = sim ] && extra=(--workers 1 --sim-time-scale 0)
