@@ -48,12 +48,12 @@ static void no_answer(const cli_client_t *c, char *err, size_t errlen) {
         mt_fmt(err, errlen, "no coordinator answering at %s", c->endpoint);
 }
 
-int cli_client_new(const char *endpoint, int timeout_ms, cli_client_t **out, char *err, size_t errlen) {
+mt_status_t cli_client_new(const char *endpoint, int timeout_ms, cli_client_t **out, char *err, size_t errlen) {
     return cli_client_new_curve(endpoint, timeout_ms, NULL, NULL, out, err, errlen);
 }
 
-int cli_client_new_curve(const char *endpoint, int timeout_ms, const sec_cert_t *self, const sec_cert_t *server,
-                         cli_client_t **out, char *err, size_t errlen) {
+mt_status_t cli_client_new_curve(const char *endpoint, int timeout_ms, const sec_cert_t *self, const sec_cert_t *server,
+                                 cli_client_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
     cli_client_t *c = calloc(1, sizeof *c);
     *out = NULL;
@@ -94,8 +94,8 @@ void cli_client_set_timeout(cli_client_t *c, int timeout_ms) {
     if (c && timeout_ms > 0) c->timeout_ms = timeout_ms;
 }
 
-int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply, int *error_code,
-                    char *err, size_t errlen) {
+mt_status_t cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply, int *error_code,
+                            char *err, size_t errlen) {
     *reply = NULL;
     if (error_code) *error_code = 0;
     if (!c->sock && open_socket(c, err, errlen) != MT_OK) return MT_ERR;
@@ -169,7 +169,7 @@ void cli_client_destroy(cli_client_t **cp) {
     *cp = NULL;
 }
 
-int cli_client_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
+mt_status_t cli_client_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
     wire_env_t req;
     Moetune__StatusRequest sr;
     wire_env_init(&req);
@@ -180,8 +180,8 @@ int cli_client_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char 
     return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_STATUS_REPLY, reply, NULL, err, errlen);
 }
 
-int cli_client_submit(cli_client_t *c, const Moetune__SweepSpec *spec, wire_env_t **reply, int *error_code, char *err,
-                      size_t errlen) {
+mt_status_t cli_client_submit(cli_client_t *c, const Moetune__SweepSpec *spec, wire_env_t **reply, int *error_code,
+                              char *err, size_t errlen) {
     wire_env_t req;
     Moetune__Submit sub;
     wire_env_init(&req);
@@ -192,7 +192,7 @@ int cli_client_submit(cli_client_t *c, const Moetune__SweepSpec *spec, wire_env_
     return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_SUBMITTED, reply, error_code, err, errlen);
 }
 
-int cli_client_cancel(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
+mt_status_t cli_client_cancel(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
     wire_env_t req;
     Moetune__Cancel cn;
     wire_env_init(&req);

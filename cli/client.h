@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "mt.h"
 #include "secure.h"
 #include "wire.h"
 
@@ -17,35 +18,35 @@ typedef struct cli_client cli_client_t;
 /* Connects to the coordinator's control endpoint (connecting never blocks; whether a
  * coordinator answers shows on the first call). Returns MT_OK with *out set (free
  * with cli_client_destroy), MT_ERR with zmq's text in err. */
-int cli_client_new(const char *endpoint, int timeout_ms, cli_client_t **out, char *err, size_t errlen);
+mt_status_t cli_client_new(const char *endpoint, int timeout_ms, cli_client_t **out, char *err, size_t errlen);
 
 /* Sends req and waits up to the timeout for the reply whose body is expect. Returns
  * MT_OK with *reply owned by the caller (wire_free); MT_AGAIN "no coordinator
  * answering at EP" on timeout (the socket is then replaced, so a late reply cannot be
  * taken for the next one); MT_ERR with the coordinator's Error text (code in
  * *error_code when not NULL) or a protocol problem in err. */
-int cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply, int *error_code,
-                    char *err, size_t errlen);
+mt_status_t cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply, int *error_code,
+                            char *err, size_t errlen);
 
 /* Asks for the status of one sweep (0 = all); *reply is a StatusReply envelope the caller
  * frees with wire_free(). Errors as cli_client_call. */
-int cli_client_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen);
+mt_status_t cli_client_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen);
 
 /* Submits spec (not copied; it must outlive the call); *reply is a Submitted envelope the
  * caller frees with wire_free(). Errors as cli_client_call (WIRE_E_SPEC in *error_code:
  * the coordinator refused the spec). */
-int cli_client_submit(cli_client_t *c, const Moetune__SweepSpec *spec, wire_env_t **reply, int *error_code, char *err,
-                      size_t errlen);
+mt_status_t cli_client_submit(cli_client_t *c, const Moetune__SweepSpec *spec, wire_env_t **reply, int *error_code,
+                              char *err, size_t errlen);
 
 /* Cancels sweep; *reply is a Cancelled envelope the caller frees with wire_free(). Errors
  * as cli_client_call. */
-int cli_client_cancel(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen);
+mt_status_t cli_client_cancel(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen);
 
 /* As cli_client_new, as a CURVE client with key pair self of the coordinator whose
  * public key is server (both copied). A timeout then says that authentication may
  * have failed. MT_INVAL when a key is missing. */
-int cli_client_new_curve(const char *endpoint, int timeout_ms, const sec_cert_t *self, const sec_cert_t *server,
-                         cli_client_t **out, char *err, size_t errlen);
+mt_status_t cli_client_new_curve(const char *endpoint, int timeout_ms, const sec_cert_t *self, const sec_cert_t *server,
+                                 cli_client_t **out, char *err, size_t errlen);
 
 /* Sets the reply timeout of the calls that follow (ms > 0). */
 void cli_client_set_timeout(cli_client_t *c, int timeout_ms);

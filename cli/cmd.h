@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "mt.h"
 #include "query.h"
 #include "spec.h"
 
@@ -73,14 +74,14 @@ extern const cli_opt_t opt_device_filter, opt_backend_filter, opt_threshold, opt
 
 /* Parses a partial shape filter "E=128,N=768[,K=..][,topk=..][,dtype=..]" into f's shape
  * fields. MT_INVAL with a one-line reason in err. */
-int cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen);
+mt_status_t cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen);
 /* Parses --threshold PCT (NULL: the default 3 %). MT_INVAL with a reason in err. */
-int cli_parse_threshold(const char *text, double *out, char *err, size_t errlen);
+mt_status_t cli_parse_threshold(const char *text, double *out, char *err, size_t errlen);
 
 /* Parses argv (after the command name) into o. Returns MT_OK, with *help true when
  * --help (or -h) was asked (parsing stops there; the caller prints the help); MT_INVAL
  * with a one-line reason in err; MT_NOMEM. */
-int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, bool *help, char *err, size_t errlen);
+mt_status_t cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, bool *help, char *err, size_t errlen);
 
 /* Prints the command's help. */
 void cli_print_help(const cli_cmd_t *cmd, FILE *out);

@@ -143,7 +143,8 @@ void cli_print_help(const cli_cmd_t *cmd, FILE *out) {
     print_opt(out, "help", NULL, "show this help");
 }
 
-int cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, bool *help, char *err, size_t errlen) {
+mt_status_t cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o, bool *help, char *err,
+                      size_t errlen) {
     *help = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];

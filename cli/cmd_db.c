@@ -13,7 +13,7 @@
 #include "states.h"
 #include "store.h"
 
-int cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen) {
+mt_status_t cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen) {
     int rc = MT_OK;
     char *copy = strdup(text);
     if (!copy) return MT_NOMEM;

@@ -8,7 +8,7 @@
 #include "compare.h"
 #include "mt.h"
 
-int cli_parse_threshold(const char *text, double *out, char *err, size_t errlen) {
+mt_status_t cli_parse_threshold(const char *text, double *out, char *err, size_t errlen) {
     *out = 3.0;
     if (!text) return MT_OK;
     double v;

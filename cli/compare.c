@@ -110,7 +110,7 @@ static int on_sweep_row(void *vctx, const dbq_sweep_t *row) {
     return 0;
 }
 
-int cmp_load(dbq_t *q, const dbq_hist_filter_t *filter, cmp_sweeps_t *out, char *err, size_t errlen) {
+mt_status_t cmp_load(dbq_t *q, const dbq_hist_filter_t *filter, cmp_sweeps_t *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     int rc = dbq_history(q, filter, on_best, out, err, errlen);
     if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
@@ -192,7 +192,7 @@ static int sweep_device(dbq_t *q, uint64_t id, char *dev, size_t len, bool *seve
     return MT_OK;
 }
 
-int cmp_previous(dbq_t *q, uint64_t sweep, uint64_t *prev, char *err, size_t errlen) {
+mt_status_t cmp_previous(dbq_t *q, uint64_t sweep, uint64_t *prev, char *err, size_t errlen) {
     walk_ctx_t c;
     memset(&c, 0, sizeof c);
     c.want = sweep;
@@ -241,7 +241,7 @@ out:
     return rc;
 }
 
-int cmp_resolve(dbq_t *q, const char *ref, uint64_t *id, char *err, size_t errlen) {
+mt_status_t cmp_resolve(dbq_t *q, const char *ref, uint64_t *id, char *err, size_t errlen) {
     walk_ctx_t c;
     memset(&c, 0, sizeof c);
     bool is_last = strcmp(ref, "last") == 0, is_prev = strcmp(ref, "prev") == 0;
@@ -319,8 +319,8 @@ static void judge(cmp_entry_t *e, double threshold) {
         e->verdict = -e->change_pct > threshold ? CMP_IMPROVEMENT : CMP_FASTER;
 }
 
-int cmp_diff(dbq_t *q, uint64_t a, uint64_t b, double threshold, const char *device, cmp_diff_t *d, char *err,
-             size_t errlen) {
+mt_status_t cmp_diff(dbq_t *q, uint64_t a, uint64_t b, double threshold, const char *device, cmp_diff_t *d, char *err,
+                     size_t errlen) {
     memset(d, 0, sizeof *d);
     d->threshold_pct = threshold;
     int rc = load_one(q, a, device, &d->a, err, errlen);

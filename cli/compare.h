@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "mt.h"
 #include "query.h"
 #include "space.h"
 
@@ -52,18 +53,18 @@ typedef struct {
 /* Loads, for every sweep that has ok results matching filter, its best entries and
  * provenance, plus the sweep row (name, state, times). Returns MT_OK (possibly with
  * no sweeps) or an error with the reason in err. */
-int cmp_load(dbq_t *q, const dbq_hist_filter_t *filter, cmp_sweeps_t *out, char *err, size_t errlen);
+mt_status_t cmp_load(dbq_t *q, const dbq_hist_filter_t *filter, cmp_sweeps_t *out, char *err, size_t errlen);
 void cmp_sweeps_clear(cmp_sweeps_t *s);
 
 /* Resolves a sweep reference: a sweep id (it must exist), "last" (the newest sweep that
  * finished as done), or "prev" (the done sweep before "last" of the same spec, the name
  * aside, on the same device). MT_NOTFOUND / MT_INVAL with a one-line reason in err. */
-int cmp_resolve(dbq_t *q, const char *ref, uint64_t *id, char *err, size_t errlen);
+mt_status_t cmp_resolve(dbq_t *q, const char *ref, uint64_t *id, char *err, size_t errlen);
 
 /* The newest done sweep older than sweep with the same spec (names may differ) whose
  * results came from the same device name. MT_OK with *prev, MT_NOTFOUND when there is
  * none (err says why), or an error. */
-int cmp_previous(dbq_t *q, uint64_t sweep, uint64_t *prev, char *err, size_t errlen);
+mt_status_t cmp_previous(dbq_t *q, uint64_t sweep, uint64_t *prev, char *err, size_t errlen);
 
 typedef enum {
     CMP_SAME,
@@ -97,8 +98,8 @@ typedef struct {
  * threshold_pct; an improvement when beyond noise, faster by more than threshold_pct.
  * device (NULL = the only one) picks one device of sweeps measured on several;
  * MT_INVAL names the devices when it is needed. Clear with cmp_diff_clear. */
-int cmp_diff(dbq_t *q, uint64_t a, uint64_t b, double threshold_pct, const char *device, cmp_diff_t *out, char *err,
-             size_t errlen);
+mt_status_t cmp_diff(dbq_t *q, uint64_t a, uint64_t b, double threshold_pct, const char *device, cmp_diff_t *out,
+                     char *err, size_t errlen);
 void cmp_diff_clear(cmp_diff_t *d);
 
 /* Prints the diff as a table, or as one JSON object with --json. */

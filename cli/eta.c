@@ -32,7 +32,7 @@ struct cli_eta {
     double eta, t_last;
 };
 
-int cli_eta_new(cli_eta_t **out) {
+mt_status_t cli_eta_new(cli_eta_t **out) {
     *out = calloc(1, sizeof **out);
     return *out ? MT_OK : MT_NOMEM;
 }
@@ -111,7 +111,7 @@ static double from_chunks(const cli_eta_t *e, const cli_eta_sample_t *s) {
     return (double)(s->planned - s->done) * per;
 }
 
-int cli_eta_observe(cli_eta_t *e, const cli_eta_sample_t *s, double *eta_s) {
+mt_status_t cli_eta_observe(cli_eta_t *e, const cli_eta_sample_t *s, double *eta_s) {
     if (e->started && s->t_s < e->t_last) {
         *eta_s = e->have_eta ? e->eta : -1.0;
         return MT_INVAL;

@@ -25,6 +25,8 @@
 
 #include <stdint.h>
 
+#include "mt.h"
+
 typedef struct cli_eta cli_eta_t;
 
 /* One snapshot: the display's clock (any monotonic seconds), the wall clock (for
@@ -37,13 +39,13 @@ typedef struct {
 } cli_eta_sample_t;
 
 /* New estimator. MT_OK with *out (free with cli_eta_destroy); MT_NOMEM. */
-int cli_eta_new(cli_eta_t **out);
+mt_status_t cli_eta_new(cli_eta_t **out);
 
 /* Takes one snapshot (t_s not before the previous one's) and sets *eta_s to the seconds
  * left, or -1 when nothing can be said yet; 0 once every planned result is done. MT_OK;
  * MT_INVAL for a clock going back (the snapshot is ignored, *eta_s is the last answer);
  * MT_NOMEM. */
-int cli_eta_observe(cli_eta_t *e, const cli_eta_sample_t *s, double *eta_s);
+mt_status_t cli_eta_observe(cli_eta_t *e, const cli_eta_sample_t *s, double *eta_s);
 
 /* The answer for a single snapshot, as cli_eta_observe gives it for a first one. */
 double cli_eta_once(const cli_eta_sample_t *s);

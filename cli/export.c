@@ -277,7 +277,7 @@ static int pairs_row(void *ctx, const dbq_result_t *r) {
     return 0;
 }
 
-int exp_pairs(dbq_t *q, const dbq_select_t *sel, exp_pair_fn fn, void *ctx, char *err, size_t errlen) {
+mt_status_t exp_pairs(dbq_t *q, const dbq_select_t *sel, exp_pair_fn fn, void *ctx, char *err, size_t errlen) {
     pairs_t *p = calloc(1, sizeof *p);
     if (!p) return MT_NOMEM;
     p->fn = fn;
@@ -963,7 +963,7 @@ static void run_free(run_t *x) {
 
 /* ---- engine layouts (export.h "With an engine") */
 
-int exp_engine_parse(const char *name, exp_engine_t *engine) {
+mt_status_t exp_engine_parse(const char *name, exp_engine_t *engine) {
     if (name && strcmp(name, "sglang") == 0)
         *engine = EXP_ENGINE_SGLANG;
     else if (name && strcmp(name, "vllm") == 0)
@@ -1537,7 +1537,7 @@ out:
     return rc;
 }
 
-int exp_run(const exp_opts_t *o, exp_report_t *rep, char *err, size_t errlen) {
+mt_status_t exp_run(const exp_opts_t *o, exp_report_t *rep, char *err, size_t errlen) {
     int rc = MT_OK;
     dbq_t *q = NULL;
     run_t x;

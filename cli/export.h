@@ -75,6 +75,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "mt.h"
 #include "query.h"
 #include "space.h"
 
@@ -118,7 +119,7 @@ typedef struct {
  * is not JSON, or an engine export that meets results of another backend; MT_BUSY when
  * another export held out_dir's lock for over a minute; MT_IO/MT_ERR on disk or
  * database errors; the reason is in err. */
-int exp_run(const exp_opts_t *opts, exp_report_t *report, char *err, size_t errlen);
+mt_status_t exp_run(const exp_opts_t *opts, exp_report_t *report, char *err, size_t errlen);
 
 /* Frees the report's files and zeroes it. */
 void exp_report_clear(exp_report_t *report);
@@ -127,7 +128,7 @@ void exp_report_clear(exp_report_t *report);
 const char *exp_state_name(exp_state_t state);
 
 /* Parses "sglang" / "vllm" into *engine; MT_INVAL for anything else. */
-int exp_engine_parse(const char *name, exp_engine_t *engine);
+mt_status_t exp_engine_parse(const char *name, exp_engine_t *engine);
 
 /* Name of an engine: "sglang", "vllm", or "" for EXP_ENGINE_NONE. */
 const char *exp_engine_name(exp_engine_t engine);
@@ -146,12 +147,13 @@ double exp_margin_sd(double best_us, double best_sd, double ru_us, double ru_sd)
 
 /* Called per (export dir, device name, shape, batch size) with the row an export takes
  * (lowest median, ties to the lower config id) and its runner-up (NULL when no other
- * config has an ok row). Both are copies valid during the call, versions "". */
+ * config has an ok row). Both are copies valid during the call, versions "". Returns an
+ * MT_* status; one other than MT_OK stops the walk. */
 typedef int (*exp_pair_fn)(void *ctx, const dbq_result_t *best, const dbq_result_t *runner_up);
 /* Walks the ok rows of the selected sweeps (sel NULL = all) as an export reads them and
  * calls fn per (dir, device, shape, batch size), in the export's order. Returns MT_OK,
- * fn's non-zero value, or the query's error with its text in err. */
-int exp_pairs(dbq_t *q, const dbq_select_t *sel, exp_pair_fn fn, void *ctx, char *err, size_t errlen);
+ * the error fn stopped the walk with, MT_NOMEM, or the query's error with its text in err. */
+mt_status_t exp_pairs(dbq_t *q, const dbq_select_t *sel, exp_pair_fn fn, void *ctx, char *err, size_t errlen);
 
 /* The config file name an engine looks for (no folder): device as the engine's
  * torch.cuda.get_device_name() reports it, shape as stored. Written into buf. */

@@ -39,8 +39,9 @@ const cli_preset_t *cli_preset_find(const char *name) {
     return NULL;
 }
 
-int cli_preset_dims_shape(const char *what, uint32_t experts, uint32_t topk, uint32_t hidden, uint32_t moe_intermediate,
-                          uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape, char *err, size_t errlen) {
+mt_status_t cli_preset_dims_shape(const char *what, uint32_t experts, uint32_t topk, uint32_t hidden,
+                                  uint32_t moe_intermediate, uint32_t tp, uint32_t ep, const char *dtype,
+                                  krn_shape_t *shape, char *err, size_t errlen) {
     if (tp == 0 || ep == 0) {
         mt_fmt(err, errlen, "%s: --tp and --ep must be at least 1", what);
         return MT_INVAL;
@@ -67,8 +68,8 @@ int cli_preset_dims_shape(const char *what, uint32_t experts, uint32_t topk, uin
     return MT_OK;
 }
 
-int cli_preset_shape(const char *name, uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape, char *err,
-                     size_t errlen) {
+mt_status_t cli_preset_shape(const char *name, uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape,
+                             char *err, size_t errlen) {
     const cli_preset_t *p = cli_preset_find(name);
     if (!p) {
         char list[512] = "";
@@ -110,8 +111,8 @@ static const char *const k_inter[] = {"moe_intermediate_size", "intermediate_siz
 static const char *const k_hidden[] = {"hidden_size", NULL};
 static const char *const k_quant[] = {"quantization_config", NULL};
 
-int cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t ep, const char *dtype,
-                           krn_shape_t *shape, char *err, size_t errlen) {
+mt_status_t cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t ep, const char *dtype,
+                                   krn_shape_t *shape, char *err, size_t errlen) {
     int rc = MT_OK;
     json_error_t jerr;
     json_t *root = json_loadb(text, len, 0, &jerr);
@@ -178,8 +179,8 @@ out:
     return rc;
 }
 
-int cli_model_config_load(const char *path, uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape, char *err,
-                          size_t errlen) {
+mt_status_t cli_model_config_load(const char *path, uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape,
+                                  char *err, size_t errlen) {
     int rc = MT_OK;
     char buf[1 << 16];
     /* Opened without blocking and checked before reading: a FIFO or device would block

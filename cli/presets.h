@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mt.h"
 #include "space.h"
 
 typedef struct {
@@ -31,16 +32,17 @@ const cli_preset_t *cli_preset_find(const char *name);
  * (both >= 1) with dtype (NULL = "bf16"). MT_INVAL with a reason when tp does not
  * divide the intermediate size, ep does not divide the experts, or the shape fails
  * krn_shape_check. */
-int cli_preset_dims_shape(const char *what, uint32_t experts, uint32_t topk, uint32_t hidden, uint32_t moe_intermediate,
-                          uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape, char *err, size_t errlen);
+mt_status_t cli_preset_dims_shape(const char *what, uint32_t experts, uint32_t topk, uint32_t hidden,
+                                  uint32_t moe_intermediate, uint32_t tp, uint32_t ep, const char *dtype,
+                                  krn_shape_t *shape, char *err, size_t errlen);
 
 /* Shape of the named preset at tp/ep. dtype NULL takes the dtype and block shape the
  * checkpoint ships (deepseek-v3: fp8_w8a8 with 128x128 blocks); "fp8_w8a8" takes the
  * checkpoint's fp8 blocks where it has them, else per-tensor scales; "bf16" is bf16.
  * MT_NOTFOUND with a reason listing the known presets when the name is unknown;
  * MT_INVAL as above. */
-int cli_preset_shape(const char *name, uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape, char *err,
-                     size_t errlen);
+mt_status_t cli_preset_shape(const char *name, uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape,
+                             char *err, size_t errlen);
 
 /* Shape from the text of a Hugging Face config.json: experts from num_local_experts,
  * n_routed_experts or num_experts; top-k from num_experts_per_tok or experts_per_token;
@@ -50,11 +52,11 @@ int cli_preset_shape(const char *name, uint32_t tp, uint32_t ep, const char *dty
  * fp8_w8a8 with that block shape (none: per-tensor scales); dtype "fp8_w8a8" keeps the
  * block shape, "bf16" drops it. A weight_block_size that is not two positive integers
  * is MT_INVAL. */
-int cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t ep, const char *dtype,
-                           krn_shape_t *shape, char *err, size_t errlen);
+mt_status_t cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t ep, const char *dtype,
+                                   krn_shape_t *shape, char *err, size_t errlen);
 
 /* Same as cli_model_config_parse() on the file at path (MT_IO when unreadable). */
-int cli_model_config_load(const char *path, uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape, char *err,
-                          size_t errlen);
+mt_status_t cli_model_config_load(const char *path, uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape,
+                                  char *err, size_t errlen);
 
 #endif

@@ -27,7 +27,7 @@ struct cli_progress {
     double eta_s;   /* its last answer; < 0 unknown */
 };
 
-int cli_progress_new(FILE *out, bool json, bool tty, cli_progress_t **pp) {
+mt_status_t cli_progress_new(FILE *out, bool json, bool tty, cli_progress_t **pp) {
     cli_progress_t *p = calloc(1, sizeof *p);
     *pp = NULL;
     if (!p) return MT_NOMEM;

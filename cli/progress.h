@@ -15,12 +15,13 @@
 
 #include "eta.h"
 #include "moetune.pb-c.h"
+#include "mt.h"
 
 typedef struct cli_progress cli_progress_t;
 
 /* New progress display writing to out (text) or, with json, JSON lines to out.
  * tty selects '\r' redraws. MT_OK with *p (free with cli_progress_destroy); MT_NOMEM. */
-int cli_progress_new(FILE *out, bool json, bool tty, cli_progress_t **p);
+mt_status_t cli_progress_new(FILE *out, bool json, bool tty, cli_progress_t **p);
 
 /* Formats one text progress line for st with workers_alive live workers and eta_s
  * seconds left (< 0 unknown; eta.h) into buf. */

@@ -460,7 +460,7 @@ void cli_spec_destroy(cli_spec_t **sp) {
     *sp = NULL;
 }
 
-int cli_spec_set(cli_spec_t *s, const char *name, const char *value, char *err, size_t errlen) {
+mt_status_t cli_spec_set(cli_spec_t *s, const char *name, const char *value, char *err, size_t errlen) {
     const opt_def_t *d = find_opt(name ? name : "");
     if (!d) {
         mt_fmt(err, errlen, "unknown spec option '%s'", name ? name : "");
@@ -693,7 +693,7 @@ static int apply_array(cli_spec_t *s, const char *key, json_t *v, const char *wh
     return MT_OK;
 }
 
-int cli_spec_parse_json(cli_spec_t *s, const char *text, size_t len, char *err, size_t errlen) {
+mt_status_t cli_spec_parse_json(cli_spec_t *s, const char *text, size_t len, char *err, size_t errlen) {
     int rc = MT_OK;
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -736,7 +736,7 @@ out:
     return rc;
 }
 
-int cli_spec_load_json(cli_spec_t *s, const char *path, char *err, size_t errlen) {
+mt_status_t cli_spec_load_json(cli_spec_t *s, const char *path, char *err, size_t errlen) {
     int rc = MT_OK;
     char *buf = NULL;
     FILE *f = NULL;
@@ -786,7 +786,7 @@ static bool shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
            a->block_n == b->block_n && a->block_k == b->block_k;
 }
 
-int cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen) {
+mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen) {
     int rc = MT_OK;
     const char *dtype = s->dtype[0] ? s->dtype : NULL;
     if (s->finished) {
@@ -1005,7 +1005,8 @@ static void diff_margin(char *diff, size_t len, size_t *n, const char *what, dou
     add_diff(diff, len, n, what, a, b);
 }
 
-int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *now, bool *same, char *diff, size_t len) {
+mt_status_t cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *now, bool *same, char *diff,
+                             size_t len) {
     int rc = MT_OK;
     plan_t *pa = NULL, *pb = NULL;
     size_t n = 0;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "moetune.pb-c.h"
+#include "mt.h"
 #include "space.h"
 
 #define CLI_SPEC_MAX_SHAPES 64
@@ -42,7 +43,7 @@ bool cli_spec_knows(const char *name);
 /* Applies one option. "shape", "model" and "model-config" add to what is there; a list
  * option replaces the list; "spec" loads a JSON file. Returns MT_OK, MT_INVAL with a
  * reason naming the option on a bad value, MT_NOTFOUND for an unknown option. */
-int cli_spec_set(cli_spec_t *spec, const char *name, const char *value, char *err, size_t errlen);
+mt_status_t cli_spec_set(cli_spec_t *spec, const char *name, const char *value, char *err, size_t errlen);
 
 /* Applies a JSON spec document: an object with any of "name", "shapes" (array of shape
  * strings or objects {"E","N","K","topk"[,"dtype"][,"block_shape":[n,k]]}), "models"
@@ -51,8 +52,8 @@ int cli_spec_set(cli_spec_t *spec, const char *name, const char *value, char *er
  * "device_filter", "chunk", "max_attempts", "measure" ({"warmup", "min_samples",
  * "max_samples", "rsd_target", "budget_ms", "timeout_ms", "seed", "race_margin"}). Unknown keys are
  * errors. */
-int cli_spec_parse_json(cli_spec_t *spec, const char *text, size_t len, char *err, size_t errlen);
-int cli_spec_load_json(cli_spec_t *spec, const char *path, char *err, size_t errlen);
+mt_status_t cli_spec_parse_json(cli_spec_t *spec, const char *text, size_t len, char *err, size_t errlen);
+mt_status_t cli_spec_load_json(cli_spec_t *spec, const char *path, char *err, size_t errlen);
 
 /* Resolves models into shapes, checks the whole spec (at least one shape, min_samples
  * <= max_samples, ...) and assembles the message. With fill_defaults, empty fields get
@@ -60,7 +61,7 @@ int cli_spec_load_json(cli_spec_t *spec, const char *path, char *err, size_t err
  * exhaustive, 3 attempts), so the same command always produces the same spec. Either
  * way, a space with only some lists given gets the default for the others, and an
  * empty name gets one derived from the shapes. Call once, after every set. */
-int cli_spec_finish(cli_spec_t *spec, bool fill_defaults, char *err, size_t errlen);
+mt_status_t cli_spec_finish(cli_spec_t *spec, bool fill_defaults, char *err, size_t errlen);
 
 /* The assembled message (valid after cli_spec_finish, owned by spec). */
 const Moetune__SweepSpec *cli_spec_get(const cli_spec_t *spec);
@@ -75,6 +76,7 @@ bool cli_spec_same_target(const Moetune__SweepSpec *a, const Moetune__SweepSpec 
  * setting, strategy, device filter and the configs the static rules accept. Sets *same;
  * the differences go into diff as "field A, now B" joined by "; ". MT_INVAL (reason in
  * diff) when either spec does not plan. */
-int cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *now, bool *same, char *diff, size_t len);
+mt_status_t cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *now, bool *same, char *diff,
+                             size_t len);
 
 #endif

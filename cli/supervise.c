@@ -41,7 +41,7 @@ uint32_t sup_count_gpus(void) {
     return n;
 }
 
-int sup_new(sup_t **out, char *err, size_t errlen) {
+mt_status_t sup_new(sup_t **out, char *err, size_t errlen) {
     *out = NULL;
     char self[PATH_MAX];
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -67,7 +67,7 @@ int sup_new(sup_t **out, char *err, size_t errlen) {
     return MT_OK;
 }
 
-int sup_open_dir(sup_t *s, char *err, size_t errlen) {
+mt_status_t sup_open_dir(sup_t *s, char *err, size_t errlen) {
     snprintf(s->dir, sizeof s->dir, "/tmp/moetune-tune-XXXXXX");
     if (!mkdtemp(s->dir)) {
         mt_fmt(err, errlen, "mkdtemp: %s", strerror(errno));
@@ -111,7 +111,7 @@ static int spawn(sup_proc_t *p, char *const argv[], char *err, size_t errlen) {
     return MT_OK;
 }
 
-int sup_start_coordinator(sup_t *s, const char *db, const char *log_level, char *err, size_t errlen) {
+mt_status_t sup_start_coordinator(sup_t *s, const char *db, const char *log_level, char *err, size_t errlen) {
     mt_fmt(s->coord.log, sizeof s->coord.log, "%s/coordinator.log", s->dir);
     snprintf(s->coord.label, sizeof s->coord.label, "coordinator");
     char *argv[] = {s->coord_bin, "--db",        (char *)db,    "--bind",          s->workers_ep,
@@ -119,7 +119,7 @@ int sup_start_coordinator(sup_t *s, const char *db, const char *log_level, char 
     return spawn(&s->coord, argv, err, errlen);
 }
 
-int sup_start_worker(sup_t *s, uint32_t i, char *const args[], char *err, size_t errlen) {
+mt_status_t sup_start_worker(sup_t *s, uint32_t i, char *const args[], char *err, size_t errlen) {
     sup_proc_t *w = &s->workers[i];
     char gpu[16];
     char *argv[64];
@@ -179,7 +179,7 @@ void sup_describe_exit(const sup_proc_t *p, char *buf, size_t len) {
         mt_fmt(buf, len, "%s ended", p->label);
 }
 
-int sup_check(sup_t *s, char *why, size_t len) {
+mt_status_t sup_check(sup_t *s, char *why, size_t len) {
     if (sup_reap(&s->coord)) {
         sup_describe_exit(&s->coord, why, len);
         return MT_ERR;

@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "mt.h"
+
 #define SUP_MAX_WORKERS 64
 
 /* One child process. */
@@ -45,17 +47,17 @@ uint32_t sup_count_gpus(void);
 /* New run whose binaries are moetune-coordinator and moetune-worker beside the running
  * executable. MT_OK with *out (free with sup_destroy); MT_NOTFOUND with a one-line
  * reason in err when they are not there; MT_NOMEM. */
-int sup_new(sup_t **out, char *err, size_t errlen);
+mt_status_t sup_new(sup_t **out, char *err, size_t errlen);
 
 /* Creates the run folder and names the endpoints in it. MT_IO with errno's text. */
-int sup_open_dir(sup_t *s, char *err, size_t errlen);
+mt_status_t sup_open_dir(sup_t *s, char *err, size_t errlen);
 
 /* Starts the coordinator on db with its log in the run folder. MT_IO or MT_ERR with a reason. */
-int sup_start_coordinator(sup_t *s, const char *db, const char *log_level, char *err, size_t errlen);
+mt_status_t sup_start_coordinator(sup_t *s, const char *db, const char *log_level, char *err, size_t errlen);
 
 /* Starts worker i (its log in the run folder) as `moetune-worker --connect EP --gpu
  * gpus[i] ARGS...`; args is NULL-terminated and copied by exec. Errors as above. */
-int sup_start_worker(sup_t *s, uint32_t i, char *const args[], char *err, size_t errlen);
+mt_status_t sup_start_worker(sup_t *s, uint32_t i, char *const args[], char *err, size_t errlen);
 
 /* Collects p's exit if it has ended; true when it has. */
 bool sup_reap(sup_proc_t *p);
@@ -67,7 +69,7 @@ void sup_describe_exit(const sup_proc_t *p, char *buf, size_t len);
  * a start-up failure is warned about on stderr once, and the others go on); MT_ERR with
  * the reason in why when the coordinator ended, a worker could not start (exit 1 or 2),
  * or every worker is gone. */
-int sup_check(sup_t *s, char *why, size_t len);
+mt_status_t sup_check(sup_t *s, char *why, size_t len);
 
 /* True when the coordinator has exited; its wait status in *status. */
 bool sup_coordinator_exited(sup_t *s, int *status);

@@ -21,7 +21,7 @@ void mt_log_init(const char *tag, mt_log_level_t level) {
     if (tag) snprintf(g_tag, sizeof g_tag, "%s", tag);
 }
 
-int mt_log_parse_level(const char *name, mt_log_level_t *out) {
+mt_status_t mt_log_parse_level(const char *name, mt_log_level_t *out) {
     static const struct {
         const char *name;
         mt_log_level_t level;
@@ -70,7 +70,7 @@ char *mt_fmt(char *buf, size_t len, const char *fmt, ...) {
     return buf;
 }
 
-int mt_parse_u64(const char *s, uint64_t *out) {
+mt_status_t mt_parse_u64(const char *s, uint64_t *out) {
     if (!s || !*s || *s == '-' || *s == '+') return MT_INVAL;
     char *end = NULL;
     errno = 0;
@@ -80,14 +80,14 @@ int mt_parse_u64(const char *s, uint64_t *out) {
     return MT_OK;
 }
 
-int mt_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out) {
+mt_status_t mt_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out) {
     uint64_t v;
     if (mt_parse_u64(s, &v) != MT_OK || v < min || v > max) return MT_INVAL;
     *out = (uint32_t)v;
     return MT_OK;
 }
 
-int mt_parse_double(const char *s, double *out) {
+mt_status_t mt_parse_double(const char *s, double *out) {
     if (!s || !*s) return MT_INVAL;
     char *end = NULL;
     errno = 0;
@@ -97,7 +97,8 @@ int mt_parse_double(const char *s, double *out) {
     return MT_OK;
 }
 
-int mt_parse_u32_list(const char *s, uint32_t min, uint32_t max, uint32_t **out, size_t *n, char *err, size_t errlen) {
+mt_status_t mt_parse_u32_list(const char *s, uint32_t min, uint32_t max, uint32_t **out, size_t *n, char *err,
+                              size_t errlen) {
     int rc = MT_OK;
     char *copy = NULL;
     uint32_t *vals = NULL;
@@ -147,7 +148,7 @@ uint64_t mt_fnv1a(uint64_t h, const void *data, size_t len) {
     return h;
 }
 
-int mt_mkdirs(const char *path, char *err, size_t errlen) {
+mt_status_t mt_mkdirs(const char *path, char *err, size_t errlen) {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
         mt_fmt(err, errlen, "path too long: %s", path);
@@ -185,7 +186,7 @@ void mt_install_stop_handlers(void) {
     signal(SIGPIPE, SIG_IGN);
 }
 
-int mt_helper_path(char *buf, size_t len, char *err, size_t errlen) {
+mt_status_t mt_helper_path(char *buf, size_t len, char *err, size_t errlen) {
     const char *env = getenv("MOETUNE_HELPER");
     if (env && *env) {
         if (access(env, R_OK) != 0) {
@@ -236,7 +237,7 @@ void *mt_calloc(size_t count, size_t n) { return alloc_should_fail() ? NULL : ca
 void *mt_realloc(void *p, size_t n) { return alloc_should_fail() ? NULL : realloc(p, n); }
 char *mt_strdup(const char *s) { return alloc_should_fail() ? NULL : strdup(s); }
 
-int mt_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first) {
+mt_status_t mt_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first) {
     if (need <= *cap) return MT_OK;
     size_t n = *cap ? *cap * 2 : first;
     while (n < need) n *= 2;

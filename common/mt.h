@@ -30,7 +30,7 @@ typedef enum { MT_LOG_ERROR = 0, MT_LOG_WARN, MT_LOG_INFO, MT_LOG_DEBUG } mt_log
  * "worker host-123-0"). The tag is copied. */
 void mt_log_init(const char *tag, mt_log_level_t level);
 /* Parses "error", "warn", "info", "debug"; returns MT_INVAL for anything else. */
-int mt_log_parse_level(const char *name, mt_log_level_t *out);
+mt_status_t mt_log_parse_level(const char *name, mt_log_level_t *out);
 extern mt_log_level_t mt_log_level;
 void mt_log_write(mt_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Logs at a level; the level check runs before the arguments are formatted. */
@@ -49,25 +49,26 @@ int64_t mt_wall_s(void);
 char *mt_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Parses a whole decimal unsigned integer in [min, max]; MT_INVAL otherwise. */
-int mt_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out);
-int mt_parse_u64(const char *s, uint64_t *out);
-int mt_parse_double(const char *s, double *out);
+mt_status_t mt_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out);
+mt_status_t mt_parse_u64(const char *s, uint64_t *out);
+mt_status_t mt_parse_double(const char *s, double *out);
 
 /* Parses a comma-separated list of unsigned integers in [min, max] into a newly allocated
  * array (caller frees *out). Returns MT_INVAL with a reason in err on a bad element. */
-int mt_parse_u32_list(const char *s, uint32_t min, uint32_t max, uint32_t **out, size_t *n, char *err, size_t errlen);
+mt_status_t mt_parse_u32_list(const char *s, uint32_t min, uint32_t max, uint32_t **out, size_t *n, char *err,
+                              size_t errlen);
 
 /* 64-bit FNV-1a over bytes, continuing from h (start with MT_FNV_INIT). */
 #define MT_FNV_INIT 1469598103934665603ULL
 uint64_t mt_fnv1a(uint64_t h, const void *data, size_t len);
 
 /* Creates a directory and its parents (mode 0755); MT_IO with errno text in err. */
-int mt_mkdirs(const char *path, char *err, size_t errlen);
+mt_status_t mt_mkdirs(const char *path, char *err, size_t errlen);
 
 /* The triton backend's helper script: $MOETUNE_HELPER when set (it must be readable), else
  * moetune_helper.py beside the running binary, else the source tree's worker/ copy. Writes the
  * path into buf; MT_NOTFOUND with a one-line reason in err. Used by the worker and by doctor. */
-int mt_helper_path(char *buf, size_t len, char *err, size_t errlen);
+mt_status_t mt_helper_path(char *buf, size_t len, char *err, size_t errlen);
 
 /* Allocation with a failure hook for tests (as SQLite's): the same as the libc calls, except
  * that after mt_alloc_fail_at(n), n > 0, the n-th of these calls from then returns NULL (once;
@@ -84,7 +85,7 @@ int mt_alloc_failed(void);
  * when need <= *cap, else the capacity doubles (from first, > 0, when 0) until need fits and the
  * array is reallocated; *arr and *cap change only on success. Plain realloc, outside the
  * failure hook above. MT_NOMEM when out of memory (the array is kept as it was). */
-int mt_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first);
+mt_status_t mt_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first);
 
 /* Sends a signal-safe flag: the daemons' loops check it. */
 extern volatile int mt_stop_requested;

@@ -111,7 +111,7 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
     return MT_OK;
 }
 
-int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen) {
+mt_status_t coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
     *out = NULL;
     if (!opts || !opts->db_path || !*opts->db_path) {
@@ -554,7 +554,7 @@ static void writer_feed(coord_t *c) {
         sched_batch_done(c->sched, b, MT_BUSY, "writer busy", mt_now_ms());
 }
 
-int coord_run(coord_t *c) {
+mt_status_t coord_run(coord_t *c) {
     int rc = MT_OK;
     uint64_t next_tick = 0;
     uint64_t retry_at = 0; /* after a failed commit, wait a little before the next try */

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mt.h"
 #include "scheduler.h"
 #include "secure.h"
 
@@ -52,11 +53,11 @@ typedef struct {
  * migrating it), loads the state and binds both sockets. Returns MT_OK with *out
  * set, or MT_BUSY (another process holds the lock: err names it), MT_IO (database),
  * MT_INVAL (options) or MT_ERR (sockets) with a one-line reason in err. */
-int coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen);
+mt_status_t coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen);
 
 /* Runs the loop until mt_stop_requested or coord_stop(); then commits what is
  * pending. Returns MT_OK, or MT_ERR after a socket failure. */
-int coord_run(coord_t *c);
+mt_status_t coord_run(coord_t *c);
 
 /* Asks coord_run to return; safe from any thread or a signal handler. */
 void coord_stop(coord_t *c);

@@ -43,7 +43,7 @@ uint64_t halving_finalists_estimate(uint64_t configs, size_t nb) {
     return (keep < configs ? keep : configs) * nb;
 }
 
-int halving_choose(halving_row_t *rows, size_t n, size_t nb) {
+mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb) {
     size_t *start = calloc(nb + 1, sizeof *start);
     if (!start) return MT_NOMEM;
     for (size_t i = 0; i < n; i++) {
@@ -84,7 +84,7 @@ int halving_choose(halving_row_t *rows, size_t n, size_t nb) {
     return MT_OK;
 }
 
-int halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin) {
+mt_status_t halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin) {
     for (size_t i = 0; i < n; i++)
         if (rows[i].bi >= nb) return MT_INVAL;
     if (n) qsort(rows, n, sizeof *rows, cmp_row);
@@ -103,7 +103,7 @@ int halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margi
     return MT_OK;
 }
 
-int halving_bs_format(const uint32_t *bs, size_t n, char *buf, size_t len) {
+mt_status_t halving_bs_format(const uint32_t *bs, size_t n, char *buf, size_t len) {
     size_t used = 0;
     if (len) buf[0] = '\0';
     for (size_t i = 0; i < n; i++) {
@@ -114,7 +114,7 @@ int halving_bs_format(const uint32_t *bs, size_t n, char *buf, size_t len) {
     return MT_OK;
 }
 
-int halving_bs_parse(const char *text, const uint32_t *allowed, size_t n_allowed, uint32_t **out, size_t *n) {
+mt_status_t halving_bs_parse(const char *text, const uint32_t *allowed, size_t n_allowed, uint32_t **out, size_t *n) {
     *out = NULL;
     *n = 0;
     if (!text || !*text) return MT_INVAL;
@@ -264,8 +264,8 @@ out:
     return rc;
 }
 
-int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
-                    double decide, int64_t now_s, halving_step_t *out) {
+mt_status_t halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                            uint32_t chunk, double decide, int64_t now_s, halving_step_t *out) {
     collect_t c = {.bs = bs, .nb = nb};
     phase_probe_t p = {.shape_id = shape_id};
     memset(out, 0, sizeof *out);
@@ -282,8 +282,8 @@ int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uin
     return rc;
 }
 
-int halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
-                       double decide, int64_t now_s, halving_step_t *out) {
+mt_status_t halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                               uint32_t chunk, double decide, int64_t now_s, halving_step_t *out) {
     int rc = store_begin(db);
     if (rc) return rc;
     rc = halving_advance(db, sweep_id, shape_id, bs, nb, chunk, decide, now_s, out);

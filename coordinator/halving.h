@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "moetune.pb-c.h"
+#include "mt.h"
 #include "store.h"
 
 /* Phase 1's samples per (config, batch size): the median of 5 stays put when two of
@@ -68,12 +69,14 @@ typedef struct {
 /* Pure: ranks rows per batch size (median, then config id) and marks the finalists:
  * the best max(HALVING_KEEP_MIN, ceil(n / HALVING_KEEP_DIV)) of each batch size's n
  * rows, plus, at each batch size, the rank-1 configs of the neighbouring batch sizes
- * (bi - 1, bi + 1) where they have a row. Reorders rows. nb bounds every bi. */
-int halving_choose(halving_row_t *rows, size_t n, size_t nb);
+ * (bi - 1, bi + 1) where they have a row. Reorders rows. nb bounds every bi: MT_INVAL for a
+ * row whose bi is not below it (rows untouched); MT_NOMEM. */
+mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb);
 /* Pure: ranks rows as halving_choose and marks the decide step's finalists: at each batch
  * size the configs whose median is within margin of the best (median <= best x (1 +
- * margin)), at most HALVING_DECIDE_MAX, and none where only the best is. Reorders rows. */
-int halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin);
+ * margin)), at most HALVING_DECIDE_MAX, and none where only the best is. Reorders rows.
+ * MT_INVAL as halving_choose. */
+mt_status_t halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin);
 
 /* About how many finalist rows halving_choose keeps of a shape whose configs each have a
  * row at nb batch sizes: the kept share at each batch size plus one neighbour's winner
@@ -81,10 +84,10 @@ int halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margi
 uint64_t halving_finalists_estimate(uint64_t configs, size_t nb);
 
 /* Formats batch sizes as "1,16,256" into buf; MT_INVAL when it does not fit. */
-int halving_bs_format(const uint32_t *bs, size_t n, char *buf, size_t len);
+mt_status_t halving_bs_format(const uint32_t *bs, size_t n, char *buf, size_t len);
 /* Parses "1,16,256" into a new array (*out, caller frees) of *n values, each of which
  * must be one of allowed[0..n_allowed); MT_INVAL for anything else (a stored row is data). */
-int halving_bs_parse(const char *text, const uint32_t *allowed, size_t n_allowed, uint32_t **out, size_t *n);
+mt_status_t halving_bs_parse(const char *text, const uint32_t *allowed, size_t n_allowed, uint32_t **out, size_t *n);
 
 /* What one shape's transition did. */
 typedef struct {
@@ -97,8 +100,8 @@ typedef struct {
 /* halving_plan_shape inside the caller's open transaction (the coordinator's commit
  * batch, on its writer thread): the same reads and writes, no begin or commit; on
  * failure the caller rolls back. */
-int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
-                    double decide, int64_t now_s, halving_step_t *out);
+mt_status_t halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                            uint32_t chunk, double decide, int64_t now_s, halving_step_t *out);
 
 /* The phase transition of (sweep, shape), in one transaction of its own on db: reads
  * the phase-1 ok rows, chooses the finalists, prunes the others' rows and stores the
@@ -106,7 +109,7 @@ int halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uin
  * 0 for halving, else the decide step's margin (halving_choose_decide; nothing pruned). A
  * shape whose phase 2 is planned already changes nothing (out->already). On failure
  * nothing is stored: MT_BUSY/MT_IO with store_errmsg(db), MT_NOMEM. */
-int halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
-                       double decide, int64_t now_s, halving_step_t *out);
+mt_status_t halving_plan_shape(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                               uint32_t chunk, double decide, int64_t now_s, halving_step_t *out);
 
 #endif

@@ -165,7 +165,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return r;
 }
 
-int metrics_new(const char *hostport, metrics_t **out, char *err, size_t errlen) {
+mt_status_t metrics_new(const char *hostport, metrics_t **out, char *err, size_t errlen) {
     *out = NULL;
     const char *colon = hostport ? strrchr(hostport, ':') : NULL;
     uint32_t port;

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mt.h"
 #include "scheduler.h"
 #include "states.h"
 
@@ -34,7 +35,7 @@ typedef struct {
 /* Starts serving on "HOST:PORT" (HOST an IPv4 address, or * for all interfaces; PORT 0
  * picks a free one, see metrics_port). MT_OK with *out set, MT_INVAL for a bad address,
  * MT_ERR when it cannot listen; the reason in err. */
-int metrics_new(const char *hostport, metrics_t **out, char *err, size_t errlen);
+mt_status_t metrics_new(const char *hostport, metrics_t **out, char *err, size_t errlen);
 
 /* The port it listens on. */
 uint16_t metrics_port(const metrics_t *m);

@@ -65,7 +65,7 @@ static int cmp_ranked(const void *a, const void *b) {
     return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
-int ord_configs(const krn_shape_t *shape, const uint32_t *bs, size_t nb, krn_config_t *v, size_t n) {
+mt_status_t ord_configs(const krn_shape_t *shape, const uint32_t *bs, size_t nb, krn_config_t *v, size_t n) {
     int rc = MT_OK;
     if (n < 2) return MT_OK;
     /* at most ORD_MAX_BS batch sizes, spread over the list, both ends kept: the score's

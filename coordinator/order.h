@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mt.h"
 #include "space.h"
 
 /* The model's estimate of one layer at batch size m, microseconds; for ranking only. */
@@ -25,6 +26,6 @@ double ord_cost_us(const krn_shape_t *shape, const krn_config_t *cfg, uint32_t m
  * remaining config of its BLOCK_SIZE_M. So every prefix of k rounds holds the k most
  * promising configs of every BLOCK_SIZE_M, and the first (distinct BLOCK_SIZE_M) configs
  * span them all. Deterministic (ties keep the space order). MT_NOMEM on failure, v unchanged. */
-int ord_configs(const krn_shape_t *shape, const uint32_t *bs, size_t nb, krn_config_t *v, size_t n);
+mt_status_t ord_configs(const krn_shape_t *shape, const uint32_t *bs, size_t nb, krn_config_t *v, size_t n);
 
 #endif

@@ -136,7 +136,7 @@ static int shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
            a->block_k == b->block_k && strcmp(a->dtype, b->dtype) == 0 && strcmp(a->routing, b->routing) == 0;
 }
 
-int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen) {
+mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
     plan_t *p = NULL;
     char why[PLAN_REASON_LEN];
@@ -323,8 +323,8 @@ out:
     return rc;
 }
 
-int plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t *rejected, uint32_t *jobs, char *err,
-               size_t errlen) {
+mt_status_t plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t *rejected, uint32_t *jobs, char *err,
+                       size_t errlen) {
     plan_t *p = NULL;
     int rc = plan_build(spec, &p, err, errlen);
     if (rc) return rc;
@@ -362,7 +362,7 @@ static int store_shape(store_t *db, const plan_t *p, plan_shape_t *ps, uint64_t 
     return rc;
 }
 
-int plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, int64_t now, char *err, size_t errlen) {
+mt_status_t plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, int64_t now, char *err, size_t errlen) {
     uint64_t sweep_id = 0;
     size_t len = moetune__sweep_spec__get_packed_size(spec);
     uint8_t *packed = mt_malloc(len ? len : 1);
@@ -391,7 +391,7 @@ int plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, int64_t n
     return MT_OK;
 }
 
-int plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err, size_t errlen) {
+mt_status_t plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err, size_t errlen) {
     plan_t *p = NULL;
     int rc = plan_build(spec, &p, err, errlen);
     if (rc) return rc;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "moetune.pb-c.h"
+#include "mt.h"
 #include "space.h"
 #include "store.h"
 
@@ -70,28 +71,28 @@ void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out);
  * returns MT_INVAL with a one-line reason in err (e.g. "unknown strategy 'x'"); a
  * spec of more than PLAN_MAX_CONFIGS configs (shapes x space) is refused with its
  * count before anything is expanded. */
-int plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen);
+mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen);
 
 /* Releases a plan; NULL-safe, nulls *p. */
 void plan_destroy(plan_t **p);
 
 /* Pure count of what spec would plan: configs accepted and rejected (summed over
  * shapes) and jobs. MT_INVAL with a reason in err for an invalid spec. */
-int plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t *rejected, uint32_t *jobs, char *err,
-               size_t errlen);
+mt_status_t plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t *rejected, uint32_t *jobs, char *err,
+                       size_t errlen);
 
 /* Writes plan p of spec (built by plan_build from this spec) inside the caller's open
  * transaction: the sweep row (packed spec, created now), routing, shapes, configs,
  * rejections, jobs and results_planned; the ids it got go into p (sweep_id, created,
  * each shape's shape_id, config_ids and job_ids). MT_IO/MT_BUSY/MT_NOMEM with a reason
  * in err on failure: the caller rolls back. */
-int plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, int64_t now, char *err, size_t errlen);
+mt_status_t plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, int64_t now, char *err, size_t errlen);
 
 /* Validates spec and stores it in one transaction: the sweep row (packed spec),
  * shapes, configs, rejections, jobs and results_planned. Fills out (sweep_id, jobs,
  * configs_valid, configs_rejected, results_planned). An invalid spec stores nothing
  * and returns MT_INVAL; a storage failure stores nothing either and returns MT_IO or
  * MT_BUSY. Reason in err. */
-int plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err, size_t errlen);
+mt_status_t plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err, size_t errlen);
 
 #endif

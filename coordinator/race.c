@@ -34,7 +34,7 @@ static race_entry_t *find(const race_t *r, uint64_t sweep_id, uint64_t shape_id,
     return NULL;
 }
 
-int race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs, double median_us) {
+mt_status_t race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs, double median_us) {
     if (!(median_us > 0)) return MT_OK;
     race_entry_t *e = find(r, sweep_id, shape_id, bs);
     if (e) {

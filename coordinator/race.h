@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mt.h"
+
 typedef struct race race_t;
 
 /* The default race margin (Measure.race_margin 0): 20 %, far beyond the 1-2 % that one
@@ -25,7 +27,7 @@ race_t *race_new(void);
 void race_free(race_t **r);
 
 /* Keeps median_us when it is the lowest seen for the key; MT_NOMEM when it cannot. */
-int race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs, double median_us);
+mt_status_t race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs, double median_us);
 
 /* The best median for the key, 0 when none is known. */
 double race_best(const race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs);

@@ -78,7 +78,7 @@ static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
     return MT_OK;
 }
 
-int sched_batch_take(sched_t *s, sched_batch_t **out) {
+mt_status_t sched_batch_take(sched_t *s, sched_batch_t **out) {
     *out = NULL;
     if (s->inflight) return MT_BUSY;
     size_t n_sw = 0;
@@ -327,7 +327,7 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
     sched_send_acks(s);
 }
 
-int sched_flush(sched_t *s, uint64_t now_ms) {
+mt_status_t sched_flush(sched_t *s, uint64_t now_ms) {
     int rc = MT_OK;
     do {
         sched_batch_t *b = NULL;

@@ -10,7 +10,7 @@
 #include "mt.h"
 #include "sched_int.h"
 
-int sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned_before) {
+mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned_before) {
     size_t n = sw->n_hv + 1;
     uint64_t *ids = realloc(sw->hv_shapes, n * sizeof *ids);
     if (ids) sw->hv_shapes = ids;
@@ -27,7 +27,9 @@ static int load_phase(void *ctx, uint64_t shape_id, uint32_t max_phase) {
     return sched_halving_add_shape(ctx, shape_id, max_phase >= 2);
 }
 
-int sched_halving_load(sched_t *s, sweep_t *sw) { return store_sweep_phases_each(s->db, sw->id, load_phase, sw); }
+mt_status_t sched_halving_load(sched_t *s, sweep_t *sw) {
+    return store_sweep_phases_each(s->db, sw->id, load_phase, sw);
+}
 
 bool sched_halving_waiting(const sweep_t *sw) {
     for (size_t h = 0; sw->halving && h < sw->n_hv; h++)
@@ -49,7 +51,7 @@ void sched_halving_free(bhalving_t *hv, size_t n) {
     free(hv);
 }
 
-int sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
+mt_status_t sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
     bhalving_t *hv = NULL;
     size_t n = 0;
     *out = NULL;

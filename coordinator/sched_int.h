@@ -253,7 +253,7 @@ static inline int sched_send_env(sched_t *s, sched_worker_t *w, wire_env_t *env)
 }
 
 /* Grows *arr (elements of elem bytes, capacity *cap) to hold need, zeroing the new part. MT_NOMEM leaves it. */
-int sched_grow(void **arr, size_t *cap, size_t need, size_t elem);
+mt_status_t sched_grow(void **arr, size_t *cap, size_t need, size_t elem);
 
 /* ---- scheduler.c: state changes */
 
@@ -266,13 +266,13 @@ void sched_job_finish(sched_t *s, job_t *j, wire_job_state_t state);
 /* A running sweep with no job pending or leased is over (failed when a job failed). */
 void sched_sweep_check(sched_t *s, sweep_t *sw);
 /* Makes room to index one more job of sw with this id; nothing else changes. */
-int sched_job_index_reserve(sched_t *s, sweep_t *sw, uint64_t id);
+mt_status_t sched_job_index_reserve(sched_t *s, sweep_t *sw, uint64_t id);
 /* Indexes j by id and in its sweep: all or nothing (MT_NOMEM leaves no entry behind). */
-int sched_job_index(sched_t *s, job_t *j);
+mt_status_t sched_job_index(sched_t *s, job_t *j);
 job_t *sched_job_lookup(const sched_t *s, uint64_t id);
 sweep_t *sched_sweep_lookup(sched_t *s, uint64_t id);
 /* Notes a device that committed results to sw (GPU busy counts each once). */
-int sched_sweep_note_device(sweep_t *sw, uint64_t device_id);
+mt_status_t sched_sweep_note_device(sweep_t *sw, uint64_t device_id);
 
 /* ---- scheduler.c: workers and dispatch */
 
@@ -280,7 +280,7 @@ sched_worker_t *sched_worker_find(sched_t *s, const uint8_t *rid, size_t len);
 /* A new worker record, not alive, with its routing id as its id until it says Hello. */
 sched_worker_t *sched_worker_add(sched_t *s, const uint8_t *rid, size_t len);
 /* Records j in w's held list (the caller sets the lease). */
-int sched_worker_hold(sched_worker_t *w, job_t *j);
+mt_status_t sched_worker_hold(sched_worker_t *w, job_t *j);
 /* Queues seq for w's next Ack. */
 void sched_ack_push(sched_worker_t *w, uint64_t seq);
 /* The job whose config *ci of j is now: j itself, or where a split or a crash retry moved
@@ -315,20 +315,20 @@ void sched_sweep_free(sweep_t *sw);
 
 /* Loads the running sweep's open jobs that are not in memory yet (halving's phase 2),
  * with their configs and committed rows; a job already complete is finished. */
-int sched_load_new_jobs(sched_t *s, sweep_t *sw);
+mt_status_t sched_load_new_jobs(sched_t *s, sweep_t *sw);
 
 /* ---- sched_halving.c: successive halving's hooks (the logic is halving.c) */
 
 /* Loads sw's shapes and whether each one's phase 2 is planned (a halving sweep's load). */
-int sched_halving_load(sched_t *s, sweep_t *sw);
+mt_status_t sched_halving_load(sched_t *s, sweep_t *sw);
 /* Adds a shape of sw and whether its phase 2 is planned; MT_NOMEM leaves sw as it was. */
-int sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned);
+mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned);
 /* True while a shape of sw has no phase 2 planned: the sweep is not over. */
 bool sched_halving_waiting(const sweep_t *sw);
 /* For a commit batch: every shape of a running halving sweep whose phase-1 jobs are
  * over and whose phase 2 is not planned, marked taken (*hv owned by the caller, freed
  * with sched_halving_free). MT_NOMEM leaves them waiting. */
-int sched_halving_take(sched_t *s, bhalving_t **hv, size_t *n);
+mt_status_t sched_halving_take(sched_t *s, bhalving_t **hv, size_t *n);
 /* The batch came back: committed, each shape's phase 2 is planned, its pruned rows
  * counted and its jobs loaded and dispatched; otherwise the shapes wait for the next batch. */
 void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, uint64_t now_ms);

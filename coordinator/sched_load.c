@@ -149,7 +149,7 @@ static int load_best(void *ctx, uint64_t shape_id, uint32_t bs, double median_us
     return race_note(lc->s->race, lc->sw->id, shape_id, bs, median_us);
 }
 
-int sched_load_new_jobs(sched_t *s, sweep_t *sw) {
+mt_status_t sched_load_new_jobs(sched_t *s, sweep_t *sw) {
     load_ctx_t lc = {.s = s, .sw = sw};
     size_t n_before = sw->n_jobs;
     int rc = store_jobs_open_each(s->db, sw->id, load_job, &lc);
@@ -368,7 +368,7 @@ struct sched_plan {
     char err[256];            /* the planner's reason, written on the writer thread */
 };
 
-int sched_plan_new(const Moetune__SweepSpec *spec, sched_plan_t **out, char *err, size_t errlen) {
+mt_status_t sched_plan_new(const Moetune__SweepSpec *spec, sched_plan_t **out, char *err, size_t errlen) {
     *out = NULL;
     sched_plan_t *sp = mt_calloc(1, sizeof *sp);
     uint8_t *buf = NULL;
@@ -478,8 +478,8 @@ nomem:
     return MT_NOMEM;
 }
 
-int sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *why, Moetune__Submitted *out, uint64_t now_ms,
-                    char *err, size_t errlen) {
+mt_status_t sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *why, Moetune__Submitted *out,
+                            uint64_t now_ms, char *err, size_t errlen) {
     sched_plan_t *sp = *psp;
     moetune__submitted__init(out);
     if (rc) {
@@ -535,8 +535,8 @@ out:
     return rc;
 }
 
-int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms, char *err,
-                 size_t errlen) {
+mt_status_t sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms,
+                         char *err, size_t errlen) {
     sched_plan_t *sp = NULL;
     int rc = sched_plan_new(spec, &sp, err, errlen);
     if (rc) return rc;

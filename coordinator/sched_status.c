@@ -52,7 +52,7 @@ static uint64_t finalists_ahead(const sweep_t *sw) {
     return waiting * halving_finalists_estimate(configs ? configs : 1, sw->nb);
 }
 
-int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t *st) {
+mt_status_t sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t *st) {
     memset(st, 0, sizeof *st);
     moetune__status_reply__init(&st->reply);
     moetune__counters__init(&st->counters);

@@ -16,7 +16,7 @@
 
 /* ---- small helpers */
 
-int sched_grow(void **arr, size_t *cap, size_t need, size_t elem) {
+mt_status_t sched_grow(void **arr, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return MT_OK;
     size_t n = *cap ? *cap : 16;
     while (n < need) n *= 2;
@@ -161,13 +161,13 @@ static void job_requeue(sched_t *s, job_t *j, bool count_attempt, const char *wh
 }
 
 /* Makes room to index one more job of sw with this id; nothing else changes. */
-int sched_job_index_reserve(sched_t *s, sweep_t *sw, uint64_t id) {
+mt_status_t sched_job_index_reserve(sched_t *s, sweep_t *sw, uint64_t id) {
     if (id >= s->cap_by_id && sched_grow((void **)&s->by_id, &s->cap_by_id, id + 1, sizeof *s->by_id)) return MT_NOMEM;
     return sched_grow((void **)&sw->jobs, &sw->cap_jobs, sw->n_jobs + 1, sizeof *sw->jobs);
 }
 
 /* Indexes j by id and in its sweep: all or nothing (MT_NOMEM leaves no entry behind). */
-int sched_job_index(sched_t *s, job_t *j) {
+mt_status_t sched_job_index(sched_t *s, job_t *j) {
     if (sched_job_index_reserve(s, j->sw, j->id)) return MT_NOMEM;
     sweep_t *sw = j->sw;
     s->by_id[j->id] = j;
@@ -180,7 +180,7 @@ int sched_job_index(sched_t *s, job_t *j) {
 job_t *sched_job_lookup(const sched_t *s, uint64_t id) { return id < s->cap_by_id ? s->by_id[id] : NULL; }
 
 /* GPU busy counts each device that measured the sweep once. */
-int sched_sweep_note_device(sweep_t *sw, uint64_t device_id) {
+mt_status_t sched_sweep_note_device(sweep_t *sw, uint64_t device_id) {
     for (size_t i = 0; i < sw->n_devs; i++)
         if (sw->devs[i] == device_id) return MT_OK;
     if (sched_grow((void **)&sw->devs, &sw->cap_devs, sw->n_devs + 1, sizeof *sw->devs)) return MT_NOMEM;
@@ -220,7 +220,7 @@ sched_worker_t *sched_worker_add(sched_t *s, const uint8_t *rid, size_t len) {
 }
 
 /* Records j in w's held list (the caller sets the lease). */
-int sched_worker_hold(sched_worker_t *w, job_t *j) {
+mt_status_t sched_worker_hold(sched_worker_t *w, job_t *j) {
     if (sched_grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return MT_NOMEM;
     j->holder = w;
     j->held_idx = w->n_held;
@@ -250,7 +250,7 @@ void sched_dispatch_all(sched_t *s, uint64_t now_ms) {
         if (s->workers[i]->alive && s->workers[i]->credits) dispatch(s, s->workers[i], now_ms);
 }
 
-int sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **env, uint64_t now_ms) {
+mt_status_t sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **env, uint64_t now_ms) {
     const Moetune__Hello *h = (*env)->hello;
     char *id = mt_strdup(h->worker_id ? h->worker_id : "");
     if (!id) return MT_NOMEM;
@@ -594,7 +594,7 @@ nomem:
     return MT_NOMEM;
 }
 
-int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t now_ms) {
+mt_status_t sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t now_ms) {
     const Moetune__Result *r = (*env)->result;
     char why[160];
     job_t *j = sched_job_lookup(s, r->job_id);
@@ -751,7 +751,7 @@ sweep_t *sched_sweep_lookup(sched_t *s, uint64_t id) {
     return NULL;
 }
 
-int sched_cancel(sched_t *s, uint64_t sweep_id, uint32_t *jobs_cancelled, uint64_t now_ms) {
+mt_status_t sched_cancel(sched_t *s, uint64_t sweep_id, uint32_t *jobs_cancelled, uint64_t now_ms) {
     sweep_t *sw = sched_sweep_lookup(s, sweep_id);
     uint32_t n = 0;
     if (!sw) return MT_NOTFOUND;

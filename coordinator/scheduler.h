@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mt.h"
 #include "store.h"
 #include "wire.h"
 
@@ -72,7 +73,7 @@ sched_worker_t *sched_worker(sched_t *s, const uint8_t *rid, size_t rid_len);
 /* Registers (or revives) the worker of a Hello and answers Welcome. Takes
  * ownership of *env (nulls it). A known id gets its credits reset and keeps the
  * jobs it holds; its next heartbeat settles them (sched_on_heartbeat). */
-int sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **env, uint64_t now_ms);
+mt_status_t sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **env, uint64_t now_ms);
 
 /* Any message from w: it is alive and the leases it holds are extended; a lease
  * already expired is not: that job returns to pending with an attempt. */
@@ -100,7 +101,7 @@ void sched_on_ready(sched_t *s, sched_worker_t *w, uint32_t credits, uint64_t no
  * a result once that config's rows are in; a result for a config of a done job whose
  * rows came from the holder of the job it was moved from; and, after a restart (the
  * database is the truth), a result for a config another open job of the sweep holds. */
-int sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t now_ms);
+mt_status_t sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uint64_t now_ms);
 
 /* A message from w that arrived but did not decode or validate (rej from wire_recv).
  * An invalid Result for a lease w holds (job, token) is rejected and its job goes
@@ -123,14 +124,14 @@ void sched_tick(sched_t *s, uint64_t now_ms);
  * left to write, then sends the Acks. On a failed commit everything stays buffered,
  * nothing is acked, commit_failures counts it and MT_BUSY/MT_IO is returned.
  * MT_BUSY too while a batch taken with sched_batch_take is out. */
-int sched_flush(sched_t *s, uint64_t now_ms);
+mt_status_t sched_flush(sched_t *s, uint64_t now_ms);
 
 /* The asynchronous commit, for a writer thread (writer.h). sched_batch_take
  * moves up to SCHED_BATCH_MAX buffered results plus a snapshot of every changed
  * job and sweep into *batch; MT_OK, MT_AGAIN when there is nothing to write,
  * MT_BUSY while the previous batch is not done. Pending Acks of rejected results
  * go out at once. One batch is out at a time. */
-int sched_batch_take(sched_t *s, sched_batch_t **batch);
+mt_status_t sched_batch_take(sched_t *s, sched_batch_t **batch);
 
 /* Writes a batch into db (inside the caller's transaction). Touches only the
  * batch, never the scheduler, so it may run on another thread while the
@@ -162,7 +163,7 @@ typedef struct sched_plan sched_plan_t;
 
 /* A plan job for spec (NULL is refused later, by the build). MT_OK with *out, or
  * MT_NOMEM with a reason in err. Release with sched_plan_free (or sched_plan_done). */
-int sched_plan_new(const Moetune__SweepSpec *spec, sched_plan_t **out, char *err, size_t errlen);
+mt_status_t sched_plan_new(const Moetune__SweepSpec *spec, sched_plan_t **out, char *err, size_t errlen);
 
 /* Validates and expands the plan job's spec (a writer_fn; db unused). MT_INVAL for a bad
  * spec, the reason kept in the job for sched_plan_done. */
@@ -177,8 +178,8 @@ int sched_plan_write(store_t *db, void *plan);
  * the next submit). Otherwise returns the error with a one-line reason in err: MT_INVAL
  * for a bad spec, MT_IO/MT_BUSY for storage (nothing stored), or MT_NOMEM for memory
  * (the stored sweep is marked failed: never left running). */
-int sched_plan_done(sched_t *s, sched_plan_t **plan, int rc, const char *why, Moetune__Submitted *out, uint64_t now_ms,
-                    char *err, size_t errlen);
+mt_status_t sched_plan_done(sched_t *s, sched_plan_t **plan, int rc, const char *why, Moetune__Submitted *out,
+                            uint64_t now_ms, char *err, size_t errlen);
 
 /* Releases a plan job; NULL-safe, nulls *plan. */
 void sched_plan_free(sched_plan_t **plan);
@@ -189,15 +190,15 @@ void sched_plan_free(sched_plan_t **plan);
  * valid until the next submit). MT_INVAL with a reason in err for a bad spec
  * (nothing stored); MT_IO/MT_BUSY on a storage failure (nothing stored, or the
  * sweep marked failed: never left running). */
-int sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms, char *err,
-                 size_t errlen);
+mt_status_t sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms,
+                         char *err, size_t errlen);
 
 /* Cancels a sweep's pending and leased jobs. MT_NOTFOUND for an unknown sweep. */
-int sched_cancel(sched_t *s, uint64_t sweep_id, uint32_t *jobs_cancelled, uint64_t now_ms);
+mt_status_t sched_cancel(sched_t *s, uint64_t sweep_id, uint32_t *jobs_cancelled, uint64_t now_ms);
 
 /* Fills out for one sweep (or all with sweep_id 0). Strings in it point into the
  * scheduler: send before the next call. MT_NOTFOUND for an unknown sweep. */
-int sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t *out);
+mt_status_t sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_status_t *out);
 void sched_status_release(sched_status_t *st);
 
 /* Counters; bad_messages is counted by the caller through sched_count_bad(). */

@@ -62,7 +62,7 @@ static void *writer_main(void *p) {
     return NULL;
 }
 
-int writer_new(const char *db_path, writer_t **out, char *err, size_t errlen) {
+mt_status_t writer_new(const char *db_path, writer_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
     *out = NULL;
     writer_t *w = calloc(1, sizeof *w);
@@ -103,9 +103,9 @@ out:
 
 int writer_fd(const writer_t *w) { return w->fds[0]; }
 
-int writer_submit(writer_t *w, writer_fn fn, void *arg) { return writer_submit_prep(w, NULL, fn, arg); }
+mt_status_t writer_submit(writer_t *w, writer_fn fn, void *arg) { return writer_submit_prep(w, NULL, fn, arg); }
 
-int writer_submit_prep(writer_t *w, writer_fn prep, writer_fn fn, void *arg) {
+mt_status_t writer_submit_prep(writer_t *w, writer_fn prep, writer_fn fn, void *arg) {
     int rc = MT_OK;
     pthread_mutex_lock(&w->mu);
     if (w->state != W_IDLE) {
@@ -129,7 +129,7 @@ bool writer_busy(const writer_t *w) {
     return busy;
 }
 
-int writer_poll(writer_t *w, int timeout_ms, void **arg, int *rc, char *why, size_t whylen) {
+mt_status_t writer_poll(writer_t *w, int timeout_ms, void **arg, int *rc, char *why, size_t whylen) {
     for (;;) {
         char buf[16];
         while (read(w->fds[0], buf, sizeof buf) > 0) {}

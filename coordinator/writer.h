@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mt.h"
 #include "store.h"
 
 /* How long one commit waits for a lock held by another connection (ms). */
@@ -29,20 +30,20 @@ typedef int (*writer_fn)(store_t *db, void *arg);
 
 /* Opens a connection to db_path (already created and migrated by the caller)
  * and starts the thread. MT_OK with *out set, or MT_IO/MT_ERR with a reason. */
-int writer_new(const char *db_path, writer_t **out, char *err, size_t errlen);
+mt_status_t writer_new(const char *db_path, writer_t **out, char *err, size_t errlen);
 
 /* A descriptor that becomes readable when a job has finished (for zmq_poll). */
 int writer_fd(const writer_t *w);
 
 /* Hands fn(db, arg) to the thread. MT_BUSY when a job is still in flight or
  * not yet taken back with writer_poll(). */
-int writer_submit(writer_t *w, writer_fn fn, void *arg);
+mt_status_t writer_submit(writer_t *w, writer_fn fn, void *arg);
 
 /* As writer_submit(), with prep(db, arg) run first on the thread outside any
  * transaction (work that needs no lock, e.g. planning); when it fails, fn does not
  * run, no transaction is opened and its code is reported (why empty: prep keeps its
  * own reason in arg). */
-int writer_submit_prep(writer_t *w, writer_fn prep, writer_fn fn, void *arg);
+mt_status_t writer_submit_prep(writer_t *w, writer_fn prep, writer_fn fn, void *arg);
 
 /* True from writer_submit() until writer_poll() has returned the job. */
 bool writer_busy(const writer_t *w);
@@ -50,7 +51,7 @@ bool writer_busy(const writer_t *w);
 /* Takes back a finished job: MT_OK with *arg, *rc (MT_OK when committed) and,
  * on failure, the database's reason copied into why; MT_AGAIN when none has
  * finished. Waits up to timeout_ms for it (0 = do not wait, -1 = forever). */
-int writer_poll(writer_t *w, int timeout_ms, void **arg, int *rc, char *why, size_t whylen);
+mt_status_t writer_poll(writer_t *w, int timeout_ms, void **arg, int *rc, char *why, size_t whylen);
 
 /* Microseconds the last finished job took, transaction included. */
 uint64_t writer_last_us(const writer_t *w);

@@ -10,8 +10,8 @@ static const char k_sql_insert[] =
     "INSERT INTO exports (created, out_dir, path, sweep_ids, entries, changed_entries, content_hash)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
-int dbx_exports_add(const char *db_path, const char *out_dir, const dbx_export_t *rows, size_t n, char *err,
-                    size_t errlen) {
+mt_status_t dbx_exports_add(const char *db_path, const char *out_dir, const dbx_export_t *rows, size_t n, char *err,
+                            size_t errlen) {
     int rc = MT_OK;
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;

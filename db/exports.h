@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mt.h"
+
 /* One exported file. Strings are borrowed for the call. */
 typedef struct {
     const char *path;      /* relative to out_dir */
@@ -23,7 +25,7 @@ typedef struct {
 /* Inserts rows[0, n) in one transaction, created = now. Returns MT_OK, MT_BUSY when
  * the database stayed locked past the busy timeout, MT_IO when it cannot be opened,
  * MT_ERR otherwise; sqlite's text in err. n = 0 opens nothing. */
-int dbx_exports_add(const char *db_path, const char *out_dir, const dbx_export_t *rows, size_t n, char *err,
-                    size_t errlen);
+mt_status_t dbx_exports_add(const char *db_path, const char *out_dir, const dbx_export_t *rows, size_t n, char *err,
+                            size_t errlen);
 
 #endif

@@ -23,7 +23,7 @@ static void read_holder(int fd, char *buf, size_t len) {
     buf[strcspn(buf, "\n")] = '\0';
 }
 
-int db_lock_acquire(const char *db_path, db_lock_t **out, char *err, size_t errlen) {
+mt_status_t db_lock_acquire(const char *db_path, db_lock_t **out, char *err, size_t errlen) {
     char path[4096], host[256] = "", since[32] = "", holder[512];
     *out = NULL;
     if (snprintf(path, sizeof path, "%s.lock", db_path) >= (int)sizeof path) {

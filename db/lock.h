@@ -11,13 +11,15 @@
 
 #include <stddef.h>
 
+#include "mt.h"
+
 typedef struct db_lock db_lock_t;
 
 /* Takes the lock of the database at db_path without waiting. MT_OK with *out set;
  * MT_BUSY when another process holds it, with one line in err naming the holder
  * ("database X is in use by pid 123 on host h since 2026-12-01T10:00:00Z (lock file
  * X.lock)"); MT_IO when the lock file cannot be opened, with errno's text. */
-int db_lock_acquire(const char *db_path, db_lock_t **out, char *err, size_t errlen);
+mt_status_t db_lock_acquire(const char *db_path, db_lock_t **out, char *err, size_t errlen);
 
 /* Releases the lock and closes its file; NULL-safe, nulls *lock. The file stays (an
  * unlocked file means nothing). */

@@ -160,7 +160,7 @@ static int open_conn(const char *name, int flags, dbq_t *q, int *code, char *why
     return MT_OK;
 }
 
-int dbq_open(const char *path, dbq_t **out, char *err, size_t errlen) {
+mt_status_t dbq_open(const char *path, dbq_t **out, char *err, size_t errlen) {
     int rc = MT_OK, code = SQLITE_OK;
     char why[300], wal[4200];
     char *uri = NULL;
@@ -297,7 +297,7 @@ static int prepare(dbq_t *q, const char *sql, sqlite3_stmt **st, char *err, size
         sqlite3_bind_int64(st, 7, (f)->batch_size);                                                                    \
     } while (0)
 
-int dbq_results(dbq_t *q, const dbq_filter_t *f, dbq_result_fn fn, void *ctx, char *err, size_t errlen) {
+mt_status_t dbq_results(dbq_t *q, const dbq_filter_t *f, dbq_result_fn fn, void *ctx, char *err, size_t errlen) {
     sqlite3_stmt *st = NULL;
     dbq_filter_t none;
     if (!f) {
@@ -328,8 +328,8 @@ static int bind_sweeps(sqlite3_stmt *st, const dbq_select_t *sel) {
     return sqlite3_bind_text(st, 1, text, -1, free) == SQLITE_OK ? MT_OK : MT_NOMEM;
 }
 
-int dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_result_fn fn, void *ctx, char *err,
-                    size_t errlen) {
+mt_status_t dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_result_fn fn, void *ctx, char *err,
+                            size_t errlen) {
     sqlite3_stmt *st = NULL;
     bool latest = sel && sel->latest;
     int v = q->v2 + q->v3;
@@ -342,7 +342,7 @@ int dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_result_fn 
     return rc;
 }
 
-int dbq_coverage(dbq_t *q, const dbq_select_t *sel, dbq_coverage_fn fn, void *ctx, char *err, size_t errlen) {
+mt_status_t dbq_coverage(dbq_t *q, const dbq_select_t *sel, dbq_coverage_fn fn, void *ctx, char *err, size_t errlen) {
     sqlite3_stmt *st = NULL;
     int rc = prepare(q, k_sql_coverage, &st, err, errlen);
     if (rc != MT_OK) return rc;
@@ -364,7 +364,7 @@ int dbq_coverage(dbq_t *q, const dbq_select_t *sel, dbq_coverage_fn fn, void *ct
     return rc;
 }
 
-int dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *err, size_t errlen) {
+mt_status_t dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *err, size_t errlen) {
     sqlite3_stmt *st = NULL;
     int rc = prepare(q, k_sql_sweeps, &st, err, errlen);
     if (rc != MT_OK) return rc;
@@ -389,7 +389,7 @@ int dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *er
     return rc;
 }
 
-int dbq_history(dbq_t *q, const dbq_hist_filter_t *f, dbq_result_fn fn, void *ctx, char *err, size_t errlen) {
+mt_status_t dbq_history(dbq_t *q, const dbq_hist_filter_t *f, dbq_result_fn fn, void *ctx, char *err, size_t errlen) {
     sqlite3_stmt *st = NULL;
     int rc = prepare(q, k_sql_history[q->v2 + q->v3], &st, err, errlen);
     if (rc != MT_OK) return rc;

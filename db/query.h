@@ -12,14 +12,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mt.h"
 #include "space.h"
 
 typedef struct dbq dbq_t;
 
 /* Opens path read-only. The file must exist and hold the moetune tables. Returns
- * MT_OK with *out set (free with dbq_close), or MT_IO/MT_INVAL with sqlite's text
- * in err. */
-int dbq_open(const char *path, dbq_t **out, char *err, size_t errlen);
+ * MT_OK with *out set (free with dbq_close), MT_NOMEM, or MT_IO/MT_INVAL with sqlite's
+ * text in err. */
+mt_status_t dbq_open(const char *path, dbq_t **out, char *err, size_t errlen);
 
 /* Closes the connection and nulls *q. NULL-safe. */
 void dbq_close(dbq_t **q);
@@ -59,13 +60,13 @@ typedef struct {
     char routing_source[256]; /* the routing file shape.routing came from; "" for uniform routing */
 } dbq_result_t;
 
-/* Called once per row; a non-zero return stops the walk and is returned. */
+/* Called once per row; returns an MT_* status, and one other than MT_OK stops the walk and is returned. */
 typedef int (*dbq_result_fn)(void *ctx, const dbq_result_t *row);
 
 /* Walks the results that match filter, ordered by sweep, shape, batch size, median
- * (the best rows by shape and batch size). Returns MT_OK, the callback's non-zero
- * value, or MT_ERR with sqlite's text in err. */
-int dbq_results(dbq_t *q, const dbq_filter_t *filter, dbq_result_fn fn, void *ctx, char *err, size_t errlen);
+ * (the best rows by shape and batch size). Returns MT_OK, the error fn stopped the walk
+ * with, or MT_ERR (MT_BUSY when the database is locked) with sqlite's text in err. */
+mt_status_t dbq_results(dbq_t *q, const dbq_filter_t *filter, dbq_result_fn fn, void *ctx, char *err, size_t errlen);
 
 /* Which sweeps an export reads: ids[0, n_ids) (n_ids = 0: every sweep); with latest,
  * per (export dir, device name, shape) only the newest of them that has ok rows. */
@@ -80,8 +81,8 @@ typedef struct {
  * (export dir, device name, shape, batch size), ties to the lower config id; rows of
  * other statuses, `crashed` included, are never walked. An ok row whose median is NULL
  * is walked with median_us 0 (first), for the caller to refuse. */
-int dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_result_fn fn, void *ctx, char *err,
-                    size_t errlen);
+mt_status_t dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_result_fn fn, void *ctx, char *err,
+                            size_t errlen);
 
 /* How much of its plan a sweep measured on one device: one row per (sweep, export dir,
  * device name, shape) that has results and per batch size the sweep has results for. */
@@ -93,11 +94,12 @@ typedef struct {
     uint64_t planned;  /* configs of the shape's jobs, plus any config with a result */
 } dbq_coverage_t;
 
+/* Returns as dbq_result_fn. */
 typedef int (*dbq_coverage_fn)(void *ctx, const dbq_coverage_t *row);
 
 /* Walks the coverage of the selected sweeps (sel NULL or n_ids 0 = every sweep; latest
  * is ignored), ordered by sweep, export dir, device name, shape, batch size. */
-int dbq_coverage(dbq_t *q, const dbq_select_t *sel, dbq_coverage_fn fn, void *ctx, char *err, size_t errlen);
+mt_status_t dbq_coverage(dbq_t *q, const dbq_select_t *sel, dbq_coverage_fn fn, void *ctx, char *err, size_t errlen);
 
 /* A sweep row; spec points at the packed SweepSpec, valid only during the callback. */
 typedef struct {
@@ -110,10 +112,11 @@ typedef struct {
     size_t spec_len;
 } dbq_sweep_t;
 
+/* Returns as dbq_result_fn. */
 typedef int (*dbq_sweep_fn)(void *ctx, const dbq_sweep_t *sweep);
 
 /* Walks the sweeps in id order (state NULL = all, else only that state). */
-int dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *err, size_t errlen);
+mt_status_t dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *err, size_t errlen);
 
 /* What dbq_history walks; zero / empty fields match anything. */
 typedef struct {
@@ -129,6 +132,7 @@ typedef struct {
  * median (ties: lower config id) among those that match filter. Ordered by sweep id
  * (the order sweeps were stored in), shape, device, batch size. Returns as
  * dbq_results. */
-int dbq_history(dbq_t *q, const dbq_hist_filter_t *filter, dbq_result_fn fn, void *ctx, char *err, size_t errlen);
+mt_status_t dbq_history(dbq_t *q, const dbq_hist_filter_t *filter, dbq_result_fn fn, void *ctx, char *err,
+                        size_t errlen);
 
 #endif

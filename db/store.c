@@ -339,7 +339,7 @@ static int pragma(store_t *s, const char *sql) {
     return MT_OK;
 }
 
-int store_user_version(store_t *s, int *version) {
+mt_status_t store_user_version(store_t *s, int *version) {
     sqlite3_stmt *st = NULL;
     int src = sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL);
     int rc = MT_OK;
@@ -450,7 +450,7 @@ static int migrate(store_t *s) {
     return rc ? rc : fk;
 }
 
-int store_open(const char *path, store_t **out, char *err, size_t errlen) {
+mt_status_t store_open(const char *path, store_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
     *out = NULL;
     store_t *s = calloc(1, sizeof *s);
@@ -496,8 +496,8 @@ void store_close(store_t **ps) {
     *ps = NULL;
 }
 
-int store_begin(store_t *s) { return exec_st(s, ST_BEGIN); }
-int store_commit(store_t *s) { return exec_st(s, ST_COMMIT); }
+mt_status_t store_begin(store_t *s) { return exec_st(s, ST_BEGIN); }
+mt_status_t store_commit(store_t *s) { return exec_st(s, ST_COMMIT); }
 
 void store_rollback(store_t *s) {
     if (!sqlite3_get_autocommit(s->db)) exec_st(s, ST_ROLLBACK);
@@ -505,13 +505,13 @@ void store_rollback(store_t *s) {
 
 void store_set_busy_ms(store_t *s, int ms) { sqlite3_busy_timeout(s->db, ms); }
 
-int store_requeue_leased(store_t *s, uint32_t *n) {
+mt_status_t store_requeue_leased(store_t *s, uint32_t *n) {
     int rc = exec_st(s, ST_REQUEUE_LEASED);
     if (!rc && n) *n = (uint32_t)sqlite3_changes(s->db);
     return rc;
 }
 
-int store_device_upsert(store_t *s, const Moetune__Gpu *gpu, uint64_t *id) {
+mt_status_t store_device_upsert(store_t *s, const Moetune__Gpu *gpu, uint64_t *id) {
     char uuid[300];
     const char *name = gpu && gpu->name && *gpu->name ? gpu->name : "unknown";
     if (gpu && gpu->uuid && *gpu->uuid)
@@ -547,12 +547,13 @@ static int worker_upsert(store_t *s, const Moetune__Hello *h, uint64_t device_id
     return exec_st(s, ST_WORKER_UPSERT);
 }
 
-int store_hello(store_t *s, const Moetune__Hello *h, int64_t now_s, uint64_t *device_id) {
+mt_status_t store_hello(store_t *s, const Moetune__Hello *h, int64_t now_s, uint64_t *device_id) {
     int rc = store_device_upsert(s, h->gpu, device_id);
     return rc ? rc : worker_upsert(s, h, *device_id, now_s);
 }
 
-int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t spec_len, int64_t created, uint64_t *id) {
+mt_status_t store_sweep_insert(store_t *s, const char *name, const void *spec, size_t spec_len, int64_t created,
+                               uint64_t *id) {
     sqlite3_stmt *st = s->st[ST_SWEEP_INSERT];
     sqlite3_bind_text(st, 1, name ? name : "", -1, SQLITE_STATIC);
     sqlite3_bind_blob(st, 2, spec_len ? spec : "", (int)spec_len, SQLITE_STATIC);
@@ -560,13 +561,13 @@ int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t sp
     return exec_insert(s, ST_SWEEP_INSERT, id);
 }
 
-int store_sweep_set_planned(store_t *s, uint64_t sweep_id, uint64_t results_planned) {
+mt_status_t store_sweep_set_planned(store_t *s, uint64_t sweep_id, uint64_t results_planned) {
     sqlite3_bind_int64(s->st[ST_SWEEP_PLANNED], 1, (int64_t)sweep_id);
     sqlite3_bind_int64(s->st[ST_SWEEP_PLANNED], 2, (int64_t)results_planned);
     return exec_st(s, ST_SWEEP_PLANNED);
 }
 
-int store_sweep_set_state(store_t *s, uint64_t sweep_id, const char *state, int64_t finished) {
+mt_status_t store_sweep_set_state(store_t *s, uint64_t sweep_id, const char *state, int64_t finished) {
     sqlite3_stmt *st = s->st[ST_SWEEP_STATE];
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
     sqlite3_bind_text(st, 2, state, -1, SQLITE_STATIC);
@@ -585,7 +586,7 @@ static void bind_shape(sqlite3_stmt *st, const krn_shape_t *sh) {
     sqlite3_bind_text(st, 8, sh->routing, -1, SQLITE_STATIC);
 }
 
-int store_shape_upsert(store_t *s, const krn_shape_t *shape, uint64_t *id) {
+mt_status_t store_shape_upsert(store_t *s, const krn_shape_t *shape, uint64_t *id) {
     bind_shape(s->st[ST_SHAPE_INSERT], shape);
     int rc = exec_st(s, ST_SHAPE_INSERT);
     if (rc) return rc;
@@ -593,8 +594,8 @@ int store_shape_upsert(store_t *s, const krn_shape_t *shape, uint64_t *id) {
     return exec_u64(s, ST_SHAPE_ID, id);
 }
 
-int store_routing_insert(store_t *s, const char *sha256, const char *source, uint32_t tokens, uint32_t topk,
-                         int64_t now) {
+mt_status_t store_routing_insert(store_t *s, const char *sha256, const char *source, uint32_t tokens, uint32_t topk,
+                                 int64_t now) {
     sqlite3_stmt *st = s->st[ST_ROUTING_INSERT];
     sqlite3_bind_text(st, 1, sha256, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, source, -1, SQLITE_STATIC);
@@ -608,7 +609,7 @@ static void bind_config(sqlite3_stmt *st, const krn_config_t *c) {
     for (int i = 0; i < KRN_N_FIELDS; i++) sqlite3_bind_int64(st, i + 1, KRN_CONFIG_GET(c, i));
 }
 
-int store_config_upsert(store_t *s, const krn_config_t *cfg, uint64_t *id) {
+mt_status_t store_config_upsert(store_t *s, const krn_config_t *cfg, uint64_t *id) {
     bind_config(s->st[ST_CONFIG_INSERT], cfg);
     int rc = exec_st(s, ST_CONFIG_INSERT);
     if (rc) return rc;
@@ -620,7 +621,8 @@ int store_config_upsert(store_t *s, const krn_config_t *cfg, uint64_t *id) {
     return exec_u64(s, ST_CONFIG_ID, id);
 }
 
-int store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, const char *reason) {
+mt_status_t store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                                  const char *reason) {
     sqlite3_stmt *st = s->st[ST_REJECTED_INSERT];
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
     sqlite3_bind_int64(st, 2, (int64_t)shape_id);
@@ -629,13 +631,13 @@ int store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint
     return exec_st(s, ST_REJECTED_INSERT);
 }
 
-int store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker, int64_t created,
-                     uint64_t *id) {
+mt_status_t store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker,
+                             int64_t created, uint64_t *id) {
     return store_job_insert_phase(s, sweep_id, shape_id, 1, NULL, avoid_worker, created, id);
 }
 
-int store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase, const char *batch_sizes,
-                           const char *avoid_worker, int64_t created, uint64_t *id) {
+mt_status_t store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase,
+                                   const char *batch_sizes, const char *avoid_worker, int64_t created, uint64_t *id) {
     sqlite3_stmt *st = s->st[ST_JOB_INSERT];
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
     sqlite3_bind_int64(st, 2, (int64_t)shape_id);
@@ -646,19 +648,19 @@ int store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uin
     return exec_insert(s, ST_JOB_INSERT, id);
 }
 
-int store_job_config_insert(store_t *s, uint64_t job_id, uint64_t config_id) {
+mt_status_t store_job_config_insert(store_t *s, uint64_t job_id, uint64_t config_id) {
     sqlite3_bind_int64(s->st[ST_JOB_CONFIG_INSERT], 1, (int64_t)job_id);
     sqlite3_bind_int64(s->st[ST_JOB_CONFIG_INSERT], 2, (int64_t)config_id);
     return exec_st(s, ST_JOB_CONFIG_INSERT);
 }
 
-int store_job_config_delete(store_t *s, uint64_t job_id, uint64_t config_id) {
+mt_status_t store_job_config_delete(store_t *s, uint64_t job_id, uint64_t config_id) {
     sqlite3_bind_int64(s->st[ST_JOB_CONFIG_DELETE], 1, (int64_t)job_id);
     sqlite3_bind_int64(s->st[ST_JOB_CONFIG_DELETE], 2, (int64_t)config_id);
     return exec_st(s, ST_JOB_CONFIG_DELETE);
 }
 
-int store_job_update(store_t *s, const store_job_update_t *u) {
+mt_status_t store_job_update(store_t *s, const store_job_update_t *u) {
     sqlite3_stmt *st = s->st[ST_JOB_UPDATE];
     sqlite3_bind_int64(st, 1, (int64_t)u->id);
     sqlite3_bind_text(st, 2, u->state, -1, SQLITE_STATIC);
@@ -698,7 +700,7 @@ static void bind_result(sqlite3_stmt *st, const store_result_t *r, const char *s
     sqlite3_bind_int64(st, 25, r->phase ? r->phase : 1);
 }
 
-int store_result_put(store_t *s, const store_result_t *r, int *outcome) {
+mt_status_t store_result_put(store_t *s, const store_result_t *r, int *outcome) {
     const char *status = wire_status_name(r->status);
     *outcome = STORE_ROW_KEPT;
     if (!status) {
@@ -719,15 +721,15 @@ int store_result_put(store_t *s, const store_result_t *r, int *outcome) {
     return rc;
 }
 
-int store_result_insert(store_t *s, const store_result_t *r, bool *inserted) {
+mt_status_t store_result_insert(store_t *s, const store_result_t *r, bool *inserted) {
     int outcome = STORE_ROW_KEPT;
     int rc = store_result_put(s, r, &outcome);
     *inserted = outcome == STORE_ROW_NEW;
     return rc;
 }
 
-int store_result_prune(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t batch_size,
-                       uint32_t phase, const char *detail, bool *changed) {
+mt_status_t store_result_prune(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                               uint32_t batch_size, uint32_t phase, const char *detail, bool *changed) {
     sqlite3_stmt *st = s->st[ST_RESULT_PRUNE];
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
     sqlite3_bind_int64(st, 2, (int64_t)shape_id);
@@ -746,7 +748,7 @@ static void bind_ssc(sqlite3_stmt *st, uint64_t sweep_id, uint64_t shape_id, uin
     sqlite3_bind_int64(st, 3, (int64_t)config_id);
 }
 
-int store_crash_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *count) {
+mt_status_t store_crash_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *count) {
     uint64_t v = 0;
     bind_ssc(s->st[ST_CRASH_COUNT], sweep_id, shape_id, config_id);
     int rc = exec_u64(s, ST_CRASH_COUNT, &v);
@@ -758,8 +760,8 @@ int store_crash_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t
     return rc;
 }
 
-int store_crash_bump(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, const char *worker_id,
-                     uint32_t *count) {
+mt_status_t store_crash_bump(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                             const char *worker_id, uint32_t *count) {
     bind_ssc(s->st[ST_CRASH_BUMP], sweep_id, shape_id, config_id);
     bind_text(s->st[ST_CRASH_BUMP], 4, worker_id);
     int rc = exec_st(s, ST_CRASH_BUMP);
@@ -803,7 +805,7 @@ static int sweep_row(sqlite3_stmt *st, void *cb, void *ctx) {
     return ((store_sweep_cb)cb)(ctx, &r);
 }
 
-int store_sweeps_each(store_t *s, store_sweep_cb cb, void *ctx) {
+mt_status_t store_sweeps_each(store_t *s, store_sweep_cb cb, void *ctx) {
     return each(s, ST_SWEEPS, sweep_row, (void *)cb, ctx);
 }
 
@@ -825,7 +827,7 @@ static int job_row(sqlite3_stmt *st, void *cb, void *ctx) {
     return ((store_job_cb)cb)(ctx, &r);
 }
 
-int store_jobs_open_each(store_t *s, uint64_t sweep_id, store_job_cb cb, void *ctx) {
+mt_status_t store_jobs_open_each(store_t *s, uint64_t sweep_id, store_job_cb cb, void *ctx) {
     sqlite3_bind_int64(s->st[ST_JOBS_OPEN], 1, (int64_t)sweep_id);
     return each(s, ST_JOBS_OPEN, job_row, (void *)cb, ctx);
 }
@@ -834,7 +836,7 @@ static int id_row(sqlite3_stmt *st, void *cb, void *ctx) {
     return ((store_id_cb)cb)(ctx, (uint64_t)sqlite3_column_int64(st, 0));
 }
 
-int store_job_configs_each(store_t *s, uint64_t job_id, store_id_cb cb, void *ctx) {
+mt_status_t store_job_configs_each(store_t *s, uint64_t job_id, store_id_cb cb, void *ctx) {
     sqlite3_bind_int64(s->st[ST_JOB_CONFIGS], 1, (int64_t)job_id);
     return each(s, ST_JOB_CONFIGS, id_row, (void *)cb, ctx);
 }
@@ -856,7 +858,7 @@ static int shape_row(sqlite3_stmt *st, void *cb, void *ctx) {
     return MT_OK;
 }
 
-int store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape) {
+mt_status_t store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape) {
     int found = 0;
     sqlite3_bind_int64(s->st[ST_SHAPE_GET], 1, (int64_t)id);
     int rc = each(s, ST_SHAPE_GET, shape_row, &found, shape);
@@ -869,19 +871,19 @@ static int config_row(sqlite3_stmt *st, void *cb, void *ctx) {
     return MT_OK;
 }
 
-int store_config_get(store_t *s, uint64_t id, krn_config_t *cfg) {
+mt_status_t store_config_get(store_t *s, uint64_t id, krn_config_t *cfg) {
     int found = 0;
     sqlite3_bind_int64(s->st[ST_CONFIG_GET], 1, (int64_t)id);
     int rc = each(s, ST_CONFIG_GET, config_row, &found, cfg);
     return rc ? rc : found ? MT_OK : MT_NOTFOUND;
 }
 
-int store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n) {
+mt_status_t store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n) {
     return store_result_count_from(s, sweep_id, shape_id, config_id, 1, n);
 }
 
-int store_result_count_from(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t phase,
-                            uint32_t *n) {
+mt_status_t store_result_count_from(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                                    uint32_t phase, uint32_t *n) {
     uint64_t v = 0;
     bind_ssc(s->st[ST_RESULT_COUNT], sweep_id, shape_id, config_id);
     sqlite3_bind_int64(s->st[ST_RESULT_COUNT], 4, phase);
@@ -901,13 +903,13 @@ static int counts_row(sqlite3_stmt *st, void *cb, void *ctx) {
     return MT_OK;
 }
 
-int store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep_counts_t *out) {
+mt_status_t store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep_counts_t *out) {
     memset(out, 0, sizeof *out);
     sqlite3_bind_int64(s->st[ST_SWEEP_RESULT_COUNTS], 1, (int64_t)sweep_id);
     return each(s, ST_SWEEP_RESULT_COUNTS, counts_row, NULL, out);
 }
 
-int store_sweep_finalists(store_t *s, uint64_t sweep_id, uint32_t nb, uint64_t *n) {
+mt_status_t store_sweep_finalists(store_t *s, uint64_t sweep_id, uint32_t nb, uint64_t *n) {
     *n = 0;
     sqlite3_bind_int64(s->st[ST_SWEEP_FINALISTS], 1, (int64_t)sweep_id);
     sqlite3_bind_int64(s->st[ST_SWEEP_FINALISTS], 2, nb);
@@ -919,12 +921,12 @@ static int best_row(sqlite3_stmt *st, void *cb, void *ctx) {
                                sqlite3_column_double(st, 2));
 }
 
-int store_sweep_devices_each(store_t *s, uint64_t sweep_id, store_id_cb cb, void *ctx) {
+mt_status_t store_sweep_devices_each(store_t *s, uint64_t sweep_id, store_id_cb cb, void *ctx) {
     sqlite3_bind_int64(s->st[ST_SWEEP_DEVICES], 1, (int64_t)sweep_id);
     return each(s, ST_SWEEP_DEVICES, id_row, (void *)cb, ctx);
 }
 
-int store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx) {
+mt_status_t store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx) {
     sqlite3_bind_int64(s->st[ST_SWEEP_BESTS], 1, (int64_t)sweep_id);
     return each(s, ST_SWEEP_BESTS, best_row, (void *)fn, ctx);
 }
@@ -936,13 +938,13 @@ static int state_row(sqlite3_stmt *st, void *cb, void *ctx) {
     return MT_OK;
 }
 
-int store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[WIRE_JOB_NSTATES]) {
+mt_status_t store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[WIRE_JOB_NSTATES]) {
     memset(counts, 0, WIRE_JOB_NSTATES * sizeof counts[0]);
     sqlite3_bind_int64(s->st[ST_JOB_STATE_COUNTS], 1, (int64_t)sweep_id);
     return each(s, ST_JOB_STATE_COUNTS, state_row, NULL, counts);
 }
 
-int store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t len) {
+mt_status_t store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t len) {
     sqlite3_stmt *st = s->st[ST_SWEEP_DEVICE];
     int rc = MT_NOTFOUND;
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
@@ -963,8 +965,8 @@ static int phase_row(sqlite3_stmt *st, void *cb, void *ctx) {
                                     sqlite3_column_double(st, 2), sqlite3_column_double(st, 3));
 }
 
-int store_phase_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase, store_phase_row_fn fn,
-                          void *ctx) {
+mt_status_t store_phase_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase,
+                                  store_phase_row_fn fn, void *ctx) {
     sqlite3_stmt *st = s->st[ST_PHASE_ROWS];
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
     sqlite3_bind_int64(st, 2, (int64_t)shape_id);
@@ -977,7 +979,7 @@ static int shape_phase_row(sqlite3_stmt *st, void *cb, void *ctx) {
                                       (uint32_t)sqlite3_column_int64(st, 1));
 }
 
-int store_sweep_phases_each(store_t *s, uint64_t sweep_id, store_shape_phase_fn fn, void *ctx) {
+mt_status_t store_sweep_phases_each(store_t *s, uint64_t sweep_id, store_shape_phase_fn fn, void *ctx) {
     sqlite3_bind_int64(s->st[ST_SWEEP_PHASES], 1, (int64_t)sweep_id);
     return each(s, ST_SWEEP_PHASES, shape_phase_row, (void *)fn, ctx);
 }

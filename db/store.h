@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "moetune.pb-c.h"
+#include "mt.h"
 #include "space.h"
 #include "states.h"
 
@@ -71,9 +72,9 @@ typedef struct {
 /* Opens (creating when missing) the database at path, applies the schema when
  * user_version is 0 or the upgrades (ALTER TABLE, one transaction) from an older version, and sets WAL, synchronous=NORMAL, busy_timeout and
  * foreign_keys. On success *out is a new store the caller closes with
- * store_close(). On failure returns MT_IO (or MT_INVAL for a database of a newer
- * schema) with a one-line reason in err. */
-int store_open(const char *path, store_t **out, char *err, size_t errlen);
+ * store_close(). On failure returns MT_IO (MT_BUSY when the database stays locked,
+ * MT_NOMEM, or MT_INVAL for a database of a newer schema) with a one-line reason in err. */
+mt_status_t store_open(const char *path, store_t **out, char *err, size_t errlen);
 
 /* Finalizes every statement and closes the database; NULL-safe, nulls *s. */
 void store_close(store_t **s);
@@ -85,12 +86,12 @@ const char *store_errmsg(const store_t *s);
 const char *store_schema_sql(void);
 
 /* PRAGMA user_version of the open database. */
-int store_user_version(store_t *s, int *version);
+mt_status_t store_user_version(store_t *s, int *version);
 
 /* Transactions. store_begin starts an IMMEDIATE transaction; store_rollback is
  * best effort and always leaves the connection outside a transaction. */
-int store_begin(store_t *s);
-int store_commit(store_t *s);
+mt_status_t store_begin(store_t *s);
+mt_status_t store_commit(store_t *s);
 void store_rollback(store_t *s);
 
 /* How long a statement waits for a lock held by another connection (ms). */
@@ -98,83 +99,87 @@ void store_set_busy_ms(store_t *s, int ms);
 
 /* Turns every 'leased' job of a sweep that is not running into 'pending' (the
  * leases of running sweeps survive a restart); *n (may be NULL) gets how many. */
-int store_requeue_leased(store_t *s, uint32_t *n);
+mt_status_t store_requeue_leased(store_t *s, uint32_t *n);
 
 /* ---- devices and workers */
 /* Inserts or refreshes the device row for gpu (keyed by uuid, or by name when
  * the uuid is empty); *id gets its row id. */
-int store_device_upsert(store_t *s, const Moetune__Gpu *gpu, uint64_t *id);
+mt_status_t store_device_upsert(store_t *s, const Moetune__Gpu *gpu, uint64_t *id);
 /* Records a worker's Hello: its device (store_device_upsert) and its workers row;
  * *device_id gets the device's row id. */
-int store_hello(store_t *s, const Moetune__Hello *hello, int64_t now_s, uint64_t *device_id);
+mt_status_t store_hello(store_t *s, const Moetune__Hello *hello, int64_t now_s, uint64_t *device_id);
 
 /* ---- planning */
-int store_sweep_insert(store_t *s, const char *name, const void *spec, size_t spec_len, int64_t created, uint64_t *id);
-int store_sweep_set_planned(store_t *s, uint64_t sweep_id, uint64_t results_planned);
+mt_status_t store_sweep_insert(store_t *s, const char *name, const void *spec, size_t spec_len, int64_t created,
+                               uint64_t *id);
+mt_status_t store_sweep_set_planned(store_t *s, uint64_t sweep_id, uint64_t results_planned);
 /* state is one of the sweeps.state values; finished 0 stores NULL. */
-int store_sweep_set_state(store_t *s, uint64_t sweep_id, const char *state, int64_t finished);
-int store_shape_upsert(store_t *s, const krn_shape_t *shape, uint64_t *id);
-int store_config_upsert(store_t *s, const krn_config_t *cfg, uint64_t *id);
-int store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, const char *reason);
+mt_status_t store_sweep_set_state(store_t *s, uint64_t sweep_id, const char *state, int64_t finished);
+mt_status_t store_shape_upsert(store_t *s, const krn_shape_t *shape, uint64_t *id);
+mt_status_t store_config_upsert(store_t *s, const krn_config_t *cfg, uint64_t *id);
+mt_status_t store_rejected_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                                  const char *reason);
 /* New pending job; avoid_worker may be NULL. */
 /* Records a routing file a sweep is planned on (kept once per sha256). */
-int store_routing_insert(store_t *s, const char *sha256, const char *source, uint32_t tokens, uint32_t topk,
-                         int64_t now);
+mt_status_t store_routing_insert(store_t *s, const char *sha256, const char *source, uint32_t tokens, uint32_t topk,
+                                 int64_t now);
 
-int store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker, int64_t created,
-                     uint64_t *id);
+mt_status_t store_job_insert(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *avoid_worker,
+                             int64_t created, uint64_t *id);
 /* A new pending job of a phase (halving: 1 or 2) measuring only batch_sizes
  * ("1,16,256"; NULL = the sweep's). store_job_insert is phase 1, all batch sizes. */
-int store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase, const char *batch_sizes,
-                           const char *avoid_worker, int64_t created, uint64_t *id);
-int store_job_config_insert(store_t *s, uint64_t job_id, uint64_t config_id);
-int store_job_config_delete(store_t *s, uint64_t job_id, uint64_t config_id);
-int store_job_update(store_t *s, const store_job_update_t *u);
+mt_status_t store_job_insert_phase(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase,
+                                   const char *batch_sizes, const char *avoid_worker, int64_t created, uint64_t *id);
+mt_status_t store_job_config_insert(store_t *s, uint64_t job_id, uint64_t config_id);
+mt_status_t store_job_config_delete(store_t *s, uint64_t job_id, uint64_t config_id);
+mt_status_t store_job_update(store_t *s, const store_job_update_t *u);
 
 /* ---- results and crashes */
 /* Inserts one row unless (sweep, shape, config, batch size) already exists;
  * *inserted is true when a new row was written. */
-int store_result_insert(store_t *s, const store_result_t *r, bool *inserted);
+mt_status_t store_result_insert(store_t *s, const store_result_t *r, bool *inserted);
 /* What store_result_put did with a row. */
 enum { STORE_ROW_KEPT, STORE_ROW_NEW, STORE_ROW_REPLACED };
 /* Inserts r; when its key exists, replaces it only when r->phase is later than the
  * stored row's (halving's finalists), so a resent result is written once and a phase-1
  * row never overwrites a phase-2 one. *outcome says which. */
-int store_result_put(store_t *s, const store_result_t *r, int *outcome);
+mt_status_t store_result_put(store_t *s, const store_result_t *r, int *outcome);
 /* Halving: turns one ok row of phase into 'pruned' with detail; *changed when it did. */
-int store_result_prune(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t batch_size,
-                       uint32_t phase, const char *detail, bool *changed);
+mt_status_t store_result_prune(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                               uint32_t batch_size, uint32_t phase, const char *detail, bool *changed);
 /* Adds one crash of (sweep, shape, config) by worker; *count gets the new total. */
-int store_crash_bump(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, const char *worker_id,
-                     uint32_t *count);
+mt_status_t store_crash_bump(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                             const char *worker_id, uint32_t *count);
 /* Current crash count (0 when none). */
-int store_crash_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *count);
+mt_status_t store_crash_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *count);
 
 /* ---- reads for start-up */
+/* The callbacks of the walks below (store_*_each) return an MT_* status: one other than
+ * MT_OK stops the walk and is what the walk returns. */
 typedef int (*store_sweep_cb)(void *ctx, const store_sweep_row_t *row);
 typedef int (*store_job_cb)(void *ctx, const store_job_row_t *row);
 typedef int (*store_id_cb)(void *ctx, uint64_t id);
-/* Calls cb for every sweep in id order; a non-zero return from cb stops and is returned. */
-int store_sweeps_each(store_t *s, store_sweep_cb cb, void *ctx);
+/* Calls cb for every sweep in id order. */
+mt_status_t store_sweeps_each(store_t *s, store_sweep_cb cb, void *ctx);
 /* Calls cb for every pending or leased job of sweep_id in id order. */
-int store_jobs_open_each(store_t *s, uint64_t sweep_id, store_job_cb cb, void *ctx);
+mt_status_t store_jobs_open_each(store_t *s, uint64_t sweep_id, store_job_cb cb, void *ctx);
 /* Calls cb for every config id of job_id in id order. */
-int store_job_configs_each(store_t *s, uint64_t job_id, store_id_cb cb, void *ctx);
-int store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape);
-int store_config_get(store_t *s, uint64_t id, krn_config_t *cfg);
+mt_status_t store_job_configs_each(store_t *s, uint64_t job_id, store_id_cb cb, void *ctx);
+mt_status_t store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape);
+mt_status_t store_config_get(store_t *s, uint64_t id, krn_config_t *cfg);
 /* Committed rows of (sweep, shape, config). */
-int store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n);
+mt_status_t store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n);
 /* Committed rows of (sweep, shape, config) measured in phase or later. */
-int store_result_count_from(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t phase,
-                            uint32_t *n);
+mt_status_t store_result_count_from(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                                    uint32_t phase, uint32_t *n);
 /* Halving: calls fn for every ok row of (sweep, shape) measured in phase, by config and batch size. */
 typedef int (*store_phase_row_fn)(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us,
                                   double stddev_us);
-int store_phase_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase, store_phase_row_fn fn,
-                          void *ctx);
+mt_status_t store_phase_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase,
+                                  store_phase_row_fn fn, void *ctx);
 /* Halving: per shape of a sweep's jobs, the latest phase planned for it, in shape order. */
 typedef int (*store_shape_phase_fn)(void *ctx, uint64_t shape_id, uint32_t max_phase);
-int store_sweep_phases_each(store_t *s, uint64_t sweep_id, store_shape_phase_fn fn, void *ctx);
+mt_status_t store_sweep_phases_each(store_t *s, uint64_t sweep_id, store_shape_phase_fn fn, void *ctx);
 /* What a sweep's committed rows add up to, in one pass over them. */
 typedef struct {
     uint64_t done;   /* rows */
@@ -183,20 +188,20 @@ typedef struct {
     double timed_us; /* GPU time in their timed kernels */
     uint64_t phase2; /* halving: rows measured by a phase-2 job (finalists re-measured) */
 } store_sweep_counts_t;
-int store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep_counts_t *out);
+mt_status_t store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep_counts_t *out);
 /* Halving: the (config, batch size) rows of a sweep's phase-2 jobs, the finalists planned
  * so far; nb is the sweep's batch-size count (a job without its own list measures all). */
-int store_sweep_finalists(store_t *s, uint64_t sweep_id, uint32_t nb, uint64_t *n);
+mt_status_t store_sweep_finalists(store_t *s, uint64_t sweep_id, uint32_t nb, uint64_t *n);
 /* Racing: per (shape, batch size) of a sweep, the lowest committed ok median. */
 typedef int (*store_best_fn)(void *ctx, uint64_t shape_id, uint32_t batch_size, double median_us);
-int store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx);
+mt_status_t store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx);
 /* Calls cb for every device that committed results to the sweep (GPU busy's GPUs). */
-int store_sweep_devices_each(store_t *s, uint64_t sweep_id, store_id_cb cb, void *ctx);
+mt_status_t store_sweep_devices_each(store_t *s, uint64_t sweep_id, store_id_cb cb, void *ctx);
 /* The GPU model name (devices.name) a sweep is measured on: that of its first stored
  * result, else of the first of its jobs' holders known to the store. MT_NOTFOUND when
  * none has been leased yet. */
-int store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t len);
+mt_status_t store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t len);
 /* Jobs of a sweep per state, indexed by wire_job_state_t (states.h). */
-int store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[WIRE_JOB_NSTATES]);
+mt_status_t store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[WIRE_JOB_NSTATES]);
 
 #endif

@@ -54,7 +54,7 @@ static int parse_dims(const char *p, uint64_t *tokens, uint64_t *topk) {
     return MT_OK;
 }
 
-int krn_routing_parse(const uint8_t *d, size_t len, krn_routing_t *r, char *err, size_t errlen) {
+mt_status_t krn_routing_parse(const uint8_t *d, size_t len, krn_routing_t *r, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     if (len < 10 || memcmp(d, "\x93NUMPY", 6) != 0) {
         mt_fmt(err, errlen, "not a .npy file (no \\x93NUMPY magic)");
@@ -132,7 +132,7 @@ int krn_routing_parse(const uint8_t *d, size_t len, krn_routing_t *r, char *err,
     return MT_OK;
 }
 
-int krn_routing_load(const char *path, krn_routing_t *r, char *err, size_t errlen) {
+mt_status_t krn_routing_load(const char *path, krn_routing_t *r, char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     uint8_t *buf = NULL;
     int rc = MT_OK;
@@ -176,7 +176,7 @@ out:
     return rc;
 }
 
-int krn_routing_file_sha256(const char *path, char out[65], char *err, size_t errlen) {
+mt_status_t krn_routing_file_sha256(const char *path, char out[65], char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
@@ -199,7 +199,7 @@ int krn_routing_file_sha256(const char *path, char out[65], char *err, size_t er
     return MT_OK;
 }
 
-int krn_routing_check(const krn_routing_t *r, uint32_t experts, uint32_t topk, char *err, size_t errlen) {
+mt_status_t krn_routing_check(const krn_routing_t *r, uint32_t experts, uint32_t topk, char *err, size_t errlen) {
     if (r->topk != topk) {
         mt_fmt(err, errlen, "%u experts per token, the shape has topk=%u", r->topk, topk);
         return MT_INVAL;

@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mt.h"
+
 #define KRN_ROUTING_MAX_BYTES (1024u * 1024u * 1024u) /* larger files are refused */
 #define KRN_ROUTING_HEADER_MAX 65536u
 
@@ -26,14 +28,14 @@ typedef struct {
 
 /* Parses a .npy image of len bytes into r (caller frees with krn_routing_clear). MT_INVAL with
  * the reason in err for anything but int32/int64 [tokens, topk] with ids >= 0. */
-int krn_routing_parse(const uint8_t *data, size_t len, krn_routing_t *r, char *err, size_t errlen);
+mt_status_t krn_routing_parse(const uint8_t *data, size_t len, krn_routing_t *r, char *err, size_t errlen);
 
 /* Reads and parses the file at path; MT_IO when unreadable, MT_INVAL as above. The reason
  * starts with the path. */
-int krn_routing_load(const char *path, krn_routing_t *r, char *err, size_t errlen);
+mt_status_t krn_routing_load(const char *path, krn_routing_t *r, char *err, size_t errlen);
 
 /* Checks r against a shape: topk equal, every id below experts. MT_INVAL with a reason. */
-int krn_routing_check(const krn_routing_t *r, uint32_t experts, uint32_t topk, char *err, size_t errlen);
+mt_status_t krn_routing_check(const krn_routing_t *r, uint32_t experts, uint32_t topk, char *err, size_t errlen);
 
 /* The rows batch size m draws: m draws with replacement, splitmix64 seeded with
  * seed ^ (m * 0x9E3779B97F4A7C15); the triton helper's draw_rows() is the same. */
@@ -41,7 +43,7 @@ void krn_routing_rows(uint32_t tokens, uint32_t m, uint64_t seed, uint32_t *rows
 
 /* The sha256 (lowercase hex) of the file at path, for files only the triton helper parses
  * (PyTorch .pt). MT_IO with the reason, starting with the path. */
-int krn_routing_file_sha256(const char *path, char out[65], char *err, size_t errlen);
+mt_status_t krn_routing_file_sha256(const char *path, char out[65], char *err, size_t errlen);
 
 /* Frees r's ids and zeroes it. NULL-safe. */
 void krn_routing_clear(krn_routing_t *r);

@@ -41,7 +41,7 @@ char *krn_config_format(const krn_config_t *c, char *buf, size_t len) {
     return buf;
 }
 
-int krn_config_parse(const char *text, krn_config_t *cfg) {
+mt_status_t krn_config_parse(const char *text, krn_config_t *cfg) {
     krn_config_t c;
     const char *p = text;
     if (!p) return MT_INVAL;
@@ -140,7 +140,8 @@ uint32_t krn_warps_m(const krn_config_t *c) {
     return best;
 }
 
-int krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_t *l, char *why, size_t whylen) {
+mt_status_t krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_t *l, char *why,
+                      size_t whylen) {
     uint32_t threads = c->num_warps * 32;
     if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 || c->block_n < 16 ||
         c->block_k < 16) {
@@ -191,7 +192,7 @@ int krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_
     return MT_OK;
 }
 
-int krn_check_triton(const krn_config_t *c, char *why, size_t whylen) {
+mt_status_t krn_check_triton(const krn_config_t *c, char *why, size_t whylen) {
     if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 || c->block_n < 16 ||
         c->block_k < 16) {
         mt_fmt(why, whylen, "block sizes must be powers of two >= 16");
@@ -208,7 +209,8 @@ int krn_check_triton(const krn_config_t *c, char *why, size_t whylen) {
     return MT_OK;
 }
 
-int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why, size_t whylen) {
+mt_status_t krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
+                             size_t whylen) {
     if (!shape->block_n || !shape->block_k || !engine) return MT_OK;
     if (strcmp(engine, "sglang") == 0 && shape->block_k % cfg->block_k != 0) {
         mt_fmt(why, whylen, "SGLang: BLOCK_SIZE_K=%u does not divide block_k=%u", cfg->block_k, shape->block_k);
@@ -222,7 +224,7 @@ int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_con
     return MT_OK;
 }
 
-int krn_shape_check(const krn_shape_t *s, char *err, size_t errlen) {
+mt_status_t krn_shape_check(const krn_shape_t *s, char *err, size_t errlen) {
     if (s->e == 0 || s->n == 0 || s->k == 0 || s->topk == 0) {
         mt_fmt(err, errlen, "E, N, K and topk must all be positive");
         return MT_INVAL;
@@ -256,7 +258,7 @@ int krn_shape_check(const krn_shape_t *s, char *err, size_t errlen) {
     return MT_OK;
 }
 
-int krn_shape_parse(const char *text, krn_shape_t *s, char *err, size_t errlen) {
+mt_status_t krn_shape_parse(const char *text, krn_shape_t *s, char *err, size_t errlen) {
     int rc = MT_OK;
     char *copy = strdup(text ? text : "");
     unsigned seen = 0;

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mt.h"
+
 typedef struct {
     uint32_t e, n, k, topk;    /* experts, intermediate/TP, hidden, experts per token */
     char dtype[16];            /* "bf16" (default), "fp8_w8a8" */
@@ -71,7 +73,7 @@ extern const krn_config_field_t krn_config_fields[KRN_N_FIELDS];
  * MT_INVAL for anything else (cfg is then unchanged). */
 #define KRN_CONFIG_TEXT_LEN 48
 char *krn_config_format(const krn_config_t *cfg, char *buf, size_t len);
-int krn_config_parse(const char *text, krn_config_t *cfg);
+mt_status_t krn_config_parse(const char *text, krn_config_t *cfg);
 
 /* What a device allows; krn_limits_default() gives Hopper (sm_90) values. */
 typedef struct {
@@ -124,21 +126,23 @@ double krn_time_penalized(const krn_config_t *cfg, double t, double red, double 
 /* Checks cfg for shape on a device with limits. Returns MT_OK when it can run,
  * else MT_INVAL with a one-line reason in why (e.g. "shared memory 294912 B >
  * 232448 B limit"). */
-int krn_check(const krn_shape_t *shape, const krn_config_t *cfg, const krn_limits_t *limits, char *why, size_t whylen);
+mt_status_t krn_check(const krn_shape_t *shape, const krn_config_t *cfg, const krn_limits_t *limits, char *why,
+                      size_t whylen);
 
 /* The static rules for a Triton kernel (the triton backend): only what no Triton MoE kernel can
  * run (block sizes not powers of two or below 16, warps not a power of two up to 32, stages
  * outside 1..8, GROUP_SIZE_M 0). Triton masks the tails, so there is no divisibility rule, and
  * shared memory and registers are the compiler's to judge on the real device: a config it refuses
  * is stored invalid by the worker with Triton's own reason. */
-int krn_check_triton(const krn_config_t *c, char *why, size_t whylen);
+mt_status_t krn_check_triton(const krn_config_t *c, char *why, size_t whylen);
 
 /* Whether engine ("sglang" or "vllm") can run cfg on shape's fp8 block scales, by the rule its
  * own tuner prunes with (ENGINES.md): SGLang keeps BLOCK_SIZE_K that divide block_k; vLLM keeps
  * BLOCK_SIZE_K and BLOCK_SIZE_N that are multiples of block_k and block_n. A shape without a
  * block shape, or an engine of another name, keeps everything. MT_INVAL with the rule in why
  * when the engine cannot run it. */
-int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why, size_t whylen);
+mt_status_t krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
+                             size_t whylen);
 
 /* The bounds of a shape: E up to KRN_MAX_E experts, N and K up to KRN_MAX_NK, topk up to
  * KRN_MAX_TOPK (and E). The wire, the routing files and the shape parser check these. */
@@ -149,10 +153,10 @@ int krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_con
 
 /* Parses "E=128,N=768,K=2048,topk=8[,dtype=bf16][,block_shape=128x128]" into shape.
  * Returns MT_INVAL with a reason in err on a malformed or out-of-range field. */
-int krn_shape_parse(const char *text, krn_shape_t *shape, char *err, size_t errlen);
+mt_status_t krn_shape_parse(const char *text, krn_shape_t *shape, char *err, size_t errlen);
 
 /* Checks a shape's ranges (all sizes > 0, topk <= E, known dtype). */
-int krn_shape_check(const krn_shape_t *shape, char *err, size_t errlen);
+mt_status_t krn_shape_check(const krn_shape_t *shape, char *err, size_t errlen);
 
 /* Formats the shape the way config files name it, without device:
  * "E=128,N=768" plus ",dtype=fp8_w8a8" and ",block_shape=[128, 128]" when set. */

@@ -6,7 +6,7 @@
 
 #include "mt.h"
 
-int wire_shape_from_msg(const Moetune__Shape *m, krn_shape_t *out, char *err, size_t errlen) {
+mt_status_t wire_shape_from_msg(const Moetune__Shape *m, krn_shape_t *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (!m) {
         mt_fmt(err, errlen, "shape missing");

@@ -11,11 +11,12 @@
 #include <stddef.h>
 
 #include "moetune.pb-c.h"
+#include "mt.h"
 #include "space.h"
 
 /* Fills out from m (an empty dtype means bf16) and checks it with krn_shape_check().
  * MT_INVAL with a one-line reason in err for a missing or invalid shape. */
-int wire_shape_from_msg(const Moetune__Shape *m, krn_shape_t *out, char *err, size_t errlen);
+mt_status_t wire_shape_from_msg(const Moetune__Shape *m, krn_shape_t *out, char *err, size_t errlen);
 
 /* Initialises m and fills it from sh; m->dtype points into sh. */
 void wire_shape_to_msg(const krn_shape_t *sh, Moetune__Shape *m);

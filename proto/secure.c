@@ -145,11 +145,11 @@ out:
     return rc;
 }
 
-int sec_load_secret(const char *path, sec_cert_t *out, char *err, size_t errlen) {
+mt_status_t sec_load_secret(const char *path, sec_cert_t *out, char *err, size_t errlen) {
     return load(path, true, out, err, errlen);
 }
 
-int sec_load_public(const char *path, sec_cert_t *out, char *err, size_t errlen) {
+mt_status_t sec_load_public(const char *path, sec_cert_t *out, char *err, size_t errlen) {
     return load(path, false, out, err, errlen);
 }
 
@@ -162,7 +162,7 @@ static bool good_name(const char *name) {
     return true;
 }
 
-int sec_keygen(const char *dir, const char *name, sec_cert_t *out, char *err, size_t errlen) {
+mt_status_t sec_keygen(const char *dir, const char *name, sec_cert_t *out, char *err, size_t errlen) {
     int rc = MT_OK, fd = -1;
     char pub_path[4200], key_path[4200];
     zcert_t *cert = NULL;
@@ -236,7 +236,7 @@ out:
 
 /* ---- sockets */
 
-int sec_client_apply(void *sock, const sec_cert_t *self, const sec_cert_t *server, char *err, size_t errlen) {
+mt_status_t sec_client_apply(void *sock, const sec_cert_t *self, const sec_cert_t *server, char *err, size_t errlen) {
     if (!self || !self->has_secret || !server) {
         mt_fmt(err, errlen, "CURVE client needs its key pair and the server's public key");
         return MT_INVAL;
@@ -506,7 +506,7 @@ static void *auth_thread(void *arg) {
     return NULL;
 }
 
-int sec_auth_new(void *ctx, const char *allow_dir, sec_auth_t **out, char *err, size_t errlen) {
+mt_status_t sec_auth_new(void *ctx, const char *allow_dir, sec_auth_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
     *out = NULL;
     rc = need_curve(err, errlen);
@@ -559,8 +559,8 @@ out:
     return rc;
 }
 
-int sec_server_apply(sec_auth_t *a, void *sock, const sec_cert_t *self, const char *label, uint32_t max_conns,
-                     char *err, size_t errlen) {
+mt_status_t sec_server_apply(sec_auth_t *a, void *sock, const sec_cert_t *self, const char *label, uint32_t max_conns,
+                             char *err, size_t errlen) {
     int on = 1;
     if (!self || !self->has_secret) {
         mt_fmt(err, errlen, "CURVE server needs its key pair");

@@ -48,7 +48,7 @@ const char *wire_status_name(int status) {
     return NULL;
 }
 
-int wire_status_parse(const char *name, int *status) {
+mt_status_t wire_status_parse(const char *name, int *status) {
     for (size_t i = 0; name && i < N_STATUS_ROWS; i++) {
         if (strcmp(g_status[i].name, name) == 0) {
             *status = g_status[i].status;
@@ -70,14 +70,14 @@ const char *wire_sweep_state_name(int state) {
     return state >= 0 && state < WIRE_SWEEP_NSTATES ? g_sweep[state] : NULL;
 }
 
-int wire_job_state_parse(const char *name, wire_job_state_t *state) {
+mt_status_t wire_job_state_parse(const char *name, wire_job_state_t *state) {
     int i = find(g_job, WIRE_JOB_NSTATES, name);
     if (i < 0) return MT_INVAL;
     *state = (wire_job_state_t)i;
     return MT_OK;
 }
 
-int wire_sweep_state_parse(const char *name, wire_sweep_state_t *state) {
+mt_status_t wire_sweep_state_parse(const char *name, wire_sweep_state_t *state) {
     int i = find(g_sweep, WIRE_SWEEP_NSTATES, name);
     if (i < 0) return MT_INVAL;
     *state = (wire_sweep_state_t)i;

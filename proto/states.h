@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "moetune.pb-c.h"
+#include "mt.h"
 
 /* Result statuses: X(Moetune__Status value, results.status text, counts as a failure).
  * Pruned rows are racing's (measured, slower than the best): not failures. */
@@ -30,7 +31,7 @@
 /* The results.status text of a status; NULL for unknown (0) or out of range. */
 const char *wire_status_name(int status);
 /* The status named name; MT_INVAL when none is. */
-int wire_status_parse(const char *name, int *status);
+mt_status_t wire_status_parse(const char *name, int *status);
 /* Whether a status counts as a failed measurement (every known one but ok and pruned). */
 bool wire_status_failed(int status);
 
@@ -67,8 +68,8 @@ typedef enum {
 const char *wire_job_state_name(int state);
 const char *wire_sweep_state_name(int state);
 /* The state named name; MT_INVAL when none is (name may be NULL). */
-int wire_job_state_parse(const char *name, wire_job_state_t *state);
-int wire_sweep_state_parse(const char *name, wire_sweep_state_t *state);
+mt_status_t wire_job_state_parse(const char *name, wire_job_state_t *state);
+mt_status_t wire_sweep_state_parse(const char *name, wire_sweep_state_t *state);
 /* Whether name is a finished sweep state (done, cancelled, failed). */
 bool wire_sweep_finished(const char *name);
 /* Whether name is the text of state (name may be NULL). */

@@ -17,7 +17,7 @@ void wire_env_init(wire_env_t *env) {
     env->protocol_version = WIRE_PROTOCOL_VERSION;
 }
 
-int wire_pack(wire_env_t *env, uint8_t **buf, size_t *len) {
+mt_status_t wire_pack(wire_env_t *env, uint8_t **buf, size_t *len) {
     env->protocol_version = WIRE_PROTOCOL_VERSION;
     size_t n = moetune__envelope__get_packed_size(env);
     uint8_t *p = malloc(n ? n : 1);
@@ -207,12 +207,12 @@ fail:
     return MT_INVAL;
 }
 
-int wire_unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **out, int *code, char *err,
-                size_t errlen) {
+mt_status_t wire_unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **out, int *code, char *err,
+                        size_t errlen) {
     return unpack(buf, len, max_bytes, out, code, err, errlen, NULL);
 }
 
-int wire_send(void *sock, const void *id, size_t id_len, wire_env_t *env, int flags, char *err, size_t errlen) {
+mt_status_t wire_send(void *sock, const void *id, size_t id_len, wire_env_t *env, int flags, char *err, size_t errlen) {
     uint8_t *buf = NULL;
     size_t len = 0;
     int rc = wire_pack(env, &buf, &len);
@@ -246,8 +246,8 @@ static bool has_more(void *sock) {
     return zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more;
 }
 
-int wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size_t max_bytes, int flags, wire_env_t **out,
-              wire_reject_t *rej) {
+mt_status_t wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size_t max_bytes, int flags,
+                      wire_env_t **out, wire_reject_t *rej) {
     zmq_msg_t m;
     int rc;
     *out = NULL;

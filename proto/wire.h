@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "moetune.pb-c.h"
+#include "mt.h"
 
 #define WIRE_PROTOCOL_VERSION 1u
 #define WIRE_DEFAULT_MAX_BYTES (4u * 1024u * 1024u)
@@ -55,14 +56,14 @@ enum {
 
 /* Packs env into a new buffer (caller frees *buf). protocol_version is set to
  * WIRE_PROTOCOL_VERSION. Returns MT_OK or MT_NOMEM. */
-int wire_pack(wire_env_t *env, uint8_t **buf, size_t *len);
+mt_status_t wire_pack(wire_env_t *env, uint8_t **buf, size_t *len);
 
 /* Decodes len bytes and validates them (size limit, version, a body set, the
  * fields' ranges). On success *out is a new Envelope owned by the caller.
  * On failure returns MT_INVAL, writes a one-line reason into err and, if code is
  * not NULL, the WIRE_E_* code into *code. */
-int wire_unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **out, int *code, char *err,
-                size_t errlen);
+mt_status_t wire_unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t **out, int *code, char *err,
+                        size_t errlen);
 
 /* True when a peer in role may send a message with this body. */
 bool wire_allowed(wire_role_t role, wire_body_t body);
@@ -76,7 +77,7 @@ void wire_free(wire_env_t **env);
 /* Sends env on sock as one message: with id (ROUTER socket) the routing frame
  * first. flags are ZeroMQ send flags (ZMQ_DONTWAIT). Returns MT_OK, MT_AGAIN when
  * the socket would block, MT_ERR with zmq_strerror text in err. */
-int wire_send(void *sock, const void *id, size_t id_len, wire_env_t *env, int flags, char *err, size_t errlen);
+mt_status_t wire_send(void *sock, const void *id, size_t id_len, wire_env_t *env, int flags, char *err, size_t errlen);
 
 /* Result of wire_recv on a message that arrived but did not validate. */
 typedef struct {
@@ -93,8 +94,8 @@ typedef struct {
  * ZMQ_DONTWAIT); MT_INVAL when a message arrived but is malformed (framing,
  * size, decode, version): *out is NULL, rej says why, and id is still filled
  * when known so the caller can answer with an Error; MT_ERR on a socket error. */
-int wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size_t max_bytes, int flags, wire_env_t **out,
-              wire_reject_t *rej);
+mt_status_t wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size_t max_bytes, int flags,
+                      wire_env_t **out, wire_reject_t *rej);
 
 /* Sends an Error{code, message} to id on a ROUTER socket (or plain when id is NULL).
  * Best effort: never blocks, failures are ignored. */

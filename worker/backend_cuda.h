@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "mt.h"
 #include "space.h"
 
 /* Result statuses, equal to the proto's Moetune__Status values (checked by test_nvrtc). */
@@ -48,12 +49,12 @@ void wcu_kernel_hash(char *buf, size_t len);
  * with cfg's compile-time constants (GROUP_SIZE_M is a run-time argument and does not
  * matter). cache_dir, when not NULL, is read first and written atomically after a
  * compile. img is filled in every case; returns MT_OK when img->ok. Thread-safe. */
-int wcu_compile_config(const krn_config_t *cfg, uint32_t cc_major, uint32_t cc_minor, const char *cache_dir,
-                       wcu_image_t *img);
+mt_status_t wcu_compile_config(const krn_config_t *cfg, uint32_t cc_major, uint32_t cc_minor, const char *cache_dir,
+                               wcu_image_t *img);
 
 /* Compiles the config-independent image (kernels/moe_common.cu: align, top-k sum,
  * input generation, reference). Same contract as wcu_compile_config. */
-int wcu_compile_common(uint32_t cc_major, uint32_t cc_minor, const char *cache_dir, wcu_image_t *img);
+mt_status_t wcu_compile_common(uint32_t cc_major, uint32_t cc_minor, const char *cache_dir, wcu_image_t *img);
 
 /* Frees the image's bytes and zeroes it. NULL-safe. */
 void wcu_image_clear(wcu_image_t *img);

@@ -230,8 +230,8 @@ out:
     return rc;
 }
 
-int wcu_compile_config(const krn_config_t *cfg, uint32_t cc_major, uint32_t cc_minor, const char *cache_dir,
-                       wcu_image_t *img) {
+mt_status_t wcu_compile_config(const krn_config_t *cfg, uint32_t cc_major, uint32_t cc_minor, const char *cache_dir,
+                               wcu_image_t *img) {
     char o[8][48];
     const char *opts[12];
     int n = 0;
@@ -258,7 +258,7 @@ int wcu_compile_config(const krn_config_t *cfg, uint32_t cc_major, uint32_t cc_m
     return compile_source(krn_src_moe_gemm, name, opts, n, cache_dir, img);
 }
 
-int wcu_compile_common(uint32_t cc_major, uint32_t cc_minor, const char *cache_dir, wcu_image_t *img) {
+mt_status_t wcu_compile_common(uint32_t cc_major, uint32_t cc_minor, const char *cache_dir, wcu_image_t *img) {
     char arch[48];
     const char *opts[3];
     mt_fmt(arch, sizeof arch, "--gpu-architecture=sm_%u%u", cc_major, cc_minor);

@@ -82,7 +82,7 @@ static uint64_t hash_case(uint64_t seed, const krn_shape_t *shape, const krn_con
 
 /* ---- fault spec */
 
-int wrk_sim_config_parse(const char *text, krn_config_t *cfg) { return krn_config_parse(text, cfg); }
+mt_status_t wrk_sim_config_parse(const char *text, krn_config_t *cfg) { return krn_config_parse(text, cfg); }
 
 static int add_config(const char *key, const char *val, krn_config_t *list, size_t *n, char *err, size_t errlen) {
     if (*n == WRK_SIM_MAX_FAULTS) {
@@ -110,7 +110,7 @@ static int set_real(const char *key, const char *val, double lo, double hi, cons
     return MT_OK;
 }
 
-int wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, size_t errlen) {
+mt_status_t wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, size_t errlen) {
     int rc = MT_OK;
     char *copy = NULL, *save = NULL;
     memset(out, 0, sizeof *out);

@@ -273,8 +273,8 @@ static void fill_all(wrk_child_t *c, int status, const char *detail) {
     c->regs = c->spills = 0;
 }
 
-int wrk_child_new(const wrk_backend_ops_t *be, const wrk_backend_opts_t *opts, wrk_child_t **out, char *err,
-                  size_t errlen) {
+mt_status_t wrk_child_new(const wrk_backend_ops_t *be, const wrk_backend_opts_t *opts, wrk_child_t **out, char *err,
+                          size_t errlen) {
     int rc = MT_OK;
     wrk_child_t *c = calloc(1, sizeof *c);
     *out = NULL;
@@ -335,7 +335,7 @@ void wrk_child_destroy(wrk_child_t **pc) {
     *pc = NULL;
 }
 
-int wrk_child_restart(wrk_child_t *c, char *err, size_t errlen) {
+mt_status_t wrk_child_restart(wrk_child_t *c, char *err, size_t errlen) {
     if (c->state != WRK_CHILD_DEAD) reap(c, 1);
     return spawn(c, err, errlen);
 }
@@ -348,7 +348,7 @@ const wrk_device_t *wrk_child_device(const wrk_child_t *c) { return &c->dev; }
 const char *wrk_child_error(const wrk_child_t *c) { return c->error; }
 uint64_t wrk_child_deadline_ms(const wrk_child_t *c) { return c->state == WRK_CHILD_BUSY ? c->deadline_ms : 0; }
 
-int wrk_child_prepare(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n) {
+mt_status_t wrk_child_prepare(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n) {
     if (c->state != WRK_CHILD_IDLE || n == 0 || n > MAX_PREPARE) return MT_INVAL;
     prep_hdr_t ph;
     memset(&ph, 0, sizeof ph);
@@ -357,8 +357,8 @@ int wrk_child_prepare(wrk_child_t *c, const krn_shape_t *shape, const krn_config
     return send_frame(c->fd, FR_PREPARE, &ph, sizeof ph, cfgs, n * sizeof *cfgs) ? MT_ERR : MT_OK;
 }
 
-int wrk_child_start(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
-                    const wrk_measure_t *m) {
+mt_status_t wrk_child_start(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
+                            size_t n_bs, const wrk_measure_t *m) {
     if (c->state != WRK_CHILD_IDLE || n_bs == 0 || n_bs > WRK_CHILD_MAX_BS) return MT_INVAL;
     if (n_bs > c->cap_meas) {
         wrk_meas_t *grown = realloc(c->meas, n_bs * sizeof *grown);
@@ -504,7 +504,7 @@ static int take_frame(wrk_child_t *c, wrk_child_event_t *ev) {
     return 1;
 }
 
-int wrk_child_poll(wrk_child_t *c, int wait_ms, wrk_child_event_t *ev) {
+mt_status_t wrk_child_poll(wrk_child_t *c, int wait_ms, wrk_child_event_t *ev) {
     int took;
     *ev = WRK_CHILD_EV_NONE;
     if (c->state == WRK_CHILD_DEAD) return MT_OK;
@@ -563,7 +563,7 @@ void wrk_child_results(const wrk_child_t *c, const wrk_meas_t **meas, size_t *n,
     if (spills) *spills = c->spills;
 }
 
-int wrk_child_wait_ready(wrk_child_t *c, int timeout_ms, char *err, size_t errlen) {
+mt_status_t wrk_child_wait_ready(wrk_child_t *c, int timeout_ms, char *err, size_t errlen) {
     uint64_t until = mt_now_ms() + (uint64_t)timeout_ms;
     while (c->state == WRK_CHILD_STARTING) {
         uint64_t now = mt_now_ms();
@@ -579,9 +579,9 @@ int wrk_child_wait_ready(wrk_child_t *c, int timeout_ms, char *err, size_t errle
     return MT_ERR;
 }
 
-int wrk_child_measure(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
-                      size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err,
-                      size_t errlen) {
+mt_status_t wrk_child_measure(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
+                              size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
+                              char *err, size_t errlen) {
     int rc = wrk_child_start(c, shape, cfg, bs, n_bs, m);
     if (rc) {
         mt_fmt(err, errlen, "cannot start the measurement: %s",

@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #include "backend.h"
+#include "mt.h"
 
 typedef struct wrk_child wrk_child_t;
 
@@ -51,16 +52,16 @@ typedef enum {
 /* Forks a child that opens be with opts (copied, strings included). Returns at once
  * with state STARTING; READY or OPEN_FAILED arrives through wrk_child_poll().
  * Caller owns *out (wrk_child_destroy). MT_ERR with errno text in err when the
- * socketpair or fork fails. */
-int wrk_child_new(const wrk_backend_ops_t *be, const wrk_backend_opts_t *opts, wrk_child_t **out, char *err,
-                  size_t errlen);
+ * socketpair or fork fails, MT_NOMEM. */
+mt_status_t wrk_child_new(const wrk_backend_ops_t *be, const wrk_backend_opts_t *opts, wrk_child_t **out, char *err,
+                          size_t errlen);
 
 /* Stops the child (closes its pipe, waits up to 2 s, then SIGKILL) and frees the
  * handle. NULL-safe; nulls *c. */
 void wrk_child_destroy(wrk_child_t **c);
 
 /* Forks a fresh child after DEAD (or kills a live one first). State STARTING. */
-int wrk_child_restart(wrk_child_t *c, char *err, size_t errlen);
+mt_status_t wrk_child_restart(wrk_child_t *c, char *err, size_t errlen);
 
 /* The parent's end of the pipe, for poll(); -1 when DEAD. */
 int wrk_child_fd(const wrk_child_t *c);
@@ -75,19 +76,20 @@ const char *wrk_child_error(const wrk_child_t *c);
 /* Monotonic ms at which the running config times out; 0 when not BUSY. */
 uint64_t wrk_child_deadline_ms(const wrk_child_t *c);
 
-/* Announces a job's configs (backend prepare); needs IDLE. Best effort. */
-int wrk_child_prepare(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n);
+/* Announces a job's configs (backend prepare); needs IDLE. Best effort: MT_INVAL when not
+ * IDLE or n is not in 1..65536, MT_ERR when the pipe write fails. */
+mt_status_t wrk_child_prepare(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n);
 
 /* Sends one config to measure at n_bs batch sizes (1..WRK_CHILD_MAX_BS); needs
  * IDLE; state becomes BUSY with a deadline of m->timeout_ms (default 60 s).
  * MT_INVAL on a bad argument or state, MT_ERR when the pipe write fails. */
-int wrk_child_start(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
-                    const wrk_measure_t *m);
+mt_status_t wrk_child_start(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
+                            size_t n_bs, const wrk_measure_t *m);
 
 /* Reads what the child sent, waiting at most wait_ms (0 = not at all) and enforces
  * the deadline. Sets *ev to at most one event per call. Returns MT_OK (also with
  * EV_NONE), or MT_ERR on an internal failure (out of memory). */
-int wrk_child_poll(wrk_child_t *c, int wait_ms, wrk_child_event_t *ev);
+mt_status_t wrk_child_poll(wrk_child_t *c, int wait_ms, wrk_child_event_t *ev);
 
 /* After EV_DONE: the n measurements of the finished config (one per batch size, in
  * request order) and the kernel's registers/spills. Valid until the next start. */
@@ -95,15 +97,15 @@ void wrk_child_results(const wrk_child_t *c, const wrk_meas_t **meas, size_t *n,
 
 /* Blocks until the child is READY (MT_OK), its open failed or it died (MT_ERR, the
  * reason in err), or timeout_ms passed (MT_AGAIN). */
-int wrk_child_wait_ready(wrk_child_t *c, int timeout_ms, char *err, size_t errlen);
+mt_status_t wrk_child_wait_ready(wrk_child_t *c, int timeout_ms, char *err, size_t errlen);
 
 /* Blocking measure: start, wait for the config to finish, copy its measurements
  * into out[0..n_bs). When the config killed the child or timed out, out says so
  * (CRASHED / TIMEOUT), and a new child is started and awaited before returning.
  * MT_OK unless the request could not be made or the new child failed to open
  * (MT_ERR, reason in err). */
-int wrk_child_measure(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
-                      size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err,
-                      size_t errlen);
+mt_status_t wrk_child_measure(wrk_child_t *c, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
+                              size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
+                              char *err, size_t errlen);
 
 #endif

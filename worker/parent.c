@@ -623,7 +623,7 @@ out:
 
 /* ---- lifecycle and stats */
 
-int wrk_parent_new(const wrk_parent_opts_t *opts, wrk_parent_t **out, char *err, size_t errlen) {
+mt_status_t wrk_parent_new(const wrk_parent_opts_t *opts, wrk_parent_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
     wrk_parent_t *p = calloc(1, sizeof *p);
     *out = NULL;

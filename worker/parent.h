@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "mt.h"
 #include "secure.h"
 
 typedef struct {
@@ -31,7 +32,7 @@ typedef struct wrk_parent wrk_parent_t;
 
 /* Creates a parent (copies opts; nothing is started yet). MT_INVAL with a reason in
  * err when the backend is unknown or an option is out of range. Caller owns *out. */
-int wrk_parent_new(const wrk_parent_opts_t *opts, wrk_parent_t **out, char *err, size_t errlen);
+mt_status_t wrk_parent_new(const wrk_parent_opts_t *opts, wrk_parent_t **out, char *err, size_t errlen);
 
 /* Runs the daemon until SIGINT/SIGTERM (mt_stop_requested) or Shutdown. Returns the
  * process exit code: 0 after a clean stop, 1 when the backend does not open (the

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "mt.h"
 #include "space.h"
 
 #define WRK_SIM_MAX_FAULTS 16
@@ -37,12 +38,12 @@ typedef struct {
 extern const wrk_backend_ops_t wrk_backend_sim;
 
 /* Parses SPEC ("crash=64x128x64x1x4x3,wrong=...,crash_rate=0.01,hang=...,
- * slow_start_ms=500,slowdown=1.25"; NULL or "" = no faults) into out. Returns MT_OK, or MT_INVAL
- * with a one-line reason in err. */
-int wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, size_t errlen);
+ * slow_start_ms=500,slowdown=1.25"; NULL or "" = no faults) into out. Returns MT_OK, MT_NOMEM, or
+ * MT_INVAL with a one-line reason in err. */
+mt_status_t wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, size_t errlen);
 
 /* Parses "BMxBNxBKxGMxWxS" into cfg; MT_INVAL when malformed. */
-int wrk_sim_config_parse(const char *text, krn_config_t *cfg);
+mt_status_t wrk_sim_config_parse(const char *text, krn_config_t *cfg);
 
 /* Noise-free simulated latency in microseconds of one MoE layer for shape, cfg and
  * batch size m on the default simulated device (H200). Valid configs only
