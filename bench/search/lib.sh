@@ -6,3 +6,8 @@ backend=${BACKEND:-cuda}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 extra=()
 [ "$backend" = sim ] && extra=(--workers 1 --sim-time-scale 0)
+# Sourced as `source lib.sh "$@"` after `out` is set: makes $out, and args = the tune options given
+# (Qwen3-30B-A3B TP1 when none).
+mkdir -p "${out:?}"
+args=("$@")
+[ ${#args[@]} -eq 0 ] && args=(--model qwen3-30b-a3b --tp 1)

@@ -14,8 +14,7 @@ set -uo pipefail
 out=${1:?usage: bench/search/noise.sh OUT_DIR N [tune options]}
 n=${2:?usage: bench/search/noise.sh OUT_DIR N [tune options]}
 shift 2
-source "$(dirname "$0")/lib.sh"
-mkdir -p "$out"
+source "$(dirname "$0")/lib.sh" "$@"
 if [ "${ONE_PROCESS:-0}" = 1 ]; then
   port=${PORT:-5655}
   db="$out/one.db"

@@ -15,10 +15,7 @@
 set -uo pipefail
 out=${1:?usage: bench/search/run.sh OUT_DIR [tune options]}
 shift
-source "$(dirname "$0")/lib.sh"
-mkdir -p "$out"
-args=("$@")
-[ ${#args[@]} -eq 0 ] && args=(--model qwen3-30b-a3b --tp 1)
+source "$(dirname "$0")/lib.sh" "$@"
 for s in ${STRATEGIES:-exhaustive racing halving}; do
   case $s in
     exhaustive) opt=(--race-margin 0) ;;

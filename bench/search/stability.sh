@@ -9,10 +9,7 @@
 set -uo pipefail
 out=${1:?usage: bench/search/stability.sh OUT_DIR [tune options]}
 shift
-source "$(dirname "$0")/lib.sh"
-mkdir -p "$out"
-args=("$@")
-[ ${#args[@]} -eq 0 ] && args=(--model qwen3-30b-a3b --tp 1)
+source "$(dirname "$0")/lib.sh" "$@"
 
 run() { # name, then extra tune options
   local name=$1
