@@ -187,7 +187,10 @@ static int cmp_final(const void *a, const void *b) {
     return (x->config_id > y->config_id) - (x->config_id < y->config_id);
 }
 
-/* Prunes the non-finalists' rows (halving) and stores the phase-2 jobs, in the open transaction. */
+/* Prunes the non-finalists' rows (halving) and stores the phase-2 jobs, in the open transaction:
+ * halving's group the finalist configs that share their batch sizes (at most chunk each); the
+ * decide step's (prune false) are one job per batch size, so its near-ties are measured side by
+ * side by one worker. */
 static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
                      bool prune, int64_t now_s, halving_row_t *rows, size_t n, halving_step_t *out) {
     int rc = MT_OK;
@@ -217,6 +220,23 @@ static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const ui
         if (!rc && changed) out->pruned++;
     }
     if (rc || !out->finalists) goto out;
+    if (!prune) { /* the decide step: one job per batch size, its near-ties side by side */
+        uint64_t job_id = 0;
+        for (size_t b = 0; !rc && b < nb; b++) {
+            bool any = false;
+            for (size_t i = 0; !rc && i < n; i++) {
+                if (!rows[i].finalist || rows[i].bi != b) continue;
+                if (!any) {
+                    rc = halving_bs_format(&bs[b], 1, text, text_len);
+                    if (!rc) rc = store_job_insert_phase(db, sweep_id, shape_id, 2, text, NULL, now_s, &job_id);
+                    if (!rc) out->jobs++;
+                    any = true;
+                }
+                if (!rc) rc = store_job_config_insert(db, job_id, rows[i].config_id);
+            }
+        }
+        goto out;
+    }
     /* one entry per finalist config with its batch sizes */
     fin = calloc(out->finalists, sizeof *fin);
     masks = calloc((size_t)out->finalists * nb, 1);

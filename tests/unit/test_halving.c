@@ -174,39 +174,49 @@ static void test_bs_lists(void **state) {
  * best 4 at each (configs 1-4 at 1, 17-20 at 2; plus each side's winner at the other), prunes
  * the 32 others with their rank in one transaction, stores phase-2 jobs grouped by the batch
  * sizes they share, and a second call changes nothing. */
-static void test_plan_shape(void **state) {
+/* A sweep of one shape with 20 configs (ids 1..20) with a phase-1 row each at batch sizes
+ * 1 and 2, medians us(c, b); config 10's row at batch size 2 is racing's pruned one. */
+static void seed_rows(store_t **s, uint64_t *sweep, uint64_t *shape, double (*us)(uint32_t c, size_t b)) {
     char err[256];
-    store_t *s = NULL;
-    uint64_t sweep = 0, shape = 0, job = 0;
+    uint64_t job = 0;
     static const uint32_t bs[] = {1, 2};
     krn_shape_t sh = {.e = 8, .n = 256, .k = 256, .topk = 2, .dtype = "bf16"};
-    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
-    assert_int_equal(store_sweep_insert(s, "hv", "", 0, 1, &sweep), MT_OK);
-    assert_int_equal(store_shape_upsert(s, &sh, &shape), MT_OK);
-    assert_int_equal(store_job_insert(s, sweep, shape, NULL, 1, &job), MT_OK);
+    assert_int_equal(store_open(g_db.path, s, err, sizeof err), MT_OK);
+    assert_int_equal(store_sweep_insert(*s, "hv", "", 0, 1, sweep), MT_OK);
+    assert_int_equal(store_shape_upsert(*s, &sh, shape), MT_OK);
+    assert_int_equal(store_job_insert(*s, *sweep, *shape, NULL, 1, &job), MT_OK);
     for (uint32_t c = 1; c <= 20; c++) {
         krn_config_t cfg = {16, 64, 64, c, 4, 2};
         uint64_t id = 0;
         bool inserted = false;
-        assert_int_equal(store_config_upsert(s, &cfg, &id), MT_OK);
+        assert_int_equal(store_config_upsert(*s, &cfg, &id), MT_OK);
         assert_int_equal(id, c);
         for (size_t b = 0; b < 2; b++) {
-            store_result_t r = {.sweep_id = sweep,
-                                .shape_id = shape,
+            store_result_t r = {.sweep_id = *sweep,
+                                .shape_id = *shape,
                                 .config_id = id,
                                 .job_id = job,
                                 .batch_size = bs[b],
                                 .status = MOETUNE__STATUS__STATUS_OK,
-                                .median_us = b == 0 ? 10.0 + c : 40.0 - c,
+                                .median_us = us(c, b),
                                 .samples = 5,
                                 .backend = "sim",
                                 .compiler = "sim",
                                 .created = 1,
                                 .phase = 1};
             if (c == 10 && b == 1) r.status = MOETUNE__STATUS__STATUS_PRUNED; /* racing's: not a candidate */
-            assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
+            assert_int_equal(store_result_insert(*s, &r, &inserted), MT_OK);
         }
     }
+}
+
+static double halving_us(uint32_t c, size_t b) { return b == 0 ? 10.0 + c : 40.0 - c; }
+
+static void test_plan_shape(void **state) {
+    store_t *s = NULL;
+    uint64_t sweep = 0, shape = 0;
+    static const uint32_t bs[] = {1, 2};
+    seed_rows(&s, &sweep, &shape, halving_us);
     halving_step_t st;
     assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 3, 0, 7, &st), MT_OK);
     assert_false(st.already);
@@ -234,6 +244,41 @@ static void test_plan_shape(void **state) {
     assert_int_equal(st.jobs, 0);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2"), 3);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'ok'"), 10);
+    store_close(&s);
+}
+
+/* bs 1: configs 1-5 within 2 % of the best (100 + 0.5 (c - 1)); bs 2: configs 1 and 20 within
+ * it, every other far behind. */
+static double decide_us(uint32_t c, size_t b) {
+    if (b == 0) return 100.0 + 0.5 * (c - 1);
+    return c == 1 ? 100.0 : c == 20 ? 100.5 : 200.0;
+}
+
+/* The decide step on a store: one phase-2 job per batch size with its near-ties (at most
+ * HALVING_DECIDE_MAX), nothing pruned, idempotent. */
+static void test_plan_decide(void **state) {
+    store_t *s = NULL;
+    uint64_t sweep = 0, shape = 0;
+    static const uint32_t bs[] = {1, 2};
+    seed_rows(&s, &sweep, &shape, decide_us);
+    halving_step_t st;
+    assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 16, 0.02, 7, &st), MT_OK);
+    assert_false(st.already);
+    assert_int_equal(st.finalists, HALVING_DECIDE_MAX + 2);
+    assert_int_equal(st.pruned, 0);
+    assert_int_equal(st.jobs, 2);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
+                               " WHERE j.phase = 2 AND j.batch_sizes = '1' AND jc.config_id IN (1, 2, 3, 4)"),
+                     4);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
+                               " WHERE j.phase = 2 AND j.batch_sizes = '2' AND jc.config_id IN (1, 20)"),
+                     2);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id WHERE j.phase = 2"),
+                     6);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'ok'"), 39);
+    assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 16, 0.02, 8, &st), MT_OK);
+    assert_true(st.already);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2"), 2);
     store_close(&s);
 }
 
@@ -483,6 +528,7 @@ int main(void) {
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_bs_lists),
         cmocka_unit_test_prestate_setup_teardown(test_plan_shape, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_plan_decide, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide, fx_setup, fx_teardown),
     };
