@@ -193,11 +193,77 @@ static int print_compare(const cmp_t *c, bool json) {
 }
 
 /* --near-ties: the picks an export takes whose runner-up is within noise (export.h). */
+
+/* One shape's near-ties of a sweep: the configs (picks and runners-up) and batch sizes that
+ * one `tune --configs` re-measures side by side. */
+typedef struct {
+    krn_shape_t shape;
+    char backend[16], kernel[16], routing[256];
+    krn_config_t cfg[KRN_MAX_LIST];
+    size_t n_cfg;
+    uint32_t bs[64];
+    size_t n_bs;
+} tie_shape_t;
+
 typedef struct {
     bool json;
     size_t shown;
     uint64_t sweep_id;
+    const char *db;
+    tie_shape_t *sh;
+    size_t n_sh, cap_sh;
 } ties_t;
+
+static void add_tie_config(tie_shape_t *e, const krn_config_t *c) {
+    for (size_t i = 0; i < e->n_cfg; i++)
+        if (memcmp(&e->cfg[i], c, sizeof *c) == 0) return;
+    if (e->n_cfg < KRN_MAX_LIST) e->cfg[e->n_cfg++] = *c;
+}
+
+/* Notes a near tie of b's shape for the re-measure hint; MT_NOMEM when it cannot. */
+static mt_status_t note_tie(ties_t *t, const dbq_result_t *b, const dbq_result_t *u) {
+    tie_shape_t *e = NULL;
+    for (size_t i = 0; i < t->n_sh && !e; i++)
+        if (memcmp(&t->sh[i].shape, &b->shape, sizeof b->shape) == 0 && strcmp(t->sh[i].backend, b->backend) == 0)
+            e = &t->sh[i];
+    if (!e) {
+        if (mt_grow((void **)&t->sh, &t->cap_sh, t->n_sh + 1, sizeof *t->sh, 4) != MT_OK) return MT_NOMEM;
+        e = &t->sh[t->n_sh++];
+        memset(e, 0, sizeof *e);
+        e->shape = b->shape;
+        snprintf(e->backend, sizeof e->backend, "%s", b->backend);
+        snprintf(e->routing, sizeof e->routing, "%s", b->routing_source);
+        const char *k = b->versions ? strstr(b->versions, "kernel=") : NULL;
+        if (k) snprintf(e->kernel, sizeof e->kernel, "%.*s", (int)strcspn(k + 7, " "), k + 7);
+    }
+    add_tie_config(e, &b->config);
+    add_tie_config(e, &u->config);
+    size_t i = 0;
+    while (i < e->n_bs && e->bs[i] < b->batch_size) i++;
+    if ((i == e->n_bs || e->bs[i] != b->batch_size) && e->n_bs < sizeof e->bs / sizeof e->bs[0]) {
+        memmove(&e->bs[i + 1], &e->bs[i], (e->n_bs - i) * sizeof e->bs[0]);
+        e->bs[i] = b->batch_size;
+        e->n_bs++;
+    }
+    return MT_OK;
+}
+
+/* Prints, per shape of the sweep with near ties, the command that re-measures them side by side. */
+static void print_tie_hints(ties_t *t) {
+    for (size_t i = 0; i < t->n_sh; i++) {
+        const tie_shape_t *e = &t->sh[i];
+        char shape[160], text[KRN_CONFIG_TEXT_LEN];
+        krn_shape_format(&e->shape, shape, sizeof shape);
+        printf("sweep %llu, to decide by measuring side by side: moetune tune --backend %s%s%s --shape %s%s%s --configs ",
+               (unsigned long long)t->sweep_id, e->backend, e->kernel[0] ? " --kernel " : "", e->kernel, shape,
+               e->routing[0] ? " --routing " : "", e->routing);
+        for (size_t k = 0; k < e->n_cfg; k++) printf("%s%s", k ? "," : "", krn_config_format(&e->cfg[k], text, sizeof text));
+        printf(" --batch-sizes ");
+        for (size_t k = 0; k < e->n_bs; k++) printf("%s%u", k ? "," : "", e->bs[k]);
+        printf(" --db %s --out recheck/\n", t->db);
+    }
+    t->n_sh = 0;
+}
 
 static int print_tie(void *vctx, const dbq_result_t *b, const dbq_result_t *u) {
     ties_t *t = vctx;
@@ -226,6 +292,7 @@ static int print_tie(void *vctx, const dbq_result_t *b, const dbq_result_t *u) {
         snprintf(full, sizeof full, "%s,K=%u,topk=%u", shape, b->shape.k, b->shape.topk);
         printf("%-6llu %-34.34s %6u %-20s %11.2f %-20s %11.2f %9.2f\n", (unsigned long long)t->sweep_id, full,
                b->batch_size, cb, b->median_us, cu, u->median_us, m);
+        if (note_tie(t, b, u) != MT_OK) return MT_NOMEM;
     }
     t->shown++;
     return 0;
@@ -245,10 +312,10 @@ static int add_sweep_id(void *ctx, const dbq_sweep_t *s) {
     return 0;
 }
 
-static int near_ties(const cli_cmd_t *cmd, dbq_t *q, uint64_t sweep, bool json) {
+static int near_ties(const cli_cmd_t *cmd, dbq_t *q, const char *db, uint64_t sweep, bool json) {
     char err[400];
     sweep_ids_t v = {.want = sweep};
-    ties_t t = {.json = json};
+    ties_t t = {.json = json, .db = db};
     int rc = dbq_sweeps(q, NULL, add_sweep_id, &v, err, sizeof err);
     if (rc == MT_OK && sweep && v.n == 0) {
         mt_fmt(err, sizeof err, "no sweep %llu in the database", (unsigned long long)sweep);
@@ -257,9 +324,13 @@ static int near_ties(const cli_cmd_t *cmd, dbq_t *q, uint64_t sweep, bool json) 
     for (size_t i = 0; rc == MT_OK && i < v.n; i++) {
         dbq_select_t sel = {.ids = &v.ids[i], .n_ids = 1};
         t.sweep_id = v.ids[i];
+        size_t before = t.shown;
         rc = exp_pairs(q, &sel, print_tie, &t, err, sizeof err);
+        if (rc == MT_OK && !json && t.shown > before) print_tie_hints(&t);
+        t.n_sh = 0;
     }
     free(v.ids);
+    free(t.sh);
     if (rc == MT_NOMEM) mt_fmt(err, sizeof err, "out of memory");
     if (rc != MT_OK) return cli_fail(cmd, err);
     if (!json && t.shown == 0)
@@ -293,7 +364,7 @@ int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
                               "only --sweep N and --json");
     if (dbq_open(o->db, &q, err, sizeof err) != MT_OK) return cli_fail(cmd, err);
     if (o->near_ties) {
-        int code = near_ties(cmd, q, o->sweep, o->json);
+        int code = near_ties(cmd, q, o->db, o->sweep, o->json);
         dbq_close(&q);
         return code;
     }

@@ -235,14 +235,6 @@ static void file_triton_version(const char *path, char *buf, size_t len) {
     json_decref(root);
 }
 
-static void shape_arg(const krn_shape_t *s, char *buf, size_t len) {
-    int n = snprintf(buf, len, "E=%u,N=%u,K=%u,topk=%u", s->e, s->n, s->k, s->topk);
-    if (n > 0 && (size_t)n < len && strcmp(s->dtype, "bf16") != 0)
-        n += snprintf(buf + n, len - (size_t)n, ",dtype=%s", s->dtype);
-    if (n > 0 && (size_t)n < len && s->block_n)
-        snprintf(buf + n, len - (size_t)n, ",block_shape=%ux%u", s->block_n, s->block_k);
-}
-
 /* Prints one line naming the failure (text, or JSON with --json); returns exit 1. */
 static int doctor_fail(const cli_cmd_t *cmd, bool json, const char *python, const char *msg) {
     if (json) {
@@ -383,7 +375,7 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
         if (o->dtype && n > 0) snprintf(what + n, sizeof what - (size_t)n, " --dtype %s", o->dtype);
     } else {
         char sa[200];
-        shape_arg(&shape, sa, sizeof sa);
+        krn_shape_format(&shape, sa, sizeof sa);
         mt_fmt(what, sizeof what, "--shape %s", sa);
     }
     mt_fmt(tune, sizeof tune, "moetune tune --backend triton --kernel %s --python %s %s --out %s", ename, py, what,

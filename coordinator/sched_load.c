@@ -204,6 +204,7 @@ static int sweep_new(const store_sweep_row_t *row, const Moetune__SweepSpec *spe
     sw->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
     sw->chunk = spec->chunk ? spec->chunk : PLAN_DEFAULT_CHUNK;
     plan_measure(spec, &sw->measure);
+    sw->listed = spec->space && spec->space->n_configs > 0;
     sw->decide = halving_decide_margin(spec->strategy, &sw->measure);
     sw->halving = halving_is(spec->strategy) || sw->decide > 0;
     if (sw->halving) {

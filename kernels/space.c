@@ -342,6 +342,14 @@ out:
     return rc;
 }
 
+void krn_shape_format(const krn_shape_t *s, char *buf, size_t len) {
+    int n = snprintf(buf, len, "E=%u,N=%u,K=%u,topk=%u", s->e, s->n, s->k, s->topk);
+    if (n > 0 && (size_t)n < len && strcmp(s->dtype, "bf16") != 0)
+        n += snprintf(buf + n, len - (size_t)n, ",dtype=%s", s->dtype);
+    if (n > 0 && (size_t)n < len && s->block_n)
+        snprintf(buf + n, len - (size_t)n, ",block_shape=%ux%u", s->block_n, s->block_k);
+}
+
 void krn_shape_name(const krn_shape_t *s, char *buf, size_t len) {
     int n = snprintf(buf, len, "E=%u,N=%u", s->e, s->n);
     if (n < 0 || (size_t)n >= len) return;

@@ -158,6 +158,10 @@ mt_status_t krn_shape_parse(const char *text, krn_shape_t *shape, char *err, siz
 /* Checks a shape's ranges (all sizes > 0, topk <= E, known dtype). */
 mt_status_t krn_shape_check(const krn_shape_t *shape, char *err, size_t errlen);
 
+/* Formats the shape as krn_shape_parse reads it (what --shape takes):
+ * "E=128,N=768,K=2048,topk=8" plus ",dtype=fp8_w8a8" and ",block_shape=128x128" when set. */
+void krn_shape_format(const krn_shape_t *shape, char *buf, size_t len);
+
 /* Formats the shape the way config files name it, without device:
  * "E=128,N=768" plus ",dtype=fp8_w8a8" and ",block_shape=[128, 128]" when set. */
 void krn_shape_name(const krn_shape_t *shape, char *buf, size_t len);

@@ -16,6 +16,7 @@
 #include <sqlite3.h>
 #include <zmq.h>
 
+#include "convert.h"
 #include "coord.h"
 #include "mt.h"
 #include "planner.h"
@@ -1010,6 +1011,36 @@ static void split_setup(fx_t *f, split_fx_t *x) {
     x->tokb = x->jb->lease_token;
 }
 
+/* A listed sweep's job (tune --configs) measures its configs side by side on one GPU: a
+ * worker with nothing to do does not split it. */
+static void test_split_not_listed(void **state) {
+    fx_t *f = *state;
+    fx_spec_t x;
+    Moetune__Submitted sub;
+    Moetune__Config cfg[4], *ptr[4];
+    fx_start(f, 1000, 30000);
+    fx_spec(&x, "listed", (const uint32_t[]){2, 1}, 1, 1, 1);
+    for (uint32_t i = 0; i < 4; i++) {
+        krn_config_t c = {16, 64, 64, 1, 4, 2 + i};
+        moetune__config__init(&cfg[i]);
+        wire_config_to_msg(&c, &cfg[i]);
+        ptr[i] = &cfg[i];
+    }
+    x.sp.n_block_m = x.sp.n_block_n = x.sp.n_block_k = x.sp.n_group_m = x.sp.n_num_warps = x.sp.n_num_stages = 0;
+    x.sp.n_configs = 4, x.sp.configs = ptr;
+    x.spec.chunk = 4;
+    fx_submit_spec(f, &x, &sub);
+    assert_int_equal(sub.configs_valid, 4);
+    assert_int_equal(sub.jobs, 1);
+    fx_hello(f, "A", "gpu", 0);
+    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
+    assert_int_equal(fx_take(f, "A", 1)->n_configs, 4);
+    fx_clear(f);
+    sched_on_ready(f->s, b, 1, 2);
+    assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 1);
+}
+
 /* The tail: B has nothing pending while A holds a job of 8 configs, so B takes the back 4 of
  * them in a new job (stored: job_configs moved). A's kept configs finish A's job; A's result
  * for a moved config is stored once and credits B's job (which then waits only for the rest);
@@ -1293,6 +1324,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_mixed_fleet_binds_sweep, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_alloc_failure_scenarios, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_split_tail, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_split_not_listed, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_split_bounds, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_split_restart, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_split_meet, fx_setup, fx_teardown),

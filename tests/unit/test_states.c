@@ -206,6 +206,24 @@ static void test_status_table(void **state) {
     assert_false(wire_sweep_is(NULL, WIRE_SWEEP_RUNNING));
 }
 
+/* The shape's text form: what --shape takes, read back to the same shape. */
+static void test_shape_text(void **state) {
+    static const char *const forms[] = {"E=128,N=768,K=2048,topk=8",
+                                        "E=256,N=256,K=7168,topk=8,dtype=fp8_w8a8,block_shape=128x128",
+                                        "E=8,N=7168,K=4096,topk=2,dtype=fp8_w8a8"};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        krn_shape_t s, back;
+        char err[200], buf[160];
+        memset(&s, 0, sizeof s);
+        memset(&back, 0, sizeof back);
+        assert_int_equal(krn_shape_parse(forms[i], &s, err, sizeof err), MT_OK);
+        krn_shape_format(&s, buf, sizeof buf);
+        assert_string_equal(buf, forms[i]);
+        assert_int_equal(krn_shape_parse(buf, &back, err, sizeof err), MT_OK);
+        assert_memory_equal(&back, &s, sizeof s);
+    }
+}
+
 static void test_config_text(void **state) {
     char buf[KRN_CONFIG_TEXT_LEN];
     krn_config_t c = {.block_m = 64, .block_n = 128, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3};
@@ -383,7 +401,7 @@ int main(void) {
     mt_log_init("test_states", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_table),          cmocka_unit_test(test_schema_file_checks),
-        cmocka_unit_test(test_created_schema_checks), cmocka_unit_test(test_config_text),
+        cmocka_unit_test(test_created_schema_checks), cmocka_unit_test(test_config_text), cmocka_unit_test(test_shape_text),
         cmocka_unit_test(test_config_bounds),         cmocka_unit_test(test_credit_cap),
         cmocka_unit_test(test_measure_defaults),
     };
