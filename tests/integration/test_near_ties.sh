@@ -42,10 +42,26 @@ listed=$("$M" results --db "$T/t.db" --near-ties --json | jq -r '.batch_size' | 
 [ "${listed% }" = "$flagged" ] || fail "results --near-ties --json lists '${listed% }', the manifest '$flagged'"
 "$M" results --db "$T/t.db" --near-ties --json | jq -e 'select(.sweep != 1 or .margin_sd >= 1 or .runner_up.config_id == .config_id)' \
   >/dev/null && fail "a listed near tie is not one"
-n_text=$("$M" results --db "$T/t.db" --near-ties --sweep 1 | tail -n +2 | wc -l)
+n_text=$("$M" results --db "$T/t.db" --near-ties --sweep 1 | grep -c '^1 ')
 [ "$n_text" = "$(echo "$flagged" | wc -w)" ] || fail "the text listing has $n_text rows"
 rc=0; "$M" results --db "$T/t.db" --near-ties --sweep 7 >/dev/null 2>"$T/e7" || rc=$?
 [ $rc = 1 ] && grep -q "no sweep 7" "$T/e7" || fail "an unknown sweep: exit $rc, $(cat "$T/e7")"
 rc=0; "$M" results --db "$T/t.db" --near-ties --best >/dev/null 2>"$T/eb" || rc=$?
 [ $rc = 2 ] || fail "--near-ties --best: exit $rc, not a usage error"
 pass "results --near-ties lists the manifest's near ties ($flagged), in text and JSON"
+
+# The listing ends with the command that re-measures the near ties side by side: it runs as
+# printed (sim options added), as one job of exactly the listed configs at those batch sizes.
+hint=$("$M" results --db "$T/t.db" --near-ties --sweep 1 | grep '^sweep 1, to decide by measuring side by side: ')
+[ "$(echo "$hint" | wc -l)" = 1 ] || fail "no (or more than one) re-measure line: $hint"
+cmd=${hint#*: moetune }
+n_cfg=$(echo "$cmd" | sed -n 's/.*--configs \([^ ]*\).*/\1/p' | tr ',' '\n' | wc -l)
+sizes=$(echo "$cmd" | sed -n 's/.*--batch-sizes \([^ ]*\).*/\1/p')
+[ "$sizes" = "$(echo "$flagged" | tr ' ' ',')" ] || fail "the command re-measures batch sizes $sizes, not $flagged"
+read -ra words <<<"${cmd% --out recheck/}"
+"$M" "${words[@]}" --workers 2 --sim-time-scale 0 --out "$T/recheck" >"$T/re.out" 2>"$T/re.err" \
+  || { tail "$T/re.err"; fail "the printed re-measure exited $?"; }
+[ "$(q "SELECT COUNT(*) FROM jobs WHERE sweep_id = 2")" = 1 ] || fail "the re-measure is not one job"
+[ "$(q "SELECT COUNT(*) FROM results WHERE sweep_id = 2 AND status = 'ok'")" = $((n_cfg * $(echo "$flagged" | wc -w))) ] \
+  || fail "the re-measure did not measure its $n_cfg configs at every listed batch size"
+pass "the printed re-measure ran: $n_cfg configs x batch sizes $sizes in one job"
