@@ -254,10 +254,12 @@ static void print_tie_hints(ties_t *t) {
         const tie_shape_t *e = &t->sh[i];
         char shape[160], text[KRN_CONFIG_TEXT_LEN];
         krn_shape_format(&e->shape, shape, sizeof shape);
-        printf("sweep %llu, to decide by measuring side by side: moetune tune --backend %s%s%s --shape %s%s%s --configs ",
-               (unsigned long long)t->sweep_id, e->backend, e->kernel[0] ? " --kernel " : "", e->kernel, shape,
-               e->routing[0] ? " --routing " : "", e->routing);
-        for (size_t k = 0; k < e->n_cfg; k++) printf("%s%s", k ? "," : "", krn_config_format(&e->cfg[k], text, sizeof text));
+        printf(
+            "sweep %llu, to decide by measuring side by side: moetune tune --backend %s%s%s --shape %s%s%s --configs ",
+            (unsigned long long)t->sweep_id, e->backend, e->kernel[0] ? " --kernel " : "", e->kernel, shape,
+            e->routing[0] ? " --routing " : "", e->routing);
+        for (size_t k = 0; k < e->n_cfg; k++)
+            printf("%s%s", k ? "," : "", krn_config_format(&e->cfg[k], text, sizeof text));
         printf(" --batch-sizes ");
         for (size_t k = 0; k < e->n_bs; k++) printf("%s%u", k ? "," : "", e->bs[k]);
         printf(" --db %s --out recheck/\n", t->db);

@@ -180,8 +180,9 @@ static int set_configs(cli_spec_t *s, const void *arg, const char *opt, const ch
         memcpy(one, p, len);
         one[len] = '\0';
         if (krn_config_parse(one, &c) != MT_OK) {
-            mt_fmt(err, errlen, "--%s: %s is not BLOCK_SIZE_MxNxKxGROUP_SIZE_Mxnum_warpsxnum_stages (e.g. 64x128x64x16x4x4)",
-                   opt, one);
+            mt_fmt(err, errlen,
+                   "--%s: %s is not BLOCK_SIZE_MxNxKxGROUP_SIZE_Mxnum_warpsxnum_stages (e.g. 64x128x64x16x4x4)", opt,
+                   one);
             return MT_INVAL;
         }
         if (s->n_cfgs == KRN_MAX_LIST) {

@@ -104,12 +104,10 @@ void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, ui
         sw->hv_state[hv[i].h] = HV_PLANNED;
         sw->pruned += hv[i].st.pruned;
         if (!hv[i].st.already) sw->finalists += hv[i].st.finalists; /* planned before: counted at load */
-        log_at(MT_LOG_INFO,
-               "sweep %llu shape %llu: %s: %u finalist rows in %u phase-2 jobs, %u rows pruned%s",
+        log_at(MT_LOG_INFO, "sweep %llu shape %llu: %s: %u finalist rows in %u phase-2 jobs, %u rows pruned%s",
                (unsigned long long)sw->id, (unsigned long long)hv[i].shape_id,
                sw->decide > 0 ? "racing over, near-ties re-measured side by side" : "halving phase 1 over",
-               hv[i].st.finalists, hv[i].st.jobs,
-               hv[i].st.pruned, hv[i].st.already ? " (planned before)" : "");
+               hv[i].st.finalists, hv[i].st.jobs, hv[i].st.pruned, hv[i].st.already ? " (planned before)" : "");
     }
     if (!committed) return;
     for (size_t i = 0; i < n; i++) {

@@ -89,7 +89,7 @@ struct sweep {
      * (racing off); per shape, where its phase 2 stands (HV_*) */
     bool halving;
     double decide;
-    bool listed; /* a list of configs (tune --configs): its jobs are never split (side by side) */
+    bool listed;      /* a list of configs (tune --configs): its jobs are never split (side by side) */
     bool halving_due; /* a phase-1 job ended: a shape's phase 2 may be due */
     Moetune__Measure measure1;
     uint64_t *hv_shapes;

@@ -33,8 +33,8 @@ static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
         if (o == w) continue;
         for (size_t k = 0; k < o->n_held; k++) {
             job_t *j = o->held[k];
-            if (j->state != WIRE_JOB_LEASED || j->sw->state != WIRE_SWEEP_RUNNING ||
-                !sched_worker_matches(w, j->sw) || side_by_side(j))
+            if (j->state != WIRE_JOB_LEASED || j->sw->state != WIRE_SWEEP_RUNNING || !sched_worker_matches(w, j->sw) ||
+                side_by_side(j))
                 continue;
             size_t n = job_open_cfgs(j);
             if (n > best_n || (n == best_n && best && j->id < best->id)) {

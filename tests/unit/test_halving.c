@@ -88,7 +88,8 @@ static void test_choose_decide(void **state) {
     halving_row_t rows[NB * 6];
     size_t n = 0;
     for (uint32_t b = 0; b < NB; b++)
-        for (uint64_t c = 0; c < 6; c++) rows[n++] = (halving_row_t){.config_id = c + 1, .bi = b, .median_us = us[b][c]};
+        for (uint64_t c = 0; c < 6; c++)
+            rows[n++] = (halving_row_t){.config_id = c + 1, .bi = b, .median_us = us[b][c]};
     assert_int_equal(halving_choose_decide(rows, n, NB, 0.02), MT_OK);
     size_t finalists[NB] = {0};
     for (size_t i = 0; i < n; i++) finalists[rows[i].bi] += rows[i].finalist;
@@ -514,7 +515,8 @@ static void test_sched_decide(void **state) {
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE phase = 2 AND batch_size = 1"),
                      HALVING_DECIDE_MAX);
     assert_int_equal(
-        fx_query_int(f, "SELECT config_id FROM results WHERE batch_size = 1 AND status = 'ok' ORDER BY median_us LIMIT 1"),
+        fx_query_int(f,
+                     "SELECT config_id FROM results WHERE batch_size = 1 AND status = 'ok' ORDER BY median_us LIMIT 1"),
         (int64_t)(lo + 2));
 }
 

@@ -400,9 +400,13 @@ static void test_measure_defaults(void **state) {
 int main(void) {
     mt_log_init("test_states", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_status_table),          cmocka_unit_test(test_schema_file_checks),
-        cmocka_unit_test(test_created_schema_checks), cmocka_unit_test(test_config_text), cmocka_unit_test(test_shape_text),
-        cmocka_unit_test(test_config_bounds),         cmocka_unit_test(test_credit_cap),
+        cmocka_unit_test(test_status_table),
+        cmocka_unit_test(test_schema_file_checks),
+        cmocka_unit_test(test_created_schema_checks),
+        cmocka_unit_test(test_config_text),
+        cmocka_unit_test(test_shape_text),
+        cmocka_unit_test(test_config_bounds),
+        cmocka_unit_test(test_credit_cap),
         cmocka_unit_test(test_measure_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
