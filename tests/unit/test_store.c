@@ -358,7 +358,7 @@ static void test_rollback_discards(void **state) {
     assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 0);
 }
 
-static int noop_send(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) { return MT_OK; }
+static mt_status_t noop_send(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) { return MT_OK; }
 
 static void test_leased_back_to_pending(void **state) {
     char err[256];
