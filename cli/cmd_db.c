@@ -75,7 +75,7 @@ typedef struct {
     size_t rows;
 } results_ctx_t;
 
-static int print_row(void *vctx, const dbq_result_t *r) {
+static mt_status_t print_row(void *vctx, const dbq_result_t *r) {
     results_ctx_t *ctx = vctx;
     char shape[96], cfg[KRN_CONFIG_TEXT_LEN];
     krn_shape_name(&r->shape, shape, sizeof shape);
@@ -126,7 +126,7 @@ typedef struct {
     size_t n, cap;
 } cmp_t;
 
-static int cmp_row(void *vctx, const dbq_result_t *r) {
+static mt_status_t cmp_row(void *vctx, const dbq_result_t *r) {
     cmp_t *c = vctx;
     if (strcmp(r->status, "ok") != 0 || !(r->median_us > 0)) return 0;
     krn_shape_t sh;
@@ -267,7 +267,7 @@ static void print_tie_hints(ties_t *t) {
     t->n_sh = 0;
 }
 
-static int print_tie(void *vctx, const dbq_result_t *b, const dbq_result_t *u) {
+static mt_status_t print_tie(void *vctx, const dbq_result_t *b, const dbq_result_t *u) {
     ties_t *t = vctx;
     if (!u) return 0;
     double m = exp_margin_sd(b->median_us, b->stddev_us, u->median_us, u->stddev_us);
@@ -306,7 +306,7 @@ typedef struct {
     uint64_t want;
 } sweep_ids_t;
 
-static int add_sweep_id(void *ctx, const dbq_sweep_t *s) {
+static mt_status_t add_sweep_id(void *ctx, const dbq_sweep_t *s) {
     sweep_ids_t *v = ctx;
     if (v->want && s->id != v->want) return 0;
     if (mt_grow((void **)&v->ids, &v->cap, v->n + 1, sizeof *v->ids, 16) != MT_OK) return MT_NOMEM;

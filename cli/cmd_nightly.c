@@ -14,7 +14,7 @@ typedef struct {
     char state[16];
 } state_ctx_t;
 
-static int on_state(void *vctx, const dbq_sweep_t *s) {
+static mt_status_t on_state(void *vctx, const dbq_sweep_t *s) {
     state_ctx_t *c = vctx;
     if (s->id == c->id) snprintf(c->state, sizeof c->state, "%s", s->state);
     return 0;

@@ -83,7 +83,7 @@ static size_t bs_index(rshape_t *s, uint32_t m) {
     return i;
 }
 
-static int on_row(void *vctx, const dbq_result_t *r) {
+static mt_status_t on_row(void *vctx, const dbq_result_t *r) {
     rctx_t *c = vctx;
     rshape_t *s = NULL;
     for (size_t i = 0; i < c->n; i++)
@@ -285,7 +285,7 @@ typedef struct {
     Moetune__SweepSpec *spec;
 } sweep_ctx_t;
 
-static int on_sweep(void *vctx, const dbq_sweep_t *s) {
+static mt_status_t on_sweep(void *vctx, const dbq_sweep_t *s) {
     sweep_ctx_t *c = vctx;
     if (s->id != c->id) return 0;
     c->found = true;

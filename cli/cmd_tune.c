@@ -90,7 +90,7 @@ static void cands_clear(cands_t *cs) {
     cs->n = 0;
 }
 
-static int collect_cand(void *vctx, const dbq_sweep_t *s) {
+static mt_status_t collect_cand(void *vctx, const dbq_sweep_t *s) {
     cands_t *cs = vctx;
     bool running = wire_sweep_is(s->state, WIRE_SWEEP_RUNNING);
     if (!running && !wire_sweep_is(s->state, WIRE_SWEEP_DONE)) return 0;
@@ -154,7 +154,7 @@ static void kinds_from(const Moetune__StatusReply *sr, kinds_t *ks) {
     }
 }
 
-static int count_kind_rows(void *vctx, const dbq_result_t *r) {
+static mt_status_t count_kind_rows(void *vctx, const dbq_result_t *r) {
     kinds_t *ks = vctx;
     for (size_t j = 0; j < ks->n; j++) {
         kind_t *k = &ks->k[j];

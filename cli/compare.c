@@ -65,7 +65,7 @@ void cmp_sweeps_clear(cmp_sweeps_t *s) {
     memset(s, 0, sizeof *s);
 }
 
-static int on_best(void *vctx, const dbq_result_t *r) {
+static mt_status_t on_best(void *vctx, const dbq_result_t *r) {
     cmp_sweeps_t *s = vctx;
     cmp_sweep_t *w = s->n ? &s->v[s->n - 1] : NULL;
     if (!w || w->id != r->sweep_id) {
@@ -97,7 +97,7 @@ static int on_best(void *vctx, const dbq_result_t *r) {
     return 0;
 }
 
-static int on_sweep_row(void *vctx, const dbq_sweep_t *row) {
+static mt_status_t on_sweep_row(void *vctx, const dbq_sweep_t *row) {
     cmp_sweeps_t *s = vctx;
     for (size_t i = 0; i < s->n; i++) {
         if (s->v[i].id != row->id) continue;
@@ -151,7 +151,7 @@ static uint8_t *spec_key(const void *blob, size_t len, size_t *out_len) {
     return buf;
 }
 
-static int on_resolve(void *vctx, const dbq_sweep_t *row) {
+static mt_status_t on_resolve(void *vctx, const dbq_sweep_t *row) {
     walk_ctx_t *c = vctx;
     if (row->id == c->want) {
         c->exists = true;
@@ -161,7 +161,7 @@ static int on_resolve(void *vctx, const dbq_sweep_t *row) {
     return 0;
 }
 
-static int on_candidate(void *vctx, const dbq_sweep_t *row) {
+static mt_status_t on_candidate(void *vctx, const dbq_sweep_t *row) {
     walk_ctx_t *c = vctx;
     if (row->id >= c->before || !wire_sweep_is(row->state, WIRE_SWEEP_DONE)) return 0;
     size_t n = 0;

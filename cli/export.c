@@ -207,7 +207,7 @@ static int check_row(const dbq_result_t *r, char *bad, size_t len) {
     return MT_INVAL;
 }
 
-static int collect(void *ctx, const dbq_result_t *row, const dbq_result_t *ru) {
+static mt_status_t collect(void *ctx, const dbq_result_t *row, const dbq_result_t *ru) {
     rowvec_t *v = ctx;
     if (check_row(row, v->bad, sizeof v->bad) != MT_OK) return MT_INVAL;
     if (v->n == v->cap) {
@@ -258,7 +258,7 @@ static int pairs_flush(pairs_t *p) {
 }
 
 /* Rows come by cell, fastest first: the first is the pick, the first of another config its runner-up. */
-static int pairs_row(void *ctx, const dbq_result_t *r) {
+static mt_status_t pairs_row(void *ctx, const dbq_result_t *r) {
     pairs_t *p = ctx;
     if (p->have && same_cell(&p->best, r)) {
         if (!p->have_ru && r->config_id != p->best.config_id) {
@@ -323,7 +323,7 @@ static void sel_init(run_t *x) {
     x->sel.latest = o->latest;
 }
 
-static int cov_collect(void *ctx, const dbq_coverage_t *c) {
+static mt_status_t cov_collect(void *ctx, const dbq_coverage_t *c) {
     run_t *x = ctx;
     if (mt_grow((void **)&x->cov, &x->cap_cov, x->n_cov + 1, sizeof *x->cov, 64) != MT_OK) return MT_NOMEM;
     x->cov[x->n_cov++] = *c;
@@ -1061,7 +1061,7 @@ static void keep_row(dbq_result_t *dst, const dbq_result_t *src, const char *ver
     dst->versions = versions;
 }
 
-static int reduce_row(void *ctx, const dbq_result_t *r) {
+static mt_status_t reduce_row(void *ctx, const dbq_result_t *r) {
     eng_t *g = ctx;
     if (check_row(r, g->bad, sizeof g->bad) != MT_OK) return MT_INVAL;
     if (strcmp(r->backend, "triton") != 0) {

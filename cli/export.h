@@ -149,7 +149,7 @@ double exp_margin_sd(double best_us, double best_sd, double ru_us, double ru_sd)
  * (lowest median, ties to the lower config id) and its runner-up (NULL when no other
  * config has an ok row). Both are copies valid during the call, versions "". Returns an
  * MT_* status; one other than MT_OK stops the walk. */
-typedef int (*exp_pair_fn)(void *ctx, const dbq_result_t *best, const dbq_result_t *runner_up);
+typedef mt_status_t (*exp_pair_fn)(void *ctx, const dbq_result_t *best, const dbq_result_t *runner_up);
 /* Walks the ok rows of the selected sweeps (sel NULL = all) as an export reads them and
  * calls fn per (dir, device, shape, batch size), in the export's order. Returns MT_OK,
  * the error fn stopped the walk with, MT_NOMEM, or the query's error with its text in err. */

@@ -51,7 +51,7 @@ struct coord {
     atomic_int stop;
 };
 
-static int send_worker(void *ctx, const uint8_t *rid, size_t rid_len, wire_env_t *env) {
+static mt_status_t send_worker(void *ctx, const uint8_t *rid, size_t rid_len, wire_env_t *env) {
     coord_t *c = ctx;
     char err[128];
     int rc = wire_send(c->workers, rid, rid_len, env, ZMQ_DONTWAIT, err, sizeof err);

@@ -150,7 +150,7 @@ typedef struct {
     size_t nb;
 } collect_t;
 
-static int collect(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us, double stddev_us) {
+static mt_status_t collect(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us, double stddev_us) {
     (void)stddev_us;
     collect_t *c = ctx;
     size_t bi = c->nb;
@@ -167,7 +167,7 @@ typedef struct {
     uint64_t shape_id;
 } phase_probe_t;
 
-static int probe(void *ctx, uint64_t shape_id, uint32_t max_phase) {
+static mt_status_t probe(void *ctx, uint64_t shape_id, uint32_t max_phase) {
     phase_probe_t *p = ctx;
     if (shape_id == p->shape_id && max_phase >= 2) p->planned = true;
     return MT_OK;

@@ -151,7 +151,7 @@ nomem:
 }
 
 /* Runs on the writer thread: reads and fills only the batch. */
-int sched_batch_write(store_t *db, void *arg) {
+mt_status_t sched_batch_write(store_t *db, void *arg) {
     sched_batch_t *b = arg;
     int rc = MT_OK;
     for (size_t i = 0; !rc && i < b->n_res; i++) {

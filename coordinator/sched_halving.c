@@ -23,7 +23,7 @@ mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned
     return MT_OK;
 }
 
-static int load_phase(void *ctx, uint64_t shape_id, uint32_t max_phase) {
+static mt_status_t load_phase(void *ctx, uint64_t shape_id, uint32_t max_phase) {
     return sched_halving_add_shape(ctx, shape_id, max_phase >= 2);
 }
 

@@ -249,7 +249,7 @@ static inline bool sched_job_has_bs(const job_t *j, uint32_t b) {
 }
 
 /* Sends env to w through the caller's sched_send_fn. */
-static inline int sched_send_env(sched_t *s, sched_worker_t *w, wire_env_t *env) {
+static inline mt_status_t sched_send_env(sched_t *s, sched_worker_t *w, wire_env_t *env) {
     return s->o.send ? s->o.send(s->o.send_ctx, w->rid, w->rid_len, env) : MT_OK;
 }
 
@@ -310,7 +310,7 @@ void sched_dispatch_all(sched_t *s, uint64_t now_ms);
 
 /* Loads a sweep row into memory: counts, devices and, for a running sweep, its bests
  * and open jobs with their configs. A sched store_sweeps_each callback (ctx: sched_t). */
-int sched_load_sweep(void *ctx, const store_sweep_row_t *row);
+mt_status_t sched_load_sweep(void *ctx, const store_sweep_row_t *row);
 void sched_job_free(job_t *j);
 void sched_sweep_free(sweep_t *sw);
 

@@ -58,7 +58,7 @@ void sched_sweep_free(sweep_t *sw) {
     free(sw);
 }
 
-static int load_device(void *ctx, uint64_t device_id) { return sched_sweep_note_device(ctx, device_id); }
+static mt_status_t load_device(void *ctx, uint64_t device_id) { return sched_sweep_note_device(ctx, device_id); }
 
 typedef struct {
     sched_t *s;
@@ -67,7 +67,7 @@ typedef struct {
     int rc;
 } load_ctx_t;
 
-static int load_cfg(void *ctx, uint64_t config_id) {
+static mt_status_t load_cfg(void *ctx, uint64_t config_id) {
     load_ctx_t *lc = ctx;
     job_t *j = lc->job;
     jcfg_t *c = mt_realloc(j->cfgs, (j->n_cfgs + 1) * sizeof *c);
@@ -94,7 +94,7 @@ static int job_load_rows(sched_t *s, job_t *j) {
     return MT_OK;
 }
 
-static int load_job(void *ctx, const store_job_row_t *row) {
+static mt_status_t load_job(void *ctx, const store_job_row_t *row) {
     load_ctx_t *lc = ctx;
     if (sched_job_lookup(lc->s, row->id)) return MT_OK; /* in memory already (halving loads its new jobs) */
     job_t *j = mt_calloc(1, sizeof *j);
@@ -144,7 +144,7 @@ static int load_job(void *ctx, const store_job_row_t *row) {
 }
 
 /* Racing resumes from the committed results of a running sweep. */
-static int load_best(void *ctx, uint64_t shape_id, uint32_t bs, double median_us) {
+static mt_status_t load_best(void *ctx, uint64_t shape_id, uint32_t bs, double median_us) {
     load_ctx_t *lc = ctx;
     return race_note(lc->s->race, lc->sw->id, shape_id, bs, median_us);
 }
@@ -218,7 +218,7 @@ nomem:
     return MT_NOMEM;
 }
 
-int sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
+mt_status_t sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
     sched_t *s = ctx;
     sweep_t *sw = NULL;
     Moetune__SweepSpec *spec = moetune__sweep_spec__unpack(NULL, row->spec_len, row->spec);
@@ -412,14 +412,14 @@ void sched_plan_free(sched_plan_t **psp) {
     *psp = NULL;
 }
 
-int sched_plan_build(store_t *db, void *arg) {
+mt_status_t sched_plan_build(store_t *db, void *arg) {
     sched_plan_t *sp = arg;
     (void)db;
     plan_destroy(&sp->plan);
     return plan_build(sp->spec, &sp->plan, sp->err, sizeof sp->err);
 }
 
-int sched_plan_write(store_t *db, void *arg) {
+mt_status_t sched_plan_write(store_t *db, void *arg) {
     sched_plan_t *sp = arg;
     if (!sp->plan) {
         mt_fmt(sp->err, sizeof sp->err, "no plan built");

@@ -32,8 +32,9 @@ typedef struct sched_batch sched_batch_t;
 /* Results in one commit batch at most: bounds a transaction (about 18 rows a result). */
 #define SCHED_BATCH_MAX 256
 
-/* Sends env to the worker whose routing id is rid. env is only read. */
-typedef int (*sched_send_fn)(void *ctx, const uint8_t *rid, size_t rid_len, wire_env_t *env);
+/* Sends env to the worker whose routing id is rid. env is only read. Returns MT_OK or
+ * the send's MT_* error. */
+typedef mt_status_t (*sched_send_fn)(void *ctx, const uint8_t *rid, size_t rid_len, wire_env_t *env);
 
 typedef struct {
     uint32_t heartbeat_ms; /* 0 = WIRE_HEARTBEAT_DEFAULT_MS */
@@ -136,7 +137,7 @@ mt_status_t sched_batch_take(sched_t *s, sched_batch_t **batch);
 /* Writes a batch into db (inside the caller's transaction). Touches only the
  * batch, never the scheduler, so it may run on another thread while the
  * scheduler goes on. A writer_fn. */
-int sched_batch_write(store_t *db, void *batch);
+mt_status_t sched_batch_write(store_t *db, void *batch);
 
 /* Number of results in a batch. */
 size_t sched_batch_results(const sched_batch_t *batch);
@@ -167,10 +168,10 @@ mt_status_t sched_plan_new(const Moetune__SweepSpec *spec, sched_plan_t **out, c
 
 /* Validates and expands the plan job's spec (a writer_fn; db unused). MT_INVAL for a bad
  * spec, the reason kept in the job for sched_plan_done. */
-int sched_plan_build(store_t *db, void *plan);
+mt_status_t sched_plan_build(store_t *db, void *plan);
 
 /* Stores the built plan in db inside the caller's transaction (a writer_fn). */
-int sched_plan_write(store_t *db, void *plan);
+mt_status_t sched_plan_write(store_t *db, void *plan);
 
 /* Takes a plan job back and frees it (nulls *plan). rc is the job's outcome (MT_OK when
  * committed; why the writer's reason otherwise). On success the sweep joins the scheduler

@@ -26,7 +26,7 @@ typedef struct writer writer_t;
 
 /* Runs on the writer thread inside a transaction on db. Returns MT_OK to
  * commit; anything else rolls the transaction back and is reported. */
-typedef int (*writer_fn)(store_t *db, void *arg);
+typedef mt_status_t (*writer_fn)(store_t *db, void *arg);
 
 /* Opens a connection to db_path (already created and migrated by the caller)
  * and starts the thread. MT_OK with *out set, or MT_IO/MT_ERR with a reason. */

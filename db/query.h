@@ -61,7 +61,7 @@ typedef struct {
 } dbq_result_t;
 
 /* Called once per row; returns an MT_* status, and one other than MT_OK stops the walk and is returned. */
-typedef int (*dbq_result_fn)(void *ctx, const dbq_result_t *row);
+typedef mt_status_t (*dbq_result_fn)(void *ctx, const dbq_result_t *row);
 
 /* Walks the results that match filter, ordered by sweep, shape, batch size, median
  * (the best rows by shape and batch size). Returns MT_OK, the error fn stopped the walk
@@ -95,7 +95,7 @@ typedef struct {
 } dbq_coverage_t;
 
 /* Returns as dbq_result_fn. */
-typedef int (*dbq_coverage_fn)(void *ctx, const dbq_coverage_t *row);
+typedef mt_status_t (*dbq_coverage_fn)(void *ctx, const dbq_coverage_t *row);
 
 /* Walks the coverage of the selected sweeps (sel NULL or n_ids 0 = every sweep; latest
  * is ignored), ordered by sweep, export dir, device name, shape, batch size. */
@@ -113,7 +113,7 @@ typedef struct {
 } dbq_sweep_t;
 
 /* Returns as dbq_result_fn. */
-typedef int (*dbq_sweep_fn)(void *ctx, const dbq_sweep_t *sweep);
+typedef mt_status_t (*dbq_sweep_fn)(void *ctx, const dbq_sweep_t *sweep);
 
 /* Walks the sweeps in id order (state NULL = all, else only that state). */
 mt_status_t dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, char *err, size_t errlen);

@@ -156,9 +156,9 @@ mt_status_t store_crash_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, 
 /* ---- reads for start-up */
 /* The callbacks of the walks below (store_*_each) return an MT_* status: one other than
  * MT_OK stops the walk and is what the walk returns. */
-typedef int (*store_sweep_cb)(void *ctx, const store_sweep_row_t *row);
-typedef int (*store_job_cb)(void *ctx, const store_job_row_t *row);
-typedef int (*store_id_cb)(void *ctx, uint64_t id);
+typedef mt_status_t (*store_sweep_cb)(void *ctx, const store_sweep_row_t *row);
+typedef mt_status_t (*store_job_cb)(void *ctx, const store_job_row_t *row);
+typedef mt_status_t (*store_id_cb)(void *ctx, uint64_t id);
 /* Calls cb for every sweep in id order. */
 mt_status_t store_sweeps_each(store_t *s, store_sweep_cb cb, void *ctx);
 /* Calls cb for every pending or leased job of sweep_id in id order. */
@@ -173,12 +173,12 @@ mt_status_t store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id,
 mt_status_t store_result_count_from(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
                                     uint32_t phase, uint32_t *n);
 /* Halving: calls fn for every ok row of (sweep, shape) measured in phase, by config and batch size. */
-typedef int (*store_phase_row_fn)(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us,
-                                  double stddev_us);
+typedef mt_status_t (*store_phase_row_fn)(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us,
+                                          double stddev_us);
 mt_status_t store_phase_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase,
                                   store_phase_row_fn fn, void *ctx);
 /* Halving: per shape of a sweep's jobs, the latest phase planned for it, in shape order. */
-typedef int (*store_shape_phase_fn)(void *ctx, uint64_t shape_id, uint32_t max_phase);
+typedef mt_status_t (*store_shape_phase_fn)(void *ctx, uint64_t shape_id, uint32_t max_phase);
 mt_status_t store_sweep_phases_each(store_t *s, uint64_t sweep_id, store_shape_phase_fn fn, void *ctx);
 /* What a sweep's committed rows add up to, in one pass over them. */
 typedef struct {
@@ -193,7 +193,7 @@ mt_status_t store_sweep_result_counts(store_t *s, uint64_t sweep_id, store_sweep
  * so far; nb is the sweep's batch-size count (a job without its own list measures all). */
 mt_status_t store_sweep_finalists(store_t *s, uint64_t sweep_id, uint32_t nb, uint64_t *n);
 /* Racing: per (shape, batch size) of a sweep, the lowest committed ok median. */
-typedef int (*store_best_fn)(void *ctx, uint64_t shape_id, uint32_t batch_size, double median_us);
+typedef mt_status_t (*store_best_fn)(void *ctx, uint64_t shape_id, uint32_t batch_size, double median_us);
 mt_status_t store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx);
 /* Calls cb for every device that committed results to the sweep (GPU busy's GPUs). */
 mt_status_t store_sweep_devices_each(store_t *s, uint64_t sweep_id, store_id_cb cb, void *ctx);

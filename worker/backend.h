@@ -80,15 +80,19 @@ typedef struct {
 typedef struct {
     const char *name;
     /* Opens the device; fills dev. On failure MT_ERR with a one-line reason in err
-     * (e.g. "no CUDA device: cuInit: CUDA_ERROR_NO_DEVICE"). *state is the backend's. */
-    int (*open)(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err, size_t errlen);
+     * (e.g. "no CUDA device: cuInit: CUDA_ERROR_NO_DEVICE"), or MT_NOMEM. *state is the
+     * backend's. */
+    mt_status_t (*open)(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err, size_t errlen);
     /* Optional: announces the configs of a job in the order they will be measured,
-     * so the backend can compile ahead. */
-    int (*prepare)(void *state, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n);
+     * so the backend can compile ahead. Returns an MT_* status. */
+    mt_status_t (*prepare)(void *state, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n);
     /* Measures cfg at each of the n_bs batch sizes into out[0..n_bs). regs/spills
-     * receive the compiled kernel's resource use (0 when not applicable). */
-    int (*measure)(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
-                   const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err, size_t errlen);
+     * receive the compiled kernel's resource use (0 when not applicable). A config that
+     * fails is a status in out; an error (MT_ERR, MT_NOMEM) means the backend can no
+     * longer measure (e.g. a lost context), with why in err. */
+    mt_status_t (*measure)(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
+                           size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
+                           char *err, size_t errlen);
     /* Releases everything; NULL-safe, nulls *state. */
     void (*close)(void **state);
 } wrk_backend_ops_t;

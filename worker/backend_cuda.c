@@ -277,7 +277,8 @@ static int load_common(cuda_state_t *st, char *err, size_t errlen) {
 
 static void cuda_close(void **state);
 
-static int cuda_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err, size_t errlen) {
+static mt_status_t cuda_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err,
+                             size_t errlen) {
     int rc = MT_ERR, count = 0, ver = 0, nmaj = 0, nmin = 0;
     char tmp[200];
     CUresult r;
@@ -396,7 +397,7 @@ out:
     return rc;
 }
 
-static int cuda_prepare(void *state, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n) {
+static mt_status_t cuda_prepare(void *state, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n) {
     cuda_state_t *st = state;
     char why[160];
     pthread_mutex_lock(&st->mu);
@@ -880,9 +881,9 @@ static void set_all(wrk_meas_t *out, size_t n, int status, const char *detail) {
     }
 }
 
-static int cuda_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
-                        const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err,
-                        size_t errlen) {
+static mt_status_t cuda_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
+                                size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
+                                char *err, size_t errlen) {
     cuda_state_t *st = state;
     char why[160];
     CUresult r;

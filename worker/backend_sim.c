@@ -346,7 +346,7 @@ static void die_now(void) {
 
 /* ---- backend operations */
 
-static int sim_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err, size_t errlen) {
+static mt_status_t sim_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err, size_t errlen) {
     int rc = MT_OK;
     sim_state_t *st = calloc(1, sizeof *st);
     if (!st) return MT_NOMEM;
@@ -449,9 +449,9 @@ static int sim_routing(sim_state_t *st, const krn_shape_t *shape, const wrk_meas
     return rc;
 }
 
-static int sim_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
-                       const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err,
-                       size_t errlen) {
+static mt_status_t sim_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
+                               size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
+                               char *err, size_t errlen) {
     sim_state_t *st = state;
     char why[160];
     double *buf = NULL;

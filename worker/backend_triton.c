@@ -491,7 +491,7 @@ fail:
     return MT_ERR;
 }
 
-static int tr_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err, size_t errlen) {
+static mt_status_t tr_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err, size_t errlen) {
     int rc = MT_ERR;
     char helper[PATH_MAX];
     json_t *j = NULL;
@@ -591,7 +591,7 @@ static json_t *best_json(const wrk_measure_t *m, size_t n) {
     return a;
 }
 
-static int tr_prepare(void *state, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n) {
+static mt_status_t tr_prepare(void *state, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n) {
     tr_state_t *st = state;
     if (!st || st->pid <= 0) return MT_ERR;
     json_t *list = json_array();
@@ -672,9 +672,9 @@ static void keep_stats(tr_state_t *st, json_t *stats) {
     free(s);
 }
 
-static int tr_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
-                      const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err,
-                      size_t errlen) {
+static mt_status_t tr_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
+                              size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
+                              char *err, size_t errlen) {
     tr_state_t *st = state;
     size_t done = 0;
     json_t *reply = NULL;

@@ -286,7 +286,7 @@ typedef struct {
     dbq_result_t last;
 } acc_t;
 
-static int count_row(void *ctx, const dbq_result_t *r) {
+static mt_status_t count_row(void *ctx, const dbq_result_t *r) {
     acc_t *a = ctx;
     a->n++;
     a->crashed += strcmp(r->status, "crashed") == 0;

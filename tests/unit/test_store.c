@@ -54,7 +54,7 @@ static void test_reopen_keeps_data(void **state) {
 }
 
 /* Counts the rows a read-only walk sees, checking the schema-2 fields. */
-static int count_v2(void *ctx, const dbq_result_t *r) {
+static mt_status_t count_v2(void *ctx, const dbq_result_t *r) {
     int *n = ctx;
     if (r->median_us == 5.0 && r->versions[0] == '\0' && r->up_us == 0 && r->down_us == 0) (*n)++;
     return 0;
@@ -358,7 +358,7 @@ static void test_rollback_discards(void **state) {
     assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 0);
 }
 
-static int noop_send(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) { return MT_OK; }
+static mt_status_t noop_send(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) { return MT_OK; }
 
 static void test_leased_back_to_pending(void **state) {
     char err[256];

@@ -135,7 +135,8 @@ static void test_hang(void **unused) {
 
 /* A backend that loses its device on configs with 9 stages: the first batch size is
  * measured, the second times out and takes the context with it, the third is not reached. */
-static int lost_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err, size_t errlen) {
+static mt_status_t lost_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err,
+                             size_t errlen) {
     (void)opts, (void)err, (void)errlen;
     memset(dev, 0, sizeof *dev);
     snprintf(dev->name, sizeof dev->name, "lossy");
@@ -143,9 +144,9 @@ static int lost_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t 
     *state = NULL;
     return MT_OK;
 }
-static int lost_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs, size_t n_bs,
-                        const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills, char *err,
-                        size_t errlen) {
+static mt_status_t lost_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
+                                size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
+                                char *err, size_t errlen) {
     (void)state, (void)shape, (void)bs, (void)m, (void)regs, (void)spills;
     for (size_t i = 0; i < n_bs; i++) {
         out[i].status = MOETUNE__STATUS__STATUS_OK;

@@ -28,7 +28,7 @@ typedef struct {
     int fail; /* return this after the write */
 } wjob_t;
 
-static int write_device(store_t *db, void *arg) {
+static mt_status_t write_device(store_t *db, void *arg) {
     wjob_t *j = arg;
     Moetune__Gpu g = MOETUNE__GPU__INIT;
     uint64_t id = 0;
@@ -96,13 +96,13 @@ typedef struct {
     int fn_calls;
 } pjob_t;
 
-static int prep_device(store_t *db, void *arg) {
+static mt_status_t prep_device(store_t *db, void *arg) {
     pjob_t *j = arg;
     int rc = write_device(db, &j->pre);
     return rc ? rc : j->pre_rc;
 }
 
-static int fn_device(store_t *db, void *arg) {
+static mt_status_t fn_device(store_t *db, void *arg) {
     pjob_t *j = arg;
     j->fn_calls++;
     return write_device(db, &j->fn);

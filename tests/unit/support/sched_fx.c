@@ -27,7 +27,7 @@ wire_env_t *fx_roundtrip(wire_env_t *env) {
     return out;
 }
 
-int fx_capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) {
+mt_status_t fx_capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env) {
     fx_t *f = ctx;
     assert_true(f->n < MAX_MSGS);
     f->msg[f->n] = fx_roundtrip(env);

@@ -31,7 +31,7 @@ typedef struct {
 int fx_setup(void **state);
 int fx_teardown(void **state);
 /* The scheduler's send function: decodes and keeps each message with its routing id in f. */
-int fx_capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env);
+mt_status_t fx_capture(void *ctx, const uint8_t *rid, size_t len, wire_env_t *env);
 /* Opens the store (once) and a scheduler with these periods; sends are captured into f->msg. */
 void fx_start(fx_t *f, uint32_t hb, uint32_t lease);
 /* Destroys the scheduler, closes the store, drops the captured messages. */
