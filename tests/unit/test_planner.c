@@ -425,6 +425,11 @@ static void test_config_list(void **state) {
     assert_non_null(strstr(err, "config 2: BLOCK_SIZE_M value 0 is out of range"));
     wire_config_to_msg(&want[1], &cfg[1]);
 
+    s.spec.strategy = "halving";
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "strategy halving does not apply"));
+    s.spec.strategy = NULL;
+
     sp.n_configs = KRN_MAX_LIST + 1;
     assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_INVAL);
     assert_non_null(strstr(err, "65 configs listed (at most 64)"));
