@@ -50,7 +50,7 @@ struct cli_spec {
     bool finished;
 };
 
-typedef int (*setter_fn)(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen);
+typedef mt_status_t (*setter_fn)(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen);
 
 typedef struct {
     cli_spec_opt_t o;
@@ -58,7 +58,7 @@ typedef struct {
     intptr_t arg; /* which field: an offset or an index, depending on fn */
 } opt_def_t;
 
-static int set_shape(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_shape(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     if (s->n_shapes == CLI_SPEC_MAX_SHAPES) {
         mt_fmt(err, errlen, "--%s: more than %d shapes", opt, CLI_SPEC_MAX_SHAPES);
         return MT_INVAL;
@@ -87,7 +87,7 @@ static int add_str(char **arr, size_t *n, const char *opt, const char *val, char
     return MT_OK;
 }
 
-static int set_model(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_model(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     if (!cli_preset_find(val)) {
         krn_shape_t tmp;
         cli_preset_shape(val, 1, 1, NULL, &tmp, err, errlen);
@@ -96,11 +96,11 @@ static int set_model(cli_spec_t *s, const void *arg, const char *opt, const char
     return add_str(s->models, &s->n_models, opt, val, err, errlen);
 }
 
-static int set_model_cfg(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_model_cfg(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     return add_str(s->model_cfgs, &s->n_model_cfgs, opt, val, err, errlen);
 }
 
-static int set_par(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_par(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     uint32_t v;
     if (mt_parse_u32(val, 1, 1 << 20, &v) != MT_OK) {
         mt_fmt(err, errlen, "--%s %s: not a positive integer", opt, val);
@@ -116,7 +116,7 @@ static int set_par(cli_spec_t *s, const void *arg, const char *opt, const char *
     return MT_OK;
 }
 
-static int set_dtype(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_dtype(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     if (strcmp(val, "bf16") != 0 && strcmp(val, "fp8_w8a8") != 0) {
         mt_fmt(err, errlen, "--%s %s: not one of bf16, fp8_w8a8", opt, val);
         return MT_INVAL;
@@ -156,18 +156,18 @@ static int parse_list(const char *opt, const char *val, uint32_t max, size_t max
     return MT_OK;
 }
 
-static int set_batch(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_batch(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     return parse_list(opt, val, PLAN_MAX_BATCH, CLI_SPEC_MAX_BATCH, s->batch, &s->n_batch, err, errlen);
 }
 
-static int set_space(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_space(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     intptr_t i = (intptr_t)arg;
     return parse_list(opt, val, krn_config_fields[i].max, KRN_MAX_VALUES, s->space_vals[i], &s->n_space[i], err,
                       errlen);
 }
 
 /* --configs 64x128x64x16x4x4,...: appends each config; repeatable. */
-static int set_configs(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_configs(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     const char *p = val;
     do {
         size_t len = strcspn(p, ",");
@@ -197,7 +197,7 @@ static int set_configs(cli_spec_t *s, const void *arg, const char *opt, const ch
     return MT_OK;
 }
 
-static int set_text(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_text(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     size_t off = (size_t)(intptr_t)arg;
     char *dst = (char *)s + off;
     size_t cap = off == offsetof(cli_spec_t, strategy) ? sizeof s->strategy : sizeof s->name;
@@ -220,7 +220,7 @@ static int set_text(cli_spec_t *s, const void *arg, const char *opt, const char 
 }
 
 /* "sglang", "vllm" or both, comma-separated, each once. */
-static int set_engines(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_engines(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     size_t n = 0;
     const char *p = val;
     while (*p) {
@@ -242,7 +242,7 @@ bad:
     return MT_INVAL;
 }
 
-static int set_routing(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_routing(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     if (!*val || strlen(val) >= sizeof s->routing) {
         mt_fmt(err, errlen, "--%s: empty or longer than %zu characters", opt, sizeof s->routing - 1);
         return MT_INVAL;
@@ -308,7 +308,7 @@ static const u32_field_t k_u32_fields[] = {
     {offsetof(cli_spec_t, measure.timeout_ms), 1, 86400000, true},
 };
 
-static int set_u32(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_u32(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     const u32_field_t *f = &k_u32_fields[(intptr_t)arg];
     uint32_t v;
     if (mt_parse_u32(val, f->min, f->max, &v) != MT_OK) {
@@ -320,7 +320,7 @@ static int set_u32(cli_spec_t *s, const void *arg, const char *opt, const char *
     return MT_OK;
 }
 
-static int set_rsd(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_rsd(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     double v;
     if (mt_parse_double(val, &v) != MT_OK || !(v > 0.0 && v < 1.0)) {
         mt_fmt(err, errlen, "--%s %s: not a fraction between 0 and 1 (0.01 = 1%%)", opt, val);
@@ -333,7 +333,7 @@ static int set_rsd(cli_spec_t *s, const void *arg, const char *opt, const char *
 
 /* --race-margin (arg 0) and --decide-margin (arg 1): 0 turns the step off, stored as -1,
  * since 0 in the spec means "the default". */
-static int set_margin(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_margin(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     bool race = (intptr_t)arg == 0;
     double v, max = race ? 10.0 : 1.0;
     if (mt_parse_double(val, &v) != MT_OK || !(v >= 0.0 && v < max)) {
@@ -345,7 +345,7 @@ static int set_margin(cli_spec_t *s, const void *arg, const char *opt, const cha
     return MT_OK;
 }
 
-static int set_seed(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_seed(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     uint64_t v;
     /* As for warmup: a zero seed would silently be the default seed 1. */
     if (mt_parse_u64(val, &v) != MT_OK || v == 0) {
@@ -357,7 +357,7 @@ static int set_seed(cli_spec_t *s, const void *arg, const char *opt, const char 
     return MT_OK;
 }
 
-static int set_specfile(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_specfile(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
     return cli_spec_load_json(s, val, err, errlen);
 }
 
@@ -661,17 +661,17 @@ static int apply_models(cli_spec_t *s, json_t *arr, char *err, size_t errlen) {
 }
 
 /* One item of a JSON array: the i-th (from 0) of key's value. */
-typedef int (*item_fn)(cli_spec_t *s, const char *key, size_t i, json_t *x, char *err, size_t errlen);
+typedef mt_status_t (*item_fn)(cli_spec_t *s, const char *key, size_t i, json_t *x, char *err, size_t errlen);
 
-static int item_shape(cli_spec_t *s, const char *key, size_t i, json_t *x, char *err, size_t errlen) {
+static mt_status_t item_shape(cli_spec_t *s, const char *key, size_t i, json_t *x, char *err, size_t errlen) {
     return apply_shape_json(s, x, err, errlen);
 }
 
-static int item_model_config(cli_spec_t *s, const char *key, size_t i, json_t *x, char *err, size_t errlen) {
+static mt_status_t item_model_config(cli_spec_t *s, const char *key, size_t i, json_t *x, char *err, size_t errlen) {
     return apply_json(s, key, "model-config", x, err, errlen);
 }
 
-static int item_config(cli_spec_t *s, const char *key, size_t i, json_t *x, char *err, size_t errlen) {
+static mt_status_t item_config(cli_spec_t *s, const char *key, size_t i, json_t *x, char *err, size_t errlen) {
     if (!json_is_string(x)) {
         mt_fmt(err, errlen, "spec \"%s\": item %zu is not a string", key, i + 1);
         return MT_INVAL;
