@@ -50,7 +50,8 @@ struct cli_spec {
     bool finished;
 };
 
-typedef mt_status_t (*setter_fn)(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen);
+typedef mt_status_t (*setter_fn)(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                                 size_t errlen);
 
 typedef struct {
     cli_spec_opt_t o;
@@ -58,7 +59,8 @@ typedef struct {
     intptr_t arg; /* which field: an offset or an index, depending on fn */
 } opt_def_t;
 
-static mt_status_t set_shape(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_shape(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                             size_t errlen) {
     if (s->n_shapes == CLI_SPEC_MAX_SHAPES) {
         mt_fmt(err, errlen, "--%s: more than %d shapes", opt, CLI_SPEC_MAX_SHAPES);
         return MT_INVAL;
@@ -87,7 +89,8 @@ static int add_str(char **arr, size_t *n, const char *opt, const char *val, char
     return MT_OK;
 }
 
-static mt_status_t set_model(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_model(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                             size_t errlen) {
     if (!cli_preset_find(val)) {
         krn_shape_t tmp;
         cli_preset_shape(val, 1, 1, NULL, &tmp, err, errlen);
@@ -96,7 +99,8 @@ static mt_status_t set_model(cli_spec_t *s, const void *arg, const char *opt, co
     return add_str(s->models, &s->n_models, opt, val, err, errlen);
 }
 
-static mt_status_t set_model_cfg(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_model_cfg(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                                 size_t errlen) {
     return add_str(s->model_cfgs, &s->n_model_cfgs, opt, val, err, errlen);
 }
 
@@ -116,7 +120,8 @@ static mt_status_t set_par(cli_spec_t *s, const void *arg, const char *opt, cons
     return MT_OK;
 }
 
-static mt_status_t set_dtype(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_dtype(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                             size_t errlen) {
     if (strcmp(val, "bf16") != 0 && strcmp(val, "fp8_w8a8") != 0) {
         mt_fmt(err, errlen, "--%s %s: not one of bf16, fp8_w8a8", opt, val);
         return MT_INVAL;
@@ -156,18 +161,21 @@ static int parse_list(const char *opt, const char *val, uint32_t max, size_t max
     return MT_OK;
 }
 
-static mt_status_t set_batch(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_batch(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                             size_t errlen) {
     return parse_list(opt, val, PLAN_MAX_BATCH, CLI_SPEC_MAX_BATCH, s->batch, &s->n_batch, err, errlen);
 }
 
-static mt_status_t set_space(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_space(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                             size_t errlen) {
     intptr_t i = (intptr_t)arg;
     return parse_list(opt, val, krn_config_fields[i].max, KRN_MAX_VALUES, s->space_vals[i], &s->n_space[i], err,
                       errlen);
 }
 
 /* --configs 64x128x64x16x4x4,...: appends each config; repeatable. */
-static mt_status_t set_configs(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_configs(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                               size_t errlen) {
     const char *p = val;
     do {
         size_t len = strcspn(p, ",");
@@ -197,7 +205,8 @@ static mt_status_t set_configs(cli_spec_t *s, const void *arg, const char *opt, 
     return MT_OK;
 }
 
-static mt_status_t set_text(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_text(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                            size_t errlen) {
     size_t off = (size_t)(intptr_t)arg;
     char *dst = (char *)s + off;
     size_t cap = off == offsetof(cli_spec_t, strategy) ? sizeof s->strategy : sizeof s->name;
@@ -220,7 +229,8 @@ static mt_status_t set_text(cli_spec_t *s, const void *arg, const char *opt, con
 }
 
 /* "sglang", "vllm" or both, comma-separated, each once. */
-static mt_status_t set_engines(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_engines(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                               size_t errlen) {
     size_t n = 0;
     const char *p = val;
     while (*p) {
@@ -242,7 +252,8 @@ bad:
     return MT_INVAL;
 }
 
-static mt_status_t set_routing(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_routing(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                               size_t errlen) {
     if (!*val || strlen(val) >= sizeof s->routing) {
         mt_fmt(err, errlen, "--%s: empty or longer than %zu characters", opt, sizeof s->routing - 1);
         return MT_INVAL;
@@ -333,7 +344,8 @@ static mt_status_t set_rsd(cli_spec_t *s, const void *arg, const char *opt, cons
 
 /* --race-margin (arg 0) and --decide-margin (arg 1): 0 turns the step off, stored as -1,
  * since 0 in the spec means "the default". */
-static mt_status_t set_margin(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_margin(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                              size_t errlen) {
     bool race = (intptr_t)arg == 0;
     double v, max = race ? 10.0 : 1.0;
     if (mt_parse_double(val, &v) != MT_OK || !(v >= 0.0 && v < max)) {
@@ -345,7 +357,8 @@ static mt_status_t set_margin(cli_spec_t *s, const void *arg, const char *opt, c
     return MT_OK;
 }
 
-static mt_status_t set_seed(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_seed(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                            size_t errlen) {
     uint64_t v;
     /* As for warmup: a zero seed would silently be the default seed 1. */
     if (mt_parse_u64(val, &v) != MT_OK || v == 0) {
@@ -357,7 +370,8 @@ static mt_status_t set_seed(cli_spec_t *s, const void *arg, const char *opt, con
     return MT_OK;
 }
 
-static mt_status_t set_specfile(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
+static mt_status_t set_specfile(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                                size_t errlen) {
     return cli_spec_load_json(s, val, err, errlen);
 }
 
