@@ -43,34 +43,34 @@ uint64_t halving_finalists_estimate(uint64_t configs, size_t nb) {
     return (keep < configs ? keep : configs) * nb;
 }
 
-mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb) {
-    size_t *start = calloc(nb + 1, sizeof *start);
-    if (!start) return MT_NOMEM;
-    for (size_t i = 0; i < n; i++) {
-        if (rows[i].bi >= nb) {
-            free(start);
-            return MT_INVAL;
-        }
-    }
+/* Sorts rows by batch size, then median (then config id), fills start[b] .. start[b + 1]
+ * (start: nb + 1 entries) with batch size b's rows, fastest first, and ranks them. */
+static mt_status_t rank_rows(halving_row_t *rows, size_t n, size_t nb, size_t *start) {
+    for (size_t i = 0; i < n; i++)
+        if (rows[i].bi >= nb) return MT_INVAL;
     if (n) qsort(rows, n, sizeof *rows, cmp_row);
-    /* start[b] .. start[b + 1]: the rows of batch size b, fastest first */
     for (size_t i = 0, b = 0; b <= nb; b++) {
         while (i < n && rows[i].bi < b) i++;
         start[b] = i;
     }
-    for (size_t b = 0; b < nb; b++) {
+    for (size_t b = 0; b < nb; b++)
+        for (size_t k = start[b]; k < start[b + 1]; k++) rows[k].rank = (uint32_t)(k - start[b] + 1);
+    return MT_OK;
+}
+
+mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb) {
+    size_t *start = calloc(nb + 1, sizeof *start);
+    if (!start) return MT_NOMEM;
+    mt_status_t rc = rank_rows(rows, n, nb, start);
+    for (size_t b = 0; !rc && b < nb; b++) {
         size_t m = start[b + 1] - start[b];
         size_t keep = (m + HALVING_KEEP_DIV - 1) / HALVING_KEEP_DIV;
         if (keep < HALVING_KEEP_MIN) keep = HALVING_KEEP_MIN;
-        for (size_t k = 0; k < m; k++) {
-            halving_row_t *r = &rows[start[b] + k];
-            r->rank = (uint32_t)(k + 1);
-            r->finalist = k < keep;
-        }
+        for (size_t k = start[b]; k < start[b + 1]; k++) rows[k].finalist = rows[k].rank <= keep;
     }
     /* Seeds: a neighbouring batch size's winner is measured here too, so a winner that
      * phase 1's few samples put just outside the kept share at this size gets its chance. */
-    for (size_t b = 0; b < nb; b++) {
+    for (size_t b = 0; !rc && b < nb; b++) {
         for (int d = -1; d <= 1; d += 2) {
             if ((d < 0 && b == 0) || (d > 0 && b + 1 >= nb)) continue;
             size_t o = (size_t)((long)b + d);
@@ -81,26 +81,21 @@ mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb) {
         }
     }
     free(start);
-    return MT_OK;
+    return rc;
 }
 
 mt_status_t halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin) {
-    for (size_t i = 0; i < n; i++)
-        if (rows[i].bi >= nb) return MT_INVAL;
-    if (n) qsort(rows, n, sizeof *rows, cmp_row);
-    for (size_t i = 0; i < n;) {
-        size_t e = i;
-        while (e < n && rows[e].bi == rows[i].bi) e++;
-        size_t keep = 0;
-        double limit = rows[i].median_us * (1.0 + margin);
-        while (i + keep < e && keep < HALVING_DECIDE_MAX && rows[i + keep].median_us <= limit) keep++;
-        for (size_t k = i; k < e; k++) {
-            rows[k].rank = (uint32_t)(k - i + 1);
-            rows[k].finalist = keep >= 2 && k - i < keep;
-        }
-        i = e;
+    size_t *start = calloc(nb + 1, sizeof *start);
+    if (!start) return MT_NOMEM;
+    mt_status_t rc = rank_rows(rows, n, nb, start);
+    for (size_t b = 0; !rc && b < nb; b++) {
+        size_t m = start[b + 1] - start[b], keep = 0;
+        double limit = m ? rows[start[b]].median_us * (1.0 + margin) : 0.0;
+        while (keep < m && keep < HALVING_DECIDE_MAX && rows[start[b] + keep].median_us <= limit) keep++;
+        for (size_t k = start[b]; k < start[b + 1]; k++) rows[k].finalist = keep >= 2 && rows[k].rank <= keep;
     }
-    return MT_OK;
+    free(start);
+    return rc;
 }
 
 mt_status_t halving_bs_format(const uint32_t *bs, size_t n, char *buf, size_t len) {
@@ -222,18 +217,17 @@ static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const ui
     if (rc || !out->finalists) goto out;
     if (!prune) { /* the decide step: one job per batch size, its near-ties side by side */
         uint64_t job_id = 0;
-        for (size_t b = 0; !rc && b < nb; b++) {
-            bool any = false;
-            for (size_t i = 0; !rc && i < n; i++) {
-                if (!rows[i].finalist || rows[i].bi != b) continue;
-                if (!any) {
-                    rc = halving_bs_format(&bs[b], 1, text, text_len);
-                    if (!rc) rc = store_job_insert_phase(db, sweep_id, shape_id, 2, text, NULL, now_s, &job_id);
-                    if (!rc) out->jobs++;
-                    any = true;
-                }
-                if (!rc) rc = store_job_config_insert(db, job_id, rows[i].config_id);
+        size_t job_bi = nb;
+        for (size_t i = 0; !rc && i < n; i++) { /* rows are in batch-size order (the chooser's) */
+            if (!rows[i].finalist) continue;
+            if (rows[i].bi != job_bi) {
+                job_bi = rows[i].bi;
+                rc = halving_bs_format(&bs[job_bi], 1, text, text_len);
+                if (!rc) rc = store_job_insert_phase(db, sweep_id, shape_id, 2, text, NULL, now_s, &job_id);
+                if (rc) break;
+                out->jobs++;
             }
+            rc = store_job_config_insert(db, job_id, rows[i].config_id);
         }
         goto out;
     }
