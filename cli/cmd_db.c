@@ -233,8 +233,7 @@ static mt_status_t note_tie(ties_t *t, const dbq_result_t *b, const dbq_result_t
         e->shape = b->shape;
         snprintf(e->backend, sizeof e->backend, "%s", b->backend);
         snprintf(e->routing, sizeof e->routing, "%s", b->routing_source);
-        const char *k = b->versions ? strstr(b->versions, "kernel=") : NULL;
-        if (k) snprintf(e->kernel, sizeof e->kernel, "%.*s", (int)strcspn(k + 7, " "), k + 7);
+        exp_version_of(b->versions, "kernel", e->kernel, sizeof e->kernel);
     }
     add_tie_config(e, &b->config);
     add_tie_config(e, &u->config);
@@ -264,7 +263,6 @@ static void print_tie_hints(ties_t *t) {
         for (size_t k = 0; k < e->n_bs; k++) printf("%s%u", k ? "," : "", e->bs[k]);
         printf(" --db %s --out recheck/\n", t->db);
     }
-    t->n_sh = 0;
 }
 
 static mt_status_t print_tie(void *vctx, const dbq_result_t *b, const dbq_result_t *u) {

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cmd.h"
+#include "export.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
 #include "states.h"
@@ -42,22 +43,6 @@ static int best_cmp(const cmp_best_t *x, const cmp_best_t *y) {
 
 static int best_qsort(const void *a, const void *b) { return best_cmp(a, b); }
 
-/* The value of key=... in a "kernel=.. triton=.. torch=.." string, "" when absent. */
-static void version_of(const char *versions, const char *key, char *dst, size_t len) {
-    size_t kl = strlen(key);
-    dst[0] = '\0';
-    for (const char *p = versions; p && *p;) {
-        while (*p == ' ') p++;
-        if (strncmp(p, key, kl) == 0 && p[kl] == '=') {
-            const char *v = p + kl + 1;
-            size_t n = strcspn(v, " ");
-            snprintf(dst, len, "%.*s", (int)n, v);
-            return;
-        }
-        p += strcspn(p, " ");
-    }
-}
-
 void cmp_sweeps_clear(cmp_sweeps_t *s) {
     if (!s) return;
     for (size_t i = 0; i < s->n; i++) free(s->v[i].best);
@@ -78,8 +63,8 @@ static mt_status_t on_best(void *vctx, const dbq_result_t *r) {
         snprintf(w->toolkit, sizeof w->toolkit, "%s", r->cuda_version);
         snprintf(w->backend, sizeof w->backend, "%s", r->backend);
         snprintf(w->compiler, sizeof w->compiler, "%s", r->compiler);
-        version_of(r->versions, "triton", w->triton, sizeof w->triton);
-        version_of(r->versions, "kernel", w->kernel, sizeof w->kernel);
+        exp_version_of(r->versions, "triton", w->triton, sizeof w->triton);
+        exp_version_of(r->versions, "kernel", w->kernel, sizeof w->kernel);
         if (!w->kernel[0]) snprintf(w->kernel, sizeof w->kernel, "%s", r->kernel_hash);
         w->n_devices = 1;
     } else if (strcmp(w->device, r->device_name) != 0 && w->n_devices == 1) {

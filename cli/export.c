@@ -243,6 +243,7 @@ typedef struct {
     exp_pair_fn fn;
     void *ctx;
     dbq_result_t best, ru;
+    char best_versions[512], ru_versions[512]; /* the rows' versions, kept past their callback */
     bool have, have_ru;
 } pairs_t;
 
@@ -263,7 +264,8 @@ static mt_status_t pairs_row(void *ctx, const dbq_result_t *r) {
     if (p->have && same_cell(&p->best, r)) {
         if (!p->have_ru && r->config_id != p->best.config_id) {
             p->ru = *r;
-            p->ru.versions = "";
+            snprintf(p->ru_versions, sizeof p->ru_versions, "%s", r->versions ? r->versions : "");
+            p->ru.versions = p->ru_versions;
             p->have_ru = true;
         }
         return 0;
@@ -271,7 +273,8 @@ static mt_status_t pairs_row(void *ctx, const dbq_result_t *r) {
     int rc = pairs_flush(p);
     if (rc) return rc;
     p->best = *r;
-    p->best.versions = "";
+    snprintf(p->best_versions, sizeof p->best_versions, "%s", r->versions ? r->versions : "");
+    p->best.versions = p->best_versions;
     p->have = true;
     p->have_ru = false;
     return 0;
@@ -1144,8 +1147,7 @@ static int cmp_cell(const void *pa, const void *pb) {
     return a->bs < b->bs ? -1 : a->bs > b->bs;
 }
 
-/* The value of key in a versions string ("kernel=sglang triton=3.6.0 ..."), or "". */
-static void version_of(const char *versions, const char *key, char *buf, size_t len) {
+void exp_version_of(const char *versions, const char *key, char *buf, size_t len) {
     size_t n = strlen(key);
     buf[0] = '\0';
     for (const char *p = versions; p && *p;) {
@@ -1162,7 +1164,7 @@ static void version_of(const char *versions, const char *key, char *buf, size_t 
 
 /* Triton's version: from versions, else from the compiler "triton_3_6_0". */
 static void triton_version(const cell_t *c, char *buf, size_t len) {
-    version_of(c->versions, "triton", buf, len);
+    exp_version_of(c->versions, "triton", buf, len);
     if (buf[0] || strncmp(c->best.compiler, "triton_", 7) != 0) return;
     snprintf(buf, len, "%s", c->best.compiler + 7);
     for (char *p = buf; *p; p++) {
@@ -1223,8 +1225,8 @@ static void engine_record(json_t *rec, const exp_opts_t *o, const eng_t *g, cons
                           bool down_file) {
     const cell_t *c0 = &g->cells[gr->first];
     char kernel[32], engine[64];
-    version_of(c0->versions, "kernel", kernel, sizeof kernel);
-    version_of(c0->versions, "engine", engine, sizeof engine);
+    exp_version_of(c0->versions, "kernel", kernel, sizeof kernel);
+    exp_version_of(c0->versions, "engine", engine, sizeof engine);
     json_object_set_new(rec, "engine", json_string(exp_engine_name(o->engine)));
     json_object_set_new(rec, "kernel", kernel[0] ? json_string(kernel) : json_null());
     json_object_set_new(rec, "kernel_engine", engine[0] ? json_string(engine) : json_null());

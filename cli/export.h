@@ -147,13 +147,16 @@ double exp_margin_sd(double best_us, double best_sd, double ru_us, double ru_sd)
 
 /* Called per (export dir, device name, shape, batch size) with the row an export takes
  * (lowest median, ties to the lower config id) and its runner-up (NULL when no other
- * config has an ok row). Both are copies valid during the call, versions "". Returns an
+ * config has an ok row). Both are copies valid during the call. Returns an
  * MT_* status; one other than MT_OK stops the walk. */
 typedef mt_status_t (*exp_pair_fn)(void *ctx, const dbq_result_t *best, const dbq_result_t *runner_up);
 /* Walks the ok rows of the selected sweeps (sel NULL = all) as an export reads them and
  * calls fn per (dir, device, shape, batch size), in the export's order. Returns MT_OK,
  * the error fn stopped the walk with, MT_NOMEM, or the query's error with its text in err. */
 mt_status_t exp_pairs(dbq_t *q, const dbq_select_t *sel, exp_pair_fn fn, void *ctx, char *err, size_t errlen);
+
+/* The value of key in a versions string ("kernel=sglang triton=3.6.0 ..."), or "", into buf. */
+void exp_version_of(const char *versions, const char *key, char *buf, size_t len);
 
 /* The config file name an engine looks for (no folder): device as the engine's
  * torch.cuda.get_device_name() reports it, shape as stored. Written into buf. */

@@ -481,11 +481,53 @@ static void test_names(void **state) {
     assert_int_equal(exp_engine_parse("trtllm", &e), MT_INVAL);
 }
 
+/* exp_pairs hands both rows over with their versions (kept past the row's own callback), and
+ * exp_version_of reads one key of them: what the near-ties listing's re-measure command needs. */
+typedef struct {
+    size_t calls;
+    char best[512], ru[512];
+} pair_seen_t;
+
+static mt_status_t see_pair(void *ctx, const dbq_result_t *best, const dbq_result_t *ru) {
+    pair_seen_t *p = ctx;
+    if (p->calls++ == 0) {
+        snprintf(p->best, sizeof p->best, "%s", best->versions);
+        snprintf(p->ru, sizeof p->ru, "%s", ru ? ru->versions : "(none)");
+    }
+    return MT_OK;
+}
+
+static void test_pairs_versions(void **state) {
+    fixture_t *fx = *state;
+    char err[400], v[64];
+    dbq_t *q = NULL;
+    uint64_t sweep = 3;
+    dbq_select_t sel = {.ids = &sweep, .n_ids = 1};
+    pair_seen_t seen = {0};
+    assert_int_equal(dbq_open(fx->db, &q, err, sizeof err), MT_OK);
+    assert_int_equal(exp_pairs(q, &sel, see_pair, &seen, err, sizeof err), MT_OK);
+    dbq_close(&q);
+    assert_int_equal(seen.calls, 3); /* one shape at 3 batch sizes */
+    assert_string_equal(seen.best, V351);
+    assert_string_equal(seen.ru, V351);
+    exp_version_of(seen.best, "kernel", v, sizeof v);
+    assert_string_equal(v, "sglang");
+    exp_version_of(seen.best, "triton", v, sizeof v);
+    assert_string_equal(v, "3.5.1");
+    exp_version_of(seen.best, "engine", v, sizeof v);
+    assert_string_equal(v, "sglang-0.5.4");
+    exp_version_of(seen.best, "torc", v, sizeof v); /* a prefix of a key is not the key */
+    assert_string_equal(v, "");
+    exp_version_of(NULL, "kernel", v, sizeof v);
+    assert_string_equal(v, "");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sglang, setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_vllm, setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_pairs_versions, setup, tmpdir_teardown),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
