@@ -444,26 +444,17 @@ static void test_sched_phases(void **state) {
  * pruned; their side-by-side rows replace the first ones and decide the pick. */
 static void test_sched_decide(void **state) {
     fx_t *f = *state;
-    static uint32_t bm[] = {16}, bn[] = {64}, bk[] = {64}, gm[] = {1, 16, 32}, nw[] = {4}, ns[] = {2, 3, 4, 5};
-    static uint32_t bs[] = {1, 2};
-    Moetune__Space sp = MOETUNE__SPACE__INIT;
-    Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shp = &sh;
-    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    fx_spec_t x;
     Moetune__Submitted sub;
-    char err[256];
-    sp.n_block_m = 1, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 1, sp.block_k = bk;
-    sp.n_group_m = 3, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw, sp.n_num_stages = 4, sp.num_stages = ns;
-    sh.e = 8, sh.n = 256, sh.k = 256, sh.topk = 2;
     Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    static const uint32_t bs[] = {1, 2};
+    fx_spec(&x, "decide", bs, 3, 1, 4);
     m.decide_margin = 0.02; /* racing stays on: its default */
-    spec.name = "decide", spec.measure = &m;
-    spec.n_shapes = 1, spec.shapes = &shp, spec.n_batch_sizes = 2, spec.batch_sizes = bs, spec.space = &sp;
+    x.spec.measure = &m;
     fx_start(f, 1000, 30000);
-    assert_int_equal(sched_submit(f->s, &spec, &sub, 0, err, sizeof err), MT_OK);
+    fx_submit_spec(f, &x, &sub);
     sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
-    sched_on_ready(f->s, a, 1, 0);
-    const Moetune__Job *j = fx_last_job(f, "A");
-    assert_non_null(j);
+    const Moetune__Job *j = fx_take(f, "A", 0);
     assert_int_equal(j->n_configs, 12);
     assert_int_equal(j->measure->min_samples, 10); /* the sweep's own rule, not halving's 5 */
     assert_int_equal(j->measure->max_samples, 100);
@@ -490,10 +481,7 @@ static void test_sched_decide(void **state) {
     assert_int_equal(st.reply.sweeps[0]->finalists_planned, HALVING_DECIDE_MAX);
     assert_int_equal(st.reply.sweeps[0]->results_pruned, 0);
     sched_status_release(&st);
-    fx_clear(f);
-    sched_on_ready(f->s, a, 1, 3);
-    const Moetune__Job *p2 = fx_last_job(f, "A");
-    assert_non_null(p2);
+    const Moetune__Job *p2 = fx_take(f, "A", 3);
     assert_int_equal(p2->n_configs, HALVING_DECIDE_MAX);
     assert_int_equal(p2->n_batch_sizes, 1);
     assert_int_equal(p2->batch_sizes[0], 1);
