@@ -70,13 +70,11 @@ static int build_list(const Moetune__Space *sp, size_t lists, krn_space_t *out, 
         }
         krn_config_t c;
         wire_config_from_msg(sp->configs[i], &c);
-        for (size_t f = 0; f < KRN_N_FIELDS; f++) {
-            uint32_t v = KRN_CONFIG_AT(&c, f);
-            if (v == 0 || v > krn_config_fields[f].max) {
-                mt_fmt(err, errlen, "space: config %zu: %s value %u is out of range 1..%u", i + 1,
-                       krn_config_fields[f].file, v, krn_config_fields[f].max);
-                return MT_INVAL;
-            }
+        int f = krn_config_bad_field(&c);
+        if (f >= 0) {
+            mt_fmt(err, errlen, "space: config %zu: %s value %u is out of range 1..%u", i + 1,
+                   krn_config_fields[f].file, KRN_CONFIG_GET(&c, f), krn_config_fields[f].max);
+            return MT_INVAL;
         }
         for (size_t j = 0; j < i; j++) {
             if (memcmp(&out->list[j], &c, sizeof c) == 0) {

@@ -41,6 +41,14 @@ char *krn_config_format(const krn_config_t *c, char *buf, size_t len) {
     return buf;
 }
 
+int krn_config_bad_field(const krn_config_t *c) {
+    for (int i = 0; i < KRN_N_FIELDS; i++) {
+        uint32_t v = KRN_CONFIG_GET(c, i);
+        if (v < 1 || v > krn_config_fields[i].max) return i;
+    }
+    return -1;
+}
+
 mt_status_t krn_config_parse(const char *text, krn_config_t *cfg) {
     krn_config_t c;
     const char *p = text;
@@ -50,11 +58,11 @@ mt_status_t krn_config_parse(const char *text, krn_config_t *cfg) {
         size_t digits = 0;
         /* digits only: strtoul would take a sign or leading blanks */
         for (; *p >= '0' && *p <= '9' && digits < 10; p++, digits++) v = v * 10 + (uint64_t)(*p - '0');
-        if (!digits || v < 1 || v > krn_config_fields[i].max) return MT_INVAL;
+        if (!digits || v > UINT32_MAX) return MT_INVAL;
         KRN_CONFIG_AT(&c, i) = (uint32_t)v;
         if (i + 1 < KRN_N_FIELDS && *p++ != 'x') return MT_INVAL;
     }
-    if (*p) return MT_INVAL;
+    if (*p || krn_config_bad_field(&c) >= 0) return MT_INVAL;
     *cfg = c;
     return MT_OK;
 }

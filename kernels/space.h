@@ -72,6 +72,9 @@ extern const krn_config_field_t krn_config_fields[KRN_N_FIELDS];
  * krn_config_parse reads exactly six decimal values, each in its field's 1..max, and returns
  * MT_INVAL for anything else (cfg is then unchanged). */
 #define KRN_CONFIG_TEXT_LEN 48
+/* The index (KRN_F_*) of c's first field outside 1..its max, or -1 when every field is in
+ * bounds: the one bounds check of a config (text, wire and listed spaces). */
+int krn_config_bad_field(const krn_config_t *cfg);
 char *krn_config_format(const krn_config_t *cfg, char *buf, size_t len);
 mt_status_t krn_config_parse(const char *text, krn_config_t *cfg);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "convert.h"
 #include "mt.h"
 #include "space.h"
 #include "states.h"
@@ -87,11 +88,12 @@ static bool shape_ok(const Moetune__Shape *s) {
            s->e <= KRN_MAX_E && s->n <= KRN_MAX_NK && s->k <= KRN_MAX_NK && str_ok(s->dtype);
 }
 
-/* Every field in 1..its max (space.h's KRN_CONFIG_FIELDS). */
+/* Every field in 1..its max (krn_config_bad_field). */
 static bool config_ok(const Moetune__Config *c) {
-#define X(f, file, opt, max) &&c->f >= 1 && c->f <= (max)
-    return c KRN_CONFIG_FIELDS(X);
-#undef X
+    krn_config_t k;
+    if (!c) return false;
+    wire_config_from_msg(c, &k);
+    return krn_config_bad_field(&k) < 0;
 }
 
 /* Field-level checks per body; returns NULL when valid, else the reason. */

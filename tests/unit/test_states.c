@@ -235,6 +235,12 @@ static void test_config_text(void **state) {
     krn_config_t big;
     for (int i = 0; i < KRN_N_FIELDS; i++) KRN_CONFIG_AT(&big, i) = krn_config_fields[i].max;
     assert_string_equal(krn_config_format(&big, buf, sizeof buf), "1024x1024x1024x1024x32x16");
+    assert_int_equal(krn_config_bad_field(&big), -1);
+    krn_config_t off = big;
+    off.num_stages = 17;
+    assert_int_equal(krn_config_bad_field(&off), KRN_F_num_stages);
+    off.block_n = 0;
+    assert_int_equal(krn_config_bad_field(&off), KRN_F_block_n); /* the first one */
     assert_int_equal(krn_config_parse(buf, &back), MT_OK);
     assert_memory_equal(&back, &big, sizeof big);
     /* malformed or out of a field's bounds: refused, and the config left as it was */
