@@ -856,12 +856,6 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
         mt_fmt(err, errlen, "--configs and the value lists (--block-m, ...) exclude each other");
         return MT_INVAL;
     }
-    if (s->n_cfgs) {
-        /* A side-by-side re-measure: every config of a shape in one job, each to the RSD rule. */
-        if (!s->spec.chunk) s->spec.chunk = (uint32_t)s->n_cfgs;
-        if (s->measure.race_margin == 0) s->measure.race_margin = -1.0;
-        s->measure_set = true;
-    }
     if (fill_defaults && s->n_batch == 0) {
         for (size_t i = 0; i < krn_n_default_batch_sizes; i++) s->batch[i] = krn_default_batch_sizes[i];
         s->n_batch = krn_n_default_batch_sizes;
@@ -879,7 +873,6 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
     }
     if (fill_defaults) {
         if (!s->strategy[0]) snprintf(s->strategy, sizeof s->strategy, "exhaustive");
-        if (!s->spec.chunk) s->spec.chunk = PLAN_DEFAULT_CHUNK;
         if (!s->spec.max_attempts) s->spec.max_attempts = PLAN_DEFAULT_MAX_ATTEMPTS;
     }
     if (!s->name[0]) {
@@ -938,6 +931,7 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
     s->space.n_configs = s->n_cfgs;
     s->space.configs = s->n_cfgs ? s->cfg_ptrs : NULL;
     s->spec.space = any_space || s->n_cfgs ? &s->space : NULL;
+    if (fill_defaults && !s->spec.chunk) s->spec.chunk = plan_chunk(&s->spec);
     if (s->measure_set) {
         Moetune__Measure m = s->measure;
         moetune__measure__init(&s->measure);

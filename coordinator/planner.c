@@ -14,10 +14,17 @@
 void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out) {
     const Moetune__Measure *m = spec ? spec->measure : NULL;
     wire_measure_fill(m, out);
-    /* racing is on unless turned off (negative); 0 is "not given" */
-    out->race_margin = m && m->race_margin != 0 ? m->race_margin : RACE_DEFAULT_MARGIN;
+    /* racing is on unless turned off (negative) or the space is a list; 0 is "not given" */
+    bool listed = spec && spec->space && spec->space->n_configs;
+    out->race_margin = m && m->race_margin != 0 ? m->race_margin : listed ? -1.0 : RACE_DEFAULT_MARGIN;
     /* the decide step is off unless asked for (a positive margin) */
     out->decide_margin = m && m->decide_margin > 0 ? m->decide_margin : 0.0;
+}
+
+uint32_t plan_chunk(const Moetune__SweepSpec *spec) {
+    if (spec->chunk) return spec->chunk;
+    if (spec->space && spec->space->n_configs) return (uint32_t)spec->space->n_configs;
+    return PLAN_DEFAULT_CHUNK;
 }
 
 void plan_destroy(plan_t **pp) {
@@ -175,7 +182,7 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
     if (!p) goto nomem;
     rc = build_space(spec->space, &p->space, err, errlen);
     if (rc) goto out;
-    p->chunk = spec->chunk ? spec->chunk : PLAN_DEFAULT_CHUNK;
+    p->chunk = plan_chunk(spec);
     p->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
     plan_measure(spec, &p->measure);
     if (p->measure.min_samples > p->measure.max_samples) {

@@ -202,7 +202,7 @@ static int sweep_new(const store_sweep_row_t *row, const Moetune__SweepSpec *spe
         (spec->routing_path && *spec->routing_path && !sw->routing_path))
         goto nomem;
     sw->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
-    sw->chunk = spec->chunk ? spec->chunk : PLAN_DEFAULT_CHUNK;
+    sw->chunk = plan_chunk(spec);
     plan_measure(spec, &sw->measure);
     sw->listed = spec->space && spec->space->n_configs > 0;
     sw->decide = halving_decide_margin(spec->strategy, &sw->measure);

@@ -408,6 +408,14 @@ static void test_config_list(void **state) {
         if (!found) fail_msg("listed config %zu is not in the plan", i);
     }
     plan_destroy(&p);
+    /* no chunk and no measure given: one job of all the listed configs, racing off */
+    s.spec.chunk = 0;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_int_equal(p->chunk, 3);
+    assert_int_equal(p->jobs, 1);
+    assert_true(p->measure.race_margin < 0);
+    plan_destroy(&p);
+    s.spec.chunk = 3;
 
     static uint32_t bm[] = {64};
     sp.n_block_m = 1, sp.block_m = bm;

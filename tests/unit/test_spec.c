@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "mt.h"
+#include "planner.h"
 #include "spec.h"
 
 static void set_ok(cli_spec_t *s, const char *name, const char *val) {
@@ -393,6 +394,7 @@ static void test_json_bad(void **state) {
 static void test_configs(void **state) {
     cli_spec_t *a = made("configs", "64x128x64x16x4x4,16x64x128x1x4x3", "configs", "128x256x64x1x8x4", NULL);
     const Moetune__SweepSpec *p = cli_spec_get(a);
+    Moetune__Measure m;
     assert_non_null(p->space);
     assert_int_equal(p->space->n_configs, 3);
     assert_int_equal(p->space->n_block_m, 0);
@@ -401,8 +403,14 @@ static void test_configs(void **state) {
     assert_int_equal(p->space->configs[1]->num_stages, 3);
     assert_int_equal(p->space->configs[2]->num_warps, 8);
     assert_int_equal(p->chunk, 3);
-    assert_non_null(p->measure);
-    assert_true(p->measure->race_margin < 0);
+    /* as planned: one job, racing off */
+    plan_t *plan = NULL;
+    char why[300];
+    if (plan_build(p, &plan, why, sizeof why) != MT_OK) fail_msg("%s", why);
+    assert_int_equal(plan->jobs, 1);
+    assert_int_equal(plan->chunk, 3);
+    assert_true(plan->measure.race_margin < 0);
+    plan_destroy(&plan);
     assert_non_null(strstr(p->name, ",K=2048,topk=8 (3 configs)"));
 
     /* The same list through JSON is the same sweep; another list is not. */
@@ -426,6 +434,8 @@ static void test_configs(void **state) {
     /* Racing stays as given. */
     a = made("configs", "64x128x64x16x4x4", "race-margin", "0.3", NULL);
     assert_true(cli_spec_get(a)->measure->race_margin > 0.29);
+    plan_measure(cli_spec_get(a), &m);
+    assert_true(m.race_margin > 0.29);
     cli_spec_destroy(&a);
 
     set_bad("configs", "64x128x64x16x4", "is not BLOCK_SIZE_MxNxKxGROUP_SIZE_Mxnum_warpsxnum_stages");
