@@ -18,10 +18,6 @@ static size_t job_open_cfgs(const job_t *j) {
     return n;
 }
 
-/* A job whose configs are measured side by side to be compared: a listed sweep's, or a
- * decide step's phase 2. Splitting it would send its configs to different GPUs. */
-static bool side_by_side(const job_t *j) { return j->sw->listed || (j->phase == 2 && j->sw->decide > 0); }
-
 /* The job a split takes from for w: leased to another worker, of a running sweep w may
  * measure, not side by side, with the most open configs (at least 2); the lowest job id
  * among equals. */
@@ -34,7 +30,7 @@ static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
         for (size_t k = 0; k < o->n_held; k++) {
             job_t *j = o->held[k];
             if (j->state != WIRE_JOB_LEASED || j->sw->state != WIRE_SWEEP_RUNNING || !sched_worker_matches(w, j->sw) ||
-                side_by_side(j))
+                sched_job_side_by_side(j))
                 continue;
             size_t n = job_open_cfgs(j);
             if (n > best_n || (n == best_n && best && j->id < best->id)) {

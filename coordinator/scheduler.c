@@ -422,6 +422,7 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     job.n_best_us = sched_job_nb(j);
     job.best_us = s->best;
     job.routing_path = j->sw->routing_path ? j->sw->routing_path : "";
+    job.rounds = sched_job_side_by_side(j) ? WIRE_SIDE_BY_SIDE_ROUNDS : 0;
     wire_env_t env;
     wire_env_init(&env);
     env.body_case = MOETUNE__ENVELOPE__BODY_JOB;

@@ -144,6 +144,7 @@ static const char *validate(const wire_env_t *env) {
                 if (j->batch_sizes[i] == 0) return "job: batch size 0";
             if (!j->measure) return "job: no measurement settings";
             if (!(j->measure->race_margin > -1e9 && j->measure->race_margin < 1e9)) return "job: bad race margin";
+            if (j->rounds > WIRE_MAX_ROUNDS) return "job: too many rounds";
             if (j->n_best_us && j->n_best_us != j->n_batch_sizes) return "job: best_us not one per batch size";
             for (size_t i = 0; i < j->n_best_us; i++)
                 if (!(j->best_us[i] >= 0 && j->best_us[i] < 1e12)) return "job: negative or non-finite best_us";

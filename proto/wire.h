@@ -25,6 +25,12 @@
  * and the coordinator counts for one worker. */
 #define WIRE_MAX_CREDITS 1024u
 
+/* Job.rounds: a side-by-side job measures its configs in turn this many times, so that a
+ * GPU state that lasts a few hundred ms (a clock or power limit, a slow phase of one config)
+ * lands on every config alike instead of on whichever config it happens to overlap. */
+#define WIRE_MAX_ROUNDS 16u
+#define WIRE_SIDE_BY_SIDE_ROUNDS 5u
+
 /* Heartbeat and lease periods a coordinator may set and a worker accepts in a Welcome. */
 #define WIRE_HEARTBEAT_MIN_MS 10u
 #define WIRE_HEARTBEAT_MAX_MS 600000u

@@ -12,6 +12,7 @@
 #include "child.h"
 #include "convert.h"
 #include "mt.h"
+#include "rounds.h"
 #include "wire.h"
 
 #define SILENT_PERIODS 3 /* heartbeat periods of silence before reconnecting */
@@ -27,6 +28,10 @@ typedef struct pjob {
     size_t next;   /* next config to measure */
     int prepared;
     double *best; /* racing: per batch size, the job's best_us lowered by our own ok results */
+    uint32_t rounds, round; /* Job.rounds (1 when 0), and the round being measured (0-based) */
+    wrk_meas_t *kept;       /* rounds > 1: per config, its n_batch_sizes measurements so far */
+    uint32_t *regs;         /* rounds > 1: per config, its first round's registers and spills */
+    bool *settled;          /* rounds > 1: per config, its Result is sent (last round, or nothing left OK) */
     struct pjob *link;
 } pjob_t;
 
@@ -193,6 +198,9 @@ static void job_free(pjob_t *j) {
     if (!j) return;
     wire_free(&j->env);
     free(j->best);
+    free(j->kept);
+    free(j->regs);
+    free(j->settled);
     free(j);
 }
 
@@ -282,6 +290,22 @@ out:
     return rc;
 }
 
+/* A side-by-side job's config finished a round: folded into what it kept; its Result goes
+ * out after its last round, or as soon as nothing of it is left OK. */
+static int keep_round(wrk_parent_t *p, pjob_t *j, const wrk_meas_t *meas, size_t n, uint32_t regs, uint32_t spills) {
+    size_t ci = j->next, nb = j->job->n_batch_sizes;
+    if (n != nb) return emit_result(p, j, ci, meas, n, regs, spills);
+    wrk_meas_t *k = &j->kept[ci * nb];
+    wrk_rounds_merge(k, meas, nb, j->round == 0);
+    if (j->round == 0) {
+        j->regs[2 * ci] = regs;
+        j->regs[2 * ci + 1] = spills;
+    }
+    if (j->round + 1 < j->rounds && !wrk_rounds_settled(k, nb)) return MT_OK;
+    j->settled[ci] = true;
+    return emit_result(p, j, ci, k, nb, j->regs[2 * ci], j->regs[2 * ci + 1]);
+}
+
 /* Every config of a job whose shape cannot run gets INVALID without the child. */
 static int emit_invalid(wrk_parent_t *p, pjob_t *j) {
     size_t n = j->job->n_batch_sizes;
@@ -328,6 +352,14 @@ static int pump(wrk_parent_t *p) {
         if (!j->shape_ok) {
             rc = emit_invalid(p, j);
             if (rc) return rc;
+        }
+        while (j->settled && j->next < j->job->n_configs && j->settled[j->next]) j->next++;
+        if (j->next >= j->job->n_configs && j->shape_ok && j->round + 1 < j->rounds) {
+            j->round++;
+            j->next = 0;
+            log_at(MT_LOG_DEBUG, "job %llu: round %u of %u", (unsigned long long)j->job->job_id, j->round + 1,
+                   j->rounds);
+            continue;
         }
         if (j->next >= j->job->n_configs) {
             finish_head(p);
@@ -388,6 +420,17 @@ static void on_job(wrk_parent_t *p, wire_env_t **penv) {
         return;
     }
     if (job->n_best_us == job->n_batch_sizes) memcpy(j->best, job->best_us, job->n_batch_sizes * sizeof *j->best);
+    j->rounds = job->rounds > 1 ? job->rounds : 1;
+    if (j->rounds > 1) {
+        j->kept = calloc(job->n_configs * job->n_batch_sizes, sizeof *j->kept);
+        j->regs = calloc(2 * job->n_configs, sizeof *j->regs);
+        j->settled = calloc(job->n_configs, sizeof *j->settled);
+        if (!j->kept || !j->regs || !j->settled) {
+            job_free(j);
+            log_at(MT_LOG_ERROR, "out of memory taking job %llu; its lease expires", (unsigned long long)job->job_id);
+            return;
+        }
+    }
     if (p->n_ready > 0) {
         push_u64(&p->rtt, &p->n_rtt, &p->cap_rtt, mt_now_us() - p->ready_sent[0]);
         memmove(p->ready_sent, p->ready_sent + 1, (p->n_ready - 1) * sizeof *p->ready_sent);
@@ -399,8 +442,8 @@ static void on_job(wrk_parent_t *p, wire_env_t **penv) {
         p->head = j;
     p->tail = j;
     p->n_jobs++;
-    log_at(MT_LOG_INFO, "job %llu: %zu configs x %zu batch sizes", (unsigned long long)job->job_id, job->n_configs,
-           job->n_batch_sizes);
+    log_at(MT_LOG_INFO, "job %llu: %zu configs x %zu batch sizes, %u round%s", (unsigned long long)job->job_id,
+           job->n_configs, job->n_batch_sizes, j->rounds, j->rounds > 1 ? "s, side by side" : "");
 }
 
 static void on_ack(wrk_parent_t *p, const wire_env_t *env) {
@@ -496,7 +539,7 @@ static int on_child(wrk_parent_t *p, wrk_child_event_t ev) {
             if (meas[0].status == MOETUNE__STATUS__STATUS_CRASHED || meas[0].status == MOETUNE__STATUS__STATUS_TIMEOUT)
                 log_at(MT_LOG_WARN, "job %llu config %llu: %s", (unsigned long long)j->job->job_id,
                        (unsigned long long)j->job->configs[j->next]->config_id, meas[0].detail);
-            int rc = emit_result(p, j, j->next, meas, n, regs, spills);
+            int rc = j->rounds > 1 ? keep_round(p, j, meas, n, regs, spills) : emit_result(p, j, j->next, meas, n, regs, spills);
             if (rc) return rc;
             /* the next configs of this job race against what this one measured, too */
             for (size_t i = 0; i < n && i < j->job->n_batch_sizes; i++)

@@ -12,7 +12,7 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
       the same configs measured in separate runs (bench/search/noise.sh), one database each or the
       done sweeps of one database (ONE_PROCESS=1): per (shape, batch size,
       config) the slowest run's median over the fastest's, and per batch size whether the runs
-      ordered the configs alike.
+      ordered the configs alike; each run's median in run order shows whether the spread follows time.
 """
 import json
 import sqlite3
@@ -99,13 +99,14 @@ def spread(dbs):
         runs = [medians(db) for db in dbs]
     keys = sorted(set.intersection(*(set(r) for r in runs)))
     worst, flips = 1.0, 0
-    print(f"{'shape':<24} {'M':>5} {'config':<22} {'fastest':>9} {'slowest':>9} {'ratio':>7}")
+    print(f"{'shape':<24} {'M':>5} {'config':<22} {'fastest':>9} {'slowest':>9} {'ratio':>7}  each run, in run order")
     for key in keys:
         (e, n, k, topk), m = key[0]
         vals = [r[key] for r in runs]
         ratio = max(vals) / min(vals)
         worst = max(worst, ratio)
-        print(f"E={e},N={n},K={k:<11} {m:>5} {cfg_text(key[1]):<22} {min(vals):>9.2f} {max(vals):>9.2f} {ratio:>7.4f}")
+        print(f"E={e},N={n},K={k:<11} {m:>5} {cfg_text(key[1]):<22} {min(vals):>9.2f} {max(vals):>9.2f} {ratio:>7.4f}  "
+              + " ".join(f"{v:.1f}" for v in vals))
     points = sorted({k[0] for k in keys})
     for p in points:
         orders = {tuple(sorted((c for (q, c) in keys if q == p), key=lambda c: r[(p, c)])) for r in runs}

@@ -65,3 +65,32 @@ read -ra words <<<"${cmd% --out recheck/}"
 [ "$(q "SELECT COUNT(*) FROM results WHERE sweep_id = 2 AND status = 'ok'")" = $((n_cfg * $(echo "$flagged" | wc -w))) ] \
   || fail "the re-measure did not measure its $n_cfg configs at every listed batch size"
 pass "the printed re-measure ran: $n_cfg configs x batch sizes $sizes in one job"
+
+# The re-measure is side by side in rounds (WIRE_SIDE_BY_SIDE_ROUNDS = 5): the sim draws the same
+# samples for a (config, batch size) in every round and in sweep 1 (same seed), so each row that
+# sweep 1 measured in full (ok, not pruned) comes back with five times its samples and its median.
+join="FROM results b JOIN results a ON a.config_id = b.config_id AND a.batch_size = b.batch_size
+      WHERE b.sweep_id = 2 AND a.sweep_id = 1 AND a.status = 'ok'"
+rows=$(q "SELECT COUNT(*) $join")
+bad=$(q "SELECT COUNT(*) $join AND (b.status <> 'ok' OR b.samples <> 5 * a.samples OR abs(b.median_us - a.median_us) > 1e-9)")
+[ "$rows" -ge 6 ] && [ "$bad" = 0 ] || fail "side-by-side rounds: $bad of $rows re-measured rows are not 5 rounds of sweep 1's"
+pass "the re-measure ran 5 rounds: each of $rows rows holds 5x sweep 1's samples and its median"
+
+# A config that crashes the worker's child in a side-by-side job: its rows are crashed after its
+# first round (no more rounds for it), the others still get their 5 rounds, and the sweep ends.
+victim=$(echo "$cmd" | sed -n 's/.*--configs \([^ ,]*\).*/\1/p')
+"$M" "${words[@]}" --name crashing --workers 1 --sim-time-scale 0 --sim-faults "crash=$victim" --out "$T/recheck2" \
+  >"$T/re2.out" 2>"$T/re2.err" || { tail "$T/re2.err"; fail "the re-measure with a crashing config exited $?"; }
+s3=$(q "SELECT id FROM sweeps WHERE name = 'crashing'")
+[ -n "$s3" ] && [ "$(q "SELECT state FROM sweeps WHERE id = $s3")" = done ] || fail "the crashing re-measure did not finish"
+crashed=$(q "SELECT COUNT(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.sweep_id = $s3
+             AND r.status = 'crashed' AND $(cfg_where "$victim")")
+others=$(q "SELECT COUNT(*) FROM results r JOIN configs c ON c.id = r.config_id JOIN results a ON a.config_id = r.config_id
+            AND a.batch_size = r.batch_size AND a.sweep_id = 1 AND a.status = 'ok'
+            WHERE r.sweep_id = $s3 AND NOT ($(cfg_where "$victim")) AND r.status = 'ok' AND r.samples = 5 * a.samples")
+want_others=$(q "SELECT COUNT(*) FROM results r JOIN configs c ON c.id = r.config_id JOIN results a ON a.config_id = r.config_id
+                 AND a.batch_size = r.batch_size AND a.sweep_id = 1 AND a.status = 'ok'
+                 WHERE r.sweep_id = 2 AND NOT ($(cfg_where "$victim"))")
+[ "$crashed" = "$(echo "$flagged" | wc -w)" ] || fail "the crashing config has $crashed crashed rows"
+[ "$others" = "$want_others" ] && [ "$others" -gt 0 ] || fail "$others of $want_others other rows have their 5 rounds"
+pass "a crashing config is stored crashed at every batch size; the other $others rows still have 5 rounds"

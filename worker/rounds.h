@@ -1,0 +1,29 @@
+/* rounds.h - a side-by-side job's rounds (proto Job.rounds): its configs are measured in
+ * turn several times and each config's Result holds its fastest round.
+ *
+ * Why: on one GPU, one config's separate measurements land in one of two or more modes a
+ * few percent apart (bench/RESULTS.md, "Where the run-to-run spread comes from"); a mode
+ * lasts a whole measurement (its samples agree within 1 %) and changes between them. A single
+ * measurement per config therefore ranks near-ties by which mode each one caught; the
+ * fastest of several rounds, taken in turn, ranks them by what each config does at its best
+ * and repeats from run to run. The other statistics pool every round's samples. */
+#ifndef MT_WORKER_ROUNDS_H
+#define MT_WORKER_ROUNDS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backend.h"
+
+/* Folds one round's n measurements (one per batch size) of a config into kept (the same
+ * n). first: this is the config's first round (kept is overwritten). A measurement that
+ * is not OK in any round makes the kept one that status (a config that failed once is
+ * not reported as fine); between two OK rounds the one with the lower median gives the
+ * median, up/down and detail, while samples, timed_us, mean, stddev and min pool both. */
+void wrk_rounds_merge(wrk_meas_t *kept, const wrk_meas_t *round, size_t n, bool first);
+
+/* Whether a config needs no further rounds: none of its n kept measurements is OK
+ * (failed, invalid or pruned at every batch size). */
+bool wrk_rounds_settled(const wrk_meas_t *kept, size_t n);
+
+#endif
