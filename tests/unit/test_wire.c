@@ -191,6 +191,51 @@ static void test_no_body_and_bad_fields(void **state) {
     }
 }
 
+/* Job.rounds: up to WIRE_MAX_ROUNDS is a job; one more is malformed. */
+static void test_job_rounds(void **state) {
+    (void)state;
+    Moetune__Shape shape = MOETUNE__SHAPE__INIT;
+    shape.e = 128, shape.n = 768, shape.k = 2048, shape.topk = 8, shape.dtype = "bf16";
+    Moetune__Config cfg = MOETUNE__CONFIG__INIT;
+    cfg.block_m = 64, cfg.block_n = 128, cfg.block_k = 64, cfg.group_m = 1, cfg.num_warps = 4, cfg.num_stages = 3;
+    Moetune__JobConfig jc = MOETUNE__JOB_CONFIG__INIT, *pjc = &jc;
+    jc.config_id = 1;
+    jc.config = &cfg;
+    Moetune__Measure meas = MOETUNE__MEASURE__INIT;
+    uint32_t bs = 16;
+    Moetune__Job job = MOETUNE__JOB__INIT;
+    job.job_id = 3;
+    job.shape = &shape;
+    job.n_configs = 1;
+    job.configs = &pjc;
+    job.n_batch_sizes = 1;
+    job.batch_sizes = &bs;
+    job.measure = &meas;
+    wire_env_t env;
+    wire_env_init(&env);
+    env.body_case = MOETUNE__ENVELOPE__BODY_JOB;
+    env.job = &job;
+    const uint32_t rounds[] = {0, 1, WIRE_SIDE_BY_SIDE_ROUNDS, WIRE_MAX_ROUNDS, WIRE_MAX_ROUNDS + 1, 1000000};
+    const int good[] = {1, 1, 1, 1, 0, 0};
+    for (size_t i = 0; i < sizeof rounds / sizeof rounds[0]; i++) {
+        uint8_t *buf;
+        size_t len;
+        unpacked_t u;
+        job.rounds = rounds[i];
+        assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+        int rc = unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u);
+        free(buf);
+        if (good[i]) {
+            assert_int_equal(rc, MT_OK);
+            assert_int_equal(u.env->job->rounds, rounds[i]);
+            wire_free(&u.env);
+        } else {
+            assert_int_equal(rc, MT_INVAL);
+            assert_int_equal(u.code, WIRE_E_INVALID);
+        }
+    }
+}
+
 /* Every latency field of every status is finite and non-negative: +Inf, NaN and negatives in
  * min/mean/stddev (or in a failed measurement's median) are invalid, never stored. */
 static void test_non_finite_latencies(void **state) {
@@ -378,6 +423,7 @@ int main(void) {
         cmocka_unit_test(test_roles),
         cmocka_unit_test(test_socket_recv),
         cmocka_unit_test(test_non_finite_latencies),
+        cmocka_unit_test(test_job_rounds),
         cmocka_unit_test(test_recv_invalid_result_names_lease),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
