@@ -440,8 +440,8 @@ static const opt_def_t k_opts[] = {
      0},
     {{"decide-margin", "X",
       "racing's last step: per shape and batch size, the configs within this fraction of the best (at most 4) are "
-      "re-measured side by side (one job per batch size), racing off, and those measurements pick (e.g. 0.02; default "
-      "0 = off)"},
+      "re-measured side by side (one job per batch size, 5 rounds), racing off, and those measurements pick "
+      "(default 0.02; 0 = off)"},
      set_margin,
      1},
     {{"spec", "FILE.json", "read the spec from a JSON file (flags after it override)"}, set_specfile, 0},

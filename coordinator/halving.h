@@ -38,9 +38,12 @@
  * only where there are two or more) are re-measured side by side (one phase-2 job per batch
  * size), racing off, to the RSD rule; their rows replace the first ones. Nothing is pruned: the others keep their rows.
  * Two configs measured in separate jobs differ by up to 1-2 % from run to run on an H200
- * (bench/RESULTS.md), so a 2 % margin (`--decide-margin 0.02`) holds every pick such
- * noise could have swapped. Off unless asked for. */
+ * (bench/RESULTS.md), so a 2 % margin holds every pick such noise could have swapped. On by
+ * default for racing sweeps (`--decide-margin 0` turns it off); side by side means in
+ * WIRE_SIDE_BY_SIDE_ROUNDS rounds, which is what made two runs' picks agree at 18 of 18
+ * batch sizes on an H200 where one round agreed at 17. */
 #define HALVING_DECIDE_MAX 4
+#define HALVING_DECIDE_DEFAULT_MARGIN 0.02
 
 /* A strategy name the planner and the CLI accept. */
 bool halving_strategy_known(const char *strategy);

@@ -17,8 +17,8 @@ void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out) {
     /* racing is on unless turned off (negative) or the space is a list; 0 is "not given" */
     bool listed = spec && spec->space && spec->space->n_configs;
     out->race_margin = m && m->race_margin != 0 ? m->race_margin : listed ? -1.0 : RACE_DEFAULT_MARGIN;
-    /* the decide step is off unless asked for (a positive margin) */
-    out->decide_margin = m && m->decide_margin > 0 ? m->decide_margin : 0.0;
+    /* the decide step likewise (halving_decide_margin: only where racing is on) */
+    out->decide_margin = m && m->decide_margin != 0 ? m->decide_margin : listed ? -1.0 : HALVING_DECIDE_DEFAULT_MARGIN;
 }
 
 uint32_t plan_chunk(const Moetune__SweepSpec *spec) {

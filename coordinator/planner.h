@@ -64,7 +64,8 @@ typedef struct {
 /* Fills out with spec's measurement settings, defaults for zero fields (convert.h's
  * WIRE_MEASURE_DEFAULTS: warmup 5, min_samples 10, max_samples 100, rsd_target 0.01,
  * budget_ms 1000, timeout_ms 60000, seed 1; race_margin RACE_DEFAULT_MARGIN, or racing off
- * for a listed space (Space.configs: a side-by-side re-measure); decide_margin 0, off).
+ * for a listed space (Space.configs: a side-by-side re-measure); decide_margin
+ * HALVING_DECIDE_DEFAULT_MARGIN, off (-1) for a listed space; a negative margin stays off).
  * spec->measure may be NULL. */
 void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out);
 /* Configs per job: spec->chunk, else all of a listed space's configs (Space.configs: one job

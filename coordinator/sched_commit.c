@@ -308,7 +308,7 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
     }
     if (s->storage_err[0]) {
         log_at(MT_LOG_INFO, "storage: commits succeed again (%zu results in this one, %zu waiting)", b->n_res,
-               sched_pending(s) - b->n_res);
+               sched_pending(s));
         s->storage_err[0] = '\0';
     }
     for (size_t i = 0; i < b->n_res; i++) {

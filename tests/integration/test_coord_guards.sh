@@ -91,7 +91,7 @@ DB=$T/left.db
 start_coordinator
 # 256 configs: enough that tune's worker (sleeping its simulated time) cannot finish it before
 # tune's own submit arrives
-"$BIN/moetune" submit --control "$CEP" --name leftover --shape E=8,N=256,K=256,topk=2 --batch-sizes 1,2 \
+"$BIN/moetune" submit --control "$CEP" --name leftover --decide-margin 0 --shape E=8,N=256,K=256,topk=2 --batch-sizes 1,2 \
   --block-m 16 --block-n 32,64,128,256 --block-k 64,128 --group-m 1,16,32,64 --num-warps 4,8 --num-stages 2,3,4,5 \
   >"$T/sub1.out" 2>"$T/sub1.err"
 ! grep -q "queued behind" "$T/sub1.err" || fail "the first sweep is said to wait"

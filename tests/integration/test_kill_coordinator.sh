@@ -7,7 +7,8 @@ SPACE=(--block-m 16,64 --block-n 64,128 --block-k 128 --group-m 1,16 --num-warps
 
 start_coordinator --heartbeat-ms 200 --lease-ms 5000
 start_workers 4 --sim-time-scale 1 --log-level debug
-"$BIN/moetune" submit --control "$CEP" --name kill-coord --chunk 4 "${SPACE[@]}" \
+# (decide step off: its side-by-side rows re-measure committed configs by design)
+"$BIN/moetune" submit --control "$CEP" --name kill-coord --chunk 4 --decide-margin 0 "${SPACE[@]}" \
   --shape E=128,N=768,K=2048,topk=8 --shape E=8,N=7168,K=4096,topk=2 >"$T/submit.out" 2>&1 \
   || { cat "$T/submit.out"; fail "submit failed"; }
 planned=$(sql "SELECT results_planned FROM sweeps WHERE id=1")

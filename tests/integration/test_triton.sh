@@ -124,7 +124,7 @@ expect_one_line() {
 # block shape and the routing file with its sha256
 python3 -c 'import struct,sys; h="{'"'"'descr'"'"': '"'"'<i4'"'"', '"'"'fortran_order'"'"': False, '"'"'shape'"'"': (4, 8), }"; h+=" "*(64-(10+len(h)+1)%64)+"\n"; open(sys.argv[1],"wb").write(b"\x93NUMPY\x01\x00"+struct.pack("<H",len(h))+h.encode()+struct.pack("<32i",*range(32)))' "$T/r.npy"
 FAKE_HELPER_REQS=$T/reqs run_worker fp8 ok --kernel moetune
-"$M" submit --control "$CEP" --name fp8 --chunk 2 "${SPACE[@]}" --shape E=64,N=256,K=512,topk=8,dtype=fp8_w8a8,block_shape=128x128 \
+"$M" submit --control "$CEP" --name fp8 --chunk 2 --decide-margin 0 "${SPACE[@]}" --shape E=64,N=256,K=512,topk=8,dtype=fp8_w8a8,block_shape=128x128 \
   --batch-sizes 1,16 --routing "$T/r.npy" >"$T/submit.out" 2>&1 || { cat "$T/submit.out"; fail "submit fp8 failed"; }
 sid=$(sql "SELECT id FROM sweeps WHERE name = 'fp8'")
 [ "$(wait_sweep "$sid" 60)" = done ] || fail "sweep fp8 not done"

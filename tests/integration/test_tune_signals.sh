@@ -48,8 +48,8 @@ pass "SIGTERM: tune exited 130 and its coordinator and workers ended"
 rc=$(signal_case KILL)
 pass "SIGKILL: tune died ($rc) and its coordinator and workers ended with it"
 
-# ---- Ctrl-C right after the last commit
-"$M" tune --backend sim --workers 2 --sim-time-scale 1 "${SHAPE[@]}" --db "$DB" --out "$T/configs" \
+# ---- Ctrl-C right after the last commit (decide step off: the last result row is then the last commit)
+"$M" tune --backend sim --workers 2 --sim-time-scale 1 "${SHAPE[@]}" --decide-margin 0 --db "$DB" --out "$T/configs" \
   >"$T/late.out" 2>"$T/late.err" &
 pid=$!
 planned=0
@@ -67,7 +67,7 @@ set -e
 [ $rc = 0 ] || { cat "$T/late.err"; fail "Ctrl-C after the last commit: tune exited $rc, expected 0"; }
 grep -q interrupted "$T/late.err" && fail "Ctrl-C after the last commit reported an interruption"
 [ -f "$T/configs/sim/E=8,N=1024,device_name=NVIDIA_H200.json" ] || fail "Ctrl-C after the last commit skipped the export"
-"$M" tune --backend sim --workers 2 --sim-time-scale 0 "${SHAPE[@]}" --db "$DB" --out "$T/configs" \
+"$M" tune --backend sim --workers 2 --sim-time-scale 0 "${SHAPE[@]}" --decide-margin 0 --db "$DB" --out "$T/configs" \
   >"$T/late2.out" 2>"$T/late2.err" || { cat "$T/late2.err"; fail "rerun failed"; }
 [ "$(sql "SELECT count(*) FROM sweeps")" = 1 ] && [ "$(sql "SELECT count(*) FROM results")" = "$planned" ] \
   || fail "the rerun measured again"

@@ -13,8 +13,10 @@
 #include <sqlite3.h>
 
 #include "convert.h"
+#include "halving.h"
 #include "mt.h"
 #include "planner.h"
+#include "race.h"
 #include "store.h"
 #include "tmpdb.h"
 
@@ -356,6 +358,13 @@ static void test_custom_space_and_measure(void **state) {
     assert_int_equal(p->measure.seed, 9);
     assert_int_equal(p->measure.max_samples, 100);
     assert_int_equal(p->max_attempts, 5);
+    /* racing and its decide step on at their default margins; a negative decide margin stays off */
+    assert_true(p->measure.race_margin == RACE_DEFAULT_MARGIN);
+    assert_true(p->measure.decide_margin == HALVING_DECIDE_DEFAULT_MARGIN);
+    plan_destroy(&p);
+    m.decide_margin = -1;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_true(p->measure.decide_margin < 0);
     plan_destroy(&p);
 }
 
@@ -408,12 +417,14 @@ static void test_config_list(void **state) {
         if (!found) fail_msg("listed config %zu is not in the plan", i);
     }
     plan_destroy(&p);
-    /* no chunk and no measure given: one job of all the listed configs, racing off */
+    /* no chunk and no measure given: one job of all the listed configs, racing and its decide
+     * step off */
     s.spec.chunk = 0;
     assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
     assert_int_equal(p->chunk, 3);
     assert_int_equal(p->jobs, 1);
     assert_true(p->measure.race_margin < 0);
+    assert_true(p->measure.decide_margin < 0);
     plan_destroy(&p);
     s.spec.chunk = 3;
 

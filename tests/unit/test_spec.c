@@ -245,7 +245,8 @@ static void test_compare(void **state) {
         {"block-m", "16,32", "block_m 16,32,64,128,256, now 16,32"},
         {"batch-sizes", "1,2", "batch sizes 1,2,4,8"},
         {"device-filter", "H100", "device filter '', now 'H100'"},
-        {"decide-margin", "0.05", "decide_margin 0, now 0.05"},
+        {"decide-margin", "0.05", "decide_margin 0.02, now 0.05"},
+        {"decide-margin", "0", "decide_margin 0.02, now 0"},
     };
     cli_spec_t *base = made(NULL);
     bool same = true;
@@ -260,7 +261,7 @@ static void test_compare(void **state) {
     }
     /* The defaults given explicitly are the same work as none given. */
     cli_spec_t *now =
-        made("min-samples", "10", "seed", "1", "rsd-target", "0.01", "warmup", "5", "decide-margin", "0", NULL);
+        made("min-samples", "10", "seed", "1", "rsd-target", "0.01", "warmup", "5", "decide-margin", "0.02", NULL);
     assert_int_equal(cli_spec_compare(cli_spec_get(base), cli_spec_get(now), &same, diff, sizeof diff), MT_OK);
     if (!same) fail_msg("explicit defaults differ: %s", diff);
     cli_spec_destroy(&now);

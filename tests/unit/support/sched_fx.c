@@ -99,6 +99,9 @@ void fx_spec(fx_spec_t *x, const char *name, const uint32_t bs[2], size_t n_grou
     x->spec.n_shapes = 1, x->spec.shapes = &x->shp;
     x->spec.n_batch_sizes = 2, x->spec.batch_sizes = x->bs;
     x->spec.space = &x->sp;
+    moetune__measure__init(&x->measure);
+    x->measure.decide_margin = -1;
+    x->spec.measure = &x->measure;
 }
 
 void fx_submit_spec(fx_t *f, fx_spec_t *x, Moetune__Submitted *sub) {

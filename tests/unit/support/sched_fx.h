@@ -51,6 +51,7 @@ typedef struct {
     Moetune__Space sp;
     Moetune__Shape sh, *shp;
     Moetune__SweepSpec spec;
+    Moetune__Measure measure; /* spec.measure: the defaults, but the decide step off (test_halving tests it) */
 } fx_spec_t;
 void fx_spec(fx_spec_t *x, const char *name, const uint32_t bs[2], size_t n_group_m, size_t n_warps, size_t n_stages);
 /* Submits x->spec (asserted MT_OK); the reply in *sub. */
