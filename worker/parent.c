@@ -373,6 +373,9 @@ static int pump(wrk_parent_t *p) {
         wire_config_from_msg(j->job->configs[j->next]->config, &cfg);
         measure_from_proto(j->job, &m);
         m.best_us = j->best;
+        /* rounds share one measurement's time budget, so a side-by-side job costs about what its
+         * configs' single measurements would where the budget is what stops them */
+        if (j->rounds > 1) m.budget_ms = m.budget_ms / j->rounds ? m.budget_ms / j->rounds : 1;
         rc = wrk_child_start(p->child, &j->shape, &cfg, j->job->batch_sizes, j->job->n_batch_sizes, &m);
         if (rc) {
             log_at(MT_LOG_ERROR, "cannot hand config to the child: %s", wrk_child_error(p->child));

@@ -6,7 +6,8 @@
  * lasts a whole measurement (its samples agree within 1 %) and changes between them. A single
  * measurement per config therefore ranks near-ties by which mode each one caught; the
  * fastest of several rounds, taken in turn, ranks them by what each config does at its best
- * and repeats from run to run. The other statistics pool every round's samples. */
+ * and repeats from run to run. The other statistics pool every round's samples. Each round
+ * has budget_ms / rounds (the worker's parent): the rounds share one measurement's budget. */
 #ifndef MT_WORKER_ROUNDS_H
 #define MT_WORKER_ROUNDS_H
 
