@@ -131,10 +131,121 @@ static void test_zero_measure_gets_planner_defaults(void **state) {
     zmq_ctx_term(ctx);
 }
 
+/* A worker on a fake coordinator: started, welcomed, Ready read. */
+typedef struct {
+    void *ctx, *sock;
+    run_t r;
+    pthread_t th;
+    uint8_t rid[WIRE_MAX_ID];
+    size_t rid_len;
+} fake_t;
+
+static void fake_start(fake_t *f) {
+    char ep[128], err[300];
+    size_t ep_len = sizeof ep;
+    memset(f, 0, sizeof *f);
+    f->ctx = zmq_ctx_new();
+    f->sock = zmq_socket(f->ctx, ZMQ_ROUTER);
+    assert_int_equal(zmq_bind(f->sock, "tcp://127.0.0.1:*"), 0);
+    assert_int_equal(zmq_getsockopt(f->sock, ZMQ_LAST_ENDPOINT, ep, &ep_len), 0);
+    wrk_parent_opts_t o;
+    memset(&o, 0, sizeof o);
+    o.endpoint = ep;
+    o.backend = "sim";
+    o.worker_id = "rounds-w0";
+    o.bopts.sim_time_scale = 0;
+    f->r.rc = -1;
+    assert_int_equal(wrk_parent_new(&o, &f->r.p, err, sizeof err), MT_OK);
+    assert_int_equal(pthread_create(&f->th, NULL, run, &f->r), 0);
+    wire_env_t *env = next(f->sock, MOETUNE__ENVELOPE__BODY_HELLO, f->rid, &f->rid_len);
+    assert_non_null(env);
+    wire_free(&env);
+    Moetune__Welcome w = MOETUNE__WELCOME__INIT;
+    w.heartbeat_ms = 1000, w.lease_ms = 30000;
+    send_to(f->sock, f->rid, f->rid_len, MOETUNE__ENVELOPE__BODY_WELCOME, &w);
+    env = next(f->sock, MOETUNE__ENVELOPE__BODY_READY, f->rid, &f->rid_len);
+    assert_non_null(env);
+    wire_free(&env);
+}
+
+static void fake_stop(fake_t *f) {
+    Moetune__Shutdown sd = MOETUNE__SHUTDOWN__INIT;
+    sd.reason = "test over";
+    send_to(f->sock, f->rid, f->rid_len, MOETUNE__ENVELOPE__BODY_SHUTDOWN, &sd);
+    assert_int_equal(pthread_join(f->th, NULL), 0);
+    assert_int_equal(f->r.rc, 0);
+    wrk_parent_destroy(&f->r.p);
+    zmq_close(f->sock);
+    zmq_ctx_term(f->ctx);
+}
+
+/* Sends job id of two configs at batch size 64 with m and rounds; fills samples[2] from its two
+ * Results (by config id 1 and 2). */
+static void run_job(fake_t *f, uint64_t id, const Moetune__Measure *m, uint32_t rounds, uint32_t samples[2]) {
+    char err[200];
+    krn_shape_t sh;
+    assert_int_equal(krn_shape_parse("E=8,N=1024,K=1024,topk=2", &sh, err, sizeof err), MT_OK);
+    krn_config_t cfg[2] = {{.block_m = 64, .block_n = 64, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3},
+                           {.block_m = 32, .block_n = 128, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3}};
+    Moetune__Shape msh;
+    Moetune__Config mc[2];
+    Moetune__JobConfig jc[2], *pjc[2] = {&jc[0], &jc[1]};
+    wire_shape_to_msg(&sh, &msh);
+    for (int i = 0; i < 2; i++) {
+        wire_config_to_msg(&cfg[i], &mc[i]);
+        moetune__job_config__init(&jc[i]);
+        jc[i].config_id = (uint64_t)i + 1, jc[i].config = &mc[i];
+    }
+    uint32_t bs = 64;
+    Moetune__Job job = MOETUNE__JOB__INIT;
+    job.job_id = id, job.lease_token = 11, job.sweep_id = 1, job.shape = &msh, job.n_configs = 2, job.configs = pjc;
+    job.n_batch_sizes = 1, job.batch_sizes = &bs, job.measure = (Moetune__Measure *)m, job.rounds = rounds;
+    send_to(f->sock, f->rid, f->rid_len, MOETUNE__ENVELOPE__BODY_JOB, &job);
+    samples[0] = samples[1] = 0;
+    for (int k = 0; k < 2; k++) {
+        wire_env_t *env = next(f->sock, MOETUNE__ENVELOPE__BODY_RESULT, f->rid, &f->rid_len);
+        assert_non_null(env);
+        Moetune__Result *res = env->result;
+        assert_int_equal(res->job_id, id);
+        assert_int_equal(res->n_measurements, 1);
+        assert_int_equal(res->measurements[0]->status, MOETUNE__STATUS__STATUS_OK);
+        assert_true(res->config_id == 1 || res->config_id == 2);
+        samples[res->config_id - 1] = res->measurements[0]->samples;
+        wire_free(&env);
+    }
+}
+
+/* A side-by-side job (Job.rounds): each config's one Result pools its rounds' samples, and the
+ * rounds share one measurement's time budget. The sim stops a config at min_samples when the
+ * deviation target is met at once, and at the budget (simulated time, deterministic at time
+ * scale 0) when it never is. */
+static void test_rounds(void **state) {
+    (void)state;
+    fake_t f;
+    fake_start(&f);
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    uint32_t one[2], four[2];
+    m.min_samples = 3, m.rsd_target = 0.5;
+    run_job(&f, 1, &m, 4, four);
+    assert_int_equal(four[0], 4 * 3);
+    assert_int_equal(four[1], 4 * 3);
+    /* the budget decides: a deviation target no sample set meets, samples without a cap */
+    m.rsd_target = 1e-12, m.max_samples = 1000000, m.budget_ms = 40;
+    run_job(&f, 2, &m, 1, one);
+    run_job(&f, 3, &m, 4, four);
+    for (int i = 0; i < 2; i++) {
+        if (one[i] < 20 || four[i] < one[i] * 3 / 4 || four[i] > one[i] * 5 / 4)
+            fail_msg("config %d: %u samples in one round of the budget, %u in four rounds sharing it", i + 1, one[i],
+                     four[i]);
+    }
+    fake_stop(&f);
+}
+
 int main(void) {
     mt_log_init("test_worker_measure", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zero_measure_gets_planner_defaults),
+        cmocka_unit_test(test_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
