@@ -155,8 +155,9 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
         return MT_INVAL;
     }
     if (halving_is(spec->strategy) && spec->space && spec->space->n_configs) {
-        mt_fmt(err, errlen, "a list of configs is measured side by side to the RSD rule: strategy halving does not "
-                            "apply to it");
+        mt_fmt(err, errlen,
+               "a list of configs is measured side by side to the RSD rule: strategy halving does not "
+               "apply to it");
         return MT_INVAL;
     }
     if (spec->n_shapes == 0) {

@@ -245,7 +245,9 @@ static inline size_t sched_job_nb(const job_t *j) { return j->bs ? j->nb : j->sw
 /* A job whose configs are measured side by side to be compared: a listed sweep's, or a
  * decide step's phase 2. It is never split across GPUs, and its configs are measured in
  * WIRE_SIDE_BY_SIDE_ROUNDS rounds. */
-static inline bool sched_job_side_by_side(const job_t *j) { return j->sw->listed || (j->phase == 2 && j->sw->decide > 0); }
+static inline bool sched_job_side_by_side(const job_t *j) {
+    return j->sw->listed || (j->phase == 2 && j->sw->decide > 0);
+}
 static inline bool sched_job_has_bs(const job_t *j, uint32_t b) {
     for (size_t i = 0; j->bs && i < j->nb; i++)
         if (j->bs[i] == b) return true;

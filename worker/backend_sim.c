@@ -58,7 +58,7 @@ typedef struct {
     double time_scale;
     krn_limits_t limits;
     int gpu_index;
-    krn_routing_t routing; /* the captured routing of the last shape that had one */
+    krn_routing_t routing;           /* the captured routing of the last shape that had one */
     uint64_t compiled[SIM_COMPILED]; /* hash_case(0, shape, config, 0) of the configs compiled, a ring */
     size_t n_compiled;
 } sim_state_t;

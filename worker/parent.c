@@ -27,7 +27,7 @@ typedef struct pjob {
     char why[160]; /* why every config is invalid, when !shape_ok */
     size_t next;   /* next config to measure */
     int prepared;
-    double *best; /* racing: per batch size, the job's best_us lowered by our own ok results */
+    double *best;           /* racing: per batch size, the job's best_us lowered by our own ok results */
     uint32_t rounds, round; /* Job.rounds (1 when 0), and the round being measured (0-based) */
     wrk_meas_t *kept;       /* rounds > 1: per config, its n_batch_sizes measurements so far */
     uint32_t *regs;         /* rounds > 1: per config, its first round's registers and spills */
@@ -542,7 +542,8 @@ static int on_child(wrk_parent_t *p, wrk_child_event_t ev) {
             if (meas[0].status == MOETUNE__STATUS__STATUS_CRASHED || meas[0].status == MOETUNE__STATUS__STATUS_TIMEOUT)
                 log_at(MT_LOG_WARN, "job %llu config %llu: %s", (unsigned long long)j->job->job_id,
                        (unsigned long long)j->job->configs[j->next]->config_id, meas[0].detail);
-            int rc = j->rounds > 1 ? keep_round(p, j, meas, n, regs, spills) : emit_result(p, j, j->next, meas, n, regs, spills);
+            int rc = j->rounds > 1 ? keep_round(p, j, meas, n, regs, spills)
+                                   : emit_result(p, j, j->next, meas, n, regs, spills);
             if (rc) return rc;
             /* the next configs of this job race against what this one measured, too */
             for (size_t i = 0; i < n && i < j->job->n_batch_sizes; i++)

@@ -185,8 +185,9 @@ static void run_job(fake_t *f, uint64_t id, const Moetune__Measure *m, uint32_t 
     char err[200];
     krn_shape_t sh;
     assert_int_equal(krn_shape_parse("E=8,N=1024,K=1024,topk=2", &sh, err, sizeof err), MT_OK);
-    krn_config_t cfg[2] = {{.block_m = 64, .block_n = 64, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3},
-                           {.block_m = 32, .block_n = 128, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3}};
+    krn_config_t cfg[2] = {
+        {.block_m = 64, .block_n = 64, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3},
+        {.block_m = 32, .block_n = 128, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3}};
     Moetune__Shape msh;
     Moetune__Config mc[2];
     Moetune__JobConfig jc[2], *pjc[2] = {&jc[0], &jc[1]};
