@@ -148,22 +148,31 @@ uint32_t krn_warps_m(const krn_config_t *c) {
     return best;
 }
 
-mt_status_t krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_t *l, char *why,
-                      size_t whylen) {
-    uint32_t threads = c->num_warps * 32;
+/* The rules both kernels share, each with its own bounds: power-of-two block sizes of at least
+ * 16, a power-of-two warp count up to max_warps, min_stages..8 stages and GROUP_SIZE_M >= 1. */
+static mt_status_t check_tile(const krn_config_t *c, uint32_t max_warps, uint32_t min_stages, char *why,
+                              size_t whylen) {
     if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 || c->block_n < 16 ||
         c->block_k < 16) {
         mt_fmt(why, whylen, "block sizes must be powers of two >= 16");
         return MT_INVAL;
     }
-    if (!is_pow2(c->num_warps) || c->num_warps > 16) {
-        mt_fmt(why, whylen, "num_warps %u is not a power of two <= 16", c->num_warps);
+    if (!is_pow2(c->num_warps) || c->num_warps > max_warps) {
+        mt_fmt(why, whylen, "num_warps %u is not a power of two <= %u", c->num_warps, max_warps);
         return MT_INVAL;
     }
-    if (c->num_stages < 2 || c->num_stages > 8 || c->group_m < 1) {
-        mt_fmt(why, whylen, "num_stages must be in 2..8 and GROUP_SIZE_M >= 1");
+    if (c->num_stages < min_stages || c->num_stages > 8 || c->group_m < 1) {
+        mt_fmt(why, whylen, "num_stages must be in %u..8 and GROUP_SIZE_M >= 1", min_stages);
         return MT_INVAL;
     }
+    return MT_OK;
+}
+
+mt_status_t krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_t *l, char *why,
+                      size_t whylen) {
+    uint32_t threads = c->num_warps * 32;
+    mt_status_t rc = check_tile(c, 16, 2, why, whylen);
+    if (rc != MT_OK) return rc;
     /* Divisibility: GEMM1 reduces over K (hidden) and writes 2N columns; GEMM2
      * reduces over N and writes K columns. The kernel has no tail handling. */
     if (shape->k % c->block_k != 0) {
@@ -201,20 +210,7 @@ mt_status_t krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn
 }
 
 mt_status_t krn_check_triton(const krn_config_t *c, char *why, size_t whylen) {
-    if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 || c->block_n < 16 ||
-        c->block_k < 16) {
-        mt_fmt(why, whylen, "block sizes must be powers of two >= 16");
-        return MT_INVAL;
-    }
-    if (!is_pow2(c->num_warps) || c->num_warps > 32) {
-        mt_fmt(why, whylen, "num_warps %u is not a power of two <= 32", c->num_warps);
-        return MT_INVAL;
-    }
-    if (c->num_stages < 1 || c->num_stages > 8 || c->group_m < 1) {
-        mt_fmt(why, whylen, "num_stages must be in 1..8 and GROUP_SIZE_M >= 1");
-        return MT_INVAL;
-    }
-    return MT_OK;
+    return check_tile(c, 32, 1, why, whylen);
 }
 
 mt_status_t krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
