@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <limits.h>
 #include <time.h>
 #include <unistd.h>
@@ -246,4 +247,13 @@ mt_status_t mt_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t fi
     *arr = p;
     *cap = n;
     return MT_OK;
+}
+
+void mt_describe_wait(int status, char *buf, size_t len) {
+    if (WIFSIGNALED(status))
+        mt_fmt(buf, len, "signal %d", WTERMSIG(status));
+    else if (WIFEXITED(status))
+        mt_fmt(buf, len, "exit status %d", WEXITSTATUS(status));
+    else
+        mt_fmt(buf, len, "status 0x%x", status);
 }

@@ -87,6 +87,10 @@ int mt_alloc_failed(void);
  * failure hook above. MT_NOMEM when out of memory (the array is kept as it was). */
 mt_status_t mt_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first);
 
+/* How a process ended, from waitpid's status, into buf: "signal N", "exit status N", or
+ * "status 0xN" for anything else. */
+void mt_describe_wait(int status, char *buf, size_t len);
+
 /* Sends a signal-safe flag: the daemons' loops check it. */
 extern volatile int mt_stop_requested;
 /* Installs SIGINT/SIGTERM/SIGHUP handlers that set mt_stop_requested, and ignores SIGPIPE. */
