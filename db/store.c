@@ -742,11 +742,18 @@ static int shape_row(sqlite3_stmt *st, void *cb, void *ctx) {
     return MT_OK;
 }
 
-mt_status_t store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape) {
+/* Runs statement id, which selects one row by ?1 = row_id, into out through row (which sets
+ * the int at cb): MT_NOTFOUND when there is no such row. */
+static int get_by_id(store_t *s, int id, uint64_t row_id, int (*row)(sqlite3_stmt *st, void *cb, void *ctx),
+                     void *out) {
     int found = 0;
-    sqlite3_bind_int64(s->st[ST_SHAPE_GET], 1, (int64_t)id);
-    int rc = each(s, ST_SHAPE_GET, shape_row, &found, shape);
+    sqlite3_bind_int64(s->st[id], 1, (int64_t)row_id);
+    int rc = each(s, id, row, &found, out);
     return rc ? rc : found ? MT_OK : MT_NOTFOUND;
+}
+
+mt_status_t store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape) {
+    return get_by_id(s, ST_SHAPE_GET, id, shape_row, shape);
 }
 
 static int config_row(sqlite3_stmt *st, void *cb, void *ctx) {
@@ -756,10 +763,7 @@ static int config_row(sqlite3_stmt *st, void *cb, void *ctx) {
 }
 
 mt_status_t store_config_get(store_t *s, uint64_t id, krn_config_t *cfg) {
-    int found = 0;
-    sqlite3_bind_int64(s->st[ST_CONFIG_GET], 1, (int64_t)id);
-    int rc = each(s, ST_CONFIG_GET, config_row, &found, cfg);
-    return rc ? rc : found ? MT_OK : MT_NOTFOUND;
+    return get_by_id(s, ST_CONFIG_GET, id, config_row, cfg);
 }
 
 mt_status_t store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n) {
