@@ -172,11 +172,9 @@ void cli_client_destroy(cli_client_t **cp) {
 mt_status_t cli_client_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
     wire_env_t req;
     Moetune__StatusRequest sr;
-    wire_env_init(&req);
     moetune__status_request__init(&sr);
     sr.sweep_id = sweep;
-    req.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REQUEST;
-    req.status_request = &sr;
+    wire_env_wrap(&req, &sr.base);
     return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_STATUS_REPLY, reply, NULL, err, errlen);
 }
 
@@ -184,21 +182,17 @@ mt_status_t cli_client_submit(cli_client_t *c, const Moetune__SweepSpec *spec, w
                               char *err, size_t errlen) {
     wire_env_t req;
     Moetune__Submit sub;
-    wire_env_init(&req);
     moetune__submit__init(&sub);
     sub.spec = (Moetune__SweepSpec *)spec;
-    req.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
-    req.submit = &sub;
+    wire_env_wrap(&req, &sub.base);
     return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_SUBMITTED, reply, error_code, err, errlen);
 }
 
 mt_status_t cli_client_cancel(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
     wire_env_t req;
     Moetune__Cancel cn;
-    wire_env_init(&req);
     moetune__cancel__init(&cn);
     cn.sweep_id = sweep;
-    req.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
-    req.cancel = &cn;
+    wire_env_wrap(&req, &cn.base);
     return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_CANCELLED, reply, NULL, err, errlen);
 }

@@ -13,10 +13,9 @@
 #include "states.h"
 #include "store.h"
 
-mt_status_t cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen) {
-    int rc = MT_OK;
-    char *copy = strdup(text);
-    if (!copy) return MT_NOMEM;
+/* One key=value of --shape into the filter (mt_kv_fn). */
+static mt_status_t shape_filter_field(void *ctx, const char *key, char *val, char *err, size_t errlen) {
+    dbq_filter_t *f = ctx;
     static const struct {
         const char *key;
         size_t off;
@@ -24,37 +23,24 @@ mt_status_t cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err,
                   {"N", offsetof(dbq_filter_t, n)},
                   {"K", offsetof(dbq_filter_t, k)},
                   {"topk", offsetof(dbq_filter_t, topk)}};
-    char *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(tok, '=');
-        if (!eq) {
-            mt_fmt(err, errlen, "--shape: '%s' is not key=value", tok);
-            rc = MT_INVAL;
-            goto out;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (strcasecmp(key, fields[i].key) != 0) continue;
+        if (mt_parse_u32(val, 1, KRN_MAX_NK, (uint32_t *)((char *)f + fields[i].off)) != MT_OK) {
+            mt_fmt(err, errlen, "--shape: %s=%s is not a positive integer", key, val);
+            return MT_INVAL;
         }
-        *eq = '\0';
-        bool done = false;
-        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-            if (strcasecmp(tok, fields[i].key) != 0) continue;
-            if (mt_parse_u32(eq + 1, 1, KRN_MAX_NK, (uint32_t *)((char *)f + fields[i].off)) != MT_OK) {
-                mt_fmt(err, errlen, "--shape: %s=%s is not a positive integer", tok, eq + 1);
-                rc = MT_INVAL;
-                goto out;
-            }
-            done = true;
-        }
-        if (done) continue;
-        if (strcasecmp(tok, "dtype") == 0 && strlen(eq + 1) < sizeof f->dtype) {
-            snprintf(f->dtype, sizeof f->dtype, "%s", eq + 1);
-            continue;
-        }
-        mt_fmt(err, errlen, "--shape: unknown field '%s' (E, N, K, topk, dtype)", tok);
-        rc = MT_INVAL;
-        goto out;
+        return MT_OK;
     }
-out:
-    free(copy);
-    return rc;
+    if (strcasecmp(key, "dtype") == 0 && strlen(val) < sizeof f->dtype) {
+        snprintf(f->dtype, sizeof f->dtype, "%s", val);
+        return MT_OK;
+    }
+    mt_fmt(err, errlen, "--shape: unknown field '%s' (E, N, K, topk, dtype)", key);
+    return MT_INVAL;
+}
+
+mt_status_t cli_parse_shape_filter(const char *text, dbq_filter_t *f, char *err, size_t errlen) {
+    return mt_parse_kv_list(text, "--shape: ", shape_filter_field, f, err, errlen);
 }
 
 /* Whether name is a results.status (states.h's table); names them all into list for the

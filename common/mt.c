@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <limits.h>
 #include <time.h>
 #include <unistd.h>
@@ -246,4 +247,32 @@ mt_status_t mt_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t fi
     *arr = p;
     *cap = n;
     return MT_OK;
+}
+
+mt_status_t mt_parse_kv_list(const char *text, const char *prefix, mt_kv_fn fn, void *ctx, char *err, size_t errlen) {
+    int rc = MT_OK;
+    char *copy = strdup(text ? text : "");
+    if (!copy) return MT_NOMEM;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok && rc == MT_OK; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq) {
+            mt_fmt(err, errlen, "%s'%s' is not key=value", prefix, tok);
+            rc = MT_INVAL;
+            break;
+        }
+        *eq = '\0';
+        rc = fn(ctx, tok, eq + 1, err, errlen);
+    }
+    free(copy);
+    return rc;
+}
+
+void mt_describe_wait(int status, char *buf, size_t len) {
+    if (WIFSIGNALED(status))
+        mt_fmt(buf, len, "signal %d", WTERMSIG(status));
+    else if (WIFEXITED(status))
+        mt_fmt(buf, len, "exit status %d", WEXITSTATUS(status));
+    else
+        mt_fmt(buf, len, "status 0x%x", status);
 }

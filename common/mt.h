@@ -87,6 +87,19 @@ int mt_alloc_failed(void);
  * failure hook above. MT_NOMEM when out of memory (the array is kept as it was). */
 mt_status_t mt_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first);
 
+/* Called by mt_parse_kv_list for each key=value of its list, split at the first '=' (val may
+ * be changed in place). An error stops the list and is mt_parse_kv_list's answer. */
+typedef mt_status_t (*mt_kv_fn)(void *ctx, const char *key, char *val, char *err, size_t errlen);
+
+/* Hands each key=value of the comma-separated list text (NULL: an empty one) to fn, in order;
+ * empty items are skipped. An item without '=' is MT_INVAL with "<prefix>'ITEM' is not
+ * key=value" in err; else fn's first error, or MT_NOMEM. */
+mt_status_t mt_parse_kv_list(const char *text, const char *prefix, mt_kv_fn fn, void *ctx, char *err, size_t errlen);
+
+/* How a process ended, from waitpid's status, into buf: "signal N", "exit status N", or
+ * "status 0xN" for anything else. */
+void mt_describe_wait(int status, char *buf, size_t len);
+
 /* Sends a signal-safe flag: the daemons' loops check it. */
 extern volatile int mt_stop_requested;
 /* Installs SIGINT/SIGTERM/SIGHUP handlers that set mt_stop_requested, and ignores SIGPIPE. */

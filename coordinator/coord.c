@@ -339,9 +339,7 @@ static void submit_finish(coord_t *c, int wrc, const char *why) {
         return;
     }
     wire_env_t out;
-    wire_env_init(&out);
-    out.body_case = MOETUNE__ENVELOPE__BODY_SUBMITTED;
-    out.submitted = &sub;
+    wire_env_wrap(&out, &sub.base);
     reply(c, s->rid, s->rid_len, &out);
 }
 
@@ -357,9 +355,7 @@ static void on_status(coord_t *c, const uint8_t *id, size_t id_len, const wire_e
         return;
     }
     wire_env_t out;
-    wire_env_init(&out);
-    out.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REPLY;
-    out.status_reply = &st.reply;
+    wire_env_wrap(&out, &st.reply.base);
     if (st.reply.counters) st.reply.counters->auth_refused = sec_auth_refused(c->auth);
     reply(c, id, id_len, &out);
     sched_status_release(&st);
@@ -378,9 +374,7 @@ static void on_cancel(coord_t *c, const uint8_t *id, size_t id_len, const wire_e
     can.sweep_id = sweep_id;
     can.jobs_cancelled = n;
     wire_env_t out;
-    wire_env_init(&out);
-    out.body_case = MOETUNE__ENVELOPE__BODY_CANCELLED;
-    out.cancelled = &can;
+    wire_env_wrap(&out, &can.base);
     reply(c, id, id_len, &out);
 }
 

@@ -219,9 +219,7 @@ void sched_send_acks(sched_t *s) {
         ack.n_seqs = w->n_acks;
         ack.seqs = w->acks;
         wire_env_t env;
-        wire_env_init(&env);
-        env.body_case = MOETUNE__ENVELOPE__BODY_ACK;
-        env.ack = &ack;
+        wire_env_wrap(&env, &ack.base);
         sched_send_env(s, w, &env);
         w->n_acks = 0;
     }

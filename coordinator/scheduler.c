@@ -284,11 +284,9 @@ mt_status_t sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_
            h->backend ? h->backend : "", gpu_name(w));
     wire_env_t out;
     Moetune__Welcome wel = MOETUNE__WELCOME__INIT;
-    wire_env_init(&out);
     wel.heartbeat_ms = s->o.heartbeat_ms;
     wel.lease_ms = s->o.lease_ms;
-    out.body_case = MOETUNE__ENVELOPE__BODY_WELCOME;
-    out.welcome = &wel;
+    wire_env_wrap(&out, &wel.base);
     sched_send_env(s, w, &out);
     sched_dispatch_all(s, now_ms); /* jobs it gave back may go to others */
     return MT_OK;
@@ -424,9 +422,7 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     job.routing_path = j->sw->routing_path ? j->sw->routing_path : "";
     job.rounds = sched_job_side_by_side(j) ? WIRE_SIDE_BY_SIDE_ROUNDS : 0;
     wire_env_t env;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_JOB;
-    env.job = &job;
+    wire_env_wrap(&env, &job.base);
     return sched_send_env(s, w, &env);
 }
 
@@ -709,9 +705,7 @@ void sched_tick(sched_t *s, uint64_t now_ms) {
         Moetune__Heartbeat hb = MOETUNE__HEARTBEAT__INIT;
         hb.sent_ms = now_ms;
         wire_env_t env;
-        wire_env_init(&env);
-        env.body_case = MOETUNE__ENVELOPE__BODY_HEARTBEAT;
-        env.heartbeat = &hb;
+        wire_env_wrap(&env, &hb.base);
         for (size_t i = 0; i < s->n_workers; i++) {
             sched_worker_t *w = s->workers[i];
             if (!w->alive) continue;

@@ -7,127 +7,11 @@
 #include <string.h>
 
 #include "mt.h"
+#include "schema_sql.h"
 #include "states.h"
 
-/* Schema version 4; kept identical to db/schema.sql (tests/unit/test_store.c checks). */
-static const char g_schema[] =
-    "-- moetune store, schema version 4. The coordinator applies it through db/store.c\n"
-    "-- (PRAGMA user_version); this file is the readable copy and is embedded at build time.\n"
-    "CREATE TABLE devices (\n"
-    "  id INTEGER PRIMARY KEY,\n"
-    "  name TEXT NOT NULL,\n"
-    "  uuid TEXT NOT NULL UNIQUE,\n"
-    "  cc_major INTEGER, cc_minor INTEGER, sm_count INTEGER, memory_bytes INTEGER,\n"
-    "  driver_version TEXT, cuda_version TEXT\n"
-    ");\n"
-    "CREATE TABLE workers (\n"
-    "  id INTEGER PRIMARY KEY,\n"
-    "  worker_id TEXT NOT NULL UNIQUE,\n"
-    "  host TEXT, pid INTEGER, backend TEXT,\n"
-    "  device_id INTEGER REFERENCES devices(id),\n"
-    "  compiler TEXT, kernel_hash TEXT,\n"
-    "  first_seen INTEGER, last_seen INTEGER,\n"
-    "  versions TEXT                   -- the backend's versions: 'kernel=.. triton=.. torch=.. python=..'\n"
-    ");\n"
-    "CREATE TABLE sweeps (\n"
-    "  id INTEGER PRIMARY KEY,\n"
-    "  name TEXT NOT NULL,\n"
-    "  spec BLOB NOT NULL,              -- packed moetune.SweepSpec\n"
-    "  state TEXT NOT NULL CHECK (state IN ('running', 'done', 'cancelled', 'failed')),\n"
-    "  results_planned INTEGER NOT NULL DEFAULT 0,\n"
-    "  created INTEGER NOT NULL,\n"
-    "  finished INTEGER\n"
-    ");\n"
-    "CREATE TABLE shapes (\n"
-    "  id INTEGER PRIMARY KEY,\n"
-    "  e INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, topk INTEGER NOT NULL,\n"
-    "  dtype TEXT NOT NULL, block_n INTEGER NOT NULL DEFAULT 0, block_k INTEGER NOT NULL DEFAULT 0,\n"
-    "  routing TEXT NOT NULL DEFAULT '', -- sha256 of the captured routing the inputs draw from; '' = uniform\n"
-    "  UNIQUE (e, n, k, topk, dtype, block_n, block_k, routing)\n"
-    ");\n"
-    "CREATE TABLE configs (\n"
-    "  id INTEGER PRIMARY KEY,\n"
-    "  block_m INTEGER NOT NULL, block_n INTEGER NOT NULL, block_k INTEGER NOT NULL,\n"
-    "  group_m INTEGER NOT NULL, num_warps INTEGER NOT NULL, num_stages INTEGER NOT NULL,\n"
-    "  UNIQUE (block_m, block_n, block_k, group_m, num_warps, num_stages)\n"
-    ");\n"
-    "-- configs the static rules rejected when the sweep was planned, with the reason\n"
-    "CREATE TABLE rejected (\n"
-    "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),\n"
-    "  shape_id INTEGER NOT NULL REFERENCES shapes(id),\n"
-    "  config_id INTEGER NOT NULL REFERENCES configs(id),\n"
-    "  reason TEXT NOT NULL,\n"
-    "  PRIMARY KEY (sweep_id, shape_id, config_id)\n"
-    ");\n"
-    "CREATE TABLE jobs (\n"
-    "  id INTEGER PRIMARY KEY,\n"
-    "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),\n"
-    "  shape_id INTEGER NOT NULL REFERENCES shapes(id),\n"
-    "  state TEXT NOT NULL CHECK (state IN ('pending', 'leased', 'done', 'failed', 'cancelled')),\n"
-    "  attempts INTEGER NOT NULL DEFAULT 0,\n"
-    "  worker_id TEXT,                  -- current or last lease holder\n"
-    "  lease_token INTEGER,             -- current or last lease token\n"
-    "  lease_expires INTEGER,           -- wall-clock ms\n"
-    "  avoid_worker TEXT,               -- a retry of a crashing config runs elsewhere\n"
-    "  created INTEGER NOT NULL,\n"
-    "  finished INTEGER,\n"
-    "  phase INTEGER NOT NULL DEFAULT 1, -- halving: 1 = every config at a few samples, 2 = the finalists\n"
-    "  batch_sizes TEXT                 -- the batch sizes it measures ('1,16,256'); NULL = the sweep's\n"
-    ");\n"
-    "CREATE INDEX jobs_by_state ON jobs (state, sweep_id);\n"
-    "CREATE TABLE job_configs (\n"
-    "  job_id INTEGER NOT NULL REFERENCES jobs(id),\n"
-    "  config_id INTEGER NOT NULL REFERENCES configs(id),\n"
-    "  PRIMARY KEY (job_id, config_id)\n"
-    ");\n"
-    "-- configs that killed a worker's child; a second crash quarantines the config\n"
-    "CREATE TABLE crashes (\n"
-    "  sweep_id INTEGER NOT NULL, shape_id INTEGER NOT NULL, config_id INTEGER NOT NULL,\n"
-    "  count INTEGER NOT NULL, last_worker TEXT,\n"
-    "  PRIMARY KEY (sweep_id, shape_id, config_id)\n"
-    ");\n"
-    "CREATE TABLE results (\n"
-    "  id INTEGER PRIMARY KEY,\n"
-    "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),\n"
-    "  shape_id INTEGER NOT NULL REFERENCES shapes(id),\n"
-    "  config_id INTEGER NOT NULL REFERENCES configs(id),\n"
-    "  batch_size INTEGER NOT NULL,\n"
-    "  status TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'compile_error', 'launch_error',\n"
-    "                                          'wrong_result', 'timeout', 'crashed', 'pruned')),\n"
-    "  median_us REAL, min_us REAL, mean_us REAL, stddev_us REAL, samples INTEGER,\n"
-    "  detail TEXT,\n"
-    "  registers INTEGER, spills INTEGER,\n"
-    "  job_id INTEGER, worker_id TEXT,\n"
-    "  device_id INTEGER REFERENCES devices(id),\n"
-    "  backend TEXT NOT NULL,           -- 'sim' results are simulated, never a measurement\n"
-    "  compiler TEXT NOT NULL,          -- export directory: 'cuda_13_0', 'sim'\n"
-    "  kernel_hash TEXT,\n"
-    "  created INTEGER NOT NULL,\n"
-    "  versions TEXT,                   -- the measuring worker's versions (triton: kernel, triton, torch, python)\n"
-    "  up_us REAL, down_us REAL,        -- GEMM1 and GEMM2 timed alone, medians; 0 = not measured\n"
-    "  timed_us REAL,                   -- GPU time in the timed kernels of this measurement; NULL = not reported\n"
-    "  phase INTEGER NOT NULL DEFAULT 1, -- the job phase that measured it; only a later phase replaces a row\n"
-    "  UNIQUE (sweep_id, shape_id, config_id, batch_size)\n"
-    ");\n"
-    "CREATE INDEX results_best ON results (shape_id, batch_size, status, median_us);\n"
-    "CREATE TABLE exports (\n"
-    "  id INTEGER PRIMARY KEY,\n"
-    "  created INTEGER NOT NULL,\n"
-    "  out_dir TEXT NOT NULL,\n"
-    "  path TEXT NOT NULL,              -- file written, relative to out_dir\n"
-    "  sweep_ids TEXT,                  -- comma-separated sweeps the entries came from\n"
-    "  entries INTEGER NOT NULL,\n"
-    "  changed_entries INTEGER NOT NULL, -- entries that differ from the file it replaced\n"
-    "  content_hash TEXT NOT NULL\n"
-    ");\n"
-    "CREATE TABLE routings (             -- captured routing files sweeps were planned on\n"
-    "  sha256 TEXT PRIMARY KEY,\n"
-    "  source TEXT NOT NULL,             -- the path the sweep was given\n"
-    "  tokens INTEGER NOT NULL, topk INTEGER NOT NULL,\n"
-    "  created INTEGER NOT NULL\n"
-    ");\n";
-
-const char *store_schema_sql(void) { return g_schema; }
+/* The schema (version 4) is db/schema.sql, embedded at build time as store_schema_text. */
+const char *store_schema_sql(void) { return store_schema_text; }
 
 /* Every statement, prepared once at open. */
 enum {
@@ -439,7 +323,7 @@ static int migrate(store_t *s) {
         return rc;
     }
     if (version == 0) {
-        rc = pragma(s, g_schema);
+        rc = pragma(s, store_schema_text);
     } else {
         for (int v = version + 1; v <= STORE_SCHEMA_VERSION && !rc; v++) rc = pragma(s, g_upgrade[v]);
     }
@@ -858,11 +742,18 @@ static int shape_row(sqlite3_stmt *st, void *cb, void *ctx) {
     return MT_OK;
 }
 
-mt_status_t store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape) {
+/* Runs statement id, which selects one row by ?1 = row_id, into out through row (which sets
+ * the int at cb): MT_NOTFOUND when there is no such row. */
+static int get_by_id(store_t *s, int id, uint64_t row_id, int (*row)(sqlite3_stmt *st, void *cb, void *ctx),
+                     void *out) {
     int found = 0;
-    sqlite3_bind_int64(s->st[ST_SHAPE_GET], 1, (int64_t)id);
-    int rc = each(s, ST_SHAPE_GET, shape_row, &found, shape);
+    sqlite3_bind_int64(s->st[id], 1, (int64_t)row_id);
+    int rc = each(s, id, row, &found, out);
     return rc ? rc : found ? MT_OK : MT_NOTFOUND;
+}
+
+mt_status_t store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape) {
+    return get_by_id(s, ST_SHAPE_GET, id, shape_row, shape);
 }
 
 static int config_row(sqlite3_stmt *st, void *cb, void *ctx) {
@@ -872,10 +763,7 @@ static int config_row(sqlite3_stmt *st, void *cb, void *ctx) {
 }
 
 mt_status_t store_config_get(store_t *s, uint64_t id, krn_config_t *cfg) {
-    int found = 0;
-    sqlite3_bind_int64(s->st[ST_CONFIG_GET], 1, (int64_t)id);
-    int rc = each(s, ST_CONFIG_GET, config_row, &found, cfg);
-    return rc ? rc : found ? MT_OK : MT_NOTFOUND;
+    return get_by_id(s, ST_CONFIG_GET, id, config_row, cfg);
 }
 
 mt_status_t store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n) {

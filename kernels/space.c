@@ -148,22 +148,31 @@ uint32_t krn_warps_m(const krn_config_t *c) {
     return best;
 }
 
-mt_status_t krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_t *l, char *why,
-                      size_t whylen) {
-    uint32_t threads = c->num_warps * 32;
+/* The rules both kernels share, each with its own bounds: power-of-two block sizes of at least
+ * 16, a power-of-two warp count up to max_warps, min_stages..8 stages and GROUP_SIZE_M >= 1. */
+static mt_status_t check_tile(const krn_config_t *c, uint32_t max_warps, uint32_t min_stages, char *why,
+                              size_t whylen) {
     if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 || c->block_n < 16 ||
         c->block_k < 16) {
         mt_fmt(why, whylen, "block sizes must be powers of two >= 16");
         return MT_INVAL;
     }
-    if (!is_pow2(c->num_warps) || c->num_warps > 16) {
-        mt_fmt(why, whylen, "num_warps %u is not a power of two <= 16", c->num_warps);
+    if (!is_pow2(c->num_warps) || c->num_warps > max_warps) {
+        mt_fmt(why, whylen, "num_warps %u is not a power of two <= %u", c->num_warps, max_warps);
         return MT_INVAL;
     }
-    if (c->num_stages < 2 || c->num_stages > 8 || c->group_m < 1) {
-        mt_fmt(why, whylen, "num_stages must be in 2..8 and GROUP_SIZE_M >= 1");
+    if (c->num_stages < min_stages || c->num_stages > 8 || c->group_m < 1) {
+        mt_fmt(why, whylen, "num_stages must be in %u..8 and GROUP_SIZE_M >= 1", min_stages);
         return MT_INVAL;
     }
+    return MT_OK;
+}
+
+mt_status_t krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_t *l, char *why,
+                      size_t whylen) {
+    uint32_t threads = c->num_warps * 32;
+    mt_status_t rc = check_tile(c, 16, 2, why, whylen);
+    if (rc != MT_OK) return rc;
     /* Divisibility: GEMM1 reduces over K (hidden) and writes 2N columns; GEMM2
      * reduces over N and writes K columns. The kernel has no tail handling. */
     if (shape->k % c->block_k != 0) {
@@ -201,20 +210,7 @@ mt_status_t krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn
 }
 
 mt_status_t krn_check_triton(const krn_config_t *c, char *why, size_t whylen) {
-    if (!is_pow2(c->block_m) || !is_pow2(c->block_n) || !is_pow2(c->block_k) || c->block_m < 16 || c->block_n < 16 ||
-        c->block_k < 16) {
-        mt_fmt(why, whylen, "block sizes must be powers of two >= 16");
-        return MT_INVAL;
-    }
-    if (!is_pow2(c->num_warps) || c->num_warps > 32) {
-        mt_fmt(why, whylen, "num_warps %u is not a power of two <= 32", c->num_warps);
-        return MT_INVAL;
-    }
-    if (c->num_stages < 1 || c->num_stages > 8 || c->group_m < 1) {
-        mt_fmt(why, whylen, "num_stages must be in 1..8 and GROUP_SIZE_M >= 1");
-        return MT_INVAL;
-    }
-    return MT_OK;
+    return check_tile(c, 32, 1, why, whylen);
 }
 
 mt_status_t krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
@@ -266,88 +262,79 @@ mt_status_t krn_shape_check(const krn_shape_t *s, char *err, size_t errlen) {
     return MT_OK;
 }
 
+/* krn_shape_parse's state: the shape and the fields given so far, as bits (E 1, N 2, K 4,
+ * topk 8, dtype 16, block_shape 32). */
+typedef struct {
+    krn_shape_t *s;
+    unsigned seen;
+} shape_parse_t;
+
+/* One key=value of a shape (mt_kv_fn). */
+static mt_status_t shape_field(void *ctx, const char *key, char *val, char *err, size_t errlen) {
+    shape_parse_t *p = ctx;
+    krn_shape_t *s = p->s;
+    static const struct {
+        const char *key;
+        size_t off;
+        unsigned bit;
+    } fields[] = {{"E", offsetof(krn_shape_t, e), 1},
+                  {"N", offsetof(krn_shape_t, n), 2},
+                  {"K", offsetof(krn_shape_t, k), 4},
+                  {"topk", offsetof(krn_shape_t, topk), 8}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (strcasecmp(key, fields[i].key) != 0) continue;
+        if (p->seen & fields[i].bit) {
+            mt_fmt(err, errlen, "%s is given twice", fields[i].key);
+            return MT_INVAL;
+        }
+        uint32_t v;
+        if (mt_parse_u32(val, 1, KRN_MAX_NK, &v) != MT_OK) {
+            mt_fmt(err, errlen, "%s=%s is not a positive integer", key, val);
+            return MT_INVAL;
+        }
+        *(uint32_t *)((char *)s + fields[i].off) = v;
+        p->seen |= fields[i].bit;
+        return MT_OK;
+    }
+    unsigned bit = strcasecmp(key, "dtype") == 0 ? 16 : strcasecmp(key, "block_shape") == 0 ? 32 : 0;
+    if (bit && (p->seen & bit)) {
+        mt_fmt(err, errlen, "%s is given twice", key);
+        return MT_INVAL;
+    }
+    p->seen |= bit;
+    if (bit == 16) {
+        snprintf(s->dtype, sizeof s->dtype, "%s", val);
+    } else if (bit == 32) {
+        /* Two positive integers; sscanf's %u would take "-1" as 4294967295. */
+        char *x = strchr(val, 'x');
+        uint32_t bn = 0, bk = 0;
+        if (x) *x = '\0';
+        if (!x || mt_parse_u32(val, 1, KRN_MAX_BLOCK_SCALE, &bn) != MT_OK ||
+            mt_parse_u32(x + 1, 1, KRN_MAX_BLOCK_SCALE, &bk) != MT_OK) {
+            if (x) *x = 'x';
+            mt_fmt(err, errlen, "block_shape=%s is not NxK (positive integers up to %u)", val, KRN_MAX_BLOCK_SCALE);
+            return MT_INVAL;
+        }
+        s->block_n = bn;
+        s->block_k = bk;
+    } else {
+        mt_fmt(err, errlen, "unknown shape field '%s' (expected E, N, K, topk, dtype, block_shape)", key);
+        return MT_INVAL;
+    }
+    return MT_OK;
+}
+
 mt_status_t krn_shape_parse(const char *text, krn_shape_t *s, char *err, size_t errlen) {
-    int rc = MT_OK;
-    char *copy = strdup(text ? text : "");
-    unsigned seen = 0;
-    if (!copy) return MT_NOMEM;
+    shape_parse_t p = {s, 0};
     memset(s, 0, sizeof *s);
     snprintf(s->dtype, sizeof s->dtype, "bf16");
-    char *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(tok, '=');
-        if (!eq) {
-            mt_fmt(err, errlen, "'%s' is not key=value", tok);
-            rc = MT_INVAL;
-            goto out;
-        }
-        *eq = '\0';
-        const char *key = tok, *val = eq + 1;
-        static const struct {
-            const char *key;
-            size_t off;
-            unsigned bit;
-        } fields[] = {{"E", offsetof(krn_shape_t, e), 1},
-                      {"N", offsetof(krn_shape_t, n), 2},
-                      {"K", offsetof(krn_shape_t, k), 4},
-                      {"topk", offsetof(krn_shape_t, topk), 8}};
-        int done = 0;
-        for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
-            if (strcasecmp(key, fields[i].key) != 0) continue;
-            if (seen & fields[i].bit) {
-                mt_fmt(err, errlen, "%s is given twice", fields[i].key);
-                rc = MT_INVAL;
-                goto out;
-            }
-            uint32_t v;
-            if (mt_parse_u32(val, 1, KRN_MAX_NK, &v) != MT_OK) {
-                mt_fmt(err, errlen, "%s=%s is not a positive integer", key, val);
-                rc = MT_INVAL;
-                goto out;
-            }
-            *(uint32_t *)((char *)s + fields[i].off) = v;
-            seen |= fields[i].bit;
-            done = 1;
-        }
-        if (done) continue;
-        unsigned bit = strcasecmp(key, "dtype") == 0 ? 16 : strcasecmp(key, "block_shape") == 0 ? 32 : 0;
-        if (bit && (seen & bit)) {
-            mt_fmt(err, errlen, "%s is given twice", key);
-            rc = MT_INVAL;
-            goto out;
-        }
-        seen |= bit;
-        if (bit == 16) {
-            snprintf(s->dtype, sizeof s->dtype, "%s", val);
-        } else if (bit == 32) {
-            /* Two positive integers; sscanf's %u would take "-1" as 4294967295. */
-            char *x = strchr(val, 'x');
-            uint32_t bn = 0, bk = 0;
-            if (x) *x = '\0';
-            if (!x || mt_parse_u32(val, 1, KRN_MAX_BLOCK_SCALE, &bn) != MT_OK ||
-                mt_parse_u32(x + 1, 1, KRN_MAX_BLOCK_SCALE, &bk) != MT_OK) {
-                if (x) *x = 'x';
-                mt_fmt(err, errlen, "block_shape=%s is not NxK (positive integers up to %u)", val, KRN_MAX_BLOCK_SCALE);
-                rc = MT_INVAL;
-                goto out;
-            }
-            s->block_n = bn;
-            s->block_k = bk;
-        } else {
-            mt_fmt(err, errlen, "unknown shape field '%s' (expected E, N, K, topk, dtype, block_shape)", key);
-            rc = MT_INVAL;
-            goto out;
-        }
-    }
-    if ((seen & 15) != 15) {
+    mt_status_t rc = mt_parse_kv_list(text, "", shape_field, &p, err, errlen);
+    if (rc != MT_OK) return rc;
+    if ((p.seen & 15) != 15) {
         mt_fmt(err, errlen, "shape needs E, N, K and topk");
-        rc = MT_INVAL;
-        goto out;
+        return MT_INVAL;
     }
-    rc = krn_shape_check(s, err, errlen);
-out:
-    free(copy);
-    return rc;
+    return krn_shape_check(s, err, errlen);
 }
 
 void krn_shape_format(const krn_shape_t *s, char *buf, size_t len) {

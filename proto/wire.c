@@ -1,6 +1,7 @@
 /* wire.c - Envelope framing and validation over ZeroMQ. See wire.h. */
 #include "wire.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -16,6 +17,21 @@
 void wire_env_init(wire_env_t *env) {
     moetune__envelope__init(env);
     env->protocol_version = WIRE_PROTOCOL_VERSION;
+}
+
+void wire_env_wrap(wire_env_t *env, ProtobufCMessage *body) {
+    const ProtobufCMessageDescriptor *d = &moetune__envelope__descriptor;
+    wire_env_init(env);
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (f->type != PROTOBUF_C_TYPE_MESSAGE || f->descriptor != body->descriptor) continue;
+        /* The oneof's members are all pointers to messages, whose base is their first member:
+         * the member takes body's address as it is. */
+        env->body_case = (wire_body_t)f->id;
+        memcpy((char *)env + f->offset, &body, sizeof body);
+        return;
+    }
+    assert(!"wire_env_wrap: not an Envelope body");
 }
 
 mt_status_t wire_pack(wire_env_t *env, uint8_t **buf, size_t *len) {
@@ -296,10 +312,8 @@ mt_status_t wire_recv(void *sock, bool router, uint8_t *id, size_t *id_len, size
 void wire_send_error(void *sock, const void *id, size_t id_len, int code, const char *message) {
     wire_env_t env;
     Moetune__Error e = MOETUNE__ERROR__INIT;
-    wire_env_init(&env);
     e.code = code;
     e.message = (char *)message;
-    env.body_case = MOETUNE__ENVELOPE__BODY_ERROR;
-    env.error = &e;
+    wire_env_wrap(&env, &e.base);
     wire_send(sock, id, id_len, &env, ZMQ_DONTWAIT, NULL, 0);
 }

@@ -110,4 +110,9 @@ void wire_send_error(void *sock, const void *id, size_t id_len, int code, const 
 /* Convenience initialisers for nested messages. */
 void wire_env_init(wire_env_t *env);
 
+/* Makes env a fresh envelope (wire_env_init) that carries body, one of the Envelope's oneof
+ * messages; the body's type picks the case: wire_env_wrap(&env, &result.base). env only points
+ * at body, which stays the caller's. A message that is no Envelope body is a programmer error. */
+void wire_env_wrap(wire_env_t *env, ProtobufCMessage *body);
+
 #endif

@@ -124,47 +124,39 @@ static int set_real(const char *key, const char *val, double lo, double hi, cons
     return MT_OK;
 }
 
-mt_status_t wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, size_t errlen) {
+/* One key=value of a sim faults spec (mt_kv_fn). */
+static mt_status_t sim_fault(void *ctx, const char *key, char *val, char *err, size_t errlen) {
+    wrk_sim_faults_t *out = ctx;
     int rc = MT_OK;
-    char *copy = NULL, *save = NULL;
-    memset(out, 0, sizeof *out);
-    if (!spec || !*spec) return MT_OK;
-    copy = strdup(spec);
-    if (!copy) return MT_NOMEM;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(tok, '=');
-        if (!eq || eq == tok || !eq[1]) {
-            mt_fmt(err, errlen, "sim faults: '%s' is not key=value", tok);
-            rc = MT_INVAL;
-            goto out;
-        }
-        *eq = '\0';
-        const char *key = tok, *val = eq + 1;
-        if (strcmp(key, "crash") == 0) {
-            rc = add_config(key, val, out->crash, &out->n_crash, err, errlen);
-        } else if (strcmp(key, "hang") == 0) {
-            rc = add_config(key, val, out->hang, &out->n_hang, err, errlen);
-        } else if (strcmp(key, "wrong") == 0) {
-            rc = add_config(key, val, out->wrong, &out->n_wrong, err, errlen);
-        } else if (strcmp(key, "crash_rate") == 0) {
-            rc = set_real(key, val, 0.0, 1.0, "a probability in [0, 1]", &out->crash_rate, err, errlen);
-        } else if (strcmp(key, "slow_start_ms") == 0) {
-            if (mt_parse_u32(val, 0, 3600000, &out->slow_start_ms) != MT_OK) {
-                mt_fmt(err, errlen, "sim faults: slow_start_ms=%s is not an integer in 0..3600000", val);
-                rc = MT_INVAL;
-            }
-        } else if (strcmp(key, "slowdown") == 0) {
-            rc = set_real(key, val, 0.01, 100.0, "a factor in 0.01..100", &out->slowdown, err, errlen);
-        } else {
-            mt_fmt(err, errlen,
-                   "sim faults: unknown key '%s' (crash, crash_rate, hang, wrong, slow_start_ms, slowdown)", key);
+    if (!*key || !*val) {
+        mt_fmt(err, errlen, "sim faults: '%s=%s' is not key=value", key, val);
+        rc = MT_INVAL;
+    } else if (strcmp(key, "crash") == 0) {
+        rc = add_config(key, val, out->crash, &out->n_crash, err, errlen);
+    } else if (strcmp(key, "hang") == 0) {
+        rc = add_config(key, val, out->hang, &out->n_hang, err, errlen);
+    } else if (strcmp(key, "wrong") == 0) {
+        rc = add_config(key, val, out->wrong, &out->n_wrong, err, errlen);
+    } else if (strcmp(key, "crash_rate") == 0) {
+        rc = set_real(key, val, 0.0, 1.0, "a probability in [0, 1]", &out->crash_rate, err, errlen);
+    } else if (strcmp(key, "slow_start_ms") == 0) {
+        if (mt_parse_u32(val, 0, 3600000, &out->slow_start_ms) != MT_OK) {
+            mt_fmt(err, errlen, "sim faults: slow_start_ms=%s is not an integer in 0..3600000", val);
             rc = MT_INVAL;
         }
-        if (rc) goto out;
+    } else if (strcmp(key, "slowdown") == 0) {
+        rc = set_real(key, val, 0.01, 100.0, "a factor in 0.01..100", &out->slowdown, err, errlen);
+    } else {
+        mt_fmt(err, errlen, "sim faults: unknown key '%s' (crash, crash_rate, hang, wrong, slow_start_ms, slowdown)",
+               key);
+        rc = MT_INVAL;
     }
-out:
-    free(copy);
     return rc;
+}
+
+mt_status_t wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    return mt_parse_kv_list(spec, "sim faults: ", sim_fault, out, err, errlen);
 }
 
 static int config_in(const krn_config_t *cfg, const krn_config_t *list, size_t n) {

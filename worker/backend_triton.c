@@ -140,15 +140,6 @@ static uint64_t group_rss_kb(pid_t pgid) {
     return total;
 }
 
-static void describe_exit(int status, char *buf, size_t len) {
-    if (WIFSIGNALED(status))
-        mt_fmt(buf, len, "signal %d", WTERMSIG(status));
-    else if (WIFEXITED(status))
-        mt_fmt(buf, len, "exit status %d", WEXITSTATUS(status));
-    else
-        mt_fmt(buf, len, "status 0x%x", status);
-}
-
 /* Kills the helper's process group and reaps the helper; how it ended goes into how
  * (may be NULL). Waits up to wait_ms first for it to exit by itself. */
 static void kill_helper(tr_state_t *st, uint32_t wait_ms, char *how, size_t howlen) {
@@ -162,7 +153,7 @@ static void kill_helper(tr_state_t *st, uint32_t wait_ms, char *how, size_t howl
     if (r == 0) {
         while ((r = waitpid(st->pid, &status, 0)) < 0 && errno == EINTR) {}
     }
-    if (how && r == st->pid) describe_exit(status, how, howlen);
+    if (how && r == st->pid) mt_describe_wait(status, how, howlen);
     st->pid = -1;
 }
 

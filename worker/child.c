@@ -238,15 +238,6 @@ static int spawn(wrk_child_t *c, char *err, size_t errlen) {
  * they always were. */
 static void kill_child(pid_t pid) { kill(getpgid(pid) == pid ? -pid : pid, SIGKILL); }
 
-static void describe_status(int status, char *buf, size_t len) {
-    if (WIFSIGNALED(status))
-        mt_fmt(buf, len, "child died: signal %d", WTERMSIG(status));
-    else if (WIFEXITED(status))
-        mt_fmt(buf, len, "child died: exit status %d", WEXITSTATUS(status));
-    else
-        mt_fmt(buf, len, "child died");
-}
-
 /* Closes the pipe and reaps the child (SIGKILL first when kill_first). Describes
  * how it ended into c->error. */
 static void reap(wrk_child_t *c, int kill_first) {
@@ -256,7 +247,9 @@ static void reap(wrk_child_t *c, int kill_first) {
     if (c->pid > 0) {
         if (kill_first) kill_child(c->pid);
         while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {}
-        describe_status(status, c->error, sizeof c->error);
+        char how[64];
+        mt_describe_wait(status, how, sizeof how);
+        mt_fmt(c->error, sizeof c->error, "child died: %s", how);
     }
     c->pid = -1;
     c->state = WRK_CHILD_DEAD;

@@ -89,10 +89,8 @@ static void send_ready(wrk_parent_t *p, uint32_t credits) {
     if (credits == 0 || p->session != SESSION_WELCOMED) return;
     wire_env_t env;
     Moetune__Ready r = MOETUNE__READY__INIT;
-    wire_env_init(&env);
     r.credits = credits;
-    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
-    env.ready = &r;
+    wire_env_wrap(&env, &r.base);
     send_env(p, &env);
     uint64_t now = mt_now_us();
     for (uint32_t i = 0; i < credits; i++) push_u64(&p->ready_sent, &p->n_ready, &p->cap_ready, now);
@@ -123,9 +121,7 @@ static void send_hello(wrk_parent_t *p) {
     h.compiler = (char *)d->compiler;
     h.kernel_hash = (char *)d->kernel_hash;
     h.versions = (char *)d->versions;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
-    env.hello = &h;
+    wire_env_wrap(&env, &h.base);
     send_env(p, &env);
     p->session = SESSION_HELLO;
     p->n_ready = 0; /* a Hello resets the coordinator's credits for us */
@@ -143,9 +139,7 @@ static void send_heartbeat(wrk_parent_t *p) {
     hb.sent_ms = mt_now_ms();
     hb.n_job_ids = n;
     hb.job_ids = list;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_HEARTBEAT;
-    env.heartbeat = &hb;
+    wire_env_wrap(&env, &hb.base);
     send_env(p, &env);
     if (list != ids) free(list);
 }
@@ -154,9 +148,7 @@ static void send_bye(wrk_parent_t *p, const char *reason) {
     wire_env_t env;
     Moetune__Bye b = MOETUNE__BYE__INIT;
     b.reason = (char *)reason;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_BYE;
-    env.bye = &b;
+    wire_env_wrap(&env, &b.base);
     send_env(p, &env);
 }
 
@@ -266,9 +258,7 @@ static int emit_result(wrk_parent_t *p, pjob_t *j, size_t ci, const wrk_meas_t *
     r.measurements = pm;
     r.registers = regs;
     r.spills = spills;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-    env.result = &r;
+    wire_env_wrap(&env, &r.base);
     rc = wire_pack(&env, &buf, &len);
     if (rc) goto out;
     if (mt_grow((void **)&p->unacked, &p->cap_unacked, p->n_unacked + 1, sizeof *p->unacked, 64) != MT_OK) {

@@ -6,12 +6,10 @@
 # completes. Needs the moetune binaries on PATH (or MT_BIN_DIR) and python3 for the checks.
 # Exit 0 passed, 1 failed, 77 skipped (no GPU).
 #   tests/gpu/e2e.sh OUT_DIR
-set -uo pipefail
+. "$(dirname "$0")/e2e_lib.sh"
 out=${1:?usage: tests/gpu/e2e.sh OUT_DIR}
-bin=${MT_BIN_DIR:-$(dirname "$(command -v moetune)")}
-if ! nvidia-smi -L >/dev/null 2>&1; then echo "skipped: no NVIDIA GPU here"; exit 77; fi
+need_gpu
 mkdir -p "$out"
-fail() { echo "FAIL: $*"; exit 1; }
 ngpu=$(nvidia-smi -L | wc -l)
 SPACE=(--block-m 16,64 --block-n 64,128 --block-k 64,128 --group-m 1,16 --num-warps 4,8 --num-stages 3,4)
 

@@ -7,14 +7,12 @@
 # Needs the moetune binaries (MT_BIN_DIR or PATH) and python3 with torch and triton.
 # Exit 0 passed, 1 failed, 77 skipped (no GPU or no torch/triton).
 #   tests/gpu/e2e_triton.sh OUT_DIR [PYTHON]
-set -uo pipefail
+. "$(dirname "$0")/e2e_lib.sh"
 out=${1:?usage: tests/gpu/e2e_triton.sh OUT_DIR [PYTHON]}
 py=${2:-python3}
-bin=${MT_BIN_DIR:-$(dirname "$(command -v moetune)")}
-if ! nvidia-smi -L >/dev/null 2>&1; then echo "skipped: no NVIDIA GPU here"; exit 77; fi
-if ! "$py" -c 'import torch, triton' 2>/dev/null; then echo "skipped: $py has no torch/triton"; exit 77; fi
+need_gpu
+need_python "$py" 'import torch, triton' "torch/triton"
 mkdir -p "$out"
-fail() { echo "FAIL: $*"; exit 1; }
 SPACE=(--block-m 16,32,64,128 --block-n 64,128,256 --block-k 64,128 --group-m 1,16 --num-warps 4,8 --num-stages 3,4)
 BS=1,8,64,256,1024,4096
 export TRITON_CACHE_DIR="$out/triton-cache"   # empty: every config is compiled in this run

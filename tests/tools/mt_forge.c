@@ -67,9 +67,7 @@ int main(int argc, char **argv) {
     hello.compiler = "sim";
     hello.gpu = &gpu;
     wire_env_t env;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
-    env.hello = &hello;
+    wire_env_wrap(&env, &hello.base);
     if (wire_send(s, NULL, 0, &env, 0, err, sizeof err) != MT_OK) {
         fprintf(stderr, "mt_forge: hello: %s\n", err);
         return MT_EXIT_FAIL;
@@ -106,9 +104,7 @@ int main(int argc, char **argv) {
         r.config_id = config;
         r.n_measurements = nb;
         r.measurements = pm;
-        wire_env_init(&env);
-        env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-        env.result = &r;
+        wire_env_wrap(&env, &r.base);
         if (wire_send(s, NULL, 0, &env, 0, err, sizeof err) != MT_OK) {
             fprintf(stderr, "mt_forge: result: %s\n", err);
             return MT_EXIT_FAIL;

@@ -60,9 +60,7 @@ int main(int argc, char **argv) {
             case 3: { /* wrong version, valid otherwise */
                 wire_env_t env;
                 Moetune__Ready r = MOETUNE__READY__INIT;
-                wire_env_init(&env);
-                env.body_case = MOETUNE__ENVELOPE__BODY_READY;
-                env.ready = &r;
+                wire_env_wrap(&env, &r.base);
                 env.protocol_version = 7;
                 size_t n = moetune__envelope__get_packed_size(&env);
                 uint8_t *p = malloc(n);
@@ -74,9 +72,7 @@ int main(int argc, char **argv) {
             case 4: { /* a body a worker or client may not send (a Job), and a Result with no Hello */
                 wire_env_t env;
                 Moetune__Ack ack = MOETUNE__ACK__INIT;
-                wire_env_init(&env);
-                env.body_case = MOETUNE__ENVELOPE__BODY_ACK;
-                env.ack = &ack;
+                wire_env_wrap(&env, &ack.base);
                 wire_send(s, NULL, 0, &env, 0, NULL, 0);
                 break;
             }

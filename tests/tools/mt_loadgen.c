@@ -42,9 +42,7 @@ static void send_hello(conn_t *c) {
     h.gpu = &gpu;
     h.compiler = "sim";
     h.kernel_hash = "loadgen";
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
-    env.hello = &h;
+    wire_env_wrap(&env, &h.base);
     send_env(c, &env);
 }
 
@@ -52,9 +50,7 @@ static void send_ready(conn_t *c) {
     wire_env_t env;
     Moetune__Ready r = MOETUNE__READY__INIT;
     r.credits = 1;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
-    env.ready = &r;
+    wire_env_wrap(&env, &r.base);
     send_env(c, &env);
 }
 
@@ -84,9 +80,7 @@ static void answer_job(conn_t *c, const Moetune__Job *j) {
         r.n_measurements = nb;
         r.measurements = pm;
         wire_env_t env;
-        wire_env_init(&env);
-        env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-        env.result = &r;
+        wire_env_wrap(&env, &r.base);
         send_env(c, &env);
         c->results++;
     }
@@ -139,9 +133,7 @@ int main(int argc, char **argv) {
                 wire_env_t env;
                 Moetune__Heartbeat hb = MOETUNE__HEARTBEAT__INIT;
                 hb.sent_ms = now;
-                wire_env_init(&env);
-                env.body_case = MOETUNE__ENVELOPE__BODY_HEARTBEAT;
-                env.heartbeat = &hb;
+                wire_env_wrap(&env, &hb.base);
                 send_env(c, &env);
                 c->next_hb = now + c->heartbeat_ms;
             }

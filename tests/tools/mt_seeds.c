@@ -7,12 +7,16 @@
 #include "mt.h"
 #include "wire.h"
 
-static int write_env(const char *dir, const char *name, wire_env_t *env) {
+/* Writes body, in an envelope, to DIR/<body's name>.bin (hello.bin, result.bin, ...). Returns 1
+ * when it cannot. */
+static int write_seed(const char *dir, ProtobufCMessage *body) {
+    wire_env_t env;
     uint8_t *buf = NULL;
     size_t len = 0;
     char path[512];
-    if (wire_pack(env, &buf, &len) != MT_OK) return 1;
-    snprintf(path, sizeof path, "%s/%s.bin", dir, name);
+    wire_env_wrap(&env, body);
+    if (wire_pack(&env, &buf, &len) != MT_OK) return 1;
+    snprintf(path, sizeof path, "%s/%s.bin", dir, wire_body_name(env.body_case));
     FILE *f = fopen(path, "wb");
     if (!f) {
         free(buf);
@@ -31,7 +35,6 @@ int main(int argc, char **argv) {
     }
     const char *dir = argv[1];
     int bad = 0;
-    wire_env_t env;
     Moetune__Gpu gpu = MOETUNE__GPU__INIT;
     gpu.name = "NVIDIA H200";
     gpu.uuid = "GPU-0000";
@@ -44,10 +47,7 @@ int main(int argc, char **argv) {
     hello.backend = "cuda";
     hello.gpu = &gpu;
     hello.compiler = "cuda_13_0";
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
-    env.hello = &hello;
-    bad |= write_env(dir, "hello", &env);
+    bad |= write_seed(dir, &hello.base);
 
     Moetune__Measurement m[2] = {MOETUNE__MEASUREMENT__INIT, MOETUNE__MEASUREMENT__INIT};
     Moetune__Measurement *pm[2] = {&m[0], &m[1]};
@@ -65,10 +65,7 @@ int main(int argc, char **argv) {
     res.config_id = 9;
     res.n_measurements = 2;
     res.measurements = pm;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-    env.result = &res;
-    bad |= write_env(dir, "result", &env);
+    bad |= write_seed(dir, &res.base);
 
     Moetune__Shape shape = MOETUNE__SHAPE__INIT;
     shape.e = 128;
@@ -102,10 +99,7 @@ int main(int argc, char **argv) {
     job.n_batch_sizes = 3;
     job.batch_sizes = bs;
     job.measure = &meas;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_JOB;
-    env.job = &job;
-    bad |= write_env(dir, "job", &env);
+    bad |= write_seed(dir, &job.base);
 
     Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
     Moetune__Shape *pshape = &shape;
@@ -118,42 +112,27 @@ int main(int argc, char **argv) {
     spec.measure = &meas;
     Moetune__Submit sub = MOETUNE__SUBMIT__INIT;
     sub.spec = &spec;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
-    env.submit = &sub;
-    bad |= write_env(dir, "submit", &env);
+    bad |= write_seed(dir, &sub.base);
 
     Moetune__Ready ready = MOETUNE__READY__INIT;
     ready.credits = 1;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
-    env.ready = &ready;
-    bad |= write_env(dir, "ready", &env);
+    bad |= write_seed(dir, &ready.base);
 
     uint64_t seqs[3] = {1, 2, 3};
     Moetune__Ack ack = MOETUNE__ACK__INIT;
     ack.n_seqs = 3;
     ack.seqs = seqs;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_ACK;
-    env.ack = &ack;
-    bad |= write_env(dir, "ack", &env);
+    bad |= write_seed(dir, &ack.base);
 
     Moetune__Heartbeat hb = MOETUNE__HEARTBEAT__INIT;
     uint64_t jobs[1] = {3};
     hb.sent_ms = 1000;
     hb.n_job_ids = 1;
     hb.job_ids = jobs;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_HEARTBEAT;
-    env.heartbeat = &hb;
-    bad |= write_env(dir, "heartbeat", &env);
+    bad |= write_seed(dir, &hb.base);
 
     Moetune__StatusRequest sr = MOETUNE__STATUS_REQUEST__INIT;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REQUEST;
-    env.status_request = &sr;
-    bad |= write_env(dir, "status_request", &env);
+    bad |= write_seed(dir, &sr.base);
     if (bad) fprintf(stderr, "mt_seeds: cannot write into %s\n", dir);
     return bad ? MT_EXIT_FAIL : 0;
 }

@@ -121,17 +121,25 @@ static void report(const char *what, const verdict_t *v) {
            100 * v->err_at[1], 100 * v->err_at[2]);
 }
 
+/* Simulates a sweep of n_cfg configs (simulate's knobs) and plays its progress to the ETA:
+ * into now with the estimate from the work left, reported as what; into old, when not NULL,
+ * with the old formula, reported as old_what. */
+static void sweep(size_t n_cfg, double prune_end, double speed_var, double startup_s, const char *what, verdict_t *now,
+                  const char *old_what, verdict_t *old) {
+    double end_t;
+    commit_t *c = simulate(n_cfg, prune_end, speed_var, startup_s, &end_t);
+    play(c, n_cfg * NB, end_t, true, now);
+    if (old) play(c, n_cfg * NB, end_t, false, old);
+    report(what, now);
+    if (old) report(old_what, old);
+    free(c);
+}
+
 /* The GPU pattern: slow large batch sizes, pruning rising to 70 % of the large ones. */
 static void test_gpu_pattern(void **state) {
     (void)state;
-    double end_t;
-    size_t n_cfg = 300;
-    commit_t *c = simulate(n_cfg, 0.7, 2.0, 0.0, &end_t);
     verdict_t now, old;
-    play(c, n_cfg * NB, end_t, true, &now);
-    play(c, n_cfg * NB, end_t, false, &old);
-    report("from the work left", &now);
-    report("old (total-done)/rate", &old);
+    sweep(300, 0.7, 2.0, 0.0, "from the work left", &now, "old (total-done)/rate", &old);
     assert_true(now.lines > 100);
     assert_true(now.worst_swing <= 0.20);
     assert_true(now.worst_plain <= 0.20);
@@ -139,21 +147,15 @@ static void test_gpu_pattern(void **state) {
     for (int i = 0; i < 3; i++) assert_true(now.err_at[i] <= 0.15);
     /* the old formula swings past the bound on the same progress */
     assert_true(old.worst_swing > 0.20);
-    free(c);
 }
 
 /* No racing and configs alike: the estimate is the plain cost and ends close. */
 static void test_steady(void **state) {
     (void)state;
-    double end_t;
-    size_t n_cfg = 150;
-    commit_t *c = simulate(n_cfg, 0.0, 0.0, 0.0, &end_t);
     verdict_t now;
-    play(c, n_cfg * NB, end_t, true, &now);
-    report("steady", &now);
+    sweep(150, 0.0, 0.0, 0.0, "steady", &now, NULL, NULL);
     assert_true(now.worst_swing <= 0.20);
     for (int i = 0; i < 3; i++) assert_true(now.err_at[i] <= 0.05);
-    free(c);
 }
 
 /* A short sweep behind a 20 s start-up (the triton helper imports torch and compiles its
@@ -163,15 +165,10 @@ static void test_steady(void **state) {
  * sweep). */
 static void test_startup(void **state) {
     (void)state;
-    double end_t;
-    size_t n_cfg = 60;
-    commit_t *c = simulate(n_cfg, 0.5, 1.0, 20.0, &end_t);
     verdict_t now;
-    play(c, n_cfg * NB, end_t, true, &now);
-    report("after a 20 s start-up", &now);
+    sweep(60, 0.5, 1.0, 20.0, "after a 20 s start-up", &now, NULL, NULL);
     assert_true(now.worst_err_fifth <= 0.25);
     for (int i = 0; i < 3; i++) assert_true(now.err_at[i] <= 0.25);
-    free(c);
 }
 
 static void test_edges(void **state) {

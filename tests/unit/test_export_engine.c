@@ -138,15 +138,27 @@ typedef struct {
     unsigned block_n, block_k;
 } eng_shape_t;
 
-/* SGLang's name: device spaces as '_', unnormalised; block_shape printed as a Python list. */
-static void sglang_name(const char *device, const eng_shape_t *s, bool down, char *buf, size_t len) {
-    char dev[128], extra[96] = "";
-    snprintf(dev, sizeof dev, "%s", device);
+/* The device as both engines name it: its spaces as '_'. */
+static void device_name(const char *device, char *dev, size_t len) {
+    snprintf(dev, len, "%s", device);
     for (char *p = dev; *p; p++)
         if (*p == ' ') *p = '_';
-    if (s->dtype) snprintf(extra, sizeof extra, ",dtype=%s", s->dtype);
+}
+
+/* What both engines write after the device: ",dtype=D" for a dtype, then ",block_shape=[N<sep>K]"
+ * for block scales (sep: SGLang's ", ", vLLM's ","). */
+static void name_extra(const eng_shape_t *s, const char *sep, char *extra, size_t len) {
+    extra[0] = '\0';
+    if (s->dtype) snprintf(extra, len, ",dtype=%s", s->dtype);
     if (s->block_n)
-        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ",block_shape=[%u, %u]", s->block_n, s->block_k);
+        snprintf(extra + strlen(extra), len - strlen(extra), ",block_shape=[%u%s%u]", s->block_n, sep, s->block_k);
+}
+
+/* SGLang's name: device spaces as '_', unnormalised; block_shape printed as a Python list. */
+static void sglang_name(const char *device, const eng_shape_t *s, bool down, char *buf, size_t len) {
+    char dev[128], extra[96];
+    device_name(device, dev, sizeof dev);
+    name_extra(s, ", ", extra, sizeof extra);
     snprintf(buf, len, "E=%u,N=%u,device_name=%s%s%s.json", s->e, s->n, dev, extra, down ? "_down" : "");
 }
 
@@ -191,19 +203,14 @@ static bool sglang_find(const char *d, const char *triton, const char *device, c
 
 /* vLLM: $VLLM_TUNED_CONFIG_FOLDER/name, flat; H200 devices are NVIDIA_H200; no space in block_shape. */
 static bool vllm_find(const char *folder, const char *device, const eng_shape_t *s, char *path, size_t len) {
-    char dev[128], extra[96] = "";
+    char dev[128], extra[96];
     char tmp[128];
     snprintf(tmp, sizeof tmp, " %s ", device);
     if (strstr(tmp, " H200 "))
         snprintf(dev, sizeof dev, "NVIDIA_H200");
-    else {
-        snprintf(dev, sizeof dev, "%s", device);
-        for (char *p = dev; *p; p++)
-            if (*p == ' ') *p = '_';
-    }
-    if (s->dtype) snprintf(extra, sizeof extra, ",dtype=%s", s->dtype);
-    if (s->block_n)
-        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ",block_shape=[%u,%u]", s->block_n, s->block_k);
+    else
+        device_name(device, dev, sizeof dev);
+    name_extra(s, ",", extra, sizeof extra);
     snprintf(path, len, "%s/E=%u,N=%u,device_name=%s%s.json", folder, s->e, s->n, dev, extra);
     return is_file(path);
 }

@@ -81,22 +81,25 @@ static void test_hostile(void **state) {
     size_t n;
     bad((const uint8_t *)"PK\x03\x04 a zip", 12, "no \\x93NUMPY magic");
     bad((const uint8_t *)"\x93NUMPY", 6, "no \\x93NUMPY magic");
-    n = npy(buf, sizeof buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 2), }", k_ids32, 32);
-    bad(buf, n, "expert ids must be int32 or int64");
-    n = npy(buf, sizeof buf, 1, "{'descr': '>i4', 'fortran_order': False, 'shape': (4, 2), }", k_ids32, 32);
-    bad(buf, n, "expert ids must be int32 or int64");
-    n = npy(buf, sizeof buf, 1, "{'descr': '<i4', 'fortran_order': True, 'shape': (4, 2), }", k_ids32, 32);
-    bad(buf, n, "fortran_order");
-    n = npy(buf, sizeof buf, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (8,), }", k_ids32, 32);
-    bad(buf, n, "shape is not [tokens, topk]");
-    n = npy(buf, sizeof buf, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2, 2), }", k_ids32, 32);
-    bad(buf, n, "shape is not [tokens, topk]");
-    n = npy(buf, sizeof buf, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (0, 2), }", k_ids32, 0);
-    bad(buf, n, "shape is not [tokens, topk]");
-    n = npy(buf, sizeof buf, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (99999999999, 2), }", k_ids32, 32);
-    bad(buf, n, "shape is not [tokens, topk]");
-    n = npy(buf, sizeof buf, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4000000000, 4000), }", k_ids32, 32);
-    bad(buf, n, "needs");
+    /* Headers that are no routing table, each followed by data_len bytes of ids. */
+    static const struct {
+        const char *header;
+        size_t data_len;
+        const char *why;
+    } headers[] = {
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (4, 2), }", 32, "expert ids must be int32 or int64"},
+        {"{'descr': '>i4', 'fortran_order': False, 'shape': (4, 2), }", 32, "expert ids must be int32 or int64"},
+        {"{'descr': '<i4', 'fortran_order': True, 'shape': (4, 2), }", 32, "fortran_order"},
+        {"{'descr': '<i4', 'fortran_order': False, 'shape': (8,), }", 32, "shape is not [tokens, topk]"},
+        {"{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2, 2), }", 32, "shape is not [tokens, topk]"},
+        {"{'descr': '<i4', 'fortran_order': False, 'shape': (0, 2), }", 0, "shape is not [tokens, topk]"},
+        {"{'descr': '<i4', 'fortran_order': False, 'shape': (99999999999, 2), }", 32, "shape is not [tokens, topk]"},
+        {"{'descr': '<i4', 'fortran_order': False, 'shape': (4000000000, 4000), }", 32, "needs"},
+    };
+    for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++) {
+        n = npy(buf, sizeof buf, 1, headers[i].header, k_ids32, headers[i].data_len);
+        bad(buf, n, headers[i].why);
+    }
     /* Truncated data, extra data. */
     n = npy(buf, sizeof buf, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (4, 2), }", k_ids32, 32);
     bad(buf, n - 12, "data is 20 bytes, [4, 2] int32 needs 32");

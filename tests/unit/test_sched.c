@@ -546,19 +546,15 @@ static uint32_t error_code(void *sock, const char *part) {
 static void send_submit(void *cl, Moetune__SweepSpec *spec) {
     Moetune__Submit sub = MOETUNE__SUBMIT__INIT;
     wire_env_t env;
-    wire_env_init(&env);
     sub.spec = spec;
-    env.body_case = MOETUNE__ENVELOPE__BODY_SUBMIT;
-    env.submit = &sub;
+    wire_env_wrap(&env, &sub.base);
     assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
 }
 
 static void send_status(void *cl) {
     Moetune__StatusRequest sr = MOETUNE__STATUS_REQUEST__INIT;
     wire_env_t env;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_STATUS_REQUEST;
-    env.status_request = &sr;
+    wire_env_wrap(&env, &sr.base);
     assert_int_equal(wire_send(cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
 }
 
@@ -623,10 +619,8 @@ static void test_daemon_hostile_input(void **state) {
     /* a Ready before Hello: say hello first */
     Moetune__Ready rd = MOETUNE__READY__INIT;
     wire_env_t env;
-    wire_env_init(&env);
     rd.credits = 1;
-    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
-    env.ready = &rd;
+    wire_env_wrap(&env, &rd.base);
     assert_int_equal(wire_send(d.wk, NULL, 0, &env, 0, NULL, 0), MT_OK);
     assert_int_equal(error_code(d.wk, NULL), WIRE_E_HELLO);
     /* a worker body on the control socket */
@@ -646,8 +640,7 @@ static void test_daemon_hostile_input(void **state) {
     wire_free(&e);
     Moetune__Cancel cn = MOETUNE__CANCEL__INIT;
     cn.sweep_id = 5;
-    env.body_case = MOETUNE__ENVELOPE__BODY_CANCEL;
-    env.cancel = &cn;
+    wire_env_wrap(&env, &cn.base);
     assert_int_equal(wire_send(d.cl, NULL, 0, &env, 0, NULL, 0), MT_OK);
     assert_int_equal(error_code(d.cl, NULL), WIRE_E_NOTFOUND);
     daemon_stop(&d);
@@ -695,11 +688,9 @@ static void test_daemon_plans_off_the_loop(void **state) {
     Moetune__Hello h = MOETUNE__HELLO__INIT;
     Moetune__Gpu g = MOETUNE__GPU__INIT;
     wire_env_t env;
-    wire_env_init(&env);
     g.name = "gpu";
     h.worker_id = "W1", h.host = "host", h.pid = 1, h.backend = "sim", h.gpu = &g;
-    env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
-    env.hello = &h;
+    wire_env_wrap(&env, &h.base);
     assert_int_equal(wire_send(d.wk, NULL, 0, &env, 0, NULL, 0), MT_OK);
     /* the status is answered first, before the sweep exists */
     wire_env_t *e = recv_env_ms(d.cl, 60000);
@@ -735,8 +726,7 @@ static void test_daemon_plans_off_the_loop(void **state) {
     /* one credit: the first job, with the configs stored for it */
     Moetune__Ready rd = MOETUNE__READY__INIT;
     rd.credits = 1;
-    env.body_case = MOETUNE__ENVELOPE__BODY_READY;
-    env.ready = &rd;
+    wire_env_wrap(&env, &rd.base);
     assert_int_equal(wire_send(d.wk, NULL, 0, &env, 0, NULL, 0), MT_OK);
     do {
         wire_free(&e);

@@ -287,9 +287,7 @@ static int wire_takes_config(const krn_config_t *cfg) {
     jc.config = &c;
     job.job_id = 1, job.shape = &shape, job.n_configs = 1, job.configs = &pjc, job.n_batch_sizes = 1;
     job.batch_sizes = &bs, job.measure = &m;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_JOB;
-    env.job = &job;
+    wire_env_wrap(&env, &job.base);
     uint8_t *buf = NULL;
     size_t len = 0;
     assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
@@ -360,9 +358,7 @@ static void test_credit_cap(void **state) {
         wire_env_t env, *out = NULL;
         Moetune__Ready r = MOETUNE__READY__INIT;
         r.credits = credits;
-        wire_env_init(&env);
-        env.body_case = MOETUNE__ENVELOPE__BODY_READY;
-        env.ready = &r;
+        wire_env_wrap(&env, &r.base);
         uint8_t *buf = NULL;
         size_t len = 0;
         char err[200];

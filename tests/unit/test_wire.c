@@ -36,9 +36,7 @@ static uint8_t *pack_result(size_t *len, uint32_t n_meas) {
     r.config_id = 42;
     r.n_measurements = n_meas;
     r.measurements = pm;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-    env.result = &r;
+    wire_env_wrap(&env, &r.base);
     uint8_t *buf = NULL;
     assert_int_equal(wire_pack(&env, &buf, len), MT_OK);
     free(pm);
@@ -50,9 +48,7 @@ static uint8_t *pack_result(size_t *len, uint32_t n_meas) {
 static void ready_env(wire_env_t *env, Moetune__Ready *r, uint32_t credits) {
     moetune__ready__init(r);
     r->credits = credits;
-    wire_env_init(env);
-    env->body_case = MOETUNE__ENVELOPE__BODY_READY;
-    env->ready = r;
+    wire_env_wrap(env, &r->base);
 }
 
 /* What wire_unpack answered: the envelope (the caller's to wire_free), the error code and the reason. */
@@ -160,8 +156,7 @@ static void test_no_body_and_bad_fields(void **state) {
     r.config_id = 1;
     r.n_measurements = 1;
     r.measurements = &pm;
-    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-    env.result = &r;
+    wire_env_wrap(&env, &r.base);
     assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
     assert_int_equal(unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u), MT_INVAL);
     assert_int_equal(u.code, WIRE_E_INVALID);
@@ -247,11 +242,9 @@ static void test_non_finite_latencies(void **state) {
     uint8_t *buf;
     size_t len;
     unpacked_t u;
-    wire_env_init(&env);
     r.job_id = 7, r.config_id = 3, r.lease_token = 99, r.seq = 5;
     r.n_measurements = 1, r.measurements = &pm;
-    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-    env.result = &r;
+    wire_env_wrap(&env, &r.base);
     const double bad[] = {INFINITY, NAN, -INFINITY, -0.5, 1e12};
     const Moetune__Status statuses[] = {MOETUNE__STATUS__STATUS_OK, MOETUNE__STATUS__STATUS_TIMEOUT};
     for (size_t si = 0; si < 2; si++) {
@@ -298,9 +291,7 @@ static void test_recv_invalid_result_names_lease(void **state) {
     m.median_us = 5, m.min_us = INFINITY, m.mean_us = 5;
     r.job_id = 11, r.config_id = 2, r.lease_token = 1234, r.seq = 77;
     r.n_measurements = 1, r.measurements = &pm;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-    env.result = &r;
+    wire_env_wrap(&env, &r.base);
     assert_int_equal(wire_send(b, NULL, 0, &env, 0, err, sizeof err), MT_OK);
     assert_int_equal(wire_recv(a, false, NULL, NULL, WIRE_DEFAULT_MAX_BYTES, 0, &out, &rej), MT_INVAL);
     assert_int_equal(rej.code, WIRE_E_INVALID);

@@ -145,9 +145,7 @@ int fx_hello_send(fx_t *f, const char *id, const char *gpu, uint64_t now, bool *
     h.backend = "sim";
     h.compiler = "sim";
     h.gpu = &g;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_HELLO;
-    env.hello = &h;
+    wire_env_wrap(&env, &h.base);
     wire_env_t *out = fx_roundtrip(&env);
     int rc = sched_on_hello(f->s, (const uint8_t *)id, strlen(id), &out, now);
     *left = out != NULL;
@@ -170,9 +168,7 @@ int fx_result_of(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint6
     wire_env_t env;
     r.job_id = job, r.lease_token = token, r.seq = seq, r.config_id = config;
     r.n_measurements = n, r.measurements = m;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_RESULT;
-    env.result = &r;
+    wire_env_wrap(&env, &r.base);
     wire_env_t *out = fx_roundtrip(&env);
     if (heard) sched_on_heard(f->s, w, now);
     int rc = sched_on_result(f->s, w, &out, now);
