@@ -207,9 +207,7 @@ static void test_job_rounds(void **state) {
     job.batch_sizes = &bs;
     job.measure = &meas;
     wire_env_t env;
-    wire_env_init(&env);
-    env.body_case = MOETUNE__ENVELOPE__BODY_JOB;
-    env.job = &job;
+    wire_env_wrap(&env, &job.base);
     const uint32_t rounds[] = {0, 1, WIRE_SIDE_BY_SIDE_ROUNDS, WIRE_MAX_ROUNDS, WIRE_MAX_ROUNDS + 1, 1000000};
     const int good[] = {1, 1, 1, 1, 0, 0};
     for (size_t i = 0; i < sizeof rounds / sizeof rounds[0]; i++) {
