@@ -56,81 +56,6 @@ static void send_to(void *sock, const uint8_t *rid, size_t rid_len, wire_body_t 
     assert_int_equal(wire_send(sock, rid, rid_len, &env, 0, err, sizeof err), MT_OK);
 }
 
-static void test_zero_measure_gets_planner_defaults(void **state) {
-    void *ctx = zmq_ctx_new();
-    void *sock = zmq_socket(ctx, ZMQ_ROUTER);
-    char ep[128];
-    size_t ep_len = sizeof ep;
-    assert_int_equal(zmq_bind(sock, "tcp://127.0.0.1:*"), 0);
-    assert_int_equal(zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, ep, &ep_len), 0);
-
-    wrk_parent_opts_t o;
-    memset(&o, 0, sizeof o);
-    o.endpoint = ep;
-    o.backend = "sim";
-    o.worker_id = "measure-w0";
-    o.bopts.sim_time_scale = 0;
-    char err[300];
-    run_t r = {NULL, -1};
-    assert_int_equal(wrk_parent_new(&o, &r.p, err, sizeof err), MT_OK);
-    pthread_t th;
-    assert_int_equal(pthread_create(&th, NULL, run, &r), 0);
-
-    uint8_t rid[WIRE_MAX_ID];
-    size_t rid_len = 0;
-    wire_env_t *env = next(sock, MOETUNE__ENVELOPE__BODY_HELLO, rid, &rid_len);
-    assert_non_null(env);
-    wire_free(&env);
-    Moetune__Welcome w = MOETUNE__WELCOME__INIT;
-    w.heartbeat_ms = 1000, w.lease_ms = 30000;
-    send_to(sock, rid, rid_len, MOETUNE__ENVELOPE__BODY_WELCOME, &w);
-    env = next(sock, MOETUNE__ENVELOPE__BODY_READY, rid, &rid_len);
-    assert_non_null(env);
-    wire_free(&env);
-
-    /* every setting 0 but a relative-deviation target any sample set meets: the worker stops at
-     * min_samples, so the samples say which minimum it used */
-    krn_shape_t sh;
-    assert_int_equal(krn_shape_parse("E=8,N=1024,K=1024,topk=2", &sh, err, sizeof err), MT_OK);
-    krn_config_t cfg = {.block_m = 64, .block_n = 64, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3};
-    Moetune__Shape msh;
-    Moetune__Config mc;
-    wire_shape_to_msg(&sh, &msh);
-    wire_config_to_msg(&cfg, &mc);
-    Moetune__JobConfig jc = MOETUNE__JOB_CONFIG__INIT, *pjc = &jc;
-    jc.config_id = 7, jc.config = &mc;
-    Moetune__Measure m = MOETUNE__MEASURE__INIT;
-    m.rsd_target = 0.5;
-    uint32_t bs[] = {1, 64};
-    Moetune__Job job = MOETUNE__JOB__INIT;
-    job.job_id = 1, job.lease_token = 11, job.sweep_id = 1, job.shape = &msh, job.n_configs = 1, job.configs = &pjc;
-    job.n_batch_sizes = 2, job.batch_sizes = bs, job.measure = &m;
-    send_to(sock, rid, rid_len, MOETUNE__ENVELOPE__BODY_JOB, &job);
-
-    env = next(sock, MOETUNE__ENVELOPE__BODY_RESULT, rid, &rid_len);
-    assert_non_null(env);
-    Moetune__Result *res = env->result;
-    assert_int_equal(res->n_measurements, 2);
-    Moetune__Measure def;
-    wire_measure_fill(NULL, &def);
-    for (size_t i = 0; i < res->n_measurements; i++) {
-        assert_int_equal(res->measurements[i]->status, MOETUNE__STATUS__STATUS_OK);
-        if (res->measurements[i]->samples != def.min_samples)
-            fail_msg("batch size %u: %u samples, not the default min_samples %u", res->measurements[i]->batch_size,
-                     res->measurements[i]->samples, def.min_samples);
-    }
-    wire_free(&env);
-
-    Moetune__Shutdown sd = MOETUNE__SHUTDOWN__INIT;
-    sd.reason = "test over";
-    send_to(sock, rid, rid_len, MOETUNE__ENVELOPE__BODY_SHUTDOWN, &sd);
-    assert_int_equal(pthread_join(th, NULL), 0);
-    assert_int_equal(r.rc, 0);
-    wrk_parent_destroy(&r.p);
-    zmq_close(sock);
-    zmq_ctx_term(ctx);
-}
-
 /* A worker on a fake coordinator: started, welcomed, Ready read. */
 typedef struct {
     void *ctx, *sock;
@@ -152,7 +77,7 @@ static void fake_start(fake_t *f) {
     memset(&o, 0, sizeof o);
     o.endpoint = ep;
     o.backend = "sim";
-    o.worker_id = "rounds-w0";
+    o.worker_id = "measure-w0";
     o.bopts.sim_time_scale = 0;
     f->r.rc = -1;
     assert_int_equal(wrk_parent_new(&o, &f->r.p, err, sizeof err), MT_OK);
@@ -177,6 +102,48 @@ static void fake_stop(fake_t *f) {
     wrk_parent_destroy(&f->r.p);
     zmq_close(f->sock);
     zmq_ctx_term(f->ctx);
+}
+
+static void test_zero_measure_gets_planner_defaults(void **state) {
+    (void)state;
+    fake_t f;
+    char err[200];
+    fake_start(&f);
+
+    /* every setting 0 but a relative-deviation target any sample set meets: the worker stops at
+     * min_samples, so the samples say which minimum it used */
+    krn_shape_t sh;
+    assert_int_equal(krn_shape_parse("E=8,N=1024,K=1024,topk=2", &sh, err, sizeof err), MT_OK);
+    krn_config_t cfg = {.block_m = 64, .block_n = 64, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3};
+    Moetune__Shape msh;
+    Moetune__Config mc;
+    wire_shape_to_msg(&sh, &msh);
+    wire_config_to_msg(&cfg, &mc);
+    Moetune__JobConfig jc = MOETUNE__JOB_CONFIG__INIT, *pjc = &jc;
+    jc.config_id = 7, jc.config = &mc;
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    m.rsd_target = 0.5;
+    uint32_t bs[] = {1, 64};
+    Moetune__Job job = MOETUNE__JOB__INIT;
+    job.job_id = 1, job.lease_token = 11, job.sweep_id = 1, job.shape = &msh, job.n_configs = 1, job.configs = &pjc;
+    job.n_batch_sizes = 2, job.batch_sizes = bs, job.measure = &m;
+    send_to(f.sock, f.rid, f.rid_len, MOETUNE__ENVELOPE__BODY_JOB, &job);
+
+    wire_env_t *env = next(f.sock, MOETUNE__ENVELOPE__BODY_RESULT, f.rid, &f.rid_len);
+    assert_non_null(env);
+    Moetune__Result *res = env->result;
+    assert_int_equal(res->n_measurements, 2);
+    Moetune__Measure def;
+    wire_measure_fill(NULL, &def);
+    for (size_t i = 0; i < res->n_measurements; i++) {
+        assert_int_equal(res->measurements[i]->status, MOETUNE__STATUS__STATUS_OK);
+        if (res->measurements[i]->samples != def.min_samples)
+            fail_msg("batch size %u: %u samples, not the default min_samples %u", res->measurements[i]->batch_size,
+                     res->measurements[i]->samples, def.min_samples);
+    }
+    wire_free(&env);
+
+    fake_stop(&f);
 }
 
 /* Sends job id of two configs at batch size 64 with m and rounds; fills samples[2] from its two
