@@ -72,6 +72,11 @@ bool cli_progress_complete(const Moetune__SweepStatus *st) {
 void cli_progress_sample(const Moetune__SweepStatus *st, double t_s, double wall_s, cli_eta_sample_t *s) {
     uint64_t planned, done;
     cli_progress_work(st, &planned, &done);
+    if (st->finalist_rounds > 1) {
+        uint64_t extra = st->finalist_rounds - 1;
+        planned += extra * (planned - st->results_planned);
+        done += extra * st->finalists_done;
+    }
     /* halving's transition turns most phase-1 rows 'pruned' at once: no racing trend */
     *s = (cli_eta_sample_t){t_s, wall_s, planned, done, st->phase ? 0 : st->results_pruned, st->created_s, st->rate};
 }

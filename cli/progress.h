@@ -49,7 +49,9 @@ void cli_progress_eta_text(double eta_s, char *buf, size_t len);
  * when unknown. Caller owns the value. */
 json_t *cli_progress_eta_json(const Moetune__SweepStatus *st, double eta_s);
 
-/* The estimator's snapshot (eta.h) of st at display clock t_s and wall clock wall_s. */
+/* The estimator's snapshot (eta.h) of st at display clock t_s and wall clock wall_s. Its
+ * work counts each finalist row finalist_rounds times (a decide step measures it in 5
+ * rounds), so the time left after phase 1 is not that of a few single rows. */
 void cli_progress_sample(const Moetune__SweepStatus *st, double t_s, double wall_s, cli_eta_sample_t *s);
 
 /* Shows st when due (always on a TTY; every 5 s otherwise, and on a state change). */

@@ -41,14 +41,15 @@ static double sweep_rate(const sweep_t *sw, uint64_t now_ms) {
     return (double)(sw->done - sw->rate_done[oldest]) * 1000.0 / (double)(now_ms - t0);
 }
 
-/* Halving: an estimate of the finalist rows of sw's shapes still in phase 1, each shape
- * taken as an equal share of the plan. */
+/* An estimate of the finalist rows of sw's shapes still in phase 1, each shape taken as an
+ * equal share of the plan: halving's share of the configs, or a decide step's
+ * HALVING_DECIDE_EXPECT near-ties per batch size. */
 static uint64_t finalists_ahead(const sweep_t *sw) {
     size_t waiting = 0;
     for (size_t h = 0; h < sw->n_hv; h++) waiting += sw->hv_state[h] != HV_PLANNED;
-    /* a decide step's finalists are the few near-ties: none foreseen */
-    if (sw->state != WIRE_SWEEP_RUNNING || !waiting || !sw->nb || sw->decide > 0) return 0;
+    if (sw->state != WIRE_SWEEP_RUNNING || !waiting || !sw->nb) return 0;
     uint64_t configs = sw->planned / ((uint64_t)sw->n_hv * sw->nb);
+    if (sw->decide > 0) return waiting * sw->nb * (configs < HALVING_DECIDE_EXPECT ? configs : HALVING_DECIDE_EXPECT);
     return waiting * halving_finalists_estimate(configs ? configs : 1, sw->nb);
 }
 
@@ -96,6 +97,7 @@ mt_status_t sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_s
             o->finalists_planned = sw->finalists;
             o->finalists_done = sw->finalists_done;
             o->finalists_expected = sw->finalists + finalists_ahead(sw);
+            o->finalist_rounds = sw->decide > 0 ? WIRE_SIDE_BY_SIDE_ROUNDS : 1;
         }
         st->sweep_ptrs[k++] = o;
     }

@@ -466,6 +466,14 @@ static void test_sched_decide(void **state) {
         hi = id > hi ? id : hi;
     }
     assert_int_equal(hi - lo, 11);
+    /* before its near-ties are known, progress foresees HALVING_DECIDE_EXPECT per batch size,
+     * each measured in WIRE_SIDE_BY_SIDE_ROUNDS rounds */
+    sched_status_t st;
+    assert_int_equal(sched_status(f->s, 0, 1, &st), MT_OK);
+    assert_int_equal(st.reply.sweeps[0]->phase, 1);
+    assert_int_equal(st.reply.sweeps[0]->finalists_expected, 2 * HALVING_DECIDE_EXPECT);
+    assert_int_equal(st.reply.sweeps[0]->finalist_rounds, WIRE_SIDE_BY_SIDE_ROUNDS);
+    sched_status_release(&st);
     for (size_t i = 0; i < j->n_configs; i++) {
         uint64_t r = j->configs[i]->config_id - lo; /* rank 0 fastest at both */
         double med[2] = {100.0 + 0.5 * (double)r, 100.0 + 5.0 * (double)r};
@@ -475,10 +483,11 @@ static void test_sched_decide(void **state) {
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '1'"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'ok'"), 24);
-    sched_status_t st;
     assert_int_equal(sched_status(f->s, 0, 2, &st), MT_OK);
     assert_string_equal(st.reply.sweeps[0]->state, "running");
+    assert_int_equal(st.reply.sweeps[0]->phase, 2);
     assert_int_equal(st.reply.sweeps[0]->finalists_planned, HALVING_DECIDE_MAX);
+    assert_int_equal(st.reply.sweeps[0]->finalists_expected, HALVING_DECIDE_MAX);
     assert_int_equal(st.reply.sweeps[0]->results_pruned, 0);
     sched_status_release(&st);
     const Moetune__Job *p2 = fx_take(f, "A", 3);

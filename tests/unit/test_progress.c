@@ -112,13 +112,37 @@ static void test_exhaustive(void **state) {
     assert_true(cli_progress_complete(&st));
 }
 
+/* A racing sweep's decide step: its finalist rows are measured in 5 rounds each, so the ETA's
+ * snapshot counts each 5 times (a halving finalist once), while the line counts rows. */
+static void test_decide_rounds(void **state) {
+    (void)state;
+    Moetune__SweepStatus st = halving("running", 2, 480, 10, 2);
+    cli_eta_sample_t s;
+    cli_progress_sample(&st, 1.0, 100.0, &s);
+    assert_int_equal(s.planned, 490);
+    assert_int_equal(s.done, 482);
+    st.finalist_rounds = 5;
+    cli_progress_sample(&st, 1.0, 100.0, &s);
+    assert_int_equal(s.planned, 480 + 5 * 10);
+    assert_int_equal(s.done, 480 + 5 * 2);
+    assert_non_null(strstr(line_of(&st, 20.0), "phase 2: 2/10 finalists, 480/480 results (98.4%)"));
+    /* phase 1 over, the step not yet planned: the foreseen finalists keep it from 0 */
+    st = halving("running", 1, 480, 0, 0);
+    st.finalists_expected = 12;
+    st.finalist_rounds = 5;
+    st.created_s = 52; /* 48 s of life for 480 results: 0.1 s each */
+    cli_progress_sample(&st, 1.0, 100.0, &s);
+    assert_int_equal(s.planned, 480 + 5 * 12);
+    assert_int_equal(s.done, 480);
+    assert_false(cli_progress_complete(&st));
+    assert_true(cli_eta_once(&s) > 5.99 && cli_eta_once(&s) < 6.01); /* 60 rows left at 0.1 s */
+}
+
 int main(void) {
     mt_log_init("test_progress", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_phase1),
-        cmocka_unit_test(test_phase2),
-        cmocka_unit_test(test_mixed),
-        cmocka_unit_test(test_exhaustive),
+        cmocka_unit_test(test_phase1),     cmocka_unit_test(test_phase2),        cmocka_unit_test(test_mixed),
+        cmocka_unit_test(test_exhaustive), cmocka_unit_test(test_decide_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
