@@ -31,7 +31,6 @@ typedef struct pjob {
     uint32_t rounds, round; /* Job.rounds (1 when 0), and the round being measured (0-based) */
     wrk_meas_t *kept;       /* rounds > 1: per config, its n_batch_sizes measurements so far */
     uint32_t *regs;         /* rounds > 1: per config, its first round's registers and spills */
-    bool *settled;          /* rounds > 1: per config, its Result is sent (last round, or nothing left OK) */
     struct pjob *link;
 } pjob_t;
 
@@ -192,7 +191,6 @@ static void job_free(pjob_t *j) {
     free(j->best);
     free(j->kept);
     free(j->regs);
-    free(j->settled);
     free(j);
 }
 
@@ -292,7 +290,6 @@ static int keep_round(wrk_parent_t *p, pjob_t *j, const wrk_meas_t *meas, size_t
         j->regs[2 * ci + 1] = spills;
     }
     if (j->round + 1 < j->rounds && !wrk_rounds_settled(k, nb)) return MT_OK;
-    j->settled[ci] = true;
     return emit_result(p, j, ci, k, nb, j->regs[2 * ci], j->regs[2 * ci + 1]);
 }
 
@@ -343,7 +340,10 @@ static int pump(wrk_parent_t *p) {
             rc = emit_invalid(p, j);
             if (rc) return rc;
         }
-        while (j->settled && j->next < j->job->n_configs && j->settled[j->next]) j->next++;
+        /* a config with nothing left OK had its Result sent in an earlier round */
+        while (j->round > 0 && j->next < j->job->n_configs &&
+               wrk_rounds_settled(&j->kept[j->next * j->job->n_batch_sizes], j->job->n_batch_sizes))
+            j->next++;
         if (j->next >= j->job->n_configs && j->shape_ok && j->round + 1 < j->rounds) {
             j->round++;
             j->next = 0;
@@ -417,8 +417,7 @@ static void on_job(wrk_parent_t *p, wire_env_t **penv) {
     if (j->rounds > 1) {
         j->kept = calloc(job->n_configs * job->n_batch_sizes, sizeof *j->kept);
         j->regs = calloc(2 * job->n_configs, sizeof *j->regs);
-        j->settled = calloc(job->n_configs, sizeof *j->settled);
-        if (!j->kept || !j->regs || !j->settled) {
+        if (!j->kept || !j->regs) {
             job_free(j);
             log_at(MT_LOG_ERROR, "out of memory taking job %llu; its lease expires", (unsigned long long)job->job_id);
             return;
