@@ -58,19 +58,32 @@ static mt_status_t rank_rows(halving_row_t *rows, size_t n, size_t nb, size_t *s
     return MT_OK;
 }
 
-mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb) {
+/* How many of batch size b's rows (start[b] .. start[b + 1], fastest first) are finalists:
+ * halving's kept share (margin 0), or the decide step's near-ties, those within margin of
+ * the best, at most HALVING_DECIDE_MAX, and none where only the best is. */
+static size_t keep_count(const halving_row_t *rows, const size_t *start, size_t b, double margin) {
+    size_t m = start[b + 1] - start[b], keep = 0;
+    if (!(margin > 0)) {
+        keep = (m + HALVING_KEEP_DIV - 1) / HALVING_KEEP_DIV;
+        return keep < HALVING_KEEP_MIN ? HALVING_KEEP_MIN : keep;
+    }
+    double limit = m ? rows[start[b]].median_us * (1.0 + margin) : 0.0;
+    while (keep < m && keep < HALVING_DECIDE_MAX && rows[start[b] + keep].median_us <= limit) keep++;
+    return keep >= 2 ? keep : 0;
+}
+
+/* halving_choose (margin 0) and halving_choose_decide (margin > 0). */
+static mt_status_t choose(halving_row_t *rows, size_t n, size_t nb, double margin) {
     size_t *start = calloc(nb + 1, sizeof *start);
     if (!start) return MT_NOMEM;
     mt_status_t rc = rank_rows(rows, n, nb, start);
     for (size_t b = 0; !rc && b < nb; b++) {
-        size_t m = start[b + 1] - start[b];
-        size_t keep = (m + HALVING_KEEP_DIV - 1) / HALVING_KEEP_DIV;
-        if (keep < HALVING_KEEP_MIN) keep = HALVING_KEEP_MIN;
+        size_t keep = keep_count(rows, start, b, margin);
         for (size_t k = start[b]; k < start[b + 1]; k++) rows[k].finalist = rows[k].rank <= keep;
     }
-    /* Seeds: a neighbouring batch size's winner is measured here too, so a winner that
-     * phase 1's few samples put just outside the kept share at this size gets its chance. */
-    for (size_t b = 0; !rc && b < nb; b++) {
+    /* Halving's seeds: a neighbouring batch size's winner is measured here too, so a winner
+     * that phase 1's few samples put just outside the kept share at this size gets its chance. */
+    for (size_t b = 0; !rc && !(margin > 0) && b < nb; b++) {
         for (int d = -1; d <= 1; d += 2) {
             if ((d < 0 && b == 0) || (d > 0 && b + 1 >= nb)) continue;
             size_t o = (size_t)((long)b + d);
@@ -84,18 +97,10 @@ mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb) {
     return rc;
 }
 
+mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb) { return choose(rows, n, nb, 0.0); }
+
 mt_status_t halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin) {
-    size_t *start = calloc(nb + 1, sizeof *start);
-    if (!start) return MT_NOMEM;
-    mt_status_t rc = rank_rows(rows, n, nb, start);
-    for (size_t b = 0; !rc && b < nb; b++) {
-        size_t m = start[b + 1] - start[b], keep = 0;
-        double limit = m ? rows[start[b]].median_us * (1.0 + margin) : 0.0;
-        while (keep < m && keep < HALVING_DECIDE_MAX && rows[start[b] + keep].median_us <= limit) keep++;
-        for (size_t k = start[b]; k < start[b + 1]; k++) rows[k].finalist = keep >= 2 && rows[k].rank <= keep;
-    }
-    free(start);
-    return rc;
+    return choose(rows, n, nb, margin);
 }
 
 mt_status_t halving_bs_format(const uint32_t *bs, size_t n, char *buf, size_t len) {

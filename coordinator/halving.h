@@ -79,7 +79,7 @@ typedef struct {
  * row whose bi is not below it (rows untouched); MT_NOMEM. */
 mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb);
 /* Pure: ranks rows as halving_choose and marks the decide step's finalists: at each batch
- * size the configs whose median is within margin of the best (median <= best x (1 +
+ * size the configs whose median is within margin (> 0) of the best (median <= best x (1 +
  * margin)), at most HALVING_DECIDE_MAX, and none where only the best is. Reorders rows.
  * MT_INVAL as halving_choose. */
 mt_status_t halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin);
