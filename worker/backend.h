@@ -12,6 +12,7 @@
 #ifndef WRK_BACKEND_H
 #define WRK_BACKEND_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,6 +55,8 @@ typedef struct {
     uint64_t seed;
     double race_margin;     /* > 0: stop a config whose first samples exceed best_us by this fraction */
     const double *best_us;  /* per batch size of the call, the best median known (0 = none); or NULL */
+    double settle_margin;   /* > 0 (WRK_SETTLE_MARGIN): settling on, see wrk_settled; the worker's
+                             * parent sets it for every job but a side-by-side one */
     char routing_path[512]; /* the shape's captured routing file (shape->routing is its sha256); "" = none */
 } wrk_measure_t;
 
@@ -64,6 +67,21 @@ typedef struct {
 #define WRK_RACE_SAMPLES 2
 static inline int wrk_race_lost(const wrk_measure_t *m, size_t i, double fastest_us) {
     return m->race_margin > 0 && m->best_us && m->best_us[i] > 0 && fastest_us > m->best_us[i] * (1.0 + m->race_margin);
+}
+
+/* Settling, racing's second check: a config that stayed in the race and has its min_samples
+ * stops sampling (status OK, its samples as they are) once its mean lies above the best known
+ * median by more than settle_margin plus WRK_SETTLE_Z standard errors of that mean. It can then
+ * be neither the pick nor, at the default margins, a near-tie of the decide step, so the
+ * precision the RSD rule would buy for it is never used. Without it, where the GPU's clock moves
+ * under its power cap (an H200 at 4096 tokens: 3-4 % RSD, never the 1 % target) every such
+ * config samples until the time budget ends. Off when racing is off, when no best is known, and
+ * in side-by-side jobs (whose rounds measure every finalist alike). */
+#define WRK_SETTLE_MARGIN 0.02
+#define WRK_SETTLE_Z 2.0
+static inline int wrk_settled(const wrk_measure_t *m, size_t i, double mean_us, double sd_us, uint32_t n) {
+    if (!(m->settle_margin > 0) || !(m->race_margin > 0) || !m->best_us || !(m->best_us[i] > 0) || n < 2) return 0;
+    return mean_us - WRK_SETTLE_Z * sd_us / sqrt((double)n) > m->best_us[i] * (1.0 + m->settle_margin);
 }
 
 /* One measurement: status is a Moetune__Status value (MOETUNE__STATUS__STATUS_OK...).

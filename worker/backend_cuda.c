@@ -774,12 +774,13 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         mt_fmt(out->detail, sizeof out->detail, "out of host memory for samples");
         goto out;
     }
-    /* Racing: after one warm-up replay, WRK_RACE_SAMPLES timed replays decide the race. A
-     * config that loses is done after 1 + 2 replays instead of warmup + 2; one that stays
-     * counts them as warm-up replays and is sampled afresh after the same number of
-     * replays as without racing, so what is measured for a winner does not change. */
+    /* Racing: the first WRK_RACE_SAMPLES replays are timed and decide the race (the fastest of
+     * them: the first replay of a graph may carry its upload). A config that loses is done
+     * after those 2 replays instead of warmup + 2; one that stays counts them as warm-up
+     * replays and is sampled afresh after as many replays as without racing (warmup >= 2), so
+     * what is measured for a winner does not change. */
     bool racing = m->race_margin > 0 && m->best_us && m->best_us[bi] > 0;
-    uint32_t head = racing ? (warm < 1 ? warm : 1) : warm;
+    uint32_t head = racing ? 0 : warm;
     for (uint32_t i = 0; i < head; i++)
         if ((r = g_drv.cuGraphLaunch(exec, st->stream)) != CUDA_SUCCESS) break;
     if (r == CUDA_SUCCESS) r = wait_stream(st, m->timeout_ms);
@@ -790,7 +791,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     uint64_t t_end = mt_now_ms() + budget;
     uint32_t n = 0;
     double sum = 0, sum2 = 0, fastest = 0, timed_sum = 0;
-    bool pruned = false;
+    bool pruned = false, settled = false;
     while (n < max_s || (racing && n < WRK_RACE_SAMPLES)) {
         float ms = 0;
         if ((r = g_drv.cuMemsetD32Async(st->flush, n, st->flush_bytes / 4, st->stream)) != CUDA_SUCCESS ||
@@ -830,7 +831,11 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         if (n >= min_s) {
             double mean = sum / n, var = sum2 / n - mean * mean;
             double sd = var > 0 ? sqrt(var * n / (n > 1 ? n - 1 : 1)) : 0;
-            if (sd / mean < rsd_target / 1.0 && n >= min_s) break;
+            if (sd / mean < rsd_target) break;
+            if (wrk_settled(m, bi, mean, sd, n)) {
+                settled = true;
+                break;
+            }
             if (mt_now_ms() > t_end) break;
         }
     }
@@ -865,7 +870,11 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         mt_fmt(out->detail, sizeof out->detail, "relative error %.3g >= 1e-2 at M=%u", err, b->m);
         goto out;
     }
-    mt_fmt(out->detail, sizeof out->detail, "rel_err=%.2e", err);
+    if (settled)
+        mt_fmt(out->detail, sizeof out->detail, "rel_err=%.2e; settled: mean %.3fx the best after %u samples", err,
+               out->mean_us / m->best_us[bi], n);
+    else
+        mt_fmt(out->detail, sizeof out->detail, "rel_err=%.2e", err);
 out:
     if (exec) g_drv.cuGraphExecDestroy(exec);
     if (graph) g_drv.cuGraphDestroy(graph);

@@ -673,12 +673,13 @@ static mt_status_t tr_measure(void *state, const krn_shape_t *shape, const krn_c
     tr_end_t end = TR_LINE;
     *regs = *spills = 0;
     uint64_t id = ++st->next_id;
-    json_t *req = json_pack("{s:s, s:I, s:o, s:o, s:o, s:{s:i, s:i, s:i, s:f, s:i, s:I, s:f, s:o}, s:b}", "op",
+    json_t *req = json_pack("{s:s, s:I, s:o, s:o, s:o, s:{s:i, s:i, s:i, s:f, s:i, s:I, s:f, s:o, s:f}, s:b}", "op",
                             "measure", "id", (json_int_t)id, "shape", shape_json(shape), "config", config_json(cfg),
                             "batch_sizes", bs_json(bs, n_bs), "measure", "warmup", (int)m->warmup, "min_samples",
                             (int)m->min_samples, "max_samples", (int)m->max_samples, "rsd_target", m->rsd_target,
                             "budget_ms", (int)m->budget_ms, "seed", (json_int_t)m->seed, "race_margin",
-                            m->race_margin > 0 ? m->race_margin : 0.0, "best_us", best_json(m, n_bs), "split", 1);
+                            m->race_margin > 0 ? m->race_margin : 0.0, "best_us", best_json(m, n_bs), "settle_margin",
+                            m->settle_margin > 0 ? m->settle_margin : 0.0, "split", 1);
     /* Captured routing: the helper reads the file (it also reads PyTorch captures) and checks
      * its sha256 against the one the sweep was planned on. */
     if (req && shape->routing[0] &&

@@ -23,6 +23,7 @@ LAYERS_PER_GRAPH = 10
 FLUSH_BYTES = 256 << 20       # twice and more the H100/H200 L2
 REL_TOL = 0.02                # see Measurer.check
 RACE_SAMPLES = 2              # racing judges the fastest of this many samples (worker/backend.h)
+SETTLE_Z = 2.0                # settling: standard errors to spare (WRK_SETTLE_Z, worker/backend.h)
 SPLIT_MARGIN = 0.1            # halves timed within this fraction of the best median (Measurer.split_wanted)
 SPLIT_MARGIN_ENV = "MOETUNE_SPLIT_MARGIN"
 FP8_REL_TOL = 0.03            # see Measurer.check
@@ -253,7 +254,7 @@ def parse_measure(obj):
     m = {"warmup": obj.get("warmup") or 2, "min_samples": obj.get("min_samples") or 5,
          "max_samples": obj.get("max_samples") or 200, "rsd_target": obj.get("rsd_target") or 0.01,
          "budget_ms": obj.get("budget_ms") or 3000, "seed": obj.get("seed") or 0,
-         "race_margin": obj.get("race_margin") or 0.0}
+         "race_margin": obj.get("race_margin") or 0.0, "settle_margin": obj.get("settle_margin") or 0.0}
     for k, v in m.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ProtocolError("measure.%s must be a finite number >= 0" % k)
@@ -779,6 +780,16 @@ def classify(exc):
     return "launch_error", text
 
 
+def settled(m, best_us, st):
+    """Racing's second check (worker/backend.h, wrk_settled): a config with its min_samples whose
+    mean lies above best_us by more than the settle margin plus SETTLE_Z standard errors can be
+    neither the pick nor a near-tie; the RSD rule's precision would be spent on it for nothing."""
+    if not (m.get("settle_margin", 0) > 0 and m["race_margin"] > 0 and best_us > 0 and st["samples"] >= 2):
+        return False
+    se = st["stddev_us"] / math.sqrt(st["samples"])
+    return st["mean_us"] - SETTLE_Z * se > best_us * (1.0 + m["settle_margin"])
+
+
 def stats(samples):
     n = len(samples)
     mean = sum(samples) / n
@@ -801,11 +812,11 @@ def layer_buffers(torch, shape, m, x, ids, w, w1, w2, w1s, w2s, device="cuda"):
 
 
 # What the measuring process did since it started, sent with every done as "stats" (HELPER.md):
-# reference checks, configs pruned unchecked, halves timed and skipped, configs compiled in the
+# reference checks, configs pruned unchecked, configs settled, halves timed and skipped, configs compiled in the
 # measuring process while the pool started, and seconds spent in checks, graph captures and
 # waiting for the compile pool.
-COUNT_KEYS = ("verified", "pruned", "split", "split_skipped", "compiled_here", "check_s", "capture_s",
-              "compile_wait_s")
+COUNT_KEYS = ("verified", "pruned", "settled", "split", "split_skipped", "compiled_here", "check_s",
+              "capture_s", "compile_wait_s")
 
 
 def new_counts():
@@ -929,36 +940,42 @@ class Measurer:
         return us
 
     def time_graph(self, g, m, budget_s, min_n=None, max_n=None, best_us=0.0):
-        """Samples of one graph replay per layer, to the RSD rule. With best_us and a race margin,
-        a graph whose fastest of the first RACE_SAMPLES timed replays is slower than best_us by
-        more than the margin stops there: (stats, True).
+        """Samples of one graph replay per layer, to the RSD rule: (stats, how), how "" when the
+        rule (or the budget) stopped it. With best_us and a race margin, a graph whose fastest of
+        the first RACE_SAMPLES timed replays is slower than best_us by more than the margin stops
+        there: how "pruned". With a settle margin too, a graph that stayed in the race stops once
+        it has min_n samples whose mean lies above best_us by more than the settle margin plus
+        SETTLE_Z standard errors (worker/backend.h, wrk_settled): how "settled".
 
-        Racing with warmup >= 2 times the last warmup replay too and judges it with the first
-        sample: a config that loses pays one replay less; one that stays in the race drops it
-        from its statistics, so its samples are taken after the same warmup replays as without
-        racing (what is measured for a winner does not change)."""
+        Racing times the first RACE_SAMPLES replays and judges the fastest of them (the first
+        replay of a graph may carry its upload): a config that loses pays those replays alone,
+        not the warmup ones too; one that stays in the race counts them as warmup replays and is
+        sampled afresh after as many replays as without racing (warmup >= 2), so what is
+        measured for a winner does not change."""
         warm = int(m["warmup"])
         race = best_us * (1.0 + m["race_margin"]) if best_us > 0 and m["race_margin"] > 0 else 0.0
-        head = []  # the timed last warmup replay: judged by racing, never in a survivor's statistics
-        if race and warm >= 2:
-            warm -= 1
+        if race:
+            head = [self._sample(g, i) for i in range(RACE_SAMPLES)]
+            if min(head) > race:
+                return stats(head), "pruned"
+            warm = max(0, warm - RACE_SAMPLES)
         for _ in range(warm):
             g.replay()
-        if warm < int(m["warmup"]):
-            head.append(self._sample(g, 0))
         samples = []
         t_end = time.monotonic() + budget_s
         min_n = int(min_n or m["min_samples"])
         max_n = int(max_n or m["max_samples"])
         while len(samples) < max_n:
             samples.append(self._sample(g, len(samples) + 1))
-            if race and len(head) + len(samples) == RACE_SAMPLES and min(head + samples) > race:
-                return stats(head + samples), True
             if len(samples) >= min_n:
                 st = stats(samples)
-                if st["stddev_us"] / st["mean_us"] < m["rsd_target"] or time.monotonic() > t_end:
+                if st["stddev_us"] / st["mean_us"] < m["rsd_target"]:
                     break
-        return stats(samples), False
+                if settled(m, best_us, st):
+                    return st, "settled"
+                if time.monotonic() > t_end:
+                    break
+        return stats(samples), ""
 
     def split_wanted(self, median_us, best_us):
         """Whether a verified config's halves are timed: only for a config whose whole-layer
@@ -997,14 +1014,14 @@ class Measurer:
             g = self.graph(lambda: self.kernel.layer(L, cfg))
             self.counts["capture_s"] += time.monotonic() - t0
             L["out"].fill_(float("nan"))
-            res, pruned = self.time_graph(g, m, m["budget_ms"] / 1000.0, best_us=best_us)
+            res, how = self.time_graph(g, m, m["budget_ms"] / 1000.0, best_us=best_us)
             del g
         except Exception as e:
             self._sticky(e)
             status, detail = classify(e)
             return {"status": status, "detail": detail}
         res["up_us"] = res["down_us"] = 0.0
-        if pruned:
+        if how == "pruned":
             # out of the race: neither checked nor split (a pruned row is never exported)
             self.counts["pruned"] += 1
             res["status"] = "pruned"
@@ -1037,6 +1054,10 @@ class Measurer:
                 return {"status": status, "detail": detail}
         res["status"] = "ok"
         res["detail"] = "rel_err=%.2e" % err
+        if how == "settled":
+            self.counts["settled"] += 1
+            res["detail"] += "; settled: mean %.3fx the best after %d samples" % (res["mean_us"] / best_us,
+                                                                                 res["samples"])
         return res
 
     def forget_aligns(self):

@@ -363,6 +363,7 @@ static int pump(wrk_parent_t *p) {
         wire_config_from_msg(j->job->configs[j->next]->config, &cfg);
         measure_from_proto(j->job, &m);
         m.best_us = j->best;
+        m.settle_margin = j->rounds > 1 ? 0.0 : WRK_SETTLE_MARGIN; /* rounds measure every finalist alike */
         /* rounds share one measurement's time budget, so a side-by-side job costs about what its
          * configs' single measurements would where the budget is what stops them */
         if (j->rounds > 1) m.budget_ms = m.budget_ms / j->rounds ? m.budget_ms / j->rounds : 1;

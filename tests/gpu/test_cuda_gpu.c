@@ -6,7 +6,9 @@
  *    still measures a normal config OK.
  * 2. Racing: a config whose first samples lose against a best far below them is PRUNED after
  *    2 samples and not verified; one racing against a best far above it stays, is verified
- *    (rel_err in its detail) and sampled to the RSD rule like a config measured without a race.
+ *    (rel_err in its detail) and sampled to the RSD rule like a config measured without a race;
+ *    one 1.15x a best, with settling on and a deviation target never met, settles at
+ *    min_samples, verified.
  * 3. Every config of the default space the static rules accept is correct at batch sizes
  *    1, 64 and 4096 for Qwen3-30B-A3B TP1 and Mixtral-8x7B TP2.
  *
@@ -237,6 +239,14 @@ static int racing_tests(void) {
     int rc1 = wrk_backend_cuda.measure(st, &shape, &cfg, bss, 2, &m, lost, &regs, &spills, err, sizeof err);
     m.best_us = high;
     int rc2 = wrk_backend_cuda.measure(st, &shape, &cfg, bss, 2, &m, kept, &regs, &spills, err, sizeof err);
+    /* settling: 1.15x a best stays in the race (margin 0.2) and, with a deviation target no
+     * sample set meets, stops at min_samples, verified */
+    double mid[2] = {plain[0].median_us / 1.15, plain[1].median_us / 1.15};
+    wrk_meas_t settled[2];
+    m.best_us = mid;
+    m.settle_margin = WRK_SETTLE_MARGIN;
+    m.rsd_target = 1e-9;
+    int rc3 = wrk_backend_cuda.measure(st, &shape, &cfg, bss, 2, &m, settled, &regs, &spills, err, sizeof err);
     for (int b = 0; b < 2; b++) {
         printf("racing M=%u: plain %s %.2f us (%u samples, %s); lost %s %u samples (%s); kept %s %.2f us (%u "
                "samples, %s)\n",
@@ -249,6 +259,11 @@ static int racing_tests(void) {
             fails++;
         if (rc2 != MT_OK || kept[b].status != WCU_ST_OK || !strstr(kept[b].detail, "rel_err=") ||
             kept[b].samples < m.min_samples || fabs(kept[b].median_us / plain[b].median_us - 1) > 0.05)
+            fails++;
+        printf("settling M=%u: %s %u samples (%s)\n", bss[b], status_name(settled[b].status), settled[b].samples,
+               settled[b].detail);
+        if (rc3 != MT_OK || settled[b].status != WCU_ST_OK || settled[b].samples != m.min_samples ||
+            !strstr(settled[b].detail, "rel_err=") || !strstr(settled[b].detail, "settled: mean"))
             fails++;
     }
     wrk_backend_cuda.close(&st);

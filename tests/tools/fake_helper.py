@@ -6,7 +6,9 @@ tests of the triton backend's C side. Environment:
 
   FAKE_HELPER_MODE   ok (default) | die | hang | flood | garbage | wrongid | grow | fatal | silent
                      (in every mode, a batch size whose median is beyond measure.best_us by more than
-                     measure.race_margin is answered pruned with 2 samples, as the real helper races)
+                     measure.race_margin is answered pruned with 2 samples, as the real helper races,
+                     and one still in the race but beyond it by more than measure.settle_margin is
+                     answered ok with 5 samples, "settled")
   FAKE_HELPER_BM     misbehave only for configs with this BLOCK_SIZE_M (default: every config)
   FAKE_HELPER_PIDS   a file this helper appends its pid to when it starts
   FAKE_HELPER_HANG   a file the helper writes its pid to when it starts hanging
@@ -102,9 +104,12 @@ def main():
                 say({"id": rid, "bs": bs, "status": "pruned", "median_us": median, "min_us": median,
                      "mean_us": median, "stddev_us": 0.0, "samples": 2, "detail": "pruned: fake"})
                 continue
+            settle = m.get("settle_margin") or 0.0
+            settled = margin > 0 and settle > 0 and best > 0 and median > best * (1 + settle)
             say({"id": rid, "bs": bs, "status": "ok", "median_us": median, "min_us": median - 0.5,
-                 "mean_us": median + 0.25, "stddev_us": 0.125, "samples": 20,
-                 "up_us": median / 2, "down_us": median / 4, "detail": "rel_err=1.00e-03"})
+                 "mean_us": median + 0.25, "stddev_us": 0.125, "samples": 5 if settled else 20,
+                 "up_us": median / 2, "down_us": median / 4,
+                 "detail": "rel_err=1.00e-03" + ("; settled: fake" if settled else "")})
         configs += 1
         say({"id": rid, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": 1000, "gpu_s": 0.05 * configs,
              "stats": {"verified": configs, "split_margin": 0.1}})

@@ -171,10 +171,10 @@ class Racing(unittest.TestCase):
     def test_slow_config_stops_after_race_samples(self):
         # graph of 10 layers: 1.5 ms per replay = 150 us per layer, against a best of 100 us
         m, g = self.measurer([1.5, 1.6, 1.4, 1.5, 1.5, 1.5]), self.Graph()
-        st, pruned = m.time_graph(g, self.M, 1.0, best_us=100.0)
-        self.assertTrue(pruned)
+        st, how = m.time_graph(g, self.M, 1.0, best_us=100.0)
+        self.assertEqual(how, "pruned")
         self.assertEqual(st["samples"], mh.RACE_SAMPLES)
-        self.assertEqual(g.replays, 1 + mh.RACE_SAMPLES)
+        self.assertEqual(g.replays, mh.RACE_SAMPLES)  # the warmup replay is not paid by a loser
         self.assertAlmostEqual(st["min_us"], 150.0)
         self.assertAlmostEqual(m.timed_s, 3.1e-3)
 
@@ -192,35 +192,77 @@ class Racing(unittest.TestCase):
     def test_close_config_unknown_best_or_racing_off_is_sampled_fully(self):
         for best, margin in ((140.0, 0.2), (0.0, 0.2), (50.0, 0.0)):
             m, g = self.measurer([1.5] * 9), self.Graph()
-            st, pruned = m.time_graph(g, dict(self.M, race_margin=margin), 1.0, best_us=best)
-            self.assertFalse(pruned, (best, margin))
+            st, how = m.time_graph(g, dict(self.M, race_margin=margin), 1.0, best_us=best)
+            self.assertEqual(how, "", (best, margin))
             self.assertEqual(st["samples"], 5)  # identical samples meet the RSD rule at min_samples
 
     def test_one_outlier_does_not_prune(self):
         # the first sample is a 30 % outlier, the second is not: the fastest of two decides
         m, g = self.measurer([1.3, 1.0] + [1.0] * 7), self.Graph()
-        st, pruned = m.time_graph(g, self.M, 1.0, best_us=100.0)
-        self.assertFalse(pruned)
+        st, how = m.time_graph(g, self.M, 1.0, best_us=100.0)
+        self.assertEqual(how, "")
 
-    def test_racing_times_the_last_warmup_replay(self):
-        # warmup 2 with racing: one plain warmup, then the timed last warmup replay and the first
-        # sample are judged; a loser stops after 3 replays (4 without this), with both samples
+    def test_racing_times_the_warmup_replays(self):
+        # warmup 5 with racing: the first two replays are timed and judged; a loser stops after
+        # those 2 replays (7 without racing), with both samples
         m, g = self.measurer([1.5, 1.6]), self.Graph()
-        st, pruned = m.time_graph(g, dict(self.M, warmup=2), 1.0, best_us=100.0)
-        self.assertTrue(pruned)
-        self.assertEqual(g.replays, 3)
+        st, how = m.time_graph(g, dict(self.M, warmup=5), 1.0, best_us=100.0)
+        self.assertEqual(how, "pruned")
+        self.assertEqual(g.replays, 2)
         self.assertEqual((st["samples"], st["min_us"]), (mh.RACE_SAMPLES, 150.0))
-        # a survivor: the timed warmup replay (here a slow one) stays out of its statistics, and
+        # a survivor: the timed replays (here a slow first one) stay out of its statistics, and
         # it gets as many replays before its samples as without racing
-        m, g = self.measurer([1.9, 1.0, 1.0, 1.0, 1.0, 1.0]), self.Graph()
-        st, pruned = m.time_graph(g, dict(self.M, warmup=2), 1.0, best_us=100.0)
-        self.assertFalse(pruned)
+        m, g = self.measurer([1.9, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]), self.Graph()
+        st, how = m.time_graph(g, dict(self.M, warmup=5), 1.0, best_us=100.0)
+        self.assertEqual(how, "")
         self.assertEqual((st["samples"], st["median_us"], st["mean_us"]), (5, 100.0, 100.0))
-        self.assertEqual(g.replays, 2 + 5)
+        self.assertEqual(g.replays, 5 + 5)
         m2, g2 = self.measurer([1.0] * 5), self.Graph()
-        st2, _ = m2.time_graph(g2, dict(self.M, warmup=2, race_margin=0.0), 1.0, best_us=100.0)
+        st2, _ = m2.time_graph(g2, dict(self.M, warmup=5, race_margin=0.0), 1.0, best_us=100.0)
         self.assertEqual((g2.replays, st2), (g.replays, st))
-        self.assertAlmostEqual(m.timed_s, (1.9 + 5.0) * 1e-3)
+        self.assertAlmostEqual(m.timed_s, (1.9 + 1.0 + 5.0) * 1e-3)
+
+
+class Settling(unittest.TestCase):
+    """Racing's second check: a survivor whose mean is clearly beyond the best stops at
+    min_samples (Measurer.time_graph, settled(); the C side's wrk_settled)."""
+
+    # replays alternate 1.00 and 1.10 ms: RSD about 5 %, never the 1 % target (2 racing replays + 40)
+    WIDE = [1.0, 1.1] * 21
+    M = dict(Racing.M, max_samples=40, rsd_target=0.01, settle_margin=0.02)
+
+    def run_graph(self, times, m, best):
+        r = Racing()
+        meas, g = r.measurer(list(times)), Racing.Graph()
+        st, how = meas.time_graph(g, m, 60.0, best_us=best)
+        return st, how, g.replays
+
+    def test_clearly_slower_config_stops_at_min_samples(self):
+        # in the race (100 us is not above 90 x 1.2); then mean 104 us (5 samples), standard
+        # error about 2.4 us: 104 - 2 x 2.4 > 90 x 1.02
+        st, how, replays = self.run_graph(self.WIDE, self.M, 90.0)
+        self.assertEqual((how, st["samples"], replays), ("settled", 5, mh.RACE_SAMPLES + 5))
+
+    def test_close_or_unknown_or_off_samples_to_the_budget(self):
+        # within the margin of the best (103 us: the mean never passes 105.06), no best known,
+        # settling off, racing off: the RSD rule (never met here) runs to max_samples
+        for best, m in ((103.0, self.M), (0.0, self.M), (90.0, dict(self.M, settle_margin=0.0)),
+                        (90.0, dict(self.M, race_margin=0.0))):
+            st, how, _ = self.run_graph(self.WIDE, m, best)
+            self.assertEqual((how, st["samples"]), ("", 40), (best, m))
+
+    def test_settles_once_the_error_is_small_enough(self):
+        # a mean of about 105 us against a best of 100: 5 % beyond, but settling needs 2 % plus two
+        # standard errors; at 5 samples that is not yet proved, at 14 it is
+        st, how, _ = self.run_graph(self.WIDE, self.M, 100.0)
+        self.assertEqual((how, st["samples"]), ("settled", 14))
+        self.assertGreater(st["mean_us"] - 2 * st["stddev_us"] / st["samples"] ** 0.5, 102.0)
+
+    def test_request_carries_the_margin(self):
+        self.assertEqual(mh.parse_measure({"settle_margin": 0.02})["settle_margin"], 0.02)
+        self.assertEqual(mh.parse_measure({})["settle_margin"], 0.0)
+        with self.assertRaises(mh.ProtocolError):
+            mh.parse_measure({"settle_margin": -1})
 
 
 class VerifyAfterRace(unittest.TestCase):
@@ -307,8 +349,8 @@ class VerifyAfterRace(unittest.TestCase):
 
     def test_survivor_is_checked_on_the_timed_graph_then_split(self):
         # within the split margin of the best (101 us against 100 us)
-        # timed: the last warmup replay and 3 samples of the layer, 3 samples of each half
-        res = self.run_one([1.01] * 4 + [0.6] * 3 + [0.4] * 3, 100.0)
+        # timed: the 2 racing replays and 3 samples of the layer, 3 samples of each half
+        res = self.run_one([1.01] * 5 + [0.6] * 3 + [0.4] * 3, 100.0)
         self.assertEqual(res["status"], "ok", res)
         self.assertEqual(res["detail"], "rel_err=1.00e-03")
         self.assertEqual(self.graphs, ["layer", "up", "down"])
@@ -324,9 +366,21 @@ class VerifyAfterRace(unittest.TestCase):
         self.assertAlmostEqual(res["down_us"], 40.0)
         self.assertEqual((self.m.counts["split"], self.m.counts["verified"]), (1, 1))
 
+    def test_settled_survivor_is_checked_and_says_so(self):
+        # the 2 racing replays, then 3 samples (103.3 us mean) against a best of 90 us: in the
+        # race, settled at min_samples, still checked; beyond the split margin, so not split
+        self.m.ev = [Racing.Ev([1.0, 1.1, 1.0, 1.1] + [1.0] * 6), Racing.Ev([])]
+        meas = {"warmup": 2, "min_samples": 3, "max_samples": 9, "rsd_target": 1e-9, "budget_ms": 1000, "seed": 1,
+                "race_margin": 0.2, "settle_margin": 0.02}
+        res = self.m.one(SHAPE, CFG, 64, meas, True, 90.0)
+        self.assertEqual((res["status"], res["samples"]), ("ok", 3))
+        self.assertEqual(res["detail"], "rel_err=1.00e-03; settled: mean 1.148x the best after 3 samples")
+        self.assertEqual(self.log.count("check"), 1)
+        self.assertEqual((self.m.counts["settled"], self.m.counts["verified"], self.m.counts["split"]), (1, 1, 0))
+
     def test_survivor_beyond_the_split_margin_is_checked_not_split(self):
         # 115 us: in the race (margin 0.2), beyond the split margin (0.1) of 100 us
-        res = self.run_one([1.15] * 4, 100.0)
+        res = self.run_one([1.15] * 5, 100.0)
         self.assertEqual(res["status"], "ok")
         self.assertEqual(self.log.count("check"), 1)
         self.assertEqual(self.graphs, ["layer"])
@@ -336,15 +390,15 @@ class VerifyAfterRace(unittest.TestCase):
         for best, margin in ((0.0, 0.1), (100.0, float("inf"))):
             self.setUp()
             self.m.split_margin = margin
-            # no best known: no racing, so no timed warmup replay
-            res = self.run_one([1.15] * (4 if best else 3) + [0.7] * 3 + [0.45] * 3, best)
+            # no best known: no racing, so no timed racing replays
+            res = self.run_one([1.15] * (5 if best else 3) + [0.7] * 3 + [0.45] * 3, best)
             self.assertEqual(self.graphs, ["layer", "up", "down"], (best, margin))
             self.assertAlmostEqual(res["up_us"], 70.0)
             self.assertAlmostEqual(res["down_us"], 45.0)
 
     def test_wrong_survivor_is_wrong_result_and_not_split(self):
         self.err = 0.5
-        res = self.run_one([1.0] * 4, 100.0)
+        res = self.run_one([1.0] * 5, 100.0)
         self.assertEqual(res["status"], "wrong_result")
         self.assertNotIn("timed_us", res)
         self.assertEqual(self.graphs, ["layer"])

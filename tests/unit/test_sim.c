@@ -391,6 +391,46 @@ static void test_racing(void **unused) {
     wrk_backend_sim.close(&k.st);
 }
 
+/* Settling (wrk_settled): with an RSD target never met, a config in the race whose mean lies
+ * beyond the best by more than the settle margin plus two standard errors stops at
+ * min_samples, OK, and says so; one at the best, settling off or racing off samples to
+ * max_samples. */
+static void test_settling(void **unused) {
+    (void)unused;
+    sim_case_t k;
+    wrk_meas_t out[2], ref[2];
+    uint32_t bs[2] = {256, 4096};
+    sim_case(&k, (krn_config_t){64, 128, 128, 16, 4, 3});
+    k.st = open_sim(NULL);
+    k.m.min_samples = 6;
+    k.m.max_samples = 60;
+    k.m.rsd_target = 1e-9;
+    k.m.budget_ms = 0;
+    assert_int_equal(sim_measure(&k, bs, 2, ref), MT_OK);
+    assert_int_equal(ref[0].samples, 60);
+    double best[2] = {ref[0].mean_us / 1.3, ref[1].mean_us};
+    k.m.best_us = best;
+    k.m.race_margin = 0.5;
+    k.m.settle_margin = WRK_SETTLE_MARGIN;
+    assert_int_equal(sim_measure(&k, bs, 2, out), MT_OK);
+    assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_OK);
+    assert_int_equal(out[0].samples, 6);
+    double ratio = 0;
+    assert_int_equal(sscanf(out[0].detail, "settled: mean %lfx the best after 6 samples", &ratio), 1);
+    assert_true(ratio > 1.25 && ratio < 1.35);
+    assert_int_equal(out[1].status, MOETUNE__STATUS__STATUS_OK);
+    assert_int_equal(out[1].samples, 60);
+    assert_null(strstr(out[1].detail, "settled"));
+    for (int off = 0; off < 2; off++) {
+        if (off) k.m.race_margin = 0;
+        else k.m.settle_margin = 0;
+        assert_int_equal(sim_measure(&k, bs, 2, out), MT_OK);
+        assert_int_equal(out[0].samples, 60);
+        assert_null(strstr(out[0].detail, "settled"));
+    }
+    wrk_backend_sim.close(&k.st);
+}
+
 static void test_time_scale(void **unused) {
     (void)unused;
     sim_case_t k;
@@ -416,7 +456,7 @@ int main(void) {
         cmocka_unit_test(test_find),           cmocka_unit_test(test_device),   cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid),  cmocka_unit_test(test_fault_parse),
         cmocka_unit_test(test_crash_draw),     cmocka_unit_test(test_wrong),    cmocka_unit_test(test_rsd_stop),
-        cmocka_unit_test(test_racing),         cmocka_unit_test(test_slowdown), cmocka_unit_test(test_time_scale),
+        cmocka_unit_test(test_racing),         cmocka_unit_test(test_settling),         cmocka_unit_test(test_slowdown), cmocka_unit_test(test_time_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

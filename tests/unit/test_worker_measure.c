@@ -146,9 +146,11 @@ static void test_zero_measure_gets_planner_defaults(void **state) {
     fake_stop(&f);
 }
 
-/* Sends job id of two configs at batch size 64 with m and rounds; fills samples[2] from its two
- * Results (by config id 1 and 2). */
-static void run_job(fake_t *f, uint64_t id, const Moetune__Measure *m, uint32_t rounds, uint32_t samples[2]) {
+/* Sends job id of two configs at batch size 64 with m, rounds and best (the racing best at 64,
+ * 0 = none); fills samples[2] and medians[2] (NULL: not wanted) from its two Results (by config
+ * id 1 and 2). */
+static void run_job(fake_t *f, uint64_t id, const Moetune__Measure *m, uint32_t rounds, double best,
+                    uint32_t samples[2], double *medians) {
     char err[200];
     krn_shape_t sh;
     assert_int_equal(krn_shape_parse("E=8,N=1024,K=1024,topk=2", &sh, err, sizeof err), MT_OK);
@@ -168,6 +170,7 @@ static void run_job(fake_t *f, uint64_t id, const Moetune__Measure *m, uint32_t 
     Moetune__Job job = MOETUNE__JOB__INIT;
     job.job_id = id, job.lease_token = 11, job.sweep_id = 1, job.shape = &msh, job.n_configs = 2, job.configs = pjc;
     job.n_batch_sizes = 1, job.batch_sizes = &bs, job.measure = (Moetune__Measure *)m, job.rounds = rounds;
+    job.n_best_us = 1, job.best_us = &best;
     send_to(f->sock, f->rid, f->rid_len, MOETUNE__ENVELOPE__BODY_JOB, &job);
     samples[0] = samples[1] = 0;
     for (int k = 0; k < 2; k++) {
@@ -179,6 +182,7 @@ static void run_job(fake_t *f, uint64_t id, const Moetune__Measure *m, uint32_t 
         assert_int_equal(res->measurements[0]->status, MOETUNE__STATUS__STATUS_OK);
         assert_true(res->config_id == 1 || res->config_id == 2);
         samples[res->config_id - 1] = res->measurements[0]->samples;
+        if (medians) medians[res->config_id - 1] = res->measurements[0]->median_us;
         wire_free(&env);
     }
 }
@@ -194,13 +198,13 @@ static void test_rounds(void **state) {
     Moetune__Measure m = MOETUNE__MEASURE__INIT;
     uint32_t one[2], four[2];
     m.min_samples = 3, m.rsd_target = 0.5;
-    run_job(&f, 1, &m, 4, four);
+    run_job(&f, 1, &m, 4, 0, four, NULL);
     assert_int_equal(four[0], 4 * 3);
     assert_int_equal(four[1], 4 * 3);
     /* the budget decides: a deviation target no sample set meets, samples without a cap */
     m.rsd_target = 1e-12, m.max_samples = 1000000, m.budget_ms = 40;
-    run_job(&f, 2, &m, 1, one);
-    run_job(&f, 3, &m, 4, four);
+    run_job(&f, 2, &m, 1, 0, one, NULL);
+    run_job(&f, 3, &m, 4, 0, four, NULL);
     for (int i = 0; i < 2; i++) {
         if (one[i] < 20 || four[i] < one[i] * 3 / 4 || four[i] > one[i] * 5 / 4)
             fail_msg("config %d: %u samples in one round of the budget, %u in four rounds sharing it", i + 1, one[i],
@@ -209,11 +213,38 @@ static void test_rounds(void **state) {
     fake_stop(&f);
 }
 
+/* Settling reaches the backend from the worker's parent for a racing job, and never for a
+ * side-by-side one: against a best well below both configs (and a deviation target no sample
+ * set meets) a plain job stops each at min_samples, the same job in 2 rounds samples both to
+ * max_samples in each round. */
+static void test_settling_not_in_rounds(void **state) {
+    (void)state;
+    fake_t f;
+    fake_start(&f);
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    uint32_t n[2];
+    double med[2];
+    m.min_samples = 4, m.max_samples = 30, m.rsd_target = 1e-12, m.budget_ms = 100000, m.race_margin = -1;
+    run_job(&f, 1, &m, 1, 0, n, med);
+    assert_int_equal(n[0], 30);
+    assert_int_equal(n[1], 30);
+    double best = (med[0] < med[1] ? med[0] : med[1]) / 1.3;
+    m.race_margin = 0.5; /* 1.3x the best stays in the race */
+    run_job(&f, 2, &m, 1, best, n, NULL);
+    assert_int_equal(n[0], 4);
+    assert_int_equal(n[1], 4);
+    run_job(&f, 3, &m, 2, best, n, NULL);
+    assert_int_equal(n[0], 2 * 30);
+    assert_int_equal(n[1], 2 * 30);
+    fake_stop(&f);
+}
+
 int main(void) {
     mt_log_init("test_worker_measure", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zero_measure_gets_planner_defaults),
         cmocka_unit_test(test_rounds),
+        cmocka_unit_test(test_settling_not_in_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -150,8 +150,9 @@ static void test_ok_round_trip(void **unused) {
     assert_true(gone_within(pids[0], 3000)); /* quit: the helper exits with the child */
 }
 
-/* Racing through the child and the helper: the best and the margin reach the helper, and a
- * pruned answer comes back with its measured statistics (the coordinator stores them). */
+/* Racing through the child and the helper: the best and the margins reach the helper, and a
+ * pruned answer comes back with its measured statistics (the coordinator stores them), a settled
+ * one as ok with its samples and detail. */
 static void test_race_round_trip(void **unused) {
     (void)unused;
     wcase_t k;
@@ -169,7 +170,17 @@ static void test_race_round_trip(void **unused) {
     assert_true(k.out[1].median_us == k.cfg.block_m + g_bs[1] / 2.0);
     assert_int_equal(k.out[1].samples, 2);
     assert_string_equal(k.out[1].detail, "pruned: fake");
-    k.m.race_margin = 0; /* off: nothing pruned */
+    /* settling: the margin reaches the helper too; 1.1x the best stays in the race, settled */
+    best[1] = k.cfg.block_m + g_bs[1] / 2.0;
+    best[2] /= 1.1;
+    k.m.settle_margin = WRK_SETTLE_MARGIN;
+    assert_int_equal(measure(c, &k, 3), MT_OK);
+    assert_ok_values(&k.out[0], k.cfg.block_m, g_bs[0]);
+    assert_ok_values(&k.out[1], k.cfg.block_m, g_bs[1]);
+    assert_int_equal(k.out[2].status, MOETUNE__STATUS__STATUS_OK);
+    assert_int_equal(k.out[2].samples, 5);
+    assert_string_equal(k.out[2].detail, "rel_err=1.00e-03; settled: fake");
+    k.m.race_margin = 0; /* off: nothing pruned, nothing settled */
     assert_int_equal(measure(c, &k, 3), MT_OK);
     for (int i = 0; i < 3; i++) assert_ok_values(&k.out[i], k.cfg.block_m, g_bs[i]);
     wrk_child_destroy(&c);
