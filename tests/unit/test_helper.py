@@ -258,6 +258,20 @@ class Settling(unittest.TestCase):
         self.assertEqual((how, st["samples"]), ("settled", 14))
         self.assertGreater(st["mean_us"] - 2 * st["stddev_us"] / st["samples"] ** 0.5, 102.0)
 
+    def test_halves_rule_asks_the_mean_known(self):
+        # of_mean (the up/down halves): stops once the standard error of the mean is under the
+        # target, which a 5 % spread reaches at some sample count the spread itself never does
+        st, how, _ = self.run_graph(self.WIDE, dict(self.M, race_margin=0.0), 0.0)
+        self.assertEqual(st["samples"], 40)
+        r = Racing()
+        meas, g = r.measurer(list(self.WIDE)), Racing.Graph()
+        st, how = meas.time_graph(g, dict(self.M, race_margin=0.0), 60.0, of_mean=True)
+        times = [100.0, 110.0] * 20
+        want = next(n for n in range(5, 41) if mh.stats(times[:n])["stddev_us"] / n ** 0.5 <
+                    0.01 * mh.stats(times[:n])["mean_us"])
+        self.assertEqual((how, st["samples"]), ("", want))
+        self.assertTrue(5 < want < 40)
+
     def test_request_carries_the_margin(self):
         self.assertEqual(mh.parse_measure({"settle_margin": 0.02})["settle_margin"], 0.02)
         self.assertEqual(mh.parse_measure({})["settle_margin"], 0.0)
