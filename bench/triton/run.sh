@@ -11,7 +11,8 @@
 #      "triton helper:" line, written when the helper closes, with the seconds to the helper's
 #      hello and to its first result, and the "triton helper stats:" line: reference checks,
 #      configs pruned unchecked, halves timed and skipped, configs compiled by the measuring
-#      process, seconds in checks, captures and compile waits; worker/HELPER.md).
+#      process, seconds in checks, captures and compile waits; worker/HELPER.md), and where the
+#      sweep's GPU time went per batch size and outcome (rows.py: ok, settled, pruned).
 # Knob: MOETUNE_SPLIT_MARGIN (the helper's; default 0.1, "inf" = the halves of every checked
 # config, as before it existed) is printed first and reaches the helper through tune's worker.
 #   bench/triton/run.sh OUT_DIR        (needs the moetune binaries on MT_BIN_DIR or PATH)
@@ -22,6 +23,8 @@ root=$(cd "$here/../.." && pwd)
 export PYTHONUNBUFFERED=1
 echo "MOETUNE_SPLIT_MARGIN=${MOETUNE_SPLIT_MARGIN:-0.1 (default)}"
 "$root/tests/gpu/e2e_triton.sh" "$out" || exit $?
+echo "== where the sweep's GPU time went (rows.py)"
+python3 "$here/rows.py" "$out/results.json" --top 6 | tee "$out/rows.txt" | head -n 24
 echo "== baseline: the engines' way, same configs"
 start=$(date +%s.%N)
 TRITON_CACHE_DIR="$out/triton-cache-baseline" python3 "$here/engine_style.py" \

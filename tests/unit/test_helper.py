@@ -10,6 +10,8 @@ import sys
 import tempfile
 import textwrap
 import unittest
+from contextlib import redirect_stdout
+from unittest import mock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HELPER = os.path.join(ROOT, "worker", "moetune_helper.py")
@@ -1094,6 +1096,37 @@ class Fp8Math(unittest.TestCase):
             with self.assertRaises(mh.RoutingError) as cm:
                 mh.Routing(path, "", torch)
             self.assertIn(why, str(cm.exception))
+
+
+import rows as bench_rows  # noqa: E402
+
+
+class BenchRows(unittest.TestCase):
+    """bench/triton/rows.py: GPU seconds per batch size and outcome from result rows."""
+
+    def test_sums_by_batch_size_and_outcome(self):
+        def row(bs, status, median, n, detail=""):
+            return {"batch_size": bs, "status": status, "median_us": median, "mean_us": median, "stddev_us": 0.0,
+                    "samples": n, "detail": detail}
+        data = [row(64, "ok", 1000.0, 5), row(64, "ok", 1200.0, 5, "rel_err=1e-3; settled: mean 1.2x"),
+                row(64, "pruned", 3000.0, 2), row(64, "invalid", 0.0, 0), row(8, "ok", 500.0, 10)]
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            f.write("\n".join(json.dumps(r) for r in data) + "\n")
+        try:
+            out = io.StringIO()
+            with mock.patch.object(sys, "argv", ["rows.py", f.name]), redirect_stdout(out):
+                bench_rows.main()
+        finally:
+            os.unlink(f.name)
+        lines = out.getvalue().splitlines()
+        table = {tuple(l.split()[:2]): l.split()[2:] for l in lines[1:5]}
+        # samples x median x 10 layers: 5 x 1000 us x 10 = 50 ms, 5 x 1200 x 10 = 60 ms, ...
+        self.assertEqual(table[("64", "ok")], ["1", "5.0", "0.05"])
+        self.assertEqual(table[("64", "settled")], ["1", "5.0", "0.06"])
+        self.assertEqual(table[("64", "pruned")], ["1", "2.0", "0.06"])
+        self.assertEqual(table[("8", "ok")], ["1", "10.0", "0.05"])
+        self.assertEqual(lines[5], "whole-layer samples: 0.2 GPU seconds")
+        self.assertTrue(lines[6].startswith("M=8     1.000x n= 10"))
 
 
 if __name__ == "__main__":
