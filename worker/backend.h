@@ -69,6 +69,17 @@ static inline int wrk_race_lost(const wrk_measure_t *m, size_t i, double fastest
     return m->race_margin > 0 && m->best_us && m->best_us[i] > 0 && fastest_us > m->best_us[i] * (1.0 + m->race_margin);
 }
 
+/* The stop rule of a config's samples (after min_samples): their relative standard deviation is
+ * under rsd_target, or the standard error of their mean is under half of it. The second is what
+ * the first gives a steady config at 4 or more samples; it ends a config whose samples never get
+ * steady (an H200 at 4096 tokens under its power cap: 3-4 % RSD, where the first alone samples
+ * until the time budget ends) once its mean is known as well. */
+#define WRK_SEM_FRACTION 0.5
+static inline int wrk_precise(const wrk_measure_t *m, double mean_us, double sd_us, uint32_t n) {
+    if (!(mean_us > 0) || n < 2) return 0;
+    return sd_us / mean_us < m->rsd_target || sd_us / sqrt((double)n) / mean_us < WRK_SEM_FRACTION * m->rsd_target;
+}
+
 /* Settling, racing's second check: a config that stayed in the race and has its min_samples
  * stops sampling (status OK, its samples as they are) once its mean lies above the best known
  * median by more than settle_margin plus WRK_SETTLE_Z standard errors of that mean. It can then

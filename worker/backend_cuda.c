@@ -766,7 +766,6 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     /* m is filled (WIRE_MEASURE_DEFAULTS, by the worker's parent): no defaults of our own */
     uint32_t warm = m->warmup, min_s = m->min_samples;
     uint32_t max_s = m->max_samples ? m->max_samples : 1, budget = m->budget_ms;
-    double rsd_target = m->rsd_target;
     if (min_s > max_s) min_s = max_s;
     samples = malloc(sizeof *samples * (max_s > WRK_RACE_SAMPLES ? max_s : WRK_RACE_SAMPLES));
     if (!samples) {
@@ -831,7 +830,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         if (n >= min_s) {
             double mean = sum / n, var = sum2 / n - mean * mean;
             double sd = var > 0 ? sqrt(var * n / (n > 1 ? n - 1 : 1)) : 0;
-            if (sd / mean < rsd_target) break;
+            if (wrk_precise(m, mean, sd, n)) break;
             if (wrk_settled(m, bi, mean, sd, n)) {
                 settled = true;
                 break;

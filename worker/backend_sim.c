@@ -283,7 +283,7 @@ static double draw_sample(double lat_us, double scale, uint64_t stream, uint32_t
     return lat_us * (1.0 + noise) * scale;
 }
 
-/* Draws samples of one (config, batch size) until the RSD is under target, within
+/* Draws samples of one (config, batch size) until the stop rule holds (wrk_precise), within
  * min..max samples and the time budget; fills out; returns the simulated seconds. Racing as
  * the GPU backends race: the first WRK_RACE_SAMPLES replays are timed and decide; a survivor
  * counts them as warm-up replays and is sampled afresh (the same draws as without racing). */
@@ -292,7 +292,6 @@ static double sample_one(double lat_us, double scale, uint64_t stream, const wrk
     /* m is filled (WIRE_MEASURE_DEFAULTS, by the worker's parent): no defaults of our own */
     uint32_t min_n = m->min_samples;
     uint32_t max_n = m->max_samples ? m->max_samples : 1;
-    double target = m->rsd_target;
     if (min_n > SIM_MAX_SAMPLES) min_n = SIM_MAX_SAMPLES;
     if (max_n > SIM_MAX_SAMPLES) max_n = SIM_MAX_SAMPLES;
     if (max_n < min_n) max_n = min_n;
@@ -327,7 +326,7 @@ static double sample_one(double lat_us, double scale, uint64_t stream, const wrk
         if (n < min_n || n < 2) continue;
         double mean = sum / n, var = (sumsq - n * mean * mean) / (n - 1);
         if (var < 0) var = 0;
-        if (sqrt(var) / mean < target) break;
+        if (wrk_precise(m, mean, sqrt(var), n)) break;
         if (wrk_settled(m, bi, mean, sqrt(var), n)) {
             settled = true;
             break;

@@ -24,6 +24,7 @@ FLUSH_BYTES = 256 << 20       # twice and more the H100/H200 L2
 REL_TOL = 0.02                # see Measurer.check
 RACE_SAMPLES = 2              # racing judges the fastest of this many samples (worker/backend.h)
 SETTLE_Z = 2.0                # settling: standard errors to spare (WRK_SETTLE_Z, worker/backend.h)
+SEM_FRACTION = 0.5            # the stop rule's standard-error arm (WRK_SEM_FRACTION, worker/backend.h)
 SPLIT_MARGIN = 0.1            # halves timed within this fraction of the best median (Measurer.split_wanted)
 SPLIT_MARGIN_ENV = "MOETUNE_SPLIT_MARGIN"
 FP8_REL_TOL = 0.03            # see Measurer.check
@@ -780,6 +781,19 @@ def classify(exc):
     return "launch_error", text
 
 
+def precise(m, st, of_mean=False):
+    """The stop rule (worker/backend.h, wrk_precise): the samples' RSD is under rsd_target, or the
+    standard error of their mean under SEM_FRACTION of it. of_mean (the up/down halves): the
+    standard error alone, under rsd_target itself."""
+    n, mean, sd = st["samples"], st["mean_us"], st["stddev_us"]
+    if n < 2 or not mean > 0:
+        return False
+    se = sd / math.sqrt(n) / mean
+    if of_mean:
+        return se < m["rsd_target"]
+    return sd / mean < m["rsd_target"] or se < SEM_FRACTION * m["rsd_target"]
+
+
 def settled(m, best_us, st):
     """Racing's second check (worker/backend.h, wrk_settled): a config with its min_samples whose
     mean lies above best_us by more than the settle margin plus SETTLE_Z standard errors can be
@@ -940,14 +954,14 @@ class Measurer:
         return us
 
     def time_graph(self, g, m, budget_s, min_n=None, max_n=None, best_us=0.0, of_mean=False):
-        """Samples of one graph replay per layer, to the RSD rule: (stats, how), how "" when the
-        rule (or the budget) stopped it. With best_us and a race margin, a graph whose fastest of
+        """Samples of one graph replay per layer, to the stop rule (precise): (stats, how), how ""
+        when the rule (or the budget) stopped it. With best_us and a race margin, a graph whose fastest of
         the first RACE_SAMPLES timed replays is slower than best_us by more than the margin stops
         there: how "pruned". With a settle margin too, a graph that stayed in the race stops once
         it has min_n samples whose mean lies above best_us by more than the settle margin plus
         SETTLE_Z standard errors (worker/backend.h, wrk_settled): how "settled". of_mean: the
-        rule asks the standard error of the mean, not the samples' own deviation, to be under
-        rsd_target (the up/down halves: see _one).
+        rule asks the standard error of the mean alone to be under rsd_target (the up/down
+        halves: see _one).
 
         Racing times the first RACE_SAMPLES replays and judges the fastest of them (the first
         replay of a graph may carry its upload): a config that loses pays those replays alone,
@@ -971,8 +985,7 @@ class Measurer:
             samples.append(self._sample(g, len(samples) + 1))
             if len(samples) >= min_n:
                 st = stats(samples)
-                spread = st["stddev_us"] / math.sqrt(len(samples)) if of_mean else st["stddev_us"]
-                if spread / st["mean_us"] < m["rsd_target"]:
+                if precise(m, st, of_mean):
                     break
                 if settled(m, best_us, st):
                     return st, "settled"

@@ -274,6 +274,25 @@ class Settling(unittest.TestCase):
         self.assertEqual((how, st["samples"]), ("", want))
         self.assertTrue(5 < want < 40)
 
+    def test_stop_rule_ends_an_unsteady_config_once_its_mean_is_known(self):
+        # replays alternate 1.00 and 1.04 ms: RSD about 2 %, never under the 1 % target; the
+        # rule's second arm stops at the first count whose standard error is under 0.5 %, the
+        # same count wrk_precise gives (worker/backend.h)
+        times = [1.0, 1.04] * 30
+        st, how, _ = self.run_graph(times, dict(self.M, race_margin=0.0, max_samples=60), 0.0)
+        us = [t * 100.0 for t in times]
+        want = next(n for n in range(5, 61) if mh.stats(us[:n])["stddev_us"] / n ** 0.5 <
+                    0.005 * mh.stats(us[:n])["mean_us"])
+        self.assertEqual((how, st["samples"]), ("", want))
+        self.assertTrue(5 < want < 60)
+        self.assertGreater(st["stddev_us"] / st["mean_us"], 0.01)
+
+    def test_stop_rule_keeps_a_steady_config_at_min_samples(self):
+        # 0.2 % spread: the RSD arm holds at min_samples, as before the second arm existed
+        st, how, _ = self.run_graph([1.0, 1.002] * 21, dict(self.M, race_margin=0.0), 0.0)
+        self.assertEqual((how, st["samples"]), ("", 5))
+        self.assertFalse(mh.precise(self.M, {"samples": 1, "mean_us": 1.0, "stddev_us": 0.0}))
+
     def test_request_carries_the_margin(self):
         self.assertEqual(mh.parse_measure({"settle_margin": 0.02})["settle_margin"], 0.02)
         self.assertEqual(mh.parse_measure({})["settle_margin"], 0.0)

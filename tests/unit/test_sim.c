@@ -431,6 +431,32 @@ static void test_settling(void **unused) {
     wrk_backend_sim.close(&k.st);
 }
 
+/* The stop rule (wrk_precise): with an RSD target under the sim's noise, a config still stops
+ * before max_samples once the standard error of its mean is under half the target, and not
+ * while the RSD arm alone would hold it. */
+static void test_stop_rule(void **unused) {
+    (void)unused;
+    sim_case_t k;
+    wrk_meas_t out[1];
+    uint32_t bs[1] = {4096};
+    sim_case(&k, (krn_config_t){64, 128, 128, 16, 4, 3});
+    k.st = open_sim(NULL);
+    k.m.min_samples = 6;
+    k.m.max_samples = 200;
+    k.m.budget_ms = 0;
+    k.m.rsd_target = 0.003;
+    assert_int_equal(sim_measure(&k, bs, 1, out), MT_OK);
+    double rsd = out[0].stddev_us / out[0].mean_us, sem = rsd / sqrt((double)out[0].samples);
+    assert_true(rsd > k.m.rsd_target);
+    assert_true(sem < WRK_SEM_FRACTION * k.m.rsd_target);
+    assert_true(out[0].samples > k.m.min_samples && out[0].samples < k.m.max_samples);
+    /* a target above the noise: the RSD arm, at min_samples */
+    k.m.rsd_target = 0.05;
+    assert_int_equal(sim_measure(&k, bs, 1, out), MT_OK);
+    assert_int_equal(out[0].samples, 6);
+    wrk_backend_sim.close(&k.st);
+}
+
 static void test_time_scale(void **unused) {
     (void)unused;
     sim_case_t k;
@@ -456,7 +482,7 @@ int main(void) {
         cmocka_unit_test(test_find),           cmocka_unit_test(test_device),   cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid),  cmocka_unit_test(test_fault_parse),
         cmocka_unit_test(test_crash_draw),     cmocka_unit_test(test_wrong),    cmocka_unit_test(test_rsd_stop),
-        cmocka_unit_test(test_racing),         cmocka_unit_test(test_settling),         cmocka_unit_test(test_slowdown), cmocka_unit_test(test_time_scale),
+        cmocka_unit_test(test_racing),         cmocka_unit_test(test_settling),         cmocka_unit_test(test_stop_rule),         cmocka_unit_test(test_slowdown), cmocka_unit_test(test_time_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
