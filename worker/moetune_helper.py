@@ -23,6 +23,7 @@ LAYERS_PER_GRAPH = 10
 FLUSH_BYTES = 256 << 20       # twice and more the H100/H200 L2
 REL_TOL = 0.02                # see Measurer.check
 RACE_SAMPLES = 2              # racing judges the fastest of this many samples (worker/backend.h)
+RACE_FAR = 2.0                # a first sample beyond the best by this many margins loses alone (WRK_RACE_FAR)
 SETTLE_Z = 2.0                # settling: standard errors to spare (WRK_SETTLE_Z, worker/backend.h)
 SEM_FRACTION = 0.5            # the stop rule's standard-error arm (WRK_SEM_FRACTION, worker/backend.h)
 SPLIT_MARGIN = 0.1            # halves timed within this fraction of the best median (Measurer.split_wanted)
@@ -964,14 +965,18 @@ class Measurer:
         halves: see _one).
 
         Racing times the first RACE_SAMPLES replays and judges the fastest of them (the first
-        replay of a graph may carry its upload): a config that loses pays those replays alone,
+        replay of a graph may carry its upload; a first replay beyond the best by RACE_FAR
+        margins loses alone, as wrk_race_lost_far in C): a config that loses pays those replays alone,
         not the warmup ones too; one that stays in the race counts them as warmup replays and is
         sampled afresh after as many replays as without racing (warmup >= 2), so what is
         measured for a winner does not change."""
         warm = int(m["warmup"])
         race = best_us * (1.0 + m["race_margin"]) if best_us > 0 and m["race_margin"] > 0 else 0.0
         if race:
-            head = [self._sample(g, i) for i in range(RACE_SAMPLES)]
+            head = [self._sample(g, 0)]
+            if head[0] > best_us * (1.0 + RACE_FAR * m["race_margin"]):
+                return stats(head), "pruned"
+            head += [self._sample(g, i) for i in range(1, RACE_SAMPLES)]
             if min(head) > race:
                 return stats(head), "pruned"
             warm = max(0, warm - RACE_SAMPLES)

@@ -4,8 +4,8 @@
  *    config injected to fault reports LAUNCH_ERROR and a lost context, one injected to hang
  *    reports TIMEOUT (or is killed by this parent at its deadline), and a fresh child then
  *    still measures a normal config OK.
- * 2. Racing: a config whose first samples lose against a best far below them is PRUNED after
- *    2 samples and not verified; one racing against a best far above it stays, is verified
+ * 2. Racing: a config whose first sample loses against a best far below it (3x) is PRUNED
+ *    after that 1 sample, one 1.3x a best after 2 samples, neither verified; one racing against a best far above it stays, is verified
  *    (rel_err in its detail) and sampled to the RSD rule like a config measured without a race;
  *    one 1.15x a best, with settling on and a deviation target never met, settles at
  *    min_samples, verified.
@@ -237,6 +237,11 @@ static int racing_tests(void) {
     m.race_margin = 0.2;
     m.best_us = low;
     int rc1 = wrk_backend_cuda.measure(st, &shape, &cfg, bss, 2, &m, lost, &regs, &spills, err, sizeof err);
+    /* 1.3x a best: beyond the margin, not beyond WRK_RACE_FAR margins: both racing samples */
+    double near[2] = {plain[0].median_us / 1.3, plain[1].median_us / 1.3};
+    wrk_meas_t lost2[2];
+    m.best_us = near;
+    int rc4 = wrk_backend_cuda.measure(st, &shape, &cfg, bss, 2, &m, lost2, &regs, &spills, err, sizeof err);
     m.best_us = high;
     int rc2 = wrk_backend_cuda.measure(st, &shape, &cfg, bss, 2, &m, kept, &regs, &spills, err, sizeof err);
     /* settling: 1.15x a best stays in the race (margin 0.2) and, with a deviation target no
@@ -254,8 +259,13 @@ static int racing_tests(void) {
                status_name(lost[b].status), lost[b].samples, lost[b].detail, status_name(kept[b].status),
                kept[b].median_us, kept[b].samples, kept[b].detail);
         if (plain[b].status != WCU_ST_OK || !strstr(plain[b].detail, "rel_err=")) fails++;
-        if (rc1 != MT_OK || lost[b].status != WCU_ST_PRUNED || lost[b].samples != 2 ||
+        printf("racing M=%u: 1.3x the best %s %u samples (%s)\n", bss[b], status_name(lost2[b].status),
+               lost2[b].samples, lost2[b].detail);
+        if (rc1 != MT_OK || lost[b].status != WCU_ST_PRUNED || lost[b].samples != 1 ||
             !strstr(lost[b].detail, "not verified"))
+            fails++;
+        if (rc4 != MT_OK || lost2[b].status != WCU_ST_PRUNED || lost2[b].samples != 2 ||
+            !strstr(lost2[b].detail, "not verified"))
             fails++;
         if (rc2 != MT_OK || kept[b].status != WCU_ST_OK || !strstr(kept[b].detail, "rel_err=") ||
             kept[b].samples < m.min_samples || fabs(kept[b].median_us / plain[b].median_us - 1) > 0.05)

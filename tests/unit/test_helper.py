@@ -171,14 +171,26 @@ class Racing(unittest.TestCase):
          "race_margin": 0.2}
 
     def test_slow_config_stops_after_race_samples(self):
-        # graph of 10 layers: 1.5 ms per replay = 150 us per layer, against a best of 100 us
-        m, g = self.measurer([1.5, 1.6, 1.4, 1.5, 1.5, 1.5]), self.Graph()
+        # graph of 10 layers: 1.3 ms per replay = 130 us per layer, against a best of 100 us:
+        # beyond the margin (120 us), not far beyond (140 us), so both racing replays decide
+        m, g = self.measurer([1.3, 1.35, 1.4, 1.5, 1.5, 1.5]), self.Graph()
         st, how = m.time_graph(g, self.M, 1.0, best_us=100.0)
         self.assertEqual(how, "pruned")
         self.assertEqual(st["samples"], mh.RACE_SAMPLES)
         self.assertEqual(g.replays, mh.RACE_SAMPLES)  # the warmup replay is not paid by a loser
-        self.assertAlmostEqual(st["min_us"], 150.0)
-        self.assertAlmostEqual(m.timed_s, 3.1e-3)
+        self.assertAlmostEqual(st["min_us"], 130.0)
+        self.assertAlmostEqual(m.timed_s, 2.65e-3)
+
+    def test_far_first_replay_prunes_alone(self):
+        # 150 us per layer against a best of 100 us at margin 0.2: beyond 1 + 2 x 0.2, the first
+        # replay decides (wrk_race_lost_far); 139 us is not, and the second replay is taken
+        m, g = self.measurer([1.5, 1.0]), self.Graph()
+        st, how = m.time_graph(g, self.M, 1.0, best_us=100.0)
+        self.assertEqual((how, st["samples"], g.replays, st["min_us"]), ("pruned", 1, 1, 150.0))
+        self.assertAlmostEqual(m.timed_s, 1.5e-3)
+        m, g = self.measurer([1.39, 1.0] + [1.0] * 7), self.Graph()
+        st, how = m.time_graph(g, self.M, 1.0, best_us=100.0)
+        self.assertEqual((how, st["samples"]), ("", 5))
 
     def test_one_reports_the_timed_gpu_time(self):
         m = self.measurer([])
@@ -207,14 +219,14 @@ class Racing(unittest.TestCase):
     def test_racing_times_the_warmup_replays(self):
         # warmup 5 with racing: the first two replays are timed and judged; a loser stops after
         # those 2 replays (7 without racing), with both samples
-        m, g = self.measurer([1.5, 1.6]), self.Graph()
+        m, g = self.measurer([1.3, 1.35]), self.Graph()
         st, how = m.time_graph(g, dict(self.M, warmup=5), 1.0, best_us=100.0)
         self.assertEqual(how, "pruned")
         self.assertEqual(g.replays, 2)
-        self.assertEqual((st["samples"], st["min_us"]), (mh.RACE_SAMPLES, 150.0))
+        self.assertEqual((st["samples"], st["min_us"]), (mh.RACE_SAMPLES, 130.0))
         # a survivor: the timed replays (here a slow first one) stay out of its statistics, and
         # it gets as many replays before its samples as without racing
-        m, g = self.measurer([1.9, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]), self.Graph()
+        m, g = self.measurer([1.35, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]), self.Graph()
         st, how = m.time_graph(g, dict(self.M, warmup=5), 1.0, best_us=100.0)
         self.assertEqual(how, "")
         self.assertEqual((st["samples"], st["median_us"], st["mean_us"]), (5, 100.0, 100.0))
@@ -222,7 +234,7 @@ class Racing(unittest.TestCase):
         m2, g2 = self.measurer([1.0] * 5), self.Graph()
         st2, _ = m2.time_graph(g2, dict(self.M, warmup=5, race_margin=0.0), 1.0, best_us=100.0)
         self.assertEqual((g2.replays, st2), (g.replays, st))
-        self.assertAlmostEqual(m.timed_s, (1.9 + 1.0 + 5.0) * 1e-3)
+        self.assertAlmostEqual(m.timed_s, (1.35 + 1.0 + 5.0) * 1e-3)
 
 
 class Settling(unittest.TestCase):
@@ -372,13 +384,13 @@ class VerifyAfterRace(unittest.TestCase):
         return self.m.one(SHAPE, CFG, 64, meas, split, best_us)
 
     def test_pruned_config_is_not_checked_nor_split(self):
-        res = self.run_one([1.5, 1.6], 100.0)
+        res = self.run_one([1.3, 1.35], 100.0)
         self.assertEqual(res["status"], "pruned")
         self.assertNotIn("check", self.log)
         self.assertEqual(self.graphs, ["layer"])
         self.assertEqual((res["up_us"], res["down_us"], res["samples"]), (0.0, 0.0, 2))
         self.assertIn("not verified", res["detail"])
-        self.assertAlmostEqual(res["timed_us"], 3100.0)
+        self.assertAlmostEqual(res["timed_us"], 2650.0)
         c = self.m.counts
         self.assertEqual((c["pruned"], c["verified"], c["split"], c["split_skipped"]), (1, 0, 0, 0))
 

@@ -353,7 +353,8 @@ static void test_rsd_stop(void **unused) {
 }
 
 /* Racing: a config slower than the best by more than the margin stops after
- * WRK_RACE_SAMPLES samples as PRUNED with what it measured; one within the margin, an
+ * WRK_RACE_SAMPLES samples as PRUNED with what it measured (after 1 when that one is beyond
+ * the best by WRK_RACE_FAR margins); one within the margin, an
  * unknown best (0) or racing off (margin 0) is sampled to the RSD rule. */
 static void test_racing(void **unused) {
     (void)unused;
@@ -365,7 +366,7 @@ static void test_racing(void **unused) {
     k.m.min_samples = 7;
     k.m.rsd_target = 10.0;
     assert_int_equal(sim_measure(&k, bs, 3, ref), MT_OK);
-    double best[3] = {ref[0].median_us / 2, ref[1].median_us * 2, 0};
+    double best[3] = {ref[0].median_us / 1.3, ref[1].median_us * 2, 0};
     k.m.best_us = best;
     k.m.race_margin = 0.2;
     assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
@@ -373,6 +374,12 @@ static void test_racing(void **unused) {
     assert_int_equal(out[0].samples, WRK_RACE_SAMPLES);
     assert_true(out[0].median_us > best[0] * 1.2);
     assert_non_null(strstr(out[0].detail, "pruned"));
+    /* far beyond the best (2x, more than 1 + WRK_RACE_FAR x 0.2): the first sample decides alone */
+    best[0] = ref[0].median_us / 2;
+    assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
+    assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_PRUNED);
+    assert_int_equal(out[0].samples, 1);
+    assert_true(out[0].median_us > best[0] * 1.4);
     for (int i = 1; i < 3; i++) {
         assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_OK);
         assert_int_equal(out[i].samples, 7);
