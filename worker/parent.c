@@ -236,13 +236,9 @@ static int emit_result(wrk_parent_t *p, pjob_t *j, size_t ci, const wrk_meas_t *
         ms[i].batch_size = j->job->batch_sizes[i];
         ms[i].status = (Moetune__Status)meas[i].status;
         if (meas[i].status == MOETUNE__STATUS__STATUS_OK || meas[i].status == MOETUNE__STATUS__STATUS_PRUNED) {
-            ms[i].median_us = meas[i].median_us;
-            ms[i].min_us = meas[i].min_us;
-            ms[i].mean_us = meas[i].mean_us;
-            ms[i].stddev_us = meas[i].stddev_us;
-            ms[i].samples = meas[i].samples;
-            ms[i].up_us = meas[i].up_us;
-            ms[i].down_us = meas[i].down_us;
+#define X(f) ms[i].f = meas[i].f;
+            WIRE_MEASUREMENT_STATS(X)
+#undef X
         }
         ms[i].timed_us = meas[i].timed_us;
         ms[i].detail = (char *)meas[i].detail;
