@@ -100,18 +100,15 @@ static void send_hello(wrk_parent_t *p) {
     wire_env_t env;
     Moetune__Hello h = MOETUNE__HELLO__INIT;
     Moetune__Gpu g = MOETUNE__GPU__INIT;
-    g.name = (char *)d->name;
-    g.uuid = (char *)d->uuid;
-    g.cc_major = d->cc_major;
-    g.cc_minor = d->cc_minor;
-    g.sm_count = d->sm_count;
-    g.memory_bytes = d->memory_bytes;
-    g.driver_version = (char *)d->driver_version;
-    g.cuda_version = (char *)d->cuda_version;
-    g.clock_khz = d->clock_khz;
-    g.mem_clock_khz = d->mem_clock_khz;
-    g.smem_per_block = d->smem_per_block;
-    g.regs_per_block = d->regs_per_block;
+#define AS_TEXT (char *)
+#define AS_U32
+#define AS_U64
+#define X(f, kind) g.f = AS_##kind d->f;
+    WRK_DEVICE_GPU_FIELDS(X)
+#undef X
+#undef AS_TEXT
+#undef AS_U32
+#undef AS_U64
     h.worker_id = p->id;
     h.host = p->host;
     h.pid = (uint32_t)getpid();
