@@ -94,13 +94,15 @@ void cli_client_set_timeout(cli_client_t *c, int timeout_ms) {
     if (c && timeout_ms > 0) c->timeout_ms = timeout_ms;
 }
 
-mt_status_t cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply, int *error_code,
-                            char *err, size_t errlen) {
+mt_status_t cli_client_call(cli_client_t *c, ProtobufCMessage *body, wire_body_t expect, wire_env_t **reply,
+                            int *error_code, char *err, size_t errlen) {
     *reply = NULL;
     if (error_code) *error_code = 0;
     if (!c->sock && open_socket(c, err, errlen) != MT_OK) return MT_ERR;
+    wire_env_t req;
+    wire_env_wrap(&req, body);
     char why[256];
-    int rc = wire_send(c->sock, NULL, 0, req, ZMQ_DONTWAIT, why, sizeof why);
+    int rc = wire_send(c->sock, NULL, 0, &req, ZMQ_DONTWAIT, why, sizeof why);
     if (rc == MT_AGAIN) {
         no_answer(c, err, errlen);
         return MT_AGAIN;
@@ -170,29 +172,20 @@ void cli_client_destroy(cli_client_t **cp) {
 }
 
 mt_status_t cli_client_status(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
-    wire_env_t req;
-    Moetune__StatusRequest sr;
-    moetune__status_request__init(&sr);
+    Moetune__StatusRequest sr = MOETUNE__STATUS_REQUEST__INIT;
     sr.sweep_id = sweep;
-    wire_env_wrap(&req, &sr.base);
-    return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_STATUS_REPLY, reply, NULL, err, errlen);
+    return cli_client_call(c, &sr.base, MOETUNE__ENVELOPE__BODY_STATUS_REPLY, reply, NULL, err, errlen);
 }
 
 mt_status_t cli_client_submit(cli_client_t *c, const Moetune__SweepSpec *spec, wire_env_t **reply, int *error_code,
                               char *err, size_t errlen) {
-    wire_env_t req;
-    Moetune__Submit sub;
-    moetune__submit__init(&sub);
+    Moetune__Submit sub = MOETUNE__SUBMIT__INIT;
     sub.spec = (Moetune__SweepSpec *)spec;
-    wire_env_wrap(&req, &sub.base);
-    return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_SUBMITTED, reply, error_code, err, errlen);
+    return cli_client_call(c, &sub.base, MOETUNE__ENVELOPE__BODY_SUBMITTED, reply, error_code, err, errlen);
 }
 
 mt_status_t cli_client_cancel(cli_client_t *c, uint64_t sweep, wire_env_t **reply, char *err, size_t errlen) {
-    wire_env_t req;
-    Moetune__Cancel cn;
-    moetune__cancel__init(&cn);
+    Moetune__Cancel cn = MOETUNE__CANCEL__INIT;
     cn.sweep_id = sweep;
-    wire_env_wrap(&req, &cn.base);
-    return cli_client_call(c, &req, MOETUNE__ENVELOPE__BODY_CANCELLED, reply, NULL, err, errlen);
+    return cli_client_call(c, &cn.base, MOETUNE__ENVELOPE__BODY_CANCELLED, reply, NULL, err, errlen);
 }

@@ -20,13 +20,14 @@ typedef struct cli_client cli_client_t;
  * with cli_client_destroy), MT_ERR with zmq's text in err. */
 mt_status_t cli_client_new(const char *endpoint, int timeout_ms, cli_client_t **out, char *err, size_t errlen);
 
-/* Sends req and waits up to the timeout for the reply whose body is expect. Returns
+/* Sends body (a request message, wrapped in an Envelope here) and waits up to the timeout
+ * for the reply whose body is expect. Returns
  * MT_OK with *reply owned by the caller (wire_free); MT_AGAIN "no coordinator
  * answering at EP" on timeout (the socket is then replaced, so a late reply cannot be
  * taken for the next one); MT_ERR with the coordinator's Error text (code in
  * *error_code when not NULL) or a protocol problem in err. */
-mt_status_t cli_client_call(cli_client_t *c, wire_env_t *req, wire_body_t expect, wire_env_t **reply, int *error_code,
-                            char *err, size_t errlen);
+mt_status_t cli_client_call(cli_client_t *c, ProtobufCMessage *body, wire_body_t expect, wire_env_t **reply,
+                            int *error_code, char *err, size_t errlen);
 
 /* Asks for the status of one sweep (0 = all); *reply is a StatusReply envelope the caller
  * frees with wire_free(). Errors as cli_client_call. */

@@ -331,28 +331,31 @@ static mt_status_t set_u32(cli_spec_t *s, const void *arg, const char *opt, cons
     return MT_OK;
 }
 
-static mt_status_t set_rsd(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
-    double v;
-    if (mt_parse_double(val, &v) != MT_OK || !(v > 0.0 && v < 1.0)) {
-        mt_fmt(err, errlen, "--%s %s: not a fraction between 0 and 1 (0.01 = 1%%)", opt, val);
-        return MT_INVAL;
-    }
-    s->measure.rsd_target = v;
-    s->measure_set = true;
-    return MT_OK;
-}
+/* The fractions of the Measure: arg = index. rsd_target lies above 0 and below 1; a margin
+ * from 0 to below max, where 0 turns its step off, stored as -1, since 0 in the spec means
+ * "the default". */
+typedef struct {
+    size_t off;
+    double max;
+    bool zero_off;
+} frac_field_t;
+static const frac_field_t k_frac_fields[] = {
+    {offsetof(cli_spec_t, measure.rsd_target), 1.0, false},
+    {offsetof(cli_spec_t, measure.race_margin), 10.0, true},
+    {offsetof(cli_spec_t, measure.decide_margin), 1.0, true},
+};
 
-/* --race-margin (arg 0) and --decide-margin (arg 1): 0 turns the step off, stored as -1,
- * since 0 in the spec means "the default". */
-static mt_status_t set_margin(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
-                              size_t errlen) {
-    bool race = (intptr_t)arg == 0;
-    double v, max = race ? 10.0 : 1.0;
-    if (mt_parse_double(val, &v) != MT_OK || !(v >= 0.0 && v < max)) {
-        mt_fmt(err, errlen, "--%s %s: not a fraction from 0 (off) to below %g (0.2 = 20%%)", opt, val, max);
-        return MT_INVAL;
-    }
-    *(race ? &s->measure.race_margin : &s->measure.decide_margin) = v > 0 ? v : -1.0;
+static mt_status_t set_fraction(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                                size_t errlen) {
+    const frac_field_t *f = &k_frac_fields[(intptr_t)arg];
+    double v;
+    bool ok = mt_parse_double(val, &v) == MT_OK && v < f->max && (f->zero_off ? v >= 0.0 : v > 0.0);
+    if (!ok && f->zero_off)
+        mt_fmt(err, errlen, "--%s %s: not a fraction from 0 (off) to below %g (0.2 = 20%%)", opt, val, f->max);
+    else if (!ok)
+        mt_fmt(err, errlen, "--%s %s: not a fraction between 0 and 1 (0.01 = 1%%)", opt, val);
+    if (!ok) return MT_INVAL;
+    *(double *)((char *)s + f->off) = v > 0 ? v : -1.0;
     s->measure_set = true;
     return MT_OK;
 }
@@ -432,18 +435,18 @@ static const opt_def_t k_opts[] = {
     {{"max-samples", "N", "most timed samples (default 100)"}, set_u32, 4},
     {{"budget-ms", "MS", "time budget per config and batch size (default 1000)"}, set_u32, 5},
     {{"config-timeout-ms", "MS", "time limit per config, all batch sizes (default 60000)"}, set_u32, 6},
-    {{"rsd-target", "X", "stop sampling under this relative deviation (default 0.01)"}, set_rsd, 0},
+    {{"rsd-target", "X", "stop sampling under this relative deviation (default 0.01)"}, set_fraction, 0},
     {{"seed", "N", "input and routing seed (default 1)"}, set_seed, 0},
     {{"race-margin", "X",
       "racing: stop a config whose first samples are this fraction slower than the best so far (default 0.2; 0 = off)"},
-     set_margin,
-     0},
+     set_fraction,
+     1},
     {{"decide-margin", "X",
       "racing's last step: per shape and batch size, the configs within this fraction of the best (at most 4) are "
       "re-measured side by side (one job per batch size, 5 rounds), racing off, and those measurements pick "
       "(default 0.02; 0 = off)"},
-     set_margin,
-     1},
+     set_fraction,
+     2},
     {{"spec", "FILE.json", "read the spec from a JSON file (flags after it override)"}, set_specfile, 0},
 };
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])

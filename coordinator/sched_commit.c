@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "convert.h"
 #include "mt.h"
 #include "race.h"
 #include "sched_int.h"
@@ -169,14 +170,10 @@ mt_status_t sched_batch_write(store_t *db, void *arg) {
             int outcome = STORE_ROW_KEPT;
             row.batch_size = m->batch_size;
             row.status = m->status;
-            row.median_us = m->median_us;
-            row.min_us = m->min_us;
-            row.mean_us = m->mean_us;
-            row.stddev_us = m->stddev_us;
-            row.samples = m->samples;
+#define X(f) row.f = m->f;
+            WIRE_MEASUREMENT_STATS(X)
+#undef X
             row.detail = m->detail;
-            row.up_us = m->up_us;
-            row.down_us = m->down_us;
             row.timed_us = m->timed_us;
             rc = store_result_put(db, &row, &outcome);
             if (!rc && outcome != STORE_ROW_KEPT) {

@@ -39,6 +39,11 @@ void wire_config_to_msg(const krn_config_t *c, Moetune__Config *m);
     X(timeout_ms, 60000)                                                                                               \
     X(seed, 1)
 
+/* The statistics of a measurement's samples: X(field), by the name Moetune__Measurement, the
+ * worker's wrk_meas_t and the store's store_result_t all give it, so that one is copied into
+ * another field by field. */
+#define WIRE_MEASUREMENT_STATS(X) X(median_us) X(min_us) X(mean_us) X(stddev_us) X(samples) X(up_us) X(down_us)
+
 /* Copies m (NULL: an empty Measure) into out with every field of WIRE_MEASURE_DEFAULTS that
  * is 0 set to its default; the other fields (race_margin, ...) are copied as they are. */
 void wire_measure_fill(const Moetune__Measure *m, Moetune__Measure *out);

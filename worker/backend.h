@@ -31,6 +31,22 @@ typedef struct {
     uint32_t helper_mem_mb;   /* --helper-mem-mb N: triton: helper resident memory limit; 0 = 65536 */
 } wrk_backend_opts_t;
 
+/* The fields of wrk_device_t that Hello's Gpu carries under the same names (and the triton
+ * helper's hello under the same keys): X(field, kind), kind TEXT (a char array), U32 or U64. */
+#define WRK_DEVICE_GPU_FIELDS(X)                                                                                       \
+    X(name, TEXT)                                                                                                      \
+    X(uuid, TEXT)                                                                                                      \
+    X(cc_major, U32)                                                                                                   \
+    X(cc_minor, U32)                                                                                                   \
+    X(sm_count, U32)                                                                                                   \
+    X(memory_bytes, U64)                                                                                               \
+    X(driver_version, TEXT)                                                                                            \
+    X(cuda_version, TEXT)                                                                                              \
+    X(clock_khz, U32)                                                                                                  \
+    X(mem_clock_khz, U32)                                                                                              \
+    X(smem_per_block, U32)                                                                                             \
+    X(regs_per_block, U32)
+
 /* What a backend reports about its device; goes into Hello. */
 typedef struct {
     char name[128]; /* "NVIDIA H200" */

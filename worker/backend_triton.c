@@ -360,18 +360,15 @@ static const struct {
     const char *key;
     size_t off, len; /* len 0: a uint32_t, 1: the uint64_t memory_bytes, else a char array */
 } g_dev_fields[] = {
-    {"name", offsetof(wrk_device_t, name), sizeof(((wrk_device_t *)0)->name)},
-    {"uuid", offsetof(wrk_device_t, uuid), sizeof(((wrk_device_t *)0)->uuid)},
-    {"cc_major", offsetof(wrk_device_t, cc_major), 0},
-    {"cc_minor", offsetof(wrk_device_t, cc_minor), 0},
-    {"sm_count", offsetof(wrk_device_t, sm_count), 0},
-    {"memory_bytes", offsetof(wrk_device_t, memory_bytes), 1},
-    {"driver_version", offsetof(wrk_device_t, driver_version), sizeof(((wrk_device_t *)0)->driver_version)},
-    {"cuda_version", offsetof(wrk_device_t, cuda_version), sizeof(((wrk_device_t *)0)->cuda_version)},
-    {"clock_khz", offsetof(wrk_device_t, clock_khz), 0},
-    {"mem_clock_khz", offsetof(wrk_device_t, mem_clock_khz), 0},
-    {"smem_per_block", offsetof(wrk_device_t, smem_per_block), 0},
-    {"regs_per_block", offsetof(wrk_device_t, regs_per_block), 0},
+#define LEN_TEXT(f) sizeof(((wrk_device_t *)0)->f)
+#define LEN_U32(f) 0
+#define LEN_U64(f) 1
+#define X(f, kind) {#f, offsetof(wrk_device_t, f), LEN_##kind(f)},
+    WRK_DEVICE_GPU_FIELDS(X)
+#undef X
+#undef LEN_TEXT
+#undef LEN_U32
+#undef LEN_U64
 };
 
 /* Fills dev from a hello line; the missing or mistyped field's name in bad. */

@@ -100,18 +100,15 @@ static void send_hello(wrk_parent_t *p) {
     wire_env_t env;
     Moetune__Hello h = MOETUNE__HELLO__INIT;
     Moetune__Gpu g = MOETUNE__GPU__INIT;
-    g.name = (char *)d->name;
-    g.uuid = (char *)d->uuid;
-    g.cc_major = d->cc_major;
-    g.cc_minor = d->cc_minor;
-    g.sm_count = d->sm_count;
-    g.memory_bytes = d->memory_bytes;
-    g.driver_version = (char *)d->driver_version;
-    g.cuda_version = (char *)d->cuda_version;
-    g.clock_khz = d->clock_khz;
-    g.mem_clock_khz = d->mem_clock_khz;
-    g.smem_per_block = d->smem_per_block;
-    g.regs_per_block = d->regs_per_block;
+#define AS_TEXT (char *)
+#define AS_U32
+#define AS_U64
+#define X(f, kind) g.f = AS_##kind d->f;
+    WRK_DEVICE_GPU_FIELDS(X)
+#undef X
+#undef AS_TEXT
+#undef AS_U32
+#undef AS_U64
     h.worker_id = p->id;
     h.host = p->host;
     h.pid = (uint32_t)getpid();
@@ -236,13 +233,9 @@ static int emit_result(wrk_parent_t *p, pjob_t *j, size_t ci, const wrk_meas_t *
         ms[i].batch_size = j->job->batch_sizes[i];
         ms[i].status = (Moetune__Status)meas[i].status;
         if (meas[i].status == MOETUNE__STATUS__STATUS_OK || meas[i].status == MOETUNE__STATUS__STATUS_PRUNED) {
-            ms[i].median_us = meas[i].median_us;
-            ms[i].min_us = meas[i].min_us;
-            ms[i].mean_us = meas[i].mean_us;
-            ms[i].stddev_us = meas[i].stddev_us;
-            ms[i].samples = meas[i].samples;
-            ms[i].up_us = meas[i].up_us;
-            ms[i].down_us = meas[i].down_us;
+#define X(f) ms[i].f = meas[i].f;
+            WIRE_MEASUREMENT_STATS(X)
+#undef X
         }
         ms[i].timed_us = meas[i].timed_us;
         ms[i].detail = (char *)meas[i].detail;

@@ -15,24 +15,15 @@
 . "$(dirname "$0")/e2e_lib.sh"
 out=${1:?usage: tests/gpu/e2e_fp8.sh OUT_DIR [PYTHON]}
 py=${2:-python3}
-need_gpu
-need_python "$py" 'import torch, triton; torch.float8_e4m3fn' "torch/triton with fp8"
-mkdir -p "$out"
+need_triton "$out" "$py" 'import torch, triton; torch.float8_e4m3fn' "torch/triton with fp8"
 SPACE=(--block-m 16,32,64,128 --block-n 64,128,256 --block-k 64,128 --group-m 1,32 --num-warps 4 --num-stages 3)
-export TRITON_CACHE_DIR="$out/triton-cache"
-rm -rf "$TRITON_CACHE_DIR"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
 echo "== tune --backend triton --kernel moetune: deepseek-v3 TP8 fp8 128x128 blocks, 48 configs, 18 batch sizes"
-start=$(date +%s.%N)
-"$bin/moetune" tune --backend triton --kernel moetune --engine sglang,vllm --python "$py" --model deepseek-v3 --tp 8 \
+tune_timed "$out" --backend triton --kernel moetune --engine sglang,vllm --python "$py" --model deepseek-v3 --tp 8 \
   "${SPACE[@]}" --warmup 2 --min-samples 5 --max-samples 30 --budget-ms 500 --config-timeout-ms 300000 \
-  --db "$out/tune.db" --out "$out/configs" >"$out/tune.out" 2>"$out/tune.err"
-rc=$?
-end=$(date +%s.%N)
-echo "tune exit $rc after $(python3 -c "print(round($end - $start, 1))") s" | tee "$out/tune.time"
-tail -n 5 "$out/tune.err"
-[ $rc = 0 ] || fail "tune exited $rc"
+  --db "$out/tune.db" --out "$out/configs"
+tune_check "$out"
 sg=$(ls "$out"/configs/configs/triton_*/"E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128, 128].json" 2>/dev/null | head -n1)
 [ -n "$sg" ] || { find "$out/configs" -name '*.json'; fail "no SGLang fp8 file named ...block_shape=[128, 128].json"; }
 vl="$out/configs/E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"

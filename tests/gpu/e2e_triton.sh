@@ -10,27 +10,18 @@
 . "$(dirname "$0")/e2e_lib.sh"
 out=${1:?usage: tests/gpu/e2e_triton.sh OUT_DIR [PYTHON]}
 py=${2:-python3}
-need_gpu
-need_python "$py" 'import torch, triton' "torch/triton"
-mkdir -p "$out"
+need_triton "$out" "$py" 'import torch, triton' "torch/triton"
 SPACE=(--block-m 16,32,64,128 --block-n 64,128,256 --block-k 64,128 --group-m 1,16 --num-warps 4,8 --num-stages 3,4)
 BS=1,8,64,256,1024,4096
-export TRITON_CACHE_DIR="$out/triton-cache"   # empty: every config is compiled in this run
-rm -rf "$TRITON_CACHE_DIR"
 
 echo "== tune --backend triton --kernel moetune: qwen3-30b-a3b TP1, 192 configs, batch sizes $BS"
-start=$(date +%s.%N)
-"$bin/moetune" tune --backend triton --kernel moetune --python "$py" --model qwen3-30b-a3b --tp 1 \
+tune_timed "$out" --backend triton --kernel moetune --python "$py" --model qwen3-30b-a3b --tp 1 \
   --batch-sizes $BS "${SPACE[@]}" --warmup 2 --min-samples 5 --db "$out/tune.db" --out "$out/configs" \
-  ${MT_TUNE_ARGS:-} --keep-temp >"$out/tune.out" 2>"$out/tune.err"
-rc=$?
-end=$(date +%s.%N)
+  ${MT_TUNE_ARGS:-} --keep-temp
 run=$(sed -n 's/.*logs of the coordinator and workers are in //p' "$out/tune.err" | tail -n1)
 [ -n "$run" ] && cp "$run"/worker-0.log "$out/worker.log" 2>/dev/null
 grep -h "triton helper" "$out/worker.log" 2>/dev/null | tail -n 4
-echo "tune exit $rc after $(python3 -c "print(round($end - $start, 1))") s" | tee "$out/tune.time"
-tail -n 5 "$out/tune.err"
-[ $rc = 0 ] || fail "tune exited $rc"
+tune_check "$out"
 f=$(ls "$out"/configs/configs/triton_*/E=128,N=768,device_name=*.json 2>/dev/null | grep -v _down | head -n1)
 [ -n "$f" ] || { find "$out/configs"; fail "no SGLang file under configs/triton_*/"; }
 d=${f%.json}_down.json
