@@ -435,7 +435,7 @@ static const opt_def_t k_opts[] = {
     {{"max-samples", "N", "most timed samples (default 100)"}, set_u32, 4},
     {{"budget-ms", "MS", "time budget per config and batch size (default 1000)"}, set_u32, 5},
     {{"config-timeout-ms", "MS", "time limit per config, all batch sizes (default 60000)"}, set_u32, 6},
-    {{"rsd-target", "X", "stop sampling under this relative deviation (default 0.01)"}, set_fraction, 0},
+    {{"rsd-target", "X", "stop sampling under this relative deviation, or a mean known to half of it (default 0.01)"}, set_fraction, 0},
     {{"seed", "N", "input and routing seed (default 1)"}, set_seed, 0},
     {{"race-margin", "X",
       "racing: stop a config whose first samples are this fraction slower than the best so far (default 0.2; 0 = off)"},
