@@ -24,7 +24,8 @@ export PYTHONUNBUFFERED=1
 echo "MOETUNE_SPLIT_MARGIN=${MOETUNE_SPLIT_MARGIN:-0.1 (default)}"
 "$root/tests/gpu/e2e_triton.sh" "$out" || exit $?
 echo "== where the sweep's GPU time went (rows.py)"
-python3 "$here/rows.py" "$out/results.json" --top 6 | tee "$out/rows.txt" | head -n 24
+python3 "$here/rows.py" "$out/results.json" --top 6 >"$out/rows.txt"
+head -n 24 "$out/rows.txt"
 echo "== baseline: the engines' way, same configs"
 start=$(date +%s.%N)
 TRITON_CACHE_DIR="$out/triton-cache-baseline" python3 "$here/engine_style.py" \
