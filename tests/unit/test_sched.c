@@ -90,8 +90,7 @@ static void test_tokens_and_completion(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     fx_submit(f, 2, 2, NULL);
-    fx_lease_t a;
-    fx_lease(f, &a, "A", "gpu", 0);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     assert_int_equal(result(f, a.w, a.job, a.tok + 1, 1, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
     assert_int_equal(result(f, a.w, a.job + 100, a.tok, 2, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
     assert_int_equal(result(f, a.w, a.job, a.tok, 3, 9999, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
@@ -170,8 +169,7 @@ static void test_lease_expiry_and_bye(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 200);
     fx_submit(f, 2, 1, NULL);
-    fx_lease_t a;
-    fx_lease(f, &a, "A", "gpu", 0);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     sched_on_heard(f->s, a.w, 150); /* extends the lease to 350 */
     lapses(f, a.job, 300, 351);
     /* Bye gives jobs back without an attempt */
@@ -189,8 +187,7 @@ static void test_crash_retry_and_quarantine(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     fx_submit(f, 2, 2, NULL);
-    fx_lease_t a;
-    fx_lease(f, &a, "A", "gpu", 0);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
     assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
     assert_int_equal(sched_pending(f->s), 0);
@@ -226,8 +223,7 @@ static void test_avoid_worker_alone(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     fx_submit(f, 1, 1, NULL);
-    fx_lease_t a;
-    fx_lease(f, &a, "A", "gpu", 0);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
     assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
     sched_on_ready(f->s, a.w, 1, 1);
@@ -288,8 +284,7 @@ static void test_racing_bests(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     fx_submit(f, 4, 1, NULL);
-    fx_lease_t a;
-    fx_lease(f, &a, "A", "NVIDIA H200", 0);
+    fx_lease_t a = fx_lease(f, "A", "NVIDIA H200", 0);
     const Moetune__Job *j = a.j;
     assert_true(j->measure->race_margin > 0.19 && j->measure->race_margin < 0.21); /* the default */
     assert_int_equal(j->n_best_us, 2);
@@ -339,8 +334,7 @@ static void test_restart_holder_gone(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 500);
     fx_submit(f, 1, 1, NULL);
-    fx_lease_t a;
-    fx_lease(f, &a, "A", "gpu", 0);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     assert_int_equal(sched_flush(f->s, 0), MT_OK);
     sched_destroy(&f->s);
     fx_clear(f);
@@ -458,8 +452,7 @@ static void test_lease_discipline(void **state) {
     fx_t *f = *state;
     fx_start(f, 100000, 1000);
     fx_submit(f, 2, 2, NULL);
-    fx_lease_t a;
-    fx_lease(f, &a, "A", "gpu", 0);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
     assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 10), MT_OK);
     assert_int_equal(sched_flush(f->s, 10), MT_OK);
@@ -792,8 +785,7 @@ static void test_invalid_results_requeue(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     fx_submit(f, 1, 1, NULL);
-    fx_lease_t a;
-    fx_lease(f, &a, "A", "gpu", 0);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     uint32_t attempts = 0;
     /* 1: the wire rejected a Result naming this lease (e.g. an infinite latency) */
     wire_reject_t rej = {.code = WIRE_E_INVALID, .job_id = a.job, .lease_token = a.tok, .seq = 1};
@@ -848,8 +840,7 @@ static void test_crash_allocation_failures(void **state) {
         x.spec.chunk = 1;
         fx_submit_spec(f, &x, &sub);
         assert_int_equal(sub.jobs, 16);
-        fx_lease_t a;
-        fx_lease(f, &a, "A", "gpu", 0);
+        fx_lease_t a = fx_lease(f, "A", "gpu", 0);
         sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
         mt_alloc_fail_at(n);
         result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1);
@@ -983,9 +974,9 @@ static void first_results(fx_t *f, const fx_lease_t *l, int n, uint64_t now) {
 static void split_setup(fx_t *f, fx_lease_t *a, fx_lease_t *b) {
     fx_start(f, 1000, 30000);
     submit_8(f);
-    fx_lease(f, a, "A", "gpu", 1);
+    *a = fx_lease(f, "A", "gpu", 1);
     assert_int_equal(a->j->n_configs, 8);
-    fx_lease(f, b, "B", "gpu", 2);
+    *b = fx_lease(f, "B", "gpu", 2);
 }
 
 /* A listed sweep's job (tune --configs) measures its configs side by side on one GPU: a
@@ -1162,8 +1153,7 @@ static void test_split_bounds(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     submit_8(f);
-    fx_lease_t a;
-    fx_lease(f, &a, "A", "NVIDIA H100", 1);
+    fx_lease_t a = fx_lease(f, "A", "NVIDIA H100", 1);
     sched_worker_t *other = fx_hello(f, "O", "NVIDIA H200", 1);
     sched_on_ready(f->s, other, 1, 1); /* the sweep is bound to the H100 */
     assert_int_equal(fx_count(f, "O", MOETUNE__ENVELOPE__BODY_JOB), 0);
@@ -1239,8 +1229,7 @@ static void test_mixed_fleet_binds_sweep(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     uint64_t sw1 = fx_submit(f, 4, 1, NULL);
-    fx_lease_t a;
-    fx_lease(f, &a, "A", "NVIDIA H100 80GB HBM3", 0);
+    fx_lease_t a = fx_lease(f, "A", "NVIDIA H100 80GB HBM3", 0);
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 0);
     assert_int_equal(a.j->sweep_id, sw1);
     sched_on_ready(f->s, b, 4, 0);

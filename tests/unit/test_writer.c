@@ -154,8 +154,7 @@ static void test_batch_failure_keeps_results(void **state) {
     done_t d = {.rc = -1};
     fx_start(f, 1000, 30000);
     uint64_t sweep = fx_submit(f, 2, 16, NULL);
-    fx_lease_t w;
-    fx_lease(f, &w, "w1", "sim", 0);
+    fx_lease_t w = fx_lease(f, "w1", "sim", 0);
     assert_int_equal(w.j->n_configs, 2);
     assert_int_equal(fx_result(f, w.w, w.job, w.tok, 1, w.cfg[0], MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);
 
@@ -217,8 +216,7 @@ static void test_batch_cap(void **state) {
     sched_batch_t *b = NULL;
     fx_start(f, 1000, 30000);
     fx_submit(f, 2, 16, NULL);
-    fx_lease_t w;
-    fx_lease(f, &w, "w1", "sim", 0);
+    fx_lease_t w = fx_lease(f, "w1", "sim", 0);
     /* the same config resent: each is buffered (inserts are idempotent) */
     for (uint64_t seq = 1; seq <= SCHED_BATCH_MAX + 3; seq++)
         assert_int_equal(fx_result(f, w.w, w.job, w.tok, seq, w.cfg[0], MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);

@@ -91,8 +91,8 @@ typedef struct {
     const Moetune__Job *j;     /* the Job as captured: valid until fx_clear */
     uint64_t job, tok, cfg[8]; /* its id, lease token and first 8 config ids (0 past its end) */
 } fx_lease_t;
-/* Worker id on GPU gpu says hello at now (fx_hello) and takes one job (fx_take); l describes it. */
-void fx_lease(fx_t *f, fx_lease_t *l, const char *id, const char *gpu, uint64_t now);
+/* Worker id on GPU gpu says hello at now (fx_hello) and takes one job (fx_take): that lease. */
+fx_lease_t fx_lease(fx_t *f, const char *id, const char *gpu, uint64_t now);
 /* Whether an Ack captured for rid lists seq. */
 bool fx_acked(fx_t *f, const char *rid, uint64_t seq);
 
