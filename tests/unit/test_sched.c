@@ -40,6 +40,17 @@ static void heartbeat(fx_t *f, sched_worker_t *w, const uint64_t *ids, size_t n,
     sched_on_heartbeat(f->s, w, ids, n, now);
 }
 
+/* Restarts the scheduler on the same database with a 1 s heartbeat and a 30 s lease (when the
+ * armed allocation failure failed the load: once more, the hook spent). */
+static void restart(fx_t *f) {
+    char err[256];
+    sched_opts_t o = {.heartbeat_ms = 1000, .lease_ms = 30000, .send = fx_capture, .send_ctx = f};
+    sched_destroy(&f->s);
+    f->s = sched_new(f->db, &o, 0, err, sizeof err);
+    if (!f->s && mt_alloc_failed()) f->s = sched_new(f->db, &o, 0, err, sizeof err);
+    assert_non_null(f->s);
+}
+
 /* job's lease still holds at tick alive and has lapsed at tick dead: pending again, one attempt. */
 static void lapses(fx_t *f, uint64_t job, uint64_t alive, uint64_t dead) {
     sched_tick(f->s, alive);
@@ -246,9 +257,8 @@ static void test_restart_and_filter(void **state) {
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'leased'"), 1);
     /* restart: the job stays leased to B (nothing else may deliver it) until B returns */
-    sched_destroy(&f->s);
     fx_clear(f);
-    fx_start(f, 1000, 30000);
+    restart(f);
     assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'leased' AND worker_id = 'B'"), 1);
     assert_null(sched_worker(f->s, (const uint8_t *)"B", 1));
@@ -315,9 +325,8 @@ static void test_racing_bests(void **state) {
     /* restart: the bests come back from the committed rows */
     sched_on_bye(f->s, a.w, 5); /* job 3 goes back to pending */
     assert_int_equal(sched_flush(f->s, 5), MT_OK);
-    sched_destroy(&f->s);
     fx_clear(f);
-    fx_start(f, 1000, 30000);
+    restart(f);
     assert_int_equal(sched_status(f->s, 0, 5, &st), MT_OK);
     assert_int_equal(st.reply.sweeps[0]->results_pruned, 2);
     assert_true(st.reply.sweeps[0]->timed_s > 0.000399 && st.reply.sweeps[0]->timed_s < 0.000401);
@@ -925,16 +934,6 @@ static void check_consistent(fx_t *f) {
     sched_status_release(&stt);
 }
 
-/* Restarts the scheduler on the same database (the hook may fail the load: then again, unarmed). */
-static void restart(fx_t *f) {
-    char err[256];
-    sched_opts_t o = {.heartbeat_ms = 1000, .lease_ms = 30000, .send = fx_capture, .send_ctx = f};
-    sched_destroy(&f->s);
-    f->s = sched_new(f->db, &o, 0, err, sizeof err);
-    if (!f->s) f->s = sched_new(f->db, &o, 0, err, sizeof err);
-    assert_non_null(f->s);
-}
-
 /* One sweep of 8 configs (warps 4,8 x stages 2..5) in one job of 8, batch sizes {2, 1}; its id. */
 static uint64_t submit_8(fx_t *f) {
     fx_spec_t x;
@@ -1237,9 +1236,8 @@ static void test_mixed_fleet_binds_sweep(void **state) {
     assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
     /* restart: the binding comes back from the stored results */
-    sched_destroy(&f->s);
     fx_clear(f);
-    fx_start(f, 1000, 30000);
+    restart(f);
     b = fx_hello(f, "B", "NVIDIA H200", 10);
     sched_on_ready(f->s, b, 4, 10);
     assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
