@@ -28,6 +28,18 @@ static double median(int s, int c, int m) {
     return base + 100.0 + m;
 }
 
+/* One row of sweep 1 on device 1 by the sim backend through st (setup's INSERT): shape s,
+ * config c at batch size bs, with status and median. */
+static void insert_sim(sqlite3_stmt *st, int s, int c, int bs, const char *status, double median_us) {
+    sqlite3_reset(st);
+    sqlite3_bind_int(st, 1, s);
+    sqlite3_bind_int(st, 2, c);
+    sqlite3_bind_int(st, 3, bs);
+    sqlite3_bind_text(st, 4, status, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 5, median_us);
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+}
+
 static int setup(void **state) {
     fixture_t *fx = tmpdir_new(sizeof *fx, "test_export", "configs");
     sqlite3 *db = tmpdb_schema(fx->db);
@@ -44,53 +56,22 @@ static int setup(void **state) {
                                         "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status,"
                                         " median_us, min_us, stddev_us, samples, device_id, backend, compiler,"
                                         " kernel_hash, created) VALUES (1, ?1, ?2, ?3, ?4, ?5, ?5 - 1, 0.1, 20,"
-                                        " ?6, ?7, ?8, 'kh', 1)",
+                                        " 1, 'sim', 'sim', 'kh', 1)",
                                         -1, &st, NULL),
                      SQLITE_OK);
     static const int sizes[] = {64, 1, 16, 4096}; /* inserted out of order */
     for (int s = 1; s <= 2; s++) {
         for (size_t i = 0; i < 4; i++) {
-            for (int c = 1; c <= 3; c++) {
-                sqlite3_reset(st);
-                sqlite3_bind_int(st, 1, s);
-                sqlite3_bind_int(st, 2, c);
-                sqlite3_bind_int(st, 3, sizes[i]);
-                sqlite3_bind_text(st, 4, "ok", -1, SQLITE_STATIC);
-                sqlite3_bind_double(st, 5, median(s, c, sizes[i]));
-                sqlite3_bind_int(st, 6, 1);
-                sqlite3_bind_text(st, 7, "sim", -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 8, "sim", -1, SQLITE_STATIC);
-                assert_int_equal(sqlite3_step(st), SQLITE_DONE);
-            }
+            for (int c = 1; c <= 3; c++) insert_sim(st, s, c, sizes[i], "ok", median(s, c, sizes[i]));
             /* Faster than everything but not ok: never exported. */
-            static const char *const bad[] = {"crashed", "wrong_result"};
-            for (int b = 0; b < 2; b++) {
-                sqlite3_reset(st);
-                sqlite3_bind_int(st, 1, s);
-                sqlite3_bind_int(st, 2, 4 + b);
-                sqlite3_bind_int(st, 3, sizes[i]);
-                sqlite3_bind_text(st, 4, bad[b], -1, SQLITE_STATIC);
-                sqlite3_bind_double(st, 5, 0.5);
-                sqlite3_bind_int(st, 6, 1);
-                sqlite3_bind_text(st, 7, "sim", -1, SQLITE_STATIC);
-                sqlite3_bind_text(st, 8, "sim", -1, SQLITE_STATIC);
-                assert_int_equal(sqlite3_step(st), SQLITE_DONE);
-            }
+            insert_sim(st, s, 4, sizes[i], "crashed", 0.5);
+            insert_sim(st, s, 5, sizes[i], "wrong_result", 0.5);
         }
     }
-    /* A CUDA measurement of shape 1 at M=1 goes to its compiler's directory. */
-    sqlite3_reset(st);
-    sqlite3_bind_int(st, 1, 1);
-    sqlite3_bind_int(st, 2, 2);
-    sqlite3_bind_int(st, 3, 1);
-    sqlite3_bind_text(st, 4, "ok", -1, SQLITE_STATIC);
-    sqlite3_bind_double(st, 5, 42.0);
-    sqlite3_bind_int(st, 6, 2);
-    sqlite3_bind_text(st, 7, "cuda", -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 8, "cuda_13_0", -1, SQLITE_STATIC);
-    /* (sweep, shape, config, bs) is unique: this row needs another sweep. */
-    tmpdb_exec(db, "INSERT INTO sweeps (id, name, spec, state, created) VALUES (2, 'c', x'', 'done', 2)");
     sqlite3_finalize(st);
+    /* A CUDA measurement of shape 1 at M=1 goes to its compiler's directory. (sweep, shape,
+     * config, bs) is unique: this row needs another sweep. */
+    tmpdb_exec(db, "INSERT INTO sweeps (id, name, spec, state, created) VALUES (2, 'c', x'', 'done', 2)");
     tmpdb_exec(db, "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us,"
                    " stddev_us, samples, device_id, backend, compiler, created) VALUES"
                    " (2, 1, 2, 1, 'ok', 42.0, 41.0, 0.2, 30, 2, 'cuda', 'cuda_13_0', 2)");

@@ -171,33 +171,37 @@ static void test_bs_lists(void **state) {
     assert_int_equal(halving_bs_parse(NULL, all, 4, &v, &n), MT_INVAL);
 }
 
-/* A shape with 20 configs measured at phase 1 at two batch sizes: the transition keeps the
- * best 4 at each (configs 1-4 at 1, 17-20 at 2; plus each side's winner at the other), prunes
- * the 32 others with their rank in one transaction, stores phase-2 jobs grouped by the batch
- * sizes they share, and a second call changes nothing. */
+/* The store seed_rows filled, and the sweep and shape it stored. */
+typedef struct {
+    store_t *s;
+    uint64_t sweep, shape;
+} seeded_t;
+
+static const uint32_t k_seed_bs[] = {1, 2};
+
 /* A sweep of one shape with 20 configs (ids 1..20) with a phase-1 row each at batch sizes
- * 1 and 2, medians us(c, b); config 10's row at batch size 2 is racing's pruned one. */
-static void seed_rows(store_t **s, uint64_t *sweep, uint64_t *shape, double (*us)(uint32_t c, size_t b)) {
+ * 1 and 2, medians us(c, b); config 10's row at batch size 2 is racing's pruned one. The
+ * store is the caller's to close. */
+static void seed_rows(seeded_t *x, double (*us)(uint32_t c, size_t b)) {
     char err[256];
     uint64_t job = 0;
-    static const uint32_t bs[] = {1, 2};
     krn_shape_t sh = {.e = 8, .n = 256, .k = 256, .topk = 2, .dtype = "bf16"};
-    assert_int_equal(store_open(g_db.path, s, err, sizeof err), MT_OK);
-    assert_int_equal(store_sweep_insert(*s, "hv", "", 0, 1, sweep), MT_OK);
-    assert_int_equal(store_shape_upsert(*s, &sh, shape), MT_OK);
-    assert_int_equal(store_job_insert(*s, *sweep, *shape, NULL, 1, &job), MT_OK);
+    assert_int_equal(store_open(g_db.path, &x->s, err, sizeof err), MT_OK);
+    assert_int_equal(store_sweep_insert(x->s, "hv", "", 0, 1, &x->sweep), MT_OK);
+    assert_int_equal(store_shape_upsert(x->s, &sh, &x->shape), MT_OK);
+    assert_int_equal(store_job_insert(x->s, x->sweep, x->shape, NULL, 1, &job), MT_OK);
     for (uint32_t c = 1; c <= 20; c++) {
         krn_config_t cfg = {16, 64, 64, c, 4, 2};
         uint64_t id = 0;
         bool inserted = false;
-        assert_int_equal(store_config_upsert(*s, &cfg, &id), MT_OK);
+        assert_int_equal(store_config_upsert(x->s, &cfg, &id), MT_OK);
         assert_int_equal(id, c);
         for (size_t b = 0; b < 2; b++) {
-            store_result_t r = {.sweep_id = *sweep,
-                                .shape_id = *shape,
+            store_result_t r = {.sweep_id = x->sweep,
+                                .shape_id = x->shape,
                                 .config_id = id,
                                 .job_id = job,
-                                .batch_size = bs[b],
+                                .batch_size = k_seed_bs[b],
                                 .status = MOETUNE__STATUS__STATUS_OK,
                                 .median_us = us(c, b),
                                 .samples = 5,
@@ -206,20 +210,29 @@ static void seed_rows(store_t **s, uint64_t *sweep, uint64_t *shape, double (*us
                                 .created = 1,
                                 .phase = 1};
             if (c == 10 && b == 1) r.status = MOETUNE__STATUS__STATUS_PRUNED; /* racing's: not a candidate */
-            assert_int_equal(store_result_insert(*s, &r, &inserted), MT_OK);
+            assert_int_equal(store_result_insert(x->s, &r, &inserted), MT_OK);
         }
     }
 }
 
+/* halving_plan_shape of the seeded shape at its batch sizes {1, 2}, chunk configs a job and the
+ * decide step's margin, at now (asserted MT_OK): the step. */
+static halving_step_t plan(const seeded_t *x, uint32_t chunk, double margin, uint64_t now) {
+    halving_step_t st;
+    assert_int_equal(halving_plan_shape(x->s, x->sweep, x->shape, k_seed_bs, 2, chunk, margin, now, &st), MT_OK);
+    return st;
+}
+
 static double halving_us(uint32_t c, size_t b) { return b == 0 ? 10.0 + c : 40.0 - c; }
 
+/* A shape with 20 configs measured at phase 1 at two batch sizes: the transition keeps the
+ * best 4 at each (configs 1-4 at 1, 17-20 at 2; plus each side's winner at the other), prunes
+ * the 32 others with their rank in one transaction, stores phase-2 jobs grouped by the batch
+ * sizes they share, and a second call changes nothing. */
 static void test_plan_shape(void **state) {
-    store_t *s = NULL;
-    uint64_t sweep = 0, shape = 0;
-    static const uint32_t bs[] = {1, 2};
-    seed_rows(&s, &sweep, &shape, halving_us);
-    halving_step_t st;
-    assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 3, 0, 7, &st), MT_OK);
+    seeded_t x;
+    seed_rows(&x, halving_us);
+    halving_step_t st = plan(&x, 3, 0, 7);
     assert_false(st.already);
     assert_int_equal(st.finalists, 10); /* 4 + 1 seeded at each batch size */
     assert_int_equal(st.pruned, 20 - 5 + 19 - 5);
@@ -240,12 +253,12 @@ static void test_plan_shape(void **state) {
                                " AND detail IS NULL AND status = 'pruned'"),
                      1);
     /* again (a restart that finds phase 2 planned): nothing changes */
-    assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 3, 0, 8, &st), MT_OK);
+    st = plan(&x, 3, 0, 8);
     assert_true(st.already);
     assert_int_equal(st.jobs, 0);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2"), 3);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'ok'"), 10);
-    store_close(&s);
+    store_close(&x.s);
 }
 
 /* bs 1: configs 1-5 within 2 % of the best (100 + 0.5 (c - 1)); bs 2: configs 1 and 20 within
@@ -258,12 +271,9 @@ static double decide_us(uint32_t c, size_t b) {
 /* The decide step on a store: one phase-2 job per batch size with its near-ties (at most
  * HALVING_DECIDE_MAX), nothing pruned, idempotent. */
 static void test_plan_decide(void **state) {
-    store_t *s = NULL;
-    uint64_t sweep = 0, shape = 0;
-    static const uint32_t bs[] = {1, 2};
-    seed_rows(&s, &sweep, &shape, decide_us);
-    halving_step_t st;
-    assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 16, 0.02, 7, &st), MT_OK);
+    seeded_t x;
+    seed_rows(&x, decide_us);
+    halving_step_t st = plan(&x, 16, 0.02, 7);
     assert_false(st.already);
     assert_int_equal(st.finalists, HALVING_DECIDE_MAX + 2);
     assert_int_equal(st.pruned, 0);
@@ -277,10 +287,10 @@ static void test_plan_decide(void **state) {
     assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id WHERE j.phase = 2"),
                      6);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'ok'"), 39);
-    assert_int_equal(halving_plan_shape(s, sweep, shape, bs, 2, 16, 0.02, 8, &st), MT_OK);
+    st = plan(&x, 16, 0.02, 8);
     assert_true(st.already);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2"), 2);
-    store_close(&s);
+    store_close(&x.s);
 }
 
 /* A Result of config for the batch sizes bs[0, n) with medians med[]. sched_on_result's code. */

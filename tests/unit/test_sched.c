@@ -40,6 +40,17 @@ static void heartbeat(fx_t *f, sched_worker_t *w, const uint64_t *ids, size_t n,
     sched_on_heartbeat(f->s, w, ids, n, now);
 }
 
+/* Restarts the scheduler on the same database with a 1 s heartbeat and a 30 s lease (when the
+ * armed allocation failure failed the load: once more, the hook spent). */
+static void restart(fx_t *f) {
+    char err[256];
+    sched_opts_t o = {.heartbeat_ms = 1000, .lease_ms = 30000, .send = fx_capture, .send_ctx = f};
+    sched_destroy(&f->s);
+    f->s = sched_new(f->db, &o, 0, err, sizeof err);
+    if (!f->s && mt_alloc_failed()) f->s = sched_new(f->db, &o, 0, err, sizeof err);
+    assert_non_null(f->s);
+}
+
 /* job's lease still holds at tick alive and has lapsed at tick dead: pending again, one attempt. */
 static void lapses(fx_t *f, uint64_t job, uint64_t alive, uint64_t dead) {
     sched_tick(f->s, alive);
@@ -90,22 +101,20 @@ static void test_tokens_and_completion(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     fx_submit(f, 2, 2, NULL);
-    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    const Moetune__Job *j = fx_take(f, "A", 0);
-    uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
-    assert_int_equal(result(f, a, job, tok + 1, 1, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
-    assert_int_equal(result(f, a, job + 100, tok, 2, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
-    assert_int_equal(result(f, a, job, tok, 3, 9999, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
+    assert_int_equal(result(f, a.w, a.job, a.tok + 1, 1, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
+    assert_int_equal(result(f, a.w, a.job + 100, a.tok, 2, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 3, 9999, MOETUNE__STATUS__STATUS_OK, 1), MT_INVAL);
     assert_int_equal(sched_pending(f->s), 0);
     /* a config not in the job, from the holder: the job goes back with an attempt, leased anew */
     uint32_t att = 0;
-    assert_string_equal(sched_job_state(f->s, job, &att), "pending");
+    assert_string_equal(sched_job_state(f->s, a.job, &att), "pending");
     assert_int_equal(att, 1);
-    sched_on_ready(f->s, a, 1, 1);
-    assert_int_equal(fx_last_job(f, "A")->job_id, job);
-    tok = fx_last_job(f, "A")->lease_token;
-    assert_int_equal(result(f, a, job, tok, 4, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
-    assert_int_equal(result(f, a, job, tok, 5, c1, MOETUNE__STATUS__STATUS_OK, 1), MT_OK); /* resend */
+    sched_on_ready(f->s, a.w, 1, 1);
+    assert_int_equal(fx_last_job(f, "A")->job_id, a.job);
+    a.tok = fx_last_job(f, "A")->lease_token;
+    assert_int_equal(result(f, a.w, a.job, a.tok, 4, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 5, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 1), MT_OK); /* resend */
     assert_int_equal(sched_pending(f->s), 2);
     assert_false(fx_acked(f, "A", 4));
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
@@ -113,10 +122,10 @@ static void test_tokens_and_completion(void **state) {
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 2);
     assert_int_equal(sched_counters(f->s)->rejected_results, 3);
     assert_int_equal(sched_counters(f->s)->results_committed, 2);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
-    assert_int_equal(result(f, a, job, tok, 6, c2, MOETUNE__STATUS__STATUS_TIMEOUT, 3), MT_OK);
+    assert_string_equal(sched_job_state(f->s, a.job, NULL), "leased");
+    assert_int_equal(result(f, a.w, a.job, a.tok, 6, a.cfg[1], MOETUNE__STATUS__STATUS_TIMEOUT, 3), MT_OK);
     assert_int_equal(sched_flush(f->s, 3), MT_OK);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    assert_string_equal(sched_job_state(f->s, a.job, NULL), "done");
     assert_int_equal(sched_flush(f->s, 4), MT_OK);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'done'"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
@@ -130,7 +139,7 @@ static void test_tokens_and_completion(void **state) {
     assert_int_equal(st.reply.workers[0]->results, 4);
     sched_status_release(&st);
     /* a result for a done job is rejected, still acknowledged */
-    assert_int_equal(result(f, a, job, tok, 7, c2, MOETUNE__STATUS__STATUS_OK, 6), MT_INVAL);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 7, a.cfg[1], MOETUNE__STATUS__STATUS_OK, 6), MT_INVAL);
     assert_int_equal(sched_flush(f->s, 6), MT_OK);
     assert_true(fx_acked(f, "A", 7));
 }
@@ -171,16 +180,15 @@ static void test_lease_expiry_and_bye(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 200);
     fx_submit(f, 2, 1, NULL);
-    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    uint64_t job = fx_take(f, "A", 0)->job_id;
-    sched_on_heard(f->s, a, 150); /* extends the lease to 350 */
-    lapses(f, job, 300, 351);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
+    sched_on_heard(f->s, a.w, 150); /* extends the lease to 350 */
+    lapses(f, a.job, 300, 351);
     /* Bye gives jobs back without an attempt */
     uint32_t attempts = 0;
-    sched_on_ready(f->s, a, 2, 360);
+    sched_on_ready(f->s, a.w, 2, 360);
     assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3);
-    sched_on_bye(f->s, a, 370);
-    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
+    sched_on_bye(f->s, a.w, 370);
+    assert_string_equal(sched_job_state(f->s, a.job, &attempts), "pending");
     assert_int_equal(attempts, 1);
     assert_int_equal(sched_counters(f->s)->requeued_jobs, 3);
     assert_null(sched_worker(f->s, (const uint8_t *)"A", 1));
@@ -190,11 +198,9 @@ static void test_crash_retry_and_quarantine(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     fx_submit(f, 2, 2, NULL);
-    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    const Moetune__Job *j = fx_take(f, "A", 0);
-    uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
-    assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
     assert_int_equal(sched_pending(f->s), 0);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
     assert_true(fx_acked(f, "A", 1));
@@ -205,22 +211,22 @@ static void test_crash_retry_and_quarantine(void **state) {
     uint64_t retry = (uint64_t)fx_query_int(f, "SELECT id FROM jobs WHERE avoid_worker = 'A'");
     assert_string_equal(sched_job_state(f->s, retry, NULL), "pending");
     /* A may not take it while B lives */
-    sched_on_ready(f->s, a, 1, 2);
+    sched_on_ready(f->s, a.w, 1, 2);
     assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     const Moetune__Job *jb = fx_take(f, "B", 2);
     assert_int_equal(jb->job_id, retry);
     assert_int_equal(jb->n_configs, 1);
-    assert_int_equal(jb->configs[0]->config_id, c1);
+    assert_int_equal(jb->configs[0]->config_id, a.cfg[0]);
     /* the second crash quarantines: rows stored as crashed */
-    assert_int_equal(result(f, b, retry, jb->lease_token, 1, c1, MOETUNE__STATUS__STATUS_CRASHED, 3), MT_OK);
-    assert_int_equal(result(f, a, job, tok, 2, c2, MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
+    assert_int_equal(result(f, b, retry, jb->lease_token, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 3), MT_OK);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 2, a.cfg[1], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
     assert_int_equal(sched_flush(f->s, 3), MT_OK);
     assert_int_equal(sched_flush(f->s, 4), MT_OK);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'crashed'"), 2);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'ok'"), 2);
     assert_int_equal(fx_query_int(f, "SELECT count FROM crashes"), 2);
     assert_string_equal(sched_job_state(f->s, retry, NULL), "done");
-    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    assert_string_equal(sched_job_state(f->s, a.job, NULL), "done");
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
 }
 
@@ -228,13 +234,10 @@ static void test_avoid_worker_alone(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     fx_submit(f, 1, 1, NULL);
-    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    const Moetune__Job *j = fx_take(f, "A", 0);
-    assert_int_equal(
-        result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_CRASHED, 1),
-        MT_OK);
-    sched_on_ready(f->s, a, 1, 1);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
+    sched_on_ready(f->s, a.w, 1, 1);
     assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     sched_on_bye(f->s, b, 2); /* A is now the only live worker: it gets the retry */
     assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
@@ -254,9 +257,8 @@ static void test_restart_and_filter(void **state) {
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'leased'"), 1);
     /* restart: the job stays leased to B (nothing else may deliver it) until B returns */
-    sched_destroy(&f->s);
     fx_clear(f);
-    fx_start(f, 1000, 30000);
+    restart(f);
     assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'leased' AND worker_id = 'B'"), 1);
     assert_null(sched_worker(f->s, (const uint8_t *)"B", 1));
@@ -292,13 +294,12 @@ static void test_racing_bests(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     fx_submit(f, 4, 1, NULL);
-    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
-    const Moetune__Job *j = fx_take(f, "A", 0);
+    fx_lease_t a = fx_lease(f, "A", "NVIDIA H200", 0);
+    const Moetune__Job *j = a.j;
     assert_true(j->measure->race_margin > 0.19 && j->measure->race_margin < 0.21); /* the default */
     assert_int_equal(j->n_best_us, 2);
     assert_true(j->best_us[0] == 0 && j->best_us[1] == 0);
-    assert_int_equal(
-        result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     j = fx_take(f, "A", 1); /* received, not committed: nothing to race against yet */
     assert_true(j->best_us[0] == 0 && j->best_us[1] == 0);
     uint64_t job2 = j->job_id, tok2 = j->lease_token, c2 = j->configs[0]->config_id;
@@ -310,7 +311,7 @@ static void test_racing_bests(void **state) {
     sched_on_ready(f->s, b, 1, 3);
     assert_null(fx_last_job(f, "B")); /* the sweep is bound to the H200s: an H100's best never mixes in */
     /* a pruned config: stored, counted as pruned, not as failed */
-    assert_int_equal(result(f, a, job2, tok2, 2, c2, MOETUNE__STATUS__STATUS_PRUNED, 4), MT_OK);
+    assert_int_equal(result(f, a.w, job2, tok2, 2, c2, MOETUNE__STATUS__STATUS_PRUNED, 4), MT_OK);
     assert_int_equal(sched_flush(f->s, 4), MT_OK);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'pruned'"), 2);
     sched_status_t st;
@@ -322,11 +323,10 @@ static void test_racing_bests(void **state) {
     assert_true(st.reply.sweeps[0]->gpu_busy > 0);
     sched_status_release(&st);
     /* restart: the bests come back from the committed rows */
-    sched_on_bye(f->s, a, 5); /* job 3 goes back to pending */
+    sched_on_bye(f->s, a.w, 5); /* job 3 goes back to pending */
     assert_int_equal(sched_flush(f->s, 5), MT_OK);
-    sched_destroy(&f->s);
     fx_clear(f);
-    fx_start(f, 1000, 30000);
+    restart(f);
     assert_int_equal(sched_status(f->s, 0, 5, &st), MT_OK);
     assert_int_equal(st.reply.sweeps[0]->results_pruned, 2);
     assert_true(st.reply.sweeps[0]->timed_s > 0.000399 && st.reply.sweeps[0]->timed_s < 0.000401);
@@ -343,9 +343,7 @@ static void test_restart_holder_gone(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 500);
     fx_submit(f, 1, 1, NULL);
-    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    const Moetune__Job *j = fx_take(f, "A", 0);
-    uint64_t job = j->job_id, tok = j->lease_token;
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     assert_int_equal(sched_flush(f->s, 0), MT_OK);
     sched_destroy(&f->s);
     fx_clear(f);
@@ -354,10 +352,10 @@ static void test_restart_holder_gone(void **state) {
     sched_opts_t o = {.heartbeat_ms = 1000, .lease_ms = 500, .send = fx_capture, .send_ctx = f};
     f->s = sched_new(f->db, &o, 10000, err, sizeof err); /* restarted at t = 10 s */
     assert_non_null(f->s);
-    lapses(f, job, 10400, 10501);
+    lapses(f, a.job, 10400, 10501);
     /* back too late: its result is rejected and nothing is stored */
-    a = fx_hello(f, "A", "gpu", 10600);
-    assert_int_equal(result(f, a, job, tok, 1, (uint64_t)fx_query_int(f, "SELECT config_id FROM job_configs"),
+    a.w = fx_hello(f, "A", "gpu", 10600);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 1, (uint64_t)fx_query_int(f, "SELECT config_id FROM job_configs"),
                             MOETUNE__STATUS__STATUS_OK, 10600),
                      MT_INVAL);
     assert_int_equal(sched_flush(f->s, 10600), MT_OK);
@@ -463,51 +461,49 @@ static void test_lease_discipline(void **state) {
     fx_t *f = *state;
     fx_start(f, 100000, 1000);
     fx_submit(f, 2, 2, NULL);
-    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    const Moetune__Job *j = fx_take(f, "A", 0);
-    uint64_t job = j->job_id, tok = j->lease_token, c1 = j->configs[0]->config_id, c2 = j->configs[1]->config_id;
-    assert_int_equal(result(f, a, job, tok, 1, c1, MOETUNE__STATUS__STATUS_OK, 10), MT_OK);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 10), MT_OK);
     assert_int_equal(sched_flush(f->s, 10), MT_OK);
     const char *rows_sql = "SELECT COUNT(*) FROM results";
     int64_t rows = fx_query_int(f, rows_sql);
     assert_int_equal(rows, 2);
     uint64_t rej = sched_counters(f->s)->rejected_results;
     /* forged token */
-    assert_int_equal(result(f, a, job, tok ^ 0x5a5a, 2, c2, MOETUNE__STATUS__STATUS_OK, 20), MT_INVAL);
+    assert_int_equal(result(f, a.w, a.job, a.tok ^ 0x5a5a, 2, a.cfg[1], MOETUNE__STATUS__STATUS_OK, 20), MT_INVAL);
     /* unknown job */
-    assert_int_equal(result(f, a, 9999, tok, 3, c2, MOETUNE__STATUS__STATUS_OK, 20), MT_INVAL);
+    assert_int_equal(result(f, a.w, 9999, a.tok, 3, a.cfg[1], MOETUNE__STATUS__STATUS_OK, 20), MT_INVAL);
     /* the right token from a worker that does not hold the lease */
-    assert_int_equal(result(f, b, job, tok, 1, c2, MOETUNE__STATUS__STATUS_OK, 20), MT_INVAL);
+    assert_int_equal(result(f, b, a.job, a.tok, 1, a.cfg[1], MOETUNE__STATUS__STATUS_OK, 20), MT_INVAL);
     assert_int_equal(sched_flush(f->s, 20), MT_OK);
     assert_int_equal(fx_query_int(f, rows_sql), rows);
     assert_int_equal(sched_counters(f->s)->rejected_results, rej + 3);
     assert_true(fx_acked(f, "A", 2) && fx_acked(f, "A", 3) && fx_acked(f, "B", 1));
     /* after expiry (before any timer ran): rejected although token and holder match */
     g_skip_heard = true;
-    assert_int_equal(result(f, a, job, tok, 4, c2, MOETUNE__STATUS__STATUS_OK, 1500), MT_INVAL);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 4, a.cfg[1], MOETUNE__STATUS__STATUS_OK, 1500), MT_INVAL);
     assert_int_equal(sched_flush(f->s, 1500), MT_OK);
     assert_int_equal(fx_query_int(f, rows_sql), rows);
     sched_tick(f->s, 1500);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "pending");
+    assert_string_equal(sched_job_state(f->s, a.job, NULL), "pending");
     /* the lease moves to B: A's replay of its old token and A with B's token are rejected */
     const Moetune__Job *jb = fx_take(f, "B", 1600);
-    assert_int_equal(jb->job_id, job);
+    assert_int_equal(jb->job_id, a.job);
     uint64_t tok2 = jb->lease_token;
-    assert_int_not_equal(tok2, tok);
-    assert_int_equal(result(f, a, job, tok, 5, c2, MOETUNE__STATUS__STATUS_OK, 1610), MT_INVAL);
-    assert_int_equal(result(f, a, job, tok2, 6, c2, MOETUNE__STATUS__STATUS_OK, 1610), MT_INVAL);
+    assert_int_not_equal(tok2, a.tok);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 5, a.cfg[1], MOETUNE__STATUS__STATUS_OK, 1610), MT_INVAL);
+    assert_int_equal(result(f, a.w, a.job, tok2, 6, a.cfg[1], MOETUNE__STATUS__STATUS_OK, 1610), MT_INVAL);
     assert_int_equal(sched_flush(f->s, 1610), MT_OK);
     assert_int_equal(fx_query_int(f, rows_sql), rows);
     assert_int_equal(sched_counters(f->s)->rejected_results, rej + 6);
     assert_int_equal(sched_pending(f->s), 0);
     /* the holder's result is stored */
-    assert_int_equal(result(f, b, job, tok2, 2, c2, MOETUNE__STATUS__STATUS_OK, 1620), MT_OK);
+    assert_int_equal(result(f, b, a.job, tok2, 2, a.cfg[1], MOETUNE__STATUS__STATUS_OK, 1620), MT_OK);
     assert_int_equal(sched_flush(f->s, 1620), MT_OK);
     assert_int_equal(fx_query_int(f, rows_sql), rows + 2);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'B'"), 2);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'A'"), 2);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    assert_string_equal(sched_job_state(f->s, a.job, NULL), "done");
     assert_int_equal(sched_counters(f->s)->rejected_results, rej + 6);
 }
 
@@ -798,35 +794,33 @@ static void test_invalid_results_requeue(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     fx_submit(f, 1, 1, NULL);
-    sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
-    const Moetune__Job *j = fx_take(f, "A", 0);
-    uint64_t job = j->job_id, tok = j->lease_token, cfg = j->configs[0]->config_id;
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     uint32_t attempts = 0;
     /* 1: the wire rejected a Result naming this lease (e.g. an infinite latency) */
-    wire_reject_t rej = {.code = WIRE_E_INVALID, .job_id = job, .lease_token = tok, .seq = 1};
+    wire_reject_t rej = {.code = WIRE_E_INVALID, .job_id = a.job, .lease_token = a.tok, .seq = 1};
     snprintf(rej.reason, sizeof rej.reason, "result: negative or non-finite latency");
-    sched_on_bad(f->s, a, &rej, 1);
-    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
+    sched_on_bad(f->s, a.w, &rej, 1);
+    assert_string_equal(sched_job_state(f->s, a.job, &attempts), "pending");
     assert_int_equal(attempts, 1);
     assert_int_equal(sched_counters(f->s)->rejected_results, 1);
     /* the same claim again, now stale (the lease is gone): rejected, no second attempt */
-    sched_on_bad(f->s, a, &rej, 2);
-    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
+    sched_on_bad(f->s, a.w, &rej, 2);
+    assert_string_equal(sched_job_state(f->s, a.job, &attempts), "pending");
     assert_int_equal(attempts, 1);
     /* 2: a config that is not in the job, from the holder */
-    j = fx_take(f, "A", 3);
-    assert_int_equal(j->job_id, job);
-    tok = j->lease_token;
-    assert_int_equal(result(f, a, job, tok, 2, cfg + 1000, MOETUNE__STATUS__STATUS_OK, 4), MT_INVAL);
-    assert_string_equal(sched_job_state(f->s, job, &attempts), "pending");
+    const Moetune__Job *j = fx_take(f, "A", 3);
+    assert_int_equal(j->job_id, a.job);
+    a.tok = j->lease_token;
+    assert_int_equal(result(f, a.w, a.job, a.tok, 2, a.cfg[0] + 1000, MOETUNE__STATUS__STATUS_OK, 4), MT_INVAL);
+    assert_string_equal(sched_job_state(f->s, a.job, &attempts), "pending");
     assert_int_equal(attempts, 2);
     /* 3: an undecodable message from a worker holding the lease: it goes back too */
-    sched_on_ready(f->s, a, 1, 5);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    sched_on_ready(f->s, a.w, 1, 5);
+    assert_string_equal(sched_job_state(f->s, a.job, NULL), "leased");
     wire_reject_t garbage = {.code = WIRE_E_DECODE};
     snprintf(garbage.reason, sizeof garbage.reason, "5 bytes do not decode as an Envelope");
-    sched_on_bad(f->s, a, &garbage, 6);
-    assert_string_equal(sched_job_state(f->s, job, &attempts), "failed"); /* max_attempts 3 */
+    sched_on_bad(f->s, a.w, &garbage, 6);
+    assert_string_equal(sched_job_state(f->s, a.job, &attempts), "failed"); /* max_attempts 3 */
     assert_int_equal(attempts, 3);
     assert_int_equal(sched_flush(f->s, 7), MT_OK);
     assert_true(fx_acked(f, "A", 1));
@@ -835,7 +829,7 @@ static void test_invalid_results_requeue(void **state) {
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'failed'"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results"), 0);
     /* garbage from a worker holding nothing changes nothing */
-    sched_on_bad(f->s, a, &garbage, 8);
+    sched_on_bad(f->s, a.w, &garbage, 8);
     assert_int_equal(sched_counters(f->s)->requeued_jobs, 3);
 }
 
@@ -855,12 +849,10 @@ static void test_crash_allocation_failures(void **state) {
         x.spec.chunk = 1;
         fx_submit_spec(f, &x, &sub);
         assert_int_equal(sub.jobs, 16);
-        sched_worker_t *a = fx_hello(f, "A", "gpu", 0);
+        fx_lease_t a = fx_lease(f, "A", "gpu", 0);
         sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-        const Moetune__Job *j = fx_take(f, "A", 0);
-        uint64_t job = j->job_id, tok = j->lease_token, cfg = j->configs[0]->config_id;
         mt_alloc_fail_at(n);
-        result(f, a, job, tok, 1, cfg, MOETUNE__STATUS__STATUS_CRASHED, 1);
+        result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1);
         fired = mt_alloc_failed();
         mt_alloc_fail_at(0);
         int64_t db_jobs = fx_query_int(f, "SELECT COUNT(*) FROM jobs");
@@ -883,7 +875,7 @@ static void test_crash_allocation_failures(void **state) {
                 if (strcmp(f->rid[i], "B") || e->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
                 if (e->job->job_id == (uint64_t)retry) {
                     assert_int_equal(e->job->n_configs, 1);
-                    assert_int_equal(e->job->configs[0]->config_id, cfg);
+                    assert_int_equal(e->job->configs[0]->config_id, a.cfg[0]);
                     seen = true;
                 }
             }
@@ -942,16 +934,6 @@ static void check_consistent(fx_t *f) {
     sched_status_release(&stt);
 }
 
-/* Restarts the scheduler on the same database (the hook may fail the load: then again, unarmed). */
-static void restart(fx_t *f) {
-    char err[256];
-    sched_opts_t o = {.heartbeat_ms = 1000, .lease_ms = 30000, .send = fx_capture, .send_ctx = f};
-    sched_destroy(&f->s);
-    f->s = sched_new(f->db, &o, 0, err, sizeof err);
-    if (!f->s) f->s = sched_new(f->db, &o, 0, err, sizeof err);
-    assert_non_null(f->s);
-}
-
 /* One sweep of 8 configs (warps 4,8 x stages 2..5) in one job of 8, batch sizes {2, 1}; its id. */
 static uint64_t submit_8(fx_t *f) {
     fx_spec_t x;
@@ -978,27 +960,22 @@ static uint64_t flush_done(fx_t *f, uint64_t now) {
     return done;
 }
 
-/* The split fixture: A takes the one job of 8 configs, then B, with nothing pending, takes
- * the back half of it. Returns A's and B's jobs with their tokens and A's configs in order. */
-typedef struct {
-    sched_worker_t *a, *b;
-    uint64_t job, tok, twin, tokb, cfg[8];
-    const Moetune__Job *jb;
-} split_fx_t;
+/* The first n configs of l's job, in order, as results from its holder (seqs 1..n) at now:
+ * each accepted. */
+static void first_results(fx_t *f, const fx_lease_t *l, int n, uint64_t now) {
+    for (int i = 0; i < n; i++)
+        assert_int_equal(result(f, l->w, l->job, l->tok, (uint64_t)i + 1, l->cfg[i], MOETUNE__STATUS__STATUS_OK, now),
+                         MT_OK);
+}
 
-static void split_setup(fx_t *f, split_fx_t *x) {
+/* The split fixture: A takes the one job of 8 configs (a), then B, with nothing pending,
+ * takes the back half of it (b: A's configs 4..7, back to front). */
+static void split_setup(fx_t *f, fx_lease_t *a, fx_lease_t *b) {
     fx_start(f, 1000, 30000);
     submit_8(f);
-    x->a = fx_hello(f, "A", "gpu", 0);
-    x->b = fx_hello(f, "B", "gpu", 0);
-    const Moetune__Job *ja = fx_take(f, "A", 1);
-    assert_int_equal(ja->n_configs, 8);
-    x->job = ja->job_id;
-    x->tok = ja->lease_token;
-    for (int i = 0; i < 8; i++) x->cfg[i] = ja->configs[i]->config_id;
-    x->jb = fx_take(f, "B", 2);
-    x->twin = x->jb->job_id;
-    x->tokb = x->jb->lease_token;
+    *a = fx_lease(f, "A", "gpu", 1);
+    assert_int_equal(a->j->n_configs, 8);
+    *b = fx_lease(f, "B", "gpu", 2);
 }
 
 /* A listed sweep's job (tune --configs) measures its configs side by side on one GPU: a
@@ -1039,54 +1016,52 @@ static void test_split_not_listed(void **state) {
  * stored exactly once, and memory agrees with the database, also after a restart. */
 static void test_split_tail(void **state) {
     fx_t *f = *state;
-    split_fx_t x;
-    split_setup(f, &x);
-    sched_worker_t *a = x.a, *b = x.b;
-    const Moetune__Job *jb = x.jb;
-    uint64_t job = x.job, tok = x.tok, twin = x.twin, tokb = x.tokb, *cfg = x.cfg;
-    assert_int_not_equal(twin, job);
-    assert_int_equal(jb->n_configs, 4);
+    fx_lease_t a, b;
+    split_setup(f, &a, &b);
+    assert_int_not_equal(b.job, a.job);
+    assert_int_equal(b.j->n_configs, 4);
     for (int i = 0; i < 4; i++)
-        assert_int_equal(jb->configs[i]->config_id, cfg[7 - i]); /* the back half, back to front */
-    assert_int_equal(jb->n_batch_sizes, 2);
-    assert_string_equal(sched_job_state(f->s, twin, NULL), "leased");
+        assert_int_equal(b.j->configs[i]->config_id, a.cfg[7 - i]); /* the back half, back to front */
+    assert_int_equal(b.j->n_batch_sizes, 2);
+    assert_string_equal(sched_job_state(f->s, b.job, NULL), "leased");
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 2);
     char sql[160];
     for (int i = 0; i < 8; i++) {
-        snprintf(sql, sizeof sql, "SELECT job_id FROM job_configs WHERE config_id = %llu", (unsigned long long)cfg[i]);
-        assert_int_equal(fx_query_int(f, sql), i < 4 ? (int64_t)job : (int64_t)twin);
+        snprintf(sql, sizeof sql, "SELECT job_id FROM job_configs WHERE config_id = %llu",
+                 (unsigned long long)a.cfg[i]);
+        assert_int_equal(fx_query_int(f, sql), i < 4 ? (int64_t)a.job : (int64_t)b.job);
     }
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM job_configs"), 8);
     /* A, not told, measures its job in order: 0..3 (kept) then 4 (moved) */
     uint64_t seq = 1;
     for (int i = 0; i < 3; i++)
-        assert_int_equal(result(f, a, job, tok, seq++, cfg[i], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
+        assert_int_equal(result(f, a.w, a.job, a.tok, seq++, a.cfg[i], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
     assert_int_equal(flush_done(f, 3), 6);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
-    assert_int_equal(result(f, a, job, tok, seq++, cfg[3], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
-    assert_int_equal(result(f, a, job, tok, seq++, cfg[4], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
+    assert_string_equal(sched_job_state(f->s, a.job, NULL), "leased");
+    assert_int_equal(result(f, a.w, a.job, a.tok, seq++, a.cfg[3], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
+    assert_int_equal(result(f, a.w, a.job, a.tok, seq++, a.cfg[4], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
     assert_int_equal(flush_done(f, 4), 10);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "done"); /* its 4 kept configs */
+    assert_string_equal(sched_job_state(f->s, a.job, NULL), "done"); /* its 4 kept configs */
     for (uint64_t q = 1; q < seq; q++) assert_true(fx_acked(f, "A", q));
     /* B measures 4 too: stored once, nothing counted twice */
-    assert_int_equal(result(f, b, twin, tokb, 1, cfg[4], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
-    assert_int_equal(result(f, b, twin, tokb, 2, cfg[5], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
-    assert_int_equal(result(f, b, twin, tokb, 3, cfg[6], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
+    assert_int_equal(result(f, b.w, b.job, b.tok, 1, a.cfg[4], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
+    assert_int_equal(result(f, b.w, b.job, b.tok, 2, a.cfg[5], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
+    assert_int_equal(result(f, b.w, b.job, b.tok, 3, a.cfg[6], MOETUNE__STATUS__STATUS_OK, 5), MT_OK);
     assert_int_equal(flush_done(f, 5), 14);
-    assert_string_equal(sched_job_state(f->s, twin, NULL), "leased"); /* 7 is still to come */
+    assert_string_equal(sched_job_state(f->s, b.job, NULL), "leased"); /* 7 is still to come */
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM results WHERE config_id = %llu AND worker_id = 'A'",
-             (unsigned long long)cfg[4]);
+             (unsigned long long)a.cfg[4]);
     assert_int_equal(fx_query_int(f, sql), 2); /* A's rows kept, B's duplicates not stored */
     /* A's result for moved 5 after its job is done: acked, dropped, not a rejection */
-    assert_int_equal(result(f, a, job, tok, seq, cfg[5], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
+    assert_int_equal(result(f, a.w, a.job, a.tok, seq, a.cfg[5], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
     assert_int_equal(flush_done(f, 6), 14);
     assert_true(fx_acked(f, "A", seq));
     assert_int_equal(sched_counters(f->s)->rejected_results, 0);
     assert_int_equal(sched_counters(f->s)->requeued_jobs, 0);
-    assert_int_equal(result(f, b, twin, tokb, 4, cfg[7], MOETUNE__STATUS__STATUS_OK, 7), MT_OK);
+    assert_int_equal(result(f, b.w, b.job, b.tok, 4, a.cfg[7], MOETUNE__STATUS__STATUS_OK, 7), MT_OK);
     assert_int_equal(flush_done(f, 7), 16);
     assert_int_equal(flush_done(f, 8), 16);
-    assert_string_equal(sched_job_state(f->s, twin, NULL), "done");
+    assert_string_equal(sched_job_state(f->s, b.job, NULL), "done");
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE state = 'done'"), 2);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM (SELECT DISTINCT config_id, batch_size FROM results)"), 16);
@@ -1103,31 +1078,28 @@ static void test_split_tail(void **state) {
  * holder finishes the rest: every planned row once. */
 static void test_split_restart(void **state) {
     fx_t *f = *state;
-    split_fx_t x;
-    split_setup(f, &x);
-    sched_worker_t *a = x.a, *b = x.b;
-    uint64_t job = x.job, tok = x.tok, twin = x.twin, tokb = x.tokb, *cfg = x.cfg;
+    fx_lease_t a, b;
+    split_setup(f, &a, &b);
     assert_int_equal(flush_done(f, 2), 0);
     restart(f);
     fx_clear(f);
-    a = fx_hello(f, "A", "gpu", 1);
-    b = fx_hello(f, "B", "gpu", 1);
-    heartbeat(f, a, &job, 1, 1);
-    heartbeat(f, b, &twin, 1, 1);
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
-    assert_int_equal(result(f, a, job, tok, 5, cfg[4], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    a.w = fx_hello(f, "A", "gpu", 1);
+    b.w = fx_hello(f, "B", "gpu", 1);
+    heartbeat(f, a.w, &a.job, 1, 1);
+    heartbeat(f, b.w, &b.job, 1, 1);
+    first_results(f, &a, 4, 2);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 5, a.cfg[4], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
     uint32_t att = 9;
-    assert_string_equal(sched_job_state(f->s, job, &att), "leased");
+    assert_string_equal(sched_job_state(f->s, a.job, &att), "leased");
     assert_int_equal(att, 0);
     assert_int_equal(flush_done(f, 3), 8); /* A's 4 kept configs; its moved one dropped */
     assert_true(fx_acked(f, "A", 5));
-    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    assert_string_equal(sched_job_state(f->s, a.job, NULL), "done");
     for (int i = 4; i < 8; i++)
-        assert_int_equal(result(f, b, twin, tokb, (uint64_t)i, cfg[i], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
+        assert_int_equal(result(f, b.w, b.job, b.tok, (uint64_t)i, a.cfg[i], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
     assert_int_equal(flush_done(f, 4), 16);
     assert_int_equal(flush_done(f, 5), 16);
-    assert_string_equal(sched_job_state(f->s, twin, NULL), "done");
+    assert_string_equal(sched_job_state(f->s, b.job, NULL), "done");
     assert_int_equal(sched_counters(f->s)->rejected_results, 0);
     assert_int_equal(sched_counters(f->s)->requeued_jobs, 0);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
@@ -1141,29 +1113,26 @@ static void test_split_restart(void **state) {
  * rejected; every row once, counts never above the plan. */
 static void test_split_meet(void **state) {
     fx_t *f = *state;
-    split_fx_t x;
-    split_setup(f, &x);
-    sched_worker_t *a = x.a, *b = x.b;
-    uint64_t job = x.job, tok = x.tok, twin = x.twin, tokb = x.tokb, *cfg = x.cfg;
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
-    assert_int_equal(result(f, b, twin, tokb, 1, cfg[7], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
-    assert_int_equal(result(f, b, twin, tokb, 2, cfg[6], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    fx_lease_t a, b;
+    split_setup(f, &a, &b);
+    first_results(f, &a, 4, 2);
+    assert_int_equal(result(f, b.w, b.job, b.tok, 1, a.cfg[7], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    assert_int_equal(result(f, b.w, b.job, b.tok, 2, a.cfg[6], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
     assert_int_equal(flush_done(f, 2), 12);
-    assert_string_equal(sched_job_state(f->s, job, NULL), "done");
+    assert_string_equal(sched_job_state(f->s, a.job, NULL), "done");
     /* A goes on: 4 and 5, which B has not reached */
-    assert_int_equal(result(f, a, job, tok, 5, cfg[4], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 5, a.cfg[4], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
     assert_int_equal(sched_pending(f->s), 1);
     assert_int_equal(flush_done(f, 3), 14);
-    assert_string_equal(sched_job_state(f->s, twin, NULL), "leased");
-    assert_int_equal(result(f, a, job, tok, 6, cfg[5], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
+    assert_string_equal(sched_job_state(f->s, b.job, NULL), "leased");
+    assert_int_equal(result(f, a.w, a.job, a.tok, 6, a.cfg[5], MOETUNE__STATUS__STATUS_OK, 4), MT_OK);
     assert_int_equal(flush_done(f, 4), 16);
-    assert_string_equal(sched_job_state(f->s, twin, NULL), "done"); /* A's two results finished it */
+    assert_string_equal(sched_job_state(f->s, b.job, NULL), "done"); /* A's two results finished it */
     assert_int_equal(flush_done(f, 5), 16);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
     /* B reaches 5: its job is done with rows from A: dropped; A's 6 (B's): its rows are in: dropped */
-    assert_int_equal(result(f, b, twin, tokb, 3, cfg[5], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
-    assert_int_equal(result(f, a, job, tok, 7, cfg[6], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
+    assert_int_equal(result(f, b.w, b.job, b.tok, 3, a.cfg[5], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 7, a.cfg[6], MOETUNE__STATUS__STATUS_OK, 6), MT_OK);
     assert_int_equal(flush_done(f, 6), 16);
     assert_true(fx_acked(f, "B", 3));
     assert_true(fx_acked(f, "A", 7));
@@ -1172,7 +1141,7 @@ static void test_split_meet(void **state) {
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'A'"), 12);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE worker_id = 'B'"), 4);
     /* a result for a done job that no split touched is still rejected */
-    assert_int_equal(result(f, a, job, tok, 8, cfg[0], MOETUNE__STATUS__STATUS_OK, 7), MT_INVAL);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 8, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 7), MT_INVAL);
     assert_int_equal(sched_counters(f->s)->rejected_results, 1);
     check_consistent(f);
 }
@@ -1183,15 +1152,11 @@ static void test_split_bounds(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     submit_8(f);
-    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100", 0);
-    sched_worker_t *other = fx_hello(f, "O", "NVIDIA H200", 0);
-    const Moetune__Job *ja = fx_take(f, "A", 1);
-    uint64_t job = ja->job_id, tok = ja->lease_token, cfg[8];
-    for (int i = 0; i < 8; i++) cfg[i] = ja->configs[i]->config_id;
+    fx_lease_t a = fx_lease(f, "A", "NVIDIA H100", 1);
+    sched_worker_t *other = fx_hello(f, "O", "NVIDIA H200", 1);
     sched_on_ready(f->s, other, 1, 1); /* the sweep is bound to the H100 */
     assert_int_equal(fx_count(f, "O", MOETUNE__ENVELOPE__BODY_JOB), 0);
-    for (int i = 0; i < 7; i++)
-        assert_int_equal(result(f, a, job, tok, (uint64_t)i + 1, cfg[i], MOETUNE__STATUS__STATUS_OK, 2), MT_OK);
+    first_results(f, &a, 7, 2);
     assert_int_equal(flush_done(f, 2), 14);
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H100", 3);
     sched_on_ready(f->s, b, 1, 3);
@@ -1203,7 +1168,7 @@ static void test_split_bounds(void **state) {
     assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 1);
     const Moetune__Job *jb = fx_last_job(f, "B");
     assert_int_equal(jb->n_configs, 8); /* B took the pending job (A holds one already) */
-    sched_on_ready(f->s, a, 1, 4);
+    sched_on_ready(f->s, a.w, 1, 4);
     assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs"), 2);
 }
@@ -1263,19 +1228,16 @@ static void test_mixed_fleet_binds_sweep(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
     uint64_t sw1 = fx_submit(f, 4, 1, NULL);
-    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H100 80GB HBM3", 0);
+    fx_lease_t a = fx_lease(f, "A", "NVIDIA H100 80GB HBM3", 0);
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 0);
-    const Moetune__Job *j = fx_take(f, "A", 0);
-    assert_int_equal(j->sweep_id, sw1);
+    assert_int_equal(a.j->sweep_id, sw1);
     sched_on_ready(f->s, b, 4, 0);
     assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
-    assert_int_equal(
-        result(f, a, j->job_id, j->lease_token, 1, j->configs[0]->config_id, MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
+    assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 1), MT_OK);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
     /* restart: the binding comes back from the stored results */
-    sched_destroy(&f->s);
     fx_clear(f);
-    fx_start(f, 1000, 30000);
+    restart(f);
     b = fx_hello(f, "B", "NVIDIA H200", 10);
     sched_on_ready(f->s, b, 4, 10);
     assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);

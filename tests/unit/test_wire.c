@@ -65,6 +65,30 @@ static int unpack(const uint8_t *buf, size_t len, size_t max, unpacked_t *u) {
     return wire_unpack(buf, len, max, &u->env, &u->code, u->err, sizeof u->err);
 }
 
+/* env packed (asserted) and unpacked again under the default limit into *u; unpack's code. */
+static int roundtrip(wire_env_t *env, unpacked_t *u) {
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(wire_pack(env, &buf, &len), MT_OK);
+    int rc = unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, u);
+    free(buf);
+    return rc;
+}
+
+/* env through roundtrip, asserted accepted when good (the copy in u->env, the caller's to
+ * wire_free) or refused as invalid otherwise (no copy). Returns good. */
+static bool roundtrip_valid(wire_env_t *env, bool good, unpacked_t *u) {
+    int rc = roundtrip(env, u);
+    if (good) {
+        assert_int_equal(rc, MT_OK);
+        return true;
+    }
+    assert_int_equal(rc, MT_INVAL);
+    assert_null(u->env);
+    assert_int_equal(u->code, WIRE_E_INVALID);
+    return false;
+}
+
 static void test_round_trip(void **state) {
     (void)state;
     size_t len;
@@ -137,13 +161,9 @@ static void test_no_body_and_bad_fields(void **state) {
     (void)state;
     wire_env_t env;
     wire_env_init(&env);
-    uint8_t *buf;
-    size_t len;
     unpacked_t u;
-    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u), MT_INVAL);
+    assert_int_equal(roundtrip(&env, &u), MT_INVAL);
     assert_int_equal(u.code, WIRE_E_BODY);
-    free(buf);
 
     /* An OK measurement with a negative latency is data, and invalid. */
     Moetune__Measurement m = MOETUNE__MEASUREMENT__INIT;
@@ -157,10 +177,7 @@ static void test_no_body_and_bad_fields(void **state) {
     r.n_measurements = 1;
     r.measurements = &pm;
     wire_env_wrap(&env, &r.base);
-    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u), MT_INVAL);
-    assert_int_equal(u.code, WIRE_E_INVALID);
-    free(buf);
+    roundtrip_valid(&env, false, &u);
 
     /* up_us/down_us: 0 (not measured) and a latency pass, NaN, infinity and negatives do not. */
     m.median_us = m.min_us = m.mean_us = 10.0;
@@ -170,17 +187,10 @@ static void test_no_body_and_bad_fields(void **state) {
         for (int which = 0; which < 2; which++) {
             m.up_us = which ? 1.0 : up[i];
             m.down_us = which ? up[i] : 1.0;
-            assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-            int rc = unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u);
-            free(buf);
-            if (good[i]) {
-                assert_int_equal(rc, MT_OK);
+            if (roundtrip_valid(&env, good[i], &u)) {
                 assert_true(u.env->result->measurements[0]->up_us == m.up_us);
                 assert_true(u.env->result->measurements[0]->down_us == m.down_us);
                 wire_free(&u.env);
-            } else {
-                assert_int_equal(rc, MT_INVAL);
-                assert_int_equal(u.code, WIRE_E_INVALID);
             }
         }
     }
@@ -211,20 +221,11 @@ static void test_job_rounds(void **state) {
     const uint32_t rounds[] = {0, 1, WIRE_SIDE_BY_SIDE_ROUNDS, WIRE_MAX_ROUNDS, WIRE_MAX_ROUNDS + 1, 1000000};
     const int good[] = {1, 1, 1, 1, 0, 0};
     for (size_t i = 0; i < sizeof rounds / sizeof rounds[0]; i++) {
-        uint8_t *buf;
-        size_t len;
         unpacked_t u;
         job.rounds = rounds[i];
-        assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-        int rc = unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u);
-        free(buf);
-        if (good[i]) {
-            assert_int_equal(rc, MT_OK);
+        if (roundtrip_valid(&env, good[i], &u)) {
             assert_int_equal(u.env->job->rounds, rounds[i]);
             wire_free(&u.env);
-        } else {
-            assert_int_equal(rc, MT_INVAL);
-            assert_int_equal(u.code, WIRE_E_INVALID);
         }
     }
 }
@@ -237,8 +238,6 @@ static void test_non_finite_latencies(void **state) {
     Moetune__Measurement *pm = &m;
     Moetune__Result r = MOETUNE__RESULT__INIT;
     wire_env_t env;
-    uint8_t *buf;
-    size_t len;
     unpacked_t u;
     r.job_id = 7, r.config_id = 3, r.lease_token = 99, r.seq = 5;
     r.n_measurements = 1, r.measurements = &pm;
@@ -254,21 +253,14 @@ static void test_non_finite_latencies(void **state) {
                 m.median_us = m.min_us = m.mean_us = 10.0;
                 m.stddev_us = 0.5;
                 *f[field] = bad[b];
-                assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-                int rc = unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u);
-                free(buf);
-                assert_int_equal(rc, MT_INVAL);
-                assert_null(u.env);
-                assert_int_equal(u.code, WIRE_E_INVALID);
+                roundtrip_valid(&env, false, &u);
             }
         }
     }
     /* the same fields finite pass, for a failed measurement zeros too */
     m.status = MOETUNE__STATUS__STATUS_TIMEOUT;
     m.median_us = m.min_us = m.mean_us = m.stddev_us = 0;
-    assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
-    assert_int_equal(unpack(buf, len, WIRE_DEFAULT_MAX_BYTES, &u), MT_OK);
-    free(buf);
+    roundtrip_valid(&env, true, &u);
     wire_free(&u.env);
 }
 

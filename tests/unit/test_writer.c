@@ -154,12 +154,9 @@ static void test_batch_failure_keeps_results(void **state) {
     done_t d = {.rc = -1};
     fx_start(f, 1000, 30000);
     uint64_t sweep = fx_submit(f, 2, 16, NULL);
-    sched_worker_t *w = fx_hello(f, "w1", "sim", 0);
-    const Moetune__Job *job = fx_take(f, "w1", 0);
-    assert_int_equal(job->n_configs, 2);
-    uint64_t jid = job->job_id, tok = job->lease_token;
-    uint64_t c0 = job->configs[0]->config_id, c1 = job->configs[1]->config_id;
-    assert_int_equal(fx_result(f, w, jid, tok, 1, c0, MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);
+    fx_lease_t w = fx_lease(f, "w1", "sim", 0);
+    assert_int_equal(w.j->n_configs, 2);
+    assert_int_equal(fx_result(f, w.w, w.job, w.tok, 1, w.cfg[0], MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);
 
     /* a batch that fails: nothing acked, the result is kept */
     assert_int_equal(sched_batch_take(f->s, &b), MT_OK);
@@ -169,7 +166,7 @@ static void test_batch_failure_keeps_results(void **state) {
     assert_int_equal(sched_batch_take(f->s, &b2), MT_BUSY);
     assert_int_equal(sched_flush(f->s, 1), MT_BUSY);
     /* a result arriving while the batch is out */
-    assert_int_equal(fx_result(f, w, jid, tok, 2, c1, MOETUNE__STATUS__STATUS_OK, 2, true), MT_OK);
+    assert_int_equal(fx_result(f, w.w, w.job, w.tok, 2, w.cfg[1], MOETUNE__STATUS__STATUS_OK, 2, true), MT_OK);
     assert_int_equal(sched_pending(f->s), 2);
     sched_batch_done(f->s, b, MT_IO, "disk I/O error", 3);
     assert_int_equal(sched_counters(f->s)->commit_failures, 1);
@@ -193,7 +190,7 @@ static void test_batch_failure_keeps_results(void **state) {
     assert_int_equal(sched_pending(f->s), 0);
     assert_int_equal(sched_counters(f->s)->results_committed, 4);
     assert_int_equal(fx_query_int(f, "SELECT count(*) FROM results"), 4);
-    assert_string_equal(sched_job_state(f->s, jid, NULL), "done");
+    assert_string_equal(sched_job_state(f->s, w.job, NULL), "done");
 
     /* the finished job and sweep are written by the next batch */
     assert_int_equal(sched_batch_take(f->s, &b), MT_OK);
@@ -203,7 +200,7 @@ static void test_batch_failure_keeps_results(void **state) {
     sched_batch_done(f->s, d.arg, d.rc, d.why, 5);
     char sql[128];
     assert_int_equal(fx_query_int(f, mt_fmt(sql, sizeof sql, "SELECT count(*) FROM jobs WHERE id=%llu AND state='done'",
-                                            (unsigned long long)jid)),
+                                            (unsigned long long)w.job)),
                      1);
     assert_int_equal(
         fx_query_int(f, mt_fmt(sql, sizeof sql, "SELECT count(*) FROM sweeps WHERE id=%llu AND state='done'",
@@ -219,12 +216,10 @@ static void test_batch_cap(void **state) {
     sched_batch_t *b = NULL;
     fx_start(f, 1000, 30000);
     fx_submit(f, 2, 16, NULL);
-    sched_worker_t *w = fx_hello(f, "w1", "sim", 0);
-    const Moetune__Job *job = fx_take(f, "w1", 0);
-    uint64_t jid = job->job_id, tok = job->lease_token, c0 = job->configs[0]->config_id;
+    fx_lease_t w = fx_lease(f, "w1", "sim", 0);
     /* the same config resent: each is buffered (inserts are idempotent) */
     for (uint64_t seq = 1; seq <= SCHED_BATCH_MAX + 3; seq++)
-        assert_int_equal(fx_result(f, w, jid, tok, seq, c0, MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);
+        assert_int_equal(fx_result(f, w.w, w.job, w.tok, seq, w.cfg[0], MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);
     assert_int_equal(sched_batch_take(f->s, &b), MT_OK);
     assert_int_equal(sched_batch_results(b), SCHED_BATCH_MAX);
     assert_int_equal(store_begin(f->db), MT_OK);

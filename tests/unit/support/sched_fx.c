@@ -211,6 +211,18 @@ const Moetune__Job *fx_take(fx_t *f, const char *rid, uint64_t now) {
     return fx_last_job(f, rid);
 }
 
+fx_lease_t fx_lease(fx_t *f, const char *id, const char *gpu, uint64_t now) {
+    fx_lease_t l;
+    memset(&l, 0, sizeof l);
+    l.w = fx_hello(f, id, gpu, now);
+    l.j = fx_take(f, id, now);
+    l.job = l.j->job_id;
+    l.tok = l.j->lease_token;
+    for (size_t i = 0; i < l.j->n_configs && i < sizeof l.cfg / sizeof l.cfg[0]; i++)
+        l.cfg[i] = l.j->configs[i]->config_id;
+    return l;
+}
+
 bool fx_acked(fx_t *f, const char *rid, uint64_t seq) {
     for (size_t i = 0; i < f->n; i++) {
         if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;

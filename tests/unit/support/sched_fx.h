@@ -85,6 +85,14 @@ size_t fx_count(fx_t *f, const char *rid, wire_body_t body);
 /* One credit from the worker with routing id rid at now: the Job it was sent (asserted: one more
  * Job to rid than before). */
 const Moetune__Job *fx_take(fx_t *f, const char *rid, uint64_t now);
+/* A worker's first lease, the opening most scheduler tests share. */
+typedef struct {
+    sched_worker_t *w;
+    const Moetune__Job *j;     /* the Job as captured: valid until fx_clear */
+    uint64_t job, tok, cfg[8]; /* its id, lease token and first 8 config ids (0 past its end) */
+} fx_lease_t;
+/* Worker id on GPU gpu says hello at now (fx_hello) and takes one job (fx_take): that lease. */
+fx_lease_t fx_lease(fx_t *f, const char *id, const char *gpu, uint64_t now);
 /* Whether an Ack captured for rid lists seq. */
 bool fx_acked(fx_t *f, const char *rid, uint64_t seq);
 
