@@ -76,24 +76,19 @@ typedef struct {
     char routing_path[512]; /* the shape's captured routing file (shape->routing is its sha256); "" = none */
 } wrk_measure_t;
 
-/* Racing (proto STATUS_PRUNED): after WRK_RACE_SAMPLES timed samples, a config whose
- * fastest sample is slower than the best known median at batch size i by more than the
- * margin is out of the race. The fastest of two, not one: a single sample can be an
- * outlier (a clock dip), two rarely are. */
+/* Racing (proto STATUS_PRUNED): the first WRK_RACE_SAMPLES samples of a config are judged one by
+ * one. After n of them, the config is out of the race when the fastest is slower than the best
+ * known median at batch size i by more than the margin, or, while n < WRK_RACE_SAMPLES, by more
+ * than WRK_RACE_FAR times the margin. The fastest of two, not one: a single sample can be an
+ * outlier (a clock dip, a graph's upload), two rarely are; but a clock dip or an upload slows a
+ * replay by a few percent, never by 40 % (twice the default margin), and at 4096 tokens on an
+ * H200 three quarters of the configs racing pruned were that far off, each paying a second
+ * replay of 10 layers for nothing. */
 #define WRK_RACE_SAMPLES 2
-static inline int wrk_race_lost(const wrk_measure_t *m, size_t i, double fastest_us) {
-    return m->race_margin > 0 && m->best_us && m->best_us[i] > 0 && fastest_us > m->best_us[i] * (1.0 + m->race_margin);
-}
-
-/* Racing's early out: a first timed replay beyond the best known median by more than
- * WRK_RACE_FAR times the margin loses on its own, without the second. A clock dip or a graph's
- * upload slows a replay by a few percent, never by 40 % (twice the default margin); at 4096
- * tokens on an H200 three quarters of the configs racing pruned were that far off, each paying a
- * second replay of 10 layers for nothing. */
 #define WRK_RACE_FAR 2.0
-static inline int wrk_race_lost_far(const wrk_measure_t *m, size_t i, double first_us) {
-    return m->race_margin > 0 && m->best_us && m->best_us[i] > 0 &&
-           first_us > m->best_us[i] * (1.0 + WRK_RACE_FAR * m->race_margin);
+static inline int wrk_race_lost(const wrk_measure_t *m, size_t i, double fastest_us, uint32_t n) {
+    double margin = m->race_margin * (n < WRK_RACE_SAMPLES ? WRK_RACE_FAR : 1.0);
+    return m->race_margin > 0 && m->best_us && m->best_us[i] > 0 && fastest_us > m->best_us[i] * (1.0 + margin);
 }
 
 /* The stop rule of a config's samples (after min_samples): their relative standard deviation is

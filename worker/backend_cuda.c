@@ -775,7 +775,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     }
     /* Racing: the first WRK_RACE_SAMPLES replays are timed and decide the race (the fastest of
      * them: the first replay of a graph may carry its upload; a first one far beyond the best
-     * decides alone, wrk_race_lost_far). A config that loses is done
+     * decides alone, wrk_race_lost). A config that loses is done
      * after those 2 replays instead of warmup + 2; one that stays counts them as warm-up
      * replays and is sampled afresh after as many replays as without racing (warmup >= 2), so
      * what is measured for a winner does not change. */
@@ -809,15 +809,11 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         sum2 += us * us;
         timed_sum += us;
         if (n == 1 || us < fastest) fastest = us;
-        if (racing && n == 1 && wrk_race_lost_far(m, bi, us)) {
+        if (racing && wrk_race_lost(m, bi, fastest, n)) {
             pruned = true;
             break;
         }
         if (racing && n == WRK_RACE_SAMPLES) {
-            if (wrk_race_lost(m, bi, fastest)) {
-                pruned = true;
-                break;
-            }
             /* stayed in the race: those replays were warm-up; the rest of it, then afresh */
             racing = false;
             for (uint32_t i = head + WRK_RACE_SAMPLES; i < warm; i++)

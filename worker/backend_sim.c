@@ -286,7 +286,7 @@ static double draw_sample(double lat_us, double scale, uint64_t stream, uint32_t
 /* Draws samples of one (config, batch size) until the stop rule holds (wrk_precise), within
  * min..max samples and the time budget; fills out; returns the simulated seconds. Racing as
  * the GPU backends race: the first WRK_RACE_SAMPLES replays are timed and decide (the first
- * alone when it is far beyond the best, wrk_race_lost_far); a survivor
+ * alone when it is far beyond the best, wrk_race_lost); a survivor
  * counts them as warm-up replays and is sampled afresh (the same draws as without racing). */
 static double sample_one(double lat_us, double scale, uint64_t stream, const wrk_measure_t *m, size_t bi, double *buf,
                          wrk_meas_t *out) {
@@ -301,17 +301,15 @@ static double sample_one(double lat_us, double scale, uint64_t stream, const wrk
     bool pruned = false, settled = false;
     if (m->race_margin > 0 && m->best_us && m->best_us[bi] > 0) {
         double fastest = 0;
-        bool far = false;
-        for (; n < WRK_RACE_SAMPLES && !far; n++) {
+        while (n < WRK_RACE_SAMPLES && !pruned) {
             double x = draw_sample(lat_us, scale, stream ^ 0x5ace5ace5ace5aceULL, n);
-            buf[n] = x;
+            buf[n++] = x;
             sum += x;
             sumsq += x * x;
-            if (n == 0 || x < fastest) fastest = x;
-            far = n == 0 && wrk_race_lost_far(m, bi, x);
+            if (n == 1 || x < fastest) fastest = x;
+            pruned = wrk_race_lost(m, bi, fastest, n);
         }
         timed = spent_us = sum; /* timed replays, in the GPU-busy numerator whether the config wins or not */
-        pruned = far || wrk_race_lost(m, bi, fastest);
         if (!pruned) {
             warm = warm > WRK_RACE_SAMPLES ? warm - WRK_RACE_SAMPLES : 0;
             n = 0;

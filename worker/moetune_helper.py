@@ -782,6 +782,16 @@ def classify(exc):
     return "launch_error", text
 
 
+def race_lost(m, best_us, head):
+    """Racing (worker/backend.h, wrk_race_lost): after the timed replays in head, whether the
+    fastest is beyond best_us by the race margin, or by RACE_FAR margins while fewer than
+    RACE_SAMPLES were taken."""
+    if not (m["race_margin"] > 0 and best_us > 0):
+        return False
+    margin = m["race_margin"] * (RACE_FAR if len(head) < RACE_SAMPLES else 1.0)
+    return min(head) > best_us * (1.0 + margin)
+
+
 def precise(m, st, of_mean=False):
     """The stop rule (worker/backend.h, wrk_precise): the samples' RSD is under rsd_target, or the
     standard error of their mean under SEM_FRACTION of it. of_mean (the up/down halves): the
@@ -966,19 +976,17 @@ class Measurer:
 
         Racing times the first RACE_SAMPLES replays and judges the fastest of them (the first
         replay of a graph may carry its upload; a first replay beyond the best by RACE_FAR
-        margins loses alone, as wrk_race_lost_far in C): a config that loses pays those replays alone,
+        margins loses alone: race_lost): a config that loses pays those replays alone,
         not the warmup ones too; one that stays in the race counts them as warmup replays and is
         sampled afresh after as many replays as without racing (warmup >= 2), so what is
         measured for a winner does not change."""
         warm = int(m["warmup"])
-        race = best_us * (1.0 + m["race_margin"]) if best_us > 0 and m["race_margin"] > 0 else 0.0
-        if race:
-            head = [self._sample(g, 0)]
-            if head[0] > best_us * (1.0 + RACE_FAR * m["race_margin"]):
-                return stats(head), "pruned"
-            head += [self._sample(g, i) for i in range(1, RACE_SAMPLES)]
-            if min(head) > race:
-                return stats(head), "pruned"
+        if best_us > 0 and m["race_margin"] > 0:
+            head = []
+            while len(head) < RACE_SAMPLES:
+                head.append(self._sample(g, len(head)))
+                if race_lost(m, best_us, head):
+                    return stats(head), "pruned"
             warm = max(0, warm - RACE_SAMPLES)
         for _ in range(warm):
             g.replay()

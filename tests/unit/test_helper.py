@@ -183,7 +183,7 @@ class Racing(unittest.TestCase):
 
     def test_far_first_replay_prunes_alone(self):
         # 150 us per layer against a best of 100 us at margin 0.2: beyond 1 + 2 x 0.2, the first
-        # replay decides (wrk_race_lost_far); 139 us is not, and the second replay is taken
+        # replay decides (race_lost, wrk_race_lost in C); 139 us is not, and the second replay is taken
         m, g = self.measurer([1.5, 1.0]), self.Graph()
         st, how = m.time_graph(g, self.M, 1.0, best_us=100.0)
         self.assertEqual((how, st["samples"], g.replays, st["min_us"]), ("pruned", 1, 1, 150.0))
