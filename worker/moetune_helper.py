@@ -12,6 +12,7 @@ import os
 import sys
 import time
 
+T0 = time.monotonic()  # the helper's start: the start-up marks (mark, Session.stats) count from it
 PROTO_OUT = sys.stdout
 sys.stdout = sys.stderr  # whatever a library prints must not reach the protocol stream
 
@@ -284,12 +285,14 @@ def serve(lines, session):
             if op == "quit":
                 return 0
             if op == "prepare":
+                mark("first_prepare")
                 # The worker may not know the job's batch sizes yet: compile for batch size 1
                 # then (moetune's kernel compiles once for all of them).
                 session.prepare(parse_shape(req.get("shape")),
                                 [parse_config(c) for c in (req.get("configs") or [])],
                                 parse_batch_sizes(req.get("batch_sizes") or [1]))
             elif op == "measure":
+                mark("first_measure")
                 rid = req.get("id")
                 if isinstance(rid, bool) or not isinstance(rid, int):
                     raise ProtocolError("measure needs an integer id")
@@ -307,6 +310,7 @@ def serve(lines, session):
                 done = {"id": rid, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": session.peak_rss_kb(),
                         "gpu_s": round(session.gpu_s(), 6), "stats": session.stats()}
                 emit(done)
+                mark("first_done")
             else:
                 raise ProtocolError("unknown op %r" % (op,))
         except (ValueError, ProtocolError) as e:  # json.JSONDecodeError is a ValueError
@@ -455,6 +459,14 @@ def parse_routing(obj):
 
 # ---- environment -----------------------------------------------------------------------------
 
+START = {}  # start-up mark -> seconds after T0, each set once
+
+
+def mark(name):
+    """Records when a start-up step was first reached (stats()["start"], HELPER.md)."""
+    START.setdefault(name, round(time.monotonic() - T0, 3))
+
+
 def import_stack():
     """torch and triton, or Fatal naming what is missing and which interpreter was asked."""
     try:
@@ -597,11 +609,24 @@ class MoetuneKernel:
         self.down(L, cfg)
         self.torch.sum(L["c3"].view(L["m"], L["topk"], -1), dim=1, out=L["out"])
 
-    def warm(self, L, cfg):
-        self.align(L, cfg).run(warmup=True)
-        self.up(L, cfg, True)
-        self.act(L, True)
-        self.down(L, cfg, True)
+    @staticmethod
+    def compile_parts(cfg):
+        """What warm() compiles, as parts that compile apart, in the order a layer needs them:
+        (part, shared key), the key naming a part every config of that key shares (the align step
+        per BLOCK_SIZE_M, the activation), None for the config's own GEMMs."""
+        return [("align", ("align", cfg["BLOCK_SIZE_M"])), ("act", ("act",)), ("up", None), ("down", None)]
+
+    def warm(self, L, cfg, part=None):
+        """Compiles the layer's kernels for cfg without launching them; part: only that one of
+        compile_parts()."""
+        if part in (None, "align"):
+            self.align(L, cfg).run(warmup=True)
+        if part in (None, "up"):
+            self.up(L, cfg, True)
+        if part in (None, "act"):
+            self.act(L, True)
+        if part in (None, "down"):
+            self.down(L, cfg, True)
 
 
 class EngineKernel:
@@ -722,7 +747,12 @@ class EngineKernel:
         self.down(L, cfg)
         self.torch.sum(L["c3"].view(L["m"], L["topk"], -1), dim=1, out=L["out"])
 
-    def warm(self, L, cfg):
+    @staticmethod
+    def compile_parts(cfg):
+        """As MoetuneKernel.compile_parts: the engine's align step is not Triton, so only the GEMMs."""
+        return [("up", None), ("down", None)]
+
+    def warm(self, L, cfg, part=None):
         g = self.invoke.__globals__
         real = g.get(self.kernel_global)
         if real is None or not hasattr(real, "warmup"):
@@ -733,10 +763,15 @@ class EngineKernel:
                 return lambda *a, **kw: real.warmup(*a, grid=grid, **kw)
         g[self.kernel_global] = WarmOnly()
         try:
-            self.up(L, cfg)
-            self.down(L, cfg)
+            if part in (None, "up"):
+                self.up(L, cfg)
+            if part in (None, "down"):
+                self.down(L, cfg)
         finally:
             g[self.kernel_global] = real
+
+
+KERNELS = {"moetune": MoetuneKernel, "sglang": EngineKernel, "vllm": EngineKernel}
 
 
 def load_kernel(name, torch, triton):
@@ -841,7 +876,7 @@ def layer_buffers(torch, shape, m, x, ids, w, w1, w2, w1s, w2s, device="cuda"):
 # measuring process while the pool started, and seconds spent in checks, graph captures and
 # waiting for the compile pool.
 COUNT_KEYS = ("verified", "pruned", "settled", "split", "split_skipped", "compiled_here", "check_s",
-              "capture_s", "compile_wait_s")
+              "capture_s", "compile_wait_s", "inputs_s")
 
 
 def new_counts():
@@ -897,15 +932,19 @@ class Measurer:
         self.shape_key = key
         self.routing = routing
         e, n, k = shape["e"], shape["n"], shape["k"]
+        t0 = time.monotonic()
         g = torch.Generator(device="cuda").manual_seed(seed_for(shape, 0, seed))
         block = shape_block(shape)
         self.w1, self.w1s = make_weights(torch, e, 2 * n, k, shape["dtype"], block, g, "cuda")
         self.w2, self.w2s = make_weights(torch, e, k, n, shape["dtype"], block, g, "cuda")
+        torch.cuda.synchronize()
+        self.counts["inputs_s"] += time.monotonic() - t0
 
     def inputs(self, shape, m, seed):
         L = self.per_bs.get(m)
         if L is not None:
             return L
+        t0 = time.monotonic()
         torch = self.torch
         e, topk = shape["e"], shape["topk"]
         g = torch.Generator(device="cuda").manual_seed(seed_for(shape, m, seed))
@@ -923,6 +962,8 @@ class Measurer:
         L["ref"] = reference_layer(torch, x, L["topk_ids"], w, self.w1, self.w2, self.w1s, self.w2s,
                                    L["block"], fp8)
         self.per_bs[m] = L
+        torch.cuda.synchronize()
+        self.counts["inputs_s"] += time.monotonic() - t0
         return L
 
     def check(self, L):
@@ -1141,6 +1182,14 @@ class Session:
                 yield {"status": "launch_error", "detail": "routing %s: %s" % (routing[0], e)}
             return
         self.measurer.set_shape(shape, m["seed"], rt)
+        if self.pool and self.pool.pending(shape, cfg):
+            # the inputs and references of every batch size while the compile ends (a sweep's
+            # first config); one that fails here fails again below, in its batch size's place
+            for bs in bss:
+                try:
+                    self.measurer.inputs(shape, bs, m["seed"])
+                except Exception:
+                    break
         refused = self.pool.wait(shape, cfg) if self.pool else None
         best = m.get("best_us") or [0.0] * len(bss)
         for bs, best_us in zip(bss, best):
@@ -1168,12 +1217,14 @@ class Session:
         return getattr(self.measurer, "timed_s", 0.0)
 
     def stats(self):
-        """The "stats" object of done: COUNT_KEYS since the helper started, and the split margin."""
+        """The "stats" object of done: COUNT_KEYS since the helper started, the split margin, and
+        the start-up marks ("start": seconds after the helper's start, see mark())."""
         out = dict(getattr(self.measurer, "counts", None) or new_counts())
         if self.pool:
             out["compiled_here"] = self.pool.compiled_here
             out["compile_wait_s"] = self.pool.wait_s
         out = {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+        out["start"] = dict(START)
         margin = getattr(self.measurer, "split_margin", SPLIT_MARGIN)
         out["split_margin"] = margin if math.isfinite(margin) else "inf"
         return out
@@ -1198,9 +1249,10 @@ def _pool_init(kernel_name, gpu):
     _W["shape"] = None
 
 
-def _pool_compile(shape, cfg, bss):
-    """Compiles one config for every batch size's launch signature, without launching; the
-    compiled kernels land in Triton's on-disk cache, where the measuring process finds them."""
+def _pool_compile(shape, cfg, bss, part=None):
+    """Compiles one config (part: one of its kernel's compile_parts) for every batch size's launch
+    signature, without launching; the compiled kernels land in Triton's on-disk cache, where the
+    measuring process finds them."""
     torch = _W["torch"]
     kernel = _W["kernel"]
     t0 = time.monotonic()
@@ -1230,7 +1282,7 @@ def _pool_compile(shape, cfg, bss):
         x = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
         L = layer_buffers(torch, shape, m, x, ids, w, _W["w1"], _W["w2"], _W["w1s"], _W["w2s"])
         try:
-            kernel.warm(L, cfg)
+            kernel.warm(L, cfg, part)
         except Exception as e:
             status, detail = classify(e)
             # only what the compiler says about the config itself is trusted; anything else the
@@ -1252,7 +1304,13 @@ class CompilePool:
     It is started before the measuring process imports torch, so both start-ups overlap. Until
     one of its processes is ready, the measuring process does not wait for a compile it needs:
     it compiles that config itself (its first launch does), which is sooner than a process still
-    importing torch."""
+    importing torch.
+
+    A config is compiled as its kernel's compile_parts(), one task each, so the first config's
+    kernels compile side by side in several processes instead of one after the other in one
+    (at a sweep's start every process is idle and the measuring process waits for that config);
+    a part every config of a key shares (moetune's align step per BLOCK_SIZE_M) is one task per
+    shape and key."""
 
     def __init__(self, kernel_name, gpu, workers, executor=None):
         if executor is None:
@@ -1262,7 +1320,9 @@ class CompilePool:
                                               initializer=_pool_init, initargs=(kernel_name, gpu),
                                               max_tasks_per_child=256)
         self.ex = executor
-        self.futures = {}
+        self.parts = KERNELS[kernel_name].compile_parts
+        self.futures = {}        # (shape, config) -> the futures of its parts
+        self.shared = {}         # (shape, shared key) -> the future of that part
         self.peak_kb = 0
         self.compile_s = 0.0
         self.wait_s = 0.0        # the measuring process's time waiting for compiles
@@ -1271,6 +1331,9 @@ class CompilePool:
         self.broken = None       # why the pool cannot take work, once it cannot
         # one task per process: submitting starts the processes now
         self.pings = [self._submit(_pool_ping) for _ in range(workers)]
+        for p in self.pings:
+            if p is not None:
+                p.add_done_callback(lambda _: mark("pool_ready"))
 
     @staticmethod
     def _key(shape, cfg):
@@ -1296,33 +1359,54 @@ class CompilePool:
     def submit(self, shape, cfgs, bss):
         for cfg in cfgs:
             key = self._key(shape, cfg)
-            if key not in self.futures:
-                f = self._submit(_pool_compile, shape, cfg, list(bss))
+            if key in self.futures:
+                continue
+            fs = []
+            for part, shared in self.parts(cfg):
+                skey = shape_key(shape) + shared if shared else None
+                f = self.shared.get(skey) if skey else None
                 if f is None:
-                    return
-                self.futures[key] = f
-        if len(self.futures) > 8192:  # forget finished ones; their kernels are on disk
-            for k in [k for k, f in self.futures.items() if f.done()]:
-                del self.futures[k]
+                    f = self._submit(_pool_compile, shape, cfg, list(bss), part)
+                    if f is None:
+                        return
+                    if skey:
+                        self.shared[skey] = f
+                fs.append(f)
+            self.futures[key] = fs
+        for d in (self.futures, self.shared):
+            if len(d) > 8192:  # forget finished ones; their kernels are on disk
+                for k in [k for k, v in d.items() if all(f.done() for f in (v if isinstance(v, list) else [v]))]:
+                    del d[k]
+
+    def pending(self, shape, cfg):
+        """True while a part of the config's announced compile is not done."""
+        return not all(f.done() for f in self.futures.get(self._key(shape, cfg), ()))
 
     def wait(self, shape, cfg):
-        """Waits for the config's compile; (status, detail) when the compiler refused it. Returns
-        None at once, and the measuring process compiles the config itself, when the compile is
-        not done and no pool process has started yet."""
-        f = self.futures.pop(self._key(shape, cfg), None)
-        if f is None:
+        """Waits for the config's compile (all its parts); (status, detail) when the compiler
+        refused it. Returns None at once, and the measuring process compiles the config itself,
+        when the compile is not done and no pool process has started yet."""
+        fs = self.futures.pop(self._key(shape, cfg), None)
+        if not fs:
             return None
-        if not f.done() and not self.is_ready():
-            f.cancel()  # when it has not reached a process yet; else its result goes unused
+        if not all(f.done() for f in fs) and not self.is_ready():
+            for f in fs:  # its own parts, when they have not reached a process yet; shared ones stay
+                if f not in self.shared.values():
+                    f.cancel()
             self.compiled_here += 1
             return None
         t0 = time.monotonic()
+        refused = None
         try:
-            secs, err, kb = f.result()
-            self.ready = True
-            self.compile_s += secs
-            self.peak_kb = max(self.peak_kb, kb)
-            return err
+            for f in fs:
+                secs, err, kb = f.result()
+                self.ready = True
+                if not getattr(f, "counted", False):  # a shared part counts once
+                    f.counted = True
+                    self.compile_s += secs
+                    self.peak_kb = max(self.peak_kb, kb)
+                refused = refused or err
+            return refused
         except Exception as e:  # a broken pool only costs the head start
             log("compile ahead failed (%s); compiling in the measuring process" % one_line(e))
             return None
@@ -1405,10 +1489,12 @@ def main(argv):
         # the pool's processes import torch and triton while this one does
         pool = CompilePool(a.kernel, a.gpu, workers) if workers > 0 else None
         torch, triton = import_stack()
+        mark("imported")
         dev = device_info(torch, a.gpu)
         kernel = load_kernel(a.kernel, torch, triton)
         measurer = Measurer(torch, kernel)
         measurer.split_margin = split_margin
+        mark("device")
         compiler = "triton_" + triton.__version__.split("+")[0].replace(".", "_")
         vers = versions_text(a.kernel, torch, triton, kernel.engine)
         hello = {"kernel": a.kernel, "compiler": compiler, "versions": vers, "device": dev,
@@ -1425,6 +1511,7 @@ def main(argv):
         if pool:
             pool.kill()
         return 1
+    mark("hello")
     emit({"hello": hello})
     session = Session(kernel, measurer, pool)
     rc = serve(sys.stdin, session)

@@ -22,6 +22,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 export PYTHONUNBUFFERED=1
 echo "MOETUNE_SPLIT_MARGIN=${MOETUNE_SPLIT_MARGIN:-0.1 (default)}"
+# Both sides start with torch and triton in the page cache: on a fresh machine the first import
+# reads them from disk, and that would land on whichever side runs first (moetune's).
+python3 -c 'import torch, triton' >/dev/null 2>&1 || true
 "$root/tests/gpu/e2e_triton.sh" "$out" || exit $?
 echo "== where the sweep's GPU time went (rows.py)"
 python3 "$here/rows.py" "$out/results.json" --top 6 >"$out/rows.txt"

@@ -89,6 +89,17 @@ class Protocol(unittest.TestCase):
         cfg, bss, m, split = s.measured[0]
         self.assertEqual((cfg, bss, m["max_samples"], m["seed"], split), (CFG, [1, 3, 8], 9, 5, True))
 
+    def test_start_up_marks_are_set_once_in_order(self):
+        mh.START.clear()
+        prep = json.dumps({"op": "prepare", "shape": SHAPE, "configs": [CFG], "batch_sizes": [1]})
+        run_serve([prep, measure_req(), measure_req(id=8)])
+        marks = dict(mh.START)
+        self.assertEqual(sorted(marks), ["first_done", "first_measure", "first_prepare"])
+        self.assertTrue(0 <= marks["first_prepare"] <= marks["first_measure"] <= marks["first_done"])
+        run_serve([prep, measure_req()])  # later requests move no mark
+        self.assertEqual(mh.START, marks)
+        mh.START.clear()
+
     def test_prepare_has_no_reply(self):
         rc, out, s = run_serve([json.dumps({"op": "prepare", "shape": SHAPE, "configs": [CFG, CFG],
                                             "batch_sizes": [1, 2]})])
@@ -494,25 +505,49 @@ class CompileAhead(unittest.TestCase):
     def test_compiles_here_while_the_pool_starts(self):
         pool, ex = self.pool()
         pool.submit(SHAPE, [CFG, dict(CFG, BLOCK_SIZE_M=32)], [1])
-        self.assertEqual(len(ex.tasks), 4)
-        # no process has started: the measuring process does not wait, it compiles the config
+        # 2 pings; the first config's align (per BLOCK_SIZE_M), activation, up and down GEMMs;
+        # the second's own align, up and down (the activation is shared)
+        self.assertEqual([t[1][3] for t in ex.tasks[2:]], ["align", "act", "up", "down", "align", "up", "down"])
+        self.assertEqual(ex.tasks[6][1][1]["BLOCK_SIZE_M"], 32)
+        # no process has started: the measuring process does not wait, it compiles the config;
+        # its own parts are cancelled, the shared ones stay for the next config
         self.assertIsNone(pool.wait(SHAPE, CFG))
-        self.assertTrue(ex.tasks[2][2].cancelled())
+        self.assertEqual([t[2].cancelled() for t in ex.tasks[2:6]], [False, False, True, True])
         self.assertEqual((pool.compiled_here, pool.wait_s), (1, 0.0))
         # once one has, a compile not yet done is waited for, and its verdict holds
         ex.tasks[0][2].set_result(1)
-        f = ex.tasks[3][2]
+        ex.tasks[3][2].set_result((0.5, None, 1024))  # the shared activation
+        ex.tasks[6][2].set_result((0.25, None, 512))
+        ex.tasks[8][2].set_result((0.25, None, 512))
+        f = ex.tasks[7][2]
         import threading
-        threading.Timer(0.2, lambda: f.set_result((1.5, ("invalid", "OutOfResources: smem"), 2048))).start()
+        threading.Timer(0.2, lambda: f.set_result((1.0, ("invalid", "OutOfResources: smem"), 2048))).start()
         self.assertEqual(pool.wait(SHAPE, dict(CFG, BLOCK_SIZE_M=32)), ("invalid", "OutOfResources: smem"))
         self.assertEqual(pool.compiled_here, 1)
         self.assertGreaterEqual(pool.wait_s, 0.15)
-        self.assertEqual((pool.compile_s, pool.peak_kb), (1.5, 2048))
+        self.assertEqual((pool.compile_s, pool.peak_kb), (2.0, 2048))
+
+    def test_a_shared_part_compiles_once_per_shape_and_counts_once(self):
+        pool, ex = self.pool()
+        other = dict(CFG, BLOCK_SIZE_N=128)
+        pool.submit(SHAPE, [CFG, other], [1])
+        pool.submit(SHAPE, [CFG], [1])  # announced again: nothing new
+        self.assertEqual([t[1][3] for t in ex.tasks[2:]], ["align", "act", "up", "down", "up", "down"])
+        pool.submit(dict(SHAPE, n=128), [CFG], [1])  # another shape compiles its own
+        self.assertEqual([t[1][3] for t in ex.tasks[8:]], ["align", "act", "up", "down"])
+        ex.tasks[0][2].set_result(1)
+        for t in ex.tasks[2:8]:
+            t[2].set_result((1.0, None, 100))
+        self.assertIsNone(pool.wait(SHAPE, CFG))
+        self.assertEqual(pool.compile_s, 4.0)
+        self.assertIsNone(pool.wait(SHAPE, other))
+        self.assertEqual(pool.compile_s, 6.0)  # its align and activation were counted with CFG
 
     def test_a_done_compile_counts_before_the_pool_is_ready(self):
         pool, ex = self.pool()
         pool.submit(SHAPE, [CFG], [1])
-        ex.tasks[2][2].set_result((2.0, ("compile_error", "CompilationError: x"), 10))
+        for t in ex.tasks[2:]:
+            t[2].set_result((2.0, ("compile_error", "CompilationError: x") if t[1][3] == "down" else None, 10))
         self.assertEqual(pool.wait(SHAPE, CFG), ("compile_error", "CompilationError: x"))
         self.assertTrue(pool.ready)
         self.assertEqual(pool.compiled_here, 0)
@@ -566,11 +601,86 @@ class SessionCaches(unittest.TestCase):
         self.assertEqual((gemm.cache[0], align.cache[0]), ({}, {"sig": "compiled"}))
         self.assertEqual(meas.forgot, 1)
         st = s.stats()
-        self.assertEqual(sorted(st), sorted(mh.COUNT_KEYS + ("split_margin",)))
+        self.assertEqual(sorted(st), sorted(mh.COUNT_KEYS + ("split_margin", "start")))
         self.assertEqual(st["split_margin"], 0.25)
         meas.split_margin = float("inf")
         self.assertEqual(s.stats()["split_margin"], "inf")  # JSON has no infinity
         json.dumps(s.stats(), allow_nan=False)
+
+    def test_inputs_are_made_while_a_compile_is_pending(self):
+        """A sweep's first config: every batch size's inputs and references are made before the
+        wait for its compile, in the order given; once compiled, nothing is made ahead."""
+        calls = []
+
+        class Meas:
+            counts = mh.new_counts()
+
+            def set_shape(self, shape, seed, routing):
+                calls.append("shape")
+
+            def inputs(self, shape, bs, seed):
+                calls.append(("inputs", bs, seed))
+                if bs == 64:
+                    raise RuntimeError("CUDA out of memory")  # met again in one(), in its place
+
+            def one(self, shape, cfg, bs, m, split, best_us):
+                calls.append(("one", bs))
+                return {"status": "ok"}
+
+            def forget_aligns(self):
+                pass
+
+        class Pool:
+            done = False
+
+            def pending(self, shape, cfg):
+                return not self.done
+
+            def wait(self, shape, cfg):
+                calls.append("wait")
+                self.done = True
+
+        s = mh.Session(mh.MoetuneKernel.__new__(mh.MoetuneKernel), Meas(), Pool())
+        s.kernel.config_jit_functions = lambda: ()
+        list(s.measure(SHAPE, CFG, [1, 64, 256], {"seed": 3}, False))
+        self.assertEqual(calls, ["shape", ("inputs", 1, 3), ("inputs", 64, 3), "wait", ("one", 1), ("one", 64),
+                                 ("one", 256)])
+        del calls[:]
+        list(s.measure(SHAPE, CFG, [1], {"seed": 3}, False))
+        self.assertEqual(calls, ["shape", "wait", ("one", 1)])
+
+
+class WarmParts(unittest.TestCase):
+    def test_each_part_compiles_only_its_kernels_and_none_compiles_all(self):
+        ran = []
+
+        class Align:
+            def __init__(self, ids, e, bm):
+                pass
+
+            def run(self, warmup=False):
+                ran.append(("align", warmup))
+
+        class Mk:
+            pass
+        mk = Mk()
+        mk.Align = Align
+        mk.gemm = lambda a, b, c, w, al, rows, mul, cfg, warmup: ran.append(("down" if mul else "up", warmup))
+        mk.silu_mul = lambda x, out, warmup: ran.append(("act", warmup))
+        k = mh.MoetuneKernel.__new__(mh.MoetuneKernel)
+        k.mk = mk
+        parts = mh.MoetuneKernel.compile_parts(CFG)
+        self.assertEqual(parts, [("align", ("align", 16)), ("act", ("act",)), ("up", None), ("down", None)])
+        for part, _ in parts:
+            L = {"topk_ids": None, "e": 8, "fp8": False, "x": 0, "w1": 0, "c1": 0, "c2": 0, "w2": 0, "c3": 0,
+                 "w_flat": 0, "topk": 2}
+            del ran[:]
+            k.warm(L, CFG, part)
+            self.assertEqual(ran, [(part, True)])
+        del ran[:]
+        k.warm(L, CFG)
+        self.assertEqual(ran, [("align", True), ("up", True), ("act", True), ("down", True)])
+        self.assertEqual(mh.EngineKernel.compile_parts(CFG), [("up", None), ("down", None)])
 
 
 class Classify(unittest.TestCase):
