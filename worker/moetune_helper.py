@@ -30,6 +30,7 @@ SEM_FRACTION = 0.5            # the stop rule's standard-error arm (WRK_SEM_FRAC
 SPLIT_MARGIN = 0.1            # halves timed within this fraction of the best median (Measurer.split_wanted)
 SPLIT_MARGIN_ENV = "MOETUNE_SPLIT_MARGIN"
 FP8_REL_TOL = 0.03            # see Measurer.check
+CUDA_WAIT_S = 60.0            # a compile process waits at most this long for the measuring one's CUDA (_pool_init)
 FP8_MAX = 448.0               # largest finite e4m3fn value
 SCALE_EPS = 1e-10             # the scale of an all-zero group (as moetune_kernel.SCALE_EPS)
 DTYPES = ("bf16", "fp8_w8a8")
@@ -1235,7 +1236,11 @@ class Session:
 _W = {}
 
 
-def _pool_init(kernel_name, gpu):
+def _pool_init(kernel_name, gpu, cuda_up=None):
+    """A compile process's start: torch, triton and the kernel, then its CUDA context once the
+    measuring process has its own (cuda_up is set; at most CUDA_WAIT_S): contexts are made one
+    at a time by the driver, and the measuring process's is the one the hello waits for (on an
+    H200, 0.35 s alone and 2.3 s beside 14 others; bench/triton/startup.py)."""
     try:
         import ctypes
         ctypes.CDLL("libc.so.6").prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: never outlive the helper
@@ -1243,6 +1248,8 @@ def _pool_init(kernel_name, gpu):
         pass
     sys.stdout = sys.stderr
     torch, triton = import_stack()
+    if cuda_up is not None:
+        cuda_up.wait(CUDA_WAIT_S)
     torch.cuda.set_device(gpu)
     _W["torch"] = torch
     _W["kernel"] = load_kernel(kernel_name, torch, triton)
@@ -1313,11 +1320,14 @@ class CompilePool:
     shape and key."""
 
     def __init__(self, kernel_name, gpu, workers, executor=None):
+        self.cuda_ev = None
         if executor is None:
             import concurrent.futures as cf
             import multiprocessing as mp
-            executor = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                              initializer=_pool_init, initargs=(kernel_name, gpu),
+            ctx = mp.get_context("spawn")
+            self.cuda_ev = ctx.Event()
+            executor = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                                              initializer=_pool_init, initargs=(kernel_name, gpu, self.cuda_ev),
                                               max_tasks_per_child=256)
         self.ex = executor
         self.parts = KERNELS[kernel_name].compile_parts
@@ -1328,6 +1338,9 @@ class CompilePool:
         self.wait_s = 0.0        # the measuring process's time waiting for compiles
         self.compiled_here = 0   # configs it compiled itself because the pool was not ready
         self.ready = False
+        # at the first measure the pool's processes have imported torch (they started with the
+        # measuring process) and make their CUDA contexts: worth this wait before compiling here
+        self.ready_wait_s = 1.0
         self.broken = None       # why the pool cannot take work, once it cannot
         # one task per process: submitting starts the processes now
         self.pings = [self._submit(_pool_ping) for _ in range(workers)]
@@ -1348,6 +1361,18 @@ class CompilePool:
             self.broken = one_line(e)
             log("compile pool unusable (%s); compiling in the measuring process" % self.broken)
             return None
+
+    def await_ready(self, timeout):
+        """Waits up to timeout seconds for a pool process to be ready."""
+        import concurrent.futures as cf
+        pings = [p for p in self.pings if p is not None]
+        if pings:
+            cf.wait(pings, timeout=timeout, return_when=cf.FIRST_COMPLETED)
+
+    def cuda_up(self):
+        """The measuring process has its CUDA context: the compile processes make theirs now."""
+        if self.cuda_ev is not None:
+            self.cuda_ev.set()
 
     def is_ready(self):
         """True once a pool process has started (a ping or a compile came back)."""
@@ -1389,6 +1414,8 @@ class CompilePool:
         fs = self.futures.pop(self._key(shape, cfg), None)
         if not fs:
             return None
+        if not all(f.done() for f in fs) and not self.is_ready():
+            self.await_ready(self.ready_wait_s)
         if not all(f.done() for f in fs) and not self.is_ready():
             for f in fs:  # its own parts, when they have not reached a process yet; shared ones stay
                 if f not in self.shared.values():
@@ -1495,6 +1522,8 @@ def main(argv):
         measurer = Measurer(torch, kernel)
         measurer.split_margin = split_margin
         mark("device")
+        if pool:
+            pool.cuda_up()
         compiler = "triton_" + triton.__version__.split("+")[0].replace(".", "_")
         vers = versions_text(a.kernel, torch, triton, kernel.engine)
         hello = {"kernel": a.kernel, "compiler": compiler, "versions": vers, "device": dev,
@@ -1518,6 +1547,10 @@ def main(argv):
     log("done: peak rss %d MiB (measuring process %d MiB, compile processes %d MiB), %.0f s compiling ahead; %s" %
         (session.peak_rss_kb() >> 10, peak_rss_kb() >> 10, (pool.peak_kb if pool else 0) >> 10,
          pool.compile_s if pool else 0, json.dumps(session.stats(), separators=(",", ":"))))
+    if pool:
+        # nothing is left to compile; an orderly shutdown would join each process through its
+        # CUDA context's teardown, one after another (about 2 s on an H200), while the worker waits
+        pool.kill()
     return rc
 
 

@@ -15,6 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HELPER = os.path.join(HERE, "..", "..", "worker", "moetune_helper.py")
 SHAPE = {"e": 128, "n": 768, "k": 2048, "topk": 8, "dtype": "bf16"}
 BSS = [1, 64, 1024]
+QUIT_S = 2.0  # worker/backend_triton.c TR_QUIT_MS
 
 
 def cfg(m, n, k, g, w, s):
@@ -59,12 +60,24 @@ def main():
             print("FAIL: config %d expected %s, got %s" % (i, want, [r["status"] for r in bad]))
             fails += 1
         print("  config %d took %.2f s, peak rss %d MiB" % (i, time.monotonic() - t, done["peak_rss_kb"] >> 10))
-    print("total %.2f s for %d configs" % (time.monotonic() - t0, len(allc)))
+    print("total %.2f s for %d configs; start-up marks %s" % (time.monotonic() - t0, len(allc),
+                                                             json.dumps(done["stats"].get("start"))))
+    start = done["stats"].get("start") or {}
+    if not start.get("device", 0) <= start.get("pool_ready", -1) <= start.get("first_done", -1):
+        # the compile processes make their CUDA contexts after the measuring process's
+        print("FAIL: start-up marks out of order: %s" % start)
+        fails += 1
     p.stdin.write('{"op":"quit"}\n')
     p.stdin.close()
+    t = time.monotonic()
     rc = p.wait(timeout=60)
+    quit_s = time.monotonic() - t
+    print("exit status %d, %.2f s after quit" % (rc, quit_s))
     if rc != 0:
         print("FAIL: helper exit status %d" % rc)
+        fails += 1
+    if quit_s >= QUIT_S:  # the worker waits this long (TR_QUIT_MS), then kills the group
+        print("FAIL: the helper took %.2f s to quit (at most %.1f s)" % (quit_s, QUIT_S))
         fails += 1
     print("PASS" if not fails else "FAIL (%d)" % fails)
     return 1 if fails else 0

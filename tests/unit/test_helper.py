@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import unittest
 from contextlib import redirect_stdout
 from unittest import mock
@@ -509,9 +510,12 @@ class CompileAhead(unittest.TestCase):
         # the second's own align, up and down (the activation is shared)
         self.assertEqual([t[1][3] for t in ex.tasks[2:]], ["align", "act", "up", "down", "align", "up", "down"])
         self.assertEqual(ex.tasks[6][1][1]["BLOCK_SIZE_M"], 32)
-        # no process has started: the measuring process does not wait, it compiles the config;
+        # no process starts within ready_wait_s: the measuring process compiles the config;
         # its own parts are cancelled, the shared ones stay for the next config
+        pool.ready_wait_s = 0.1
+        t = time.monotonic()
         self.assertIsNone(pool.wait(SHAPE, CFG))
+        self.assertGreaterEqual(time.monotonic() - t, 0.1)
         self.assertEqual([t[2].cancelled() for t in ex.tasks[2:6]], [False, False, True, True])
         self.assertEqual((pool.compiled_here, pool.wait_s), (1, 0.0))
         # once one has, a compile not yet done is waited for, and its verdict holds
@@ -542,6 +546,17 @@ class CompileAhead(unittest.TestCase):
         self.assertEqual(pool.compile_s, 4.0)
         self.assertIsNone(pool.wait(SHAPE, other))
         self.assertEqual(pool.compile_s, 6.0)  # its align and activation were counted with CFG
+
+    def test_a_pool_that_gets_ready_meanwhile_is_waited_for(self):
+        pool, ex = self.pool()
+        pool.submit(SHAPE, [CFG], [1])
+        import threading
+        ping = ex.tasks[1][2]
+        threading.Timer(0.1, lambda: ping.set_result(1)).start()
+        threading.Timer(0.2, lambda: [t[2].set_result((1.0, None, 10)) for t in ex.tasks[2:]]).start()
+        self.assertIsNone(pool.wait(SHAPE, CFG))
+        self.assertEqual((pool.compiled_here, pool.compile_s), (0, 4.0))
+        self.assertTrue(pool.ready)
 
     def test_a_done_compile_counts_before_the_pool_is_ready(self):
         pool, ex = self.pool()
