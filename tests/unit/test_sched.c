@@ -194,13 +194,21 @@ static void test_lease_expiry_and_bye(void **state) {
     assert_null(sched_worker(f->s, (const uint8_t *)"A", 1));
 }
 
+/* A sweep of n_stages configs, chunk a job: A leases a job, B says hello, and A's first config
+ * crashes at tick 1 (accepted). *a is A's lease; B. */
+static sched_worker_t *first_crash(fx_t *f, uint32_t n_stages, uint32_t chunk, fx_lease_t *a) {
+    fx_start(f, 1000, 30000);
+    fx_submit(f, n_stages, chunk, NULL);
+    *a = fx_lease(f, "A", "gpu", 0);
+    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
+    assert_int_equal(result(f, a->w, a->job, a->tok, 1, a->cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
+    return b;
+}
+
 static void test_crash_retry_and_quarantine(void **state) {
     fx_t *f = *state;
-    fx_start(f, 1000, 30000);
-    fx_submit(f, 2, 2, NULL);
-    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
-    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
+    fx_lease_t a;
+    sched_worker_t *b = first_crash(f, 2, 2, &a);
     assert_int_equal(sched_pending(f->s), 0);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
     assert_true(fx_acked(f, "A", 1));
@@ -232,11 +240,8 @@ static void test_crash_retry_and_quarantine(void **state) {
 
 static void test_avoid_worker_alone(void **state) {
     fx_t *f = *state;
-    fx_start(f, 1000, 30000);
-    fx_submit(f, 1, 1, NULL);
-    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
-    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
+    fx_lease_t a;
+    sched_worker_t *b = first_crash(f, 1, 1, &a);
     sched_on_ready(f->s, a.w, 1, 1);
     assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     sched_on_bye(f->s, b, 2); /* A is now the only live worker: it gets the retry */
