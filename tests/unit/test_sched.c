@@ -860,8 +860,7 @@ static bool crash_failing_at(fx_t *f, unsigned long n) {
     /* 16 jobs of one config: the retry job is the 17th, so the sweep's job list grows */
     fx_spec_t x;
     Moetune__Submitted sub;
-    fx_spec(&x, "alloc", (const uint32_t[]){1, 2}, 4, 2, 2);
-    x.spec.chunk = 1;
+    fx_spec(&x, "alloc", (const uint32_t[]){1, 2}, 4, 2, 2, 1);
     fx_submit_spec(f, &x, &sub);
     assert_int_equal(sub.jobs, 16);
     fx_lease_t a = fx_lease(f, "A", "gpu", 0);
@@ -956,8 +955,7 @@ static void check_consistent(fx_t *f) {
 static uint64_t submit_8(fx_t *f) {
     fx_spec_t x;
     Moetune__Submitted sub;
-    fx_spec(&x, "eight", (const uint32_t[]){2, 1}, 1, 2, 4);
-    x.spec.chunk = 8;
+    fx_spec(&x, "eight", (const uint32_t[]){2, 1}, 1, 2, 4, 8);
     fx_submit_spec(f, &x, &sub);
     assert_int_equal(sub.configs_valid, 8);
     assert_int_equal(sub.jobs, 1);
@@ -1004,7 +1002,7 @@ static void test_split_not_listed(void **state) {
     Moetune__Submitted sub;
     Moetune__Config cfg[4], *ptr[4];
     fx_start(f, 1000, 30000);
-    fx_spec(&x, "listed", (const uint32_t[]){2, 1}, 1, 1, 1);
+    fx_spec(&x, "listed", (const uint32_t[]){2, 1}, 1, 1, 1, 4);
     for (uint32_t i = 0; i < 4; i++) {
         krn_config_t c = {16, 64, 64, 1, 4, 2 + i};
         moetune__config__init(&cfg[i]);
@@ -1013,7 +1011,6 @@ static void test_split_not_listed(void **state) {
     }
     x.sp.n_block_m = x.sp.n_block_n = x.sp.n_block_k = x.sp.n_group_m = x.sp.n_num_warps = x.sp.n_num_stages = 0;
     x.sp.n_configs = 4, x.sp.configs = ptr;
-    x.spec.chunk = 4;
     fx_submit_spec(f, &x, &sub);
     assert_int_equal(sub.configs_valid, 4);
     assert_int_equal(sub.jobs, 1);
