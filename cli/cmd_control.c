@@ -329,16 +329,26 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
                (unsigned long long)c->results_unacked);
 }
 
-int cmd_status(const cli_cmd_t *cmd, cli_opts_t *o) {
+/* Connects to o's coordinator and asks for the status of sweep (0: all sweeps). MT_EXIT_OK with
+ * the client in *c and the reply in *reply, both the caller's to release; otherwise the exit
+ * code, the failure printed and nothing left open. */
+static int fetch_status(const cli_cmd_t *cmd, const cli_opts_t *o, uint64_t sweep, cli_client_t **c,
+                        wire_env_t **reply) {
     char err[300];
+    int code = connect_control(cmd, o, c);
+    if (code != MT_EXIT_OK) return code;
+    if (cli_client_status(*c, sweep, reply, err, sizeof err) != MT_OK) {
+        cli_client_destroy(c);
+        return cli_fail(cmd, err);
+    }
+    return MT_EXIT_OK;
+}
+
+int cmd_status(const cli_cmd_t *cmd, cli_opts_t *o) {
     cli_client_t *c = NULL;
     wire_env_t *reply = NULL;
-    int code = connect_control(cmd, o, &c);
+    int code = fetch_status(cmd, o, o->sweep, &c, &reply);
     if (code != MT_EXIT_OK) return code;
-    if (cli_client_status(c, o->sweep, &reply, err, sizeof err) != MT_OK) {
-        code = cli_fail(cmd, err);
-        goto out;
-    }
     if (o->sweep && reply->status_reply->n_sweeps == 0) {
         code = cli_fail(cmd, "no such sweep");
         goto out;
@@ -356,15 +366,10 @@ out:
 }
 
 int cmd_workers(const cli_cmd_t *cmd, cli_opts_t *o) {
-    char err[300];
     cli_client_t *c = NULL;
     wire_env_t *reply = NULL;
-    int code = connect_control(cmd, o, &c);
+    int code = fetch_status(cmd, o, 0, &c, &reply);
     if (code != MT_EXIT_OK) return code;
-    if (cli_client_status(c, 0, &reply, err, sizeof err) != MT_OK) {
-        code = cli_fail(cmd, err);
-        goto out;
-    }
     const Moetune__StatusReply *r = reply->status_reply;
     if (o->json) {
         json_t *arr = json_array();
@@ -384,7 +389,6 @@ int cmd_workers(const cli_cmd_t *cmd, cli_opts_t *o) {
         }
         if (r->n_workers == 0) printf("(no workers)\n");
     }
-out:
     wire_free(&reply);
     cli_client_destroy(&c);
     return code;

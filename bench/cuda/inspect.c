@@ -102,6 +102,58 @@ static int save_image(const char *dir, const char *name, const unsigned char *cu
     return write_file(path, log, strlen(log));
 }
 
+/* One image compiled twice: here with the backend's options and -Xptxas=-v, to keep the
+ * report, and through the backend (img), whose cubin must be the same bytes. */
+typedef struct {
+    char *log;            /* the ptxas -v report (owned) */
+    unsigned char *cubin; /* owned */
+    size_t size;
+    wcu_image_t img;
+} twin_t;
+
+static void twin_clear(twin_t *t) {
+    wcu_image_clear(&t->img);
+    free(t->log);
+    free(t->cubin);
+}
+
+/* Compiles src as name with the architecture, the n defines, --std=c++17 and -Xptxas=-v (the
+ * backend's options in the backend's order, plus the report), and through the backend: the
+ * config image of c, or moe_common when c is NULL. Checks the two cubins agree and saves the
+ * image in dir. Prints what failed; t is the caller's to twin_clear either way. */
+static int twin_build(const char *dir, const char *src, const char *name, const char *const *defines, int n,
+                      const krn_config_t *c, twin_t *t) {
+    char arch[48], err[512], path[4096];
+    const char *opts[12];
+    int nopts = 0;
+    memset(t, 0, sizeof *t);
+    mt_fmt(arch, sizeof arch, "--gpu-architecture=sm_%u%u", CC_MAJOR, CC_MINOR);
+    opts[nopts++] = arch;
+    for (int i = 0; i < n; i++) opts[nopts++] = defines[i];
+    opts[nopts++] = "--std=c++17";
+    opts[nopts++] = "-Xptxas=-v";
+    if (nvrtc_compile(src, name, opts, nopts, &t->log, &t->cubin, &t->size, err, sizeof err) != MT_OK) {
+        fprintf(stderr, "%s: %s\n", name, err);
+        return MT_ERR;
+    }
+    int rc = c ? wcu_compile_config(c, CC_MAJOR, CC_MINOR, NULL, &t->img)
+               : wcu_compile_common(CC_MAJOR, CC_MINOR, NULL, &t->img);
+    if (rc != MT_OK) {
+        fprintf(stderr, "%s: backend compile: %s\n", name, t->img.error);
+        return MT_ERR;
+    }
+    if (t->img.cubin_size != t->size || memcmp(t->img.cubin, t->cubin, t->size) != 0) {
+        fprintf(stderr, "%s: the backend's cubin differs from this compile (%zu vs %zu B)\n", name, t->img.cubin_size,
+                t->size);
+        return MT_ERR;
+    }
+    if (save_image(dir, name, t->cubin, t->size, t->log, path, sizeof path) != MT_OK) {
+        fprintf(stderr, "cannot write %s\n", path);
+        return MT_IO;
+    }
+    return MT_OK;
+}
+
 /* Sum over experts of E[ceil(X / bm)], X ~ Binomial(m, topk / e): the expected number of
  * BLOCK_M row blocks the align step produces under uniform routing. */
 static double expected_row_blocks(const shape_t *s, uint32_t m, uint32_t bm) {
@@ -185,58 +237,36 @@ static void print_grid(const krn_config_t *c, const char *where, unsigned ctas_p
 
 static int inspect_config(const char *dir, const char *spec) {
     krn_config_t c;
-    char err[512], o[8][48], path[4096];
-    const char *opts[12];
-    int n = 0, rc = MT_ERR;
-    char *log = NULL;
-    unsigned char *cubin = NULL;
-    size_t size = 0;
-    wcu_image_t img;
-    memset(&img, 0, sizeof img);
+    char o[6][48];
     if (parse_cfg(spec, &c) != MT_OK) {
         fprintf(stderr, "bad config '%s' (want BMxBNxBKxWxS)\n", spec);
         return MT_INVAL;
     }
     uint32_t wm = krn_warps_m(&c);
-    /* The same options, in the same order, as wcu_compile_config. */
-    mt_fmt(o[0], sizeof o[0], "--gpu-architecture=sm_%u%u", CC_MAJOR, CC_MINOR);
-    mt_fmt(o[1], sizeof o[1], "-DBLOCK_M=%u", c.block_m);
-    mt_fmt(o[2], sizeof o[2], "-DBLOCK_N=%u", c.block_n);
-    mt_fmt(o[3], sizeof o[3], "-DBLOCK_K=%u", c.block_k);
-    mt_fmt(o[4], sizeof o[4], "-DNUM_WARPS=%u", c.num_warps);
-    mt_fmt(o[5], sizeof o[5], "-DNUM_STAGES=%u", c.num_stages);
-    mt_fmt(o[6], sizeof o[6], "-DWARPS_M=%u", wm);
-    for (int i = 0; i < 7; i++) opts[n++] = o[i];
-    opts[n++] = "--std=c++17";
-    opts[n++] = "-Xptxas=-v";
+    mt_fmt(o[0], sizeof o[0], "-DBLOCK_M=%u", c.block_m);
+    mt_fmt(o[1], sizeof o[1], "-DBLOCK_N=%u", c.block_n);
+    mt_fmt(o[2], sizeof o[2], "-DBLOCK_K=%u", c.block_k);
+    mt_fmt(o[3], sizeof o[3], "-DNUM_WARPS=%u", c.num_warps);
+    mt_fmt(o[4], sizeof o[4], "-DNUM_STAGES=%u", c.num_stages);
+    mt_fmt(o[5], sizeof o[5], "-DWARPS_M=%u", wm);
+    const char *defines[6] = {o[0], o[1], o[2], o[3], o[4], o[5]};
     char name[64];
     mt_fmt(name, sizeof name, "moe_gemm_%ux%ux%u_w%u_s%u", c.block_m, c.block_n, c.block_k, c.num_warps, c.num_stages);
-    if (nvrtc_compile(krn_src_moe_gemm, name, opts, n, &log, &cubin, &size, err, sizeof err) != MT_OK) {
-        fprintf(stderr, "%s: %s\n", name, err);
-        goto out;
-    }
-    if (wcu_compile_config(&c, CC_MAJOR, CC_MINOR, NULL, &img) != MT_OK) {
-        fprintf(stderr, "%s: backend compile: %s\n", name, img.error);
-        goto out;
-    }
-    if (img.cubin_size != size || memcmp(img.cubin, cubin, size) != 0) {
-        fprintf(stderr, "%s: the backend's cubin differs from this compile (%zu vs %zu B)\n", name, img.cubin_size,
-                size);
-        goto out;
-    }
-    if (save_image(dir, name, cubin, size, log, path, sizeof path) != MT_OK) goto io;
+    twin_t t;
+    int rc = twin_build(dir, krn_src_moe_gemm, name, defines, 6, &c, &t);
+    if (rc != MT_OK) goto out;
 
     krn_shape_t shape;
     memset(&shape, 0, sizeof shape);
     uint32_t dyn = krn_smem_bytes(&c, &shape);
     printf("%s (warps %ux%u, warp tile %ux%u, %zu B cubin, identical to the backend's)\n", name, wm, c.num_warps / wm,
-           c.block_m / wm, c.block_n / (c.num_warps / wm), size);
+           c.block_m / wm, c.block_n / (c.num_warps / wm), t.size);
     unsigned worst = 0;
     for (int g = 1; g <= 2; g++) {
         unsigned regs, smem, stack, spill;
         char kn[16];
         mt_fmt(kn, sizeof kn, "moe_gemm%d", g);
-        kernel_resources(log, kn, &regs, &smem, &stack, &spill);
+        kernel_resources(t.log, kn, &regs, &smem, &stack, &spill);
         unsigned threads = c.num_warps * 32;
         unsigned warp_regs = (regs * 32 + 255) / 256 * 256;
         unsigned by_regs = regs ? SM_REGS / (warp_regs * c.num_warps) : 0;
@@ -252,53 +282,24 @@ static int inspect_config(const char *dir, const char *spec) {
                kn, threads, regs, stack, spill, smem, dyn, by_regs, by_smem, by_warps, ctas, ctas * c.num_warps);
     }
     print_grid(&c, where_of(spec), worst);
-    rc = MT_OK;
-    goto out;
-io:
-    fprintf(stderr, "cannot write %s\n", path);
-    rc = MT_IO;
 out:
-    wcu_image_clear(&img);
-    free(log);
-    free(cubin);
+    twin_clear(&t);
     return rc;
 }
 
 static int inspect_common(const char *dir) {
-    const char *opts[3];
-    char arch[48], err[512], path[4096];
-    char *log = NULL;
-    unsigned char *cubin = NULL;
-    size_t size = 0;
-    int rc = MT_ERR;
-    wcu_image_t img;
-    memset(&img, 0, sizeof img);
-    mt_fmt(arch, sizeof arch, "--gpu-architecture=sm_%u%u", CC_MAJOR, CC_MINOR);
-    opts[0] = arch;
-    opts[1] = "--std=c++17";
-    opts[2] = "-Xptxas=-v";
-    if (nvrtc_compile(krn_src_moe_common, "moe_common", opts, 3, &log, &cubin, &size, err, sizeof err) != MT_OK ||
-        wcu_compile_common(CC_MAJOR, CC_MINOR, NULL, &img) != MT_OK) {
-        fprintf(stderr, "moe_common: %s %s\n", err, img.error);
-        goto out;
-    }
-    if (img.cubin_size != size || memcmp(img.cubin, cubin, size) != 0) {
-        fprintf(stderr, "moe_common: the backend's cubin differs from this compile\n");
-        goto out;
-    }
-    if (save_image(dir, "moe_common", cubin, size, log, path, sizeof path) != MT_OK) goto out;
-    printf("moe_common (%zu B cubin, identical to the backend's)\n", size);
+    twin_t t;
+    int rc = twin_build(dir, krn_src_moe_common, "moe_common", NULL, 0, NULL, &t);
+    if (rc != MT_OK) goto out;
+    printf("moe_common (%zu B cubin, identical to the backend's)\n", t.size);
     static const char *kernels[] = {"moe_align", "moe_topk_sum"};
     for (size_t i = 0; i < 2; i++) {
         unsigned regs, smem, stack, spill;
-        kernel_resources(log, kernels[i], &regs, &smem, &stack, &spill);
+        kernel_resources(t.log, kernels[i], &regs, &smem, &stack, &spill);
         printf("  %s: %u regs, stack %u B, spills %u B, smem %u static B\n", kernels[i], regs, stack, spill, smem);
     }
-    rc = MT_OK;
 out:
-    wcu_image_clear(&img);
-    free(log);
-    free(cubin);
+    twin_clear(&t);
     return rc;
 }
 

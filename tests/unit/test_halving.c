@@ -323,7 +323,7 @@ static void test_sched_phases(void **state) {
     fx_t *f = *state;
     fx_spec_t x;
     Moetune__Submitted sub;
-    fx_spec(&x, "halving", (const uint32_t[]){1, 2}, 3, 1, 4);
+    fx_spec(&x, "halving", (const uint32_t[]){1, 2}, 3, 1, 4, 0);
     x.spec.strategy = "halving";
     fx_start(f, 1000, 30000);
     fx_submit_spec(f, &x, &sub);
@@ -458,7 +458,7 @@ static void test_sched_decide(void **state) {
     Moetune__Submitted sub;
     Moetune__Measure m = MOETUNE__MEASURE__INIT;
     static const uint32_t bs[] = {1, 2};
-    fx_spec(&x, "decide", bs, 3, 1, 4);
+    fx_spec(&x, "decide", bs, 3, 1, 4, 0);
     m.decide_margin = 0.02; /* racing stays on: its default */
     x.spec.measure = &m;
     fx_start(f, 1000, 30000);

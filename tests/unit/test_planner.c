@@ -24,6 +24,17 @@ static tmpdb_t g_db = {.tag = "plan"}; /* each test's own (tmpdb_setup) */
 
 static int64_t query_int(const char *sql) { return tmpdb_query_int(g_db.path, sql); }
 
+/* No sweep, job, config or rejected config in the database: a refused or failed start left
+ * nothing behind. */
+static void assert_nothing_stored(void) {
+    static const char *const tables[] = {"sweeps", "jobs", "configs", "rejected"};
+    char sql[64];
+    for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+        mt_fmt(sql, sizeof sql, "SELECT COUNT(*) FROM %s", tables[i]);
+        if (query_int(sql) != 0) fail_msg("%s: %lld rows", tables[i], (long long)query_int(sql));
+    }
+}
+
 /* A spec with up to 4 shapes and the default batch sizes. */
 typedef struct {
     Moetune__SweepSpec spec;
@@ -306,9 +317,7 @@ static void test_invalid_specs(void **state) {
         assert_non_null(strstr(err, cases[i].needle));
     }
     store_close(&db);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM sweeps"), 0);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs"), 0);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM configs"), 0);
+    assert_nothing_stored();
 }
 
 /* A start that fails after the sweep row (here: every job insert fails, and so would the mark
@@ -332,8 +341,7 @@ static void test_failed_start_leaves_nothing(void **state) {
     assert_non_null(strstr(err, "disk full"));
     store_close(&db);
     sqlite3_close(raw);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM sweeps"), 0);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM rejected"), 0);
+    assert_nothing_stored();
 }
 
 static void test_custom_space_and_measure(void **state) {

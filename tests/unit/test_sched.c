@@ -194,13 +194,21 @@ static void test_lease_expiry_and_bye(void **state) {
     assert_null(sched_worker(f->s, (const uint8_t *)"A", 1));
 }
 
+/* A sweep of n_stages configs, chunk a job: A leases a job, B says hello, and A's first config
+ * crashes at tick 1 (accepted). *a is A's lease; B. */
+static sched_worker_t *first_crash(fx_t *f, uint32_t n_stages, uint32_t chunk, fx_lease_t *a) {
+    fx_start(f, 1000, 30000);
+    fx_submit(f, n_stages, chunk, NULL);
+    *a = fx_lease(f, "A", "gpu", 0);
+    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
+    assert_int_equal(result(f, a->w, a->job, a->tok, 1, a->cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
+    return b;
+}
+
 static void test_crash_retry_and_quarantine(void **state) {
     fx_t *f = *state;
-    fx_start(f, 1000, 30000);
-    fx_submit(f, 2, 2, NULL);
-    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
-    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
+    fx_lease_t a;
+    sched_worker_t *b = first_crash(f, 2, 2, &a);
     assert_int_equal(sched_pending(f->s), 0);
     assert_int_equal(sched_flush(f->s, 1), MT_OK);
     assert_true(fx_acked(f, "A", 1));
@@ -232,11 +240,8 @@ static void test_crash_retry_and_quarantine(void **state) {
 
 static void test_avoid_worker_alone(void **state) {
     fx_t *f = *state;
-    fx_start(f, 1000, 30000);
-    fx_submit(f, 1, 1, NULL);
-    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
-    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-    assert_int_equal(result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1), MT_OK);
+    fx_lease_t a;
+    sched_worker_t *b = first_crash(f, 1, 1, &a);
     sched_on_ready(f->s, a.w, 1, 1);
     assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1);
     sched_on_bye(f->s, b, 2); /* A is now the only live worker: it gets the retry */
@@ -833,61 +838,73 @@ static void test_invalid_results_requeue(void **state) {
     assert_int_equal(sched_counters(f->s)->requeued_jobs, 3);
 }
 
-/* Every allocation of a first crash's retry job fails in turn: memory and database agree after
- * each (the retry job exists in both or in neither; no entry points at freed memory). */
-static void test_crash_allocation_failures(void **state) {
-    fx_t *f = *state;
+/* Runs scenario on a fresh database and scheduler (1 s heartbeat, 30 s lease) for n = 1, 2, ...
+ * below max: the scenario arms mt_alloc_fail_at(n) where its failures are to begin, disarms it,
+ * checks what it left and returns whether the armed failure fired. Ends with the first run in
+ * which no allocation was left to fail (asserted); the number of runs. */
+static unsigned long each_alloc_failure(fx_t *f, unsigned long max, bool (*scenario)(fx_t *f, unsigned long n)) {
     bool fired = true;
     unsigned long n;
-    for (n = 1; fired && n < 200; n++) {
+    for (n = 1; fired && n < max; n++) {
         fx_fresh(f);
         fx_start(f, 1000, 30000);
-        /* 16 jobs of one config: the retry job is the 17th, so the sweep's job list grows */
-        fx_spec_t x;
-        Moetune__Submitted sub;
-        fx_spec(&x, "alloc", (const uint32_t[]){1, 2}, 4, 2, 2);
-        x.spec.chunk = 1;
-        fx_submit_spec(f, &x, &sub);
-        assert_int_equal(sub.jobs, 16);
-        fx_lease_t a = fx_lease(f, "A", "gpu", 0);
-        sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
-        mt_alloc_fail_at(n);
-        result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1);
-        fired = mt_alloc_failed();
-        mt_alloc_fail_at(0);
-        int64_t db_jobs = fx_query_int(f, "SELECT COUNT(*) FROM jobs");
-        int64_t retry = fx_query_int(f, "SELECT id FROM jobs WHERE avoid_worker = 'A'");
-        assert_true(db_jobs == 16 || db_jobs == 17);
-        for (uint64_t id = 1; id <= 18; id++) {
-            bool in_db = (int64_t)id <= db_jobs; /* ids are 1..n */
-            const char *st = sched_job_state(f->s, id, NULL);
-            if (in_db)
-                assert_non_null(st);
-            else
-                assert_null(st);
-        }
-        if (retry > 0) {
-            /* the retry job is real: B (not A) gets exactly that config */
-            sched_on_ready(f->s, b, 16, 2);
-            bool seen = false;
-            for (size_t i = 0; i < f->n; i++) {
-                const Moetune__Envelope *e = f->msg[i];
-                if (strcmp(f->rid[i], "B") || e->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
-                if (e->job->job_id == (uint64_t)retry) {
-                    assert_int_equal(e->job->n_configs, 1);
-                    assert_int_equal(e->job->configs[0]->config_id, a.cfg[0]);
-                    seen = true;
-                }
-            }
-            assert_true(seen);
-        } else {
-            /* not recorded: the job went back whole and nothing was committed */
-            assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM job_configs"), 16);
-            assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM crashes"), 0);
-        }
+        fired = scenario(f, n);
     }
     assert_false(fired); /* the loop reached a run in which no allocation was left to fail */
-    assert_true(n > 3);
+    return n - 1;
+}
+
+/* A first crash's retry job with its n-th allocation failing: memory and database agree (the
+ * retry job exists in both or in neither; no entry points at freed memory). */
+static bool crash_failing_at(fx_t *f, unsigned long n) {
+    /* 16 jobs of one config: the retry job is the 17th, so the sweep's job list grows */
+    fx_spec_t x;
+    Moetune__Submitted sub;
+    fx_spec(&x, "alloc", (const uint32_t[]){1, 2}, 4, 2, 2, 1);
+    fx_submit_spec(f, &x, &sub);
+    assert_int_equal(sub.jobs, 16);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
+    sched_worker_t *b = fx_hello(f, "B", "gpu", 0);
+    mt_alloc_fail_at(n);
+    result(f, a.w, a.job, a.tok, 1, a.cfg[0], MOETUNE__STATUS__STATUS_CRASHED, 1);
+    bool fired = mt_alloc_failed();
+    mt_alloc_fail_at(0);
+    int64_t db_jobs = fx_query_int(f, "SELECT COUNT(*) FROM jobs");
+    int64_t retry = fx_query_int(f, "SELECT id FROM jobs WHERE avoid_worker = 'A'");
+    assert_true(db_jobs == 16 || db_jobs == 17);
+    for (uint64_t id = 1; id <= 18; id++) {
+        bool in_db = (int64_t)id <= db_jobs; /* ids are 1..n */
+        const char *st = sched_job_state(f->s, id, NULL);
+        if (in_db)
+            assert_non_null(st);
+        else
+            assert_null(st);
+    }
+    if (retry > 0) {
+        /* the retry job is real: B (not A) gets exactly that config */
+        sched_on_ready(f->s, b, 16, 2);
+        bool seen = false;
+        for (size_t i = 0; i < f->n; i++) {
+            const Moetune__Envelope *e = f->msg[i];
+            if (strcmp(f->rid[i], "B") || e->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
+            if (e->job->job_id == (uint64_t)retry) {
+                assert_int_equal(e->job->n_configs, 1);
+                assert_int_equal(e->job->configs[0]->config_id, a.cfg[0]);
+                seen = true;
+            }
+        }
+        assert_true(seen);
+    } else {
+        /* not recorded: the job went back whole and nothing was committed */
+        assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM job_configs"), 16);
+        assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM crashes"), 0);
+    }
+    return fired;
+}
+
+/* Every allocation of a first crash's retry job fails in turn. */
+static void test_crash_allocation_failures(void **state) {
+    assert_true(each_alloc_failure(*state, 200, crash_failing_at) >= 3);
 }
 
 /* ---- every scenario under failing allocations (issue 13's habit) */
@@ -938,8 +955,7 @@ static void check_consistent(fx_t *f) {
 static uint64_t submit_8(fx_t *f) {
     fx_spec_t x;
     Moetune__Submitted sub;
-    fx_spec(&x, "eight", (const uint32_t[]){2, 1}, 1, 2, 4);
-    x.spec.chunk = 8;
+    fx_spec(&x, "eight", (const uint32_t[]){2, 1}, 1, 2, 4, 8);
     fx_submit_spec(f, &x, &sub);
     assert_int_equal(sub.configs_valid, 8);
     assert_int_equal(sub.jobs, 1);
@@ -986,7 +1002,7 @@ static void test_split_not_listed(void **state) {
     Moetune__Submitted sub;
     Moetune__Config cfg[4], *ptr[4];
     fx_start(f, 1000, 30000);
-    fx_spec(&x, "listed", (const uint32_t[]){2, 1}, 1, 1, 1);
+    fx_spec(&x, "listed", (const uint32_t[]){2, 1}, 1, 1, 1, 4);
     for (uint32_t i = 0; i < 4; i++) {
         krn_config_t c = {16, 64, 64, 1, 4, 2 + i};
         moetune__config__init(&cfg[i]);
@@ -995,7 +1011,6 @@ static void test_split_not_listed(void **state) {
     }
     x.sp.n_block_m = x.sp.n_block_n = x.sp.n_block_k = x.sp.n_group_m = x.sp.n_num_warps = x.sp.n_num_stages = 0;
     x.sp.n_configs = 4, x.sp.configs = ptr;
-    x.spec.chunk = 4;
     fx_submit_spec(f, &x, &sub);
     assert_int_equal(sub.configs_valid, 4);
     assert_int_equal(sub.jobs, 1);
@@ -1174,52 +1189,49 @@ static void test_split_bounds(void **state) {
 }
 
 /* Submit, hello, dispatch, results, the batched commit, heartbeat, cancel and a restart, with the
- * n-th allocation failing, for n = 1.. until one run has nothing left to fail: no crash, no leak
- * (ASan), and afterwards (commits retried unarmed) memory agrees with the database, also after
- * one more restart. */
-static void test_alloc_failure_scenarios(void **state) {
-    fx_t *f = *state;
-    bool fired = true;
-    unsigned long n;
-    for (n = 1; fired && n < 2000; n++) {
-        fx_fresh(f);
-        fx_start(f, 1000, 30000);
-        uint64_t sw1 = 0, sw2 = 0;
-        mt_alloc_fail_at(n);
-        try_submit(f, "one", &sw1);
-        try_submit(f, "two", &sw2);
-        sched_worker_t *a = try_hello(f, "A", 0);
-        sched_worker_t *b = try_hello(f, "B", 0);
-        if (a) sched_on_ready(f->s, a, 3, 1);
-        if (b) sched_on_ready(f->s, b, 1, 1);
-        uint64_t seq = 1;
-        for (size_t i = 0; a && i < f->n; i++) {
-            const Moetune__Envelope *e = f->msg[i];
-            if (strcmp(f->rid[i], "A") || e->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
-            for (size_t k = 0; k < e->job->n_configs; k++)
-                fx_result(f, a, e->job->job_id, e->job->lease_token, seq++, e->job->configs[k]->config_id,
-                          MOETUNE__STATUS__STATUS_OK, 2, true);
-        }
-        sched_flush(f->s, 3);
-        if (b) {
-            uint64_t held[1] = {0};
-            sched_on_heartbeat(f->s, b, held, 0, 4);
-        }
-        uint32_t cancelled = 0;
-        if (sw2) sched_cancel(f->s, sw2, &cancelled, 5);
-        sched_flush(f->s, 6);
-        restart(f);
-        fired = mt_alloc_failed();
-        mt_alloc_fail_at(0);
-        for (int k = 0; k < 10 && sched_flush(f->s, 7) != MT_OK; k++) {}
-        assert_int_equal(sched_pending(f->s), 0);
-        check_consistent(f);
-        restart(f);
-        check_consistent(f);
+ * n-th allocation failing: no crash, no leak (ASan), and afterwards (commits retried unarmed)
+ * memory agrees with the database, also after one more restart. */
+static bool scenario_failing_at(fx_t *f, unsigned long n) {
+    uint64_t sw1 = 0, sw2 = 0;
+    mt_alloc_fail_at(n);
+    try_submit(f, "one", &sw1);
+    try_submit(f, "two", &sw2);
+    sched_worker_t *a = try_hello(f, "A", 0);
+    sched_worker_t *b = try_hello(f, "B", 0);
+    if (a) sched_on_ready(f->s, a, 3, 1);
+    if (b) sched_on_ready(f->s, b, 1, 1);
+    uint64_t seq = 1;
+    for (size_t i = 0; a && i < f->n; i++) {
+        const Moetune__Envelope *e = f->msg[i];
+        if (strcmp(f->rid[i], "A") || e->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
+        for (size_t k = 0; k < e->job->n_configs; k++)
+            fx_result(f, a, e->job->job_id, e->job->lease_token, seq++, e->job->configs[k]->config_id,
+                      MOETUNE__STATUS__STATUS_OK, 2, true);
     }
-    assert_false(fired); /* a run in which no allocation was left to fail */
-    print_message("allocation failure scenarios: %lu runs\n", n - 1);
-    assert_true(n > 10);
+    sched_flush(f->s, 3);
+    if (b) {
+        uint64_t held[1] = {0};
+        sched_on_heartbeat(f->s, b, held, 0, 4);
+    }
+    uint32_t cancelled = 0;
+    if (sw2) sched_cancel(f->s, sw2, &cancelled, 5);
+    sched_flush(f->s, 6);
+    restart(f);
+    bool fired = mt_alloc_failed();
+    mt_alloc_fail_at(0);
+    for (int k = 0; k < 10 && sched_flush(f->s, 7) != MT_OK; k++) {}
+    assert_int_equal(sched_pending(f->s), 0);
+    check_consistent(f);
+    restart(f);
+    check_consistent(f);
+    return fired;
+}
+
+/* The scenario with every one of its allocations failing in turn. */
+static void test_alloc_failure_scenarios(void **state) {
+    unsigned long runs = each_alloc_failure(*state, 2000, scenario_failing_at);
+    print_message("allocation failure scenarios: %lu runs\n", runs);
+    assert_true(runs >= 10);
 }
 
 /* A mixed fleet never splits a sweep: its first lease binds it to that GPU model, other models

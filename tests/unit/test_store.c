@@ -294,28 +294,27 @@ static store_t *seed_job(seeded_t *x) {
     return s;
 }
 
+/* A result row of x's job at batch size bs with status st, from the sim backend; the
+ * measurements are the caller's to fill in. */
+static store_result_t seeded_row(const seeded_t *x, uint32_t bs, int st) {
+    store_result_t r = {.sweep_id = x->sweep,
+                        .shape_id = x->shape,
+                        .config_id = x->cfg,
+                        .job_id = x->job,
+                        .batch_size = bs,
+                        .status = st,
+                        .backend = "sim",
+                        .compiler = "sim"};
+    return r;
+}
+
 static void test_idempotent_result(void **state) {
     seeded_t x;
     store_t *s = seed_job(&x);
     bool inserted = false;
-    store_result_t r = {.sweep_id = x.sweep,
-                        .shape_id = x.shape,
-                        .config_id = x.cfg,
-                        .job_id = x.job,
-                        .batch_size = 16,
-                        .status = MOETUNE__STATUS__STATUS_OK,
-                        .median_us = 12.5,
-                        .min_us = 12.0,
-                        .mean_us = 12.6,
-                        .stddev_us = 0.1,
-                        .samples = 20,
-                        .worker_id = "w1",
-                        .backend = "sim",
-                        .compiler = "sim",
-                        .created = 5,
-                        .versions = "kernel=moetune triton=3.6.0",
-                        .up_us = 8.25,
-                        .down_us = 4.5};
+    store_result_t r = seeded_row(&x, 16, MOETUNE__STATUS__STATUS_OK);
+    r.median_us = 12.5, r.min_us = 12.0, r.mean_us = 12.6, r.stddev_us = 0.1, r.samples = 20;
+    r.worker_id = "w1", r.created = 5, r.versions = "kernel=moetune triton=3.6.0", r.up_us = 8.25, r.down_us = 4.5;
     assert_int_equal(store_begin(s), MT_OK);
     assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
     assert_true(inserted);
@@ -344,13 +343,7 @@ static void test_rollback_discards(void **state) {
     seeded_t x;
     store_t *s = seed_job(&x);
     bool inserted = false;
-    store_result_t r = {.sweep_id = x.sweep,
-                        .shape_id = x.shape,
-                        .config_id = x.cfg,
-                        .batch_size = 1,
-                        .status = MOETUNE__STATUS__STATUS_TIMEOUT,
-                        .backend = "sim",
-                        .compiler = "sim"};
+    store_result_t r = seeded_row(&x, 1, MOETUNE__STATUS__STATUS_TIMEOUT);
     assert_int_equal(store_begin(s), MT_OK);
     assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
     store_rollback(s);

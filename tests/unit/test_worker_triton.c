@@ -271,10 +271,12 @@ static void test_hang_times_out(void **unused) {
 }
 
 /* A helper that breaks the protocol: batch sizes before the break keep their
- * measurements (keep of them), the rest are crashed with the reason. */
+ * measurements (keep of them), the rest are crashed with the reason; the helper is killed and
+ * a new one started. */
 static void check_broken(const char *mode, uint32_t mem_mb, size_t keep, const char *detail_prefix) {
     wcase_t k;
     setup_case(&k);
+    unlink(g_pids); /* the helpers of this call only */
     k.m.timeout_ms = 20000;
     wrk_child_t *c = start_ready(mode, mem_mb);
     assert_int_equal(measure(c, &k, 3), MT_OK);
@@ -291,18 +293,12 @@ static void check_broken(const char *mode, uint32_t mem_mb, size_t keep, const c
     wrk_child_destroy(&c);
 }
 
-static void test_flood(void **unused) {
+/* The fake helper's three ways to break the protocol: a reply line over 64 KiB, a line that
+ * is no JSON object, a reply to another request. */
+static void test_protocol_errors(void **unused) {
     (void)unused;
     check_broken("flood", 0, 0, "helper protocol error: a reply line longer than 64 KiB");
-}
-
-static void test_garbage(void **unused) {
-    (void)unused;
     check_broken("garbage", 0, 1, "helper protocol error: a reply that is not a JSON object: this is not json");
-}
-
-static void test_wrong_id(void **unused) {
-    (void)unused;
     check_broken("wrongid", 0, 1, "helper protocol error: a reply for another request (id 101, expected 1)");
 }
 
@@ -369,9 +365,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_close_logs_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dies_mid_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hang_times_out, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_flood, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_garbage, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_wrong_id, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_protocol_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_memory_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fatal_at_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_python, setup, teardown),

@@ -80,7 +80,8 @@ int fx_teardown(void **state) {
 
 int64_t fx_query_int(fx_t *f, const char *sql) { return tmpdb_query_int(f->path, sql); }
 
-void fx_spec(fx_spec_t *x, const char *name, const uint32_t bs[2], size_t n_group_m, size_t n_warps, size_t n_stages) {
+void fx_spec(fx_spec_t *x, const char *name, const uint32_t bs[2], size_t n_group_m, size_t n_warps, size_t n_stages,
+             uint32_t chunk) {
     static const uint32_t gm[] = {1, 16, 32, 64}, nw[] = {4, 8}, ns[] = {2, 3, 4, 5};
     assert_true(n_group_m <= 4 && n_warps <= 2 && n_stages <= 4);
     x->bm[0] = 16, x->bn[0] = 64, x->bk[0] = 64;
@@ -99,6 +100,7 @@ void fx_spec(fx_spec_t *x, const char *name, const uint32_t bs[2], size_t n_grou
     x->spec.n_shapes = 1, x->spec.shapes = &x->shp;
     x->spec.n_batch_sizes = 2, x->spec.batch_sizes = x->bs;
     x->spec.space = &x->sp;
+    x->spec.chunk = chunk;
     moetune__measure__init(&x->measure);
     x->measure.decide_margin = -1;
     x->spec.measure = &x->measure;
@@ -116,8 +118,7 @@ int fx_submit_try(fx_t *f, const char *name, uint32_t n_stages, uint32_t chunk, 
     fx_spec_t x;
     Moetune__Submitted sub;
     char err[256];
-    fx_spec(&x, name, (const uint32_t[]){2, 1}, 1, 1, n_stages);
-    x.spec.chunk = chunk;
+    fx_spec(&x, name, (const uint32_t[]){2, 1}, 1, 1, n_stages, chunk);
     x.spec.device_filter = (char *)filter;
     int rc = sched_submit(f->s, &x.spec, &sub, 0, err, sizeof err);
     *id = rc ? 0 : sub.sweep_id;

@@ -45,7 +45,8 @@ int64_t fx_query_int(fx_t *f, const char *sql);
 /* fx_spec fills x with a sweep spec named name: one shape (E=8, N=256, K=256, top-k 2), blocks
  * 16x64x64 and the first n_group_m of group_m {1, 16, 32, 64}, n_warps of num_warps {4, 8} and
  * n_stages of num_stages {2, 3, 4, 5}; the two batch sizes bs, in that order (the planner keeps
- * it). The arrays live in x: x->spec is valid while x is. */
+ * it); chunk configs a job (0: the planner's default). The arrays live in x: x->spec is valid
+ * while x is. */
 typedef struct {
     uint32_t bm[1], bn[1], bk[1], gm[4], nw[2], ns[4], bs[2];
     Moetune__Space sp;
@@ -53,7 +54,8 @@ typedef struct {
     Moetune__SweepSpec spec;
     Moetune__Measure measure; /* spec.measure: the defaults, but the decide step off (test_halving tests it) */
 } fx_spec_t;
-void fx_spec(fx_spec_t *x, const char *name, const uint32_t bs[2], size_t n_group_m, size_t n_warps, size_t n_stages);
+void fx_spec(fx_spec_t *x, const char *name, const uint32_t bs[2], size_t n_group_m, size_t n_warps, size_t n_stages,
+             uint32_t chunk);
 /* Submits x->spec (asserted MT_OK); the reply in *sub. */
 void fx_submit_spec(fx_t *f, fx_spec_t *x, Moetune__Submitted *sub);
 /* A small sweep named name: fx_spec's with n_stages configs (stages 2..), batch sizes {2, 1},
