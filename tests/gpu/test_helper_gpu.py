@@ -3,6 +3,7 @@
 config checked against the reference, an over-large config stored invalid, compile-ahead used.
 
     python3 tests/gpu/test_helper_gpu.py [--kernel moetune]      exit 77 (skipped) without a GPU
+    (MOETUNE_HELPER=PATH tests another helper file, as it does for the worker)
 """
 import json
 import os
@@ -12,7 +13,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HELPER = os.path.join(HERE, "..", "..", "worker", "moetune_helper.py")
+HELPER = os.environ.get("MOETUNE_HELPER") or os.path.join(HERE, "..", "..", "worker", "moetune_helper.py")
 SHAPE = {"e": 128, "n": 768, "k": 2048, "topk": 8, "dtype": "bf16"}
 BSS = [1, 64, 1024]
 QUIT_S = 2.0  # worker/backend_triton.c TR_QUIT_MS
