@@ -548,7 +548,19 @@ def file_hash(paths, extra):
 
 # ---- kernels ---------------------------------------------------------------------------------
 
-class MoetuneKernel:
+class Kernel:
+    """What both kernels share: one layer is the align step, the up GEMM, the activation, the
+    down GEMM and the top-k sum, each kernel with its own align() (start_layer), up, act and down."""
+
+    def layer(self, L, cfg):
+        self.start_layer(L, cfg)
+        self.up(L, cfg)
+        self.act(L)
+        self.down(L, cfg)
+        self.torch.sum(L["c3"].view(L["m"], L["topk"], -1), dim=1, out=L["out"])
+
+
+class MoetuneKernel(Kernel):
     """moetune's own Triton layer (moetune_kernel.py)."""
     name = "moetune"
     engine = None
@@ -603,12 +615,8 @@ class MoetuneKernel:
         aq.run(warmup)
         self.mk.gemm(aq.q, L["w2"], L["c3"], L["w_flat"], al, 1, True, cfg, warmup, aq.scale, L["w2s"], L["block"])
 
-    def layer(self, L, cfg):
+    def start_layer(self, L, cfg):
         self.align(L, cfg).run()
-        self.up(L, cfg)
-        self.act(L)
-        self.down(L, cfg)
-        self.torch.sum(L["c3"].view(L["m"], L["topk"], -1), dim=1, out=L["out"])
 
     @staticmethod
     def compile_parts(cfg):
@@ -630,7 +638,7 @@ class MoetuneKernel:
             self.down(L, cfg, True)
 
 
-class EngineKernel:
+class EngineKernel(Kernel):
     """An engine's own fused_moe_kernel, launched through its invoke_fused_moe_kernel and align step.
 
     Functions are looked up by name in the modules each engine release used; a missing function or
@@ -741,12 +749,8 @@ class EngineKernel:
     def down(self, L, cfg):
         self._call(L["c2"], L["w2"], L["c3"], L, self.align(L, cfg), True, 1, cfg, which=2)
 
-    def layer(self, L, cfg):
-        L.pop(("align", cfg["BLOCK_SIZE_M"]), None)  # the engine aligns inside every layer
-        self.up(L, cfg)
-        self.act(L)
-        self.down(L, cfg)
-        self.torch.sum(L["c3"].view(L["m"], L["topk"], -1), dim=1, out=L["out"])
+    def start_layer(self, L, cfg):
+        L.pop(("align", cfg["BLOCK_SIZE_M"]), None)  # the engine aligns inside every layer (up's align())
 
     @staticmethod
     def compile_parts(cfg):
