@@ -6,9 +6,12 @@
 # Default N = 256, sweep = 4 shapes x (BLOCK_M 16..128, BLOCK_N 64..256, BLOCK_K 64,128, GROUP 1,16,
 # warps 4,8, stages 3,4) x the 18 default batch sizes, racing on (the default).
 # The wall time runs from the submit to the sweep's 'done' (polled every 0.1 s), with every worker
-# connected before the submit (start-up is not the scheduler's work). The ideal counts, per result row, the timed
-# samples (results.timed_us), the warm-up runs (warmup x median) and, per config, the sim's 50 ms
-# compile; "kernel only" counts the timed samples alone. Needs python3 (sqlite3 module).
+# connected before the submit (start-up is not the scheduler's work). The ideal counts what the sim
+# sleeps: per result row the timed samples (results.timed_us, racing's first samples included), the
+# warm-up replays (5, the default, x median for a row measured before a best was known; 5 - 2 for a
+# racing survivor, whose first 2 timed samples were its warm-up; none for a pruned row) and, per
+# config, the sim's 50 ms compile; "kernel only" counts the timed samples alone. Needs python3
+# (sqlite3 module).
 set -euo pipefail
 bin=${1:?usage: bench/search/scale.sh BUILD_OR_BIN_DIR [N] [sweep options]}
 n=${2:-256}
@@ -60,7 +63,11 @@ db, n, t0, t1 = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.arg
 c = sqlite3.connect(db)
 rows, planned = c.execute("SELECT count(*), (SELECT results_planned FROM sweeps WHERE id=1) FROM results WHERE sweep_id=1").fetchone()
 timed = c.execute("SELECT coalesce(sum(timed_us), 0) FROM results WHERE sweep_id=1").fetchone()[0] / 1e6
-warm = c.execute("SELECT coalesce(sum(5 * median_us), 0) FROM results WHERE sweep_id=1 AND median_us > 0").fetchone()[0] / 1e6
+warm = 0.0
+for st, med, tu, ns in c.execute("SELECT status, median_us, timed_us, samples FROM results WHERE sweep_id=1 AND "
+                                 "median_us > 0 AND status != 'pruned'"):
+    raced = tu / med - ns > 1.0  # its timed samples hold 2 more than its stored ones: racing's
+    warm += (5 - 2 if raced else 5) * med / 1e6
 cfgs = c.execute("SELECT count(*) FROM (SELECT DISTINCT shape_id, config_id FROM results WHERE sweep_id=1 AND status IN ('ok','pruned'))").fetchone()[0]
 by = dict(c.execute("SELECT status, count(*) FROM results WHERE sweep_id=1 GROUP BY status").fetchall())
 work = timed + warm + 0.05 * cfgs
