@@ -1312,10 +1312,10 @@ def _pool_ping():
 class CompilePool:
     """Processes that compile announced configs ahead, on all CPU cores but the measuring one.
 
-    It is started before the measuring process imports torch, so both start-ups overlap. Until
-    one of its processes is ready, the measuring process does not wait for a compile it needs:
-    it compiles that config itself (its first launch does), which is sooner than a process still
-    importing torch.
+    It is started before the measuring process imports torch, so both start-ups overlap. While
+    none of its processes is ready, the measuring process waits at most ready_wait_s for one
+    before it compiles a config it needs itself (its first launch does), which is sooner than a
+    process still starting.
 
     A config is compiled as its kernel's compile_parts(), one task each, so the first config's
     kernels compile side by side in several processes instead of one after the other in one
@@ -1413,8 +1413,8 @@ class CompilePool:
 
     def wait(self, shape, cfg):
         """Waits for the config's compile (all its parts); (status, detail) when the compiler
-        refused it. Returns None at once, and the measuring process compiles the config itself,
-        when the compile is not done and no pool process has started yet."""
+        refused it. Returns None, and the measuring process compiles the config itself, when the
+        compile is not done and no pool process has started within ready_wait_s."""
         fs = self.futures.pop(self._key(shape, cfg), None)
         if not fs:
             return None
