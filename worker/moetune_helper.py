@@ -465,7 +465,8 @@ START = {}  # start-up mark -> seconds after T0, each set once
 
 def mark(name):
     """Records when a start-up step was first reached (stats()["start"], HELPER.md)."""
-    START.setdefault(name, round(time.monotonic() - T0, 3))
+    if name not in START:  # called per request: the clock is read the first time only
+        START[name] = round(time.monotonic() - T0, 3)
 
 
 def import_stack():
@@ -618,6 +619,10 @@ class MoetuneKernel(Kernel):
     def start_layer(self, L, cfg):
         self.align(L, cfg).run()
 
+    @classmethod
+    def load(cls, name, torch, triton):
+        return cls(torch, triton)
+
     @staticmethod
     def compile_parts(cfg):
         """What warm() compiles, as parts that compile apart, in the order a layer needs them:
@@ -752,6 +757,10 @@ class EngineKernel(Kernel):
     def start_layer(self, L, cfg):
         L.pop(("align", cfg["BLOCK_SIZE_M"]), None)  # the engine aligns inside every layer (up's align())
 
+    @classmethod
+    def load(cls, name, torch, triton):
+        return cls(name, torch, triton)
+
     @staticmethod
     def compile_parts(cfg):
         """As MoetuneKernel.compile_parts: the engine's align step is not Triton, so only the GEMMs."""
@@ -780,9 +789,7 @@ KERNELS = {"moetune": MoetuneKernel, "sglang": EngineKernel, "vllm": EngineKerne
 
 
 def load_kernel(name, torch, triton):
-    if name == "moetune":
-        return MoetuneKernel(torch, triton)
-    return EngineKernel(name, torch, triton)
+    return KERNELS[name].load(name, torch, triton)
 
 
 # ---- measuring -------------------------------------------------------------------------------
@@ -1335,8 +1342,9 @@ class CompilePool:
                                               max_tasks_per_child=256)
         self.ex = executor
         self.parts = KERNELS[kernel_name].compile_parts
-        self.futures = {}        # (shape, config) -> the futures of its parts
+        self.futures = {}        # (shape, config) -> its parts, (future, shared key or None)
         self.shared = {}         # (shape, shared key) -> the future of that part
+        self.counted = set()     # the shared keys whose compile is in compile_s already
         self.peak_kb = 0
         self.compile_s = 0.0
         self.wait_s = 0.0        # the measuring process's time waiting for compiles
@@ -1390,7 +1398,7 @@ class CompilePool:
             key = self._key(shape, cfg)
             if key in self.futures:
                 continue
-            fs = []
+            parts = []
             for part, shared in self.parts(cfg):
                 skey = shape_key(shape) + shared if shared else None
                 f = self.shared.get(skey) if skey else None
@@ -1400,40 +1408,49 @@ class CompilePool:
                         return
                     if skey:
                         self.shared[skey] = f
-                fs.append(f)
-            self.futures[key] = fs
-        for d in (self.futures, self.shared):
-            if len(d) > 8192:  # forget finished ones; their kernels are on disk
-                for k in [k for k, v in d.items() if all(f.done() for f in (v if isinstance(v, list) else [v]))]:
-                    del d[k]
+                parts.append((f, skey))
+            self.futures[key] = parts
+        # forget finished ones past a bound; their kernels are on disk
+        if len(self.futures) > 8192:
+            for k in [k for k, parts in self.futures.items() if self._done(parts)]:
+                del self.futures[k]
+        if len(self.shared) > 8192:
+            for k in [k for k, f in self.shared.items() if f.done()]:
+                del self.shared[k]
+                self.counted.discard(k)
+
+    @staticmethod
+    def _done(parts):
+        return all(f.done() for f, _ in parts)
 
     def pending(self, shape, cfg):
         """True while a part of the config's announced compile is not done."""
-        return not all(f.done() for f in self.futures.get(self._key(shape, cfg), ()))
+        return not self._done(self.futures.get(self._key(shape, cfg), ()))
 
     def wait(self, shape, cfg):
         """Waits for the config's compile (all its parts); (status, detail) when the compiler
         refused it. Returns None, and the measuring process compiles the config itself, when the
         compile is not done and no pool process has started within ready_wait_s."""
-        fs = self.futures.pop(self._key(shape, cfg), None)
-        if not fs:
+        parts = self.futures.pop(self._key(shape, cfg), None)
+        if not parts:
             return None
-        if not all(f.done() for f in fs) and not self.is_ready():
+        if not self._done(parts) and not self.is_ready():
             self.await_ready(self.ready_wait_s)
-        if not all(f.done() for f in fs) and not self.is_ready():
-            for f in fs:  # its own parts, when they have not reached a process yet; shared ones stay
-                if f not in self.shared.values():
-                    f.cancel()
-            self.compiled_here += 1
-            return None
+            if not self._done(parts) and not self.is_ready():
+                for f, skey in parts:  # its own parts, when they have not reached a process yet
+                    if skey is None:
+                        f.cancel()
+                self.compiled_here += 1
+                return None
         t0 = time.monotonic()
         refused = None
         try:
-            for f in fs:
+            for f, skey in parts:
                 secs, err, kb = f.result()
                 self.ready = True
-                if not getattr(f, "counted", False):  # a shared part counts once
-                    f.counted = True
+                if skey not in self.counted:  # a shared part counts once
+                    if skey:
+                        self.counted.add(skey)
                     self.compile_s += secs
                     self.peak_kb = max(self.peak_kb, kb)
                 refused = refused or err
