@@ -428,7 +428,7 @@ static const opt_def_t k_opts[] = {
       "(submit; default both; tune sets it from --engine)"},
      set_engines,
      0},
-    {{"chunk", "N", "configs per job (default 16)"}, set_u32, 0},
+    {{"chunk", "N", "configs per job (default: 16 for the cheapest shape, fewer for a costlier one)"}, set_u32, 0},
     {{"max-attempts", "N", "leases a job may fail before it is failed (default 3)"}, set_u32, 1},
     {{"warmup", "N", "warm-up runs per measurement (default 5)"}, set_u32, 2},
     {{"min-samples", "N", "fewest timed samples (default 10)"}, set_u32, 3},
@@ -934,7 +934,7 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
     s->space.n_configs = s->n_cfgs;
     s->space.configs = s->n_cfgs ? s->cfg_ptrs : NULL;
     s->spec.space = any_space || s->n_cfgs ? &s->space : NULL;
-    if (fill_defaults && !s->spec.chunk) s->spec.chunk = plan_chunk(&s->spec);
+    /* no chunk stays 0: the coordinator sizes each shape's jobs (planner.h plan_chunk) */
     if (s->measure_set) {
         Moetune__Measure m = s->measure;
         moetune__measure__init(&s->measure);
@@ -1061,7 +1061,12 @@ mt_status_t cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__Sweep
         snprintf(b, sizeof b, "%u listed%s", y->n_list, x->n_list == y->n_list ? " (other configs)" : "");
         add_diff(diff, len, &n, "configs", a, b);
     }
-    diff_u64(diff, len, &n, "chunk", pa->chunk, pb->chunk);
+    if (pa->chunk != pb->chunk) { /* 0: the coordinator sizes each shape's jobs */
+        char a[32] = "by shape", b[32] = "by shape";
+        if (pa->chunk) snprintf(a, sizeof a, "%u", pa->chunk);
+        if (pb->chunk) snprintf(b, sizeof b, "%u", pb->chunk);
+        add_diff(diff, len, &n, "chunk", a, b);
+    }
     diff_u64(diff, len, &n, "max_attempts", pa->max_attempts, pb->max_attempts);
     const Moetune__Measure *m = &pa->measure, *o = &pb->measure;
     diff_u64(diff, len, &n, "warmup", m->warmup, o->warmup);

@@ -220,19 +220,21 @@ static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const ui
         if (!rc && changed) out->pruned++;
     }
     if (rc || !out->finalists) goto out;
-    if (!prune) { /* the decide step: one job per batch size, its near-ties side by side */
-        uint64_t job_id = 0;
-        size_t job_bi = nb;
-        for (size_t i = 0; !rc && i < n; i++) { /* rows are in batch-size order (the chooser's) */
-            if (!rows[i].finalist) continue;
-            if (rows[i].bi != job_bi) {
-                job_bi = rows[i].bi;
-                rc = halving_bs_format(&bs[job_bi], 1, text, text_len);
-                if (!rc) rc = store_job_insert_phase(db, sweep_id, shape_id, 2, text, NULL, now_s, &job_id);
-                if (rc) break;
-                out->jobs++;
+    if (!prune) {
+        /* the decide step: one job per batch size, its near-ties side by side; the largest
+         * batch size's (the longest job) first, so it is leased first */
+        for (size_t b = nb; !rc && b-- > 0;) {
+            uint64_t job_id = 0;
+            for (size_t i = 0; !rc && i < n; i++) { /* fastest first (the chooser's order) */
+                if (rows[i].bi != b || !rows[i].finalist) continue;
+                if (!job_id) {
+                    rc = halving_bs_format(&bs[b], 1, text, text_len);
+                    if (!rc) rc = store_job_insert_phase(db, sweep_id, shape_id, 2, text, NULL, now_s, &job_id);
+                    if (rc) break;
+                    out->jobs++;
+                }
+                rc = store_job_config_insert(db, job_id, rows[i].config_id);
             }
-            rc = store_job_config_insert(db, job_id, rows[i].config_id);
         }
         goto out;
     }

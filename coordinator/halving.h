@@ -36,7 +36,7 @@
 /* A racing sweep's decide step reuses phase 2: when a shape's jobs are over, the configs
  * within Measure.decide_margin of each batch size's best (at most HALVING_DECIDE_MAX, and
  * only where there are two or more) are re-measured side by side (one phase-2 job per batch
- * size), racing off, to the RSD rule; their rows replace the first ones. Nothing is pruned: the others keep their rows.
+ * size, the largest's first: the longest job leased first), racing off, to the RSD rule; their rows replace the first ones. Nothing is pruned: the others keep their rows.
  * Two configs measured in separate jobs differ by up to 1-2 % from run to run on an H200
  * (bench/RESULTS.md), so a 2 % margin holds every pick such noise could have swapped. On by
  * default for racing sweeps (`--decide-margin 0` turns it off); side by side means in

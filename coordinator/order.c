@@ -13,6 +13,7 @@
 #define ORD_BW 4.0e12    /* sustained HBM bandwidth, bytes/s */
 #define ORD_LAUNCH_US 4.0
 #define ORD_MAX_BS 6
+#define ORD_COST_SAMPLE 512
 
 /* One GEMM over ctas tiles: the slower of its work and its traffic, with the last
  * partial wave idling part of the machine. */
@@ -50,6 +51,16 @@ double ord_cost_us(const krn_shape_t *s, const krn_config_t *c, uint32_t m) {
     double t = gemm_s(c, touched * mb * ceil(2.0 * N / c->block_n), 4.0 * rows * N * K, b1, K) +
                gemm_s(c, touched * mb * ceil(K / c->block_n), 2.0 * rows * N * K, b2, N);
     return t * 1e6 + ORD_LAUNCH_US;
+}
+
+double ord_shape_cost_us(const krn_shape_t *shape, const uint32_t *bs, size_t nb, const krn_config_t *v, size_t n) {
+    size_t take = n < ORD_COST_SAMPLE ? n : ORD_COST_SAMPLE;
+    double sum = 0.0;
+    for (size_t k = 0; k < take; k++) {
+        const krn_config_t *c = &v[k * n / take];
+        for (size_t b = 0; b < nb; b++) sum += ord_cost_us(shape, c, bs[b]);
+    }
+    return take ? sum / (double)take : 0.0;
 }
 
 typedef struct {

@@ -21,6 +21,11 @@
 /* The model's estimate of one layer at batch size m, microseconds; for ranking only. */
 double ord_cost_us(const krn_shape_t *shape, const krn_config_t *cfg, uint32_t m);
 
+/* The model's mean cost of one config of v[0, n) over all of bs[0, nb): the sum of its
+ * estimates, averaged over the configs (at most 512 of them, spread over v).
+ * Relative only: what one shape's config costs against another shape's. 0 when n is 0. */
+double ord_shape_cost_us(const krn_shape_t *shape, const uint32_t *bs, size_t nb, const krn_config_t *v, size_t n);
+
 /* Reorders v[0, n) for a shape measured at bs[0, nb): configs are taken in rounds, one
  * per BLOCK_SIZE_M value per round (values in ascending order), each the best-scored
  * remaining config of its BLOCK_SIZE_M. So every prefix of k rounds holds the k most

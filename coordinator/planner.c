@@ -24,7 +24,41 @@ void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out) {
 uint32_t plan_chunk(const Moetune__SweepSpec *spec) {
     if (spec->chunk) return spec->chunk;
     if (spec->space && spec->space->n_configs) return (uint32_t)spec->space->n_configs;
-    return PLAN_DEFAULT_CHUNK;
+    return 0;
+}
+
+/* Each shape's chunk and the order its jobs are stored in. Without a chunk in the spec, the
+ * cheapest shape by the cost model gets PLAN_DEFAULT_CHUNK configs per job and a costlier one
+ * fewer, in proportion (at least PLAN_MIN_CHUNK), so any job takes about as long as another.
+ * The costliest shape's jobs come first (the scheduler leases in job order): its first pass,
+ * and the decide step or halving phase 2 that waits on it, end early while cheaper shapes'
+ * jobs keep the workers busy, instead of a slow shape's last job and its decide step ending
+ * the sweep with the other workers idle (bench/RESULTS.md, "Search at scale"). */
+static mt_status_t plan_shape_chunks(plan_t *p) {
+    double cheapest = 0.0;
+    p->order = malloc((p->n_shapes ? p->n_shapes : 1) * sizeof *p->order);
+    if (!p->order) return MT_NOMEM;
+    for (size_t i = 0; i < p->n_shapes; i++) {
+        plan_shape_t *ps = &p->shapes[i];
+        ps->cost_us = ord_shape_cost_us(&ps->shape, p->batch_sizes, p->n_batch_sizes, ps->valid, ps->n_valid);
+        if (ps->n_valid && ps->cost_us > 0 && (cheapest == 0.0 || ps->cost_us < cheapest)) cheapest = ps->cost_us;
+    }
+    for (size_t i = 0; i < p->n_shapes; i++) {
+        plan_shape_t *ps = &p->shapes[i];
+        ps->chunk = p->chunk;
+        if (!ps->chunk) {
+            double c = ps->cost_us > 0 ? PLAN_DEFAULT_CHUNK * cheapest / ps->cost_us : PLAN_DEFAULT_CHUNK;
+            ps->chunk = c < PLAN_MIN_CHUNK ? PLAN_MIN_CHUNK : (uint32_t)(c + 0.5);
+        }
+        /* insertion sort, costliest first; equal costs keep the spec's order */
+        size_t k = i;
+        while (k > 0 && p->shapes[p->order[k - 1]].cost_us < ps->cost_us) {
+            p->order[k] = p->order[k - 1];
+            k--;
+        }
+        p->order[k] = i;
+    }
+    return MT_OK;
 }
 
 void plan_destroy(plan_t **pp) {
@@ -37,6 +71,7 @@ void plan_destroy(plan_t **pp) {
         free(p->shapes[i].job_ids);
     }
     free(p->shapes);
+    free(p->order);
     free(p->batch_sizes);
     free(p);
     *pp = NULL;
@@ -314,11 +349,13 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
          * not biased to one corner, and racing meets a strong best early (order.h).
          * Deterministic: the same spec gives the same jobs. */
         if (ord_configs(&ps->shape, p->batch_sizes, p->n_batch_sizes, ps->valid, ps->n_valid)) goto nomem;
-        p->jobs += (uint32_t)((ps->n_valid + p->chunk - 1) / p->chunk);
         p->configs_valid += (uint32_t)ps->n_valid;
         p->configs_rejected += (uint32_t)ps->n_rejected;
         p->results_planned += (uint64_t)ps->n_valid * p->n_batch_sizes;
     }
+    if (plan_shape_chunks(p)) goto nomem;
+    for (size_t i = 0; i < p->n_shapes; i++)
+        p->jobs += (uint32_t)((p->shapes[i].n_valid + p->shapes[i].chunk - 1) / p->shapes[i].chunk);
     if (p->configs_valid == 0) {
         mt_fmt(err, errlen, "no config of the space passes the static rules for any shape (%s)", first_why);
         rc = MT_INVAL;
@@ -347,22 +384,22 @@ mt_status_t plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t
 }
 
 /* Writes one shape's configs, rejections and jobs inside the open transaction, keeping their ids. */
-static int store_shape(store_t *db, const plan_t *p, plan_shape_t *ps, uint64_t sweep_id, int64_t now) {
+static int store_shape(store_t *db, plan_shape_t *ps, uint64_t sweep_id, int64_t now) {
     uint64_t config_id = 0, job_id = 0;
-    size_t n_jobs = (ps->n_valid + p->chunk - 1) / p->chunk;
+    size_t n_jobs = (ps->n_valid + ps->chunk - 1) / ps->chunk;
     free(ps->config_ids);
     free(ps->job_ids);
     ps->n_jobs = 0;
     ps->config_ids = mt_calloc(ps->n_valid ? ps->n_valid : 1, sizeof *ps->config_ids);
     ps->job_ids = mt_calloc(n_jobs ? n_jobs : 1, sizeof *ps->job_ids);
     if (!ps->config_ids || !ps->job_ids) return MT_NOMEM;
-    int rc = store_shape_upsert(db, &ps->shape, &ps->shape_id);
+    int rc = MT_OK;
     for (size_t i = 0; !rc && i < ps->n_rejected; i++) {
         rc = store_config_upsert(db, &ps->rejected[i].cfg, &config_id);
         if (!rc) rc = store_rejected_insert(db, sweep_id, ps->shape_id, config_id, ps->rejected[i].reason);
     }
     for (size_t i = 0; !rc && i < ps->n_valid; i++) {
-        if (i % p->chunk == 0) {
+        if (i % ps->chunk == 0) {
             rc = store_job_insert(db, sweep_id, ps->shape_id, NULL, now, &job_id);
             if (!rc) ps->job_ids[ps->n_jobs++] = job_id;
         }
@@ -386,7 +423,9 @@ mt_status_t plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, i
     if (!rc && spec->routing_path && *spec->routing_path)
         rc = store_routing_insert(db, p->shapes[0].shape.routing, spec->routing_path, spec->routing_tokens,
                                   p->shapes[0].shape.topk, now);
-    for (size_t i = 0; !rc && i < p->n_shapes; i++) rc = store_shape(db, p, &p->shapes[i], sweep_id, now);
+    /* shapes keep the spec's order (ids); their jobs are stored costliest shape first */
+    for (size_t i = 0; !rc && i < p->n_shapes; i++) rc = store_shape_upsert(db, &p->shapes[i].shape, &p->shapes[i].shape_id);
+    for (size_t i = 0; !rc && i < p->n_shapes; i++) rc = store_shape(db, &p->shapes[p->order[i]], sweep_id, now);
     if (!rc) rc = store_sweep_set_planned(db, sweep_id, p->results_planned);
     free(packed);
     if (rc == MT_NOMEM) {

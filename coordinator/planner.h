@@ -19,7 +19,8 @@
 #include "space.h"
 #include "store.h"
 
-#define PLAN_DEFAULT_CHUNK 16
+#define PLAN_DEFAULT_CHUNK 16 /* configs per job of a sweep's cheapest shape */
+#define PLAN_MIN_CHUNK 2      /* ... and at least this many of a costlier one's (a split halves a job) */
 #define PLAN_DEFAULT_MAX_ATTEMPTS 3
 #define PLAN_MAX_BATCH 1048576u
 #define PLAN_REASON_LEN 128
@@ -44,6 +45,8 @@ typedef struct {
     uint64_t *config_ids; /* per valid config */
     uint64_t *job_ids;    /* per job: valid configs [k x chunk, (k + 1) x chunk) */
     size_t n_jobs;
+    uint32_t chunk; /* configs per job of this shape (plan_build) */
+    double cost_us; /* the cost model's mean per config (order.h), for chunk and order */
 } plan_shape_t;
 
 /* An expanded spec. Owned by the caller; release with plan_destroy(). */
@@ -53,7 +56,9 @@ typedef struct {
     uint32_t *batch_sizes;
     size_t n_batch_sizes;
     krn_space_t space;
-    uint32_t chunk, max_attempts;
+    uint32_t chunk; /* the spec's configs per job; 0: by shape (plan_shape_t.chunk) */
+    uint32_t max_attempts;
+    size_t *order; /* shape indexes in the order their jobs are stored: costliest first */
     Moetune__Measure measure;                       /* defaults filled */
     uint32_t jobs, configs_valid, configs_rejected; /* summed over shapes */
     uint64_t results_planned;                       /* valid configs x batch sizes */
@@ -69,7 +74,8 @@ typedef struct {
  * spec->measure may be NULL. */
 void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out);
 /* Configs per job: spec->chunk, else all of a listed space's configs (Space.configs: one job
- * per shape, measured side by side), else PLAN_DEFAULT_CHUNK. */
+ * per shape, measured side by side), else 0: by shape, so that jobs take about equally long
+ * (plan_shape_chunks). */
 uint32_t plan_chunk(const Moetune__SweepSpec *spec);
 
 /* Validates and expands spec. On success *out is a new plan. On an invalid spec

@@ -445,12 +445,12 @@ static int sweep_from_plan(sched_t *s, const sched_plan_t *sp) {
         return MT_NOMEM;
     }
     s->sweeps[s->n_sweeps++] = sw;
-    for (size_t k = 0; k < p->n_shapes; k++) {
-        const plan_shape_t *ps = &p->shapes[k];
+    for (size_t k = 0; k < p->n_shapes; k++) { /* in the order the jobs were stored (their ids) */
+        const plan_shape_t *ps = &p->shapes[p->order[k]];
         /* halving: every shape with jobs has its phase 2 to plan, as a load would say */
         if (sw->halving && ps->n_jobs && sched_halving_add_shape(sw, ps->shape_id, false)) goto nomem;
         for (size_t jn = 0; jn < ps->n_jobs; jn++) {
-            size_t first = jn * p->chunk, n = ps->n_valid - first < p->chunk ? ps->n_valid - first : p->chunk;
+            size_t first = jn * ps->chunk, n = ps->n_valid - first < ps->chunk ? ps->n_valid - first : ps->chunk;
             job_t *j = mt_calloc(1, sizeof *j);
             jcfg_t *cfgs = mt_calloc(n, sizeof *cfgs);
             if (!j || !cfgs) {

@@ -353,7 +353,9 @@ static bool other_live_worker(const sched_t *s, const sched_worker_t *w, const s
     return false;
 }
 
-/* The first pending job in (sweep id, job id) order that w may take. */
+/* The first pending job in (sweep id, phase 2 first, job id) order that w may take. A
+ * phase-2 job (halving's finalists, the decide step's near-ties) is what its shape's answer
+ * waits on, so it goes before any first-pass job of its sweep. */
 static job_t *pick(sched_t *s, sched_worker_t *w) {
     for (size_t i = 0; i < s->n_sweeps; i++) {
         sweep_t *sw = s->sweeps[i];
@@ -361,6 +363,7 @@ static job_t *pick(sched_t *s, sched_worker_t *w) {
             continue;
         while (sw->hint < sw->n_jobs && sw->jobs[sw->hint]->state != WIRE_JOB_PENDING) sw->hint++;
         int other = -1;
+        job_t *first = NULL;
         for (size_t k = sw->hint; k < sw->n_jobs; k++) {
             job_t *j = sw->jobs[k];
             if (j->state != WIRE_JOB_PENDING) continue;
@@ -368,8 +371,10 @@ static job_t *pick(sched_t *s, sched_worker_t *w) {
                 if (other < 0) other = other_live_worker(s, w, sw);
                 if (other) continue;
             }
-            return j;
+            if (j->phase == 2 || !sw->halving) return j;
+            if (!first) first = j;
         }
+        if (first) return first;
     }
     return NULL;
 }

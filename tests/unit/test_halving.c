@@ -269,7 +269,8 @@ static double decide_us(uint32_t c, size_t b) {
 }
 
 /* The decide step on a store: one phase-2 job per batch size with its near-ties (at most
- * HALVING_DECIDE_MAX), nothing pruned, idempotent. */
+ * HALVING_DECIDE_MAX), the largest batch size's stored (and so leased) first, nothing pruned,
+ * idempotent. */
 static void test_plan_decide(void **state) {
     seeded_t x;
     seed_rows(&x, decide_us);
@@ -284,6 +285,8 @@ static void test_plan_decide(void **state) {
     assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
                                " WHERE j.phase = 2 AND j.batch_sizes = '2' AND jc.config_id IN (1, 20)"),
                      2);
+    assert_true(query_int("SELECT id FROM jobs WHERE phase = 2 AND batch_sizes = '2'") <
+                query_int("SELECT id FROM jobs WHERE phase = 2 AND batch_sizes = '1'"));
     assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id WHERE j.phase = 2"),
                      6);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'ok'"), 39);
@@ -527,6 +530,47 @@ static void test_sched_decide(void **state) {
         (int64_t)(lo + 2));
 }
 
+/* A sweep of two shapes stores the costlier shape's jobs first (planner.c plan_shape_chunks),
+ * and a phase-2 job goes before every pending first-pass job: the costly shape's near-ties are
+ * re-measured while the cheap shape's first pass is still to run. */
+static void test_sched_phase2_first(void **state) {
+    fx_t *f = *state;
+    fx_spec_t x;
+    Moetune__Submitted sub;
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    static const uint32_t bs[] = {1, 2};
+    fx_spec(&x, "two shapes", bs, 3, 1, 4, 12);
+    m.decide_margin = 0.02;
+    x.spec.measure = &m;
+    Moetune__Shape dear = x.sh, *shapes[2] = {&x.sh, &dear};
+    dear.k = 1024; /* four times the cheap shape's work per config */
+    x.spec.n_shapes = 2;
+    x.spec.shapes = shapes;
+    fx_start(f, 1000, 30000);
+    fx_submit_spec(f, &x, &sub);
+    assert_int_equal(sub.jobs, 2);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
+    const Moetune__Job *j = fx_take(f, "A", 0);
+    assert_int_equal(j->shape->k, 1024); /* the costlier shape's job first, though listed second */
+    assert_int_equal(j->n_configs, 12);
+    uint64_t seq = 1, lo = UINT64_MAX;
+    for (size_t i = 0; i < j->n_configs; i++)
+        lo = j->configs[i]->config_id < lo ? j->configs[i]->config_id : lo;
+    for (size_t i = 0; i < j->n_configs; i++) {
+        uint64_t r = j->configs[i]->config_id - lo;
+        double med[2] = {100.0 + 0.5 * (double)r, 100.0 + 5.0 * (double)r};
+        assert_int_equal(send_result(f, a, j, seq++, j->configs[i]->config_id, bs, med, 2, 1), MT_OK);
+    }
+    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 1 AND state = 'pending'"), 1);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2 AND state = 'pending'"), 1);
+    const Moetune__Job *p2 = fx_take(f, "A", 3);
+    assert_int_equal(p2->shape->k, 1024);
+    assert_int_equal(p2->n_batch_sizes, 1); /* the decide step's job, not the cheap shape's first pass */
+    assert_int_equal(p2->n_configs, HALVING_DECIDE_MAX);
+    assert_true(p2->measure->race_margin < 0);
+}
+
 int main(void) {
     mt_log_init("test_halving", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
@@ -540,6 +584,7 @@ int main(void) {
         cmocka_unit_test_prestate_setup_teardown(test_plan_decide, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_sched_phase2_first, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

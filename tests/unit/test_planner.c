@@ -82,7 +82,8 @@ static void test_default_space_counts(void **state) {
     assert_true(p->configs_rejected > 0);
     assert_int_equal(p->results_planned, (uint64_t)p->configs_valid * 18);
     assert_int_equal(p->jobs, (p->configs_valid + 15) / 16);
-    assert_int_equal(p->chunk, 16);
+    assert_int_equal(p->chunk, 0); /* none given: by shape; one shape is its own cheapest */
+    assert_int_equal(p->shapes[0].chunk, 16);
     assert_int_equal(p->max_attempts, 3);
     assert_int_equal(p->measure.warmup, 5);
     assert_int_equal(p->measure.min_samples, 10);
@@ -250,6 +251,46 @@ static void test_store_plan(void **state) {
     assert_int_equal(query_int("SELECT COUNT(*) FROM shapes"), 1);
     assert_int_equal(query_int("SELECT MAX(n) FROM (SELECT COUNT(*) AS n FROM job_configs GROUP BY job_id)"), 100);
     assert_int_equal(query_int("SELECT length(spec) > 0 FROM sweeps"), 1);
+}
+
+/* Without a chunk, a costlier shape's jobs hold fewer configs, in proportion to the cost
+ * model's estimate, and are stored (and so leased) first; shapes keep the spec's ids. */
+static void test_chunks_by_shape(void **state) {
+    /* Qwen3-30B-A3B's shape, then Mixtral-8x22B's (several times costlier per config) */
+    static const uint32_t shapes[2][4] = {{128, 768, 2048, 8}, {8, 16384, 6144, 2}};
+    spec_t s;
+    char err[256];
+    store_t *db = NULL;
+    plan_t *p = NULL;
+    Moetune__Submitted sub;
+    spec_init(&s, shapes, 2);
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    const plan_shape_t *cheap = &p->shapes[0], *dear = &p->shapes[1];
+    assert_true(dear->cost_us > 4 * cheap->cost_us);
+    assert_int_equal(cheap->chunk, 16);
+    assert_true(dear->chunk >= PLAN_MIN_CHUNK && dear->chunk <= 4);
+    /* about equal job lengths: chunk x cost within a factor 1.5 of the cheap shape's */
+    double ratio = dear->chunk * dear->cost_us / (cheap->chunk * cheap->cost_us);
+    if (ratio < 0.67 || ratio > 1.5) fail_msg("job cost ratio %.2f", ratio);
+    assert_int_equal(p->order[0], 1);
+    assert_int_equal(p->order[1], 0);
+    assert_int_equal(p->jobs, (cheap->n_valid + 15) / 16 + (dear->n_valid + dear->chunk - 1) / dear->chunk);
+    plan_destroy(&p);
+
+    assert_int_equal(store_open(g_db.path, &db, err, sizeof err), MT_OK);
+    assert_int_equal(plan_store(db, &s.spec, &sub, err, sizeof err), MT_OK);
+    store_close(&db);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM shapes WHERE id = 1 AND e = 128"), 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM shapes WHERE id = 2 AND e = 8"), 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs"), sub.jobs);
+    /* every job of the costly shape (2) before any of the cheap one (1) */
+    assert_true(query_int("SELECT MAX(id) FROM jobs WHERE shape_id = 2") <
+                query_int("SELECT MIN(id) FROM jobs WHERE shape_id = 1"));
+    assert_int_equal(query_int("SELECT MAX(n) FROM (SELECT COUNT(*) AS n FROM job_configs JOIN jobs ON jobs.id = "
+                               "job_id WHERE shape_id = 1 GROUP BY job_id)"),
+                     16);
+
+    (void)state;
 }
 
 typedef void (*spoil_fn)(spec_t *s);
@@ -468,6 +509,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_space_counts),
         cmocka_unit_test(test_divisibility_and_chunks),
+        cmocka_unit_test_prestate_setup_teardown(test_chunks_by_shape, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_store_plan, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_invalid_specs, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_failed_start_leaves_nothing, tmpdb_setup, tmpdb_teardown, &g_db),

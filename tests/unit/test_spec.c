@@ -208,7 +208,7 @@ static void test_defaults(void **state) {
                          p->space->n_num_warps * p->space->n_num_stages,
                      1920);
     assert_string_equal(p->strategy, "exhaustive");
-    assert_int_equal(p->chunk, 16);
+    assert_int_equal(p->chunk, 0); /* not given: the coordinator sizes each shape's jobs */
     assert_string_equal(p->name, "E=128,N=768,K=2048,topk=8");
     assert_null(p->measure);
     cli_spec_destroy(&s);
@@ -240,7 +240,7 @@ static void test_compare(void **state) {
         {"seed", "7", "seed 1, now 7"},
         {"budget-ms", "10", "budget_ms 1000, now 10"},
         {"config-timeout-ms", "500", "timeout_ms 60000, now 500"},
-        {"chunk", "4", "chunk 16, now 4"},
+        {"chunk", "4", "chunk by shape, now 4"},
         {"max-attempts", "9", "max_attempts 3, now 9"},
         {"block-m", "16,32", "block_m 16,32,64,128,256, now 16,32"},
         {"batch-sizes", "1,2", "batch sizes 1,2,4,8"},
@@ -403,7 +403,7 @@ static void test_configs(void **state) {
     assert_int_equal(p->space->configs[1]->block_m, 16);
     assert_int_equal(p->space->configs[1]->num_stages, 3);
     assert_int_equal(p->space->configs[2]->num_warps, 8);
-    assert_int_equal(p->chunk, 3);
+    assert_int_equal(p->chunk, 0);
     /* as planned: one job, racing off */
     plan_t *plan = NULL;
     char why[300];
