@@ -31,7 +31,6 @@
 #define SIM_DRAM_LATENCY_S 0.8e-6 /* loaded DRAM latency the pipeline must hide */
 #define SIM_LAUNCH_US 6.0         /* five launches of a layer, fixed cost */
 #define SIM_COMPILE_S 0.050       /* simulated compile time per config */
-#define SIM_COMPILED 64           /* configs a child keeps compiled, as the real backends' caches do */
 #define SIM_MAX_SAMPLES 100000u
 
 /* The simulated devices, by --sim-device name. */
@@ -58,9 +57,8 @@ typedef struct {
     double time_scale;
     krn_limits_t limits;
     int gpu_index;
-    krn_routing_t routing;           /* the captured routing of the last shape that had one */
-    uint64_t compiled[SIM_COMPILED]; /* hash_case(0, shape, config, 0) of the configs compiled, a ring */
-    size_t n_compiled;
+    krn_routing_t routing; /* the captured routing of the last shape that had one */
+    wrk_sim_compiler_t cc; /* keys: hash_case(0, shape, config, 0) */
 } sim_state_t;
 
 /* ---- deterministic randomness */
@@ -83,15 +81,59 @@ static uint64_t hash_case(uint64_t seed, const krn_shape_t *shape, const krn_con
     return mt_fnv1a(h, &extra, sizeof extra);
 }
 
-/* The simulated compile time of (shape, cfg): SIM_COMPILE_S the first time this child sees
- * it, 0 while it is among the last SIM_COMPILED compiled (a side-by-side job's later rounds). */
-static double compile_s(sim_state_t *st, const krn_shape_t *shape, const krn_config_t *cfg) {
-    uint64_t h = hash_case(0, shape, cfg, 0);
-    size_t n = st->n_compiled < SIM_COMPILED ? st->n_compiled : SIM_COMPILED;
+/* ---- the simulated compiler */
+
+static long find_key(const wrk_sim_compiler_t *c, uint64_t key) {
+    size_t n = c->n < WRK_SIM_COMPILED ? c->n : WRK_SIM_COMPILED;
     for (size_t i = 0; i < n; i++)
-        if (st->compiled[i] == h) return 0.0;
-    st->compiled[st->n_compiled++ % SIM_COMPILED] = h;
-    return SIM_COMPILE_S;
+        if (c->key[i] == key) return (long)i;
+    return -1;
+}
+
+static void add_key(wrk_sim_compiler_t *c, uint64_t key, uint64_t ready_us) {
+    size_t i = c->n++ % WRK_SIM_COMPILED;
+    c->key[i] = key;
+    c->ready_us[i] = ready_us;
+}
+
+void wrk_sim_compile_ahead(wrk_sim_compiler_t *c, uint64_t key, uint64_t now_us, uint64_t compile_us) {
+    if (find_key(c, key) >= 0) return;
+    size_t t = 0;
+    for (size_t i = 1; i < WRK_SIM_POOL; i++)
+        if (c->free_us[i] < c->free_us[t]) t = i;
+    uint64_t start = c->free_us[t] > now_us ? c->free_us[t] : now_us;
+    c->free_us[t] = start + compile_us;
+    add_key(c, key, c->free_us[t]);
+}
+
+uint64_t wrk_sim_compile_wait_us(wrk_sim_compiler_t *c, uint64_t key, uint64_t now_us, uint64_t compile_us) {
+    long i = find_key(c, key);
+    if (i < 0) {
+        add_key(c, key, now_us + compile_us);
+        return compile_us;
+    }
+    uint64_t left = c->ready_us[i] > now_us ? c->ready_us[i] - now_us : 0;
+    if (left > compile_us) { /* not started yet: compiled here instead */
+        left = compile_us;
+        c->ready_us[i] = now_us + compile_us;
+    }
+    return left;
+}
+
+/* The simulated compile time of (shape, cfg) at this time scale, seconds of the model. */
+static double compile_s(sim_state_t *st, const krn_shape_t *shape, const krn_config_t *cfg) {
+    if (!(st->time_scale > 0)) return 0.0;
+    uint64_t us = (uint64_t)(st->time_scale * SIM_COMPILE_S * 1e6);
+    return (double)wrk_sim_compile_wait_us(&st->cc, hash_case(0, shape, cfg, 0), mt_now_us(), us) / 1e6 /
+           st->time_scale;
+}
+
+static mt_status_t sim_prepare(void *state, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n) {
+    sim_state_t *st = state;
+    if (!(st->time_scale > 0)) return MT_OK;
+    uint64_t now = mt_now_us(), us = (uint64_t)(st->time_scale * SIM_COMPILE_S * 1e6);
+    for (size_t i = 0; i < n; i++) wrk_sim_compile_ahead(&st->cc, hash_case(0, shape, &cfgs[i], 0), now, us);
+    return MT_OK;
 }
 
 /* ---- fault spec */
@@ -546,7 +588,7 @@ static void sim_close(void **state) {
 const wrk_backend_ops_t wrk_backend_sim = {
     .name = "sim",
     .open = sim_open,
-    .prepare = NULL,
+    .prepare = sim_prepare,
     .measure = sim_measure,
     .close = sim_close,
 };

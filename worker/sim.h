@@ -42,6 +42,29 @@ extern const wrk_backend_ops_t wrk_backend_sim;
  * MT_INVAL with a one-line reason in err. */
 mt_status_t wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, size_t errlen);
 
+/* The simulated compiler of one worker, as the cuda and triton backends compile: a config
+ * announced ahead (prepare: a job's configs when it starts) compiles on the first free of
+ * WRK_SIM_POOL threads while the GPU measures others; one not announced compiles when
+ * measured, in the measuring process; the last WRK_SIM_COMPILED stay compiled (the backends'
+ * caches). Keys name (shape, config); times are microseconds of CLOCK_MONOTONIC. */
+#define WRK_SIM_POOL 4
+#define WRK_SIM_COMPILED 64
+typedef struct {
+    uint64_t key[WRK_SIM_COMPILED];      /* announced or compiled, a ring */
+    uint64_t ready_us[WRK_SIM_COMPILED]; /* when each is (or was) compiled */
+    size_t n;
+    uint64_t free_us[WRK_SIM_POOL]; /* when each compile thread is next free */
+} wrk_sim_compiler_t;
+
+/* Announces key at now_us: unless it is known, it compiles for compile_us on the thread that
+ * is free first, from when it is free (now_us at the earliest). */
+void wrk_sim_compile_ahead(wrk_sim_compiler_t *c, uint64_t key, uint64_t now_us, uint64_t compile_us);
+
+/* What measuring key at now_us waits for its compile, microseconds: what is left of an
+ * announced compile (at most compile_us: the measuring process would compile it itself), 0
+ * when compiled, compile_us when never announced. key is compiled after. */
+uint64_t wrk_sim_compile_wait_us(wrk_sim_compiler_t *c, uint64_t key, uint64_t now_us, uint64_t compile_us);
+
 /* Parses "BMxBNxBKxGMxWxS" into cfg; MT_INVAL when malformed. */
 mt_status_t wrk_sim_config_parse(const char *text, krn_config_t *cfg);
 

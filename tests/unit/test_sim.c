@@ -484,12 +484,41 @@ static void test_time_scale(void **unused) {
     assert_int_equal(wrk_backend_sim.open(&o, &k.st, &dev, k.err, sizeof k.err), MT_ERR);
 }
 
+/* The simulated compiler: announced configs compile WRK_SIM_POOL at a time from the
+ * announcement, so a job's later configs are ready when measured; one never announced costs a
+ * whole compile when measured; a compiled one costs nothing again; an announced one whose
+ * compile has not started yet costs at most one compile. */
+static void test_compile_ahead(void **unused) {
+    (void)unused;
+    wrk_sim_compiler_t c;
+    memset(&c, 0, sizeof c);
+    const uint64_t T = 1000000, C = 50000; /* announced at 1 s, 50 ms per compile */
+    for (uint64_t k = 1; k <= 2 * WRK_SIM_POOL + 1; k++) wrk_sim_compile_ahead(&c, k, T, C);
+    assert_int_equal(wrk_sim_compile_wait_us(&c, 1, T, C), C);                /* the first: a whole compile */
+    assert_int_equal(wrk_sim_compile_wait_us(&c, 1, T + C, C), 0);            /* compiled */
+    assert_int_equal(wrk_sim_compile_wait_us(&c, WRK_SIM_POOL, T + C, C), 0); /* compiled beside it */
+    assert_int_equal(wrk_sim_compile_wait_us(&c, WRK_SIM_POOL + 1, T + C + 10000, C), C - 10000); /* second wave */
+    assert_int_equal(wrk_sim_compile_wait_us(&c, 2 * WRK_SIM_POOL + 1, T + 3 * C, C), 0);         /* third wave, done */
+    assert_int_equal(wrk_sim_compile_wait_us(&c, 999, T + 3 * C, C), C);                          /* never announced */
+    assert_int_equal(wrk_sim_compile_wait_us(&c, 999, T + 4 * C, C), 0); /* after its compile */
+    /* announcing a known config again queues nothing */
+    wrk_sim_compile_ahead(&c, 2, T + 3 * C, C);
+    assert_int_equal(wrk_sim_compile_wait_us(&c, 2, T + 3 * C, C), 0);
+    /* a backlog: the 40th of 40 announced at once would be ready after 10 compiles, but the
+     * measuring process compiles it itself in one */
+    memset(&c, 0, sizeof c);
+    for (uint64_t k = 1; k <= 40; k++) wrk_sim_compile_ahead(&c, k, T, C);
+    assert_int_equal(wrk_sim_compile_wait_us(&c, 40, T, C), C);
+    assert_int_equal(wrk_sim_compile_wait_us(&c, 40, T + C, C), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_find),           cmocka_unit_test(test_device),   cmocka_unit_test(test_determinism),
-        cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid),  cmocka_unit_test(test_fault_parse),
-        cmocka_unit_test(test_crash_draw),     cmocka_unit_test(test_wrong),    cmocka_unit_test(test_rsd_stop),
-        cmocka_unit_test(test_racing),         cmocka_unit_test(test_settling),         cmocka_unit_test(test_stop_rule),         cmocka_unit_test(test_slowdown), cmocka_unit_test(test_time_scale),
+        cmocka_unit_test(test_find),           cmocka_unit_test(test_device),     cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid),    cmocka_unit_test(test_fault_parse),
+        cmocka_unit_test(test_crash_draw),     cmocka_unit_test(test_wrong),      cmocka_unit_test(test_rsd_stop),
+        cmocka_unit_test(test_racing),         cmocka_unit_test(test_settling),   cmocka_unit_test(test_stop_rule),
+        cmocka_unit_test(test_slowdown),       cmocka_unit_test(test_time_scale), cmocka_unit_test(test_compile_ahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
