@@ -82,9 +82,16 @@ static mt_status_t load_cfg(void *ctx, uint64_t config_id) {
 /* Fills a job's per-config committed row counts and decides whether it is done. */
 static int job_load_rows(sched_t *s, job_t *j) {
     for (size_t i = 0; i < j->n_cfgs; i++) {
-        uint32_t n = 0;
-        /* a finalist's phase-2 rows replace its phase-1 ones: only they count for its job */
-        int rc = store_result_count_from(s->db, j->sw->id, j->shape_id, j->cfgs[i].config_id, j->phase, &n);
+        uint32_t n = 0, at = 0;
+        /* a finalist's phase-2 rows replace its phase-1 ones: only they count for its job, and
+         * only at the job's batch sizes (a config can be a finalist at several, in several
+         * phase-2 jobs: its rows from another job are not this one's) */
+        int rc = MT_OK;
+        if (!j->bs) rc = store_result_count_from(s->db, j->sw->id, j->shape_id, j->cfgs[i].config_id, j->phase, 0, &n);
+        for (size_t b = 0; j->bs && !rc && b < j->nb; b++) {
+            rc = store_result_count_from(s->db, j->sw->id, j->shape_id, j->cfgs[i].config_id, j->phase, j->bs[b], &at);
+            n += at;
+        }
         if (rc) return rc;
         if (n > sched_job_nb(j)) n = (uint32_t)sched_job_nb(j);
         j->cfgs[i].rows = n;

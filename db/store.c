@@ -138,7 +138,8 @@ static const char *const g_sql[ST_COUNT] = {
     [ST_SHAPE_GET] = "SELECT e, n, k, topk, dtype, block_n, block_k, routing FROM shapes WHERE id = ?1",
     [ST_CONFIG_GET] = "SELECT block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs WHERE id = ?1",
     [ST_RESULT_COUNT] =
-        "SELECT COUNT(*) FROM results WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3 AND phase >= ?4",
+        "SELECT COUNT(*) FROM results WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3 AND phase >= ?4"
+        " AND (?5 = 0 OR batch_size = ?5)",
     [ST_SWEEP_RESULT_COUNTS] =
         "SELECT COUNT(*), COALESCE(SUM(status NOT IN ('ok', 'pruned')), 0), COALESCE(SUM(status = 'pruned'), 0),"
         " COALESCE(SUM(timed_us), 0), COALESCE(SUM(phase >= 2), 0) FROM results WHERE sweep_id = ?1",
@@ -767,14 +768,15 @@ mt_status_t store_config_get(store_t *s, uint64_t id, krn_config_t *cfg) {
 }
 
 mt_status_t store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n) {
-    return store_result_count_from(s, sweep_id, shape_id, config_id, 1, n);
+    return store_result_count_from(s, sweep_id, shape_id, config_id, 1, 0, n);
 }
 
 mt_status_t store_result_count_from(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
-                                    uint32_t phase, uint32_t *n) {
+                                    uint32_t phase, uint32_t batch_size, uint32_t *n) {
     uint64_t v = 0;
     bind_ssc(s->st[ST_RESULT_COUNT], sweep_id, shape_id, config_id);
     sqlite3_bind_int64(s->st[ST_RESULT_COUNT], 4, phase);
+    sqlite3_bind_int64(s->st[ST_RESULT_COUNT], 5, batch_size);
     int rc = exec_u64(s, ST_RESULT_COUNT, &v);
     if (!rc) *n = (uint32_t)v;
     return rc;

@@ -169,9 +169,9 @@ mt_status_t store_shape_get(store_t *s, uint64_t id, krn_shape_t *shape);
 mt_status_t store_config_get(store_t *s, uint64_t id, krn_config_t *cfg);
 /* Committed rows of (sweep, shape, config). */
 mt_status_t store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, uint32_t *n);
-/* Committed rows of (sweep, shape, config) measured in phase or later. */
+/* Committed rows of (sweep, shape, config) measured in phase or later, at batch_size (0: at any). */
 mt_status_t store_result_count_from(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
-                                    uint32_t phase, uint32_t *n);
+                                    uint32_t phase, uint32_t batch_size, uint32_t *n);
 /* Halving: calls fn for every ok row of (sweep, shape) measured in phase, by config and batch size. */
 typedef mt_status_t (*store_phase_row_fn)(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us,
                                           double stddev_us);

@@ -571,6 +571,64 @@ static void test_sched_phase2_first(void **state) {
     assert_true(p2->measure->race_margin < 0);
 }
 
+/* A restart between two decide jobs that share their configs (the same four near-ties at both
+ * batch sizes): the second job still measures all four, though each has a phase-2 row at the
+ * other batch size, and the sweep ends with both batch sizes re-measured. On an H200, such a
+ * restart once ended a sweep with 7 of 70 finalist rows never re-measured. */
+static void test_sched_decide_restart(void **state) {
+    fx_t *f = *state;
+    fx_spec_t x;
+    Moetune__Submitted sub;
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    static const uint32_t bs[] = {1, 2};
+    fx_spec(&x, "decide restart", bs, 3, 1, 4, 0);
+    m.decide_margin = 0.02;
+    x.spec.measure = &m;
+    fx_start(f, 1000, 30000);
+    fx_submit_spec(f, &x, &sub);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
+    const Moetune__Job *j = fx_take(f, "A", 0);
+    uint64_t seq = 1, lo = UINT64_MAX;
+    for (size_t i = 0; i < j->n_configs; i++)
+        lo = j->configs[i]->config_id < lo ? j->configs[i]->config_id : lo;
+    for (size_t i = 0; i < j->n_configs; i++) {
+        double r = (double)(j->configs[i]->config_id - lo);
+        double med[2] = {100.0 + 0.5 * r, 200.0 + r};
+        assert_int_equal(send_result(f, a, j, seq++, j->configs[i]->config_id, bs, med, 2, 1), MT_OK);
+    }
+    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 2);
+    const Moetune__Job *first = fx_take(f, "A", 3);
+    assert_int_equal(first->n_configs, HALVING_DECIDE_MAX);
+    assert_int_equal(first->batch_sizes[0], 2); /* the largest batch size first */
+    for (size_t k = 0; k < first->n_configs; k++) {
+        double med = 199.0;
+        assert_int_equal(send_result(f, a, first, seq++, first->configs[k]->config_id, first->batch_sizes, &med, 1, 4),
+                         MT_OK);
+    }
+    assert_int_equal(sched_flush(f->s, 5), MT_OK);
+    fx_stop(f);
+    fx_start(f, 1000, 30000);
+    a = fx_hello(f, "A", "NVIDIA H200", 10);
+    const Moetune__Job *second = fx_take(f, "A", 11);
+    assert_non_null(second);
+    assert_int_equal(second->batch_sizes[0], 1);
+    assert_int_equal(second->n_configs, HALVING_DECIDE_MAX); /* all four, not none */
+    for (size_t k = 0; k < second->n_configs; k++) {
+        double med = 99.0;
+        assert_int_equal(send_result(f, a, second, seq++, second->configs[k]->config_id, second->batch_sizes, &med, 1,
+                                     12),
+                         MT_OK);
+    }
+    assert_int_equal(sched_flush(f->s, 13), MT_OK);
+    sched_status_t st;
+    assert_int_equal(sched_status(f->s, 0, 13, &st), MT_OK);
+    assert_string_equal(st.reply.sweeps[0]->state, "done");
+    assert_int_equal(st.reply.sweeps[0]->finalists_done, 2 * HALVING_DECIDE_MAX);
+    sched_status_release(&st);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM results WHERE phase = 2"), 2 * HALVING_DECIDE_MAX);
+}
+
 int main(void) {
     mt_log_init("test_halving", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
@@ -585,6 +643,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_phase2_first, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_sched_decide_restart, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -234,10 +234,17 @@ static void test_migrate_v3(void **state) {
     assert_int_equal(store_result_put(s, &r, &outcome), MT_OK);
     assert_int_equal(outcome, STORE_ROW_KEPT);
     uint32_t rows = 0;
-    assert_int_equal(store_result_count_from(s, 1, 1, 1, 2, &rows), MT_OK);
+    assert_int_equal(store_result_count_from(s, 1, 1, 1, 2, 0, &rows), MT_OK);
     assert_int_equal(rows, 1);
-    assert_int_equal(store_result_count_from(s, 1, 1, 1, 1, &rows), MT_OK);
+    assert_int_equal(store_result_count_from(s, 1, 1, 1, 1, 0, &rows), MT_OK);
     assert_int_equal(rows, 2);
+    /* at one batch size: the phase-2 row is at 1, the phase-1 row at 2 */
+    assert_int_equal(store_result_count_from(s, 1, 1, 1, 2, 1, &rows), MT_OK);
+    assert_int_equal(rows, 1);
+    assert_int_equal(store_result_count_from(s, 1, 1, 1, 2, 2, &rows), MT_OK);
+    assert_int_equal(rows, 0);
+    assert_int_equal(store_result_count_from(s, 1, 1, 1, 1, 2, &rows), MT_OK);
+    assert_int_equal(rows, 1);
     uint64_t job = 0;
     assert_int_equal(store_job_insert_phase(s, 1, 1, 2, "1,16", NULL, 3, &job), MT_OK);
     store_close(&s);
