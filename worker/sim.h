@@ -47,7 +47,7 @@ mt_status_t wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *
  * WRK_SIM_POOL threads while the GPU measures others; one not announced compiles when
  * measured, in the measuring process; the last WRK_SIM_COMPILED stay compiled (the backends'
  * caches). Keys name (shape, config); times are microseconds of CLOCK_MONOTONIC. */
-#define WRK_SIM_POOL 4
+#define WRK_SIM_POOL 15 /* the cuda backend's pool on the 16-core H200 host: cores - 1 */
 #define WRK_SIM_COMPILED 64
 typedef struct {
     uint64_t key[WRK_SIM_COMPILED];      /* announced or compiled, a ring */

@@ -5,13 +5,15 @@
 #   bench/search/scale.sh BUILD_OR_BIN_DIR [N] [--shape ... | --model ... sweep options]
 # Default N = 256, sweep = 4 shapes x (BLOCK_M 16..128, BLOCK_N 64..256, BLOCK_K 64,128, GROUP 1,16,
 # warps 4,8, stages 3,4) x the 18 default batch sizes, racing on (the default).
-# The wall time runs from the submit to the sweep's 'done' (polled every 0.1 s), with every worker
+# The wall time runs from the submit to the sweep's 'done' (the coordinator's log line), with every worker
 # connected before the submit (start-up is not the scheduler's work). The ideal is the GPU's
 # work: what the sim sleeps as kernels, per result row its timed samples (results.timed_us,
 # racing's first samples included) and its warm-up replays (5, the default, x median for a row
 # measured before a best was known; 5 - 2 for a racing survivor, whose first 2 timed samples were
-# its warm-up; none for a pruned row), over N. Compiles are not in it: the sim compiles a job's
-# configs ahead on 4 threads per worker, as the cuda and triton backends do, so what a worker
+# its warm-up; none for a pruned row; 5 per round for a decide row, measured in 5 rounds), over N.
+# A finalist's first-pass work is not in it (its decide row replaced that row), so the ideal is
+# a little short of the work. Compiles are not in it: the sim compiles a job's
+# configs ahead on 15 threads per worker, as the cuda backend does on a 16-core host, so what a worker
 # waits for them (mostly a job's first config) counts against the scheduler. Needs python3
 # (sqlite3 module).
 set -euo pipefail
@@ -31,7 +33,7 @@ port=$((40000 + RANDOM % 10000))
 wep=tcp://127.0.0.1:$port cep=tcp://127.0.0.1:$((port + 1))
 db=$T/scale.db
 "$bin/moetune-coordinator" --db "$db" --bind "$wep" --control "$cep" --max-connections 4096 \
-  --log-level "${COORD_LOG_LEVEL:-warn}" 2>"$T/coord.log" &
+  --log-level "${COORD_LOG_LEVEL:-info}" 2>"$T/coord.log" &
 until "$bin/moetune" status --control "$cep" --timeout-ms 200 >/dev/null 2>&1; do sleep 0.05; done
 for i in $(seq 1 "$n"); do
   "$bin/moetune-worker" --connect "$wep" --backend sim --sim-time-scale 1 --id "s$i" \
@@ -58,7 +60,18 @@ while [ "$state" = running ] || [ -z "$state" ]; do
     python3 -c 'import json,sys; print(json.load(sys.stdin)["sweeps"][0]["state"])' 2>/dev/null)
 done
 [ "$state" = done ] || { echo "sweep ended $state"; exit 1; }
-t1=$(date +%s.%N)
+# the end: when the coordinator logged the sweep done (not when a poll saw it)
+t1=$(python3 - "$T/coord.log" <<'PY'
+import datetime, re, sys
+for line in open(sys.argv[1]):
+    m = re.match(r"(\S+Z) INFO .*sweep 1 'scale' done", line)
+    if m:
+        t = datetime.datetime.strptime(m[1], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
+        print(t.timestamp())
+        break
+PY
+)
+[ -n "$t1" ] || { echo "no 'done' line in the coordinator's log (COORD_LOG_LEVEL must be info or debug)"; exit 1; }
 python3 - "$db" "$n" "$t0" "$t1" <<'PY'
 import sqlite3, sys
 db, n, t0, t1 = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
@@ -66,10 +79,11 @@ c = sqlite3.connect(db)
 rows, planned = c.execute("SELECT count(*), (SELECT results_planned FROM sweeps WHERE id=1) FROM results WHERE sweep_id=1").fetchone()
 timed = c.execute("SELECT coalesce(sum(timed_us), 0) FROM results WHERE sweep_id=1").fetchone()[0] / 1e6
 warm = 0.0
-for st, med, tu, ns in c.execute("SELECT status, median_us, timed_us, samples FROM results WHERE sweep_id=1 AND "
-                                 "median_us > 0 AND status != 'pruned'"):
+for st, med, tu, ns, ph in c.execute("SELECT status, median_us, timed_us, samples, phase FROM results WHERE "
+                                     "sweep_id=1 AND median_us > 0 AND status != 'pruned'"):
     raced = tu / med - ns > 1.0  # its timed samples hold 2 more than its stored ones: racing's
-    warm += (5 - 2 if raced else 5) * med / 1e6
+    # a decide row was measured in 5 rounds, each with its own 5 warm-up replays
+    warm += (5 * 5 if ph == 2 else 5 - 2 if raced else 5) * med / 1e6
 by = dict(c.execute("SELECT status, count(*) FROM results WHERE sweep_id=1 GROUP BY status").fetchall())
 work = timed + warm
 wall = t1 - t0

@@ -504,12 +504,12 @@ static void test_compile_ahead(void **unused) {
     /* announcing a known config again queues nothing */
     wrk_sim_compile_ahead(&c, 2, T + 3 * C, C);
     assert_int_equal(wrk_sim_compile_wait_us(&c, 2, T + 3 * C, C), 0);
-    /* a backlog: the 40th of 40 announced at once would be ready after 10 compiles, but the
-     * measuring process compiles it itself in one */
+    /* a backlog: the last of 3 x WRK_SIM_POOL announced at once would be ready after 3
+     * compiles, but the measuring process compiles it itself in one */
     memset(&c, 0, sizeof c);
-    for (uint64_t k = 1; k <= 40; k++) wrk_sim_compile_ahead(&c, k, T, C);
-    assert_int_equal(wrk_sim_compile_wait_us(&c, 40, T, C), C);
-    assert_int_equal(wrk_sim_compile_wait_us(&c, 40, T + C, C), 0);
+    for (uint64_t k = 1; k <= 3 * WRK_SIM_POOL; k++) wrk_sim_compile_ahead(&c, k, T, C);
+    assert_int_equal(wrk_sim_compile_wait_us(&c, 3 * WRK_SIM_POOL, T, C), C);
+    assert_int_equal(wrk_sim_compile_wait_us(&c, 3 * WRK_SIM_POOL, T + C, C), 0);
 }
 
 int main(void) {
