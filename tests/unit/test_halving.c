@@ -530,38 +530,54 @@ static void test_sched_decide(void **state) {
         (int64_t)(lo + 2));
 }
 
+/* A decide sweep's first pass: x (fx_spec's 12 configs at batch sizes {1, 2}, its shapes)
+ * with the decide step at 2 % (m), submitted; worker A takes the first job and commits every
+ * config of it, at batch size b the median lin[2b] + lin[2b + 1] x rank (rank: the config's id
+ * less the job's lowest). */
+typedef struct {
+    Moetune__Submitted sub;
+    sched_worker_t *a;
+    const Moetune__Job *job;
+    uint64_t seq; /* the next result's */
+} decide_pass_t;
+
+static decide_pass_t decide_first_pass(fx_t *f, fx_spec_t *x, Moetune__Measure *m, const double lin[4]) {
+    decide_pass_t d = {.seq = 1};
+    m->decide_margin = 0.02;
+    x->spec.measure = m;
+    fx_start(f, 1000, 30000);
+    fx_submit_spec(f, x, &d.sub);
+    d.a = fx_hello(f, "A", "NVIDIA H200", 0);
+    d.job = fx_take(f, "A", 0);
+    uint64_t lo = UINT64_MAX;
+    for (size_t i = 0; i < d.job->n_configs; i++)
+        lo = d.job->configs[i]->config_id < lo ? d.job->configs[i]->config_id : lo;
+    for (size_t i = 0; i < d.job->n_configs; i++) {
+        double r = (double)(d.job->configs[i]->config_id - lo);
+        double med[2] = {lin[0] + lin[1] * r, lin[2] + lin[3] * r};
+        assert_int_equal(send_result(f, d.a, d.job, d.seq++, d.job->configs[i]->config_id, x->bs, med, 2, 1), MT_OK);
+    }
+    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    return d;
+}
+
 /* A sweep of two shapes stores the costlier shape's jobs first (planner.c plan_shape_chunks),
  * and a phase-2 job goes before every pending first-pass job: the costly shape's near-ties are
  * re-measured while the cheap shape's first pass is still to run. */
 static void test_sched_phase2_first(void **state) {
     fx_t *f = *state;
     fx_spec_t x;
-    Moetune__Submitted sub;
     Moetune__Measure m = MOETUNE__MEASURE__INIT;
     static const uint32_t bs[] = {1, 2};
     fx_spec(&x, "two shapes", bs, 3, 1, 4, 12);
-    m.decide_margin = 0.02;
-    x.spec.measure = &m;
     Moetune__Shape dear = x.sh, *shapes[2] = {&x.sh, &dear};
     dear.k = 1024; /* four times the cheap shape's work per config */
     x.spec.n_shapes = 2;
     x.spec.shapes = shapes;
-    fx_start(f, 1000, 30000);
-    fx_submit_spec(f, &x, &sub);
-    assert_int_equal(sub.jobs, 2);
-    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
-    const Moetune__Job *j = fx_take(f, "A", 0);
-    assert_int_equal(j->shape->k, 1024); /* the costlier shape's job first, though listed second */
-    assert_int_equal(j->n_configs, 12);
-    uint64_t seq = 1, lo = UINT64_MAX;
-    for (size_t i = 0; i < j->n_configs; i++)
-        lo = j->configs[i]->config_id < lo ? j->configs[i]->config_id : lo;
-    for (size_t i = 0; i < j->n_configs; i++) {
-        uint64_t r = j->configs[i]->config_id - lo;
-        double med[2] = {100.0 + 0.5 * (double)r, 100.0 + 5.0 * (double)r};
-        assert_int_equal(send_result(f, a, j, seq++, j->configs[i]->config_id, bs, med, 2, 1), MT_OK);
-    }
-    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    decide_pass_t d = decide_first_pass(f, &x, &m, (const double[4]){100.0, 0.5, 100.0, 5.0});
+    assert_int_equal(d.sub.jobs, 2);
+    assert_int_equal(d.job->shape->k, 1024); /* the costlier shape's job first, though listed second */
+    assert_int_equal(d.job->n_configs, 12);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 1 AND state = 'pending'"), 1);
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2 AND state = 'pending'"), 1);
     const Moetune__Job *p2 = fx_take(f, "A", 3);
@@ -578,25 +594,12 @@ static void test_sched_phase2_first(void **state) {
 static void test_sched_decide_restart(void **state) {
     fx_t *f = *state;
     fx_spec_t x;
-    Moetune__Submitted sub;
     Moetune__Measure m = MOETUNE__MEASURE__INIT;
     static const uint32_t bs[] = {1, 2};
     fx_spec(&x, "decide restart", bs, 3, 1, 4, 0);
-    m.decide_margin = 0.02;
-    x.spec.measure = &m;
-    fx_start(f, 1000, 30000);
-    fx_submit_spec(f, &x, &sub);
-    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
-    const Moetune__Job *j = fx_take(f, "A", 0);
-    uint64_t seq = 1, lo = UINT64_MAX;
-    for (size_t i = 0; i < j->n_configs; i++)
-        lo = j->configs[i]->config_id < lo ? j->configs[i]->config_id : lo;
-    for (size_t i = 0; i < j->n_configs; i++) {
-        double r = (double)(j->configs[i]->config_id - lo);
-        double med[2] = {100.0 + 0.5 * r, 200.0 + r};
-        assert_int_equal(send_result(f, a, j, seq++, j->configs[i]->config_id, bs, med, 2, 1), MT_OK);
-    }
-    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    decide_pass_t d = decide_first_pass(f, &x, &m, (const double[4]){100.0, 0.5, 200.0, 1.0});
+    sched_worker_t *a = d.a;
+    uint64_t seq = d.seq;
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 2);
     const Moetune__Job *first = fx_take(f, "A", 3);
     assert_int_equal(first->n_configs, HALVING_DECIDE_MAX);
@@ -616,9 +619,8 @@ static void test_sched_decide_restart(void **state) {
     assert_int_equal(second->n_configs, HALVING_DECIDE_MAX); /* all four, not none */
     for (size_t k = 0; k < second->n_configs; k++) {
         double med = 99.0;
-        assert_int_equal(send_result(f, a, second, seq++, second->configs[k]->config_id, second->batch_sizes, &med, 1,
-                                     12),
-                         MT_OK);
+        assert_int_equal(
+            send_result(f, a, second, seq++, second->configs[k]->config_id, second->batch_sizes, &med, 1, 12), MT_OK);
     }
     assert_int_equal(sched_flush(f->s, 13), MT_OK);
     sched_status_t st;

@@ -228,16 +228,22 @@ static void test_divisibility_and_chunks(void **state) {
     plan_destroy(&p);
 }
 
-static void test_store_plan(void **state) {
-    spec_t s;
+/* Plans and stores s's spec in the test's database (asserted MT_OK); the reply in *sub. */
+static void store_spec(spec_t *s, Moetune__Submitted *sub) {
     char err[256];
     store_t *db = NULL;
+    assert_int_equal(store_open(g_db.path, &db, err, sizeof err), MT_OK);
+    int rc = plan_store(db, &s->spec, sub, err, sizeof err);
+    store_close(&db);
+    if (rc) fail_msg("plan_store: %s", err);
+}
+
+static void test_store_plan(void **state) {
+    spec_t s;
     Moetune__Submitted sub;
     spec_init(&s, QWEN, 1);
     s.spec.chunk = 100;
-    assert_int_equal(store_open(g_db.path, &db, err, sizeof err), MT_OK);
-    assert_int_equal(plan_store(db, &s.spec, &sub, err, sizeof err), MT_OK);
-    store_close(&db);
+    store_spec(&s, &sub);
     assert_int_equal(sub.sweep_id, 1);
     assert_int_equal(sub.configs_valid + sub.configs_rejected, 1920);
     assert_int_equal(sub.jobs, (sub.configs_valid + 99) / 100);
@@ -260,9 +266,7 @@ static void test_chunks_by_shape(void **state) {
     static const uint32_t shapes[2][4] = {{128, 768, 2048, 8}, {8, 16384, 6144, 2}};
     spec_t s;
     char err[256];
-    store_t *db = NULL;
     plan_t *p = NULL;
-    Moetune__Submitted sub;
     spec_init(&s, shapes, 2);
     assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
     const plan_shape_t *cheap = &p->shapes[0], *dear = &p->shapes[1];
@@ -277,9 +281,8 @@ static void test_chunks_by_shape(void **state) {
     assert_int_equal(p->jobs, (cheap->n_valid + 15) / 16 + (dear->n_valid + dear->chunk - 1) / dear->chunk);
     plan_destroy(&p);
 
-    assert_int_equal(store_open(g_db.path, &db, err, sizeof err), MT_OK);
-    assert_int_equal(plan_store(db, &s.spec, &sub, err, sizeof err), MT_OK);
-    store_close(&db);
+    Moetune__Submitted sub;
+    store_spec(&s, &sub);
     assert_int_equal(query_int("SELECT COUNT(*) FROM shapes WHERE id = 1 AND e = 128"), 1);
     assert_int_equal(query_int("SELECT COUNT(*) FROM shapes WHERE id = 2 AND e = 8"), 1);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs"), sub.jobs);
