@@ -103,13 +103,17 @@ double cli_progress_percent(const Moetune__SweepStatus *st) {
     return pct;
 }
 
+/* The seconds left to show: 0 once the work is in or the sweep is done, none (-1) once it
+ * ended otherwise (cancelled, failed: nothing is left to wait for), else eta_s. */
+static double eta_shown(const Moetune__SweepStatus *st, double eta_s) {
+    if (cli_progress_complete(st) || wire_sweep_is(st->state, WIRE_SWEEP_DONE)) return 0.0;
+    return wire_sweep_finished(st->state) ? -1.0 : eta_s;
+}
+
 void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, double eta_s, char *buf, size_t len) {
     char counts[160], eta[32];
     cli_progress_counts(st, counts, sizeof counts);
-    if (cli_progress_complete(st))
-        snprintf(eta, sizeof eta, "0s");
-    else
-        fmt_eta(eta_s, eta, sizeof eta);
+    fmt_eta(eta_shown(st, eta_s), eta, sizeof eta);
     char racing[80] = ""; /* ", N pruned, GPU busy P%" when known */
     if (st->results_pruned) snprintf(racing, sizeof racing, ", %llu pruned", (unsigned long long)st->results_pruned);
     if (st->gpu_busy > 0)
@@ -223,7 +227,7 @@ void cli_progress_json_phase(json_t *o, const Moetune__SweepStatus *st) {
 }
 
 json_t *cli_progress_eta_json(const Moetune__SweepStatus *st, double eta_s) {
-    if (cli_progress_complete(st)) return json_integer(0);
+    eta_s = eta_shown(st, eta_s);
     return eta_s >= 0 && eta_s <= 365.0 * 86400 ? json_integer((json_int_t)(eta_s + 0.5)) : json_null();
 }
 

@@ -84,6 +84,18 @@ static void test_phase2(void **state) {
     st = halving("done", 2, 480, 30, 30);
     assert_non_null(
         strstr(line_of(&st, -1.0), "sweep 7 done: phase 2: 30/30 finalists, 480/480 results (100.0%), 0/s, ETA 0s"));
+    /* done with a count short (a finalist that failed to store, an old database): nothing is
+     * left, ETA 0; a cancelled or failed sweep has none to show */
+    st = halving("done", 2, 480, 30, 27);
+    assert_non_null(strstr(line_of(&st, 4.0), ", ETA 0s,"));
+    json_t *zero = cli_progress_eta_json(&st, 4.0);
+    assert_int_equal(json_integer_value(zero), 0);
+    json_decref(zero);
+    st = halving("cancelled", 2, 480, 30, 27);
+    assert_non_null(strstr(line_of(&st, 4.0), ", ETA --,"));
+    json_t *none = cli_progress_eta_json(&st, 4.0);
+    assert_true(json_is_null(none));
+    json_decref(none);
 }
 
 /* Phase 1 of one shape is over while another's runs: both counts show. */
