@@ -27,7 +27,9 @@ if [ ${#sweep[@]} -eq 0 ]; then
          --group-m 1,16 --num-warps 4,8 --num-stages 3,4)
 fi
 T=$(mktemp -d /tmp/moetune-scale.XXXXXX)
-trap 'kill -TERM $(jobs -p) 2>/dev/null; sleep 1; kill -KILL $(jobs -p) 2>/dev/null; wait 2>/dev/null; [ -n "${KEEP_LOGS:-}" ] || rm -rf "$T"' EXIT
+# the script's own exit status stays (a kill of nothing left must not turn 0 into 1)
+trap 'rc=$?; kill -TERM $(jobs -p) 2>/dev/null || true; sleep 1; kill -KILL $(jobs -p) 2>/dev/null || true
+      wait 2>/dev/null || true; [ -n "${KEEP_LOGS:-}" ] || rm -rf "$T"; exit $rc' EXIT
 ulimit -n 65536 2>/dev/null || ulimit -n 8192 2>/dev/null || true
 port=$((40000 + RANDOM % 10000))
 wep=tcp://127.0.0.1:$port cep=tcp://127.0.0.1:$((port + 1))
