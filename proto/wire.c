@@ -148,6 +148,17 @@ static const char *validate(const wire_env_t *env) {
             }
             return NULL;
         }
+        case MOETUNE__ENVELOPE__BODY_ACK: {
+            const Moetune__Ack *a = env->ack;
+            if (a->n_seqs > MAX_LIST || a->n_best > WIRE_MAX_CREDITS) return "ack: too many seqs or bests";
+            for (size_t i = 0; i < a->n_best; i++) {
+                const Moetune__JobBest *b = a->best[i];
+                if (b->job_id == 0 || b->n_best_us == 0 || b->n_best_us > MAX_LIST) return "ack: bad job best";
+                for (size_t k = 0; k < b->n_best_us; k++)
+                    if (!(b->best_us[k] >= 0 && b->best_us[k] < 1e12)) return "ack: negative or non-finite best_us";
+            }
+            return NULL;
+        }
         case MOETUNE__ENVELOPE__BODY_HEARTBEAT:
             return env->heartbeat->n_job_ids > MAX_LIST ? "heartbeat: too many jobs" : NULL;
         case MOETUNE__ENVELOPE__BODY_JOB: {

@@ -27,7 +27,8 @@ typedef struct pjob {
     char why[160]; /* why every config is invalid, when !shape_ok */
     size_t next;   /* next config to measure */
     int prepared;
-    double *best;           /* racing: per batch size, the job's best_us lowered by our own ok results */
+    double *best;           /* racing: per batch size, the job's best_us lowered by our own ok results and
+                             * by the coordinator's later bests (Ack.best) */
     uint32_t rounds, round; /* Job.rounds (1 when 0), and the round being measured (0-based) */
     wrk_meas_t *kept;       /* rounds > 1: per config, its n_batch_sizes measurements so far */
     uint32_t *regs;         /* rounds > 1: per config, its first round's registers and spills */
@@ -440,6 +441,15 @@ static void on_ack(wrk_parent_t *p, const wire_env_t *env) {
             free(p->unacked[i].buf);
             p->unacked[i] = p->unacked[--p->n_unacked];
             break;
+        }
+    }
+    /* what other workers committed since a job's lease: its next configs race against it */
+    for (size_t k = 0; k < a->n_best; k++) {
+        const Moetune__JobBest *b = a->best[k];
+        for (pjob_t *j = p->head; j; j = j->link) {
+            if (j->job->job_id != b->job_id || !j->best || b->n_best_us != j->job->n_batch_sizes) continue;
+            for (size_t i = 0; i < b->n_best_us; i++)
+                if (b->best_us[i] > 0 && (j->best[i] == 0 || b->best_us[i] < j->best[i])) j->best[i] = b->best_us[i];
         }
     }
 }

@@ -1264,10 +1264,67 @@ static void test_mixed_fleet_binds_sweep(void **state) {
     assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 2);
 }
 
+/* A Result of config at batch sizes {1, 2} with these ok medians, delivered by w. */
+static void result_at(fx_t *f, sched_worker_t *w, const Moetune__Job *j, uint64_t seq, uint64_t config,
+                      const double med[2], uint64_t now) {
+    Moetune__Measurement m[2], *pm[2] = {&m[0], &m[1]};
+    for (int i = 0; i < 2; i++) {
+        moetune__measurement__init(&m[i]);
+        m[i].batch_size = (uint32_t)i + 1;
+        m[i].status = MOETUNE__STATUS__STATUS_OK;
+        m[i].median_us = m[i].min_us = m[i].mean_us = med[i];
+        m[i].samples = 10;
+    }
+    assert_int_equal(fx_result_of(f, w, j->job_id, j->lease_token, seq, config, pm, 2, now, true), MT_OK);
+}
+
+/* The best median at batch size bs of job in the last Ack to rid: -1 when that Ack has no best
+ * for the job. */
+static double acked_best(fx_t *f, const char *rid, const Moetune__Job *job, uint32_t bs) {
+    for (size_t i = f->n; i-- > 0;) {
+        if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;
+        const Moetune__Ack *a = f->msg[i]->ack;
+        for (size_t k = 0; k < a->n_best; k++) {
+            if (a->best[k]->job_id != job->job_id) continue;
+            assert_int_equal(a->best[k]->n_best_us, job->n_batch_sizes);
+            for (size_t b = 0; b < job->n_batch_sizes; b++)
+                if (job->batch_sizes[b] == bs) return a->best[k]->best_us[b];
+        }
+        return -1.0;
+    }
+    return -1.0;
+}
+
+/* Racing keeps a held job current: each Ack carries, for every racing job its worker holds, the
+ * best committed so far at each of the job's batch sizes, whichever worker measured it; a job
+ * leased before those results prunes against them from its next config on. */
+static void test_ack_carries_best(void **state) {
+    fx_t *f = *state;
+    fx_spec_t x;
+    Moetune__Submitted sub;
+    fx_spec(&x, "bests", (const uint32_t[]){1, 2}, 3, 1, 4, 6); /* 12 configs, 2 jobs; racing on */
+    fx_start(f, 1000, 30000);
+    fx_submit_spec(f, &x, &sub);
+    assert_int_equal(sub.jobs, 2);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
+    sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 0);
+    const Moetune__Job *ja = fx_take(f, "A", 0), *jb = fx_take(f, "B", 0);
+    assert_true(ja->best_us[0] == 0 && jb->best_us[0] == 0); /* leased before any result */
+    result_at(f, b, jb, 1, jb->configs[0]->config_id, (const double[2]){50.0, 60.0}, 1);
+    assert_int_equal(sched_flush(f->s, 1), MT_OK);
+    assert_true(acked_best(f, "B", jb, 1) == 50.0 && acked_best(f, "B", jb, 2) == 60.0);
+    result_at(f, a, ja, 1, ja->configs[0]->config_id, (const double[2]){80.0, 55.0}, 2);
+    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    /* A's job learns B's 50 at batch size 1 and keeps its own 55 at 2 */
+    assert_true(acked_best(f, "A", ja, 1) == 50.0);
+    assert_true(acked_best(f, "A", ja, 2) == 55.0);
+}
+
 int main(void) {
     mt_log_init("test_sched", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_credits, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_ack_carries_best, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_tokens_and_completion, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_silent_workers_and_attempts, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_lease_expiry_and_bye, fx_setup, fx_teardown),

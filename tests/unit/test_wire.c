@@ -230,6 +230,41 @@ static void test_job_rounds(void **state) {
     }
 }
 
+/* An Ack's job bests: one per batch size of a held job, finite and non-negative, a job id set. */
+static void test_ack_best(void **state) {
+    (void)state;
+    uint64_t seq = 9;
+    double best[2] = {12.5, 0.0};
+    Moetune__JobBest jb = MOETUNE__JOB_BEST__INIT, *pjb = &jb;
+    jb.job_id = 4;
+    jb.n_best_us = 2;
+    jb.best_us = best;
+    Moetune__Ack ack = MOETUNE__ACK__INIT;
+    ack.n_seqs = 1;
+    ack.seqs = &seq;
+    ack.n_best = 1;
+    ack.best = &pjb;
+    wire_env_t env;
+    wire_env_wrap(&env, &ack.base);
+    unpacked_t u;
+    assert_true(roundtrip_valid(&env, true, &u));
+    assert_int_equal(u.env->ack->n_best, 1);
+    assert_int_equal(u.env->ack->best[0]->job_id, 4);
+    assert_true(u.env->ack->best[0]->best_us[0] == 12.5 && u.env->ack->best[0]->best_us[1] == 0.0);
+    wire_free(&u.env);
+    const double bad[] = {-1.0, INFINITY, NAN, 1e13};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        best[1] = bad[i];
+        roundtrip_valid(&env, false, &u);
+    }
+    best[1] = 3.0;
+    jb.job_id = 0;
+    roundtrip_valid(&env, false, &u);
+    jb.job_id = 4;
+    jb.n_best_us = 0;
+    roundtrip_valid(&env, false, &u);
+}
+
 /* Every latency field of every status is finite and non-negative: +Inf, NaN and negatives in
  * min/mean/stddev (or in a failed measurement's median) are invalid, never stored. */
 static void test_non_finite_latencies(void **state) {
@@ -405,6 +440,7 @@ int main(void) {
         cmocka_unit_test(test_socket_recv),
         cmocka_unit_test(test_non_finite_latencies),
         cmocka_unit_test(test_job_rounds),
+        cmocka_unit_test(test_ack_best),
         cmocka_unit_test(test_recv_invalid_result_names_lease),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -65,7 +65,12 @@ typedef struct {
     size_t rid_len;
 } fake_t;
 
-static void fake_start(fake_t *f) {
+/* fake_start at sim time scale scale. */
+static void fake_start_at(fake_t *f, double scale);
+
+static void fake_start(fake_t *f) { fake_start_at(f, 0); }
+
+static void fake_start_at(fake_t *f, double scale) {
     char ep[128], err[300];
     size_t ep_len = sizeof ep;
     memset(f, 0, sizeof *f);
@@ -78,7 +83,7 @@ static void fake_start(fake_t *f) {
     o.endpoint = ep;
     o.backend = "sim";
     o.worker_id = "measure-w0";
-    o.bopts.sim_time_scale = 0;
+    o.bopts.sim_time_scale = scale;
     f->r.rc = -1;
     assert_int_equal(wrk_parent_new(&o, &f->r.p, err, sizeof err), MT_OK);
     assert_int_equal(pthread_create(&f->th, NULL, run, &f->r), 0);
@@ -187,6 +192,61 @@ static void run_job(fake_t *f, uint64_t id, const Moetune__Measure *m, uint32_t 
     }
 }
 
+/* An Ack's job best (what other workers committed since the lease) reaches the job's next
+ * config: a job leased with no best, then told 1 us at its batch size while its first config
+ * compiles (50 ms at time scale 1), prunes its second config; the same job without the Ack
+ * measures both. */
+static void test_ack_best_prunes(void **state) {
+    (void)state;
+    fake_t f;
+    fake_start_at(&f, 1.0);
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    m.min_samples = 3, m.max_samples = 5, m.rsd_target = 0.5, m.race_margin = 0.2;
+    for (int told = 0; told < 2; told++) {
+        char err[200];
+        krn_shape_t sh;
+        assert_int_equal(krn_shape_parse("E=8,N=1024,K=1024,topk=2", &sh, err, sizeof err), MT_OK);
+        krn_config_t cfg[2] = {
+            {.block_m = 64, .block_n = 64, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3},
+            {.block_m = 32, .block_n = 128, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3}};
+        Moetune__Shape msh;
+        Moetune__Config mc[2];
+        Moetune__JobConfig jc[2], *pjc[2] = {&jc[0], &jc[1]};
+        wire_shape_to_msg(&sh, &msh);
+        for (int i = 0; i < 2; i++) {
+            wire_config_to_msg(&cfg[i], &mc[i]);
+            moetune__job_config__init(&jc[i]);
+            jc[i].config_id = (uint64_t)i + 1, jc[i].config = &mc[i];
+        }
+        uint32_t bs = 64;
+        double none = 0.0, told_best = 1.0;
+        Moetune__Job job = MOETUNE__JOB__INIT;
+        job.job_id = 10 + (uint64_t)told, job.lease_token = 11, job.sweep_id = 1, job.shape = &msh;
+        job.n_configs = 2, job.configs = pjc, job.n_batch_sizes = 1, job.batch_sizes = &bs, job.measure = &m;
+        job.n_best_us = 1, job.best_us = &none;
+        send_to(f.sock, f.rid, f.rid_len, MOETUNE__ENVELOPE__BODY_JOB, &job);
+        if (told) {
+            Moetune__JobBest jb = MOETUNE__JOB_BEST__INIT, *pjb = &jb;
+            jb.job_id = job.job_id, jb.n_best_us = 1, jb.best_us = &told_best;
+            Moetune__Ack ack = MOETUNE__ACK__INIT;
+            ack.n_best = 1, ack.best = &pjb;
+            send_to(f.sock, f.rid, f.rid_len, MOETUNE__ENVELOPE__BODY_ACK, &ack);
+        }
+        int status[3] = {0, 0, 0};
+        for (int k = 0; k < 2; k++) {
+            wire_env_t *env = next(f.sock, MOETUNE__ENVELOPE__BODY_RESULT, f.rid, &f.rid_len);
+            assert_non_null(env);
+            assert_int_equal(env->result->job_id, job.job_id);
+            assert_true(env->result->config_id == 1 || env->result->config_id == 2);
+            status[env->result->config_id] = env->result->measurements[0]->status;
+            wire_free(&env);
+        }
+        assert_int_equal(status[2], told ? MOETUNE__STATUS__STATUS_PRUNED : MOETUNE__STATUS__STATUS_OK);
+        if (!told) assert_int_equal(status[1], MOETUNE__STATUS__STATUS_OK);
+    }
+    fake_stop(&f);
+}
+
 /* A side-by-side job (Job.rounds): each config's one Result pools its rounds' samples, and the
  * rounds share one measurement's time budget. The sim stops a config at min_samples when the
  * deviation target is met at once, and at the budget (simulated time, deterministic at time
@@ -245,6 +305,7 @@ int main(void) {
         cmocka_unit_test(test_zero_measure_gets_planner_defaults),
         cmocka_unit_test(test_rounds),
         cmocka_unit_test(test_settling_not_in_rounds),
+        cmocka_unit_test(test_ack_best_prunes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
