@@ -151,11 +151,9 @@ static void test_zero_measure_gets_planner_defaults(void **state) {
     fake_stop(&f);
 }
 
-/* Sends job id of two configs at batch size 64 with m, rounds and best (the racing best at 64,
- * 0 = none); fills samples[2] and medians[2] (NULL: not wanted) from its two Results (by config
- * id 1 and 2). */
-static void run_job(fake_t *f, uint64_t id, const Moetune__Measure *m, uint32_t rounds, double best,
-                    uint32_t samples[2], double *medians) {
+/* Sends job id of two configs (ids 1 and 2) at batch size 64 with m, rounds and best (the
+ * racing best at 64, 0 = none). */
+static void send_job(fake_t *f, uint64_t id, const Moetune__Measure *m, uint32_t rounds, double best) {
     char err[200];
     krn_shape_t sh;
     assert_int_equal(krn_shape_parse("E=8,N=1024,K=1024,topk=2", &sh, err, sizeof err), MT_OK);
@@ -177,6 +175,13 @@ static void run_job(fake_t *f, uint64_t id, const Moetune__Measure *m, uint32_t 
     job.n_batch_sizes = 1, job.batch_sizes = &bs, job.measure = (Moetune__Measure *)m, job.rounds = rounds;
     job.n_best_us = 1, job.best_us = &best;
     send_to(f->sock, f->rid, f->rid_len, MOETUNE__ENVELOPE__BODY_JOB, &job);
+}
+
+/* send_job, then fills samples[2] and medians[2] (NULL: not wanted) from its two Results (by
+ * config id 1 and 2), each asserted OK. */
+static void run_job(fake_t *f, uint64_t id, const Moetune__Measure *m, uint32_t rounds, double best,
+                    uint32_t samples[2], double *medians) {
+    send_job(f, id, m, rounds, best);
     samples[0] = samples[1] = 0;
     for (int k = 0; k < 2; k++) {
         wire_env_t *env = next(f->sock, MOETUNE__ENVELOPE__BODY_RESULT, f->rid, &f->rid_len);
@@ -203,31 +208,12 @@ static void test_ack_best_prunes(void **state) {
     Moetune__Measure m = MOETUNE__MEASURE__INIT;
     m.min_samples = 3, m.max_samples = 5, m.rsd_target = 0.5, m.race_margin = 0.2;
     for (int told = 0; told < 2; told++) {
-        char err[200];
-        krn_shape_t sh;
-        assert_int_equal(krn_shape_parse("E=8,N=1024,K=1024,topk=2", &sh, err, sizeof err), MT_OK);
-        krn_config_t cfg[2] = {
-            {.block_m = 64, .block_n = 64, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3},
-            {.block_m = 32, .block_n = 128, .block_k = 64, .group_m = 1, .num_warps = 4, .num_stages = 3}};
-        Moetune__Shape msh;
-        Moetune__Config mc[2];
-        Moetune__JobConfig jc[2], *pjc[2] = {&jc[0], &jc[1]};
-        wire_shape_to_msg(&sh, &msh);
-        for (int i = 0; i < 2; i++) {
-            wire_config_to_msg(&cfg[i], &mc[i]);
-            moetune__job_config__init(&jc[i]);
-            jc[i].config_id = (uint64_t)i + 1, jc[i].config = &mc[i];
-        }
-        uint32_t bs = 64;
-        double none = 0.0, told_best = 1.0;
-        Moetune__Job job = MOETUNE__JOB__INIT;
-        job.job_id = 10 + (uint64_t)told, job.lease_token = 11, job.sweep_id = 1, job.shape = &msh;
-        job.n_configs = 2, job.configs = pjc, job.n_batch_sizes = 1, job.batch_sizes = &bs, job.measure = &m;
-        job.n_best_us = 1, job.best_us = &none;
-        send_to(f.sock, f.rid, f.rid_len, MOETUNE__ENVELOPE__BODY_JOB, &job);
+        uint64_t id = 10 + (uint64_t)told;
+        double told_best = 1.0;
+        send_job(&f, id, &m, 1, 0.0);
         if (told) {
             Moetune__JobBest jb = MOETUNE__JOB_BEST__INIT, *pjb = &jb;
-            jb.job_id = job.job_id, jb.n_best_us = 1, jb.best_us = &told_best;
+            jb.job_id = id, jb.n_best_us = 1, jb.best_us = &told_best;
             Moetune__Ack ack = MOETUNE__ACK__INIT;
             ack.n_best = 1, ack.best = &pjb;
             send_to(f.sock, f.rid, f.rid_len, MOETUNE__ENVELOPE__BODY_ACK, &ack);
@@ -236,7 +222,7 @@ static void test_ack_best_prunes(void **state) {
         for (int k = 0; k < 2; k++) {
             wire_env_t *env = next(f.sock, MOETUNE__ENVELOPE__BODY_RESULT, f.rid, &f.rid_len);
             assert_non_null(env);
-            assert_int_equal(env->result->job_id, job.job_id);
+            assert_int_equal(env->result->job_id, id);
             assert_true(env->result->config_id == 1 || env->result->config_id == 2);
             status[env->result->config_id] = env->result->measurements[0]->status;
             wire_free(&env);
