@@ -424,7 +424,8 @@ mt_status_t plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, i
         rc = store_routing_insert(db, p->shapes[0].shape.routing, spec->routing_path, spec->routing_tokens,
                                   p->shapes[0].shape.topk, now);
     /* shapes keep the spec's order (ids); their jobs are stored costliest shape first */
-    for (size_t i = 0; !rc && i < p->n_shapes; i++) rc = store_shape_upsert(db, &p->shapes[i].shape, &p->shapes[i].shape_id);
+    for (size_t i = 0; !rc && i < p->n_shapes; i++)
+        rc = store_shape_upsert(db, &p->shapes[i].shape, &p->shapes[i].shape_id);
     for (size_t i = 0; !rc && i < p->n_shapes; i++) rc = store_shape(db, &p->shapes[p->order[i]], sweep_id, now);
     if (!rc) rc = store_sweep_set_planned(db, sweep_id, p->results_planned);
     free(packed);

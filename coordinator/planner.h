@@ -58,8 +58,8 @@ typedef struct {
     krn_space_t space;
     uint32_t chunk; /* the spec's configs per job; 0: by shape (plan_shape_t.chunk) */
     uint32_t max_attempts;
-    size_t *order; /* shape indexes in the order their jobs are stored: costliest first */
-    Moetune__Measure measure;                       /* defaults filled */
+    size_t *order;            /* shape indexes in the order their jobs are stored: costliest first */
+    Moetune__Measure measure; /* defaults filled */
     uint32_t jobs, configs_valid, configs_rejected; /* summed over shapes */
     uint64_t results_planned;                       /* valid configs x batch sizes */
     uint64_t sweep_id;                              /* filled by plan_write */
