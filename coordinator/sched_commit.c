@@ -208,12 +208,6 @@ mt_status_t sched_batch_write(store_t *db, void *arg) {
 
 size_t sched_batch_results(const sched_batch_t *b) { return b->n_res; }
 
-/* Whether j's measurement races (a halving sweep's phase 1 measures with measure1). */
-static bool job_races(const job_t *j) {
-    const Moetune__Measure *m = j->sw->halving && j->phase == 1 ? &j->sw->measure1 : &j->sw->measure;
-    return m->race_margin > 0;
-}
-
 void sched_send_acks(sched_t *s) {
     for (size_t i = 0; i < s->n_workers; i++) {
         sched_worker_t *w = s->workers[i];
@@ -222,33 +216,30 @@ void sched_send_acks(sched_t *s) {
         ack.n_seqs = w->n_acks;
         ack.seqs = w->acks;
         /* the best committed so far for each racing job w holds: what other workers found
-         * since its lease prunes its next configs (a failed allocation sends the seqs alone) */
+         * since its lease prunes its next configs (without scratch memory, the seqs alone) */
         size_t nb = 0;
-        for (size_t k = 0; k < w->n_held; k++) nb += job_races(w->held[k]) ? sched_job_nb(w->held[k]) : 0;
-        Moetune__JobBest *jb = nb ? mt_calloc(w->n_held, sizeof *jb) : NULL;
-        Moetune__JobBest **pjb = jb ? mt_calloc(w->n_held, sizeof *pjb) : NULL;
-        double *best = pjb ? mt_calloc(nb, sizeof *best) : NULL;
-        for (size_t k = 0, used = 0; best && k < w->n_held; k++) {
+        for (size_t k = 0; k < w->n_held; k++)
+            nb += sched_job_measure(w->held[k])->race_margin > 0 ? sched_job_nb(w->held[k]) : 0;
+        bool room = nb && !sched_grow((void **)&s->best, &s->cap_best, nb, sizeof *s->best) &&
+                    !sched_grow((void **)&s->jb, &s->cap_jb, w->n_held, sizeof *s->jb) &&
+                    !sched_grow((void **)&s->jbp, &s->cap_jbp, w->n_held, sizeof *s->jbp);
+        for (size_t k = 0, used = 0; room && k < w->n_held; k++) {
             const job_t *j = w->held[k];
-            if (!job_races(j)) continue;
-            Moetune__JobBest *b = &jb[ack.n_best];
+            if (!(sched_job_measure(j)->race_margin > 0)) continue;
+            Moetune__JobBest *b = &s->jb[ack.n_best];
             moetune__job_best__init(b);
             b->job_id = j->id;
             b->n_best_us = sched_job_nb(j);
-            b->best_us = best + used;
-            for (size_t e = 0; e < b->n_best_us; e++)
-                b->best_us[e] = race_best(s->race, j->sw->id, j->shape_id, sched_job_bs(j)[e]);
+            b->best_us = s->best + used;
+            sched_job_bests(s, j, b->best_us);
             used += b->n_best_us;
-            pjb[ack.n_best++] = b;
+            s->jbp[ack.n_best++] = b;
         }
-        if (best) ack.best = pjb;
+        ack.best = s->jbp;
         wire_env_t env;
         wire_env_wrap(&env, &ack.base);
         sched_send_env(s, w, &env);
         w->n_acks = 0;
-        free(best);
-        free(pjb);
-        free(jb);
     }
 }
 

@@ -223,9 +223,12 @@ struct sched {
     Moetune__JobConfig **jcp;
     Moetune__Config *jcfg;
     size_t cap_jc;
-    race_t *race; /* best committed medians, sent with each job */
-    double *best; /* scratch: a job's best_us */
+    race_t *race; /* best committed medians, sent with each job and each Ack */
+    double *best; /* scratch: a Job's best_us, an Ack's JobBest values */
     size_t cap_best;
+    Moetune__JobBest *jb; /* scratch for an Ack's JobBests */
+    Moetune__JobBest **jbp;
+    size_t cap_jb, cap_jbp;
     uint64_t rng;
     uint64_t next_hb, next_rate;
     sched_batch_t *inflight; /* handed to a writer, not yet done */
@@ -242,6 +245,11 @@ static inline int64_t sched_wall_ms(void) { return mt_wall_s() * 1000; }
 /* The batch sizes a job measures: the sweep's, or a halving finalist's few. */
 static inline const uint32_t *sched_job_bs(const job_t *j) { return j->bs ? j->bs : j->sw->bs; }
 static inline size_t sched_job_nb(const job_t *j) { return j->bs ? j->nb : j->sw->nb; }
+/* The measurement settings a job is sent with: a halving sweep's (or a decide step's) phase 1
+ * measures with measure1. */
+static inline const Moetune__Measure *sched_job_measure(const job_t *j) {
+    return j->sw->halving && j->phase == 1 ? &j->sw->measure1 : &j->sw->measure;
+}
 /* A job whose configs are measured side by side to be compared: a listed sweep's, or a
  * decide step's phase 2. It is never split across GPUs, and its configs are measured in
  * WIRE_SIDE_BY_SIDE_ROUNDS rounds. */
@@ -253,6 +261,10 @@ static inline bool sched_job_has_bs(const job_t *j, uint32_t b) {
         if (j->bs[i] == b) return true;
     return !j->bs;
 }
+
+/* The best committed median at each of j's batch sizes into out[0, sched_job_nb(j)) (0 = none
+ * yet): a Job's best_us and an Ack's JobBest. */
+void sched_job_bests(const sched_t *s, const job_t *j, double *out);
 
 /* Sends env to w through the caller's sched_send_fn. */
 static inline mt_status_t sched_send_env(sched_t *s, sched_worker_t *w, wire_env_t *env) {

@@ -363,6 +363,8 @@ void sched_destroy(sched_t **ps) {
     free(s->jcfg);
     race_free(&s->race);
     free(s->best);
+    free(s->jb);
+    free(s->jbp);
     free(s->behind);
     free(s);
     *ps = NULL;

@@ -379,6 +379,11 @@ static job_t *pick(sched_t *s, sched_worker_t *w) {
     return NULL;
 }
 
+void sched_job_bests(const sched_t *s, const job_t *j, double *out) {
+    for (size_t i = 0; i < sched_job_nb(j); i++)
+        out[i] = race_best(s->race, j->sw->id, j->shape_id, sched_job_bs(j)[i]);
+}
+
 /* Builds and sends the Job for j leased to w. MT_NOTFOUND when nothing is left to measure. */
 static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     const krn_shape_t *sh = shape_get(s, j->shape_id);
@@ -408,8 +413,7 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     }
     if (n == 0) return MT_NOTFOUND;
     if (sched_grow((void **)&s->best, &s->cap_best, sched_job_nb(j), sizeof *s->best)) return MT_NOMEM;
-    for (size_t i = 0; i < sched_job_nb(j); i++)
-        s->best[i] = race_best(s->race, j->sw->id, j->shape_id, sched_job_bs(j)[i]);
+    sched_job_bests(s, j, s->best);
     Moetune__Shape shape;
     wire_shape_to_msg(sh, &shape);
     Moetune__Job job = MOETUNE__JOB__INIT;
@@ -421,7 +425,7 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     job.configs = s->jcp;
     job.n_batch_sizes = sched_job_nb(j);
     job.batch_sizes = (uint32_t *)sched_job_bs(j);
-    job.measure = j->sw->halving && j->phase == 1 ? &j->sw->measure1 : &j->sw->measure;
+    job.measure = (Moetune__Measure *)sched_job_measure(j);
     job.n_best_us = sched_job_nb(j);
     job.best_us = s->best;
     job.routing_path = j->sw->routing_path ? j->sw->routing_path : "";
