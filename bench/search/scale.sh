@@ -26,6 +26,10 @@ if [ ${#sweep[@]} -eq 0 ]; then
          --shape E=128,N=1536,K=4096,topk=8 --block-m 16,32,64,128 --block-n 64,128,256 --block-k 64,128
          --group-m 1,16 --num-warps 4,8 --num-stages 3,4)
 fi
+case ${COORD_LOG_LEVEL:-info} in
+  info | debug) ;;
+  *) echo "COORD_LOG_LEVEL must be info or debug: the sweep's end is read from the coordinator's log" >&2; exit 2 ;;
+esac
 T=$(mktemp -d /tmp/moetune-scale.XXXXXX)
 # the script's own exit status stays (a kill of nothing left must not turn 0 into 1)
 trap 'rc=$?; kill -TERM $(jobs -p) 2>/dev/null || true; sleep 1; kill -KILL $(jobs -p) 2>/dev/null || true
@@ -55,27 +59,19 @@ t0=$(date +%s.%N)
 "$bin/moetune" submit --control "$cep" --name scale "${sweep[@]}" >"$T/submit.out" 2>"$T/submit.err" ||
   { cat "$T/submit.err"; exit 1; }
 # the end: the coordinator's log line for the sweep ('done', or 'failed'/'cancelled'), watched
-# with grep every 0.1 s: a status poll (a moetune and a python3 process 10 times a second) took
-# a share of the 2 cores the system under test runs on
-state=
+# with grep every 0.1 s (a status poll, a moetune and a python3 process 10 times a second, took a
+# share of the 2 cores the system under test runs on); its timestamp is the end, not when the
+# watch saw it
+line=
 for _ in $(seq 1 6000); do
-  state=$(grep -o -m 1 -E "sweep 1 'scale' (done|failed|cancelled):" "$T/coord.log" | awk '{print $4}' | tr -d ':' || true)
-  [ -n "$state" ] && break
+  line=$(grep -m 1 -E "sweep 1 'scale' (done|failed|cancelled):" "$T/coord.log" || true)
+  [ -n "$line" ] && break
   sleep 0.1
 done
-[ "$state" = done ] || { echo "sweep ended '${state:-not in 10 min}'"; exit 1; }
-# the end: when the coordinator logged the sweep done (not when a poll saw it)
-t1=$(python3 - "$T/coord.log" <<'PY'
-import datetime, re, sys
-for line in open(sys.argv[1]):
-    m = re.match(r"(\S+Z) INFO .*sweep 1 'scale' done", line)
-    if m:
-        t = datetime.datetime.strptime(m[1], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc)
-        print(t.timestamp())
-        break
-PY
-)
-[ -n "$t1" ] || { echo "no 'done' line in the coordinator's log (COORD_LOG_LEVEL must be info or debug)"; exit 1; }
+case "$line" in
+  *"'scale' done:"*) t1=$(date -d "${line%% *}" +%s.%N) ;;
+  *) echo "sweep ended: ${line:-not in 10 min}"; exit 1 ;;
+esac
 python3 - "$db" "$n" "$t0" "$t1" <<'PY'
 import sqlite3, sys
 db, n, t0, t1 = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
