@@ -58,7 +58,7 @@ typedef struct {
     krn_limits_t limits;
     int gpu_index;
     krn_routing_t routing; /* the captured routing of the last shape that had one */
-    wrk_sim_compiler_t cc; /* keys: hash_case(0, shape, config, 0) */
+    wrk_sim_compiler_t cc; /* keys: compile_key(shape, config) */
 } sim_state_t;
 
 /* ---- deterministic randomness */
@@ -120,19 +120,22 @@ uint64_t wrk_sim_compile_wait_us(wrk_sim_compiler_t *c, uint64_t key, uint64_t n
     return left;
 }
 
+/* One compile at this time scale, real microseconds; (shape, cfg)'s key in st->cc. */
+static uint64_t compile_us(const sim_state_t *st) { return (uint64_t)(st->time_scale * SIM_COMPILE_S * 1e6); }
+static uint64_t compile_key(const krn_shape_t *shape, const krn_config_t *cfg) { return hash_case(0, shape, cfg, 0); }
+
 /* The simulated compile time of (shape, cfg) at this time scale, seconds of the model. */
 static double compile_s(sim_state_t *st, const krn_shape_t *shape, const krn_config_t *cfg) {
     if (!(st->time_scale > 0)) return 0.0;
-    uint64_t us = (uint64_t)(st->time_scale * SIM_COMPILE_S * 1e6);
-    return (double)wrk_sim_compile_wait_us(&st->cc, hash_case(0, shape, cfg, 0), mt_now_us(), us) / 1e6 /
-           st->time_scale;
+    uint64_t us = wrk_sim_compile_wait_us(&st->cc, compile_key(shape, cfg), mt_now_us(), compile_us(st));
+    return (double)us / 1e6 / st->time_scale;
 }
 
 static mt_status_t sim_prepare(void *state, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n) {
     sim_state_t *st = state;
     if (!(st->time_scale > 0)) return MT_OK;
-    uint64_t now = mt_now_us(), us = (uint64_t)(st->time_scale * SIM_COMPILE_S * 1e6);
-    for (size_t i = 0; i < n; i++) wrk_sim_compile_ahead(&st->cc, hash_case(0, shape, &cfgs[i], 0), now, us);
+    uint64_t now = mt_now_us();
+    for (size_t i = 0; i < n; i++) wrk_sim_compile_ahead(&st->cc, compile_key(shape, &cfgs[i]), now, compile_us(st));
     return MT_OK;
 }
 
