@@ -530,35 +530,49 @@ static void test_sched_decide(void **state) {
         (int64_t)(lo + 2));
 }
 
-/* A decide sweep's first pass: x (fx_spec's 12 configs at batch sizes {1, 2}, its shapes)
- * with the decide step at 2 % (m), submitted; worker A takes the first job and commits every
+/* A decide sweep's first pass, its state in *d: fx_spec's 12 configs at batch sizes {1, 2},
+ * chunk configs a job, the decide step at 2 %, and when dear_k is not 0 a second shape like
+ * the first with K = dear_k; submitted, then worker A takes the first job and commits every
  * config of it, at batch size b the median lin[2b] + lin[2b + 1] x rank (rank: the config's id
  * less the job's lowest). */
 typedef struct {
+    fx_spec_t x;
+    Moetune__Measure m;
+    Moetune__Shape dear, *shapes[2];
     Moetune__Submitted sub;
     sched_worker_t *a;
     const Moetune__Job *job;
     uint64_t seq; /* the next result's */
 } decide_pass_t;
 
-static decide_pass_t decide_first_pass(fx_t *f, fx_spec_t *x, Moetune__Measure *m, const double lin[4]) {
-    decide_pass_t d = {.seq = 1};
-    m->decide_margin = 0.02;
-    x->spec.measure = m;
+static void decide_first_pass(fx_t *f, decide_pass_t *d, const char *name, uint32_t chunk, uint32_t dear_k,
+                              const double lin[4]) {
+    fx_spec(&d->x, name, (const uint32_t[]){1, 2}, 3, 1, 4, chunk);
+    moetune__measure__init(&d->m);
+    d->m.decide_margin = 0.02;
+    d->x.spec.measure = &d->m;
+    if (dear_k) {
+        d->dear = d->x.sh;
+        d->dear.k = dear_k;
+        d->shapes[0] = &d->x.sh, d->shapes[1] = &d->dear;
+        d->x.spec.n_shapes = 2;
+        d->x.spec.shapes = d->shapes;
+    }
+    d->seq = 1;
     fx_start(f, 1000, 30000);
-    fx_submit_spec(f, x, &d.sub);
-    d.a = fx_hello(f, "A", "NVIDIA H200", 0);
-    d.job = fx_take(f, "A", 0);
+    fx_submit_spec(f, &d->x, &d->sub);
+    d->a = fx_hello(f, "A", "NVIDIA H200", 0);
+    d->job = fx_take(f, "A", 0);
     uint64_t lo = UINT64_MAX;
-    for (size_t i = 0; i < d.job->n_configs; i++)
-        lo = d.job->configs[i]->config_id < lo ? d.job->configs[i]->config_id : lo;
-    for (size_t i = 0; i < d.job->n_configs; i++) {
-        double r = (double)(d.job->configs[i]->config_id - lo);
+    for (size_t i = 0; i < d->job->n_configs; i++)
+        lo = d->job->configs[i]->config_id < lo ? d->job->configs[i]->config_id : lo;
+    for (size_t i = 0; i < d->job->n_configs; i++) {
+        double r = (double)(d->job->configs[i]->config_id - lo);
         double med[2] = {lin[0] + lin[1] * r, lin[2] + lin[3] * r};
-        assert_int_equal(send_result(f, d.a, d.job, d.seq++, d.job->configs[i]->config_id, x->bs, med, 2, 1), MT_OK);
+        assert_int_equal(send_result(f, d->a, d->job, d->seq++, d->job->configs[i]->config_id, d->x.bs, med, 2, 1),
+                         MT_OK);
     }
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
-    return d;
 }
 
 /* A sweep of two shapes stores the costlier shape's jobs first (planner.c plan_shape_chunks),
@@ -566,15 +580,8 @@ static decide_pass_t decide_first_pass(fx_t *f, fx_spec_t *x, Moetune__Measure *
  * re-measured while the cheap shape's first pass is still to run. */
 static void test_sched_phase2_first(void **state) {
     fx_t *f = *state;
-    fx_spec_t x;
-    Moetune__Measure m = MOETUNE__MEASURE__INIT;
-    static const uint32_t bs[] = {1, 2};
-    fx_spec(&x, "two shapes", bs, 3, 1, 4, 12);
-    Moetune__Shape dear = x.sh, *shapes[2] = {&x.sh, &dear};
-    dear.k = 1024; /* four times the cheap shape's work per config */
-    x.spec.n_shapes = 2;
-    x.spec.shapes = shapes;
-    decide_pass_t d = decide_first_pass(f, &x, &m, (const double[4]){100.0, 0.5, 100.0, 5.0});
+    decide_pass_t d; /* K = 1024: four times the cheap shape's work per config */
+    decide_first_pass(f, &d, "two shapes", 12, 1024, (const double[4]){100.0, 0.5, 100.0, 5.0});
     assert_int_equal(d.sub.jobs, 2);
     assert_int_equal(d.job->shape->k, 1024); /* the costlier shape's job first, though listed second */
     assert_int_equal(d.job->n_configs, 12);
@@ -593,11 +600,8 @@ static void test_sched_phase2_first(void **state) {
  * restart once ended a sweep with 7 of 70 finalist rows never re-measured. */
 static void test_sched_decide_restart(void **state) {
     fx_t *f = *state;
-    fx_spec_t x;
-    Moetune__Measure m = MOETUNE__MEASURE__INIT;
-    static const uint32_t bs[] = {1, 2};
-    fx_spec(&x, "decide restart", bs, 3, 1, 4, 0);
-    decide_pass_t d = decide_first_pass(f, &x, &m, (const double[4]){100.0, 0.5, 200.0, 1.0});
+    decide_pass_t d;
+    decide_first_pass(f, &d, "decide restart", 0, 0, (const double[4]){100.0, 0.5, 200.0, 1.0});
     sched_worker_t *a = d.a;
     uint64_t seq = d.seq;
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 2);
