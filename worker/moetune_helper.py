@@ -5,6 +5,7 @@ The worker's child starts it and speaks the line protocol of worker/HELPER.md ov
 Nothing but protocol lines goes to stdout: everything else (warnings, tracebacks) goes to stderr.
 """
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -934,6 +935,13 @@ class Measurer:
         self.split_margin = SPLIT_MARGIN
         self.counts = new_counts()
 
+    @contextlib.contextmanager
+    def _timed(self, key):
+        """Adds the seconds the with-block took to counts[key] (not when it raised)."""
+        t0 = time.monotonic()
+        yield
+        self.counts[key] += time.monotonic() - t0
+
     # -- inputs
     def set_shape(self, shape, seed, routing=None):
         key = (shape_key(shape), seed, routing.key if routing else None)
@@ -944,38 +952,36 @@ class Measurer:
         self.shape_key = key
         self.routing = routing
         e, n, k = shape["e"], shape["n"], shape["k"]
-        t0 = time.monotonic()
-        g = torch.Generator(device="cuda").manual_seed(seed_for(shape, 0, seed))
-        block = shape_block(shape)
-        self.w1, self.w1s = make_weights(torch, e, 2 * n, k, shape["dtype"], block, g, "cuda")
-        self.w2, self.w2s = make_weights(torch, e, k, n, shape["dtype"], block, g, "cuda")
-        torch.cuda.synchronize()
-        self.counts["inputs_s"] += time.monotonic() - t0
+        with self._timed("inputs_s"):
+            g = torch.Generator(device="cuda").manual_seed(seed_for(shape, 0, seed))
+            block = shape_block(shape)
+            self.w1, self.w1s = make_weights(torch, e, 2 * n, k, shape["dtype"], block, g, "cuda")
+            self.w2, self.w2s = make_weights(torch, e, k, n, shape["dtype"], block, g, "cuda")
+            torch.cuda.synchronize()
 
     def inputs(self, shape, m, seed):
         L = self.per_bs.get(m)
         if L is not None:
             return L
-        t0 = time.monotonic()
-        torch = self.torch
-        e, topk = shape["e"], shape["topk"]
-        g = torch.Generator(device="cuda").manual_seed(seed_for(shape, m, seed))
-        fp8 = shape["dtype"] == "fp8_w8a8"
-        x = torch.randn(m, shape["k"], device="cuda", generator=g)
-        if fp8:  # tokens of different norms, so a per-token scale on the wrong row shows
-            x = x * spread(torch, (m, 1), g, "cuda")
-        x = x.to(torch.bfloat16)
-        logits = torch.randn(m, e, device="cuda", generator=g)
-        w, ids = torch.topk(torch.softmax(logits, dim=-1), topk, dim=-1)
-        w = (w / w.sum(dim=-1, keepdim=True)).float().contiguous()
-        if self.routing is not None:  # captured expert ids; the weights stay softmax-shaped
-            ids = torch.tensor(self.routing.draw(m), device="cuda", dtype=torch.int32).view(m, topk)
-        L = layer_buffers(torch, shape, m, x, ids, w, self.w1, self.w2, self.w1s, self.w2s)
-        L["ref"] = reference_layer(torch, x, L["topk_ids"], w, self.w1, self.w2, self.w1s, self.w2s,
-                                   L["block"], fp8)
-        self.per_bs[m] = L
-        torch.cuda.synchronize()
-        self.counts["inputs_s"] += time.monotonic() - t0
+        with self._timed("inputs_s"):
+            torch = self.torch
+            e, topk = shape["e"], shape["topk"]
+            g = torch.Generator(device="cuda").manual_seed(seed_for(shape, m, seed))
+            fp8 = shape["dtype"] == "fp8_w8a8"
+            x = torch.randn(m, shape["k"], device="cuda", generator=g)
+            if fp8:  # tokens of different norms, so a per-token scale on the wrong row shows
+                x = x * spread(torch, (m, 1), g, "cuda")
+            x = x.to(torch.bfloat16)
+            logits = torch.randn(m, e, device="cuda", generator=g)
+            w, ids = torch.topk(torch.softmax(logits, dim=-1), topk, dim=-1)
+            w = (w / w.sum(dim=-1, keepdim=True)).float().contiguous()
+            if self.routing is not None:  # captured expert ids; the weights stay softmax-shaped
+                ids = torch.tensor(self.routing.draw(m), device="cuda", dtype=torch.int32).view(m, topk)
+            L = layer_buffers(torch, shape, m, x, ids, w, self.w1, self.w2, self.w1s, self.w2s)
+            L["ref"] = reference_layer(torch, x, L["topk_ids"], w, self.w1, self.w2, self.w1s, self.w2s,
+                                       L["block"], fp8)
+            self.per_bs[m] = L
+            torch.cuda.synchronize()
         return L
 
     def check(self, L):
@@ -1092,9 +1098,8 @@ class Measurer:
             status, detail = classify(e)
             return {"status": status, "detail": detail}
         try:
-            t0 = time.monotonic()
-            g = self.graph(lambda: self.kernel.layer(L, cfg))
-            self.counts["capture_s"] += time.monotonic() - t0
+            with self._timed("capture_s"):
+                g = self.graph(lambda: self.kernel.layer(L, cfg))
             L["out"].fill_(float("nan"))
             res, how = self.time_graph(g, m, m["budget_ms"] / 1000.0, best_us=best_us)
             del g
@@ -1110,9 +1115,8 @@ class Measurer:
             res["detail"] = "pruned: fastest of %d samples %.2fx the best %.4g us; not verified" % (
                 res["samples"], res["min_us"] / best_us, best_us)
             return res
-        t0 = time.monotonic()
-        err = self.check(L)
-        self.counts["check_s"] += time.monotonic() - t0
+        with self._timed("check_s"):
+            err = self.check(L)
         self.counts["verified"] += 1
         tol = FP8_REL_TOL if L["fp8"] else REL_TOL
         if not err <= tol:
