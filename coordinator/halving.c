@@ -223,18 +223,21 @@ static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const ui
     if (!prune) {
         /* the decide step: one job per batch size, its near-ties side by side; the largest
          * batch size's (the longest job) first, so it is leased first */
-        for (size_t b = nb; !rc && b-- > 0;) {
+        for (size_t end = n; !rc && end > 0;) { /* rows are by batch size, fastest first */
+            size_t start = end;
+            while (start > 0 && rows[start - 1].bi == rows[end - 1].bi) start--;
             uint64_t job_id = 0;
-            for (size_t i = 0; !rc && i < n; i++) { /* fastest first (the chooser's order) */
-                if (rows[i].bi != b || !rows[i].finalist) continue;
+            for (size_t i = start; !rc && i < end; i++) {
+                if (!rows[i].finalist) continue;
                 if (!job_id) {
-                    rc = halving_bs_format(&bs[b], 1, text, text_len);
+                    rc = halving_bs_format(&bs[rows[i].bi], 1, text, text_len);
                     if (!rc) rc = store_job_insert_phase(db, sweep_id, shape_id, 2, text, NULL, now_s, &job_id);
                     if (rc) break;
                     out->jobs++;
                 }
                 rc = store_job_config_insert(db, job_id, rows[i].config_id);
             }
+            end = start;
         }
         goto out;
     }

@@ -87,9 +87,9 @@ static int job_load_rows(sched_t *s, job_t *j) {
          * only at the job's batch sizes (a config can be a finalist at several, in several
          * phase-2 jobs: its rows from another job are not this one's) */
         int rc = MT_OK;
-        if (!j->bs) rc = store_result_count_from(s->db, j->sw->id, j->shape_id, j->cfgs[i].config_id, j->phase, 0, &n);
-        for (size_t b = 0; j->bs && !rc && b < j->nb; b++) {
-            rc = store_result_count_from(s->db, j->sw->id, j->shape_id, j->cfgs[i].config_id, j->phase, j->bs[b], &at);
+        for (size_t b = 0; !rc && b < (j->bs ? j->nb : 1); b++) { /* batch size 0: all of the sweep's */
+            rc = store_result_count_from(s->db, j->sw->id, j->shape_id, j->cfgs[i].config_id, j->phase,
+                                         j->bs ? j->bs[b] : 0, &at);
             n += at;
         }
         if (rc) return rc;
