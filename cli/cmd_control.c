@@ -290,10 +290,7 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         snprintf(res, sizeof res, "%llu/%llu", (unsigned long long)s->results_done,
                  (unsigned long long)s->results_planned);
         snprintf(jobs, sizeof jobs, "%u/%u/%u/%u", s->jobs_pending, s->jobs_leased, s->jobs_done, s->jobs_failed);
-        if (cli_progress_complete(s))
-            snprintf(eta, sizeof eta, "0s");
-        else
-            cli_progress_eta_text(snapshot_eta(s), eta, sizeof eta);
+        cli_progress_eta_text(s, snapshot_eta(s), eta, sizeof eta);
         printf("%-6llu %-32.32s %-9s %21s %8llu %19s %9.1f %8s\n", (unsigned long long)s->sweep_id,
                s->name ? s->name : "", s->state ? s->state : "", res, (unsigned long long)s->results_failed, jobs,
                s->rate, eta);

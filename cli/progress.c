@@ -54,7 +54,16 @@ static void fmt_eta(double secs, char *buf, size_t len) {
         snprintf(buf, len, "%lus", s);
 }
 
-void cli_progress_eta_text(double eta_s, char *buf, size_t len) { fmt_eta(eta_s, buf, len); }
+/* The seconds left to show: 0 once the work is in or the sweep is done, none (-1) once it
+ * ended otherwise (cancelled, failed: nothing is left to wait for), else eta_s. */
+static double eta_shown(const Moetune__SweepStatus *st, double eta_s) {
+    if (cli_progress_complete(st) || wire_sweep_is(st->state, WIRE_SWEEP_DONE)) return 0.0;
+    return wire_sweep_finished(st->state) ? -1.0 : eta_s;
+}
+
+void cli_progress_eta_text(const Moetune__SweepStatus *st, double eta_s, char *buf, size_t len) {
+    fmt_eta(eta_shown(st, eta_s), buf, len);
+}
 
 void cli_progress_work(const Moetune__SweepStatus *st, uint64_t *planned, uint64_t *done) {
     uint64_t finalists =
@@ -103,17 +112,10 @@ double cli_progress_percent(const Moetune__SweepStatus *st) {
     return pct;
 }
 
-/* The seconds left to show: 0 once the work is in or the sweep is done, none (-1) once it
- * ended otherwise (cancelled, failed: nothing is left to wait for), else eta_s. */
-static double eta_shown(const Moetune__SweepStatus *st, double eta_s) {
-    if (cli_progress_complete(st) || wire_sweep_is(st->state, WIRE_SWEEP_DONE)) return 0.0;
-    return wire_sweep_finished(st->state) ? -1.0 : eta_s;
-}
-
 void cli_progress_format(const Moetune__SweepStatus *st, uint32_t workers_alive, double eta_s, char *buf, size_t len) {
     char counts[160], eta[32];
     cli_progress_counts(st, counts, sizeof counts);
-    fmt_eta(eta_shown(st, eta_s), eta, sizeof eta);
+    cli_progress_eta_text(st, eta_s, eta, sizeof eta);
     char racing[80] = ""; /* ", N pruned, GPU busy P%" when known */
     if (st->results_pruned) snprintf(racing, sizeof racing, ", %llu pruned", (unsigned long long)st->results_pruned);
     if (st->gpu_busy > 0)

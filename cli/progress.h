@@ -42,11 +42,13 @@ void cli_progress_counts(const Moetune__SweepStatus *st, char *buf, size_t len);
  * "finalists_planned", "finalists_done" and "finalists_expected". */
 void cli_progress_json_phase(json_t *o, const Moetune__SweepStatus *st);
 
-/* The ETA as the line shows it: "1h02m", "4m05s", "12s", "--" when unknown. */
-void cli_progress_eta_text(double eta_s, char *buf, size_t len);
+/* st's ETA as the line and `status` show it: "1h02m", "4m05s", "12s"; "0s" once every result
+ * is in or the sweep is done, "--" when unknown or the sweep ended otherwise (cancelled,
+ * failed). eta_s: the estimate. */
+void cli_progress_eta_text(const Moetune__SweepStatus *st, double eta_s, char *buf, size_t len);
 
-/* The ETA as JSON shows it ("eta_s"): whole seconds, 0 when every result is done, null
- * when unknown. Caller owns the value. */
+/* The ETA as JSON shows it ("eta_s"), by the same rule: whole seconds, null where the text is
+ * "--". Caller owns the value. */
 json_t *cli_progress_eta_json(const Moetune__SweepStatus *st, double eta_s);
 
 /* The estimator's snapshot (eta.h) of st at display clock t_s and wall clock wall_s. Its

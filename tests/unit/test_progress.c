@@ -91,11 +91,19 @@ static void test_phase2(void **state) {
     json_t *zero = cli_progress_eta_json(&st, 4.0);
     assert_int_equal(json_integer_value(zero), 0);
     json_decref(zero);
+    char eta_text[32];
+    cli_progress_eta_text(&st, 4.0, eta_text, sizeof eta_text); /* as `status` shows it */
+    assert_string_equal(eta_text, "0s");
     st = halving("cancelled", 2, 480, 30, 27);
     assert_non_null(strstr(line_of(&st, 4.0), ", ETA --,"));
+    cli_progress_eta_text(&st, 4.0, eta_text, sizeof eta_text);
+    assert_string_equal(eta_text, "--");
     json_t *none = cli_progress_eta_json(&st, 4.0);
     assert_true(json_is_null(none));
     json_decref(none);
+    st = halving("running", 2, 480, 30, 27);
+    cli_progress_eta_text(&st, 4.0, eta_text, sizeof eta_text);
+    assert_string_equal(eta_text, "4s");
 }
 
 /* Phase 1 of one shape is over while another's runs: both counts show. */
