@@ -364,6 +364,9 @@ static job_t *pick(sched_t *s, sched_worker_t *w) {
         while (sw->hint < sw->n_jobs && sw->jobs[sw->hint]->state != WIRE_JOB_PENDING) sw->hint++;
         int other = -1;
         job_t *first = NULL;
+        /* a phase-2 job can be pending only while phase-2 rows are still to commit: until then
+         * the first pending job is the answer, without a scan of the rest */
+        bool want2 = sw->halving && sw->finalists > sw->finalists_done;
         for (size_t k = sw->hint; k < sw->n_jobs; k++) {
             job_t *j = sw->jobs[k];
             if (j->state != WIRE_JOB_PENDING) continue;
@@ -371,7 +374,7 @@ static job_t *pick(sched_t *s, sched_worker_t *w) {
                 if (other < 0) other = other_live_worker(s, w, sw);
                 if (other) continue;
             }
-            if (j->phase == 2 || !sw->halving) return j;
+            if (j->phase == 2 || !want2) return j;
             if (!first) first = j;
         }
         if (first) return first;
