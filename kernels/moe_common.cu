@@ -102,6 +102,17 @@ extern "C" __global__ void moe_poison(bf16_t *p, unsigned long long n) {
         p[i] = 0xffff;
 }
 
+// Holds the stream for ns nanoseconds (one thread), so that the launches queued behind it are
+// all queued before the GPU reaches them: a timed single layer then measures the GPU's work, not
+// the host's launch gaps.
+extern "C" __global__ void moe_spin(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
 #define RT 16
 
 // Reference GEMM1: for slot s (token s/topk, expert topk_ids[s]) and column c < N:

@@ -91,6 +91,23 @@ static inline int wrk_race_lost(const wrk_measure_t *m, size_t i, double fastest
     return m->race_margin > 0 && m->best_us && m->best_us[i] > 0 && fastest_us > m->best_us[i] * (1.0 + margin);
 }
 
+/* Racing on the check's layer: the one layer every config runs first, for the reference check,
+ * is timed too (after an L2 flush, and with the GPU held back until the layer's launches are all
+ * queued, so host launch gaps do not count), and a config whose check layer is slower than the
+ * best known median at batch size i by more than WRK_CHECK_FAR margins is out of the race there,
+ * before its timing graph is captured: a far loser then costs one layer instead of a capture and
+ * a replay of a graph of ten layers, which at large batch sizes was most of a sweep's GPU time.
+ * Only from a config's second batch size of the call on (i > 0): its first launch may carry the
+ * module's loading. The factor is wider than WRK_RACE_FAR's: one cold layer, not the fastest of
+ * a graph's ten. */
+#define WRK_CHECK_FAR 2.5
+static inline int wrk_check_races(const wrk_measure_t *m, size_t i) {
+    return i > 0 && m->race_margin > 0 && m->best_us && m->best_us[i] > 0;
+}
+static inline int wrk_check_lost(const wrk_measure_t *m, size_t i, double check_us) {
+    return wrk_check_races(m, i) && check_us > m->best_us[i] * (1.0 + WRK_CHECK_FAR * m->race_margin);
+}
+
 /* The stop rule of a config's samples (after min_samples): their relative standard deviation is
  * under rsd_target, or the standard error of their mean is under half of it. The second is what
  * the first gives a steady config at 4 or more samples; it ends a config whose samples never get

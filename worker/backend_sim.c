@@ -331,7 +331,8 @@ static double draw_sample(double lat_us, double scale, uint64_t stream, uint32_t
 /* Draws samples of one (config, batch size) until the stop rule holds (wrk_precise), within
  * min..max samples and the time budget; fills out; returns the simulated seconds. Racing as
  * the GPU backends race: the first WRK_RACE_SAMPLES replays are timed and decide (the first
- * alone when it is far beyond the best, wrk_race_lost); a survivor
+ * alone when it is far beyond the best, wrk_race_lost), after the check's layer, which from the
+ * second batch size on is timed and decides a far loser alone (wrk_check_lost); a survivor
  * counts them as warm-up replays and is sampled afresh (the same draws as without racing). */
 static double sample_one(double lat_us, double scale, uint64_t stream, const wrk_measure_t *m, size_t bi, double *buf,
                          wrk_meas_t *out) {
@@ -343,8 +344,18 @@ static double sample_one(double lat_us, double scale, uint64_t stream, const wrk
     if (max_n < min_n) max_n = min_n;
     double sum = 0, sumsq = 0, spent_us = 0, timed = 0;
     uint32_t n = 0, warm = m->warmup;
-    bool pruned = false, settled = false;
-    if (m->race_margin > 0 && m->best_us && m->best_us[bi] > 0) {
+    bool pruned = false, settled = false, on_check = false;
+    if (wrk_check_races(m, bi)) {
+        /* the check's layer, timed (the GPU backends run it for the reference check anyway) */
+        double x = draw_sample(lat_us, scale, stream ^ 0xc4ec4c4ec4ec4ecULL, 0);
+        timed = spent_us = x;
+        if (wrk_check_lost(m, bi, x)) {
+            buf[n++] = x;
+            sum = x;
+            pruned = on_check = true;
+        }
+    }
+    if (!pruned && m->race_margin > 0 && m->best_us && m->best_us[bi] > 0) {
         double fastest = 0;
         while (n < WRK_RACE_SAMPLES && !pruned) {
             double x = draw_sample(lat_us, scale, stream ^ 0x5ace5ace5ace5aceULL, n);
@@ -354,7 +365,8 @@ static double sample_one(double lat_us, double scale, uint64_t stream, const wrk
             if (n == 1 || x < fastest) fastest = x;
             pruned = wrk_race_lost(m, bi, fastest, n);
         }
-        timed = spent_us = sum; /* timed replays, in the GPU-busy numerator whether the config wins or not */
+        spent_us += sum; /* timed replays, in the GPU-busy numerator whether the config wins or not */
+        timed = spent_us;
         if (!pruned) {
             warm = warm > WRK_RACE_SAMPLES ? warm - WRK_RACE_SAMPLES : 0;
             n = 0;
@@ -389,7 +401,10 @@ static double sample_one(double lat_us, double scale, uint64_t stream, const wrk
     out->min_us = buf[0];
     out->median_us = n % 2 ? buf[n / 2] : 0.5 * (buf[n / 2 - 1] + buf[n / 2]);
     out->detail[0] = '\0';
-    if (pruned)
+    if (on_check)
+        snprintf(out->detail, sizeof out->detail, "pruned: the check's layer %.2fx the best %.4g us", buf[0] / m->best_us[bi],
+                 m->best_us[bi]);
+    else if (pruned)
         snprintf(out->detail, sizeof out->detail, "pruned: fastest of %u samples %.2fx the best %.4g us", n,
                  buf[0] / m->best_us[bi], m->best_us[bi]);
     else if (settled)

@@ -26,6 +26,8 @@ FLUSH_BYTES = 256 << 20       # twice and more the H100/H200 L2
 REL_TOL = 0.02                # see Measurer.check
 RACE_SAMPLES = 2              # racing judges the fastest of this many samples (worker/backend.h)
 RACE_FAR = 2.0                # a first sample beyond the best by this many margins loses alone (WRK_RACE_FAR)
+CHECK_FAR = 2.5               # a timed check layer beyond the best by this many margins loses alone (WRK_CHECK_FAR)
+HOLD_CYCLES = 2_000_000       # GPU clocks the stream is held before a timed check layer (Measurer.check_sample)
 SETTLE_Z = 2.0                # settling: standard errors to spare (WRK_SETTLE_Z, worker/backend.h)
 SEM_FRACTION = 0.5            # the stop rule's standard-error arm (WRK_SEM_FRACTION, worker/backend.h)
 SPLIT_MARGIN = 0.1            # halves timed within this fraction of the best median (Measurer.split_wanted)
@@ -840,6 +842,13 @@ def race_lost(m, best_us, head):
     return min(head) > best_us * (1.0 + margin)
 
 
+def check_lost(m, best_us, check_us):
+    """Racing on the check's layer (worker/backend.h, wrk_check_lost): whether one timed layer is
+    beyond best_us by CHECK_FAR race margins. The caller judges only from a config's second batch
+    size on (its first launch may carry a compile or a module's loading)."""
+    return m["race_margin"] > 0 and best_us > 0 and check_us > best_us * (1.0 + CHECK_FAR * m["race_margin"])
+
+
 def precise(m, st, of_mean=False):
     """The stop rule (worker/backend.h, wrk_precise): the samples' RSD is under rsd_target, or the
     standard error of their mean under SEM_FRACTION of it. of_mean (the up/down halves): the
@@ -885,11 +894,12 @@ def layer_buffers(torch, shape, m, x, ids, w, w1, w2, w1s, w2s, device="cuda"):
 
 
 # What the measuring process did since it started, sent with every done as "stats" (HELPER.md):
-# reference checks, configs pruned unchecked, configs settled, halves timed and skipped, configs compiled in the
+# reference checks, configs pruned unchecked (and of them those pruned on the check's layer alone),
+# check layers not judged because their launches outlasted the hold, configs settled, halves timed and skipped, configs compiled in the
 # measuring process while the pool started, and seconds spent in checks, graph captures and
 # waiting for the compile pool.
-COUNT_KEYS = ("verified", "pruned", "settled", "split", "split_skipped", "compiled_here", "check_s",
-              "capture_s", "compile_wait_s", "inputs_s")
+COUNT_KEYS = ("verified", "pruned", "check_pruned", "check_late", "settled", "split", "split_skipped",
+              "compiled_here", "check_s", "capture_s", "compile_wait_s", "inputs_s")
 
 
 def new_counts():
@@ -932,6 +942,7 @@ class Measurer:
         self.ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
         self.stream = torch.cuda.Stream()
         self.timed_s = 0.0  # seconds of timed graph replays: the GPU-busy numerator
+        self.hold_us = None  # how long HOLD_CYCLES hold the stream, measured once (check_sample)
         self.split_margin = SPLIT_MARGIN
         self.counts = new_counts()
 
@@ -1023,6 +1034,34 @@ class Measurer:
         self.timed_s += us * LAYERS_PER_GRAPH * 1e-6
         return us
 
+    def check_sample(self, fn):
+        """One timed layer, fn, for racing on the check's layer: microseconds, or None when its
+        launches took the host longer than the hold. After an L2 flush, as a replay; the stream
+        is held for HOLD_CYCLES first, so that every launch of the layer is queued before the GPU
+        starts it and the host's launch gaps do not count (with Python launching each kernel
+        they would, at small batch sizes, be most of the layer)."""
+        torch = self.torch
+        if self.hold_us is None:
+            self.ev[0].record()
+            torch.cuda._sleep(HOLD_CYCLES)
+            self.ev[1].record()
+            self.ev[1].synchronize()
+            self.hold_us = self.ev[0].elapsed_time(self.ev[1]) * 1000.0
+        self.flush.fill_(0)
+        torch.cuda._sleep(HOLD_CYCLES)
+        t0 = time.monotonic()
+        self.ev[0].record()
+        fn()
+        self.ev[1].record()
+        host_us = (time.monotonic() - t0) * 1e6
+        self.ev[1].synchronize()
+        us = self.ev[0].elapsed_time(self.ev[1]) * 1000.0
+        self.timed_s += us * 1e-6
+        if host_us >= self.hold_us:
+            self.counts["check_late"] += 1
+            return None
+        return us
+
     def time_graph(self, g, m, budget_s, min_n=None, max_n=None, best_us=0.0, of_mean=False):
         """Samples of one graph replay per layer, to the stop rule (precise): (stats, how), how ""
         when the rule (or the budget) stopped it. With best_us and a race margin, a graph whose fastest of
@@ -1073,16 +1112,17 @@ class Measurer:
         a config within 8 % of the best whole layer (HELPER.md, "Split")."""
         return best_us <= 0 or median_us <= best_us * (1.0 + self.split_margin)
 
-    def one(self, shape, cfg, bs, m, split, best_us=0.0):
+    def one(self, shape, cfg, bs, m, split, best_us=0.0, judge=False):
         """One (config, batch size): a reply line without id and bs. ok and pruned replies carry
-        timed_us, the GPU time of their timed replays."""
+        timed_us, the GPU time of their timed replays. judge: race on the check's layer too
+        (check_lost; not at a config's first batch size)."""
         t0 = self.timed_s
-        res = self._one(shape, cfg, bs, m, split, best_us)
+        res = self._one(shape, cfg, bs, m, split, best_us, judge)
         if res.get("status") in ("ok", "pruned"):
             res["timed_us"] = round((self.timed_s - t0) * 1e6, 3)
         return res
 
-    def _one(self, shape, cfg, bs, m, split, best_us):
+    def _one(self, shape, cfg, bs, m, split, best_us, judge=False):
         """First launch (compile and launch errors), graph, racing, then the reference check for
         a config that stayed in the race, then its halves when split_wanted(). A pruned config
         is never a winner, so it is not checked; every ok reply was checked, on the output of
@@ -1098,6 +1138,18 @@ class Measurer:
             status, detail = classify(e)
             return {"status": status, "detail": detail}
         try:
+            # racing on the check's layer: only where a replay of the graph costs more than the
+            # hold (a far loser then saves its capture and a replay for one layer and the hold)
+            if judge and check_lost(m, best_us, math.inf) and best_us * LAYERS_PER_GRAPH >= (self.hold_us or 0):
+                us = self.check_sample(lambda: self.kernel.layer(L, cfg))
+                if us is not None and check_lost(m, best_us, us):
+                    self.counts["pruned"] += 1
+                    self.counts["check_pruned"] += 1
+                    res = stats([us])
+                    res.update(status="pruned", up_us=0.0, down_us=0.0,
+                               detail="pruned: the check's layer %.2fx the best %.4g us; not verified" % (
+                                   us / best_us, best_us))
+                    return res
             with self._timed("capture_s"):
                 g = self.graph(lambda: self.kernel.layer(L, cfg))
             L["out"].fill_(float("nan"))
@@ -1208,12 +1260,12 @@ class Session:
                     break
         refused = self.pool.wait(shape, cfg) if self.pool else None
         best = m.get("best_us") or [0.0] * len(bss)
-        for bs, best_us in zip(bss, best):
+        for i, (bs, best_us) in enumerate(zip(bss, best)):
             if refused:  # the compiler's verdict on a config holds for every batch size
                 yield {"status": refused[0], "detail": refused[1]}
                 continue
             try:
-                res = self.measurer.one(shape, cfg, bs, m, split, best_us)
+                res = self.measurer.one(shape, cfg, bs, m, split, best_us, judge=i > 0)
                 if res["status"] in ("invalid", "compile_error"):
                     refused = (res["status"], res["detail"])
             except ContextLost as e:

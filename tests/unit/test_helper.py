@@ -206,7 +206,7 @@ class Racing(unittest.TestCase):
 
     def test_one_reports_the_timed_gpu_time(self):
         m = self.measurer([])
-        def fake(shape, cfg, bs, meas, split, best_us):
+        def fake(shape, cfg, bs, meas, split, best_us, judge):
             m.timed_s += 0.25e-3
             return {"status": "pruned" if best_us else "ok", "median_us": 1.0}
         m._one = fake
@@ -455,6 +455,81 @@ class VerifyAfterRace(unittest.TestCase):
             self.assertAlmostEqual(res["up_us"], 70.0)
             self.assertAlmostEqual(res["down_us"], 45.0)
 
+    def judged(self, times_ms, best_us, host_s=0.0):
+        """one() with the check's layer judged: the stream held for 300 us (calibrated on the
+        first call: times_ms' first entry), host_s seconds spent launching the layer."""
+        clock = [0.0]
+        self.m.hold_us = None
+        self.m.ev = [Racing.Ev([0.3] + list(times_ms)), Racing.Ev([])]
+        holds = []
+
+        class Cuda:
+            @staticmethod
+            def synchronize():
+                pass
+
+            @staticmethod
+            def _sleep(cycles):
+                holds.append(cycles)
+
+        self.m.torch = type("T", (), {"cuda": Cuda})()
+        kernel_layer = self.m.kernel.layer
+
+        def layer(L, cfg):
+            clock[0] += host_s
+            kernel_layer(L, cfg)
+        self.m.kernel.layer = layer
+        real_monotonic = mh.time.monotonic
+        mh.time.monotonic = lambda: clock[0]
+        try:
+            meas = {"warmup": 2, "min_samples": 3, "max_samples": 3, "rsd_target": 1e-9, "budget_ms": 1000,
+                    "seed": 1, "race_margin": 0.2}
+            res = self.m.one(SHAPE, CFG, 64, meas, False, best_us, judge=True)
+        finally:
+            mh.time.monotonic = real_monotonic
+        return res, holds
+
+    def test_far_check_layer_prunes_before_the_graph(self):
+        # 160 us against a best of 100 us: beyond CHECK_FAR (2.5) margins of 0.2
+        res, holds = self.judged([0.16], 100.0)
+        self.assertEqual((res["status"], res["samples"]), ("pruned", 1))
+        self.assertIn("the check's layer 1.60x the best", res["detail"])
+        self.assertAlmostEqual(res["timed_us"], 160.0)
+        self.assertEqual(self.graphs, [])  # never captured
+        self.assertEqual(self.log, ["layer", "layer"])  # the first launch, then the timed one
+        self.assertNotIn("check", self.log)
+        self.assertEqual(holds, [mh.HOLD_CYCLES, mh.HOLD_CYCLES])  # calibration, then the hold
+        self.assertAlmostEqual(self.m.hold_us, 300.0)
+        c = self.m.counts
+        self.assertEqual((c["pruned"], c["check_pruned"], c["verified"]), (1, 1, 0))
+
+    def test_near_check_layer_races_on_the_graph(self):
+        # 140 us: within CHECK_FAR margins, so the graph decides (its replays at 130 us: pruned)
+        res, _ = self.judged([0.14, 1.3, 1.3], 100.0)
+        self.assertEqual((res["status"], res["samples"]), ("pruned", 2))
+        self.assertIn("fastest of 2 samples", res["detail"])
+        self.assertEqual(self.graphs, ["layer"])
+        self.assertAlmostEqual(res["timed_us"], 140.0 + 2600.0)
+        self.assertEqual((self.m.counts["check_pruned"], self.m.counts["pruned"]), (0, 1))
+
+    def test_late_launches_do_not_judge(self):
+        # the host took 400 us to launch the layer, longer than the 300-us hold: the GPU may have
+        # waited on it, so the 200 us are not judged and the graph decides (a winner here)
+        res, _ = self.judged([0.2] + [1.0] * 5, 100.0, host_s=400e-6)
+        self.assertEqual(res["status"], "ok", res)
+        self.assertEqual(self.m.counts["check_late"], 1)
+        self.assertEqual(self.log.count("check"), 1)
+
+    def test_cheap_graph_is_not_held_for(self):
+        # a best of 20 us: ten layers (200 us) cost less than the 300-us hold, so no timed layer
+        self.m.hold_us = 300.0
+        self.m.ev = [Racing.Ev([0.5, 0.5]), Racing.Ev([])]
+        meas = {"warmup": 2, "min_samples": 3, "max_samples": 3, "rsd_target": 1e-9, "budget_ms": 1000, "seed": 1,
+                "race_margin": 0.2}
+        res = self.m.one(SHAPE, CFG, 64, meas, False, 20.0, judge=True)
+        self.assertEqual((res["status"], res["samples"]), ("pruned", 1))
+        self.assertEqual(self.log[:2], ["layer", "graph layer"])
+
     def test_wrong_survivor_is_wrong_result_and_not_split(self):
         self.err = 0.5
         res = self.run_one([1.0] * 5, 100.0)
@@ -604,7 +679,7 @@ class SessionCaches(unittest.TestCase):
             def set_shape(self, shape, seed, routing):
                 pass
 
-            def one(self, shape, cfg, bs, m, split, best_us):
+            def one(self, shape, cfg, bs, m, split, best_us, judge=False):
                 return {"status": "ok"}
 
             def forget_aligns(self):
@@ -638,8 +713,8 @@ class SessionCaches(unittest.TestCase):
                 if bs == 64:
                     raise RuntimeError("CUDA out of memory")  # met again in one(), in its place
 
-            def one(self, shape, cfg, bs, m, split, best_us):
-                calls.append(("one", bs))
+            def one(self, shape, cfg, bs, m, split, best_us, judge=False):
+                calls.append(("one", bs, judge))
                 return {"status": "ok"}
 
             def forget_aligns(self):
@@ -658,11 +733,12 @@ class SessionCaches(unittest.TestCase):
         s = mh.Session(mh.MoetuneKernel.__new__(mh.MoetuneKernel), Meas(), Pool())
         s.kernel.config_jit_functions = lambda: ()
         list(s.measure(SHAPE, CFG, [1, 64, 256], {"seed": 3}, False))
-        self.assertEqual(calls, ["shape", ("inputs", 1, 3), ("inputs", 64, 3), "wait", ("one", 1), ("one", 64),
-                                 ("one", 256)])
+        # the check's layer races from a config's second batch size on (check_lost)
+        self.assertEqual(calls, ["shape", ("inputs", 1, 3), ("inputs", 64, 3), "wait", ("one", 1, False),
+                                 ("one", 64, True), ("one", 256, True)])
         del calls[:]
         list(s.measure(SHAPE, CFG, [1], {"seed": 3}, False))
-        self.assertEqual(calls, ["shape", "wait", ("one", 1)])
+        self.assertEqual(calls, ["shape", "wait", ("one", 1, False)])
 
 
 class WarmParts(unittest.TestCase):

@@ -398,6 +398,44 @@ static void test_racing(void **unused) {
     wrk_backend_sim.close(&k.st);
 }
 
+/* Racing on the check's layer (wrk_check_lost): from a config's second batch size of the call
+ * on, a check layer beyond the best by more than WRK_CHECK_FAR margins is PRUNED alone, on
+ * that one sample, before any replay; at the first batch size the same config
+ * pays its first replay; one beyond the margin but not that far races on its replays. */
+static void test_check_racing(void **unused) {
+    (void)unused;
+    sim_case_t k;
+    wrk_meas_t out[3], ref[3];
+    uint32_t bs[3] = {1, 256, 4096};
+    sim_case(&k, (krn_config_t){64, 128, 128, 16, 4, 3});
+    k.st = open_sim(NULL);
+    k.m.min_samples = 7;
+    k.m.rsd_target = 10.0;
+    assert_int_equal(sim_measure(&k, bs, 3, ref), MT_OK);
+    double best[3] = {ref[0].median_us / 2, ref[1].median_us / 2, ref[2].median_us / 1.3};
+    k.m.best_us = best;
+    k.m.race_margin = 0.2;
+    assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
+    for (int i = 0; i < 3; i++) assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_PRUNED);
+    assert_int_equal(out[0].samples, 1);
+    assert_non_null(strstr(out[0].detail, "fastest of 1 samples"));
+    assert_int_equal(out[1].samples, 1);
+    assert_non_null(strstr(out[1].detail, "the check's layer"));
+    assert_true(out[1].median_us > best[1] * (1 + WRK_CHECK_FAR * 0.2));
+    /* 1.3x: beyond the margin, within WRK_CHECK_FAR margins: the check's layer is timed and
+     * the race goes on to both replays */
+    assert_int_equal(out[2].samples, WRK_RACE_SAMPLES);
+    assert_non_null(strstr(out[2].detail, "fastest of 2 samples"));
+    /* racing off: no check decides */
+    k.m.race_margin = 0;
+    assert_int_equal(sim_measure(&k, bs, 3, out), MT_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(out[i].status, MOETUNE__STATUS__STATUS_OK);
+        assert_true(out[i].median_us == ref[i].median_us);
+    }
+    wrk_backend_sim.close(&k.st);
+}
+
 /* Settling (wrk_settled): with an RSD target never met, a config in the race whose mean lies
  * beyond the best by more than the settle margin plus two standard errors stops at
  * min_samples, OK, and says so; one at the best, settling off or racing off samples to
@@ -517,7 +555,8 @@ int main(void) {
         cmocka_unit_test(test_find),           cmocka_unit_test(test_device),     cmocka_unit_test(test_determinism),
         cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid),    cmocka_unit_test(test_fault_parse),
         cmocka_unit_test(test_crash_draw),     cmocka_unit_test(test_wrong),      cmocka_unit_test(test_rsd_stop),
-        cmocka_unit_test(test_racing),         cmocka_unit_test(test_settling),   cmocka_unit_test(test_stop_rule),
+        cmocka_unit_test(test_racing),
+        cmocka_unit_test(test_check_racing),         cmocka_unit_test(test_settling),   cmocka_unit_test(test_stop_rule),
         cmocka_unit_test(test_slowdown),       cmocka_unit_test(test_time_scale), cmocka_unit_test(test_compile_ahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
