@@ -356,16 +356,22 @@ static void test_rsd_stop(void **unused) {
  * WRK_RACE_SAMPLES samples as PRUNED with what it measured (after 1 when that one is beyond
  * the best by WRK_RACE_FAR margins); one within the margin, an
  * unknown best (0) or racing off (margin 0) is sampled to the RSD rule. */
+/* The racing tests' case: one config at 1, 256 and 4096 tokens, 7 samples each, measured once
+ * without racing into ref. */
+static void racing_case(sim_case_t *k, uint32_t bs[3], wrk_meas_t ref[3]) {
+    sim_case(k, (krn_config_t){64, 128, 128, 16, 4, 3});
+    k->st = open_sim(NULL);
+    k->m.min_samples = 7;
+    k->m.rsd_target = 10.0;
+    assert_int_equal(sim_measure(k, bs, 3, ref), MT_OK);
+}
+
 static void test_racing(void **unused) {
     (void)unused;
     sim_case_t k;
     wrk_meas_t out[3], ref[3];
     uint32_t bs[3] = {1, 256, 4096};
-    sim_case(&k, (krn_config_t){64, 128, 128, 16, 4, 3});
-    k.st = open_sim(NULL);
-    k.m.min_samples = 7;
-    k.m.rsd_target = 10.0;
-    assert_int_equal(sim_measure(&k, bs, 3, ref), MT_OK);
+    racing_case(&k, bs, ref);
     double best[3] = {ref[0].median_us / 1.3, ref[1].median_us * 2, 0};
     k.m.best_us = best;
     k.m.race_margin = 0.2;
@@ -407,11 +413,7 @@ static void test_check_racing(void **unused) {
     sim_case_t k;
     wrk_meas_t out[3], ref[3];
     uint32_t bs[3] = {1, 256, 4096};
-    sim_case(&k, (krn_config_t){64, 128, 128, 16, 4, 3});
-    k.st = open_sim(NULL);
-    k.m.min_samples = 7;
-    k.m.rsd_target = 10.0;
-    assert_int_equal(sim_measure(&k, bs, 3, ref), MT_OK);
+    racing_case(&k, bs, ref);
     double best[3] = {ref[0].median_us / 2, ref[1].median_us / 2, ref[2].median_us / 1.3};
     k.m.best_us = best;
     k.m.race_margin = 0.2;
