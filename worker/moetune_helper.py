@@ -842,11 +842,17 @@ def race_lost(m, best_us, head):
     return min(head) > best_us * (1.0 + margin)
 
 
+def check_races(m, best_us):
+    """Whether a config's check layer can race (worker/backend.h, wrk_check_races): racing on and
+    a best known. The caller judges only from a config's second batch size on (its first launch
+    may carry a compile or a module's loading)."""
+    return m["race_margin"] > 0 and best_us > 0
+
+
 def check_lost(m, best_us, check_us):
-    """Racing on the check's layer (worker/backend.h, wrk_check_lost): whether one timed layer is
-    beyond best_us by CHECK_FAR race margins. The caller judges only from a config's second batch
-    size on (its first launch may carry a compile or a module's loading)."""
-    return m["race_margin"] > 0 and best_us > 0 and check_us > best_us * (1.0 + CHECK_FAR * m["race_margin"])
+    """Racing on the check's layer (wrk_check_lost): whether one timed layer is beyond best_us by
+    CHECK_FAR race margins."""
+    return check_races(m, best_us) and check_us > best_us * (1.0 + CHECK_FAR * m["race_margin"])
 
 
 def precise(m, st, of_mean=False):
@@ -1140,7 +1146,7 @@ class Measurer:
         try:
             # racing on the check's layer: only where a replay of the graph costs more than the
             # hold (a far loser then saves its capture and a replay for one layer and the hold)
-            if judge and check_lost(m, best_us, math.inf) and best_us * LAYERS_PER_GRAPH >= (self.hold_us or 0):
+            if judge and check_races(m, best_us) and best_us * LAYERS_PER_GRAPH >= (self.hold_us or 0):
                 us = self.check_sample(lambda: self.kernel.layer(L, cfg))
                 if us is not None and check_lost(m, best_us, us):
                     self.counts["pruned"] += 1
