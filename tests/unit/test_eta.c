@@ -62,7 +62,7 @@ static commit_t *simulate(size_t n_cfg, double prune_end, double speed_var, doub
 }
 
 typedef struct {
-    double worst_swing;     /* |eta_k - (eta_{k-1} - dt)| / eta_{k-1}, lines from 5 % done */
+    double worst_swing;     /* |eta_k - (eta_{k-1} - dt)| / eta_{k-1}, lines from 5 % done while eta_{k-1} >= 10 s */
     double worst_plain;     /* |eta_k - eta_{k-1}| / eta_{k-1}, lines from 5 % done while eta >= 60 s */
     double worst_err_half;  /* |eta - true| / true, lines from 50 % to 95 % done */
     double worst_err_fifth; /* the same from 20 % done */
@@ -96,7 +96,9 @@ static void play(const commit_t *c, size_t n, double end_t, bool use_new, verdic
         if (!use_new) eta = rate > 0 ? (double)(n - k) / rate : -1;
         if (((int)t) % 5 != 0 || k >= n) continue; /* a progress line every 5 s */
         double x = (double)k / (double)n, truth = end_t - t;
-        if (x >= 0.05 && prev > 0 && eta > 0) {
+        /* from 5 % done, while 10 s or more were left (below, as in the estimator, a few
+         * seconds are no swing) */
+        if (x >= 0.05 && prev >= 10.0 && eta > 0) {
             double dt = t - prev_t;
             double swing = fabs(eta - (prev - dt)) / prev;
             if (swing > v->worst_swing) v->worst_swing = swing;
@@ -171,6 +173,74 @@ static void test_startup(void **state) {
     for (int i = 0; i < 3; i++) assert_true(now.err_at[i] <= 0.25);
 }
 
+/* Commits as a recorded progress shows them (tests/unit/support/progress-h200-*.txt: a
+ * "wall S" line, then moetune tune's progress lines, one every 5 s): line i at wall * i / (lines
+ * - 1), the results and finalist rows done since the line before spread evenly over the 5 s.
+ * No pruned count: racing's decide step and halving run in phases, whose status the display
+ * feeds without one (cli_progress_sample). planned: the results and finalists of the last line. */
+static commit_t *recorded(const char *name, size_t *n, double *end_t) {
+    char path[512];
+    mt_fmt(path, sizeof path, "%s/tests/unit/support/%s", MT_SOURCE_DIR, name);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[512];
+    double wall = 0;
+    uint64_t done[128], planned = 0;
+    size_t lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        if (sscanf(line, "wall %lf", &wall) == 1) continue;
+        const char *r = strstr(line, " results (");
+        assert_non_null(r);
+        while (r > line && r[-1] != ' ') r--;
+        unsigned long long d = 0, p = 0, fd = 0, fp = 0;
+        assert_int_equal(sscanf(r, "%llu/%llu", &d, &p), 2);
+        const char *fin = strstr(line, " finalists");
+        if (fin) {
+            while (fin > line && fin[-1] != ' ') fin--;
+            assert_int_equal(sscanf(fin, "%llu/%llu", &fd, &fp), 2);
+        }
+        assert_true(lines < sizeof done / sizeof done[0]);
+        done[lines++] = d + fd;
+        planned = p + fp;
+    }
+    fclose(f);
+    assert_true(wall > 0 && lines > 10 && planned > 0);
+    commit_t *c = calloc(planned, sizeof *c);
+    size_t k = 0;
+    for (size_t i = 1; i < lines; i++) {
+        double t0 = wall * (double)(i - 1) / (double)(lines - 1), t1 = wall * (double)i / (double)(lines - 1);
+        uint64_t step = done[i] - done[i - 1];
+        for (uint64_t j = 0; j < step && k < planned; j++) c[k++] = (commit_t){t0 + (t1 - t0) * (j + 1) / step, false};
+    }
+    while (k < planned) c[k++] = (commit_t){wall, false};
+    *n = planned;
+    *end_t = wall;
+    return c;
+}
+
+/* The recorded progress of the two whole-space sweeps on an H200: the answer does not swing by
+ * more than 20 % from one line to the next once 5 % is done (issue 9's bound). How far it is
+ * from the truth is printed, not bounded: on these sweeps a result's cost falls 3x over the
+ * first half (the race gets a strong best) and rises again at the end (the least promising
+ * configs, which the order puts last, are verified more often at small batch sizes). */
+static void test_recorded_h200(void **state) {
+    (void)state;
+    const char *names[] = {"progress-h200-racing.txt", "progress-h200-halving.txt"};
+    for (size_t i = 0; i < 2; i++) {
+        size_t n = 0;
+        double end_t = 0;
+        commit_t *c = recorded(names[i], &n, &end_t);
+        verdict_t v;
+        play(c, n, end_t, true, &v);
+        report(names[i], &v);
+        printf("#   error from 20 %% done %.1f %%\n", 100 * v.worst_err_fifth);
+        assert_true(v.lines > 30);
+        assert_true(v.worst_swing <= 0.20);
+        free(c);
+    }
+}
+
 static void test_edges(void **state) {
     (void)state;
     cli_eta_t *e = NULL;
@@ -206,6 +276,7 @@ int main(void) {
         cmocka_unit_test(test_gpu_pattern),
         cmocka_unit_test(test_steady),
         cmocka_unit_test(test_startup),
+        cmocka_unit_test(test_recorded_h200),
         cmocka_unit_test(test_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
