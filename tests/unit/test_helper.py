@@ -5,6 +5,7 @@ Run by ctest as `python3 -m unittest tests/unit/test_helper.py` (unit/test_helpe
 import io
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -1359,6 +1360,41 @@ class BenchRows(unittest.TestCase):
         self.assertEqual(table[("8", "ok")], ["1", "10.0", "0.05"])
         self.assertEqual(lines[5], "whole-layer samples: 0.2 GPU seconds")
         self.assertTrue(lines[6].startswith("M=8     1.000x n= 10"))
+
+
+sys.path.insert(0, os.path.join(ROOT, "bench", "search"))
+import check_layer  # noqa: E402
+
+
+class BenchCheckLayer(unittest.TestCase):
+    """bench/search/check_layer.py: rows pruned on the check's layer, and the check layer's time
+    over the graph's median for the verified rows that timed it, per batch size."""
+
+    def test_counts_and_ratios(self):
+        with tempfile.TemporaryDirectory() as d:
+            db = os.path.join(d, "t.db")
+            c = sqlite3.connect(db)
+            c.execute("CREATE TABLE results (sweep_id, batch_size, status, median_us, detail, timed_us)")
+            c.executemany("INSERT INTO results VALUES (?, ?, ?, ?, ?, ?)", [
+                (1, 8, "ok", 100.0, "rel_err=1e-3; check 110 us", 2e6),
+                (1, 8, "ok", 200.0, "rel_err=1e-3; check 240 us", 1e6),
+                (1, 8, "ok", 50.0, "rel_err=1e-3", 1e6),  # first batch size: no check timed
+                (1, 64, "ok", 400.0, "rel_err=1e-3; settled: mean 1.1x the best after 5 samples; check 404 us", 0),
+                (1, 64, "pruned", 900.0, "pruned: the check's layer 2.00x the best 450 us; not verified", 9e5),
+                (1, 64, "pruned", 700.0, "pruned: fastest of 1 samples 1.56x the best 450 us; not verified", 7e6),
+                (2, 64, "pruned", 900.0, "pruned: the check's layer 2.00x the best 450 us; not verified", 1e6)])
+            c.commit()
+            c.close()
+            out = io.StringIO()
+            with redirect_stdout(out):
+                check_layer.main(db)
+        lines = out.getvalue().splitlines()
+        self.assertEqual(lines[1].split(), ["ok", "4", "0", "4.0"])
+        self.assertEqual(lines[2].split(), ["pruned", "2", "1", "7.9"])
+        by_m = {l.split()[0]: l.split()[1:] for l in lines[6:]}
+        self.assertEqual(by_m["8"], ["2", "1.100", "1.200", "1.200", "1.200"])
+        self.assertEqual(by_m["64"], ["1", "1.010", "1.010", "1.010", "1.010"])
+        self.assertEqual(by_m["all"], ["3", "1.010", "1.100", "1.200", "1.200"])
 
 
 if __name__ == "__main__":
