@@ -901,9 +901,9 @@ def layer_buffers(torch, shape, m, x, ids, w, w1, w2, w1s, w2s, device="cuda"):
 
 # What the measuring process did since it started, sent with every done as "stats" (HELPER.md):
 # reference checks, configs pruned unchecked (and of them those pruned on the check's layer alone),
-# check layers not judged because their launches outlasted the hold, configs settled, halves timed and skipped, configs compiled in the
-# measuring process while the pool started, and seconds spent in checks, graph captures and
-# waiting for the compile pool.
+# check layers not judged because their launches outlasted the hold, configs settled, halves timed
+# and skipped, configs compiled in the measuring process while the pool started, and seconds spent
+# in checks, graph captures, waiting for the compile pool and making inputs.
 COUNT_KEYS = ("verified", "pruned", "check_pruned", "check_late", "settled", "split", "split_skipped",
               "compiled_here", "check_s", "capture_s", "compile_wait_s", "inputs_s")
 
