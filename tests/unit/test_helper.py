@@ -4,6 +4,7 @@ the line protocol and its error paths, and the one-line failures when parts are 
 Run by ctest as `python3 -m unittest tests/unit/test_helper.py` (unit/test_helper)."""
 import io
 import json
+import math
 import os
 import sqlite3
 import subprocess
@@ -520,6 +521,21 @@ class VerifyAfterRace(unittest.TestCase):
         self.assertEqual(res["status"], "ok", res)
         self.assertEqual(self.m.counts["check_late"], 1)
         self.assertEqual(self.log.count("check"), 1)
+
+    def test_no_hold_in_this_torch_judges_nothing(self):
+        # a PyTorch without torch.cuda._sleep: the first judged call finds out, and from then on
+        # no check layer is timed; the graph decides (a winner here)
+        for _ in range(2):
+            self.setUp()
+            self.m.hold_us = None if _ == 0 else math.inf
+            self.m.ev = [Racing.Ev([1.0] * 5), Racing.Ev([])]
+            meas = {"warmup": 2, "min_samples": 3, "max_samples": 3, "rsd_target": 1e-9, "budget_ms": 1000,
+                    "seed": 1, "race_margin": 0.2}
+            res = self.m.one(SHAPE, CFG, 64, meas, False, 100.0, judge=True)
+            self.assertEqual(res["status"], "ok", res)
+            self.assertEqual(self.log[:2], ["layer", "graph layer"])
+            self.assertEqual(self.m.hold_us, math.inf)
+            self.assertEqual(self.m.counts["check_pruned"], 0)
 
     def test_cheap_graph_is_not_held_for(self):
         # a best of 20 us: ten layers (200 us) cost less than the 300-us hold, so no timed layer
