@@ -104,13 +104,14 @@ extern "C" __global__ void moe_poison(bf16_t *p, unsigned long long n) {
 
 // Holds the stream for ns nanoseconds (one thread), so that the launches queued behind it are
 // all queued before the GPU reaches them: a timed single layer then measures the GPU's work, not
-// the host's launch gaps.
+// the host's launch gaps. At most 2^20 reads of the timer, should it not advance.
 extern "C" __global__ void moe_spin(unsigned long long ns) {
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
+    for (unsigned i = 0; i < (1u << 20); i++) {
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
+        if (t - t0 >= ns) break;
+    }
 }
 
 #define RT 16
