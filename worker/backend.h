@@ -86,9 +86,13 @@ typedef struct {
  * replay of 10 layers for nothing. */
 #define WRK_RACE_SAMPLES 2
 #define WRK_RACE_FAR 2.0
+/* Whether batch size i races: racing on (a margin) and a best known there. */
+static inline int wrk_racing(const wrk_measure_t *m, size_t i) {
+    return m->race_margin > 0 && m->best_us && m->best_us[i] > 0;
+}
 static inline int wrk_race_lost(const wrk_measure_t *m, size_t i, double fastest_us, uint32_t n) {
     double margin = m->race_margin * (n < WRK_RACE_SAMPLES ? WRK_RACE_FAR : 1.0);
-    return m->race_margin > 0 && m->best_us && m->best_us[i] > 0 && fastest_us > m->best_us[i] * (1.0 + margin);
+    return wrk_racing(m, i) && fastest_us > m->best_us[i] * (1.0 + margin);
 }
 
 /* Racing on the check's layer: the one layer every config runs first, for the reference check,
@@ -101,9 +105,7 @@ static inline int wrk_race_lost(const wrk_measure_t *m, size_t i, double fastest
  * module's loading. The factor is wider than WRK_RACE_FAR's: one cold layer, not the fastest of
  * a graph's ten. */
 #define WRK_CHECK_FAR 2.5
-static inline int wrk_check_races(const wrk_measure_t *m, size_t i) {
-    return i > 0 && m->race_margin > 0 && m->best_us && m->best_us[i] > 0;
-}
+static inline int wrk_check_races(const wrk_measure_t *m, size_t i) { return i > 0 && wrk_racing(m, i); }
 static inline int wrk_check_lost(const wrk_measure_t *m, size_t i, double check_us) {
     return wrk_check_races(m, i) && check_us > m->best_us[i] * (1.0 + WRK_CHECK_FAR * m->race_margin);
 }
@@ -130,7 +132,7 @@ static inline int wrk_precise(const wrk_measure_t *m, double mean_us, double sd_
 #define WRK_SETTLE_MARGIN 0.02
 #define WRK_SETTLE_Z 2.0
 static inline int wrk_settled(const wrk_measure_t *m, size_t i, double mean_us, double sd_us, uint32_t n) {
-    if (!(m->settle_margin > 0) || !(m->race_margin > 0) || !m->best_us || !(m->best_us[i] > 0) || n < 2) return 0;
+    if (!(m->settle_margin > 0) || !wrk_racing(m, i) || n < 2) return 0;
     return mean_us - WRK_SETTLE_Z * sd_us / sqrt((double)n) > m->best_us[i] * (1.0 + m->settle_margin);
 }
 

@@ -815,7 +815,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
      * after those 2 replays instead of warmup + 2; one that stays counts them as warm-up
      * replays and is sampled afresh after as many replays as without racing (warmup >= 2), so
      * what is measured for a winner does not change. */
-    bool racing = m->race_margin > 0 && m->best_us && m->best_us[bi] > 0;
+    bool racing = wrk_racing(m, bi);
     uint32_t head = racing ? 0 : warm;
     for (uint32_t i = 0; i < head; i++)
         if ((r = g_drv.cuGraphLaunch(exec, st->stream)) != CUDA_SUCCESS) break;

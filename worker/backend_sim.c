@@ -355,7 +355,7 @@ static double sample_one(double lat_us, double scale, uint64_t stream, const wrk
             pruned = on_check = true;
         }
     }
-    if (!pruned && m->race_margin > 0 && m->best_us && m->best_us[bi] > 0) {
+    if (!pruned && wrk_racing(m, bi)) {
         double fastest = 0;
         while (n < WRK_RACE_SAMPLES && !pruned) {
             double x = draw_sample(lat_us, scale, stream ^ 0x5ace5ace5ace5aceULL, n);
