@@ -832,27 +832,24 @@ def classify(exc):
     return "launch_error", text
 
 
+def racing(m, best_us):
+    """Whether a batch size races (worker/backend.h, wrk_racing): racing on and a best known."""
+    return m["race_margin"] > 0 and best_us > 0
+
+
 def race_lost(m, best_us, head):
     """Racing (worker/backend.h, wrk_race_lost): after the timed replays in head, whether the
     fastest is beyond best_us by the race margin, or by RACE_FAR margins while fewer than
     RACE_SAMPLES were taken."""
-    if not (m["race_margin"] > 0 and best_us > 0):
-        return False
     margin = m["race_margin"] * (RACE_FAR if len(head) < RACE_SAMPLES else 1.0)
-    return min(head) > best_us * (1.0 + margin)
-
-
-def check_races(m, best_us):
-    """Whether a config's check layer can race (worker/backend.h, wrk_check_races): racing on and
-    a best known. The caller judges only from a config's second batch size on (its first launch
-    may carry a compile or a module's loading)."""
-    return m["race_margin"] > 0 and best_us > 0
+    return racing(m, best_us) and min(head) > best_us * (1.0 + margin)
 
 
 def check_lost(m, best_us, check_us):
     """Racing on the check's layer (wrk_check_lost): whether one timed layer is beyond best_us by
-    CHECK_FAR race margins."""
-    return check_races(m, best_us) and check_us > best_us * (1.0 + CHECK_FAR * m["race_margin"])
+    CHECK_FAR race margins. The caller judges only from a config's second batch size on (its
+    first launch may carry a compile or a module's loading)."""
+    return racing(m, best_us) and check_us > best_us * (1.0 + CHECK_FAR * m["race_margin"])
 
 
 def precise(m, st, of_mean=False):
@@ -872,7 +869,7 @@ def settled(m, best_us, st):
     """Racing's second check (worker/backend.h, wrk_settled): a config with its min_samples whose
     mean lies above best_us by more than the settle margin plus SETTLE_Z standard errors can be
     neither the pick nor a near-tie; the RSD rule's precision would be spent on it for nothing."""
-    if not (m.get("settle_margin", 0) > 0 and m["race_margin"] > 0 and best_us > 0 and st["samples"] >= 2):
+    if not (m.get("settle_margin", 0) > 0 and racing(m, best_us) and st["samples"] >= 2):
         return False
     se = st["stddev_us"] / math.sqrt(st["samples"])
     return st["mean_us"] - SETTLE_Z * se > best_us * (1.0 + m["settle_margin"])
@@ -1089,7 +1086,7 @@ class Measurer:
         sampled afresh after as many replays as without racing (warmup >= 2), so what is
         measured for a winner does not change."""
         warm = int(m["warmup"])
-        if best_us > 0 and m["race_margin"] > 0:
+        if racing(m, best_us):
             head = []
             while len(head) < RACE_SAMPLES:
                 head.append(self._sample(g, len(head)))
@@ -1150,7 +1147,7 @@ class Measurer:
         try:
             # racing on the check's layer: only where a replay of the graph costs more than the
             # hold (a far loser then saves its capture and a replay for one layer and the hold)
-            if judge and check_races(m, best_us) and best_us * LAYERS_PER_GRAPH >= (self.hold_us or 0):
+            if judge and racing(m, best_us) and best_us * LAYERS_PER_GRAPH >= (self.hold_us or 0):
                 us = self.check_sample(lambda: self.kernel.layer(L, cfg))
                 if us is not None and check_lost(m, best_us, us):
                     self.counts["pruned"] += 1
