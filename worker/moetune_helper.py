@@ -1026,16 +1026,20 @@ class Measurer:
                 fn()
         return g
 
+    def _gpu_us(self, fn):
+        """What fn queued took the GPU, between two events: microseconds."""
+        self.ev[0].record()
+        fn()
+        self.ev[1].record()
+        self.ev[1].synchronize()
+        return self.ev[0].elapsed_time(self.ev[1]) * 1000.0
+
     def _sample(self, g, i):
         """One timed replay of g after an L2 flush: microseconds per layer."""
         self.flush.fill_(i)
-        self.ev[0].record()
-        g.replay()
-        self.ev[1].record()
-        self.ev[1].synchronize()
-        us = self.ev[0].elapsed_time(self.ev[1]) * 1000.0 / LAYERS_PER_GRAPH
-        self.timed_s += us * LAYERS_PER_GRAPH * 1e-6
-        return us
+        us = self._gpu_us(g.replay)
+        self.timed_s += us * 1e-6
+        return us / LAYERS_PER_GRAPH
 
     def check_sample(self, fn):
         """One timed layer, fn, for racing on the check's layer: microseconds, or None when its
@@ -1049,22 +1053,18 @@ class Measurer:
             self.hold_us = math.inf
             return None
         if self.hold_us is None:
-            self.ev[0].record()
-            torch.cuda._sleep(HOLD_CYCLES)
-            self.ev[1].record()
-            self.ev[1].synchronize()
-            self.hold_us = self.ev[0].elapsed_time(self.ev[1]) * 1000.0
+            self.hold_us = self._gpu_us(lambda: torch.cuda._sleep(HOLD_CYCLES))
         self.flush.fill_(0)
         torch.cuda._sleep(HOLD_CYCLES)
-        t0 = time.monotonic()
-        self.ev[0].record()
-        fn()
-        self.ev[1].record()
-        host_us = (time.monotonic() - t0) * 1e6
-        self.ev[1].synchronize()
-        us = self.ev[0].elapsed_time(self.ev[1]) * 1000.0
+        launch_s = []
+
+        def launch():
+            t0 = time.monotonic()
+            fn()
+            launch_s.append(time.monotonic() - t0)
+        us = self._gpu_us(launch)
         self.timed_s += us * 1e-6
-        if host_us >= self.hold_us:
+        if launch_s[0] * 1e6 >= self.hold_us:
             self.counts["check_late"] += 1
             return None
         return us
