@@ -391,11 +391,11 @@ class VerifyAfterRace(unittest.TestCase):
         m.check = check
         self.m = m
 
-    def run_one(self, times_ms, best_us, split=True):
+    def run_one(self, times_ms, best_us, split=True, judge=False):
         self.m.ev = [Racing.Ev(list(times_ms)), Racing.Ev([])]
         meas = {"warmup": 2, "min_samples": 3, "max_samples": 3, "rsd_target": 1e-9, "budget_ms": 1000, "seed": 1,
                 "race_margin": 0.2}
-        return self.m.one(SHAPE, CFG, 64, meas, split, best_us)
+        return self.m.one(SHAPE, CFG, 64, meas, split, best_us, judge=judge)
 
     def test_pruned_config_is_not_checked_nor_split(self):
         res = self.run_one([1.3, 1.35], 100.0)
@@ -462,7 +462,6 @@ class VerifyAfterRace(unittest.TestCase):
         first call: times_ms' first entry), host_s seconds spent launching the layer."""
         clock = [0.0]
         self.m.hold_us = None
-        self.m.ev = [Racing.Ev([0.3] + list(times_ms)), Racing.Ev([])]
         holds = []
 
         class Cuda:
@@ -481,14 +480,8 @@ class VerifyAfterRace(unittest.TestCase):
             clock[0] += host_s
             kernel_layer(L, cfg)
         self.m.kernel.layer = layer
-        real_monotonic = mh.time.monotonic
-        mh.time.monotonic = lambda: clock[0]
-        try:
-            meas = {"warmup": 2, "min_samples": 3, "max_samples": 3, "rsd_target": 1e-9, "budget_ms": 1000,
-                    "seed": 1, "race_margin": 0.2}
-            res = self.m.one(SHAPE, CFG, 64, meas, False, best_us, judge=True)
-        finally:
-            mh.time.monotonic = real_monotonic
+        with mock.patch.object(mh.time, "monotonic", lambda: clock[0]):
+            res = self.run_one([0.3] + list(times_ms), best_us, split=False, judge=True)
         return res, holds
 
     def test_far_check_layer_prunes_before_the_graph(self):
@@ -525,13 +518,10 @@ class VerifyAfterRace(unittest.TestCase):
     def test_no_hold_in_this_torch_judges_nothing(self):
         # a PyTorch without torch.cuda._sleep: the first judged call finds out, and from then on
         # no check layer is timed; the graph decides (a winner here)
-        for _ in range(2):
+        for first in (True, False):
             self.setUp()
-            self.m.hold_us = None if _ == 0 else math.inf
-            self.m.ev = [Racing.Ev([1.0] * 5), Racing.Ev([])]
-            meas = {"warmup": 2, "min_samples": 3, "max_samples": 3, "rsd_target": 1e-9, "budget_ms": 1000,
-                    "seed": 1, "race_margin": 0.2}
-            res = self.m.one(SHAPE, CFG, 64, meas, False, 100.0, judge=True)
+            self.m.hold_us = None if first else math.inf
+            res = self.run_one([1.0] * 5, 100.0, split=False, judge=True)
             self.assertEqual(res["status"], "ok", res)
             self.assertEqual(self.log[:2], ["layer", "graph layer"])
             self.assertEqual(self.m.hold_us, math.inf)
@@ -540,10 +530,7 @@ class VerifyAfterRace(unittest.TestCase):
     def test_cheap_graph_is_not_held_for(self):
         # a best of 20 us: ten layers (200 us) cost less than the 300-us hold, so no timed layer
         self.m.hold_us = 300.0
-        self.m.ev = [Racing.Ev([0.5, 0.5]), Racing.Ev([])]
-        meas = {"warmup": 2, "min_samples": 3, "max_samples": 3, "rsd_target": 1e-9, "budget_ms": 1000, "seed": 1,
-                "race_margin": 0.2}
-        res = self.m.one(SHAPE, CFG, 64, meas, False, 20.0, judge=True)
+        res = self.run_one([0.5, 0.5], 20.0, split=False, judge=True)
         self.assertEqual((res["status"], res["samples"]), ("pruned", 1))
         self.assertEqual(self.log[:2], ["layer", "graph layer"])
 
