@@ -433,6 +433,11 @@ static void on_job(wrk_parent_t *p, wire_env_t **penv) {
            job->n_configs, job->n_batch_sizes, j->rounds, j->rounds > 1 ? "s, side by side" : "");
 }
 
+/* A racing best (0 = none) lowered to us when us is a faster median. */
+static void lower_best(double *best, double us) {
+    if (us > 0 && (*best == 0 || us < *best)) *best = us;
+}
+
 static void on_ack(wrk_parent_t *p, const wire_env_t *env) {
     const Moetune__Ack *a = env->ack;
     for (size_t k = 0; k < a->n_seqs; k++) {
@@ -448,8 +453,7 @@ static void on_ack(wrk_parent_t *p, const wire_env_t *env) {
         const Moetune__JobBest *b = a->best[k];
         for (pjob_t *j = p->head; j; j = j->link) {
             if (j->job->job_id != b->job_id || !j->best || b->n_best_us != j->job->n_batch_sizes) continue;
-            for (size_t i = 0; i < b->n_best_us; i++)
-                if (b->best_us[i] > 0 && (j->best[i] == 0 || b->best_us[i] < j->best[i])) j->best[i] = b->best_us[i];
+            for (size_t i = 0; i < b->n_best_us; i++) lower_best(&j->best[i], b->best_us[i]);
         }
     }
 }
@@ -540,9 +544,7 @@ static int on_child(wrk_parent_t *p, wrk_child_event_t ev) {
             if (rc) return rc;
             /* the next configs of this job race against what this one measured, too */
             for (size_t i = 0; i < n && i < j->job->n_batch_sizes; i++)
-                if (meas[i].status == MOETUNE__STATUS__STATUS_OK && meas[i].median_us > 0 &&
-                    (j->best[i] == 0 || meas[i].median_us < j->best[i]))
-                    j->best[i] = meas[i].median_us;
+                if (meas[i].status == MOETUNE__STATUS__STATUS_OK) lower_best(&j->best[i], meas[i].median_us);
             j->next++;
         }
     }
