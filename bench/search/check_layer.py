@@ -35,16 +35,15 @@ def main(db, sweep=1):
     if not ratios:
         print("no verified row has a timed check layer")
         return
+    def line(label, r):
+        r = sorted(r)
+        print(f"{label:>5} {len(r):5} {r[0]:6.3f} {r[len(r) // 2]:6.3f} {r[int(len(r) * 0.99)]:6.3f} {r[-1]:6.3f}")
+
     print("\ncheck layer / graph median, verified rows")
     print("    M  rows    min    p50    p99    max")
-    every = []
     for bs in sorted(ratios):
-        r = sorted(ratios[bs])
-        every += r
-        print(f"{bs:5} {len(r):5} {r[0]:6.3f} {r[len(r) // 2]:6.3f} {r[int(len(r) * 0.99)]:6.3f} {r[-1]:6.3f}")
-    every.sort()
-    print(f"  all {len(every):5} {every[0]:6.3f} {every[len(every) // 2]:6.3f} "
-          f"{every[int(len(every) * 0.99)]:6.3f} {every[-1]:6.3f}")
+        line(bs, ratios[bs])
+    line("all", [x for r in ratios.values() for x in r])
 
 
 if __name__ == "__main__":
