@@ -118,6 +118,30 @@ typedef struct {
     float *ref; /* host, m x K */
 } bs_data_t;
 
+/* Where the child's wall time goes, phase by phase (MOETUNE_CUDA_PROFILE=1 prints it to stderr
+ * every WCU_PROF_EVERY_MS and at close): the GPU-busy fraction's other side. A phase runs from
+ * the previous mark to prof_mark(). */
+enum {
+    PH_BETWEEN, /* from one measure() call's return to the next: the parent, the coordinator, idle */
+    PH_COMPILE, /* waiting for the compile pool */
+    PH_SETUP,   /* module load, per-shape and per-batch-size inputs (the host reference) */
+    PH_CHECK,   /* the check's layer: hold, poison, one layer, copy, wait; its judging */
+    PH_CAPTURE, /* capturing and instantiating the timing graph */
+    PH_WARM,    /* untimed warm-up replays */
+    PH_SAMPLE,  /* timed replays with their flushes and waits */
+    PH_VERIFY,  /* reading the check's output back and comparing it with the reference */
+    PH_N
+};
+static const char *const ph_name[PH_N] = {"between calls", "compile wait", "setup", "check layer",
+                                          "capture",       "warm-up",      "samples", "verify"};
+#define WCU_PROF_EVERY_MS 30000u
+typedef struct {
+    int on;
+    uint64_t t, t0, printed_ms;
+    double us[PH_N], timed_us; /* timed_us: the GPU time of the timed kernels, as wrk_meas_t's */
+    uint64_t rows;
+} wcu_prof_t;
+
 typedef struct {
     CUdevice dev;
     CUcontext ctx;
@@ -150,6 +174,7 @@ typedef struct {
     uint32_t cap_m;
     bs_data_t bs[MAX_BS_CACHE];
     size_t n_bs;
+    wcu_prof_t prof;
 } cuda_state_t;
 
 /* "cuX: CUDA_ERROR_Y (text)" into buf. */
@@ -158,6 +183,34 @@ static void cu_text(CUresult r, const char *what, char *buf, size_t len) {
     if (g_drv.cuGetErrorName(r, &name) != CUDA_SUCCESS) name = "CUDA_ERROR_UNKNOWN";
     if (g_drv.cuGetErrorString(r, &str) != CUDA_SUCCESS) str = "unknown error";
     mt_fmt(buf, len, "%s: %s (%s)", what, name, str);
+}
+
+/* ---- profile ---- */
+
+static void prof_mark(wcu_prof_t *p, int ph) {
+    uint64_t now = mt_now_us();
+    if (p->t) p->us[ph] += (double)(now - p->t);
+    p->t = now;
+}
+
+static void prof_print(wcu_prof_t *p, const char *when) {
+    if (!p->on || !p->t0) return;
+    double wall = (double)(mt_now_us() - p->t0);
+    char line[512];
+    mt_fmt(line, sizeof line, "cuda profile (%s): wall %.1f s, %llu rows, timed kernels %.1f s (%.1f %%);", when,
+           wall / 1e6, (unsigned long long)p->rows, p->timed_us / 1e6, wall > 0 ? 100.0 * p->timed_us / wall : 0.0);
+    for (int i = 0; i < PH_N; i++) {
+        size_t n = strlen(line);
+        mt_fmt(line + n, sizeof line - n, " %s %.1f s%s", ph_name[i], p->us[i] / 1e6, i + 1 < PH_N ? "," : "");
+    }
+    fprintf(stderr, "%s\n", line);
+    p->printed_ms = mt_now_ms();
+}
+
+/* Ends phase cur here and returns next, the phase that starts. */
+static int prof_next(wcu_prof_t *p, int cur, int next) {
+    prof_mark(p, cur);
+    return next;
 }
 
 /* ---- compile pool ---- */
@@ -391,6 +444,10 @@ static mt_status_t cuda_open(const wrk_backend_opts_t *opts, void **state, wrk_d
             goto out;
         }
     }
+    const char *prof = getenv("MOETUNE_CUDA_PROFILE");
+    st->prof.on = prof && *prof && strcmp(prof, "0") != 0;
+    st->prof.t0 = st->prof.t = mt_now_us();
+    st->prof.printed_ms = mt_now_ms();
     *dev = *d;
     *state = st;
     rc = MT_OK;
@@ -747,6 +804,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     void *ap[] = {&st->out, &n_ll}, *sp[] = {&spin_ns};
     /* Racing on it (wrk_check_lost): timed like a replay, after a flush, with the GPU held
      * until the layer's launches are queued. */
+    int ph = PH_CHECK;
     bool judge = wrk_check_races(m, bi);
     if (judge && ((r = g_drv.cuMemsetD32Async(st->flush, 0, st->flush_bytes / 4, st->stream)) != CUDA_SUCCESS ||
                   (r = g_drv.cuLaunchKernel(st->f_spin, 1, 1, 1, 1, 1, 1, 0, st->stream, sp, NULL)) != CUDA_SUCCESS)) {
@@ -788,6 +846,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     }
 
     /* Time: a graph of LAYERS_PER_GRAPH layers, each on its own weight copy. */
+    ph = prof_next(&st->prof, ph, PH_CAPTURE);
     if ((r = g_drv.cuStreamBeginCapture(st->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) != CUDA_SUCCESS) {
         launch_failed(st, r, "cuStreamBeginCapture", out);
         goto out;
@@ -817,6 +876,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
      * what is measured for a winner does not change. */
     bool racing = wrk_racing(m, bi);
     uint32_t head = racing ? 0 : warm;
+    ph = prof_next(&st->prof, ph, PH_WARM);
     for (uint32_t i = 0; i < head; i++)
         if ((r = g_drv.cuGraphLaunch(exec, st->stream)) != CUDA_SUCCESS) break;
     if (r == CUDA_SUCCESS) r = wait_stream(st, m->timeout_ms);
@@ -824,6 +884,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         launch_failed(st, r, "warming up", out);
         goto out;
     }
+    ph = prof_next(&st->prof, ph, PH_SAMPLE);
     uint64_t t_end = mt_now_ms() + budget;
     uint32_t n = 0;
     double sum = 0, sum2 = 0, fastest = 0, timed_sum = 0;
@@ -852,6 +913,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         if (racing && n == WRK_RACE_SAMPLES) {
             /* stayed in the race: those replays were warm-up; the rest of it, then afresh */
             racing = false;
+            ph = prof_next(&st->prof, ph, PH_WARM);
             for (uint32_t i = head + WRK_RACE_SAMPLES; i < warm; i++)
                 if ((r = g_drv.cuGraphLaunch(exec, st->stream)) != CUDA_SUCCESS) break;
             if (r == CUDA_SUCCESS) r = wait_stream(st, m->timeout_ms);
@@ -859,6 +921,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
                 launch_failed(st, r, "warming up", out);
                 goto out;
             }
+            ph = prof_next(&st->prof, ph, PH_SAMPLE);
             n = 0;
             sum = sum2 = fastest = 0;
             t_end = mt_now_ms() + budget;
@@ -890,6 +953,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         goto out;
     }
     /* Stayed in the race (or no race): the check's output against the reference. */
+    ph = prof_next(&st->prof, ph, PH_VERIFY);
     host = malloc(nout * 2);
     if (!host) {
         out->status = WCU_ST_LAUNCH_ERROR;
@@ -913,10 +977,14 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     if (judge) mt_fmt(chk, sizeof chk, "; check %.4g us", check_us);
     mt_fmt(out->detail, sizeof out->detail, "rel_err=%.2e%s%s", err, settle, chk);
 out:
+    prof_mark(&st->prof, ph);
     if (exec) g_drv.cuGraphExecDestroy(exec);
     if (graph) g_drv.cuGraphDestroy(graph);
     free(samples);
     free(host);
+    prof_mark(&st->prof, PH_CAPTURE);
+    st->prof.rows++;
+    st->prof.timed_us += out->timed_us;
 }
 
 static void set_all(wrk_meas_t *out, size_t n, int status, const char *detail) {
@@ -934,6 +1002,8 @@ static mt_status_t cuda_measure(void *state, const krn_shape_t *shape, const krn
     char why[160];
     CUresult r;
     *regs = *spills = 0;
+    prof_mark(&st->prof, PH_BETWEEN);
+    if (st->prof.on && mt_now_ms() - st->prof.printed_ms >= WCU_PROF_EVERY_MS) prof_print(&st->prof, "running");
     if (st->ctx_lost) {
         mt_fmt(err, errlen, "the CUDA context was lost by an earlier config");
         return MT_ERR;
@@ -951,6 +1021,7 @@ static mt_status_t cuda_measure(void *state, const krn_shape_t *shape, const krn
         return MT_OK;
     }
     img_entry_t *img = get_image(st, cfg);
+    prof_mark(&st->prof, PH_COMPILE);
     if (!img) {
         mt_fmt(err, errlen, "out of memory for the image table");
         return MT_ERR;
@@ -988,6 +1059,7 @@ static mt_status_t cuda_measure(void *state, const krn_shape_t *shape, const krn
     uint32_t max_m = 0;
     for (size_t i = 0; i < n_bs; i++) max_m = bs[i] > max_m ? bs[i] : max_m;
     if (ensure_scratch(st, max_m, err, errlen) != MT_OK) return MT_ERR;
+    prof_mark(&st->prof, PH_SETUP);
     size_t lost_at = n_bs; /* the batch size at which this config lost the context */
     for (size_t i = 0; i < n_bs; i++) {
         bs_data_t *b = NULL;
@@ -1008,6 +1080,7 @@ static mt_status_t cuda_measure(void *state, const krn_shape_t *shape, const krn
             continue;
         }
         if (get_bs(st, bs[i], &b, err, errlen) != MT_OK) return MT_ERR;
+        prof_mark(&st->prof, PH_SETUP);
         measure_bs(st, &rc, b, m, i, &out[i]);
         if (st->ctx_lost) lost_at = i;
     }
@@ -1022,6 +1095,8 @@ static mt_status_t cuda_measure(void *state, const krn_shape_t *shape, const krn
 static void cuda_close(void **state) {
     if (!state || !*state) return;
     cuda_state_t *st = *state;
+    prof_mark(&st->prof, PH_BETWEEN);
+    prof_print(&st->prof, "at close");
     pthread_mutex_lock(&st->mu);
     st->stopping = 1;
     pthread_cond_broadcast(&st->cv);
