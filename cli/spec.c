@@ -430,7 +430,7 @@ static const opt_def_t k_opts[] = {
      0},
     {{"chunk", "N", "configs per job (default: 16 for the cheapest shape, fewer for a costlier one)"}, set_u32, 0},
     {{"max-attempts", "N", "leases a job may fail before it is failed (default 3)"}, set_u32, 1},
-    {{"warmup", "N", "warm-up runs per measurement (default 5)"}, set_u32, 2},
+    {{"warmup", "N", "warm-up runs per measurement (default 2)"}, set_u32, 2},
     {{"min-samples", "N", "fewest timed samples (default 10)"}, set_u32, 3},
     {{"max-samples", "N", "most timed samples (default 100)"}, set_u32, 4},
     {{"budget-ms", "MS", "time budget per config and batch size (default 1000)"}, set_u32, 5},

@@ -29,9 +29,13 @@ void wire_config_to_msg(const krn_config_t *c, Moetune__Config *m);
 
 /* The measurement settings a Job carries when its spec leaves them 0: X(Measure field,
  * default). The planner fills a sweep's from these and a worker fills a Job's the same way,
- * so no backend has defaults of its own. */
+ * so no backend has defaults of its own. Warm-up 2: the first replay of a timing graph carries
+ * its upload, and an L2 flush precedes every timed replay anyway; racing's 2 judged replays are
+ * a survivor's warm-up. On an H200 (bench/RESULTS.md, "Warm-up 2") medians with 2 warm-up
+ * replays were those with 5 (median ratio 1.0001-1.0003, spread as two runs with 5), and a
+ * racing sweep spent 17 % of its wall time on the 3 more. */
 #define WIRE_MEASURE_DEFAULTS(X)                                                                                       \
-    X(warmup, 5)                                                                                                       \
+    X(warmup, 2)                                                                                                       \
     X(min_samples, 10)                                                                                                 \
     X(max_samples, 100)                                                                                                \
     X(rsd_target, 0.01)                                                                                                \

@@ -8,9 +8,10 @@
 # The wall time runs from the submit to the sweep's 'done' (the coordinator's log line), with every worker
 # connected before the submit (start-up is not the scheduler's work). The ideal is the GPU's
 # work: what the sim sleeps as kernels, per result row its timed samples (results.timed_us,
-# racing's first samples included) and its warm-up replays (5, the default, x median for a row
-# measured before a best was known; 5 - 2 for a racing survivor, whose first 2 timed samples were
-# its warm-up; none for a pruned row; 5 per round for a decide row, measured in 5 rounds), over N.
+# racing's first samples included) and its warm-up replays (WARMUP, default 2 as --warmup's, x
+# median for a row measured before a best was known; WARMUP - 2 for a racing survivor, whose first
+# 2 timed samples were its warm-up; none for a pruned row; WARMUP per round for a decide row,
+# measured in 5 rounds), over N. Env: WARMUP, when the sweep options give another --warmup.
 # A finalist's first-pass work is not in it (its decide row replaced that row), so the ideal is
 # a little short of the work. Compiles are not in it: the sim compiles a job's
 # configs ahead on 15 threads per worker, as the cuda backend does on a 16-core host, so what a worker
@@ -72,9 +73,10 @@ case "$line" in
   *"'scale' done:"*) t1=$(date -d "${line%% *}" +%s.%N) ;;
   *) echo "sweep ended: ${line:-not in 10 min}"; exit 1 ;;
 esac
-python3 - "$db" "$n" "$t0" "$t1" <<'PY'
+python3 - "$db" "$n" "$t0" "$t1" "${WARMUP:-2}" <<'PY'
 import sqlite3, sys
 db, n, t0, t1 = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+W = int(sys.argv[5])
 c = sqlite3.connect(db)
 rows, planned = c.execute("SELECT count(*), (SELECT results_planned FROM sweeps WHERE id=1) FROM results WHERE sweep_id=1").fetchone()
 timed = c.execute("SELECT coalesce(sum(timed_us), 0) FROM results WHERE sweep_id=1").fetchone()[0] / 1e6
@@ -82,8 +84,8 @@ warm = 0.0
 for st, med, tu, ns, ph in c.execute("SELECT status, median_us, timed_us, samples, phase FROM results WHERE "
                                      "sweep_id=1 AND median_us > 0 AND status != 'pruned'"):
     raced = tu / med - ns > 1.0  # its timed samples hold 2 more than its stored ones: racing's
-    # a decide row was measured in 5 rounds, each with its own 5 warm-up replays
-    warm += (5 * 5 if ph == 2 else 5 - 2 if raced else 5) * med / 1e6
+    # a decide row was measured in 5 rounds, each with its own W warm-up replays
+    warm += (5 * W if ph == 2 else max(W - 2, 0) if raced else W) * med / 1e6
 by = dict(c.execute("SELECT status, count(*) FROM results WHERE sweep_id=1 GROUP BY status").fetchall())
 work = timed + warm
 wall = t1 - t0

@@ -25,8 +25,8 @@ rows=$(check_rows 1)
 pass "$rows rows, exactly the planned set, each once"
 
 # the wall time against the bound without splitting: the longest of 3 jobs >= the work / 3;
-# work per config as the sim sleeps it: timed samples, warm-up (5 x median), 50 ms compile
-work=$(sql "SELECT (SUM(timed_us) + SUM(5 * median_us)) / 1e6 + 0.05 * COUNT(DISTINCT config_id) FROM results WHERE sweep_id=1")
+# work per config as the sim sleeps it: timed samples, warm-up (2 x median), 50 ms compile
+work=$(sql "SELECT (SUM(timed_us) + SUM(2 * median_us)) / 1e6 + 0.05 * COUNT(DISTINCT config_id) FROM results WHERE sweep_id=1")
 wall=$(echo "$t1 - $t0" | bc -l)
 bound=$(echo "$work / 3" | bc -l)
 printf 'wall %.1f s, simulated work %.1f s, no-split bound %.1f s, ideal %.1f s\n' "$wall" "$work" "$bound" "$(echo "$work / 8" | bc -l)"

@@ -66,7 +66,7 @@ grep -q "sweep 1 already measured this on 2 x NVIDIA H200 (sim)" "$T/t3.err" || 
 pass "done sweep reused: still 1 sweep and $full rows, $(basename "$F") exported again"
 
 # ---- other settings: refused with what differs, nothing planned
-for alt in "--min-samples 20|min_samples 10, now 20" "--seed 5|seed 1, now 5" "--warmup 2|warmup 5, now 2" \
+for alt in "--min-samples 20|min_samples 10, now 20" "--seed 5|seed 1, now 5" "--warmup 5|warmup 2, now 5" \
            "--rsd-target 0.05|rsd_target 0.01, now 0.05" "--max-samples 50|max_samples 100, now 50"; do
   flags=${alt%%|*} want=${alt#*|}
   # shellcheck disable=SC2086

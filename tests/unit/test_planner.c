@@ -85,7 +85,7 @@ static void test_default_space_counts(void **state) {
     assert_int_equal(p->chunk, 0); /* none given: by shape; one shape is its own cheapest */
     assert_int_equal(p->shapes[0].chunk, 16);
     assert_int_equal(p->max_attempts, 3);
-    assert_int_equal(p->measure.warmup, 5);
+    assert_int_equal(p->measure.warmup, 2);
     assert_int_equal(p->measure.min_samples, 10);
     assert_int_equal(p->measure.max_samples, 100);
     assert_true(p->measure.rsd_target > 0.0099 && p->measure.rsd_target < 0.0101);
@@ -397,7 +397,7 @@ static void test_custom_space_and_measure(void **state) {
     Moetune__Measure m = MOETUNE__MEASURE__INIT;
     sp.n_block_m = 2, sp.block_m = bm, sp.n_block_n = 1, sp.block_n = bn, sp.n_block_k = 2, sp.block_k = bk;
     sp.n_group_m = 1, sp.group_m = gm, sp.n_num_warps = 1, sp.num_warps = nw, sp.n_num_stages = 3, sp.num_stages = ns;
-    m.warmup = 2;
+    m.warmup = 3;
     m.seed = 9;
     spec_init(&s, QWEN, 1);
     s.spec.space = &sp;
@@ -406,7 +406,7 @@ static void test_custom_space_and_measure(void **state) {
     s.spec.max_attempts = 5;
     assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
     assert_int_equal(p->configs_valid + p->configs_rejected, 12);
-    assert_int_equal(p->measure.warmup, 2);
+    assert_int_equal(p->measure.warmup, 3);
     assert_int_equal(p->measure.seed, 9);
     assert_int_equal(p->measure.max_samples, 100);
     assert_int_equal(p->max_attempts, 5);

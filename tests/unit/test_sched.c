@@ -81,7 +81,7 @@ static void test_credits(void **state) {
     const Moetune__Job *j = fx_last_job(f, "A");
     assert_int_equal(j->n_configs, 1);
     assert_int_equal(j->n_batch_sizes, 2);
-    assert_int_equal(j->measure->warmup, 5);
+    assert_int_equal(j->measure->warmup, 2);
     assert_int_not_equal(j->lease_token, 0);
     /* a late submit is dispatched at once to the credits left */
     fx_submit(f, 2, 1, NULL);

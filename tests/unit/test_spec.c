@@ -236,7 +236,7 @@ static void test_compare(void **state) {
         {"min-samples", "20", "min_samples 10, now 20"},
         {"max-samples", "50", "max_samples 100, now 50"},
         {"rsd-target", "0.05", "rsd_target 0.01, now 0.05"},
-        {"warmup", "2", "warmup 5, now 2"},
+        {"warmup", "5", "warmup 2, now 5"},
         {"seed", "7", "seed 1, now 7"},
         {"budget-ms", "10", "budget_ms 1000, now 10"},
         {"config-timeout-ms", "500", "timeout_ms 60000, now 500"},
@@ -261,7 +261,7 @@ static void test_compare(void **state) {
     }
     /* The defaults given explicitly are the same work as none given. */
     cli_spec_t *now =
-        made("min-samples", "10", "seed", "1", "rsd-target", "0.01", "warmup", "5", "decide-margin", "0.02", NULL);
+        made("min-samples", "10", "seed", "1", "rsd-target", "0.01", "warmup", "2", "decide-margin", "0.02", NULL);
     assert_int_equal(cli_spec_compare(cli_spec_get(base), cli_spec_get(now), &same, diff, sizeof diff), MT_OK);
     if (!same) fail_msg("explicit defaults differ: %s", diff);
     cli_spec_destroy(&now);
@@ -301,7 +301,7 @@ static void test_bad_flags(void **state) {
     set_bad("dtype", "fp4", "--dtype fp4");
     set_bad("strategy", "random", "unknown strategy");
     set_bad("rsd-target", "2", "--rsd-target 2");
-    set_bad("warmup", "0", "--warmup 0"); /* zero would be taken for the default 5 */
+    set_bad("warmup", "0", "--warmup 0"); /* zero would be taken for the default 2 */
     set_bad("seed", "0", "--seed 0");     /* zero would be taken for the default 1 */
     set_bad("decide-margin", "1", "--decide-margin 1: not a fraction from 0 (off) to below 1");
     set_bad("race-margin", "-0.1", "--race-margin -0.1: not a fraction from 0 (off) to below 10");

@@ -374,7 +374,7 @@ static void test_credit_cap(void **state) {
 static void test_measure_defaults(void **state) {
     Moetune__Measure out, given = MOETUNE__MEASURE__INIT;
     wire_measure_fill(NULL, &out);
-    assert_int_equal(out.warmup, 5);
+    assert_int_equal(out.warmup, 2);
     assert_int_equal(out.min_samples, 10);
     assert_int_equal(out.max_samples, 100);
     assert_true(out.rsd_target == 0.01);
