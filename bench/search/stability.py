@@ -13,6 +13,11 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
       done sweeps of one database (ONE_PROCESS=1): per (shape, batch size,
       config) the slowest run's median over the fastest's, and per batch size whether the runs
       ordered the configs alike; each run's median in run order shows whether the spread follows time.
+  python3 bench/search/stability.py ratios A.db B.db [...]
+      every pair of runs (sweep 1 of each, e.g. a setting changed between them): over the (config,
+      batch size) both measured ok, the median of A's median over B's and its 5th and 95th
+      percentiles, for all batch sizes, M <= 64 and M > 64. A change that moves no median reads as
+      pairs with the change spread like pairs without it.
 """
 import json
 import sqlite3
@@ -117,11 +122,32 @@ def spread(dbs):
                                    "order_differs": flips, "batch_sizes": len(points)}))
 
 
+def ratios(dbs):
+    runs = {db: medians(db) for db in dbs}
+
+    def stats(r):
+        r = sorted(r)
+        if not r:
+            return "      (none)"
+        pick = lambda q: r[min(len(r) - 1, int(q * len(r)))]
+        return f"{pick(0.5):.4f} [{pick(0.05):.4f}, {pick(0.95):.4f}]"
+    print(f"{'A / B':<24} {'pairs':>6}  {'all: median [p5, p95]':<26} {'M <= 64':<26} {'M > 64':<26}")
+    for i, a in enumerate(dbs):
+        for b in dbs[i + 1:]:
+            keys = set(runs[a]) & set(runs[b])
+            r = {k: runs[a][k] / runs[b][k] for k in keys}
+            print(f"{a + ' / ' + b:<24} {len(keys):>6}  {stats(r.values()):<26} "
+                  f"{stats(v for k, v in r.items() if k[0][1] <= 64):<26} "
+                  f"{stats(v for k, v in r.items() if k[0][1] > 64):<26}")
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "differ":
         differ(sys.argv[2], sys.argv[3])
     elif len(sys.argv) in (4, 5) and sys.argv[1] == "score":
         score(*sys.argv[2:])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "ratios":
+        ratios(sys.argv[2:])
     elif len(sys.argv) >= 3 and sys.argv[1] == "spread":
         spread(sys.argv[2:])
     else:
