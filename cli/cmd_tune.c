@@ -468,8 +468,6 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
         add_arg(args, &a, "--log-level", log_level);
         add_arg(args, &a, "--sim-time-scale", o->sim_time_scale);
         add_arg(args, &a, "--sim-faults", o->sim_faults);
-        /* hold the next job too: its configs compile ahead while this one is measured */
-        if (strcmp(backend, "triton") == 0) add_arg(args, &a, "--credits", "2");
         add_arg(args, &a, "--kernel", o->kernel);
         add_arg(args, &a, "--python", o->python);
         if (o->helper_mem_mb) add_arg(args, &a, "--helper-mem-mb", mem_mb);

@@ -16,7 +16,8 @@ static void usage(FILE *f) {
             "  --backend NAME        measuring backend (built: %s)\n"
             "  --gpu N               GPU index (default 0)\n"
             "  --id ID               worker id (default <hostname>-<pid>-gpu<N>)\n"
-            "  --credits N           jobs to hold at once (default 1)\n"
+            "  --credits N           jobs to hold at once (default 2 for cuda and triton, whose next job\n"
+            "                        compiles while one is measured; 1 for sim)\n"
             "  --heartbeat-ms MS     heartbeat period until the coordinator sets one (default 1000)\n"
             "  --sim-time-scale X    sim: 0 answers at once, 1 sleeps the simulated time (default 0)\n"
             "  --sim-faults SPEC     sim: crash=BMxBNxBKxGMxWxS,crash_rate=P,hang=...,wrong=...,slow_start_ms=N\n"
@@ -170,6 +171,10 @@ int main(int argc, char **argv) {
                 "moetune-worker: --connect and --backend are required (moetune-worker --help lists the options)\n");
         return MT_EXIT_USAGE;
     }
+    /* A GPU worker holds the next job too, so that its configs compile ahead while this one is
+     * measured. Holding one, an H200's cuda worker waited for compiles at the start of every job:
+     * 24.6 s of a 277-s sweep (MOETUNE_CUDA_PROFILE; bench/RESULTS.md, "Warm-up 2"). */
+    if (o.credits == 0) o.credits = strcmp(o.backend, "sim") == 0 ? 1 : 2;
     if (!curve_secret != !curve_server) {
         fprintf(stderr, "moetune-worker: --curve-secret and --curve-server go together\n");
         return MT_EXIT_USAGE;
