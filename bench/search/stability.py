@@ -13,6 +13,9 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
       done sweeps of one database (ONE_PROCESS=1): per (shape, batch size,
       config) the slowest run's median over the fastest's, and per batch size whether the runs
       ordered the configs alike; each run's median in run order shows whether the spread follows time.
+  python3 bench/search/stability.py cross A.db B.db
+      where the two runs picked differently, each pick's median in each run (both runs measure
+      every config of the space): a check without a re-measure, two separate measurements each.
   python3 bench/search/stability.py ratios A.db B.db [...]
       every pair of runs (sweep 1 of each, e.g. a setting changed between them): over the (config,
       batch size) both measured ok, the median of A's median over B's and its 5th and 95th
@@ -122,6 +125,21 @@ def spread(dbs):
                                    "order_differs": flips, "batch_sizes": len(points)}))
 
 
+def cross(a, b):
+    pa, pb = picks(a), picks(b)
+    ma, mb = medians(a), medians(b)
+    fmt = lambda v: f"{v:.4f}" if v else "     -"
+    print(f"{'shape':<24} {'M':>5} {'A picked':<22} {'B picked':<22} {'in A: B/A':>10} {'in B: A/B':>10}")
+    for key in sorted(pa):
+        (e, n, k, topk), m = key
+        ca, cb = pa[key][0], pb.get(key, (None,))[0]
+        if cb is None or ca == cb:
+            continue
+        in_a = ma.get((key, cb), 0) / pa[key][1]
+        in_b = mb.get((key, ca), 0) / pb[key][1]
+        print(f"E={e},N={n},K={k:<11} {m:>5} {cfg_text(ca):<22} {cfg_text(cb):<22} {fmt(in_a):>10} {fmt(in_b):>10}")
+
+
 def ratios(dbs):
     runs = {db: medians(db) for db in dbs}
 
@@ -146,6 +164,8 @@ if __name__ == "__main__":
         differ(sys.argv[2], sys.argv[3])
     elif len(sys.argv) in (4, 5) and sys.argv[1] == "score":
         score(*sys.argv[2:])
+    elif len(sys.argv) == 4 and sys.argv[1] == "cross":
+        cross(sys.argv[2], sys.argv[3])
     elif len(sys.argv) >= 4 and sys.argv[1] == "ratios":
         ratios(sys.argv[2:])
     elif len(sys.argv) >= 3 and sys.argv[1] == "spread":
