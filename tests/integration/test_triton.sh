@@ -51,6 +51,12 @@ state=$(wait_sweep 1 120)
 [ "$state" = done ] || fail "sweep ok: $state"
 rows=$(check_rows 1)
 [ "$rows" = 12 ] || fail "sweep ok: $rows rows, expected 12"
+# a GPU worker holds the next job too (its default --credits 2, so that job compiles ahead): the
+# sweep's second job reached the worker before its first was done
+got2=$(grep -n 'job 2: ' "$T/ok.log" | head -n 1 | cut -d: -f1)
+done1=$(grep -n 'job 1 done' "$T/ok.log" | head -n 1 | cut -d: -f1)
+[ -n "$got2" ] && [ -n "$done1" ] && [ "$got2" -lt "$done1" ] \
+  || { cat "$T/ok.log" >&2; fail "the triton worker did not hold job 2 while job 1 ran (lines ${got2:-none}, ${done1:-none})"; }
 bad=$(sql "SELECT count(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.sweep_id = 1 AND NOT (
            r.status = 'ok' AND r.median_us = c.block_m + r.batch_size / 2.0 AND r.min_us = r.median_us - 0.5
            AND r.up_us = r.median_us / 2 AND r.down_us = r.median_us / 4 AND r.samples = 20
