@@ -6,7 +6,8 @@
 # time is their sum (the resume's start-up included, as a user who resumes would see it).
 #   bench/search/fullspace.sh OUT_DIR LIMIT_S STRATEGY [tune options: --model/--shape, --tp, ...]
 # STRATEGY: racing (the default: racing and its decide step), halving, or exhaustive (racing off).
-# Env: BACKEND (default cuda; sim for a dry run), MT_BIN_DIR (the binaries; default from PATH).
+# Env: BACKEND (default cuda; sim for a dry run), MT_BIN_DIR (the binaries; default from PATH),
+#      MOETUNE_CUDA_PROFILE=1: each box's worker profile goes to OUT/STRATEGY.profile too.
 # Exit 0 when the sweep is done, 3 when the box ended first (run it again), else tune's code.
 set -uo pipefail
 out=${1:?usage: bench/search/fullspace.sh OUT_DIR LIMIT_S STRATEGY [tune options]}
@@ -20,15 +21,18 @@ case $s in
   exhaustive) opt=(--race-margin 0) ;;
   *) echo "unknown strategy $s" >&2; exit 2 ;;
 esac
+keep=()
+[ -n "${MOETUNE_CUDA_PROFILE:-}" ] && keep=(--keep-temp)
 echo "== $s: moetune tune --backend $backend ${args[*]} ${opt[*]} (box of $limit s)" | tee -a "$out/$s.boxes"
 t0=$(date +%s.%N)
-timeout -s INT -k 30 "$limit" "$bin/moetune" tune --backend "$backend" "${extra[@]}" "${args[@]}" "${opt[@]}" \
+timeout -s INT -k 30 "$limit" "$bin/moetune" tune --backend "$backend" "${extra[@]}" "${args[@]}" "${opt[@]}" "${keep[@]}" \
   --name "full-$s" --db "$out/$s.db" --out "$out/configs-$s" >>"$out/$s.out" 2>>"$out/$s.err"
 rc=$?
 t1=$(date +%s.%N)
 last=$(tr '\r' '\n' <"$out/$s.err" | grep -E 'sweep [0-9]+ ' | tail -n 1)
 python3 -c "print('box wall', round($t1 - $t0, 1), 's, exit', $rc)" | tee -a "$out/$s.boxes"
 echo "$last" | tee -a "$out/$s.boxes"
+[ ${#keep[@]} -gt 0 ] && worker_profile "$out/$s.err" | tee -a "$out/$s.profile"
 python3 - "$out/$s.boxes" <<'PY'
 import re, sys
 walls = [float(m) for m in re.findall(r'box wall ([\d.]+) s', open(sys.argv[1]).read())]

@@ -24,9 +24,7 @@ MOETUNE_CUDA_PROFILE=1 "$run_bin/moetune" tune --backend cuda "${args[@]}" --nam
   --db "$out/$name.db" --out "$out/configs-$name" >"$out/$name.out" 2>"$out/$name.err"
 rc=$?
 t1=$(date +%s.%N)
-dir=$(sed -n 's/.*logs of the coordinator and workers are in //p' "$out/$name.err" | tail -n 1)
-grep -h 'cuda profile' "$dir"/worker*.log 2>/dev/null | tail -n 1 >"$out/$name.profile"
-[ -n "$dir" ] && rm -rf "$dir"
+worker_profile "$out/$name.err" >"$out/$name.profile"
 [ -n "${WORKER_BIN:-}" ] && rm -rf "$run_bin"
 python3 -c "print('$name wall', round($t1 - $t0, 1), 's, exit', $rc)"
 tr '\r' '\n' <"$out/$name.err" | grep -E 'sweep [0-9]+ ' | tail -n 1
