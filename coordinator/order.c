@@ -11,23 +11,44 @@
 #define ORD_SMS 132.0
 #define ORD_FLOPS 7.0e14 /* sustained dense bf16 tensor-core rate */
 #define ORD_BW 4.0e12    /* sustained HBM bandwidth, bytes/s */
+#define ORD_SMEM 232448.0    /* shared memory per SM for blocks, bytes (227 KB) */
+#define ORD_WARP_TILE 4096.0 /* a 64x64 warp tile: the warp-tile factor's 1 */
 #define ORD_LAUNCH_US 4.0
 #define ORD_MAX_BS 6
 #define ORD_COST_SAMPLE 512
 
 /* One GEMM over ctas tiles: the slower of its work and its traffic, with the last
- * partial wave idling part of the machine. */
-static double gemm_s(const krn_config_t *c, double ctas, double flops, double bytes, double red) {
+ * partial wave idling part of the machine. Efficiency falls with small tiles, with few
+ * accumulators per thread or more than fit in registers beside the operands, and, once the
+ * grid fills every SM's slots, with small warp tiles (shared-memory fragment traffic per
+ * MMA) and with few resident warps (a tile whose pipeline stages fill shared memory leaves
+ * one or two CTAs per SM, and nothing hides their latency). The last three were fitted
+ * against an H200's measurements of two shapes' whole default space (bench/RESULTS.md,
+ * "The order's cost model"): they made the model's first picks at 512-4096 tokens the
+ * measured winners' tile shapes instead of 128x128 tiles 1.4x slower. */
+static double gemm_s(const krn_shape_t *s, const krn_config_t *c, double ctas, double flops, double bytes,
+                     double red) {
     double tile = (double)c->block_m * c->block_n;
     double eff = tile / (tile + 12.0 * (c->block_m + c->block_n));
     if (c->block_m < 64) eff *= 0.55 + 0.45 * c->block_m / 64.0;
     if (c->block_k < 64) eff *= 0.8;
     double acc = tile / (c->num_warps * 32.0); /* accumulators per thread */
     if (acc < 8) eff *= 0.8;
-    if (acc > 96) eff *= 0.85;
+    if (acc > 128) eff *= 0.85;
     double per_sm = 64.0 / c->num_warps < 4 ? 64.0 / c->num_warps : 4;
+    double smem = (double)krn_smem_bytes(c, s), by_smem = smem > 0 ? floor(ORD_SMEM / smem) : per_sm;
+    if (by_smem < per_sm) per_sm = by_smem < 1 ? 1 : by_smem;
     double slots = ORD_SMS * per_sm;
     double fill = ctas < slots ? ctas / slots : 1.0;
+    if (fill >= 1.0) {
+        double resident = per_sm * c->num_warps;
+        eff *= resident >= 16 ? 1.0 : resident >= 8 ? 0.9 : 0.4;
+        uint32_t wm = krn_warps_m(c);
+        if (wm) {
+            double tm = c->block_m / (double)wm, tn = c->block_n / (double)(c->num_warps / wm);
+            eff *= tm * tn / (tm * tn + 16.0 * (tm + tn)) / (ORD_WARP_TILE / (ORD_WARP_TILE + 16.0 * 128.0));
+        }
+    }
     double t_work = flops / (ORD_FLOPS * eff * (fill > 0.05 ? fill : 0.05));
     double depth = c->num_stages > 1 ? (double)(c->num_stages - 1) : 0.5;
     double bw = ORD_BW * (depth >= 2 ? 1.0 : 0.75);
@@ -48,8 +69,8 @@ double ord_cost_us(const krn_shape_t *s, const krn_config_t *c, uint32_t m) {
     double w1 = touched * 2.0 * N * K * eb, w2 = touched * N * K * eb;
     double b1 = w1 * (1.0 + reread) + rows * K * eb * (2.0 * N / c->block_n) * 0.2 + A * 2.0 * N * eb;
     double b2 = w2 * (1.0 + reread) + rows * N * eb * (K / c->block_n) * 0.2 + A * K * eb;
-    double t = gemm_s(c, touched * mb * ceil(2.0 * N / c->block_n), 4.0 * rows * N * K, b1, K) +
-               gemm_s(c, touched * mb * ceil(K / c->block_n), 2.0 * rows * N * K, b2, N);
+    double t = gemm_s(s, c, touched * mb * ceil(2.0 * N / c->block_n), 4.0 * rows * N * K, b1, K) +
+               gemm_s(s, c, touched * mb * ceil(K / c->block_n), 2.0 * rows * N * K, b2, N);
     return t * 1e6 + ORD_LAUNCH_US;
 }
 

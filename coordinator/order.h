@@ -4,10 +4,12 @@
  *
  * The cost model is a roofline estimate of one fused-MoE layer (both GEMMs): padded
  * tensor-core work at a tile-shape efficiency against weight and activation traffic
- * (weight re-reads per M block, softened by GROUP_SIZE_M), with wave quantisation and
- * a pipeline-depth and accumulator-pressure factor. It ranks; it never times: the
- * measurements decide. A config's score is the geometric mean over the batch sizes of
- * its estimate over the best estimate at that batch size (1 = predicted best everywhere).
+ * (weight re-reads per M block, softened by GROUP_SIZE_M), with wave quantisation, a
+ * pipeline-depth and accumulator-pressure factor, and, on a full machine, the warp tile
+ * and the warps that shared memory lets reside per SM. It ranks; it never times: the
+ * measurements decide. A config's score is its best showing at any batch size: the lowest,
+ * over the batch sizes, of its estimate over the best estimate there (1 = predicted best
+ * at one batch size at least), so each batch size's predicted winners come first.
  */
 #ifndef COORD_ORDER_H
 #define COORD_ORDER_H
