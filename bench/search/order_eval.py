@@ -5,23 +5,14 @@
 Rows are a database's ok and pruned rows (a pruned row's median is what racing measured
 before it stopped: enough to rank, never a pick)."""
 import collections
+import os
 import sqlite3
 import statistics
 import subprocess
 import sys
 
-
-def ranks(x):
-    order = sorted(range(len(x)), key=lambda i: x[i])
-    r = [0] * len(x)
-    for pos, i in enumerate(order):
-        r[i] = pos
-    return r
-
-
-def spearman(a, b):
-    ra, rb, n = ranks(a), ranks(b), len(a)
-    return 1 - 6 * sum((x - y) ** 2 for x, y in zip(ra, rb)) / (n * (n * n - 1)) if n > 1 else 1.0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "triton"))
+from sim_vs_measured import spearman  # noqa: E402  (the same rank correlation as the sim's check)
 
 
 def run(binary, mode, shape, lines):
