@@ -219,13 +219,13 @@ void sched_send_acks(sched_t *s) {
          * since its lease prunes its next configs (without scratch memory, the seqs alone) */
         size_t nb = 0;
         for (size_t k = 0; k < w->n_held; k++)
-            nb += sched_job_measure(w->held[k])->race_margin > 0 ? sched_job_nb(w->held[k]) : 0;
+            nb += sched_job_races(w->held[k]) ? sched_job_nb(w->held[k]) : 0;
         bool room = nb && !sched_grow((void **)&s->best, &s->cap_best, nb, sizeof *s->best) &&
                     !sched_grow((void **)&s->jb, &s->cap_jb, w->n_held, sizeof *s->jb) &&
                     !sched_grow((void **)&s->jbp, &s->cap_jbp, w->n_held, sizeof *s->jbp);
         for (size_t k = 0, used = 0; room && k < w->n_held; k++) {
             const job_t *j = w->held[k];
-            if (!(sched_job_measure(j)->race_margin > 0)) continue;
+            if (!sched_job_races(j)) continue;
             Moetune__JobBest *b = &s->jb[ack.n_best];
             moetune__job_best__init(b);
             b->job_id = j->id;

@@ -250,6 +250,8 @@ static inline size_t sched_job_nb(const job_t *j) { return j->bs ? j->nb : j->sw
 static inline const Moetune__Measure *sched_job_measure(const job_t *j) {
     return j->sw->halving && j->phase == 1 ? &j->sw->measure1 : &j->sw->measure;
 }
+/* Whether j's measurement races: its Job and the Acks while it is held carry best_us. */
+static inline bool sched_job_races(const job_t *j) { return sched_job_measure(j)->race_margin > 0; }
 /* A job whose configs are measured side by side to be compared: a listed sweep's, or a
  * decide step's phase 2. It is never split across GPUs, and its configs are measured in
  * WIRE_SIDE_BY_SIDE_ROUNDS rounds. */
