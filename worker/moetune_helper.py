@@ -1048,12 +1048,11 @@ class Measurer:
         starts it and the host's launch gaps do not count (with Python launching each kernel
         they would, at small batch sizes, be most of the layer)."""
         torch = self.torch
-        if self.hold_us is None and not hasattr(torch.cuda, "_sleep"):
-            # a PyTorch without the private hold: no check layer is judged (the graph decides)
-            self.hold_us = math.inf
+        if self.hold_us is None:  # measured once; a PyTorch without the private hold judges no check layer
+            has_hold = hasattr(torch.cuda, "_sleep")
+            self.hold_us = self._gpu_us(lambda: torch.cuda._sleep(HOLD_CYCLES)) if has_hold else math.inf
+        if math.isinf(self.hold_us):
             return None
-        if self.hold_us is None:
-            self.hold_us = self._gpu_us(lambda: torch.cuda._sleep(HOLD_CYCLES))
         self.flush.fill_(0)
         torch.cuda._sleep(HOLD_CYCLES)
         launch_s = []
