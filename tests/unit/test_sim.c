@@ -352,10 +352,6 @@ static void test_rsd_stop(void **unused) {
     wrk_backend_sim.close(&k.st);
 }
 
-/* Racing: a config slower than the best by more than the margin stops after
- * WRK_RACE_SAMPLES samples as PRUNED with what it measured (after 1 when that one is beyond
- * the best by WRK_RACE_FAR margins); one within the margin, an
- * unknown best (0) or racing off (margin 0) is sampled to the RSD rule. */
 /* The racing tests' case: one config at 1, 256 and 4096 tokens, 7 samples each, measured once
  * without racing into ref. */
 static void racing_case(sim_case_t *k, uint32_t bs[3], wrk_meas_t ref[3]) {
@@ -366,6 +362,10 @@ static void racing_case(sim_case_t *k, uint32_t bs[3], wrk_meas_t ref[3]) {
     assert_int_equal(sim_measure(k, bs, 3, ref), MT_OK);
 }
 
+/* Racing: a config slower than the best by more than the margin stops after
+ * WRK_RACE_SAMPLES samples as PRUNED with what it measured (after 1 when that one is beyond
+ * the best by WRK_RACE_FAR margins); one within the margin, an
+ * unknown best (0) or racing off (margin 0) is sampled to the RSD rule. */
 static void test_racing(void **unused) {
     (void)unused;
     sim_case_t k;
