@@ -102,13 +102,15 @@ extern "C" __global__ void moe_poison(bf16_t *p, unsigned long long n) {
         p[i] = 0xffff;
 }
 
-// Holds the stream for ns nanoseconds (one thread), so that the launches queued behind it are
-// all queued before the GPU reaches them: a timed single layer then measures the GPU's work, not
-// the host's launch gaps. At most 2^20 reads of the timer, should it not advance.
-extern "C" __global__ void moe_spin(unsigned long long ns) {
+// Holds the stream until the host has queued the launches behind it (it writes want to *go, a
+// word of host memory the GPU reads), or for ns nanoseconds at most: a timed single layer then
+// measures the GPU's work, not the host's launch gaps, and the GPU waits no longer than the
+// host's launching takes. At most 2^20 reads of the timer, should it not advance.
+extern "C" __global__ void moe_spin(unsigned long long ns, const volatile unsigned *go, unsigned want) {
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     for (unsigned i = 0; i < (1u << 20); i++) {
+        if (*go == want) break;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         if (t - t0 >= ns) break;
     }

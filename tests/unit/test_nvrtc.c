@@ -101,6 +101,17 @@ static void test_cache(void **unused) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* The config-independent image (align, sums, reference layers, the check's hold) compiles for
+ * sm_90 and ends with a cubin: the worker loads it before its first config. */
+static void test_compile_common(void **unused) {
+    wcu_image_t img;
+    assert_int_equal(wcu_compile_common(9, 0, NULL, &img), MT_OK);
+    assert_true(img.ok);
+    assert_true(img.cubin_size > 0);
+    assert_string_equal(img.error, "");
+    wcu_image_clear(&img);
+}
+
 typedef struct {
     krn_config_t *cfgs;
     size_t n, next;
@@ -198,7 +209,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_values), cmocka_unit_test(test_open_without_gpu),
         cmocka_unit_test(test_warp_layout),   cmocka_unit_test(test_inject_spec),
-        cmocka_unit_test(test_cache),         cmocka_unit_test(test_compile_default_space),
+        cmocka_unit_test(test_cache),         cmocka_unit_test(test_compile_common),
+        cmocka_unit_test(test_compile_default_space),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
