@@ -207,9 +207,12 @@ static void test_compile_default_space(void **unused) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_status_values), cmocka_unit_test(test_open_without_gpu),
-        cmocka_unit_test(test_warp_layout),   cmocka_unit_test(test_inject_spec),
-        cmocka_unit_test(test_cache),         cmocka_unit_test(test_compile_common),
+        cmocka_unit_test(test_status_values),
+        cmocka_unit_test(test_open_without_gpu),
+        cmocka_unit_test(test_warp_layout),
+        cmocka_unit_test(test_inject_spec),
+        cmocka_unit_test(test_cache),
+        cmocka_unit_test(test_compile_common),
         cmocka_unit_test(test_compile_default_space),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
