@@ -27,6 +27,7 @@ REL_TOL = 0.02                # see Measurer.check
 RACE_SAMPLES = 2              # racing judges the fastest of this many samples (worker/backend.h)
 RACE_FAR = 2.0                # a first sample beyond the best by this many margins loses alone (WRK_RACE_FAR)
 CHECK_FAR = 2.5               # a timed check layer beyond the best by this many margins loses alone (WRK_CHECK_FAR)
+CHECK_FLOOR = 0.5             # ... and by at least this share of it, whatever the margin (WRK_CHECK_FLOOR)
 HOLD_CYCLES = 2_000_000       # GPU clocks the stream is held before a timed check layer (Measurer.check_sample)
 SETTLE_Z = 2.0                # settling: standard errors to spare (WRK_SETTLE_Z, worker/backend.h)
 SEM_FRACTION = 0.5            # the stop rule's standard-error arm (WRK_SEM_FRACTION, worker/backend.h)
@@ -847,9 +848,11 @@ def race_lost(m, best_us, head):
 
 def check_lost(m, best_us, check_us):
     """Racing on the check's layer (wrk_check_lost): whether one timed layer is beyond best_us by
-    CHECK_FAR race margins. The caller judges only from a config's second batch size on (its
-    first launch may carry a compile or a module's loading)."""
-    return racing(m, best_us) and check_us > best_us * (1.0 + CHECK_FAR * m["race_margin"])
+    CHECK_FAR race margins, and by CHECK_FLOOR of it at least (a check layer read up to 1.26x its
+    graph's median on an H200: a smaller margin must not let it prune a winner alone). The caller
+    judges only from a config's second batch size on (its first launch may carry a compile or a
+    module's loading)."""
+    return racing(m, best_us) and check_us > best_us * (1.0 + max(CHECK_FAR * m["race_margin"], CHECK_FLOOR))
 
 
 def precise(m, st, of_mean=False):

@@ -507,6 +507,17 @@ class VerifyAfterRace(unittest.TestCase):
         self.assertAlmostEqual(res["timed_us"], 140.0 + 2600.0)
         self.assertEqual((self.m.counts["check_pruned"], self.m.counts["pruned"]), (0, 1))
 
+    def test_check_threshold_never_under_its_floor(self):
+        # a margin of 0.1 would put 2.5 margins at 1.25x, under the 1.26x a winner's check layer
+        # read on an H200: the threshold stays at 1 + CHECK_FLOOR (1.5x); a wide margin widens it
+        m = {"race_margin": 0.1}
+        self.assertFalse(mh.check_lost(m, 100.0, 140.0))
+        self.assertTrue(mh.check_lost(m, 100.0, 151.0))
+        m = {"race_margin": 0.4}
+        self.assertFalse(mh.check_lost(m, 100.0, 190.0))
+        self.assertTrue(mh.check_lost(m, 100.0, 201.0))
+        self.assertFalse(mh.check_lost({"race_margin": 0.0}, 100.0, 1000.0))  # racing off
+
     def test_late_launches_do_not_judge(self):
         # the host took 400 us to launch the layer, longer than the 300-us hold: the GPU may have
         # waited on it, so the 200 us are not judged and the graph decides (a winner here)

@@ -438,6 +438,27 @@ static void test_check_racing(void **unused) {
     wrk_backend_sim.close(&k.st);
 }
 
+/* The check's threshold (wrk_check_lost) is WRK_CHECK_FAR margins beyond the best, never under
+ * 1 + WRK_CHECK_FLOOR: a margin of 0.1 keeps 1.5x, not 1.25x (a winner's check layer read up to
+ * 1.26x its graph's median on an H200); a wider margin widens it; never at a config's first
+ * batch size, never without a best or a margin. */
+static void test_check_floor(void **unused) {
+    (void)unused;
+    double best[2] = {100.0, 100.0};
+    wrk_measure_t m = {.race_margin = 0.1, .best_us = best};
+    assert_false(wrk_check_lost(&m, 1, 140.0));
+    assert_true(wrk_check_lost(&m, 1, 151.0));
+    assert_false(wrk_check_lost(&m, 0, 1000.0));
+    m.race_margin = 0.4;
+    assert_false(wrk_check_lost(&m, 1, 190.0));
+    assert_true(wrk_check_lost(&m, 1, 201.0));
+    best[1] = 0.0;
+    assert_false(wrk_check_lost(&m, 1, 1000.0));
+    best[1] = 100.0;
+    m.race_margin = 0.0;
+    assert_false(wrk_check_lost(&m, 1, 1000.0));
+}
+
 /* Settling (wrk_settled): with an RSD target never met, a config in the race whose mean lies
  * beyond the best by more than the settle margin plus two standard errors stops at
  * min_samples, OK, and says so; one at the best, settling off or racing off samples to
@@ -469,8 +490,10 @@ static void test_settling(void **unused) {
     assert_int_equal(out[1].samples, 60);
     assert_null(strstr(out[1].detail, "settled"));
     for (int off = 0; off < 2; off++) {
-        if (off) k.m.race_margin = 0;
-        else k.m.settle_margin = 0;
+        if (off)
+            k.m.race_margin = 0;
+        else
+            k.m.settle_margin = 0;
         assert_int_equal(sim_measure(&k, bs, 2, out), MT_OK);
         assert_int_equal(out[0].samples, 60);
         assert_null(strstr(out[0].detail, "settled"));
@@ -554,12 +577,12 @@ static void test_compile_ahead(void **unused) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_find),           cmocka_unit_test(test_device),     cmocka_unit_test(test_determinism),
-        cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid),    cmocka_unit_test(test_fault_parse),
-        cmocka_unit_test(test_crash_draw),     cmocka_unit_test(test_wrong),      cmocka_unit_test(test_rsd_stop),
-        cmocka_unit_test(test_racing),
-        cmocka_unit_test(test_check_racing),         cmocka_unit_test(test_settling),   cmocka_unit_test(test_stop_rule),
-        cmocka_unit_test(test_slowdown),       cmocka_unit_test(test_time_scale), cmocka_unit_test(test_compile_ahead),
+        cmocka_unit_test(test_find),           cmocka_unit_test(test_device),        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid),       cmocka_unit_test(test_fault_parse),
+        cmocka_unit_test(test_crash_draw),     cmocka_unit_test(test_wrong),         cmocka_unit_test(test_rsd_stop),
+        cmocka_unit_test(test_racing),         cmocka_unit_test(test_check_racing),  cmocka_unit_test(test_check_floor),
+        cmocka_unit_test(test_settling),       cmocka_unit_test(test_stop_rule),     cmocka_unit_test(test_slowdown),
+        cmocka_unit_test(test_time_scale),     cmocka_unit_test(test_compile_ahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
