@@ -29,6 +29,13 @@
  * inside the gap between the kept share and the rest. Fewer (3) lets one outlier in
  * two move the median; more buys precision that phase 2 measures anyway. */
 #define HALVING_PHASE1_SAMPLES 5
+/* A halving sweep's race margin when none is given (Measure.race_margin 0): phase 1 only ranks,
+ * and only the best few of a batch size go on, so a config whose fastest of its first 2 replays
+ * is 10 % off the best stops there. On an H200 two separate measurements of one config differed
+ * by 5 % at most (bench/RESULTS.md), and a Mixtral-8x7B TP2 sweep spent 57 s of its 481 s in
+ * timed kernels sampling, to 5 samples, configs that ended 1.1-1.2x the best. The check layer's
+ * threshold keeps its floor (WRK_CHECK_FLOOR: 1.5x); phase 2 races off. */
+#define HALVING_RACE_DEFAULT_MARGIN 0.1
 /* The share of each batch size's configs that goes on to phase 2, at least KEEP_MIN. */
 #define HALVING_KEEP_DIV 16
 #define HALVING_KEEP_MIN 4

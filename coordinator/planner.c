@@ -16,7 +16,8 @@ void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out) {
     wire_measure_fill(m, out);
     /* racing is on unless turned off (negative) or the space is a list; 0 is "not given" */
     bool listed = spec && spec->space && spec->space->n_configs;
-    out->race_margin = m && m->race_margin != 0 ? m->race_margin : listed ? -1.0 : RACE_DEFAULT_MARGIN;
+    double race = spec && halving_is(spec->strategy) ? HALVING_RACE_DEFAULT_MARGIN : RACE_DEFAULT_MARGIN;
+    out->race_margin = m && m->race_margin != 0 ? m->race_margin : listed ? -1.0 : race;
     /* the decide step likewise (halving_decide_margin: only where racing is on) */
     out->decide_margin = m && m->decide_margin != 0 ? m->decide_margin : listed ? -1.0 : HALVING_DECIDE_DEFAULT_MARGIN;
 }

@@ -68,7 +68,8 @@ typedef struct {
 
 /* Fills out with spec's measurement settings, defaults for zero fields (convert.h's
  * WIRE_MEASURE_DEFAULTS: warmup 2, min_samples 10, max_samples 100, rsd_target 0.01,
- * budget_ms 1000, timeout_ms 60000, seed 1; race_margin RACE_DEFAULT_MARGIN, or racing off
+ * budget_ms 1000, timeout_ms 60000, seed 1; race_margin RACE_DEFAULT_MARGIN
+ * (HALVING_RACE_DEFAULT_MARGIN for a halving sweep), or racing off
  * for a listed space (Space.configs: a side-by-side re-measure); decide_margin
  * HALVING_DECIDE_DEFAULT_MARGIN, off (-1) for a listed space; a negative margin stays off).
  * spec->measure may be NULL. */

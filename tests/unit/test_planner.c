@@ -420,6 +420,31 @@ static void test_custom_space_and_measure(void **state) {
     plan_destroy(&p);
 }
 
+/* A halving sweep races at HALVING_RACE_DEFAULT_MARGIN unless a margin is given; racing's own
+ * default stays; a listed space races at neither. */
+static void test_halving_margin(void **state) {
+    spec_t s;
+    plan_t *p = NULL;
+    char err[256] = "";
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    spec_init(&s, QWEN, 1);
+    s.spec.strategy = "halving";
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_true(p->measure.race_margin == HALVING_RACE_DEFAULT_MARGIN);
+    assert_true(HALVING_RACE_DEFAULT_MARGIN < RACE_DEFAULT_MARGIN);
+    plan_destroy(&p);
+    m.race_margin = 0.3;
+    s.spec.measure = &m;
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_true(p->measure.race_margin == 0.3);
+    plan_destroy(&p);
+    s.spec.measure = NULL;
+    s.spec.strategy = "exhaustive";
+    assert_int_equal(plan_build(&s.spec, &p, err, sizeof err), MT_OK);
+    assert_true(p->measure.race_margin == RACE_DEFAULT_MARGIN);
+    plan_destroy(&p);
+}
+
 /* Both strategies plan the same jobs: halving's phases are the scheduler's. */
 static void test_halving_accepted(void **state) {
     spec_t s;
@@ -517,6 +542,7 @@ int main(void) {
         cmocka_unit_test_prestate_setup_teardown(test_invalid_specs, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_failed_start_leaves_nothing, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test(test_custom_space_and_measure),
+        cmocka_unit_test(test_halving_margin),
         cmocka_unit_test(test_halving_accepted),
         cmocka_unit_test(test_config_list),
         cmocka_unit_test(test_triton_rules),
