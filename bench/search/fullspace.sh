@@ -8,6 +8,8 @@
 # STRATEGY: racing (the default: racing and its decide step), halving, or exhaustive (racing off).
 # Env: BACKEND (default cuda; sim for a dry run), MT_BIN_DIR (the binaries; default from PATH),
 #      MOETUNE_CUDA_PROFILE=1: each box's worker profile goes to OUT/STRATEGY.profile too.
+# After each box, OUT/STRATEGY.judges holds judges.py's split of the rows so far: which judge
+# ended them and what each cost the GPU.
 # Exit 0 when the sweep is done, 3 when the box ended first (run it again), else tune's code.
 set -uo pipefail
 out=${1:?usage: bench/search/fullspace.sh OUT_DIR LIMIT_S STRATEGY [tune options]}
@@ -33,6 +35,7 @@ last=$(tr '\r' '\n' <"$out/$s.err" | grep -E 'sweep [0-9]+ ' | tail -n 1)
 python3 -c "print('box wall', round($t1 - $t0, 1), 's, exit', $rc)" | tee -a "$out/$s.boxes"
 echo "$last" | tee -a "$out/$s.boxes"
 [ ${#keep[@]} -gt 0 ] && worker_profile "$out/$s.err" | tee -a "$out/$s.profile"
+python3 "$(dirname "$0")/judges.py" "$out/$s.db" >"$out/$s.judges" 2>&1
 python3 - "$out/$s.boxes" <<'PY'
 import re, sys
 walls = [float(m) for m in re.findall(r'box wall ([\d.]+) s', open(sys.argv[1]).read())]

@@ -51,7 +51,8 @@ def report(path):
     print(f"{path}: {sum(n.values())} rows, {total:.1f} s in timed kernels")
     for j in ("check layer", "first replay", "fastest of 2", "halving cut", "measured in full"):
         if n[j]:
-            print(f"  {j:18s} {n[j]:6d} rows {t[j]:7.1f} s ({100 * t[j] / total:4.1f} %)")
+            share = f" ({100 * t[j] / total:4.1f} %)" if total > 0 else ""
+            print(f"  {j:18s} {n[j]:6d} rows {t[j]:7.1f} s{share}")
     print("  pruned by the first replay, by how far behind the best:")
     for where in ("first batch size", "later batch size"):
         print("    at a config's %-17s" % where + "  ".join(
@@ -62,9 +63,14 @@ def main():
     if len(sys.argv) < 2:
         print(__doc__.strip().split("\n\n")[1], file=sys.stderr)
         return 2
+    rc = 0
     for p in sys.argv[1:]:
-        report(p)
-    return 0
+        try:
+            report(p)
+        except sqlite3.Error as e:
+            print(f"judges.py: {p}: {e}", file=sys.stderr)
+            rc = 1
+    return rc
 
 
 if __name__ == "__main__":
