@@ -173,37 +173,17 @@ static mt_status_t probe(void *ctx, uint64_t shape_id, uint32_t max_phase) {
     return MT_OK;
 }
 
-/* One finalist config and the batch sizes where it is one. */
-typedef struct {
-    uint64_t config_id;
-    uint8_t *mask; /* nb flags */
-    size_t nb;
-} final_t;
-
-static int cmp_final(const void *a, const void *b) {
-    const final_t *x = a, *y = b;
-    int c = memcmp(x->mask, y->mask, x->nb);
-    if (c) return -c; /* configs of the most batch sizes first */
-    return (x->config_id > y->config_id) - (x->config_id < y->config_id);
-}
-
 /* Prunes the non-finalists' rows (halving) and stores the phase-2 jobs, in the open transaction:
- * halving's group the finalist configs that share their batch sizes (at most chunk each); the
- * decide step's (prune false) are one job per batch size, so its near-ties are measured side by
- * side by one worker. */
+ * one job per batch size (at most chunk configs each, the fastest first), so a batch size's
+ * finalists are measured side by side by one worker (sched_job_side_by_side); the largest
+ * batch size's (the longest job) first, so it is leased first. The decide step (prune false)
+ * prunes nothing. */
 static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb, uint32_t chunk,
                      bool prune, int64_t now_s, halving_row_t *rows, size_t n, halving_step_t *out) {
     int rc = MT_OK;
-    final_t *fin = NULL;
-    uint8_t *masks = NULL;
-    uint32_t *sub = malloc((nb ? nb : 1) * sizeof *sub);
-    size_t text_len = nb * 12 + 1;
-    char *text = malloc(text_len);
-    size_t n_cfg = 0, *per_bs = calloc(nb ? nb : 1, sizeof *per_bs);
-    if (!sub || !text || !per_bs) {
-        rc = MT_NOMEM;
-        goto out;
-    }
+    char text[16];
+    size_t *per_bs = calloc(nb ? nb : 1, sizeof *per_bs);
+    if (!per_bs) return MT_NOMEM;
     for (size_t i = 0; i < n; i++) per_bs[rows[i].bi]++;
     for (size_t i = 0; !rc && i < n; i++) {
         halving_row_t *r = &rows[i];
@@ -219,72 +199,26 @@ static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const ui
         rc = store_result_prune(db, sweep_id, shape_id, r->config_id, bs[r->bi], 1, detail, &changed);
         if (!rc && changed) out->pruned++;
     }
-    if (rc || !out->finalists) goto out;
-    if (!prune) {
-        /* the decide step: one job per batch size, its near-ties side by side; the largest
-         * batch size's (the longest job) first, so it is leased first */
-        for (size_t end = n; !rc && end > 0;) { /* rows are by batch size, fastest first */
-            size_t start = end;
-            while (start > 0 && rows[start - 1].bi == rows[end - 1].bi) start--;
-            uint64_t job_id = 0;
-            for (size_t i = start; !rc && i < end; i++) {
-                if (!rows[i].finalist) continue;
-                if (!job_id) {
-                    rc = halving_bs_format(&bs[rows[i].bi], 1, text, text_len);
-                    if (!rc) rc = store_job_insert_phase(db, sweep_id, shape_id, 2, text, NULL, now_s, &job_id);
-                    if (rc) break;
-                    out->jobs++;
-                }
-                rc = store_job_config_insert(db, job_id, rows[i].config_id);
-            }
-            end = start;
-        }
-        goto out;
-    }
-    /* one entry per finalist config with its batch sizes */
-    fin = calloc(out->finalists, sizeof *fin);
-    masks = calloc((size_t)out->finalists * nb, 1);
-    if (!fin || !masks) {
-        rc = MT_NOMEM;
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (!rows[i].finalist) continue;
-        size_t k = 0;
-        while (k < n_cfg && fin[k].config_id != rows[i].config_id) k++;
-        if (k == n_cfg) {
-            fin[k].config_id = rows[i].config_id;
-            fin[k].mask = masks + n_cfg * nb;
-            fin[k].nb = nb;
-            n_cfg++;
-        }
-        fin[k].mask[rows[i].bi] = 1;
-    }
-    qsort(fin, n_cfg, sizeof *fin, cmp_final);
-    /* a job: up to chunk configs that share their batch sizes */
-    uint64_t job_id = 0;
-    size_t in_job = 0;
-    for (size_t k = 0; !rc && k < n_cfg; k++) {
-        if (k == 0 || in_job == chunk || memcmp(fin[k].mask, fin[k - 1].mask, nb) != 0) {
-            size_t m = 0;
-            for (size_t b = 0; b < nb; b++)
-                if (fin[k].mask[b]) sub[m++] = bs[b];
-            rc = halving_bs_format(sub, m, text, text_len);
-            if (!rc)
-                rc = store_job_insert_phase(db, sweep_id, shape_id, 2, m == nb ? NULL : text, NULL, now_s, &job_id);
-            if (rc) break;
-            out->jobs++;
-            in_job = 0;
-        }
-        rc = store_job_config_insert(db, job_id, fin[k].config_id);
-        in_job++;
-    }
-out:
-    free(sub);
-    free(text);
     free(per_bs);
-    free(fin);
-    free(masks);
+    for (size_t end = n; !rc && end > 0;) { /* rows are by batch size, fastest first */
+        size_t start = end;
+        while (start > 0 && rows[start - 1].bi == rows[end - 1].bi) start--;
+        uint64_t job_id = 0;
+        uint32_t in_job = 0;
+        for (size_t i = start; !rc && i < end; i++) {
+            if (!rows[i].finalist) continue;
+            if (!job_id || in_job == chunk) {
+                rc = halving_bs_format(&bs[rows[i].bi], 1, text, sizeof text);
+                if (!rc) rc = store_job_insert_phase(db, sweep_id, shape_id, 2, text, NULL, now_s, &job_id);
+                if (rc) break;
+                out->jobs++;
+                in_job = 0;
+            }
+            rc = store_job_config_insert(db, job_id, rows[i].config_id);
+            in_job++;
+        }
+        end = start;
+    }
     return rc;
 }
 

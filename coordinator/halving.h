@@ -6,8 +6,10 @@
  * coordinator's next commit batch on its writer thread: halving_advance) ranks the phase-1 medians per batch size, keeps the best share
  * of each batch size plus the phase-1 winners of its neighbouring batch sizes, marks
  * every other phase-1 ok row 'pruned' (detail "halving: rank R of N at phase 1") and
- * stores the phase-2 jobs: one shape, a few finalists, only the batch sizes where they
- * are finalists. Phase 2 measures them to the sweep's RSD rule with racing off, and
+ * stores the phase-2 jobs: one shape, one batch size, its finalists (at most chunk a job).
+ * Phase 2 measures them side by side (WIRE_SIDE_BY_SIDE_ROUNDS rounds: on an H200 one
+ * measurement of a config caught modes up to 7 % apart, bench/RESULTS.md) to the sweep's
+ * RSD rule with racing off, and
  * each phase-2 row replaces its phase-1 row (store_result_put). The transition is
  * idempotent: a shape that has phase-2 jobs is never planned again, so a restart
  * anywhere plans what is missing and continues what is planned.
@@ -118,7 +120,7 @@ mt_status_t halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, c
 
 /* The phase transition of (sweep, shape), in one transaction of its own on db: reads
  * the phase-1 ok rows, chooses the finalists, prunes the others' rows and stores the
- * phase-2 jobs (at most chunk configs each). bs: the sweep's batch sizes, sorted. decide:
+ * phase-2 jobs (one batch size and at most chunk configs each). bs: the sweep's batch sizes, sorted. decide:
  * 0 for halving, else the decide step's margin (halving_choose_decide; nothing pruned). A
  * shape whose phase 2 is planned already changes nothing (out->already). On failure
  * nothing is stored: MT_BUSY/MT_IO with store_errmsg(db), MT_NOMEM. */

@@ -252,12 +252,10 @@ static inline const Moetune__Measure *sched_job_measure(const job_t *j) {
 }
 /* Whether j's measurement races: its Job and the Acks while it is held carry best_us. */
 static inline bool sched_job_races(const job_t *j) { return sched_job_measure(j)->race_margin > 0; }
-/* A job whose configs are measured side by side to be compared: a listed sweep's, or a
- * decide step's phase 2. It is never split across GPUs, and its configs are measured in
- * WIRE_SIDE_BY_SIDE_ROUNDS rounds. */
-static inline bool sched_job_side_by_side(const job_t *j) {
-    return j->sw->listed || (j->phase == 2 && j->sw->decide > 0);
-}
+/* A job whose configs are measured side by side to be compared: a listed sweep's, or phase 2
+ * of a halving sweep or a decide step (one batch size's finalists). It is never split across
+ * GPUs, and its configs are measured in WIRE_SIDE_BY_SIDE_ROUNDS rounds. */
+static inline bool sched_job_side_by_side(const job_t *j) { return j->sw->listed || (j->phase == 2 && j->sw->halving); }
 static inline bool sched_job_has_bs(const job_t *j, uint32_t b) {
     for (size_t i = 0; j->bs && i < j->nb; i++)
         if (j->bs[i] == b) return true;

@@ -227,8 +227,9 @@ static double halving_us(uint32_t c, size_t b) { return b == 0 ? 10.0 + c : 40.0
 
 /* A shape with 20 configs measured at phase 1 at two batch sizes: the transition keeps the
  * best 4 at each (configs 1-4 at 1, 17-20 at 2; plus each side's winner at the other), prunes
- * the 32 others with their rank in one transaction, stores phase-2 jobs grouped by the batch
- * sizes they share, and a second call changes nothing. */
+ * the 32 others with their rank in one transaction, stores phase-2 jobs of one batch size each
+ * (at most chunk configs, the fastest first; the largest batch size's first), and a second
+ * call changes nothing. */
 static void test_plan_shape(void **state) {
     seeded_t x;
     seed_rows(&x, halving_us);
@@ -236,14 +237,27 @@ static void test_plan_shape(void **state) {
     assert_false(st.already);
     assert_int_equal(st.finalists, 10); /* 4 + 1 seeded at each batch size */
     assert_int_equal(st.pruned, 20 - 5 + 19 - 5);
-    /* configs 1, 20 at both; 2-4 at 1 only; 17-19 at 2 only: one job each (chunk 3) */
-    assert_int_equal(st.jobs, 3);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes IS NULL"), 1);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '1'"), 1);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '2'"), 1);
+    /* five finalists a batch size, three a job: two jobs each */
+    assert_int_equal(st.jobs, 4);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '1'"), 2);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '2'"), 2);
+    assert_true(query_int("SELECT MAX(id) FROM jobs WHERE phase = 2 AND batch_sizes = '2'") <
+                query_int("SELECT MIN(id) FROM jobs WHERE phase = 2 AND batch_sizes = '1'"));
+    /* batch size 1's first job: its three fastest, side by side */
+    assert_int_equal(
+        query_int("SELECT COUNT(*) FROM job_configs WHERE job_id ="
+                  " (SELECT MIN(id) FROM jobs WHERE phase = 2 AND batch_sizes = '1') AND config_id IN (1, 2, 3)"),
+        3);
+    assert_int_equal(
+        query_int("SELECT COUNT(*) FROM job_configs WHERE job_id ="
+                  " (SELECT MIN(id) FROM jobs WHERE phase = 2 AND batch_sizes = '2') AND config_id IN (20, 19, 18)"),
+        3);
+    /* the seeded winners are measured at both batch sizes, in one job of each */
     assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
-                               " WHERE j.phase = 2 AND j.batch_sizes IS NULL AND jc.config_id IN (1, 20)"),
-                     2);
+                               " WHERE j.phase = 2 AND jc.config_id IN (1, 20)"),
+                     4);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id WHERE j.phase = 2"),
+                     10);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'ok'"), 10);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'pruned' AND detail LIKE 'halving:%'"), 29);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE config_id = 5 AND batch_size = 1"
@@ -256,7 +270,7 @@ static void test_plan_shape(void **state) {
     st = plan(&x, 3, 0, 8);
     assert_true(st.already);
     assert_int_equal(st.jobs, 0);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2"), 3);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2"), 4);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'ok'"), 10);
     store_close(&x.s);
 }
@@ -319,7 +333,8 @@ static double phase1_us(uint64_t config, uint32_t bs) {
 
 /* The scheduler runs a halving sweep: phase-1 jobs take 5 samples and race; when the last
  * phase-1 result commits, phase 2 is stored and dispatched (racing off, the sweep's sample
- * rule, each job only its finalists' batch sizes); a result for a batch size outside its
+ * rule, one job per batch size with its finalists, side by side in WIRE_SIDE_BY_SIDE_ROUNDS
+ * rounds, as status says); a result for a batch size outside its
  * job is refused; the sweep is running until phase 2 is done, and then each (config, batch
  * size) has one row, the finalists' from phase 2. */
 static void test_sched_phases(void **state) {
@@ -340,6 +355,7 @@ static void test_sched_phases(void **state) {
     assert_int_equal(st.reply.sweeps[0]->finalists_planned, 0);
     assert_int_equal(st.reply.sweeps[0]->finalists_done, 0);
     assert_int_equal(st.reply.sweeps[0]->finalists_expected, 10); /* (4 best + a neighbour's winner) x 2 */
+    assert_int_equal(st.reply.sweeps[0]->finalist_rounds, WIRE_SIDE_BY_SIDE_ROUNDS);
     sched_status_release(&st);
     assert_int_equal(j->measure->min_samples, HALVING_PHASE1_SAMPLES);
     assert_int_equal(j->measure->max_samples, HALVING_PHASE1_SAMPLES);
@@ -356,7 +372,7 @@ static void test_sched_phases(void **state) {
     /* finalists: the best 4 at each batch size plus the other's winner; 14 rows pruned */
     assert_int_equal(
         fx_query_int(f, "SELECT COUNT(*) FROM results WHERE status = 'pruned' AND detail LIKE 'halving:%'"), 14);
-    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 3);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 2);
     /* every result is in (a phase-2 row replaces its phase-1 row), yet phase 2 is all to do */
     assert_int_equal(sched_status(f->s, 0, 2, &st), MT_OK);
     assert_string_equal(st.reply.sweeps[0]->state, "running");
@@ -368,8 +384,8 @@ static void test_sched_phases(void **state) {
     assert_int_equal(st.reply.sweeps[0]->finalists_expected, 10);
     sched_status_release(&st);
     fx_clear(f);
-    sched_on_ready(f->s, a, 3, 3);
-    size_t jobs = 0, one = 0;
+    sched_on_ready(f->s, a, 2, 3); /* a credit a job: a refused job waits for the next Ready */
+    size_t jobs = 0;
     for (size_t i = 0; i < f->n; i++) {
         if (f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
         const Moetune__Job *p2 = f->msg[i]->job;
@@ -378,10 +394,12 @@ static void test_sched_phases(void **state) {
         assert_int_equal(p2->measure->min_samples, 10);
         assert_int_equal(p2->measure->max_samples, 100);
         assert_int_equal(p2->n_best_us, p2->n_batch_sizes);
-        if (p2->n_batch_sizes == 1) one++;
+        /* one batch size's five finalists, side by side */
+        assert_int_equal(p2->n_batch_sizes, 1);
+        assert_int_equal(p2->n_configs, 5);
+        assert_int_equal(p2->rounds, WIRE_SIDE_BY_SIDE_ROUNDS);
     }
-    assert_int_equal(jobs, 3);
-    assert_int_equal(one, 2); /* the configs finalist at one batch size only */
+    assert_int_equal(jobs, 2);
     /* a result for a batch size its job does not measure is refused, the job back to pending */
     const Moetune__Job *p2 = NULL;
     for (size_t i = 0; i < f->n && !p2; i++)
