@@ -406,7 +406,7 @@ static const opt_def_t k_opts[] = {
     {{"name", "NAME", "sweep name (default derived from the shapes)"}, set_text, ARG(offsetof(cli_spec_t, name))},
     {{"strategy", "exhaustive|halving",
       "search strategy (default exhaustive): halving measures every config at 5 samples, then the best sixteenth per "
-      "batch size (and its neighbours' winners) to the RSD rule"},
+      "batch size (and its neighbours' winners) to the RSD rule, side by side in 5 rounds"},
      set_text,
      ARG(offsetof(cli_spec_t, strategy))},
     {{"device-filter", "TEXT", "only workers whose GPU name contains TEXT"},
