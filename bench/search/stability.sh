@@ -29,21 +29,5 @@ run() { # name, then extra tune options
 
 run a "${args[@]}"
 run b "${args[@]}"
-python3 "$here/stability.py" differ "$out/a.db" "$out/b.db" >"$out/differ.txt" || exit 1
-cfgs=$(sed -n 1p "$out/differ.txt")
-sizes=$(sed -n 2p "$out/differ.txt")
-if [ -n "$cfgs" ]; then
-  # the shape options of the sweep without its space and batch sizes: the list replaces them
-  shape=()
-  set -- "${args[@]}"
-  while [ $# -gt 0 ]; do
-    case $1 in
-      --model | --shape | --tp | --ep | --dtype | --model-config | --routing) shape+=("$1" "$2"); shift 2 ;;
-      *) shift ;;
-    esac
-  done
-  run remeasure "${shape[@]}" --configs "$cfgs" --batch-sizes "$sizes"
-  python3 "$here/stability.py" score "$out/a.db" "$out/b.db" "$out/remeasure.db"
-else
-  python3 "$here/stability.py" score "$out/a.db" "$out/b.db"
-fi
+# where the picks differ, re-measured side by side and scored (score.txt)
+bash "$here/remeasure.sh" "$out" "$out/a.db" "$out/b.db" "${args[@]}"

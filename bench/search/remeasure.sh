@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Two finished sweeps of the same shape (two strategies, two runs, two builds): where their picks
+# differ, one more sweep re-measures exactly those picks side by side (`tune --configs ...
+# --batch-sizes <where they differ>`: one job, racing off, 5 rounds), and stability.py scores them
+# (a batch size agrees when both picked the same config or the re-measured picks are within 1 %).
+#   bench/search/remeasure.sh OUT_DIR A.db B.db [tune shape options: --model/--shape, --tp, ...]
+# Writes OUT_DIR/differ.txt, OUT_DIR/remeasure.db (when they differ) and OUT_DIR/score.txt.
+# Env: BACKEND (default cuda; sim for a dry run), MT_BIN_DIR (the binaries; default from PATH).
+set -uo pipefail
+out=${1:?usage: bench/search/remeasure.sh OUT_DIR A.db B.db [tune shape options]}
+a=${2:?A.db}
+b=${3:?B.db}
+shift 3
+source "$(dirname "$0")/lib.sh" "$@"
+python3 "$here/stability.py" differ "$a" "$b" >"$out/differ.txt" || exit 1
+cfgs=$(sed -n 1p "$out/differ.txt")
+sizes=$(sed -n 2p "$out/differ.txt")
+if [ -z "$cfgs" ]; then
+  python3 "$here/stability.py" score "$a" "$b" | tee "$out/score.txt"
+  exit 0
+fi
+# the shape options without a space or batch sizes: the list replaces them
+shape=()
+set -- "${args[@]}"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --model | --shape | --tp | --ep | --dtype | --model-config | --routing) shape+=("$1" "$2"); shift 2 ;;
+    *) shift ;;
+  esac
+done
+rm -f "$out/remeasure.db"*
+echo "== remeasure: $(echo "$cfgs" | tr ',' '\n' | wc -l) configs at batch sizes $sizes"
+t0=$(date +%s.%N)
+"$bin/moetune" tune --backend "$backend" "${extra[@]}" "${shape[@]}" --configs "$cfgs" --batch-sizes "$sizes" \
+  --name remeasure --db "$out/remeasure.db" --out "$out/configs-remeasure" >"$out/remeasure.out" 2>"$out/remeasure.err"
+rc=$?
+t1=$(date +%s.%N)
+python3 -c "print('remeasure wall', round($t1 - $t0, 1), 's, exit', $rc)"
+[ $rc = 0 ] || { tail -n 5 "$out/remeasure.err"; exit 1; }
+python3 "$here/stability.py" score "$a" "$b" "$out/remeasure.db" | tee "$out/score.txt"
