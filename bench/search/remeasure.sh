@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Two finished sweeps of the same shape (two strategies, two runs, two builds): where their picks
-# differ, one more sweep re-measures exactly those picks side by side (`tune --configs ...
-# --batch-sizes <where they differ>`: one job, racing off, 5 rounds), and stability.py scores them
-# (a batch size agrees when both picked the same config or the re-measured picks are within 1 %).
+# differ, the two picks of each batch size are re-measured side by side (`tune --configs A,B
+# --batch-sizes <the sizes where the picks are that pair>`: one job, racing off, 5 rounds; one such
+# sweep per pair, so a pick is measured only where it is one), and stability.py scores them (a
+# batch size agrees when both picked the same config or the re-measured picks are within 1 %).
 #   bench/search/remeasure.sh OUT_DIR A.db B.db [tune shape options: --model/--shape, --tp, ...]
-# Writes OUT_DIR/differ.txt, OUT_DIR/remeasure.db (when they differ) and OUT_DIR/score.txt.
+# Writes OUT_DIR/differ.txt, OUT_DIR/remeasure-N.db (one per pair of picks) and OUT_DIR/score.txt.
 # Env: BACKEND (default cuda; sim for a dry run), MT_BIN_DIR (the binaries; default from PATH).
 set -uo pipefail
 out=${1:?usage: bench/search/remeasure.sh OUT_DIR A.db B.db [tune shape options]}
@@ -28,13 +29,19 @@ while [ $# -gt 0 ]; do
     *) shift ;;
   esac
 done
-rm -f "$out/remeasure.db"*
-echo "== remeasure: $(echo "$cfgs" | tr ',' '\n' | wc -l) configs at batch sizes $sizes"
+rm -f "$out"/remeasure-*.db*
+echo "== remeasure: $(echo "$cfgs" | tr ',' '\n' | wc -l) configs at batch sizes $sizes, $(($(wc -l <"$out/differ.txt") - 2)) pairs"
 t0=$(date +%s.%N)
-"$bin/moetune" tune --backend "$backend" "${extra[@]}" "${shape[@]}" --configs "$cfgs" --batch-sizes "$sizes" \
-  --name remeasure --db "$out/remeasure.db" --out "$out/configs-remeasure" >"$out/remeasure.out" 2>"$out/remeasure.err"
-rc=$?
+dbs=()
+n=0
+while read -r bs pair; do
+  n=$((n + 1))
+  "$bin/moetune" tune --backend "$backend" "${extra[@]}" "${shape[@]}" --configs "$pair" --batch-sizes "$bs" \
+    --name "remeasure-$n" --db "$out/remeasure-$n.db" --out "$out/configs-remeasure-$n" </dev/null >>"$out/remeasure.out" 2>>"$out/remeasure.err"
+  rc=$?
+  [ $rc = 0 ] || { tail -n 5 "$out/remeasure.err"; echo "remeasure of $pair at $bs exited $rc"; exit 1; }
+  dbs+=("$out/remeasure-$n.db")
+done < <(tail -n +3 "$out/differ.txt")
 t1=$(date +%s.%N)
-python3 -c "print('remeasure wall', round($t1 - $t0, 1), 's, exit', $rc)"
-[ $rc = 0 ] || { tail -n 5 "$out/remeasure.err"; exit 1; }
-python3 "$here/stability.py" score "$a" "$b" "$out/remeasure.db" | tee "$out/score.txt"
+python3 -c "print('remeasure wall', round($t1 - $t0, 1), 's,', $n, 'sweeps')"
+python3 "$here/stability.py" score "$a" "$b" "${dbs[@]}" | tee "$out/score.txt"

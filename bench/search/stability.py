@@ -4,9 +4,11 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
   python3 bench/search/stability.py differ A.db B.db
       prints two lines: the configs picked differently (text form, comma-separated, for --configs)
       and the batch sizes where they differ (comma-separated); both empty when the runs agree.
-  python3 bench/search/stability.py score A.db B.db [C.db]
-      per (shape, batch size): each run's pick; where they differ, both picks' medians in C.db (the
-      re-measure, sweep 1) and their ratio. A batch size agrees when both runs picked the same config
+      Then a line per group of those batch sizes whose two picks are the same pair: "SIZES CONFIGS"
+      (one side-by-side sweep each re-measures a pick only where it is one).
+  python3 bench/search/stability.py score A.db B.db [C.db ...]
+      per (shape, batch size): each run's pick; where they differ, both picks' medians in the
+      C databases (the re-measure, sweep 1 of each) and their ratio. A batch size agrees when both runs picked the same config
       or the re-measured picks are within 1 % of each other. Prints the table and a summary line.
   python3 bench/search/stability.py spread A.db B.db [...] | spread ONE.db
       the same configs measured in separate runs (bench/search/noise.sh), one database each or the
@@ -65,11 +67,19 @@ def differ(a, b):
     cfgs = sorted({pa[k][0] for k in diff} | {pb[k][0] for k in diff})
     print(",".join(cfg_text(c) for c in cfgs))
     print(",".join(str(m) for m in sorted({k[1] for k in diff})))
+    groups = {}
+    for k in diff:
+        pair = tuple(sorted({pa[k][0], pb[k][0]}))
+        groups.setdefault(pair, set()).add(k[1])
+    for pair, sizes in sorted(groups.items(), key=lambda g: min(g[1])):
+        print(",".join(str(m) for m in sorted(sizes)), ",".join(cfg_text(c) for c in pair))
 
 
-def score(a, b, c=None):
+def score(a, b, *cs):
     pa, pb = picks(a), picks(b)
-    re = medians(c) if c else {}
+    re = {}
+    for c in cs:
+        re.update(medians(c))
     agree, rows, ratios = 0, 0, []
     print(f"{'shape':<24} {'M':>5} {'run A':<22} {'run B':<22} {'A re-measured':>13} {'B re-measured':>13} {'ratio':>7}")
     for key in sorted(pa):
@@ -162,7 +172,7 @@ def ratios(dbs):
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "differ":
         differ(sys.argv[2], sys.argv[3])
-    elif len(sys.argv) in (4, 5) and sys.argv[1] == "score":
+    elif len(sys.argv) >= 4 and sys.argv[1] == "score":
         score(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "cross":
         cross(sys.argv[2], sys.argv[3])

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Stability of the default (racing) sweep, issue 9's benchmark: the same sweep twice, each from a
-# fresh database; where the two runs picked different configs, one more sweep re-measures exactly
-# those picks side by side (`tune --configs ... --batch-sizes <where they differ>`: one job per shape,
-# racing off, each config to the RSD rule), and a batch size counts as stable when both runs picked
+# fresh database; where the two runs picked different configs, remeasure.sh re-measures each batch
+# size's two picks side by side (`tune --configs A,B --batch-sizes <where those two were picked>`:
+# one sweep per pair, racing off, 5 rounds), and a batch size counts as stable when both runs picked
 # the same config or the re-measured picks are within 1 % of each other (stability.py).
 #   bench/search/stability.sh OUT_DIR [tune options: --model/--shape, --tp, space, --batch-sizes]
 # Env: BACKEND (default cuda; sim for a dry run), MT_BIN_DIR (the binaries; default from PATH).

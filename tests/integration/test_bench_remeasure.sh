@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/search/remeasure.sh on the sim: two sweeps of one shape over disjoint spaces (BLOCK_SIZE_M 16
 # against 64) pick different configs at both batch sizes; the script lists them and their batch
-# sizes, re-measures exactly those picks at exactly those batch sizes in one side-by-side sweep, and
-# scores both batch sizes from it. The same database twice: nothing to re-measure, 2/2 agree.
+# sizes, re-measures each batch size's two picks side by side there and nowhere else (one sweep per
+# pair), and scores both batch sizes from them. The same database twice: nothing to re-measure, 2/2 agree.
 source "$(dirname "$0")/lib.sh"
 S=${MT_SOURCE_DIR:?MT_SOURCE_DIR must point at the source folder}
 M="$BIN/moetune"
@@ -18,18 +18,33 @@ BACKEND=sim MT_BIN_DIR=$BIN bash "$S/bench/search/remeasure.sh" "$T/r" "$T/a.db"
 cfgs=$(sed -n 1p "$T/r/differ.txt" | tr ',' '\n' | wc -l)
 [ "$cfgs" -ge 2 ] && [ "$cfgs" -le 4 ] || fail "differ.txt lists $cfgs configs, not the 2-4 picks"
 q() { sqlite3 -batch -noheader "$1" "$2"; }
-rows=$(q "$T/r/remeasure.db" "SELECT COUNT(*) FROM results WHERE status = 'ok'")
-[ "$rows" = $((cfgs * 2)) ] || fail "the re-measure holds $rows ok rows, not $cfgs configs x 2 batch sizes"
-[ "$(q "$T/r/remeasure.db" "SELECT COUNT(*) FROM results WHERE batch_size NOT IN (1, 256)")" = 0 ] \
-  || fail "the re-measure measured a batch size it was not given"
+pairs=$(tail -n +3 "$T/r/differ.txt" | wc -l)
+[ "$pairs" -ge 1 ] && [ "$pairs" -le 2 ] || fail "differ.txt lists $pairs pairs, not 1 or 2"
+n=0
+for db in "$T"/r/remeasure-*.db; do n=$((n + 1)); done
+[ "$n" = "$pairs" ] || fail "$n re-measure databases for $pairs pairs"
+# every (batch size, config) re-measured is a pick of A or B at that batch size: 2 per batch size
+measured=$(for db in "$T"/r/remeasure-*.db; do
+  q "$db" "SELECT r.batch_size || ' ' || f.block_m || 'x' || f.block_n || 'x' || f.block_k || 'x' || f.group_m
+    || 'x' || f.num_warps || 'x' || f.num_stages FROM results r JOIN configs f ON f.id = r.config_id
+    WHERE r.status = 'ok'"; done | sort)
+[ "$(wc -l <<<"$measured")" = 4 ] || fail "the re-measure holds $(wc -l <<<"$measured") ok rows, not 2 picks x 2 batch sizes: $measured"
+for m in 1 256; do
+  for db in a b; do
+    pick=$(q "$T/$db.db" "SELECT f.block_m || 'x' || f.block_n || 'x' || f.block_k || 'x' || f.group_m || 'x'
+      || f.num_warps || 'x' || f.num_stages FROM results r JOIN configs f ON f.id = r.config_id
+      WHERE r.status = 'ok' AND r.batch_size = $m ORDER BY r.median_us LIMIT 1")
+    grep -qx "$m $pick" <<<"$measured" || fail "$db's pick $pick at M=$m was not re-measured there: $measured"
+  done
+done
 summary=$(grep '^summary ' "$T/r/score.txt" | cut -d' ' -f2-)
 [ "$(jq -r '"\(.batch_sizes) \(.re_measured)"' <<<"$summary")" = "2 2" ] \
   || fail "score summary $summary: not 2 batch sizes, both re-measured"
 jq -e '.worst_ratio >= 1' <<<"$summary" >/dev/null || fail "worst ratio under 1 in $summary"
-pass "remeasure.sh: $cfgs picks re-measured side by side at 2 batch sizes ($summary)"
+pass "remeasure.sh: each batch size's 2 picks re-measured side by side there, $pairs sweeps ($summary)"
 
 BACKEND=sim MT_BIN_DIR=$BIN bash "$S/bench/search/remeasure.sh" "$T/s" "$T/a.db" "$T/a.db" "${SHAPE[@]}" \
   >"$T/s.log" 2>&1 || fail "remeasure.sh on one database twice exited $?"
-[ ! -e "$T/s/remeasure.db" ] || fail "the same database twice was re-measured"
+! ls "$T"/s/remeasure-*.db >/dev/null 2>&1 || fail "the same database twice was re-measured"
 grep -q '^agree 2/2 ' "$T/s/score.txt" || fail "the same database twice: $(grep '^agree' "$T/s/score.txt")"
 pass "remeasure.sh: one database twice agrees at 2/2, nothing re-measured"
