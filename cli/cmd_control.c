@@ -162,12 +162,14 @@ int cmd_submit(const cli_cmd_t *cmd, cli_opts_t *o) {
     }
     const Moetune__Submitted *s = reply->submitted;
     if (o->json) {
-        printf("{\"sweep\":%llu,\"jobs\":%u,\"configs_valid\":%u,\"configs_rejected\":%u,\"results_planned\":%llu}\n",
-               (unsigned long long)s->sweep_id, s->jobs, s->configs_valid, s->configs_rejected,
+        printf("{\"sweep\":%llu,\"jobs\":%u,\"configs_valid\":%u,\"configs_rejected\":%u,\"configs_unsampled\":%u,"
+               "\"results_planned\":%llu}\n",
+               (unsigned long long)s->sweep_id, s->jobs, s->configs_valid, s->configs_rejected, s->configs_unsampled,
                (unsigned long long)s->results_planned);
     } else {
-        printf("submitted sweep %llu: %u jobs, %u configs valid, %u rejected, %llu results planned\n",
-               (unsigned long long)s->sweep_id, s->jobs, s->configs_valid, s->configs_rejected,
+        printf("submitted sweep %llu: %u jobs, %u configs valid, %u rejected, %u left out by the sample, %llu results "
+               "planned\n",
+               (unsigned long long)s->sweep_id, s->jobs, s->configs_valid, s->configs_rejected, s->configs_unsampled,
                (unsigned long long)s->results_planned);
     }
     fflush(stdout);

@@ -386,12 +386,14 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
                                   "entries", (int)f->entries, "changed", (int)f->changed, "simulated",
                                   f->simulated != 0, "partial", f->partial);
             if (j && f->partial) json_object_set_new(j, "coverage", json_string(f->coverage));
+            if (j && f->sample) json_object_set_new(j, "sample", json_integer(f->sample));
             cli_print_json(stdout, j);
             continue;
         }
         printf("%s/%s: %s, %u entries, %u changed%s", eo.out_dir, f->path, exp_state_name(f->state), f->entries,
                f->changed, f->simulated ? " (simulated)" : "");
         if (f->partial) printf(", PARTIAL: %s", f->coverage);
+        if (f->sample) printf(", from a SAMPLE of %u configs per shape (--sample)", f->sample);
         printf("\n");
     }
     if (rc != MT_OK && rep.n_files)

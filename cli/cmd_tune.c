@@ -552,12 +552,16 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
             goto out;
         }
         sweep = reply->submitted->sweep_id;
+        const Moetune__Submitted *sub = reply->submitted;
+        char sampled[96] = "";
+        if (sub->configs_unsampled)
+            mt_fmt(sampled, sizeof sampled, " (a sample: %u more valid configs left out by --sample)",
+                   sub->configs_unsampled);
         fprintf(stderr,
-                "sweep %llu: %u jobs, %u configs valid, %u rejected by the static rules, %llu results to measure on %u "
-                "%s worker%s\n",
-                (unsigned long long)sweep, reply->submitted->jobs, reply->submitted->configs_valid,
-                reply->submitted->configs_rejected, (unsigned long long)reply->submitted->results_planned, r->n_workers,
-                backend, r->n_workers == 1 ? "" : "s");
+                "sweep %llu: %u jobs, %u configs valid%s, %u rejected by the static rules, %llu results to measure on "
+                "%u %s worker%s\n",
+                (unsigned long long)sweep, sub->jobs, sub->configs_valid, sampled, sub->configs_rejected,
+                (unsigned long long)sub->results_planned, r->n_workers, backend, r->n_workers == 1 ? "" : "s");
         cli_say_queued_behind(cmd->name, reply->submitted->queued_behind, reply->submitted->n_queued_behind);
     }
 

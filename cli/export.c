@@ -17,6 +17,7 @@
 #include "compare.h"
 #include "exports.h"
 #include "lookup.h"
+#include "moetune.pb-c.h"
 #include "mt.h"
 #include "query.h"
 #include "states.h"
@@ -74,6 +75,11 @@ typedef struct {
     uint64_t one_id;
     dbq_coverage_t *cov;
     size_t n_cov, cap_cov;
+    struct sampled {
+        uint64_t sweep_id;
+        uint32_t sample; /* the spec's Space.sample: configs kept per shape */
+    } *sampled;
+    size_t n_sampled, cap_sampled;
     mdir_t *dirs;
     size_t n_dirs;
     pend_t *pend;
@@ -333,9 +339,29 @@ static mt_status_t cov_collect(void *ctx, const dbq_coverage_t *c) {
     return 0;
 }
 
+/* Notes each sweep whose spec measures a sample of the space (--sample). */
+static mt_status_t sample_collect(void *ctx, const dbq_sweep_t *s) {
+    run_t *x = ctx;
+    Moetune__SweepSpec *spec = moetune__sweep_spec__unpack(NULL, s->spec_len, s->spec);
+    uint32_t n = spec && spec->space ? spec->space->sample : 0;
+    moetune__sweep_spec__free_unpacked(spec, NULL);
+    if (!n) return 0;
+    if (mt_grow((void **)&x->sampled, &x->cap_sampled, x->n_sampled + 1, sizeof *x->sampled, 8) != MT_OK)
+        return MT_NOMEM;
+    x->sampled[x->n_sampled++] = (struct sampled){s->id, n};
+    return 0;
+}
+
+static uint32_t sweep_sample(const run_t *x, uint64_t sweep_id) {
+    for (size_t i = 0; i < x->n_sampled; i++)
+        if (x->sampled[i].sweep_id == sweep_id) return x->sampled[i].sample;
+    return 0;
+}
+
 /* Reads the coverage of the selection; with one_sweep, refuses several sweeps. */
 static int load_coverage(run_t *x, dbq_t *q, char *err, size_t errlen) {
-    int rc = dbq_coverage(q, &x->sel, cov_collect, x, err, errlen);
+    int rc = dbq_sweeps(q, NULL, sample_collect, x, err, errlen);
+    if (rc == MT_OK) rc = dbq_coverage(q, &x->sel, cov_collect, x, err, errlen);
     if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
     if (rc != MT_OK || !x->o->one_sweep) return rc;
     char list[200] = "";
@@ -374,6 +400,7 @@ static json_t *file_coverage(const run_t *x, const dbq_result_t *first, const ui
                              exp_file_t *f, char *why, size_t whylen) {
     json_t *cov = json_object(), *sweeps = json_object();
     bool complete = true, uniform = true;
+    uint32_t sample = 0;
     uint64_t m0 = 0, p0 = 0;
     size_t n_bs = 0, used = 0;
     char not_done[160] = "";
@@ -417,6 +444,11 @@ static json_t *file_coverage(const run_t *x, const dbq_result_t *first, const ui
                    state);
         }
         json_object_set_new(sw, "state", json_string(state));
+        uint32_t n = sweep_sample(x, ids[s]);
+        if (n) { /* the picks are the best of a sample, not of the space */
+            json_object_set_new(sw, "sample", json_integer(n));
+            if (!sample || n < sample) sample = n;
+        }
         json_object_set_new(sw, "batch_sizes", sizes);
         char key[24];
         snprintf(key, sizeof key, "%llu", (unsigned long long)ids[s]);
@@ -425,6 +457,12 @@ static json_t *file_coverage(const run_t *x, const dbq_result_t *first, const ui
     if (uniform && n_bs > 1)
         mt_fmt(f->coverage, sizeof f->coverage, "%llu/%llu planned configs measured at each of %zu batch sizes",
                (unsigned long long)m0, (unsigned long long)p0, n_bs);
+    f->sample = sample;
+    if (sample) {
+        size_t l = strlen(f->coverage);
+        mt_fmt(f->coverage + l, sizeof f->coverage - l, "%sa sample: at most %u valid configs per shape (--sample)",
+               l ? "; " : "", sample);
+    }
     if (not_done[0]) {
         size_t l = strlen(f->coverage);
         mt_fmt(f->coverage + l, sizeof f->coverage - l, "%s%s", l ? "; " : "", not_done);
@@ -961,6 +999,7 @@ static void run_free(run_t *x) {
     for (size_t i = 0; i < x->n_dirs; i++) json_decref(x->dirs[i].m);
     free(x->dirs);
     free(x->cov);
+    free(x->sampled);
     if (x->lock_fd >= 0) close(x->lock_fd); /* releases the lock */
 }
 

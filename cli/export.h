@@ -105,6 +105,8 @@ typedef struct {
     int simulated;
     bool partial;       /* not every planned config measured, or a sweep not done */
     char coverage[512]; /* per batch size "measured/planned", for partial files */
+    uint32_t sample;    /* the picks come from a sample of at most this many configs per shape
+                         * (--sample; the manifest's coverage says so too); 0 = the whole space */
 } exp_file_t;
 
 typedef struct {

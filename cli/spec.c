@@ -40,6 +40,7 @@ struct cli_spec {
     Moetune__Config cfgs[KRN_MAX_LIST]; /* --configs: exactly these (Space.configs) */
     Moetune__Config *cfg_ptrs[KRN_MAX_LIST];
     size_t n_cfgs;
+    uint32_t sample; /* --sample: Space.sample */
     char name[128], strategy[32], device_filter[128], backend[16];
     char engine_names[2][8];
     char routing[4096]; /* --routing as given; the resolved path goes into the spec */
@@ -317,6 +318,7 @@ static const u32_field_t k_u32_fields[] = {
     {offsetof(cli_spec_t, measure.max_samples), 1, 1000000, true},
     {offsetof(cli_spec_t, measure.budget_ms), 1, 3600000, true},
     {offsetof(cli_spec_t, measure.timeout_ms), 1, 86400000, true},
+    {offsetof(cli_spec_t, sample), 1, PLAN_MAX_CONFIGS, false},
 };
 
 static mt_status_t set_u32(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err, size_t errlen) {
@@ -403,6 +405,11 @@ static const opt_def_t k_opts[] = {
       "--race-margin is given"},
      set_configs,
      0},
+    {{"sample", "N",
+      "of each shape's valid configs, a fixed pseudo-random N (the same for the same spec and --seed); the rest is "
+      "not measured, and the files' manifest says the picks come from a sample"},
+     set_u32,
+     7},
     {{"name", "NAME", "sweep name (default derived from the shapes)"}, set_text, ARG(offsetof(cli_spec_t, name))},
     {{"strategy", "exhaustive|halving",
       "search strategy (default exhaustive): halving measures every config at 5 samples, then the best sixteenth per "
@@ -593,6 +600,7 @@ static const struct {
     {"routing", "routing"},
     {"chunk", "chunk"},
     {"max_attempts", "max-attempts"},
+    {"sample", "sample"},
 };
 static const struct {
     const char *key, *opt;
@@ -862,6 +870,10 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
         mt_fmt(err, errlen, "--configs and the value lists (--block-m, ...) exclude each other");
         return MT_INVAL;
     }
+    if (s->n_cfgs && s->sample) {
+        mt_fmt(err, errlen, "--configs and --sample exclude each other: listed configs are all measured");
+        return MT_INVAL;
+    }
     if (fill_defaults && s->n_batch == 0) {
         for (size_t i = 0; i < krn_n_default_batch_sizes; i++) s->batch[i] = krn_default_batch_sizes[i];
         s->n_batch = krn_n_default_batch_sizes;
@@ -889,11 +901,10 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
         else
             mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u +%zu shapes", sh, s->shapes[0].k, s->shapes[0].topk,
                    s->n_shapes - 1);
-        /* A re-measure is its own sweep, not a changed copy of the one it checks. */
-        if (s->n_cfgs) {
-            size_t used = strlen(s->name);
-            mt_fmt(s->name + used, sizeof s->name - used, " (%zu configs)", s->n_cfgs);
-        }
+        /* A re-measure is its own sweep, not a changed copy of the one it checks; so is a sample. */
+        size_t used = strlen(s->name);
+        if (s->n_cfgs) mt_fmt(s->name + used, sizeof s->name - used, " (%zu configs)", s->n_cfgs);
+        if (s->sample) mt_fmt(s->name + used, sizeof s->name - used, " (sample of %u)", s->sample);
     }
     /* Assemble the message; init() clears the scalars kept in it, so save them. */
     uint32_t chunk = s->spec.chunk, max_attempts = s->spec.max_attempts;
@@ -936,7 +947,8 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
     for (size_t i = 0; i < s->n_cfgs; i++) s->cfg_ptrs[i] = &s->cfgs[i];
     s->space.n_configs = s->n_cfgs;
     s->space.configs = s->n_cfgs ? s->cfg_ptrs : NULL;
-    s->spec.space = any_space || s->n_cfgs ? &s->space : NULL;
+    s->space.sample = s->sample;
+    s->spec.space = any_space || s->n_cfgs || s->sample ? &s->space : NULL;
     /* no chunk stays 0: the coordinator sizes each shape's jobs (planner.h plan_chunk) */
     if (s->measure_set) {
         Moetune__Measure m = s->measure;
@@ -1063,6 +1075,12 @@ mt_status_t cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__Sweep
         snprintf(a, sizeof a, "%u listed", x->n_list);
         snprintf(b, sizeof b, "%u listed%s", y->n_list, x->n_list == y->n_list ? " (other configs)" : "");
         add_diff(diff, len, &n, "configs", a, b);
+    }
+    if (pa->sample != pb->sample) {
+        char a[32] = "all", b[32] = "all";
+        if (pa->sample) snprintf(a, sizeof a, "%u", pa->sample);
+        if (pb->sample) snprintf(b, sizeof b, "%u", pb->sample);
+        add_diff(diff, len, &n, "sample", a, b);
     }
     if (pa->chunk != pb->chunk) { /* 0: the coordinator sizes each shape's jobs */
         char a[32] = "by shape", b[32] = "by shape";

@@ -172,6 +172,41 @@ static int build_space(const Moetune__Space *sp, krn_space_t *out, char *err, si
     return MT_OK;
 }
 
+/* A config's place in the sample: its fields and the seed, mixed (splitmix64's finaliser
+ * over FNV-1a), so that any sample size takes a prefix of one fixed shuffle. */
+static uint64_t sample_key(const krn_config_t *c, uint64_t seed) {
+    uint64_t h = mt_fnv1a(1469598103934665603ull ^ seed, c, sizeof *c);
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
+}
+
+typedef struct {
+    uint64_t key;
+    krn_config_t cfg;
+} keyed_config_t;
+
+static int by_key(const void *a, const void *b) {
+    const keyed_config_t *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return memcmp(&x->cfg, &y->cfg, sizeof x->cfg);
+}
+
+/* Keeps a fixed pseudo-random n of the *len configs (the lowest sample keys); the caller
+ * orders them after. */
+static int plan_sample(krn_config_t *v, size_t *len, size_t n, uint64_t seed) {
+    keyed_config_t *k = mt_calloc(*len, sizeof *k);
+    if (!k) return MT_NOMEM;
+    for (size_t i = 0; i < *len; i++) k[i] = (keyed_config_t){sample_key(&v[i], seed), v[i]};
+    qsort(k, *len, sizeof *k, by_key);
+    for (size_t i = 0; i < n; i++) v[i] = k[i].cfg;
+    *len = n;
+    free(k);
+    return MT_OK;
+}
+
 static int shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
     return a->e == b->e && a->n == b->n && a->k == b->k && a->topk == b->topk && a->block_n == b->block_n &&
            a->block_k == b->block_k && strcmp(a->dtype, b->dtype) == 0 && strcmp(a->routing, b->routing) == 0;
@@ -188,6 +223,10 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
     }
     if (!halving_strategy_known(spec->strategy)) {
         mt_fmt(err, errlen, "unknown strategy '%.64s' (known: exhaustive, halving)", spec->strategy);
+        return MT_INVAL;
+    }
+    if (spec->space && spec->space->sample && spec->space->n_configs) {
+        mt_fmt(err, errlen, "a list of configs is measured whole: a sample of it does not apply");
         return MT_INVAL;
     }
     if (halving_is(spec->strategy) && spec->space && spec->space->n_configs) {
@@ -220,6 +259,7 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
     rc = build_space(spec->space, &p->space, err, errlen);
     if (rc) goto out;
     p->chunk = plan_chunk(spec);
+    p->sample = spec->space ? spec->space->sample : 0;
     p->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
     plan_measure(spec, &p->measure);
     if (p->measure.min_samples > p->measure.max_samples) {
@@ -345,6 +385,10 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
                 if (!first_why[0]) snprintf(first_why, sizeof first_why, "%s", why);
             }
         }
+        if (p->sample && ps->n_valid > p->sample) {
+            p->configs_unsampled += (uint32_t)(ps->n_valid - p->sample);
+            if (plan_sample(ps->valid, &ps->n_valid, p->sample, p->measure.seed)) goto nomem;
+        }
         /* most promising first by the cost model, one BLOCK_SIZE_M after another, so every
          * job and every prefix of the sweep spans the space, an interrupted sweep's picks are
          * not biased to one corner, and racing meets a strong best early (order.h).
@@ -465,6 +509,7 @@ mt_status_t plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Sub
     out->jobs = p->jobs;
     out->configs_valid = p->configs_valid;
     out->configs_rejected = p->configs_rejected;
+    out->configs_unsampled = p->configs_unsampled;
     out->results_planned = p->results_planned;
 out:
     plan_destroy(&p);

@@ -61,6 +61,8 @@ typedef struct {
     size_t *order;            /* shape indexes in the order their jobs are stored: costliest first */
     Moetune__Measure measure; /* defaults filled */
     uint32_t jobs, configs_valid, configs_rejected; /* summed over shapes */
+    uint32_t sample;                                /* Space.sample: valid configs kept per shape; 0 = all */
+    uint32_t configs_unsampled;                     /* valid configs the sample left out, summed */
     uint64_t results_planned;                       /* valid configs x batch sizes */
     uint64_t sweep_id;                              /* filled by plan_write */
     int64_t created;                                /* filled by plan_write: the sweep row's created (s) */

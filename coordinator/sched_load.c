@@ -525,6 +525,7 @@ mt_status_t sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *
     out->jobs = p->jobs;
     out->configs_valid = p->configs_valid;
     out->configs_rejected = p->configs_rejected;
+    out->configs_unsampled = p->configs_unsampled;
     out->results_planned = p->results_planned;
     out->n_queued_behind = n_behind;
     out->queued_behind = n_behind ? s->behind : NULL;
@@ -536,9 +537,11 @@ mt_status_t sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *
                (unsigned long long)out->sweep_id, (unsigned long long)o->id, o->name, (unsigned long long)o->done,
                (unsigned long long)o->planned);
     }
-    log_at(MT_LOG_INFO, "sweep %llu '%s' submitted: %u jobs, %u configs valid, %u rejected, %llu results planned",
+    log_at(MT_LOG_INFO,
+           "sweep %llu '%s' submitted: %u jobs, %u configs valid, %u rejected, %u left out by the sample, %llu "
+           "results planned",
            (unsigned long long)out->sweep_id, sp->spec->name ? sp->spec->name : "", out->jobs, out->configs_valid,
-           out->configs_rejected, (unsigned long long)out->results_planned);
+           out->configs_rejected, out->configs_unsampled, (unsigned long long)out->results_planned);
     sched_dispatch_all(s, now_ms);
 out:
     sched_plan_free(psp);

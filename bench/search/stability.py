@@ -9,7 +9,8 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
   python3 bench/search/stability.py score A.db B.db [C.db ...]
       per (shape, batch size): each run's pick; where they differ, both picks' medians in the
       C databases (the re-measure, sweep 1 of each) and their ratio. A batch size agrees when both runs picked the same config
-      or the re-measured picks are within 1 % of each other. Prints the table and a summary line.
+      or the re-measured picks are within 1 % of each other. Prints the table and a summary line,
+      with B's pick against A's side by side, worst and mean (A the reference: exhaustive's run).
   python3 bench/search/stability.py spread A.db B.db [...] | spread ONE.db
       the same configs measured in separate runs (bench/search/noise.sh), one database each or the
       done sweeps of one database (ONE_PROCESS=1): per (shape, batch size,
@@ -81,6 +82,7 @@ def score(a, b, *cs):
     for c in cs:
         re.update(medians(c))
     agree, rows, ratios = 0, 0, []
+    b_over_a = []  # B's pick against A's, side by side (1 where they picked the same)
     print(f"{'shape':<24} {'M':>5} {'run A':<22} {'run B':<22} {'A re-measured':>13} {'B re-measured':>13} {'ratio':>7}")
     for key in sorted(pa):
         (e, n, k, topk), m = key
@@ -88,6 +90,7 @@ def score(a, b, *cs):
         rows += 1
         if ca == cb:
             agree += 1
+            b_over_a.append(1.0)
             print(f"E={e},N={n},K={k:<11} {m:>5} {cfg_text(ca):<22} {'(same)':<22}")
             continue
         ma, mb = re.get((key, ca)), re.get((key, cb))
@@ -96,6 +99,7 @@ def score(a, b, *cs):
             continue
         ratio = max(ma, mb) / min(ma, mb)
         ratios.append(ratio)
+        b_over_a.append(mb / ma)
         agree += ratio <= 1 + TOLERANCE
         print(f"E={e},N={n},K={k:<11} {m:>5} {cfg_text(ca):<22} {cfg_text(cb):<22} {ma:>13.2f} {mb:>13.2f} "
               f"{ratio:>7.4f}")
@@ -103,7 +107,10 @@ def score(a, b, *cs):
     print(f"\nagree {agree}/{rows} ({100 * share:.1f} %): same config, or within {100 * TOLERANCE:.0f} % side by side")
     print("summary " + json.dumps({"batch_sizes": rows, "agree": agree, "share": share,
                                    "re_measured": len(ratios),
-                                   "worst_ratio": max(ratios) if ratios else 1.0}))
+                                   "worst_ratio": max(ratios) if ratios else 1.0,
+                                   "b_over_a_worst": max(b_over_a) if b_over_a else None,
+                                   "b_over_a_mean": sum(b_over_a) / len(b_over_a) if b_over_a else None,
+                                   "b_over_a_points": len(b_over_a)}))
 
 
 def spread(dbs):

@@ -532,6 +532,80 @@ static void test_config_list(void **state) {
     assert_null(p);
 }
 
+static bool in_list(const krn_config_t *v, size_t n, const krn_config_t *c) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&v[i], c, sizeof *c) == 0) return true;
+    return false;
+}
+
+/* Space.sample: a fixed pseudo-random N of each shape's valid configs. Counted, the same for the
+ * same spec, a prefix of one shuffle (a smaller sample is inside a larger), another with another
+ * seed, spread over the space (not its first corner), everything when N is not below the valid
+ * count; refused beside a list of configs. */
+static void test_sample(void **state) {
+    spec_t s;
+    char err[256] = "";
+    plan_t *all = NULL, *a = NULL, *b = NULL, *small = NULL, *other = NULL, *big = NULL;
+    Moetune__Space sp = MOETUNE__SPACE__INIT;
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    spec_init(&s, QWEN, 1);
+    assert_int_equal(plan_build(&s.spec, &all, err, sizeof err), MT_OK);
+    size_t n_all = all->shapes[0].n_valid;
+    assert_true(n_all > 1000);
+    assert_int_equal(all->configs_unsampled, 0);
+    s.spec.space = &sp;
+    sp.sample = 100;
+    assert_int_equal(plan_build(&s.spec, &a, err, sizeof err), MT_OK);
+    assert_int_equal(a->configs_valid, 100);
+    assert_int_equal(a->shapes[0].n_valid, 100);
+    assert_int_equal(a->configs_unsampled, n_all - 100);
+    assert_int_equal(a->configs_rejected, all->configs_rejected); /* left out is not rejected */
+    assert_int_equal(a->results_planned, 100 * 18);
+    assert_int_equal(a->jobs, (100 + a->shapes[0].chunk - 1) / a->shapes[0].chunk);
+    const krn_config_t *v = a->shapes[0].valid;
+    bool bm[257] = {false}, bn[257] = {false};
+    for (size_t i = 0; i < 100; i++) {
+        assert_true(in_list(all->shapes[0].valid, n_all, &v[i]));
+        assert_false(in_list(v, i, &v[i])); /* no config twice */
+        bm[v[i].block_m] = bn[v[i].block_n] = true;
+    }
+    /* the space order's first 100 are all BLOCK_SIZE_M 16, BLOCK_SIZE_N 32: a sample is spread */
+    static const uint32_t bms[] = {16, 32, 64, 128, 256}, bns[] = {32, 64, 128, 256};
+    for (size_t i = 0; i < 5; i++)
+        if (!bm[bms[i]]) fail_msg("the sample of 100 has no BLOCK_SIZE_M %u", bms[i]);
+    for (size_t i = 0; i < 4; i++)
+        if (!bn[bns[i]]) fail_msg("the sample of 100 has no BLOCK_SIZE_N %u", bns[i]);
+    assert_int_equal(plan_build(&s.spec, &b, err, sizeof err), MT_OK);
+    assert_int_equal(b->shapes[0].n_valid, 100);
+    assert_memory_equal(b->shapes[0].valid, v, 100 * sizeof *v); /* the same spec, the same jobs */
+    sp.sample = 40;
+    assert_int_equal(plan_build(&s.spec, &small, err, sizeof err), MT_OK);
+    assert_int_equal(small->shapes[0].n_valid, 40);
+    for (size_t i = 0; i < 40; i++) assert_true(in_list(v, 100, &small->shapes[0].valid[i]));
+    sp.sample = 100;
+    m.seed = 2;
+    s.spec.measure = &m;
+    assert_int_equal(plan_build(&s.spec, &other, err, sizeof err), MT_OK);
+    size_t shared = 0;
+    for (size_t i = 0; i < 100; i++) shared += in_list(v, 100, &other->shapes[0].valid[i]);
+    if (shared > 50) fail_msg("seeds 1 and 2 share %zu of 100 sampled configs", shared);
+    s.spec.measure = NULL;
+    sp.sample = (uint32_t)n_all;
+    assert_int_equal(plan_build(&s.spec, &big, err, sizeof err), MT_OK);
+    assert_int_equal(big->configs_valid, n_all);
+    assert_int_equal(big->configs_unsampled, 0);
+    plan_destroy(&all), plan_destroy(&a), plan_destroy(&b), plan_destroy(&small), plan_destroy(&other);
+    plan_destroy(&big);
+
+    Moetune__Config cfg = MOETUNE__CONFIG__INIT, *ptr = &cfg;
+    static const krn_config_t one = {64, 128, 64, 16, 4, 4};
+    wire_config_to_msg(&one, &cfg);
+    sp.n_configs = 1, sp.configs = &ptr, sp.sample = 1;
+    assert_int_equal(plan_build(&s.spec, &a, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "a sample of it does not apply"));
+    assert_null(a);
+}
+
 int main(void) {
     mt_log_init("test_planner", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
@@ -545,6 +619,7 @@ int main(void) {
         cmocka_unit_test(test_halving_margin),
         cmocka_unit_test(test_halving_accepted),
         cmocka_unit_test(test_config_list),
+        cmocka_unit_test(test_sample),
         cmocka_unit_test(test_triton_rules),
         cmocka_unit_test(test_fp8_block_engines),
         cmocka_unit_test(test_cuda_rejects_fp8),
