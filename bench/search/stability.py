@@ -39,6 +39,10 @@ def cfg_text(c):
 def picks(db):
     """{(shape, M): config} of the lowest ok median per (shape, batch size) of sweep 1."""
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    state = c.execute("SELECT state FROM sweeps WHERE id = 1").fetchone()
+    if not state or state[0] != "done":
+        # a stopped sweep's lowest medians are not its strategy's picks
+        sys.exit(f"{db}: sweep 1 is {state[0] if state else 'missing'}, not done: its picks are not comparable")
     cfg = {i: (bm, bn, bk, g, w, st) for i, bm, bn, bk, g, w, st in c.execute(
         "SELECT id, block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs")}
     best = {}

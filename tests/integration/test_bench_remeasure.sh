@@ -2,7 +2,8 @@
 # bench/search/remeasure.sh on the sim: two sweeps of one shape over disjoint spaces (BLOCK_SIZE_M 16
 # against 64) pick different configs at both batch sizes; the script lists them and their batch
 # sizes, re-measures each batch size's two picks side by side there and nowhere else (one sweep per
-# pair), and scores both batch sizes from them. The same database twice: nothing to re-measure, 2/2 agree.
+# pair), and scores both batch sizes from them. The same database twice: nothing to re-measure, 2/2
+# agree. A sweep that is not done is refused.
 source "$(dirname "$0")/lib.sh"
 S=${MT_SOURCE_DIR:?MT_SOURCE_DIR must point at the source folder}
 M="$BIN/moetune"
@@ -48,3 +49,15 @@ BACKEND=sim MT_BIN_DIR=$BIN bash "$S/bench/search/remeasure.sh" "$T/s" "$T/a.db"
 ! ls "$T"/s/remeasure-*.db >/dev/null 2>&1 || fail "the same database twice was re-measured"
 grep -q '^agree 2/2 ' "$T/s/score.txt" || fail "the same database twice: $(grep '^agree' "$T/s/score.txt")"
 pass "remeasure.sh: one database twice agrees at 2/2, nothing re-measured"
+
+# A sweep that is not done (stopped by a time limit, say) has no picks to compare: refused.
+cp "$T/b.db" "$T/c.db"
+sqlite3 "$T/c.db" "UPDATE sweeps SET state = 'running' WHERE id = 1"
+set +e
+BACKEND=sim MT_BIN_DIR=$BIN bash "$S/bench/search/remeasure.sh" "$T/u" "$T/a.db" "$T/c.db" "${SHAPE[@]}" >"$T/u.log" 2>&1
+rc=$?
+set -e
+[ $rc != 0 ] || fail "remeasure.sh compared a sweep that is not done"
+grep -q 'sweep 1 is running, not done' "$T/u.log" || fail "no reason given: $(cat "$T/u.log")"
+! ls "$T"/u/remeasure-*.db >/dev/null 2>&1 || fail "a sweep not done was re-measured"
+pass "remeasure.sh: a sweep that is not done is refused, nothing re-measured"
