@@ -11,7 +11,8 @@
 # racing's first samples included) and its warm-up replays (WARMUP, default 2 as --warmup's, x
 # median for a row measured before a best was known; WARMUP - 2 for a racing survivor, whose first
 # 2 timed samples were its warm-up; none for a pruned row; WARMUP per round for a decide row,
-# measured in 5 rounds), over N. Env: WARMUP, when the sweep options give another --warmup.
+# measured in 5 rounds), over N. Env: WARMUP, when the sweep options give another --warmup;
+# WORKER_CREDITS, the jobs each worker holds (--credits; default the sim's 1, cuda workers hold 2).
 # A finalist's first-pass work is not in it (its decide row replaced that row), so the ideal is
 # a little short of the work. Compiles are not in it: the sim compiles a job's
 # configs ahead on 15 threads per worker, as the cuda backend does on a 16-core host, so what a worker
@@ -44,7 +45,7 @@ db=$T/scale.db
 until "$bin/moetune" status --control "$cep" --timeout-ms 200 >/dev/null 2>&1; do sleep 0.05; done
 for i in $(seq 1 "$n"); do
   "$bin/moetune-worker" --connect "$wep" --backend sim --sim-time-scale 1 --id "s$i" \
-    --log-level warn 2>>"$T/workers.log" &
+    ${WORKER_CREDITS:+--credits "$WORKER_CREDITS"} --log-level warn 2>>"$T/workers.log" &
 done
 for _ in $(seq 1 300); do
   alive=$("$bin/moetune" workers --control "$cep" --json 2>/dev/null | python3 -c '
