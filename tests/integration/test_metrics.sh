@@ -26,7 +26,7 @@ ctype=$(curl -s -o /dev/null -w '%{content_type}' "$M")
 [ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$M")" = 405 ] || fail "POST is not 405"
 
 WRONG=64x128x64x1x4x3
-start_workers 2 --sim-time-scale 0.002 --sim-faults wrong=$WRONG
+start_workers 2 --sim-time-scale 0.4 --sim-faults wrong=$WRONG
 "$BIN/moetune" submit --control "$CEP" --name metrics --shape E=8,N=7168,K=4096,topk=2 --batch-sizes 1,16,64 \
   >"$T/submit.out" 2>&1 || { cat "$T/submit.out"; fail "submit failed"; }
 
@@ -44,7 +44,8 @@ done
 mid=$(val during moetune_results_committed_total)
 dbmid=$(sql "SELECT count(*) FROM results")
 [ "$mid" -le "$dbmid" ] || fail "metrics count $mid results, the database $dbmid (committed ones only)"
-# GPU busy while it runs: the sim workers sleep their timed samples (time scale 0.002), so the
+# GPU busy while it runs: the sim workers sleep their timed samples (time scale 0.4: a sweep of
+# about 2 s, long enough for the 0.5-s snapshots to see it running; at 0.002 it took 0.2 s), so the
 # running sweep's fraction is known and a fraction (0 < x <= 1 per GPU, 2 GPUs)
 busy=$(val during moetune_gpu_busy_ratio)
 awk -v b="${busy:-x}" 'BEGIN { exit !(b + 0 > 0 && b + 0 <= 2) }' || { grep gpu_busy "$T/during.prom"; fail "GPU busy '$busy' while running"; }
