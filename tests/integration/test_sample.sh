@@ -3,6 +3,7 @@
 # at every batch size; tune says how many were left out; the exported file and its manifest say
 # the picks come from a sample; the same command again reuses the sweep, the whole space is
 # another sweep, and a spec file's "sample" key is the flag. --sample beside --configs is refused.
+# submit's reply counts the configs the sample left out.
 source "$(dirname "$0")/lib.sh"
 M="$BIN/moetune"
 RUN=(--backend sim --workers 2 --sim-time-scale 0 --model qwen3-30b-a3b --tp 2 --batch-sizes 1,64,4096
@@ -42,3 +43,18 @@ set -e
 [ $rc = 2 ] || fail "--sample with --configs exited $rc, not 2 (usage)"
 grep -q 'exclude each other' "$T/d.err" || fail "no reason given: $(cat "$T/d.err")"
 pass "--sample beside --configs refused (exit 2)"
+
+# submit to a coordinator: its reply counts what the sample left out (Submitted.configs_unsampled)
+DB=$T/submit.db
+start_coordinator
+"$M" submit --control "$CEP" --json --model qwen3-30b-a3b --tp 2 --batch-sizes 1,64 --sample 24 >"$T/sub.json" \
+  || fail "submit --sample 24 exited $?"
+all=$(jq -r '.configs_valid + .configs_unsampled' "$T/sub.json")
+[ "$(jq -r .configs_valid "$T/sub.json")" = 24 ] || fail "submit reply: $(cat "$T/sub.json")"
+[ "$all" -gt 24 ] || fail "submit reply counts no configs left out: $(cat "$T/sub.json")"
+# the whole space of the same shape has exactly the valid configs the sample was drawn from
+"$M" submit --control "$CEP" --json --model qwen3-30b-a3b --tp 2 --batch-sizes 1,64 >"$T/sub2.json" \
+  || fail "submit of the whole space exited $?"
+[ "$(jq -r '"\(.configs_valid) \(.configs_unsampled)"' "$T/sub2.json")" = "$all 0" ] \
+  || fail "the whole space: $(cat "$T/sub2.json"), not $all valid configs and none left out"
+pass "submit --json: 24 configs valid and $((all - 24)) left out by the sample, of the space's $all"
