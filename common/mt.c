@@ -149,6 +149,12 @@ uint64_t mt_fnv1a(uint64_t h, const void *data, size_t len) {
     return h;
 }
 
+uint64_t mt_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
 mt_status_t mt_mkdirs(const char *path, char *err, size_t errlen) {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {

@@ -62,6 +62,11 @@ mt_status_t mt_parse_u32_list(const char *s, uint32_t min, uint32_t max, uint32_
 #define MT_FNV_INIT 1469598103934665603ULL
 uint64_t mt_fnv1a(uint64_t h, const void *data, size_t len);
 
+/* splitmix64's finaliser: every bit of z moves about half the bits of the result. A splitmix64
+ * stream is mt_mix64(state += MT_GOLDEN64). */
+#define MT_GOLDEN64 0x9E3779B97F4A7C15ULL
+uint64_t mt_mix64(uint64_t z);
+
 /* Creates a directory and its parents (mode 0755); MT_IO with errno text in err. */
 mt_status_t mt_mkdirs(const char *path, char *err, size_t errlen);
 

@@ -175,12 +175,7 @@ static int build_space(const Moetune__Space *sp, krn_space_t *out, char *err, si
 /* A config's place in the sample: its fields and the seed, mixed (splitmix64's finaliser
  * over FNV-1a), so that any sample size takes a prefix of one fixed shuffle. */
 static uint64_t sample_key(const krn_config_t *c, uint64_t seed) {
-    uint64_t h = mt_fnv1a(1469598103934665603ull ^ seed, c, sizeof *c);
-    h ^= h >> 30;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 27;
-    h *= 0x94d049bb133111ebull;
-    return h ^ (h >> 31);
+    return mt_mix64(mt_fnv1a(MT_FNV_INIT ^ seed, c, sizeof *c));
 }
 
 typedef struct {

@@ -212,13 +212,6 @@ mt_status_t krn_routing_check(const krn_routing_t *r, uint32_t experts, uint32_t
 }
 
 void krn_routing_rows(uint32_t tokens, uint32_t m, uint64_t seed, uint32_t *rows) {
-    const uint64_t golden = 0x9E3779B97F4A7C15ULL;
-    uint64_t state = seed ^ ((uint64_t)m * golden);
-    for (uint32_t i = 0; i < m; i++) {
-        state += golden;
-        uint64_t z = state;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-        rows[i] = (uint32_t)((z ^ (z >> 31)) % tokens);
-    }
+    uint64_t state = seed ^ ((uint64_t)m * MT_GOLDEN64);
+    for (uint32_t i = 0; i < m; i++) rows[i] = (uint32_t)(mt_mix64(state += MT_GOLDEN64) % tokens);
 }

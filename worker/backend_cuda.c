@@ -619,12 +619,7 @@ static int ensure_scratch(cuda_state_t *st, uint32_t m, char *err, size_t errlen
     return MT_OK;
 }
 
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+static uint64_t splitmix(uint64_t *x) { return mt_mix64(*x += MT_GOLDEN64); }
 
 /* Routing for m tokens: top-k of a softmax of random logits, weights renormalised. */
 static int make_routing(const krn_shape_t *s, uint32_t m, uint64_t seed, int *ids, float *w) {
