@@ -551,8 +551,8 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
             code = ecode == WIRE_E_SPEC ? cli_usage(cmd, err) : cli_fail(cmd, err);
             goto out;
         }
-        sweep = reply->submitted->sweep_id;
         const Moetune__Submitted *sub = reply->submitted;
+        sweep = sub->sweep_id;
         char sampled[96] = "";
         if (sub->configs_unsampled)
             mt_fmt(sampled, sizeof sampled, " (a sample: %u more valid configs left out by --sample)",
@@ -562,7 +562,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
                 "%u %s worker%s\n",
                 (unsigned long long)sweep, sub->jobs, sub->configs_valid, sampled, sub->configs_rejected,
                 (unsigned long long)sub->results_planned, r->n_workers, backend, r->n_workers == 1 ? "" : "s");
-        cli_say_queued_behind(cmd->name, reply->submitted->queued_behind, reply->submitted->n_queued_behind);
+        cli_say_queued_behind(cmd->name, sub->queued_behind, sub->n_queued_behind);
     }
 
     /* ---- follow it */

@@ -339,9 +339,13 @@ static mt_status_t cov_collect(void *ctx, const dbq_coverage_t *c) {
     return 0;
 }
 
-/* Notes each sweep whose spec measures a sample of the space (--sample). */
+/* Notes each sweep of the coverage whose spec measures a sample of the space (--sample); the
+ * specs of sweeps the export does not read are not unpacked. */
 static mt_status_t sample_collect(void *ctx, const dbq_sweep_t *s) {
     run_t *x = ctx;
+    bool covered = false;
+    for (size_t i = 0; i < x->n_cov && !covered; i++) covered = x->cov[i].sweep_id == s->id;
+    if (!covered) return 0;
     Moetune__SweepSpec *spec = moetune__sweep_spec__unpack(NULL, s->spec_len, s->spec);
     uint32_t n = spec && spec->space ? spec->space->sample : 0;
     moetune__sweep_spec__free_unpacked(spec, NULL);
@@ -360,8 +364,8 @@ static uint32_t sweep_sample(const run_t *x, uint64_t sweep_id) {
 
 /* Reads the coverage of the selection; with one_sweep, refuses several sweeps. */
 static int load_coverage(run_t *x, dbq_t *q, char *err, size_t errlen) {
-    int rc = dbq_sweeps(q, NULL, sample_collect, x, err, errlen);
-    if (rc == MT_OK) rc = dbq_coverage(q, &x->sel, cov_collect, x, err, errlen);
+    int rc = dbq_coverage(q, &x->sel, cov_collect, x, err, errlen);
+    if (rc == MT_OK) rc = dbq_sweeps(q, NULL, sample_collect, x, err, errlen);
     if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
     if (rc != MT_OK || !x->o->one_sweep) return rc;
     char list[200] = "";

@@ -30,6 +30,8 @@ echo '{"sample": 12}' >"$T/spec.json"
 "$M" tune "${RUN[@]}" --out "$T/configs12" --spec "$T/spec.json" >"$T/c.out" 2>"$T/c.err" || fail "tune --spec with sample 12 exited $?"
 [ "$(sql "SELECT COUNT(*) FROM results WHERE sweep_id = 2")" = 36 ] \
   || fail "the spec's sample 12 measured $(sql "SELECT COUNT(*) FROM results WHERE sweep_id = 2") results, not 36"
+grep -q "from a SAMPLE of 12 configs per shape" "$T/c.out" \
+  || fail "sweep 2's export (a database of two sweeps) does not say sample 12: $(cat "$T/c.out")"
 # a sample of 12 is the first 12 of the same shuffle: all of them were in the sample of 24
 [ "$(sql "SELECT COUNT(*) FROM (SELECT DISTINCT config_id FROM results WHERE sweep_id = 2
   EXCEPT SELECT DISTINCT config_id FROM results WHERE sweep_id = 1)")" = 0 ] \
