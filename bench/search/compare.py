@@ -27,24 +27,22 @@ def picks(db):
         best.setdefault(key, (cfg[cid], med))
     status = dict(c.execute("SELECT status, count(*) FROM results WHERE sweep_id = 1 GROUP BY status").fetchall())
     samples = c.execute("SELECT coalesce(sum(samples), 0) FROM results WHERE sweep_id = 1").fetchone()[0]
-    state = c.execute("SELECT state FROM sweeps WHERE id = 1").fetchone()
-    if state and state[0] != "done":
-        # a stopped sweep's picks are not its strategy's: say so, and leave it out of the summary
-        status["SWEEP NOT DONE: " + state[0]] = 0
-    return best, every, status, samples
+    state = (c.execute("SELECT state FROM sweeps WHERE id = 1").fetchone() or ["missing"])[0]
+    return best, every, status, samples, state
 
 
 def main():
     out, ref_name, others = sys.argv[1], sys.argv[2], sys.argv[3:]
-    ref_best, ref_all, ref_status, ref_samples = picks(f"{out}/{ref_name}.db")
-    if any(k.startswith("SWEEP NOT DONE") for k in ref_status):
-        sys.exit(f"{ref_name}: the reference sweep is not done: {ref_status}")
+    ref_best, ref_all, ref_status, ref_samples, ref_state = picks(f"{out}/{ref_name}.db")
+    if ref_state != "done":
+        sys.exit(f"{ref_name}: the reference sweep is {ref_state}, not done")
     print(f"{ref_name}: rows {ref_status}, samples {ref_samples}")
     summary = {}
     for name in others:
-        best, _, status, samples = picks(f"{out}/{name}.db")
+        best, _, status, samples, state = picks(f"{out}/{name}.db")
         ratios = []
-        print(f"\n{name}: rows {status}, samples {samples} ({samples / max(ref_samples, 1):.2f}x {ref_name}'s)")
+        print(f"\n{name}: rows {status}, samples {samples} ({samples / max(ref_samples, 1):.2f}x {ref_name}'s)"
+              + ("" if state == "done" else f", SWEEP {state.upper()}, NOT DONE"))
         print(f"{'shape':<22} {'M':>5} {'pick':<22} {'ref best':<22} {'ratio':>7}")
         for key in sorted(ref_best):
             (e, n, k, topk), m = key
@@ -59,7 +57,8 @@ def main():
                 ratios.append(ratio)
             fmt = lambda c: "x".join(map(str, c[:3])) + f" g{c[3]} w{c[4]} s{c[5]}"
             print(f"E={e},N={n},K={k:<9} {m:>5} {fmt(cfg):<22} {fmt(rcfg):<22} {ratio:>7.3f}")
-        if any(k.startswith("SWEEP NOT DONE") for k in status):
+        if state != "done":
+            # a stopped sweep's picks are not its strategy's: left out of the summary
             print(f"{name}: not summarised, its sweep is not done")
         elif ratios:
             summary[name] = {"worst": max(ratios), "mean": sum(ratios) / len(ratios), "points": len(ratios),

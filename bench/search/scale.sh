@@ -11,8 +11,9 @@
 # racing's first samples included) and its warm-up replays (WARMUP, default 2 as --warmup's, x
 # median for a row measured before a best was known; WARMUP - 2 for a racing survivor, whose first
 # 2 timed samples were its warm-up; none for a pruned row; WARMUP per round for a decide row,
-# measured in 5 rounds), over N. Env: WARMUP, when the sweep options give another --warmup;
-# WORKER_CREDITS, the jobs each worker holds (--credits; default the sim's 1, cuda workers hold 2).
+# measured in 5 rounds; scale_span.py's gpu_work), over N. Env: WARMUP, when the sweep options
+# give another --warmup; WORKER_CREDITS, the jobs each worker holds (--credits; default the sim's 1,
+# cuda workers hold 2).
 # A finalist's first-pass work is not in it (its decide row replaced that row), so the ideal is
 # a little short of the work. Compiles are not in it: the sim compiles a job's
 # configs ahead on 15 threads per worker, as the cuda backend does on a 16-core host, so what a worker
@@ -74,19 +75,15 @@ case "$line" in
   *"'scale' done:"*) t1=$(date -d "${line%% *}" +%s.%N) ;;
   *) echo "sweep ended: ${line:-not in 10 min}"; exit 1 ;;
 esac
-python3 - "$db" "$n" "$t0" "$t1" "${WARMUP:-2}" <<'PY'
+python3 - "$db" "$n" "$t0" "$t1" "${WARMUP:-2}" "$(dirname "$0")" <<'PY'
 import sqlite3, sys
 db, n, t0, t1 = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-W = int(sys.argv[5])
+sys.path.insert(0, sys.argv[6])
+from scale_span import gpu_work
 c = sqlite3.connect(db)
 rows, planned = c.execute("SELECT count(*), (SELECT results_planned FROM sweeps WHERE id=1) FROM results WHERE sweep_id=1").fetchone()
-timed = c.execute("SELECT coalesce(sum(timed_us), 0) FROM results WHERE sweep_id=1").fetchone()[0] / 1e6
-warm = 0.0
-for st, med, tu, ns, ph in c.execute("SELECT status, median_us, timed_us, samples, phase FROM results WHERE "
-                                     "sweep_id=1 AND median_us > 0 AND status != 'pruned'"):
-    raced = tu / med - ns > 1.0  # its timed samples hold 2 more than its stored ones: racing's
-    # a decide row was measured in 5 rounds, each with its own W warm-up replays
-    warm += (5 * W if ph == 2 else max(W - 2, 0) if raced else W) * med / 1e6
+per = gpu_work(db, int(sys.argv[5])).values()
+timed, warm = sum(t for t, _ in per), sum(u for _, u in per)
 by = dict(c.execute("SELECT status, count(*) FROM results WHERE sweep_id=1 GROUP BY status").fetchall())
 work = timed + warm
 wall = t1 - t0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/search/sample.sh on the sim: exhaustive, racing and halving measure the same sample of 16
 # configs (32 results each at 2 batch sizes), the picks are compared and scored side by side, and
-# the exhaustive wall time is extrapolated by valid configs / 16.
+# the exhaustive wall time is extrapolated by valid configs / 16. A stopped sweep is left out of
+# the comparison's summary.
 source "$(dirname "$0")/lib.sh"
 S=${MT_SOURCE_DIR:?MT_SOURCE_DIR must point at the source folder}
 BACKEND=sim MT_BIN_DIR=$BIN bash "$S/bench/search/sample.sh" "$T/o" 16 --model qwen3-30b-a3b --tp 1 \
@@ -27,3 +28,11 @@ for s in racing halving; do
     || fail "$s's score does not cover both batch sizes: $(grep '^summary' "$T/o/rm-$s/score.txt")"
 done
 pass "sample.sh: exhaustive, racing and halving on one sample of 16 of $valid configs, compared and scored"
+
+# a sweep that is not done (stopped by a time limit) is shown but left out of the summary
+sqlite3 "$T/o/halving.db" "UPDATE sweeps SET state = 'running' WHERE id = 1"
+python3 "$S/bench/search/compare.py" "$T/o" exhaustive racing halving >"$T/c.txt" || fail "compare.py exited $?"
+grep -q '^halving: not summarised, its sweep is not done' "$T/c.txt" || fail "the stopped sweep was not flagged"
+jq -e 'has("racing") and (has("halving") | not)' <<<"$(sed -n 's/^summary //p' "$T/c.txt")" >/dev/null \
+  || fail "summary of a stopped sweep: $(grep '^summary' "$T/c.txt")"
+pass "compare.py: a stopped sweep is flagged and left out of the summary"
