@@ -51,6 +51,14 @@ double race_best(const race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t
     return e ? e->best_us : 0.0;
 }
 
+double race_shape_top(const race_t *r, uint64_t sweep_id, uint64_t shape_id) {
+    double top = 0.0;
+    for (size_t i = 0; r && i < r->n; i++)
+        if (r->e[i].sweep_id == sweep_id && r->e[i].shape_id == shape_id && r->e[i].best_us > top)
+            top = r->e[i].best_us;
+    return top;
+}
+
 void race_forget(race_t *r, uint64_t sweep_id) {
     size_t k = 0;
     for (size_t i = 0; i < r->n; i++)

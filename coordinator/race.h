@@ -32,6 +32,11 @@ mt_status_t race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t 
 /* The best median for the key, 0 when none is known. */
 double race_best(const race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs);
 
+/* The largest of the shape's bests over its batch sizes, 0 when none is known: what one
+ * config's slowest batch size takes at best, so what a side-by-side job of the shape's
+ * finalists at that batch size will take, in proportion. */
+double race_shape_top(const race_t *r, uint64_t sweep_id, uint64_t shape_id);
+
 /* Forgets a sweep's entries (it finished or was cancelled). */
 void race_forget(race_t *r, uint64_t sweep_id);
 

@@ -45,6 +45,7 @@ typedef struct {
     bool moved;     /* removed by a split: its holder may still send it (accepted, credited to `to`) */
     job_t *to;      /* removed: the job it went to (a split's or a crash retry's) */
     bool twin_rows; /* rows came from the result of the holder of the job a split moved it from */
+    bool received;  /* a Result for it was accepted and waits for its commit: a split leaves it */
 } jcfg_t;
 
 struct job {

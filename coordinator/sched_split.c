@@ -7,10 +7,16 @@
 
 #include "halving.h"
 #include "mt.h"
+#include "race.h"
 #include "sched_int.h"
 
-/* A config its job still waits for: in the job and without all its rows. */
-static bool cfg_open(const job_t *j, const jcfg_t *c) { return !c->removed && c->rows < sched_job_nb(j); }
+/* A config its job still waits for and no Result of which has come: in the job, without all its
+ * rows, none waiting for a commit. The first of a held job's open configs is most likely the one
+ * its holder measures now (it goes in the job's order): a split moves the back half, which never
+ * takes it while 2 or more are open. */
+static bool cfg_open(const job_t *j, const jcfg_t *c) {
+    return !c->removed && !c->received && c->rows < sched_job_nb(j);
+}
 
 static size_t job_open_cfgs(const job_t *j) {
     size_t n = 0;
@@ -18,12 +24,32 @@ static size_t job_open_cfgs(const job_t *j) {
     return n;
 }
 
+/* The shape weight of split_pick: race_shape_top, looked up once per (sweep, shape) of a pick. */
+typedef struct {
+    uint64_t sweep_id, shape_id;
+    double top;
+} shape_top_t;
+
+static double shape_top(const sched_t *s, const job_t *j, shape_top_t *memo, size_t *n_memo, size_t cap) {
+    for (size_t i = 0; i < *n_memo; i++)
+        if (memo[i].sweep_id == j->sw->id && memo[i].shape_id == j->shape_id) return memo[i].top;
+    double top = race_shape_top(s->race, j->sw->id, j->shape_id);
+    if (*n_memo < cap) memo[(*n_memo)++] = (shape_top_t){j->sw->id, j->shape_id, top};
+    return top;
+}
+
 /* The job a split takes from for w: leased to another worker, of a running sweep w may
- * measure, not side by side, with the most open configs (at least 2); the lowest job id
- * among equals. */
+ * measure, not side by side, with at least 2 open configs; of the shape whose best at its
+ * slowest batch size is the largest (race_shape_top), then with the most open configs, then
+ * the lowest job id. At a sweep's end every shape's last configs are being split: the shape
+ * whose side-by-side decide jobs (or halving's finalists) will take longest finishes its
+ * first pass first, and the one left for last is the one whose decide step is shortest. */
 static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
     job_t *best = NULL;
-    size_t best_n = 1;
+    size_t best_n = 0;
+    double best_top = 0.0;
+    shape_top_t memo[32];
+    size_t n_memo = 0;
     for (size_t i = 0; i < s->n_workers; i++) {
         const sched_worker_t *o = s->workers[i];
         if (o == w) continue;
@@ -33,9 +59,12 @@ static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
                 sched_job_side_by_side(j))
                 continue;
             size_t n = job_open_cfgs(j);
-            if (n > best_n || (n == best_n && best && j->id < best->id)) {
+            if (n < 2) continue;
+            double top = shape_top(s, j, memo, &n_memo, sizeof memo / sizeof memo[0]);
+            if (!best || top > best_top || (top == best_top && (n > best_n || (n == best_n && j->id < best->id)))) {
                 best = j;
                 best_n = n;
+                best_top = top;
             }
         }
     }
@@ -43,12 +72,36 @@ static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
     return best;
 }
 
-/* Tail work: w holds nothing and nothing is pending for it. The leased job with the most
- * open configs gives the back half of them (what its holder reaches last) to a new pending
+/* The holder of j learns at once which configs left its job (Ack.moved), so it skips those it
+ * has not started instead of measuring them too; an older worker ignores the field and goes on
+ * into them, and its results count while the new job still needs them (sched_late_result). A
+ * notice that cannot be built or sent costs only that double work. */
+static void tell_holder(sched_t *s, const job_t *j, const jcfg_t *moved, size_t n) {
+    if (!j->holder || !n) return;
+    uint64_t *ids = mt_malloc(n * sizeof *ids);
+    if (!ids) return;
+    for (size_t k = 0; k < n; k++) ids[k] = moved[k].config_id;
+    Moetune__JobMoved jm = MOETUNE__JOB_MOVED__INIT;
+    jm.job_id = j->id;
+    jm.n_config_ids = n;
+    jm.config_ids = ids;
+    Moetune__JobMoved *jmp = &jm;
+    Moetune__Ack ack = MOETUNE__ACK__INIT;
+    ack.n_moved = 1;
+    ack.moved = &jmp;
+    wire_env_t env;
+    wire_env_wrap(&env, &ack.base);
+    sched_send_env(s, j->holder, &env);
+    free(ids);
+}
+
+/* Tail work: w holds nothing and nothing is pending for it. The leased job split_pick chooses
+ * gives the back half of its open configs (what its holder reaches last) to a new pending
  * job, listed back to front, stored at once in its own transaction (job_configs moved, the
- * job's phase and batch sizes kept) and returned for w to lease. Its holder is not told: when
- * its own configs are done it goes on into the moved ones front to back while w comes the
- * other way, and its results for them are accepted while the new job needs them
+ * job's phase and batch sizes kept) and returned for w to lease. Its holder is told
+ * (tell_holder) and skips the moved configs it has not started; the one it may be measuring,
+ * or all of them for a worker that ignores the notice (going on into them front to back while
+ * w comes the other way), has its results accepted while the new job needs them
  * (sched_on_result) and credited to the job that holds them now (sched_commit.c).
  * Bounded: only a worker holding no job splits, one job a dispatch, a job with fewer than 2
  * open configs is never split, and each move at least halves the job a config is in, so a
@@ -101,7 +154,7 @@ job_t *sched_job_split(sched_t *s, sched_worker_t *w) {
     nj->n_cfgs = move;
     nj->rows_needed = (uint64_t)move * nb;
     for (size_t k = 0; k < move; k++) {
-        /* listed back to front: the holder, not told, goes on from its kept configs into the
+        /* listed back to front: a holder that ignores the notice goes on from its kept configs into the
          * moved ones front to back, so the two meet and the holder's extra work is not wasted */
         jcfg_t *c = &j->cfgs[mv[k]];
         ncfg[move - 1 - k].config_id = c->config_id;
@@ -116,6 +169,7 @@ job_t *sched_job_split(sched_t *s, sched_worker_t *w) {
     log_at(MT_LOG_INFO, "job %llu (held by %s) split for idle %s: its last %zu of %zu open configs moved to job %llu",
            (unsigned long long)j->id, j->holder ? j->holder->id : "nobody", w->id, move, n_open,
            (unsigned long long)new_id);
+    tell_holder(s, j, ncfg, move);
     free(mv);
     return nj;
 fail:

@@ -640,7 +640,7 @@ mt_status_t sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uin
         }
     }
     if (ci == j->n_cfgs && (other = sched_config_elsewhere(j, r->config_id)) != NULL) {
-        /* moved by a split the holder was not told of and this scheduler does not remember (it was
+        /* moved by a split before a restart, which this scheduler does not remember (it was
          * restarted: the database is the truth): the job that holds it now measures it */
         sched_ack_push(w, r->seq);
         log_at(MT_LOG_INFO, "result seq %llu from %s for config %llu dropped: job %llu holds it, not job %llu",
@@ -703,6 +703,9 @@ mt_status_t sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uin
     e->job = j;
     e->cfg = ci;
     e->crash = crash;
+    size_t oci = ci;
+    job_t *owner = sched_cfg_owner(j, &oci); /* where a split moved it, the job that waits for it */
+    if (owner) owner->cfgs[oci].received = true;
     log_at(MT_LOG_DEBUG, "result seq %llu from %s: job %llu config %llu", (unsigned long long)r->seq, w->id,
            (unsigned long long)j->id, (unsigned long long)r->config_id);
     return MT_OK;

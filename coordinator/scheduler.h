@@ -95,7 +95,7 @@ void sched_on_ready(sched_t *s, sched_worker_t *w, uint32_t credits, uint64_t no
  * counted and its seq acknowledged at the next flush (returns MT_INVAL). A first
  * crash of a config moves it into a new job at once (returns MT_OK).
  * A config a split moved out of the job (a worker with nothing to do took the back
- * half of the job's open configs; the holder is not told) is accepted from the holder,
+ * half of the job's open configs; the holder, told, may have started one) is accepted from the holder,
  * also after the holder's own job is done while the config's new job still waits for
  * it, and its new rows count for the job that holds the config now. Acknowledged and
  * dropped without counting as rejected (returns MT_OK, *env left to the caller): such

@@ -157,6 +157,11 @@ static const char *validate(const wire_env_t *env) {
                 for (size_t k = 0; k < b->n_best_us; k++)
                     if (!(b->best_us[k] >= 0 && b->best_us[k] < 1e12)) return "ack: negative or non-finite best_us";
             }
+            if (a->n_moved > WIRE_MAX_CREDITS) return "ack: too many moved lists";
+            for (size_t i = 0; i < a->n_moved; i++) {
+                const Moetune__JobMoved *m = a->moved[i];
+                if (m->job_id == 0 || m->n_config_ids == 0 || m->n_config_ids > MAX_LIST) return "ack: bad moved list";
+            }
             return NULL;
         }
         case MOETUNE__ENVELOPE__BODY_HEARTBEAT:

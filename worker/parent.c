@@ -27,6 +27,8 @@ typedef struct pjob {
     char why[160]; /* why every config is invalid, when !shape_ok */
     size_t next;   /* next config to measure */
     int prepared;
+    int released;           /* its credit went back before it ended (release_early) */
+    uint8_t *moved;         /* per config, 1 = a split gave it to another worker (Ack.moved): skipped */
     double *best;           /* racing: per batch size, the job's best_us lowered by our own ok results and
                              * by the coordinator's later bests (Ack.best) */
     uint32_t rounds, round; /* Job.rounds (1 when 0), and the round being measured (0-based) */
@@ -189,6 +191,7 @@ static void job_free(pjob_t *j) {
     free(j->best);
     free(j->kept);
     free(j->regs);
+    free(j->moved);
     free(j);
 }
 
@@ -309,7 +312,23 @@ static void finish_head(wrk_parent_t *p) {
     p->n_jobs--;
     p->jobs_done++;
     log_at(MT_LOG_INFO, "job %llu done (%zu configs)", (unsigned long long)j->job->job_id, j->job->n_configs);
+    int released = j->released;
     job_free(j);
+    if (!released) send_ready(p, 1);
+}
+
+/* A worker holding its only job, with nothing else on the way, asks for the next one when the
+ * job's last 3 configs remain (configs a split took not counted): the job comes while the
+ * first of them is measured, and the backend compiles its configs ahead (prepare_job, at the
+ * next config's start) while the last ones are, instead of the next job's first compile and
+ * the round trip for it waiting at the job's end (2 left measured about the same; RESULTS,
+ * "Search at scale"). A worker that holds more jobs (--credits 2) has its next job already. */
+static void release_early(wrk_parent_t *p, pjob_t *j) {
+    if (j->released || p->n_jobs != 1 || p->n_ready != 0 || j->round + 1 < j->rounds) return;
+    size_t left = 0;
+    for (size_t i = j->next; i < j->job->n_configs && left <= 3; i++) left += !(j->moved && j->moved[i]);
+    if (left > 3) return;
+    j->released = 1;
     send_ready(p, 1);
 }
 
@@ -334,6 +353,8 @@ static int pump(wrk_parent_t *p) {
             rc = emit_invalid(p, j);
             if (rc) return rc;
         }
+        /* a config a split gave to another worker is not measured here */
+        while (j->moved && j->next < j->job->n_configs && j->moved[j->next]) j->next++;
         /* a config with nothing left OK had its Result sent in an earlier round */
         while (j->round > 0 && j->next < j->job->n_configs &&
                wrk_rounds_settled(&j->kept[j->next * j->job->n_batch_sizes], j->job->n_batch_sizes))
@@ -352,6 +373,7 @@ static int pump(wrk_parent_t *p) {
         /* announce this job's configs and those of the jobs queued behind it, so a backend
          * that compiles ahead has the next job compiled when this one ends */
         for (pjob_t *q = j; q; q = q->link) prepare_job(p, q);
+        release_early(p, j);
         krn_config_t cfg;
         wrk_measure_t m;
         wire_config_from_msg(j->job->configs[j->next]->config, &cfg);
@@ -382,8 +404,9 @@ static void on_welcome(wrk_parent_t *p, const wire_env_t *env) {
            p->n_unacked);
     for (size_t i = 0; i < p->n_unacked; i++)
         if (zmq_send(p->sock, p->unacked[i].buf, p->unacked[i].len, ZMQ_DONTWAIT) < 0) break;
-    uint32_t want = p->opts.credits > p->n_jobs ? p->opts.credits - (uint32_t)p->n_jobs : 0;
-    send_ready(p, want);
+    size_t held = 0;
+    for (pjob_t *j = p->head; j; j = j->link) held += !j->released;
+    send_ready(p, p->opts.credits > held ? p->opts.credits - (uint32_t)held : 0);
 }
 
 static void on_job(wrk_parent_t *p, wire_env_t **penv) {
@@ -438,6 +461,27 @@ static void lower_best(double *best, double us) {
     if (us > 0 && (*best == 0 || us < *best)) *best = us;
 }
 
+/* A split took configs out of a held job: those not started are skipped (pump); the one being
+ * measured, if it is one, is finished and sent (the coordinator counts it while the new job
+ * still needs it). */
+static void on_moved(wrk_parent_t *p, const Moetune__JobMoved *m) {
+    for (pjob_t *j = p->head; j; j = j->link) {
+        if (j->job->job_id != m->job_id) continue;
+        if (!j->moved && !(j->moved = calloc(j->job->n_configs ? j->job->n_configs : 1, 1))) return;
+        size_t skipped = 0;
+        for (size_t k = 0; k < m->n_config_ids; k++)
+            for (size_t i = 0; i < j->job->n_configs; i++)
+                if (j->job->configs[i]->config_id == m->config_ids[k] && !j->moved[i]) {
+                    j->moved[i] = 1;
+                    skipped +=
+                        i > j->next || (i == j->next && (j != p->head || wrk_child_state(p->child) == WRK_CHILD_IDLE));
+                }
+        log_at(MT_LOG_INFO, "job %llu: %zu configs moved to another worker by a split, %zu of them not started here",
+               (unsigned long long)m->job_id, m->n_config_ids, skipped);
+        return;
+    }
+}
+
 static void on_ack(wrk_parent_t *p, const wire_env_t *env) {
     const Moetune__Ack *a = env->ack;
     for (size_t k = 0; k < a->n_seqs; k++) {
@@ -456,6 +500,7 @@ static void on_ack(wrk_parent_t *p, const wire_env_t *env) {
             for (size_t i = 0; i < b->n_best_us; i++) lower_best(&j->best[i], b->best_us[i]);
         }
     }
+    for (size_t k = 0; k < a->n_moved; k++) on_moved(p, a->moved[k]);
 }
 
 static void on_error(wrk_parent_t *p, const wire_env_t *env) {

@@ -1047,7 +1047,7 @@ static void test_split_tail(void **state) {
         assert_int_equal(fx_query_int(f, sql), i < 4 ? (int64_t)a.job : (int64_t)b.job);
     }
     assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM job_configs"), 8);
-    /* A, not told, measures its job in order: 0..3 (kept) then 4 (moved) */
+    /* A measures its job in order: 0..3 (kept) then 4 (moved: as a worker that ignores the notice) */
     uint64_t seq = 1;
     for (int i = 0; i < 3; i++)
         assert_int_equal(result(f, a.w, a.job, a.tok, seq++, a.cfg[i], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
@@ -1158,6 +1158,103 @@ static void test_split_meet(void **state) {
     /* a result for a done job that no split touched is still rejected */
     assert_int_equal(result(f, a.w, a.job, a.tok, 8, a.cfg[0], MOETUNE__STATUS__STATUS_OK, 7), MT_INVAL);
     assert_int_equal(sched_counters(f->s)->rejected_results, 1);
+    check_consistent(f);
+}
+
+/* The moved configs of a split, as its holder was told at once (Ack.moved for job): their
+ * count, ids into ids[0, cap). */
+static size_t moved_told(fx_t *f, const char *rid, uint64_t job, uint64_t *ids, size_t cap) {
+    size_t n = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;
+        const Moetune__Ack *a = f->msg[i]->ack;
+        for (size_t k = 0; k < a->n_moved; k++) {
+            if (a->moved[k]->job_id != job) continue;
+            for (size_t c = 0; c < a->moved[k]->n_config_ids; c++)
+                if (n < cap) ids[n++] = a->moved[k]->config_ids[c];
+        }
+    }
+    return n;
+}
+
+/* The holder of a split job is told at once which configs left it (Ack.moved: the new job's,
+ * nothing else), so it skips them; the worker that took them is told nothing. */
+static void test_split_tells_holder(void **state) {
+    fx_t *f = *state;
+    fx_lease_t a, b;
+    split_setup(f, &a, &b);
+    uint64_t ids[16];
+    assert_int_equal(moved_told(f, "A", a.job, ids, 16), 4);
+    for (int i = 0; i < 4; i++) assert_int_equal(ids[i], b.j->configs[i]->config_id);
+    assert_int_equal(moved_told(f, "B", a.job, ids, 16), 0);
+    assert_int_equal(moved_told(f, "A", b.job, ids, 16), 0);
+}
+
+/* A config whose Result has come (waiting for its commit) is not open to a split: A sent 6 of
+ * its 8 configs, uncommitted, so B's split counts 2 open and takes the back one only, not 4 of
+ * which 2 are measured already. */
+static void test_split_leaves_received(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    submit_8(f);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 1);
+    first_results(f, &a, 6, 2);
+    assert_int_equal(sched_pending(f->s), 6);
+    fx_lease_t b = fx_lease(f, "B", "gpu", 2);
+    assert_int_equal(b.j->n_configs, 1);
+    assert_int_equal(b.j->configs[0]->config_id, a.cfg[7]);
+    uint64_t ids[16];
+    assert_int_equal(moved_told(f, "A", a.job, ids, 16), 1);
+    assert_int_equal(ids[0], a.cfg[7]);
+    /* every row once: A's 6 and 7th, B's last */
+    assert_int_equal(result(f, a.w, a.job, a.tok, 7, a.cfg[6], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
+    assert_int_equal(result(f, b.w, b.job, b.tok, 1, a.cfg[7], MOETUNE__STATUS__STATUS_OK, 3), MT_OK);
+    assert_int_equal(flush_done(f, 3), 16);
+    assert_int_equal(flush_done(f, 4), 16);
+    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM sweeps WHERE state = 'done'"), 1);
+    check_consistent(f);
+}
+
+/* A result of 8 configs' sweep at batch sizes {1, 2} with medians us and us + 1. */
+static int result_us(fx_t *f, const fx_lease_t *l, uint64_t seq, int ci, double us, uint64_t now) {
+    Moetune__Measurement m[2], *pm[2] = {&m[0], &m[1]};
+    for (int i = 0; i < 2; i++) {
+        moetune__measurement__init(&m[i]);
+        m[i].batch_size = (uint32_t)i + 1;
+        m[i].status = MOETUNE__STATUS__STATUS_OK;
+        m[i].median_us = m[i].min_us = m[i].mean_us = us + i;
+        m[i].samples = 10;
+        m[i].timed_us = 10 * (us + i);
+    }
+    return fx_result_of(f, l->w, l->job, l->tok, seq, l->cfg[ci], pm, 2, now, true);
+}
+
+/* At the end, an idle worker splits the job of the shape whose best at its slowest batch size
+ * is the largest (its side-by-side decide jobs will take longest), before a job with more open
+ * configs of a quicker shape: sweep 2's best is 501 us, sweep 1's 11 us, and B takes from
+ * sweep 2's job although sweep 1's has more open configs. Without bests, the most open. */
+static void test_split_prefers_slow_shape(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    uint64_t sw1 = submit_8(f);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 1);
+    uint64_t sw2 = submit_8(f);
+    fx_lease_t c = fx_lease(f, "C", "gpu", 1);
+    assert_int_not_equal(sw1, sw2);
+    assert_int_equal(result_us(f, &a, 1, 0, 10.0, 2), MT_OK);
+    for (int i = 0; i < 3; i++) assert_int_equal(result_us(f, &c, (uint64_t)i + 1, i, 500.0 + i, 2), MT_OK);
+    assert_int_equal(sched_flush(f->s, 2), MT_OK);
+    fx_lease_t b = fx_lease(f, "B", "gpu", 3); /* sweep 1's job: 7 open; sweep 2's: 5 open */
+    assert_int_equal(b.j->sweep_id, sw2);
+    assert_int_equal(b.j->n_configs, 2);
+    assert_int_equal(b.j->configs[0]->config_id, c.cfg[7]);
+    assert_int_equal(b.j->configs[1]->config_id, c.cfg[6]);
+    /* D: sweep 2's job has 3 open (A's 7 in sweep 1): still sweep 2, its back one */
+    fx_lease_t d = fx_lease(f, "D", "gpu", 4);
+    assert_int_equal(d.j->sweep_id, sw2);
+    assert_int_equal(d.j->n_configs, 1);
+    assert_int_equal(d.j->configs[0]->config_id, c.cfg[5]);
+    assert_int_equal(sched_flush(f->s, 5), MT_OK);
     check_consistent(f);
 }
 
@@ -1349,6 +1446,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_split_bounds, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_split_restart, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_split_meet, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_split_tells_holder, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_split_leaves_received, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_split_prefers_slow_shape, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -265,6 +265,35 @@ static void test_ack_best(void **state) {
     roundtrip_valid(&env, false, &u);
 }
 
+/* An Ack's moved lists (a split took configs from a held job): a job id and 1..65536 config
+ * ids each, at most WIRE_MAX_CREDITS lists; an Ack of only such a list is valid. */
+static void test_ack_moved(void **state) {
+    (void)state;
+    uint64_t ids[2] = {17, 23};
+    Moetune__JobMoved jm = MOETUNE__JOB_MOVED__INIT, *pjm = &jm;
+    jm.job_id = 4;
+    jm.n_config_ids = 2;
+    jm.config_ids = ids;
+    Moetune__Ack ack = MOETUNE__ACK__INIT;
+    ack.n_moved = 1;
+    ack.moved = &pjm;
+    wire_env_t env;
+    wire_env_wrap(&env, &ack.base);
+    unpacked_t u;
+    assert_true(roundtrip_valid(&env, true, &u));
+    assert_int_equal(u.env->ack->n_seqs, 0);
+    assert_int_equal(u.env->ack->n_moved, 1);
+    assert_int_equal(u.env->ack->moved[0]->job_id, 4);
+    assert_int_equal(u.env->ack->moved[0]->n_config_ids, 2);
+    assert_int_equal(u.env->ack->moved[0]->config_ids[1], 23);
+    wire_free(&u.env);
+    jm.job_id = 0;
+    assert_false(roundtrip_valid(&env, false, &u));
+    jm.job_id = 4;
+    jm.n_config_ids = 0;
+    assert_false(roundtrip_valid(&env, false, &u));
+}
+
 /* Every latency field of every status is finite and non-negative: +Inf, NaN and negatives in
  * min/mean/stddev (or in a failed measurement's median) are invalid, never stored. */
 static void test_non_finite_latencies(void **state) {
@@ -441,6 +470,7 @@ int main(void) {
         cmocka_unit_test(test_non_finite_latencies),
         cmocka_unit_test(test_job_rounds),
         cmocka_unit_test(test_ack_best),
+        cmocka_unit_test(test_ack_moved),
         cmocka_unit_test(test_recv_invalid_result_names_lease),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

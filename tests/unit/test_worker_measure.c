@@ -1,7 +1,9 @@
 /* test_worker_measure.c - a worker given a Job whose measurement settings are left 0 measures
  * with the planner's defaults (convert.h's WIRE_MEASURE_DEFAULTS), not numbers of its backend's
- * own. A fake coordinator (a ROUTER socket in this process) welcomes a sim worker running in a
- * thread, sends it one Job, reads the Result and shuts it down. */
+ * own; racing bests, rounds and settling reach its backend; it asks for its next job before
+ * the end of its last and skips the configs a split took from it. A fake coordinator (a ROUTER
+ * socket in this process) welcomes a sim worker running in a thread, sends it Jobs, reads what
+ * it sends and shuts it down. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -285,6 +287,124 @@ static void test_settling_not_in_rounds(void **state) {
     fake_stop(&f);
 }
 
+/* Sends job id of n configs (ids 1..n: 64x64x64, group 1, warps 4 or 8, stages 2..) at batch
+ * sizes {1, 64}, measurement defaults, racing off. */
+static void send_job_n(fake_t *f, uint64_t id, size_t n) {
+    char err[200];
+    krn_shape_t sh;
+    assert_int_equal(krn_shape_parse("E=8,N=1024,K=1024,topk=2", &sh, err, sizeof err), MT_OK);
+    Moetune__Shape msh;
+    Moetune__Config mc[8];
+    Moetune__JobConfig jc[8], *pjc[8];
+    assert_true(n <= 8);
+    wire_shape_to_msg(&sh, &msh);
+    for (size_t i = 0; i < n; i++) {
+        krn_config_t cfg = {.block_m = 64,
+                            .block_n = 64,
+                            .block_k = 64,
+                            .group_m = 1,
+                            .num_warps = i % 2 ? 8 : 4,
+                            .num_stages = 2 + (uint32_t)(i / 2)};
+        wire_config_to_msg(&cfg, &mc[i]);
+        moetune__job_config__init(&jc[i]);
+        jc[i].config_id = i + 1, jc[i].config = &mc[i];
+        pjc[i] = &jc[i];
+    }
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    m.rsd_target = 0.5, m.race_margin = -1;
+    uint32_t bs[] = {1, 64};
+    Moetune__Job job = MOETUNE__JOB__INIT;
+    job.job_id = id, job.lease_token = 11, job.sweep_id = 1, job.shape = &msh, job.n_configs = n, job.configs = pjc;
+    job.n_batch_sizes = 2, job.batch_sizes = bs, job.measure = &m;
+    send_to(f->sock, f->rid, f->rid_len, MOETUNE__ENVELOPE__BODY_JOB, &job);
+}
+
+/* The next Ready or Result from the worker (heartbeats skipped): its body, and for a Result its
+ * job and config ids; 0 after 20 s. */
+static wire_body_t next_event(fake_t *f, uint64_t *job, uint64_t *cfg) {
+    uint64_t end = mt_now_ms() + 20000;
+    while (mt_now_ms() < end) {
+        zmq_pollitem_t it = {f->sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 200) <= 0) continue;
+        wire_env_t *env = NULL;
+        wire_reject_t rej;
+        if (wire_recv(f->sock, true, f->rid, &f->rid_len, WIRE_DEFAULT_MAX_BYTES, 0, &env, &rej) != MT_OK) continue;
+        wire_body_t b = env->body_case;
+        if (b == MOETUNE__ENVELOPE__BODY_RESULT) *job = env->result->job_id, *cfg = env->result->config_id;
+        wire_free(&env);
+        if (b == MOETUNE__ENVELOPE__BODY_RESULT || b == MOETUNE__ENVELOPE__BODY_READY) return b;
+    }
+    return 0;
+}
+
+/* A worker holding one job (credits 1, the sim's default) asks for its next one when the job's
+ * last 3 configs remain, not when it ends: of a job of 5 configs, 2 Results come before its
+ * Ready and 3 after; the job's end sends none, and the next job, sent then, is measured after
+ * the first one's last config. */
+static void test_ready_before_the_end(void **state) {
+    (void)state;
+    fake_t f;
+    fake_start(&f);
+    send_job_n(&f, 21, 5);
+    uint64_t job = 0, cfg = 0;
+    for (uint64_t k = 1; k <= 2; k++) {
+        assert_int_equal(next_event(&f, &job, &cfg), MOETUNE__ENVELOPE__BODY_RESULT);
+        assert_int_equal(job, 21);
+        assert_int_equal(cfg, k);
+    }
+    assert_int_equal(next_event(&f, &job, &cfg), MOETUNE__ENVELOPE__BODY_READY);
+    send_job_n(&f, 22, 2);
+    for (uint64_t k = 3; k <= 5; k++) {
+        assert_int_equal(next_event(&f, &job, &cfg), MOETUNE__ENVELOPE__BODY_RESULT);
+        assert_int_equal(job, 21);
+        assert_int_equal(cfg, k);
+    }
+    /* job 22 has 2 configs: its credit goes back as it starts, before its Results */
+    assert_int_equal(next_event(&f, &job, &cfg), MOETUNE__ENVELOPE__BODY_READY);
+    for (uint64_t k = 1; k <= 2; k++) {
+        assert_int_equal(next_event(&f, &job, &cfg), MOETUNE__ENVELOPE__BODY_RESULT);
+        assert_int_equal(job, 22);
+        assert_int_equal(cfg, k);
+    }
+    fake_stop(&f);
+}
+
+/* A split took configs 5 and 6 of a held job of 6 (Ack.moved, sent while its first config
+ * compiles, 50 ms at time scale 1): the worker measures 1..4 and goes on to its next job, never
+ * to 5 or 6. */
+static void test_moved_configs_skipped(void **state) {
+    (void)state;
+    fake_t f;
+    fake_start_at(&f, 1.0);
+    send_job_n(&f, 31, 6);
+    uint64_t ids[2] = {6, 5};
+    Moetune__JobMoved jm = MOETUNE__JOB_MOVED__INIT, *pjm = &jm;
+    jm.job_id = 31, jm.n_config_ids = 2, jm.config_ids = ids;
+    Moetune__Ack ack = MOETUNE__ACK__INIT;
+    ack.n_moved = 1, ack.moved = &pjm;
+    send_to(f.sock, f.rid, f.rid_len, MOETUNE__ENVELOPE__BODY_ACK, &ack);
+    uint64_t job = 0, cfg = 0, want = 1;
+    int readies = 0;
+    while (want <= 4) {
+        wire_body_t b = next_event(&f, &job, &cfg);
+        assert_int_not_equal(b, 0);
+        if (b == MOETUNE__ENVELOPE__BODY_READY) {
+            readies++;
+            continue;
+        }
+        assert_int_equal(job, 31);
+        assert_int_equal(cfg, want++);
+    }
+    if (readies == 0) assert_int_equal(next_event(&f, &job, &cfg), MOETUNE__ENVELOPE__BODY_READY);
+    send_job_n(&f, 32, 1);
+    wire_body_t b;
+    while ((b = next_event(&f, &job, &cfg)) == MOETUNE__ENVELOPE__BODY_READY) {}
+    assert_int_equal(b, MOETUNE__ENVELOPE__BODY_RESULT);
+    assert_int_equal(job, 32); /* not config 5 or 6 of job 31 */
+    assert_int_equal(cfg, 1);
+    fake_stop(&f);
+}
+
 int main(void) {
     mt_log_init("test_worker_measure", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
@@ -292,6 +412,8 @@ int main(void) {
         cmocka_unit_test(test_rounds),
         cmocka_unit_test(test_settling_not_in_rounds),
         cmocka_unit_test(test_ack_best_prunes),
+        cmocka_unit_test(test_ready_before_the_end),
+        cmocka_unit_test(test_moved_configs_skipped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
