@@ -88,6 +88,10 @@ mt_status_t sched_batch_take(sched_t *s, sched_batch_t **out) {
     bhalving_t *hv = NULL;
     size_t n_hv = 0;
     if (sched_halving_take(s, &hv, &n_hv)) return MT_NOMEM;
+    /* a shape's phase 2 rides alone: the jobs its answer waits on are planned (and leased)
+     * after one short commit, not after a full batch of results (a backlog at a sweep's end
+     * made that a few hundred ms; bench/RESULTS.md, "Search at scale") */
+    if (n_hv) n_e = 0;
     if (!n_e && !s->n_dirty && !n_sw && !n_hv) {
         sched_send_acks(s); /* rejections need no commit */
         return MT_AGAIN;

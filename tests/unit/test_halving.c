@@ -548,6 +548,61 @@ static void test_sched_decide(void **state) {
         (int64_t)(lo + 2));
 }
 
+/* Takes the next batch and commits it on the test's connection at now; its result count. */
+static size_t commit_batch(fx_t *f, uint64_t now) {
+    sched_batch_t *b = NULL;
+    assert_int_equal(sched_batch_take(f->s, &b), MT_OK);
+    size_t n = sched_batch_results(b);
+    assert_int_equal(store_begin(f->db), MT_OK);
+    assert_int_equal(sched_batch_write(f->db, b), MT_OK);
+    assert_int_equal(store_commit(f->db), MT_OK);
+    sched_batch_done(f->s, b, MT_OK, NULL, now);
+    return n;
+}
+
+/* A shape's phase 2 rides alone: the commit that plans its decide jobs carries no results, so
+ * a backlog of other results (here another sweep's) does not hold up the jobs the shape's
+ * answer waits on; those results go in the next commit. */
+static void test_decide_plan_rides_alone(void **state) {
+    fx_t *f = *state;
+    fx_spec_t x, y;
+    Moetune__Submitted sub, sub2;
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    static const uint32_t bs[] = {1, 2};
+    fx_spec(&x, "decide", bs, 3, 1, 4, 0);
+    m.decide_margin = 0.02;
+    x.spec.measure = &m;
+    fx_spec(&y, "other", bs, 1, 1, 4, 0);
+    fx_start(f, 1000, 30000);
+    fx_submit_spec(f, &x, &sub);
+    fx_submit_spec(f, &y, &sub2);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
+    const Moetune__Job *j = fx_take(f, "A", 0);
+    assert_int_equal(j->sweep_id, sub.sweep_id);
+    sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 0);
+    const Moetune__Job *k = fx_take(f, "B", 0);
+    assert_int_equal(k->sweep_id, sub2.sweep_id);
+    uint64_t seq = 1;
+    for (size_t i = 0; i < j->n_configs; i++) {
+        double med[2] = {100.0 + 0.1 * (double)i, 100.0 + 0.1 * (double)i};
+        assert_int_equal(send_result(f, a, j, seq++, j->configs[i]->config_id, bs, med, 2, 1), MT_OK);
+    }
+    assert_int_equal(commit_batch(f, 1), j->n_configs); /* A's job done: the decide step is due */
+    for (size_t i = 0; i < k->n_configs; i++) {
+        double med[2] = {50.0, 60.0};
+        assert_int_equal(send_result(f, b, k, i + 1, k->configs[i]->config_id, bs, med, 2, 2), MT_OK);
+    }
+    assert_int_equal(sched_pending(f->s), k->n_configs);
+    assert_int_equal(commit_batch(f, 2), 0); /* the plan alone */
+    assert_true(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2") >= 1);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM results WHERE sweep_id = %llu", (unsigned long long)sub2.sweep_id);
+    assert_int_equal(fx_query_int(f, sql), 0);
+    assert_int_equal(commit_batch(f, 3), k->n_configs); /* then the backlog */
+    assert_int_equal(fx_query_int(f, sql), 2 * (int64_t)k->n_configs);
+    assert_int_equal(sched_pending(f->s), 0);
+}
+
 /* A decide sweep's first pass, its state in *d: fx_spec's 12 configs at batch sizes {1, 2},
  * chunk configs a job, the decide step at 2 %, and when dear_k is not 0 a second shape like
  * the first with K = dear_k; submitted, then worker A takes the first job and commits every
@@ -666,6 +721,7 @@ int main(void) {
         cmocka_unit_test_prestate_setup_teardown(test_plan_decide, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_decide_plan_rides_alone, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_phase2_first, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide_restart, fx_setup, fx_teardown),
     };
