@@ -13,7 +13,8 @@
 # 2 timed samples were its warm-up; none for a pruned row; WARMUP per round for a decide row,
 # measured in 5 rounds; scale_span.py's gpu_work), over N. Env: WARMUP, when the sweep options
 # give another --warmup; WORKER_CREDITS, the jobs each worker holds (--credits; default the sim's 1,
-# cuda workers hold 2).
+# cuda workers hold 2); KEEP_LOGS=1 keeps the run's directory for scale_span.py, WORKER_LOGS=1 with
+# each worker's own log at debug (w1.log ..; costs some CPU) for its breakdown.
 # A finalist's first-pass work is not in it (its decide row replaced that row), so the ideal is
 # a little short of the work. Compiles are not in it: the sim compiles a job's
 # configs ahead on 15 threads per worker, as the cuda backend does on a 16-core host, so what a worker
@@ -45,8 +46,9 @@ db=$T/scale.db
   --log-level "${COORD_LOG_LEVEL:-info}" 2>"$T/coord.log" &
 until "$bin/moetune" status --control "$cep" --timeout-ms 200 >/dev/null 2>&1; do sleep 0.05; done
 for i in $(seq 1 "$n"); do
+  if [ -n "${WORKER_LOGS:-}" ]; then log=(--log-level debug) wlog=$T/w$i.log; else log=(--log-level warn) wlog=$T/workers.log; fi
   "$bin/moetune-worker" --connect "$wep" --backend sim --sim-time-scale 1 --id "s$i" \
-    ${WORKER_CREDITS:+--credits "$WORKER_CREDITS"} --log-level warn 2>>"$T/workers.log" &
+    ${WORKER_CREDITS:+--credits "$WORKER_CREDITS"} "${log[@]}" 2>>"$wlog" &
 done
 for _ in $(seq 1 300); do
   alive=$("$bin/moetune" workers --control "$cep" --json 2>/dev/null | python3 -c '
@@ -58,6 +60,7 @@ print(sum(1 for w in ws if w.get("state") in ("idle", "busy")))' 2>/dev/null || 
   sleep 0.1
 done
 echo "workers connected: $alive of $n"
+[ -z "${KEEP_LOGS:-}" ] || echo "kept: $T"
 t0=$(date +%s.%N)
 "$bin/moetune" submit --control "$cep" --name scale "${sweep[@]}" >"$T/submit.out" 2>"$T/submit.err" ||
   { cat "$T/submit.err"; exit 1; }

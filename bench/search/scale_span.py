@@ -8,10 +8,14 @@ in 5 rounds).
 
   python3 bench/search/scale_span.py /tmp/moetune-scale.XXXXXX [WARMUP]
 splits a run kept with KEEP_LOGS=1: per worker, its GPU work against the time from the submit to
-its last job done, and when each shape's first pass ended (the coordinator's log at info).
+its last job done, and when each shape's first pass ended (the coordinator's log at info). With
+the workers' own logs (WORKER_LOGS=1: w1.log .. wN.log at debug), also where each worker's wall
+time went, on its own clock (breakdown), and per shape how long after its last first-pass
+Result its phase 2 was planned (lag).
 """
 import collections
 import datetime
+import glob
 import re
 import sqlite3
 import sys
@@ -62,5 +66,80 @@ def span(run, warmup):
     print(f"span - work per worker: p10 {q(S, .1):.2f} med {q(S, .5):.2f} p90 {q(S, .9):.2f}")
 
 
+def row_work(db, warmup):
+    """{(worker, job, config): GPU seconds} of sweep 1's rows, as gpu_work counts them; and
+    {job: (shape, phase)}."""
+    c = sqlite3.connect(db)
+    work = collections.defaultdict(float)
+    for w, j, cfg, st, med, tu, ns, ph in c.execute(
+            "SELECT worker_id, job_id, config_id, status, median_us, timed_us, samples, phase FROM results "
+            "WHERE sweep_id = 1"):
+        x = (tu or 0) / 1e6
+        if st != "pruned" and med and med > 0:
+            raced = (tu or 0) / med - ns > 1.0
+            x += (5 * warmup if ph == 2 else max(warmup - 2, 0) if raced else warmup) * med / 1e6
+        work[(w, j, cfg)] += x
+    jobs = {j: (sh, ph) for j, sh, ph in c.execute("SELECT id, shape_id, phase FROM jobs WHERE sweep_id = 1")}
+    return work, jobs
+
+
+def breakdown(run, warmup):
+    """Per worker, on its own log's clock, from the submit to the sweep's end: start (until its
+    first job came), work (its stored rows' GPU work), over (the rest of the time from a job's
+    arrival or its previous Result to a Result: compile waits, overheads), not stored (time to a
+    Result whose rows are not in the database: measured twice, the other copy kept), idle
+    (holding no job before its last Result), end (its last Result to the sweep's end); the mean
+    over workers. Then per shape: its last first-pass Result, and how much later its phase 2
+    was planned."""
+    work, jobs = row_work(f"{run}/scale.db", warmup)
+    t_sub = t_done = None
+    planned = {}
+    for line in open(f"{run}/coord.log"):
+        if "'scale' submitted" in line:
+            t_sub = ts(line)
+        elif "'scale' done" in line:
+            t_done = ts(line)
+        elif m := re.search(r"shape (\d+): (racing over|halving phase 1 over)", line):
+            planned[int(m.group(1))] = ts(line)
+    logs = sorted(glob.glob(f"{run}/w*.log"))
+    cat = collections.Counter()
+    last = {}
+    for path in logs:
+        w = "s" + re.search(r"w(\d+)\.log$", path).group(1)
+        prev, held = t_sub, 0
+        for line in open(path):
+            if not line[:4].isdigit():
+                continue
+            t = ts(line)
+            if re.search(r"job \d+: \d+ configs x", line):
+                held += 1
+                if held == 1:
+                    cat["start" if prev == t_sub else "idle"] += t - prev
+                    prev = t
+            elif re.search(r"job \d+ done \(", line):
+                held -= 1
+            elif m := re.search(r"job (\d+) config (\d+): result", line):
+                j = int(m.group(1))
+                x = work.get((w, j, int(m.group(2))))
+                if x is None:
+                    cat["not stored"] += t - prev
+                else:
+                    cat["work"] += x
+                    cat["over"] += t - prev - x
+                sh, ph = jobs.get(j, (0, 0))
+                last[(sh, ph)] = max(last.get((sh, ph), t_sub), t)
+                prev = t
+        cat["end"] += t_done - prev
+    n = len(logs)
+    print(f"per worker ({n}), mean s: " + ", ".join(f"{k} {cat[k] / n:.3f}" for k in
+                                                    ("start", "work", "over", "not stored", "idle", "end")))
+    print("per shape, last first-pass Result + lag to its phase 2: " + ", ".join(
+        f"{sh}: {last.get((sh, 1), t_sub) - t_sub:.2f}+{t - last.get((sh, 1), t_sub):.2f}"
+        for sh, t in sorted(planned.items(), key=lambda kv: kv[1])))
+
+
 if __name__ == "__main__":
-    span(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2)
+    wu = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    span(sys.argv[1], wu)
+    if glob.glob(f"{sys.argv[1]}/w*.log"):
+        breakdown(sys.argv[1], wu)
