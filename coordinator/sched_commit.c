@@ -79,9 +79,71 @@ static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
     return MT_OK;
 }
 
+/* Whether every config of j's shape (its sweep's phase-1 jobs) has sent its Result: the shape's
+ * first pass ends with the commit of those waiting. */
+static bool shape_received(const job_t *j) {
+    const sweep_t *sw = j->sw;
+    for (size_t i = 0; i < sw->n_jobs; i++) {
+        const job_t *o = sw->jobs[i];
+        if (o->shape_id != j->shape_id || o->phase != j->phase ||
+            (o->state != WIRE_JOB_PENDING && o->state != WIRE_JOB_LEASED))
+            continue;
+        for (size_t k = 0; k < o->n_cfgs; k++) {
+            const jcfg_t *c = &o->cfgs[k];
+            if (!c->removed && !c->received && c->rows < sched_job_nb(o)) return false;
+        }
+    }
+    return true;
+}
+
+/* The order of a backlog (more results waiting than a batch takes): first the results of the
+ * shapes (and phases) all of whose configs have sent theirs, whose commit ends that pass, so a
+ * shape's phase 2 (and at the end the sweep) does not wait for the whole backlog to drain
+ * (bench/RESULTS.md, "Search at scale", 2026-12-05); arrival order otherwise. Nothing depends on
+ * the commit order of results of different configs, and a config's results are idempotent. A
+ * stable partition; without memory for it, arrival order. */
+static void prioritize_pending(sched_t *s) {
+    struct {
+        const sweep_t *sw;
+        uint64_t shape_id;
+        uint32_t phase;
+        bool received;
+    } memo[64];
+    size_t n_memo = 0, n = s->n_pending, k = 0, r = 0;
+    bool *first = mt_malloc(n * sizeof *first);
+    entry_t *rest = mt_malloc(n * sizeof *rest);
+    if (!first || !rest) goto out;
+    for (size_t i = 0; i < n; i++) {
+        const job_t *j = s->pending[i].job;
+        size_t m = 0;
+        while (m < n_memo && (memo[m].sw != j->sw || memo[m].shape_id != j->shape_id || memo[m].phase != j->phase))
+            m++;
+        if (m < n_memo) {
+            first[i] = memo[m].received;
+        } else {
+            first[i] = shape_received(j);
+            if (n_memo < sizeof memo / sizeof memo[0]) {
+                memo[n_memo].sw = j->sw, memo[n_memo].shape_id = j->shape_id, memo[n_memo].phase = j->phase;
+                memo[n_memo++].received = first[i];
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (first[i])
+            s->pending[k++] = s->pending[i];
+        else
+            rest[r++] = s->pending[i];
+    }
+    memcpy(s->pending + k, rest, r * sizeof *rest);
+out:
+    free(first);
+    free(rest);
+}
+
 mt_status_t sched_batch_take(sched_t *s, sched_batch_t **out) {
     *out = NULL;
     if (s->inflight) return MT_BUSY;
+    if (s->n_pending > SCHED_BATCH_MAX) prioritize_pending(s);
     size_t n_sw = 0;
     for (size_t i = 0; i < s->n_sweeps; i++) n_sw += s->sweeps[i]->dirty;
     size_t n_e = s->n_pending < SCHED_BATCH_MAX ? s->n_pending : SCHED_BATCH_MAX;

@@ -235,6 +235,44 @@ static void test_batch_cap(void **state) {
     assert_true(fx_acked(f, "w1", SCHED_BATCH_MAX + 3));
 }
 
+/* A backlog (more results than a batch) commits first the results of a shape all of whose
+ * configs have sent theirs, so its pass (and its phase 2) does not wait for the whole backlog;
+ * arrival order otherwise. C's sweep has 3 more jobs pending and C sends SCHED_BATCH_MAX
+ * copies of one result; A's sweep, one job of 2 configs, sends both, last: they are in the
+ * first batch, A's job is done after it, and the last 2 of C's copies wait for the next. */
+static void test_batch_backlog_order(void **state) {
+    fx_t *f = *state;
+    sched_batch_t *b = NULL;
+    fx_start(f, 1000, 30000);
+    fx_submit(f, 2, 16, NULL);
+    fx_lease_t a = fx_lease(f, "A", "sim", 0);
+    assert_int_equal(a.j->n_configs, 2);
+    fx_submit(f, 4, 1, NULL);
+    fx_lease_t c = fx_lease(f, "C", "sim", 0); /* the second sweep's first job: 3 more pending */
+    assert_int_equal(c.j->n_configs, 1);
+    assert_int_not_equal(c.j->sweep_id, a.j->sweep_id);
+    for (uint64_t seq = 1; seq <= SCHED_BATCH_MAX; seq++)
+        assert_int_equal(fx_result(f, c.w, c.job, c.tok, seq, c.cfg[0], MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);
+    for (uint64_t i = 0; i < 2; i++)
+        assert_int_equal(fx_result(f, a.w, a.job, a.tok, i + 1, a.cfg[i], MOETUNE__STATUS__STATUS_OK, 1, true),
+                         MT_OK);
+    assert_int_equal(sched_batch_take(f->s, &b), MT_OK);
+    assert_int_equal(sched_batch_results(b), SCHED_BATCH_MAX);
+    assert_int_equal(store_begin(f->db), MT_OK);
+    assert_int_equal(sched_batch_write(f->db, b), MT_OK);
+    assert_int_equal(store_commit(f->db), MT_OK);
+    sched_batch_done(f->s, b, MT_OK, NULL, 2);
+    assert_true(fx_acked(f, "A", 1));
+    assert_true(fx_acked(f, "A", 2));
+    assert_string_equal(sched_job_state(f->s, a.job, NULL), "done");
+    assert_true(fx_acked(f, "C", SCHED_BATCH_MAX - 2));
+    assert_false(fx_acked(f, "C", SCHED_BATCH_MAX - 1));
+    assert_false(fx_acked(f, "C", SCHED_BATCH_MAX));
+    assert_int_equal(sched_pending(f->s), 2);
+    assert_int_equal(sched_flush(f->s, 3), MT_OK);
+    assert_true(fx_acked(f, "C", SCHED_BATCH_MAX));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_writer_commit_and_failure, fx_setup, fx_teardown),
@@ -242,6 +280,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_writer_bad_path, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_batch_failure_keeps_results, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_batch_cap, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_batch_backlog_order, fx_setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
