@@ -116,8 +116,7 @@ static void prioritize_pending(sched_t *s) {
     for (size_t i = 0; i < n; i++) {
         const job_t *j = s->pending[i].job;
         size_t m = 0;
-        while (m < n_memo && (memo[m].sw != j->sw || memo[m].shape_id != j->shape_id || memo[m].phase != j->phase))
-            m++;
+        while (m < n_memo && (memo[m].sw != j->sw || memo[m].shape_id != j->shape_id || memo[m].phase != j->phase)) m++;
         if (m < n_memo) {
             first[i] = memo[m].received;
         } else {
@@ -284,8 +283,7 @@ void sched_send_acks(sched_t *s) {
         /* the best committed so far for each racing job w holds: what other workers found
          * since its lease prunes its next configs (without scratch memory, the seqs alone) */
         size_t nb = 0;
-        for (size_t k = 0; k < w->n_held; k++)
-            nb += sched_job_races(w->held[k]) ? sched_job_nb(w->held[k]) : 0;
+        for (size_t k = 0; k < w->n_held; k++) nb += sched_job_races(w->held[k]) ? sched_job_nb(w->held[k]) : 0;
         bool room = nb && !sched_grow((void **)&s->best, &s->cap_best, nb, sizeof *s->best) &&
                     !sched_grow((void **)&s->jb, &s->cap_jb, w->n_held, sizeof *s->jb) &&
                     !sched_grow((void **)&s->jbp, &s->cap_jbp, w->n_held, sizeof *s->jbp);

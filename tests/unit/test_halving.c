@@ -548,18 +548,6 @@ static void test_sched_decide(void **state) {
         (int64_t)(lo + 2));
 }
 
-/* Takes the next batch and commits it on the test's connection at now; its result count. */
-static size_t commit_batch(fx_t *f, uint64_t now) {
-    sched_batch_t *b = NULL;
-    assert_int_equal(sched_batch_take(f->s, &b), MT_OK);
-    size_t n = sched_batch_results(b);
-    assert_int_equal(store_begin(f->db), MT_OK);
-    assert_int_equal(sched_batch_write(f->db, b), MT_OK);
-    assert_int_equal(store_commit(f->db), MT_OK);
-    sched_batch_done(f->s, b, MT_OK, NULL, now);
-    return n;
-}
-
 /* A shape's phase 2 rides alone: the commit that plans its decide jobs carries no results, so
  * a backlog of other results (here another sweep's) does not hold up the jobs the shape's
  * answer waits on; those results go in the next commit. */
@@ -587,18 +575,18 @@ static void test_decide_plan_rides_alone(void **state) {
         double med[2] = {100.0 + 0.1 * (double)i, 100.0 + 0.1 * (double)i};
         assert_int_equal(send_result(f, a, j, seq++, j->configs[i]->config_id, bs, med, 2, 1), MT_OK);
     }
-    assert_int_equal(commit_batch(f, 1), j->n_configs); /* A's job done: the decide step is due */
+    assert_int_equal(fx_commit_batch(f, 1), j->n_configs); /* A's job done: the decide step is due */
     for (size_t i = 0; i < k->n_configs; i++) {
         double med[2] = {50.0, 60.0};
         assert_int_equal(send_result(f, b, k, i + 1, k->configs[i]->config_id, bs, med, 2, 2), MT_OK);
     }
     assert_int_equal(sched_pending(f->s), k->n_configs);
-    assert_int_equal(commit_batch(f, 2), 0); /* the plan alone */
+    assert_int_equal(fx_commit_batch(f, 2), 0); /* the plan alone */
     assert_true(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2") >= 1);
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM results WHERE sweep_id = %llu", (unsigned long long)sub2.sweep_id);
     assert_int_equal(fx_query_int(f, sql), 0);
-    assert_int_equal(commit_batch(f, 3), k->n_configs); /* then the backlog */
+    assert_int_equal(fx_commit_batch(f, 3), k->n_configs); /* then the backlog */
     assert_int_equal(fx_query_int(f, sql), 2 * (int64_t)k->n_configs);
     assert_int_equal(sched_pending(f->s), 0);
 }

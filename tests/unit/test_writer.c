@@ -213,19 +213,13 @@ static void test_batch_failure_keeps_results(void **state) {
 /* A batch is capped at SCHED_BATCH_MAX results; the rest waits for the next. */
 static void test_batch_cap(void **state) {
     fx_t *f = *state;
-    sched_batch_t *b = NULL;
     fx_start(f, 1000, 30000);
     fx_submit(f, 2, 16, NULL);
     fx_lease_t w = fx_lease(f, "w1", "sim", 0);
     /* the same config resent: each is buffered (inserts are idempotent) */
     for (uint64_t seq = 1; seq <= SCHED_BATCH_MAX + 3; seq++)
         assert_int_equal(fx_result(f, w.w, w.job, w.tok, seq, w.cfg[0], MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);
-    assert_int_equal(sched_batch_take(f->s, &b), MT_OK);
-    assert_int_equal(sched_batch_results(b), SCHED_BATCH_MAX);
-    assert_int_equal(store_begin(f->db), MT_OK);
-    assert_int_equal(sched_batch_write(f->db, b), MT_OK);
-    assert_int_equal(store_commit(f->db), MT_OK);
-    sched_batch_done(f->s, b, MT_OK, NULL, 2);
+    assert_int_equal(fx_commit_batch(f, 2), SCHED_BATCH_MAX);
     assert_int_equal(sched_pending(f->s), 3);
     assert_int_equal(sched_counters(f->s)->results_committed, 2); /* one config, two batch sizes */
     assert_true(fx_acked(f, "w1", SCHED_BATCH_MAX));
@@ -242,7 +236,6 @@ static void test_batch_cap(void **state) {
  * first batch, A's job is done after it, and the last 2 of C's copies wait for the next. */
 static void test_batch_backlog_order(void **state) {
     fx_t *f = *state;
-    sched_batch_t *b = NULL;
     fx_start(f, 1000, 30000);
     fx_submit(f, 2, 16, NULL);
     fx_lease_t a = fx_lease(f, "A", "sim", 0);
@@ -254,14 +247,8 @@ static void test_batch_backlog_order(void **state) {
     for (uint64_t seq = 1; seq <= SCHED_BATCH_MAX; seq++)
         assert_int_equal(fx_result(f, c.w, c.job, c.tok, seq, c.cfg[0], MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);
     for (uint64_t i = 0; i < 2; i++)
-        assert_int_equal(fx_result(f, a.w, a.job, a.tok, i + 1, a.cfg[i], MOETUNE__STATUS__STATUS_OK, 1, true),
-                         MT_OK);
-    assert_int_equal(sched_batch_take(f->s, &b), MT_OK);
-    assert_int_equal(sched_batch_results(b), SCHED_BATCH_MAX);
-    assert_int_equal(store_begin(f->db), MT_OK);
-    assert_int_equal(sched_batch_write(f->db, b), MT_OK);
-    assert_int_equal(store_commit(f->db), MT_OK);
-    sched_batch_done(f->s, b, MT_OK, NULL, 2);
+        assert_int_equal(fx_result(f, a.w, a.job, a.tok, i + 1, a.cfg[i], MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);
+    assert_int_equal(fx_commit_batch(f, 2), SCHED_BATCH_MAX);
     assert_true(fx_acked(f, "A", 1));
     assert_true(fx_acked(f, "A", 2));
     assert_string_equal(sched_job_state(f->s, a.job, NULL), "done");

@@ -224,6 +224,17 @@ fx_lease_t fx_lease(fx_t *f, const char *id, const char *gpu, uint64_t now) {
     return l;
 }
 
+size_t fx_commit_batch(fx_t *f, uint64_t now) {
+    sched_batch_t *b = NULL;
+    assert_int_equal(sched_batch_take(f->s, &b), MT_OK);
+    size_t n = sched_batch_results(b);
+    assert_int_equal(store_begin(f->db), MT_OK);
+    assert_int_equal(sched_batch_write(f->db, b), MT_OK);
+    assert_int_equal(store_commit(f->db), MT_OK);
+    sched_batch_done(f->s, b, MT_OK, NULL, now);
+    return n;
+}
+
 bool fx_acked(fx_t *f, const char *rid, uint64_t seq) {
     for (size_t i = 0; i < f->n; i++) {
         if (strcmp(f->rid[i], rid) || f->msg[i]->body_case != MOETUNE__ENVELOPE__BODY_ACK) continue;

@@ -95,6 +95,9 @@ typedef struct {
 } fx_lease_t;
 /* Worker id on GPU gpu says hello at now (fx_hello) and takes one job (fx_take): that lease. */
 fx_lease_t fx_lease(fx_t *f, const char *id, const char *gpu, uint64_t now);
+/* Takes the scheduler's next batch and commits it on f->db at now (each step asserted MT_OK);
+ * the number of results it carried. */
+size_t fx_commit_batch(fx_t *f, uint64_t now);
 /* Whether an Ack captured for rid lists seq. */
 bool fx_acked(fx_t *f, const char *rid, uint64_t seq);
 
