@@ -97,12 +97,13 @@ static bool shape_received(const job_t *j) {
 }
 
 /* The order of a backlog (more results waiting than a batch takes): first the results of the
- * shapes (and phases) all of whose configs have sent theirs, whose commit ends that pass, so a
- * shape's phase 2 (and at the end the sweep) does not wait for the whole backlog to drain
- * (bench/RESULTS.md, "Search at scale", 2026-12-05); arrival order otherwise. Nothing depends on
- * the commit order of results of different configs, and a config's results are idempotent. A
- * stable partition; without memory for it, arrival order. */
-static void prioritize_pending(sched_t *s) {
+ * shapes (and phases) all of whose configs have sent theirs, whose commit ends that pass; their
+ * count, which sched_batch_take commits alone, so a shape's phase 2 (and at the end the sweep)
+ * waits for one short commit, not for the whole backlog (bench/RESULTS.md, "Search at scale",
+ * 2026-12-05); arrival order otherwise. Nothing depends on the commit order of results of
+ * different configs, and a config's results are idempotent. A stable partition; without memory
+ * for it, arrival order (0). */
+static size_t prioritize_pending(sched_t *s) {
     struct {
         const sweep_t *sw;
         uint64_t shape_id;
@@ -137,15 +138,17 @@ static void prioritize_pending(sched_t *s) {
 out:
     free(first);
     free(rest);
+    return k;
 }
 
 mt_status_t sched_batch_take(sched_t *s, sched_batch_t **out) {
     *out = NULL;
     if (s->inflight) return MT_BUSY;
-    if (s->n_pending > SCHED_BATCH_MAX) prioritize_pending(s);
+    size_t n_first = s->n_pending > SCHED_BATCH_MAX ? prioritize_pending(s) : 0;
     size_t n_sw = 0;
     for (size_t i = 0; i < s->n_sweeps; i++) n_sw += s->sweeps[i]->dirty;
     size_t n_e = s->n_pending < SCHED_BATCH_MAX ? s->n_pending : SCHED_BATCH_MAX;
+    if (n_first && n_first < n_e) n_e = n_first; /* a short commit that ends those passes */
     bhalving_t *hv = NULL;
     size_t n_hv = 0;
     if (sched_halving_take(s, &hv, &n_hv)) return MT_NOMEM;

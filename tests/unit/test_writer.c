@@ -229,11 +229,11 @@ static void test_batch_cap(void **state) {
     assert_true(fx_acked(f, "w1", SCHED_BATCH_MAX + 3));
 }
 
-/* A backlog (more results than a batch) commits first the results of a shape all of whose
- * configs have sent theirs, so its pass (and its phase 2) does not wait for the whole backlog;
- * arrival order otherwise. C's sweep has 3 more jobs pending and C sends SCHED_BATCH_MAX
- * copies of one result; A's sweep, one job of 2 configs, sends both, last: they are in the
- * first batch, A's job is done after it, and the last 2 of C's copies wait for the next. */
+/* A backlog (more results than a batch) commits first, alone, the results of a shape all of whose
+ * configs have sent theirs, so its pass (and its phase 2) waits for one short commit, not for
+ * the whole backlog; arrival order otherwise. C's sweep has 3 more jobs pending and C sends
+ * SCHED_BATCH_MAX + 2 copies of one result; A's sweep, one job of 2 configs, sends both, last:
+ * the first batch is A's 2, and A's job is done after it; then C's, a full batch and the rest. */
 static void test_batch_backlog_order(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
@@ -244,20 +244,22 @@ static void test_batch_backlog_order(void **state) {
     fx_lease_t c = fx_lease(f, "C", "sim", 0); /* the second sweep's first job: 3 more pending */
     assert_int_equal(c.j->n_configs, 1);
     assert_int_not_equal(c.j->sweep_id, a.j->sweep_id);
-    for (uint64_t seq = 1; seq <= SCHED_BATCH_MAX; seq++)
+    for (uint64_t seq = 1; seq <= SCHED_BATCH_MAX + 2; seq++)
         assert_int_equal(fx_result(f, c.w, c.job, c.tok, seq, c.cfg[0], MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);
     for (uint64_t i = 0; i < 2; i++)
         assert_int_equal(fx_result(f, a.w, a.job, a.tok, i + 1, a.cfg[i], MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);
-    assert_int_equal(fx_commit_batch(f, 2), SCHED_BATCH_MAX);
+    assert_int_equal(fx_commit_batch(f, 2), 2);
     assert_true(fx_acked(f, "A", 1));
     assert_true(fx_acked(f, "A", 2));
     assert_string_equal(sched_job_state(f->s, a.job, NULL), "done");
-    assert_true(fx_acked(f, "C", SCHED_BATCH_MAX - 2));
-    assert_false(fx_acked(f, "C", SCHED_BATCH_MAX - 1));
-    assert_false(fx_acked(f, "C", SCHED_BATCH_MAX));
-    assert_int_equal(sched_pending(f->s), 2);
-    assert_int_equal(sched_flush(f->s, 3), MT_OK);
+    assert_false(fx_acked(f, "C", 1));
+    assert_int_equal(sched_pending(f->s), SCHED_BATCH_MAX + 2);
+    assert_int_equal(fx_commit_batch(f, 3), SCHED_BATCH_MAX);
     assert_true(fx_acked(f, "C", SCHED_BATCH_MAX));
+    assert_false(fx_acked(f, "C", SCHED_BATCH_MAX + 1));
+    assert_int_equal(sched_flush(f->s, 4), MT_OK);
+    assert_int_equal(sched_pending(f->s), 0);
+    assert_true(fx_acked(f, "C", SCHED_BATCH_MAX + 2));
 }
 
 int main(void) {
