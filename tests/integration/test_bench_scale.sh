@@ -2,8 +2,10 @@
 # bench/search/scale.sh on a small sweep (8 sim workers at time scale 1, one slow shape, 48 configs x
 # 2 batch sizes, racing and the decide step on): every planned row stored, an efficiency printed
 # in (0, 100] %, and scale_span.py's breakdown of the workers' own logs (WORKER_LOGS=1) accounts
-# for the sweep's wall time: start + work + over + not stored + idle + end is the wall, per worker
-# on average, within 3 %; its work is the script's ideal; each shape's phase 2 is listed.
+# for the sweep's wall time: its parts partition each worker's time from the submit to the end, so
+# start + work + over + not stored + idle + end must be the wall (a part lost or counted twice by
+# the parsing fails it), within 3 %; its work must be the script's ideal (every stored row found
+# in the log of the worker that measured it); each shape's phase 2 is listed.
 source "$(dirname "$0")/lib.sh"
 S=${MT_SOURCE_DIR:?MT_SOURCE_DIR must point at the source folder}
 WORKER_LOGS=1 KEEP_LOGS=1 bash "$S/bench/search/scale.sh" "$BIN" 8 --shape E=8,N=7168,K=4096,topk=2 \
