@@ -21,18 +21,25 @@ import sqlite3
 import sys
 
 
+def row_seconds(status, med, tu, ns, phase, warmup):
+    """(timed s, warm-up s) of one result row, as the sim slept them."""
+    timed = (tu or 0) / 1e6
+    if status == "pruned" or not med or med <= 0:
+        return timed, 0.0
+    raced = (tu or 0) / med - ns > 1.0  # its timed samples hold 2 more than its stored ones: racing's
+    # a decide row was measured in 5 rounds, each with its own warm-up replays
+    return timed, (5 * warmup if phase == 2 else max(warmup - 2, 0) if raced else warmup) * med / 1e6
+
+
 def gpu_work(db, warmup):
     """{worker: (timed s, warm-up s)} of sweep 1."""
     timed, warm = collections.defaultdict(float), collections.defaultdict(float)
     c = sqlite3.connect(db)
-    for w, st, med, tu, ns, ph in c.execute(
+    for w, *row in c.execute(
             "SELECT worker_id, status, median_us, timed_us, samples, phase FROM results WHERE sweep_id = 1"):
-        timed[w] += (tu or 0) / 1e6
-        if st == "pruned" or not med or med <= 0:
-            continue
-        raced = (tu or 0) / med - ns > 1.0  # its timed samples hold 2 more than its stored ones: racing's
-        # a decide row was measured in 5 rounds, each with its own warm-up replays
-        warm[w] += (5 * warmup if ph == 2 else max(warmup - 2, 0) if raced else warmup) * med / 1e6
+        t, u = row_seconds(*row, warmup)
+        timed[w] += t
+        warm[w] += u
     return {w: (timed[w], warm[w]) for w in timed}
 
 
@@ -71,14 +78,10 @@ def row_work(db, warmup):
     {job: (shape, phase)}."""
     c = sqlite3.connect(db)
     work = collections.defaultdict(float)
-    for w, j, cfg, st, med, tu, ns, ph in c.execute(
+    for w, j, cfg, *row in c.execute(
             "SELECT worker_id, job_id, config_id, status, median_us, timed_us, samples, phase FROM results "
             "WHERE sweep_id = 1"):
-        x = (tu or 0) / 1e6
-        if st != "pruned" and med and med > 0:
-            raced = (tu or 0) / med - ns > 1.0
-            x += (5 * warmup if ph == 2 else max(warmup - 2, 0) if raced else warmup) * med / 1e6
-        work[(w, j, cfg)] += x
+        work[(w, j, cfg)] += sum(row_seconds(*row, warmup))
     jobs = {j: (sh, ph) for j, sh, ph in c.execute("SELECT id, shape_id, phase FROM jobs WHERE sweep_id = 1")}
     return work, jobs
 
