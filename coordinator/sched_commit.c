@@ -79,8 +79,8 @@ static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
     return MT_OK;
 }
 
-/* Whether every config of j's shape (its sweep's phase-1 jobs) has sent its Result: the shape's
- * first pass ends with the commit of those waiting. */
+/* Whether every config of j's shape in j's phase has sent its Result (no open job of them has an
+ * open config, sched_cfg_open): that pass ends with the commit of those waiting. */
 static bool shape_received(const job_t *j) {
     const sweep_t *sw = j->sw;
     for (size_t i = 0; i < sw->n_jobs; i++) {
@@ -88,10 +88,7 @@ static bool shape_received(const job_t *j) {
         if (o->shape_id != j->shape_id || o->phase != j->phase ||
             (o->state != WIRE_JOB_PENDING && o->state != WIRE_JOB_LEASED))
             continue;
-        for (size_t k = 0; k < o->n_cfgs; k++) {
-            const jcfg_t *c = &o->cfgs[k];
-            if (!c->removed && !c->received && c->rows < sched_job_nb(o)) return false;
-        }
+        if (sched_job_open_cfgs(o)) return false;
     }
     return true;
 }

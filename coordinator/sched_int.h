@@ -246,6 +246,16 @@ static inline int64_t sched_wall_ms(void) { return mt_wall_s() * 1000; }
 /* The batch sizes a job measures: the sweep's, or a halving finalist's few. */
 static inline const uint32_t *sched_job_bs(const job_t *j) { return j->bs ? j->bs : j->sw->bs; }
 static inline size_t sched_job_nb(const job_t *j) { return j->bs ? j->nb : j->sw->nb; }
+/* A config its job still waits for and no Result of which has come: in the job, without all its
+ * rows, none waiting for a commit. */
+static inline bool sched_cfg_open(const job_t *j, const jcfg_t *c) {
+    return !c->removed && !c->received && c->rows < sched_job_nb(j);
+}
+static inline size_t sched_job_open_cfgs(const job_t *j) {
+    size_t n = 0;
+    for (size_t i = 0; i < j->n_cfgs; i++) n += sched_cfg_open(j, &j->cfgs[i]);
+    return n;
+}
 /* The measurement settings a job is sent with: a halving sweep's (or a decide step's) phase 1
  * measures with measure1. */
 static inline const Moetune__Measure *sched_job_measure(const job_t *j) {

@@ -10,19 +10,9 @@
 #include "race.h"
 #include "sched_int.h"
 
-/* A config its job still waits for and no Result of which has come: in the job, without all its
- * rows, none waiting for a commit. The first of a held job's open configs is most likely the one
- * its holder measures now (it goes in the job's order): a split moves the back half, which never
- * takes it while 2 or more are open. */
-static bool cfg_open(const job_t *j, const jcfg_t *c) {
-    return !c->removed && !c->received && c->rows < sched_job_nb(j);
-}
-
-static size_t job_open_cfgs(const job_t *j) {
-    size_t n = 0;
-    for (size_t i = 0; i < j->n_cfgs; i++) n += cfg_open(j, &j->cfgs[i]);
-    return n;
-}
+/* Open configs (sched_cfg_open): the first of a held job's is most likely the one its holder
+ * measures now (it goes in the job's order); a split moves the back half, which never takes it
+ * while 2 or more are open. */
 
 /* The shape weight of split_pick: race_shape_top, looked up once per (sweep, shape) of a pick. */
 typedef struct {
@@ -58,7 +48,7 @@ static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
             if (j->state != WIRE_JOB_LEASED || j->sw->state != WIRE_SWEEP_RUNNING || !sched_worker_matches(w, j->sw) ||
                 sched_job_side_by_side(j))
                 continue;
-            size_t n = job_open_cfgs(j);
+            size_t n = sched_job_open_cfgs(j);
             if (n < 2) continue;
             double top = shape_top(s, j, memo, &n_memo, sizeof memo / sizeof memo[0]);
             if (!best || top > best_top || (top == best_top && (n > best_n || (n == best_n && j->id < best->id)))) {
@@ -126,7 +116,7 @@ job_t *sched_job_split(sched_t *s, sched_worker_t *w) {
     }
     /* the back `move` open configs, in the job's order */
     for (size_t i = j->n_cfgs, m = move; m && i-- > 0;)
-        if (cfg_open(j, &j->cfgs[i])) mv[--m] = i;
+        if (sched_cfg_open(j, &j->cfgs[i])) mv[--m] = i;
     int rc = store_begin(s->db);
     for (size_t k = 0; !rc && k < move; k++) rc = store_job_config_delete(s->db, j->id, j->cfgs[mv[k]].config_id);
     if (!rc)
