@@ -141,18 +141,21 @@ out:
 mt_status_t sched_batch_take(sched_t *s, sched_batch_t **out) {
     *out = NULL;
     if (s->inflight) return MT_BUSY;
-    size_t n_first = s->n_pending > SCHED_BATCH_MAX ? prioritize_pending(s) : 0;
     size_t n_sw = 0;
     for (size_t i = 0; i < s->n_sweeps; i++) n_sw += s->sweeps[i]->dirty;
-    size_t n_e = s->n_pending < SCHED_BATCH_MAX ? s->n_pending : SCHED_BATCH_MAX;
-    if (n_first && n_first < n_e) n_e = n_first; /* a short commit that ends those passes */
     bhalving_t *hv = NULL;
     size_t n_hv = 0;
     if (sched_halving_take(s, &hv, &n_hv)) return MT_NOMEM;
     /* a shape's phase 2 rides alone: the jobs its answer waits on are planned (and leased)
      * after one short commit, not after a full batch of results (a backlog at a sweep's end
-     * made that a few hundred ms; bench/RESULTS.md, "Search at scale") */
-    if (n_hv) n_e = 0;
+     * made that a few hundred ms; bench/RESULTS.md, "Search at scale"); in a backlog, the
+     * results that end a pass go first, alone: a short commit */
+    size_t n_e = 0;
+    if (!n_hv) {
+        size_t n_first = s->n_pending > SCHED_BATCH_MAX ? prioritize_pending(s) : 0;
+        n_e = n_first ? n_first : s->n_pending;
+        if (n_e > SCHED_BATCH_MAX) n_e = SCHED_BATCH_MAX;
+    }
     if (!n_e && !s->n_dirty && !n_sw && !n_hv) {
         sched_send_acks(s); /* rejections need no commit */
         return MT_AGAIN;
