@@ -14,20 +14,6 @@
  * measures now (it goes in the job's order); a split moves the back half, which never takes it
  * while 2 or more are open. */
 
-/* The shape weight of split_pick: race_shape_top, looked up once per (sweep, shape) of a pick. */
-typedef struct {
-    uint64_t sweep_id, shape_id;
-    double top;
-} shape_top_t;
-
-static double shape_top(const sched_t *s, const job_t *j, shape_top_t *memo, size_t *n_memo, size_t cap) {
-    for (size_t i = 0; i < *n_memo; i++)
-        if (memo[i].sweep_id == j->sw->id && memo[i].shape_id == j->shape_id) return memo[i].top;
-    double top = race_shape_top(s->race, j->sw->id, j->shape_id);
-    if (*n_memo < cap) memo[(*n_memo)++] = (shape_top_t){j->sw->id, j->shape_id, top};
-    return top;
-}
-
 /* The job a split takes from for w: leased to another worker, of a running sweep w may
  * measure, not side by side, with at least 2 open configs; of the shape whose best at its
  * slowest batch size is the largest (race_shape_top), then with the most open configs, then
@@ -38,8 +24,6 @@ static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
     job_t *best = NULL;
     size_t best_n = 0;
     double best_top = 0.0;
-    shape_top_t memo[32];
-    size_t n_memo = 0;
     for (size_t i = 0; i < s->n_workers; i++) {
         const sched_worker_t *o = s->workers[i];
         if (o == w) continue;
@@ -50,7 +34,7 @@ static job_t *split_pick(sched_t *s, const sched_worker_t *w, size_t *n_open) {
                 continue;
             size_t n = sched_job_open_cfgs(j);
             if (n < 2) continue;
-            double top = shape_top(s, j, memo, &n_memo, sizeof memo / sizeof memo[0]);
+            double top = race_shape_top(s->race, j->sw->id, j->shape_id);
             if (!best || top > best_top || (top == best_top && (n > best_n || (n == best_n && j->id < best->id)))) {
                 best = j;
                 best_n = n;
