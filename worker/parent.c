@@ -461,23 +461,18 @@ static void lower_best(double *best, double us) {
     if (us > 0 && (*best == 0 || us < *best)) *best = us;
 }
 
-/* A split took configs out of a held job: those not started are skipped (pump); the one being
+/* A split took configs out of a held job: pump skips those not started; the one being
  * measured, if it is one, is finished and sent (the coordinator counts it while the new job
  * still needs it). */
 static void on_moved(wrk_parent_t *p, const Moetune__JobMoved *m) {
     for (pjob_t *j = p->head; j; j = j->link) {
         if (j->job->job_id != m->job_id) continue;
         if (!j->moved && !(j->moved = calloc(j->job->n_configs ? j->job->n_configs : 1, 1))) return;
-        size_t skipped = 0;
         for (size_t k = 0; k < m->n_config_ids; k++)
             for (size_t i = 0; i < j->job->n_configs; i++)
-                if (j->job->configs[i]->config_id == m->config_ids[k] && !j->moved[i]) {
-                    j->moved[i] = 1;
-                    skipped +=
-                        i > j->next || (i == j->next && (j != p->head || wrk_child_state(p->child) == WRK_CHILD_IDLE));
-                }
-        log_at(MT_LOG_INFO, "job %llu: %zu configs moved to another worker by a split, %zu of them not started here",
-               (unsigned long long)m->job_id, m->n_config_ids, skipped);
+                if (j->job->configs[i]->config_id == m->config_ids[k]) j->moved[i] = 1;
+        log_at(MT_LOG_INFO, "job %llu: %zu configs moved to another worker by a split", (unsigned long long)m->job_id,
+               m->n_config_ids);
         return;
     }
 }
