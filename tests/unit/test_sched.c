@@ -1215,18 +1215,9 @@ static void test_split_leaves_received(void **state) {
     check_consistent(f);
 }
 
-/* A result of 8 configs' sweep at batch sizes {1, 2} with medians us and us + 1. */
+/* l's config ci at batch sizes {1, 2} with medians us and us + 1, from its holder. */
 static int result_us(fx_t *f, const fx_lease_t *l, uint64_t seq, int ci, double us, uint64_t now) {
-    Moetune__Measurement m[2], *pm[2] = {&m[0], &m[1]};
-    for (int i = 0; i < 2; i++) {
-        moetune__measurement__init(&m[i]);
-        m[i].batch_size = (uint32_t)i + 1;
-        m[i].status = MOETUNE__STATUS__STATUS_OK;
-        m[i].median_us = m[i].min_us = m[i].mean_us = us + i;
-        m[i].samples = 10;
-        m[i].timed_us = 10 * (us + i);
-    }
-    return fx_result_of(f, l->w, l->job, l->tok, seq, l->cfg[ci], pm, 2, now, true);
+    return fx_result_us(f, l->w, l->job, l->tok, seq, l->cfg[ci], MOETUNE__STATUS__STATUS_OK, us, now, true);
 }
 
 /* At the end, an idle worker splits the job of the shape whose best at its slowest batch size

@@ -179,12 +179,17 @@ int fx_result_of(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint6
 
 int fx_result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
               Moetune__Status status, uint64_t now, bool heard) {
+    return fx_result_us(f, w, job, token, seq, config, status, 10.0, now, heard);
+}
+
+int fx_result_us(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
+                 Moetune__Status status, double us, uint64_t now, bool heard) {
     Moetune__Measurement m[2], *pm[2] = {&m[0], &m[1]};
     for (int i = 0; i < 2; i++) {
         moetune__measurement__init(&m[i]);
         m[i].batch_size = (uint32_t)i + 1;
         m[i].status = status;
-        m[i].median_us = m[i].min_us = m[i].mean_us = 10.0 + i;
+        m[i].median_us = m[i].min_us = m[i].mean_us = us + i;
         m[i].samples = 10;
         m[i].timed_us = 100.0;
     }

@@ -80,6 +80,9 @@ int fx_result_of(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint6
  * sched_on_result's code. */
 int fx_result(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
               Moetune__Status status, uint64_t now, bool heard);
+/* fx_result with medians us and us + 1 (fx_result's are 10 and 11). */
+int fx_result_us(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t token, uint64_t seq, uint64_t config,
+                 Moetune__Status status, double us, uint64_t now, bool heard);
 /* The last Job captured for rid, or NULL. */
 const Moetune__Job *fx_last_job(fx_t *f, const char *rid);
 /* Captured messages of one body to rid. */
