@@ -116,50 +116,104 @@ extern "C" __global__ void moe_spin(unsigned long long ns, const volatile unsign
     }
 }
 
-#define RT 16
+// The reference layer, fp32 throughout, as three plain tiled GEMM steps over slots grouped
+// by expert (the host lists each expert's slots, padded with -1 to a multiple of RT_ROWS, and
+// each tile's expert): gemm1 h[s][c] = silu(x.w1[e][c]) * (x.w1[e][N+c]), gemm2
+// y[s][c] = h[s].w2[e][c], and the routing-weighted top-k sum. A tile of RT_ROWS slots shares
+// one expert's weight rows through shared memory; each thread of the 16 x 16 block sums a
+// 2 x 2 patch of the tile. Summation order is fixed: the reference is the same every run.
+#define RT_ROWS 32
+#define RT_K 16
 
-// Reference GEMM1: for slot s (token s/topk, expert topk_ids[s]) and column c < N:
-// h[s][c] = silu(x.w1[e][c]) * (x.w1[e][N+c]), fp32 throughout. Block RT x RT: the
-// activation rows are shared through shared memory, each thread streams its own
-// expert's gate and up rows.
-extern "C" __global__ void ref_gemm1(const bf16_t *x, const bf16_t *w1, const int *topk_ids, float *h, int numel,
-                                     int topk, int n, int k) {
-    __shared__ float sa[RT][RT + 1];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const int s = blockIdx.y * RT + ty, c = blockIdx.x * RT + tx;
-    const bool ok = s < numel && c < n;
-    const int e = ok ? topk_ids[s] : 0;
-    const bf16_t *xr = x + (size_t)((s < numel ? s : 0) / topk) * k;
-    const bf16_t *wg = w1 + ((size_t)e * 2 * n + (c < n ? c : 0)) * k;
-    const bf16_t *wu = wg + (size_t)n * k;
-    float g = 0.f, u = 0.f;
-    for (int k0 = 0; k0 < k; k0 += RT) {
-        sa[ty][tx] = k0 + tx < k ? bf2f(xr[k0 + tx]) : 0.f;
-        __syncthreads();
-        for (int q = 0; q < RT && k0 + q < k; q++) {
-            float xv = sa[ty][q];
-            g += xv * bf2f(wg[k0 + q]);
-            u += xv * bf2f(wu[k0 + q]);
+__device__ __forceinline__ float ref_ld(const bf16_t *p) { return bf2f(*p); }
+__device__ __forceinline__ float ref_ld(const float *p) { return *p; }
+
+// out[s][c] (c < n_out) = a[s / a_div] . w[e * w_rows + c] (and with GATED the up row
+// w[e * w_rows + n_out + c]: silu(gate) * up), rows of kdim elements.
+template <typename TA, bool GATED>
+__device__ __forceinline__ void ref_tile(const TA *a, int a_div, const bf16_t *w, int w_rows, const int *rows,
+                                         const int *tile_e, float *out, int n_out, int kdim) {
+    __shared__ float sa[RT_ROWS][RT_K + 1], sg[RT_ROWS][RT_K + 1], su[GATED ? RT_ROWS : 1][RT_K + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y, tile = blockIdx.y, c0 = blockIdx.x * RT_ROWS;
+    const int e = tile_e[tile];
+    int slot[2];
+    for (int i = 0; i < 2; i++) slot[i] = rows[tile * RT_ROWS + ty + 16 * i];
+    float acc[2][2] = {{0.f, 0.f}, {0.f, 0.f}}, up[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+    for (int k0 = 0; k0 < kdim; k0 += RT_K) {
+        const int q = k0 + tx;
+        for (int i = 0; i < 2; i++) {
+            const int r = ty + 16 * i, c = c0 + r;
+            sa[r][tx] = slot[i] >= 0 && q < kdim ? ref_ld(a + (size_t)(slot[i] / a_div) * kdim + q) : 0.f;
+            const bool wok = c < n_out && q < kdim;
+            sg[r][tx] = wok ? bf2f(w[((size_t)e * w_rows + c) * kdim + q]) : 0.f;
+            if (GATED) su[r][tx] = wok ? bf2f(w[((size_t)e * w_rows + n_out + c) * kdim + q]) : 0.f;
         }
         __syncthreads();
+        for (int j = 0; j < RT_K; j++)
+            for (int i = 0; i < 2; i++) {
+                const float av = sa[ty + 16 * i][j];
+                for (int l = 0; l < 2; l++) {
+                    acc[i][l] += av * sg[tx + 16 * l][j];
+                    if (GATED) up[i][l] += av * su[tx + 16 * l][j];
+                }
+            }
+        __syncthreads();
     }
-    if (ok) h[(size_t)s * n + c] = g / (1.f + expf(-g)) * u;
+    for (int i = 0; i < 2; i++)
+        for (int l = 0; l < 2; l++) {
+            const int c = c0 + tx + 16 * l;
+            if (slot[i] < 0 || c >= n_out) continue;
+            const float g = acc[i][l];
+            out[(size_t)slot[i] * n_out + c] = GATED ? g / (1.f + expf(-g)) * up[i][l] : g;
+        }
 }
 
-// Reference GEMM2 + weight + top-k sum: out[m][c] = sum_j w[m*topk+j] * h[m*topk+j].w2[e][c].
-extern "C" __global__ void ref_gemm2(const float *h, const bf16_t *w2, const int *topk_ids, const float *route_w,
-                                     float *out, int m, int topk, int n, int k) {
+// Grid (ceil(N / RT_ROWS), tiles), block 16 x 16: h[s][c] for the tiles' slots.
+extern "C" __global__ void ref_gemm1(const bf16_t *x, const bf16_t *w1, const int *rows, const int *tile_e, float *h,
+                                     int topk, int n, int k) {
+    ref_tile<bf16_t, true>(x, topk, w1, 2 * n, rows, tile_e, h, n, k);
+}
+
+// Grid (ceil(K / RT_ROWS), tiles), block 16 x 16: y[s][c] = h[s].w2[e][c].
+extern "C" __global__ void ref_gemm2(const float *h, const bf16_t *w2, const int *rows, const int *tile_e, float *y,
+                                     int n, int k) {
+    ref_tile<float, false>(h, 1, w2, k, rows, tile_e, y, k, n);
+}
+
+// out[m][c] = sum over j < topk, in order, of route_w[m*topk+j] * y[m*topk+j][c].
+extern "C" __global__ void ref_topk_sum(const float *y, const float *route_w, float *out, int m, int topk, int k) {
     const int row = blockIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= m || c >= k) return;
     float acc = 0.f;
-    for (int j = 0; j < topk; j++) {
-        const int s = row * topk + j;
-        const int e = topk_ids[s];
-        const float *hr = h + (size_t)s * n;
-        const bf16_t *wr = w2 + ((size_t)e * k + c) * n;
-        float d = 0.f;
-        for (int q = 0; q < n; q++) d += hr[q] * bf2f(wr[q]);
-        acc += route_w[s] * d;
-    }
+    for (int j = 0; j < topk; j++) acc += route_w[row * topk + j] * y[((size_t)row * topk + j) * k + c];
     out[(size_t)row * k + c] = acc;
+}
+
+// The check: per block, the sums of (o - ref)^2 and ref^2 over its share of n elements, into
+// part[2 * block] and part[2 * block + 1] (the host adds the blocks' parts). A poisoned
+// (unwritten) element is a NaN and makes the sum one. Block of REF_DIFF_THREADS threads.
+#define REF_DIFF_THREADS 256
+extern "C" __global__ void ref_diff(const bf16_t *o, const float *ref, unsigned long long n, double *part) {
+    __shared__ double sn[REF_DIFF_THREADS], sd[REF_DIFF_THREADS];
+    double num = 0, den = 0;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        const double r = ref[i], d = (double)bf2f(o[i]) - r;
+        num += d * d;
+        den += r * r;
+    }
+    sn[threadIdx.x] = num;
+    sd[threadIdx.x] = den;
+    __syncthreads();
+    for (int h = REF_DIFF_THREADS / 2; h > 0; h /= 2) {
+        if (threadIdx.x < h) {
+            sn[threadIdx.x] += sn[threadIdx.x + h];
+            sd[threadIdx.x] += sd[threadIdx.x + h];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        part[2 * blockIdx.x] = sn[0];
+        part[2 * blockIdx.x + 1] = sd[0];
+    }
 }

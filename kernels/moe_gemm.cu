@@ -78,14 +78,15 @@ __device__ __forceinline__ u32 pack_bf2(float lo, float hi) {
     return r;
 }
 
-// Fault and hang injection for the worker's tests: inject 1 writes through a null
-// pointer, 2 spins until the process is killed. The whole of block 0 spins: a warp left
+// Fault, hang and wrong-result injection for the worker's tests: inject 1 writes through a
+// null pointer, 2 spins until the process is killed, 3 scales GEMM2's routing weights by 1.05
+// (a layer 5 % off, which the check must reject). The whole of block 0 spins: a warp left
 // partly spinning would reach the barrier and the .aligned instructions diverged.
 __device__ __forceinline__ void maybe_inject(int inject) {
-    if (inject == 0 || blockIdx.x != 0) return;
+    if (blockIdx.x != 0) return;
     if (inject == 1) {
         if (threadIdx.x == 0) *(volatile int *)(size_t)16 = 1;
-    } else {
+    } else if (inject == 2) {
         // The sleep is a side effect the compiler must keep: a loop over a local flag
         // may be assumed to terminate and be folded away.
         for (;;) asm volatile("nanosleep.u32 1000;\n");
@@ -223,7 +224,7 @@ __device__ __forceinline__ void moe_gemm(const bf16_t *__restrict__ a, const bf1
                     dst[(warp_n * WN + j * 8 + (lane & 3) * 2) >> 1] = f2bf(v);
                 }
             } else {
-                const float rw = route_w[id];
+                const float rw = route_w[id] * (inject == 3 ? 1.05f : 1.f);
                 u32 *dst = (u32 *)(c + (size_t)id * ld_c + pid_n * BLOCK_N);
 #pragma unroll
                 for (int j = 0; j < NT; j++) {

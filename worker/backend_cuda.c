@@ -108,6 +108,11 @@ static void drv_load(void) {
 #define MAX_BS_CACHE 64
 #define ALIGN_THREADS 1024
 #define DEFAULT_TIMEOUT_MS 20000u
+/* The reference's tiles and check (kernels/moe_common.cu): RT_ROWS slots of one expert a tile,
+ * REF_DIFF_THREADS a block of the check; the check runs on REF_DIFF_BLOCKS blocks. */
+#define REF_ROWS 32
+#define REF_DIFF_THREADS 256
+#define REF_DIFF_BLOCKS 264
 
 typedef struct {
     krn_config_t key;
@@ -123,7 +128,7 @@ typedef struct {
 typedef struct {
     uint32_t m;
     CUdeviceptr x, topk_ids, route_w;
-    float *ref; /* host, m x K */
+    CUdeviceptr ref; /* the reference layer's output, fp32 m x K, on the device */
 } bs_data_t;
 
 /* Where the child's wall time goes, phase by phase (MOETUNE_CUDA_PROFILE=1 prints it to stderr
@@ -162,7 +167,7 @@ typedef struct {
     uint32_t l2_bytes;
     char cache_dir[4096];
     CUmodule common;
-    CUfunction f_align, f_sum, f_fill, f_poison, f_spin, f_ref1, f_ref2;
+    CUfunction f_align, f_sum, f_fill, f_poison, f_spin, f_ref1, f_ref2, f_ref_sum, f_diff;
     volatile unsigned *go; /* the hold's word (mapped host memory): moe_spin ends when it reads go_seq */
     CUdeviceptr go_dev;
     unsigned go_seq;
@@ -182,6 +187,8 @@ typedef struct {
     int nsets;
     size_t w1_elems, w2_elems;
     CUdeviceptr sorted, expert_ids, npp, inter, slots, out, check, flush;
+    CUdeviceptr diff; /* the check's per-block sums, 2 x REF_DIFF_BLOCKS doubles */
+    double diff_host[2 * REF_DIFF_BLOCKS];
     size_t flush_bytes;
     uint32_t cap_m;
     bs_data_t bs[MAX_BS_CACHE];
@@ -344,7 +351,8 @@ static int load_common(cuda_state_t *st, char *err, size_t errlen) {
     } fns[] = {{"moe_align", offsetof(cuda_state_t, f_align)},    {"moe_topk_sum", offsetof(cuda_state_t, f_sum)},
                {"moe_fill_bf16", offsetof(cuda_state_t, f_fill)}, {"moe_poison", offsetof(cuda_state_t, f_poison)},
                {"moe_spin", offsetof(cuda_state_t, f_spin)},      {"ref_gemm1", offsetof(cuda_state_t, f_ref1)},
-               {"ref_gemm2", offsetof(cuda_state_t, f_ref2)}};
+               {"ref_gemm2", offsetof(cuda_state_t, f_ref2)},     {"ref_topk_sum", offsetof(cuda_state_t, f_ref_sum)},
+               {"ref_diff", offsetof(cuda_state_t, f_diff)}};
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
         r = g_drv.cuModuleGetFunction((CUfunction *)((char *)st + fns[i].off), st->common, fns[i].name);
         if (r != CUDA_SUCCESS) {
@@ -513,7 +521,7 @@ static void free_bs(cuda_state_t *st) {
         if (b->x) g_drv.cuMemFree(b->x);
         if (b->topk_ids) g_drv.cuMemFree(b->topk_ids);
         if (b->route_w) g_drv.cuMemFree(b->route_w);
-        free(b->ref);
+        if (b->ref) g_drv.cuMemFree(b->ref);
     }
     memset(st->bs, 0, sizeof st->bs);
     st->n_bs = 0;
@@ -527,7 +535,7 @@ static void free_dptr(CUdeviceptr *p) {
 static void free_shape(cuda_state_t *st) {
     free_bs(st);
     CUdeviceptr *ps[] = {&st->w1,    &st->w2,    &st->sorted, &st->expert_ids, &st->npp,
-                         &st->inter, &st->slots, &st->out,    &st->check,      &st->flush};
+                         &st->inter, &st->slots, &st->out,    &st->check,      &st->flush, &st->diff};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free_dptr(ps[i]);
     st->have_shape = 0;
     st->cap_m = 0;
@@ -581,6 +589,7 @@ static int ensure_shape(cuda_state_t *st, const krn_shape_t *s, uint64_t seed, c
     st->flush_bytes = (size_t)st->l2_bytes * 2;
     if ((r = g_drv.cuMemAlloc(&st->flush, st->flush_bytes)) != CUDA_SUCCESS ||
         (r = g_drv.cuMemAlloc(&st->npp, 16)) != CUDA_SUCCESS ||
+        (r = g_drv.cuMemAlloc(&st->diff, sizeof st->diff_host)) != CUDA_SUCCESS ||
         (r = g_drv.cuStreamSynchronize(st->stream)) != CUDA_SUCCESS) {
         cu_text(r, "preparing the shape", err, errlen);
         free_shape(st);
@@ -653,6 +662,67 @@ static int make_routing(const krn_shape_t *s, uint32_t m, uint64_t seed, int *id
     return MT_OK;
 }
 
+/* The reference's tiles: the slots of ids[numel] grouped by expert, each expert's in order and
+ * padded with -1 to a multiple of REF_ROWS, into rows; each tile's expert into tile_e. rows
+ * holds numel + e_count * (REF_ROWS - 1) entries at most. Returns the tile count. */
+static size_t ref_tiles(const int *ids, size_t numel, uint32_t e_count, int *rows, int *tile_e) {
+    size_t n = 0;
+    for (uint32_t e = 0; e < e_count; e++) {
+        size_t start = n;
+        for (size_t s = 0; s < numel; s++)
+            if (ids[s] == (int)e) rows[n++] = (int)s;
+        while ((n - start) % REF_ROWS) rows[n++] = -1;
+        for (size_t t = start / REF_ROWS; t < n / REF_ROWS; t++) tile_e[t] = (int)e;
+    }
+    return n / REF_ROWS;
+}
+
+/* The reference layer for b (inputs on the device, ids its routing) into b->ref: three tiled
+ * fp32 steps (kernels/moe_common.cu), scratch freed after. */
+static CUresult run_reference(cuda_state_t *st, bs_data_t *b, const int *ids, char *err, size_t errlen) {
+    const krn_shape_t *s = &st->shape;
+    size_t numel = (size_t)b->m * s->topk, cap = numel + (size_t)s->e * (REF_ROWS - 1);
+    int *rows = malloc(cap * sizeof *rows), *tile_e = malloc((cap / REF_ROWS + 1) * sizeof *tile_e);
+    CUdeviceptr d_rows = 0, d_tiles = 0, h = 0, y = 0;
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!rows || !tile_e) {
+        mt_fmt(err, errlen, "out of memory for the reference's tiles");
+        goto out;
+    }
+    size_t tiles = ref_tiles(ids, numel, s->e, rows, tile_e);
+    int itopk = (int)s->topk, in = (int)s->n, ik = (int)s->k, im = (int)b->m;
+    void *a1[] = {&b->x, &st->w1, &d_rows, &d_tiles, &h, &itopk, &in, &ik};
+    void *a2[] = {&h, &st->w2, &d_rows, &d_tiles, &y, &in, &ik};
+    void *a3[] = {&y, &b->route_w, &b->ref, &im, &itopk, &ik};
+    if ((r = g_drv.cuMemAlloc(&d_rows, tiles * REF_ROWS * sizeof *rows)) != CUDA_SUCCESS ||
+        (r = g_drv.cuMemAlloc(&d_tiles, tiles * sizeof *tile_e)) != CUDA_SUCCESS ||
+        (r = g_drv.cuMemAlloc(&h, numel * s->n * 4)) != CUDA_SUCCESS ||
+        (r = g_drv.cuMemAlloc(&y, numel * s->k * 4)) != CUDA_SUCCESS ||
+        (r = g_drv.cuMemcpyHtoD(d_rows, rows, tiles * REF_ROWS * sizeof *rows)) != CUDA_SUCCESS ||
+        (r = g_drv.cuMemcpyHtoD(d_tiles, tile_e, tiles * sizeof *tile_e)) != CUDA_SUCCESS) {
+        cu_text(r, "preparing the reference layer", err, errlen);
+        goto out;
+    }
+    if ((r = g_drv.cuLaunchKernel(st->f_ref1, (s->n + REF_ROWS - 1) / REF_ROWS, (unsigned)tiles, 1, 16, 16, 1, 0,
+                                  st->stream, a1, NULL)) != CUDA_SUCCESS ||
+        (r = g_drv.cuLaunchKernel(st->f_ref2, (s->k + REF_ROWS - 1) / REF_ROWS, (unsigned)tiles, 1, 16, 16, 1, 0,
+                                  st->stream, a2, NULL)) != CUDA_SUCCESS ||
+        (r = g_drv.cuLaunchKernel(st->f_ref_sum, (s->k + 255) / 256, b->m, 1, 256, 1, 1, 0, st->stream, a3, NULL)) !=
+            CUDA_SUCCESS ||
+        (r = g_drv.cuStreamSynchronize(st->stream)) != CUDA_SUCCESS) {
+        cu_text(r, "running the reference layer", err, errlen);
+        goto out;
+    }
+out:
+    if (d_rows) g_drv.cuMemFree(d_rows);
+    if (d_tiles) g_drv.cuMemFree(d_tiles);
+    if (h) g_drv.cuMemFree(h);
+    if (y) g_drv.cuMemFree(y);
+    free(rows);
+    free(tile_e);
+    return r;
+}
+
 /* Inputs and the reference output for batch size m, made once per shape. */
 static int get_bs(cuda_state_t *st, uint32_t m, bs_data_t **out, char *err, size_t errlen) {
     const krn_shape_t *s = &st->shape;
@@ -667,8 +737,6 @@ static int get_bs(cuda_state_t *st, uint32_t m, bs_data_t **out, char *err, size
     size_t numel = (size_t)m * s->topk;
     int *ids = malloc(numel * sizeof *ids);
     float *w = malloc(numel * sizeof *w);
-    unsigned short *ob = NULL;
-    CUdeviceptr h = 0, ref = 0;
     bs_data_t *b = &st->bs[st->n_bs];
     memset(b, 0, sizeof *b);
     b->m = m;
@@ -677,36 +745,17 @@ static int get_bs(cuda_state_t *st, uint32_t m, bs_data_t **out, char *err, size
         mt_fmt(err, errlen, "out of memory for the routing");
         goto out;
     }
-    b->ref = malloc((size_t)m * s->k * sizeof *b->ref);
-    if (!b->ref) {
-        mt_fmt(err, errlen, "out of memory for the reference");
-        goto out;
-    }
     if ((r = g_drv.cuMemAlloc(&b->x, (size_t)m * s->k * 2)) != CUDA_SUCCESS ||
         (r = g_drv.cuMemAlloc(&b->topk_ids, numel * 4)) != CUDA_SUCCESS ||
         (r = g_drv.cuMemAlloc(&b->route_w, numel * 4)) != CUDA_SUCCESS ||
+        (r = g_drv.cuMemAlloc(&b->ref, (size_t)m * s->k * 4)) != CUDA_SUCCESS ||
         (r = g_drv.cuMemcpyHtoD(b->topk_ids, ids, numel * 4)) != CUDA_SUCCESS ||
         (r = g_drv.cuMemcpyHtoD(b->route_w, w, numel * 4)) != CUDA_SUCCESS ||
-        (r = fill_bf16(st, b->x, (size_t)m * s->k, seed + 7, 1.f)) != CUDA_SUCCESS ||
-        (r = g_drv.cuMemAlloc(&h, numel * s->n * 4)) != CUDA_SUCCESS ||
-        (r = g_drv.cuMemAlloc(&ref, (size_t)m * s->k * 4)) != CUDA_SUCCESS) {
+        (r = fill_bf16(st, b->x, (size_t)m * s->k, seed + 7, 1.f)) != CUDA_SUCCESS) {
         cu_text(r, "preparing the batch inputs", err, errlen);
         goto out;
     }
-    {
-        int inumel = (int)numel, itopk = (int)s->topk, in = (int)s->n, ik = (int)s->k, im = (int)m;
-        void *a1[] = {&b->x, &st->w1, &b->topk_ids, &h, &inumel, &itopk, &in, &ik};
-        void *a2[] = {&h, &st->w2, &b->topk_ids, &b->route_w, &ref, &im, &itopk, &in, &ik};
-        if ((r = g_drv.cuLaunchKernel(st->f_ref1, (s->n + 15) / 16, (unsigned)((numel + 15) / 16), 1, 16, 16, 1, 0,
-                                      st->stream, a1, NULL)) != CUDA_SUCCESS ||
-            (r = g_drv.cuLaunchKernel(st->f_ref2, (s->k + 127) / 128, m, 1, 128, 1, 1, 0, st->stream, a2, NULL)) !=
-                CUDA_SUCCESS ||
-            (r = g_drv.cuMemcpyDtoHAsync(b->ref, ref, (size_t)m * s->k * 4, st->stream)) != CUDA_SUCCESS ||
-            (r = g_drv.cuStreamSynchronize(st->stream)) != CUDA_SUCCESS) {
-            cu_text(r, "running the reference layer", err, errlen);
-            goto out;
-        }
-    }
+    if ((r = run_reference(st, b, ids, err, errlen)) != CUDA_SUCCESS) goto out;
     st->n_bs++;
     *out = b;
     rc = MT_OK;
@@ -715,15 +764,12 @@ out:
         if (b->x) g_drv.cuMemFree(b->x);
         if (b->topk_ids) g_drv.cuMemFree(b->topk_ids);
         if (b->route_w) g_drv.cuMemFree(b->route_w);
-        free(b->ref);
+        if (b->ref) g_drv.cuMemFree(b->ref);
         memset(b, 0, sizeof *b);
         if (r != CUDA_SUCCESS && g_drv.cuCtxSynchronize() != CUDA_SUCCESS) st->ctx_lost = 1;
     }
-    if (h) g_drv.cuMemFree(h);
-    if (ref) g_drv.cuMemFree(ref);
     free(ids);
     free(w);
-    free(ob);
     return rc;
 }
 
@@ -793,19 +839,25 @@ static void launch_failed(cuda_state_t *st, CUresult r, const char *what, wrk_me
     if (g_drv.cuCtxSynchronize() != CUDA_SUCCESS) st->ctx_lost = 1;
 }
 
-static double rel_error(const unsigned short *o, const float *ref, size_t n) {
+/* The check's output (st->check, bf16) against b's reference on the GPU: sqrt(sum (o - ref)^2 /
+ * sum ref^2), INFINITY when an element was not written (a NaN), into *err_out. */
+static CUresult check_error(cuda_state_t *st, const bs_data_t *b, double *err_out) {
+    unsigned long long n = (unsigned long long)b->m * st->shape.k;
+    void *a[] = {&st->check, (void *)&b->ref, &n, &st->diff};
+    CUresult r;
+    if ((r = g_drv.cuLaunchKernel(st->f_diff, REF_DIFF_BLOCKS, 1, 1, REF_DIFF_THREADS, 1, 1, 0, st->stream, a, NULL)) !=
+            CUDA_SUCCESS ||
+        (r = g_drv.cuMemcpyDtoHAsync(st->diff_host, st->diff, sizeof st->diff_host, st->stream)) != CUDA_SUCCESS ||
+        (r = g_drv.cuStreamSynchronize(st->stream)) != CUDA_SUCCESS)
+        return r;
     double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        union {
-            uint32_t u;
-            float f;
-        } cv = {.u = (uint32_t)o[i] << 16};
-        double d = (double)cv.f - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
+    for (int i = 0; i < REF_DIFF_BLOCKS; i++) {
+        num += st->diff_host[2 * i];
+        den += st->diff_host[2 * i + 1];
     }
-    if (!(num == num)) return INFINITY; /* NaN: an unwritten (poisoned) element */
-    return den > 0 ? sqrt(num / den) : sqrt(num);
+    if (!(num == num)) *err_out = INFINITY;
+    else *err_out = den > 0 ? sqrt(num / den) : sqrt(num);
+    return CUDA_SUCCESS;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -822,11 +874,10 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     CUgraphExec exec = NULL;
     double *samples = NULL;
     size_t nout = (size_t)b->m * s->k;
-    unsigned short *host = NULL; /* the check's host copy: only for configs that stay in the race */
     /* The check's layer: poisoned output, one layer on weight set 0, its output kept aside
      * (the graph's layers overwrite it) and compared with the reference only once the
-     * config has stayed in the race: a pruned config is never a winner, and the host copy
-     * and compare cost more than its timing at large M. Launch errors and hangs show here. */
+     * config has stayed in the race: a pruned config is never a winner, and the compare
+     * would cost GPU time its timing did not. Launch errors and hangs show here. */
     unsigned long long n_ll = nout, hold_ns = CHECK_HOLD_NS;
     unsigned want = ++st->go_seq;
     void *ap[] = {&st->out, &n_ll}, *sp[] = {&hold_ns, &st->go_dev, &want};
@@ -987,17 +1038,11 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     }
     /* Stayed in the race (or no race): the check's output against the reference. */
     ph = prof_next(&st->prof, ph, PH_VERIFY);
-    host = malloc(nout * 2);
-    if (!host) {
-        out->status = WCU_ST_LAUNCH_ERROR;
-        mt_fmt(out->detail, sizeof out->detail, "out of host memory for the check");
+    double err = 0;
+    if ((r = check_error(st, b, &err)) != CUDA_SUCCESS) {
+        launch_failed(st, r, "checking the output", out);
         goto out;
     }
-    if ((r = g_drv.cuMemcpyDtoH(host, st->check, nout * 2)) != CUDA_SUCCESS) {
-        launch_failed(st, r, "reading the output", out);
-        goto out;
-    }
-    double err = rel_error(host, b->ref, nout);
     if (!(err < 1e-2)) {
         out->status = WCU_ST_WRONG_RESULT;
         mt_fmt(out->detail, sizeof out->detail, "relative error %.3g >= 1e-2 at M=%u", err, b->m);
@@ -1014,7 +1059,6 @@ out:
     if (exec) g_drv.cuGraphExecDestroy(exec);
     if (graph) g_drv.cuGraphDestroy(graph);
     free(samples);
-    free(host);
     prof_mark(&st->prof, PH_CAPTURE);
     st->prof.rows++;
     st->prof.timed_us += out->timed_us;
@@ -1145,11 +1189,9 @@ static void cuda_close(void **state) {
         if (st->ev1) g_drv.cuEventDestroy(st->ev1);
         if (st->stream) g_drv.cuStreamDestroy(st->stream);
         if (st->go) g_drv.cuMemFreeHost((void *)st->go);
-    } else {
-        /* A lost context (or a kernel still spinning) must not be touched again: only
-         * host memory is released, the process is about to be replaced. */
-        for (size_t i = 0; i < st->n_bs; i++) free(st->bs[i].ref);
     }
+    /* A lost context (or a kernel still spinning) is not touched again: only host memory is
+     * released below, the process is about to be replaced. */
     for (size_t i = 0; i < st->n_imgs; i++) wcu_image_clear(&st->imgs[i].img);
     free(st->imgs);
     if (st->ctx && !st->ctx_lost) g_drv.cuDevicePrimaryCtxRelease(st->dev);

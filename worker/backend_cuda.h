@@ -66,8 +66,9 @@ void wcu_default_cache_dir(char *buf, size_t len);
 /* The config-space point that decides the compiled image (group_m set to 1). */
 krn_config_t wcu_image_key(const krn_config_t *cfg);
 
-/* Fault/hang injection from MOETUNE_CUDA_INJECT ("fault:BMxBNxBKxGMxWxS,hang:..."):
- * 1 when cfg should fault, 2 when it should hang, 0 otherwise. */
+/* Fault, hang and wrong-result injection from MOETUNE_CUDA_INJECT
+ * ("fault:BMxBNxBKxGMxWxS,hang:...,wrong:..."): 1 when cfg should fault, 2 when it should hang,
+ * 3 when its layer should be 5 % off, 0 otherwise. */
 int wcu_inject_for(const krn_config_t *cfg);
 
 /* The backend table (worker/backend_cuda.c). */

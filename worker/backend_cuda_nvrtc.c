@@ -283,7 +283,7 @@ int wcu_inject_for(const krn_config_t *cfg) {
     static const struct {
         const char *kind;
         int code;
-    } kinds[] = {{"fault:", 1}, {"hang:", 2}};
+    } kinds[] = {{"fault:", 1}, {"hang:", 2}, {"wrong:", 3}};
     if (!env) return 0;
     for (const char *p = env; *p;) {
         size_t n = strcspn(p, ",");

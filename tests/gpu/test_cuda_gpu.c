@@ -1,9 +1,10 @@
 /* test_cuda_gpu.c - the cuda backend on a real GPU (run by tests/gpu/run.sh).
  *
- * 1. Fault and hang injection: in child processes (as the worker's parent runs them), a
- *    config injected to fault reports LAUNCH_ERROR and a lost context, one injected to hang
- *    reports TIMEOUT (or is killed by this parent at its deadline), and a fresh child then
- *    still measures a normal config OK.
+ * 1. Fault, hang and wrong-result injection: in child processes (as the worker's parent runs
+ *    them), a config injected to fault reports LAUNCH_ERROR and a lost context, one injected to
+ *    hang reports TIMEOUT (or is killed by this parent at its deadline), and a fresh child then
+ *    still measures a normal config OK; one whose layer is injected 5 % off reports
+ *    WRONG_RESULT at batch sizes 64 and 4096, the context kept.
  * 2. Racing: a config whose first sample loses against a best far below it (3x) is PRUNED
  *    after that 1 sample, one 1.3x a best after 2 samples, neither verified; one racing against a best far above it stays, is verified
  *    (rel_err in its detail) and sampled to the RSD rule like a config measured without a race;
@@ -115,8 +116,9 @@ static int injection_tests(void) {
     char err[200], detail[512];
     int fails = 0, rc;
     krn_shape_parse("E=128,N=768,K=2048,topk=8", &shape, err, sizeof err);
-    krn_config_t good = {64, 64, 64, 1, 4, 3}, bad = {32, 64, 64, 1, 4, 3}, hang = {32, 64, 128, 1, 4, 3};
-    setenv("MOETUNE_CUDA_INJECT", "fault:32x64x64x1x4x3,hang:32x64x128x1x4x3", 1);
+    krn_config_t good = {64, 64, 64, 1, 4, 3}, bad = {32, 64, 64, 1, 4, 3}, hang = {32, 64, 128, 1, 4, 3},
+                 wrong = {64, 128, 64, 1, 4, 3};
+    setenv("MOETUNE_CUDA_INJECT", "fault:32x64x64x1x4x3,hang:32x64x128x1x4x3,wrong:64x128x64x1x4x3", 1);
     int s = run_child(&shape, bad, 64, 5000, 60, &rc, detail, sizeof detail);
     printf("inject fault: status=%s rc=%d: %s\n", status_name(s), rc, detail);
     if (s != WCU_ST_LAUNCH_ERROR || rc != MT_ERR) fails++;
@@ -126,6 +128,12 @@ static int injection_tests(void) {
     s = run_child(&shape, good, 64, 5000, 120, &rc, detail, sizeof detail);
     printf("next config:  status=%s rc=%d: %s\n", status_name(s), rc, detail);
     if (s != WCU_ST_OK || rc != MT_OK) fails++;
+    static const uint32_t wrong_bs[] = {64, 4096};
+    for (int i = 0; i < 2; i++) {
+        s = run_child(&shape, wrong, wrong_bs[i], 5000, 120, &rc, detail, sizeof detail);
+        printf("inject wrong M=%u: status=%s rc=%d: %s\n", wrong_bs[i], status_name(s), rc, detail);
+        if (s != WCU_ST_WRONG_RESULT || rc != MT_OK || !strstr(detail, "relative error")) fails++;
+    }
     unsetenv("MOETUNE_CUDA_INJECT");
     return fails;
 }
@@ -174,6 +182,7 @@ static int space_tests(void) {
                            .seed = 42};
         uint64_t t0 = mt_now_ms();
         double worst_us[3] = {0, 0, 0};
+        double worst_err = 0;
         for (size_t i = 0; i < n; i++) {
             wrk_meas_t out[3];
             uint32_t regs, spills;
@@ -191,15 +200,17 @@ static int space_tests(void) {
                     printf("FAIL %s M=%u %ux%ux%u g%u w%u s%u: %s %s\n", shapes[si], bss[b], cfgs[i].block_m,
                            cfgs[i].block_n, cfgs[i].block_k, cfgs[i].group_m, cfgs[i].num_warps, cfgs[i].num_stages,
                            status_name(out[b].status), out[b].detail);
-                } else if (out[b].median_us > worst_us[b]) {
-                    worst_us[b] = out[b].median_us;
+                } else {
+                    if (out[b].median_us > worst_us[b]) worst_us[b] = out[b].median_us;
+                    const char *re = strstr(out[b].detail, "rel_err=");
+                    if (re && atof(re + 8) > worst_err) worst_err = atof(re + 8);
                 }
             }
         }
         printf("%s: %zu accepted configs, %zu checked (stride %zu, offset %zu) x 3 batch sizes = %zu checks: ok %zu, "
-               "wrong %zu, launch_error %zu, compile_error %zu, timeout %zu; %.1f s\n",
+               "wrong %zu, launch_error %zu, compile_error %zu, timeout %zu; largest rel_err %.2e; %.1f s\n",
                shapes[si], acc, n, stride, offset, checked, counts[WCU_ST_OK], counts[WCU_ST_WRONG_RESULT],
-               counts[WCU_ST_LAUNCH_ERROR], counts[WCU_ST_COMPILE_ERROR], counts[WCU_ST_TIMEOUT],
+               counts[WCU_ST_LAUNCH_ERROR], counts[WCU_ST_COMPILE_ERROR], counts[WCU_ST_TIMEOUT], worst_err,
                (double)(mt_now_ms() - t0) / 1000.0);
         free(cfgs);
     }

@@ -68,11 +68,13 @@ static void test_warp_layout(void **unused) {
 }
 
 static void test_inject_spec(void **unused) {
-    krn_config_t a = {64, 64, 64, 1, 4, 3}, b = {64, 64, 64, 16, 4, 3}, c = {32, 64, 64, 1, 4, 2};
-    setenv("MOETUNE_CUDA_INJECT", "fault:64x64x64x1x4x3,hang:32x64x64x1x4x2,bogus:1x2", 1);
+    krn_config_t a = {64, 64, 64, 1, 4, 3}, b = {64, 64, 64, 16, 4, 3}, c = {32, 64, 64, 1, 4, 2},
+                 d = {64, 128, 64, 1, 4, 3};
+    setenv("MOETUNE_CUDA_INJECT", "fault:64x64x64x1x4x3,hang:32x64x64x1x4x2,bogus:1x2,wrong:64x128x64x1x4x3", 1);
     assert_int_equal(wcu_inject_for(&a), 1);
     assert_int_equal(wcu_inject_for(&b), 0);
     assert_int_equal(wcu_inject_for(&c), 2);
+    assert_int_equal(wcu_inject_for(&d), 3);
     setenv("MOETUNE_CUDA_INJECT", "fault:64x64", 1);
     assert_int_equal(wcu_inject_for(&a), 0);
     unsetenv("MOETUNE_CUDA_INJECT");
