@@ -122,7 +122,7 @@ extern "C" __global__ void moe_spin(unsigned long long ns, const volatile unsign
 // y[s][c] = h[s].w2[e][c], and the routing-weighted top-k sum. A tile of RT_ROWS slots shares
 // one expert's weight rows through shared memory; each thread of the 16 x 16 block sums a
 // 2 x 2 patch of the tile. Summation order is fixed: the reference is the same every run.
-#define RT_ROWS 32
+#define RT_ROWS 32 // worker/backend_cuda.h WCU_REF_ROWS
 #define RT_K 16
 
 __device__ __forceinline__ float ref_ld(const bf16_t *p) { return bf2f(*p); }

@@ -108,9 +108,9 @@ static void drv_load(void) {
 #define MAX_BS_CACHE 64
 #define ALIGN_THREADS 1024
 #define DEFAULT_TIMEOUT_MS 20000u
-/* The reference's tiles and check (kernels/moe_common.cu): RT_ROWS slots of one expert a tile,
- * REF_DIFF_THREADS a block of the check; the check runs on REF_DIFF_BLOCKS blocks. */
-#define REF_ROWS 32
+/* The reference's check (kernels/moe_common.cu): REF_DIFF_THREADS a block, on REF_DIFF_BLOCKS
+ * blocks. Its tiles: WCU_REF_ROWS slots of one expert each (backend_cuda.h). */
+#define REF_ROWS WCU_REF_ROWS
 #define REF_DIFF_THREADS 256
 #define REF_DIFF_BLOCKS 264
 
@@ -662,10 +662,7 @@ static int make_routing(const krn_shape_t *s, uint32_t m, uint64_t seed, int *id
     return MT_OK;
 }
 
-/* The reference's tiles: the slots of ids[numel] grouped by expert, each expert's in order and
- * padded with -1 to a multiple of REF_ROWS, into rows; each tile's expert into tile_e. rows
- * holds numel + e_count * (REF_ROWS - 1) entries at most. Returns the tile count. */
-static size_t ref_tiles(const int *ids, size_t numel, uint32_t e_count, int *rows, int *tile_e) {
+size_t wcu_ref_tiles(const int *ids, size_t numel, uint32_t e_count, int *rows, int *tile_e) {
     size_t n = 0;
     for (uint32_t e = 0; e < e_count; e++) {
         size_t start = n;
@@ -689,7 +686,7 @@ static CUresult run_reference(cuda_state_t *st, bs_data_t *b, const int *ids, ch
         mt_fmt(err, errlen, "out of memory for the reference's tiles");
         goto out;
     }
-    size_t tiles = ref_tiles(ids, numel, s->e, rows, tile_e);
+    size_t tiles = wcu_ref_tiles(ids, numel, s->e, rows, tile_e);
     int itopk = (int)s->topk, in = (int)s->n, ik = (int)s->k, im = (int)b->m;
     void *a1[] = {&b->x, &st->w1, &d_rows, &d_tiles, &h, &itopk, &in, &ik};
     void *a2[] = {&h, &st->w2, &d_rows, &d_tiles, &y, &in, &ik};

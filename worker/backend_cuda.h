@@ -71,6 +71,14 @@ krn_config_t wcu_image_key(const krn_config_t *cfg);
  * 3 when its layer should be 5 % off, 0 otherwise. */
 int wcu_inject_for(const krn_config_t *cfg);
 
+/* The reference layer's tiles (kernels/moe_common.cu, RT_ROWS): the slots of ids[numel] (each
+ * an expert below e_count) grouped by expert, each expert's slots in order and padded with -1
+ * to a multiple of WCU_REF_ROWS, into rows; each tile's expert into tile_e. rows needs room for
+ * numel + e_count * (WCU_REF_ROWS - 1) entries, tile_e for a WCU_REF_ROWS-th of that. Returns
+ * the tile count. */
+#define WCU_REF_ROWS 32
+size_t wcu_ref_tiles(const int *ids, size_t numel, uint32_t e_count, int *rows, int *tile_e);
+
 /* The backend table (worker/backend_cuda.c). */
 extern const wrk_backend_ops_t wrk_backend_cuda;
 

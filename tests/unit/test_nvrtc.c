@@ -81,6 +81,32 @@ static void test_inject_spec(void **unused) {
     assert_int_equal(wcu_inject_for(&a), 0);
 }
 
+/* The reference's tiles: each expert's slots in order, padded to whole tiles, an expert with no
+ * slot has no tile, and an expert with more slots than a tile holds gets two. */
+static void test_ref_tiles(void **unused) {
+    enum { R = WCU_REF_ROWS };
+    int ids[5 + R + 8] = {2, 0, 2, 1, 2}, rows[sizeof ids / sizeof ids[0] + 4 * (R - 1)], tile_e[16];
+    assert_int_equal(wcu_ref_tiles(ids, 5, 4, rows, tile_e), 3);
+    assert_int_equal(tile_e[0], 0);
+    assert_int_equal(tile_e[1], 1);
+    assert_int_equal(tile_e[2], 2);
+    assert_int_equal(rows[0], 1);
+    assert_int_equal(rows[R], 3);
+    assert_int_equal(rows[2 * R], 0);
+    assert_int_equal(rows[2 * R + 1], 2);
+    assert_int_equal(rows[2 * R + 2], 4);
+    for (int i = 1; i < R; i++) assert_int_equal(rows[i], -1);
+    for (int i = 2 * R + 3; i < 3 * R; i++) assert_int_equal(rows[i], -1);
+    /* R + 8 more slots of expert 3: two tiles, the second holding 8 */
+    for (int i = 5; i < 5 + R + 8; i++) ids[i] = 3;
+    assert_int_equal(wcu_ref_tiles(ids, 5 + R + 8, 4, rows, tile_e), 5);
+    assert_int_equal(tile_e[3], 3);
+    assert_int_equal(tile_e[4], 3);
+    assert_int_equal(rows[3 * R], 5);
+    assert_int_equal(rows[4 * R + 7], 5 + R + 7);
+    assert_int_equal(rows[4 * R + 8], -1);
+}
+
 /* A second compile of the same config comes from the cache, byte for byte. */
 static void test_cache(void **unused) {
     char dir[] = "/tmp/mt-nvrtc-cache-XXXXXX";
@@ -213,6 +239,7 @@ int main(void) {
         cmocka_unit_test(test_open_without_gpu),
         cmocka_unit_test(test_warp_layout),
         cmocka_unit_test(test_inject_spec),
+        cmocka_unit_test(test_ref_tiles),
         cmocka_unit_test(test_cache),
         cmocka_unit_test(test_compile_common),
         cmocka_unit_test(test_compile_default_space),
