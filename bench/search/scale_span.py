@@ -104,7 +104,7 @@ def breakdown(run, warmup):
             t_done = ts(line)
         elif m := re.search(r"shape (\d+): (racing over|halving phase 1 over)", line):
             planned[int(m.group(1))] = ts(line)
-    logs = sorted(glob.glob(f"{run}/w*.log"))
+    logs = sorted(glob.glob(f"{run}/w[0-9]*.log"))
     cat = collections.Counter()
     last = {}
     for path in logs:
@@ -144,5 +144,5 @@ def breakdown(run, warmup):
 if __name__ == "__main__":
     wu = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     span(sys.argv[1], wu)
-    if glob.glob(f"{sys.argv[1]}/w*.log"):
+    if glob.glob(f"{sys.argv[1]}/w[0-9]*.log"):
         breakdown(sys.argv[1], wu)
