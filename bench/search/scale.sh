@@ -14,7 +14,8 @@
 # measured in 5 rounds; scale_span.py's gpu_work), over N. Env: WARMUP, when the sweep options
 # give another --warmup; WORKER_CREDITS, the jobs each worker holds (--credits; default the sim's 1,
 # cuda workers hold 2); KEEP_LOGS=1 keeps the run's directory for scale_span.py, WORKER_LOGS=1 with
-# each worker's own log at debug (w1.log ..; costs some CPU) for its breakdown.
+# each worker's own log at debug (w1.log ..; costs some CPU) for its breakdown; COORD_LOG_LEVEL=debug
+# (default info) lets scale_span.py count the commit backlog.
 # A finalist's first-pass work is not in it (its decide row replaced that row), so the ideal is
 # a little short of the work. Compiles are not in it: the sim compiles a job's
 # configs ahead on 15 threads per worker, as the cuda backend does on a 16-core host, so what a worker

@@ -11,7 +11,8 @@ splits a run kept with KEEP_LOGS=1: per worker, its GPU work against the time fr
 its last job done, and when each shape's first pass ended (the coordinator's log at info). With
 the workers' own logs (WORKER_LOGS=1: w1.log .. wN.log at debug), also where each worker's wall
 time went, on its own clock (breakdown), and per shape how long after its last first-pass
-Result its phase 2 was planned (lag).
+Result its phase 2 was planned (lag). With the coordinator's log at debug (COORD_LOG_LEVEL=debug), also
+the commit backlog (backlog).
 """
 import collections
 import datetime
@@ -104,7 +105,7 @@ def breakdown(run, warmup):
             t_done = ts(line)
         elif m := re.search(r"shape (\d+): (racing over|halving phase 1 over)", line):
             planned[int(m.group(1))] = ts(line)
-    logs = sorted(glob.glob(f"{run}/w*.log"))
+    logs = sorted(glob.glob(f"{run}/w[0-9]*.log"))
     cat = collections.Counter()
     last = {}
     for path in logs:
@@ -141,8 +142,41 @@ def breakdown(run, warmup):
         for sh, t in sorted(planned.items(), key=lambda kv: kv[1])))
 
 
+def backlog(run):
+    """With the coordinator's log at debug (COORD_LOG_LEVEL=debug scale.sh): the commit backlog,
+    results the coordinator has taken (its 'result seq .. from ..: job' line, where a Result joins
+    the queue for the writer) and not yet committed (its 'batch of N results committed' lines).
+    A shape's phase 2 is planned, and a job is done, only once their results are committed, so a
+    backlog at a sweep's end is time every worker waits. Prints its peak, its size at each shape's
+    last first-pass Result, and at the end (0: every taken Result committed)."""
+    c = sqlite3.connect(f"{run}/scale.db")
+    jobs = {j: (sh, ph) for j, sh, ph in c.execute("SELECT id, shape_id, phase FROM jobs WHERE sweep_id = 1")}
+    t_sub = None
+    n, peak, peak_t, last = 0, 0, 0.0, {}
+    for line in open(f"{run}/coord.log"):
+        if "'scale' submitted" in line:
+            t_sub = ts(line)
+        elif t_sub is None:
+            continue
+        elif m := re.search(r"result seq \d+ from \S+: job (\d+) config", line):
+            n += 1
+            sh, ph = jobs.get(int(m.group(1)), (0, 0))
+            if ph == 1:
+                last[sh] = (ts(line) - t_sub, n)
+        elif m := re.search(r"batch of (\d+) results committed", line):
+            n -= int(m.group(1))
+        if n > peak:
+            peak, peak_t = n, ts(line) - t_sub
+    if t_sub is None or not last:
+        return
+    print(f"commit backlog (results taken, not committed): peak {peak} at {peak_t:.2f} s; at each shape's last "
+          "first-pass Result: " + ", ".join(f"{sh}: {k} at {t:.2f}" for sh, (t, k) in sorted(last.items(), key=lambda kv: kv[1]))
+          + f"; at the end {n}")
+
+
 if __name__ == "__main__":
     wu = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     span(sys.argv[1], wu)
-    if glob.glob(f"{sys.argv[1]}/w*.log"):
+    if glob.glob(f"{sys.argv[1]}/w[0-9]*.log"):
         breakdown(sys.argv[1], wu)
+    backlog(sys.argv[1])

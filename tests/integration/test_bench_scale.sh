@@ -5,10 +5,12 @@
 # for the sweep's wall time: its parts partition each worker's time from the submit to the end, so
 # start + work + over + not stored + idle + end must be the wall (a part lost or counted twice by
 # the parsing fails it), within 3 %; its work must be the script's ideal (every stored row found
-# in the log of the worker that measured it); each shape's phase 2 is listed.
+# in the log of the worker that measured it); each shape's phase 2 is listed. With the coordinator at
+# debug, the commit backlog is parsed: every Result the coordinator took was committed by the end
+# (a count lost or counted twice leaves it off 0) and the peak is at least 1.
 source "$(dirname "$0")/lib.sh"
 S=${MT_SOURCE_DIR:?MT_SOURCE_DIR must point at the source folder}
-WORKER_LOGS=1 KEEP_LOGS=1 bash "$S/bench/search/scale.sh" "$BIN" 8 --shape E=8,N=7168,K=4096,topk=2 \
+COORD_LOG_LEVEL=debug WORKER_LOGS=1 KEEP_LOGS=1 bash "$S/bench/search/scale.sh" "$BIN" 8 --shape E=8,N=7168,K=4096,topk=2 \
   --block-m 16,32,64 --block-n 64,128 --block-k 64,128 --group-m 1,16 --num-warps 4,8 --num-stages 3,4 \
   --batch-sizes 256,4096 >"$T/scale.out" 2>&1 || { cat "$T/scale.out"; fail "scale.sh exited $?"; }
 run=$(sed -n 's/^kept: //p' "$T/scale.out")
@@ -28,3 +30,6 @@ work=$(sed 's/.*work \([0-9.]*\),.*/\1/' <<<"$line")
 [ "$(echo "$work > 0.97 * $ideal - 0.01 && $work < 1.03 * $ideal + 0.01" | bc -l)" = 1 ] || fail "breakdown's work $work s, the ideal $ideal s"
 grep -q '^per shape, last first-pass Result + lag to its phase 2: 1: ' "$T/span.out" || fail "no phase-2 lag: $(cat "$T/span.out")"
 pass "scale_span.py: the breakdown sums to the wall ($sum of $wall s), its work is the ideal ($work of $ideal s)"
+bl=$(grep '^commit backlog' "$T/span.out") || fail "no commit backlog: $(cat "$T/span.out")"
+grep -q 'peak [1-9][0-9]* at .*; at the end 0$' <<<"$bl" || fail "backlog not counted to 0: $bl"
+pass "scale_span.py: the commit backlog ($bl)"
