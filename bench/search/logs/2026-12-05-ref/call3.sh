@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The lease's third call: Mixtral-8x7B TP2's whole-space racing sweep once more, its picks against
+# the racing sweep of 2026-12-04 (bench/search/logs/2026-12-04-hold), re-measured side by side
+# where they differ (bench/search/remeasure.sh): the stability benchmark's second run.
+set -u
+W=/tmp/w; mkdir -p "$W"; t0=$(date +%s)
+export PATH=$PWD/dist/bin:$PATH LD_LIBRARY_PATH=$PWD/dist/lib
+{ date; nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader; nproc; } >"$W/host.txt"
+gunzip -c bench/search/logs/2026-12-04-hold/mixtral-racing.db.gz >"$W/racing-a.db"
+MOETUNE_CUDA_PROFILE=1 bash bench/search/fullspace.sh "$W/full" 520 racing --model mixtral-8x7b --tp 2 >/dev/null 2>&1
+left=$((585 - ($(date +%s) - t0)))
+timeout -k 5 "$left" bash bench/search/remeasure.sh "$W/rm" "$W/racing-a.db" "$W/full/racing.db" \
+  --model mixtral-8x7b --tp 2 >"$W/rm.log" 2>&1
+echo "rc $?" >>"$W/rm.log"
+rm -f "$W/racing-a.db"; gzip -f "$W/full/racing.db" "$W"/rm/*.db 2>/dev/null
+tar czf "$OUT/r.tgz" -C "$W" .
