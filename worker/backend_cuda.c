@@ -110,7 +110,6 @@ static void drv_load(void) {
 #define DEFAULT_TIMEOUT_MS 20000u
 /* The reference's check (kernels/moe_common.cu): REF_DIFF_THREADS a block, on REF_DIFF_BLOCKS
  * blocks. Its tiles: WCU_REF_ROWS slots of one expert each (backend_cuda.h). */
-#define REF_ROWS WCU_REF_ROWS
 #define REF_DIFF_THREADS 256
 #define REF_DIFF_BLOCKS 264
 
@@ -145,7 +144,7 @@ enum {
     PH_VERIFY,  /* reading the check's output back and comparing it with the reference */
     PH_N
 };
-static const char *const ph_name[PH_N] = {"between calls", "compile wait", "setup", "check layer",
+static const char *const ph_name[PH_N] = {"between calls", "compile wait", "setup",   "check layer",
                                           "capture",       "warm-up",      "samples", "verify"};
 #define WCU_PROF_EVERY_MS 30000u
 typedef struct {
@@ -468,6 +467,10 @@ static mt_status_t cuda_open(const wrk_backend_opts_t *opts, void **state, wrk_d
         goto out;
     }
     *st->go = 0;
+    if ((r = g_drv.cuMemAlloc(&st->diff, sizeof st->diff_host)) != CUDA_SUCCESS) {
+        cu_text(r, "allocating the check's sums", err, errlen);
+        goto out;
+    }
     if (load_common(st, err, errlen) != MT_OK) goto out;
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -535,7 +538,7 @@ static void free_dptr(CUdeviceptr *p) {
 static void free_shape(cuda_state_t *st) {
     free_bs(st);
     CUdeviceptr *ps[] = {&st->w1,    &st->w2,    &st->sorted, &st->expert_ids, &st->npp,
-                         &st->inter, &st->slots, &st->out,    &st->check,      &st->flush, &st->diff};
+                         &st->inter, &st->slots, &st->out,    &st->check,      &st->flush};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free_dptr(ps[i]);
     st->have_shape = 0;
     st->cap_m = 0;
@@ -589,7 +592,6 @@ static int ensure_shape(cuda_state_t *st, const krn_shape_t *s, uint64_t seed, c
     st->flush_bytes = (size_t)st->l2_bytes * 2;
     if ((r = g_drv.cuMemAlloc(&st->flush, st->flush_bytes)) != CUDA_SUCCESS ||
         (r = g_drv.cuMemAlloc(&st->npp, 16)) != CUDA_SUCCESS ||
-        (r = g_drv.cuMemAlloc(&st->diff, sizeof st->diff_host)) != CUDA_SUCCESS ||
         (r = g_drv.cuStreamSynchronize(st->stream)) != CUDA_SUCCESS) {
         cu_text(r, "preparing the shape", err, errlen);
         free_shape(st);
@@ -662,24 +664,27 @@ static int make_routing(const krn_shape_t *s, uint32_t m, uint64_t seed, int *id
     return MT_OK;
 }
 
+/* The reference groups the slots on the host, not with moe_align: the layer under test runs
+ * moe_align, and a reference sharing it would share its faults. A pass over the slots per
+ * expert: a few ms at most, once per batch size. */
 size_t wcu_ref_tiles(const int *ids, size_t numel, uint32_t e_count, int *rows, int *tile_e) {
     size_t n = 0;
     for (uint32_t e = 0; e < e_count; e++) {
         size_t start = n;
         for (size_t s = 0; s < numel; s++)
             if (ids[s] == (int)e) rows[n++] = (int)s;
-        while ((n - start) % REF_ROWS) rows[n++] = -1;
-        for (size_t t = start / REF_ROWS; t < n / REF_ROWS; t++) tile_e[t] = (int)e;
+        while ((n - start) % WCU_REF_ROWS) rows[n++] = -1;
+        for (size_t t = start / WCU_REF_ROWS; t < n / WCU_REF_ROWS; t++) tile_e[t] = (int)e;
     }
-    return n / REF_ROWS;
+    return n / WCU_REF_ROWS;
 }
 
 /* The reference layer for b (inputs on the device, ids its routing) into b->ref: three tiled
  * fp32 steps (kernels/moe_common.cu), scratch freed after. */
 static CUresult run_reference(cuda_state_t *st, bs_data_t *b, const int *ids, char *err, size_t errlen) {
     const krn_shape_t *s = &st->shape;
-    size_t numel = (size_t)b->m * s->topk, cap = numel + (size_t)s->e * (REF_ROWS - 1);
-    int *rows = malloc(cap * sizeof *rows), *tile_e = malloc((cap / REF_ROWS + 1) * sizeof *tile_e);
+    size_t numel = (size_t)b->m * s->topk, cap = numel + (size_t)s->e * (WCU_REF_ROWS - 1);
+    int *rows = malloc(cap * sizeof *rows), *tile_e = malloc((cap / WCU_REF_ROWS + 1) * sizeof *tile_e);
     CUdeviceptr d_rows = 0, d_tiles = 0, h = 0, y = 0;
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     if (!rows || !tile_e) {
@@ -691,19 +696,19 @@ static CUresult run_reference(cuda_state_t *st, bs_data_t *b, const int *ids, ch
     void *a1[] = {&b->x, &st->w1, &d_rows, &d_tiles, &h, &itopk, &in, &ik};
     void *a2[] = {&h, &st->w2, &d_rows, &d_tiles, &y, &in, &ik};
     void *a3[] = {&y, &b->route_w, &b->ref, &im, &itopk, &ik};
-    if ((r = g_drv.cuMemAlloc(&d_rows, tiles * REF_ROWS * sizeof *rows)) != CUDA_SUCCESS ||
+    if ((r = g_drv.cuMemAlloc(&d_rows, tiles * WCU_REF_ROWS * sizeof *rows)) != CUDA_SUCCESS ||
         (r = g_drv.cuMemAlloc(&d_tiles, tiles * sizeof *tile_e)) != CUDA_SUCCESS ||
         (r = g_drv.cuMemAlloc(&h, numel * s->n * 4)) != CUDA_SUCCESS ||
         (r = g_drv.cuMemAlloc(&y, numel * s->k * 4)) != CUDA_SUCCESS ||
-        (r = g_drv.cuMemcpyHtoD(d_rows, rows, tiles * REF_ROWS * sizeof *rows)) != CUDA_SUCCESS ||
+        (r = g_drv.cuMemcpyHtoD(d_rows, rows, tiles * WCU_REF_ROWS * sizeof *rows)) != CUDA_SUCCESS ||
         (r = g_drv.cuMemcpyHtoD(d_tiles, tile_e, tiles * sizeof *tile_e)) != CUDA_SUCCESS) {
         cu_text(r, "preparing the reference layer", err, errlen);
         goto out;
     }
-    if ((r = g_drv.cuLaunchKernel(st->f_ref1, (s->n + REF_ROWS - 1) / REF_ROWS, (unsigned)tiles, 1, 16, 16, 1, 0,
-                                  st->stream, a1, NULL)) != CUDA_SUCCESS ||
-        (r = g_drv.cuLaunchKernel(st->f_ref2, (s->k + REF_ROWS - 1) / REF_ROWS, (unsigned)tiles, 1, 16, 16, 1, 0,
-                                  st->stream, a2, NULL)) != CUDA_SUCCESS ||
+    if ((r = g_drv.cuLaunchKernel(st->f_ref1, (s->n + WCU_REF_ROWS - 1) / WCU_REF_ROWS, (unsigned)tiles, 1, 16, 16, 1,
+                                  0, st->stream, a1, NULL)) != CUDA_SUCCESS ||
+        (r = g_drv.cuLaunchKernel(st->f_ref2, (s->k + WCU_REF_ROWS - 1) / WCU_REF_ROWS, (unsigned)tiles, 1, 16, 16, 1,
+                                  0, st->stream, a2, NULL)) != CUDA_SUCCESS ||
         (r = g_drv.cuLaunchKernel(st->f_ref_sum, (s->k + 255) / 256, b->m, 1, 256, 1, 1, 0, st->stream, a3, NULL)) !=
             CUDA_SUCCESS ||
         (r = g_drv.cuStreamSynchronize(st->stream)) != CUDA_SUCCESS) {
@@ -852,8 +857,10 @@ static CUresult check_error(cuda_state_t *st, const bs_data_t *b, double *err_ou
         num += st->diff_host[2 * i];
         den += st->diff_host[2 * i + 1];
     }
-    if (!(num == num)) *err_out = INFINITY;
-    else *err_out = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (!(num == num))
+        *err_out = INFINITY;
+    else
+        *err_out = den > 0 ? sqrt(num / den) : sqrt(num);
     return CUDA_SUCCESS;
 }
 
@@ -1186,6 +1193,7 @@ static void cuda_close(void **state) {
         if (st->ev1) g_drv.cuEventDestroy(st->ev1);
         if (st->stream) g_drv.cuStreamDestroy(st->stream);
         if (st->go) g_drv.cuMemFreeHost((void *)st->go);
+        free_dptr(&st->diff);
     }
     /* A lost context (or a kernel still spinning) is not touched again: only host memory is
      * released below, the process is about to be replaced. */

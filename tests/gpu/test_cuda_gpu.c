@@ -203,7 +203,8 @@ static int space_tests(void) {
                 } else {
                     if (out[b].median_us > worst_us[b]) worst_us[b] = out[b].median_us;
                     const char *re = strstr(out[b].detail, "rel_err=");
-                    if (re && atof(re + 8) > worst_err) worst_err = atof(re + 8);
+                    double e = re ? atof(re + 8) : 0;
+                    if (e > worst_err) worst_err = e;
                 }
             }
         }
