@@ -32,6 +32,16 @@ def row_seconds(status, med, tu, ns, phase, warmup):
     return timed, (5 * warmup if phase == 2 else max(warmup - 2, 0) if raced else warmup) * med / 1e6
 
 
+def sweep_jobs(c):
+    """{job: (shape, phase)} of sweep 1, from connection c."""
+    return {j: (sh, ph) for j, sh, ph in c.execute("SELECT id, shape_id, phase FROM jobs WHERE sweep_id = 1")}
+
+
+def worker_logs(run):
+    """The workers' own logs of a run (WORKER_LOGS=1: w1.log .. wN.log; not workers.log)."""
+    return sorted(glob.glob(f"{run}/w[0-9]*.log"))
+
+
 def gpu_work(db, warmup):
     """{worker: (timed s, warm-up s)} of sweep 1."""
     timed, warm = collections.defaultdict(float), collections.defaultdict(float)
@@ -83,8 +93,7 @@ def row_work(db, warmup):
             "SELECT worker_id, job_id, config_id, status, median_us, timed_us, samples, phase FROM results "
             "WHERE sweep_id = 1"):
         work[(w, j, cfg)] += sum(row_seconds(*row, warmup))
-    jobs = {j: (sh, ph) for j, sh, ph in c.execute("SELECT id, shape_id, phase FROM jobs WHERE sweep_id = 1")}
-    return work, jobs
+    return work, sweep_jobs(c)
 
 
 def breakdown(run, warmup):
@@ -105,7 +114,7 @@ def breakdown(run, warmup):
             t_done = ts(line)
         elif m := re.search(r"shape (\d+): (racing over|halving phase 1 over)", line):
             planned[int(m.group(1))] = ts(line)
-    logs = sorted(glob.glob(f"{run}/w[0-9]*.log"))
+    logs = worker_logs(run)
     cat = collections.Counter()
     last = {}
     for path in logs:
@@ -150,7 +159,7 @@ def backlog(run):
     backlog at a sweep's end is time every worker waits. Prints its peak, its size at each shape's
     last first-pass Result, and at the end (0: every taken Result committed)."""
     c = sqlite3.connect(f"{run}/scale.db")
-    jobs = {j: (sh, ph) for j, sh, ph in c.execute("SELECT id, shape_id, phase FROM jobs WHERE sweep_id = 1")}
+    jobs = sweep_jobs(c)
     t_sub = None
     n, peak, peak_t, last = 0, 0, 0.0, {}
     for line in open(f"{run}/coord.log"):
@@ -177,6 +186,6 @@ def backlog(run):
 if __name__ == "__main__":
     wu = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     span(sys.argv[1], wu)
-    if glob.glob(f"{sys.argv[1]}/w[0-9]*.log"):
+    if worker_logs(sys.argv[1]):
         breakdown(sys.argv[1], wu)
     backlog(sys.argv[1])
