@@ -18,4 +18,4 @@ for r in 1 2; do
     d=$(ls -dt /tmp/moetune-scale.* | head -1); python3 bench/search/scale_span.py "$d" 2>&1; rm -rf "$d"
   } >>"$W/scale-16core.txt"
 done
-cp "$W"/* "$OUT"/
+cp "$W"/* "$OUT"/   # the GPU test log is kept as tests/gpu/logs/gputest-ref-h100-2026-12-05.log

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The lease's third call where the GPU is not an H200: racing and halving on the same sample of 40
+# The lease's third call: racing and halving on the same sample of 40
 # Mixtral-8x7B TP2 configs, against the exhaustive run of the call before (B/sample/exhaustive.db.gz,
-# the same GPU and lease): compare.py, then differing picks side by side.
+# the same kind of GPU, an H100, in a later lease): compare.py, then differing picks side by side.
 set -u
 W=/tmp/wc; rm -rf "$W"; mkdir -p "$W/sample"
 export PATH=$PWD/dist/bin:$PATH LD_LIBRARY_PATH=$PWD/dist/lib
@@ -15,6 +15,6 @@ for s in racing halving; do
   timeout -k 5 70 bash bench/search/remeasure.sh "$W/sample/rm-$s" "$W/sample/exhaustive.db" \
     "$W/sample/$s.db" "${m[@]}" >"$W/remeasure-$s.log" 2>&1; echo "rc $?" >>"$W/remeasure-$s.log"
 done
-rm -f "$W/sample/exhaustive.db" "$W"/sample/*.db-* "$W"/sample/rm-*/*.db-*
+rm -f "$W/sample/exhaustive.db" "$W"/sample/*.db-* "$W"/sample/rm-*/*.db-* "$W"/sample/*.lock "$W"/sample/rm-*/*.lock
 gzip -f "$W"/sample/*.db "$W"/sample/rm-*/*.db 2>/dev/null
 tar czf "$OUT/r.tgz" -C "$W" .
