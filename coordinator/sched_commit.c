@@ -79,10 +79,10 @@ static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
     return MT_OK;
 }
 
-/* The order of the results waiting: first those of the shapes (and phases) all of whose configs
- * have sent theirs, whose commit ends that pass; their count, which sched_batch_take commits
- * alone (with the shape's phase-2 plan where it has one), so a shape's phase 2 (and at the end
- * the sweep) waits for one short commit, not for a backlog (bench/RESULTS.md, "Search at
+/* The order of a backlog (more results waiting than a batch takes): first those of the shapes
+ * (and phases) all of whose configs have sent theirs, whose commit ends that pass; their count,
+ * which sched_batch_take commits alone (with the shape's phase-2 plan where it has one), so a
+ * shape's phase 2 (and at the end the sweep) waits for one short commit, not for the backlog (bench/RESULTS.md, "Search at
  * scale", 2026-12-05 and 2026-12-06); arrival order otherwise. Nothing depends on the commit order of results of
  * different configs, and a config's results are idempotent. A stable partition; without memory
  * for it, arrival order (0). */
@@ -135,11 +135,12 @@ mt_status_t sched_batch_take(sched_t *s, sched_batch_t **out) {
     /* a shape's phase 2 due by its jobs' states rides alone: the jobs its answer waits on are
      * planned (and leased) after one short commit, not after a full batch of results (a backlog
      * at a sweep's end made that a few hundred ms; bench/RESULTS.md, "Search at scale"); the
-     * results that end a pass go first, alone: a short commit, which plans the phase 2 of a
-     * shape whose last results it carries, in the same transaction */
+     * results that end a pass go first in a backlog, alone: a short commit; a commit that
+     * carries a shape's last first-pass results plans its phase 2 in the same transaction */
     size_t n_e = 0;
     if (!n_hv && s->n_pending) {
-        size_t n_first = prioritize_pending(s);
+        /* no backlog: all in one commit, as they came (the partition costs a scan of the jobs) */
+        size_t n_first = s->n_pending > SCHED_BATCH_MAX ? prioritize_pending(s) : s->n_pending;
         n_e = n_first ? n_first : s->n_pending;
         if (n_e > SCHED_BATCH_MAX) n_e = SCHED_BATCH_MAX;
         if (n_first && sched_halving_take_received(s, n_e, n_first, &hv, &n_hv))

@@ -118,10 +118,19 @@ mt_status_t sched_halving_take_received(sched_t *s, size_t n_e, size_t n_first, 
     size_t n = 0;
     *out = NULL;
     *n_out = 0;
+    struct {
+        const sweep_t *sw;
+        uint64_t shape_id;
+    } seen[64]; /* shapes judged in this take: each is judged once (a backlog holds hundreds of its Results) */
+    size_t n_seen = 0;
     for (size_t i = 0; i < n_e; i++) {
         const job_t *j = s->pending[i].job;
         sweep_t *sw = j->sw;
         if (!sw->halving || j->phase != 1 || sw->state != WIRE_SWEEP_RUNNING) continue;
+        size_t m = 0;
+        while (m < n_seen && (seen[m].sw != sw || seen[m].shape_id != j->shape_id)) m++;
+        if (m < n_seen) continue;
+        if (n_seen < sizeof seen / sizeof seen[0]) seen[n_seen].sw = sw, seen[n_seen++].shape_id = j->shape_id;
         size_t h = 0;
         while (h < sw->n_hv && sw->hv_shapes[h] != j->shape_id) h++;
         if (h == sw->n_hv || sw->hv_state[h] != HV_WAIT) continue; /* taken: this shape's once */
