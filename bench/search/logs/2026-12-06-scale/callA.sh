@@ -2,7 +2,7 @@
 # Sim at scale on the GPU machine's 16-core host (no GPU used), repository root, the bundle in
 # dist/ and the binaries of main's 8faac5d in dist/before/ (same libraries): the 8-shape sweep of
 # bench/RESULTS.md "Search at scale", before and after alternating, 3 pairs; then the 40-shape
-# sweep of bench/search/scale_models.sh, after, before, after; then the 8-shape sweep once more
+# sweep of bench/search/scale_models.sh, after, then before; then the 8-shape sweep once more
 # with the workers' logs (scale_span.py's breakdown per worker and the lag of each shape's phase 2).
 set -u
 W=/tmp/wA; rm -rf "$W"; mkdir -p "$W"
@@ -24,6 +24,5 @@ for r in 1 2 3; do
 done
 run "40 shapes, after" dist/bin bench/search/scale_models.sh dist/bin 256
 run "40 shapes, before" dist/before bench/search/scale_models.sh dist/before 256
-run "40 shapes, after, again" dist/bin bench/search/scale_models.sh dist/bin 256
 WORKER_LOGS=1 COORD_LOG_LEVEL=debug run "8 shapes, after, with the workers' logs" dist/bin bench/search/scale.sh dist/bin 256 "${shapes[@]}"
 cp "$W"/* "$OUT"/
