@@ -401,6 +401,24 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
         rc = MT_INVAL;
         goto out;
     }
+    /* a shape with no valid config would end the sweep 'done' without its config file */
+    size_t n_empty = 0;
+    const plan_shape_t *empty = NULL;
+    for (size_t i = 0; i < p->n_shapes; i++) {
+        if (p->shapes[i].n_valid) continue;
+        if (!n_empty++) empty = &p->shapes[i];
+    }
+    if (empty) {
+        char sh[160], more[64] = "";
+        krn_shape_format(&empty->shape, sh, sizeof sh);
+        if (n_empty > 1) mt_fmt(more, sizeof more, " (and %zu more shapes)", n_empty - 1);
+        mt_fmt(err, errlen,
+               "shape %s%s: no config of the space passes the static rules (%s); leave it out of the sweep%s",
+               sh, more, empty->n_rejected ? empty->rejected[0].reason : "no config",
+               triton ? "" : ", or tune the engines' kernel with --backend triton, which masks the edges");
+        rc = MT_INVAL;
+        goto out;
+    }
     *out = p;
     return MT_OK;
 nomem:

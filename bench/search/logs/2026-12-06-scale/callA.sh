@@ -22,7 +22,7 @@ for r in 1 2 3; do
   COORD_LOG_LEVEL=debug run "8 shapes, before, pair $r" dist/before bench/search/scale.sh dist/before 256 "${shapes[@]}"
   COORD_LOG_LEVEL=debug run "8 shapes, after, pair $r" dist/bin bench/search/scale.sh dist/bin 256 "${shapes[@]}"
 done
-run "40 shapes, after" dist/bin bench/search/scale_models.sh dist/bin 256
-run "40 shapes, before" dist/before bench/search/scale_models.sh dist/before 256
+run "33 shapes, after" dist/bin bench/search/scale_models.sh dist/bin 256
+run "33 shapes, before" dist/before bench/search/scale_models.sh dist/before 256
 WORKER_LOGS=1 COORD_LOG_LEVEL=debug run "8 shapes, after, with the workers' logs" dist/bin bench/search/scale.sh dist/bin 256 "${shapes[@]}"
 cp "$W"/* "$OUT"/
