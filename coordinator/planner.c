@@ -413,8 +413,8 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
         krn_shape_format(&empty->shape, sh, sizeof sh);
         if (n_empty > 1) mt_fmt(more, sizeof more, " (and %zu more shapes)", n_empty - 1);
         mt_fmt(err, errlen,
-               "shape %s%s: no config of the space passes the static rules (%s); leave it out of the sweep%s",
-               sh, more, empty->n_rejected ? empty->rejected[0].reason : "no config",
+               "shape %s%s: no config of the space passes the static rules (%s); leave it out of the sweep%s", sh, more,
+               empty->n_rejected ? empty->rejected[0].reason : "no config",
                triton ? "" : ", or tune the engines' kernel with --backend triton, which masks the edges");
         rc = MT_INVAL;
         goto out;

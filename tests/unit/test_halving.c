@@ -621,8 +621,8 @@ static void test_decide_plan_rides_with_its_results(void **state) {
         assert_int_equal(p2->n_configs, HALVING_DECIDE_MAX);
         for (size_t c = 0; c < p2->n_configs; c++) {
             double med = 99.0 + (double)c;
-            assert_int_equal(
-                send_result(f, a, p2, seq++, p2->configs[c]->config_id, p2->batch_sizes, &med, 1, 5 + n), MT_OK);
+            assert_int_equal(send_result(f, a, p2, seq++, p2->configs[c]->config_id, p2->batch_sizes, &med, 1, 5 + n),
+                             MT_OK);
         }
         assert_int_equal(sched_flush(f->s, 5 + n), MT_OK);
     }
