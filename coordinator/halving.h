@@ -2,10 +2,8 @@
  * halving.h - successive halving (SweepSpec.strategy "halving").
  *
  * Phase 1 measures every valid config of a shape at HALVING_PHASE1_SAMPLES samples.
- * When every phase-1 config of a (sweep, shape) has reported, one transaction (the
- * coordinator's commit batch that stores the last of those results, on its writer thread, or
- * the next batch once its jobs are over: halving_advance) ranks the phase-1 medians per batch
- * size, keeps the best share
+ * When every phase-1 job of a (sweep, shape) is over, one transaction (the
+ * coordinator's next commit batch on its writer thread: halving_advance) ranks the phase-1 medians per batch size, keeps the best share
  * of each batch size plus the phase-1 winners of its neighbouring batch sizes, marks
  * every other phase-1 ok row 'pruned' (detail "halving: rank R of N at phase 1") and
  * stores the phase-2 jobs: one shape, one batch size, its finalists (at most chunk a job).

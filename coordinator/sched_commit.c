@@ -79,11 +79,25 @@ static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
     return MT_OK;
 }
 
-/* The order of a backlog (more results waiting than a batch takes): first those of the shapes
- * (and phases) all of whose configs have sent theirs, whose commit ends that pass; their count,
- * which sched_batch_take commits alone (with the shape's phase-2 plan where it has one), so a
- * shape's phase 2 (and at the end the sweep) waits for one short commit, not for the backlog (bench/RESULTS.md, "Search at
- * scale", 2026-12-05 and 2026-12-06); arrival order otherwise. Nothing depends on the commit order of results of
+/* Whether every config of j's shape in j's phase has sent its Result (no open job of them has an
+ * open config, sched_cfg_open): that pass ends with the commit of those waiting. */
+static bool shape_received(const job_t *j) {
+    const sweep_t *sw = j->sw;
+    for (size_t i = 0; i < sw->n_jobs; i++) {
+        const job_t *o = sw->jobs[i];
+        if (o->shape_id != j->shape_id || o->phase != j->phase ||
+            (o->state != WIRE_JOB_PENDING && o->state != WIRE_JOB_LEASED))
+            continue;
+        if (sched_job_open_cfgs(o)) return false;
+    }
+    return true;
+}
+
+/* The order of a backlog (more results waiting than a batch takes): first the results of the
+ * shapes (and phases) all of whose configs have sent theirs, whose commit ends that pass; their
+ * count, which sched_batch_take commits alone, so a shape's phase 2 (and at the end the sweep)
+ * waits for one short commit, not for the whole backlog (bench/RESULTS.md, "Search at scale",
+ * 2026-12-05); arrival order otherwise. Nothing depends on the commit order of results of
  * different configs, and a config's results are idempotent. A stable partition; without memory
  * for it, arrival order (0). */
 static size_t prioritize_pending(sched_t *s) {
@@ -104,7 +118,7 @@ static size_t prioritize_pending(sched_t *s) {
         if (m < n_memo) {
             first[i] = memo[m].received;
         } else {
-            first[i] = sched_shape_received(j);
+            first[i] = shape_received(j);
             if (n_memo < sizeof memo / sizeof memo[0]) {
                 memo[n_memo].sw = j->sw, memo[n_memo].shape_id = j->shape_id, memo[n_memo].phase = j->phase;
                 memo[n_memo++].received = first[i];
@@ -132,19 +146,15 @@ mt_status_t sched_batch_take(sched_t *s, sched_batch_t **out) {
     bhalving_t *hv = NULL;
     size_t n_hv = 0;
     if (sched_halving_take(s, &hv, &n_hv)) return MT_NOMEM;
-    /* a shape's phase 2 due by its jobs' states rides alone: the jobs its answer waits on are
-     * planned (and leased) after one short commit, not after a full batch of results (a backlog
-     * at a sweep's end made that a few hundred ms; bench/RESULTS.md, "Search at scale"); the
-     * results that end a pass go first in a backlog, alone: a short commit; a commit that
-     * carries a shape's last first-pass results plans its phase 2 in the same transaction */
+    /* a shape's phase 2 rides alone: the jobs its answer waits on are planned (and leased)
+     * after one short commit, not after a full batch of results (a backlog at a sweep's end
+     * made that a few hundred ms; bench/RESULTS.md, "Search at scale"); in a backlog, the
+     * results that end a pass go first, alone: a short commit */
     size_t n_e = 0;
-    if (!n_hv && s->n_pending) {
-        /* no backlog: all in one commit, as they came (the partition costs a scan of the jobs) */
-        size_t n_first = s->n_pending > SCHED_BATCH_MAX ? prioritize_pending(s) : s->n_pending;
+    if (!n_hv) {
+        size_t n_first = s->n_pending > SCHED_BATCH_MAX ? prioritize_pending(s) : 0;
         n_e = n_first ? n_first : s->n_pending;
         if (n_e > SCHED_BATCH_MAX) n_e = SCHED_BATCH_MAX;
-        if (n_first && sched_halving_take_received(s, n_e, n_first, &hv, &n_hv))
-            log_at(MT_LOG_WARN, "out of memory planning a phase 2 with its results; it follows their commit");
     }
     if (!n_e && !s->n_dirty && !n_sw && !n_hv) {
         sched_send_acks(s); /* rejections need no commit */

@@ -51,34 +51,6 @@ void sched_halving_free(bhalving_t *hv, size_t n) {
     free(hv);
 }
 
-/* Appends shape h of sw to *hv (n entries), marked taken; MT_NOMEM changes nothing. */
-static mt_status_t hv_append(bhalving_t **hv, size_t *n, sweep_t *sw, size_t h) {
-    bhalving_t *a = realloc(*hv, (*n + 1) * sizeof *a);
-    if (a) *hv = a;
-    uint32_t *bs = a ? mt_malloc(sw->nb * sizeof *bs) : NULL;
-    if (!a || !bs) {
-        free(bs);
-        return MT_NOMEM;
-    }
-    memcpy(bs, sw->bs, sw->nb * sizeof *bs);
-    a[(*n)++] = (bhalving_t){.sw = sw,
-                             .h = h,
-                             .sweep_id = sw->id,
-                             .shape_id = sw->hv_shapes[h],
-                             .bs = bs,
-                             .nb = sw->nb,
-                             .chunk = sw->chunk,
-                             .decide = sw->decide};
-    sw->hv_state[h] = HV_TAKEN;
-    return MT_OK;
-}
-
-/* Puts back what a failed take marked taken. */
-static void hv_untake(bhalving_t *hv, size_t n) {
-    for (size_t k = 0; k < n; k++) hv[k].sw->hv_state[hv[k].h] = HV_WAIT;
-    sched_halving_free(hv, n);
-}
-
 mt_status_t sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
     bhalving_t *hv = NULL;
     size_t n = 0;
@@ -89,61 +61,27 @@ mt_status_t sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
         if (!sw->halving || !sw->halving_due || sw->state != WIRE_SWEEP_RUNNING) continue;
         for (size_t h = 0; h < sw->n_hv; h++) {
             if (sw->hv_state[h] != HV_WAIT || shape_open(sw, sw->hv_shapes[h])) continue;
-            if (hv_append(&hv, &n, sw, h)) {
-                hv_untake(hv, n);
+            bhalving_t *a = realloc(hv, (n + 1) * sizeof *a);
+            uint32_t *bs = a ? mt_malloc(sw->nb * sizeof *bs) : NULL;
+            if (a) hv = a;
+            if (!a || !bs) {
+                free(bs);
+                for (size_t k = 0; k < n; k++) hv[k].sw->hv_state[hv[k].h] = HV_WAIT;
+                sched_halving_free(hv, n);
                 return MT_NOMEM;
             }
+            memcpy(bs, sw->bs, sw->nb * sizeof *bs);
+            hv[n++] = (bhalving_t){.sw = sw,
+                                   .h = h,
+                                   .sweep_id = sw->id,
+                                   .shape_id = sw->hv_shapes[h],
+                                   .bs = bs,
+                                   .nb = sw->nb,
+                                   .chunk = sw->chunk,
+                                   .decide = sw->decide};
+            sw->hv_state[h] = HV_TAKEN;
         }
         sw->halving_due = false; /* a job that ends sets it again */
-    }
-    *out = hv;
-    *n_out = n;
-    return MT_OK;
-}
-
-bool sched_shape_received(const job_t *j) {
-    const sweep_t *sw = j->sw;
-    for (size_t i = 0; i < sw->n_jobs; i++) {
-        const job_t *o = sw->jobs[i];
-        if (o->shape_id != j->shape_id || o->phase != j->phase ||
-            (o->state != WIRE_JOB_PENDING && o->state != WIRE_JOB_LEASED))
-            continue;
-        if (sched_job_open_cfgs(o)) return false;
-    }
-    return true;
-}
-
-mt_status_t sched_halving_take_received(sched_t *s, size_t n_e, size_t n_first, bhalving_t **out, size_t *n_out) {
-    bhalving_t *hv = NULL;
-    size_t n = 0;
-    *out = NULL;
-    *n_out = 0;
-    struct {
-        const sweep_t *sw;
-        uint64_t shape_id;
-    } seen[64]; /* shapes judged in this take: each is judged once (a backlog holds hundreds of its Results) */
-    size_t n_seen = 0;
-    for (size_t i = 0; i < n_e; i++) {
-        const job_t *j = s->pending[i].job;
-        sweep_t *sw = j->sw;
-        if (!sw->halving || j->phase != 1 || sw->state != WIRE_SWEEP_RUNNING) continue;
-        size_t m = 0;
-        while (m < n_seen && (seen[m].sw != sw || seen[m].shape_id != j->shape_id)) m++;
-        if (m < n_seen) continue;
-        if (n_seen < sizeof seen / sizeof seen[0]) seen[n_seen].sw = sw, seen[n_seen++].shape_id = j->shape_id;
-        size_t h = 0;
-        while (h < sw->n_hv && sw->hv_shapes[h] != j->shape_id) h++;
-        if (h == sw->n_hv || sw->hv_state[h] != HV_WAIT) continue; /* taken: this shape's once */
-        bool all_in = true; /* none of the shape's first-pass Results left for a later commit */
-        for (size_t k = n_e; k < n_first && all_in; k++) {
-            const job_t *o = s->pending[k].job;
-            all_in = !(o->sw == sw && o->shape_id == j->shape_id && o->phase == 1);
-        }
-        if (!all_in || !sched_shape_received(j)) continue;
-        if (hv_append(&hv, &n, sw, h)) {
-            hv_untake(hv, n);
-            return MT_NOMEM;
-        }
     }
     *out = hv;
     *n_out = n;

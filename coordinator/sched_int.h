@@ -359,16 +359,6 @@ bool sched_halving_waiting(const sweep_t *sw);
  * over and whose phase 2 is not planned, marked taken (*hv owned by the caller, freed
  * with sched_halving_free). MT_NOMEM leaves them waiting. */
 mt_status_t sched_halving_take(sched_t *s, bhalving_t **hv, size_t *n);
-/* Whether every config of j's shape in j's phase has sent its Result (no pending or leased job of
- * them has an open config, sched_cfg_open): that pass ends with the commit of those waiting. */
-bool sched_shape_received(const job_t *j);
-/* For a commit batch that takes s->pending[0, n_e), of which [0, n_first) are the Results of
- * shapes whose pass is received (sched_shape_received, first in the queue): every shape of a
- * running two-phase sweep whose first pass is received, that waits for its phase 2, and whose
- * Results still waiting are all in the batch, marked taken. Its phase 2 is planned in the same
- * transaction as its last rows (halving_advance reads them there): no commit between the last
- * Result and the plan, and no plan stored ahead of the rows it came from. MT_NOMEM takes none. */
-mt_status_t sched_halving_take_received(sched_t *s, size_t n_e, size_t n_first, bhalving_t **hv, size_t *n);
 /* The batch came back: committed, each shape's phase 2 is planned, its pruned rows
  * counted and its jobs loaded and dispatched; otherwise the shapes wait for the next batch. */
 void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, uint64_t now_ms);

@@ -8,10 +8,11 @@
 # Qwen3-30B-A3B at TP 8 left out) x the default space x the 18 default batch sizes, racing and the
 # decide step on (the defaults), in one sweep.
 #   bench/search/scale_models.sh BUILD_OR_BIN_DIR [N]
-# Env as scale.sh's (KEEP_LOGS, WORKER_LOGS, COORD_LOG_LEVEL, ...).
+# Env as scale.sh's (KEEP_LOGS, WORKER_LOGS, COORD_LOG_LEVEL, ...); SCALE_SH, the script run
+# (default scale.sh beside this one; a test gives one that prints its arguments).
 set -euo pipefail
 bin=${1:?usage: bench/search/scale_models.sh BUILD_OR_BIN_DIR [N]}
-n=${2:-256}
+n=${2:-256} # workers
 # preset: E topk K (hidden) intermediate
 models=(
   "8 2 4096 14336"    # mixtral-8x7b
@@ -29,8 +30,8 @@ shapes=()
 for m in "${models[@]}"; do
   read -r e topk k inter <<<"$m"
   for tp in 1 2 4 8; do
-    n=$((inter / tp))
-    [ $((n % 64)) -eq 0 ] && shapes+=(--shape "E=$e,N=$n,K=$k,topk=$topk")
+    nn=$((inter / tp))
+    [ $((nn % 64)) -eq 0 ] && shapes+=(--shape "E=$e,N=$nn,K=$k,topk=$topk")
   done
 done
-exec "$(dirname "$0")/scale.sh" "$bin" "$n" "${shapes[@]}"
+exec "${SCALE_SH:-$(dirname "$0")/scale.sh}" "$bin" "$n" "${shapes[@]}"

@@ -10,6 +10,16 @@
 # (a count lost or counted twice leaves it off 0) and the peak is at least 1.
 source "$(dirname "$0")/lib.sh"
 S=${MT_SOURCE_DIR:?MT_SOURCE_DIR must point at the source folder}
+# scale_models.sh hands scale.sh the worker count it was given and the 33 preset shapes the
+# sim's rules run (N a multiple of 64: none of gpt-oss at TP 2-8 or Qwen3-30B-A3B at TP 8)
+printf '#!/bin/sh\necho "$@"\n' >"$T/args.sh"
+chmod +x "$T/args.sh"
+margs=$(SCALE_SH="$T/args.sh" bash "$S/bench/search/scale_models.sh" BIN 256) || fail "scale_models.sh exited $?"
+[ "$(cut -d' ' -f1-2 <<<"$margs")" = "BIN 256" ] || fail "scale_models.sh passed: $(cut -c1-80 <<<"$margs")"
+[ "$(grep -o -- '--shape' <<<"$margs" | wc -l)" = 33 ] || fail "scale_models.sh: not 33 shapes: $margs"
+for bad in N=1440, N=720, N=360, N=96,; do grep -q -- "$bad" <<<"$margs" && fail "scale_models.sh gave $bad"; done
+grep -q -- "--shape E=128,N=768,K=2048,topk=8 " <<<"$margs" || fail "scale_models.sh: no Qwen3-30B-A3B TP1: $margs"
+pass "scale_models.sh: 256 workers, 33 shapes"
 COORD_LOG_LEVEL=debug WORKER_LOGS=1 KEEP_LOGS=1 bash "$S/bench/search/scale.sh" "$BIN" 8 --shape E=8,N=7168,K=4096,topk=2 \
   --block-m 16,32,64 --block-n 64,128 --block-k 64,128 --group-m 1,16 --num-warps 4,8 --num-stages 3,4 \
   --batch-sizes 256,4096 >"$T/scale.out" 2>&1 || { cat "$T/scale.out"; fail "scale.sh exited $?"; }

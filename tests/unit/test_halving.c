@@ -548,12 +548,10 @@ static void test_sched_decide(void **state) {
         (int64_t)(lo + 2));
 }
 
-/* A shape's phase 2 rides with its last results: the commit that carries the Results ending a
- * shape's first pass plans its decide jobs in the same transaction (no commit between the last
- * Result and the plan), whatever else it carries (here another sweep's Results, whose pass is not
- * over). Rows and plan are stored together: a coordinator killed right after that commit (no
- * later flush) restarts into phase 2, the first-pass job done. */
-static void test_decide_plan_rides_with_its_results(void **state) {
+/* A shape's phase 2 rides alone: the commit that plans its decide jobs carries no results, so
+ * a backlog of other results (here another sweep's) does not hold up the jobs the shape's
+ * answer waits on; those results go in the next commit. */
+static void test_decide_plan_rides_alone(void **state) {
     fx_t *f = *state;
     fx_spec_t x, y;
     Moetune__Submitted sub, sub2;
@@ -572,100 +570,24 @@ static void test_decide_plan_rides_with_its_results(void **state) {
     sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 0);
     const Moetune__Job *k = fx_take(f, "B", 0);
     assert_int_equal(k->sweep_id, sub2.sweep_id);
-    assert_true(k->n_configs >= 2);
     uint64_t seq = 1;
-    for (size_t i = 0; i + 1 < k->n_configs; i++) { /* B's pass not over: its last config is open */
-        double med[2] = {50.0, 60.0};
-        assert_int_equal(send_result(f, b, k, i + 1, k->configs[i]->config_id, bs, med, 2, 1), MT_OK);
-    }
-    for (size_t i = 0; i < j->n_configs; i++) { /* near-ties: within 2 % at both batch sizes */
+    for (size_t i = 0; i < j->n_configs; i++) {
         double med[2] = {100.0 + 0.1 * (double)i, 100.0 + 0.1 * (double)i};
         assert_int_equal(send_result(f, a, j, seq++, j->configs[i]->config_id, bs, med, 2, 1), MT_OK);
     }
-    assert_int_equal(sched_pending(f->s), j->n_configs + k->n_configs - 1);
-    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 0);
-    assert_int_equal(fx_commit_batch(f, 2), j->n_configs + k->n_configs - 1); /* every Result and the plan */
-    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 2);
+    assert_int_equal(fx_commit_batch(f, 1), j->n_configs); /* A's job done: the decide step is due */
+    for (size_t i = 0; i < k->n_configs; i++) {
+        double med[2] = {50.0, 60.0};
+        assert_int_equal(send_result(f, b, k, i + 1, k->configs[i]->config_id, bs, med, 2, 2), MT_OK);
+    }
+    assert_int_equal(sched_pending(f->s), k->n_configs);
+    assert_int_equal(fx_commit_batch(f, 2), 0); /* the plan alone */
+    assert_true(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2") >= 1);
     char sql[128];
-    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM results WHERE sweep_id = %llu", (unsigned long long)sub.sweep_id);
-    assert_int_equal(fx_query_int(f, sql), 2 * (int64_t)j->n_configs);
     snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM results WHERE sweep_id = %llu", (unsigned long long)sub2.sweep_id);
-    assert_int_equal(fx_query_int(f, sql), 2 * (int64_t)(k->n_configs - 1));
-    assert_int_equal(sched_pending(f->s), 0);
-    /* the coordinator dies here: the first-pass job's row still says leased (j's message goes
-     * with the restart: its id and size kept) */
-    uint64_t j_id = j->job_id;
-    int64_t j_rows = 2 * (int64_t)j->n_configs;
-    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM jobs WHERE id = %llu AND state = 'leased'",
-             (unsigned long long)j->job_id);
-    assert_int_equal(fx_query_int(f, sql), 1);
-    fx_stop(f);
-    fx_start(f, 1000, 30000);
-    sched_status_t st;
-    assert_int_equal(sched_status(f->s, 0, 3, &st), MT_OK);
-    size_t si = st.reply.sweeps[0]->sweep_id == sub.sweep_id ? 0 : 1;
-    assert_int_equal(st.reply.sweeps[si]->sweep_id, sub.sweep_id);
-    assert_string_equal(st.reply.sweeps[si]->state, "running");
-    assert_int_equal(st.reply.sweeps[si]->phase, 2);
-    assert_int_equal(st.reply.sweeps[si]->finalists_planned, 2 * HALVING_DECIDE_MAX);
-    assert_int_equal(st.reply.sweeps[si]->results_done, j_rows);
-    sched_status_release(&st);
-    uint32_t attempts = 0;
-    assert_string_equal(sched_job_state(f->s, j_id, &attempts), "done");
-    /* phase 2 runs to the end after the restart */
-    a = fx_hello(f, "A", "NVIDIA H200", 4);
-    for (int n = 0; n < 2; n++) {
-        const Moetune__Job *p2 = fx_take(f, "A", 5 + n);
-        assert_non_null(p2);
-        assert_int_equal(p2->sweep_id, sub.sweep_id);
-        assert_int_equal(p2->n_configs, HALVING_DECIDE_MAX);
-        for (size_t c = 0; c < p2->n_configs; c++) {
-            double med = 99.0 + (double)c;
-            assert_int_equal(send_result(f, a, p2, seq++, p2->configs[c]->config_id, p2->batch_sizes, &med, 1, 5 + n),
-                             MT_OK);
-        }
-        assert_int_equal(sched_flush(f->s, 5 + n), MT_OK);
-    }
-    assert_int_equal(sched_status(f->s, 0, 8, &st), MT_OK);
-    assert_string_equal(st.reply.sweeps[si]->state, "done");
-    assert_int_equal(st.reply.sweeps[si]->finalists_done, 2 * HALVING_DECIDE_MAX);
-    sched_status_release(&st);
-}
-
-/* In a backlog (more Results waiting than a commit takes), the Results that end a shape's first
- * pass go first, alone, and carry its phase-2 plan: one short commit, not the backlog, stands
- * between its last Result and its decide jobs. */
-static void test_decide_plan_in_backlog(void **state) {
-    fx_t *f = *state;
-    fx_spec_t x;
-    Moetune__Submitted sub;
-    Moetune__Measure m = MOETUNE__MEASURE__INIT;
-    static const uint32_t bs[] = {1, 2};
-    fx_spec(&x, "decide", bs, 3, 1, 4, 0);
-    m.decide_margin = 0.02;
-    x.spec.measure = &m;
-    fx_start(f, 1000, 30000);
-    fx_submit_spec(f, &x, &sub);
-    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
-    const Moetune__Job *j = fx_take(f, "A", 0);
-    assert_int_equal(j->n_configs, 12);
-    fx_submit(f, 4, 1, NULL);
-    fx_lease_t c = fx_lease(f, "C", "sim", 0);
-    assert_int_not_equal(c.j->sweep_id, sub.sweep_id);
-    for (uint64_t seq = 1; seq <= SCHED_BATCH_MAX + 2; seq++)
-        assert_int_equal(fx_result(f, c.w, c.job, c.tok, seq, c.cfg[0], MOETUNE__STATUS__STATUS_OK, 1, true), MT_OK);
-    for (size_t i = 0; i < j->n_configs; i++) {
-        double med[2] = {100.0 + 0.1 * (double)i, 100.0 + 0.1 * (double)i};
-        assert_int_equal(send_result(f, a, j, i + 1, j->configs[i]->config_id, bs, med, 2, 1), MT_OK);
-    }
-    assert_int_equal(fx_commit_batch(f, 2), j->n_configs);
-    assert_int_equal(fx_query_int(f, "SELECT COUNT(*) FROM jobs WHERE phase = 2"), 2);
-    assert_int_equal(sched_pending(f->s), SCHED_BATCH_MAX + 2);
-    const Moetune__Job *p2 = fx_take(f, "A", 3); /* A's decide job, while the backlog waits */
-    assert_non_null(p2);
-    assert_int_equal(p2->sweep_id, sub.sweep_id);
-    assert_int_equal(p2->n_configs, HALVING_DECIDE_MAX);
-    assert_int_equal(sched_flush(f->s, 4), MT_OK);
+    assert_int_equal(fx_query_int(f, sql), 0);
+    assert_int_equal(fx_commit_batch(f, 3), k->n_configs); /* then the backlog */
+    assert_int_equal(fx_query_int(f, sql), 2 * (int64_t)k->n_configs);
     assert_int_equal(sched_pending(f->s), 0);
 }
 
@@ -787,8 +709,7 @@ int main(void) {
         cmocka_unit_test_prestate_setup_teardown(test_plan_decide, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide, fx_setup, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_decide_plan_rides_with_its_results, fx_setup, fx_teardown),
-        cmocka_unit_test_setup_teardown(test_decide_plan_in_backlog, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_decide_plan_rides_alone, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_phase2_first, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide_restart, fx_setup, fx_teardown),
     };
