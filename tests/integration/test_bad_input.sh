@@ -53,6 +53,11 @@ echo '{"hidden_size": 2048}' >"$T/partial.json"
 expect_usage "model config missing fields" "$M" tune "${S[@]}" --model-config "$T/partial.json" --tp 1
 expect_usage "missing model config" "$M" tune "${S[@]}" --model-config "$T/none.json" --tp 1
 expect_usage "no shape at all"      "$M" tune "${S[@]}"
+# a shape none of whose configs the sim (moetune's CUDA kernel's rules) can run, beside one that has
+# some: refused, naming it, not a sweep that ends done without its config file
+expect_usage "a shape with no config" "$M" tune "${S[@]}" --shape E=32,N=2880,K=2880,topk=4 --shape E=32,N=1440,K=2880,topk=4
+grep -q "shape E=32,N=1440,K=2880,topk=4: no config of the space passes the static rules" "$T/err.txt" \
+  || fail "the refusal does not name the shape: $(cat "$T/err.txt")"
 expect_usage "unknown option"       "$M" tune --no-such-flag
 expect_usage "unknown command"      "$M" frobnicate
 expect_usage "coordinator unwritable db" "$BIN/moetune-coordinator" --db /nonexistent-dir/sub/t.db --bind "tcp://127.0.0.1:$(free_port)" --control "tcp://127.0.0.1:$(free_port)"
