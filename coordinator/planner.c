@@ -317,6 +317,8 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
         goto out;
     }
     char first_why[PLAN_REASON_LEN] = "";
+    size_t n_empty = 0;               /* shapes with no valid config */
+    const plan_shape_t *empty = NULL; /* the first of them */
     for (size_t i = 0; i < spec->n_shapes; i++) {
         plan_shape_t *ps = &p->shapes[i];
         char serr[200];
@@ -380,6 +382,7 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
                 if (!first_why[0]) snprintf(first_why, sizeof first_why, "%s", why);
             }
         }
+        if (!ps->n_valid && !n_empty++) empty = ps;
         if (p->sample && ps->n_valid > p->sample) {
             p->configs_unsampled += (uint32_t)(ps->n_valid - p->sample);
             if (plan_sample(ps->valid, &ps->n_valid, p->sample, p->measure.seed)) goto nomem;
@@ -393,32 +396,25 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
         p->configs_rejected += (uint32_t)ps->n_rejected;
         p->results_planned += (uint64_t)ps->n_valid * p->n_batch_sizes;
     }
-    if (plan_shape_chunks(p)) goto nomem;
-    for (size_t i = 0; i < p->n_shapes; i++)
-        p->jobs += (uint32_t)((p->shapes[i].n_valid + p->shapes[i].chunk - 1) / p->shapes[i].chunk);
-    if (p->configs_valid == 0) {
+    if (n_empty == p->n_shapes) {
         mt_fmt(err, errlen, "no config of the space passes the static rules for any shape (%s)", first_why);
         rc = MT_INVAL;
         goto out;
     }
-    /* a shape with no valid config would end the sweep 'done' without its config file */
-    size_t n_empty = 0;
-    const plan_shape_t *empty = NULL;
-    for (size_t i = 0; i < p->n_shapes; i++) {
-        if (p->shapes[i].n_valid) continue;
-        if (!n_empty++) empty = &p->shapes[i];
-    }
-    if (empty) {
+    if (empty) { /* the sweep would end 'done' without that shape's config file */
         char sh[160], more[64] = "";
         krn_shape_format(&empty->shape, sh, sizeof sh);
         if (n_empty > 1) mt_fmt(more, sizeof more, " (and %zu more shapes)", n_empty - 1);
         mt_fmt(err, errlen,
                "shape %s%s: no config of the space passes the static rules (%s); leave it out of the sweep%s", sh, more,
-               empty->n_rejected ? empty->rejected[0].reason : "no config",
+               empty->rejected[0].reason, /* the space is never empty: all of it was rejected */
                triton ? "" : ", or tune the engines' kernel with --backend triton, which masks the edges");
         rc = MT_INVAL;
         goto out;
     }
+    if (plan_shape_chunks(p)) goto nomem;
+    for (size_t i = 0; i < p->n_shapes; i++)
+        p->jobs += (uint32_t)((p->shapes[i].n_valid + p->shapes[i].chunk - 1) / p->shapes[i].chunk);
     *out = p;
     return MT_OK;
 nomem:
