@@ -1,4 +1,4 @@
--- moetune store, schema version 4. The coordinator applies it through db/store.c
+-- moetune store, schema version 5. The coordinator applies it through db/store.c
 -- (PRAGMA user_version); this file is the readable copy and is embedded at build time.
 CREATE TABLE devices (
   id INTEGER PRIMARY KEY,
@@ -96,7 +96,6 @@ CREATE TABLE results (
   phase INTEGER NOT NULL DEFAULT 1, -- the job phase that measured it; only a later phase replaces a row
   UNIQUE (sweep_id, shape_id, config_id, batch_size)
 );
-CREATE INDEX results_best ON results (shape_id, batch_size, status, median_us);
 CREATE TABLE exports (
   id INTEGER PRIMARY KEY,
   created INTEGER NOT NULL,

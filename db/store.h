@@ -20,7 +20,7 @@
 #include "space.h"
 #include "states.h"
 
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 
 typedef struct store store_t;
 

@@ -140,7 +140,8 @@ static void test_migrate_v1(void **state) {
                                       NULL, NULL, NULL),
                          SQLITE_OK);
     sqlite3_close(db);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'results_best'"), 1);
+    /* v3's rebuild made the index results_best; v5 drops it */
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'results_best'"), 0);
     assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE name = 'results_v3'"), 0);
     /* v3: the shapes table rebuilt with the routing in its identity, ids and references kept */
     assert_int_equal(query_int("SELECT COUNT(*) FROM shapes WHERE id = 1 AND e = 8 AND routing = ''"), 1);
@@ -188,6 +189,49 @@ static void test_fresh_columns(void **state) {
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'phase'"), 25);
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('jobs') WHERE name = 'batch_sizes'"), 12);
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('workers') WHERE name = 'versions'"), 10);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'results'"
+                               " AND sql IS NOT NULL"),
+                     0); /* only the UNIQUE constraint's own index */
+}
+
+/* A v4 database loses the results_best index and nothing else: its rows, the UNIQUE
+ * constraint (a resend is kept out) and the reads by shape and batch size stay. */
+static void test_migrate_v4(void **state) {
+    char err[256];
+    store_t *s = NULL;
+    old_db("schema_v4.sql",
+           "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
+           " backend, compiler, created, phase) VALUES (1, 1, 1, 1, 'ok', 5.0, 'sim', 'sim', 1, 1);"
+           "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us,"
+           " backend, compiler, created, phase) VALUES (1, 1, 1, 2, 'pruned', 9.0, 'sim', 'sim', 1, 1);"
+           "PRAGMA user_version = 4;");
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'results_best'"), 1);
+    assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
+    assert_int_equal(query_int("PRAGMA user_version"), 5);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'results_best'"), 0);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 2);
+    store_result_t r = {.sweep_id = 1,
+                        .shape_id = 1,
+                        .config_id = 1,
+                        .batch_size = 1,
+                        .status = MOETUNE__STATUS__STATUS_OK,
+                        .median_us = 3.0,
+                        .samples = 10,
+                        .backend = "sim",
+                        .compiler = "sim",
+                        .created = 2,
+                        .phase = 1};
+    int outcome = -1;
+    assert_int_equal(store_result_put(s, &r, &outcome), MT_OK);
+    assert_int_equal(outcome, STORE_ROW_KEPT);
+    r.batch_size = 16;
+    assert_int_equal(store_result_put(s, &r, &outcome), MT_OK);
+    assert_int_equal(outcome, STORE_ROW_NEW);
+    store_close(&s);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 3);
+    assert_int_equal(query_int("SELECT MIN(median_us) FROM results WHERE shape_id = 1 AND status = 'ok'"
+                               " AND batch_size = 1"),
+                     5);
 }
 
 /* A v3 database (the schema before halving) gets the jobs' phase and batch sizes and the
@@ -203,7 +247,7 @@ static void test_migrate_v3(void **state) {
            " backend, compiler, created) VALUES (1, 1, 1, 2, 'pruned', 9.0, 'sim', 'sim', 1);"
            "PRAGMA user_version = 3;");
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
-    assert_int_equal(query_int("PRAGMA user_version"), 4);
+    assert_int_equal(query_int("PRAGMA user_version"), STORE_SCHEMA_VERSION);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE phase = 1"), 2);
     assert_int_equal(
         query_int("SELECT COUNT(*) FROM results WHERE status = 'ok' AND median_us = 5.0 AND timed_us = 50"), 1);
@@ -415,6 +459,7 @@ int main(void) {
         cmocka_unit_test_prestate_setup_teardown(test_migrate_v1, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_fresh_columns, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_migrate_v3, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_migrate_v4, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_newer_schema_refused, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test(test_bad_path),
         cmocka_unit_test_prestate_setup_teardown(test_idempotent_result, tmpdb_setup, tmpdb_teardown, &g_db),
