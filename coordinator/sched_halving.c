@@ -10,17 +10,35 @@
 #include "mt.h"
 #include "sched_int.h"
 
+static bool job_open(const job_t *j) { return j->state == WIRE_JOB_PENDING || j->state == WIRE_JOB_LEASED; }
+
 mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned_before) {
     size_t n = sw->n_hv + 1;
     uint64_t *ids = realloc(sw->hv_shapes, n * sizeof *ids);
     if (ids) sw->hv_shapes = ids;
     uint8_t *state = realloc(sw->hv_state, n * sizeof *state);
     if (state) sw->hv_state = state;
-    if (!ids || !state) return MT_NOMEM;
+    uint32_t *open = realloc(sw->hv_open, n * sizeof *open);
+    if (open) sw->hv_open = open;
+    if (!ids || !state || !open) return MT_NOMEM;
+    uint32_t n_open = 0; /* its jobs indexed before it was added */
+    for (size_t i = 0; i < sw->n_jobs; i++) n_open += sw->jobs[i]->shape_id == shape_id && job_open(sw->jobs[i]);
     sw->hv_shapes[sw->n_hv] = shape_id;
     sw->hv_state[sw->n_hv] = planned_before ? HV_PLANNED : HV_WAIT;
+    sw->hv_open[sw->n_hv] = n_open;
     sw->n_hv++;
     return MT_OK;
+}
+
+void sched_halving_count(job_t *j, wire_job_state_t from) {
+    sweep_t *sw = j->sw;
+    int delta = (int)job_open(j) - (int)(from == WIRE_JOB_PENDING || from == WIRE_JOB_LEASED);
+    if (!delta) return;
+    for (size_t h = 0; h < sw->n_hv; h++) {
+        if (sw->hv_shapes[h] != j->shape_id) continue;
+        sw->hv_open[h] += (uint32_t)delta; /* never below 0: every job is counted in before it leaves */
+        return;
+    }
 }
 
 static mt_status_t load_phase(void *ctx, uint64_t shape_id, uint32_t max_phase) {
@@ -34,15 +52,6 @@ mt_status_t sched_halving_load(sched_t *s, sweep_t *sw) {
 bool sched_halving_waiting(const sweep_t *sw) {
     for (size_t h = 0; sw->halving && h < sw->n_hv; h++)
         if (sw->hv_state[h] != HV_PLANNED) return true;
-    return false;
-}
-
-/* A shape waits for its phase 2 while any of its jobs is pending or leased. */
-static bool shape_open(const sweep_t *sw, uint64_t shape_id) {
-    for (size_t i = 0; i < sw->n_jobs; i++) {
-        const job_t *j = sw->jobs[i];
-        if (j->shape_id == shape_id && (j->state == WIRE_JOB_PENDING || j->state == WIRE_JOB_LEASED)) return true;
-    }
     return false;
 }
 
@@ -60,7 +69,8 @@ mt_status_t sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
         sweep_t *sw = s->sweeps[i];
         if (!sw->halving || !sw->halving_due || sw->state != WIRE_SWEEP_RUNNING) continue;
         for (size_t h = 0; h < sw->n_hv; h++) {
-            if (sw->hv_state[h] != HV_WAIT || shape_open(sw, sw->hv_shapes[h])) continue;
+            /* a shape waits for its phase 2 while any of its jobs is pending or leased */
+            if (sw->hv_state[h] != HV_WAIT || sw->hv_open[h]) continue;
             bhalving_t *a = realloc(hv, (n + 1) * sizeof *a);
             uint32_t *bs = a ? mt_malloc(sw->nb * sizeof *bs) : NULL;
             if (a) hv = a;

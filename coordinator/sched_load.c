@@ -55,6 +55,7 @@ void sched_sweep_free(sweep_t *sw) {
     free(sw->devs);
     free(sw->hv_shapes);
     free(sw->hv_state);
+    free(sw->hv_open);
     free(sw);
 }
 

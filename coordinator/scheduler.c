@@ -101,9 +101,11 @@ void sched_job_dirty(sched_t *s, job_t *j) {
 }
 
 void sched_set_job_state(job_t *j, wire_job_state_t state) {
+    wire_job_state_t from = j->state;
     j->sw->jobs_by_state[j->state]--;
     j->state = state;
     j->sw->jobs_by_state[state]++;
+    sched_halving_count(j, from);
 }
 
 static void release_holder(job_t *j) {
@@ -174,6 +176,7 @@ mt_status_t sched_job_index(sched_t *s, job_t *j) {
     j->idx = sw->n_jobs;
     sw->jobs[sw->n_jobs++] = j;
     sw->jobs_by_state[j->state]++;
+    sched_halving_count(j, WIRE_JOB_DONE); /* counted in as if from a closed state */
     return MT_OK;
 }
 

@@ -548,6 +548,86 @@ static void test_sched_decide(void **state) {
         (int64_t)(lo + 2));
 }
 
+/* Whether shape n's phase 2 is planned exactly when none of its phase-1 jobs is open. */
+static void phase2_iff_closed(fx_t *f, uint32_t n, bool want) {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT COUNT(*) FROM jobs WHERE phase = 1 AND state IN ('pending', 'leased') AND shape_id ="
+             " (SELECT id FROM shapes WHERE n = %u)",
+             n);
+    int64_t open = fx_query_int(f, sql);
+    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM jobs WHERE phase = 2 AND shape_id = (SELECT id FROM shapes WHERE n = %u)",
+             n);
+    int64_t p2 = fx_query_int(f, sql);
+    assert_int_equal(open == 0, want);
+    assert_int_equal(p2 > 0, want);
+}
+
+/* Per shape, its phase 2 is planned when its own last phase-1 job ends, whatever the other
+ * shape's jobs do: two shapes of two jobs each, ended one at a time, the last one's lease
+ * lapsing (pending again) and the job measured by another worker. */
+static void test_phase2_per_shape(void **state) {
+    fx_t *f = *state;
+    fx_spec_t x;
+    Moetune__Submitted sub;
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    static const uint32_t bs[] = {1, 2};
+    fx_spec(&x, "per-shape", bs, 3, 1, 4, 6);
+    Moetune__Shape other = x.sh, *shapes[2] = {&x.sh, &other};
+    other.n = 512;
+    x.spec.n_shapes = 2, x.spec.shapes = shapes;
+    m.decide_margin = 0.02;
+    x.spec.measure = &m;
+    fx_start(f, 1000, 30000);
+    fx_submit_spec(f, &x, &sub);
+    assert_int_equal(sub.jobs, 4);
+    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
+    const Moetune__Job *held[4] = {NULL};
+    size_t first[2] = {4, 4}; /* per shape (256, 512): its first job among held */
+    for (size_t i = 0; i < 4; i++) {
+        held[i] = fx_take(f, "A", 1 + i);
+        size_t k = held[i]->shape->n == 512;
+        if (first[k] == 4) first[k] = i;
+    }
+    assert_true(first[0] < 4 && first[1] < 4);
+    uint64_t seq = 1;
+    /* each shape's first job, then the 256 shape's second: only that shape's phase 2 */
+    size_t order[4] = {first[0], first[1], 4, 4};
+    for (size_t i = 0, k = 2; i < 4; i++)
+        if (i != first[0] && i != first[1]) order[k++] = i;
+    if (held[order[2]]->shape->n != 256) {
+        size_t t = order[2];
+        order[2] = order[3], order[3] = t;
+    }
+    for (size_t step = 0; step < 3; step++) {
+        const Moetune__Job *j = held[order[step]];
+        for (size_t i = 0; i < j->n_configs; i++) {
+            double med[2] = {100.0 + 0.1 * (double)i, 200.0 + 0.1 * (double)i};
+            assert_int_equal(send_result(f, a, j, seq++, j->configs[i]->config_id, bs, med, 2, 10 + step), MT_OK);
+        }
+        assert_int_equal(sched_flush(f->s, 10 + step), MT_OK);
+        phase2_iff_closed(f, 256, step == 2);
+        phase2_iff_closed(f, 512, false);
+    }
+    /* the 512 shape's last job lapses: pending again, still open; B measures it */
+    uint64_t last = held[order[3]]->job_id;
+    sched_tick(f->s, 100000);
+    assert_string_equal(sched_job_state(f->s, last, NULL), "pending");
+    assert_int_equal(sched_flush(f->s, 100000), MT_OK);
+    phase2_iff_closed(f, 512, false);
+    sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 100001);
+    const Moetune__Job *j = NULL;
+    for (int tries = 0; tries < 4 && (!j || j->job_id != last); tries++) j = fx_take(f, "B", 100002 + tries);
+    assert_int_equal(j->job_id, last);
+    for (size_t i = 0; i < j->n_configs; i++) {
+        double med[2] = {100.0 + 0.1 * (double)i, 200.0 + 0.1 * (double)i};
+        assert_int_equal(send_result(f, b, j, seq++, j->configs[i]->config_id, bs, med, 2, 100010), MT_OK);
+    }
+    assert_int_equal(sched_flush(f->s, 100010), MT_OK);
+    phase2_iff_closed(f, 512, true);
+    phase2_iff_closed(f, 256, true);
+}
+
 /* A shape's phase 2 rides alone: the commit that plans its decide jobs carries no results, so
  * a backlog of other results (here another sweep's) does not hold up the jobs the shape's
  * answer waits on; those results go in the next commit. */
@@ -709,6 +789,7 @@ int main(void) {
         cmocka_unit_test_prestate_setup_teardown(test_plan_decide, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_phase2_per_shape, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_decide_plan_rides_alone, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_phase2_first, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide_restart, fx_setup, fx_teardown),
