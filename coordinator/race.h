@@ -30,7 +30,7 @@ void race_free(race_t **r);
 mt_status_t race_note(race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs, double median_us);
 
 /* The best median for the key, 0 when none is known. */
-double race_best(race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs);
+double race_best(const race_t *r, uint64_t sweep_id, uint64_t shape_id, uint32_t bs);
 
 /* The largest of the shape's bests over its batch sizes, 0 when none is known: what one
  * config's slowest batch size takes at best, so what a side-by-side job of the shape's

@@ -32,6 +32,7 @@ mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned
 
 void sched_halving_count(job_t *j, wire_job_state_t from) {
     sweep_t *sw = j->sw;
+    if (j->phase >= 2) sw->pending2 += (uint32_t)((int)(j->state == WIRE_JOB_PENDING) - (int)(from == WIRE_JOB_PENDING));
     int delta = (int)job_open(j) - (int)(from == WIRE_JOB_PENDING || from == WIRE_JOB_LEASED);
     if (!delta) return;
     for (size_t h = 0; h < sw->n_hv; h++) {

@@ -96,6 +96,7 @@ struct sweep {
     uint64_t *hv_shapes;
     uint8_t *hv_state;
     uint32_t *hv_open; /* per shape of hv_shapes: its jobs pending or leased (sched_halving_count) */
+    uint32_t pending2; /* its pending phase-2 jobs (sched_halving_count) */
     size_t n_hv;
     uint64_t finalists;      /* rows planned for phase 2 so far (SweepStatus.finalists_planned) */
     uint64_t finalists_done; /* of those, committed by a phase-2 job */
@@ -354,8 +355,9 @@ mt_status_t sched_load_new_jobs(sched_t *s, sweep_t *sw);
 mt_status_t sched_halving_load(sched_t *s, sweep_t *sw);
 /* Adds a shape of sw and whether its phase 2 is planned; MT_NOMEM leaves sw as it was. */
 mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned);
-/* Keeps the count of j's shape's open (pending or leased) jobs: j was in state from (a closed
- * state for a job just indexed) and is in j->state now. Called by every state change. */
+/* Keeps the count of j's shape's open (pending or leased) jobs and of its sweep's pending
+ * phase-2 jobs: j was in state from (a closed state for a job just indexed) and is in
+ * j->state now. Called by every state change. */
 void sched_halving_count(job_t *j, wire_job_state_t from);
 /* True while a shape of sw has no phase 2 planned: the sweep is not over. */
 bool sched_halving_waiting(const sweep_t *sw);

@@ -1,5 +1,5 @@
 /* test_race.c - the racing table (coordinator/race.c): each key's best, whatever order the
- * lookups come in (its scan starts where the last one ended), and what a finished sweep leaves. */
+ * lookups come in (a hashed index over the entries), and what a finished sweep leaves. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,7 +17,7 @@ static double best_of(uint64_t sweep, uint64_t shape, uint32_t bs) {
 
 /* Two sweeps' shapes x batch sizes, noted a shape at a time (as a Result's measurements come),
  * a slower median after each best (kept out); then looked up forwards, backwards and by a
- * stride, so that the hint is wrong for most lookups: every key's best, 0 for unknown keys. */
+ * stride: every key's best, 0 for unknown keys. */
 static void test_every_order(void **state) {
     (void)state;
     static const uint32_t bs[SIZES] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096};
@@ -44,7 +44,7 @@ static void test_every_order(void **state) {
         assert_float_equal(race_best(r, 1, 1, 3), 0.0, 0.0);
     }
     assert_float_equal(race_shape_top(r, 2, 7), best_of(2, 7, 4096), 1e-9);
-    /* the first sweep ends: its keys go, the second's stay (the hint past the end of the table) */
+    /* the first sweep ends: its keys go, the second's stay (the index rebuilt over the moved entries) */
     race_forget(r, 1);
     assert_int_equal(race_size(r), SHAPES * SIZES);
     assert_float_equal(race_best(r, 1, 5, 64), 0.0, 0.0);
@@ -53,6 +53,12 @@ static void test_every_order(void **state) {
     race_forget(r, 2);
     assert_int_equal(race_size(r), 0);
     assert_float_equal(race_best(r, 2, 1, 1), 0.0, 0.0);
+    /* an emptied table takes keys again */
+    assert_int_equal(race_note(r, 3, 1, 64, 7.0), MT_OK);
+    assert_int_equal(race_note(r, 3, 1, 64, 8.0), MT_OK);
+    assert_float_equal(race_best(r, 3, 1, 64), 7.0, 0.0);
+    assert_int_equal(race_size(r), 1);
+    race_forget(r, 3);
     /* no median (a failed row) is never a best */
     assert_int_equal(race_note(r, 4, 1, 1, 0.0), MT_OK);
     assert_int_equal(race_size(r), 0);
