@@ -2,8 +2,8 @@
 # One call, repository root, the bundle in dist/. On an H200: Mixtral-8x7B TP2 racing once more
 # against the H200 racing sweep of 2026-12-04 (bench/search/logs/2026-12-05-ref/call3.sh, the
 # stability benchmark's second run). On any other GPU (its timings cannot be compared with the
-# H200's): sim at scale on the host's CPUs, main's 886a670 (dist/before) against the build without
-# the results_best index (dist/bin), alternating: the cluster sweep and the 8-shape sweep, 2 pairs each.
+# H200's): sim at scale on the host's CPUs, three builds in turn (below): the cluster sweep twice
+# each, the 8-shape sweep once each.
 set -u
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "$gpu" >"$OUT/gpu.txt"
@@ -22,10 +22,10 @@ run() { # name, script args...
     d=$(ls -dt /tmp/moetune-scale.* | head -1); python3 bench/search/scale_span.py "$d" 2>&1; rm -rf "$d"
   } >>"$OUT/scale-16core.txt"
 }
-# dist/before: main's 886a670 (schema 4, the results_best index); dist/bin: schema 5, no index
+# dist/before: main's 886a670 (schema 4, the results_best index); dist/index: 9ec85b9 (schema 5,
+# no index); dist/bin: e9fdf86 (no index; a shape's open jobs and pending phase-2 jobs counted, racing
+# bests hashed: the coordinator loop's scans gone)
 for r in 1 2; do
-  run "33 shapes, before, pair $r" bench/search/scale_models.sh dist/before 256
-  run "33 shapes, after, pair $r" bench/search/scale_models.sh dist/bin 256
-  run "8 shapes, before, pair $r" bench/search/scale.sh dist/before 256 "${shapes[@]}"
-  run "8 shapes, after, pair $r" bench/search/scale.sh dist/bin 256 "${shapes[@]}"
+  for v in before index bin; do run "33 shapes, $v, round $r" bench/search/scale_models.sh dist/$v 256; done
 done
+for v in before index bin; do run "8 shapes, $v" bench/search/scale.sh dist/$v 256 "${shapes[@]}"; done
