@@ -84,6 +84,21 @@ static void old_db(const char *name, const char *rows) {
     sqlite3_close(db);
 }
 
+/* An ok sim row of sweep 1, shape 1, config 1 at batch size 1, created at 2. */
+static store_result_t ok_row(double median_us, uint32_t samples, uint32_t phase) {
+    return (store_result_t){.sweep_id = 1,
+                            .shape_id = 1,
+                            .config_id = 1,
+                            .batch_size = 1,
+                            .status = MOETUNE__STATUS__STATUS_OK,
+                            .median_us = median_us,
+                            .samples = samples,
+                            .backend = "sim",
+                            .compiler = "sim",
+                            .created = 2,
+                            .phase = phase};
+}
+
 /* A v1 database (the schema as it was) gets the v2 columns by ALTER TABLE and keeps its rows. */
 static void test_migrate_v1(void **state) {
     char err[256];
@@ -210,17 +225,7 @@ static void test_migrate_v4(void **state) {
     assert_int_equal(query_int("PRAGMA user_version"), 5);
     assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'results_best'"), 0);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 2);
-    store_result_t r = {.sweep_id = 1,
-                        .shape_id = 1,
-                        .config_id = 1,
-                        .batch_size = 1,
-                        .status = MOETUNE__STATUS__STATUS_OK,
-                        .median_us = 3.0,
-                        .samples = 10,
-                        .backend = "sim",
-                        .compiler = "sim",
-                        .created = 2,
-                        .phase = 1};
+    store_result_t r = ok_row(3.0, 10, 1);
     int outcome = -1;
     assert_int_equal(store_result_put(s, &r, &outcome), MT_OK);
     assert_int_equal(outcome, STORE_ROW_KEPT);
@@ -257,17 +262,7 @@ static void test_migrate_v3(void **state) {
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('results') WHERE name = 'phase'"), 25);
     assert_int_equal(query_int("SELECT cid FROM pragma_table_info('jobs') WHERE name = 'batch_sizes'"), 12);
     /* a phase-2 row replaces the phase-1 one; a phase-1 resend then changes nothing */
-    store_result_t r = {.sweep_id = 1,
-                        .shape_id = 1,
-                        .config_id = 1,
-                        .batch_size = 1,
-                        .status = MOETUNE__STATUS__STATUS_OK,
-                        .median_us = 4.0,
-                        .samples = 40,
-                        .backend = "sim",
-                        .compiler = "sim",
-                        .created = 2,
-                        .phase = 2};
+    store_result_t r = ok_row(4.0, 40, 2);
     int outcome = -1;
     assert_int_equal(store_result_put(s, &r, &outcome), MT_OK);
     assert_int_equal(outcome, STORE_ROW_REPLACED);
