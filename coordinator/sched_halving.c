@@ -13,6 +13,11 @@
 static bool job_open(const job_t *j) { return j->state == WIRE_JOB_PENDING || j->state == WIRE_JOB_LEASED; }
 
 mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned_before) {
+    for (size_t h = 0; h < sw->n_hv; h++) { /* one slot a shape: its open count is kept in the first */
+        if (sw->hv_shapes[h] != shape_id) continue;
+        if (planned_before) sw->hv_state[h] = HV_PLANNED;
+        return MT_OK;
+    }
     size_t n = sw->n_hv + 1;
     uint64_t *ids = realloc(sw->hv_shapes, n * sizeof *ids);
     if (ids) sw->hv_shapes = ids;

@@ -353,7 +353,9 @@ mt_status_t sched_load_new_jobs(sched_t *s, sweep_t *sw);
 
 /* Loads sw's shapes and whether each one's phase 2 is planned (a halving sweep's load). */
 mt_status_t sched_halving_load(sched_t *s, sweep_t *sw);
-/* Adds a shape of sw and whether its phase 2 is planned; MT_NOMEM leaves sw as it was. */
+/* Adds a shape of sw and whether its phase 2 is planned, with the count of its jobs already
+ * indexed that are open; a shape already there keeps its slot (marked planned when planned
+ * says so). MT_NOMEM leaves sw as it was. */
 mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned);
 /* Keeps the count of j's shape's open (pending or leased) jobs and of its sweep's pending
  * phase-2 jobs: j was in state from (a closed state for a job just indexed) and is in

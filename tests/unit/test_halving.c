@@ -14,6 +14,7 @@
 #include "halving.h"
 #include "mt.h"
 #include "sched_fx.h"
+#include "sched_int.h"
 #include "scheduler.h"
 #include "store.h"
 #include "tmpdb.h"
@@ -628,6 +629,56 @@ static void test_phase2_per_shape(void **state) {
     phase2_iff_closed(f, 256, true);
 }
 
+/* The per-shape counts on their own: jobs indexed before their shape is added are counted in
+ * when it is; a shape added twice (a load after a submit) keeps one slot, planned if either
+ * says so; a job's state changes move its shape's open count and the sweep's pending phase-2
+ * count, and nothing else's. */
+static void test_open_counts(void **state) {
+    (void)state;
+    sweep_t sw = {0};
+    job_t a = {.sw = &sw, .shape_id = 7, .state = WIRE_JOB_PENDING, .phase = 1};
+    job_t b = {.sw = &sw, .shape_id = 7, .state = WIRE_JOB_LEASED, .phase = 1};
+    job_t c = {.sw = &sw, .shape_id = 9, .state = WIRE_JOB_PENDING, .phase = 2};
+    job_t *jobs[3] = {&a, &b, &c};
+    sw.jobs = jobs;
+    sw.n_jobs = 2; /* a and b indexed before shape 7 is added */
+    assert_int_equal(sched_halving_add_shape(&sw, 7, false), MT_OK);
+    assert_int_equal(sw.hv_open[0], 2);
+    assert_int_equal(sched_halving_add_shape(&sw, 9, false), MT_OK);
+    assert_int_equal(sw.hv_open[1], 0);
+    assert_int_equal(sched_halving_add_shape(&sw, 7, true), MT_OK);
+    assert_int_equal(sw.n_hv, 2);
+    assert_int_equal(sw.hv_state[0], HV_PLANNED);
+    assert_int_equal(sw.hv_state[1], HV_WAIT);
+    sw.n_jobs = 3; /* c indexed: counted in as from a closed state */
+    sched_halving_count(&c, WIRE_JOB_DONE);
+    assert_int_equal(sw.hv_open[1], 1);
+    assert_int_equal(sw.pending2, 1);
+    c.state = WIRE_JOB_LEASED;
+    sched_halving_count(&c, WIRE_JOB_PENDING);
+    assert_int_equal(sw.hv_open[1], 1);
+    assert_int_equal(sw.pending2, 0);
+    c.state = WIRE_JOB_PENDING; /* its lease lapsed */
+    sched_halving_count(&c, WIRE_JOB_LEASED);
+    assert_int_equal(sw.pending2, 1);
+    c.state = WIRE_JOB_DONE;
+    sched_halving_count(&c, WIRE_JOB_PENDING);
+    assert_int_equal(sw.hv_open[1], 0);
+    assert_int_equal(sw.pending2, 0);
+    a.state = WIRE_JOB_LEASED;
+    sched_halving_count(&a, WIRE_JOB_PENDING);
+    assert_int_equal(sw.hv_open[0], 2);
+    a.state = WIRE_JOB_CANCELLED;
+    sched_halving_count(&a, WIRE_JOB_LEASED);
+    b.state = WIRE_JOB_FAILED;
+    sched_halving_count(&b, WIRE_JOB_LEASED);
+    assert_int_equal(sw.hv_open[0], 0);
+    assert_int_equal(sw.pending2, 0); /* phase-1 jobs never count there */
+    free(sw.hv_shapes);
+    free(sw.hv_state);
+    free(sw.hv_open);
+}
+
 /* A shape's phase 2 rides alone: the commit that plans its decide jobs carries no results, so
  * a backlog of other results (here another sweep's) does not hold up the jobs the shape's
  * answer waits on; those results go in the next commit. */
@@ -790,6 +841,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_phase2_per_shape, fx_setup, fx_teardown),
+        cmocka_unit_test(test_open_counts),
         cmocka_unit_test_setup_teardown(test_decide_plan_rides_alone, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_phase2_first, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide_restart, fx_setup, fx_teardown),
