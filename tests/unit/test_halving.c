@@ -564,6 +564,17 @@ static void phase2_iff_closed(fx_t *f, uint32_t n, bool want) {
     assert_int_equal(p2 > 0, want);
 }
 
+/* w's Results for every config of j at batch sizes bs {1, 2}, all near-ties (100 us + 0.1 per
+ * config at 1, 200 + 0.1 at 2), from seq on; the next seq. */
+static uint64_t measure_all(fx_t *f, sched_worker_t *w, const Moetune__Job *j, uint64_t seq, const uint32_t *bs,
+                            uint64_t now) {
+    for (size_t i = 0; i < j->n_configs; i++) {
+        double med[2] = {100.0 + 0.1 * (double)i, 200.0 + 0.1 * (double)i};
+        assert_int_equal(send_result(f, w, j, seq++, j->configs[i]->config_id, bs, med, 2, now), MT_OK);
+    }
+    return seq;
+}
+
 /* Per shape, its phase 2 is planned when its own last phase-1 job ends, whatever the other
  * shape's jobs do: two shapes of two jobs each, ended one at a time, the last one's lease
  * lapsing (pending again) and the job measured by another worker. */
@@ -601,11 +612,7 @@ static void test_phase2_per_shape(void **state) {
         order[2] = order[3], order[3] = t;
     }
     for (size_t step = 0; step < 3; step++) {
-        const Moetune__Job *j = held[order[step]];
-        for (size_t i = 0; i < j->n_configs; i++) {
-            double med[2] = {100.0 + 0.1 * (double)i, 200.0 + 0.1 * (double)i};
-            assert_int_equal(send_result(f, a, j, seq++, j->configs[i]->config_id, bs, med, 2, 10 + step), MT_OK);
-        }
+        seq = measure_all(f, a, held[order[step]], seq, bs, 10 + step);
         assert_int_equal(sched_flush(f->s, 10 + step), MT_OK);
         phase2_iff_closed(f, 256, step == 2);
         phase2_iff_closed(f, 512, false);
@@ -620,10 +627,7 @@ static void test_phase2_per_shape(void **state) {
     const Moetune__Job *j = NULL;
     for (int tries = 0; tries < 4 && (!j || j->job_id != last); tries++) j = fx_take(f, "B", 100002 + tries);
     assert_int_equal(j->job_id, last);
-    for (size_t i = 0; i < j->n_configs; i++) {
-        double med[2] = {100.0 + 0.1 * (double)i, 200.0 + 0.1 * (double)i};
-        assert_int_equal(send_result(f, b, j, seq++, j->configs[i]->config_id, bs, med, 2, 100010), MT_OK);
-    }
+    seq = measure_all(f, b, j, seq, bs, 100010);
     assert_int_equal(sched_flush(f->s, 100010), MT_OK);
     phase2_iff_closed(f, 512, true);
     phase2_iff_closed(f, 256, true);
