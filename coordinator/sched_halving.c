@@ -10,7 +10,7 @@
 #include "mt.h"
 #include "sched_int.h"
 
-static bool job_open(const job_t *j) { return j->state == WIRE_JOB_PENDING || j->state == WIRE_JOB_LEASED; }
+static bool state_open(wire_job_state_t st) { return st == WIRE_JOB_PENDING || st == WIRE_JOB_LEASED; }
 
 mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned_before) {
     for (size_t h = 0; h < sw->n_hv; h++) { /* one slot a shape: its open count is kept in the first */
@@ -27,7 +27,7 @@ mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned
     if (open) sw->hv_open = open;
     if (!ids || !state || !open) return MT_NOMEM;
     uint32_t n_open = 0; /* its jobs indexed before it was added */
-    for (size_t i = 0; i < sw->n_jobs; i++) n_open += sw->jobs[i]->shape_id == shape_id && job_open(sw->jobs[i]);
+    for (size_t i = 0; i < sw->n_jobs; i++) n_open += sw->jobs[i]->shape_id == shape_id && state_open(sw->jobs[i]->state);
     sw->hv_shapes[sw->n_hv] = shape_id;
     sw->hv_state[sw->n_hv] = planned_before ? HV_PLANNED : HV_WAIT;
     sw->hv_open[sw->n_hv] = n_open;
@@ -38,7 +38,7 @@ mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned
 void sched_halving_count(job_t *j, wire_job_state_t from) {
     sweep_t *sw = j->sw;
     if (j->phase >= 2) sw->pending2 += (uint32_t)((int)(j->state == WIRE_JOB_PENDING) - (int)(from == WIRE_JOB_PENDING));
-    int delta = (int)job_open(j) - (int)(from == WIRE_JOB_PENDING || from == WIRE_JOB_LEASED);
+    int delta = (int)state_open(j->state) - (int)state_open(from);
     if (!delta) return;
     for (size_t h = 0; h < sw->n_hv; h++) {
         if (sw->hv_shapes[h] != j->shape_id) continue;
