@@ -13,7 +13,7 @@ case $g in
   *) gunzip -c bench/search/logs/2026-12-04-hold/mixtral-racing.db.gz >$W/a.db ;;
 esac
 cp $d/r1/b/racing.boxes $d/r1/b/racing.out $d/r1/b/racing.err $W/b/ 2>/dev/null; gunzip -c $d/r1/b/racing.db.gz >$W/b/racing.db
-box=$((T - ($(date +%s) - t0) - 90))
+box=$((T - ($(date +%s) - t0) - 60))
 MOETUNE_CUDA_PROFILE=1 timeout -k 5 $((box + 20)) bash bench/search/fullspace.sh $W/b $box racing --model mixtral-8x7b --tp 2 >$W/b.log 2>&1; echo "rc $?" >>$W/b.log
 left=$((T - ($(date +%s) - t0) - 15))
 timeout -k 5 "$left" bash bench/search/remeasure.sh $W/rm $W/a.db $W/b/racing.db --model mixtral-8x7b --tp 2 >$W/rm.log 2>&1
