@@ -27,7 +27,8 @@ const cli_opt_t opt_near_ties = {"near-ties", OPT_FLAG, OFF(near_ties), NULL,
                                  "per sweep (or --sweep N), the picks within noise of their runner-up: (runner-up - "
                                  "best) / sqrt(sd_best^2 + sd_runner-up^2) under 1, as the manifest flags them"};
 const cli_opt_t opt_best = {"best", OPT_FLAG, OFF(best), NULL,
-                            "only the lowest-median ok config per (shape, batch size)"};
+                            "only the pick per (shape, batch size): the lowest-median ok config, among the "
+                            "side-by-side re-measures where a decide step or halving made them"};
 const cli_opt_t opt_limit = {"limit", OPT_U32, OFF(limit), "N", "at most N rows"};
 const cli_opt_t opt_backend = {"backend", OPT_STR, OFF(backend), "sim|cuda|triton",
                                "measurement backend (default cuda)"};

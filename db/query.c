@@ -13,6 +13,7 @@ struct dbq {
     sqlite3 *db;
     int v2; /* results has versions, up_us, down_us (schema 2); a v1 file reads them as '' and 0 */
     int v3; /* shapes has routing and there is a routings table (schema 3); older files read '' */
+    int v4; /* results has phase (schema 4); older files read 1 */
 };
 
 /* Columns every result walk reads, in the order row_from() expects. */
@@ -40,52 +41,68 @@ struct dbq {
     " AND (?4 = 0 OR s.k = ?4) AND (?5 = 0 OR s.topk = ?5) AND (?6 = '' OR s.dtype = ?6)"                              \
     " AND (?7 = 0 OR r.batch_size = ?7) AND (?8 = '' OR r.status = ?8)"
 
-#define SQL_RESULTS(tail, RESULT_FROM)                                                                                 \
+#define SQL_RESULTS(tail, RESULT_FROM, ph)                                                                             \
     "SELECT " RESULT_COLS tail RESULT_FROM RESULT_WHERE                                                                \
     " ORDER BY r.sweep_id, r.shape_id, r.batch_size, r.median_us, r.config_id LIMIT ?9"
 
-#define SQL_BEST(tail, RESULT_FROM)                                                                                    \
-    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY r.shape_id,"                          \
-    " r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM RESULT_WHERE                                  \
-    " AND r.status = 'ok' AND r.median_us IS NOT NULL) WHERE rk = 1"                                                   \
-    " ORDER BY shape_id, batch_size LIMIT ?9"
+/* A sweep's phase-2 rows (halving's finalists, the decide step's near-ties), measured side by
+ * side in one job on one GPU, decide where they exist: per (sweep, export dir, device name,
+ * shape, batch size) only the rows of the latest phase measured there compete. A first-pass
+ * row the decide step did not re-measure (it was not a finalist) may come from another GPU
+ * of the same name and read a few percent faster than the re-measures (bench/RESULTS.md,
+ * "Stability ... twice, on H100s"). ph: the row's phase ("1" for a file before schema 4). */
+#define FINAL_PHASE(ph)                                                                                                \
+    ", " ph " AS ph, max(" ph ") OVER (PARTITION BY r.sweep_id, " EXPORT_DIR_DEV ", r.shape_id, r.batch_size) AS "     \
+                                                                                 "topph"
+#define EXPORT_DIR_DEV "CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END, COALESCE(d.name, 'unknown')"
+
+#define SQL_BEST(tail, RESULT_FROM, ph)                                                                                \
+    "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY shape_id, batch_size ORDER BY median_us, config_id)"     \
+    " AS rk FROM (SELECT " RESULT_COLS tail                                                                            \
+    FINAL_PHASE(ph)                                                                                                    \
+    RESULT_FROM RESULT_WHERE " AND r.status = 'ok' AND r.median_us IS NOT NULL) WHERE ph = topph) WHERE rk = 1"        \
+                             " ORDER BY shape_id, batch_size LIMIT ?9"
 
 /* What an export reads: ok rows of the selected sweeps (?1: a JSON array of ids, NULL =
  * all), with ?3 only the lowest median per (dir, device, shape, batch size). The
  * latest variant keeps only the rows of the newest sweep per (dir, device, shape). An
  * ok row without a median sorts first, so the exporter sees it and refuses it. */
-#define EXPORT_DIR_DEV "CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END, COALESCE(d.name, 'unknown')"
 #define EXPORT_WHERE " WHERE r.status = 'ok' AND (?1 IS NULL OR r.sweep_id IN (SELECT value FROM json_each(?1)))"
 #define EXPORT_ORDER " ORDER BY dir, dev, e, n, dtype, sbn, sbk, k, topk, shape_id, batch_size, median_us, config_id"
-#define SQL_EXPORT(tail, RESULT_FROM)                                                                                  \
-    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY " EXPORT_DIR_DEV                      \
-    ", r.shape_id, r.batch_size ORDER BY r.median_us, r.config_id) AS rk" RESULT_FROM EXPORT_WHERE                     \
-    ") WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
-#define SQL_EXPORT_LATEST(tail, RESULT_FROM)                                                                           \
+#define SQL_EXPORT(tail, RESULT_FROM, ph)                                                                              \
+    "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY dir, dev, shape_id, batch_size"                          \
+    " ORDER BY median_us, config_id) AS rk FROM (SELECT " RESULT_COLS tail                                             \
+    FINAL_PHASE(ph)                                                                                                    \
+    RESULT_FROM EXPORT_WHERE ") WHERE ph = topph) WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
+#define SQL_EXPORT_LATEST(tail, RESULT_FROM, ph)                                                                       \
     "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY dir, dev, shape_id, batch_size"                          \
     " ORDER BY median_us, config_id) AS rk FROM (SELECT " RESULT_COLS tail ", max(r.sweep_id)"                         \
-    " OVER (PARTITION BY " EXPORT_DIR_DEV ", r.shape_id) AS lsid" RESULT_FROM EXPORT_WHERE ")"                         \
-    " WHERE sweep_id = lsid) WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
+    " OVER (PARTITION BY " EXPORT_DIR_DEV ", r.shape_id) AS lsid" FINAL_PHASE(ph) RESULT_FROM EXPORT_WHERE             \
+        ")"                                                                                                            \
+        " WHERE sweep_id = lsid AND ph = topph) WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
 
-#define SQL_HISTORY(tail, RESULT_FROM)                                                                                 \
-    "SELECT * FROM (SELECT " RESULT_COLS tail ", ROW_NUMBER() OVER (PARTITION BY r.sweep_id,"                          \
-    " r.shape_id, COALESCE(d.name, 'unknown'), r.batch_size ORDER BY r.median_us, r.config_id)"                        \
-    " AS rk" RESULT_FROM " WHERE (?1 = 0 OR r.sweep_id = ?1) AND (?2 = 0 OR s.e = ?2) AND (?3 = 0 OR s.n = ?3)"        \
-    " AND (?4 = 0 OR s.k = ?4) AND (?5 = 0 OR s.topk = ?5) AND (?6 = '' OR s.dtype = ?6)"                              \
-    " AND (?7 = 0 OR r.batch_size = ?7) AND (?8 = '' OR COALESCE(d.name, 'unknown') = ?8)"                             \
-    " AND (?9 = '' OR r.backend = ?9) AND r.status = 'ok' AND r.median_us IS NOT NULL)"                                \
-    " WHERE rk = 1 ORDER BY sweep_id, e, n, k, topk, dtype, sbn, sbk, dev, batch_size"
+#define SQL_HISTORY(tail, RESULT_FROM, ph)                                                                             \
+    "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY sweep_id, shape_id, dev, batch_size"                     \
+    " ORDER BY median_us, config_id) AS rk FROM (SELECT " RESULT_COLS tail                                             \
+    FINAL_PHASE(ph) RESULT_FROM                                                                                        \
+        " WHERE (?1 = 0 OR r.sweep_id = ?1) AND (?2 = 0 OR s.e = ?2) AND (?3 = 0 OR s.n = ?3)"                         \
+        " AND (?4 = 0 OR s.k = ?4) AND (?5 = 0 OR s.topk = ?5) AND (?6 = '' OR s.dtype = ?6)"                          \
+        " AND (?7 = 0 OR r.batch_size = ?7) AND (?8 = '' OR COALESCE(d.name, 'unknown') = ?8)"                         \
+        " AND (?9 = '' OR r.backend = ?9) AND r.status = 'ok' AND r.median_us IS NOT NULL) WHERE ph = topph)"          \
+        " WHERE rk = 1 ORDER BY sweep_id, e, n, k, topk, dtype, sbn, sbk, dev, batch_size"
 
-/* Each walk for a v1 file [0], a v2 file [1] and a v3 file [2]. */
+/* Each walk for a v1 file [0], a v2 file [1], a v3 file [2] and a file of schema 4 or later
+ * (results.phase) [3]. */
 #define SQL_BY_VERSION(sql)                                                                                            \
     {                                                                                                                  \
-        sql(RESULT_COLS_PRE3(RESULT_COLS_V1), RESULT_FROM_BASE),                                                       \
-            sql(RESULT_COLS_PRE3(RESULT_COLS_V2), RESULT_FROM_BASE), sql(RESULT_COLS_V3, RESULT_FROM_V3)               \
+        sql(RESULT_COLS_PRE3(RESULT_COLS_V1), RESULT_FROM_BASE, "1"),                                                  \
+            sql(RESULT_COLS_PRE3(RESULT_COLS_V2), RESULT_FROM_BASE, "1"), sql(RESULT_COLS_V3, RESULT_FROM_V3, "1"),    \
+            sql(RESULT_COLS_V3, RESULT_FROM_V3, "r.phase")                                                             \
     }
-static const char *const k_sql_results[3] = SQL_BY_VERSION(SQL_RESULTS);
-static const char *const k_sql_best[3] = SQL_BY_VERSION(SQL_BEST);
-static const char *const k_sql_export[3] = SQL_BY_VERSION(SQL_EXPORT);
-static const char *const k_sql_export_latest[3] = SQL_BY_VERSION(SQL_EXPORT_LATEST);
+static const char *const k_sql_results[4] = SQL_BY_VERSION(SQL_RESULTS);
+static const char *const k_sql_best[4] = SQL_BY_VERSION(SQL_BEST);
+static const char *const k_sql_export[4] = SQL_BY_VERSION(SQL_EXPORT);
+static const char *const k_sql_export_latest[4] = SQL_BY_VERSION(SQL_EXPORT_LATEST);
 
 /* Per (sweep, dir, device, shape) that has results, per batch size the sweep measured:
  * configs measured there (rows of any status), configs planned for the shape (its jobs'
@@ -110,7 +127,7 @@ static const char k_sql_coverage[] =
     "  AND m.shape_id = f.shape_id AND m.batch_size = z.batch_size"
     " ORDER BY f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size";
 
-static const char *const k_sql_history[3] = SQL_BY_VERSION(SQL_HISTORY);
+static const char *const k_sql_history[4] = SQL_BY_VERSION(SQL_HISTORY);
 
 static const char k_sql_sweeps[] =
     "SELECT id, name, state, results_planned, created, COALESCE(finished, 0), spec FROM sweeps"
@@ -156,6 +173,9 @@ static int open_conn(const char *name, int flags, dbq_t *q, int *code, char *why
     st = NULL;
     q->v3 = q->v2 && sqlite3_prepare_v2(q->db, "SELECT s.routing, rt.source FROM shapes s, routings rt LIMIT 0", -1,
                                         &st, NULL) == SQLITE_OK;
+    sqlite3_finalize(st);
+    st = NULL;
+    q->v4 = q->v3 && sqlite3_prepare_v2(q->db, "SELECT phase FROM results LIMIT 0", -1, &st, NULL) == SQLITE_OK;
     sqlite3_finalize(st);
     return MT_OK;
 }
@@ -304,7 +324,8 @@ mt_status_t dbq_results(dbq_t *q, const dbq_filter_t *f, dbq_result_fn fn, void 
         memset(&none, 0, sizeof none);
         f = &none;
     }
-    int rc = prepare(q, f->best ? k_sql_best[q->v2 + q->v3] : k_sql_results[q->v2 + q->v3], &st, err, errlen);
+    int rc = prepare(q, f->best ? k_sql_best[q->v2 + q->v3 + q->v4] : k_sql_results[q->v2 + q->v3 + q->v4], &st, err,
+                     errlen);
     if (rc != MT_OK) return rc;
     BIND_TARGET(st, f);
     sqlite3_bind_text(st, 8, f->status, -1, SQLITE_TRANSIENT);
@@ -332,7 +353,7 @@ mt_status_t dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_re
                             size_t errlen) {
     sqlite3_stmt *st = NULL;
     bool latest = sel && sel->latest;
-    int v = q->v2 + q->v3;
+    int v = q->v2 + q->v3 + q->v4;
     int rc = prepare(q, latest ? k_sql_export_latest[v] : k_sql_export[v], &st, err, errlen);
     if (rc != MT_OK) return rc;
     rc = bind_sweeps(st, sel);
@@ -391,7 +412,7 @@ mt_status_t dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, 
 
 mt_status_t dbq_history(dbq_t *q, const dbq_hist_filter_t *f, dbq_result_fn fn, void *ctx, char *err, size_t errlen) {
     sqlite3_stmt *st = NULL;
-    int rc = prepare(q, k_sql_history[q->v2 + q->v3], &st, err, errlen);
+    int rc = prepare(q, k_sql_history[q->v2 + q->v3 + q->v4], &st, err, errlen);
     if (rc != MT_OK) return rc;
     BIND_TARGET(st, f);
     sqlite3_bind_text(st, 8, f->device, -1, SQLITE_TRANSIENT);

@@ -36,8 +36,27 @@ def cfg_text(c):
     return "x".join(str(v) for v in c)
 
 
+def ok_rows(c):
+    """Sweep 1's ok rows as ((shape, M), config id, median, final): final where the row is of the
+    latest phase measured at its (shape, batch size, device name), as moetune's export ranks them:
+    where a decide step or halving's phase 2 re-measured finalists side by side, only those rows
+    compete (db/query.c)."""
+    rows = c.execute(
+        "SELECT s.e, s.n, s.k, s.topk, r.batch_size, r.config_id, r.median_us, r.phase,"
+        " COALESCE(d.name, 'unknown') FROM results r JOIN shapes s ON s.id = r.shape_id"
+        " LEFT JOIN devices d ON d.id = r.device_id WHERE r.sweep_id = 1 AND r.status = 'ok'"
+        " ORDER BY r.median_us, r.config_id").fetchall()
+    top = {}
+    for e, n, k, topk, m, cid, med, ph, dev in rows:
+        key = ((e, n, k, topk), m, dev)
+        top[key] = max(top.get(key, 0), ph)
+    return [(((e, n, k, topk), m), cid, med, ph == top[((e, n, k, topk), m, dev)])
+            for e, n, k, topk, m, cid, med, ph, dev in rows]
+
+
 def picks(db):
-    """{(shape, M): config} of the lowest ok median per (shape, batch size) of sweep 1."""
+    """{(shape, M): (config, median)}: sweep 1's pick per (shape, batch size), the lowest ok
+    median of the final rows (ok_rows)."""
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     state = c.execute("SELECT state FROM sweeps WHERE id = 1").fetchone()
     if not state or state[0] != "done":
@@ -46,11 +65,9 @@ def picks(db):
     cfg = {i: (bm, bn, bk, g, w, st) for i, bm, bn, bk, g, w, st in c.execute(
         "SELECT id, block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs")}
     best = {}
-    for e, n, k, topk, m, cid, med in c.execute(
-            "SELECT s.e, s.n, s.k, s.topk, r.batch_size, r.config_id, r.median_us FROM results r"
-            " JOIN shapes s ON s.id = r.shape_id WHERE r.sweep_id = 1 AND r.status = 'ok'"
-            " ORDER BY r.median_us"):
-        best.setdefault(((e, n, k, topk), m), (cfg[cid], med))
+    for key, cid, med, final in ok_rows(c):
+        if final:
+            best.setdefault(key, (cfg[cid], med))
     return best
 
 

@@ -61,3 +61,29 @@ set -e
 grep -q 'sweep 1 is running, not done' "$T/u.log" || fail "no reason given: $(cat "$T/u.log")"
 ! ls "$T"/u/remeasure-*.db >/dev/null 2>&1 || fail "a sweep not done was re-measured"
 pass "remeasure.sh: a sweep that is not done is refused, nothing re-measured"
+
+# Picks as the export takes them: where a batch size has phase-2 rows (a decide step's side-by-side
+# re-measure), a first-pass row is not a pick, even one read faster on another GPU of the same
+# name. D is A with, at M=1, A's pick re-measured (phase 2) and another config's first-pass row
+# from a second device, twice as fast: D's picks are A's.
+cp "$T/a.db" "$T/d.db"
+python3 - "$T/d.db" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+pick, dev, med = c.execute("SELECT config_id, device_id, median_us FROM results WHERE status = 'ok'"
+                           " AND batch_size = 1 ORDER BY median_us LIMIT 1").fetchone()
+other = c.execute("SELECT config_id FROM results WHERE batch_size = 1 AND config_id != ?", (pick,)).fetchone()[0]
+c.execute("INSERT INTO devices (name, uuid) SELECT name, 'GPU-second' FROM devices WHERE id = ?", (dev,))
+second = c.execute("SELECT max(id) FROM devices").fetchone()[0]
+c.execute("UPDATE results SET phase = 2 WHERE batch_size = 1 AND config_id = ?", (pick,))
+c.execute("UPDATE results SET status = 'ok', phase = 1, device_id = ?, median_us = ? WHERE batch_size = 1"
+          " AND config_id = ?", (second, med / 2, other))
+c.commit()
+PY
+python3 "$S/bench/search/stability.py" differ "$T/a.db" "$T/d.db" >"$T/d.txt" || fail "stability.py differ on D exited $?"
+[ -z "$(sed -n 1p "$T/d.txt")" ] || fail "a first-pass row beat M=1's phase-2 pick: $(cat "$T/d.txt")"
+# and the same row without a phase 2 there is the pick
+sqlite3 "$T/d.db" "UPDATE results SET phase = 1 WHERE batch_size = 1"
+python3 "$S/bench/search/stability.py" differ "$T/a.db" "$T/d.db" >"$T/e.txt" || fail "stability.py differ on E exited $?"
+[ "$(sed -n 2p "$T/e.txt")" = 1 ] || fail "without a phase 2, the faster row is not M=1's pick: $(cat "$T/e.txt")"
+pass "stability.py: where a batch size has phase-2 rows they decide; without, the fastest row"

@@ -312,6 +312,83 @@ static void test_queries(void **state) {
     assert_null(q);
 }
 
+/* Where a sweep re-measured finalists side by side (phase 2: the decide step, halving), only
+ * those rows compete at that (device name, shape, batch size): a first-pass row another GPU
+ * of the same name measured faster is not the pick, nor the runner-up. A device of another
+ * name keeps its own first-pass best, and other batch sizes are unchanged. */
+static void test_final_phase(void **state) {
+    fixture_t *fx = *state;
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(fx->db, &db), SQLITE_OK);
+    /* shape 1 at M=16: config 1 reads 19 us in the first pass on device 1; configs 2 and 3
+     * re-measured side by side on device 2 (the same name) at 24 and 25 us. */
+    tmpdb_exec(db, "UPDATE results SET phase = 2, device_id = 2, median_us = 24, min_us = 23 WHERE sweep_id = 1"
+                   " AND shape_id = 1 AND batch_size = 16 AND config_id = 2;"
+                   "UPDATE results SET phase = 2, device_id = 2, median_us = 25, min_us = 24 WHERE sweep_id = 1"
+                   " AND shape_id = 1 AND batch_size = 16 AND config_id = 3;"
+                   "INSERT INTO devices (id, name, uuid) VALUES (3, 'NVIDIA H100', 'GPU-3');"
+                   "UPDATE results SET status = 'ok', device_id = 3, median_us = 30, min_us = 29 WHERE sweep_id = 1"
+                   " AND shape_id = 1 AND batch_size = 16 AND config_id = 4;");
+    sqlite3_close(db);
+
+    exp_report_t rep;
+    char err[600] = "";
+    FILE *changes = fopen("/dev/null", "w");
+    /* partial: the H100 measured one batch size only */
+    exp_opts_t o = {.db_path = fx->db, .out_dir = fx->out, .sweep_id = 1, .changes = changes, .partial = true};
+    int rc = exp_run(&o, &rep, err, sizeof err);
+    fclose(changes);
+    if (rc != MT_OK) fail_msg("export: %s", err);
+    assert_non_null(find_file(&rep, SIM1));
+    exp_report_clear(&rep);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", fx->out, SIM1);
+    json_t *root = json_load_file(path, 0, NULL);
+    assert_non_null(root);
+    check_entry(root, "16", 32, 64, 64, 16, 4, 2); /* config 2, not config 1's 19 us */
+    check_entry(root, "1", 16, 64, 128, 1, 4, 3);  /* no phase 2 there: config 1 as before */
+    json_decref(root);
+    snprintf(path, sizeof path, "%s/sim/E=128,N=768,device_name=NVIDIA_H100.json", fx->out);
+    root = json_load_file(path, 0, NULL);
+    assert_non_null(root);
+    assert_int_equal(json_object_size(root), 1);
+    check_entry(root, "16", 128, 256, 64, 1, 8, 5);
+    json_decref(root);
+    snprintf(path, sizeof path, "%s/sim/manifest.json", fx->out);
+    json_t *man = json_load_file(path, 0, NULL);
+    assert_non_null(man);
+    json_t *e16 = json_object_get(
+        json_object_get(json_object_get(man, "E=128,N=768,device_name=NVIDIA_H200.json"), "entries"), "16");
+    assert_true(json_real_value(json_object_get(e16, "median_us")) == 24.0);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(e16, "runner_up"), "config_id")), 3);
+    json_decref(man);
+
+    dbq_t *q = NULL;
+    assert_int_equal(dbq_open(fx->db, &q, err, sizeof err), MT_OK);
+    dbq_filter_t f;
+    acc_t a;
+    memset(&f, 0, sizeof f);
+    memset(&a, 0, sizeof a);
+    f.best = true;
+    f.e = 128;
+    f.batch_size = 16;
+    assert_int_equal(dbq_results(q, &f, count_row, &a, err, sizeof err), MT_OK);
+    assert_int_equal(a.n, 1);
+    assert_int_equal(a.last.config_id, 2);
+    /* history: per device name, H100 (config 4) then H200 (config 2) */
+    dbq_hist_filter_t h;
+    memset(&h, 0, sizeof h);
+    h.sweep_id = 1;
+    h.e = 128;
+    h.batch_size = 16;
+    memset(&a, 0, sizeof a);
+    assert_int_equal(dbq_history(q, &h, count_row, &a, err, sizeof err), MT_OK);
+    assert_int_equal(a.n, 2);
+    assert_int_equal(a.last.config_id, 2);
+    assert_string_equal(a.last.device_name, "NVIDIA H200");
+    dbq_close(&q);
+}
+
 /* The near-tie margin: the gap over the pair's combined deviation; equal medians are a
  * tie, and a gap without any deviation is no tie at all. */
 static void test_margin(void **state) {
@@ -329,6 +406,7 @@ int main(void) {
         cmocka_unit_test(test_margin),
         cmocka_unit_test_setup_teardown(test_reexport, setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_queries, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_final_phase, setup, tmpdir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
