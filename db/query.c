@@ -11,9 +11,11 @@
 
 struct dbq {
     sqlite3 *db;
-    int v2; /* results has versions, up_us, down_us (schema 2); a v1 file reads them as '' and 0 */
-    int v3; /* shapes has routing and there is a routings table (schema 3); older files read '' */
-    int v4; /* results has phase (schema 4); older files read 1 */
+    /* which walk of each k_sql_* array the file's schema takes: 0 (v1), 1 (v2: results has
+     * versions, up_us, down_us; a v1 file reads them as '' and 0), 2 (v3: shapes has routing and
+     * there is a routings table; older files read '') or 3 (v4 and later: results has phase;
+     * older files read 1) */
+    int walk;
 };
 
 /* Columns every result walk reads, in the order row_from() expects. */
@@ -45,23 +47,25 @@ struct dbq {
     "SELECT " RESULT_COLS tail RESULT_FROM RESULT_WHERE                                                                \
     " ORDER BY r.sweep_id, r.shape_id, r.batch_size, r.median_us, r.config_id LIMIT ?9"
 
-/* A sweep's phase-2 rows (halving's finalists, the decide step's near-ties), measured side by
- * side in one job on one GPU, decide where they exist: per (sweep, export dir, device name,
- * shape, batch size) only the rows of the latest phase measured there compete. A first-pass
- * row the decide step did not re-measure (it was not a finalist) may come from another GPU
- * of the same name and read a few percent faster than the re-measures (bench/RESULTS.md,
- * "Stability ... twice, on H100s"). ph: the row's phase ("1" for a file before schema 4). */
-#define FINAL_PHASE(ph)                                                                                                \
-    ", " ph " AS ph, max(" ph ") OVER (PARTITION BY r.sweep_id, " EXPORT_DIR_DEV ", r.shape_id, r.batch_size) AS "     \
-                                                                                 "topph"
 #define EXPORT_DIR_DEV "CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END, COALESCE(d.name, 'unknown')"
 
+/* The rows of cols from from_where (keep: more conditions on them) ranked by median, then
+ * config id, within each part (rk 1 = the pick). A sweep's phase-2 rows (halving's
+ * finalists, the decide step's near-ties), measured side by side in one job on one GPU,
+ * decide where they exist: per (sweep, export dir, device name, shape, batch size) only the
+ * rows of the latest phase measured there are ranked. A first-pass row the decide step did
+ * not re-measure (it was not a finalist) may come from another GPU of the same name and read
+ * a few percent faster than the re-measures (bench/RESULTS.md, "Stability ... twice, on
+ * H100s"). ph: the row's phase ("1" for a file before schema 4). */
+#define FINAL_RANKED(part, cols, from_where, ph, keep)                                                                 \
+    "SELECT *, ROW_NUMBER() OVER (PARTITION BY " part " ORDER BY median_us, config_id) AS rk FROM (SELECT " cols       \
+    ", " ph " AS ph, max(" ph ") OVER (PARTITION BY r.sweep_id, " EXPORT_DIR_DEV ", r.shape_id, r.batch_size)"         \
+    " AS topph" from_where ") WHERE ph = topph" keep
+
 #define SQL_BEST(tail, RESULT_FROM, ph)                                                                                \
-    "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY shape_id, batch_size ORDER BY median_us, config_id)"     \
-    " AS rk FROM (SELECT " RESULT_COLS tail                                                                            \
-    FINAL_PHASE(ph)                                                                                                    \
-    RESULT_FROM RESULT_WHERE " AND r.status = 'ok' AND r.median_us IS NOT NULL) WHERE ph = topph) WHERE rk = 1"        \
-                             " ORDER BY shape_id, batch_size LIMIT ?9"
+    "SELECT * FROM (" FINAL_RANKED("shape_id, batch_size", RESULT_COLS tail,                                           \
+                                   RESULT_FROM RESULT_WHERE " AND r.status = 'ok' AND r.median_us IS NOT NULL", ph,    \
+                                   "") ") WHERE rk = 1 ORDER BY shape_id, batch_size LIMIT ?9"
 
 /* What an export reads: ok rows of the selected sweeps (?1: a JSON array of ids, NULL =
  * all), with ?3 only the lowest median per (dir, device, shape, batch size). The
@@ -70,26 +74,23 @@ struct dbq {
 #define EXPORT_WHERE " WHERE r.status = 'ok' AND (?1 IS NULL OR r.sweep_id IN (SELECT value FROM json_each(?1)))"
 #define EXPORT_ORDER " ORDER BY dir, dev, e, n, dtype, sbn, sbk, k, topk, shape_id, batch_size, median_us, config_id"
 #define SQL_EXPORT(tail, RESULT_FROM, ph)                                                                              \
-    "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY dir, dev, shape_id, batch_size"                          \
-    " ORDER BY median_us, config_id) AS rk FROM (SELECT " RESULT_COLS tail                                             \
-    FINAL_PHASE(ph)                                                                                                    \
-    RESULT_FROM EXPORT_WHERE ") WHERE ph = topph) WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
+    "SELECT * FROM (" FINAL_RANKED("dir, dev, shape_id, batch_size", RESULT_COLS tail, RESULT_FROM EXPORT_WHERE, ph,   \
+                                   "") ") WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
 #define SQL_EXPORT_LATEST(tail, RESULT_FROM, ph)                                                                       \
-    "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY dir, dev, shape_id, batch_size"                          \
-    " ORDER BY median_us, config_id) AS rk FROM (SELECT " RESULT_COLS tail ", max(r.sweep_id)"                         \
-    " OVER (PARTITION BY " EXPORT_DIR_DEV ", r.shape_id) AS lsid" FINAL_PHASE(ph) RESULT_FROM EXPORT_WHERE             \
-        ")"                                                                                                            \
-        " WHERE sweep_id = lsid AND ph = topph) WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
+    "SELECT * FROM (" FINAL_RANKED(                                                                                    \
+        "dir, dev, shape_id, batch_size",                                                                              \
+        RESULT_COLS tail ", max(r.sweep_id) OVER (PARTITION BY " EXPORT_DIR_DEV ", r.shape_id) AS lsid",               \
+        RESULT_FROM EXPORT_WHERE, ph, " AND sweep_id = lsid") ") WHERE ?3 = 0 OR rk = 1" EXPORT_ORDER
 
+#define HISTORY_WHERE                                                                                                  \
+    " WHERE (?1 = 0 OR r.sweep_id = ?1) AND (?2 = 0 OR s.e = ?2) AND (?3 = 0 OR s.n = ?3)"                             \
+    " AND (?4 = 0 OR s.k = ?4) AND (?5 = 0 OR s.topk = ?5) AND (?6 = '' OR s.dtype = ?6)"                              \
+    " AND (?7 = 0 OR r.batch_size = ?7) AND (?8 = '' OR COALESCE(d.name, 'unknown') = ?8)"                             \
+    " AND (?9 = '' OR r.backend = ?9) AND r.status = 'ok' AND r.median_us IS NOT NULL"
+#define HISTORY_ORDER " ORDER BY sweep_id, e, n, k, topk, dtype, sbn, sbk, dev, batch_size"
 #define SQL_HISTORY(tail, RESULT_FROM, ph)                                                                             \
-    "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY sweep_id, shape_id, dev, batch_size"                     \
-    " ORDER BY median_us, config_id) AS rk FROM (SELECT " RESULT_COLS tail                                             \
-    FINAL_PHASE(ph) RESULT_FROM                                                                                        \
-        " WHERE (?1 = 0 OR r.sweep_id = ?1) AND (?2 = 0 OR s.e = ?2) AND (?3 = 0 OR s.n = ?3)"                         \
-        " AND (?4 = 0 OR s.k = ?4) AND (?5 = 0 OR s.topk = ?5) AND (?6 = '' OR s.dtype = ?6)"                          \
-        " AND (?7 = 0 OR r.batch_size = ?7) AND (?8 = '' OR COALESCE(d.name, 'unknown') = ?8)"                         \
-        " AND (?9 = '' OR r.backend = ?9) AND r.status = 'ok' AND r.median_us IS NOT NULL) WHERE ph = topph)"          \
-        " WHERE rk = 1 ORDER BY sweep_id, e, n, k, topk, dtype, sbn, sbk, dev, batch_size"
+    "SELECT * FROM (" FINAL_RANKED("sweep_id, shape_id, dev, batch_size", RESULT_COLS tail, RESULT_FROM HISTORY_WHERE, \
+                                   ph, "") ") WHERE rk = 1" HISTORY_ORDER
 
 /* Each walk for a v1 file [0], a v2 file [1], a v3 file [2] and a file of schema 4 or later
  * (results.phase) [3]. */
@@ -167,16 +168,16 @@ static int open_conn(const char *name, int flags, dbq_t *q, int *code, char *why
     }
     sqlite3_finalize(st);
     st = NULL;
-    q->v2 =
-        sqlite3_prepare_v2(q->db, "SELECT versions, up_us, down_us FROM results LIMIT 0", -1, &st, NULL) == SQLITE_OK;
-    sqlite3_finalize(st);
-    st = NULL;
-    q->v3 = q->v2 && sqlite3_prepare_v2(q->db, "SELECT s.routing, rt.source FROM shapes s, routings rt LIMIT 0", -1,
-                                        &st, NULL) == SQLITE_OK;
-    sqlite3_finalize(st);
-    st = NULL;
-    q->v4 = q->v3 && sqlite3_prepare_v2(q->db, "SELECT phase FROM results LIMIT 0", -1, &st, NULL) == SQLITE_OK;
-    sqlite3_finalize(st);
+    /* each schema's columns, probed in order: a file has those of every schema up to its own */
+    static const char *const probes[] = {"SELECT versions, up_us, down_us FROM results LIMIT 0",
+                                         "SELECT s.routing, rt.source FROM shapes s, routings rt LIMIT 0",
+                                         "SELECT phase FROM results LIMIT 0"};
+    q->walk = 0;
+    for (size_t i = 0; i < sizeof probes / sizeof *probes && q->walk == (int)i; i++) {
+        if (sqlite3_prepare_v2(q->db, probes[i], -1, &st, NULL) == SQLITE_OK) q->walk++;
+        sqlite3_finalize(st);
+        st = NULL;
+    }
     return MT_OK;
 }
 
@@ -324,8 +325,7 @@ mt_status_t dbq_results(dbq_t *q, const dbq_filter_t *f, dbq_result_fn fn, void 
         memset(&none, 0, sizeof none);
         f = &none;
     }
-    int rc = prepare(q, f->best ? k_sql_best[q->v2 + q->v3 + q->v4] : k_sql_results[q->v2 + q->v3 + q->v4], &st, err,
-                     errlen);
+    int rc = prepare(q, f->best ? k_sql_best[q->walk] : k_sql_results[q->walk], &st, err, errlen);
     if (rc != MT_OK) return rc;
     BIND_TARGET(st, f);
     sqlite3_bind_text(st, 8, f->status, -1, SQLITE_TRANSIENT);
@@ -353,8 +353,7 @@ mt_status_t dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_re
                             size_t errlen) {
     sqlite3_stmt *st = NULL;
     bool latest = sel && sel->latest;
-    int v = q->v2 + q->v3 + q->v4;
-    int rc = prepare(q, latest ? k_sql_export_latest[v] : k_sql_export[v], &st, err, errlen);
+    int rc = prepare(q, latest ? k_sql_export_latest[q->walk] : k_sql_export[q->walk], &st, err, errlen);
     if (rc != MT_OK) return rc;
     rc = bind_sweeps(st, sel);
     sqlite3_bind_int(st, 3, best);
@@ -412,7 +411,7 @@ mt_status_t dbq_sweeps(dbq_t *q, const char *state, dbq_sweep_fn fn, void *ctx, 
 
 mt_status_t dbq_history(dbq_t *q, const dbq_hist_filter_t *f, dbq_result_fn fn, void *ctx, char *err, size_t errlen) {
     sqlite3_stmt *st = NULL;
-    int rc = prepare(q, k_sql_history[q->v2 + q->v3 + q->v4], &st, err, errlen);
+    int rc = prepare(q, k_sql_history[q->walk], &st, err, errlen);
     if (rc != MT_OK) return rc;
     BIND_TARGET(st, f);
     sqlite3_bind_text(st, 8, f->device, -1, SQLITE_TRANSIENT);
