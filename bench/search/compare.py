@@ -3,26 +3,26 @@
   python3 bench/search/compare.py OUT_DIR exhaustive racing [halving ...]
 
 Reads OUT_DIR/<strategy>.db (sweep 1 of each). The first strategy is the reference: it measured
-every config of the space. For each other strategy and each (shape, batch size), its pick (lowest
-ok median of the rows its export ranks: stability.ok_rows) is looked up in the reference's rows: ratio = reference median of that pick / reference
-best. Prints a table per strategy, worst and mean ratio, rows by status and samples taken.
+every config of the space. For each other strategy and each (shape, batch size), its pick (as
+`moetune results --best` takes it; MT_BIN_DIR or PATH finds moetune) is looked up in the
+reference's rows: ratio = reference median of that pick / reference best. Prints a table per
+strategy, worst and mean ratio, rows by status and samples taken.
 """
 import json
 import sqlite3
 import sys
 
-from stability import ok_rows
+from stability import moetune_picks
 
 
 def picks(db):
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     cfg = {i: (bm, bn, bk, g, w, st) for i, bm, bn, bk, g, w, st in c.execute(
         "SELECT id, block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs")}
-    best, every = {}, {}
-    for key, cid, med, final in ok_rows(c):
-        every[(key, cfg[cid])] = med
-        if final:
-            best.setdefault(key, (cfg[cid], med))
+    every = {(((e, n, k, topk), m), cfg[cid]): med for e, n, k, topk, m, cid, med in c.execute(
+        "SELECT s.e, s.n, s.k, s.topk, r.batch_size, r.config_id, r.median_us FROM results r"
+        " JOIN shapes s ON s.id = r.shape_id WHERE r.sweep_id = 1 AND r.status = 'ok'")}
+    best = moetune_picks(db)
     status = dict(c.execute("SELECT status, count(*) FROM results WHERE sweep_id = 1 GROUP BY status").fetchall())
     samples = c.execute("SELECT coalesce(sum(samples), 0) FROM results WHERE sweep_id = 1").fetchone()[0]
     state = (c.execute("SELECT state FROM sweeps WHERE id = 1").fetchone() or ["missing"])[0]

@@ -2,6 +2,7 @@
 # backend measures, and the options a sim dry run adds to `moetune tune`.
 # Env: BACKEND (default cuda; sim for a dry run), MT_BIN_DIR (the binaries; default from PATH).
 bin=${MT_BIN_DIR:-$(dirname "$(command -v moetune)")}
+export MT_BIN_DIR=$bin # stability.py and compare.py read picks with $bin/moetune
 backend=${BACKEND:-cuda}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 extra=()

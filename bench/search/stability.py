@@ -26,49 +26,48 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
       pairs with the change spread like pairs without it.
 """
 import json
+import os
+import shutil
 import sqlite3
+import subprocess
 import sys
 
 TOLERANCE = 0.01
+CONFIG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 
 
 def cfg_text(c):
     return "x".join(str(v) for v in c)
 
 
-def ok_rows(c):
-    """Sweep 1's ok rows as ((shape, M), config id, median, final): final where the row is of the
-    latest phase measured at its (shape, batch size, device name), as moetune's export ranks them:
-    where a decide step or halving's phase 2 re-measured finalists side by side, only those rows
-    compete (db/query.c)."""
-    rows = c.execute(
-        "SELECT s.e, s.n, s.k, s.topk, r.batch_size, r.config_id, r.median_us, r.phase,"
-        " COALESCE(d.name, 'unknown') FROM results r JOIN shapes s ON s.id = r.shape_id"
-        " LEFT JOIN devices d ON d.id = r.device_id WHERE r.sweep_id = 1 AND r.status = 'ok'"
-        " ORDER BY r.median_us, r.config_id").fetchall()
-    top = {}
-    for e, n, k, topk, m, cid, med, ph, dev in rows:
-        key = ((e, n, k, topk), m, dev)
-        top[key] = max(top.get(key, 0), ph)
-    return [(((e, n, k, topk), m), cid, med, ph == top[((e, n, k, topk), m, dev)])
-            for e, n, k, topk, m, cid, med, ph, dev in rows]
+def moetune_picks(db):
+    """{(shape, M): (config, median)}: sweep 1's picks as moetune itself takes them (`moetune results
+    --best`: where a decide step or halving re-measured finalists side by side, only those rows
+    pick). The binary: MT_BIN_DIR/moetune, else moetune on PATH."""
+    d = os.environ.get("MT_BIN_DIR")
+    exe = os.path.join(d, "moetune") if d else shutil.which("moetune")
+    if not exe:
+        sys.exit("moetune not found: set MT_BIN_DIR or put it on PATH")
+    run = subprocess.run([exe, "results", "--db", db, "--sweep", "1", "--best", "--json"],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"{db}: moetune results exited {run.returncode}: {run.stderr.strip()}")
+    best = {}
+    for line in run.stdout.splitlines():
+        r = json.loads(line)
+        s, c = r["shape"], r["config"]
+        best[((s["E"], s["N"], s["K"], s["topk"]), r["batch_size"])] = (tuple(c[k] for k in CONFIG_KEYS), r["median_us"])
+    return best
 
 
 def picks(db):
-    """{(shape, M): (config, median)}: sweep 1's pick per (shape, batch size), the lowest ok
-    median of the final rows (ok_rows)."""
+    """moetune_picks of a done sweep 1."""
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     state = c.execute("SELECT state FROM sweeps WHERE id = 1").fetchone()
     if not state or state[0] != "done":
         # a stopped sweep's lowest medians are not its strategy's picks
         sys.exit(f"{db}: sweep 1 is {state[0] if state else 'missing'}, not done: its picks are not comparable")
-    cfg = {i: (bm, bn, bk, g, w, st) for i, bm, bn, bk, g, w, st in c.execute(
-        "SELECT id, block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs")}
-    best = {}
-    for key, cid, med, final in ok_rows(c):
-        if final:
-            best.setdefault(key, (cfg[cid], med))
-    return best
+    return moetune_picks(db)
 
 
 def medians(db, sweep=1):

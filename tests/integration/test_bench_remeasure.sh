@@ -62,7 +62,7 @@ grep -q 'sweep 1 is running, not done' "$T/u.log" || fail "no reason given: $(ca
 ! ls "$T"/u/remeasure-*.db >/dev/null 2>&1 || fail "a sweep not done was re-measured"
 pass "remeasure.sh: a sweep that is not done is refused, nothing re-measured"
 
-# Picks as the export takes them: where a batch size has phase-2 rows (a decide step's side-by-side
+# Picks as moetune takes them (stability.py asks `moetune results --best`): where a batch size has phase-2 rows (a decide step's side-by-side
 # re-measure), a first-pass row is not a pick, even one read faster on another GPU of the same
 # name. D is A with, at M=1, A's pick re-measured (phase 2) and another config's first-pass row
 # from a second device, twice as fast: D's picks are A's.
@@ -80,10 +80,10 @@ c.execute("UPDATE results SET status = 'ok', phase = 1, device_id = ?, median_us
           " AND config_id = ?", (second, med / 2, other))
 c.commit()
 PY
-python3 "$S/bench/search/stability.py" differ "$T/a.db" "$T/d.db" >"$T/d.txt" || fail "stability.py differ on D exited $?"
+MT_BIN_DIR=$BIN python3 "$S/bench/search/stability.py" differ "$T/a.db" "$T/d.db" >"$T/d.txt" || fail "stability.py differ on D exited $?"
 [ -z "$(sed -n 1p "$T/d.txt")" ] || fail "a first-pass row beat M=1's phase-2 pick: $(cat "$T/d.txt")"
 # and the same row without a phase 2 there is the pick
 sqlite3 "$T/d.db" "UPDATE results SET phase = 1 WHERE batch_size = 1"
-python3 "$S/bench/search/stability.py" differ "$T/a.db" "$T/d.db" >"$T/e.txt" || fail "stability.py differ on E exited $?"
+MT_BIN_DIR=$BIN python3 "$S/bench/search/stability.py" differ "$T/a.db" "$T/d.db" >"$T/e.txt" || fail "stability.py differ on E exited $?"
 [ "$(sed -n 2p "$T/e.txt")" = 1 ] || fail "without a phase 2, the faster row is not M=1's pick: $(cat "$T/e.txt")"
 pass "stability.py: where a batch size has phase-2 rows they decide; without, the fastest row"
