@@ -80,10 +80,11 @@ static int setup(void **state) {
     return 0;
 }
 
-static int run_export(fixture_t *fx, uint64_t sweep, exp_report_t *rep) {
+/* partial: also files of sweeps or devices that did not measure their whole plan (--partial). */
+static int run_export(fixture_t *fx, uint64_t sweep, bool partial, exp_report_t *rep) {
     char err[600] = "";
     FILE *changes = fopen("/dev/null", "w");
-    exp_opts_t o = {.db_path = fx->db, .out_dir = fx->out, .sweep_id = sweep, .changes = changes};
+    exp_opts_t o = {.db_path = fx->db, .out_dir = fx->out, .sweep_id = sweep, .changes = changes, .partial = partial};
     int rc = exp_run(&o, rep, err, sizeof err);
     fclose(changes);
     if (rc != MT_OK) fail_msg("export: %s", err);
@@ -115,7 +116,7 @@ static void check_entry(json_t *root, const char *key, int bm, int bn, int bk, i
 static void test_files(void **state) {
     fixture_t *fx = *state;
     exp_report_t rep;
-    run_export(fx, 0, &rep);
+    run_export(fx, 0, false, &rep);
     assert_int_equal(rep.n_files, 3);
     const exp_file_t *f = find_file(&rep, SIM1);
     assert_non_null(f);
@@ -192,7 +193,7 @@ static void test_reexport(void **state) {
     exp_report_t rep;
     int changed;
     char path[512];
-    run_export(fx, 0, &rep);
+    run_export(fx, 0, false, &rep);
     exp_report_clear(&rep);
     assert_int_equal(count_exports(fx, &changed), 3);
     assert_int_equal(changed, 4 + 4 + 1);
@@ -200,7 +201,7 @@ static void test_reexport(void **state) {
     char *before = tmpdb_read_file(path);
 
     /* Same data again: 0 changed entries, the files are left as they are. */
-    run_export(fx, 0, &rep);
+    run_export(fx, 0, false, &rep);
     assert_int_equal(rep.n_files, 3);
     for (size_t i = 0; i < rep.n_files; i++) {
         assert_int_equal(rep.files[i].state, EXP_UNCHANGED);
@@ -244,7 +245,7 @@ static void test_reexport(void **state) {
     free(before);
 
     /* One sweep only. */
-    run_export(fx, 2, &rep);
+    run_export(fx, 2, false, &rep);
     assert_int_equal(rep.n_files, 1);
     assert_string_equal(rep.files[0].path, CUDA1);
     exp_report_clear(&rep);
@@ -332,13 +333,7 @@ static void test_final_phase(void **state) {
     sqlite3_close(db);
 
     exp_report_t rep;
-    char err[600] = "";
-    FILE *changes = fopen("/dev/null", "w");
-    /* partial: the H100 measured one batch size only */
-    exp_opts_t o = {.db_path = fx->db, .out_dir = fx->out, .sweep_id = 1, .changes = changes, .partial = true};
-    int rc = exp_run(&o, &rep, err, sizeof err);
-    fclose(changes);
-    if (rc != MT_OK) fail_msg("export: %s", err);
+    run_export(fx, 1, true, &rep); /* partial: the H100 measured one batch size only */
     assert_non_null(find_file(&rep, SIM1));
     exp_report_clear(&rep);
     char path[512];
@@ -364,6 +359,7 @@ static void test_final_phase(void **state) {
     json_decref(man);
 
     dbq_t *q = NULL;
+    char err[300];
     assert_int_equal(dbq_open(fx->db, &q, err, sizeof err), MT_OK);
     dbq_filter_t f;
     acc_t a;
