@@ -276,6 +276,15 @@ static mt_status_t count_row(void *ctx, const dbq_result_t *r) {
     return 0;
 }
 
+/* The picks dbq_results --best walks for shape E=e at batch size bs (0: every one). */
+static acc_t best_rows(dbq_t *q, uint32_t e, uint32_t bs) {
+    dbq_filter_t f = {.best = true, .e = e, .batch_size = bs};
+    acc_t a = {0};
+    char err[300];
+    assert_int_equal(dbq_results(q, &f, count_row, &a, err, sizeof err), MT_OK);
+    return a;
+}
+
 static void test_queries(void **state) {
     fixture_t *fx = *state;
     dbq_t *q = NULL;
@@ -289,10 +298,7 @@ static void test_queries(void **state) {
     assert_int_equal(a.n, 2 * 4 * 5 + 1);
     assert_int_equal(a.crashed, 8);
     /* Best of shape E=128 per batch size: 4 sizes; M=4096 is config 3. */
-    memset(&a, 0, sizeof a);
-    f.best = true;
-    f.e = 128;
-    assert_int_equal(dbq_results(q, &f, count_row, &a, err, sizeof err), MT_OK);
+    a = best_rows(q, 128, 0);
     assert_int_equal(a.n, 4);
     assert_int_equal(a.crashed, 0);
     assert_int_equal(a.last.batch_size, 4096);
@@ -361,14 +367,7 @@ static void test_final_phase(void **state) {
     dbq_t *q = NULL;
     char err[300];
     assert_int_equal(dbq_open(fx->db, &q, err, sizeof err), MT_OK);
-    dbq_filter_t f;
-    acc_t a;
-    memset(&f, 0, sizeof f);
-    memset(&a, 0, sizeof a);
-    f.best = true;
-    f.e = 128;
-    f.batch_size = 16;
-    assert_int_equal(dbq_results(q, &f, count_row, &a, err, sizeof err), MT_OK);
+    acc_t a = best_rows(q, 128, 16);
     assert_int_equal(a.n, 1);
     assert_int_equal(a.last.config_id, 2);
     /* history: per device name, H100 (config 4) then H200 (config 2) */
