@@ -58,9 +58,9 @@ static mt_status_t rank_rows(halving_row_t *rows, size_t n, size_t nb, size_t *s
     return MT_OK;
 }
 
-/* How many of batch size b's rows (start[b] .. start[b + 1], fastest first) are finalists:
+/* How many of batch size b's rows (start[b] .. start[b + 1], fastest first) go on by rank:
  * halving's kept share (margin 0), or the decide step's near-ties, those within margin of
- * the best, at most HALVING_DECIDE_MAX, and none where only the best is. */
+ * the best, at most HALVING_DECIDE_MAX (choose drops a batch size whose best stands alone). */
 static size_t keep_count(const halving_row_t *rows, const size_t *start, size_t b, double margin) {
     size_t m = start[b + 1] - start[b], keep = 0;
     if (!(margin > 0)) {
@@ -69,7 +69,23 @@ static size_t keep_count(const halving_row_t *rows, const size_t *start, size_t 
     }
     double limit = m ? rows[start[b]].median_us * (1.0 + margin) : 0.0;
     while (keep < m && keep < HALVING_DECIDE_MAX && rows[start[b] + keep].median_us <= limit) keep++;
-    return keep >= 2 ? keep : 0;
+    return keep;
+}
+
+/* Marks, among rows lo .. hi (one batch size, fastest first), each device's fastest row within
+ * HALVING_DEVICE_MARGIN of the best, for at most HALVING_DEVICE_MAX devices besides the best's:
+ * cards of one model read a few percent apart, so each card's own best is compared side by side. */
+static void mark_device_bests(halving_row_t *rows, size_t lo, size_t hi) {
+    if (lo == hi) return;
+    double limit = rows[lo].median_us * (1.0 + HALVING_DEVICE_MARGIN);
+    size_t added = 0;
+    for (size_t k = lo + 1; k < hi && added < HALVING_DEVICE_MAX && rows[k].median_us <= limit; k++) {
+        bool seen = false; /* a faster row of this device came first: not its best */
+        for (size_t j = lo; j < k && !seen; j++) seen = rows[j].device_id == rows[k].device_id;
+        if (seen) continue;
+        rows[k].finalist = true;
+        added++;
+    }
 }
 
 /* halving_choose (margin 0) and halving_choose_decide (margin > 0). */
@@ -78,8 +94,12 @@ static mt_status_t choose(halving_row_t *rows, size_t n, size_t nb, double margi
     if (!start) return MT_NOMEM;
     mt_status_t rc = rank_rows(rows, n, nb, start);
     for (size_t b = 0; !rc && b < nb; b++) {
-        size_t keep = keep_count(rows, start, b, margin);
+        size_t keep = keep_count(rows, start, b, margin), marked = 0;
         for (size_t k = start[b]; k < start[b + 1]; k++) rows[k].finalist = rows[k].rank <= keep;
+        mark_device_bests(rows, start[b], start[b + 1]);
+        for (size_t k = start[b]; k < start[b + 1]; k++) marked += rows[k].finalist;
+        if (margin > 0 && marked < 2) /* the best alone: nothing to compare it with */
+            for (size_t k = start[b]; k < start[b + 1]; k++) rows[k].finalist = false;
     }
     /* Halving's seeds: a neighbouring batch size's winner is measured here too, so a winner
      * that phase 1's few samples put just outside the kept share at this size gets its chance. */
@@ -150,15 +170,15 @@ typedef struct {
     size_t nb;
 } collect_t;
 
-static mt_status_t collect(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us, double stddev_us) {
-    (void)stddev_us;
+static mt_status_t collect(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us, uint64_t device_id) {
     collect_t *c = ctx;
     size_t bi = c->nb;
     for (size_t i = 0; i < c->nb; i++)
         if (c->bs[i] == batch_size) bi = i;
     if (bi == c->nb || !(median_us > 0)) return MT_OK; /* not one of the sweep's: not a candidate */
     if (mt_grow((void **)&c->rows, &c->cap, c->n + 1, sizeof *c->rows, 256) != MT_OK) return MT_NOMEM;
-    c->rows[c->n++] = (halving_row_t){.config_id = config_id, .bi = (uint32_t)bi, .median_us = median_us};
+    c->rows[c->n++] =
+        (halving_row_t){.config_id = config_id, .device_id = device_id, .bi = (uint32_t)bi, .median_us = median_us};
     return MT_OK;
 }
 

@@ -53,6 +53,15 @@
  * batch sizes on an H200 where one round agreed at 17. */
 #define HALVING_DECIDE_MAX 4
 #define HALVING_DECIDE_DEFAULT_MARGIN 0.02
+/* A sweep measured on several GPUs ranks first-pass rows of different cards against each
+ * other, and two H100s of one model, driver and power limit read the same kernels up to 3 %
+ * apart (bench/RESULTS.md, "Stability: Mixtral-8x7B TP2 racing twice, on H100s"): more than
+ * the decide margin, so a config whose row came from the slower card could miss the side-by-side
+ * re-measure it belongs in. So, in halving and the decide step alike, each device's fastest
+ * row at a batch size goes on too when within HALVING_DEVICE_MARGIN of the best, for at most
+ * HALVING_DEVICE_MAX devices (the nearest first). A sweep on one GPU gains nothing. */
+#define HALVING_DEVICE_MARGIN 0.05
+#define HALVING_DEVICE_MAX 2
 /* The near-ties a batch size is expected to have, for progress before they are known: on the
  * H200 the decide step re-measured 49-53 rows over 18 batch sizes (bench/RESULTS.md). */
 #define HALVING_DECIDE_EXPECT 3
@@ -75,7 +84,8 @@ void halving_measure(const Moetune__Measure *sweep, uint32_t phase, bool decide,
 /* One phase-1 ok row, as halving_choose ranks it. */
 typedef struct {
     uint64_t config_id;
-    uint32_t bi; /* index of its batch size in the sweep's sorted list */
+    uint64_t device_id; /* the GPU that measured it (devices.id; 0: not known, one device) */
+    uint32_t bi;        /* index of its batch size in the sweep's sorted list */
     double median_us;
     uint32_t rank; /* out: 1 = fastest at its batch size */
     bool finalist; /* out */
@@ -83,14 +93,16 @@ typedef struct {
 
 /* Pure: ranks rows per batch size (median, then config id) and marks the finalists:
  * the best max(HALVING_KEEP_MIN, ceil(n / HALVING_KEEP_DIV)) of each batch size's n
- * rows, plus, at each batch size, the rank-1 configs of the neighbouring batch sizes
- * (bi - 1, bi + 1) where they have a row. Reorders rows. nb bounds every bi: MT_INVAL for a
- * row whose bi is not below it (rows untouched); MT_NOMEM. */
+ * rows, the devices' fastest rows within HALVING_DEVICE_MARGIN of the best (at most
+ * HALVING_DEVICE_MAX devices besides the best's), plus, at each batch size, the rank-1
+ * configs of the neighbouring batch sizes (bi - 1, bi + 1) where they have a row. Reorders
+ * rows. nb bounds every bi: MT_INVAL for a row whose bi is not below it (rows untouched);
+ * MT_NOMEM. */
 mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb);
 /* Pure: ranks rows as halving_choose and marks the decide step's finalists: at each batch
  * size the configs whose median is within margin (> 0) of the best (median <= best x (1 +
- * margin)), at most HALVING_DECIDE_MAX, and none where only the best is. Reorders rows.
- * MT_INVAL as halving_choose. */
+ * margin)), at most HALVING_DECIDE_MAX, and the devices' fastest rows as halving_choose;
+ * none where only the best is. Reorders rows. MT_INVAL as halving_choose. */
 mt_status_t halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin);
 
 /* About how many finalist rows halving_choose keeps of a shape whose configs each have a

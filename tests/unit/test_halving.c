@@ -116,6 +116,64 @@ static void test_choose_decide(void **state) {
     assert_true(halving_decide_margin("exhaustive", &m) == 0.0);
 }
 
+/* A sweep on several GPUs: each device's fastest row within HALVING_DEVICE_MARGIN of the best
+ * goes on (at most HALVING_DEVICE_MAX devices besides the best's, the nearest first), though
+ * past the decide margin or the kept share; a device's second row does not, nor one past the
+ * device margin; a best whose only company is another device's best is re-measured. */
+static void test_choose_devices(void **state) {
+    (void)state;
+    enum { NB = 3 };
+    /* config, device, median at batch sizes 0, 1, 2 */
+    static const struct {
+        uint64_t c, dev;
+        double us[NB];
+    } k[] = {
+        {1, 1, {100.0, 100.0, 100.0}},
+        {2, 1, {100.5, 120.0, 120.0}}, /* a near-tie at 0 */
+        {3, 1, {110.0, 121.0, 121.0}},
+        {4, 2, {103.0, 106.0, 104.0}}, /* device 2's best: past 2 %, within 5 % at 0 and 2 */
+        {5, 2, {103.5, 107.0, 104.5}}, /* device 2's second */
+        {6, 3, {104.0, 130.0, 130.0}}, /* device 3's best */
+        {7, 4, {104.5, 130.0, 130.0}}, /* device 4's best: past the cap at 0 */
+        {8, 5, {106.0, 130.0, 130.0}}, /* past the device margin */
+    };
+    enum { NK = sizeof k / sizeof k[0] };
+    halving_row_t rows[NK * NB];
+    size_t n = 0;
+    for (uint32_t b = 0; b < NB; b++)
+        for (size_t i = 0; i < NK; i++)
+            rows[n++] = (halving_row_t){.config_id = k[i].c, .device_id = k[i].dev, .bi = b, .median_us = k[i].us[b]};
+    assert_int_equal(halving_choose_decide(rows, n, NB, 0.02), MT_OK);
+    static const bool want[NB][NK] = {
+        {true, true, false, true, false, true, false, false},
+        {false, false, false, false, false, false, false, false}, /* device 2's best is 6 % off */
+        {true, false, false, true, false, false, false, false},
+    };
+    for (uint32_t b = 0; b < NB; b++)
+        for (size_t i = 0; i < NK; i++)
+            if (find(rows, n, k[i].c, b)->finalist != want[b][i])
+                fail_msg("config %llu at batch size %u: finalist %d, want %d", (unsigned long long)k[i].c, b,
+                         find(rows, n, k[i].c, b)->finalist, want[b][i]);
+    /* the same rows from one device: the near-ties alone */
+    for (size_t i = 0; i < n; i++) rows[i].device_id = 7;
+    assert_int_equal(halving_choose_decide(rows, n, NB, 0.02), MT_OK);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) kept += rows[i].finalist;
+    assert_int_equal(kept, 2);
+    /* halving: 40 configs of device 1 at 101 .. 140 keep the best 4; device 2's best (104.5, rank 5)
+     * goes on, its next row (104.6) and device 1's fifth (105) do not */
+    halving_row_t h[42];
+    for (uint64_t c = 1; c <= 40; c++) h[c - 1] = (halving_row_t){.config_id = c, .device_id = 1, .median_us = 100.0 + c};
+    h[40] = (halving_row_t){.config_id = 41, .device_id = 2, .median_us = 104.5};
+    h[41] = (halving_row_t){.config_id = 42, .device_id = 2, .median_us = 104.6};
+    assert_int_equal(halving_choose(h, 42, 1), MT_OK);
+    assert_true(find(h, 42, 4, 0)->finalist);
+    assert_true(find(h, 42, 41, 0)->finalist);
+    assert_int_equal(find(h, 42, 41, 0)->rank, 5);
+    assert_false(find(h, 42, 42, 0)->finalist);
+    assert_false(find(h, 42, 5, 0)->finalist);
+}
+
 /* The progress estimate of a shape's finalists: the kept share (at least 4) plus one
  * neighbour's winner per batch size, never more than every config. */
 static void test_finalists_estimate(void **state) {
@@ -181,13 +239,21 @@ typedef struct {
 static const uint32_t k_seed_bs[] = {1, 2};
 
 /* A sweep of one shape with 20 configs (ids 1..20) with a phase-1 row each at batch sizes
- * 1 and 2, medians us(c, b); config 10's row at batch size 2 is racing's pruned one. The
- * store is the caller's to close. */
-static void seed_rows(seeded_t *x, double (*us)(uint32_t c, size_t b)) {
+ * 1 and 2, medians us(c, b), measured by GPU devices.id 1 (configs 1..split) and 2 (the
+ * rest); config 10's row at batch size 2 is racing's pruned one. The store is the caller's to
+ * close. */
+static void seed_rows(seeded_t *x, double (*us)(uint32_t c, size_t b), uint32_t split) {
     char err[256];
-    uint64_t job = 0;
+    uint64_t job = 0, dev[2] = {0};
     krn_shape_t sh = {.e = 8, .n = 256, .k = 256, .topk = 2, .dtype = "bf16"};
     assert_int_equal(store_open(g_db.path, &x->s, err, sizeof err), MT_OK);
+    for (size_t i = 0; i < 2; i++) {
+        Moetune__Gpu gpu = MOETUNE__GPU__INIT;
+        gpu.name = "NVIDIA H100 80GB HBM3";
+        gpu.uuid = i ? "GPU-2" : "GPU-1";
+        assert_int_equal(store_device_upsert(x->s, &gpu, &dev[i]), MT_OK);
+        assert_int_equal(dev[i], i + 1);
+    }
     assert_int_equal(store_sweep_insert(x->s, "hv", "", 0, 1, &x->sweep), MT_OK);
     assert_int_equal(store_shape_upsert(x->s, &sh, &x->shape), MT_OK);
     assert_int_equal(store_job_insert(x->s, x->sweep, x->shape, NULL, 1, &job), MT_OK);
@@ -202,6 +268,7 @@ static void seed_rows(seeded_t *x, double (*us)(uint32_t c, size_t b)) {
                                 .shape_id = x->shape,
                                 .config_id = id,
                                 .job_id = job,
+                                .device_id = dev[c > split],
                                 .batch_size = k_seed_bs[b],
                                 .status = MOETUNE__STATUS__STATUS_OK,
                                 .median_us = us(c, b),
@@ -233,7 +300,7 @@ static double halving_us(uint32_t c, size_t b) { return b == 0 ? 10.0 + c : 40.0
  * call changes nothing. */
 static void test_plan_shape(void **state) {
     seeded_t x;
-    seed_rows(&x, halving_us);
+    seed_rows(&x, halving_us, 20);
     halving_step_t st = plan(&x, 3, 0, 7);
     assert_false(st.already);
     assert_int_equal(st.finalists, 10); /* 4 + 1 seeded at each batch size */
@@ -288,7 +355,7 @@ static double decide_us(uint32_t c, size_t b) {
  * idempotent. */
 static void test_plan_decide(void **state) {
     seeded_t x;
-    seed_rows(&x, decide_us);
+    seed_rows(&x, decide_us, 20);
     halving_step_t st = plan(&x, 16, 0.02, 7);
     assert_false(st.already);
     assert_int_equal(st.finalists, HALVING_DECIDE_MAX + 2);
@@ -308,6 +375,30 @@ static void test_plan_decide(void **state) {
     st = plan(&x, 16, 0.02, 8);
     assert_true(st.already);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2"), 2);
+    store_close(&x.s);
+}
+
+/* bs 1: device 1's best (config 1, 100) stands alone within 2 %, device 2's (config 11) is 3 %
+ * behind; bs 2: device 2's best (config 11) is 6 % behind. */
+static double devices_us(uint32_t c, size_t b) {
+    if (c == 1) return 100.0;
+    if (c == 11) return b == 0 ? 103.0 : 106.0;
+    return 150.0 + c;
+}
+
+/* The decide step of a sweep measured on two GPUs, on a store: the rows' devices reach the
+ * rule, so the other card's best within HALVING_DEVICE_MARGIN is re-measured beside the best
+ * (bs 1), and a best with no company within either margin is not (bs 2). */
+static void test_plan_decide_devices(void **state) {
+    seeded_t x;
+    seed_rows(&x, devices_us, 10);
+    halving_step_t st = plan(&x, 16, 0.02, 7);
+    assert_int_equal(st.finalists, 2);
+    assert_int_equal(st.jobs, 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
+                               " WHERE j.phase = 2 AND j.batch_sizes = '1' AND jc.config_id IN (1, 11)"),
+                     2);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '2'"), 0);
     store_close(&x.s);
 }
 
@@ -837,11 +928,13 @@ int main(void) {
         cmocka_unit_test(test_choose),
         cmocka_unit_test(test_choose_share),
         cmocka_unit_test(test_choose_decide),
+        cmocka_unit_test(test_choose_devices),
         cmocka_unit_test(test_finalists_estimate),
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_bs_lists),
         cmocka_unit_test_prestate_setup_teardown(test_plan_shape, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_plan_decide, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_plan_decide_devices, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_phase2_per_shape, fx_setup, fx_teardown),
