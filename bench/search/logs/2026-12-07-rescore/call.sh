@@ -5,7 +5,7 @@
 # its own folder rmN/; all by T seconds (env T, default 300).
 t0=$(date +%s); T=${T:-300}; R=${REPEAT:-3}; W=/tmp/w; d=bench/search/logs/2026-12-06-pair; mkdir -p $W
 export PATH=$PWD/dist/bin:$PATH LD_LIBRARY_PATH=$PWD/dist/lib
-{ date; nvidia-smi --query-gpu=name,driver_version,power.limit,serial --format=csv,noheader; nproc; } >$W/host.txt
+{ date; nvidia-smi --query-gpu=name,driver_version,power.limit,serial,uuid --format=csv,noheader; nproc; } >$W/host.txt
 gunzip -c $d/r1/a/racing.db.gz >$W/a.db
 gunzip -c $d/r2/b/racing.db.gz >$W/b.db
 for r in $(seq 1 "$R"); do
