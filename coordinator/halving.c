@@ -58,28 +58,16 @@ static mt_status_t rank_rows(halving_row_t *rows, size_t n, size_t nb, size_t *s
     return MT_OK;
 }
 
-/* How many of batch size b's rows (start[b] .. start[b + 1], fastest first) go on by rank:
- * halving's kept share (margin 0), or the decide step's near-ties, those within margin of
- * the best, at most HALVING_DECIDE_MAX (choose drops a batch size whose best stands alone). */
-static size_t keep_count(const halving_row_t *rows, const size_t *start, size_t b, double margin) {
-    size_t m = start[b + 1] - start[b], keep = 0;
-    if (!(margin > 0)) {
-        keep = (m + HALVING_KEEP_DIV - 1) / HALVING_KEEP_DIV;
-        return keep < HALVING_KEEP_MIN ? HALVING_KEEP_MIN : keep;
-    }
-    double limit = m ? rows[start[b]].median_us * (1.0 + margin) : 0.0;
-    while (keep < m && keep < HALVING_DECIDE_MAX && rows[start[b] + keep].median_us <= limit) keep++;
-    return keep;
-}
-
-/* Marks, among rows lo .. hi (one batch size, fastest first), each device's fastest row within
+/* Marks, among rows lo .. hi (one batch size, fastest first), halving's finalists by rank: its
+ * kept share, at least HALVING_KEEP_MIN; then each device's fastest row within
  * HALVING_DEVICE_MARGIN of the best, for at most HALVING_DEVICE_MAX devices besides the best's:
  * cards of one model read a few percent apart, so each card's own best is compared side by side. */
-static void mark_device_bests(halving_row_t *rows, size_t lo, size_t hi) {
-    if (lo == hi) return;
-    double limit = rows[lo].median_us * (1.0 + HALVING_DEVICE_MARGIN);
-    size_t added = 0;
-    for (size_t k = lo + 1; k < hi && added < HALVING_DEVICE_MAX && rows[k].median_us <= limit; k++) {
+static void mark_halving(halving_row_t *rows, size_t lo, size_t hi) {
+    size_t keep = (hi - lo + HALVING_KEEP_DIV - 1) / HALVING_KEEP_DIV, added = 0;
+    if (keep < HALVING_KEEP_MIN) keep = HALVING_KEEP_MIN;
+    for (size_t k = lo; k < hi; k++) rows[k].finalist = rows[k].rank <= keep;
+    double reach = lo < hi ? rows[lo].median_us * (1.0 + HALVING_DEVICE_MARGIN) : 0.0;
+    for (size_t k = lo + 1; k < hi && added < HALVING_DEVICE_MAX && rows[k].median_us <= reach; k++) {
         bool seen = false; /* a faster row of this device came first: not its best */
         for (size_t j = lo; j < k && !seen; j++) seen = rows[j].device_id == rows[k].device_id;
         if (seen) continue;
@@ -88,18 +76,50 @@ static void mark_device_bests(halving_row_t *rows, size_t lo, size_t hi) {
     }
 }
 
+/* Marks, among rows lo .. hi (one batch size, fastest first), the decide step's finalists: the
+ * devices are taken in the order of their fastest rows, the best's device and at most
+ * HALVING_DEVICE_MAX others whose fastest row is within HALVING_DEVICE_MARGIN of the best; of
+ * each, its rows within margin of its own fastest, at most HALVING_DECIDE_MAX. A card that reads
+ * a few percent slow thus has its near-ties compared side by side with the others'. None where
+ * that leaves the best alone. */
+static void mark_decide(halving_row_t *rows, size_t lo, size_t hi, double margin) {
+    struct {
+        uint64_t id;
+        double best;
+        size_t kept;
+    } dev[1 + HALVING_DEVICE_MAX];
+    size_t nd = 0, marked = 0;
+    double reach = lo < hi ? rows[lo].median_us * (1.0 + HALVING_DEVICE_MARGIN) : 0.0;
+    for (size_t k = lo; k < hi; k++) {
+        halving_row_t *r = &rows[k];
+        size_t d = 0;
+        r->finalist = false;
+        while (d < nd && dev[d].id != r->device_id) d++;
+        if (d == nd) {
+            if (nd == 1 + HALVING_DEVICE_MAX || r->median_us > reach) continue;
+            dev[nd].id = r->device_id, dev[nd].best = r->median_us, dev[nd].kept = 0;
+            nd++;
+        }
+        if (dev[d].kept < HALVING_DECIDE_MAX && r->median_us <= dev[d].best * (1.0 + margin)) {
+            r->finalist = true;
+            dev[d].kept++;
+            marked++;
+        }
+    }
+    if (marked < 2) /* the best alone: nothing to compare it with */
+        for (size_t k = lo; k < hi; k++) rows[k].finalist = false;
+}
+
 /* halving_choose (margin 0) and halving_choose_decide (margin > 0). */
 static mt_status_t choose(halving_row_t *rows, size_t n, size_t nb, double margin) {
     size_t *start = calloc(nb + 1, sizeof *start);
     if (!start) return MT_NOMEM;
     mt_status_t rc = rank_rows(rows, n, nb, start);
     for (size_t b = 0; !rc && b < nb; b++) {
-        size_t keep = keep_count(rows, start, b, margin), marked = 0;
-        for (size_t k = start[b]; k < start[b + 1]; k++) rows[k].finalist = rows[k].rank <= keep;
-        mark_device_bests(rows, start[b], start[b + 1]);
-        for (size_t k = start[b]; k < start[b + 1]; k++) marked += rows[k].finalist;
-        if (margin > 0 && marked < 2) /* the best alone: nothing to compare it with */
-            for (size_t k = start[b]; k < start[b + 1]; k++) rows[k].finalist = false;
+        if (margin > 0)
+            mark_decide(rows, start[b], start[b + 1], margin);
+        else
+            mark_halving(rows, start[b], start[b + 1]);
     }
     /* Halving's seeds: a neighbouring batch size's winner is measured here too, so a winner
      * that phase 1's few samples put just outside the kept share at this size gets its chance. */

@@ -57,9 +57,11 @@
  * other, and two H100s of one model, driver and power limit read the same kernels up to 3 %
  * apart (bench/RESULTS.md, "Stability: Mixtral-8x7B TP2 racing twice, on H100s"): more than
  * the decide margin, so a config whose row came from the slower card could miss the side-by-side
- * re-measure it belongs in. So, in halving and the decide step alike, each device's fastest
- * row at a batch size goes on too when within HALVING_DEVICE_MARGIN of the best, for at most
- * HALVING_DEVICE_MAX devices (the nearest first). A sweep on one GPU gains nothing. */
+ * re-measure it belongs in. So each device whose fastest row at a batch size is within
+ * HALVING_DEVICE_MARGIN of the best, for at most HALVING_DEVICE_MAX devices besides the best's
+ * (the nearest first), adds its own: in the decide step its near-ties, those within the margin
+ * of its own fastest (at most HALVING_DECIDE_MAX a device); in halving its fastest row. A sweep
+ * on one GPU gains nothing. */
 #define HALVING_DEVICE_MARGIN 0.05
 #define HALVING_DEVICE_MAX 2
 /* The near-ties a batch size is expected to have, for progress before they are known: on the
@@ -101,8 +103,9 @@ typedef struct {
 mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb);
 /* Pure: ranks rows as halving_choose and marks the decide step's finalists: at each batch
  * size the configs whose median is within margin (> 0) of the best (median <= best x (1 +
- * margin)), at most HALVING_DECIDE_MAX, and the devices' fastest rows as halving_choose;
- * none where only the best is. Reorders rows. MT_INVAL as halving_choose. */
+ * margin)), at most HALVING_DECIDE_MAX; on several devices, the same of each device within
+ * HALVING_DEVICE_MARGIN (its rows against its own fastest, at most HALVING_DEVICE_MAX devices
+ * besides the best's); none where only the best is. Reorders rows. MT_INVAL as halving_choose. */
 mt_status_t halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin);
 
 /* About how many finalist rows halving_choose keeps of a shape whose configs each have a

@@ -19,6 +19,10 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
   python3 bench/search/stability.py cross A.db B.db
       where the two runs picked differently, each pick's median in each run (both runs measure
       every config of the space): a check without a re-measure, two separate measurements each.
+  python3 bench/search/stability.py against REF.db B.db [C.db ...]
+      each run against a reference run that measured every config (bench/search/two_cards.sh):
+      per run, the (shape, batch size) where it picked another config than REF, and its picks'
+      medians in REF over REF's pick there, worst and mean. One summary line a run.
   python3 bench/search/stability.py ratios A.db B.db [...]
       every pair of runs (sweep 1 of each, e.g. a setting changed between them): over the (config,
       batch size) both measured ok, the median of A's median over B's and its 5th and 95th
@@ -177,6 +181,17 @@ def cross(a, b):
         print(f"E={e},N={n},K={k:<11} {m:>5} {cfg_text(ca):<22} {cfg_text(cb):<22} {fmt(in_a):>10} {fmt(in_b):>10}")
 
 
+def against(ref, runs):
+    pr, mr = picks(ref), medians(ref)
+    for db in runs:
+        p = picks(db)
+        r = [mr.get((key, p[key][0]), float("inf")) / pr[key][1] for key in sorted(pr) if key in p]
+        other = sum(1 for key in pr if key in p and p[key][0] != pr[key][0])
+        print("summary " + json.dumps({"run": db, "batch_sizes": len(r), "other_config": other,
+                                       "worst_ratio": round(max(r), 5) if r else None,
+                                       "mean_ratio": round(sum(r) / len(r), 5) if r else None}))
+
+
 def ratios(dbs):
     runs = {db: medians(db) for db in dbs}
 
@@ -203,6 +218,8 @@ if __name__ == "__main__":
         score(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "cross":
         cross(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "against":
+        against(sys.argv[2], sys.argv[3:])
     elif len(sys.argv) >= 4 and sys.argv[1] == "ratios":
         ratios(sys.argv[2:])
     elif len(sys.argv) >= 3 and sys.argv[1] == "spread":
