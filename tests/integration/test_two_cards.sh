@@ -4,7 +4,7 @@
 # racing sweep over both picks what a one-card reference sweep picks, within 0.15 % at every
 # batch size and the same config at 11 or more of 13: the decide step re-measures each card's own
 # fastest config side by side (halving.h, HALVING_DEVICE_MARGIN), so a config only the slower card
-# measured is not ranked out by its card.
+# measured is not ranked out by its card. Then bench/search/two_cards.sh, one run, scores alike.
 source "$(dirname "$0")/lib.sh"
 M="$BIN/moetune"
 SHAPE=(--model qwen3-30b-a3b --tp 1 --batch-sizes 1,2,4,8,16,32,64,128,256,512,1024,2048,4096)
@@ -47,3 +47,16 @@ done
 awk -v w="$WORST" 'BEGIN { exit !(w <= 1.0015) }' || fail "a two-card pick is ${WORST}x the one-card best"
 [ "$same" -ge 11 ] || fail "two cards picked the one-card reference's config at $same of 13 batch sizes"
 pass "two cards 4 % apart: the reference's config at $same of 13 batch sizes, every pick within ${WORST}x of it"
+
+# The benchmark of the same (bench/search/two_cards.sh, one run): its summary line scores the run
+# against its reference with stability.py against.
+bench=$(cd "$(dirname "$0")/../../bench/search" && pwd)
+bash "$bench/two_cards.sh" "$BIN" "$T/bench" 1 >"$T/bench.out" 2>&1 || { cat "$T/bench.out"; fail "two_cards.sh exited $?"; }
+python3 - "$T/bench.out" <<'PY' || fail "two_cards.sh: $(cat "$T/bench.out")"
+import json, sys
+lines = [json.loads(l[len("summary "):]) for l in open(sys.argv[1]) if l.startswith("summary ")]
+assert len(lines) == 1, lines
+s = lines[0]
+assert s["batch_sizes"] == 13 and s["other_config"] <= 2 and 1.0 <= s["worst_ratio"] <= 1.0015, s
+PY
+pass "bench/search/two_cards.sh: $(grep -o '"other_config": [0-9]*' "$T/bench.out"), $(grep -o '"worst_ratio": [0-9.]*' "$T/bench.out")"
