@@ -3,7 +3,7 @@
 # indices 0 and 1, the second with every latency x 1.04, as two H100s read up to 3 % apart): a
 # racing sweep over both picks what a one-card reference sweep picks, within 0.15 % at every
 # batch size and the same config at 11 or more of 13: the decide step re-measures each card's own
-# fastest config side by side (halving.h, HALVING_DEVICE_MARGIN), so a config only the slower card
+# near-ties side by side (halving.h, HALVING_DEVICE_MARGIN), so a config only the slower card
 # measured is not ranked out by its card. Then bench/search/two_cards.sh, one run, scores alike.
 source "$(dirname "$0")/lib.sh"
 M="$BIN/moetune"
