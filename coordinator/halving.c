@@ -79,7 +79,8 @@ static void mark_halving(halving_row_t *rows, size_t lo, size_t hi) {
 /* Marks, among rows lo .. hi (one batch size, fastest first), the decide step's finalists: the
  * devices are taken in the order of their fastest rows, the best's device and at most
  * HALVING_DEVICE_MAX others whose fastest row is within HALVING_DEVICE_MARGIN of the best; of
- * each, its rows within margin of its own fastest, at most HALVING_DECIDE_MAX. A card that reads
+ * each, its rows within margin of its own fastest, at most HALVING_DECIDE_MAX of the best's device
+ * and HALVING_DEVICE_NEAR of each other. A card that reads
  * a few percent slow thus has its near-ties compared side by side with the others'. None where
  * that leaves the best alone. */
 static void mark_decide(halving_row_t *rows, size_t lo, size_t hi, double margin) {
@@ -100,7 +101,7 @@ static void mark_decide(halving_row_t *rows, size_t lo, size_t hi, double margin
             dev[nd].id = r->device_id, dev[nd].best = r->median_us, dev[nd].kept = 0;
             nd++;
         }
-        if (dev[d].kept < HALVING_DECIDE_MAX && r->median_us <= dev[d].best * (1.0 + margin)) {
+        if (dev[d].kept < (d ? HALVING_DEVICE_NEAR : HALVING_DECIDE_MAX) && r->median_us <= dev[d].best * (1.0 + margin)) {
             r->finalist = true;
             dev[d].kept++;
             marked++;

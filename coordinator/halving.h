@@ -60,10 +60,13 @@
  * re-measure it belongs in. So each device whose fastest row at a batch size is within
  * HALVING_DEVICE_MARGIN of the best, for at most HALVING_DEVICE_MAX devices besides the best's
  * (the nearest first), adds its own: in the decide step its near-ties, those within the margin
- * of its own fastest (at most HALVING_DECIDE_MAX a device); in halving its fastest row. A sweep
- * on one GPU gains nothing. */
+ * of its own fastest (at most HALVING_DEVICE_NEAR); in halving its fastest row. A sweep on one
+ * GPU gains nothing. On the sim, two cards 4 % apart picked what one card picks at 11-13 of 13
+ * batch sizes (bench/search/two_cards.sh; 5-11 before), the decide step re-measuring half as many
+ * rows again (4 near-ties a device: twice as many, no better). */
 #define HALVING_DEVICE_MARGIN 0.05
 #define HALVING_DEVICE_MAX 2
+#define HALVING_DEVICE_NEAR 2
 /* The near-ties a batch size is expected to have, for progress before they are known: on the
  * H200 the decide step re-measured 49-53 rows over 18 batch sizes (bench/RESULTS.md). */
 #define HALVING_DECIDE_EXPECT 3
@@ -103,9 +106,10 @@ typedef struct {
 mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb);
 /* Pure: ranks rows as halving_choose and marks the decide step's finalists: at each batch
  * size the configs whose median is within margin (> 0) of the best (median <= best x (1 +
- * margin)), at most HALVING_DECIDE_MAX; on several devices, the same of each device within
- * HALVING_DEVICE_MARGIN (its rows against its own fastest, at most HALVING_DEVICE_MAX devices
- * besides the best's); none where only the best is. Reorders rows. MT_INVAL as halving_choose. */
+ * margin)), at most HALVING_DECIDE_MAX; on several devices, of each other device whose fastest
+ * row is within HALVING_DEVICE_MARGIN of the best (at most HALVING_DEVICE_MAX, the nearest) its
+ * rows within margin of its own fastest, at most HALVING_DEVICE_NEAR; none where only the best
+ * is. Reorders rows. MT_INVAL as halving_choose. */
 mt_status_t halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin);
 
 /* About how many finalist rows halving_choose keeps of a shape whose configs each have a

@@ -118,9 +118,10 @@ static void test_choose_decide(void **state) {
 
 /* A sweep on several GPUs: each device whose fastest row is within HALVING_DEVICE_MARGIN of the
  * best (at most HALVING_DEVICE_MAX besides the best's, the nearest first) adds, in the decide
- * step, its rows within the margin of its own fastest, though past the margin of the best; a
- * device past the cap or the device margin adds none; a best whose only company is another
- * device's rows is re-measured. Halving adds each such device's fastest row alone. */
+ * step, its rows within the margin of its own fastest (at most HALVING_DEVICE_NEAR), though past
+ * the margin of the best; a device past the cap or the device margin adds none; a best whose
+ * only company is another device's rows is re-measured. Halving adds each such device's fastest
+ * row alone. */
 static void test_choose_devices(void **state) {
     (void)state;
     enum { NB = 3 };
@@ -137,6 +138,7 @@ static void test_choose_devices(void **state) {
         {6, 3, {104.0, 130.0, 130.0}}, /* device 3's best */
         {7, 4, {104.5, 130.0, 130.0}}, /* device 4's best: past the cap at 0 */
         {8, 5, {106.0, 130.0, 130.0}}, /* past the device margin */
+        {9, 2, {103.8, 130.0, 130.0}}, /* device 2's third near-tie at 0: past HALVING_DEVICE_NEAR */
     };
     enum { NK = sizeof k / sizeof k[0] };
     halving_row_t rows[NK * NB];
@@ -146,9 +148,9 @@ static void test_choose_devices(void **state) {
             rows[n++] = (halving_row_t){.config_id = k[i].c, .device_id = k[i].dev, .bi = b, .median_us = k[i].us[b]};
     assert_int_equal(halving_choose_decide(rows, n, NB, 0.02), MT_OK);
     static const bool want[NB][NK] = {
-        {true, true, false, true, true, true, false, false},
-        {false, false, false, false, false, false, false, false}, /* device 2's best is 6 % off */
-        {true, false, false, true, true, false, false, false},
+        {true, true, false, true, true, true, false, false, false},
+        {false, false, false, false, false, false, false, false, false}, /* device 2's best is 6 % off */
+        {true, false, false, true, true, false, false, false, false},
     };
     for (uint32_t b = 0; b < NB; b++)
         for (size_t i = 0; i < NK; i++)
