@@ -22,7 +22,8 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
   python3 bench/search/stability.py against REF.db B.db [C.db ...]
       each run against a reference run that measured every config (bench/search/two_cards.sh):
       per run, the (shape, batch size) where it picked another config than REF, and its picks'
-      medians in REF over REF's pick there, worst and mean. One summary line a run.
+      medians in REF over REF's pick there, worst and mean (not_in_ref: picks with no ok row in
+      REF, left out of the ratios). One summary line a run.
   python3 bench/search/stability.py ratios A.db B.db [...]
       every pair of runs (sweep 1 of each, e.g. a setting changed between them): over the (config,
       batch size) both measured ok, the median of A's median over B's and its 5th and 95th
@@ -185,9 +186,11 @@ def against(ref, runs):
     pr, mr = picks(ref), medians(ref)
     for db in runs:
         p = picks(db)
-        r = [mr.get((key, p[key][0]), float("inf")) / pr[key][1] for key in sorted(pr) if key in p]
-        other = sum(1 for key in pr if key in p and p[key][0] != pr[key][0])
-        print("summary " + json.dumps({"run": db, "batch_sizes": len(r), "other_config": other,
+        keys = [key for key in sorted(pr) if key in p]
+        r = [mr[(key, p[key][0])] / pr[key][1] for key in keys if (key, p[key][0]) in mr]
+        other = sum(1 for key in keys if p[key][0] != pr[key][0])
+        print("summary " + json.dumps({"run": db, "batch_sizes": len(keys), "other_config": other,
+                                       "not_in_ref": len(keys) - len(r),
                                        "worst_ratio": round(max(r), 5) if r else None,
                                        "mean_ratio": round(sum(r) / len(r), 5) if r else None}))
 

@@ -9,8 +9,10 @@
 # pick (worst, mean).
 #   bench/search/two_cards.sh BUILD_OR_BIN_DIR OUT_DIR [RUNS] [SLOWDOWN] [sweep options]
 # Default: 8 runs, slowdown 1.04, Qwen3-30B-A3B TP1, the default space, 13 batch sizes 1 .. 4096,
-# racing and its decide step (the defaults); sim time scale 0. Writes OUT_DIR/ref.db,
-# OUT_DIR/twoN.db and OUT_DIR/against.txt.
+# racing and its decide step (the defaults); sim time scale 0. Env REF_SWEEP: the reference's
+# options instead of the sweep's (a halving sweep against every config measured: REF_SWEEP="--model
+# qwen3-30b-a3b --tp 1 --race-margin 0 --batch-sizes ..."). Writes OUT_DIR/ref.db, OUT_DIR/twoN.db
+# and OUT_DIR/against.txt.
 set -euo pipefail
 bin=${1:?usage: bench/search/two_cards.sh BUILD_OR_BIN_DIR OUT_DIR [RUNS] [SLOWDOWN] [sweep options]}
 out=${2:?OUT_DIR}
@@ -24,7 +26,9 @@ mkdir -p "$out"
 rm -f "$out"/ref.db "$out"/two*.db
 T=$(mktemp -d /tmp/moetune-two.XXXXXX)
 trap 'rc=$?; kill -KILL $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$T"; exit $rc' EXIT
-"$bin/moetune" tune --backend sim --workers 1 --sim-time-scale 0 "${sweep[@]}" --db "$out/ref.db" --out "$T/ref" \
+ref=("${sweep[@]}")
+[ -n "${REF_SWEEP:-}" ] && read -r -a ref <<<"$REF_SWEEP"
+"$bin/moetune" tune --backend sim --workers 1 --sim-time-scale 0 "${ref[@]}" --db "$out/ref.db" --out "$T/ref" \
   >"$T/ref.out" 2>"$T/ref.err" || { tail -n 5 "$T/ref.err"; exit 1; }
 for r in $(seq 1 "$runs"); do
   db=$out/two$r.db

@@ -163,8 +163,8 @@ static void test_choose_devices(void **state) {
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) kept += rows[i].finalist;
     assert_int_equal(kept, 2);
-    /* halving: 40 configs of device 1 at 101 .. 140 keep the best 4; device 2's best (104.5, rank 5)
-     * goes on, its next row (104.6) and device 1's fifth (105) do not */
+    /* halving: 40 configs of device 1 at 101 .. 140 keep the best 4; device 2's fastest (104.5,
+     * rank 5) goes on, its next row (104.6) and device 1's fifth (105) do not */
     halving_row_t h[42];
     for (uint64_t c = 1; c <= 40; c++) h[c - 1] = (halving_row_t){.config_id = c, .device_id = 1, .median_us = 100.0 + c};
     h[40] = (halving_row_t){.config_id = 41, .device_id = 2, .median_us = 104.5};
