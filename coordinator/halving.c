@@ -89,15 +89,15 @@ static size_t mark_other_devices(halving_row_t *rows, size_t lo, size_t hi, doub
 }
 
 /* Marks, among rows lo .. hi (one batch size, fastest first), halving's finalists: its kept share
- * by rank, at least HALVING_KEEP_MIN; on several devices, each other device's fastest row.
- * (Each device's rows within the kept share's spread of its own fastest did no better on the
- * sim's two cards 4 % apart, bench/RESULTS.md: there the misses come from phase 2, whose jobs of
- * one batch size the two cards share.) */
+ * by rank, at least HALVING_KEEP_MIN; on several devices, of each other device the rows within
+ * the kept share's spread (its slowest over the best) of that device's own fastest, at most half
+ * the share: a card that reads a few percent slow keeps its own leaders. */
 static void mark_halving(halving_row_t *rows, size_t lo, size_t hi) {
     size_t keep = (hi - lo + HALVING_KEEP_DIV - 1) / HALVING_KEEP_DIV;
     if (keep < HALVING_KEEP_MIN) keep = HALVING_KEEP_MIN;
     for (size_t k = lo; k < hi; k++) rows[k].finalist = rows[k].rank <= keep;
-    mark_other_devices(rows, lo, hi, 1.0, 1);
+    if (hi - lo > keep)
+        mark_other_devices(rows, lo, hi, rows[lo + keep - 1].median_us / rows[lo].median_us, (keep + 1) / 2);
 }
 
 /* Marks, among rows lo .. hi (one batch size, fastest first), the decide step's finalists: the
@@ -280,6 +280,11 @@ mt_status_t halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, c
         return MT_OK;
     }
     if (!rc) rc = store_phase_rows_each(db, sweep_id, shape_id, 1, collect, &c);
+    /* Phase 1 measured on several GPUs: each batch size's finalists in one job, so that one card
+     * measures them all side by side (cards of one model read a few percent apart; in jobs of 16
+     * the cards shared them: bench/RESULTS.md, "Halving over the same two cards"). */
+    for (size_t i = 1; i < c.n; i++)
+        if (c.rows[i].device_id != c.rows[0].device_id) chunk = UINT32_MAX;
     if (!rc) rc = decide > 0 ? halving_choose_decide(c.rows, c.n, nb, decide) : halving_choose(c.rows, c.n, nb);
     if (!rc) rc = plan_rows(db, sweep_id, shape_id, bs, nb, chunk, !(decide > 0), now_s, c.rows, c.n, out);
     free(c.rows);

@@ -120,8 +120,8 @@ static void test_choose_decide(void **state) {
  * best (at most HALVING_DEVICE_MAX besides the best's, the nearest first) adds, in the decide
  * step, its rows within the margin of its own fastest (at most HALVING_DEVICE_NEAR), though past
  * the margin of the best; a device past the cap or the device margin adds none; a best whose
- * only company is another device's rows is re-measured. Halving adds each such device's fastest
- * row alone. */
+ * only company is another device's rows is re-measured. Halving adds each such device's rows
+ * within its kept share's spread of the device's own fastest, at most half the share. */
 static void test_choose_devices(void **state) {
     (void)state;
     enum { NB = 3 };
@@ -163,18 +163,29 @@ static void test_choose_devices(void **state) {
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) kept += rows[i].finalist;
     assert_int_equal(kept, 2);
-    /* halving: 40 configs of device 1 at 101 .. 140 keep the best 4; device 2's fastest (104.5,
-     * rank 5) goes on, its next row (104.6) and device 1's fifth (105) do not */
-    halving_row_t h[42];
-    for (uint64_t c = 1; c <= 40; c++) h[c - 1] = (halving_row_t){.config_id = c, .device_id = 1, .median_us = 100.0 + c};
-    h[40] = (halving_row_t){.config_id = 41, .device_id = 2, .median_us = 104.5};
-    h[41] = (halving_row_t){.config_id = 42, .device_id = 2, .median_us = 104.6};
-    assert_int_equal(halving_choose(h, 42, 1), MT_OK);
-    assert_true(find(h, 42, 4, 0)->finalist);
-    assert_true(find(h, 42, 41, 0)->finalist);
-    assert_int_equal(find(h, 42, 41, 0)->rank, 5);
-    assert_false(find(h, 42, 42, 0)->finalist);
-    assert_false(find(h, 42, 5, 0)->finalist);
+    /* halving: 40 configs of device 1 at 101 .. 140 keep the best 4 (101 .. 104, a spread of
+     * 2.97 %); device 2's rows within that spread of its own fastest (104.5 .. 107.6) go on, at
+     * most 2 (half the share): at 0 its 104.5 (rank 5) and 105.5, not its third (107.5); at 1 its
+     * 104.5, not its 108 (past the spread); device 1's fifth (105) at neither */
+    halving_row_t h[43 * 2];
+    static const double dev2[2][3] = {{104.5, 105.5, 107.5}, {104.5, 108.0, 130.0}};
+    size_t nh = 0;
+    for (uint32_t b = 0; b < 2; b++) {
+        for (uint64_t c = 1; c <= 40; c++)
+            h[nh++] = (halving_row_t){.config_id = c, .device_id = 1, .bi = b, .median_us = 100.0 + c};
+        for (uint64_t c = 41; c <= 43; c++)
+            h[nh++] = (halving_row_t){.config_id = c, .device_id = 2, .bi = b, .median_us = dev2[b][c - 41]};
+    }
+    assert_int_equal(halving_choose(h, nh, 2), MT_OK);
+    static const uint64_t on[2][3] = {{41, 42, 0}, {41, 0, 0}};
+    for (uint32_t b = 0; b < 2; b++) {
+        assert_true(find(h, nh, 4, b)->finalist);
+        assert_false(find(h, nh, 5, b)->finalist);
+        for (uint64_t c = 41; c <= 43; c++)
+            if (find(h, nh, c, b)->finalist != (on[b][0] == c || on[b][1] == c))
+                fail_msg("halving: config %llu at batch size %u", (unsigned long long)c, b);
+    }
+    assert_int_equal(find(h, nh, 41, 0)->rank, 5);
 }
 
 /* The progress estimate of a shape's finalists: the kept share (at least 4) plus one
@@ -343,6 +354,22 @@ static void test_plan_shape(void **state) {
     assert_int_equal(st.jobs, 0);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2"), 4);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results WHERE status = 'ok'"), 10);
+    store_close(&x.s);
+}
+
+/* Halving's phase 1 measured on two GPUs (configs 1-10 on one, 11-20 on the other): each batch
+ * size's 5 finalists go out in one phase-2 job, past chunk (3), so one card measures them side by
+ * side; the same rows as test_plan_shape's otherwise. */
+static void test_plan_shape_devices(void **state) {
+    seeded_t x;
+    seed_rows(&x, halving_us, 10);
+    halving_step_t st = plan(&x, 3, 0, 7);
+    assert_int_equal(st.finalists, 10);
+    assert_int_equal(st.jobs, 2);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '1'"), 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
+                               " WHERE j.phase = 2 AND j.batch_sizes = '2' AND jc.config_id IN (17, 18, 19, 20, 1)"),
+                     5);
     store_close(&x.s);
 }
 
@@ -936,6 +963,7 @@ int main(void) {
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_bs_lists),
         cmocka_unit_test_prestate_setup_teardown(test_plan_shape, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_plan_shape_devices, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_plan_decide, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_plan_decide_devices, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
