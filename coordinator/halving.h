@@ -6,7 +6,8 @@
  * coordinator's next commit batch on its writer thread: halving_advance) ranks the phase-1 medians per batch size, keeps the best share
  * of each batch size plus the phase-1 winners of its neighbouring batch sizes, marks
  * every other phase-1 ok row 'pruned' (detail "halving: rank R of N at phase 1") and
- * stores the phase-2 jobs: one shape, one batch size, its finalists (at most chunk a job).
+ * stores the phase-2 jobs: one shape, one batch size, its finalists (at most chunk a job, or
+ * all of them where phase 1 ran on several devices).
  * Phase 2 measures them side by side (WIRE_SIDE_BY_SIDE_ROUNDS rounds: on an H200 one
  * measurement of a config caught modes up to 7 % apart, bench/RESULTS.md) to the sweep's
  * RSD rule with racing off, and
@@ -60,10 +61,12 @@
  * re-measure it belongs in. So each device whose fastest row at a batch size is within
  * HALVING_DEVICE_MARGIN of the best, for at most HALVING_DEVICE_MAX devices besides the best's
  * (the nearest first), adds its own: in the decide step its near-ties, those within the margin
- * of its own fastest (at most HALVING_DEVICE_NEAR); in halving its fastest row. A sweep on one
- * GPU gains nothing. On the sim, two cards 4 % apart picked what one card picks at 11-13 of 13
- * batch sizes (bench/search/two_cards.sh; 5-11 before), the decide step re-measuring half as many
- * rows again (4 near-ties a device: twice as many, no better). */
+ * of its own fastest (at most HALVING_DEVICE_NEAR); in halving its rows within the kept share's
+ * spread of its own fastest (at most half the share), and each batch size's finalists then go
+ * out in one phase-2 job, so one card measures them side by side. A sweep on one GPU gains
+ * nothing. On the sim's two cards 4 % apart, racing then picked what one card picks at 11-13 of
+ * 13 batch sizes (5-11 before; bench/search/two_cards.sh), its decide step re-measuring half as
+ * many rows again (4 near-ties a device: twice as many, no better); halving at 12-13 (5-10). */
 #define HALVING_DEVICE_MARGIN 0.05
 #define HALVING_DEVICE_MAX 2
 #define HALVING_DEVICE_NEAR 2
@@ -98,8 +101,9 @@ typedef struct {
 
 /* Pure: ranks rows per batch size (median, then config id) and marks the finalists:
  * the best max(HALVING_KEEP_MIN, ceil(n / HALVING_KEEP_DIV)) of each batch size's n
- * rows, the devices' fastest rows within HALVING_DEVICE_MARGIN of the best (at most
- * HALVING_DEVICE_MAX devices besides the best's), plus, at each batch size, the rank-1
+ * rows; on several devices, of each other device whose fastest row is within
+ * HALVING_DEVICE_MARGIN of the best (at most HALVING_DEVICE_MAX), its rows within the kept
+ * share's spread of its own fastest, at most half the share; plus, at each batch size, the rank-1
  * configs of the neighbouring batch sizes (bi - 1, bi + 1) where they have a row. Reorders
  * rows. nb bounds every bi: MT_INVAL for a row whose bi is not below it (rows untouched);
  * MT_NOMEM. */
