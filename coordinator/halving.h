@@ -143,7 +143,8 @@ mt_status_t halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, c
 
 /* The phase transition of (sweep, shape), in one transaction of its own on db: reads
  * the phase-1 ok rows, chooses the finalists, prunes the others' rows and stores the
- * phase-2 jobs (one batch size and at most chunk configs each). bs: the sweep's batch sizes, sorted. decide:
+ * phase-2 jobs (one batch size and at most chunk configs each; all of a batch size's where
+ * phase 1 ran on several devices). bs: the sweep's batch sizes, sorted. decide:
  * 0 for halving, else the decide step's margin (halving_choose_decide; nothing pruned). A
  * shape whose phase 2 is planned already changes nothing (out->already). On failure
  * nothing is stored: MT_BUSY/MT_IO with store_errmsg(db), MT_NOMEM. */
