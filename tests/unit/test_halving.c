@@ -357,22 +357,6 @@ static void test_plan_shape(void **state) {
     store_close(&x.s);
 }
 
-/* Halving's phase 1 measured on two GPUs (configs 1-10 on one, 11-20 on the other): each batch
- * size's 5 finalists go out in one phase-2 job, past chunk (3), so one card measures them side by
- * side; the same rows as test_plan_shape's otherwise. */
-static void test_plan_shape_devices(void **state) {
-    seeded_t x;
-    seed_rows(&x, halving_us, 10);
-    halving_step_t st = plan(&x, 3, 0, 7);
-    assert_int_equal(st.finalists, 10);
-    assert_int_equal(st.jobs, 2);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '1'"), 1);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
-                               " WHERE j.phase = 2 AND j.batch_sizes = '2' AND jc.config_id IN (17, 18, 19, 20, 1)"),
-                     5);
-    store_close(&x.s);
-}
-
 /* bs 1: configs 1-5 within 2 % of the best (100 + 0.5 (c - 1)); bs 2: configs 1 and 20 within
  * it, every other far behind. */
 static double decide_us(uint32_t c, size_t b) {
@@ -416,19 +400,31 @@ static double devices_us(uint32_t c, size_t b) {
     return 150.0 + c;
 }
 
-/* The decide step of a sweep measured on two GPUs, on a store: the rows' devices reach the
- * rule, so the other card's best within HALVING_DEVICE_MARGIN is re-measured beside the best
- * (bs 1), and a best with no company within either margin is not (bs 2). */
-static void test_plan_decide_devices(void **state) {
+/* Sweeps measured on two GPUs (configs 1-10 on one, 11-20 on the other), on a store, the rows'
+ * devices reaching the rules. Halving (sweep 1, test_plan_shape's rows): each batch size's 5
+ * finalists go out in one phase-2 job, past chunk (3), so one card measures them side by side.
+ * The decide step (sweep 2): the other card's best within HALVING_DEVICE_MARGIN is re-measured
+ * beside the best (bs 1), and a best with no company within either margin is not (bs 2). */
+static void test_plan_devices(void **state) {
     seeded_t x;
+    seed_rows(&x, halving_us, 10);
+    halving_step_t st = plan(&x, 3, 0, 7);
+    assert_int_equal(st.finalists, 10);
+    assert_int_equal(st.jobs, 2);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '1'"), 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
+                               " WHERE j.phase = 2 AND j.batch_sizes = '2' AND jc.config_id IN (17, 18, 19, 20, 1)"),
+                     5);
+    store_close(&x.s);
     seed_rows(&x, devices_us, 10);
-    halving_step_t st = plan(&x, 16, 0.02, 7);
+    assert_int_equal(x.sweep, 2);
+    st = plan(&x, 16, 0.02, 7);
     assert_int_equal(st.finalists, 2);
     assert_int_equal(st.jobs, 1);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
-                               " WHERE j.phase = 2 AND j.batch_sizes = '1' AND jc.config_id IN (1, 11)"),
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id WHERE j.sweep_id = 2"
+                               " AND j.phase = 2 AND j.batch_sizes = '1' AND jc.config_id IN (1, 11)"),
                      2);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE phase = 2 AND batch_sizes = '2'"), 0);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE sweep_id = 2 AND phase = 2 AND batch_sizes = '2'"), 0);
     store_close(&x.s);
 }
 
@@ -963,9 +959,8 @@ int main(void) {
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_bs_lists),
         cmocka_unit_test_prestate_setup_teardown(test_plan_shape, tmpdb_setup, tmpdb_teardown, &g_db),
-        cmocka_unit_test_prestate_setup_teardown(test_plan_shape_devices, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_plan_decide, tmpdb_setup, tmpdb_teardown, &g_db),
-        cmocka_unit_test_prestate_setup_teardown(test_plan_decide_devices, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_plan_devices, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_phase2_per_shape, fx_setup, fx_teardown),
