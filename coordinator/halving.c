@@ -58,12 +58,14 @@ static mt_status_t rank_rows(halving_row_t *rows, size_t n, size_t nb, size_t *s
     return MT_OK;
 }
 
-/* Marks, among rows lo .. hi (one batch size, fastest first), the rows of the devices other than
- * the best's whose fastest row is within HALVING_DEVICE_MARGIN of the best (at most
- * HALVING_DEVICE_MAX devices, the nearest first) that lie within window (a ratio) of that device's
- * own fastest, at most cap of each: cards of one model read a few percent apart, so each card's
- * own leaders are compared side by side. Returns how many it marked that were not marked. */
-static size_t mark_other_devices(halving_row_t *rows, size_t lo, size_t hi, double window, size_t cap) {
+/* Marks, among rows lo .. hi (one batch size, fastest first), per device the rows within window
+ * (a ratio) of that device's own fastest: at most first_cap of the best's device, other_cap of
+ * each other device whose fastest row is within HALVING_DEVICE_MARGIN of the best (at most
+ * HALVING_DEVICE_MAX of them, the nearest first). Cards of one model read a few percent apart,
+ * so each card's own leaders are compared side by side. Returns how many it marked that were
+ * not marked. */
+static size_t mark_devices(halving_row_t *rows, size_t lo, size_t hi, double window, size_t first_cap,
+                           size_t other_cap) {
     struct {
         uint64_t id;
         double best;
@@ -80,7 +82,7 @@ static size_t mark_other_devices(halving_row_t *rows, size_t lo, size_t hi, doub
             dev[nd].id = r->device_id, dev[nd].best = r->median_us, dev[nd].kept = 0;
             nd++;
         }
-        if (d == 0 || dev[d].kept == cap || r->median_us > dev[d].best * window) continue;
+        if (dev[d].kept == (d ? other_cap : first_cap) || r->median_us > dev[d].best * window) continue;
         dev[d].kept++;
         added += !r->finalist;
         r->finalist = true;
@@ -97,23 +99,16 @@ static void mark_halving(halving_row_t *rows, size_t lo, size_t hi) {
     if (keep < HALVING_KEEP_MIN) keep = HALVING_KEEP_MIN;
     for (size_t k = lo; k < hi; k++) rows[k].finalist = rows[k].rank <= keep;
     if (hi - lo > keep)
-        mark_other_devices(rows, lo, hi, rows[lo + keep - 1].median_us / rows[lo].median_us, (keep + 1) / 2);
+        mark_devices(rows, lo, hi, rows[lo + keep - 1].median_us / rows[lo].median_us, 0, (keep + 1) / 2);
 }
 
-/* Marks, among rows lo .. hi (one batch size, fastest first), the decide step's finalists: the
- * rows within margin of the best, at most HALVING_DECIDE_MAX, of the best's device; on several
- * devices, each other device's within margin of its own fastest, at most HALVING_DEVICE_NEAR
- * (mark_other_devices). None where that leaves the best alone. */
+/* Marks, among rows lo .. hi (one batch size, fastest first), the decide step's finalists: per
+ * device (mark_devices) its rows within margin of its own fastest, at most HALVING_DECIDE_MAX of
+ * the best's device and HALVING_DEVICE_NEAR of each other. None where that leaves the best alone. */
 static void mark_decide(halving_row_t *rows, size_t lo, size_t hi, double margin) {
-    size_t marked = 0;
-    for (size_t k = lo; k < hi; k++) {
-        rows[k].finalist = marked < HALVING_DECIDE_MAX && rows[k].device_id == rows[lo].device_id &&
-                           rows[k].median_us <= rows[lo].median_us * (1.0 + margin);
-        marked += rows[k].finalist;
-    }
-    marked += mark_other_devices(rows, lo, hi, 1.0 + margin, HALVING_DEVICE_NEAR);
-    if (marked < 2) /* the best alone: nothing to compare it with */
-        for (size_t k = lo; k < hi; k++) rows[k].finalist = false;
+    for (size_t k = lo; k < hi; k++) rows[k].finalist = false;
+    if (mark_devices(rows, lo, hi, 1.0 + margin, HALVING_DECIDE_MAX, HALVING_DEVICE_NEAR) < 2)
+        for (size_t k = lo; k < hi; k++) rows[k].finalist = false; /* the best alone: nothing to compare */
 }
 
 /* halving_choose (margin 0) and halving_choose_decide (margin > 0). */
