@@ -12,32 +12,27 @@ import json
 import sqlite3
 import sys
 
-from stability import moetune_picks
+from stability import medians, moetune_picks
 
 
 def picks(db):
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    cfg = {i: (bm, bn, bk, g, w, st) for i, bm, bn, bk, g, w, st in c.execute(
-        "SELECT id, block_m, block_n, block_k, group_m, num_warps, num_stages FROM configs")}
-    every = {(((e, n, k, topk), m), cfg[cid]): med for e, n, k, topk, m, cid, med in c.execute(
-        "SELECT s.e, s.n, s.k, s.topk, r.batch_size, r.config_id, r.median_us FROM results r"
-        " JOIN shapes s ON s.id = r.shape_id WHERE r.sweep_id = 1 AND r.status = 'ok'")}
-    best = moetune_picks(db)
     status = dict(c.execute("SELECT status, count(*) FROM results WHERE sweep_id = 1 GROUP BY status").fetchall())
     samples = c.execute("SELECT coalesce(sum(samples), 0) FROM results WHERE sweep_id = 1").fetchone()[0]
     state = (c.execute("SELECT state FROM sweeps WHERE id = 1").fetchone() or ["missing"])[0]
-    return best, every, status, samples, state
+    return moetune_picks(db), status, samples, state
 
 
 def main():
     out, ref_name, others = sys.argv[1], sys.argv[2], sys.argv[3:]
-    ref_best, ref_all, ref_status, ref_samples, ref_state = picks(f"{out}/{ref_name}.db")
+    ref_best, ref_status, ref_samples, ref_state = picks(f"{out}/{ref_name}.db")
     if ref_state != "done":
         sys.exit(f"{ref_name}: the reference sweep is {ref_state}, not done")
+    ref_all = medians(f"{out}/{ref_name}.db")
     print(f"{ref_name}: rows {ref_status}, samples {ref_samples}")
     summary = {}
     for name in others:
-        best, _, status, samples, state = picks(f"{out}/{name}.db")
+        best, status, samples, state = picks(f"{out}/{name}.db")
         ratios = []
         print(f"\n{name}: rows {status}, samples {samples} ({samples / max(ref_samples, 1):.2f}x {ref_name}'s)"
               + ("" if state == "done" else f", SWEEP {state.upper()}, NOT DONE"))
