@@ -41,23 +41,8 @@ trap 'rc=$?; kill -TERM $(jobs -p) 2>/dev/null || true; sleep 1; kill -KILL $(jo
       wait 2>/dev/null || true; [ -n "${KEEP_LOGS:-}" ] || rm -rf "$T"; exit $rc' EXIT
 ulimit -n 65536 2>/dev/null || ulimit -n 8192 2>/dev/null || true
 db=$T/scale.db
-# a random pair of ports; another pair when the coordinator cannot bind them (taken), at most 5 tries
-for try in 1 2 3 4 5; do
-  port=$((40000 + RANDOM % 10000))
-  wep=tcp://127.0.0.1:$port cep=tcp://127.0.0.1:$((port + 1))
-  "$bin/moetune-coordinator" --db "$db" --bind "$wep" --control "$cep" --max-connections 4096 \
-    --log-level "${COORD_LOG_LEVEL:-info}" 2>"$T/coord.log" &
-  coord=$!
-  until "$bin/moetune" status --control "$cep" --timeout-ms 200 >/dev/null 2>&1; do
-    kill -0 "$coord" 2>/dev/null || break
-    sleep 0.05
-  done
-  kill -0 "$coord" 2>/dev/null && break
-  wait "$coord" 2>/dev/null || true
-  grep -q "Address already in use" "$T/coord.log" && [ "$try" -lt 5 ] && continue
-  echo "the coordinator exited: $(tail -n 3 "$T/coord.log")" >&2
-  exit 1
-done
+source "$(dirname "$0")/coord.sh"
+start_coord "$db" "$T/coord.log" --max-connections 4096 --log-level "${COORD_LOG_LEVEL:-info}" || exit 1
 for i in $(seq 1 "$n"); do
   if [ -n "${WORKER_LOGS:-}" ]; then log=(--log-level debug) wlog=$T/w$i.log; else log=(--log-level warn) wlog=$T/workers.log; fi
   "$bin/moetune-worker" --connect "$wep" --backend sim --sim-time-scale 1 --id "s$i" \

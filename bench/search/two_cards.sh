@@ -22,6 +22,7 @@ shift $(($# >= 4 ? 4 : $#))
 sweep=("$@")
 [ ${#sweep[@]} -eq 0 ] && sweep=(--model qwen3-30b-a3b --tp 1 --batch-sizes 1,2,4,8,16,32,64,128,256,512,1024,2048,4096)
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/coord.sh"
 mkdir -p "$out"
 rm -f "$out"/ref.db "$out"/two*.db
 T=$(mktemp -d /tmp/moetune-two.XXXXXX)
@@ -32,21 +33,7 @@ ref=("${sweep[@]}")
   >"$T/ref.out" 2>"$T/ref.err" || { tail -n 5 "$T/ref.err"; exit 1; }
 for r in $(seq 1 "$runs"); do
   db=$out/two$r.db
-  started=
-  for try in 1 2 3 4 5; do # a random pair of ports; another pair when they are taken
-    port=$((40000 + RANDOM % 10000))
-    wep=tcp://127.0.0.1:$port cep=tcp://127.0.0.1:$((port + 1))
-    "$bin/moetune-coordinator" --db "$db" --bind "$wep" --control "$cep" 2>"$T/coord.log" &
-    coord=$!
-    until "$bin/moetune" status --control "$cep" --timeout-ms 200 >/dev/null 2>&1; do
-      kill -0 "$coord" 2>/dev/null || break
-      sleep 0.05
-    done
-    kill -0 "$coord" 2>/dev/null && { started=1; break; }
-    wait "$coord" 2>/dev/null || true
-    rm -f "$db"
-  done
-  [ -n "$started" ] || { echo "the coordinator did not start: $(tail -n 3 "$T/coord.log")" >&2; exit 1; }
+  start_coord "$db" "$T/coord.log" || exit 1
   "$bin/moetune-worker" --connect "$wep" --backend sim --gpu 0 --id fast --log-level warn 2>>"$T/w.log" &
   w0=$!
   "$bin/moetune-worker" --connect "$wep" --backend sim --gpu 1 --id slow --sim-faults "slowdown=$slow" \
