@@ -6,7 +6,8 @@ Reads OUT_DIR/<strategy>.db (sweep 1 of each). The first strategy is the referen
 every config of the space. For each other strategy and each (shape, batch size), its pick (as
 `moetune results --best` takes it; MT_BIN_DIR or PATH finds moetune) is looked up in the
 reference's rows: ratio = reference median of that pick / reference best. Prints a table per
-strategy, worst and mean ratio, rows by status and samples taken.
+strategy, worst and mean ratio, the batch sizes where it picked another config than the reference
+(other_config), rows by status and samples taken.
 """
 import json
 import sqlite3
@@ -33,7 +34,7 @@ def main():
     summary = {}
     for name in others:
         best, status, samples, state = picks(f"{out}/{name}.db")
-        ratios = []
+        ratios, other = [], 0
         print(f"\n{name}: rows {status}, samples {samples} ({samples / max(ref_samples, 1):.2f}x {ref_name}'s)"
               + ("" if state == "done" else f", SWEEP {state.upper()}, NOT DONE"))
         print(f"{'shape':<22} {'M':>5} {'pick':<22} {'ref best':<22} {'ratio':>7}")
@@ -44,6 +45,7 @@ def main():
                 print(f"E={e},N={n},K={k:<9} {m:>5} {'(none)':<22}")
                 continue
             cfg = best[key][0]
+            other += cfg != rcfg
             med = ref_all.get((key, cfg))
             ratio = med / rmed if med else float("nan")
             if med:
@@ -55,7 +57,7 @@ def main():
             print(f"{name}: not summarised, its sweep is not done")
         elif ratios:
             summary[name] = {"worst": max(ratios), "mean": sum(ratios) / len(ratios), "points": len(ratios),
-                             "samples_vs_ref": samples / max(ref_samples, 1)}
+                             "other_config": other, "samples_vs_ref": samples / max(ref_samples, 1)}
             print(f"{name}: worst {max(ratios):.4f}, mean {sum(ratios) / len(ratios):.4f} over {len(ratios)} points")
     print("\nsummary " + json.dumps(summary))
 

@@ -19,11 +19,6 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
   python3 bench/search/stability.py cross A.db B.db
       where the two runs picked differently, each pick's median in each run (both runs measure
       every config of the space): a check without a re-measure, two separate measurements each.
-  python3 bench/search/stability.py against REF.db B.db [C.db ...]
-      each run against a reference run that measured every config (bench/search/two_cards.sh):
-      per run, the (shape, batch size) where it picked another config than REF, and its picks'
-      medians in REF over REF's pick there, worst and mean (not_in_ref: picks with no ok row in
-      REF, left out of the ratios). One summary line a run.
   python3 bench/search/stability.py ratios A.db B.db [...]
       every pair of runs (sweep 1 of each, e.g. a setting changed between them): over the (config,
       batch size) both measured ok, the median of A's median over B's and its 5th and 95th
@@ -182,19 +177,6 @@ def cross(a, b):
         print(f"E={e},N={n},K={k:<11} {m:>5} {cfg_text(ca):<22} {cfg_text(cb):<22} {fmt(in_a):>10} {fmt(in_b):>10}")
 
 
-def against(ref, runs):
-    pr, mr = picks(ref), medians(ref)
-    for db in runs:
-        p = picks(db)
-        keys = [key for key in sorted(pr) if key in p]
-        r = [mr[(key, p[key][0])] / pr[key][1] for key in keys if (key, p[key][0]) in mr]
-        other = sum(1 for key in keys if p[key][0] != pr[key][0])
-        print("summary " + json.dumps({"run": db, "batch_sizes": len(keys), "other_config": other,
-                                       "not_in_ref": len(keys) - len(r),
-                                       "worst_ratio": round(max(r), 5) if r else None,
-                                       "mean_ratio": round(sum(r) / len(r), 5) if r else None}))
-
-
 def ratios(dbs):
     runs = {db: medians(db) for db in dbs}
 
@@ -221,8 +203,6 @@ if __name__ == "__main__":
         score(*sys.argv[2:])
     elif len(sys.argv) == 4 and sys.argv[1] == "cross":
         cross(sys.argv[2], sys.argv[3])
-    elif len(sys.argv) >= 4 and sys.argv[1] == "against":
-        against(sys.argv[2], sys.argv[3:])
     elif len(sys.argv) >= 4 and sys.argv[1] == "ratios":
         ratios(sys.argv[2:])
     elif len(sys.argv) >= 3 and sys.argv[1] == "spread":

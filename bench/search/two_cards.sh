@@ -4,15 +4,15 @@
 # limit read these kernels up to 3 % apart (bench/RESULTS.md), more than the decide step's 2 %.
 # A one-card reference sweep (one sim worker), then RUNS sweeps of the same spec over two sim
 # workers on GPU indices 0 and 1 (two devices of one name), the second's latencies x SLOWDOWN
-# (--sim-faults slowdown=X); stability.py against scores each run: the batch sizes where it picked
-# another config than the reference, and its picks' medians in the reference over the reference's
-# pick (worst, mean).
+# (--sim-faults slowdown=X); compare.py scores each run against the reference: the batch sizes
+# where it picked another config (other_config), and its picks' medians in the reference over the
+# reference's pick (worst, mean).
 #   bench/search/two_cards.sh BUILD_OR_BIN_DIR OUT_DIR [RUNS] [SLOWDOWN] [sweep options]
 # Default: 8 runs, slowdown 1.04, Qwen3-30B-A3B TP1, the default space, 13 batch sizes 1 .. 4096,
 # racing and its decide step (the defaults); sim time scale 0. Env REF_SWEEP: the reference's
 # options instead of the sweep's (a halving sweep against every config measured: REF_SWEEP="--model
 # qwen3-30b-a3b --tp 1 --race-margin 0 --batch-sizes ..."). Writes OUT_DIR/ref.db, OUT_DIR/twoN.db
-# and OUT_DIR/against.txt.
+# and OUT_DIR/compare.txt (its last line: summary {"twoN": {...}, ...}).
 set -euo pipefail
 bin=${1:?usage: bench/search/two_cards.sh BUILD_OR_BIN_DIR OUT_DIR [RUNS] [SLOWDOWN] [sweep options]}
 out=${2:?OUT_DIR}
@@ -50,5 +50,5 @@ for r in $(seq 1 "$runs"); do
   wait "$w0" "$w1" "$coord" 2>/dev/null || true
   [ "$state" = done ] || { echo "run $r ended '$state'" >&2; exit 1; }
 done
-MT_BIN_DIR=$bin python3 "$here/stability.py" against "$out/ref.db" $(for r in $(seq 1 "$runs"); do echo "$out/two$r.db"; done) |
-  tee "$out/against.txt"
+MT_BIN_DIR=$bin python3 "$here/compare.py" "$out" ref $(seq -f 'two%g' 1 "$runs") >"$out/compare.txt"
+grep '^summary ' "$out/compare.txt"
