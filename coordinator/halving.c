@@ -102,12 +102,35 @@ static void mark_halving(halving_row_t *rows, size_t lo, size_t hi) {
         mark_devices(rows, lo, hi, rows[lo + keep - 1].median_us / rows[lo].median_us, 0, (keep + 1) / 2);
 }
 
+/* Marks, among rows lo .. hi (one batch size, fastest first), at most HALVING_DECIDE_MODES rows not
+ * marked whose fastest sample beat the best's by more than half the margin, their median within
+ * HALVING_MODE_REACH of the best's, the lowest fastest sample first. Returns how many. */
+static size_t mark_modes(halving_row_t *rows, size_t lo, size_t hi, double margin) {
+    size_t added = 0;
+    if (lo == hi) return 0;
+    double fastest = rows[lo].min_us > 0 ? rows[lo].min_us : rows[lo].median_us;
+    double below = fastest * (1.0 - margin / 2), reach = rows[lo].median_us * (1.0 + HALVING_MODE_REACH);
+    while (added < HALVING_DECIDE_MODES) {
+        halving_row_t *pick = NULL;
+        for (size_t k = lo; k < hi && rows[k].median_us <= reach; k++)
+            if (!rows[k].finalist && rows[k].min_us > 0 && rows[k].min_us < below &&
+                (!pick || rows[k].min_us < pick->min_us))
+                pick = &rows[k];
+        if (!pick) break;
+        pick->finalist = true;
+        added++;
+    }
+    return added;
+}
+
 /* Marks, among rows lo .. hi (one batch size, fastest first), the decide step's finalists: per
  * device (mark_devices) its rows within margin of its own fastest, at most HALVING_DECIDE_MAX of
- * the best's device and HALVING_DEVICE_NEAR of each other. None where that leaves the best alone. */
+ * the best's device and HALVING_DEVICE_NEAR of each other, and the rows of two modes
+ * (mark_modes). None where that leaves the best alone. */
 static void mark_decide(halving_row_t *rows, size_t lo, size_t hi, double margin) {
     for (size_t k = lo; k < hi; k++) rows[k].finalist = false;
-    if (mark_devices(rows, lo, hi, 1.0 + margin, HALVING_DECIDE_MAX, HALVING_DEVICE_NEAR) < 2)
+    size_t marked = mark_devices(rows, lo, hi, 1.0 + margin, HALVING_DECIDE_MAX, HALVING_DEVICE_NEAR);
+    if (marked + mark_modes(rows, lo, hi, margin) < 2)
         for (size_t k = lo; k < hi; k++) rows[k].finalist = false; /* the best alone: nothing to compare */
 }
 
@@ -191,15 +214,16 @@ typedef struct {
     size_t nb;
 } collect_t;
 
-static mt_status_t collect(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us, uint64_t device_id) {
+static mt_status_t collect(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us, uint64_t device_id,
+                           double min_us) {
     collect_t *c = ctx;
     size_t bi = c->nb;
     for (size_t i = 0; i < c->nb; i++)
         if (c->bs[i] == batch_size) bi = i;
     if (bi == c->nb || !(median_us > 0)) return MT_OK; /* not one of the sweep's: not a candidate */
     if (mt_grow((void **)&c->rows, &c->cap, c->n + 1, sizeof *c->rows, 256) != MT_OK) return MT_NOMEM;
-    c->rows[c->n++] =
-        (halving_row_t){.config_id = config_id, .device_id = device_id, .bi = (uint32_t)bi, .median_us = median_us};
+    c->rows[c->n++] = (halving_row_t){
+        .config_id = config_id, .device_id = device_id, .bi = (uint32_t)bi, .median_us = median_us, .min_us = min_us};
     return MT_OK;
 }
 

@@ -70,6 +70,16 @@
 #define HALVING_DEVICE_MARGIN 0.05
 #define HALVING_DEVICE_MAX 2
 #define HALVING_DEVICE_NEAR 2
+/* A config whose samples fall in two modes (Mixtral-8x7B TP2 at M=256 on an H100: BLOCK_SIZE_M=32
+ * rows read 659-735 us from one job to the next, 651 side by side, where the best's median read
+ * 691) can rank past the margin by a median taken in its slow mode; its fastest sample gives it
+ * away. So the decide step also re-measures, at each batch size, at most HALVING_DECIDE_MODES rows
+ * whose fastest sample beat the best's fastest sample by more than half the margin while their
+ * median stays within HALVING_MODE_REACH of the best's, the fastest sample first. Against the
+ * best's fastest sample, not its median: noise alone (the sim's, or a noisy card's) puts some
+ * row's fastest sample a percent below the best's median at most batch sizes. */
+#define HALVING_DECIDE_MODES 2
+#define HALVING_MODE_REACH 0.05
 /* The near-ties a batch size is expected to have, for progress before they are known: on the
  * H200 the decide step re-measured 49-53 rows over 18 batch sizes (bench/RESULTS.md). */
 #define HALVING_DECIDE_EXPECT 3
@@ -95,6 +105,7 @@ typedef struct {
     uint64_t device_id; /* the GPU that measured it (devices.id; 0: not known, one device) */
     uint32_t bi;        /* index of its batch size in the sweep's sorted list */
     double median_us;
+    double min_us; /* its fastest sample (0: not known) */
     uint32_t rank; /* out: 1 = fastest at its batch size */
     bool finalist; /* out */
 } halving_row_t;
@@ -112,8 +123,11 @@ mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb);
  * size the configs whose median is within margin (> 0) of the best (median <= best x (1 +
  * margin)), at most HALVING_DECIDE_MAX; on several devices, of each other device whose fastest
  * row is within HALVING_DEVICE_MARGIN of the best (at most HALVING_DEVICE_MAX, the nearest) its
- * rows within margin of its own fastest, at most HALVING_DEVICE_NEAR; none where only the best
- * is. Reorders rows. MT_INVAL as halving_choose. */
+ * rows within margin of its own fastest, at most HALVING_DEVICE_NEAR; the rows of two modes
+ * (min_us < the best's min_us (its median where 0) x (1 - margin / 2), median <= best x (1 +
+ * HALVING_MODE_REACH)), at most
+ * HALVING_DECIDE_MODES, the lowest min_us first; none where only the best is. Reorders rows.
+ * MT_INVAL as halving_choose. */
 mt_status_t halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin);
 
 /* About how many finalist rows halving_choose keeps of a shape whose configs each have a

@@ -110,8 +110,10 @@ static const char *const g_sql[ST_COUNT] = {
         " compiler = ?18, kernel_hash = ?19, created = ?20, versions = ?21, up_us = ?22, down_us = ?23,"
         " timed_us = ?24, phase = ?25 WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3 AND batch_size = ?4"
         " AND phase < ?25",
-    [ST_PHASE_ROWS] = "SELECT config_id, batch_size, median_us, COALESCE(device_id, 0) FROM results WHERE sweep_id = ?1"
-                      " AND shape_id = ?2 AND phase = ?3 AND status = 'ok' ORDER BY config_id, batch_size",
+    [ST_PHASE_ROWS] =
+        "SELECT config_id, batch_size, median_us, COALESCE(device_id, 0), COALESCE(min_us, 0) FROM results"
+        " WHERE sweep_id = ?1"
+        " AND shape_id = ?2 AND phase = ?3 AND status = 'ok' ORDER BY config_id, batch_size",
     [ST_RESULT_PRUNE] = "UPDATE results SET status = 'pruned', detail = ?6 WHERE sweep_id = ?1 AND shape_id = ?2"
                         " AND config_id = ?3 AND batch_size = ?4 AND phase = ?5 AND status = 'ok'",
     [ST_SWEEP_PHASES] = "SELECT shape_id, MAX(phase) FROM jobs WHERE sweep_id = ?1 GROUP BY shape_id ORDER BY shape_id",
@@ -858,7 +860,8 @@ mt_status_t store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t
 
 static int phase_row(sqlite3_stmt *st, void *cb, void *ctx) {
     return ((store_phase_row_fn)cb)(ctx, (uint64_t)sqlite3_column_int64(st, 0), (uint32_t)sqlite3_column_int64(st, 1),
-                                    sqlite3_column_double(st, 2), (uint64_t)sqlite3_column_int64(st, 3));
+                                    sqlite3_column_double(st, 2), (uint64_t)sqlite3_column_int64(st, 3),
+                                    sqlite3_column_double(st, 4));
 }
 
 mt_status_t store_phase_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase,

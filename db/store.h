@@ -173,9 +173,9 @@ mt_status_t store_result_count(store_t *s, uint64_t sweep_id, uint64_t shape_id,
 mt_status_t store_result_count_from(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
                                     uint32_t phase, uint32_t batch_size, uint32_t *n);
 /* Halving: calls fn for every ok row of (sweep, shape) measured in phase, by config and batch size,
- * with the device (devices.id) that measured it (0: none stored). */
+ * with the device (devices.id) that measured it (0: none stored) and its fastest sample (0: none). */
 typedef mt_status_t (*store_phase_row_fn)(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us,
-                                          uint64_t device_id);
+                                          uint64_t device_id, double min_us);
 mt_status_t store_phase_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint32_t phase,
                                   store_phase_row_fn fn, void *ctx);
 /* Halving: per shape of a sweep's jobs, the latest phase planned for it, in shape order. */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sqlite3.h>
 
 #include "halving.h"
 #include "mt.h"
@@ -114,6 +115,49 @@ static void test_choose_decide(void **state) {
     assert_true(halving_decide_margin("exhaustive", &m) == 0.0);
     m.race_margin = 0.2, m.decide_margin = -1;
     assert_true(halving_decide_margin("exhaustive", &m) == 0.0);
+}
+
+/* Rows of two modes: a row whose fastest sample beat the best's by more than half the margin,
+ * its median within HALVING_MODE_REACH of the best's, joins the decide step, at most
+ * HALVING_DECIDE_MODES a batch size, the lowest fastest sample first; one whose fastest sample is
+ * only a little below, whose median is past the reach, whose fastest sample is not known (0) or
+ * is below the best's median but not the best's own fastest does not; a best with a two-mode
+ * row for company is re-measured beside it. */
+static void test_choose_modes(void **state) {
+    enum { NB = 5, NC = 6 };
+    static const double us[NB][NC][2] = {
+        /* c1 best, c2 and c3 two modes (c3's fastest lower), c4 past the cap, c5 past the reach,
+         * c6 a near-tie */
+        {{100.0, 99.5}, {103.0, 97.0}, {104.0, 96.0}, {104.5, 98.0}, {106.0, 90.0}, {101.0, 100.8}},
+        /* a fastest sample 0.8 % below the best's median: not two modes; the best alone */
+        {{100.0, 99.8}, {103.0, 99.2}, {120.0, 119.0}, {121.0, 120.0}, {122.0, 121.0}, {123.0, 122.0}},
+        /* the best's only company is a row of two modes */
+        {{100.0, 99.9}, {104.0, 95.0}, {120.0, 119.0}, {121.0, 120.0}, {122.0, 121.0}, {123.0, 122.0}},
+        /* fastest samples not known */
+        {{100.0, 0.0}, {103.0, 0.0}, {104.0, 0.0}, {120.0, 0.0}, {121.0, 0.0}, {122.0, 0.0}},
+        /* 3 % below the best's median, not below the best's own fastest sample (96) */
+        {{100.0, 96.0}, {103.0, 97.0}, {120.0, 119.0}, {121.0, 120.0}, {122.0, 121.0}, {123.0, 122.0}},
+    };
+    halving_row_t rows[NB * NC];
+    size_t n = 0;
+    for (uint32_t b = 0; b < NB; b++)
+        for (uint64_t c = 0; c < NC; c++)
+            rows[n++] = (halving_row_t){.config_id = c + 1, .bi = b, .median_us = us[b][c][0], .min_us = us[b][c][1]};
+    assert_int_equal(halving_choose_decide(rows, n, NB, 0.02), MT_OK);
+    size_t finalists[NB] = {0};
+    for (size_t i = 0; i < n; i++) finalists[rows[i].bi] += rows[i].finalist;
+    assert_int_equal(finalists[0], 2 + HALVING_DECIDE_MODES);
+    assert_true(find(rows, n, 1, 0)->finalist);
+    assert_true(find(rows, n, 6, 0)->finalist);
+    assert_true(find(rows, n, 3, 0)->finalist);
+    assert_true(find(rows, n, 2, 0)->finalist);
+    assert_false(find(rows, n, 4, 0)->finalist); /* two modes, past the cap */
+    assert_false(find(rows, n, 5, 0)->finalist); /* its median past the reach */
+    assert_int_equal(finalists[1], 0);
+    assert_int_equal(finalists[2], 2);
+    assert_true(find(rows, n, 2, 2)->finalist);
+    assert_int_equal(finalists[3], 0);
+    assert_int_equal(finalists[4], 0);
 }
 
 /* A sweep on several GPUs: each device whose fastest row is within HALVING_DEVICE_MARGIN of the
@@ -286,6 +330,7 @@ static void seed_rows(seeded_t *x, double (*us)(uint32_t c, size_t b), uint32_t 
                                 .batch_size = k_seed_bs[b],
                                 .status = MOETUNE__STATUS__STATUS_OK,
                                 .median_us = us(c, b),
+                                .min_us = us(c, b),
                                 .samples = 5,
                                 .backend = "sim",
                                 .compiler = "sim",
@@ -421,10 +466,36 @@ static void test_plan_devices(void **state) {
     st = plan(&x, 16, 0.02, 7);
     assert_int_equal(st.finalists, 2);
     assert_int_equal(st.jobs, 1);
-    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id WHERE j.sweep_id = 2"
-                               " AND j.phase = 2 AND j.batch_sizes = '1' AND jc.config_id IN (1, 11)"),
-                     2);
+    assert_int_equal(
+        query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id WHERE j.sweep_id = 2"
+                  " AND j.phase = 2 AND j.batch_sizes = '1' AND jc.config_id IN (1, 11)"),
+        2);
     assert_int_equal(query_int("SELECT COUNT(*) FROM jobs WHERE sweep_id = 2 AND phase = 2 AND batch_sizes = '2'"), 0);
+    store_close(&x.s);
+}
+
+/* bs 1: config 1 (100) stands alone within 2 %, config 2 (104) is past it; bs 2: the same. */
+static double modes_us(uint32_t c, size_t b) {
+    (void)b;
+    return c == 1 ? 100.0 : c == 2 ? 104.0 : 150.0 + c;
+}
+
+/* The decide step on a store reads each row's fastest sample: config 2's row at batch size 1,
+ * whose fastest sample (95) beat the best's median by 5 %, is re-measured beside the best; at
+ * batch size 2, where its fastest sample is its median, nothing is. */
+static void test_plan_modes(void **state) {
+    seeded_t x;
+    seed_rows(&x, modes_us, 20);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(g_db.path, &db), SQLITE_OK);
+    tmpdb_exec(db, "UPDATE results SET min_us = 95.0 WHERE config_id = 2 AND batch_size = 1");
+    sqlite3_close(db);
+    halving_step_t st = plan(&x, 16, 0.02, 7);
+    assert_int_equal(st.finalists, 2);
+    assert_int_equal(st.jobs, 1);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
+                               " WHERE j.phase = 2 AND j.batch_sizes = '1' AND jc.config_id IN (1, 2)"),
+                     2);
     store_close(&x.s);
 }
 
@@ -674,8 +745,8 @@ static void phase2_iff_closed(fx_t *f, uint32_t n, bool want) {
              " (SELECT id FROM shapes WHERE n = %u)",
              n);
     int64_t open = fx_query_int(f, sql);
-    snprintf(sql, sizeof sql, "SELECT COUNT(*) FROM jobs WHERE phase = 2 AND shape_id = (SELECT id FROM shapes WHERE n = %u)",
-             n);
+    snprintf(sql, sizeof sql,
+             "SELECT COUNT(*) FROM jobs WHERE phase = 2 AND shape_id = (SELECT id FROM shapes WHERE n = %u)", n);
     int64_t p2 = fx_query_int(f, sql);
     assert_int_equal(open == 0, want);
     assert_int_equal(p2 > 0, want);
@@ -955,12 +1026,14 @@ int main(void) {
         cmocka_unit_test(test_choose_share),
         cmocka_unit_test(test_choose_decide),
         cmocka_unit_test(test_choose_devices),
+        cmocka_unit_test(test_choose_modes),
         cmocka_unit_test(test_finalists_estimate),
         cmocka_unit_test(test_measure),
         cmocka_unit_test(test_bs_lists),
         cmocka_unit_test_prestate_setup_teardown(test_plan_shape, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_plan_decide, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_plan_devices, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_plan_modes, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_sched_decide, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_phase2_per_shape, fx_setup, fx_teardown),
