@@ -4,16 +4,16 @@
 # two modes are at 256), alternating the build with the rule (dist/) and the one before it
 # (dist-old/, 8afb60d), while T seconds (env, default 560) allow, then one side-by-side
 # re-measure (`tune --configs`, 5 rounds) of every pick at 256 with the new build.
-# Env BACKEND=sim: a dry run on the sim.
+# Env BACKEND=sim: a dry run on the sim; BUILDS="new": the build with the rule only.
 # Output: $OUT/r.tgz (each sweep's database, its picks as `moetune results --best --json`, logs).
 t0=$(date +%s); T=${T:-560}; W=/tmp/wm; rm -rf $W; mkdir -p $W
 { date; nvidia-smi --query-gpu=name,driver_version,power.limit,serial,uuid --format=csv,noheader; nproc; } >$W/host.txt
 be=(--backend cuda); [ "${BACKEND:-}" = sim ] && be=(--backend sim --workers 1 --sim-time-scale 0)
 i=0
 while :; do
-  for b in new old; do
+  for b in ${BUILDS:-new old}; do
     left=$((T - ($(date +%s) - t0)))
-    [ $left -gt 140 ] || break 2
+    [ $left -gt ${MIN_LEFT:-140} ] || break 2
     i=$((i + 1)); d=$W/$i-$b; mkdir -p $d
     x=$PWD/dist; [ $b = old ] && x=$PWD/dist-old
     s=$(date +%s.%N)
