@@ -125,9 +125,8 @@ mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb);
  * row is within HALVING_DEVICE_MARGIN of the best (at most HALVING_DEVICE_MAX, the nearest) its
  * rows within margin of its own fastest, at most HALVING_DEVICE_NEAR; the rows of two modes
  * (min_us < the best's min_us (its median where 0) x (1 - margin / 2), median <= best x (1 +
- * HALVING_MODE_REACH)), at most
- * HALVING_DECIDE_MODES, the lowest min_us first; none where only the best is. Reorders rows.
- * MT_INVAL as halving_choose. */
+ * HALVING_MODE_REACH)), at most HALVING_DECIDE_MODES, the lowest min_us first; none where only
+ * the best is. Reorders rows. MT_INVAL as halving_choose. */
 mt_status_t halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin);
 
 /* About how many finalist rows halving_choose keeps of a shape whose configs each have a

@@ -112,8 +112,7 @@ static const char *const g_sql[ST_COUNT] = {
         " AND phase < ?25",
     [ST_PHASE_ROWS] =
         "SELECT config_id, batch_size, median_us, COALESCE(device_id, 0), COALESCE(min_us, 0) FROM results"
-        " WHERE sweep_id = ?1"
-        " AND shape_id = ?2 AND phase = ?3 AND status = 'ok' ORDER BY config_id, batch_size",
+        " WHERE sweep_id = ?1 AND shape_id = ?2 AND phase = ?3 AND status = 'ok' ORDER BY config_id, batch_size",
     [ST_RESULT_PRUNE] = "UPDATE results SET status = 'pruned', detail = ?6 WHERE sweep_id = ?1 AND shape_id = ?2"
                         " AND config_id = ?3 AND batch_size = ?4 AND phase = ?5 AND status = 'ok'",
     [ST_SWEEP_PHASES] = "SELECT shape_id, MAX(phase) FROM jobs WHERE sweep_id = ?1 GROUP BY shape_id ORDER BY shape_id",
