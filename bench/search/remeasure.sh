@@ -6,12 +6,18 @@
 # batch size agrees when both picked the same config or the re-measured picks are within 1 %).
 #   bench/search/remeasure.sh OUT_DIR A.db B.db [tune shape options: --model/--shape, --tp, ...]
 # Writes OUT_DIR/differ.txt, OUT_DIR/remeasure-N.db (one per pair of picks) and OUT_DIR/score.txt.
-# Env: BACKEND (default cuda; sim for a dry run), MT_BIN_DIR (the binaries; default from PATH).
+# Env: BACKEND (default cuda; sim for a dry run), MT_BIN_DIR (the binaries; default from PATH),
+# PROCESSES (default 1): each pair re-measured by that many separate `tune --configs` processes
+# (OUT_DIR/remeasure-N.P.db), scored by the median of a pick's medians. A config on the GPU can
+# read in one of two levels for the whole life of a process, and which one differs from process
+# to process (bench/RESULTS.md, "siblings"); one process reads one draw.
 set -uo pipefail
 out=${1:?usage: bench/search/remeasure.sh OUT_DIR A.db B.db [tune shape options]}
 a=${2:?A.db}
 b=${3:?B.db}
 shift 3
+procs=${PROCESSES:-1}
+[[ $procs =~ ^[1-9][0-9]*$ ]] || { echo "PROCESSES=$procs: not a count of processes (1 or more)"; exit 1; }
 source "$(dirname "$0")/lib.sh" "$@"
 python3 "$here/stability.py" differ "$a" "$b" >"$out/differ.txt" || exit 1
 cfgs=$(sed -n 1p "$out/differ.txt")
@@ -36,12 +42,15 @@ dbs=()
 n=0
 while read -r bs pair; do
   n=$((n + 1))
-  "$bin/moetune" tune --backend "$backend" "${extra[@]}" "${shape[@]}" --configs "$pair" --batch-sizes "$bs" \
-    --name "remeasure-$n" --db "$out/remeasure-$n.db" --out "$out/configs-remeasure-$n" </dev/null >>"$out/remeasure.out" 2>>"$out/remeasure.err"
-  rc=$?
-  [ $rc = 0 ] || { tail -n 5 "$out/remeasure.err"; echo "remeasure of $pair at $bs exited $rc"; exit 1; }
-  dbs+=("$out/remeasure-$n.db")
+  for p in $(seq "$procs"); do
+    name=remeasure-$n; [ "$procs" = 1 ] || name=remeasure-$n.$p
+    "$bin/moetune" tune --backend "$backend" "${extra[@]}" "${shape[@]}" --configs "$pair" --batch-sizes "$bs" \
+      --name "$name" --db "$out/$name.db" --out "$out/configs-$name" </dev/null >>"$out/remeasure.out" 2>>"$out/remeasure.err"
+    rc=$?
+    [ $rc = 0 ] || { tail -n 5 "$out/remeasure.err"; echo "remeasure of $pair at $bs exited $rc"; exit 1; }
+    dbs+=("$out/$name.db")
+  done
 done < <(tail -n +3 "$out/differ.txt")
 t1=$(date +%s.%N)
-python3 -c "print('remeasure wall', round($t1 - $t0, 1), 's,', $n, 'sweeps')"
+python3 -c "print('remeasure wall', round($t1 - $t0, 1), 's,', $n, 'pairs x', $procs, 'processes')"
 python3 "$here/stability.py" score "$a" "$b" "${dbs[@]}" | tee "$out/score.txt"

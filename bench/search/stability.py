@@ -8,7 +8,8 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
       (one side-by-side sweep each re-measures a pick only where it is one).
   python3 bench/search/stability.py score A.db B.db [C.db ...]
       per (shape, batch size): each run's pick; where they differ, both picks' medians in the
-      C databases (the re-measure, sweep 1 of each) and their ratio. A batch size agrees when both runs picked the same config
+      C databases (the re-measure, sweep 1 of each) and their ratio. A pick in several C databases
+      (remeasure.sh with PROCESSES > 1: separate processes) reads as the median of its medians. A batch size agrees when both runs picked the same config
       or the re-measured picks are within 1 % of each other. Prints the table and a summary line,
       with B's pick against A's side by side, worst and mean (A the reference: exhaustive's run).
   python3 bench/search/stability.py spread A.db B.db [...] | spread ONE.db
@@ -29,6 +30,7 @@ import json
 import os
 import shutil
 import sqlite3
+import statistics
 import subprocess
 import sys
 
@@ -98,9 +100,11 @@ def differ(a, b):
 
 def score(a, b, *cs):
     pa, pb = picks(a), picks(b)
-    re = {}
+    seen = {}
     for c in cs:
-        re.update(medians(c))
+        for key, us in medians(c).items():
+            seen.setdefault(key, []).append(us)
+    re = {key: statistics.median(us) for key, us in seen.items()}
     agree, rows, ratios = 0, 0, []
     b_over_a = []  # B's pick against A's, side by side (1 where they picked the same)
     print(f"{'shape':<24} {'M':>5} {'run A':<22} {'run B':<22} {'A re-measured':>13} {'B re-measured':>13} {'ratio':>7}")
@@ -127,6 +131,7 @@ def score(a, b, *cs):
     print(f"\nagree {agree}/{rows} ({100 * share:.1f} %): same config, or within {100 * TOLERANCE:.0f} % side by side")
     print("summary " + json.dumps({"batch_sizes": rows, "agree": agree, "share": share,
                                    "re_measured": len(ratios),
+                                   "processes": max((len(us) for us in seen.values()), default=0),
                                    "worst_ratio": max(ratios) if ratios else 1.0,
                                    "b_over_a_worst": max(b_over_a) if b_over_a else None,
                                    "b_over_a_mean": sum(b_over_a) / len(b_over_a) if b_over_a else None,

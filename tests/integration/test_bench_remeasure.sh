@@ -87,3 +87,31 @@ sqlite3 "$T/d.db" "UPDATE results SET phase = 1 WHERE batch_size = 1"
 MT_BIN_DIR=$BIN python3 "$S/bench/search/stability.py" differ "$T/a.db" "$T/d.db" >"$T/e.txt" || fail "stability.py differ on E exited $?"
 [ "$(sed -n 2p "$T/e.txt")" = 1 ] || fail "without a phase 2, the faster row is not M=1's pick: $(cat "$T/e.txt")"
 pass "stability.py: where a batch size has phase-2 rows they decide; without, the fastest row"
+
+# PROCESSES=3: each pair re-measured by 3 separate processes (remeasure-N.P.db), and a pick reads
+# as the median of its 3 medians: one process reading it 10x slower moves nothing, two do.
+BACKEND=sim PROCESSES=3 MT_BIN_DIR=$BIN bash "$S/bench/search/remeasure.sh" "$T/p" "$T/a.db" "$T/b.db" "${SHAPE[@]}" \
+  >"$T/p.log" 2>&1 || { cat "$T/p.log"; fail "remeasure.sh with PROCESSES=3 exited $?"; }
+n=0
+for db in "$T"/p/remeasure-*.*.db; do n=$((n + 1)); done
+[ "$n" = $((3 * pairs)) ] || fail "$n re-measure databases for $pairs pairs x 3 processes"
+[ "$(grep '^summary ' "$T/p/score.txt" | cut -d' ' -f2- | jq -r .processes)" = 3 ] \
+  || fail "the score does not count 3 processes: $(grep '^summary ' "$T/p/score.txt")"
+ratio() { MT_BIN_DIR=$BIN python3 "$S/bench/search/stability.py" score "$T/a.db" "$T/b.db" "$T"/p/remeasure-*.*.db \
+  | grep '^summary ' | cut -d' ' -f2- | jq -r .worst_ratio; }
+r0=$(ratio)
+slow() { sqlite3 "$T/p/remeasure-1.$1.db" "UPDATE results SET median_us = median_us * 10 WHERE batch_size =
+  (SELECT min(batch_size) FROM results) AND config_id = (SELECT min(config_id) FROM results)"; }
+slow 1
+[ "$(ratio)" = "$r0" ] || fail "one process of 3 read 10x slower moved the score: $(ratio), not $r0"
+slow 2
+r2=$(ratio)
+jq -en "$r2 > 5" >/dev/null || fail "two processes of 3 read 10x slower left the worst ratio at $r2"
+pass "remeasure.sh PROCESSES=3: $n databases, each pick the median of its 3 processes (worst ratio $r0; one outlier moves nothing, two move it to $r2)"
+set +e
+BACKEND=sim PROCESSES=0 MT_BIN_DIR=$BIN bash "$S/bench/search/remeasure.sh" "$T/z" "$T/a.db" "$T/b.db" "${SHAPE[@]}" >"$T/z.log" 2>&1
+rc=$?
+set -e
+[ $rc != 0 ] && grep -q 'PROCESSES=0: not a count' "$T/z.log" || fail "PROCESSES=0: exit $rc, $(cat "$T/z.log")"
+! ls "$T"/z/remeasure-*.db >/dev/null 2>&1 || fail "PROCESSES=0 re-measured"
+pass "remeasure.sh PROCESSES=0: refused with a reason, nothing re-measured"
