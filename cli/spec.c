@@ -375,6 +375,17 @@ static mt_status_t set_seed(cli_spec_t *s, const void *arg, const char *opt, con
     return MT_OK;
 }
 
+static mt_status_t set_round_process(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                                     size_t errlen) {
+    if (strcmp(val, "same") != 0 && strcmp(val, "new") != 0) {
+        mt_fmt(err, errlen, "--%s %s: not same or new", opt, val);
+        return MT_INVAL;
+    }
+    s->measure.fresh_rounds = strcmp(val, "new") == 0;
+    s->measure_set = true;
+    return MT_OK;
+}
+
 static mt_status_t set_specfile(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
                                 size_t errlen) {
     return cli_spec_load_json(s, val, err, errlen);
@@ -457,6 +468,13 @@ static const opt_def_t k_opts[] = {
       "(default 0.02; 0 = off)"},
      set_fraction,
      2},
+    {{"round-process", "same|new",
+      "a side-by-side job's rounds (the decide step, halving's finalists, --configs): all in the worker's one "
+      "measuring process (same, the default), or each in a new one (new: the worker starts its backend's child "
+      "afresh between rounds, a few seconds each on triton), so a level a config keeps for the whole life of a "
+      "process is drawn again each round"},
+     set_round_process,
+     0},
     {{"spec", "FILE.json", "read the spec from a JSON file (flags after it override)"}, set_specfile, 0},
 };
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])
@@ -621,6 +639,7 @@ static const struct {
     {"seed", "seed"},
     {"race_margin", "race-margin"},
     {"decide_margin", "decide-margin"},
+    {"round_process", "round-process"},
 };
 #define LOOKUP_KEY(table, name_, out)                                                                                  \
     do {                                                                                                               \
@@ -958,6 +977,7 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
 #undef X
         s->measure.race_margin = m.race_margin;
         s->measure.decide_margin = m.decide_margin;
+        s->measure.fresh_rounds = m.fresh_rounds;
         s->spec.measure = &s->measure;
     }
     s->finished = true;
@@ -1104,6 +1124,8 @@ mt_status_t cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__Sweep
     }
     diff_margin(diff, len, &n, "race_margin", m->race_margin, o->race_margin);
     diff_margin(diff, len, &n, "decide_margin", m->decide_margin, o->decide_margin);
+    if (m->fresh_rounds != o->fresh_rounds)
+        add_diff(diff, len, &n, "round_process", m->fresh_rounds ? "new" : "same", o->fresh_rounds ? "new" : "same");
     /* The same space can expand differently when the static rules changed since. */
     if (pa->n_shapes != pb->n_shapes) {
         diff_u64(diff, len, &n, "shapes", pa->n_shapes, pb->n_shapes);

@@ -67,6 +67,7 @@ struct wrk_parent {
     uint64_t *rtt; /* dispatch round trips, us */
     size_t n_rtt, cap_rtt;
     uint64_t jobs_done, results, bad_messages, reconnects, child_restarts;
+    uint64_t round_children; /* children started for a side-by-side round (Measure.fresh_rounds) */
     int stop;
     sec_cert_t curve, curve_server; /* copies; used when opts.curve is set */
 };
@@ -362,6 +363,19 @@ static int pump(wrk_parent_t *p) {
         if (j->next >= j->job->n_configs && j->shape_ok && j->round + 1 < j->rounds) {
             j->round++;
             j->next = 0;
+            if (j->job->measure && j->job->measure->fresh_rounds) {
+                /* the next round in a new child; pump goes on once it has opened */
+                char err[256];
+                p->round_children++;
+                if (wrk_child_restart(p->child, err, sizeof err)) {
+                    fprintf(stderr, "moetune-worker: cannot start a child for the next round: %s\n", err);
+                    return MT_ERR;
+                }
+                log_at(MT_LOG_INFO, "job %llu: round %u of %u in a new child (pid %ld)",
+                       (unsigned long long)j->job->job_id, j->round + 1, j->rounds, (long)wrk_child_pid(p->child));
+                for (pjob_t *q = p->head; q; q = q->link) q->prepared = 0;
+                return MT_OK;
+            }
             log_at(MT_LOG_DEBUG, "job %llu: round %u of %u", (unsigned long long)j->job->job_id, j->round + 1,
                    j->rounds);
             continue;
@@ -787,10 +801,12 @@ void wrk_parent_stats_json(const wrk_parent_t *p, char *buf, size_t len) {
     }
     mt_fmt(buf, len,
            "{\"jobs\":%llu,\"results\":%llu,\"dispatch_rtt_us\":{\"p50\":%llu,\"p99\":%llu,\"n\":%zu},"
-           "\"bad_messages\":%llu,\"reconnects\":%llu,\"child_restarts\":%llu,\"unacked\":%zu}",
+           "\"bad_messages\":%llu,\"reconnects\":%llu,\"child_restarts\":%llu,\"round_children\":%llu,"
+           "\"unacked\":%zu}",
            (unsigned long long)p->jobs_done, (unsigned long long)p->results, (unsigned long long)pct(s, n, 0.50),
            (unsigned long long)pct(s, n, 0.99), n, (unsigned long long)p->bad_messages,
-           (unsigned long long)p->reconnects, (unsigned long long)p->child_restarts, p->n_unacked);
+           (unsigned long long)p->reconnects, (unsigned long long)p->child_restarts,
+           (unsigned long long)p->round_children, p->n_unacked);
     free(s);
 }
 

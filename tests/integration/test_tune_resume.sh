@@ -67,7 +67,8 @@ pass "done sweep reused: still 1 sweep and $full rows, $(basename "$F") exported
 
 # ---- other settings: refused with what differs, nothing planned
 for alt in "--min-samples 20|min_samples 10, now 20" "--seed 5|seed 1, now 5" "--warmup 5|warmup 2, now 5" \
-           "--rsd-target 0.05|rsd_target 0.01, now 0.05" "--max-samples 50|max_samples 100, now 50"; do
+           "--rsd-target 0.05|rsd_target 0.01, now 0.05" "--max-samples 50|max_samples 100, now 50" \
+           "--round-process new|round_process same, now new"; do
   flags=${alt%%|*} want=${alt#*|}
   # shellcheck disable=SC2086
   tune_run alt 0 $flags
@@ -76,7 +77,7 @@ for alt in "--min-samples 20|min_samples 10, now 20" "--seed 5|seed 1, now 5" "-
   grep -q -- "--fresh" "$T/alt.err" && grep -q -- "--keep-settings" "$T/alt.err" || fail "tune $flags: no choice offered"
   [ "$(sweeps)" = 1 ] && [ "$(rows)" = "$full" ] || fail "tune $flags planned or measured something"
 done
-pass "5 changed settings refused with exit 2, each named, nothing planned"
+pass "6 changed settings refused with exit 2, each named, nothing planned"
 
 tune_run keep 0 --min-samples 20 --keep-settings
 [ $RC = 0 ] || { cat "$T/keep.err"; fail "--keep-settings exited $RC"; }
