@@ -10,7 +10,9 @@
 # PROCESSES (default 1): each pair re-measured by that many separate `tune --configs` processes
 # (OUT_DIR/remeasure-N.P.db), scored by the median of a pick's medians. A config on the GPU can
 # read in one of two levels for the whole life of a process, and which one differs from process
-# to process (bench/RESULTS.md, "siblings"); one process reads one draw.
+# to process (bench/RESULTS.md, "siblings"); one process reads one draw. ROUND_PROCESS (same or
+# new; unset: tune's default, same): `tune --round-process`, each of the 5 rounds in a new child
+# where new.
 set -uo pipefail
 out=${1:?usage: bench/search/remeasure.sh OUT_DIR A.db B.db [tune shape options]}
 a=${2:?A.db}
@@ -40,11 +42,13 @@ echo "== remeasure: $(echo "$cfgs" | tr ',' '\n' | wc -l) configs at batch sizes
 t0=$(date +%s.%N)
 dbs=()
 n=0
+rp=()
+[ -n "${ROUND_PROCESS:-}" ] && rp=(--round-process "$ROUND_PROCESS")
 while read -r bs pair; do
   n=$((n + 1))
   for p in $(seq "$procs"); do
     name=remeasure-$n; [ "$procs" = 1 ] || name=remeasure-$n.$p
-    "$bin/moetune" tune --backend "$backend" "${extra[@]}" "${shape[@]}" --configs "$pair" --batch-sizes "$bs" \
+    "$bin/moetune" tune --backend "$backend" "${extra[@]}" "${shape[@]}" "${rp[@]}" --configs "$pair" --batch-sizes "$bs" \
       --name "$name" --db "$out/$name.db" --out "$out/configs-$name" </dev/null >>"$out/remeasure.out" 2>>"$out/remeasure.err"
     rc=$?
     [ $rc = 0 ] || { tail -n 5 "$out/remeasure.err"; echo "remeasure of $pair at $bs exited $rc"; exit 1; }

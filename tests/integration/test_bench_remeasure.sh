@@ -115,3 +115,14 @@ set -e
 [ $rc != 0 ] && grep -q 'PROCESSES=0: not a count' "$T/z.log" || fail "PROCESSES=0: exit $rc, $(cat "$T/z.log")"
 ! ls "$T"/z/remeasure-*.db >/dev/null 2>&1 || fail "PROCESSES=0 re-measured"
 pass "remeasure.sh PROCESSES=0: refused with a reason, nothing re-measured"
+
+# ROUND_PROCESS reaches each re-measure's tune as --round-process: a wrong one is tune's refusal
+set +e
+BACKEND=sim ROUND_PROCESS=maybe MT_BIN_DIR=$BIN bash "$S/bench/search/remeasure.sh" "$T/y" "$T/a.db" "$T/b.db" "${SHAPE[@]}" >"$T/y.log" 2>&1
+rc=$?
+set -e
+[ $rc != 0 ] && grep -q -- '--round-process maybe: not same or new' "$T/y.log" || fail "ROUND_PROCESS=maybe: exit $rc, $(cat "$T/y.log")"
+BACKEND=sim ROUND_PROCESS=new MT_BIN_DIR=$BIN bash "$S/bench/search/remeasure.sh" "$T/x" "$T/a.db" "$T/b.db" "${SHAPE[@]}" \
+  >"$T/x.log" 2>&1 || { cat "$T/x.log"; fail "remeasure.sh with ROUND_PROCESS=new exited $?"; }
+[ "$(grep '^summary ' "$T/x/score.txt" | cut -d' ' -f2- | jq -r .re_measured)" = 2 ] || fail "ROUND_PROCESS=new: $(cat "$T/x/score.txt")"
+pass "remeasure.sh ROUND_PROCESS: passed to tune (maybe refused by it; new re-measures both batch sizes)"
