@@ -333,6 +333,18 @@ static void release_early(wrk_parent_t *p, pjob_t *j) {
     send_ready(p, 1);
 }
 
+/* Replaces the child (a dead one, or a live one between rounds) with a new one that compiles
+ * every held job's configs again. */
+static int new_child(wrk_parent_t *p) {
+    char err[256];
+    if (wrk_child_restart(p->child, err, sizeof err)) {
+        fprintf(stderr, "moetune-worker: cannot start a child: %s\n", err);
+        return MT_ERR;
+    }
+    for (pjob_t *j = p->head; j; j = j->link) j->prepared = 0;
+    return MT_OK;
+}
+
 static void prepare_job(wrk_parent_t *p, pjob_t *j) {
     if (j->prepared || !j->shape_ok || j->next >= j->job->n_configs) return;
     size_t n = j->job->n_configs - j->next;
@@ -365,15 +377,10 @@ static int pump(wrk_parent_t *p) {
             j->next = 0;
             if (j->job->measure && j->job->measure->fresh_rounds) {
                 /* the next round in a new child; pump goes on once it has opened */
-                char err[256];
                 p->round_children++;
-                if (wrk_child_restart(p->child, err, sizeof err)) {
-                    fprintf(stderr, "moetune-worker: cannot start a child for the next round: %s\n", err);
-                    return MT_ERR;
-                }
+                if (new_child(p)) return MT_ERR;
                 log_at(MT_LOG_INFO, "job %llu: round %u of %u in a new child (pid %ld)",
                        (unsigned long long)j->job->job_id, j->round + 1, j->rounds, (long)wrk_child_pid(p->child));
-                for (pjob_t *q = p->head; q; q = q->link) q->prepared = 0;
                 return MT_OK;
             }
             log_at(MT_LOG_DEBUG, "job %llu: round %u of %u", (unsigned long long)j->job->job_id, j->round + 1,
@@ -582,7 +589,6 @@ static void drain_socket(wrk_parent_t *p) {
 /* ---- child events */
 
 static int on_child(wrk_parent_t *p, wrk_child_event_t ev) {
-    char err[256];
     if (ev == WRK_CHILD_EV_DONE) {
         pjob_t *j = p->head;
         const wrk_meas_t *meas;
@@ -605,11 +611,7 @@ static int on_child(wrk_parent_t *p, wrk_child_event_t ev) {
     if (wrk_child_state(p->child) == WRK_CHILD_DEAD && ev != WRK_CHILD_EV_OPEN_FAILED) {
         p->child_restarts++;
         log_at(MT_LOG_INFO, "starting a new child (%s)", wrk_child_error(p->child));
-        if (wrk_child_restart(p->child, err, sizeof err)) {
-            fprintf(stderr, "moetune-worker: cannot start a child: %s\n", err);
-            return MT_ERR;
-        }
-        for (pjob_t *j = p->head; j; j = j->link) j->prepared = 0;
+        if (new_child(p)) return MT_ERR;
     }
     if (ev == WRK_CHILD_EV_OPEN_FAILED) {
         fprintf(stderr, "moetune-worker: %s backend: %s\n", p->be->name, wrk_child_error(p->child));
