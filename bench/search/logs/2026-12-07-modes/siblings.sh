@@ -2,32 +2,39 @@
 # The re-measure's own spread on the GROUP_SIZE_M siblings that split the Mixtral-8x7B TP2 pairs
 # (M=256: 32x256x64x{16,32,64}x4x2; M=512: 128x256x128x{16,32,64}x8x2): N (env, default 8)
 # separate `tune --configs` processes, each re-measuring the three siblings side by side (5 rounds),
-# then each process's medians and their spread across processes. Output: $OUT/r.tgz (the dbs, sib.txt).
-W=/tmp/ws; rm -rf $W; mkdir -p $W; export LD_LIBRARY_PATH=$PWD/dist/lib
+# then per config each process's median, their spread across processes, in how many it was the
+# fastest, and each process's pooled deviation over its rounds (% of the mean).
+# Env: BIN (the bundle, default dist), TUNE_ENV (variables for tune, e.g. MOETUNE_EXP_RELOAD=1),
+# TUNE_OPTS (more tune options), W (work folder, default /tmp/ws), BACKEND=sim (a dry run).
+# Output: $OUT/r.tgz (the dbs, sib.txt).
+W=${W:-/tmp/ws}; X=${BIN:-dist}; rm -rf $W; mkdir -p $W; export LD_LIBRARY_PATH=$PWD/$X/lib
 { date; nvidia-smi --query-gpu=name,driver_version,power.limit,serial,uuid --format=csv,noheader; nproc; } >$W/host.txt
 be=(--backend cuda); [ "${BACKEND:-}" = sim ] && be=(--backend sim --workers 1 --sim-time-scale 0)
 for i in $(seq ${N:-8}); do
   for p in 256:32x256x64x16x4x2,32x256x64x32x4x2,32x256x64x64x4x2 512:128x256x128x16x8x2,128x256x128x32x8x2,128x256x128x64x8x2; do
-    m=${p%%:*}; dist/bin/moetune tune "${be[@]}" --model mixtral-8x7b --tp 2 --configs "${p#*:}" --batch-sizes $m \
-      --name sib-$m-$i --db $W/$m-$i.db --out $W/cfg </dev/null >>$W/tune.out 2>>$W/tune.err
+    m=${p%%:*}; env ${TUNE_ENV:-} $X/bin/moetune tune "${be[@]}" ${TUNE_OPTS:-} --model mixtral-8x7b --tp 2 \
+      --configs "${p#*:}" --batch-sizes $m --name sib-$m-$i --db $W/$m-$i.db --out $W/cfg </dev/null >>$W/tune.out 2>>$W/tune.err
   done
 done
 python3 - "$W" >$W/sib.txt <<'PY'
-import glob, statistics, sys
+import glob, sqlite3, statistics, sys
 sys.path.insert(0, "bench/search"); import stability
 W = sys.argv[1]
 for m in (256, 512):
     rows = {}
     for db in sorted(glob.glob(f"{W}/{m}-*.db"), key=lambda p: int(p.rsplit("-", 1)[1][:-3])):
-        med = stability.medians(db)
-        best = min(med.values())
-        for ((sk, bs), c), v in sorted(med.items(), key=lambda kv: kv[0][1]):
-            rows.setdefault(stability.cfg_text(c), []).append((v, v / best))
+        got = [(stability.cfg_text(r[:6]), r[6], 100 * r[7] / r[8]) for r in sqlite3.connect(db).execute(
+            "SELECT f.block_m, f.block_n, f.block_k, f.group_m, f.num_warps, f.num_stages, r.median_us, r.stddev_us,"
+            " r.mean_us FROM results r JOIN configs f ON f.id = r.config_id WHERE r.status = 'ok'")]
+        best = min(v for _, v, _ in got)
+        for c, v, rsd in sorted(got):
+            rows.setdefault(c, []).append((v, v == best, rsd))
     for c, vs in rows.items():
-        us = [v for v, _ in vs]; r = [x for _, x in vs]
+        us = [v for v, _, _ in vs]
         print(f"M={m} {c:22s} us {' '.join(f'{v:7.1f}' for v in us)}  median {statistics.median(us):7.1f}"
-              f"  spread {100 * (max(us) / min(us) - 1):4.1f} %  fastest in {sum(x == 1.0 for x in r)}/{len(r)}")
+              f"  spread {100 * (max(us) / min(us) - 1):4.1f} %  fastest in {sum(f for _, f, _ in vs)}/{len(vs)}"
+              f"  rsd within {' '.join(f'{r:.2f}' for _, _, r in vs)}")
 PY
 cat $W/sib.txt
 for f in $W/*.db; do python3 -c 'import sqlite3,sys; sqlite3.connect(sys.argv[1]).execute("PRAGMA wal_checkpoint(TRUNCATE)")' $f && rm -f $f-wal $f-shm $f.lock; done
-gzip -f $W/*.db; tar czf ${OUT:-/tmp}/r.tgz -C $W .
+rm -rf $W/cfg; gzip -f $W/*.db; tar czf ${OUT:-/tmp}/r.tgz -C $W .
