@@ -9,8 +9,9 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
   python3 bench/search/stability.py score A.db B.db [C.db ...]
       per (shape, batch size): each run's pick; where they differ, both picks' medians in the
       C databases (the re-measure, sweep 1 of each) and their ratio. A pick in several C databases
-      (remeasure.sh with PROCESSES > 1: separate processes) reads as the median of its medians. A batch size agrees when both runs picked the same config
-      or the re-measured picks are within 1 % of each other. Prints the table and a summary line,
+      (remeasure.sh with PROCESSES > 1: separate processes) reads as the median of its medians. A
+      batch size agrees when both runs picked the same config or the re-measured picks are within
+      1 % of each other. Prints the table and a summary line,
       with B's pick against A's side by side, worst and mean (A the reference: exhaustive's run).
   python3 bench/search/stability.py spread A.db B.db [...] | spread ONE.db
       the same configs measured in separate runs (bench/search/noise.sh), one database each or the
