@@ -126,11 +126,19 @@ static size_t mark_modes(halving_row_t *rows, size_t lo, size_t hi, double margi
 /* Marks, among rows lo .. hi (one batch size, fastest first), the decide step's finalists: per
  * device (mark_devices) its rows within margin of its own fastest, at most HALVING_DECIDE_MAX of
  * the best's device and HALVING_DEVICE_NEAR of each other, and the rows of two modes
- * (mark_modes). None where that leaves the best alone. */
+ * (mark_modes); then, up to HALVING_DECIDE_MIN, the next rows by rank within HALVING_MODE_REACH
+ * of the best. None where that leaves the best alone. */
 static void mark_decide(halving_row_t *rows, size_t lo, size_t hi, double margin) {
     for (size_t k = lo; k < hi; k++) rows[k].finalist = false;
     size_t marked = mark_devices(rows, lo, hi, 1.0 + margin, HALVING_DECIDE_MAX, HALVING_DEVICE_NEAR);
-    if (marked + mark_modes(rows, lo, hi, margin) < 2)
+    marked += mark_modes(rows, lo, hi, margin);
+    double reach = lo < hi ? rows[lo].median_us * (1.0 + HALVING_MODE_REACH) : 0.0;
+    for (size_t k = lo; k < hi && marked < HALVING_DECIDE_MIN && rows[k].median_us <= reach; k++)
+        if (!rows[k].finalist) {
+            rows[k].finalist = true;
+            marked++;
+        }
+    if (marked < 2)
         for (size_t k = lo; k < hi; k++) rows[k].finalist = false; /* the best alone: nothing to compare */
 }
 

@@ -80,6 +80,14 @@
  * row's fastest sample a percent below the best's median at most batch sizes. */
 #define HALVING_DECIDE_MODES 2
 #define HALVING_MODE_REACH 0.05
+/* A best ahead of every rival by more than the margin may itself be one measurement caught in a
+ * fast mode: Mixtral-8x7B TP2 at M=256 on an H100, a GROUP_SIZE_M=64 row read 659 us in its
+ * sweep, 2.4 % ahead of the next, so nothing was re-measured; in ten later processes it read
+ * 673-682 us and its GROUP_SIZE_M=32 sibling 658-679, and that sweep shipped a pick 1.5 % slower
+ * than the other sweep's. So where the margin and the modes leave fewer than HALVING_DECIDE_MIN
+ * finalists, the next rows by median, within HALVING_MODE_REACH of the best, fill up to it: a
+ * lone best is confirmed side by side against its nearest rivals. */
+#define HALVING_DECIDE_MIN 3
 /* The near-ties a batch size is expected to have, for progress before they are known: on the
  * H200 the decide step re-measured 49-53 rows over 18 batch sizes (bench/RESULTS.md). */
 #define HALVING_DECIDE_EXPECT 3
@@ -125,8 +133,9 @@ mt_status_t halving_choose(halving_row_t *rows, size_t n, size_t nb);
  * row is within HALVING_DEVICE_MARGIN of the best (at most HALVING_DEVICE_MAX, the nearest) its
  * rows within margin of its own fastest, at most HALVING_DEVICE_NEAR; the rows of two modes
  * (min_us < the best's min_us (its median where 0) x (1 - margin / 2), median <= best x (1 +
- * HALVING_MODE_REACH)), at most HALVING_DECIDE_MODES, the lowest min_us first; none where only
- * the best is. Reorders rows. MT_INVAL as halving_choose. */
+ * HALVING_MODE_REACH)), at most HALVING_DECIDE_MODES, the lowest min_us first; where that makes
+ * fewer than HALVING_DECIDE_MIN, the next rows by rank within HALVING_MODE_REACH of the best up
+ * to it; none where only the best is. Reorders rows. MT_INVAL as halving_choose. */
 mt_status_t halving_choose_decide(halving_row_t *rows, size_t n, size_t nb, double margin);
 
 /* About how many finalist rows halving_choose keeps of a shape whose configs each have a

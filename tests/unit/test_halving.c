@@ -79,13 +79,17 @@ static void test_choose_share(void **state) {
 }
 
 /* The decide rule: at each batch size the configs within the margin of the best, at most
- * HALVING_DECIDE_MAX, none where the best stands alone; ranks as halving_choose. */
+ * HALVING_DECIDE_MAX; a best past the margin of every other is re-measured with the next by
+ * rank within HALVING_MODE_REACH, up to HALVING_DECIDE_MIN in all; none where the best stands
+ * alone even so; ranks as halving_choose. */
 static void test_choose_decide(void **state) {
-    enum { NB = 3 };
+    enum { NB = 5 };
     static const double us[NB][6] = {
         {100.0, 101.0, 101.5, 101.9, 101.95, 110.0}, /* five within 2 %: the best four */
-        {100.0, 105.0, 106.0, 107.0, 108.0, 109.0},  /* the best alone: no re-measure */
-        {100.5, 100.0, 130.0, 140.0, 150.0, 160.0},  /* two */
+        {100.0, 105.5, 106.0, 107.0, 108.0, 109.0},  /* the best alone within 5 %: no re-measure */
+        {100.5, 100.0, 130.0, 140.0, 150.0, 160.0},  /* two within the margin, none within the reach */
+        {100.0, 103.0, 104.5, 104.9, 108.0, 109.0},  /* a lone best and its two nearest */
+        {100.0, 101.0, 104.0, 110.0, 120.0, 130.0},  /* a near-tie and the next */
     };
     halving_row_t rows[NB * 6];
     size_t n = 0;
@@ -98,6 +102,11 @@ static void test_choose_decide(void **state) {
     assert_int_equal(finalists[0], HALVING_DECIDE_MAX);
     assert_int_equal(finalists[1], 0);
     assert_int_equal(finalists[2], 2);
+    assert_int_equal(finalists[3], HALVING_DECIDE_MIN);
+    assert_true(find(rows, n, 3, 3)->finalist);
+    assert_false(find(rows, n, 4, 3)->finalist); /* within the reach, past the minimum */
+    assert_int_equal(finalists[4], HALVING_DECIDE_MIN);
+    assert_true(find(rows, n, 3, 4)->finalist);
     assert_true(find(rows, n, 4, 0)->finalist);
     assert_false(find(rows, n, 5, 0)->finalist); /* within 2 %, past the cap */
     assert_int_equal(find(rows, n, 5, 0)->rank, 5);
@@ -129,14 +138,15 @@ static void test_choose_modes(void **state) {
         /* c1 best, c2 and c3 two modes (c3's fastest lower), c4 past the cap, c5 past the reach,
          * c6 a near-tie */
         {{100.0, 99.5}, {103.0, 97.0}, {104.0, 96.0}, {104.5, 98.0}, {106.0, 90.0}, {101.0, 100.8}},
-        /* a fastest sample 0.8 % below the best's median: not two modes; the best alone */
-        {{100.0, 99.8}, {103.0, 99.2}, {120.0, 119.0}, {121.0, 120.0}, {122.0, 121.0}, {123.0, 122.0}},
+        /* c4's fastest sample 0.6 % below the best's: not two modes (three near-ties, so no
+         * fill up to HALVING_DECIDE_MIN) */
+        {{100.0, 99.8}, {101.0, 100.9}, {101.5, 101.2}, {103.0, 99.2}, {122.0, 121.0}, {123.0, 122.0}},
         /* the best's only company is a row of two modes */
         {{100.0, 99.9}, {104.0, 95.0}, {120.0, 119.0}, {121.0, 120.0}, {122.0, 121.0}, {123.0, 122.0}},
         /* fastest samples not known */
-        {{100.0, 0.0}, {103.0, 0.0}, {104.0, 0.0}, {120.0, 0.0}, {121.0, 0.0}, {122.0, 0.0}},
-        /* 3 % below the best's median, not below the best's own fastest sample (96) */
-        {{100.0, 96.0}, {103.0, 97.0}, {120.0, 119.0}, {121.0, 120.0}, {122.0, 121.0}, {123.0, 122.0}},
+        {{100.0, 0.0}, {101.0, 0.0}, {101.5, 0.0}, {103.0, 0.0}, {121.0, 0.0}, {122.0, 0.0}},
+        /* c4 3 % below the best's median, not below the best's own fastest sample (96) */
+        {{100.0, 96.0}, {101.0, 99.0}, {101.5, 99.0}, {103.0, 97.0}, {122.0, 121.0}, {123.0, 122.0}},
     };
     halving_row_t rows[NB * NC];
     size_t n = 0;
@@ -153,11 +163,12 @@ static void test_choose_modes(void **state) {
     assert_true(find(rows, n, 2, 0)->finalist);
     assert_false(find(rows, n, 4, 0)->finalist); /* two modes, past the cap */
     assert_false(find(rows, n, 5, 0)->finalist); /* its median past the reach */
-    assert_int_equal(finalists[1], 0);
+    for (uint32_t b = 1; b <= 4; b += (b == 1 ? 2 : 1)) {
+        assert_int_equal(finalists[b], 3);
+        assert_false(find(rows, n, 4, b)->finalist);
+    }
     assert_int_equal(finalists[2], 2);
     assert_true(find(rows, n, 2, 2)->finalist);
-    assert_int_equal(finalists[3], 0);
-    assert_int_equal(finalists[4], 0);
 }
 
 /* A sweep on several GPUs: each device whose fastest row is within HALVING_DEVICE_MARGIN of the
@@ -201,12 +212,16 @@ static void test_choose_devices(void **state) {
             if (find(rows, n, k[i].c, b)->finalist != want[b][i])
                 fail_msg("config %llu at batch size %u: finalist %d, want %d", (unsigned long long)k[i].c, b,
                          find(rows, n, k[i].c, b)->finalist, want[b][i]);
-    /* the same rows from one device: the near-ties alone */
+    /* the same rows from one device: the near-ties, filled up to HALVING_DECIDE_MIN by rank
+     * within the reach: at 0 the best, config 2 and config 4 (103); at 1 none (the next is 6 %
+     * off); at 2 the best, config 4 and config 5 (104, 104.5) */
     for (size_t i = 0; i < n; i++) rows[i].device_id = 7;
     assert_int_equal(halving_choose_decide(rows, n, NB, 0.02), MT_OK);
     size_t kept = 0;
     for (size_t i = 0; i < n; i++) kept += rows[i].finalist;
-    assert_int_equal(kept, 2);
+    assert_int_equal(kept, 2 * HALVING_DECIDE_MIN);
+    assert_true(find(rows, n, 4, 0)->finalist);
+    assert_true(find(rows, n, 5, 2)->finalist);
     /* halving: 40 configs of device 1 at 101 .. 140 keep the best 4 (101 .. 104, a spread of
      * 2.97 %); device 2's rows within that spread of its own fastest (104.5 .. 107.6) go on, at
      * most 2 (half the share): at 0 its 104.5 (rank 5) and 105.5, not its third (107.5); at 1 its
@@ -474,15 +489,16 @@ static void test_plan_devices(void **state) {
     store_close(&x.s);
 }
 
-/* bs 1: config 1 (100) stands alone within 2 %, config 2 (104) is past it; bs 2: the same. */
+/* bs 1: configs 1, 3 and 4 (100, 101, 101.5) within 2 %, config 2 (104) past it; bs 2: the same. */
 static double modes_us(uint32_t c, size_t b) {
     (void)b;
-    return c == 1 ? 100.0 : c == 2 ? 104.0 : 150.0 + c;
+    return c == 1 ? 100.0 : c == 2 ? 104.0 : c == 3 ? 101.0 : c == 4 ? 101.5 : 150.0 + c;
 }
 
 /* The decide step on a store reads each row's fastest sample: config 2's row at batch size 1,
- * whose fastest sample (95) beat the best's median by 5 %, is re-measured beside the best; at
- * batch size 2, where its fastest sample is its median, nothing is. */
+ * whose fastest sample (95) beat the best's median by 5 %, is re-measured beside the three
+ * near-ties; at batch size 2, where its fastest sample is its median, only they are (three:
+ * no fill up to HALVING_DECIDE_MIN). */
 static void test_plan_modes(void **state) {
     seeded_t x;
     seed_rows(&x, modes_us, 20);
@@ -491,11 +507,14 @@ static void test_plan_modes(void **state) {
     tmpdb_exec(db, "UPDATE results SET min_us = 95.0 WHERE config_id = 2 AND batch_size = 1");
     sqlite3_close(db);
     halving_step_t st = plan(&x, 16, 0.02, 7);
-    assert_int_equal(st.finalists, 2);
-    assert_int_equal(st.jobs, 1);
+    assert_int_equal(st.finalists, 4 + 3);
+    assert_int_equal(st.jobs, 2);
     assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
-                               " WHERE j.phase = 2 AND j.batch_sizes = '1' AND jc.config_id IN (1, 2)"),
-                     2);
+                               " WHERE j.phase = 2 AND j.batch_sizes = '1' AND jc.config_id IN (1, 2, 3, 4)"),
+                     4);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
+                               " WHERE j.phase = 2 AND j.batch_sizes = '2' AND jc.config_id = 2"),
+                     0);
     store_close(&x.s);
 }
 
@@ -696,7 +715,7 @@ static void test_sched_decide(void **state) {
     sched_status_release(&st);
     for (size_t i = 0; i < j->n_configs; i++) {
         uint64_t r = j->configs[i]->config_id - lo; /* rank 0 fastest at both */
-        double med[2] = {100.0 + 0.5 * (double)r, 100.0 + 5.0 * (double)r};
+        double med[2] = {100.0 + 0.5 * (double)r, 100.0 + 6.0 * (double)r};
         assert_int_equal(send_result(f, a, j, seq++, j->configs[i]->config_id, bs, med, 2, 1), MT_OK);
     }
     assert_int_equal(sched_flush(f->s, 2), MT_OK);
@@ -965,7 +984,7 @@ static void decide_first_pass(fx_t *f, decide_pass_t *d, const char *name, uint3
 static void test_sched_phase2_first(void **state) {
     fx_t *f = *state;
     decide_pass_t d; /* K = 1024: four times the cheap shape's work per config */
-    decide_first_pass(f, &d, "two shapes", 12, 1024, (const double[4]){100.0, 0.5, 100.0, 5.0});
+    decide_first_pass(f, &d, "two shapes", 12, 1024, (const double[4]){100.0, 0.5, 100.0, 6.0});
     assert_int_equal(d.sub.jobs, 2);
     assert_int_equal(d.job->shape->k, 1024); /* the costlier shape's job first, though listed second */
     assert_int_equal(d.job->n_configs, 12);

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue 9's stability pair with the lone best confirmed side by side (coordinator/halving.h
+# HALVING_DECIDE_MIN): two racing sweeps of Mixtral-8x7B TP2 on one GPU, E then F, each in time
+# boxes (bench/search/fullspace.sh), then their picks re-measured side by side by PROCESSES
+# (default 3) separate processes (bench/search/remeasure.sh). Run it again on the same warm machine
+# until it prints "pair: done": the state stays in W (default /tmp/wp). One call uses at most T
+# seconds (default 570). Env BACKEND=sim, MODEL_OPTS: a dry run on the sim, on a smaller space.
+# Output: $OUT/r.tgz: host.txt, each sweep's folder (database checkpointed and gzipped), rm/.
+set -uo pipefail
+t0=$(date +%s); T=${T:-570}; W=${W:-/tmp/wp}; mkdir -p "$W"
+s=bench/search
+export MT_BIN_DIR=$PWD/dist/bin LD_LIBRARY_PATH=$PWD/dist/lib
+read -r -a model <<<"${MODEL_OPTS:---model mixtral-8x7b --tp 2}"
+[ -f "$W/host.txt" ] || { date; nvidia-smi --query-gpu=name,driver_version,power.limit,serial,uuid --format=csv,noheader; nproc; } >"$W/host.txt" 2>&1
+left() { echo $((T - ($(date +%s) - t0))); }
+for r in e f; do
+  [ -f "$W/$r.done" ] && continue
+  box=$(($(left) - 50)) # tune's INT grace (30 s) and judges.py after it
+  [ $box -gt 60 ] || break
+  bash $s/fullspace.sh "$W/$r" $box racing "${model[@]}"
+  rc=$?
+  [ $rc -eq 0 ] && touch "$W/$r.done" && continue
+  [ $rc -eq 3 ] || echo "pair: run $r failed (exit $rc)"
+  break
+done
+if [ -f "$W/e.done" ] && [ -f "$W/f.done" ] && [ ! -f "$W/rm.done" ] && [ $(left) -gt 90 ]; then
+  mkdir -p "$W/rm"
+  PROCESSES=${PROCESSES:-3} timeout -s INT $(($(left) - 20)) bash $s/remeasure.sh "$W/rm" "$W/e/racing.db" \
+    "$W/f/racing.db" "${model[@]}" >"$W/rm.log" 2>&1 && touch "$W/rm.done"
+  tail -n 25 "$W/rm.log"
+fi
+[ -f "$W/rm.done" ] && echo "pair: done" || echo "pair: not done, run it again"
+# what comes back: the databases checkpointed, then gzipped copies; the originals stay for the next call
+p=/tmp/pack; rm -rf $p; mkdir -p $p
+cp -r "$W"/. $p/
+find $p -name '*.db' | while read -r f; do
+  python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()" "$f"
+  rm -f "$f-wal" "$f-shm"; gzip -f "$f"
+done
+tar czf "${OUT:-/tmp}/r.tgz" -C $p .
