@@ -5,6 +5,8 @@
 # (default 3) separate processes (bench/search/remeasure.sh). Run it again on the same warm machine
 # until it prints "pair: done": the state stays in W (default /tmp/wp). One call uses at most T
 # seconds (default 570). Env BACKEND=sim, MODEL_OPTS: a dry run on the sim, on a smaller space.
+# REF=DB.gz: run E only and score it against that finished sweep (D of 2026-12-07-modes, on an H100,
+# whose decide step re-measured at least 3 rows at every batch size, so this rule adds none there).
 # Output: $OUT/r.tgz: host.txt, each sweep's folder (database checkpointed and gzipped), rm/.
 set -uo pipefail
 t0=$(date +%s); T=${T:-570}; W=${W:-/tmp/wp}; mkdir -p "$W"
@@ -13,7 +15,12 @@ export MT_BIN_DIR=$PWD/dist/bin LD_LIBRARY_PATH=$PWD/dist/lib
 read -r -a model <<<"${MODEL_OPTS:---model mixtral-8x7b --tp 2}"
 [ -f "$W/host.txt" ] || { date; nvidia-smi --query-gpu=name,driver_version,power.limit,serial,uuid --format=csv,noheader; nproc; } >"$W/host.txt" 2>&1
 left() { echo $((T - ($(date +%s) - t0))); }
-for r in e f; do
+runs="e f"
+if [ -n "${REF:-}" ]; then
+  runs=e
+  [ -f "$W/f.done" ] || { mkdir -p "$W/f" && zcat "$REF" >"$W/f/racing.db" && echo "$REF" >"$W/f/ref.txt" && touch "$W/f.done"; }
+fi
+for r in $runs; do
   [ -f "$W/$r.done" ] && continue
   box=$(($(left) - 50)) # tune's INT grace (30 s) and judges.py after it
   [ $box -gt 60 ] || break
