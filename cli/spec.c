@@ -463,8 +463,8 @@ static const opt_def_t k_opts[] = {
      set_fraction,
      1},
     {{"decide-margin", "X",
-      "racing's last step: per shape and batch size, the configs within this fraction of the best (at most 4) are "
-      "re-measured side by side (one job per batch size, 5 rounds), racing off, and those measurements pick "
+      "racing's last step: per shape and batch size, the configs within this fraction of the best (at most 4; at "
+      "least 3 where the next are within 5 %) are re-measured side by side (one job per batch size, 5 rounds), racing off, and those measurements pick "
       "(default 0.02; 0 = off)"},
      set_fraction,
      2},
