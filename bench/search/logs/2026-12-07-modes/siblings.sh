@@ -5,22 +5,30 @@
 # then per config each process's median, their spread across processes, in how many it was the
 # fastest, and each process's pooled deviation over its rounds (% of the mean).
 # Env: BIN (the bundle, default dist), TUNE_ENV (variables for tune, e.g. MOETUNE_EXP_RELOAD=1),
-# TUNE_OPTS (more tune options), W (work folder, default /tmp/ws), BACKEND=sim (a dry run).
-# Output: $OUT/r.tgz (the dbs, sib.txt).
+# TUNE_OPTS (more tune options), W (work folder, default /tmp/ws), BACKEND=sim (a dry run),
+# SETS (what each process re-measures: "M:CONFIG,CONFIG,... M:..."; default the siblings above).
+# Output: $OUT/r.tgz (the dbs, sib.txt: also each batch size's mean wall time of a process).
 W=${W:-/tmp/ws}; X=${BIN:-dist}; rm -rf $W; mkdir -p $W; export LD_LIBRARY_PATH=$PWD/$X/lib
 { date; nvidia-smi --query-gpu=name,driver_version,power.limit,serial,uuid --format=csv,noheader; nproc; } >$W/host.txt
 be=(--backend cuda); [ "${BACKEND:-}" = sim ] && be=(--backend sim --workers 1 --sim-time-scale 0)
 for i in $(seq ${N:-8}); do
-  for p in 256:32x256x64x16x4x2,32x256x64x32x4x2,32x256x64x64x4x2 512:128x256x128x16x8x2,128x256x128x32x8x2,128x256x128x64x8x2; do
-    m=${p%%:*}; env ${TUNE_ENV:-} $X/bin/moetune tune "${be[@]}" ${TUNE_OPTS:-} --model mixtral-8x7b --tp 2 \
+  for p in ${SETS:-256:32x256x64x16x4x2,32x256x64x32x4x2,32x256x64x64x4x2 512:128x256x128x16x8x2,128x256x128x32x8x2,128x256x128x64x8x2}; do
+    m=${p%%:*}; s=$(date +%s.%N)
+    env ${TUNE_ENV:-} $X/bin/moetune tune "${be[@]}" ${TUNE_OPTS:-} --model mixtral-8x7b --tp 2 \
       --configs "${p#*:}" --batch-sizes $m --name sib-$m-$i --db $W/$m-$i.db --out $W/cfg </dev/null >>$W/tune.out 2>>$W/tune.err
+    echo "$m $i $(python3 -c "print(round($(date +%s.%N) - $s, 2))")" >>$W/wall.txt
   done
 done
 python3 - "$W" >$W/sib.txt <<'PY'
 import glob, sqlite3, statistics, sys
 sys.path.insert(0, "bench/search"); import stability
 W = sys.argv[1]
-for m in (256, 512):
+walls = {}
+for line in open(f"{W}/wall.txt"):
+    m, _, w = line.split()
+    walls.setdefault(int(m), []).append(float(w))
+for m in sorted(walls):
+    print(f"M={m} wall of a process: mean {statistics.mean(walls[m]):.1f} s over {len(walls[m])}")
     rows = {}
     for db in sorted(glob.glob(f"{W}/{m}-*.db"), key=lambda p: int(p.rsplit("-", 1)[1][:-3])):
         got = [(stability.cfg_text(r[:6]), r[6], 100 * r[7] / r[8]) for r in sqlite3.connect(db).execute(
