@@ -22,6 +22,7 @@ struct cli_spec {
     Moetune__Space space;
     Moetune__Measure measure;
     bool measure_set;
+    bool round_process_set; /* --round-process given: else new on cuda, same elsewhere */
     krn_shape_t shapes[CLI_SPEC_MAX_SHAPES];
     size_t n_shapes;
     Moetune__Shape pb_shapes[CLI_SPEC_MAX_SHAPES];
@@ -383,6 +384,7 @@ static mt_status_t set_round_process(cli_spec_t *s, const void *arg, const char 
     }
     s->measure.fresh_rounds = strcmp(val, "new") == 0;
     s->measure_set = true;
+    s->round_process_set = true;
     return MT_OK;
 }
 
@@ -469,10 +471,10 @@ static const opt_def_t k_opts[] = {
      set_fraction,
      2},
     {{"round-process", "same|new",
-      "a side-by-side job's rounds (the decide step, halving's finalists, --configs): all in the worker's one "
-      "measuring process (same, the default), or each in a new one (new: the worker starts its backend's child "
-      "afresh between rounds, a few seconds each on triton), so a level a config keeps for the whole life of a "
-      "process is drawn again each round"},
+      "a side-by-side job's rounds (the decide step, halving's finalists, --configs): each in a new measuring "
+      "process (new: the worker starts its backend's child afresh between rounds, so a level a config keeps for "
+      "the whole life of a process is drawn again each round; the default for the cuda backend, about 0.3 s a "
+      "round there) or all in the worker's one (same: the default elsewhere; a new triton child costs about 6 s)"},
      set_round_process,
      0},
     {{"spec", "FILE.json", "read the spec from a JSON file (flags after it override)"}, set_specfile, 0},
@@ -969,6 +971,12 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
     s->space.sample = s->sample;
     s->spec.space = any_space || s->n_cfgs || s->sample ? &s->space : NULL;
     /* no chunk stays 0: the coordinator sizes each shape's jobs (planner.h plan_chunk) */
+    if (!s->round_process_set && strcmp(s->backend, "cuda") == 0) {
+        /* On an H100 a config keeps one of two levels up to 4 % apart for the life of a process;
+         * a new child per round draws it again, for 0.33 s (6.4 s on triton: same there) */
+        s->measure.fresh_rounds = true;
+        s->measure_set = true;
+    }
     if (s->measure_set) {
         Moetune__Measure m = s->measure;
         moetune__measure__init(&s->measure);

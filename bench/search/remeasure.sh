@@ -11,7 +11,7 @@
 # (OUT_DIR/remeasure-N.P.db), scored by the median of a pick's medians. A config on the GPU can
 # read in one of two levels for the whole life of a process, and which one differs from process
 # to process (bench/RESULTS.md, "siblings"); one process reads one draw. ROUND_PROCESS (same or
-# new; unset: tune's default, same): `tune --round-process`, each of the 5 rounds in a new child
+# new; unset: tune's default, new on cuda): `tune --round-process`, each of the 5 rounds in a new child
 # where new.
 set -uo pipefail
 out=${1:?usage: bench/search/remeasure.sh OUT_DIR A.db B.db [tune shape options]}

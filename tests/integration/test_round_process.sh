@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --round-process: a side-by-side job's rounds all in the worker's one child (same, the default)
+# --round-process: a side-by-side job's rounds all in the worker's one child (same, the default on the sim)
 # or each in a new child (new). On the sim, a --configs re-measure of 3 configs in 5 rounds: with
 # new, the worker starts 4 more children, one per round after the first, each a new process, and
 # the rows are those of the same re-measure in one child (the sim reads a config alike in any

@@ -276,6 +276,41 @@ static void test_compare(void **state) {
     cli_spec_destroy(&base);
 }
 
+/* --round-process: new by default where the sweep's workers are cuda ones (a new child per
+ * round costs 0.3 s there), same for triton (6 s), sim and any backend; given, it holds. */
+static void test_round_process_default(void **state) {
+    static const struct {
+        const char *backend, *given;
+        bool fresh;
+    } cases[] = {
+        {"cuda", NULL, true},    {"triton", NULL, false}, {"sim", NULL, false}, {NULL, NULL, false},
+        {"cuda", "same", false}, {"triton", "new", true}, {NULL, "new", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cli_spec_t *s = cases[i].backend && cases[i].given
+                            ? made("worker-backend", cases[i].backend, "round-process", cases[i].given, NULL)
+                        : cases[i].backend ? made("worker-backend", cases[i].backend, NULL)
+                        : cases[i].given   ? made("round-process", cases[i].given, NULL)
+                                           : made(NULL);
+        const Moetune__SweepSpec *p = cli_spec_get(s);
+        bool fresh = p->measure && p->measure->fresh_rounds;
+        if (fresh != cases[i].fresh)
+            fail_msg("backend %s, --round-process %s: fresh_rounds %d, want %d", cases[i].backend ? cases[i].backend : "-",
+                     cases[i].given ? cases[i].given : "-", fresh, cases[i].fresh);
+        /* the default leaves every other measurement setting to the planner */
+        if (!cases[i].given && p->measure) {
+            assert_int_equal(p->measure->min_samples, 0);
+            assert_true(p->measure->race_margin == 0.0 && p->measure->decide_margin == 0.0);
+        }
+        cli_spec_destroy(&s);
+    }
+    /* a cuda sweep resumed with `same` differs by that setting alone */
+    cli_spec_t *a = made("worker-backend", "cuda", NULL), *b = made("worker-backend", "cuda", "round-process", "same", NULL);
+    assert_differs(cli_spec_get(a), cli_spec_get(b), "round_process new, now same");
+    cli_spec_destroy(&a);
+    cli_spec_destroy(&b);
+}
+
 static void test_bad_flags(void **state) {
     set_bad("shape", "E=128,N=768", "");
     set_bad("shape", "E=128,N=768,K=2048,topk=8,foo=1", "");
@@ -456,7 +491,8 @@ static void test_configs(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flags),    cmocka_unit_test(test_engines),   cmocka_unit_test(test_routing),
-        cmocka_unit_test(test_defaults), cmocka_unit_test(test_bad_flags), cmocka_unit_test(test_json),
+        cmocka_unit_test(test_defaults), cmocka_unit_test(test_round_process_default),
+        cmocka_unit_test(test_bad_flags), cmocka_unit_test(test_json),
         cmocka_unit_test(test_json_bad), cmocka_unit_test(test_compare),   cmocka_unit_test(test_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,8 @@
 # then per config each process's median, their spread across processes, in how many it was the
 # fastest, and each process's pooled deviation over its rounds (% of the mean).
 # Env: BIN (the bundle, default dist), TUNE_ENV (variables for tune, e.g. MOETUNE_EXP_RELOAD=1),
-# TUNE_OPTS (more tune options), W (work folder, default /tmp/ws), BACKEND=sim (a dry run),
+# TUNE_OPTS (more tune options; "--round-process same" for the one child of the runs before new
+# became the cuda default), W (work folder, default /tmp/ws), BACKEND=sim (a dry run),
 # SETS (what each process re-measures: "M:CONFIG,CONFIG,... M:..."; default the siblings above).
 # Output: $OUT/r.tgz (the dbs, sib.txt: also each batch size's mean wall time of a process).
 W=${W:-/tmp/ws}; X=${BIN:-dist}; rm -rf $W; mkdir -p $W; export LD_LIBRARY_PATH=$PWD/$X/lib
