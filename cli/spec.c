@@ -474,7 +474,8 @@ static const opt_def_t k_opts[] = {
       "a side-by-side job's rounds (the decide step, halving's finalists, --configs): each in a new measuring "
       "process (new: the worker starts its backend's child afresh between rounds, so a level a config keeps for "
       "the whole life of a process is drawn again each round; the default for the cuda backend, about 0.3 s a "
-      "round there) or all in the worker's one (same: the default elsewhere; a new triton child costs about 6 s)"},
+      "round there, but for --strategy halving) or all in the worker's one (same: the default elsewhere; a new "
+      "triton child costs about 6 s)"},
      set_round_process,
      0},
     {{"spec", "FILE.json", "read the spec from a JSON file (flags after it override)"}, set_specfile, 0},
@@ -971,9 +972,10 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
     s->space.sample = s->sample;
     s->spec.space = any_space || s->n_cfgs || s->sample ? &s->space : NULL;
     /* no chunk stays 0: the coordinator sizes each shape's jobs (planner.h plan_chunk) */
-    if (!s->round_process_set && strcmp(s->backend, "cuda") == 0) {
+    if (!s->round_process_set && strcmp(s->backend, "cuda") == 0 && strcmp(s->strategy, "halving") != 0) {
         /* On an H100 a config keeps one of two levels up to 4 % apart for the life of a process;
-         * a new child per round draws it again, for 0.33 s (6.4 s on triton: same there) */
+         * a new child per round draws it again, for 0.33 s (6.4 s on triton: same there).
+         * Halving's finalists keep one child: its 5-minute target had no 24 s to spare. */
         s->measure.fresh_rounds = true;
         s->measure_set = true;
     }

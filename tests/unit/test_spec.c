@@ -277,7 +277,8 @@ static void test_compare(void **state) {
 }
 
 /* --round-process: new by default where the sweep's workers are cuda ones (a new child per
- * round costs 0.3 s there), same for triton (6 s), sim and any backend; given, it holds. */
+ * round costs 0.3 s there) but for halving, same for triton (6 s), sim and any backend; given,
+ * it holds. */
 static void test_round_process_default(void **state) {
     static const struct {
         const char *backend, *given;
@@ -304,6 +305,13 @@ static void test_round_process_default(void **state) {
         }
         cli_spec_destroy(&s);
     }
+    /* halving on cuda: one child unless asked */
+    cli_spec_t *h = made("worker-backend", "cuda", "strategy", "halving", NULL);
+    assert_false(cli_spec_get(h)->measure && cli_spec_get(h)->measure->fresh_rounds);
+    cli_spec_destroy(&h);
+    h = made("worker-backend", "cuda", "strategy", "halving", "round-process", "new", NULL);
+    assert_true(cli_spec_get(h)->measure->fresh_rounds);
+    cli_spec_destroy(&h);
     /* a cuda sweep resumed with `same` differs by that setting alone */
     cli_spec_t *a = made("worker-backend", "cuda", NULL), *b = made("worker-backend", "cuda", "round-process", "same", NULL);
     assert_differs(cli_spec_get(a), cli_spec_get(b), "round_process new, now same");
