@@ -452,6 +452,34 @@ static void test_plan_decide(void **state) {
     store_close(&x.s);
 }
 
+/* bs 1: config 1 (100) ahead of every other by more than 2 %; configs 2, 3 and 4 within 5 %
+ * (103, 104.5, 104.8); bs 2: config 1 and, within 5 %, config 5 (104) alone. */
+static double lone_us(uint32_t c, size_t b) {
+    if (c == 1) return 100.0;
+    if (b == 0) return c == 2 ? 103.0 : c == 3 ? 104.5 : c == 4 ? 104.8 : 150.0 + c;
+    return c == 5 ? 104.0 : 200.0;
+}
+
+/* A best past the margin of every other is re-measured on a store with its nearest rows within
+ * HALVING_MODE_REACH, up to HALVING_DECIDE_MIN: at bs 1 the best and the next two (not the
+ * third within the reach), at bs 2 the best and its one row within the reach. */
+static void test_plan_lone_best(void **state) {
+    seeded_t x;
+    seed_rows(&x, lone_us, 20);
+    halving_step_t st = plan(&x, 16, 0.02, 7);
+    assert_int_equal(st.finalists, HALVING_DECIDE_MIN + 2);
+    assert_int_equal(st.jobs, 2);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
+                               " WHERE j.phase = 2 AND j.batch_sizes = '1' AND jc.config_id IN (1, 2, 3)"),
+                     3);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id"
+                               " WHERE j.phase = 2 AND j.batch_sizes = '2' AND jc.config_id IN (1, 5)"),
+                     2);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id WHERE j.phase = 2"),
+                     HALVING_DECIDE_MIN + 2);
+    store_close(&x.s);
+}
+
 /* bs 1: device 1's best (config 1, 100) stands alone within 2 %, device 2's (config 11) is 3 %
  * behind; bs 2: device 2's best (config 11) is 6 % behind. */
 static double devices_us(uint32_t c, size_t b) {
@@ -1051,6 +1079,7 @@ int main(void) {
         cmocka_unit_test(test_bs_lists),
         cmocka_unit_test_prestate_setup_teardown(test_plan_shape, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_plan_decide, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_plan_lone_best, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_plan_devices, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_plan_modes, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_setup_teardown(test_sched_phases, fx_setup, fx_teardown),
