@@ -7,6 +7,8 @@
 # seconds (default 570). Env BACKEND=sim, MODEL_OPTS: a dry run on the sim, on a smaller space.
 # REF=DB.gz: run E only and score it against that finished sweep (D of 2026-12-07-modes, on an H100,
 # whose decide step re-measured at least 3 rows at every batch size, so this rule adds none there).
+# Run E of 2026-12-07 had each decide round in one child; from the build that made
+# `--round-process new` the cuda default, the same command measures each in a new child.
 # Output: $OUT/r.tgz: host.txt, each sweep's folder (database checkpointed and gzipped), rm/.
 set -uo pipefail
 t0=$(date +%s); T=${T:-570}; W=${W:-/tmp/wp}; mkdir -p "$W"
