@@ -22,7 +22,6 @@ struct cli_spec {
     Moetune__Space space;
     Moetune__Measure measure;
     bool measure_set;
-    bool round_process_set; /* --round-process given: else new on cuda, same elsewhere */
     krn_shape_t shapes[CLI_SPEC_MAX_SHAPES];
     size_t n_shapes;
     Moetune__Shape pb_shapes[CLI_SPEC_MAX_SHAPES];
@@ -382,9 +381,8 @@ static mt_status_t set_round_process(cli_spec_t *s, const void *arg, const char 
         mt_fmt(err, errlen, "--%s %s: not same or new", opt, val);
         return MT_INVAL;
     }
-    s->measure.fresh_rounds = strcmp(val, "new") == 0;
+    s->measure.fresh_rounds = strcmp(val, "new") == 0 ? 1 : -1;
     s->measure_set = true;
-    s->round_process_set = true;
     return MT_OK;
 }
 
@@ -972,13 +970,6 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
     s->space.sample = s->sample;
     s->spec.space = any_space || s->n_cfgs || s->sample ? &s->space : NULL;
     /* no chunk stays 0: the coordinator sizes each shape's jobs (planner.h plan_chunk) */
-    if (!s->round_process_set && strcmp(s->backend, "cuda") == 0 && strcmp(s->strategy, "halving") != 0) {
-        /* On an H100 a config keeps one of two levels up to 4 % apart for the life of a process;
-         * a new child per round draws it again, for 0.33 s (6.4 s on triton: same there).
-         * Halving's finalists keep one child: its 5-minute target had no 24 s to spare. */
-        s->measure.fresh_rounds = true;
-        s->measure_set = true;
-    }
     if (s->measure_set) {
         Moetune__Measure m = s->measure;
         moetune__measure__init(&s->measure);
@@ -1134,8 +1125,8 @@ mt_status_t cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__Sweep
     }
     diff_margin(diff, len, &n, "race_margin", m->race_margin, o->race_margin);
     diff_margin(diff, len, &n, "decide_margin", m->decide_margin, o->decide_margin);
-    if (m->fresh_rounds != o->fresh_rounds)
-        add_diff(diff, len, &n, "round_process", m->fresh_rounds ? "new" : "same", o->fresh_rounds ? "new" : "same");
+    if ((m->fresh_rounds > 0) != (o->fresh_rounds > 0))
+        add_diff(diff, len, &n, "round_process", m->fresh_rounds > 0 ? "new" : "same", o->fresh_rounds > 0 ? "new" : "same");
     /* The same space can expand differently when the static rules changed since. */
     if (pa->n_shapes != pb->n_shapes) {
         diff_u64(diff, len, &n, "shapes", pa->n_shapes, pb->n_shapes);

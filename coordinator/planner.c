@@ -20,6 +20,11 @@ void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out) {
     out->race_margin = m && m->race_margin != 0 ? m->race_margin : listed ? -1.0 : race;
     /* the decide step likewise (halving_decide_margin: only where racing is on) */
     out->decide_margin = m && m->decide_margin != 0 ? m->decide_margin : listed ? -1.0 : HALVING_DECIDE_DEFAULT_MARGIN;
+    /* On an H100 a config keeps one of two levels up to 4 % apart for the life of a process; a
+     * new child per round draws it again, for 0.33 s on cuda (6.4 s on triton: one child there).
+     * Halving's finalists keep one child: its 5-minute target had no 24 s to spare. */
+    bool cuda = spec && spec->backend && strcmp(spec->backend, "cuda") == 0;
+    out->fresh_rounds = m && m->fresh_rounds != 0 ? m->fresh_rounds : cuda && !halving_is(spec->strategy) ? 1 : -1;
 }
 
 uint32_t plan_chunk(const Moetune__SweepSpec *spec) {

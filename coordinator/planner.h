@@ -73,7 +73,9 @@ typedef struct {
  * budget_ms 1000, timeout_ms 60000, seed 1; race_margin RACE_DEFAULT_MARGIN
  * (HALVING_RACE_DEFAULT_MARGIN for a halving sweep), or racing off
  * for a listed space (Space.configs: a side-by-side re-measure); decide_margin
- * HALVING_DECIDE_DEFAULT_MARGIN, off (-1) for a listed space; a negative margin stays off).
+ * HALVING_DECIDE_DEFAULT_MARGIN, off (-1) for a listed space; a negative margin stays off;
+ * fresh_rounds 1 (each side-by-side round in a new child) for a sweep whose worker backend is
+ * cuda and whose strategy is not halving, else -1 (one child); a given one stays).
  * spec->measure may be NULL. */
 void plan_measure(const Moetune__SweepSpec *spec, Moetune__Measure *out);
 /* Configs per job: spec->chunk, else all of a listed space's configs (Space.configs: one job

@@ -375,7 +375,7 @@ static int pump(wrk_parent_t *p) {
         if (j->next >= j->job->n_configs && j->shape_ok && j->round + 1 < j->rounds) {
             j->round++;
             j->next = 0;
-            if (j->job->measure && j->job->measure->fresh_rounds) {
+            if (j->job->measure && j->job->measure->fresh_rounds > 0) {
                 /* the next round in a new child; pump goes on once it has opened */
                 p->round_children++;
                 if (new_child(p)) return MT_ERR;

@@ -276,9 +276,16 @@ static void test_compare(void **state) {
     cli_spec_destroy(&base);
 }
 
+/* Whether the planner measures spec's side-by-side rounds each in a new child. */
+static bool planned_fresh(const cli_spec_t *s) {
+    Moetune__Measure m;
+    plan_measure(cli_spec_get(s), &m);
+    return m.fresh_rounds > 0;
+}
+
 /* --round-process: new by default where the sweep's workers are cuda ones (a new child per
  * round costs 0.3 s there) but for halving, same for triton (6 s), sim and any backend; given,
- * it holds. */
+ * it holds. The default is the planner's: the spec carries no measurement settings for it. */
 static void test_round_process_default(void **state) {
     static const struct {
         const char *backend, *given;
@@ -293,28 +300,29 @@ static void test_round_process_default(void **state) {
                         : cases[i].backend ? made("worker-backend", cases[i].backend, NULL)
                         : cases[i].given   ? made("round-process", cases[i].given, NULL)
                                            : made(NULL);
-        const Moetune__SweepSpec *p = cli_spec_get(s);
-        bool fresh = p->measure && p->measure->fresh_rounds;
+        bool fresh = planned_fresh(s);
         if (fresh != cases[i].fresh)
             fail_msg("backend %s, --round-process %s: fresh_rounds %d, want %d", cases[i].backend ? cases[i].backend : "-",
                      cases[i].given ? cases[i].given : "-", fresh, cases[i].fresh);
-        /* the default leaves every other measurement setting to the planner */
-        if (!cases[i].given && p->measure) {
-            assert_int_equal(p->measure->min_samples, 0);
-            assert_true(p->measure->race_margin == 0.0 && p->measure->decide_margin == 0.0);
-        }
+        if (!cases[i].given) assert_null(cli_spec_get(s)->measure);
         cli_spec_destroy(&s);
     }
     /* halving on cuda: one child unless asked */
     cli_spec_t *h = made("worker-backend", "cuda", "strategy", "halving", NULL);
-    assert_false(cli_spec_get(h)->measure && cli_spec_get(h)->measure->fresh_rounds);
+    assert_false(planned_fresh(h));
     cli_spec_destroy(&h);
     h = made("worker-backend", "cuda", "strategy", "halving", "round-process", "new", NULL);
-    assert_true(cli_spec_get(h)->measure->fresh_rounds);
+    assert_true(planned_fresh(h));
     cli_spec_destroy(&h);
-    /* a cuda sweep resumed with `same` differs by that setting alone */
+    /* a cuda sweep resumed with `same` differs by that setting alone; `new` given is the default */
     cli_spec_t *a = made("worker-backend", "cuda", NULL), *b = made("worker-backend", "cuda", "round-process", "same", NULL);
     assert_differs(cli_spec_get(a), cli_spec_get(b), "round_process new, now same");
+    cli_spec_destroy(&b);
+    b = made("worker-backend", "cuda", "round-process", "new", NULL);
+    bool same = false;
+    char diff[1000] = "";
+    assert_int_equal(cli_spec_compare(cli_spec_get(a), cli_spec_get(b), &same, diff, sizeof diff), MT_OK);
+    if (!same) fail_msg("--round-process new on cuda differs from the default: %s", diff);
     cli_spec_destroy(&a);
     cli_spec_destroy(&b);
 }
