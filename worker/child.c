@@ -261,7 +261,7 @@ static void fill_all(wrk_child_t *c, int status, const char *detail) {
     for (size_t i = 0; i < c->n_meas; i++) {
         memset(&c->meas[i], 0, sizeof c->meas[i]);
         c->meas[i].status = status;
-        snprintf(c->meas[i].detail, sizeof c->meas[i].detail, "%s", detail);
+        mt_fmt(c->meas[i].detail, sizeof c->meas[i].detail, "%s", detail);
     }
     c->regs = c->spills = 0;
 }
@@ -439,7 +439,7 @@ static void on_frame(wrk_child_t *c, uint32_t type, const uint8_t *p, uint32_t l
         memcpy(why, p, n);
         why[n] = '\0';
         reap(c, 0);
-        snprintf(c->error, sizeof c->error, "%.255s", why);
+        mt_fmt(c->error, sizeof c->error, "%s", why);
         *ev = WRK_CHILD_EV_OPEN_FAILED;
         return;
     }
@@ -463,7 +463,7 @@ static void on_frame(wrk_child_t *c, uint32_t type, const uint8_t *p, uint32_t l
             if (m->status <= MOETUNE__STATUS__STATUS_UNKNOWN || m->status > MOETUNE__STATUS__STATUS_CRASHED) {
                 memset(m, 0, sizeof *m);
                 m->status = MOETUNE__STATUS__STATUS_LAUNCH_ERROR;
-                snprintf(m->detail, sizeof m->detail, "%s", why);
+                mt_fmt(m->detail, sizeof m->detail, "%s", why);
             }
         }
         c->regs = c->spills = 0;
