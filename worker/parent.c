@@ -34,6 +34,7 @@ typedef struct pjob {
     uint32_t rounds, round; /* Job.rounds (1 when 0), and the round being measured (0-based) */
     wrk_meas_t *kept;       /* rounds > 1: per config, its n_batch_sizes measurements so far */
     uint32_t *regs;         /* rounds > 1: per config, its first round's registers and spills */
+    double *round_us;       /* rounds > 1: per config and batch size, each round's median (rows of rounds) */
     struct pjob *link;
 } pjob_t;
 
@@ -192,6 +193,7 @@ static void job_free(pjob_t *j) {
     free(j->best);
     free(j->kept);
     free(j->regs);
+    free(j->round_us);
     free(j->moved);
     free(j);
 }
@@ -283,12 +285,20 @@ static int keep_round(wrk_parent_t *p, pjob_t *j, const wrk_meas_t *meas, size_t
     if (n != nb) return emit_result(p, j, ci, meas, n, regs, spills);
     wrk_meas_t *k = &j->kept[ci * nb];
     wrk_rounds_merge(k, meas, nb, j->round == 0);
+    for (size_t b = 0; b < nb; b++) j->round_us[(ci * nb + b) * j->rounds + j->round] = meas[b].median_us;
     if (j->round == 0) {
         j->regs[2 * ci] = regs;
         j->regs[2 * ci + 1] = spills;
     }
     if (j->round + 1 < j->rounds && !wrk_rounds_settled(k, nb)) return MT_OK;
-    return emit_result(p, j, ci, k, nb, j->regs[2 * ci], j->regs[2 * ci + 1]);
+    /* the Result carries each round's median in its detail; kept stays as folded */
+    wrk_meas_t *out = malloc(nb * sizeof *out);
+    if (!out) return MT_NOMEM;
+    memcpy(out, k, nb * sizeof *out);
+    for (size_t b = 0; b < nb; b++) wrk_rounds_note(&out[b], &j->round_us[(ci * nb + b) * j->rounds], j->round + 1);
+    int rc = emit_result(p, j, ci, out, nb, j->regs[2 * ci], j->regs[2 * ci + 1]);
+    free(out);
+    return rc;
 }
 
 /* Every config of a job whose shape cannot run gets INVALID without the child. */
@@ -456,7 +466,8 @@ static void on_job(wrk_parent_t *p, wire_env_t **penv) {
     if (j->rounds > 1) {
         j->kept = calloc(job->n_configs * job->n_batch_sizes, sizeof *j->kept);
         j->regs = calloc(2 * job->n_configs, sizeof *j->regs);
-        if (!j->kept || !j->regs) {
+        j->round_us = calloc(job->n_configs * job->n_batch_sizes * j->rounds, sizeof *j->round_us);
+        if (!j->kept || !j->regs || !j->round_us) {
             job_free(j);
             log_at(MT_LOG_ERROR, "out of memory taking job %llu; its lease expires", (unsigned long long)job->job_id);
             return;

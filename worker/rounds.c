@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "moetune.pb-c.h"
+#include "mt.h"
 
 static bool is_ok(const wrk_meas_t *m) { return m->status == MOETUNE__STATUS__STATUS_OK; }
 
@@ -45,6 +46,17 @@ void wrk_rounds_merge(wrk_meas_t *kept, const wrk_meas_t *round, size_t n, bool 
             pool(k, r);
         }
         k->timed_us = timed;
+    }
+}
+
+void wrk_rounds_note(wrk_meas_t *m, const double *round_us, size_t n_rounds) {
+    if (!is_ok(m) || n_rounds == 0) return;
+    size_t len = strlen(m->detail);
+    const char *lead = len ? "; rounds" : "rounds";
+    mt_fmt(m->detail + len, sizeof m->detail - len, "%s", lead);
+    for (size_t i = 0; i < n_rounds; i++) {
+        len = strlen(m->detail);
+        mt_fmt(m->detail + len, sizeof m->detail - len, " %.5g", round_us[i]);
     }
 }
 

@@ -23,6 +23,13 @@
  * median, up/down and detail, while samples, timed_us, mean, stddev and min pool both. */
 void wrk_rounds_merge(wrk_meas_t *kept, const wrk_meas_t *round, size_t n, bool first);
 
+/* Appends each round's median to an OK measurement's detail, in the order measured:
+ * "; rounds 2449.2 2471 2468.3" (5 significant digits; cut short where the detail is full).
+ * The kept median is the fastest of them; the list lets a reader see how far apart the rounds
+ * read (a config's level drawn again each round, or a single fast round), which the pooled
+ * statistics do not show. Not OK measurements are left alone. */
+void wrk_rounds_note(wrk_meas_t *m, const double *round_us, size_t n_rounds);
+
 /* Whether a config needs no further rounds: none of its n kept measurements is OK
  * (failed, invalid or pruned at every batch size). */
 bool wrk_rounds_settled(const wrk_meas_t *kept, size_t n);

@@ -101,11 +101,40 @@ static void test_settled(void **state) {
     assert_true(wrk_rounds_settled(kept, 0));
 }
 
+/* Each round's median appended to an OK row's detail in the order measured, after what it
+ * held ("; rounds ..."), alone when it held nothing, 5 significant digits; cut short, still
+ * terminated, where the detail is full; a row not OK is left as it was. */
+static void test_note(void **state) {
+    (void)state;
+    double us[3] = {2449.21, 2471.04, 130.456};
+    wrk_meas_t m = ok(2449.2, 2460, 10, 30, 2434, "rel_err=2.94e-03");
+    wrk_rounds_note(&m, us, 3);
+    assert_string_equal(m.detail, "rel_err=2.94e-03; rounds 2449.2 2471 130.46");
+    m = ok(1, 1, 0, 1, 1, "");
+    wrk_rounds_note(&m, us, 2);
+    assert_string_equal(m.detail, "rounds 2449.2 2471");
+    char full[sizeof m.detail];
+    memset(full, 'x', sizeof full - 5);
+    full[sizeof full - 5] = 0;
+    m = ok(1, 1, 0, 1, 1, full);
+    wrk_rounds_note(&m, us, 3);
+    assert_int_equal(strlen(m.detail), sizeof m.detail - 1);
+    assert_memory_equal(m.detail, full, strlen(full));
+    assert_memory_equal(m.detail + strlen(full), "; r", 4 - 1);
+    wrk_meas_t bad;
+    memset(&bad, 0, sizeof bad);
+    bad.status = MOETUNE__STATUS__STATUS_WRONG_RESULT;
+    strcpy(bad.detail, "relative error 0.5");
+    wrk_rounds_note(&bad, us, 3);
+    assert_string_equal(bad.detail, "relative error 0.5");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_ok_rounds),
         cmocka_unit_test(test_failure_dominates),
         cmocka_unit_test(test_settled),
+        cmocka_unit_test(test_note),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
  * the end of its last and skips the configs a split took from it. A fake coordinator (a ROUTER
  * socket in this process) welcomes a sim worker running in a thread, sends it Jobs, reads what
  * it sends and shuts it down. */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -261,6 +262,45 @@ static void test_rounds(void **state) {
     fake_stop(&f);
 }
 
+/* A side-by-side job's Result lists each round's median in its detail, in the order measured,
+ * and the Result's median is the fastest of them; a job of one round lists none. The sim at
+ * time scale 0 reads a config alike every round, so the rounds' medians agree. */
+static void test_rounds_in_detail(void **state) {
+    (void)state;
+    fake_t f;
+    fake_start(&f);
+    Moetune__Measure m = MOETUNE__MEASURE__INIT;
+    m.min_samples = 3, m.rsd_target = 0.5;
+    for (uint32_t rounds = 1; rounds <= 3; rounds += 2) {
+        send_job(&f, 20 + rounds, &m, rounds, 0);
+        for (int k = 0; k < 2; k++) {
+            wire_env_t *env = next(f.sock, MOETUNE__ENVELOPE__BODY_RESULT, f.rid, &f.rid_len);
+            assert_non_null(env);
+            const Moetune__Measurement *r = env->result->measurements[0];
+            assert_int_equal(r->status, MOETUNE__STATUS__STATUS_OK);
+            const char *at = strstr(r->detail, "rounds ");
+            if (rounds == 1) {
+                if (at) fail_msg("a job of one round lists rounds: '%s'", r->detail);
+                wire_free(&env);
+                continue;
+            }
+            if (!at) fail_msg("no rounds in the detail: '%s'", r->detail);
+            double us[4], lo = 1e300;
+            int n = sscanf(at, "rounds %lf %lf %lf %lf", &us[0], &us[1], &us[2], &us[3]);
+            if (n != 3) fail_msg("%d rounds listed, not 3: '%s'", n, r->detail);
+            for (int i = 0; i < n; i++) {
+                assert_true(us[i] > 0);
+                if (us[i] < lo) lo = us[i];
+                if (fabs(us[i] - us[0]) > 1e-4 * us[0]) fail_msg("the sim's rounds read apart: '%s'", r->detail);
+            }
+            if (fabs(lo - r->median_us) > 1e-4 * r->median_us)
+                fail_msg("median %.6g is not the fastest round: '%s'", r->median_us, r->detail);
+            wire_free(&env);
+        }
+    }
+    fake_stop(&f);
+}
+
 /* Settling reaches the backend from the worker's parent for a racing job, and never for a
  * side-by-side one: against a best well below both configs (and a deviation target no sample
  * set meets) a plain job stops each at min_samples, the same job in 2 rounds samples both to
@@ -410,6 +450,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zero_measure_gets_planner_defaults),
         cmocka_unit_test(test_rounds),
+        cmocka_unit_test(test_rounds_in_detail),
         cmocka_unit_test(test_settling_not_in_rounds),
         cmocka_unit_test(test_ack_best_prunes),
         cmocka_unit_test(test_ready_before_the_end),
