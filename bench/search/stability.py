@@ -26,9 +26,17 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
       batch size) both measured ok, the median of A's median over B's and its 5th and 95th
       percentiles, for all batch sizes, M <= 64 and M > 64. A change that moves no median reads as
       pairs with the change spread like pairs without it.
+  python3 bench/search/stability.py rounds A.db [B.db ...]
+      per run and (shape, batch size) re-measured side by side (phase-2 rows whose detail lists
+      "rounds ..."): the config with the fastest round (the stored median, what moetune picks) and
+      the config with the lowest median of its rounds, each with both figures, "*" where the two
+      rules pick differently; then, per run, at how many batch sizes they differ.
+  Env PICK_RULE=median (differ, score): a run's picks by the median of rounds where its rows list
+      them (see picks), so that remeasure.sh scores that rule on the same two runs.
 """
 import json
 import os
+import re
 import shutil
 import sqlite3
 import statistics
@@ -63,14 +71,43 @@ def moetune_picks(db):
     return best
 
 
+def round_rows(db):
+    """{(shape, M): [(config, fastest round, median of rounds)]}: sweep 1's OK phase-2 rows whose
+    detail lists their side-by-side rounds."""
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    by = {}
+    for e, n, k, topk, m, bm, bn, bk, g, w, st, det in c.execute(
+            "SELECT s.e, s.n, s.k, s.topk, r.batch_size, f.block_m, f.block_n, f.block_k, f.group_m,"
+            " f.num_warps, f.num_stages, r.detail FROM results r JOIN shapes s ON s.id = r.shape_id"
+            " JOIN configs f ON f.id = r.config_id WHERE r.sweep_id = 1 AND r.status = 'ok' AND r.phase = 2"):
+        hit = re.search(r"rounds((?: [\d.e+-]+)+)", det or "")
+        if hit:
+            us = [float(x) for x in hit.group(1).split()]
+            by.setdefault(((e, n, k, topk), m), []).append(((bm, bn, bk, g, w, st), min(us), statistics.median(us)))
+    return by
+
+
 def picks(db):
-    """moetune_picks of a done sweep 1."""
+    """moetune_picks of a done sweep 1. Env PICK_RULE=median: where rows were re-measured side by
+    side and list their rounds, the config with the lowest median of its rounds picks instead of
+    the one with the fastest round (moetune's rule), with that median."""
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     state = c.execute("SELECT state FROM sweeps WHERE id = 1").fetchone()
     if not state or state[0] != "done":
         # a stopped sweep's lowest medians are not its strategy's picks
         sys.exit(f"{db}: sweep 1 is {state[0] if state else 'missing'}, not done: its picks are not comparable")
-    return moetune_picks(db)
+    best = moetune_picks(db)
+    rule = os.environ.get("PICK_RULE", "fastest")
+    if rule == "median":
+        by = round_rows(db)
+        if not by:
+            sys.exit(f"{db}: PICK_RULE=median, but no side-by-side row lists its rounds")
+        for key, rows in by.items():
+            cfg, _, med = min(rows, key=lambda r: r[2])
+            best[key] = (cfg, med)
+    elif rule != "fastest":
+        sys.exit(f"PICK_RULE={rule}: not fastest or median")
+    return best
 
 
 def medians(db, sweep=1):
@@ -202,6 +239,22 @@ def ratios(dbs):
                   f"{stats(v for k, v in r.items() if k[0][1] > 64):<26}")
 
 
+def rounds(dbs):
+    for db in dbs:
+        by = round_rows(db)
+        if not by:
+            sys.exit(f"{db}: no side-by-side row lists its rounds (a build before rounds in the detail?)")
+        differ = 0
+        print(f"{db}\n{'shape':<24} {'M':>5} {'fastest round':<22} {'fast':>9} {'median':>9}  "
+              f"{'median of rounds':<22} {'fast':>9} {'median':>9}")
+        for (shape, m), rows in sorted(by.items()):
+            f = min(rows, key=lambda r: r[1])
+            md = min(rows, key=lambda r: r[2])
+            differ += f[0] != md[0]
+            print(f"E={shape[0]},N={shape[1]},K={shape[2]:<8} {m:>5} {cfg_text(f[0]):<22} {f[1]:>9.2f} {f[2]:>9.2f}  "
+                  f"{cfg_text(md[0]):<22} {md[1]:>9.2f} {md[2]:>9.2f}{' *' if f[0] != md[0] else ''}")
+        print(f"{db}: the rules pick differently at {differ} of {len(by)} batch sizes\n")
+
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "differ":
         differ(sys.argv[2], sys.argv[3])
@@ -211,6 +264,8 @@ if __name__ == "__main__":
         cross(sys.argv[2], sys.argv[3])
     elif len(sys.argv) >= 4 and sys.argv[1] == "ratios":
         ratios(sys.argv[2:])
+    elif len(sys.argv) >= 3 and sys.argv[1] == "rounds":
+        rounds(sys.argv[2:])
     elif len(sys.argv) >= 3 and sys.argv[1] == "spread":
         spread(sys.argv[2:])
     else:

@@ -9,6 +9,7 @@
 # whose decide step re-measured at least 3 rows at every batch size, so this rule adds none there).
 # Run E of 2026-12-07 had each decide round in one child; from the build that made
 # `--round-process new` the cuda default, the same command measures each in a new child.
+# RULES="median": also score the pair with picks by the median of rounds (rm-median/).
 # Output: $OUT/r.tgz: host.txt, each sweep's folder (database checkpointed and gzipped), rm/.
 set -uo pipefail
 t0=$(date +%s); T=${T:-570}; W=${W:-/tmp/wp}; mkdir -p "$W"
@@ -40,7 +41,20 @@ if [ -f "$W/e.done" ] && [ -f "$W/f.done" ] && [ ! -f "$W/rm.done" ] && [ $(left
     "$W/f/racing.db" "${model[@]}" >"$W/rm.log" 2>&1 && touch "$W/rm.done"
   tail -n 25 "$W/rm.log"
 fi
-[ -f "$W/rm.done" ] && echo "pair: done" || echo "pair: not done, run it again"
+# RULES=median: the same pair scored again with each run's picks by the median of its rounds
+# (stability.py PICK_RULE; rows list their rounds from the build after 4f4ff03), in rm-median/
+for rule in ${RULES:-}; do
+  if [ -f "$W/rm.done" ] && [ ! -f "$W/rm-$rule.done" ] && [ $(left) -gt 90 ]; then
+    mkdir -p "$W/rm-$rule"
+    python3 $s/stability.py rounds "$W/e/racing.db" "$W/f/racing.db" >"$W/rm-$rule/rounds.txt" 2>&1
+    PICK_RULE=$rule PROCESSES=${PROCESSES:-3} timeout -s INT $(($(left) - 20)) bash $s/remeasure.sh "$W/rm-$rule" \
+      "$W/e/racing.db" "$W/f/racing.db" "${model[@]}" >"$W/rm-$rule.log" 2>&1 && touch "$W/rm-$rule.done"
+    tail -n 25 "$W/rm-$rule.log"
+  fi
+done
+done=1
+for f in rm ${RULES:+$(printf 'rm-%s ' $RULES)}; do [ -f "$W/$f.done" ] || done=0; done
+[ $done = 1 ] && echo "pair: done" || echo "pair: not done, run it again"
 # what comes back: the databases checkpointed, then gzipped copies; the originals stay for the next call
 p=/tmp/pack; rm -rf $p; mkdir -p $p
 cp -r "$W"/. $p/
