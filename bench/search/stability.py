@@ -30,9 +30,11 @@ their picks differ, the side-by-side re-measure of both picks decides whether th
       per run and (shape, batch size) re-measured side by side (phase-2 rows whose detail lists
       "rounds ..."): the config with the fastest round (the stored median, what moetune picks) and
       the config with the lowest median of its rounds, each with both figures, "*" where the two
-      rules pick differently; then, per run, at how many batch sizes they differ.
-  Env PICK_RULE=median (differ, score): a run's picks by the median of rounds where its rows list
-      them (see picks), so that remeasure.sh scores that rule on the same two runs.
+      rules pick differently; then, per run, at how many batch sizes the median and the
+      second-fastest round pick otherwise than the fastest.
+  Env PICK_RULE=median|second (differ, score): a run's picks by the median of rounds, or by the
+      second-fastest round, where its rows list them (see picks), so that remeasure.sh scores that
+      rule on the same two runs.
 """
 import json
 import os
@@ -72,8 +74,8 @@ def moetune_picks(db):
 
 
 def round_rows(db):
-    """{(shape, M): [(config, fastest round, median of rounds)]}: sweep 1's OK phase-2 rows whose
-    detail lists their side-by-side rounds."""
+    """{(shape, M): [(config, fastest round, median of rounds, second-fastest round)]}: sweep 1's
+    OK phase-2 rows whose detail lists their side-by-side rounds."""
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     by = {}
     for e, n, k, topk, m, bm, bn, bk, g, w, st, det in c.execute(
@@ -83,14 +85,17 @@ def round_rows(db):
         hit = re.search(r"rounds((?: [\d.e+-]+)+)", det or "")
         if hit:
             us = [float(x) for x in hit.group(1).split()]
-            by.setdefault(((e, n, k, topk), m), []).append(((bm, bn, bk, g, w, st), min(us), statistics.median(us)))
+            us.sort()
+            by.setdefault(((e, n, k, topk), m), []).append(
+                ((bm, bn, bk, g, w, st), us[0], statistics.median(us), us[1] if len(us) > 1 else us[0]))
     return by
 
 
 def picks(db):
     """moetune_picks of a done sweep 1. Env PICK_RULE=median: where rows were re-measured side by
     side and list their rounds, the config with the lowest median of its rounds picks instead of
-    the one with the fastest round (moetune's rule), with that median."""
+    the one with the fastest round (moetune's rule), with that median; PICK_RULE=second: the one
+    with the fastest second-fastest round (one lucky round does not pick)."""
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     state = c.execute("SELECT state FROM sweeps WHERE id = 1").fetchone()
     if not state or state[0] != "done":
@@ -98,15 +103,16 @@ def picks(db):
         sys.exit(f"{db}: sweep 1 is {state[0] if state else 'missing'}, not done: its picks are not comparable")
     best = moetune_picks(db)
     rule = os.environ.get("PICK_RULE", "fastest")
-    if rule == "median":
+    col = {"median": 2, "second": 3}.get(rule)
+    if col:
         by = round_rows(db)
         if not by:
-            sys.exit(f"{db}: PICK_RULE=median, but no side-by-side row lists its rounds")
+            sys.exit(f"{db}: PICK_RULE={rule}, but no side-by-side row lists its rounds")
         for key, rows in by.items():
-            cfg, _, med = min(rows, key=lambda r: r[2])
-            best[key] = (cfg, med)
+            r = min(rows, key=lambda r: r[col])
+            best[key] = (r[0], r[col])
     elif rule != "fastest":
-        sys.exit(f"PICK_RULE={rule}: not fastest or median")
+        sys.exit(f"PICK_RULE={rule}: not fastest, median or second")
     return best
 
 
@@ -244,16 +250,18 @@ def rounds(dbs):
         by = round_rows(db)
         if not by:
             sys.exit(f"{db}: no side-by-side row lists its rounds (a build before rounds in the detail?)")
-        differ = 0
+        differ = second = 0
         print(f"{db}\n{'shape':<24} {'M':>5} {'fastest round':<22} {'fast':>9} {'median':>9}  "
               f"{'median of rounds':<22} {'fast':>9} {'median':>9}")
         for (shape, m), rows in sorted(by.items()):
             f = min(rows, key=lambda r: r[1])
             md = min(rows, key=lambda r: r[2])
             differ += f[0] != md[0]
+            second += f[0] != min(rows, key=lambda r: r[3])[0]
             print(f"E={shape[0]},N={shape[1]},K={shape[2]:<8} {m:>5} {cfg_text(f[0]):<22} {f[1]:>9.2f} {f[2]:>9.2f}  "
                   f"{cfg_text(md[0]):<22} {md[1]:>9.2f} {md[2]:>9.2f}{' *' if f[0] != md[0] else ''}")
-        print(f"{db}: the rules pick differently at {differ} of {len(by)} batch sizes\n")
+        print(f"{db}: of {len(by)} batch sizes, the median of rounds picks otherwise than the fastest round at "
+              f"{differ}, the second-fastest round at {second}\n")
 
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "differ":

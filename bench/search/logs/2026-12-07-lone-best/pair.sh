@@ -9,7 +9,7 @@
 # whose decide step re-measured at least 3 rows at every batch size, so this rule adds none there).
 # Run E of 2026-12-07 had each decide round in one child; from the build that made
 # `--round-process new` the cuda default, the same command measures each in a new child.
-# RULES="median": also score the pair with picks by the median of rounds (rm-median/).
+# RULES="median second": also score the pair with picks by those rules (rm-median/, rm-second/).
 # Output: $OUT/r.tgz: host.txt, each sweep's folder (database checkpointed and gzipped), rm/.
 set -uo pipefail
 t0=$(date +%s); T=${T:-570}; W=${W:-/tmp/wp}; mkdir -p "$W"
@@ -41,8 +41,9 @@ if [ -f "$W/e.done" ] && [ -f "$W/f.done" ] && [ ! -f "$W/rm.done" ] && [ $(left
     "$W/f/racing.db" "${model[@]}" >"$W/rm.log" 2>&1 && touch "$W/rm.done"
   tail -n 25 "$W/rm.log"
 fi
-# RULES=median: the same pair scored again with each run's picks by the median of its rounds
-# (stability.py PICK_RULE; rows list their rounds from the build after 4f4ff03), in rm-median/
+# RULES="median second": the same pair scored again with each run's picks by the median of its
+# rounds, or by its second-fastest round (stability.py PICK_RULE; rows list their rounds from the
+# build after 4f4ff03), in rm-RULE/
 for rule in ${RULES:-}; do
   if [ -f "$W/rm.done" ] && [ ! -f "$W/rm-$rule.done" ] && [ $(left) -gt 90 ]; then
     mkdir -p "$W/rm-$rule"
