@@ -284,21 +284,17 @@ static int keep_round(wrk_parent_t *p, pjob_t *j, const wrk_meas_t *meas, size_t
     size_t ci = j->next, nb = j->job->n_batch_sizes;
     if (n != nb) return emit_result(p, j, ci, meas, n, regs, spills);
     wrk_meas_t *k = &j->kept[ci * nb];
+    double *us = &j->round_us[ci * nb * j->rounds]; /* batch size b's rounds at us[b * rounds] */
     wrk_rounds_merge(k, meas, nb, j->round == 0);
-    for (size_t b = 0; b < nb; b++) j->round_us[(ci * nb + b) * j->rounds + j->round] = meas[b].median_us;
+    for (size_t b = 0; b < nb; b++) us[b * j->rounds + j->round] = meas[b].median_us;
     if (j->round == 0) {
         j->regs[2 * ci] = regs;
         j->regs[2 * ci + 1] = spills;
     }
     if (j->round + 1 < j->rounds && !wrk_rounds_settled(k, nb)) return MT_OK;
-    /* the Result carries each round's median in its detail; kept stays as folded */
-    wrk_meas_t *out = malloc(nb * sizeof *out);
-    if (!out) return MT_NOMEM;
-    memcpy(out, k, nb * sizeof *out);
-    for (size_t b = 0; b < nb; b++) wrk_rounds_note(&out[b], &j->round_us[(ci * nb + b) * j->rounds], j->round + 1);
-    int rc = emit_result(p, j, ci, out, nb, j->regs[2 * ci], j->regs[2 * ci + 1]);
-    free(out);
-    return rc;
+    /* its last fold: the Result carries each round's median in its detail (k is not read again) */
+    for (size_t b = 0; b < nb; b++) wrk_rounds_note(&k[b], &us[b * j->rounds], j->round + 1);
+    return emit_result(p, j, ci, k, nb, j->regs[2 * ci], j->regs[2 * ci + 1]);
 }
 
 /* Every config of a job whose shape cannot run gets INVALID without the child. */

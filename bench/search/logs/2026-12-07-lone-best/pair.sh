@@ -35,26 +35,21 @@ for r in $runs; do
   [ $rc -eq 3 ] || echo "pair: run $r failed (exit $rc)"
   break
 done
-if [ -f "$W/e.done" ] && [ -f "$W/f.done" ] && [ ! -f "$W/rm.done" ] && [ $(left) -gt 90 ]; then
-  mkdir -p "$W/rm"
-  PROCESSES=${PROCESSES:-3} timeout -s INT $(($(left) - 20)) bash $s/remeasure.sh "$W/rm" "$W/e/racing.db" \
-    "$W/f/racing.db" "${model[@]}" >"$W/rm.log" 2>&1 && touch "$W/rm.done"
-  tail -n 25 "$W/rm.log"
-fi
-# RULES="median second": the same pair scored again with each run's picks by the median of its
-# rounds, or by its second-fastest round (stability.py PICK_RULE; rows list their rounds from the
-# build after 4f4ff03), in rm-RULE/
-for rule in ${RULES:-}; do
-  if [ -f "$W/rm.done" ] && [ ! -f "$W/rm-$rule.done" ] && [ $(left) -gt 90 ]; then
-    mkdir -p "$W/rm-$rule"
-    python3 $s/stability.py rounds "$W/e/racing.db" "$W/f/racing.db" >"$W/rm-$rule/rounds.txt" 2>&1
-    PICK_RULE=$rule PROCESSES=${PROCESSES:-3} timeout -s INT $(($(left) - 20)) bash $s/remeasure.sh "$W/rm-$rule" \
-      "$W/e/racing.db" "$W/f/racing.db" "${model[@]}" >"$W/rm-$rule.log" 2>&1 && touch "$W/rm-$rule.done"
-    tail -n 25 "$W/rm-$rule.log"
-  fi
-done
+# the pair scored by moetune's picks in rm/; RULES="median second": again with each run's picks by
+# the median of its rounds, or by its second-fastest round (stability.py PICK_RULE; rows list their
+# rounds from the build after 4f4ff03), in rm-RULE/
 done=1
-for f in rm ${RULES:+$(printf 'rm-%s ' $RULES)}; do [ -f "$W/$f.done" ] || done=0; done
+for rule in fastest ${RULES:-}; do
+  d=rm; [ $rule = fastest ] || d=rm-$rule
+  if [ -f "$W/e.done" ] && [ -f "$W/f.done" ] && [ ! -f "$W/$d.done" ] && [ $(left) -gt 90 ]; then
+    mkdir -p "$W/$d"
+    [ $rule = fastest ] || python3 $s/stability.py rounds "$W/e/racing.db" "$W/f/racing.db" >"$W/$d/rounds.txt" 2>&1
+    PICK_RULE=$rule PROCESSES=${PROCESSES:-3} timeout -s INT $(($(left) - 20)) bash $s/remeasure.sh "$W/$d" \
+      "$W/e/racing.db" "$W/f/racing.db" "${model[@]}" >"$W/$d.log" 2>&1 && touch "$W/$d.done"
+    tail -n 25 "$W/$d.log"
+  fi
+  [ -f "$W/$d.done" ] || { done=0; break; } # a rule after the plain score only
+done
 [ $done = 1 ] && echo "pair: done" || echo "pair: not done, run it again"
 # what comes back: the databases checkpointed, then gzipped copies; the originals stay for the next call
 p=/tmp/pack; rm -rf $p; mkdir -p $p
