@@ -50,13 +50,11 @@ void wrk_rounds_merge(wrk_meas_t *kept, const wrk_meas_t *round, size_t n, bool 
 }
 
 void wrk_rounds_note(wrk_meas_t *m, const double *round_us, size_t n_rounds) {
-    if (!is_ok(m) || n_rounds == 0) return;
-    size_t len = strlen(m->detail);
-    const char *lead = len ? "; rounds" : "rounds";
-    mt_fmt(m->detail + len, sizeof m->detail - len, "%s", lead);
+    if (!is_ok(m)) return;
     for (size_t i = 0; i < n_rounds; i++) {
-        len = strlen(m->detail);
-        mt_fmt(m->detail + len, sizeof m->detail - len, " %.5g", round_us[i]);
+        size_t len = strlen(m->detail);
+        const char *sep = i ? " " : len ? "; rounds " : "rounds ";
+        mt_fmt(m->detail + len, sizeof m->detail - len, "%s%.5g", sep, round_us[i]);
     }
 }
 

@@ -73,6 +73,10 @@ def moetune_picks(db):
     return best
 
 
+# PICK_RULE: the figure of a round_rows row that picks (fastest: moetune's rule, the stored median)
+RULE_COLUMN = {"fastest": 1, "median": 2, "second": 3}
+
+
 def round_rows(db):
     """{(shape, M): [(config, fastest round, median of rounds, second-fastest round)]}: sweep 1's
     OK phase-2 rows whose detail lists their side-by-side rounds."""
@@ -103,16 +107,17 @@ def picks(db):
         sys.exit(f"{db}: sweep 1 is {state[0] if state else 'missing'}, not done: its picks are not comparable")
     best = moetune_picks(db)
     rule = os.environ.get("PICK_RULE", "fastest")
-    col = {"median": 2, "second": 3}.get(rule)
-    if col:
-        by = round_rows(db)
-        if not by:
-            sys.exit(f"{db}: PICK_RULE={rule}, but no side-by-side row lists its rounds")
-        for key, rows in by.items():
-            r = min(rows, key=lambda r: r[col])
-            best[key] = (r[0], r[col])
-    elif rule != "fastest":
+    if rule not in RULE_COLUMN:
         sys.exit(f"PICK_RULE={rule}: not fastest, median or second")
+    if rule == "fastest":
+        return best
+    col = RULE_COLUMN[rule]
+    by = round_rows(db)
+    if not by:
+        sys.exit(f"{db}: PICK_RULE={rule}, but no side-by-side row lists its rounds")
+    for key, rows in by.items():
+        r = min(rows, key=lambda r: r[col])
+        best[key] = (r[0], r[col])
     return best
 
 
@@ -250,18 +255,18 @@ def rounds(dbs):
         by = round_rows(db)
         if not by:
             sys.exit(f"{db}: no side-by-side row lists its rounds (a build before rounds in the detail?)")
-        differ = second = 0
+        otherwise = {"median": 0, "second": 0}  # batch sizes where the rule picks otherwise than the fastest
         print(f"{db}\n{'shape':<24} {'M':>5} {'fastest round':<22} {'fast':>9} {'median':>9}  "
               f"{'median of rounds':<22} {'fast':>9} {'median':>9}")
         for (shape, m), rows in sorted(by.items()):
-            f = min(rows, key=lambda r: r[1])
-            md = min(rows, key=lambda r: r[2])
-            differ += f[0] != md[0]
-            second += f[0] != min(rows, key=lambda r: r[3])[0]
+            pick = {rule: min(rows, key=lambda r: r[col]) for rule, col in RULE_COLUMN.items()}
+            f, md = pick["fastest"], pick["median"]
+            for rule in otherwise:
+                otherwise[rule] += pick[rule][0] != f[0]
             print(f"E={shape[0]},N={shape[1]},K={shape[2]:<8} {m:>5} {cfg_text(f[0]):<22} {f[1]:>9.2f} {f[2]:>9.2f}  "
                   f"{cfg_text(md[0]):<22} {md[1]:>9.2f} {md[2]:>9.2f}{' *' if f[0] != md[0] else ''}")
         print(f"{db}: of {len(by)} batch sizes, the median of rounds picks otherwise than the fastest round at "
-              f"{differ}, the second-fastest round at {second}\n")
+              f"{otherwise['median']}, the second-fastest round at {otherwise['second']}\n")
 
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "differ":

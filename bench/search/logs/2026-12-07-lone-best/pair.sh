@@ -9,7 +9,9 @@
 # whose decide step re-measured at least 3 rows at every batch size, so this rule adds none there).
 # Run E of 2026-12-07 had each decide round in one child; from the build that made
 # `--round-process new` the cuda default, the same command measures each in a new child.
-# RULES="median second": also score the pair with picks by those rules (rm-median/, rm-second/).
+# RULES="median second": also score the pair with picks by those rules (rm-median/, rm-second/;
+# stability.py's rounds table of both runs in rounds.txt, once; runs up to 2026-12-07-rules wrote
+# a copy of it into each rm-RULE/).
 # Output: $OUT/r.tgz: host.txt, each sweep's folder (database checkpointed and gzipped), rm/.
 set -uo pipefail
 t0=$(date +%s); T=${T:-570}; W=${W:-/tmp/wp}; mkdir -p "$W"
@@ -43,7 +45,8 @@ for rule in fastest ${RULES:-}; do
   d=rm; [ $rule = fastest ] || d=rm-$rule
   if [ -f "$W/e.done" ] && [ -f "$W/f.done" ] && [ ! -f "$W/$d.done" ] && [ $(left) -gt 90 ]; then
     mkdir -p "$W/$d"
-    [ $rule = fastest ] || python3 $s/stability.py rounds "$W/e/racing.db" "$W/f/racing.db" >"$W/$d/rounds.txt" 2>&1
+    [ $rule = fastest ] || [ -f "$W/rounds.txt" ] ||
+      python3 $s/stability.py rounds "$W/e/racing.db" "$W/f/racing.db" >"$W/rounds.txt" 2>&1
     PICK_RULE=$rule PROCESSES=${PROCESSES:-3} timeout -s INT $(($(left) - 20)) bash $s/remeasure.sh "$W/$d" \
       "$W/e/racing.db" "$W/f/racing.db" "${model[@]}" >"$W/$d.log" 2>&1 && touch "$W/$d.done"
     tail -n 25 "$W/$d.log"
