@@ -54,7 +54,7 @@ typedef struct {
     int oom;
 } rctx_t;
 
-/* The config SGLang and vLLM run without a file (shared/ENGINES.md): bf16 16x32x64 GROUP 1
+/* The config SGLang and vLLM run without a file (docs/engines.md): bf16 16x32x64 GROUP 1
  * when M <= E, else 64x64x32 GROUP 8; num_warps and num_stages are Triton's launch defaults
  * (4, 3). Other dtypes: none known here. */
 static bool engine_default(const krn_shape_t *s, uint32_t m, krn_config_t *c) {

@@ -1,5 +1,5 @@
 /*
- * export.h - write the tuned config files (DESIGN.md "Config files") from the store.
+ * export.h - write the tuned config files (docs/design.md, "Config files") from the store.
  *
  * Per (export dir, device name, shape) one file
  *   OUT/<dir>/E={E},N={N},device_name={name, spaces→_}[,dtype=..][,block_shape=[n, k]].json
@@ -38,7 +38,7 @@
  * and the report holds only the files that were written or left unchanged.
  *
  * With an engine (exp_opts_t.engine), only results of the triton backend are exported,
- * laid out and named the way that engine finds them (shared/ENGINES.md):
+ * laid out and named the way that engine finds them (docs/engines.md):
  *
  *   sglang  OUT/configs/<compiler>/E=..,N=..,device_name=<name, spaces→_>[,dtype=..]
  *           [,block_shape=[n, k]].json, so SGLANG_MOE_CONFIG_DIR=OUT finds them; the

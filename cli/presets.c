@@ -1,4 +1,4 @@
-/* presets.c - model presets (values from MODELS.md) and Hugging Face config parsing. */
+/* presets.c - model presets (values from each model's published config.json) and Hugging Face config parsing. */
 #include "presets.h"
 
 #include <errno.h>

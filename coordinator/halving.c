@@ -308,8 +308,8 @@ mt_status_t halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, c
     }
     if (!rc) rc = store_phase_rows_each(db, sweep_id, shape_id, 1, collect, &c);
     /* Phase 1 measured on several GPUs: each batch size's finalists in one job, so that one card
-     * measures them all side by side (cards of one model read a few percent apart; in jobs of 16
-     * the cards shared them: bench/RESULTS.md, "Halving over the same two cards"). */
+     * measures them all side by side (cards of one model read a few percent apart;
+     * docs/performance.md). */
     for (size_t i = 1; i < c.n && chunk != UINT32_MAX; i++)
         if (c.rows[i].device_id != c.rows[0].device_id) chunk = UINT32_MAX;
     if (!rc) rc = decide > 0 ? halving_choose_decide(c.rows, c.n, nb, decide) : halving_choose(c.rows, c.n, nb);

@@ -8,10 +8,9 @@
  * every other phase-1 ok row 'pruned' (detail "halving: rank R of N at phase 1") and
  * stores the phase-2 jobs: one shape, one batch size, its finalists (at most chunk a job, or
  * all of them where phase 1 ran on several devices).
- * Phase 2 measures them side by side (WIRE_SIDE_BY_SIDE_ROUNDS rounds: on an H200 one
- * measurement of a config caught modes up to 7 % apart, bench/RESULTS.md) to the sweep's
- * RSD rule with racing off, and
- * each phase-2 row replaces its phase-1 row (store_result_put). The transition is
+ * Phase 2 measures them side by side (WIRE_SIDE_BY_SIDE_ROUNDS rounds: one measurement of a
+ * config can catch a mode several percent off, docs/performance.md) to the sweep's RSD rule
+ * with racing off, and each phase-2 row replaces its phase-1 row (store_result_put). The transition is
  * idempotent: a shape that has phase-2 jobs is never planned again, so a restart
  * anywhere plans what is missing and continues what is planned.
  */
@@ -26,18 +25,12 @@
 #include "mt.h"
 #include "store.h"
 
-/* Phase 1's samples per (config, batch size): the median of 5 stays put when two of
- * them are outliers (a clock dip; the sim draws one in 50), and lands within about
- * half a sample's deviation of the true median (0.3-1 % on measured kernels), far
- * inside the gap between the kept share and the rest. Fewer (3) lets one outlier in
- * two move the median; more buys precision that phase 2 measures anyway. */
+/* Phase 1's samples per (config, batch size): a median of 5 stays put with two outliers and
+ * ranks well inside the gap between the kept share and the rest; phase 2 buys the precision. */
 #define HALVING_PHASE1_SAMPLES 5
-/* A halving sweep's race margin when none is given (Measure.race_margin 0): phase 1 only ranks,
- * and only the best few of a batch size go on, so a config whose fastest of its first 2 replays
- * is 10 % off the best stops there. On an H200 two separate measurements of one config differed
- * by 5 % at most (bench/RESULTS.md), and a Mixtral-8x7B TP2 sweep spent 57 s of its 481 s in
- * timed kernels sampling, to 5 samples, configs that ended 1.1-1.2x the best. The check layer's
- * threshold keeps its floor (WRK_CHECK_FLOOR: 1.5x); phase 2 races off. */
+/* A halving sweep's race margin when none is given (Measure.race_margin 0): phase 1 only ranks
+ * and only the best few go on, so a config 10 % off the best after 2 replays stops; wider than two
+ * measurements of one config differ (docs/performance.md). The check layer keeps WRK_CHECK_FLOOR. */
 #define HALVING_RACE_DEFAULT_MARGIN 0.1
 /* The share of each batch size's configs that goes on to phase 2, at least KEEP_MIN. */
 #define HALVING_KEEP_DIV 16
@@ -46,50 +39,35 @@
 /* A racing sweep's decide step reuses phase 2: when a shape's jobs are over, the configs
  * within Measure.decide_margin of each batch size's best (at most HALVING_DECIDE_MAX, and
  * only where there are two or more) are re-measured side by side (one phase-2 job per batch
- * size, the largest's first: the longest job leased first), racing off, to the RSD rule; their rows replace the first ones. Nothing is pruned: the others keep their rows.
- * Two configs measured in separate jobs differ by up to 1-2 % from run to run on an H200
- * (bench/RESULTS.md), so a 2 % margin holds every pick such noise could have swapped. On by
- * default for racing sweeps (`--decide-margin 0` turns it off); side by side means in
- * WIRE_SIDE_BY_SIDE_ROUNDS rounds, which is what made two runs' picks agree at 18 of 18
- * batch sizes on an H200 where one round agreed at 17. */
+ * size, the largest's first), racing off, to the RSD rule; their rows replace the first ones.
+ * Nothing is pruned. Default margin 2 %: what separate measurements of one config differ by, so
+ * every pick noise could have swapped is re-measured (docs/performance.md). */
 #define HALVING_DECIDE_MAX 4
 #define HALVING_DECIDE_DEFAULT_MARGIN 0.02
-/* A sweep measured on several GPUs ranks first-pass rows of different cards against each
- * other, and two H100s of one model, driver and power limit read the same kernels up to 3 %
- * apart (bench/RESULTS.md, "Stability: Mixtral-8x7B TP2 racing twice, on H100s"): more than
- * the decide margin, so a config whose row came from the slower card could miss the side-by-side
- * re-measure it belongs in. So each device whose fastest row at a batch size is within
- * HALVING_DEVICE_MARGIN of the best, for at most HALVING_DEVICE_MAX devices besides the best's
- * (the nearest first), adds its own: in the decide step its near-ties, those within the margin
- * of its own fastest (at most HALVING_DEVICE_NEAR); in halving its rows within the kept share's
- * spread of its own fastest (at most half the share), and each batch size's finalists then go
- * out in one phase-2 job, so one card measures them side by side. A sweep on one GPU gains
- * nothing. On the sim's two cards 4 % apart, racing then picked what one card picks at 11-13 of
- * 13 batch sizes (5-11 before; bench/search/two_cards.sh), its decide step re-measuring half as
- * many rows again (4 near-ties a device: twice as many, no better); halving at 12-13 (5-10). */
+/* Several GPUs: each device whose fastest row at a batch size is within HALVING_DEVICE_MARGIN
+ * of the best, for at most HALVING_DEVICE_MAX devices besides the best's (the nearest first),
+ * adds its own finalists: in the decide step its near-ties within the margin of its own fastest
+ * (at most HALVING_DEVICE_NEAR); in halving its rows within the kept share's spread of its own
+ * fastest (at most half the share), each batch size's finalists then in one job. Why: cards of
+ * one model read the same kernels a few percent apart, more than the decide margin, so a config
+ * only the slower card measured would miss the re-measure (docs/performance.md). */
 #define HALVING_DEVICE_MARGIN 0.05
 #define HALVING_DEVICE_MAX 2
 #define HALVING_DEVICE_NEAR 2
-/* A config whose samples fall in two modes (Mixtral-8x7B TP2 at M=256 on an H100: BLOCK_SIZE_M=32
- * rows read 659-735 us from one job to the next, 651 side by side, where the best's median read
- * 691) can rank past the margin by a median taken in its slow mode; its fastest sample gives it
- * away. So the decide step also re-measures, at each batch size, at most HALVING_DECIDE_MODES rows
- * whose fastest sample beat the best's fastest sample by more than half the margin while their
- * median stays within HALVING_MODE_REACH of the best's, the fastest sample first. Against the
- * best's fastest sample, not its median: noise alone (the sim's, or a noisy card's) puts some
- * row's fastest sample a percent below the best's median at most batch sizes. */
+/* Two modes: the decide step also re-measures, at each batch size, at most HALVING_DECIDE_MODES
+ * rows whose fastest sample beat the best's fastest sample by more than half the margin while
+ * their median stays within HALVING_MODE_REACH of the best's, the fastest sample first. Why: a
+ * config whose samples fall in two modes can rank past the margin by a median taken in its slow
+ * mode (docs/performance.md). Against the best's fastest sample, not its median, which noise
+ * alone undercuts at most batch sizes. */
 #define HALVING_DECIDE_MODES 2
 #define HALVING_MODE_REACH 0.05
-/* A best ahead of every rival by more than the margin may itself be one measurement caught in a
- * fast mode: Mixtral-8x7B TP2 at M=256 on an H100, a GROUP_SIZE_M=64 row read 659 us in its
- * sweep, 2.4 % ahead of the next, so nothing was re-measured; in ten later processes it read
- * 673-682 us and its GROUP_SIZE_M=32 sibling 658-679, and that sweep shipped a pick 1.5 % slower
- * than the other sweep's. So where the margin and the modes leave fewer than HALVING_DECIDE_MIN
- * finalists, the next rows by median, within HALVING_MODE_REACH of the best, fill up to it: a
- * lone best is confirmed side by side against its nearest rivals. */
+/* Where the margin and the modes leave fewer than HALVING_DECIDE_MIN finalists, the next rows
+ * by median within HALVING_MODE_REACH of the best fill up to it: a lone best may be one
+ * measurement caught in a fast mode, so it is confirmed side by side (docs/performance.md). */
 #define HALVING_DECIDE_MIN 3
-/* The near-ties a batch size is expected to have, for progress before they are known: on the
- * H200 the decide step re-measured 49-53 rows over 18 batch sizes (bench/RESULTS.md). */
+/* The near-ties a batch size is expected to have, for progress before they are known (about
+ * what measured decide steps re-measure, docs/performance.md). */
 #define HALVING_DECIDE_EXPECT 3
 
 /* A strategy name the planner and the CLI accept. */

@@ -22,10 +22,8 @@
  * accumulators per thread or more than fit in registers beside the operands, and, once the
  * grid fills every SM's slots, with small warp tiles (shared-memory fragment traffic per
  * MMA) and with few resident warps (a tile whose pipeline stages fill shared memory leaves
- * one or two CTAs per SM, and nothing hides their latency). The last three were fitted
- * against an H200's measurements of two shapes' whole default space (bench/RESULTS.md,
- * "The order's cost model"): they made the model's first picks at 512-4096 tokens the
- * measured winners' tile shapes instead of 128x128 tiles 1.4x slower. */
+ * one or two CTAs per SM, and nothing hides their latency). The last three are fitted to
+ * measured whole default spaces (docs/performance.md, "the cost model's order"). */
 static double gemm_s(const krn_shape_t *s, const krn_config_t *c, double ctas, double flops, double bytes,
                      double red) {
     double tile = (double)c->block_m * c->block_n;

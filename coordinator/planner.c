@@ -39,7 +39,7 @@ uint32_t plan_chunk(const Moetune__SweepSpec *spec) {
  * The costliest shape's jobs come first (the scheduler leases in job order): its first pass,
  * and the decide step or halving phase 2 that waits on it, end early while cheaper shapes'
  * jobs keep the workers busy, instead of a slow shape's last job and its decide step ending
- * the sweep with the other workers idle (bench/RESULTS.md, "Search at scale"). */
+ * the sweep with the other workers idle. */
 static mt_status_t plan_shape_chunks(plan_t *p) {
     double cheapest = 0.0;
     p->order = malloc((p->n_shapes ? p->n_shapes : 1) * sizeof *p->order);

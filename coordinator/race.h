@@ -20,7 +20,7 @@
 typedef struct race race_t;
 
 /* The default race margin (Measure.race_margin 0): 20 %, far beyond the 1-2 % that one
- * config's samples differ by (bench/RESULTS.md), so the winner is never pruned. */
+ * config's samples differ by (docs/performance.md), so the winner is never pruned. */
 #define RACE_DEFAULT_MARGIN 0.2
 
 race_t *race_new(void);

@@ -96,8 +96,7 @@ static bool shape_received(const job_t *j) {
 /* The order of a backlog (more results waiting than a batch takes): first the results of the
  * shapes (and phases) all of whose configs have sent theirs, whose commit ends that pass; their
  * count, which sched_batch_take commits alone, so a shape's phase 2 (and at the end the sweep)
- * waits for one short commit, not for the whole backlog (bench/RESULTS.md, "Search at scale",
- * 2026-12-05); arrival order otherwise. Nothing depends on the commit order of results of
+ * waits for one short commit, not for the whole backlog; arrival order otherwise. Nothing depends on the commit order of results of
  * different configs, and a config's results are idempotent. A stable partition; without memory
  * for it, arrival order (0). */
 static size_t prioritize_pending(sched_t *s) {
@@ -147,9 +146,8 @@ mt_status_t sched_batch_take(sched_t *s, sched_batch_t **out) {
     size_t n_hv = 0;
     if (sched_halving_take(s, &hv, &n_hv)) return MT_NOMEM;
     /* a shape's phase 2 rides alone: the jobs its answer waits on are planned (and leased)
-     * after one short commit, not after a full batch of results (a backlog at a sweep's end
-     * made that a few hundred ms; bench/RESULTS.md, "Search at scale"); in a backlog, the
-     * results that end a pass go first, alone: a short commit */
+     * after one short commit, not after a full batch of results; in a backlog, the results
+     * that end a pass go first, alone: a short commit */
     size_t n_e = 0;
     if (!n_hv) {
         size_t n_first = s->n_pending > SCHED_BATCH_MAX ? prioritize_pending(s) : 0;

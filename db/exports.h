@@ -1,6 +1,6 @@
 /*
  * exports.h - the one write the CLI makes to the store: the rows of `exports` that
- * record which config files an export wrote (DESIGN.md "Exports are recorded").
+ * record which config files an export wrote (docs/design.md, "Store").
  *
  * Everything else the CLI reads goes through query.h, read-only; the coordinator's
  * writes go through store.h. This opens its own short-lived read-write connection, so

@@ -55,8 +55,8 @@ struct dbq {
  * decide where they exist: per (sweep, export dir, device name, shape, batch size) only the
  * rows of the latest phase measured there are ranked. A first-pass row the decide step did
  * not re-measure (it was not a finalist) may come from another GPU of the same name and read
- * a few percent faster than the re-measures (bench/RESULTS.md, "Stability ... twice, on
- * H100s"). ph: the row's phase ("1" for a file before schema 4). */
+ * a few percent faster than the re-measures (docs/performance.md). ph: the row's phase ("1"
+ * for a file before schema 4). */
 #define FINAL_RANKED(part, cols, from_where, ph, keep)                                                                 \
     "SELECT *, ROW_NUMBER() OVER (PARTITION BY " part " ORDER BY median_us, config_id) AS rk FROM (SELECT " cols       \
     ", " ph " AS ph, max(" ph ") OVER (PARTITION BY r.sweep_id, " EXPORT_DIR_DEV ", r.shape_id, r.batch_size)"         \

@@ -299,10 +299,7 @@ static const char *const g_upgrade[STORE_SCHEMA_VERSION + 1] = {
           "ALTER TABLE jobs ADD COLUMN batch_sizes TEXT;\n"
           "ALTER TABLE results ADD COLUMN phase INTEGER NOT NULL DEFAULT 1;\n",
     /* The index on (shape, batch size, status, median) cost about half of a result row's
-     * insert (bench/coord/store_rows.sh) and 14-17 % of the file; the reads (results --best,
-     * history, export, report) took at most a second more without it, most no longer, on a
-     * 600,000-row database.
-     * bench/RESULTS.md, "Search at scale (sim)", 2026-12-06. */
+     * insert and no read needs it (docs/performance.md). */
     [5] = "DROP INDEX IF EXISTS results_best;\n",
 };
 

@@ -140,7 +140,7 @@ mt_status_t krn_check(const krn_shape_t *shape, const krn_config_t *cfg, const k
 mt_status_t krn_check_triton(const krn_config_t *c, char *why, size_t whylen);
 
 /* Whether engine ("sglang" or "vllm") can run cfg on shape's fp8 block scales, by the rule its
- * own tuner prunes with (ENGINES.md): SGLang keeps BLOCK_SIZE_K that divide block_k; vLLM keeps
+ * own tuner prunes with (docs/engines.md): SGLang keeps BLOCK_SIZE_K that divide block_k; vLLM keeps
  * BLOCK_SIZE_K and BLOCK_SIZE_N that are multiples of block_k and block_n. A shape without a
  * block shape, or an engine of another name, keeps everything. MT_INVAL with the rule in why
  * when the engine cannot run it. */

@@ -31,9 +31,7 @@ void wire_config_to_msg(const krn_config_t *c, Moetune__Config *m);
  * default). The planner fills a sweep's from these and a worker fills a Job's the same way,
  * so no backend has defaults of its own. Warm-up 2: the first replay of a timing graph carries
  * its upload, and an L2 flush precedes every timed replay anyway; racing's 2 judged replays are
- * a survivor's warm-up. On an H200 (bench/RESULTS.md, "Warm-up 2") medians with 2 warm-up
- * replays were those with 5 (median ratio 1.0001-1.0003, spread as two runs with 5), and a
- * racing sweep spent 17 % of its wall time on the 3 more. */
+ * a survivor's warm-up. Medians with 2 equal those with 5 (docs/performance.md). */
 #define WIRE_MEASURE_DEFAULTS(X)                                                                                       \
     X(warmup, 2)                                                                                                       \
     X(min_samples, 10)                                                                                                 \

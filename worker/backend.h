@@ -104,9 +104,8 @@ static inline int wrk_race_lost(const wrk_measure_t *m, size_t i, double fastest
  * Only from a config's second batch size of the call on (i > 0): its first launch may carry the
  * module's loading. The factor is wider than WRK_RACE_FAR's: one cold layer, not the fastest of
  * a graph's ten. And the threshold is never under 1 + WRK_CHECK_FLOOR (the default margin's
- * 2.5 x 0.2): on an H200 a verified config's check layer read 0.91-1.26x its graph's median
- * (bench/search/check_layer.py, 3155 rows), so with a margin under 0.11 the check alone could
- * prune the config that would have won. */
+ * 2.5 x 0.2): a verified config's check layer reads up to about 1.26x its graph's median
+ * (docs/performance.md), so a lower threshold could prune the config that would have won. */
 #define WRK_CHECK_FAR 2.5
 #define WRK_CHECK_FLOOR 0.5
 static inline int wrk_check_races(const wrk_measure_t *m, size_t i) { return i > 0 && wrk_racing(m, i); }

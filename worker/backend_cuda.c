@@ -99,10 +99,9 @@ static void drv_load(void) {
 /* The hold before a timed check layer: moe_spin keeps the stream until the host has queued the
  * layer's launches (a dozen, a few tens of us) and says so through a word of mapped host memory,
  * or for CHECK_HOLD_NS at most; a check whose launches took the host longer (its thread preempted
- * for a millisecond) is not judged. Until 2026-12 the hold was a fixed 50 us: with the next job
- * compiling on every other core, the launches outlasted it often enough that a far loser at large
- * M was captured and replayed instead of pruned for one layer, a third of a Mixtral sweep's GPU
- * time (bench/search/judges.py). */
+ * for a millisecond) is not judged. Why not a fixed hold: with the next job compiling on every
+ * other core, launches outlast any short fixed hold, and an unjudged far loser costs a capture
+ * and a replay instead of one layer (docs/performance.md). */
 #define CHECK_HOLD_NS 1000000ULL
 #define MAX_WEIGHT_SETS 10
 #define MAX_BS_CACHE 64

@@ -174,8 +174,7 @@ int main(int argc, char **argv) {
         return MT_EXIT_USAGE;
     }
     /* A GPU worker holds the next job too, so that its configs compile ahead while this one is
-     * measured. Holding one, an H200's cuda worker waited for compiles at the start of every job:
-     * 24.6 s of a 277-s sweep (MOETUNE_CUDA_PROFILE; bench/RESULTS.md, "Warm-up 2"). */
+     * measured; holding one, it waits for compiles at the start of every job (docs/performance.md). */
     if (o.credits == 0) o.credits = strcmp(o.backend, "sim") == 0 ? 1 : 2;
     if (!curve_secret != !curve_server) {
         fprintf(stderr, "moetune-worker: --curve-secret and --curve-server go together\n");

@@ -2,8 +2,7 @@
  * turn several times and each config's Result holds its fastest round.
  *
  * Why: on one GPU, one config's separate measurements land in one of two or more modes a
- * few percent apart (bench/RESULTS.md, "Where the run-to-run spread comes from"); a mode
- * lasts a whole measurement (its samples agree within 1 %) and changes between them. A single
+ * few percent apart (docs/performance.md); a mode lasts a whole measurement (its samples agree within 1 %) and changes between them. A single
  * measurement per config therefore ranks near-ties by which mode each one caught; the
  * fastest of several rounds, taken in turn, ranks them by what each config does at its best
  * and repeats from run to run. The other statistics pool every round's samples. Each round

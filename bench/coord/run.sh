@@ -14,9 +14,8 @@
 #   jobs are pending, so the cores are saturated and the round trip includes the time the
 #   coordinator's and the worker's threads wait for a core, not only the coordinator's own work.
 #   On a 2-core machine that scheduling wait dominates p99 from 8 workers on.
-# - The sweep is submitted before the workers start, so every Ready finds work queued. (Until
-#   2026-11-29 the workers started 1 s before the submit and each worker's first sample included
-#   that wait for work, which made the 64-worker p99 about 1-3 s.) Ready messages sent after the
+# - The sweep is submitted before the workers start, so every Ready finds work queued (a worker
+#   started before the submit would count its wait for work as dispatch time). Ready messages sent after the
 #   last job was handed out never get a Job and are not samples.
 # - Other processes on the machine change the numbers from run to run; run it more than once.
 set -euo pipefail

@@ -6,7 +6,7 @@
  * routing against the SM count. Needs NVRTC, no GPU.
  *
  *   inspect OUT_DIR [CONFIG...]     CONFIG = BMxBNxBKxWxS (default: the winning configs
- *                                   of bench/RESULTS.md's CUDA tables)
+ *                                   of the CUDA run in docs/performance.md)
  *
  * Each image is compiled twice: once through wcu_compile_config (the backend's own path)
  * and once here with the same options, to keep the log; the two cubins must be
@@ -40,7 +40,7 @@ static const shape_t g_shapes[] = {
     {"mixtral-8x7b-tp2", 8, 7168, 4096, 2},
 };
 
-/* The winning configs of the RESULTS tables and the points where they won. */
+/* The winning configs of the recorded CUDA run and the points where they won. */
 typedef struct {
     const char *cfg;
     const char *where; /* "shape:M,M" list */

@@ -10,7 +10,7 @@
 # PROCESSES (default 1): each pair re-measured by that many separate `tune --configs` processes
 # (OUT_DIR/remeasure-N.P.db), scored by the median of a pick's medians. A config on the GPU can
 # read in one of two levels for the whole life of a process, and which one differs from process
-# to process (bench/RESULTS.md, "siblings"); one process reads one draw. ROUND_PROCESS (same or
+# to process (docs/performance.md, "levels per process"); one process reads one draw. ROUND_PROCESS (same or
 # new; unset: tune's default, new on cuda): `tune --round-process`, each of the 5 rounds in a new child
 # where new.
 set -uo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sim at scale on a cluster's sweep: scale.sh with every model preset of the presets table
-# (../MODELS.md: mixtral-8x7b, mixtral-8x22b, deepseek-v3, kimi-k2, qwen3-30b-a3b, qwen3-235b-a22b,
+# (the presets `moetune --help` lists: mixtral-8x7b, mixtral-8x22b, deepseek-v3, kimi-k2, qwen3-30b-a3b, qwen3-235b-a22b,
 # qwen3-next-80b-a3b, qwen3.5-397b-a17b, gpt-oss-20b, gpt-oss-120b) at TP 1, 2, 4 and 8 in bf16
 # (N = the moe intermediate size / TP), those moetune's CUDA kernel (the sim's rules) can run:
 # N a multiple of 64, the smallest BLOCK_SIZE_K (the kernel has no tail handling; the planner

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two GPUs of one model that read the same kernels a few percent apart (sim): how often a racing
 # sweep over both picks what a sweep on one card picks. Two H100s of one model, driver and power
-# limit read these kernels up to 3 % apart (bench/RESULTS.md), more than the decide step's 2 %.
+# limit read these kernels up to 3 % apart (docs/performance.md), more than the decide step's 2 %.
 # A one-card reference sweep (one sim worker), then RUNS sweeps of the same spec over two sim
 # workers on GPU indices 0 and 1 (two devices of one name), the second's latencies x SLOWDOWN
 # (--sim-faults slowdown=X); compare.py scores each run against the reference: the batch sizes

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Routing and fp8 on one GPU (bench/RESULTS.md, "Routing and fp8"), about 4 minutes plus (c):
+# Routing and fp8 on one GPU (bench/RESULTS.md, "Triton backend"), about 4 minutes plus (c):
 #  (a) a Zipf-skewed routing capture for Qwen3-30B-A3B (E=128, top-8, 16384 tokens, s = 1.0);
 #  (b) `moetune tune --backend triton --kernel moetune` of qwen3-30b-a3b TP1 (bf16) over a 64-config
 #      space (BLOCK_SIZE_M 16,32,64,128 x N 64,128 x K 64,128 x GROUP 1,16 x 4 warps x stages 3,4)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/triton/routing.sh's measuring parts (bench/RESULTS.md, "Routing and fp8"):
+"""bench/triton/routing.sh's measuring parts (bench/RESULTS.md, "Triton backend"):
 
   zipf OUT.npy --experts E --topk K --tokens T [--s 1.0] [--seed 7]
       a routing capture whose expert loads follow a Zipf law (expert i drawn with weight

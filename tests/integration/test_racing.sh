@@ -61,7 +61,7 @@ p2jobs=$(q "$T/dec.db" "SELECT COUNT(*) FROM jobs WHERE phase = 2")
 p2rows=$(q "$T/dec.db" "SELECT COUNT(*) FROM results WHERE phase = 2")
 [ "$p2jobs" -gt 0 ] || fail "the decide step planned no phase-2 job"
 # tune's 2 sim workers are 2 devices (GPU indices 0 and 1): the second adds up to 2 near-ties of its
-# own; rows of two modes are few on the sim (0-6 over a whole 18-batch-size sweep, bench/RESULTS.md)
+# own; rows of two modes are few on the sim (0-6 over a whole 18-batch-size sweep)
 [ "$p2rows" -gt 0 ] && [ "$p2rows" -le 24 ] || fail "$p2rows phase-2 rows (1 to 6 per batch size expected)"
 [ "$(q "$T/dec.db" "SELECT COUNT(*) FROM results")" = "$(q "$T/on.db" "SELECT COUNT(*) FROM results")" ] \
   || fail "the decide step changed the number of rows"

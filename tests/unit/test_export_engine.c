@@ -1,6 +1,6 @@
 /* test_export_engine.c - moetune export --engine sglang|vllm over prepared triton rows:
  * folders, names, _down files, refusals; and the engines' own lookup rules
- * (shared/ENGINES.md) written out here, finding what was exported. */
+ * (docs/engines.md) written out here, finding what was exported. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -130,7 +130,7 @@ static void export_ok(fixture_t *fx, exp_engine_t engine, uint64_t sweep) {
     if (rc != MT_OK) fail_msg("export: %s", err);
 }
 
-/* ---- the engines' lookup rules, written out from shared/ENGINES.md */
+/* ---- the engines' lookup rules, written out from docs/engines.md */
 
 typedef struct {
     unsigned e, n;

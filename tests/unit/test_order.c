@@ -102,7 +102,7 @@ static void test_cost(void **state) {
         assert_true(isfinite(ord_cost_us(&s, &small, k_bs[b])) && ord_cost_us(&s, &small, k_bs[b]) > 0);
 }
 
-/* What an H200 measured (bench/RESULTS.md, "The order's cost model"), and the model before it
+/* What an H200 measured (docs/performance.md, "the cost model's order"), and the model before it
  * had the warp tile and the warps resident per SM ranked the other way round (or alike). */
 static void test_cost_measured(void **state) {
     (void)state;

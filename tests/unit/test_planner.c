@@ -126,7 +126,7 @@ static void test_triton_rules(void **state) {
 }
 
 /* fp8 with 128x128 weight blocks on the triton backend: each engine's tuner prunes BLOCK_SIZE_K/N
- * its own way (ENGINES.md): SGLang keeps BK dividing 128 (1280 of 1920), vLLM BK and BN that are
+ * its own way (docs/engines.md): SGLang keeps BK dividing 128 (1280 of 1920), vLLM BK and BN that are
  * multiples of 128 (640); a sweep for both measures the union once (BK 64 or 128: 1280, plus BK 256
  * with BN 128 or 256: 320). */
 static void test_fp8_block_engines(void **state) {

@@ -1,4 +1,4 @@
-/* test_presets.c - model presets and Hugging Face config.json → shapes (MODELS.md). */
+/* test_presets.c - model presets and Hugging Face config.json → shapes (the models' published configs). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,7 +14,7 @@
 #include "mt.h"
 #include "presets.h"
 
-/* MODELS.md: E, topk, K and N at TP 1/2/4/8; the dtype and weight blocks the checkpoint ships
+/* Each model's published config.json: E, topk, K and N at TP 1/2/4/8; the dtype and weight blocks the checkpoint ships
  * (DeepSeek-V3/R1, Kimi-K2 and Qwen's -FP8 checkpoints: fp8 e4m3 with 128x128 block scales). */
 static const struct {
     const char *name;

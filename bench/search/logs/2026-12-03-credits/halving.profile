@@ -1,1 +1,0 @@
-cuda profile (at close): wall 210.6 s, 20994 rows, timed kernels 186.5 s (88.6 %); between calls 0.4 s, compile wait 0.0 s, setup 2.2 s, check layer 26.0 s, capture 2.4 s, warm-up 2.2 s, samples 171.4 s, verify 6.1 s

@@ -1,1 +1,0 @@
-cuda profile (at close): wall 537.0 s, 20932 rows, timed kernels 481.1 s (89.6 %); between calls 0.7 s, compile wait 0.0 s, setup 9.5 s, check layer 74.1 s, capture 2.7 s, warm-up 4.8 s, samples 438.0 s, verify 7.2 s

@@ -1,1 +1,0 @@
-cuda profile (at close): wall 302.3 s, 21096 rows, timed kernels 271.8 s (89.9 %); between calls 0.6 s, compile wait 1.0 s, setup 2.2 s, check layer 26.2 s, capture 2.6 s, warm-up 3.7 s, samples 259.5 s, verify 6.4 s

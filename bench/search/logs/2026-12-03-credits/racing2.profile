@@ -1,1 +1,0 @@
-cuda profile (at close): wall 290.9 s, 21086 rows, timed kernels 262.2 s (90.2 %); between calls 0.8 s, compile wait 0.0 s, setup 2.2 s, check layer 26.2 s, capture 2.5 s, warm-up 3.6 s, samples 249.0 s, verify 6.7 s

@@ -1,2 +1,0 @@
-cuda profile (running): wall 150.4 s, 18684 rows, timed kernels 137.7 s (91.5 %); between calls 0.3 s, compile wait 0.0 s, setup 2.1 s, check layer 23.7 s, capture 1.0 s, warm-up 0.3 s, samples 119.4 s, verify 3.5 s
-cuda profile (at close): wall 175.4 s, 20984 rows, timed kernels 159.3 s (90.8 %); between calls 0.5 s, compile wait 0.0 s, setup 2.1 s, check layer 25.9 s, capture 1.2 s, warm-up 2.0 s, samples 139.7 s, verify 3.9 s

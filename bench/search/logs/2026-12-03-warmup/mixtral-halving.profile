@@ -1,2 +1,0 @@
-cuda profile (running): wall 308.2 s, 7416 rows, timed kernels 279.1 s (90.5 %); between calls 0.2 s, compile wait 0.0 s, setup 9.5 s, check layer 23.7 s, capture 0.9 s, warm-up 1.3 s, samples 262.5 s, verify 10.1 s
-cuda profile (at close): wall 330.1 s, 8082 rows, timed kernels 299.3 s (90.7 %); between calls 0.2 s, compile wait 0.0 s, setup 9.5 s, check layer 25.8 s, capture 1.0 s, warm-up 1.3 s, samples 281.3 s, verify 10.9 s

@@ -1,2 +1,0 @@
-cuda profile (running): wall 272.8 s, 20908 rows, timed kernels 229.1 s (84.0 %); between calls 0.4 s, compile wait 24.6 s, setup 2.1 s, check layer 26.1 s, capture 1.4 s, warm-up 2.8 s, samples 211.1 s, verify 4.3 s
-cuda profile (at close): wall 277.2 s, 21091 rows, timed kernels 232.4 s (83.9 %); between calls 0.6 s, compile wait 24.6 s, setup 2.1 s, check layer 26.1 s, capture 1.4 s, warm-up 3.5 s, samples 214.6 s, verify 4.3 s

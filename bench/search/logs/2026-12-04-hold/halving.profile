@@ -1,1 +1,0 @@
-cuda profile (at close): wall 126.8 s, 20895 rows, timed kernels 113.7 s (89.7 %); between calls 0.8 s, compile wait 0.0 s, setup 2.2 s, check layer 25.1 s, capture 1.5 s, warm-up 1.6 s, samples 92.8 s, verify 2.8 s, checks unjudged 0

@@ -1,1 +1,0 @@
-cuda profile (at close): wall 242.7 s, 20846 rows, timed kernels 217.1 s (89.4 %); between calls 0.5 s, compile wait 0.0 s, setup 9.5 s, check layer 73.4 s, capture 2.0 s, warm-up 4.1 s, samples 148.3 s, verify 4.8 s, checks unjudged 0

@@ -1,1 +1,0 @@
-cuda profile (at close): wall 456.2 s, 21051 rows, timed kernels 417.4 s (91.5 %); between calls 0.8 s, compile wait 0.1 s, setup 9.5 s, check layer 74.1 s, capture 2.0 s, warm-up 9.5 s, samples 350.3 s, verify 9.8 s, checks unjudged 0

@@ -1,1 +1,0 @@
-cuda profile (at close): wall 256.5 s, 21081 rows, timed kernels 234.0 s (91.2 %); between calls 0.4 s, compile wait 1.7 s, setup 2.2 s, check layer 25.5 s, capture 1.9 s, warm-up 3.5 s, samples 215.8 s, verify 5.6 s, checks unjudged 0

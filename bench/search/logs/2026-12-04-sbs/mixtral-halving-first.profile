@@ -1,1 +1,0 @@
-cuda profile (at close): wall 297.7 s, 21311 rows, timed kernels 260.4 s (87.4 %); between calls 0.6 s, compile wait 1.0 s, setup 9.5 s, check layer 73.3 s, capture 1.8 s, warm-up 12.7 s, samples 192.3 s, verify 6.4 s, checks unjudged 0

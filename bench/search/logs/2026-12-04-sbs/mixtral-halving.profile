@@ -1,1 +1,0 @@
-cuda profile (at close): wall 291.7 s, 21276 rows, timed kernels 256.3 s (87.9 %); between calls 0.5 s, compile wait 1.0 s, setup 9.5 s, check layer 73.7 s, capture 1.5 s, warm-up 12.5 s, samples 187.6 s, verify 5.4 s, checks unjudged 0

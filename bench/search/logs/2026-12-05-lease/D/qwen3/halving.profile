@@ -1,2 +1,0 @@
-cuda profile (at close): wall 239.0 s, 21466 rows, timed kernels 220.5 s (92.3 %); between calls 0.4 s, compile wait 1.0 s, setup 0.2 s, check layer 25.7 s, capture 1.8 s, warm-up 8.4 s, samples 201.2 s, verify 0.2 s, checks unjudged 0
-cuda profile (at close): wall 24.1 s, 715 rows, timed kernels 18.2 s (75.6 %); between calls 0.1 s, compile wait 1.1 s, setup 0.0 s, check layer 0.2 s, capture 0.1 s, warm-up 3.7 s, samples 18.8 s, verify 0.0 s, checks unjudged 0

@@ -1,1 +1,0 @@
-cuda profile (at close): wall 66.7 s, 762 rows, timed kernels 54.0 s (81.0 %); between calls 0.2 s, compile wait 2.5 s, setup 0.4 s, check layer 2.3 s, capture 0.1 s, warm-up 8.5 s, samples 52.6 s, verify 0.0 s, checks unjudged 0

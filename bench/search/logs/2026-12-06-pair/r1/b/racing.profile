@@ -1,1 +1,0 @@
-cuda profile (at close): wall 485.8 s, 16416 rows, timed kernels 471.8 s (97.1 %); between calls 0.3 s, compile wait 1.4 s, setup 0.5 s, check layer 57.6 s, capture 2.0 s, warm-up 2.0 s, samples 421.8 s, verify 0.3 s, checks unjudged 0

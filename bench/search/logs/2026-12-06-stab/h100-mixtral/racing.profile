@@ -1,1 +1,0 @@
-cuda profile (at close): wall 544.3 s, 20322 rows, timed kernels 531.5 s (97.6 %); between calls 0.3 s, compile wait 0.6 s, setup 0.5 s, check layer 71.0 s, capture 1.4 s, warm-up 1.9 s, samples 468.4 s, verify 0.2 s, checks unjudged 0

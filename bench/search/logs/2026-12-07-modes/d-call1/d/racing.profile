@@ -1,1 +1,0 @@
-cuda profile (at close): wall 549.6 s, 19584 rows, timed kernels 536.6 s (97.6 %); between calls 0.3 s, compile wait 0.0 s, setup 0.5 s, check layer 68.0 s, capture 1.8 s, warm-up 2.0 s, samples 476.8 s, verify 0.3 s, checks unjudged 0

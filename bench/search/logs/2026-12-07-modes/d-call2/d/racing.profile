@@ -1,1 +1,0 @@
-cuda profile (at close): wall 78.7 s, 1515 rows, timed kernels 68.3 s (86.7 %); between calls 0.3 s, compile wait 0.0 s, setup 0.4 s, check layer 5.8 s, capture 0.2 s, warm-up 8.3 s, samples 63.6 s, verify 0.0 s, checks unjudged 1

@@ -1,1 +1,0 @@
-cuda profile (at close): wall 111.3 s, 3352 rows, timed kernels 100.0 s (89.8 %); between calls 0.6 s, compile wait 0.0 s, setup 0.4 s, check layer 12.0 s, capture 0.3 s, warm-up 8.1 s, samples 89.8 s, verify 0.1 s, checks unjudged 0
