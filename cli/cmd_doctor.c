@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "engine_check.h"
 #include "export.h"
 #include "mt.h"
 #include "presets.h"
@@ -243,6 +244,20 @@ static int doctor_fail(const cli_cmd_t *cmd, bool json, const char *python, cons
     return cli_fail(cmd, msg);
 }
 
+/* What the engine's own lookup says, beside moetune's lines (engine_check.h). */
+static void doctor_own_lines(const eng_own_t *own, const eng_answer_t *ea, const char *name, bool agrees) {
+    if (!ea) {
+        printf("engine's own:  not asked (%s); the lines above follow moetune's rules (docs/engines.md)\n",
+               own->asked ? own->answers[0].error : own->why);
+        return;
+    }
+    printf("engine's own:  %s (%s.get_config_file_name, %s)%s\n", ea->file, own->module, own->version,
+           agrees ? ": the same name" : "");
+    if (!agrees) printf("DIFFERENT:     moetune names it %s; export refuses until they agree\n", name);
+    if (ea->traced)
+        printf("engine reads:  %s\n", ea->loaded[0] ? ea->loaded : "no file: its built-in defaults");
+}
+
 int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
     char err[1200], helper[PATH_MAX], why[400];
     exp_engine_t engine;
@@ -350,6 +365,20 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
             }
         }
     }
+    /* The engine's own answer where its lookup imports: it decides (engine_check.h). */
+    eng_own_t own;
+    char rule_fb[PATH_MAX + 600];
+    snprintf(rule_fb, sizeof rule_fb, "%s", fb_path[0] ? fb_path : "defaults");
+    if (eng_ask(py, engine, NULL, &shape, 1, true, &own) != MT_OK) memset(&own, 0, sizeof own);
+    const eng_answer_t *ea = own.asked && !own.answers[0].error[0] ? &own.answers[0] : NULL;
+    bool own_agrees = !ea || strcmp(ea->file, name) == 0;
+    if (ea && ea->traced) {
+        found = ea->loaded[0] && strcmp(ea->loaded, ea->first) == 0 && !other_version;
+        if (!found && !other_version) {
+            snprintf(fb_path, sizeof fb_path, "%s", ea->loaded);
+            mt_fmt(fb_what, sizeof fb_what, "the file its own lookup read (%s.get_moe_configs)", own.module);
+        }
+    }
     char defaults[300];
     if (strcmp(shape.dtype, "bf16") == 0)
         mt_fmt(defaults, sizeof defaults,
@@ -381,7 +410,7 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
     mt_fmt(tune, sizeof tune, "moetune tune --backend triton --kernel %s --python %s %s --out %s", ename, py, what,
            outdir);
     mt_fmt(point, sizeof point, "%s=%s", env_var, outdir);
-    int code = found ? MT_EXIT_OK : DOCTOR_EXIT_MISSING;
+    int code = !own_agrees ? MT_EXIT_FAIL : found ? MT_EXIT_OK : DOCTOR_EXIT_MISSING;
 
     if (o->json) {
         json_t *j = json_object();
@@ -403,6 +432,20 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
         } else {
             json_object_set_new(j, "file_triton_version", file_tv[0] ? json_string(file_tv) : json_null());
         }
+        json_t *eo = json_pack("{s:b}", "asked", own.asked);
+        if (ea) {
+            json_object_set_new(eo, "file", json_string(ea->file));
+            json_object_set_new(eo, "down_file", ea->down_file[0] ? json_string(ea->down_file) : json_null());
+            json_object_set_new(eo, "module", json_string(own.module));
+            json_object_set_new(eo, "version", json_string(own.version));
+            json_object_set_new(eo, "agrees", json_boolean(own_agrees));
+            json_object_set_new(eo, "first", ea->traced ? json_string(ea->first) : json_null());
+            json_object_set_new(eo, "reads", ea->loaded[0] ? json_string(ea->loaded) : json_null());
+        } else {
+            json_object_set_new(eo, "why", json_string(own.asked ? own.answers[0].error : own.why));
+        }
+        json_object_set_new(j, "engine_own", eo);
+        json_object_set_new(j, "rule_fallback", json_string(rule_fb));
         if (!found) {
             json_object_set_new(j, "fallback", json_string(fb_path[0] ? fb_path : "defaults"));
             json_object_set_new(j, "fallback_means", json_string(fb_path[0] ? fb_what : defaults));
@@ -410,6 +453,7 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
             json_object_set_new(j, "point_engine", json_string(point));
         }
         cli_print_json(stdout, j);
+        eng_own_clear(&own);
         return code;
     }
     printf("interpreter:   %s (Python %s)\n", py, p.python_version[0] ? p.python_version : "?");
@@ -425,6 +469,8 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (engine == EXP_ENGINE_SGLANG && found)
         printf("down file:     %s (%s)\n", down_found ? "found" : "none: the second GEMM reuses the main file's config",
                down);
+    doctor_own_lines(&own, ea, name, own_agrees);
+    eng_own_clear(&own);
     if (found) return code;
     if (fb_path[0])
         printf("fallback:      %s uses %s: %s\n", label, fb_what, fb_path);

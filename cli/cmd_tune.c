@@ -351,6 +351,8 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (o->kernel && strcmp(o->kernel, "sglang") && strcmp(o->kernel, "vllm") && strcmp(o->kernel, "moetune"))
         return cli_usage(cmd, "--kernel: not one of sglang, vllm, moetune");
     if (o->python && !*o->python) return cli_usage(cmd, "--python: empty");
+    /* the export asks the engine in the interpreter that measured (engine_check.h) */
+    if (o->python) setenv("MOETUNE_PYTHON", o->python, 1);
     char mem_mb[16];
     snprintf(mem_mb, sizeof mem_mb, "%u", o->helper_mem_mb);
     if (!sim && (o->workers || o->sim_time_scale || o->sim_faults))

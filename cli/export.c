@@ -1,5 +1,6 @@
 /* export.c - config files and manifest from the store (see export.h). */
 #include "export.h"
+#include "engine_check.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1361,6 +1362,25 @@ out:
     return rc;
 }
 
+/* The engine's own get_config_file_name names every planned file as moetune does, where the
+ * engine imports (engine_check.h); a disagreement refuses the export before anything is written. */
+static int engine_names_check(const exp_opts_t *o, const eng_t *g, const group_t *groups, size_t n, char *err,
+                              size_t errlen) {
+    const char **devs = calloc(n + 1, sizeof *devs), **names = calloc(n + 1, sizeof *names);
+    krn_shape_t *shapes = calloc(n + 1, sizeof *shapes);
+    int rc = devs && names && shapes ? MT_OK : MT_NOMEM;
+    for (size_t k = 0; rc == MT_OK && k < n; k++) {
+        devs[k] = g->cells[groups[k].first].best.device_name;
+        shapes[k] = g->cells[groups[k].first].best.shape;
+        names[k] = groups[k].name;
+    }
+    if (rc == MT_OK) rc = eng_check_names(o->engine, devs, shapes, names, n, o->changes, err, errlen);
+    free(devs);
+    free(names);
+    free(shapes);
+    return rc;
+}
+
 static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t errlen) {
     int rc = MT_OK;
     const exp_opts_t *o = x->o;
@@ -1463,6 +1483,8 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
         if (rc != MT_OK) goto out;
         i = j;
     }
+    rc = engine_names_check(o, &g, groups, n_groups, err, errlen);
+    if (rc != MT_OK) goto out;
     rc = lock_out(x, err, errlen);
     if (rc != MT_OK) goto out;
     for (size_t k = 0; k < n_groups; k++) {

@@ -5,9 +5,11 @@ The worker's child starts it and speaks the line protocol of worker/HELPER.md ov
 Nothing but protocol lines goes to stdout: everything else (warnings, tracebacks) goes to stderr.
 """
 import argparse
+import ast
 import contextlib
 import hashlib
 import json
+import logging
 import math
 import os
 import sys
@@ -647,67 +649,274 @@ class MoetuneKernel(Kernel):
             self.down(L, cfg, True)
 
 
-class EngineKernel(Kernel):
-    """An engine's own fused_moe_kernel, launched through its invoke_fused_moe_kernel and align step.
+# ---- engines: where each release keeps its fused-MoE pieces ----------------------------------
 
-    Functions are looked up by name in the modules each engine release used; a missing function or
-    a launcher parameter this code does not know is one line naming it and the engine version."""
-    PLACES = {
-        "sglang": {
-            "invoke": ["sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_kernels",
-                       "sglang.srt.layers.moe.fused_moe_triton.fused_moe"],
-            "align": ["sglang.srt.layers.moe.fused_moe_triton.moe_align_block_size",
-                      "sglang.srt.layers.moe.fused_moe_triton.fused_moe"],
-        },
-        "vllm": {
-            "invoke": ["vllm.model_executor.layers.fused_moe.fused_moe"],
-            "align": ["vllm.model_executor.layers.fused_moe.moe_align_block_size",
-                      "vllm.model_executor.layers.fused_moe.fused_moe"],
-        },
-    }
+LAUNCHER_NAMES = ("invoke_fused_moe_kernel", "invoke_fused_moe_triton_kernel")
+KERNEL_NAME = "fused_moe_kernel"
+# Where each layout keeps each piece, newest first (docs/engines.md names the releases). A piece
+# in none of these places is searched for in the installed package (find_in_package).
+ENGINE_PLACES = {
+    "sglang": {
+        "launcher": ["sglang.kernels.ops.moe.fused_moe_triton_kernels",
+                     "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_kernels",
+                     "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_kernels",
+                     "sglang.srt.layers.moe.fused_moe_triton.fused_moe"],
+        "align": ["sglang.srt.layers.moe.moe_runner.triton_utils.moe_align_block_size",
+                  "sglang.srt.layers.moe.fused_moe_triton.moe_align_block_size",
+                  "sglang.srt.layers.moe.fused_moe_triton.fused_moe"],
+        "lookup": ["sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config",
+                   "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config",
+                   "sglang.srt.layers.moe.fused_moe_triton.fused_moe"],
+        "prepare": [],
+    },
+    "vllm": {
+        "launcher": ["vllm.model_executor.layers.fused_moe.fused_moe"],
+        "align": ["vllm.model_executor.layers.fused_moe.moe_align_block_size",
+                  "vllm.model_executor.layers.fused_moe.fused_moe"],
+        "lookup": ["vllm.model_executor.layers.fused_moe.fused_moe"],
+        "prepare": ["vllm.model_executor.layers.fused_moe.fused_moe"],
+    },
+}
+# What each piece is called; the lookup is a module defining both functions.
+PIECES = {"launcher": LAUNCHER_NAMES, "align": ("moe_align_block_size",),
+          "lookup": ("get_config_file_name", "get_moe_configs"), "prepare": ("_prepare_expert_assignment",)}
+PIECE_TEXT = {"launcher": "fused-MoE launcher (%s)" % " or ".join(LAUNCHER_NAMES),
+              "align": "align step moe_align_block_size",
+              "lookup": "config lookup (get_config_file_name with get_moe_configs)",
+              "prepare": "expert-assignment step _prepare_expert_assignment"}
+SEARCH_MAX_FILES = 20000
+SEARCH_MAX_BYTES = 4 << 20
+
+
+def _jit_decorated(fn):
+    for d in fn.decorator_list:
+        d = d.func if isinstance(d, ast.Call) else d
+        if getattr(d, "attr", getattr(d, "id", "")) == "jit":
+            return True
+    return False
+
+
+def _launches_kernel(fn):
+    """Whether a function's body launches KERNEL_NAME[grid](...)."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) and \
+                isinstance(node.func.value, ast.Name) and node.func.value.id == KERNEL_NAME:
+            return True
+    return False
+
+
+def scan_module_source(text):
+    """What one engine source file defines, parsed (not imported): {piece: [function name]} for
+    the pieces of PIECES and "kernel" (a @triton.jit fused_moe_kernel)."""
+    tree = ast.parse(text)
+    found = {}
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    names = {n.name for n in defs}
+    for fn in defs:
+        jit = _jit_decorated(fn)
+        if fn.name == KERNEL_NAME and jit:
+            found.setdefault("kernel", []).append(fn.name)
+        elif not jit and _launches_kernel(fn):
+            found.setdefault("launcher", []).append(fn.name)
+        elif fn.name == "moe_align_block_size" and not jit:
+            found.setdefault("align", []).append(fn.name)
+        elif fn.name == "_prepare_expert_assignment":
+            found.setdefault("prepare", []).append(fn.name)
+    if {"get_config_file_name", "get_moe_configs"} <= names:
+        found["lookup"] = ["get_config_file_name"]
+    return found
+
+
+_SEARCHED = {}
+
+
+def find_in_package(top):
+    """The modules of the installed package top (every folder of its __path__) that define a
+    fused-MoE piece, found by what they are: {piece: [(module, function)]}, each list ordered
+    launcher names first, then by path. Files that do not mention a piece are not parsed."""
+    if top in _SEARCHED:
+        return _SEARCHED[top]
+    import importlib.util
+    out = {}
+    try:
+        spec = importlib.util.find_spec(top)
+        roots = list(spec.submodule_search_locations or []) if spec else []
+    except Exception:
+        roots = []
+    marks = (KERNEL_NAME, "moe_align_block_size", "get_moe_configs", "_prepare_expert_assignment")
+    seen = 0
+    for root in roots:
+        for d, dirs, files in os.walk(root):
+            dirs[:] = sorted(x for x in dirs if x != "__pycache__" and not x.startswith(("test", ".")))
+            for f in sorted(files):
+                if not f.endswith(".py") or seen >= SEARCH_MAX_FILES:
+                    continue
+                seen += 1
+                path = os.path.join(d, f)
+                try:
+                    if os.path.getsize(path) > SEARCH_MAX_BYTES:
+                        continue
+                    with open(path, encoding="utf-8", errors="replace") as fh:
+                        text = fh.read()
+                    if not any(m in text for m in marks):
+                        continue
+                    found = scan_module_source(text)
+                except (OSError, SyntaxError, ValueError):
+                    continue
+                rel = os.path.relpath(path, root)[:-3].split(os.sep)
+                if rel[-1] == "__init__":
+                    rel = rel[:-1]
+                mod = ".".join([top] + rel)
+                for piece, fns in found.items():
+                    out.setdefault(piece, []).extend((mod, fn) for fn in fns)
+    for piece, hits in out.items():
+        hits.sort(key=lambda h: (h[1] not in LAUNCHER_NAMES, not h[1].startswith("invoke"), h[0]))
+    _SEARCHED[top] = out
+    return out
+
+
+class EngineLayout:
+    """Where one installed engine keeps its fused-MoE launcher, Triton kernel, align step (and
+    vLLM's expert-assignment step that may skip it) and config lookup: first in the places of
+    ENGINE_PLACES, then by searching the package (find_in_package). Importing is lazy and every
+    failure is kept, so a missing piece is one line naming the engine version and the function."""
+
+    def __init__(self, name):
+        self.name = name
+        self.version = engine_version(name)
+        if self.version is None:
+            raise Fatal("%s is not installed in %s (--kernel %s needs it; --kernel moetune does not)" %
+                        (name, sys.executable, name))
+        self.where = "%s %s" % (name, self.version)
+        self.errors = []
+        self.found = {}  # piece -> (module name, function name, object, "table" or "search")
+
+    def _try(self, mod, piece, how, names=None):
+        import importlib
+        try:
+            m = importlib.import_module(mod)
+        except Exception as e:
+            self.errors.append("%s: %s" % (mod, one_line(e)))
+            return None
+        if piece == "lookup":
+            if all(callable(getattr(m, f, None)) for f in PIECES["lookup"]):
+                return (mod, "get_config_file_name", m, how)
+            return None
+        for fname in names or PIECES[piece]:
+            fn = getattr(m, fname, None)
+            if callable(fn):
+                return (mod, fname, fn, how)
+        return None
+
+    def get(self, piece):
+        """(module, function, object, how) of a piece, or None when neither the table nor the
+        search finds it (the lookup's object is its module)."""
+        if piece in self.found:
+            return self.found[piece]
+        hit = None
+        for mod in ENGINE_PLACES[self.name][piece]:
+            hit = self._try(mod, piece, "table")
+            if hit:
+                break
+        if hit is None and (piece != "prepare" or self.name == "vllm"):
+            for mod, fname in find_in_package(self.name).get(piece, []):
+                hit = self._try(mod, piece, "search", (fname,))
+                if hit:
+                    break
+        self.found[piece] = hit
+        return hit
+
+    def require(self, piece):
+        """get(piece), or Fatal naming the engine version and what is missing."""
+        hit = self.get(piece)
+        if hit is None:
+            places = ENGINE_PLACES[self.name][piece]
+            raise Fatal("%s: no %s in %s, nor anywhere in the installed %s package%s" % (
+                self.where, PIECE_TEXT[piece], ", ".join(places) or "(no known place)", self.name,
+                (" (last import error: %s)" % self.errors[-1]) if self.errors else ""))
+        return hit
+
+    def describe(self):
+        """{piece: "module.function" or null, "found_by": {piece: "table" or "search"}}."""
+        out = {"found_by": {}}
+        for piece in ("launcher", "align", "prepare", "lookup"):
+            try:
+                hit = self.get(piece)
+            except Exception as e:  # an engine module that raises something odd on import
+                self.errors.append(one_line(e))
+                hit = None
+            out[piece] = ("%s.%s" % hit[:2] if piece != "lookup" else hit[0]) if hit else None
+            if hit:
+                out["found_by"][piece] = hit[3]
+        hit = self.found.get("launcher")
+        if hit:
+            out["kernel"] = "%s.%s" % (hit[0], KERNEL_NAME) if KERNEL_NAME in hit[2].__globals__ else None
+        out["errors"] = self.errors[-3:]
+        return out
+
+
+# The launcher parameters moetune fills, by name; any other must have a default.
+LAUNCH_NEEDS = ("A", "B", "C", "sorted_token_ids", "expert_ids", "num_tokens_post_padded", "mul_routed_weight",
+                "top_k", "config", "compute_type")
+LAUNCH_KNOWN = LAUNCH_NEEDS + ("A_scale", "B_scale", "B_zp", "topk_weights", "topk_ids", "use_fp8_w8a8",
+                               "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16", "per_channel_quant",
+                               "block_shape", "B_bias", "bias")
+PREPARE_KNOWN = ("topk_ids", "config", "num_tokens", "top_k_num", "global_num_experts", "expert_map")
+
+
+def _required(params):
+    import inspect
+    return [n for n, p in params.items() if p.default is inspect.Parameter.empty and
+            p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+class EngineKernel(Kernel):
+    """An engine's own fused_moe_kernel, launched through the engine's launcher and align step,
+    found by EngineLayout in whichever layout the installed release has.
+
+    The launcher is called by parameter name (inspect.signature): what it lacks is left out
+    (vLLM's invoke_fused_moe_triton_kernel has no topk_ids, B_zp or bias), a parameter moetune
+    does not know must have a default, and one moetune needs must be there: else one line naming
+    the engine version and the function. Outputs are (M, top_k, N) views: vLLM's launchers pass
+    C.stride(1), C.stride(2) to the kernel, SGLang's C.stride(-2), C.stride(-1), so both run on
+    them. Where the engine has vLLM's _prepare_expert_assignment, alignment goes through it as
+    in serving (it skips the align step for sparse batches: the kernel then reads topk_ids)."""
 
     def __init__(self, name, torch, triton):
-        import importlib
         import inspect
         self.name = self.engine = name
         self.torch = torch
-        ver = engine_version(name)
-        if ver is None:
-            raise Fatal("%s is not installed in %s (--kernel %s needs it; --kernel moetune does not)" %
-                        (name, sys.executable, name))
-        self.where = "%s %s" % (name, ver)
-        found = {}
-        errors = []
-        for what, mods in self.PLACES[name].items():
-            fname = "invoke_fused_moe_kernel" if what == "invoke" else "moe_align_block_size"
-            for mod in mods:
-                try:
-                    fn = getattr(importlib.import_module(mod), fname, None)
-                except Exception as e:
-                    errors.append("%s: %s" % (mod, one_line(e)))
-                    continue
-                if fn is not None:
-                    found[what] = fn
-                    break
-            if what not in found:
-                raise Fatal("%s: no %s in %s%s" % (self.where, fname, " or ".join(mods),
-                                                    (" (" + errors[-1] + ")") if errors else ""))
-        self.invoke, self.align_fn = found["invoke"], found["align"]
+        self.layout = lay = EngineLayout(name)
+        self.where = lay.where
+        mod, fname, self.invoke, _ = lay.require("launcher")
+        self.launcher = "%s.%s" % (mod, fname)
+        self.align_fn = lay.require("align")[2]
         self.params = inspect.signature(self.invoke).parameters
+        missing = [p for p in LAUNCH_NEEDS if p not in self.params]
+        if missing:
+            raise Fatal("%s: %s has no parameter %s that moetune needs (signature %s)" % (
+                self.where, self.launcher, ", ".join("'%s'" % p for p in missing), inspect.signature(self.invoke)))
+        for pname in _required(self.params):
+            if pname not in LAUNCH_KNOWN:
+                raise Fatal("%s: %s has a required parameter '%s' moetune does not know (signature %s)" % (
+                    self.where, self.launcher, pname, inspect.signature(self.invoke)))
+        self.kernel_global = KERNEL_NAME
+        if KERNEL_NAME not in self.invoke.__globals__:
+            raise Fatal("%s: %s launches no %s that moetune can find in its module" % (
+                self.where, self.launcher, KERNEL_NAME))
+        self.prepare = None
+        hit = lay.get("prepare") if name == "vllm" else None
+        if hit is not None:
+            pp = inspect.signature(hit[2]).parameters
+            if all(p in PREPARE_KNOWN for p in _required(pp)):
+                self.prepare, self.prepare_params = hit[2], pp
+            else:
+                log("%s: %s.%s%s is not called (unknown required parameters); aligning with %s" % (
+                    self.where, hit[0], hit[1], inspect.signature(hit[2]), "moe_align_block_size"))
         import triton.language as tl
         self.compute_type = tl.bfloat16
-        known = {"A", "B", "C", "A_scale", "B_scale", "B_zp", "topk_weights", "topk_ids", "sorted_token_ids",
-                 "expert_ids", "num_tokens_post_padded", "mul_routed_weight", "top_k", "config", "compute_type",
-                 "use_fp8_w8a8", "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16", "per_channel_quant",
-                 "block_shape", "B_bias", "bias"}
-        for pname, p in self.params.items():
-            if pname not in known and p.default is inspect.Parameter.empty and \
-                    p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise Fatal("%s: invoke_fused_moe_kernel has a required parameter '%s' moetune does not know "
-                            "(signature %s)" % (self.where, pname, inspect.signature(self.invoke)))
-        src = inspect.getsourcefile(self.invoke)
-        self.sources = [src] if src else []
-        self.kernel_global = "fused_moe_kernel"
+        srcs = [inspect.getsourcefile(f) for f in (self.invoke, self.align_fn, self.prepare) if f is not None]
+        self.sources = sorted({s for s in srcs if s})
 
     def jit_functions(self):
         fn = self.invoke.__globals__.get(self.kernel_global)
@@ -726,12 +935,13 @@ class EngineKernel(Kernel):
         need = ("use_fp8_w8a8", "A_scale", "B_scale") + (("block_shape",) if L["block"] else ())
         missing = [p for p in need if p not in self.params]
         if missing:
-            raise Unsupported("%s: invoke_fused_moe_kernel has no %s, so it cannot run fp8_w8a8" %
-                              (self.where, ", ".join(missing)))
+            raise Unsupported("%s: %s has no %s, so it cannot run fp8_w8a8" %
+                              (self.where, self.launcher.rsplit(".", 1)[-1], ", ".join(missing)))
         return {"use_fp8_w8a8": True, "A_scale": None, "B_scale": L["w1s" if which == 1 else "w2s"],
                 "block_shape": list(L["block"]) if L["block"] else None}
 
-    def _call(self, A, B, C, L, al, mul, top_k, cfg, which=1):
+    def launch_args(self, A, B, C, L, al, mul, top_k, cfg, which=1):
+        """The launcher's keyword arguments: moetune's values for the parameters it has."""
         vals = {"A": A, "B": B, "C": C, "A_scale": None, "B_scale": None, "B_zp": None,
                 "topk_weights": L["topk_w"], "topk_ids": L["topk_ids"], "sorted_token_ids": al[0],
                 "expert_ids": al[1], "num_tokens_post_padded": al[2], "mul_routed_weight": mul,
@@ -739,16 +949,27 @@ class EngineKernel(Kernel):
                 "use_fp8_w8a8": False, "use_int8_w8a8": False, "use_int8_w8a16": False, "use_int4_w4a16": False,
                 "per_channel_quant": False, "block_shape": None, "B_bias": None, "bias": None}
         vals.update(self.fp8_options(L, which))
-        self.invoke(**{k: v for k, v in vals.items() if k in self.params})
+        return {k: v for k, v in vals.items() if k in self.params}
+
+    @staticmethod
+    def out3(L, key):
+        """Output L[key] as (M, top_k, N): see the class comment."""
+        return L[key].view(L["m"], L["topk"], -1)
 
     def align(self, L, cfg):
         key = ("align", cfg["BLOCK_SIZE_M"])
         if key not in L:
-            L[key] = self.align_fn(L["topk_ids"], cfg["BLOCK_SIZE_M"], L["e"])[:3]
+            if self.prepare is not None:
+                vals = {"topk_ids": L["topk_ids"], "config": dict(cfg), "num_tokens": L["m"], "top_k_num": L["topk"],
+                        "global_num_experts": L["e"], "expert_map": None}
+                L[key] = tuple(self.prepare(**{k: v for k, v in vals.items() if k in self.prepare_params}))[:3]
+            else:
+                L[key] = tuple(self.align_fn(L["topk_ids"], cfg["BLOCK_SIZE_M"], L["e"]))[:3]
         return L[key]
 
     def up(self, L, cfg):
-        self._call(L["x"], L["w1"], L["c1"], L, self.align(L, cfg), False, L["topk"], cfg)
+        self.invoke(**self.launch_args(L["x"], L["w1"], self.out3(L, "c1"), L, self.align(L, cfg), False, L["topk"],
+                                       cfg))
 
     def act(self, L):
         torch = self.torch
@@ -756,7 +977,8 @@ class EngineKernel(Kernel):
         torch.mul(torch.nn.functional.silu(L["c1"][:, :n]), L["c1"][:, n:], out=L["c2"])
 
     def down(self, L, cfg):
-        self._call(L["c2"], L["w2"], L["c3"], L, self.align(L, cfg), True, 1, cfg, which=2)
+        self.invoke(**self.launch_args(L["c2"], L["w2"], self.out3(L, "c3"), L, self.align(L, cfg), True, 1, cfg,
+                                       which=2))
 
     def start_layer(self, L, cfg):
         L.pop(("align", cfg["BLOCK_SIZE_M"]), None)  # the engine aligns inside every layer (up's align())
@@ -787,6 +1009,165 @@ class EngineKernel(Kernel):
                 self.down(L, cfg)
         finally:
             g[self.kernel_global] = real
+
+
+# ---- the engine's own config-file answer ------------------------------------------------------
+
+@contextlib.contextmanager
+def device_named(name, lookup):
+    """Within the block, the engine's device-name sources answer name (None: left alone):
+    torch.cuda.get_device_name (SGLang's get_device_name reads it, and so do vLLM's snapshots)
+    and vLLM's current_platform.get_device_name (NVML in vLLM). The functools caches among the
+    lookup module's globals (vLLM's get_device_name_as_file_name, get_moe_configs) are cleared
+    before and after, so every name goes through the engine's own rules afresh."""
+    def clear():
+        for v in list(vars(lookup).values()):
+            try:  # functools caches only: a module's other objects may raise on any attribute
+                if callable(v) and hasattr(v, "__wrapped__") and callable(getattr(v, "cache_clear", None)):
+                    v.cache_clear()
+            except Exception:
+                pass
+    undo = []
+
+    def patch(obj, attr, value):
+        had = attr in getattr(obj, "__dict__", {})
+        undo.append((obj, attr, had, getattr(obj, attr, None)))
+        setattr(obj, attr, value)
+    if name is not None:
+        answer = lambda *a, **kw: name  # noqa: E731
+        torch = sys.modules.get("torch")
+        cuda = getattr(torch, "cuda", None)
+        if cuda is not None:
+            patch(cuda, "get_device_name", answer)
+            patch(cuda, "is_available", lambda: True)
+        vplat = sys.modules.get("vllm.platforms")
+        if vplat is None and lookup.__name__.startswith("vllm."):
+            try:  # vLLM imports it inside its device-name function: patch it before that
+                import importlib
+                vplat = importlib.import_module("vllm.platforms")
+            except Exception:
+                vplat = None
+        plats = [getattr(vplat, "current_platform", None),
+                 getattr(lookup, "current_platform", None)]
+        for plat in {id(p): p for p in plats if p is not None}.values():
+            patch(plat, "get_device_name", answer)
+    clear()
+    try:
+        yield
+    finally:
+        for obj, attr, had, old in reversed(undo):
+            if had:
+                setattr(obj, attr, old)
+            else:
+                try:
+                    delattr(obj, attr)
+                except AttributeError:
+                    setattr(obj, attr, old)
+        clear()
+
+
+class _Grab(logging.Handler):
+    def __init__(self):
+        super().__init__(0)
+        self.lines = []
+
+    def emit(self, rec):
+        line = ("%s %s" % (rec.levelname, rec.getMessage()))[:300]
+        if not self.lines or self.lines[-1] != line:  # a module logger's record reaches the root too
+            self.lines.append(line)
+
+
+def trace_lookup(lookup, e, n, dtype, block_n, block_k):
+    """The engine's get_moe_configs for one shape on the running device, traced: the paths it
+    tried (os.path.exists, in order), the one it read (the last that existed; None = defaults),
+    the batch sizes it returned and what it logged."""
+    import posixpath
+    fn = lookup.get_moe_configs
+    tried = []
+    real = posixpath.exists
+
+    def exists(p):
+        r = real(p)
+        tried.append((os.fspath(p), r))
+        return r
+    grab = _Grab()
+    loggers = [logging.getLogger()] + [x for x in (getattr(lookup, "logger", None),) if isinstance(x, logging.Logger)]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.addHandler(grab)
+        lg.setLevel(logging.INFO)
+    posixpath.exists = exists
+    try:
+        if callable(getattr(fn, "cache_clear", None)):
+            fn.cache_clear()
+        got = fn(e, n, dtype, block_n, block_k)
+    finally:
+        posixpath.exists = real
+        for lg, lv in zip(loggers, levels):
+            lg.removeHandler(grab)
+            lg.setLevel(lv)
+    hits = [p for p, r in tried if r]
+    return {"tried": [p for p, _ in tried][:8], "loaded": hits[-1] if got and hits else None,
+            "entries": sorted(int(k) for k in got) if got else None, "logs": grab.lines[-4:]}
+
+
+def parse_names(text):
+    """--names: a JSON list of {"e", "n", "dtype", "block_n", "block_k", "device" (optional: the
+    running GPU when absent), "lookup" (optional: trace the engine's lookup too)}."""
+    try:
+        qs = json.loads(text)
+    except ValueError as e:
+        raise ProtocolError("--names is not JSON: %s" % one_line(e))
+    if not isinstance(qs, list) or len(qs) > 4096:
+        raise ProtocolError("--names must be a list of at most 4096 shapes")
+    out = []
+    for q in qs:
+        if not isinstance(q, dict):
+            raise ProtocolError("--names: each shape is an object")
+        s = {k: _uint(q, k, 1, 1 << 20, "names") for k in ("e", "n")}
+        s["dtype"] = q.get("dtype") or "bf16"
+        if not isinstance(s["dtype"], str):
+            raise ProtocolError("--names: dtype must be a string")
+        for k in ("block_n", "block_k"):
+            s[k] = _uint(q, k, 0, 1 << 16, "names") if q.get(k) else 0
+        dev = q.get("device")
+        if dev is not None and not isinstance(dev, str):
+            raise ProtocolError("--names: device must be a string")
+        s["device"], s["lookup"] = dev, bool(q.get("lookup"))
+        out.append(s)
+    return out
+
+
+def ask_engine(layout, queries):
+    """The engine's own config file names (and, where asked, its traced lookup) for queries of
+    parse_names: {"module": ..., "names": [{"file", "down_file", "tried", "loaded", ...}]} or
+    {"error": one line}."""
+    import inspect
+    hit = layout.get("lookup")
+    if hit is None:
+        return {"error": "%s: no %s in %s, nor anywhere in the installed package" % (
+            layout.where, PIECE_TEXT["lookup"], ", ".join(ENGINE_PLACES[layout.name]["lookup"]))}
+    lookup = hit[2]
+    fname = lookup.get_config_file_name
+    down = "down_moe" in inspect.signature(fname).parameters
+    res = {"module": hit[0], "found_by": hit[3], "names": []}
+    for q in queries:
+        a = {}
+        dtype = None if q["dtype"] == "bf16" else q["dtype"]
+        block = [q["block_n"], q["block_k"]] if q["block_n"] else None
+        try:
+            with device_named(q["device"], lookup):
+                a["file"] = fname(q["e"], q["n"], dtype, block)
+                a["down_file"] = fname(q["e"], q["n"], dtype, block, down_moe=True) if down else None
+                if q["lookup"]:
+                    try:
+                        a.update(trace_lookup(lookup, q["e"], q["n"], dtype, q["block_n"], q["block_k"]))
+                    except Exception as e:
+                        a["lookup_error"] = "%s: %s.get_moe_configs raised %s" % (layout.where, hit[0], one_line(e))
+        except Exception as e:
+            a["error"] = "%s: %s.get_config_file_name raised %s" % (layout.where, hit[0], one_line(e))
+        res["names"].append(a)
+    return res
 
 
 KERNELS = {"moetune": MoetuneKernel, "sglang": EngineKernel, "vllm": EngineKernel}
@@ -1541,39 +1922,79 @@ class CompilePool:
 
 # ---- probe -----------------------------------------------------------------------------------
 
-def probe(engine):
+def probe_stack(out):
+    """torch, then triton, each version into out, and the first thing missing into out["error"]:
+    torch importing while triton does not is said so (not "torch is not importable")."""
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install raising something else
+        out["error"] = "torch is not importable by %s: %s" % (sys.executable, one_line(e))
+        return None
+    out["torch"] = str(getattr(torch, "__version__", "?")).split("+")[0]
+    try:
+        import triton
+    except Exception as e:
+        out["error"] = "triton is not importable by %s (torch %s): %s" % (sys.executable, out["torch"], one_line(e))
+        return None
+    out["triton"] = triton.__version__
+    return torch
+
+
+def probe_config_dir(engine, layout):
+    """The folder the engine's lookup module lives in (SGLang: the one holding
+    configs/triton_X_Y_Z/; vLLM: its flat configs/ folder), or None."""
+    hit = layout.get("lookup") if layout else None
+    mod = hit[2] if hit else None
+    if mod is not None and getattr(mod, "__file__", None):
+        d = os.path.dirname(os.path.realpath(mod.__file__))
+        return d if engine == "sglang" else os.path.join(d, "configs")
+    import importlib
+    mods = (["sglang.srt.layers.moe.moe_runner.triton_utils", "sglang.srt.layers.moe.fused_moe_triton"]
+            if engine == "sglang" else ["vllm.model_executor.layers.fused_moe"])
+    for m in mods:
+        try:
+            spec = importlib.util.find_spec(m)
+        except Exception:
+            spec = None
+        if spec and spec.submodule_search_locations:
+            d = list(spec.submodule_search_locations)[0]
+            return d if engine == "sglang" else os.path.join(d, "configs")
+    return None
+
+
+def probe(engine, names=None):
+    """One {"probe": ...} line (HELPER.md "Probe"): the interpreter, torch, Triton, the device,
+    and the engine: its version, layout, config folder and, for --names, its own answers."""
     out = {"python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3],
            "torch": None, "triton": None, "error": None, "device": None,
-           "engine": {"name": engine, "version": None, "config_dir": None, "env": {}, "error": None}}
+           "engine": {"name": engine, "version": None, "config_dir": None, "env": {}, "error": None,
+                      "layout": None, "own": None}}
+    eng = out["engine"]
     var = "SGLANG_MOE_CONFIG_DIR" if engine == "sglang" else "VLLM_TUNED_CONFIG_FOLDER"
-    out["engine"]["env"][var] = os.environ.get(var)
-    try:
-        torch, triton = import_stack()
-        out["torch"], out["triton"] = torch.__version__.split("+")[0], triton.__version__
-        if torch.cuda.is_available():
-            out["device"] = torch.cuda.get_device_name(0)
-        else:
-            out["error"] = "no CUDA GPU visible to torch %s in %s" % (torch.__version__, sys.executable)
-    except Fatal as e:
-        out["error"] = str(e)
-    out["engine"]["version"] = engine_version(engine)
-    if out["engine"]["version"] is None:
-        out["engine"]["error"] = "%s is not installed in %s" % (engine, sys.executable)
+    eng["env"][var] = os.environ.get(var)
+    torch = probe_stack(out)
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                out["device"] = torch.cuda.get_device_name(0)
+            else:
+                out["error"] = "no CUDA GPU visible to torch %s in %s" % (torch.__version__, sys.executable)
+        except Exception as e:
+            out["error"] = "torch %s in %s cannot list GPUs: %s" % (torch.__version__, sys.executable, one_line(e))
+    eng["version"] = engine_version(engine)
+    layout = None
+    if eng["version"] is None:
+        eng["error"] = "%s is not installed in %s" % (engine, sys.executable)
     else:
-        import importlib
-        mods = (["sglang.srt.layers.moe.moe_runner.triton_utils", "sglang.srt.layers.moe.fused_moe_triton"]
-                if engine == "sglang" else ["vllm.model_executor.layers.fused_moe"])
-        for mod in mods:
-            try:
-                spec = importlib.util.find_spec(mod)
-            except Exception:
-                spec = None
-            if spec and spec.submodule_search_locations:
-                d = list(spec.submodule_search_locations)[0]
-                out["engine"]["config_dir"] = d if engine == "sglang" else os.path.join(d, "configs")
-                break
-        if out["engine"]["config_dir"] is None:
-            out["engine"]["error"] = "%s %s: none of %s found" % (engine, out["engine"]["version"], ", ".join(mods))
+        layout = EngineLayout(engine)
+        if torch is not None:  # the engine's modules import torch and triton
+            eng["layout"] = layout.describe()
+            if names is not None:
+                eng["own"] = ask_engine(layout, names)
+        eng["config_dir"] = probe_config_dir(engine, layout if torch is not None else None)
+        if eng["config_dir"] is None:
+            eng["error"] = "%s %s: no config lookup module found%s" % (
+                engine, eng["version"], (" (%s)" % layout.errors[-1]) if layout.errors else "")
     emit({"probe": out})
     return 0
 
@@ -1588,9 +2009,15 @@ def main(argv):
     ap.add_argument("--compile-workers", type=int, default=-1, help="0: compile in the measuring process")
     ap.add_argument("--probe", action="store_true")
     ap.add_argument("--engine", choices=("sglang", "vllm"), default="sglang")
+    ap.add_argument("--names", help="with --probe: a JSON list of shapes to ask the engine's own lookup about")
     a = ap.parse_args(argv)
     if a.probe:
-        return probe(a.engine)
+        try:
+            names = parse_names(a.names) if a.names is not None else None
+        except ProtocolError as e:
+            emit({"fatal": str(e)})
+            return 1
+        return probe(a.engine, names)
     pool = None
     try:
         if a.cache_dir:

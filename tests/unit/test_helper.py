@@ -954,7 +954,7 @@ class EngineLookup(unittest.TestCase):
             "vllm/__init__.py": "__version__ = '0.0.1test'\n",
             "vllm/model_executor/__init__.py": "", "vllm/model_executor/layers/__init__.py": "",
             "vllm/model_executor/layers/fused_moe/__init__.py": "",
-            "vllm/model_executor/layers/fused_moe/fused_moe.py": kernels_src})
+            "vllm/model_executor/layers/fused_moe/fused_moe.py": "fused_moe_kernel = None\n" + kernels_src})
         code = ("import sys, json; sys.path[:0] = [%r, %r]; import moetune_helper as mh\n"
                 % (tmp, os.path.join(ROOT, "worker"))) + body
         r = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60)
@@ -967,10 +967,13 @@ class EngineLookup(unittest.TestCase):
 
     def test_missing_function(self):
         out = self.load("def fused_experts(): pass\n")
-        self.assertTrue(out.startswith("FATAL vllm 0.0.1test: no invoke_fused_moe_kernel"), out)
+        self.assertTrue(out.startswith("FATAL vllm 0.0.1test: no fused-MoE launcher (invoke_fused_moe_kernel or "
+                                       "invoke_fused_moe_triton_kernel) in vllm.model_executor.layers.fused_moe."
+                                       "fused_moe, nor anywhere in the installed vllm package"), out)
 
     def test_unknown_required_parameter(self):
-        out = self.load("def invoke_fused_moe_kernel(A, B, C, new_thing, config=None): pass\n"
+        out = self.load("def invoke_fused_moe_kernel(A, B, C, sorted_token_ids, expert_ids, num_tokens_post_padded, "
+                        "mul_routed_weight, top_k, config, compute_type, new_thing): pass\n"
                         "def moe_align_block_size(topk_ids, block_size, num_experts): pass\n")
         self.assertIn("required parameter 'new_thing'", out)
 
@@ -1009,6 +1012,178 @@ class EngineLookup(unittest.TestCase):
                         "compute_type, use_fp8_w8a8=False, block_shape=None): pass\n"
                         "def moe_align_block_size(topk_ids, block_size, num_experts): pass\n")
         self.assertEqual(out, "OK")
+
+
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "engines")
+
+# Run beside a fake engine layout (tests/fixtures/engines): finds its pieces, launches both GEMMs
+# through EngineKernel on shape-only tensors and prints what the launcher and the kernel got.
+DRIVE = """
+import json, sys
+import moetune_helper as mh, torch, triton
+out = {}
+try:
+    k = mh.EngineKernel(sys.argv[1], torch, triton)
+except mh.Fatal as e:
+    print(json.dumps({"fatal": str(e)}), file=sys.__stdout__)
+    sys.exit(0)
+out["layout"] = k.layout.describe()
+out["launcher"] = k.launcher
+kern = k.jit_functions()[0]
+seen = []
+real = k.invoke
+def record(**kw):
+    seen.append(sorted(kw))
+    return real(**kw)
+k.invoke = record
+cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 3}
+out["runs"] = []
+for m in (1, 40):
+    e, n, kk, topk = 64, 32, 128, 2
+    L = {"m": m, "e": e, "topk": topk, "x": torch.empty(m, kk), "w1": torch.empty(e, 2 * n, kk),
+         "w2": torch.empty(e, kk, n), "c1": torch.empty(m * topk, 2 * n), "c2": torch.empty(m * topk, n),
+         "c3": torch.empty(m * topk, kk), "topk_ids": torch.empty(m, topk), "topk_w": torch.empty(m, topk),
+         "fp8": False, "block": None}
+    kern.calls.clear()
+    k.up(L, cfg)
+    k.down(L, cfg)
+    al = k.align(L, cfg)
+    out["runs"].append({"m": m, "c_strides": [list(a[7:9]) for a, kw in kern.calls],
+                        "sorted_is_none": al[0] is None})
+out["kwargs"] = seen[0]
+print(json.dumps(out), file=sys.__stdout__)
+"""
+
+
+def beside_layout(layout, engine, code=DRIVE, env=None, args=()):
+    """code run under the fake engine layout and the fake torch/triton: its stdout as JSON."""
+    path = os.pathsep.join([os.path.join(FIXTURES, layout), os.path.join(FIXTURES, "_stubs"),
+                            os.path.join(ROOT, "worker")])
+    r = subprocess.run([sys.executable, "-S", "-c", code, engine] + list(args), capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=path, PYTHONNOUSERSITE="1", **(env or {})))
+    assert r.stdout.strip(), r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+class EngineLayouts(unittest.TestCase):
+    """EngineKernel finds each release's launcher, kernel, align step and lookup (known places, or by
+    searching the package) and calls the launcher by parameter name with (M, top_k, N) outputs."""
+
+    def check(self, layout, engine, launcher, align, lookup, how="table"):
+        out = beside_layout(layout, engine)
+        self.assertNotIn("fatal", out, out)
+        lay = out["layout"]
+        self.assertEqual((out["launcher"], lay["align"], lay["lookup"]), (launcher, align, lookup))
+        self.assertEqual(lay["kernel"], launcher.rsplit(".", 1)[0] + ".fused_moe_kernel")
+        self.assertEqual(set(lay["found_by"].values()), {how})
+        for run in out["runs"]:  # both GEMMs reached the kernel with the output's (N, 1) strides
+            self.assertEqual(len(run["c_strides"]), 2, out)
+        return out
+
+    def test_sglang_old_layout(self):
+        p = "sglang.srt.layers.moe.fused_moe_triton."
+        out = self.check("sglang-old", "sglang", p + "fused_moe_triton_kernels.invoke_fused_moe_kernel",
+                         p + "moe_align_block_size.moe_align_block_size", p + "fused_moe_triton_config")
+        self.assertIn("topk_ids", out["kwargs"])
+        self.assertIn("bias", out["kwargs"])
+
+    def test_sglang_moe_runner_layout(self):
+        p = "sglang.srt.layers.moe.moe_runner.triton_utils."
+        self.check("sglang-mid", "sglang", p + "fused_moe_triton_kernels.invoke_fused_moe_kernel",
+                   p + "moe_align_block_size.moe_align_block_size", p + "fused_moe_triton_config")
+
+    def test_sglang_new_layout(self):
+        p = "sglang.srt.layers.moe.moe_runner.triton_utils."
+        out = self.check("sglang-new", "sglang", "sglang.kernels.ops.moe.fused_moe_triton_kernels.invoke_fused_moe_kernel",
+                         p + "moe_align_block_size.moe_align_block_size", p + "fused_moe_triton_config")
+        self.assertEqual(out["runs"][1]["c_strides"], [[64, 1], [128, 1]])
+
+    def test_vllm_old_layout_gets_3d_outputs(self):
+        p = "vllm.model_executor.layers.fused_moe."
+        out = self.check("vllm-old", "vllm", p + "fused_moe.invoke_fused_moe_kernel",
+                         p + "moe_align_block_size.moe_align_block_size", p + "fused_moe")
+        # C.stride(1), C.stride(2) of (M, top_k, N): a 2-D output raised IndexError here
+        self.assertEqual(out["runs"][0]["c_strides"], [[64, 1], [128, 1]])
+        self.assertIn("B_bias", out["kwargs"])
+        self.assertNotIn("topk_ids", out["kwargs"])
+
+    def test_vllm_new_layout_and_its_align_skip(self):
+        p = "vllm.model_executor.layers.fused_moe."
+        out = self.check("vllm-new", "vllm", p + "fused_moe.invoke_fused_moe_triton_kernel",
+                         p + "moe_align_block_size.moe_align_block_size", p + "fused_moe")
+        self.assertEqual(out["layout"]["prepare"], p + "fused_moe._prepare_expert_assignment")
+        for name in ("topk_ids", "B_zp", "bias"):
+            self.assertNotIn(name, out["kwargs"])
+        self.assertIn("B_bias", out["kwargs"])
+        # 1 token x 2 experts of 64: the engine skips the align (sorted_token_ids None); 40 tokens align
+        self.assertEqual([r["sorted_is_none"] for r in out["runs"]], [True, False])
+
+    def test_layout_in_no_table_is_found_by_search(self):
+        out = self.check("sglang-unlisted", "sglang", "sglang.jit_kernel.fused_moe.triton_moe.launch_fused_moe_gemm",
+                         "sglang.srt.moe_tuning.align.moe_align_block_size", "sglang.srt.moe_tuning.lookup",
+                         how="search")
+        self.assertEqual(out["layout"]["prepare"], None)
+
+    def test_missing_piece_is_one_line_naming_version_and_function(self):
+        out = beside_layout("sglang-lacking", "sglang")
+        self.assertTrue(out["fatal"].startswith("sglang 0.7.1.fake: no align step moe_align_block_size in "
+                                                "sglang.srt.layers.moe.moe_runner.triton_utils.moe_align_block_size"),
+                        out)
+        self.assertNotIn("\n", out["fatal"])
+
+
+PROBE = """
+import sys, moetune_helper as mh
+sys.argv = ["moetune_helper.py", "--probe", "--engine", sys.argv[1], "--names", sys.argv[2]]
+mh.main(sys.argv[1:])
+"""
+
+
+class EngineOwnNames(unittest.TestCase):
+    """--probe --names: the engine's own get_config_file_name per shape and device, and its traced lookup."""
+
+    def ask(self, layout, engine, names, env=None):
+        out = beside_layout(layout, engine, PROBE, env, [json.dumps(names)])
+        return out["probe"]
+
+    def test_names_for_another_device(self):
+        q = [{"e": 256, "n": 256, "dtype": "fp8_w8a8", "block_n": 128, "block_k": 128, "device": "NVIDIA H200 NVL"}]
+        got = {}
+        for layout, engine in (("sglang-old", "sglang"), ("sglang-new", "sglang"), ("vllm-old", "vllm"),
+                               ("vllm-new", "vllm"), ("sglang-renamed", "sglang")):
+            got[layout] = self.ask(layout, engine, q)["engine"]["own"]["names"][0]
+        sg = "E=256,N=256,device_name=NVIDIA_H200_NVL,dtype=fp8_w8a8,block_shape=[128, 128]"
+        self.assertEqual(got["sglang-old"], {"file": sg + ".json", "down_file": sg + "_down.json"})
+        self.assertEqual(got["sglang-new"], got["sglang-old"])
+        vl = {"file": "E=256,N=256,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json", "down_file": None}
+        self.assertEqual((got["vllm-old"], got["vllm-new"]), (vl, vl))
+        self.assertTrue(got["sglang-renamed"]["file"].startswith("E=256,N=256,device=NVIDIA_H200_NVL"))
+
+    def test_lookup_traced_to_the_fallback_it_reads(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            name = "E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json"
+            for v in ("3_4_0", "3_5_1"):
+                os.makedirs(os.path.join(tmp, "configs", "triton_" + v))
+                with open(os.path.join(tmp, "configs", "triton_" + v, name), "w") as f:
+                    f.write('{"1": {"BLOCK_SIZE_M": 16}, "64": {"BLOCK_SIZE_M": 32}}')
+            q = [{"e": 128, "n": 768, "lookup": True}]
+            env = {"SGLANG_MOE_CONFIG_DIR": tmp}
+            old = self.ask("sglang-old", "sglang", q, env)["engine"]["own"]["names"][0]
+            new = self.ask("sglang-new", "sglang", q, env)["engine"]["own"]["names"][0]
+        self.assertEqual(old["tried"][0], os.path.join(tmp, "configs", "triton_3_6_0", name))
+        self.assertEqual(old["loaded"], os.path.join(tmp, "configs", "triton_3_4_0", name))  # the fixed list
+        self.assertEqual(new["loaded"], os.path.join(tmp, "configs", "triton_3_5_1", name))  # the newest other
+        self.assertEqual(old["entries"], [1, 64])
+        self.assertTrue(any("Fallback to triton version" in line for line in old["logs"]), old)
+
+    def test_probe_says_triton_when_torch_imports(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fake_modules(tmp, torch_src=TORCH_NO_GPU, triton_src="raise ImportError('No module named triton (fake)')\n")
+            r = run_helper(["--probe", "--engine", "sglang"], tmp)
+        p = json.loads(r.stdout)["probe"]
+        self.assertEqual((p["torch"], p["triton"]), ("2.11.0", None))
+        self.assertIn("triton is not importable", p["error"])
+        self.assertNotIn("torch is not importable", p["error"])
 
 
 class ShapeParsing(unittest.TestCase):
