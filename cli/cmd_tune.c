@@ -21,6 +21,7 @@
 
 #include "client.h"
 #include "cmd.h"
+#include "engine_check.h"
 #include "mt.h"
 #include "progress.h"
 #include "query.h"
@@ -366,6 +367,9 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     mt_log_level_t lvl;
     if (mt_log_parse_level(log_level, &lvl) != MT_OK)
         return cli_usage(cmd, "--log-level: not one of error, warn, info, debug");
+    /* the files the sweep is for must be names the engine reads: asked before any GPU time */
+    if (triton && eng_check_spec(o->python ? o->python : "python3", engine, spec, err, sizeof err) != MT_OK)
+        return cli_fail(cmd, err);
     if (check_writable_file(db, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
     if (check_out_dir(out, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
     uint32_t n_workers = 0, gpus[SUP_MAX_WORKERS];

@@ -1,5 +1,6 @@
 /* engine_check.c - ask an engine's own config lookup which file it reads (engine_check.h). */
 #include "engine_check.h"
+#include "convert.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -143,6 +144,7 @@ static int parse_own(const char *text, const char *python, const char *ename, si
     json_t *eng = json_object_get(probe, "engine"), *o = json_object_get(eng, "own");
     json_t *names = json_object_get(o, "names");
     copy_str(eng, "version", own->version, sizeof own->version);
+    copy_str(probe, "device", own->device, sizeof own->device);
     if (!json_is_array(names) || json_array_size(names) != n) {
         const char *why = json_string_value(json_object_get(o, "error"));
         if (!why) why = json_string_value(json_object_get(eng, "error"));
@@ -216,6 +218,36 @@ static const char *base_name(const char *path) {
     return s ? s + 1 : path;
 }
 
+/* Compares the engine's answers in own with moetune's names; MT_INVAL naming both at the first
+ * that differs. */
+static int compare_names(exp_engine_t engine, const eng_own_t *own, const char *python, const char *const *devices,
+                         const krn_shape_t *shapes, const char *const *names, size_t n, char *err, size_t errlen) {
+    int rc = MT_OK;
+    for (size_t i = 0; i < n && rc == MT_OK; i++) {
+        const eng_answer_t *a = &own->answers[i];
+        const char *dev = devices && devices[i] ? devices[i] : "this GPU";
+        char down[440], sh[200];
+        krn_shape_format(&shapes[i], sh, sizeof sh);
+        mt_fmt(down, sizeof down, "%.*s_down.json", (int)(strlen(names[i]) > 5 ? strlen(names[i]) - 5 : 0),
+               names[i]);
+        if (a->error[0] && !a->file[0]) {
+            mt_fmt(err, errlen, "%s (%s, in %s) could not name the file for %s on %s: %s; moetune would write %s",
+                   exp_engine_name(engine), own->version, python, sh, dev, a->error, names[i]);
+            rc = MT_INVAL;
+        } else if (strcmp(a->file, base_name(names[i])) != 0 ||
+                   (a->down_file[0] && strcmp(a->down_file, down) != 0)) {
+            bool main = strcmp(a->file, base_name(names[i])) != 0;
+            mt_fmt(err, errlen,
+                   "%s (%s, in %s) looks for %s for %s on %s (%s.get_config_file_name), moetune would write %s: "
+                   "the engine would not read it",
+                   exp_engine_name(engine), own->version, python, main ? a->file : a->down_file, sh, dev,
+                   own->module, main ? names[i] : down);
+            rc = MT_INVAL;
+        }
+    }
+    return rc;
+}
+
 mt_status_t eng_check_names(exp_engine_t engine, const char *const *devices, const krn_shape_t *shapes,
                             const char *const *names, size_t n, FILE *note, char *err, size_t errlen) {
     eng_own_t own;
@@ -226,31 +258,53 @@ mt_status_t eng_check_names(exp_engine_t engine, const char *const *devices, con
         eng_own_clear(&own);
         return rc;
     }
-    for (size_t i = 0; i < n && rc == MT_OK; i++) {
-        const eng_answer_t *a = &own.answers[i];
-        const char *dev = devices && devices[i] ? devices[i] : "this GPU";
-        char down[440], sh[200];
-        krn_shape_format(&shapes[i], sh, sizeof sh);
-        mt_fmt(down, sizeof down, "%.*s_down.json", (int)(strlen(names[i]) > 5 ? strlen(names[i]) - 5 : 0),
-               names[i]);
-        if (a->error[0] && !a->file[0]) {
-            mt_fmt(err, errlen, "%s (%s, in %s) could not name the file for %s on %s: %s; moetune would write %s",
-                   exp_engine_name(engine), own.version, python, sh, dev, a->error, names[i]);
-            rc = MT_INVAL;
-        } else if (strcmp(a->file, base_name(names[i])) != 0 ||
-                   (a->down_file[0] && strcmp(a->down_file, down) != 0)) {
-            bool main = strcmp(a->file, base_name(names[i])) != 0;
-            mt_fmt(err, errlen,
-                   "%s (%s, in %s) looks for %s for %s on %s (%s.get_config_file_name), moetune would write %s: "
-                   "the engine would not read it; nothing was written",
-                   exp_engine_name(engine), own.version, python, main ? a->file : a->down_file, sh, dev,
-                   own.module, main ? names[i] : down);
-            rc = MT_INVAL;
-        }
-    }
+    rc = compare_names(engine, &own, python, devices, shapes, names, n, err, errlen);
     if (rc == MT_OK && note)
         fprintf(note, "%s %s in %s names %zu file%s as moetune does (%s.get_config_file_name)\n",
                 exp_engine_name(engine), own.version, python, n, n == 1 ? "" : "s", own.module);
     eng_own_clear(&own);
+    return rc;
+}
+
+/* One engine of eng_check_spec. */
+static int check_spec_engine(const char *python, exp_engine_t engine, const krn_shape_t *shapes, size_t n, char *err,
+                             size_t errlen) {
+    eng_own_t own;
+    int rc = eng_ask(python, engine, NULL, shapes, n, false, &own);
+    if (rc != MT_OK || !own.asked || !own.device[0]) {
+        eng_own_clear(&own);
+        return rc;
+    }
+    char(*names)[420] = calloc(n, sizeof *names);
+    const char **np = calloc(n, sizeof *np), **devs = calloc(n, sizeof *devs);
+    rc = names && np && devs ? MT_OK : MT_NOMEM;
+    for (size_t i = 0; rc == MT_OK && i < n; i++) {
+        exp_engine_file_name(engine, own.device, &shapes[i], names[i], sizeof names[i]);
+        np[i] = names[i];
+        devs[i] = own.device;
+    }
+    if (rc == MT_OK) rc = compare_names(engine, &own, python, devs, shapes, np, n, err, errlen);
+    free(names);
+    free(np);
+    free(devs);
+    eng_own_clear(&own);
+    return rc;
+}
+
+mt_status_t eng_check_spec(const char *python, const char *engines, const Moetune__SweepSpec *spec, char *err,
+                           size_t errlen) {
+    size_t n = spec ? spec->n_shapes : 0;
+    if (!engines || n == 0) return MT_OK;
+    krn_shape_t *shapes = calloc(n, sizeof *shapes);
+    if (!shapes) return MT_NOMEM;
+    int rc = MT_OK;
+    for (size_t i = 0; rc == MT_OK && i < n; i++) {
+        char why[200];
+        if (wire_shape_from_msg(spec->shapes[i], &shapes[i], why, sizeof why) != MT_OK) n = i; /* the plan says why */
+    }
+    static const exp_engine_t all[] = {EXP_ENGINE_SGLANG, EXP_ENGINE_VLLM};
+    for (size_t k = 0; rc == MT_OK && k < 2; k++)
+        if (strstr(engines, exp_engine_name(all[k]))) rc = check_spec_engine(python, all[k], shapes, n, err, errlen);
+    free(shapes);
     return rc;
 }

@@ -39,6 +39,7 @@ typedef struct {
 typedef struct {
     bool asked;           /* the engine's lookup imported and answered */
     char version[64];     /* the engine's version, as the probe reports it */
+    char device[128];     /* the GPU the interpreter sees ("" when none) */
     char module[256];     /* the module of get_config_file_name */
     char why[700];        /* when not asked: why (one line) */
     eng_answer_t *answers; /* one per shape asked, in order; NULL when not asked */
@@ -65,5 +66,13 @@ void eng_own_clear(eng_own_t *own);
  * names when one disagrees; MT_NOMEM. */
 mt_status_t eng_check_names(exp_engine_t engine, const char *const *devices, const krn_shape_t *shapes,
                             const char *const *names, size_t n, FILE *note, char *err, size_t errlen);
+
+/* Before a sweep of the triton backend for engines ("sglang", "vllm" or "sglang,vllm"): each
+ * engine's own names for spec's shapes on the GPU python sees, against moetune's, so that a
+ * sweep whose files the engine would not read is refused before it starts. MT_OK when they
+ * agree or the engine cannot be asked; MT_INVAL with one line naming both; MT_NOMEM. */
+struct Moetune__SweepSpec;
+mt_status_t eng_check_spec(const char *python, const char *engines, const struct Moetune__SweepSpec *spec, char *err,
+                           size_t errlen);
 
 #endif

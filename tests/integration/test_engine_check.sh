@@ -61,6 +61,16 @@ SGLANG_MOE_CONFIG_DIR=$T/c PYTHONPATH=$F/_stubs "$M" doctor --python "$PY" --mod
 has "sglang is not installed" "no engine"
 pass "doctor without the engine: moetune's rules, said so"
 
+# ---- tune asks before any GPU time: a sweep whose file the engine would not read is refused
+rc=0
+PYTHONPATH=$F/sglang-renamed:$F/_stubs "$M" tune --backend triton --kernel sglang --python "$PY" \
+  --shape E=128,N=768,K=2048,topk=8 --batch-sizes 1,16 --db "$T/tune.db" --out "$T/tune-out" >"$T/out" 2>&1 || rc=$?
+[ $rc = 1 ] || { cat "$T/out"; fail "tune with a differently naming engine: exit $rc"; }
+has "looks for E=128,N=768,device=NVIDIA_H100_80GB_HBM3.json" "tune refused"
+has "moetune would write $NAME" "tune refused"
+[ ! -e "$T/tune.db" ] || fail "tune made a database before refusing"
+pass "tune --kernel sglang refuses before starting when the engine's own name differs, naming both"
+
 # ---- export --engine against the engine's own names: triton rows from the fake helper
 start_coordinator --heartbeat-ms 200 --lease-ms 5000
 FAKE_HELPER_MODE=ok MOETUNE_HELPER=$MT_SOURCE_DIR/tests/tools/fake_helper.py "$BIN/moetune-worker" --connect "$WEP" \
