@@ -42,7 +42,7 @@ const cli_opt_t opt_sim_faults = {"sim-faults", OPT_STR, OFF(sim_faults), "SPEC"
 const cli_opt_t opt_kernel = {"kernel", OPT_STR, OFF(kernel), "sglang|vllm|moetune",
                               "triton: the kernel to tune (default moetune)"};
 const cli_opt_t opt_python = {"python", OPT_STR, OFF(python), "PATH",
-                              "the interpreter with torch, Triton and the engine (default python3 on PATH)"};
+                              "the interpreter with torch, Triton and the engine (default: a running server's, else python3)"};
 const cli_opt_t opt_helper_mem_mb = {"helper-mem-mb", OPT_U32, OFF(helper_mem_mb), "N",
                                      "triton: helper resident memory limit, MiB (default 65536)"};
 const cli_opt_t opt_log_level = {"log-level", OPT_STR, OFF(log_level), "LEVEL",

@@ -432,8 +432,8 @@ mt_status_t srv_pick(const srv_pick_opts_t *o, srv_pick_t *pick, char *err, size
     char why[300];
     pick->from_server = pick->servers_differ = false;
     pick->n_tried = pick->n_servers = 0;
-    if (srv_scan(o->proc_root ? o->proc_root : "/proc", o->engine, servers, SRV_MAX_SERVERS, &n, why, sizeof why) ==
-            MT_OK &&
+    const char *root = o->proc_root ? o->proc_root : getenv("MOETUNE_PROC_ROOT");
+    if (srv_scan(root && *root ? root : "/proc", o->engine, servers, SRV_MAX_SERVERS, &n, why, sizeof why) == MT_OK &&
         n > 0) {
         pick->from_server = true;
         pick->server = servers[0];

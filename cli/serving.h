@@ -81,7 +81,7 @@ typedef struct {
 
 /* Where srv_pick looks and what it runs. */
 typedef struct {
-    const char *proc_root;          /* NULL: "/proc" */
+    const char *proc_root;          /* NULL: $MOETUNE_PROC_ROOT when set (tests), else "/proc" */
     const char *engine;             /* "sglang" or "vllm" */
     const char *helper;             /* the helper script to probe with */
     const char *const *candidates;  /* NULL-terminated; NULL: $VIRTUAL_ENV/bin/python3,
