@@ -31,7 +31,7 @@ const cli_opt_t opt_best = {"best", OPT_FLAG, OFF(best), NULL,
                             "side-by-side re-measures where a decide step or halving made them"};
 const cli_opt_t opt_limit = {"limit", OPT_U32, OFF(limit), "N", "at most N rows"};
 const cli_opt_t opt_backend = {"backend", OPT_STR, OFF(backend), "sim|cuda|triton",
-                               "measurement backend (default cuda)"};
+                               "measurement backend (default: triton when the serving interpreter has torch and Triton, else cuda)"};
 const cli_opt_t opt_workers = {"workers", OPT_U32, OFF(workers), "N", "sim workers to run (default 4)"};
 const cli_opt_t opt_gpus = {"gpus", OPT_STR, OFF(gpus), "0,1,..",
                             "cuda, triton: GPUs to use, one worker each (default all)"};

@@ -433,7 +433,8 @@ mt_status_t srv_pick(const srv_pick_opts_t *o, srv_pick_t *pick, char *err, size
     pick->from_server = pick->servers_differ = false;
     pick->n_tried = pick->n_servers = 0;
     const char *root = o->proc_root ? o->proc_root : getenv("MOETUNE_PROC_ROOT");
-    if (srv_scan(root && *root ? root : "/proc", o->engine, servers, SRV_MAX_SERVERS, &n, why, sizeof why) == MT_OK &&
+    if (!o->no_scan &&
+        srv_scan(root && *root ? root : "/proc", o->engine, servers, SRV_MAX_SERVERS, &n, why, sizeof why) == MT_OK &&
         n > 0) {
         pick->from_server = true;
         pick->server = servers[0];
@@ -506,4 +507,88 @@ void srv_pick_describe(const srv_pick_t *p, const char *engine, char *buf, size_
         if (k < 0) break;
         used += (size_t)k;
     }
+}
+
+static bool is_engine(const char *name) { return name && (strcmp(name, "sglang") == 0 || strcmp(name, "vllm") == 0); }
+
+/* The engine a running server (any engine) runs, or NULL. */
+static const char *running_engine(const char *proc_root) {
+    srv_server_t s[1];
+    size_t n = 0;
+    char why[300];
+    const char *root = proc_root ? proc_root : getenv("MOETUNE_PROC_ROOT");
+    if (srv_scan(root && *root ? root : "/proc", NULL, s, 1, &n, why, sizeof why) != MT_OK || n == 0) return NULL;
+    return strcmp(s[0].engine, "vllm") == 0 ? "vllm" : "sglang";
+}
+
+mt_status_t srv_decide(const srv_decide_opts_t *o, srv_decision_t *d, char *err, size_t errlen) {
+    memset(d, 0, sizeof *d);
+    srv_pick_t *pick = NULL;
+    mt_status_t rc = MT_OK;
+    char how[2048];
+    const char *eng = is_engine(o->kernel) ? o->kernel : is_engine(o->engine) ? o->engine : NULL;
+    bool guessed = !eng && !(o->engine && strchr(o->engine, ','));
+    if (!eng && !o->python) eng = running_engine(o->proc_root);
+    if (!eng) eng = o->engine && strncmp(o->engine, "vllm", 4) == 0 ? "vllm" : "sglang";
+    if (srv_pick_new(1 << 16, &pick) != MT_OK) {
+        mt_fmt(err, errlen, "out of memory");
+        return MT_ERR;
+    }
+    const char *only[2] = {o->python, NULL};
+    srv_pick_opts_t po = {.proc_root = o->proc_root, .engine = eng, .helper = o->helper,
+                          .candidates = o->python ? only : o->candidates, .timeout_ms = o->timeout_ms,
+                          .no_scan = o->python != NULL};
+    rc = srv_pick(&po, pick, err, errlen);
+    if (rc != MT_OK) goto out;
+    if (o->python)
+        mt_fmt(how, sizeof how, "--python %s", o->python);
+    else
+        srv_pick_describe(pick, eng, how, sizeof how);
+    if (guessed && !pick->from_server && pick->probe.torch[0] && !pick->probe.engine_version[0]) {
+        /* no engine named or running: the other engine may be the one installed */
+        char keep[PATH_MAX];
+        snprintf(keep, sizeof keep, "%s", pick->python);
+        only[0] = keep;
+        po.candidates = only;
+        po.no_scan = true;
+        po.engine = strcmp(eng, "sglang") == 0 ? "vllm" : "sglang";
+        if (srv_pick(&po, pick, err, errlen) == MT_OK && pick->probe.engine_version[0]) {
+            eng = po.engine;
+            size_t used = strlen(how);
+            mt_fmt(how + used, sizeof how - used, "; %s %s is installed there", eng, pick->probe.engine_version);
+        } else {
+            po.engine = eng;
+            srv_pick(&po, pick, err, errlen);
+        }
+    }
+    const srv_probe_t *q = &pick->probe;
+    bool has_engine = q->engine_version[0] && q->torch[0] && q->triton[0];
+    if (!o->triton_given && (!q->torch[0] || !q->triton[0])) {
+        snprintf(d->backend, sizeof d->backend, "cuda");
+        mt_fmt(d->why, sizeof d->why,
+               "backend cuda: %s in %s (%s); the files are for moetune's CUDA kernel, which no engine reads "
+               "(give --backend triton --python PATH for an engine's files)",
+               !q->python[0] ? "no answer from the probe" : !q->torch[0] ? "no torch" : "no Triton", pick->python, how);
+        goto out;
+    }
+    if (o->triton_given && is_engine(o->kernel) && !has_engine) {
+        mt_fmt(err, errlen, "--kernel %s: %s is not importable in %s (%s); give --python with the interpreter that "
+                            "serves", o->kernel, !q->engine_version[0] ? o->kernel : !q->torch[0] ? "torch" : "Triton",
+               pick->python, how);
+        rc = MT_NOTFOUND;
+        goto out;
+    }
+    snprintf(d->backend, sizeof d->backend, "triton");
+    snprintf(d->python, sizeof d->python, "%s", pick->python);
+    snprintf(d->kernel, sizeof d->kernel, "%s", o->kernel ? o->kernel : has_engine ? eng : "moetune");
+    snprintf(d->engine, sizeof d->engine, "%s", o->engine ? o->engine : eng);
+    if (strcmp(d->kernel, "moetune") == 0 && !o->kernel)
+        mt_fmt(d->why, sizeof d->why, "backend triton, moetune's own Triton kernel (%s is not installed in %s), "
+                                      "files for %s: %s", eng, pick->python, engine_label(d->engine), how);
+    else
+        mt_fmt(d->why, sizeof d->why, "backend triton, kernel %s, files for %s%s: %s", d->kernel,
+               engine_label(d->engine), strchr(d->engine, ',') ? " and vLLM" : "", how);
+out:
+    srv_pick_destroy(&pick);
+    return rc;
 }

@@ -87,6 +87,7 @@ typedef struct {
     const char *const *candidates;  /* NULL-terminated; NULL: $VIRTUAL_ENV/bin/python3,
                                      * $CONDA_PREFIX/bin/python3, python3 */
     int timeout_ms;                 /* per probe; 0: 180 s */
+    bool no_scan;                   /* probe the candidates only (an interpreter the user named) */
 } srv_pick_opts_t;
 
 /* Allocates an empty pick with a probe buffer of outlen bytes; caller destroys it. */
@@ -107,5 +108,34 @@ mt_status_t srv_pick(const srv_pick_opts_t *opts, srv_pick_t *pick, char *err, s
  * /root/ml-env/bin/python3" or "no running SGLang server found; interpreters tried:
  * python3 (/usr/bin/python3: no torch), ...". */
 void srv_pick_describe(const srv_pick_t *pick, const char *engine, char *buf, size_t len);
+
+/* What `tune` runs when --backend is not given (or --backend triton without --python). */
+typedef struct {
+    char backend[8];       /* "triton" or "cuda" */
+    char kernel[8];        /* triton: "sglang", "vllm" or "moetune"; "" for cuda */
+    char engine[16];       /* triton: the engine whose files are written; "" for cuda */
+    char python[PATH_MAX]; /* triton: the interpreter; "" for cuda */
+    char why[3072];        /* one line saying what was chosen and why */
+} srv_decision_t;
+
+typedef struct {
+    const char *proc_root;         /* as srv_pick_opts_t */
+    const char *helper;            /* the helper script to probe with */
+    const char *const *candidates; /* as srv_pick_opts_t */
+    int timeout_ms;
+    const char *python;  /* --python, or NULL */
+    const char *kernel;  /* --kernel, or NULL */
+    const char *engine;  /* --engine ("sglang", "vllm", "sglang,vllm"), or NULL */
+    bool triton_given;   /* --backend triton: only the interpreter (and kernel) are chosen */
+} srv_decide_opts_t;
+
+/* The rule: the engine is --kernel's or --engine's, else a running server's, else the one
+ * installed in the interpreter (SGLang first). The interpreter is --python, else a running
+ * server's of that engine, else the best candidate (srv_pick). When it imports torch and
+ * Triton, the backend is triton with the engine's kernel where the engine is installed there
+ * and moetune's own Triton kernel otherwise, writing that engine's files; else cuda
+ * (moetune's CUDA kernel, whose files no engine reads). With triton_given and a --kernel
+ * of an engine not installed in the interpreter: MT_NOTFOUND with a one-line reason. */
+mt_status_t srv_decide(const srv_decide_opts_t *opts, srv_decision_t *d, char *err, size_t errlen);
 
 #endif

@@ -217,6 +217,95 @@ static void test_pick_candidates(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+/* Writes DIR/NAME: a fake interpreter running fake_probe.sh with BODY's settings first. */
+static void fake_python(char *path, size_t len, const char *dir, const char *name, const char *body) {
+    char text[1024];
+    snprintf(path, len, "%s/%s", dir, name);
+    snprintf(text, sizeof text, "#!/bin/sh\n%s\nexec %s \"$@\"\n", body, FAKE_PROBE);
+    write_exec(path, text);
+}
+
+/* tune's rule without --backend: the engine's kernel where torch, Triton and the engine
+ * import; moetune's Triton kernel where only torch and Triton do (files still for the
+ * engine); cuda without them; the installed engine when none is named or running. */
+static void test_decide(void **state) {
+    char dir[] = "/tmp/mt-serving-XXXXXX", ok[128], no_engine[128], no_torch[128], vllm_only[128], cmd[600];
+    char root[160], err[600] = "";
+    assert_non_null(mkdtemp(dir));
+    fake_python(ok, sizeof ok, dir, "python-ok", "");
+    fake_python(no_engine, sizeof no_engine, dir, "python-no-engine", "export FAKE_PROBE=no_engine");
+    fake_python(no_torch, sizeof no_torch, dir, "python-no-torch", "export FAKE_PROBE=no_torch");
+    fake_python(vllm_only, sizeof vllm_only, dir, "python-vllm",
+                "case \"$*\" in *\"--engine sglang\"*) export FAKE_PROBE=no_engine;; esac");
+    srv_decision_t d;
+    const char *c_ok[] = {ok, NULL}, *c_no_engine[] = {no_engine, NULL}, *c_no_torch[] = {no_torch, NULL},
+               *c_vllm[] = {vllm_only, NULL};
+    srv_decide_opts_t o = {.proc_root = FIX "/none", .helper = "h.py", .candidates = c_ok};
+
+    assert_int_equal(srv_decide(&o, &d, err, sizeof err), MT_OK);
+    assert_string_equal(d.backend, "triton");
+    assert_string_equal(d.kernel, "sglang");
+    assert_string_equal(d.engine, "sglang");
+    assert_string_equal(d.python, ok);
+    assert_non_null(strstr(d.why, "backend triton, kernel sglang, files for SGLang: no running SGLang server found"));
+
+    o.candidates = c_no_engine;
+    assert_int_equal(srv_decide(&o, &d, err, sizeof err), MT_OK);
+    assert_string_equal(d.backend, "triton");
+    assert_string_equal(d.kernel, "moetune");
+    assert_string_equal(d.engine, "sglang");
+    assert_non_null(strstr(d.why, "moetune's own Triton kernel (sglang is not installed in"));
+
+    o.candidates = c_no_torch;
+    assert_int_equal(srv_decide(&o, &d, err, sizeof err), MT_OK);
+    assert_string_equal(d.backend, "cuda");
+    assert_string_equal(d.python, "");
+    assert_non_null(strstr(d.why, "backend cuda: no torch in"));
+    assert_non_null(strstr(d.why, "no engine reads"));
+
+    /* only vLLM installed, nothing named or running: vLLM's kernel and files */
+    o.candidates = c_vllm;
+    assert_int_equal(srv_decide(&o, &d, err, sizeof err), MT_OK);
+    assert_string_equal(d.kernel, "vllm");
+    assert_string_equal(d.engine, "vllm");
+    assert_string_equal(d.python, vllm_only);
+    assert_non_null(strstr(d.why, "vllm 0.5.4 is installed there"));
+
+    /* --python names the interpreter: no scan, no other candidate */
+    o.python = no_torch;
+    o.candidates = c_ok;
+    assert_int_equal(srv_decide(&o, &d, err, sizeof err), MT_OK);
+    assert_string_equal(d.backend, "cuda");
+    assert_non_null(strstr(d.why, "--python "));
+    o.python = NULL;
+
+    /* a running vLLM server decides the engine and the interpreter */
+    snprintf(root, sizeof root, "%s/proc", dir);
+    assert_int_equal(mkdir(root, 0755), 0);
+    const char *argv[] = {ok, ok, "serve", "Qwen/Qwen3.5-35B-A3B", NULL};
+    argv[1] = "/opt/venv/bin/vllm";
+    make_proc(root, 900, "/usr/bin/python3.12", NULL, argv);
+    o.proc_root = root;
+    o.candidates = c_no_torch;
+    assert_int_equal(srv_decide(&o, &d, err, sizeof err), MT_OK);
+    assert_string_equal(d.backend, "triton");
+    assert_string_equal(d.kernel, "vllm");
+    assert_string_equal(d.engine, "vllm");
+    assert_string_equal(d.python, ok);
+    assert_non_null(strstr(d.why, "vLLM server pid 900"));
+
+    /* --backend triton --kernel sglang where no interpreter has SGLang: refused in one line */
+    o.proc_root = FIX "/none";
+    o.candidates = c_no_engine;
+    o.kernel = "sglang";
+    o.triton_given = true;
+    assert_int_equal(srv_decide(&o, &d, err, sizeof err), MT_NOTFOUND);
+    assert_non_null(strstr(err, "--kernel sglang: sglang is not importable in"));
+    assert_null(strchr(err, '\n'));
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     unsetenv("FAKE_PROBE");
     unsetenv("FAKE_ENV_DIR");
@@ -225,6 +314,7 @@ int main(void) {
         cmocka_unit_test(test_scan_all),         cmocka_unit_test(test_scan_engine),
         cmocka_unit_test(test_scan_none),        cmocka_unit_test(test_scan_path),
         cmocka_unit_test(test_pick_server),      cmocka_unit_test(test_pick_candidates),
+        cmocka_unit_test(test_decide),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
