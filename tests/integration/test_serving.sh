@@ -122,3 +122,22 @@ hasin "moetune tune: backend cuda: no torch in python3" "default cuda"
 hasin "the files are for moetune's CUDA kernel, which no engine reads" "default cuda"
 [ ! -d "$T/out-d/configs" ] || fail "default cuda wrote engine files"
 pass "tune without --backend: triton with torch and Triton (moetune's kernel, SGLang's files), cuda without"
+
+# ---- the model of the story: Qwen3.5-122B-A10B's config.json (text_config) at TP 4 is E=256,N=256;
+# an AWQ checkpoint's config is refused in one line, not tuned as bf16
+FX=$MT_SOURCE_DIR/tests/fixtures/models
+SIM=(--backend sim --workers 1 --batch-sizes 1,16 --block-m 16 --block-n 64 --block-k 128 --group-m 1 --num-warps 4 --num-stages 3)
+rc=0; "$M" tune "${SIM[@]}" --model-config "$FX/qwen3.5-122b-a10b/config.json" --tp 4 --db "$T/m.db" --out "$T/out-m" \
+  >"$T/out" 2>&1 || rc=$?
+[ "$rc" = 0 ] || { cat "$T/out"; fail "tune --model-config Qwen3.5-122B-A10B: exit $rc"; }
+[ -f "$T/out-m/sim/E=256,N=256,device_name=NVIDIA_H200.json" ] || { ls -R "$T/out-m"; fail "no E=256,N=256 file"; }
+rc=0; "$M" tune "${SIM[@]}" --model-config "$FX/qwen3.5-122b-a10b-awq/config.json" --tp 4 --db "$T/m2.db" --out "$T/out-m2" \
+  >"$T/out" 2>&1 || rc=$?
+[ "$rc" = 2 ] || { cat "$T/out"; fail "AWQ config: exit $rc, expected 2"; }
+[ "$(wc -l <"$T/out")" = 1 ] || { cat "$T/out"; fail "AWQ config: more than one line"; }
+hasin "quantization_config.quant_method awq is not one moetune tunes" "AWQ"
+[ ! -e "$T/m2.db" ] || fail "AWQ config: a sweep was started"
+rc=0; "$M" tune "${SIM[@]}" --model-config "$FX/qwen3.5-122b-a10b-awq/config.json" --tp 4 --dtype bf16 --db "$T/m3.db" \
+  --out "$T/out-m3" >"$T/out" 2>&1 || rc=$?
+[ "$rc" = 0 ] || { cat "$T/out"; fail "AWQ config with --dtype bf16: exit $rc"; }
+pass "--model-config: Qwen3.5-122B-A10B at TP 4 is E=256,N=256; quant_method awq refused in one line unless --dtype"
