@@ -102,7 +102,7 @@ static bool is_exec_file(const char *path) {
 /* The value of NAME in a process's environ file, "" when absent or unreadable. */
 static void environ_get(const char *pid_dir, const char *name, char *buf, size_t len) {
     char path[PATH_MAX + 16];
-    static char env[SRV_CMDLINE_MAX];
+    char env[SRV_CMDLINE_MAX];
     buf[0] = '\0';
     mt_fmt(path, sizeof path, "%s/environ", pid_dir);
     ssize_t n = read_small(path, env, sizeof env);
@@ -165,7 +165,7 @@ static void join_args(char **argv, size_t argc, char *buf, size_t len) {
 /* Reads one process; true with *s filled when it is a server of engine (NULL: any). */
 static bool read_server(const char *proc_root, int pid, const char *engine, srv_server_t *s) {
     char pid_dir[PATH_MAX], path[PATH_MAX + 16];
-    static char cmdline[SRV_CMDLINE_MAX];
+    char cmdline[SRV_CMDLINE_MAX];
     char *argv[SRV_MAX_ARGS];
     mt_fmt(pid_dir, sizeof pid_dir, "%s/%d", proc_root, pid);
     mt_fmt(path, sizeof path, "%s/cmdline", pid_dir);
@@ -196,8 +196,8 @@ static int cmp_int(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-mt_status_t srv_scan(const char *proc_root, const char *engine, srv_server_t *found, size_t max, size_t *n,
-                     char *err, size_t errlen) {
+mt_status_t srv_scan(const char *proc_root, const char *engine, srv_server_t *found, size_t max, size_t *n, char *err,
+                     size_t errlen) {
     *n = 0;
     DIR *d = opendir(proc_root);
     if (!d) {
@@ -293,7 +293,7 @@ mt_status_t srv_probe_run(const char *python, const char *helper, const char *en
     int po[2] = {-1, -1}, pe[2] = {-1, -1};
     mt_status_t rc = MT_OK;
     size_t n_out = 0, n_err = 0;
-    static char errbuf[16384];
+    char errbuf[16384];
     out[0] = tail[0] = '\0';
     *status = -1;
     if (pipe(po) != 0 || pipe(pe) != 0) {
@@ -493,8 +493,8 @@ void srv_pick_describe(const srv_pick_t *p, const char *engine, char *buf, size_
     if (p->from_server) {
         char more[160] = "";
         if (p->n_servers > 1)
-            mt_fmt(more, sizeof more, " (%zu such processes%s; give --python to choose)", p->n_servers,
-                   p->servers_differ ? ", not all with this interpreter" : ", one interpreter");
+            mt_fmt(more, sizeof more, " (%zu such processes, %s)", p->n_servers,
+                   p->servers_differ ? "not all with this interpreter: give --python to choose" : "one interpreter");
         mt_fmt(buf, len, "%s server pid %d (%s): its interpreter %s%s", engine_label(engine), p->server.pid,
                p->server.command, p->python, more);
         return;
@@ -535,8 +535,11 @@ mt_status_t srv_decide(const srv_decide_opts_t *o, srv_decision_t *d, char *err,
         return MT_ERR;
     }
     const char *only[2] = {o->python, NULL};
-    srv_pick_opts_t po = {.proc_root = o->proc_root, .engine = eng, .helper = o->helper,
-                          .candidates = o->python ? only : o->candidates, .timeout_ms = o->timeout_ms,
+    srv_pick_opts_t po = {.proc_root = o->proc_root,
+                          .engine = eng,
+                          .helper = o->helper,
+                          .candidates = o->python ? only : o->candidates,
+                          .timeout_ms = o->timeout_ms,
                           .no_scan = o->python != NULL};
     rc = srv_pick(&po, pick, err, errlen);
     if (rc != MT_OK) goto out;
@@ -568,12 +571,20 @@ mt_status_t srv_decide(const srv_decide_opts_t *o, srv_decision_t *d, char *err,
         mt_fmt(d->why, sizeof d->why,
                "backend cuda: %s in %s (%s); the files are for moetune's CUDA kernel, which no engine reads "
                "(give --backend triton --python PATH for an engine's files)",
-               !q->python[0] ? "no answer from the probe" : !q->torch[0] ? "no torch" : "no Triton", pick->python, how);
+               !q->python[0]  ? "no answer from the probe"
+               : !q->torch[0] ? "no torch"
+                              : "no Triton",
+               pick->python, how);
         goto out;
     }
     if (o->triton_given && is_engine(o->kernel) && !has_engine) {
-        mt_fmt(err, errlen, "--kernel %s: %s is not importable in %s (%s); give --python with the interpreter that "
-                            "serves", o->kernel, !q->engine_version[0] ? o->kernel : !q->torch[0] ? "torch" : "Triton",
+        mt_fmt(err, errlen,
+               "--kernel %s: %s is not importable in %s (%s); give --python with the interpreter that "
+               "serves",
+               o->kernel,
+               !q->engine_version[0] ? o->kernel
+               : !q->torch[0]        ? "torch"
+                                     : "Triton",
                pick->python, how);
         rc = MT_NOTFOUND;
         goto out;
@@ -583,8 +594,10 @@ mt_status_t srv_decide(const srv_decide_opts_t *o, srv_decision_t *d, char *err,
     snprintf(d->kernel, sizeof d->kernel, "%s", o->kernel ? o->kernel : has_engine ? eng : "moetune");
     snprintf(d->engine, sizeof d->engine, "%s", o->engine ? o->engine : eng);
     if (strcmp(d->kernel, "moetune") == 0 && !o->kernel)
-        mt_fmt(d->why, sizeof d->why, "backend triton, moetune's own Triton kernel (%s is not installed in %s), "
-                                      "files for %s: %s", eng, pick->python, engine_label(d->engine), how);
+        mt_fmt(d->why, sizeof d->why,
+               "backend triton, moetune's own Triton kernel (%s is not installed in %s), "
+               "files for %s: %s",
+               eng, pick->python, engine_label(d->engine), how);
     else
         mt_fmt(d->why, sizeof d->why, "backend triton, kernel %s, files for %s%s: %s", d->kernel,
                engine_label(d->engine), strchr(d->engine, ',') ? " and vLLM" : "", how);

@@ -27,10 +27,10 @@
 
 typedef struct {
     int pid;
-    char engine[8];         /* "sglang" or "vllm" */
-    char python[PATH_MAX];  /* the interpreter to run (see above) */
-    char exe[PATH_MAX];     /* where <pid>/exe points; "" when unreadable */
-    char command[512];      /* the command line, arguments joined by spaces, "..." when cut */
+    char engine[8];          /* "sglang" or "vllm" */
+    char python[PATH_MAX];   /* the interpreter to run (see above) */
+    char exe[PATH_MAX];      /* where <pid>/exe points; "" when unreadable */
+    char command[512];       /* the command line, arguments joined by spaces, "..." when cut */
     const char *python_from; /* "argv[0]", "cwd", "PATH" or "exe": how python was found */
 } srv_server_t;
 
@@ -40,8 +40,8 @@ typedef struct {
  * ascending pid order and *n with their count (those past max are dropped). Processes
  * that vanish or cannot be read are skipped. MT_IO with a reason when proc_root cannot be
  * listed. */
-mt_status_t srv_scan(const char *proc_root, const char *engine, srv_server_t *found, size_t max, size_t *n,
-                     char *err, size_t errlen);
+mt_status_t srv_scan(const char *proc_root, const char *engine, srv_server_t *found, size_t max, size_t *n, char *err,
+                     size_t errlen);
 
 /* What an interpreter's probe (worker/HELPER.md "Probe") says; strings "" when null. */
 typedef struct {
@@ -61,33 +61,33 @@ mt_status_t srv_probe_run(const char *python, const char *helper, const char *en
 
 /* The interpreter picked for an engine, and how. */
 typedef struct {
-    char python[PATH_MAX];   /* the pick */
-    bool from_server;        /* taken from a running server's process */
-    srv_server_t server;     /* that server (the lowest pid of its engine) */
-    size_t n_servers;        /* servers of the engine found */
-    bool servers_differ;     /* they run more than one interpreter */
-    size_t n_tried;          /* without a server: the interpreters probed, in order */
+    char python[PATH_MAX]; /* the pick */
+    bool from_server;      /* taken from a running server's process */
+    srv_server_t server;   /* that server (the lowest pid of its engine) */
+    size_t n_servers;      /* servers of the engine found */
+    bool servers_differ;   /* they run more than one interpreter */
+    size_t n_tried;        /* without a server: the interpreters probed, in order */
     struct {
         char python[PATH_MAX]; /* as probed (the probe's sys.executable when it answered) */
         char note[200];        /* what it has or lacks: "sglang 0.5.4", "no torch", "did not run: ..." */
     } tried[SRV_MAX_TRIED];
-    char *out;               /* the chosen interpreter's probe stdout ("" when not probed) */
+    char *out; /* the chosen interpreter's probe stdout ("" when not probed) */
     size_t outlen;
-    char tail[512];          /* last stderr line of that probe */
-    int status;              /* its exit status */
-    bool probed;             /* out/tail/status hold a probe of python */
-    srv_probe_t probe;       /* out parsed (zeroed when it holds no probe line) */
+    char tail[512];    /* last stderr line of that probe */
+    int status;        /* its exit status */
+    bool probed;       /* out/tail/status hold a probe of python */
+    srv_probe_t probe; /* out parsed (zeroed when it holds no probe line) */
 } srv_pick_t;
 
 /* Where srv_pick looks and what it runs. */
 typedef struct {
-    const char *proc_root;          /* NULL: $MOETUNE_PROC_ROOT when set (tests), else "/proc" */
-    const char *engine;             /* "sglang" or "vllm" */
-    const char *helper;             /* the helper script to probe with */
-    const char *const *candidates;  /* NULL-terminated; NULL: $VIRTUAL_ENV/bin/python3,
+    const char *proc_root;         /* NULL: $MOETUNE_PROC_ROOT when set (tests), else "/proc" */
+    const char *engine;            /* "sglang" or "vllm" */
+    const char *helper;            /* the helper script to probe with */
+    const char *const *candidates; /* NULL-terminated; NULL: $VIRTUAL_ENV/bin/python3,
                                      * $CONDA_PREFIX/bin/python3, python3 */
-    int timeout_ms;                 /* per probe; 0: 180 s */
-    bool no_scan;                   /* probe the candidates only (an interpreter the user named) */
+    int timeout_ms;                /* per probe; 0: 180 s */
+    bool no_scan;                  /* probe the candidates only (an interpreter the user named) */
 } srv_pick_opts_t;
 
 /* Allocates an empty pick with a probe buffer of outlen bytes; caller destroys it. */
@@ -123,10 +123,10 @@ typedef struct {
     const char *helper;            /* the helper script to probe with */
     const char *const *candidates; /* as srv_pick_opts_t */
     int timeout_ms;
-    const char *python;  /* --python, or NULL */
-    const char *kernel;  /* --kernel, or NULL */
-    const char *engine;  /* --engine ("sglang", "vllm", "sglang,vllm"), or NULL */
-    bool triton_given;   /* --backend triton: only the interpreter (and kernel) are chosen */
+    const char *python; /* --python, or NULL */
+    const char *kernel; /* --kernel, or NULL */
+    const char *engine; /* --engine ("sglang", "vllm", "sglang,vllm"), or NULL */
+    bool triton_given;  /* --backend triton: only the interpreter (and kernel) are chosen */
 } srv_decide_opts_t;
 
 /* The rule: the engine is --kernel's or --engine's, else a running server's, else the one

@@ -38,10 +38,10 @@ static void test_scan_all(void **state) {
     } want[] = {
         {4242, "sglang", "/root/ml-env/bin/python3", "argv[0]"},
         {4250, "sglang", "/root/ml-env/bin/python3", "argv[0]"},
-        {5000, "vllm", "/opt/vllm-env/bin/python", "argv[0]"},     /* vllm serve: a script run by python */
-        {5100, "vllm", "/srv/app/venv/bin/python3", "cwd"},        /* ./venv/bin/python3 -u -X ... -m */
-        {5200, "sglang", "/usr/bin/python3.12", "exe"},            /* bare python3, not on its PATH */
-        {6005, "vllm", "/usr/bin/python3", "argv[0]"},             /* -m vllm.entrypoints.cli.main serve */
+        {5000, "vllm", "/opt/vllm-env/bin/python", "argv[0]"}, /* vllm serve: a script run by python */
+        {5100, "vllm", "/srv/app/venv/bin/python3", "cwd"},    /* ./venv/bin/python3 -u -X ... -m */
+        {5200, "sglang", "/usr/bin/python3.12", "exe"},        /* bare python3, not on its PATH */
+        {6005, "vllm", "/usr/bin/python3", "argv[0]"},         /* -m vllm.entrypoints.cli.main serve */
     };
     size_t nw = sizeof want / sizeof want[0];
     if (n != nw) {
@@ -151,6 +151,8 @@ static void test_pick_server(void **state) {
     make_proc(root, 31337, "/usr/bin/python3.12", NULL, argv);
     const char *vargv[] = {"/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server", NULL};
     make_proc(root, 100, "/usr/bin/python3.12", NULL, vargv);
+    const char *other[] = {"/opt/other/bin/python3", "-m", "sglang.launch_server", NULL};
+    make_proc(root, 40000, "/usr/bin/python3.12", NULL, other);
     srv_pick_t *p = NULL;
     char err[300];
     assert_int_equal(srv_pick_new(65536, &p), MT_OK);
@@ -166,7 +168,10 @@ static void test_pick_server(void **state) {
     assert_int_equal(p->n_tried, 0);
     srv_pick_describe(p, "sglang", line, sizeof line);
     assert_string_equal(line, "SGLang server pid 31337 (" FAKE_PROBE " -m sglang.launch_server --model-path "
-                              "Qwen/Qwen3.5-35B-A3B): its interpreter " FAKE_PROBE);
+                              "Qwen/Qwen3.5-35B-A3B): its interpreter " FAKE_PROBE
+                              " (2 such processes, not all with this interpreter: give --python to choose)");
+    assert_int_equal(p->n_servers, 2);
+    assert_true(p->servers_differ);
     srv_pick_destroy(&p);
     assert_null(p);
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
@@ -311,9 +316,8 @@ int main(void) {
     unsetenv("FAKE_ENV_DIR");
     unsetenv("FAKE_CONFIG_DIR");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_scan_all),         cmocka_unit_test(test_scan_engine),
-        cmocka_unit_test(test_scan_none),        cmocka_unit_test(test_scan_path),
-        cmocka_unit_test(test_pick_server),      cmocka_unit_test(test_pick_candidates),
+        cmocka_unit_test(test_scan_all),  cmocka_unit_test(test_scan_engine), cmocka_unit_test(test_scan_none),
+        cmocka_unit_test(test_scan_path), cmocka_unit_test(test_pick_server), cmocka_unit_test(test_pick_candidates),
         cmocka_unit_test(test_decide),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
