@@ -82,6 +82,21 @@ has "serving:       vLLM server pid 5000 ($VSERVE $T/vllm-env/bin/vllm serve Qwe
 hasin "expected file: $T/vl/E=256,N=256,device_name=NVIDIA_H200.json" "doctor vllm"
 pass "doctor: vllm serve found through its script; the SGLang server is not taken for vLLM"
 
+# ---- the real /proc: a server started from a venv (bin/python3 a symlink to the system python3)
+mkdir -p "$T/realenv/bin" "$T/pkg/sglang"
+ln -s /usr/bin/python3 "$T/realenv/bin/python3"
+: >"$T/pkg/sglang/__init__.py"
+echo "import time; time.sleep(120)" >"$T/pkg/sglang/launch_server.py"
+(cd "$T" && PYTHONPATH=$T/pkg exec "$T/realenv/bin/python3" -m sglang.launch_server --port 0) &
+REAL=$!
+PIDS+=("$REAL")
+for _ in $(seq 1 50); do tr '\0' ' ' <"/proc/$REAL/cmdline" 2>/dev/null | grep -q launch_server && break; sleep 0.1; done
+rc=0; MOETUNE_HELPER=$MT_SOURCE_DIR/worker/moetune_helper.py "$M" doctor --engine sglang --model qwen3.5-35b-a3b >"$T/out" 2>&1 || rc=$?
+hasin "serving:       SGLang server pid $REAL ($T/realenv/bin/python3 -m sglang.launch_server --port 0): its interpreter $T/realenv/bin/python3" "real /proc"
+grep -v '^serving:' "$T/out" | grep -qF "$T/realenv/bin/python3" || { cat "$T/out"; fail "real /proc: the venv path was not probed"; }
+kill_quiet "$REAL"
+pass "real /proc: a server run by a venv's python3 (a symlink) is found; the venv path, not the system one, is probed"
+
 # ---- tune --kernel sglang without --python: the server's interpreter runs the helper
 SPACE=(--block-m 16,64 --block-n 64 --block-k 128 --group-m 1 --num-warps 4 --num-stages 3 --batch-sizes 1,16
        --shape E=128,N=768,K=2048,topk=8 --gpus 0)
