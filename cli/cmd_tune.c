@@ -285,7 +285,6 @@ static int tune_check(void *ctx, const Moetune__StatusReply *sr, cli_progress_t 
     return MT_EXIT_OK;
 }
 
-/* Where the files went; with --json a JSON line, so that stdout stays JSON. */
 /* One export per engine of "sglang,vllm" (a sweep measured for both), else one. */
 static int export_engines(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine,
                           bool json, bool force) {
@@ -294,7 +293,8 @@ static int export_engines(const cli_cmd_t *cmd, const char *db, const char *out,
     return code == MT_EXIT_OK ? cli_run_export(cmd, db, out, sweep, "vllm", json, force) : code;
 }
 
-/* One folder and, for an engine, the line that points it there ("" when none). */
+/* One folder and, for an engine, the line that points it there ("" when none). compiler ""
+ * (no worker said hello) names the folder above the compiler's. */
 static void where_one(const char *out, const char *abs, const char *engine, const char *compiler, char *dir,
                       size_t dlen, char *point, size_t plen) {
     point[0] = '\0';
@@ -302,10 +302,10 @@ static void where_one(const char *out, const char *abs, const char *engine, cons
         snprintf(dir, dlen, "%s", out);
         mt_fmt(point, plen, "VLLM_TUNED_CONFIG_FOLDER=%s", abs);
     } else if (engine) {
-        mt_fmt(dir, dlen, "%s/configs/%s", out, compiler);
+        mt_fmt(dir, dlen, "%s/configs%s%s", out, compiler[0] ? "/" : "", compiler);
         mt_fmt(point, plen, "SGLANG_MOE_CONFIG_DIR=%s", abs);
     } else {
-        mt_fmt(dir, dlen, "%s/%s", out, compiler);
+        mt_fmt(dir, dlen, "%s%s%s", out, compiler[0] ? "/" : "", compiler);
     }
 }
 
@@ -327,8 +327,7 @@ static void print_where(const char *out, bool sim, bool json, const char *engine
         if (sim)
             mt_fmt(dir[i], sizeof dir[i], "%s/sim", out);
         else
-            where_one(out, abs, list[i], compiler[0] ? compiler : "<compiler>", dir[i], sizeof dir[i], point[i],
-                      sizeof point[i]);
+            where_one(out, abs, list[i], compiler, dir[i], sizeof dir[i], point[i], sizeof point[i]);
         if (sim) point[i][0] = '\0';
     }
     if (json) {
