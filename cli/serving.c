@@ -184,9 +184,9 @@ static bool read_server(const char *proc_root, int pid, const char *engine, srv_
     snprintf(s->engine, sizeof s->engine, "%s", eng);
     join_args(argv, argc, s->command, sizeof s->command);
     if (!resolve_python(pid_dir, argv[0], s)) {
-        if (!s->exe[0]) return false;
+        /* another user's process: only its command line is readable */
         snprintf(s->python, sizeof s->python, "%s", s->exe);
-        s->python_from = "exe";
+        s->python_from = s->exe[0] ? "exe" : "unknown";
     }
     return true;
 }
@@ -436,12 +436,18 @@ mt_status_t srv_pick(const srv_pick_opts_t *o, srv_pick_t *pick, char *err, size
     if (!o->no_scan &&
         srv_scan(root && *root ? root : "/proc", o->engine, servers, SRV_MAX_SERVERS, &n, why, sizeof why) == MT_OK &&
         n > 0) {
-        pick->from_server = true;
-        pick->server = servers[0];
+        size_t first = n;
+        for (size_t i = n; i-- > 0;)
+            if (servers[i].python[0]) first = i;
+        pick->server = servers[first < n ? first : 0];
         pick->n_servers = n;
-        for (size_t i = 1; i < n; i++) pick->servers_differ |= strcmp(servers[i].python, servers[0].python) != 0;
-        probe_into(o, servers[0].python, pick);
-        return MT_OK;
+        if (first < n) {
+            pick->from_server = true;
+            for (size_t i = 0; i < n; i++)
+                pick->servers_differ |= servers[i].python[0] && strcmp(servers[i].python, pick->server.python) != 0;
+            probe_into(o, pick->server.python, pick);
+            return MT_OK;
+        }
     }
     /* No server: the candidates, each probed once; the best is probed again only if it is
      * not the last one probed (its output is what the caller reads). */
@@ -500,7 +506,14 @@ void srv_pick_describe(const srv_pick_t *p, const char *engine, char *buf, size_
         return;
     }
     size_t used = 0;
-    int k = snprintf(buf, len, "no running %s server found; interpreters tried:", engine_label(engine));
+    int k;
+    if (p->n_servers)
+        k = snprintf(buf, len,
+                     "%s server pid %d (%s) runs an interpreter moetune cannot read (run as its user or root, or "
+                     "give --python); interpreters tried:",
+                     engine_label(engine), p->server.pid, p->server.command);
+    else
+        k = snprintf(buf, len, "no running %s server found; interpreters tried:", engine_label(engine));
     used = k > 0 ? (size_t)k : 0;
     for (size_t i = 0; i < p->n_tried && used < len; i++) {
         k = snprintf(buf + used, len - used, "%s %s (%s)", i ? "," : "", p->tried[i].python, p->tried[i].note);

@@ -31,7 +31,8 @@ typedef struct {
     char python[PATH_MAX];   /* the interpreter to run (see above) */
     char exe[PATH_MAX];      /* where <pid>/exe points; "" when unreadable */
     char command[512];       /* the command line, arguments joined by spaces, "..." when cut */
-    const char *python_from; /* "argv[0]", "cwd", "PATH" or "exe": how python was found */
+    const char *python_from; /* "argv[0]", "cwd", "PATH", "exe", or "unknown" (python ""): another
+                              * user's process whose exe, cwd and environ cannot be read */
 } srv_server_t;
 
 /* Scans the numbered folders of proc_root ("/proc", or a fixture tree of the same shape:
@@ -63,7 +64,8 @@ mt_status_t srv_probe_run(const char *python, const char *helper, const char *en
 typedef struct {
     char python[PATH_MAX]; /* the pick */
     bool from_server;      /* taken from a running server's process */
-    srv_server_t server;   /* that server (the lowest pid of its engine) */
+    srv_server_t server;   /* that server (the lowest pid of its engine with a known interpreter); with
+                            * n_servers > 0 and !from_server, one whose interpreter is unknown */
     size_t n_servers;      /* servers of the engine found */
     bool servers_differ;   /* they run more than one interpreter */
     size_t n_tried;        /* without a server: the interpreters probed, in order */

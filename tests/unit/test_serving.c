@@ -41,6 +41,7 @@ static void test_scan_all(void **state) {
         {5000, "vllm", "/opt/vllm-env/bin/python", "argv[0]"}, /* vllm serve: a script run by python */
         {5100, "vllm", "/srv/app/venv/bin/python3", "cwd"},    /* ./venv/bin/python3 -u -X ... -m */
         {5200, "sglang", "/usr/bin/python3.12", "exe"},        /* bare python3, not on its PATH */
+        {5300, "sglang", "", "unknown"},                       /* another user's: only cmdline is readable */
         {6005, "vllm", "/usr/bin/python3", "argv[0]"},         /* -m vllm.entrypoints.cli.main serve */
     };
     size_t nw = sizeof want / sizeof want[0];
@@ -67,9 +68,10 @@ static void test_scan_engine(void **state) {
     size_t n = 0;
     char err[300] = "";
     assert_int_equal(srv_scan(FIX "/serving", "sglang", s, SRV_MAX_SERVERS, &n, err, sizeof err), MT_OK);
-    assert_int_equal(n, 3);
+    assert_int_equal(n, 4);
     assert_int_equal(s[0].pid, 4242);
     assert_int_equal(s[2].pid, 5200);
+    assert_int_equal(s[3].pid, 5300);
     assert_int_equal(srv_scan(FIX "/serving", "vllm", s, SRV_MAX_SERVERS, &n, err, sizeof err), MT_OK);
     assert_int_equal(n, 3);
     assert_int_equal(s[0].pid, 5000);
@@ -172,6 +174,27 @@ static void test_pick_server(void **state) {
                               " (2 such processes, not all with this interpreter: give --python to choose)");
     assert_int_equal(p->n_servers, 2);
     assert_true(p->servers_differ);
+    /* a server whose interpreter cannot be read: named, and the candidates are probed */
+    snprintf(cmd, sizeof cmd, "rm -rf %s/31337 %s/40000", root, root);
+    assert_int_equal(system(cmd), 0);
+    char hidden[600];
+    snprintf(hidden, sizeof hidden, "%s/500", root);
+    assert_int_equal(mkdir(hidden, 0755), 0);
+    snprintf(hidden, sizeof hidden, "%s/500/cmdline", root);
+    FILE *f = fopen(hidden, "wb");
+    assert_non_null(f);
+    fwrite("python\0-m\0sglang.launch_server\0", 1, 31, f);
+    fclose(f);
+    const char *const only[] = {FAKE_PROBE, NULL};
+    o.candidates = only;
+    assert_int_equal(srv_pick(&o, p, err, sizeof err), MT_OK);
+    assert_false(p->from_server);
+    assert_int_equal(p->n_servers, 1);
+    assert_string_equal(p->python, FAKE_PROBE);
+    srv_pick_describe(p, "sglang", line, sizeof line);
+    assert_string_equal(line, "SGLang server pid 500 (python -m sglang.launch_server) runs an interpreter moetune "
+                              "cannot read (run as its user or root, or give --python); interpreters tried: " FAKE_PROBE
+                              " (torch 2.11.0, Triton 3.6.0, sglang 0.5.4)");
     srv_pick_destroy(&p);
     assert_null(p);
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
