@@ -225,7 +225,7 @@ mt_status_t srv_scan(const char *proc_root, const char *engine, srv_server_t *fo
         }
         pids[n_pids++] = atoi(de->d_name);
     }
-    qsort(pids, n_pids, sizeof *pids, cmp_int);
+    if (n_pids) qsort(pids, n_pids, sizeof *pids, cmp_int);
     for (size_t i = 0; i < n_pids && *n < max; i++)
         if (read_server(proc_root, pids[i], engine, &found[*n])) (*n)++;
 out:
