@@ -54,7 +54,8 @@ rc=0; FAKE_CONFIG_DIR=$T/sg MOETUNE_PROC_ROOT=$P "$M" doctor --engine sglang --m
 has "serving:       SGLang server pid 4242 ($CMD): its interpreter $SERVE (2 such processes, one interpreter)" "doctor server"
 hasin "expected file: $T/sg/configs/triton_3_6_0/E=256,N=256,device_name=NVIDIA_H200.json" "doctor server"
 hasin "--python $SERVE --model qwen3.5-122b-a10b --tp 4" "doctor server"
-[ "$(grep -c -- "--probe --engine sglang" "$T/ran")" = 1 ] || { cat "$T/ran"; fail "the server's interpreter was not probed once"; }
+[ "$(grep -c -- "--probe --engine sglang$" "$T/ran")" = 1 ] || { cat "$T/ran"; fail "the server's interpreter was not probed once"; }
+grep -qv "^$SERVE " "$T/ran" && { cat "$T/ran"; fail "an interpreter other than the server's was run"; }
 FAKE_CONFIG_DIR=$T/sg MOETUNE_PROC_ROOT=$P "$M" doctor --engine sglang --model qwen3.5-122b-a10b --tp 4 --json \
   >"$T/out" 2>&1 || true
 [ "$(jq -r '.serving.pid, .serving.command' "$T/out" | paste -sd'|')" = "4242|$CMD" ] || { cat "$T/out"; fail "doctor --json serving"; }
