@@ -31,7 +31,7 @@ const cli_opt_t opt_best = {"best", OPT_FLAG, OFF(best), NULL,
                             "side-by-side re-measures where a decide step or halving made them"};
 const cli_opt_t opt_limit = {"limit", OPT_U32, OFF(limit), "N", "at most N rows"};
 const cli_opt_t opt_backend = {"backend", OPT_STR, OFF(backend), "sim|cuda|triton",
-                               "measurement backend (default cuda)"};
+                               "measurement backend (default: triton when the serving interpreter has torch and Triton, else cuda)"};
 const cli_opt_t opt_workers = {"workers", OPT_U32, OFF(workers), "N", "sim workers to run (default 4)"};
 const cli_opt_t opt_gpus = {"gpus", OPT_STR, OFF(gpus), "0,1,..",
                             "cuda, triton: GPUs to use, one worker each (default all)"};
@@ -42,7 +42,7 @@ const cli_opt_t opt_sim_faults = {"sim-faults", OPT_STR, OFF(sim_faults), "SPEC"
 const cli_opt_t opt_kernel = {"kernel", OPT_STR, OFF(kernel), "sglang|vllm|moetune",
                               "triton: the kernel to tune (default moetune)"};
 const cli_opt_t opt_python = {"python", OPT_STR, OFF(python), "PATH",
-                              "the interpreter with torch, Triton and the engine (default python3 on PATH)"};
+                              "the interpreter with torch, Triton and the engine (default: a running server's, else python3)"};
 const cli_opt_t opt_helper_mem_mb = {"helper-mem-mb", OPT_U32, OFF(helper_mem_mb), "N",
                                      "triton: helper resident memory limit, MiB (default 65536)"};
 const cli_opt_t opt_log_level = {"log-level", OPT_STR, OFF(log_level), "LEVEL",

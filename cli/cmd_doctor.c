@@ -18,6 +18,7 @@
 #include "export.h"
 #include "mt.h"
 #include "presets.h"
+#include "serving.h"
 
 enum { DOCTOR_EXIT_MISSING = 3 };
 
@@ -258,6 +259,38 @@ static void doctor_own_lines(const eng_own_t *own, const eng_answer_t *ea, const
         printf("engine reads:  %s\n", ea->loaded[0] ? ea->loaded : "no file: its built-in defaults");
 }
 
+/* How the interpreter was chosen without --python. */
+typedef struct {
+    char python[PATH_MAX], text[2048], command[512];
+    int pid; /* the server's, 0 when none was found */
+} serving_t;
+
+/* Picks the interpreter for engine (serving.h: a running server's, else the best of the
+ * candidates) and hands over its probe's output as run_probe would. */
+static int pick_python(const char *engine, const char *helper, serving_t *sv, char *out, size_t outlen, char *tail,
+                       size_t taillen, int *status, char *err, size_t errlen) {
+    srv_pick_t *pick = NULL;
+    if (srv_pick_new(outlen, &pick) != MT_OK) {
+        mt_fmt(err, errlen, "out of memory");
+        return MT_ERR;
+    }
+    srv_pick_opts_t so = {.engine = engine, .helper = helper, .timeout_ms = PROBE_TIMEOUT_MS};
+    int rc = srv_pick(&so, pick, err, errlen);
+    if (rc == MT_OK) {
+        snprintf(sv->python, sizeof sv->python, "%s", pick->python);
+        srv_pick_describe(pick, engine, sv->text, sizeof sv->text);
+        if (pick->from_server) {
+            sv->pid = pick->server.pid;
+            snprintf(sv->command, sizeof sv->command, "%s", pick->server.command);
+        }
+        snprintf(out, outlen, "%s", pick->out);
+        snprintf(tail, taillen, "%s", pick->tail);
+        *status = pick->status;
+    }
+    srv_pick_destroy(&pick);
+    return rc;
+}
+
 int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
     char err[1200], helper[PATH_MAX], why[400];
     exp_engine_t engine;
@@ -286,7 +319,16 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
     static char out[PROBE_MAX_OUT + 1];
     char tail[512];
     int status = 0;
-    if (run_probe(python, helper, ename, out, sizeof out, tail, sizeof tail, &status, why, sizeof why) != MT_OK) {
+    serving_t sv;
+    memset(&sv, 0, sizeof sv);
+    if (!o->python) {
+        /* no --python: the interpreter of a running server, else the best candidate (serving.h) */
+        if (pick_python(ename, helper, &sv, out, sizeof out, tail, sizeof tail, &status, why, sizeof why) != MT_OK)
+            return doctor_fail(cmd, o->json, python, why);
+        python = sv.python;
+        if (!o->json) printf("serving:       %s\n", sv.text);
+    } else if (run_probe(python, helper, ename, out, sizeof out, tail, sizeof tail, &status, why, sizeof why) !=
+               MT_OK) {
         mt_fmt(err, sizeof err, "the probe in %s failed: %s", python, why);
         return doctor_fail(cmd, o->json, python, err);
     }
@@ -418,6 +460,10 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
         json_object_set_new(j, "engine", json_string(ename));
         json_object_set_new(j, "python", json_string(py));
         json_object_set_new(j, "python_version", json_string(p.python_version));
+        if (!o->python)
+            json_object_set_new(j, "serving",
+                                json_pack("{s:o, s:o, s:s}", "pid", sv.pid ? json_integer(sv.pid) : json_null(),
+                                          "command", sv.pid ? json_string(sv.command) : json_null(), "how", sv.text));
         json_object_set_new(j, "triton", json_string(p.triton));
         json_object_set_new(j, "torch", json_string(p.torch));
         json_object_set_new(j, "engine_version", p.engine_version[0] ? json_string(p.engine_version) : json_null());

@@ -25,6 +25,7 @@
 #include "mt.h"
 #include "progress.h"
 #include "query.h"
+#include "serving.h"
 #include "states.h"
 #include "supervise.h"
 
@@ -285,7 +286,6 @@ static int tune_check(void *ctx, const Moetune__StatusReply *sr, cli_progress_t 
     return MT_EXIT_OK;
 }
 
-/* Where the files went; with --json a JSON line, so that stdout stays JSON. */
 /* One export per engine of "sglang,vllm" (a sweep measured for both), else one. */
 static int export_engines(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine,
                           bool json, bool force) {
@@ -294,11 +294,61 @@ static int export_engines(const cli_cmd_t *cmd, const char *db, const char *out,
     return code == MT_EXIT_OK ? cli_run_export(cmd, db, out, sweep, "vllm", json, force) : code;
 }
 
-static void print_where(const char *out, bool sim, bool json) {
-    if (json) {
-        cli_print_json(stdout, json_pack("{s:s, s:s}", "out", out, "dir", sim ? "sim" : "<compiler>"));
+/* One folder and, for an engine, the line that points it there ("" when none). compiler ""
+ * (no worker said hello) names the folder above the compiler's. */
+static void where_one(const char *out, const char *abs, const char *engine, const char *compiler, char *dir,
+                      size_t dlen, char *point, size_t plen) {
+    point[0] = '\0';
+    if (engine && strcmp(engine, "vllm") == 0) {
+        snprintf(dir, dlen, "%s", out);
+        mt_fmt(point, plen, "VLLM_TUNED_CONFIG_FOLDER=%s", abs);
+    } else if (engine) {
+        mt_fmt(dir, dlen, "%s/configs%s%s", out, compiler[0] ? "/" : "", compiler);
+        mt_fmt(point, plen, "SGLANG_MOE_CONFIG_DIR=%s", abs);
     } else {
-        printf("config files are in %s/%s\n", out, sim ? "sim (simulated numbers, not for engines)" : "<compiler>");
+        mt_fmt(dir, dlen, "%s%s%s", out, compiler[0] ? "/" : "", compiler);
+    }
+}
+
+/* Where the files went, and the line that points the engine at them; with --json a JSON
+ * line, so that stdout stays JSON. compiler is the workers' ("triton_3_6_0"). */
+static void print_where(const char *out, bool sim, bool json, const char *engines, const char *compiler) {
+    char abs[PATH_MAX], dir[2][PATH_MAX + 64], point[2][PATH_MAX + 32];
+    if (!realpath(out, abs)) snprintf(abs, sizeof abs, "%s", out);
+    const char *list[2] = {NULL, NULL};
+    size_t n = 1;
+    if (!sim && engines && strchr(engines, ',')) {
+        list[0] = "sglang";
+        list[1] = "vllm";
+        n = 2;
+    } else if (!sim) {
+        list[0] = engines;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (sim)
+            mt_fmt(dir[i], sizeof dir[i], "%s/sim", out);
+        else
+            where_one(out, abs, list[i], compiler, dir[i], sizeof dir[i], point[i], sizeof point[i]);
+        if (sim) point[i][0] = '\0';
+    }
+    if (json) {
+        json_t *dirs = json_array(), *points = json_array();
+        for (size_t i = 0; i < n; i++) {
+            json_array_append_new(dirs, json_string(dir[i]));
+            if (point[i][0]) json_array_append_new(points, json_string(point[i]));
+        }
+        cli_print_json(stdout, json_pack("{s:s, s:o, s:o}", "out", out, "dirs", dirs, "point_engine", points));
+        fflush(stdout);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (sim)
+            printf("config files are in %s (simulated numbers, not for engines)\n", dir[i]);
+        else if (!list[i])
+            printf("config files are in %s: for moetune's CUDA kernel; no engine reads them\n", dir[i]);
+        else
+            printf("config files are in %s\nrun %s with %s\n", dir[i], strcmp(list[i], "vllm") == 0 ? "vLLM" : "SGLang",
+                   point[i]);
     }
     fflush(stdout);
 }
@@ -310,6 +360,41 @@ static void add_arg(char **args, int *n, const char *flag, const char *value) {
     args[(*n)++] = (char *)value;
 }
 
+/* The serving interpreter's say (serving.h, srv_decide): without --backend, the backend,
+ * kernel, engine and interpreter; with --kernel sglang|vllm and no --python, the
+ * interpreter. Fills the options it decides (pointing into dec) and says so on stderr.
+ * On a refusal, *code is the exit code. */
+static int decide_backend(const cli_cmd_t *cmd, cli_opts_t *o, srv_decision_t *dec, int *code) {
+    bool implied = !o->backend && (o->kernel || o->python || o->engine || o->helper_mem_mb);
+    bool engine_kernel = o->kernel && (strcmp(o->kernel, "sglang") == 0 || strcmp(o->kernel, "vllm") == 0);
+    bool triton = implied || (o->backend && strcmp(o->backend, "triton") == 0);
+    char helper[PATH_MAX], err[3200];
+    if (o->backend && !triton) return MT_OK;
+    if (triton && (o->python || !engine_kernel)) {
+        if (!o->backend) o->backend = "triton";
+        return MT_OK;
+    }
+    /* no GPU: nothing to decide, cuda says so as before */
+    if (!triton && !o->gpus && sup_count_gpus() == 0) return MT_OK;
+    if (mt_helper_path(helper, sizeof helper, err, sizeof err) != MT_OK) {
+        *code = cli_fail(cmd, err);
+        return MT_NOTFOUND;
+    }
+    srv_decide_opts_t so = {
+        .helper = helper, .python = o->python, .kernel = o->kernel, .engine = o->engine, .triton_given = triton};
+    if (srv_decide(&so, dec, err, sizeof err) != MT_OK) {
+        *code = cli_fail(cmd, err);
+        return MT_NOTFOUND;
+    }
+    fprintf(stderr, "moetune tune: %s\n", dec->why);
+    o->backend = dec->backend;
+    if (strcmp(dec->backend, "triton") != 0) return MT_OK;
+    if (!o->python) o->python = dec->python;
+    if (!o->kernel) o->kernel = dec->kernel;
+    if (!o->engine) o->engine = dec->engine;
+    return MT_OK;
+}
+
 int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     int code = MT_EXIT_FAIL;
     char err[700];
@@ -318,6 +403,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     cli_client_t *c = NULL;
     wire_env_t *reply = NULL;
     bool keep_dir = false;
+    char compiler[48] = ""; /* the workers' (the export's folder) */
     uint64_t sweep = 0, resume = 0, replace = 0, reuse = 0;
     cands_t cands;
     char diff[1000];
@@ -325,8 +411,10 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     memset(&cands, 0, sizeof cands);
     const char *db = o->db ? o->db : "moetune.db";
     const char *out = o->out ? o->out : "configs";
-    const char *backend = o->backend ? o->backend : "cuda";
     const char *log_level = o->log_level ? o->log_level : "info";
+    srv_decision_t dec;
+    if (decide_backend(cmd, o, &dec, &code) != MT_OK) return code;
+    const char *backend = o->backend ? o->backend : "cuda";
 
     /* ---- validate everything before starting anything */
     bool sim = strcmp(backend, "sim") == 0;
@@ -516,6 +604,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
         }
         kinds_t kinds;
         kinds_from(sr, &kinds);
+        if (kinds.n) snprintf(compiler, sizeof compiler, "%s", kinds.k[0].compiler);
         const cand_t *done = NULL;
         if (!resume && !replace && !o->fresh)
             done = pick_candidate(&cands, spec, false, db, &kinds, &reuse, diff, sizeof diff);
@@ -538,7 +627,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
             sup_stop_workers(r);
             sweep = reuse;
             code = export_engines(cmd, db, out, reuse, engine, o->json, false);
-            if (code == MT_EXIT_OK) print_where(out, sim, o->json);
+            if (code == MT_EXIT_OK) print_where(out, sim, o->json, engine, compiler);
             goto out;
         }
     }
@@ -592,7 +681,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     sup_stop_workers(r);
     /* --fresh measured anew on purpose: its picks replace the file's, slower or not */
     code = export_engines(cmd, db, out, sweep, engine, o->json, o->fresh);
-    if (code == MT_EXIT_OK) print_where(out, sim, o->json);
+    if (code == MT_EXIT_OK) print_where(out, sim, o->json, engine, compiler);
     if (!wire_sweep_is(state, WIRE_SWEEP_DONE)) {
         mt_fmt(err, sizeof err, "sweep %llu ended %s", (unsigned long long)sweep, state);
         code = cli_fail(cmd, err);

@@ -103,8 +103,11 @@ static const cli_cmd_t k_cmds[] = {
     {"doctor", NULL,
      "Check whether SGLang or vLLM, in the given interpreter, finds a tuned config file\n"
      "for this GPU and shape, and say what to run when it does not.",
-     "Runs the helper's probe in --python, then names the folder the engine reads, the file it\n"
-     "expects, what it falls back to, and the moetune tune command that makes the file.\n"
+     "Without --python it uses the interpreter of a running SGLang or vLLM server (found by its\n"
+     "command line in /proc), else the first of $VIRTUAL_ENV/bin/python3, $CONDA_PREFIX/bin/python3\n"
+     "and python3 that has the engine, and says which. It runs the helper's probe there, then\n"
+     "names the folder the engine reads, the file it expects, what it falls back to, and the\n"
+     "moetune tune command that makes the file.\n"
      "Exit codes: 0 the file exists for the running Triton version, 3 it is missing, 1 the\n"
      "probe cannot run or finds no torch, Triton or GPU, 2 bad usage.",
      doctor_opts, false, 0, 0, cmd_doctor},

@@ -25,6 +25,9 @@ const cli_preset_t cli_presets[] = {
     {"qwen3-235b-a22b-fp8", NULL, 128, 8, 4096, 1536, "fp8_w8a8", 128, 128},
     {"qwen3-next-80b-a3b", NULL, 512, 10, 2048, 512, NULL, 0, 0},
     {"qwen3.5-397b-a17b", NULL, 512, 10, 4096, 1024, NULL, 0, 0},
+    /* The routed experts only; the shared expert is a separate dense MLP that the engines do not fuse. */
+    {"qwen3.5-122b-a10b", NULL, 256, 8, 3072, 1024, NULL, 0, 0},
+    {"qwen3.5-35b-a3b", NULL, 256, 8, 2048, 512, NULL, 0, 0},
     {"gpt-oss-20b", NULL, 32, 4, 2880, 2880, NULL, 0, 0},
     {"gpt-oss-120b", NULL, 128, 4, 2880, 2880, NULL, 0, 0},
 };
@@ -149,6 +152,16 @@ mt_status_t cli_model_config_parse(const char *text, size_t len, uint32_t tp, ui
     uint32_t bn = 0, bk = 0;
     json_t *q = find_field(root, k_quant);
     const char *method = json_is_object(q) ? json_string_value(json_object_get(q, "quant_method")) : NULL;
+    /* Weights moetune has no kernel for (AWQ, GPTQ, mxfp4, ...) would be tuned as bf16 and the
+     * files named for a layer the engine never runs: refused unless --dtype says what to tune. */
+    if (method && strcmp(method, "fp8") != 0 && !dtype) {
+        mt_fmt(err, errlen,
+               "model config: quantization_config.quant_method %s is not one moetune tunes (bf16, fp8); give "
+               "--dtype bf16 or --dtype fp8_w8a8 to tune that layer instead",
+               method);
+        rc = MT_INVAL;
+        goto out;
+    }
     if (method && strcmp(method, "fp8") == 0) {
         snprintf(qdtype, sizeof qdtype, "fp8_w8a8");
         json_t *wbs = json_object_get(q, "weight_block_size");

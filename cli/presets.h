@@ -51,7 +51,7 @@ mt_status_t cli_preset_shape(const char *name, uint32_t tp, uint32_t ep, const c
  * quantization_config {quant_method "fp8"[, weight_block_size [n, k]]} gives dtype
  * fp8_w8a8 with that block shape (none: per-tensor scales); dtype "fp8_w8a8" keeps the
  * block shape, "bf16" drops it. A weight_block_size that is not two positive integers
- * is MT_INVAL. */
+ * is MT_INVAL, and so is any other quant_method (awq, gptq, mxfp4, ...) unless dtype is given. */
 mt_status_t cli_model_config_parse(const char *text, size_t len, uint32_t tp, uint32_t ep, const char *dtype,
                                    krn_shape_t *shape, char *err, size_t errlen);
 

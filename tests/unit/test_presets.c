@@ -33,6 +33,8 @@ static const struct {
     {"qwen3-235b-a22b-fp8", 128, 8, 4096, {1536, 768, 384, 192}, "fp8_w8a8", 128},
     {"qwen3-next-80b-a3b", 512, 10, 2048, {512, 256, 128, 64}, "bf16", 0},
     {"qwen3.5-397b-a17b", 512, 10, 4096, {1024, 512, 256, 128}, "bf16", 0},
+    {"qwen3.5-122b-a10b", 256, 8, 3072, {1024, 512, 256, 128}, "bf16", 0},
+    {"qwen3.5-35b-a3b", 256, 8, 2048, {512, 256, 128, 64}, "bf16", 0},
     {"gpt-oss-20b", 32, 4, 2880, {2880, 1440, 720, 360}, "bf16", 0},
     {"gpt-oss-120b", 128, 4, 2880, {2880, 1440, 720, 360}, "bf16", 0},
 };
@@ -54,7 +56,7 @@ static void test_presets_tp(void **state) {
             assert_int_equal(s.block_k, k_models[m].block);
         }
     }
-    assert_int_equal(cli_n_presets, 12);
+    assert_int_equal(cli_n_presets, 14);
 }
 
 /* --dtype over a preset: fp8_w8a8 keeps the checkpoint's blocks or is per-tensor; bf16 drops them. */
@@ -135,7 +137,7 @@ static void test_hf_families(void **state) {
        4, 2, 64, 192, 2048, 8, "bf16", 0);
     /* gpt-oss: experts_per_token. */
     hf("{\"hidden_size\": 2880, \"intermediate_size\": 2880, \"num_local_experts\": 128,"
-       " \"experts_per_token\": 4, \"quantization_config\": {\"quant_method\": \"mxfp4\"}}",
+       " \"experts_per_token\": 4}",
        2, 1, 128, 1440, 2880, 4, "bf16", 0);
     /* Nested text_config (multimodal wrappers). */
     hf("{\"model_type\": \"qwen3_5_moe\", \"text_config\": {\"hidden_size\": 4096, \"moe_intermediate_size\": 1024,"
@@ -182,6 +184,63 @@ static void test_hf_fp8(void **state) {
     }
 }
 
+/* Qwen3.5's published configs nest the MoE fields under text_config, beside a vision_config
+ * with a hidden_size of its own: the text tower's numbers are the shape. */
+static void test_hf_qwen35_files(void **state) {
+    static const struct {
+        const char *dir;
+        uint32_t tp, e, n, k;
+    } cases[] = {
+        {"qwen3.5-122b-a10b", 4, 256, 256, 3072},
+        {"qwen3.5-122b-a10b", 1, 256, 1024, 3072},
+        {"qwen3.5-35b-a3b", 2, 256, 256, 2048},
+        {"qwen3.5-35b-a3b", 8, 256, 64, 2048},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[512], err[300] = "";
+        krn_shape_t s, p;
+        snprintf(path, sizeof path, "%s/tests/fixtures/models/%s/config.json", MT_SOURCE_DIR, cases[i].dir);
+        int rc = cli_model_config_load(path, cases[i].tp, 1, NULL, &s, err, sizeof err);
+        if (rc != MT_OK) fail_msg("%s: %s", path, err);
+        assert_int_equal(s.e, cases[i].e);
+        assert_int_equal(s.n, cases[i].n);
+        assert_int_equal(s.k, cases[i].k);
+        assert_int_equal(s.topk, 8);
+        assert_string_equal(s.dtype, "bf16");
+        /* the preset of the same name gives the same shape */
+        assert_int_equal(cli_preset_shape(cases[i].dir, cases[i].tp, 1, NULL, &p, err, sizeof err), MT_OK);
+        assert_memory_equal(&s, &p, sizeof s);
+    }
+}
+
+/* A quant_method moetune has no kernel for (AWQ, GPTQ, mxfp4, ...) is refused in one line naming
+ * it, not tuned as bf16; --dtype says what to tune instead. */
+static void test_hf_quant_refused(void **state) {
+    static const char *const methods[] = {"awq", "gptq", "mxfp4", "compressed-tensors", "bitsandbytes"};
+    krn_shape_t s;
+    char err[300];
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "{\"model_type\": \"qwen3_5_moe\", \"quantization_config\": {\"quant_method\": \"%s\","
+                 " \"bits\": 4}, \"text_config\": {\"hidden_size\": 3072, \"moe_intermediate_size\": 1024,"
+                 " \"num_experts\": 256, \"num_experts_per_tok\": 8}}",
+                 methods[i]);
+        err[0] = '\0';
+        assert_int_equal(cli_model_config_parse(text, strlen(text), 4, 1, NULL, &s, err, sizeof err), MT_INVAL);
+        if (!strstr(err, methods[i]) || !strstr(err, "--dtype") || strchr(err, '\n')) fail_msg("%s: %s", methods[i], err);
+        /* told what to tune, it tunes that */
+        assert_int_equal(cli_model_config_parse(text, strlen(text), 4, 1, "bf16", &s, err, sizeof err), MT_OK);
+        assert_string_equal(s.dtype, "bf16");
+        assert_int_equal(s.n, 256);
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/tests/fixtures/models/qwen3.5-122b-a10b-awq/config.json", MT_SOURCE_DIR);
+    assert_int_equal(cli_model_config_load(path, 4, 1, NULL, &s, err, sizeof err), MT_INVAL);
+    assert_non_null(strstr(err, "quant_method awq"));
+    assert_non_null(strstr(err, path));
+}
+
 static void test_hf_errors(void **state) {
     krn_shape_t s;
     char err[256] = "";
@@ -223,7 +282,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_presets_tp), cmocka_unit_test(test_presets_dtype), cmocka_unit_test(test_presets_ep),
         cmocka_unit_test(test_errors),     cmocka_unit_test(test_hf_families),   cmocka_unit_test(test_hf_fp8),
-        cmocka_unit_test(test_hf_errors),  cmocka_unit_test(test_not_regular),
+        cmocka_unit_test(test_hf_errors),  cmocka_unit_test(test_not_regular),   cmocka_unit_test(test_hf_qwen35_files),
+        cmocka_unit_test(test_hf_quant_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
