@@ -1,5 +1,5 @@
 /* cmd_doctor.c - moetune doctor: does an engine, in a given interpreter, find a tuned
- * config file for this GPU and shape (shared/ENGINES.md), and if not, what makes one. */
+ * config file for this GPU and shape (docs/engines.md), and if not, what makes one. */
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>

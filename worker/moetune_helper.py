@@ -1697,7 +1697,7 @@ def _pool_init(kernel_name, gpu, cuda_up=None):
     """A compile process's start: torch, triton and the kernel, then its CUDA context once the
     measuring process has its own (cuda_up is set; at most CUDA_WAIT_S): contexts are made one
     at a time by the driver, and the measuring process's is the one the hello waits for (on an
-    H200, 0.35 s alone and 2.3 s beside 14 others; bench/triton/startup.py)."""
+    H200, 0.35 s alone and 2.3 s beside 14 others; docs/performance.md)."""
     try:
         import ctypes
         ctypes.CDLL("libc.so.6").prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: never outlive the helper
