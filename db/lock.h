@@ -1,6 +1,7 @@
 /*
- * lock.h - one writer per database: an flock(2)ed lock file beside it ("<db>.lock")
- * that records who holds it (pid, host, since when).
+ * lock.h - one writer per database file: an flock(2) on the database file itself (so a
+ * symlink or a hard link to it meets the same lock), and a lock file beside the path
+ * ("<db>.lock") that records who holds it (pid, host, since when).
  *
  * The lock is held for as long as the descriptor is open, so it goes away with its
  * process however that ends (a SIGKILL too); a stale file left behind is never an
@@ -15,7 +16,8 @@
 
 typedef struct db_lock db_lock_t;
 
-/* Takes the lock of the database at db_path without waiting. MT_OK with *out set;
+/* Takes the lock of the database at db_path without waiting (the file is created empty
+ * when missing; a FIFO or other non-regular file is MT_INVAL). MT_OK with *out set;
  * MT_BUSY when another process holds it, with one line in err naming the holder
  * ("database X is in use by pid 123 on host h since 2026-12-01T10:00:00Z (lock file
  * X.lock)"); MT_IO when the lock file cannot be opened, with errno's text. */

@@ -187,6 +187,9 @@ mt_status_t dbq_open(const char *path, dbq_t **out, char *err, size_t errlen) {
     char *uri = NULL;
     dbq_t *q = NULL;
     *out = NULL;
+    /* a FIFO would block SQLite's open */
+    rc = mt_check_regular(path, false, err, errlen);
+    if (rc != MT_OK) return rc == MT_NOTFOUND ? MT_IO : rc;
     q = calloc(1, sizeof *q);
     if (!q) return MT_NOMEM;
     rc = open_conn(path, SQLITE_OPEN_READONLY, q, &code, why, sizeof why);
