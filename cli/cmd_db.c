@@ -377,6 +377,9 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
     exp_opts_t eo = *opts;
     if (!eo.changes) eo.changes = json ? stderr : stdout; /* --json: stdout holds only JSON */
     int rc = exp_run(&eo, &rep, err, sizeof err);
+    if (rep.recovered)
+        fprintf(json ? stderr : stdout, "%s: completed an export that was interrupted there first (%u files)\n",
+                eo.out_dir, rep.recovered);
     for (size_t i = 0; i < rep.n_files; i++) {
         const exp_file_t *f = &rep.files[i];
         if (json) {

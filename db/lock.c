@@ -2,6 +2,8 @@
 #include "lock.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +137,52 @@ out:
     if (fd >= 0) close(fd);
     if (db_fd >= 0) close(db_fd);
     return rc;
+}
+
+/* path with its folder resolved (and the file itself when it exists): two names of one
+ * file, or of one file to be, give the same text. False when the folder does not exist. */
+static bool canonical(const char *path, char *buf, size_t len) {
+    char dir[4096], real[PATH_MAX];
+    if (realpath(path, real)) return snprintf(buf, len, "%s", real) < (int)len;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (!realpath(dir, real)) return false;
+    return snprintf(buf, len, "%s/%s", strcmp(real, "/") == 0 ? "" : real, base) < (int)len;
+}
+
+mt_status_t db_refuse_overwrite(const char *db_path, const char *out_path, char *err, size_t errlen) {
+    static const struct {
+        const char *suffix, *what;
+    } companions[] = {{"", "the database"},
+                      {"-wal", "the database's -wal file"},
+                      {"-shm", "the database's -shm file"},
+                      {"-journal", "the database's -journal file"},
+                      {".lock", "the database's lock file"}};
+    char out_c[4200], real_db[PATH_MAX];
+    struct stat so, sc;
+    bool out_exists = stat(out_path, &so) == 0, have_out = canonical(out_path, out_c, sizeof out_c);
+    /* SQLite names the -wal and -shm after the database's resolved path; the .lock goes
+     * beside the path as given: both count */
+    const char *bases[2] = {db_path, realpath(db_path, real_db) ? real_db : db_path};
+    for (int b = 0; b < 2; b++) {
+        for (size_t i = 0; i < sizeof companions / sizeof *companions; i++) {
+            char cand[4200], cand_c[4200];
+            if (snprintf(cand, sizeof cand, "%s%s", bases[b], companions[i].suffix) >= (int)sizeof cand) continue;
+            bool same = out_exists && stat(cand, &sc) == 0 && so.st_dev == sc.st_dev && so.st_ino == sc.st_ino;
+            same = same || (have_out && canonical(cand, cand_c, sizeof cand_c) && strcmp(out_c, cand_c) == 0);
+            if (same) {
+                mt_fmt(err, errlen, "%s is %s (%s); refusing to write over it", out_path, companions[i].what, db_path);
+                return MT_INVAL;
+            }
+        }
+    }
+    return MT_OK;
 }
 
 void db_lock_release(db_lock_t **pl) {

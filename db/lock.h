@@ -23,6 +23,13 @@ typedef struct db_lock db_lock_t;
  * X.lock)"); MT_IO when the lock file cannot be opened, with errno's text. */
 mt_status_t db_lock_acquire(const char *db_path, db_lock_t **out, char *err, size_t errlen);
 
+/* MT_OK unless writing out_path would write over the database at db_path or one of its
+ * companions (its -wal, -shm or -journal file, its .lock file), by name, through a
+ * symlink or through a hard link; then MT_INVAL with one line in err ("PATH is the
+ * database's -wal file; refusing to write over it"). For every command that writes a
+ * file while reading a database. */
+mt_status_t db_refuse_overwrite(const char *db_path, const char *out_path, char *err, size_t errlen);
+
 /* Releases the lock and closes its file; NULL-safe, nulls *lock. The file stays (an
  * unlocked file means nothing). */
 void db_lock_release(db_lock_t **lock);

@@ -260,6 +260,7 @@ static void row_from(sqlite3_stmt *st, dbq_result_t *r) {
     r->samples = col_u32(st, i++);
     col_text(st, i++, r->detail, sizeof r->detail);
     col_text(st, i++, r->worker_id, sizeof r->worker_id);
+    r->device_name_cut = sqlite3_column_bytes(st, i) >= (int)sizeof r->device_name;
     col_text(st, i++, r->device_name, sizeof r->device_name);
     col_text(st, i++, r->device_uuid, sizeof r->device_uuid);
     col_text(st, i++, r->driver_version, sizeof r->driver_version);
