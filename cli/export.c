@@ -153,8 +153,8 @@ static int check_device_name(const dbq_result_t *r, char *err, size_t errlen) {
     shown[o] = '\0';
     if (!why && r->device_name_cut) why = "more bytes than an export names (it never cuts a name)";
     if (!why) return MT_OK;
-    mt_fmt(err, errlen, "device name '%s' (sweep %llu, worker %s) holds %s; no file written", shown,
-           (unsigned long long)r->sweep_id, r->worker_id, why);
+    mt_fmt(err, errlen, "device name '%s' (sweep %llu%s%s) holds %s; no file written", shown,
+           (unsigned long long)r->sweep_id, r->worker_id[0] ? ", worker " : "", r->worker_id, why);
     return MT_INVAL;
 }
 
