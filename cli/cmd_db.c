@@ -26,7 +26,8 @@ static mt_status_t shape_filter_field(void *ctx, const char *key, char *val, cha
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         if (strcasecmp(key, fields[i].key) != 0) continue;
         if (mt_parse_u32(val, 1, KRN_MAX_NK, (uint32_t *)((char *)f + fields[i].off)) != MT_OK) {
-            mt_fmt(err, errlen, "--shape: %s=%s is not a positive integer", key, val);
+            char why[64];
+            mt_fmt(err, errlen, "--shape: %s=%s is %s", key, val, mt_u32_problem(val, 1, KRN_MAX_NK, why, sizeof why));
             return MT_INVAL;
         }
         return MT_OK;

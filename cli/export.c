@@ -719,10 +719,14 @@ static int recover(run_t *x, char *err, size_t errlen) {
     return MT_OK;
 }
 
+/* A shape in words, with its captured routing when it has one: two shapes that differ only
+ * there must not read alike. */
 static void shape_text(const krn_shape_t *s, char *buf, size_t len) {
     int n = snprintf(buf, len, "E=%u,N=%u,K=%u,topk=%u,%s", s->e, s->n, s->k, s->topk, s->dtype);
     if (s->block_n && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, ",block_shape=[%u,%u]", s->block_n, s->block_k);
+        n += snprintf(buf + n, len - (size_t)n, ",block_shape=[%u,%u]", s->block_n, s->block_k);
+    if (s->routing[0] && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, ",routing=%.12s", s->routing);
 }
 
 /* The shape a manifest record names; false when it names none. */

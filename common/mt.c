@@ -156,6 +156,16 @@ uint64_t mt_mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+const char *mt_u32_problem(const char *s, uint32_t min, uint32_t max, char *buf, size_t len) {
+    bool digits = s && *s;
+    for (const char *p = s; digits && *p; p++) digits = *p >= '0' && *p <= '9';
+    if (digits)
+        mt_fmt(buf, len, "out of range (%u..%u)", min, max);
+    else
+        mt_fmt(buf, len, "%s", min ? "not a positive integer" : "not a whole number");
+    return buf;
+}
+
 mt_status_t mt_mkdirs(const char *path, char *err, size_t errlen) {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {

@@ -53,6 +53,10 @@ char *mt_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(
 /* Parses a whole decimal unsigned integer in [min, max]; MT_INVAL otherwise. */
 mt_status_t mt_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out);
 mt_status_t mt_parse_u64(const char *s, uint64_t *out);
+/* Why s failed mt_parse_u32(s, min, max): "out of range (MIN..MAX)" for a whole decimal
+ * number outside the bounds (however many digits), else "not a positive integer" (or
+ * "not a whole number" when min is 0). Returns buf. */
+const char *mt_u32_problem(const char *s, uint32_t min, uint32_t max, char *buf, size_t len);
 mt_status_t mt_parse_double(const char *s, double *out);
 
 /* Parses a comma-separated list of unsigned integers in [min, max] into a newly allocated

@@ -333,9 +333,26 @@ static void test_merge_provenance(void **state) {
     json_decref(m);
 }
 
+/* Two shapes that differ only in their captured routing: the refusal names the routings,
+ * not two identical-looking shapes. */
+static void test_routing_clash(void **state) {
+    fixture_t *fx = *state;
+    exp_report_t rep;
+    exec_sql(fx, "UPDATE shapes SET k = 2048, routing = 'abcdef0123456789' WHERE id = 2");
+    exp_opts_t both = {0};
+    both.sweep_ids = (const uint64_t[]){1, 2};
+    both.n_sweep_ids = 2;
+    assert_int_equal(run(fx, both, &rep), MT_INVAL);
+    exp_report_clear(&rep);
+    assert_non_null(strstr(fx->err, "two shapes"));
+    assert_non_null(strstr(fx->err, "routing=abcdef012345"));
+    assert_false(out_exists(fx));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_merge_provenance, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_routing_clash, setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_damaged_rows, setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_two_shapes, setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_unfinished, setup, tmpdir_teardown),
