@@ -551,7 +551,16 @@ static int manifest_for(run_t *x, const char *dir, json_t **out, char *err, size
     json_t *m = NULL;
     mt_fmt(mpath, sizeof mpath, "%s/manifest.json", dir);
     if (access(mpath, F_OK) == 0) {
-        m = json_load_file(mpath, JSON_PRESERVE_ORDER, &jerr);
+        /* read without blocking, a regular file only: a FIFO there must not hold the export */
+        char *text = NULL, why[600];
+        size_t len = 0;
+        int rrc = mt_read_regular(mpath, 256u << 20, &text, &len, why, sizeof why);
+        if (rrc != MT_OK) {
+            mt_fmt(err, errlen, "%s; move it away to export", why);
+            return rrc == MT_NOMEM ? MT_NOMEM : rrc == MT_INVAL ? MT_INVAL : MT_IO;
+        }
+        m = json_loadb(text, len, JSON_PRESERVE_ORDER, &jerr);
+        free(text);
         if (!json_is_object(m)) {
             mt_fmt(err, errlen, "%s is not a manifest (%s); move it away to export", mpath,
                    m ? "not a JSON object" : jerr.text);

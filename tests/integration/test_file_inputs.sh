@@ -56,6 +56,18 @@ refused "history --db FIFO" "$M" history --db "$F" --shape E=8,N=256
 refused "diff --db FIFO" "$M" diff --db "$F" prev last
 refused "export --db FIFO" "$M" export --db "$F" --out "$T/out"
 refused "lookup FIFO" "$M" lookup "$F" 16
+# an export folder whose manifest.json or config file is a FIFO
+sqlite3 "$T/x.db" <"${MT_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}/db/schema.sql"
+sqlite3 "$T/x.db" "INSERT INTO devices (id, name, uuid) VALUES (1, 'NVIDIA H200', 'SIM-1');
+  INSERT INTO sweeps (id, name, spec, state, created) VALUES (1, 'a', x'', 'done', 1);
+  INSERT INTO configs VALUES (1, 16, 64, 128, 1, 4, 3);
+  INSERT INTO shapes (id, e, n, k, topk, dtype) VALUES (1, 8, 768, 2048, 2, 'bf16');
+  INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us, stddev_us, samples,
+    device_id, backend, compiler, kernel_hash, created) VALUES (1, 1, 1, 1, 'ok', 10.0, 9.0, 0.1, 20, 1, 'sim', 'sim', 'kh', 1);"
+mkdir -p "$T/xo/sim" "$T/xc/sim"
+mkfifo "$T/xo/sim/manifest.json" "$T/xc/sim/E=8,N=768,device_name=NVIDIA_H200.json"
+refused "export into a folder whose manifest.json is a FIFO" "$M" export --db "$T/x.db" --out "$T/xo"
+refused "export over a config file that is a FIFO" "$M" export --db "$T/x.db" --out "$T/xc"
 refused "lookup a directory" "$M" lookup "$T" 16
 refused "results --db a directory" "$M" results --db "$T"
 
