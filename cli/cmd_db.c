@@ -68,16 +68,16 @@ static mt_status_t print_row(void *vctx, const dbq_result_t *r) {
     krn_shape_name(&r->shape, shape, sizeof shape);
     krn_config_format(&r->config, cfg, sizeof cfg);
     if (ctx->json) {
-        json_t *o = json_pack(
-            "{s:I, s:I, s:{s:i, s:i, s:i, s:i, s:s}, s:I, s:o, s:i, s:s,"
-            " s:f, s:f, s:f, s:f, s:i, s:o, s:o, s:s, s:s, s:o, s:I}",
-            "result", (json_int_t)r->result_id, "sweep", (json_int_t)r->sweep_id, "shape", "E", (int)r->shape.e, "N",
-            (int)r->shape.n, "K", (int)r->shape.k, "topk", (int)r->shape.topk, "dtype", r->shape.dtype, "config_id",
-            (json_int_t)r->config_id, "config", cmp_config_json(&r->config), "batch_size", (int)r->batch_size, "status",
-            r->status, "median_us", r->median_us, "min_us", r->min_us, "mean_us", r->mean_us, "stddev_us", r->stddev_us,
-            "samples", (int)r->samples, "detail", cli_json_text(r->detail), "device", cli_json_text(r->device_name),
-            "backend", r->backend, "compiler", r->compiler, "worker", cli_json_text(r->worker_id), "created",
-            (json_int_t)r->created);
+        json_t *o = json_pack("{s:I, s:I, s:{s:i, s:i, s:i, s:i, s:s}, s:I, s:o, s:i, s:s,"
+                              " s:f, s:f, s:f, s:f, s:i, s:o, s:o, s:s, s:s, s:o, s:I}",
+                              "result", (json_int_t)r->result_id, "sweep", (json_int_t)r->sweep_id, "shape", "E",
+                              (int)r->shape.e, "N", (int)r->shape.n, "K", (int)r->shape.k, "topk", (int)r->shape.topk,
+                              "dtype", r->shape.dtype, "config_id", (json_int_t)r->config_id, "config",
+                              cmp_config_json(&r->config), "batch_size", (int)r->batch_size, "status", r->status,
+                              "median_us", r->median_us, "min_us", r->min_us, "mean_us", r->mean_us, "stddev_us",
+                              r->stddev_us, "samples", (int)r->samples, "detail", cli_json_text(r->detail), "device",
+                              cli_json_text(r->device_name), "backend", r->backend, "compiler", r->compiler, "worker",
+                              cli_json_text(r->worker_id), "created", (json_int_t)r->created);
         if (o) {
             json_object_set_new(o, "up_us", json_real(r->up_us));
             json_object_set_new(o, "down_us", json_real(r->down_us));
@@ -265,12 +265,13 @@ static mt_status_t print_tie(void *vctx, const dbq_result_t *b, const dbq_result
     snprintf(cu, sizeof cu, "%ux%ux%ux%ux%ux%u", u->config.block_m, u->config.block_n, u->config.block_k,
              u->config.group_m, u->config.num_warps, u->config.num_stages);
     if (t->json) {
-        json_t *o = json_pack("{s:I, s:s, s:i, s:i, s:o, s:i, s:I, s:s, s:f, s:f, s:{s:I, s:s, s:f, s:f}, s:f}",
-                              "sweep", (json_int_t)t->sweep_id, "shape", shape, "K", (int)b->shape.k, "topk",
-                              (int)b->shape.topk, "device", cli_json_text(b->device_name), "batch_size", (int)b->batch_size,
-                              "config_id", (json_int_t)b->config_id, "config", cb, "median_us", b->median_us,
-                              "stddev_us", b->stddev_us, "runner_up", "config_id", (json_int_t)u->config_id, "config",
-                              cu, "median_us", u->median_us, "stddev_us", u->stddev_us, "margin_sd", m);
+        json_t *o =
+            json_pack("{s:I, s:s, s:i, s:i, s:o, s:i, s:I, s:s, s:f, s:f, s:{s:I, s:s, s:f, s:f}, s:f}", "sweep",
+                      (json_int_t)t->sweep_id, "shape", shape, "K", (int)b->shape.k, "topk", (int)b->shape.topk,
+                      "device", cli_json_text(b->device_name), "batch_size", (int)b->batch_size, "config_id",
+                      (json_int_t)b->config_id, "config", cb, "median_us", b->median_us, "stddev_us", b->stddev_us,
+                      "runner_up", "config_id", (json_int_t)u->config_id, "config", cu, "median_us", u->median_us,
+                      "stddev_us", u->stddev_us, "margin_sd", m);
         cli_print_json(stdout, o);
     } else {
         if (t->shown == 0)

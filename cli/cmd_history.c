@@ -40,12 +40,12 @@ static void field(char *buf, size_t len, const char *now, const char *was) {
 static json_t *sweep_json(const cmp_sweep_t *s) {
     /* every text from the database goes through cli_json_text: a name that is not UTF-8
      * must not drop the sweep */
-    json_t *o = json_pack("{s:I, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "sweep", (json_int_t)s->id, "name",
-                          cli_json_text(s->name), "state", cli_json_text(s->state), "created", (json_int_t)s->created,
-                          "device", cli_json_text(s->device), "driver", cli_json_text(s->driver), "toolkit",
-                          cli_json_text(s->toolkit), "backend", cli_json_text(s->backend), "compiler",
-                          cli_json_text(s->compiler), "triton", cli_json_text(s->triton), "kernel",
-                          cli_json_text(s->kernel));
+    json_t *o =
+        json_pack("{s:I, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "sweep", (json_int_t)s->id, "name",
+                  cli_json_text(s->name), "state", cli_json_text(s->state), "created", (json_int_t)s->created, "device",
+                  cli_json_text(s->device), "driver", cli_json_text(s->driver), "toolkit", cli_json_text(s->toolkit),
+                  "backend", cli_json_text(s->backend), "compiler", cli_json_text(s->compiler), "triton",
+                  cli_json_text(s->triton), "kernel", cli_json_text(s->kernel));
     json_t *arr = json_array();
     if (!o || !arr) {
         json_decref(o);

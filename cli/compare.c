@@ -373,7 +373,8 @@ static json_t *sweep_json(const cmp_sweep_t *s) {
     return json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "sweep", (json_int_t)s->id, "name",
                      cli_json_text(s->name), "device", cli_json_text(s->device), "driver", cli_json_text(s->driver),
                      "toolkit", cli_json_text(s->toolkit), "backend", cli_json_text(s->backend), "compiler",
-                     cli_json_text(s->compiler), "triton", cli_json_text(s->triton), "kernel", cli_json_text(s->kernel));
+                     cli_json_text(s->compiler), "triton", cli_json_text(s->triton), "kernel",
+                     cli_json_text(s->kernel));
 }
 
 static void sweep_line(FILE *out, const char *label, const cmp_sweep_t *s) {

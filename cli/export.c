@@ -83,7 +83,7 @@ typedef struct {
     struct sampled {
         uint64_t sweep_id;
         uint32_t sample; /* the spec's Space.sample: configs kept per shape */
-    } *sampled;
+    } * sampled;
     size_t n_sampled, cap_sampled;
     mdir_t *dirs;
     size_t n_dirs;
@@ -734,8 +734,7 @@ static void shape_text(const krn_shape_t *s, char *buf, size_t len) {
     int n = snprintf(buf, len, "E=%u,N=%u,K=%u,topk=%u,%s", s->e, s->n, s->k, s->topk, s->dtype);
     if (s->block_n && n > 0 && (size_t)n < len)
         n += snprintf(buf + n, len - (size_t)n, ",block_shape=[%u,%u]", s->block_n, s->block_k);
-    if (s->routing[0] && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, ",routing=%.12s", s->routing);
+    if (s->routing[0] && n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ",routing=%.12s", s->routing);
 }
 
 /* The shape a manifest record names; false when it names none. */
@@ -1222,7 +1221,8 @@ static int commit(run_t *x, exp_report_t *rep, char *err, size_t errlen) {
         rc = db_refuse_overwrite(o->db_path, mv[i].path, err, errlen);
         if (rc == MT_OK) rc = db_refuse_overwrite(o->db_path, mv[i].tmp, err, errlen);
     }
-    for (; n_tmp < n_mv && rc == MT_OK; n_tmp++) rc = write_temp(mv[n_tmp].tmp, mv[n_tmp].path, mv[n_tmp].text, err, errlen);
+    for (; n_tmp < n_mv && rc == MT_OK; n_tmp++)
+        rc = write_temp(mv[n_tmp].tmp, mv[n_tmp].path, mv[n_tmp].text, err, errlen);
     die_at("temps", 0);
     if (rc == MT_OK && n_mv) rc = write_journal(x, mv, n_mv, err, errlen);
     if (rc != MT_OK) {

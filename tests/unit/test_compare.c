@@ -41,8 +41,9 @@ static void add_sweep(sqlite3 *db, int id, const char *backend) {
     assert_non_null(buf);
     moetune__sweep_spec__pack(&sp, buf);
     sqlite3_stmt *st = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db, "INSERT INTO sweeps (id, name, spec, state, created) VALUES (?1, 'n', ?2,"
-                                            " 'done', ?1)",
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "INSERT INTO sweeps (id, name, spec, state, created) VALUES (?1, 'n', ?2,"
+                                        " 'done', ?1)",
                                         -1, &st, NULL),
                      SQLITE_OK);
     sqlite3_bind_int(st, 1, id);
