@@ -343,7 +343,8 @@ static int migrate(store_t *s) {
  * found before anything is written to it (no table, no journal mode change). */
 static int check_ours(store_t *s) {
     static const char sql[] = "SELECT count(*), count(CASE WHEN type = 'table' AND name IN ('sweeps', 'results',"
-                              " 'shapes', 'configs') THEN 1 END) FROM sqlite_master";
+                              " 'shapes', 'configs') THEN 1 END), (SELECT user_version FROM pragma_user_version),"
+                              " (SELECT application_id FROM pragma_application_id) FROM sqlite_master";
     sqlite3_stmt *st = NULL;
     int rc = MT_OK;
     int src = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
@@ -354,11 +355,19 @@ static int check_ours(store_t *s) {
         goto out;
     }
     int64_t n_all = sqlite3_column_int64(st, 0), n_ours = sqlite3_column_int64(st, 1);
-    if (n_all > 0 && n_ours < 4) {
+    int64_t version = sqlite3_column_int64(st, 2), app = sqlite3_column_int64(st, 3);
+    if (version > STORE_SCHEMA_VERSION) { /* said before the journal mode changes anything */
+        mt_fmt(s->err, sizeof s->err, "database schema version %lld is newer than this program's %d",
+               (long long)version, STORE_SCHEMA_VERSION);
+        rc = MT_INVAL;
+        goto out;
+    }
+    /* no table, but a version or application id another program set: not empty either */
+    if ((n_all > 0 && n_ours < 4) || (n_all == 0 && (version != 0 || app != 0))) {
         mt_fmt(s->err, sizeof s->err,
-               "not a moetune database (it holds %lld schema objects of another program); left as it was: give "
-               "--db a new file",
-               (long long)n_all);
+               "not a moetune database (another program's: %lld tables and indexes, user_version %lld, "
+               "application_id %lld); left as it was: give --db a new file",
+               (long long)n_all, (long long)version, (long long)app);
         rc = MT_INVAL;
     }
 out:

@@ -48,6 +48,12 @@ refused "coordinator on another program's database" 2 "not a moetune database" $
 [ "$(sha256sum <"$F")" = "$before" ] || fail "the foreign database was changed"
 [ ! -e "$F-wal" ] && [ "$(sqlite3 "$F" "PRAGMA journal_mode")" = delete ] || fail "the foreign database was switched to WAL"
 [ "$(sqlite3 "$F" "SELECT count(*) FROM sqlite_master")" = 1 ] || fail "tables were added to the foreign database"
+sqlite3 "$T/appid.db" "PRAGMA application_id = 42"
+before=$(sha256sum <"$T/appid.db")
+# shellcheck disable=SC2046
+refused "coordinator on a table-less database with another program's application_id" 2 "not a moetune database" \
+  $(coord_at "$T/appid.db")
+[ "$(sha256sum <"$T/appid.db")" = "$before" ] || fail "the application_id database was changed"
 pass "another program's database: refused, byte for byte as it was"
 
 # ---- no command writes over the database it reads
