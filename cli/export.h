@@ -131,10 +131,11 @@ typedef struct {
 } exp_report_t;
 
 /* Exports as described above and fills report (caller clears it with
- * exp_report_clear, also after an error: it then lists the files written before the
- * error). Returns MT_OK; MT_NOTFOUND when there is no ok result to export; MT_INVAL
- * for a refusal above, an existing file that is not a config file or a manifest that
- * is not JSON, or an engine export that meets results of another backend; MT_BUSY when
+ * exp_report_clear, also after an error: it lists files only when they were all
+ * written, i.e. when only recording them in the database failed). Returns MT_OK;
+ * MT_NOTFOUND when there is no ok result to export; MT_INVAL for a refusal above, an
+ * existing file that is not a config file or a manifest that is not JSON, a damaged
+ * journal, or an engine export that meets results of another backend; MT_BUSY when
  * another export held out_dir's lock for over a minute; MT_IO/MT_ERR on disk or
  * database errors; the reason is in err. */
 mt_status_t exp_run(const exp_opts_t *opts, exp_report_t *report, char *err, size_t errlen);
