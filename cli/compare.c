@@ -122,10 +122,11 @@ typedef struct {
     size_t n_cands, cap_cands;
 } walk_ctx_t;
 
-/* Packs spec with its name cleared, so sweeps named per night compare equal; and with the
- * fields whose absence in a spec stored by an older version means the same as their value
- * now: the backend (compared on the results instead, cmp_previous) and an engine list
- * naming both engines (empty = both). */
+/* Packs spec with what does not change the measurements cleared, so sweeps named per
+ * night, or stored by an older version, compare equal: the name; how jobs are cut and
+ * retried (chunk, max_attempts: older versions stored their defaults, newer ones 0); the
+ * backend (an older spec has none; compared on the results instead, cmp_previous); an
+ * engine list naming both engines (empty = both). */
 static uint8_t *spec_key(const void *blob, size_t len, size_t *out_len) {
     Moetune__SweepSpec *sp = moetune__sweep_spec__unpack(NULL, len, blob);
     if (!sp) return NULL;
@@ -133,6 +134,8 @@ static uint8_t *spec_key(const void *blob, size_t len, size_t *out_len) {
     size_t n_engines = sp->n_engines;
     sp->name = (char *)"";
     sp->backend = (char *)"";
+    sp->chunk = 0;
+    sp->max_attempts = 0;
     if (sp->n_engines == 2) sp->n_engines = 0;
     size_t n = moetune__sweep_spec__get_packed_size(sp);
     uint8_t *buf = malloc(n ? n : 1);

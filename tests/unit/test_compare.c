@@ -19,8 +19,9 @@
 #include "tmpdb.h"
 
 /* Stores sweep id with the packed spec of one shape at M = 1, 16 under backend (NULL: the
- * field unset, as a spec stored before it existed), done, with ok results on device 1. */
-static void add_sweep(sqlite3 *db, int id, const char *backend) {
+ * field unset, as a spec stored before it existed) and chunk (with max_attempts 3 when
+ * set, as older versions stored them), done, with ok results on device 1. */
+static void add_sweep(sqlite3 *db, int id, const char *backend, uint32_t chunk) {
     Moetune__SweepSpec sp = MOETUNE__SWEEP_SPEC__INIT;
     Moetune__Shape sh = MOETUNE__SHAPE__INIT, *shapes[1] = {&sh};
     uint32_t bs[2] = {1, 16};
@@ -36,6 +37,8 @@ static void add_sweep(sqlite3 *db, int id, const char *backend) {
     sp.batch_sizes = bs;
     sp.strategy = (char *)"exhaustive";
     if (backend) sp.backend = (char *)backend;
+    sp.chunk = chunk;
+    sp.max_attempts = chunk ? 3 : 0;
     size_t n = moetune__sweep_spec__get_packed_size(&sp);
     uint8_t *buf = malloc(n + 1);
     assert_non_null(buf);
@@ -72,8 +75,8 @@ static void test_prev_across_upgrade(void **state) {
     tmpdb_exec(db, "INSERT INTO devices (id, name, uuid) VALUES (1, 'NVIDIA H200', 'SIM-1');"
                    "INSERT INTO shapes (id, e, n, k, topk, dtype) VALUES (1, 8, 768, 2048, 2, 'bf16');"
                    "INSERT INTO configs VALUES (1, 16, 64, 128, 1, 4, 3);");
-    add_sweep(db, 1, NULL); /* stored before SweepSpec.backend existed */
-    add_sweep(db, 2, "sim");
+    add_sweep(db, 1, NULL, 16); /* stored before SweepSpec.backend existed, with the old defaults */
+    add_sweep(db, 2, "sim", 0);
     sqlite3_close(db);
 
     dbq_t *q = NULL;
