@@ -388,9 +388,9 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
         if (json) {
             char path[1100];
             snprintf(path, sizeof path, "%s/%s", eo.out_dir, f->path);
-            json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:b, s:b}", "file", path, "state", exp_state_name(f->state),
-                                  "entries", (int)f->entries, "changed", (int)f->changed, "simulated",
-                                  f->simulated != 0, "partial", f->partial);
+            json_t *j = json_pack("{s:o, s:s, s:i, s:i, s:b, s:b}", "file", cli_json_text(path), "state",
+                                  exp_state_name(f->state), "entries", (int)f->entries, "changed", (int)f->changed,
+                                  "simulated", f->simulated != 0, "partial", f->partial);
             if (j && f->partial) json_object_set_new(j, "coverage", json_string(f->coverage));
             if (j && f->sample) json_object_set_new(j, "sample", json_integer(f->sample));
             cli_print_json(stdout, j);

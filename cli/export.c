@@ -135,16 +135,21 @@ static int no_results(const exp_opts_t *o, char *err, size_t errlen) {
 }
 
 /* MT_OK for a device name an export can put into a file name as it is; else MT_INVAL:
- * a name cut when read, a control character, or ',' or '=' (the engines' file names
- * separate their fields with them: "NVIDIA H200,dtype=fp8_w8a8" would name an fp8 file). */
+ * a name cut when read, a control character, ',' or '=' (the engines' file names
+ * separate their fields with them: "NVIDIA H200,dtype=fp8_w8a8" would name an fp8 file),
+ * or bytes that are not UTF-8. */
 static int check_device_name(const dbq_result_t *r, char *err, size_t errlen) {
     char shown[160];
     size_t o = 0;
     const char *why = NULL;
+    json_t *utf8 = json_string(r->device_name); /* NULL: not UTF-8 */
+    bool is_utf8 = utf8 != NULL;
+    json_decref(utf8);
     for (const unsigned char *p = (const unsigned char *)r->device_name; *p && o + 5 < sizeof shown; p++) {
-        if (*p < 0x20 || *p == 0x7f) {
+        bool ctl = *p < 0x20 || *p == 0x7f;
+        if (ctl || (*p >= 0x80 && !is_utf8)) { /* shown escaped: the message stays one line of text */
             o += (size_t)snprintf(shown + o, sizeof shown - o, "\\x%02x", *p);
-            why = why ? why : "a control character";
+            if (ctl && !why) why = "a control character";
             continue;
         }
         if ((*p == ',' || *p == '=') && !why) why = "',' or '=', the separators of the engines' file names";
@@ -152,6 +157,7 @@ static int check_device_name(const dbq_result_t *r, char *err, size_t errlen) {
     }
     shown[o] = '\0';
     if (!why && r->device_name_cut) why = "more bytes than an export names (it never cuts a name)";
+    if (!why && !is_utf8) why = "bytes that are not UTF-8 (no engine names a file so)";
     if (!why) return MT_OK;
     mt_fmt(err, errlen, "device name '%s' (sweep %llu%s%s) holds %s; no file written", shown,
            (unsigned long long)r->sweep_id, r->worker_id[0] ? ", worker " : "", r->worker_id, why);

@@ -87,8 +87,9 @@ echo '{}' >"$O/sim/E=8,N=768,device_name=NVIDIA_H200.json.tmp.$$"
 pass "stale temp files of dead exports removed"
 
 # ---- device names that are not plain data
-for name in 'NVIDIA H200,dtype=fp8_w8a8' "$(printf 'NVIDIA\nH200')" "NVIDIA $(printf 'H%.0s' $(seq 1 200))"; do
-  sqlite3 "$DB" "UPDATE devices SET name = '$name' WHERE id = 1"
+for name in 'NVIDIA H200,dtype=fp8_w8a8' "$(printf 'NVIDIA\nH200')" "NVIDIA $(printf 'H%.0s' $(seq 1 200))" \
+  "$(printf 'NVIDIA H\377')"; do
+  sqlite3 "$DB" "UPDATE devices SET name = CAST(x'$(printf '%s' "$name" | xxd -p | tr -d '\n')' AS TEXT) WHERE id = 1"
   set +e
   "$M" export --db "$DB" --out "$T/dev" --sweep 1 >"$T/dev.out" 2>"$T/dev.err"
   rc=$?
