@@ -78,6 +78,14 @@ static int busy(const char *db_path, const char *lock_path, int lock_fd, int db_
         if (holder[0]) break;
         usleep(10000);
     }
+    /* through a symlink: the holder's line is beside the file it points to */
+    char real[PATH_MAX], real_lock[PATH_MAX + 8];
+    if (!holder[0] && realpath(db_path, real) && snprintf(real_lock, sizeof real_lock, "%s.lock", real) > 0 &&
+        strcmp(real_lock, lock_path) != 0) {
+        int rfd = open(real_lock, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+        if (rfd >= 0 && fstat(rfd, &st) == 0 && S_ISREG(st.st_mode)) read_holder(rfd, holder, sizeof holder);
+        if (rfd >= 0) close(rfd);
+    }
     if (!holder[0] && fstat(db_fd, &st) == 0) {
         long pid = flock_holder(st.st_dev, st.st_ino);
         if (pid > 0) mt_fmt(holder, sizeof holder, "pid %ld through another path to the same file", pid);
