@@ -159,9 +159,21 @@ int cli_follow(const cli_cmd_t *cmd, struct cli_client *c, uint64_t sweep, bool 
 /* Workers of r that are not dead. */
 uint32_t cli_live_workers(const Moetune__StatusReply *r);
 
-/* Prints v on out as one compact JSON line, keys in their order, and releases v; prints
- * nothing for a NULL v (a failed json_pack) or one that cannot be dumped. */
+/* Prints v on out as one compact JSON line, keys in their order, and releases v. A NULL v
+ * (a failed json_pack) or one that cannot be dumped prints nothing on out, one line on
+ * stderr (once), and sets cli_json_incomplete. */
 void cli_print_json(FILE *out, json_t *v);
+/* Set when cli_print_json could not print a value (NULL, or not serialisable): the
+ * command's output is incomplete, and main() makes its exit status a failure. Builders of
+ * JSON output set it too when a part was lost (cli_json_append). */
+extern bool cli_json_incomplete;
+/* A JSON string of text from a peer or the database: bytes that are not UTF-8 are kept as
+ * the text "\xNN" rather than dropping the whole value. NULL is "". NULL only when out
+ * of memory. */
+json_t *cli_json_text(const char *text);
+/* Appends v to arr; a NULL v (a part that could not be built) or a failed append marks
+ * the output incomplete. */
+void cli_json_append(json_t *arr, json_t *v);
 
 /* Says on stderr, in one line, which running sweeps a submitted one waits behind (nothing
  * when none): they are measured first. */

@@ -234,9 +234,64 @@ mt_status_t cli_parse(const cli_cmd_t *cmd, int argc, char **argv, cli_opts_t *o
     return MT_OK;
 }
 
+/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 when it is not one. */
+static size_t utf8_seq(const unsigned char *p, size_t n) {
+    size_t len = p[0] < 0x80             ? 1
+                 : (p[0] & 0xE0) == 0xC0 ? 2
+                 : (p[0] & 0xF0) == 0xE0 ? 3
+                 : (p[0] & 0xF8) == 0xF0 ? 4
+                                         : 0;
+    if (len == 0 || len > n) return 0;
+    uint32_t cp = len == 1 ? p[0] : len == 2 ? (p[0] & 0x1Fu) : len == 3 ? (p[0] & 0x0Fu) : (p[0] & 0x07u);
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (p[i] & 0x3Fu);
+    }
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+json_t *cli_json_text(const char *text) {
+    const unsigned char *t = (const unsigned char *)(text ? text : "");
+    size_t n = strlen((const char *)t);
+    json_t *v = json_stringn((const char *)t, n);
+    if (v) return v;
+    char *buf = malloc(n * 4 + 1);
+    if (!buf) return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq(t + i, n - i);
+        if (k) {
+            memcpy(buf + o, t + i, k);
+            o += k;
+            i += k;
+        } else {
+            o += (size_t)snprintf(buf + o, 5, "\\x%02X", t[i]);
+            i++;
+        }
+    }
+    buf[o] = '\0';
+    v = json_stringn(buf, o);
+    free(buf);
+    return v;
+}
+
+bool cli_json_incomplete = false;
+
+void cli_json_append(json_t *arr, json_t *v) {
+    if (!v || json_array_append_new(arr, v) != 0) cli_json_incomplete = true;
+}
+
 void cli_print_json(FILE *out, json_t *v) {
     char *s = v ? json_dumps(v, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
-    if (s) fprintf(out, "%s\n", s);
+    if (s) {
+        fprintf(out, "%s\n", s);
+    } else if (!cli_json_incomplete) {
+        /* said once; main() turns the exit status into a failure */
+        fprintf(stderr, "moetune: the JSON output could not be built (out of memory or a value that is not text)\n");
+    }
+    if (!s) cli_json_incomplete = true;
     free(s);
     json_decref(v);
 }

@@ -182,51 +182,6 @@ out:
     return code;
 }
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), 0 when it is not one. */
-static size_t utf8_seq(const unsigned char *p, size_t n) {
-    size_t len = p[0] < 0x80             ? 1
-                 : (p[0] & 0xE0) == 0xC0 ? 2
-                 : (p[0] & 0xF0) == 0xE0 ? 3
-                 : (p[0] & 0xF8) == 0xF0 ? 4
-                                         : 0;
-    if (len == 0 || len > n) return 0;
-    uint32_t cp = len == 1 ? p[0] : len == 2 ? (p[0] & 0x1Fu) : len == 3 ? (p[0] & 0x0Fu) : (p[0] & 0x07u);
-    for (size_t i = 1; i < len; i++) {
-        if ((p[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (p[i] & 0x3Fu);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
-/* A JSON string of text from a peer or the database: bytes that are not UTF-8 are kept
- * as the text "\xNN" rather than dropping the whole value. NULL is "". */
-static json_t *json_text(const char *text) {
-    const unsigned char *t = (const unsigned char *)(text ? text : "");
-    size_t n = strlen((const char *)t);
-    json_t *v = json_stringn((const char *)t, n);
-    if (v) return v;
-    char *buf = malloc(n * 4 + 1);
-    if (!buf) return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq(t + i, n - i);
-        if (k) {
-            memcpy(buf + o, t + i, k);
-            o += k;
-            i += k;
-        } else {
-            o += (size_t)snprintf(buf + o, 5, "\\x%02X", t[i]);
-            i++;
-        }
-    }
-    buf[o] = '\0';
-    v = json_stringn(buf, o);
-    free(buf);
-    return v;
-}
-
 /* The ETA of one status snapshot (eta.h: the sweep's life so far), as a followed display
  * starts from; < 0 for a sweep that is not running. */
 static double snapshot_eta(const Moetune__SweepStatus *s) {
@@ -241,7 +196,7 @@ static double snapshot_eta(const Moetune__SweepStatus *s) {
 static json_t *sweep_json(const Moetune__SweepStatus *s) {
     json_t *o =
         json_pack("{s:I, s:o, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:i, s:i, s:f, s:I}", "sweep",
-                  (json_int_t)s->sweep_id, "name", json_text(s->name), "state", s->state ? s->state : "",
+                  (json_int_t)s->sweep_id, "name", cli_json_text(s->name), "state", s->state ? s->state : "",
                   "results_planned", (json_int_t)s->results_planned, "results_done", (json_int_t)s->results_done,
                   "results_failed", (json_int_t)s->results_failed, "results_pruned", (json_int_t)s->results_pruned,
                   "timed_s", s->timed_s, "gpu_busy", s->gpu_busy, "jobs_total", (int)s->jobs_total, "jobs_pending",
@@ -254,9 +209,9 @@ static json_t *sweep_json(const Moetune__SweepStatus *s) {
 
 static json_t *worker_json(const Moetune__WorkerInfo *w) {
     const Moetune__Gpu *g = w->gpu;
-    return json_pack("{s:o, s:o, s:i, s:o, s:o, s:o, s:s, s:i, s:I, s:I}", "worker", json_text(w->worker_id), "host",
-                     json_text(w->host), "pid", (int)w->pid, "backend", json_text(w->backend), "gpu",
-                     json_text(g ? g->name : NULL), "gpu_uuid", json_text(g ? g->uuid : NULL), "state",
+    return json_pack("{s:o, s:o, s:i, s:o, s:o, s:o, s:s, s:i, s:I, s:I}", "worker", cli_json_text(w->worker_id), "host",
+                     cli_json_text(w->host), "pid", (int)w->pid, "backend", cli_json_text(w->backend), "gpu",
+                     cli_json_text(g ? g->name : NULL), "gpu_uuid", cli_json_text(g ? g->uuid : NULL), "state",
                      w->state ? w->state : "", "jobs_leased", (int)w->jobs_leased, "results", (json_int_t)w->results,
                      "last_seen_ms", (json_int_t)w->last_seen_ms);
 }
@@ -277,7 +232,7 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
                                           "commit_failures", (json_int_t)c->commit_failures, "storage_error", "",
                                           "results_unacked", (json_int_t)c->results_unacked));
         if (c) /* sqlite's text can quote a path, which may be any bytes */
-            json_object_set_new(json_object_get(root, "counters"), "storage_error", json_text(c->storage_error));
+            json_object_set_new(json_object_get(root, "counters"), "storage_error", cli_json_text(c->storage_error));
         if (c)
             json_object_set_new(json_object_get(root, "counters"), "auth_refused",
                                 json_integer((json_int_t)c->auth_refused));

@@ -26,7 +26,8 @@ static mt_status_t shape_filter_field(void *ctx, const char *key, char *val, cha
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         if (strcasecmp(key, fields[i].key) != 0) continue;
         if (mt_parse_u32(val, 1, KRN_MAX_NK, (uint32_t *)((char *)f + fields[i].off)) != MT_OK) {
-            mt_fmt(err, errlen, "--shape: %s=%s is not a positive integer", key, val);
+            char why[64];
+            mt_fmt(err, errlen, "--shape: %s=%s is %s", key, val, mt_u32_problem(val, 1, KRN_MAX_NK, why, sizeof why));
             return MT_INVAL;
         }
         return MT_OK;
@@ -67,19 +68,20 @@ static mt_status_t print_row(void *vctx, const dbq_result_t *r) {
     krn_shape_name(&r->shape, shape, sizeof shape);
     krn_config_format(&r->config, cfg, sizeof cfg);
     if (ctx->json) {
-        json_t *o = json_pack(
-            "{s:I, s:I, s:{s:i, s:i, s:i, s:i, s:s}, s:I, s:o, s:i, s:s,"
-            " s:f, s:f, s:f, s:f, s:i, s:s, s:s, s:s, s:s, s:s, s:I}",
-            "result", (json_int_t)r->result_id, "sweep", (json_int_t)r->sweep_id, "shape", "E", (int)r->shape.e, "N",
-            (int)r->shape.n, "K", (int)r->shape.k, "topk", (int)r->shape.topk, "dtype", r->shape.dtype, "config_id",
-            (json_int_t)r->config_id, "config", cmp_config_json(&r->config), "batch_size", (int)r->batch_size, "status",
-            r->status, "median_us", r->median_us, "min_us", r->min_us, "mean_us", r->mean_us, "stddev_us", r->stddev_us,
-            "samples", (int)r->samples, "detail", r->detail, "device", r->device_name, "backend", r->backend,
-            "compiler", r->compiler, "worker", r->worker_id, "created", (json_int_t)r->created);
+        json_t *o = json_pack("{s:I, s:I, s:{s:i, s:i, s:i, s:i, s:s}, s:I, s:o, s:i, s:s,"
+                              " s:f, s:f, s:f, s:f, s:i, s:o, s:o, s:s, s:s, s:o, s:I}",
+                              "result", (json_int_t)r->result_id, "sweep", (json_int_t)r->sweep_id, "shape", "E",
+                              (int)r->shape.e, "N", (int)r->shape.n, "K", (int)r->shape.k, "topk", (int)r->shape.topk,
+                              "dtype", r->shape.dtype, "config_id", (json_int_t)r->config_id, "config",
+                              cmp_config_json(&r->config), "batch_size", (int)r->batch_size, "status", r->status,
+                              "median_us", r->median_us, "min_us", r->min_us, "mean_us", r->mean_us, "stddev_us",
+                              r->stddev_us, "samples", (int)r->samples, "detail", cli_json_text(r->detail), "device",
+                              cli_json_text(r->device_name), "backend", r->backend, "compiler", r->compiler, "worker",
+                              cli_json_text(r->worker_id), "created", (json_int_t)r->created);
         if (o) {
             json_object_set_new(o, "up_us", json_real(r->up_us));
             json_object_set_new(o, "down_us", json_real(r->down_us));
-            json_object_set_new(o, "versions", json_string(r->versions));
+            json_object_set_new(o, "versions", cli_json_text(r->versions));
             json_object_set_new(o, "routing", r->shape.routing[0] ? json_string(r->shape.routing) : json_null());
         }
         cli_print_json(stdout, o);
@@ -263,12 +265,13 @@ static mt_status_t print_tie(void *vctx, const dbq_result_t *b, const dbq_result
     snprintf(cu, sizeof cu, "%ux%ux%ux%ux%ux%u", u->config.block_m, u->config.block_n, u->config.block_k,
              u->config.group_m, u->config.num_warps, u->config.num_stages);
     if (t->json) {
-        json_t *o = json_pack("{s:I, s:s, s:i, s:i, s:s, s:i, s:I, s:s, s:f, s:f, s:{s:I, s:s, s:f, s:f}, s:f}",
-                              "sweep", (json_int_t)t->sweep_id, "shape", shape, "K", (int)b->shape.k, "topk",
-                              (int)b->shape.topk, "device", b->device_name, "batch_size", (int)b->batch_size,
-                              "config_id", (json_int_t)b->config_id, "config", cb, "median_us", b->median_us,
-                              "stddev_us", b->stddev_us, "runner_up", "config_id", (json_int_t)u->config_id, "config",
-                              cu, "median_us", u->median_us, "stddev_us", u->stddev_us, "margin_sd", m);
+        json_t *o =
+            json_pack("{s:I, s:s, s:i, s:i, s:o, s:i, s:I, s:s, s:f, s:f, s:{s:I, s:s, s:f, s:f}, s:f}", "sweep",
+                      (json_int_t)t->sweep_id, "shape", shape, "K", (int)b->shape.k, "topk", (int)b->shape.topk,
+                      "device", cli_json_text(b->device_name), "batch_size", (int)b->batch_size, "config_id",
+                      (json_int_t)b->config_id, "config", cb, "median_us", b->median_us, "stddev_us", b->stddev_us,
+                      "runner_up", "config_id", (json_int_t)u->config_id, "config", cu, "median_us", u->median_us,
+                      "stddev_us", u->stddev_us, "margin_sd", m);
         cli_print_json(stdout, o);
     } else {
         if (t->shown == 0)
@@ -377,14 +380,17 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
     exp_opts_t eo = *opts;
     if (!eo.changes) eo.changes = json ? stderr : stdout; /* --json: stdout holds only JSON */
     int rc = exp_run(&eo, &rep, err, sizeof err);
+    if (rep.recovered)
+        fprintf(json ? stderr : stdout, "%s: completed an export that was interrupted there first (%u files)\n",
+                eo.out_dir, rep.recovered);
     for (size_t i = 0; i < rep.n_files; i++) {
         const exp_file_t *f = &rep.files[i];
         if (json) {
             char path[1100];
             snprintf(path, sizeof path, "%s/%s", eo.out_dir, f->path);
-            json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:b, s:b}", "file", path, "state", exp_state_name(f->state),
-                                  "entries", (int)f->entries, "changed", (int)f->changed, "simulated",
-                                  f->simulated != 0, "partial", f->partial);
+            json_t *j = json_pack("{s:o, s:s, s:i, s:i, s:b, s:b}", "file", cli_json_text(path), "state",
+                                  exp_state_name(f->state), "entries", (int)f->entries, "changed", (int)f->changed,
+                                  "simulated", f->simulated != 0, "partial", f->partial);
             if (j && f->partial) json_object_set_new(j, "coverage", json_string(f->coverage));
             if (j && f->sample) json_object_set_new(j, "sample", json_integer(f->sample));
             cli_print_json(stdout, j);

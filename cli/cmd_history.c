@@ -38,19 +38,28 @@ static void field(char *buf, size_t len, const char *now, const char *was) {
 }
 
 static json_t *sweep_json(const cmp_sweep_t *s) {
-    json_t *o = json_pack("{s:I, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "sweep", (json_int_t)s->id, "name",
-                          s->name, "state", s->state, "created", (json_int_t)s->created, "device", s->device, "driver",
-                          s->driver, "toolkit", s->toolkit, "backend", s->backend, "compiler", s->compiler, "triton",
-                          s->triton, "kernel", s->kernel);
+    /* every text from the database goes through cli_json_text: a name that is not UTF-8
+     * must not drop the sweep */
+    json_t *o =
+        json_pack("{s:I, s:o, s:o, s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "sweep", (json_int_t)s->id, "name",
+                  cli_json_text(s->name), "state", cli_json_text(s->state), "created", (json_int_t)s->created, "device",
+                  cli_json_text(s->device), "driver", cli_json_text(s->driver), "toolkit", cli_json_text(s->toolkit),
+                  "backend", cli_json_text(s->backend), "compiler", cli_json_text(s->compiler), "triton",
+                  cli_json_text(s->triton), "kernel", cli_json_text(s->kernel));
     json_t *arr = json_array();
+    if (!o || !arr) {
+        json_decref(o);
+        json_decref(arr);
+        return NULL;
+    }
     for (size_t i = 0; i < s->n_best; i++) {
         const cmp_best_t *b = &s->best[i];
         char shape[128], cfg[64];
         cmp_shape_text(&b->shape, shape, sizeof shape);
         krn_config_format(&b->config, cfg, sizeof cfg);
-        json_array_append_new(arr, json_pack("{s:s, s:i, s:s, s:f, s:f, s:i}", "shape", shape, "batch_size",
-                                             (int)b->batch_size, "config", cfg, "median_us", b->median_us, "stddev_us",
-                                             b->stddev_us, "samples", (int)b->samples));
+        cli_json_append(arr, json_pack("{s:s, s:i, s:s, s:f, s:f, s:i}", "shape", shape, "batch_size",
+                                       (int)b->batch_size, "config", cfg, "median_us", b->median_us, "stddev_us",
+                                       b->stddev_us, "samples", (int)b->samples));
     }
     json_object_set_new(o, "best", arr);
     return o;
@@ -81,7 +90,7 @@ int cmd_history(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (rc != MT_OK) return cli_fail(cmd, err);
     if (o->json) {
         json_t *arr = json_array();
-        for (size_t i = 0; i < s.n; i++) json_array_append_new(arr, sweep_json(&s.v[i]));
+        for (size_t i = 0; i < s.n; i++) cli_json_append(arr, sweep_json(&s.v[i]));
         cli_print_json(stdout, json_pack("{s:o}", "sweeps", arr));
         cmp_sweeps_clear(&s);
         return MT_EXIT_OK;

@@ -82,6 +82,16 @@ int cli_nightly_finish(const cli_cmd_t *cmd, const cli_opts_t *o, uint64_t sweep
     }
     dbq_close(&q);
     if (rc) return cli_fail(cmd, err);
+    size_t common = 0;
+    for (size_t i = 0; i < d.n; i++) common += d.e[i].a && d.e[i].b;
+    if (!first && common == 0) {
+        /* nothing was compared: neither "no regression" nor grounds to export */
+        cmp_diff_clear(&d);
+        return cli_fail(cmd, mt_fmt(err, sizeof err,
+                                    "sweeps %llu and %llu have no (shape, batch size) in common: nothing compared, "
+                                    "nothing exported",
+                                    (unsigned long long)prev, (unsigned long long)sweep));
+    }
     if (!first) cmp_diff_print(&d, o->json, stdout);
     size_t regressions = d.regressions;
     cmp_diff_clear(&d);

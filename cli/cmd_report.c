@@ -8,6 +8,7 @@
 
 #include "cmd.h"
 #include "compare.h"
+#include "lock.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
 #include "states.h"
@@ -397,6 +398,11 @@ int cmd_report(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (!o->db) return cli_usage(cmd, "--db FILE is required");
     if (!o->sweep) return cli_usage(cmd, "--sweep ID is required");
     if (!o->out) return cli_usage(cmd, "-o FILE is required");
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", o->out);
+    if (db_refuse_overwrite(o->db, o->out, err, sizeof err) != MT_OK ||
+        db_refuse_overwrite(o->db, tmp, err, sizeof err) != MT_OK)
+        return cli_usage(cmd, err);
     c.s = calloc(MAX_SHAPES, sizeof *c.s);
     if (!c.s) return cli_fail(cmd, "out of memory");
     if (dbq_open(o->db, &q, err, sizeof err) != MT_OK) {
@@ -428,8 +434,6 @@ int cmd_report(const cli_cmd_t *cmd, cli_opts_t *o) {
         code = cli_fail(cmd, err);
         goto out;
     }
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", o->out);
     f = fopen(tmp, "w");
     if (!f) {
         code = cli_fail(cmd, mt_fmt(err, sizeof err, "%s: %s", tmp, strerror(errno)));

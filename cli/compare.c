@@ -122,16 +122,27 @@ typedef struct {
     size_t n_cands, cap_cands;
 } walk_ctx_t;
 
-/* Packs spec with its name cleared, so sweeps named per night compare equal. */
+/* Packs spec with what does not change the measurements cleared, so sweeps named per
+ * night, or stored by an older version, compare equal: the name; how jobs are cut and
+ * retried (chunk, max_attempts: older versions stored their defaults, newer ones 0); the
+ * backend (an older spec has none; compared on the results instead, cmp_previous); an
+ * engine list naming both engines (empty = both). */
 static uint8_t *spec_key(const void *blob, size_t len, size_t *out_len) {
     Moetune__SweepSpec *sp = moetune__sweep_spec__unpack(NULL, len, blob);
     if (!sp) return NULL;
-    char *name = sp->name;
+    char *name = sp->name, *backend = sp->backend;
+    size_t n_engines = sp->n_engines;
     sp->name = (char *)"";
+    sp->backend = (char *)"";
+    sp->chunk = 0;
+    sp->max_attempts = 0;
+    if (sp->n_engines == 2) sp->n_engines = 0;
     size_t n = moetune__sweep_spec__get_packed_size(sp);
     uint8_t *buf = malloc(n ? n : 1);
     if (buf) *out_len = moetune__sweep_spec__pack(sp, buf);
     sp->name = name;
+    sp->backend = backend;
+    sp->n_engines = n_engines;
     moetune__sweep_spec__free_unpacked(sp, NULL);
     return buf;
 }
@@ -159,18 +170,22 @@ static mt_status_t on_candidate(void *vctx, const dbq_sweep_t *row) {
     return 0;
 }
 
-/* The device names of a sweep's ok results: the first, and whether there are others. */
-static int sweep_device(dbq_t *q, uint64_t id, char *dev, size_t len, bool *several, char *err, size_t errlen) {
+/* The device names of a sweep's ok results: the first, and whether there are others; and
+ * the backend of its results into be (16 bytes). */
+static int sweep_device(dbq_t *q, uint64_t id, char *dev, size_t len, bool *several, char be[16], char *err,
+                        size_t errlen) {
     cmp_sweeps_t s;
     dbq_hist_filter_t f;
     memset(&f, 0, sizeof f);
     f.sweep_id = id;
     dev[0] = '\0';
+    be[0] = '\0';
     *several = false;
     int rc = cmp_load(q, &f, &s, err, errlen);
     if (rc) return rc;
     if (s.n) {
         snprintf(dev, len, "%s", s.v[0].device);
+        snprintf(be, 16, "%s", s.v[0].backend);
         *several = s.v[0].n_devices > 1;
     }
     cmp_sweeps_clear(&s);
@@ -182,7 +197,7 @@ mt_status_t cmp_previous(dbq_t *q, uint64_t sweep, uint64_t *prev, char *err, si
     memset(&c, 0, sizeof c);
     c.want = sweep;
     c.before = sweep;
-    char dev[128], cdev[128];
+    char dev[128], cdev[128], be[16], cbe[16];
     bool several = false, csev = false;
     int rc = dbq_sweeps(q, NULL, on_resolve, &c, err, errlen);
     if (rc) goto out;
@@ -199,7 +214,7 @@ mt_status_t cmp_previous(dbq_t *q, uint64_t sweep, uint64_t *prev, char *err, si
     rc = dbq_sweeps(q, NULL, on_candidate, &c, err, errlen);
     if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
     if (rc) goto out;
-    rc = sweep_device(q, sweep, dev, sizeof dev, &several, err, errlen);
+    rc = sweep_device(q, sweep, dev, sizeof dev, &several, be, err, errlen);
     if (rc) goto out;
     if (!dev[0]) {
         mt_fmt(err, errlen, "sweep %llu has no ok results", (unsigned long long)sweep);
@@ -209,12 +224,12 @@ mt_status_t cmp_previous(dbq_t *q, uint64_t sweep, uint64_t *prev, char *err, si
     rc = MT_NOTFOUND;
     mt_fmt(err, errlen, "no earlier done sweep of the same spec on %s than sweep %llu", dev, (unsigned long long)sweep);
     for (size_t i = c.n_cands; i-- > 0;) {
-        int r2 = sweep_device(q, c.cands[i], cdev, sizeof cdev, &csev, err, errlen);
+        int r2 = sweep_device(q, c.cands[i], cdev, sizeof cdev, &csev, cbe, err, errlen);
         if (r2) {
             rc = r2;
             break;
         }
-        if (strcmp(cdev, dev) == 0) {
+        if (strcmp(cdev, dev) == 0 && (!be[0] || !cbe[0] || strcmp(be, cbe) == 0)) {
             *prev = c.cands[i];
             rc = MT_OK;
             break;
@@ -355,10 +370,14 @@ static json_t *side_json(const cmp_best_t *b) {
                      "median_us", b->median_us, "stddev_us", b->stddev_us, "samples", (int)b->samples);
 }
 
+/* Texts from the database go through cli_json_text: a name that is not UTF-8 is escaped,
+ * never the reason the output is empty. */
 static json_t *sweep_json(const cmp_sweep_t *s) {
-    return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "sweep", (json_int_t)s->id, "name", s->name,
-                     "device", s->device, "driver", s->driver, "toolkit", s->toolkit, "backend", s->backend, "compiler",
-                     s->compiler, "triton", s->triton, "kernel", s->kernel);
+    return json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "sweep", (json_int_t)s->id, "name",
+                     cli_json_text(s->name), "device", cli_json_text(s->device), "driver", cli_json_text(s->driver),
+                     "toolkit", cli_json_text(s->toolkit), "backend", cli_json_text(s->backend), "compiler",
+                     cli_json_text(s->compiler), "triton", cli_json_text(s->triton), "kernel",
+                     cli_json_text(s->kernel));
 }
 
 static void sweep_line(FILE *out, const char *label, const cmp_sweep_t *s) {
@@ -386,9 +405,9 @@ void cmp_diff_print(const cmp_diff_t *d, bool json, FILE *out) {
                 json_object_set_new(o, "noise_pct", json_real(e->noise_pct));
                 json_object_set_new(o, "beyond_noise", json_boolean(e->beyond_noise));
             }
-            json_array_append_new(arr, o);
+            cli_json_append(arr, o);
         }
-        json_object_set_new(root, "entries", arr);
+        if (!root || json_object_set_new(root, "entries", arr) != 0) cli_json_incomplete = true;
         cli_print_json(out, root);
         return;
     }

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 
 #include "compare.h"
 #include "exports.h"
+#include "lock.h"
 #include "lookup.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
@@ -25,6 +27,8 @@
 
 #define MAX_FILE_SWEEPS 16
 #define LOCK_WAIT_MS 60000
+/* The list of renames an export has committed to, in out_dir while they run (see commit). */
+#define JOURNAL ".moetune-export.journal"
 
 typedef struct {
     dbq_result_t *rows;
@@ -79,13 +83,14 @@ typedef struct {
     struct sampled {
         uint64_t sweep_id;
         uint32_t sample; /* the spec's Space.sample: configs kept per shape */
-    } *sampled;
+    } * sampled;
     size_t n_sampled, cap_sampled;
     mdir_t *dirs;
     size_t n_dirs;
     pend_t *pend;
     size_t n_pend, cap_pend;
     int lock_fd;
+    uint32_t recovered; /* renames of an interrupted export completed first */
 } run_t;
 
 const char *exp_state_name(exp_state_t s) {
@@ -129,8 +134,38 @@ static int no_results(const exp_opts_t *o, char *err, size_t errlen) {
     return MT_NOTFOUND;
 }
 
+/* MT_OK for a device name an export can put into a file name as it is; else MT_INVAL:
+ * a name cut when read, a control character, ',' or '=' (the engines' file names
+ * separate their fields with them: "NVIDIA H200,dtype=fp8_w8a8" would name an fp8 file),
+ * or bytes that are not UTF-8. */
+static int check_device_name(const dbq_result_t *r, char *err, size_t errlen) {
+    char shown[160];
+    size_t o = 0;
+    const char *why = NULL;
+    json_t *utf8 = json_string(r->device_name); /* NULL: not UTF-8 */
+    bool is_utf8 = utf8 != NULL;
+    json_decref(utf8);
+    for (const unsigned char *p = (const unsigned char *)r->device_name; *p && o + 5 < sizeof shown; p++) {
+        bool ctl = *p < 0x20 || *p == 0x7f;
+        if (ctl || (*p >= 0x80 && !is_utf8)) { /* shown escaped: the message stays one line of text */
+            o += (size_t)snprintf(shown + o, sizeof shown - o, "\\x%02x", *p);
+            if (ctl && !why) why = "a control character";
+            continue;
+        }
+        if ((*p == ',' || *p == '=') && !why) why = "',' or '=', the separators of the engines' file names";
+        shown[o++] = (char)*p;
+    }
+    shown[o] = '\0';
+    if (!why && r->device_name_cut) why = "more bytes than an export names (it never cuts a name)";
+    if (!why && !is_utf8) why = "bytes that are not UTF-8 (no engine names a file so)";
+    if (!why) return MT_OK;
+    mt_fmt(err, errlen, "device name '%s' (sweep %llu%s%s) holds %s; no file written", shown,
+           (unsigned long long)r->sweep_id, r->worker_id[0] ? ", worker " : "", r->worker_id, why);
+    return MT_INVAL;
+}
+
 static void file_name(const dbq_result_t *r, char *buf, size_t len) {
-    char dev[128];
+    char dev[sizeof r->device_name];
     snprintf(dev, sizeof dev, "%s", r->device_name);
     for (char *p = dev; *p; p++) {
         if (*p == ' ' || *p == '/' || *p == '\\') *p = '_';
@@ -480,7 +515,10 @@ static json_t *file_coverage(const run_t *x, const dbq_result_t *first, const ui
 
 /* ---- the folder: lock, manifests, writes */
 
-/* Takes an exclusive lock on out_dir (created when missing) for the whole export. */
+static int recover(run_t *x, char *err, size_t errlen);
+
+/* Takes an exclusive lock on out_dir (created when missing) for the whole export, then
+ * completes or cleans up what an export that died there left (recover). */
 static int lock_out(run_t *x, char *err, size_t errlen) {
     int rc = mt_mkdirs(x->o->out_dir, err, errlen);
     if (rc != MT_OK) return rc;
@@ -502,7 +540,7 @@ static int lock_out(run_t *x, char *err, size_t errlen) {
         }
         usleep(10000);
     }
-    return MT_OK;
+    return recover(x, err, errlen);
 }
 
 /* The manifest of a folder, loaded once (after the lock). A manifest that exists but
@@ -519,7 +557,16 @@ static int manifest_for(run_t *x, const char *dir, json_t **out, char *err, size
     json_t *m = NULL;
     mt_fmt(mpath, sizeof mpath, "%s/manifest.json", dir);
     if (access(mpath, F_OK) == 0) {
-        m = json_load_file(mpath, JSON_PRESERVE_ORDER, &jerr);
+        /* read without blocking, a regular file only: a FIFO there must not hold the export */
+        char *text = NULL, why[600];
+        size_t len = 0;
+        int rrc = mt_read_regular(mpath, 256u << 20, &text, &len, why, sizeof why);
+        if (rrc != MT_OK) {
+            mt_fmt(err, errlen, "%s; move it away to export", why);
+            return rrc == MT_NOMEM ? MT_NOMEM : rrc == MT_INVAL ? MT_INVAL : MT_IO;
+        }
+        m = json_loadb(text, len, JSON_PRESERVE_ORDER, &jerr);
+        free(text);
         if (!json_is_object(m)) {
             mt_fmt(err, errlen, "%s is not a manifest (%s); move it away to export", mpath,
                    m ? "not a JSON object" : jerr.text);
@@ -542,51 +589,158 @@ static int manifest_for(run_t *x, const char *dir, json_t **out, char *err, size
     return MT_OK;
 }
 
-/* Writes text to path through a temp file in the same directory and a rename; on any
- * error the temp file is removed. */
-static int write_atomic(const char *path, const char *text, char *err, size_t errlen) {
-    char tmp[1100];
-    mt_fmt(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+/* Writes text to the new file tmp, the temp file of path (errors name path), and syncs
+ * it to disk; on any error the file is removed. */
+static int write_temp(const char *tmp, const char *path, const char *text, char *err, size_t errlen) {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         mt_fmt(err, errlen, "%s: %s", tmp, strerror(errno));
         return MT_IO;
     }
     size_t len = strlen(text), done = 0;
-    while (done < len) {
+    int rc = MT_OK;
+    while (done < len && rc == MT_OK) {
         ssize_t w = write(fd, text + done, len - done);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             mt_fmt(err, errlen, "%s: %s", path, w < 0 ? strerror(errno) : "short write");
-            close(fd);
-            unlink(tmp);
+            rc = MT_IO;
+        } else {
+            done += (size_t)w;
+        }
+    }
+    if (rc == MT_OK && fsync(fd) != 0) {
+        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
+        rc = MT_IO;
+    }
+    if (close(fd) != 0 && rc == MT_OK) {
+        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
+        rc = MT_IO;
+    }
+    if (rc != MT_OK) unlink(tmp);
+    return rc;
+}
+
+/* Syncs a folder, so the renames in it are on disk. */
+static void sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    if (fsync(fd) != 0) { /* nothing more to do: the renames themselves succeeded */
+    }
+    close(fd);
+}
+
+/* Test hook: MOETUNE_TEST_EXPORT_DIE=step or step:n kills the export (SIGKILL) at that
+ * point of its commit, so that the tests can check what a crash there leaves behind. */
+static void die_at(const char *step, size_t n) {
+    const char *at = getenv("MOETUNE_TEST_EXPORT_DIE");
+    char want[48];
+    if (!at) return;
+    snprintf(want, sizeof want, "%s:%zu", step, n);
+    if (strcmp(at, step) == 0 || strcmp(at, want) == 0) raise(SIGKILL);
+}
+
+/* Whether name is "<something>.tmp.<pid>" with a pid not alive (and not ours): a temp
+ * file of an export that died. */
+static bool stale_temp(const char *name) {
+    const char *t = strstr(name, ".tmp.");
+    while (t && strstr(t + 1, ".tmp.")) t = strstr(t + 1, ".tmp.");
+    if (!t || t == name || !t[5]) return false;
+    char *end = NULL;
+    long pid = strtol(t + 5, &end, 10);
+    if (*end || pid <= 0 || pid == (long)getpid()) return false;
+    bool ours = (t - name >= 5 && strncmp(t - 5, ".json", 5) == 0) ||
+                ((size_t)(t - name) == strlen(JOURNAL) && strncmp(name, JOURNAL, strlen(JOURNAL)) == 0);
+    return ours && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Removes the stale temp files of dir and, depth levels down, of its folders. */
+static void clean_temps(const char *dir, int depth) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    if (!d) return;
+    while ((e = readdir(d)) != NULL) {
+        char path[1500];
+        struct stat st;
+        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+        if (lstat(path, &st) != 0) continue;
+        if (S_ISDIR(st.st_mode) && depth > 0)
+            clean_temps(path, depth - 1);
+        else if (S_ISREG(st.st_mode) && stale_temp(e->d_name))
+            unlink(path);
+    }
+    closedir(d);
+}
+
+/* A path of the journal: relative, no "..", no control character. */
+static bool journal_path_ok(const char *p) {
+    size_t n = strlen(p);
+    if (!n || *p == '/' || strncmp(p, "../", 3) == 0 || strstr(p, "/../") || strcmp(p, "..") == 0 ||
+        (n >= 3 && strcmp(p + n - 3, "/..") == 0))
+        return false;
+    for (; *p; p++)
+        if ((unsigned char)*p < 0x20) return false;
+    return true;
+}
+
+/* Finishes the renames of an export that died after committing to them (its journal is
+ * in out_dir), then removes the temp files of exports that died before: the folder then
+ * holds one export's state whole. Runs under the folder's lock, before anything is read. */
+static int recover(run_t *x, char *err, size_t errlen) {
+    const char *out = x->o->out_dir;
+    char jpath[1100], line[3300];
+    mt_fmt(jpath, sizeof jpath, "%s/%s", out, JOURNAL);
+    FILE *j = NULL;
+    int rc = mt_fopen_regular(jpath, &j, err, errlen);
+    if (rc == MT_NOTFOUND) {
+        clean_temps(out, 2);
+        return MT_OK;
+    }
+    if (rc != MT_OK) return rc;
+    while (fgets(line, sizeof line, j)) {
+        char *tab = strchr(line, '\t');
+        line[strcspn(line, "\n")] = '\0';
+        if (tab) *tab = '\0';
+        size_t fl = tab ? strlen(tab + 1) : 0;
+        if (!tab || !journal_path_ok(line) || !journal_path_ok(tab + 1) || strncmp(line, tab + 1, fl) != 0 ||
+            strncmp(line + fl, ".tmp.", 5) != 0) {
+            mt_fmt(err, errlen, "%s is damaged; nothing written: move it away to export into %s", jpath, out);
+            fclose(j);
+            return MT_INVAL;
+        }
+        char from[1600], to[1600];
+        struct stat st;
+        mt_fmt(from, sizeof from, "%s/%s", out, line);
+        mt_fmt(to, sizeof to, "%s/%s", out, tab + 1);
+        /* a temp file that is gone was renamed before the export died */
+        if (lstat(from, &st) == 0 && rename(from, to) != 0) {
+            mt_fmt(err, errlen, "completing an interrupted export: rename %s: %s", to, strerror(errno));
+            fclose(j);
             return MT_IO;
         }
-        done += (size_t)w;
+        char *slash = strrchr(to, '/');
+        if (slash) *slash = '\0';
+        sync_dir(to);
+        x->recovered++;
     }
-    if (fsync(fd) != 0) {
-        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
-        close(fd);
-        unlink(tmp);
+    fclose(j);
+    if (unlink(jpath) != 0) {
+        mt_fmt(err, errlen, "%s: %s", jpath, strerror(errno));
         return MT_IO;
     }
-    if (close(fd) != 0) {
-        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
-        unlink(tmp);
-        return MT_IO;
-    }
-    if (rename(tmp, path) != 0) {
-        mt_fmt(err, errlen, "rename %s: %s", path, strerror(errno));
-        unlink(tmp);
-        return MT_IO;
-    }
+    sync_dir(out);
+    clean_temps(out, 2);
     return MT_OK;
 }
 
+/* A shape in words, with its captured routing when it has one: two shapes that differ only
+ * there must not read alike. */
 static void shape_text(const krn_shape_t *s, char *buf, size_t len) {
     int n = snprintf(buf, len, "E=%u,N=%u,K=%u,topk=%u,%s", s->e, s->n, s->k, s->topk, s->dtype);
     if (s->block_n && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, ",block_shape=[%u,%u]", s->block_n, s->block_k);
+        n += snprintf(buf + n, len - (size_t)n, ",block_shape=[%u,%u]", s->block_n, s->block_k);
+    if (s->routing[0] && n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ",routing=%.12s", s->routing);
 }
 
 /* The shape a manifest record names; false when it names none. */
@@ -653,6 +807,12 @@ static json_t *manifest_record(const dbq_result_t *first, const entry_t *ents, s
         if (!r) {
             json_t *was = json_object_get(old_entries, key);
             json_t *e = json_is_object(was) ? json_deep_copy(was) : json_object();
+            json_t *sid = json_object_get(e, "sweep_id");
+            /* the record names every sweep the file holds entries of */
+            if (json_is_integer(sid) && json_integer_value(sid) > 0)
+                add_unique_int(sweeps, (uint64_t)json_integer_value(sid));
+            else
+                json_object_set_new(e, "sweep_id", json_null());
             json_object_set_new(e, "kept_from_previous_file", json_true());
             json_object_set_new(entries, key, e);
             continue;
@@ -700,6 +860,47 @@ static json_t *manifest_record(const dbq_result_t *first, const entry_t *ents, s
                                     "sd_runner_up^2) under 1: the pick is within noise"));
     json_object_set_new(rec, "near_ties", near_ties);
     return rec;
+}
+
+/* Completes cov, the coverage of a file's new entries, with the entries kept from the
+ * previous file: their sweeps' coverage as the previous record gave it, and complete only
+ * when each kept entry names its sweep and that record was complete. f->partial and
+ * f->coverage follow. */
+static void kept_coverage(json_t *cov, json_t *orec, const entry_t *ents, size_t n, exp_file_t *f) {
+    json_t *ocov = json_object_get(orec, "coverage");
+    json_t *osweeps = json_object_get(ocov, "sweeps"), *oents = json_object_get(orec, "entries");
+    json_t *sweeps = json_object_get(cov, "sweeps");
+    bool old_complete = json_is_true(json_object_get(ocov, "complete"));
+    size_t kept = 0, unsure = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ents[i].row) continue;
+        char key[16], skey[24];
+        kept++;
+        snprintf(key, sizeof key, "%u", ents[i].bs);
+        json_t *sid = json_object_get(json_object_get(oents, key), "sweep_id");
+        if (!json_is_integer(sid)) {
+            unsure++;
+            continue;
+        }
+        snprintf(skey, sizeof skey, "%lld", (long long)json_integer_value(sid));
+        json_t *osw = json_object_get(osweeps, skey);
+        json_t *have = json_object_get(sweeps, skey);
+        json_t *bsz = json_object_get(have, "batch_sizes");
+        json_t *obs = json_object_get(json_object_get(osw, "batch_sizes"), key);
+        if (!have && json_is_object(osw))
+            json_object_set_new(sweeps, skey, json_deep_copy(osw));
+        else if (json_is_object(bsz) && json_is_object(obs) && !json_object_get(bsz, key))
+            json_object_set_new(bsz, key, json_deep_copy(obs));
+        if (!json_is_object(osw) || !old_complete) unsure++;
+    }
+    if (kept) json_object_set_new(cov, "kept_from_previous_file", json_integer((json_int_t)kept));
+    if (!unsure) return;
+    json_object_set_new(cov, "complete", json_false());
+    f->partial = true;
+    size_t l = strlen(f->coverage);
+    mt_fmt(f->coverage + l, sizeof f->coverage - l,
+           "%s%zu of %zu entries kept from the previous file come from a sweep its record does not show complete",
+           l ? "; " : "", unsure, kept);
 }
 
 /* Refuses a file whose coverage is incomplete, unless partial (DB only: runs before
@@ -913,7 +1114,9 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
     uint64_t ids[MAX_FILE_SWEEPS];
     size_t n_ids = entry_sweeps(ents, n_ents, ids);
     char why[400];
-    json_object_set_new(p->rec, "coverage", file_coverage(x, first, ids, n_ids, f, why, sizeof why));
+    json_t *cov = file_coverage(x, first, ids, n_ids, f, why, sizeof why);
+    kept_coverage(cov, orec, ents, n_ents, f);
+    json_object_set_new(p->rec, "coverage", cov);
     p->changes = changes;
     changes = NULL;
     *out = p;
@@ -933,63 +1136,145 @@ out:
     return rc;
 }
 
-/* Writes the planned files, folder by folder, each folder's manifest after its files
- * (with the records of the files written), and records them in the database. Stops at
- * the first failed write; what was written before it is kept, listed and recorded. */
-static int commit(run_t *x, exp_report_t *rep, char *err, size_t errlen) {
-    int rc = MT_OK;
-    const exp_opts_t *o = x->o;
-    dbx_export_t *rows = NULL;
-    for (size_t d = 0; d < x->n_dirs && rc == MT_OK; d++) {
+/* One file of a commit: its new text goes to tmp, then tmp is renamed to path. */
+typedef struct {
+    char path[1600], tmp[1600];
+    const char *text;
+    char *own; /* a manifest's text, freed with the move */
+} move_t;
+
+/* Adds the move of text to mdir/name; false when out of memory. */
+static bool add_move(move_t **mv, size_t *n, size_t *cap, const char *mdir, const char *name, const char *text,
+                     char *own) {
+    if (mt_grow((void **)mv, cap, *n + 1, sizeof **mv, 8) != MT_OK) return false;
+    move_t *m = &(*mv)[(*n)++];
+    mt_fmt(m->path, sizeof m->path, "%s/%s", mdir, name);
+    mt_fmt(m->tmp, sizeof m->tmp, "%s.tmp.%ld", m->path, (long)getpid());
+    m->text = text;
+    m->own = own;
+    return true;
+}
+
+/* The moves of the planned files, folder by folder, each folder's manifest (with the
+ * records of its files) after its files. */
+static int plan_moves(run_t *x, move_t **mv, size_t *n_mv) {
+    size_t cap = 0;
+    for (size_t d = 0; d < x->n_dirs; d++) {
         mdir_t *md = &x->dirs[d];
         size_t n_done = 0;
         for (size_t i = 0; i < x->n_pend; i++) {
             pend_t *p = &x->pend[i];
             if (strcmp(p->mdir, md->dir) != 0) continue;
-            if (p->text) {
-                char path[1500];
-                mt_fmt(path, sizeof path, "%s/%s", p->mdir, p->name);
-                rc = write_atomic(path, p->text, err, errlen);
-                if (rc != MT_OK) break;
-            }
+            if (p->text && !add_move(mv, n_mv, &cap, p->mdir, p->name, p->text, NULL)) return MT_NOMEM;
             json_object_set(md->m, p->name, p->rec);
-            p->done = true;
             n_done++;
         }
         if (n_done == 0) continue;
-        char mpath[1100];
-        mt_fmt(mpath, sizeof mpath, "%s/manifest.json", md->dir);
         char *text = dump(md->m);
-        int mrc = text ? MT_OK : MT_NOMEM;
-        char merr[600];
-        if (text) mrc = write_atomic(mpath, text, merr, sizeof merr);
-        free(text);
-        if (mrc != MT_OK && rc == MT_OK) {
-            rc = mrc;
-            mt_fmt(err, errlen, "%s", mrc == MT_NOMEM ? "out of memory" : merr);
+        if (!text || !add_move(mv, n_mv, &cap, md->dir, "manifest.json", text, text)) {
+            free(text);
+            return MT_NOMEM;
         }
     }
-    size_t n_done = 0;
-    for (size_t i = 0; i < x->n_pend; i++) n_done += x->pend[i].done;
-    rep->files = calloc(n_done + 1, sizeof *rep->files);
-    rows = calloc(n_done + 1, sizeof *rows);
+    return MT_OK;
+}
+
+/* path relative to out_dir (every file of an export lies under it). */
+static const char *rel_to(const run_t *x, const char *path) {
+    size_t n = strlen(x->o->out_dir);
+    return strncmp(path, x->o->out_dir, n) == 0 && path[n] == '/' ? path + n + 1 : path;
+}
+
+/* Writes the journal: the renames this export commits to, one "tmp<TAB>path" line each
+ * (relative to out_dir), through a temp file and a rename, synced. From then on the
+ * export lands whole: what a crash leaves undone, the next export's recover() does. */
+static int write_journal(run_t *x, const move_t *mv, size_t n, char *err, size_t errlen) {
+    char jpath[1100], tmp[1200];
+    char *text = NULL;
+    int rc = MT_OK;
+    mt_fmt(jpath, sizeof jpath, "%s/%s", x->o->out_dir, JOURNAL);
+    mt_fmt(tmp, sizeof tmp, "%s.tmp.%ld", jpath, (long)getpid());
+    for (size_t i = 0; i < n && rc == MT_OK; i++) {
+        char line[3300];
+        mt_fmt(line, sizeof line, "%s\t%s", rel_to(x, mv[i].tmp), rel_to(x, mv[i].path));
+        if (!append_line(&text, line)) rc = MT_NOMEM;
+    }
+    if (rc == MT_OK) rc = write_temp(tmp, jpath, text ? text : "", err, errlen);
+    if (rc == MT_OK && rename(tmp, jpath) != 0) {
+        mt_fmt(err, errlen, "rename %s: %s", jpath, strerror(errno));
+        unlink(tmp);
+        rc = MT_IO;
+    }
+    if (rc == MT_OK) sync_dir(x->o->out_dir);
+    free(text);
+    return rc;
+}
+
+/* Writes the planned files and manifests so that the folder holds either the previous
+ * state or the new one whole, never a mix: every new text goes to a synced temp file
+ * first (a full disk fails here, and the temp files are removed); then the journal
+ * commits to the renames; then the renames, files before manifests; then the journal
+ * goes. No path written is the database or one of its files. The files are then
+ * recorded in the database. */
+static int commit(run_t *x, exp_report_t *rep, char *err, size_t errlen) {
+    int rc = MT_OK;
+    const exp_opts_t *o = x->o;
+    dbx_export_t *rows = NULL;
+    move_t *mv = NULL;
+    size_t n_mv = 0, n_tmp = 0;
+    rc = plan_moves(x, &mv, &n_mv);
+    for (size_t i = 0; i < n_mv && rc == MT_OK; i++) {
+        rc = db_refuse_overwrite(o->db_path, mv[i].path, err, errlen);
+        if (rc == MT_OK) rc = db_refuse_overwrite(o->db_path, mv[i].tmp, err, errlen);
+    }
+    for (; n_tmp < n_mv && rc == MT_OK; n_tmp++)
+        rc = write_temp(mv[n_tmp].tmp, mv[n_tmp].path, mv[n_tmp].text, err, errlen);
+    die_at("temps", 0);
+    if (rc == MT_OK && n_mv) rc = write_journal(x, mv, n_mv, err, errlen);
+    if (rc != MT_OK) {
+        for (size_t i = 0; i < n_tmp; i++) unlink(mv[i].tmp);
+        if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
+        goto out;
+    }
+    die_at("journal", 0);
+    for (size_t i = 0; i < n_mv && rc == MT_OK; i++) {
+        if (rename(mv[i].tmp, mv[i].path) != 0) {
+            mt_fmt(err, errlen, "rename %s: %s (the next export into %s completes this one)", mv[i].path,
+                   strerror(errno), o->out_dir);
+            rc = MT_IO;
+        }
+        die_at("rename", i + 1);
+    }
+    if (rc != MT_OK) goto out;
+    for (size_t d = 0; d < x->n_dirs; d++) sync_dir(x->dirs[d].dir);
+    if (n_mv) {
+        char jpath[1100];
+        mt_fmt(jpath, sizeof jpath, "%s/%s", o->out_dir, JOURNAL);
+        unlink(jpath);
+        sync_dir(o->out_dir);
+    }
+    for (size_t i = 0; i < x->n_pend; i++) x->pend[i].done = true;
+    rep->files = calloc(x->n_pend + 1, sizeof *rep->files);
+    rows = calloc(x->n_pend + 1, sizeof *rows);
     if (!rep->files || !rows) {
-        free(rows);
-        return MT_NOMEM;
+        rc = MT_NOMEM;
+        goto out;
     }
     for (size_t i = 0; i < x->n_pend; i++) {
         pend_t *p = &x->pend[i];
-        if (!p->done) continue;
         if (o->changes && p->changes) fputs(p->changes, o->changes);
         rows[rep->n_files] = (dbx_export_t){p->f.path, p->meta.sweep_ids, p->f.entries, p->f.changed, p->meta.hash};
         rep->files[rep->n_files++] = p->f;
     }
     char derr[600];
     int drc = dbx_exports_add(o->db_path, o->out_dir, rows, rep->n_files, derr, sizeof derr);
-    if (drc != MT_OK && rc == MT_OK) {
+    if (drc != MT_OK) {
         rc = drc;
         mt_fmt(err, errlen, "files written, but recording them in the database failed: %s", derr);
     }
+out:
+    for (size_t i = 0; i < n_mv; i++) free(mv[i].own);
+    free(mv);
     free(rows);
     return rc;
 }
@@ -1036,7 +1321,7 @@ static bool has_token(const char *s, const char *tok) {
 }
 
 void exp_engine_file_name(exp_engine_t engine, const char *device_name, const krn_shape_t *sh, char *buf, size_t len) {
-    char dev[128];
+    char dev[sizeof((dbq_result_t *)0)->device_name];
     if (engine == EXP_ENGINE_VLLM && has_token(device_name, "H200"))
         snprintf(dev, sizeof dev, "NVIDIA_H200");
     else
@@ -1429,6 +1714,7 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
         size_t j = i + 1;
         while (j < g.n && same_group(&g.cells[j].best, g.cells[j].versions, &c->best, c->versions)) j++;
         rc = check_dir_name(c->best.compiler, err, errlen);
+        if (rc == MT_OK) rc = check_device_name(&c->best, err, errlen);
         if (rc != MT_OK) goto out;
         group_t *gr = &groups[n_groups++];
         gr->first = i;
@@ -1551,6 +1837,7 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
                strcmp(v.rows[j].device_name, r->device_name) == 0)
             j++;
         rc = check_dir_name(r->export_dir, err, errlen);
+        if (rc == MT_OK) rc = check_device_name(r, err, errlen);
         if (rc != MT_OK) goto out;
         plain_t *pf = &files[n_files++];
         pf->first = i;
@@ -1621,10 +1908,14 @@ mt_status_t exp_run(const exp_opts_t *o, exp_report_t *rep, char *err, size_t er
     sigaction(SIGXFSZ, &ign, &old_xfsz);
     rc = dbq_open(o->db_path, &q, err, errlen);
     if (rc != MT_OK) goto out;
+    /* asked before any file is written: an export it could not record writes nothing */
+    rc = dbx_exports_writable(o->db_path, err, errlen);
+    if (rc != MT_OK) goto out;
     rc = load_coverage(&x, q, err, errlen);
     if (rc != MT_OK) goto out;
     rc = o->engine != EXP_ENGINE_NONE ? engine_run(&x, &q, rep, err, errlen) : plain_run(&x, &q, rep, err, errlen);
 out:
+    rep->recovered = x.recovered;
     run_free(&x);
     dbq_close(&q);
     sigaction(SIGXFSZ, &old_xfsz, NULL);

@@ -34,8 +34,23 @@
  * An export holds an exclusive lock (flock) on out_dir from the first read of its
  * files to the last write, so concurrent exports into one folder run one after the
  * other and no manifest record is lost. SIGXFSZ is ignored while writing, so a file
- * size limit is an error (EFBIG) like a full disk; a failed write leaves no temp file,
- * and the report holds only the files that were written or left unchanged.
+ * size limit is an error (EFBIG) like a full disk.
+ *
+ * Files and manifests land together. Every new text is written to a synced temp file
+ * ("NAME.tmp.PID") first; a failure there (a full disk) removes them and leaves the
+ * folder as it was. Then OUT/.moetune-export.journal lists the renames, and the renames
+ * run (files before manifests). An export that dies after the journal is completed by
+ * the next export into the folder before it reads anything (exp_report_t.recovered);
+ * temp files of exports that died before it are removed. No file is written over the
+ * database, its -wal, -shm or lock file; a read-only database is refused before any
+ * file is written (the export could not be recorded). A device name with a control
+ * character, ',' or '=' (the engines' separators), or longer than a result row holds, is
+ * refused: file names are never cut.
+ *
+ * Entries kept from an existing file keep their provenance: their sweep (from the
+ * previous manifest record) joins the record's sweep_ids and its coverage, and the
+ * file is complete only when every sweep it now holds entries of was complete; an
+ * entry whose sweep the previous record does not name makes the file partial.
  *
  * With an engine (exp_opts_t.engine), only results of the triton backend are exported,
  * laid out and named the way that engine finds them (docs/engines.md):
@@ -112,13 +127,15 @@ typedef struct {
 typedef struct {
     exp_file_t *files;
     size_t n_files;
+    uint32_t recovered; /* files of an export that died mid-commit, put in place first */
 } exp_report_t;
 
 /* Exports as described above and fills report (caller clears it with
- * exp_report_clear, also after an error: it then lists the files written before the
- * error). Returns MT_OK; MT_NOTFOUND when there is no ok result to export; MT_INVAL
- * for a refusal above, an existing file that is not a config file or a manifest that
- * is not JSON, or an engine export that meets results of another backend; MT_BUSY when
+ * exp_report_clear, also after an error: it lists files only when they were all
+ * written, i.e. when only recording them in the database failed). Returns MT_OK;
+ * MT_NOTFOUND when there is no ok result to export; MT_INVAL for a refusal above, an
+ * existing file that is not a config file or a manifest that is not JSON, a damaged
+ * journal, or an engine export that meets results of another backend; MT_BUSY when
  * another export held out_dir's lock for over a minute; MT_IO/MT_ERR on disk or
  * database errors; the reason is in err. */
 mt_status_t exp_run(const exp_opts_t *opts, exp_report_t *report, char *err, size_t errlen);

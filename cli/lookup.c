@@ -2,10 +2,13 @@
 #include "lookup.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct {
     uint32_t key;
@@ -155,8 +158,22 @@ int moetune_lookup_load(const char *path, moetune_lookup_t **out, char *err, siz
     FILE *f = NULL;
     if (!path || !out) return MOETUNE_LOOKUP_EINVAL;
     *out = NULL;
-    f = fopen(path, "rb");
+    /* Without blocking, regular files only: a FIFO or a device would hold the caller
+     * forever. (This library stands alone, so not through mt_open_regular.) */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) {
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        return MOETUNE_LOOKUP_EIO;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        set_err(err, errlen, "%s: %s", path, "not a regular file");
+        return MOETUNE_LOOKUP_EINVAL;
+    }
+    f = fdopen(fd, "rb");
     if (!f) {
+        close(fd);
         set_err(err, errlen, "%s: %s", path, strerror(errno));
         return MOETUNE_LOOKUP_EIO;
     }

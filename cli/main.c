@@ -212,6 +212,8 @@ int main(int argc, char **argv) {
         code = MT_EXIT_OK;
     } else
         code = cmd->run(cmd, &o);
+    /* a --json output that lost a part is not an answer */
+    if (cli_json_incomplete && code == MT_EXIT_OK) code = MT_EXIT_FAIL;
     cli_spec_destroy(&o.spec);
     return code;
 }

@@ -194,45 +194,21 @@ out:
 
 mt_status_t cli_model_config_load(const char *path, uint32_t tp, uint32_t ep, const char *dtype, krn_shape_t *shape,
                                   char *err, size_t errlen) {
-    int rc = MT_OK;
-    char buf[1 << 16];
-    /* Opened without blocking and checked before reading: a FIFO or device would block
-     * (or never end) where a config.json is expected. */
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
-        return MT_IO;
-    }
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        mt_fmt(err, errlen, "%s: not a regular file", path);
-        close(fd);
-        return MT_INVAL;
-    }
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
-        close(fd);
-        return MT_IO;
-    }
-    size_t len = fread(buf, 1, sizeof buf, f);
-    if (ferror(f)) {
-        mt_fmt(err, errlen, "%s: read error", path);
-        rc = MT_IO;
-        goto out;
-    }
-    if (len == sizeof buf) {
-        mt_fmt(err, errlen, "%s: larger than %zu bytes, not a model config", path, sizeof buf);
-        rc = MT_INVAL;
-        goto out;
-    }
+    enum { MAX_CONFIG = (1 << 16) - 1 };
+    char *buf = NULL;
+    size_t len = 0;
+    /* mt_read_regular: without blocking, regular files only (a FIFO or device would block,
+     * or never end, where a config.json is expected) */
+    int rc = mt_read_regular(path, MAX_CONFIG, &buf, &len, err, errlen);
+    if (rc == MT_INVAL && strstr(err, "larger than"))
+        mt_fmt(err, errlen, "%s: larger than %d bytes, not a model config", path, MAX_CONFIG);
+    if (rc != MT_OK) return rc == MT_NOTFOUND ? MT_IO : rc;
     rc = cli_model_config_parse(buf, len, tp, ep, dtype, shape, err, errlen);
     if (rc != MT_OK) {
         char inner[256];
         snprintf(inner, sizeof inner, "%s", err);
         mt_fmt(err, errlen, "%s: %s", path, inner);
     }
-out:
-    fclose(f);
+    free(buf);
     return rc;
 }

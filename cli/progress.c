@@ -157,7 +157,7 @@ static void emit(cli_progress_t *p, const Moetune__SweepStatus *in, uint32_t wor
         if (o) json_object_set_new(o, "eta_s", cli_progress_eta_json(st, p->eta_s));
         if (o) cli_progress_json_phase(o, st);
         if (o && p->storage[0]) {
-            json_object_set_new(o, "storage_error", json_string(p->storage));
+            json_object_set_new(o, "storage_error", cli_json_text(p->storage));
             json_object_set_new(o, "results_unacked", json_integer((json_int_t)p->unacked));
         }
         cli_print_json(p->out, o);

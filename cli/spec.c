@@ -272,10 +272,14 @@ static int resolve_routing(cli_spec_t *s, char *err, size_t errlen) {
         mt_fmt(err, errlen, "--routing %s: %s", s->routing, strerror(errno));
         return MT_INVAL;
     }
-    FILE *f = fopen(s->routing_abs, "rb");
+    FILE *f = NULL;
+    if (mt_fopen_regular(s->routing_abs, &f, why, sizeof why) != MT_OK) {
+        mt_fmt(err, errlen, "--routing %s", why);
+        return MT_INVAL;
+    }
     char magic[6] = "";
-    size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
-    if (f) fclose(f);
+    size_t got = fread(magic, 1, sizeof magic, f);
+    fclose(f);
     if (got == 6 && memcmp(magic, "\x93NUMPY", 6) == 0) {
         krn_routing_t r;
         if (krn_routing_load(s->routing_abs, &r, why, sizeof why) != MT_OK) {
@@ -789,36 +793,22 @@ out:
 mt_status_t cli_spec_load_json(cli_spec_t *s, const char *path, char *err, size_t errlen) {
     int rc = MT_OK;
     char *buf = NULL;
-    FILE *f = NULL;
+    size_t len = 0;
+    char inner[400];
     if (s->depth > 0) {
         mt_fmt(err, errlen, "%s: a spec file cannot load another spec file", path);
         return MT_INVAL;
     }
-    f = fopen(path, "rb");
-    if (!f) {
-        mt_fmt(err, errlen, "--spec %s: %s", path, strerror(errno));
-        return MT_INVAL;
-    }
-    size_t cap = 1u << 20;
-    buf = malloc(cap);
-    if (!buf) {
-        rc = MT_NOMEM;
-        goto out;
-    }
-    size_t len = fread(buf, 1, cap, f);
-    if (len == cap) {
-        mt_fmt(err, errlen, "--spec %s: larger than 1 MiB", path);
-        rc = MT_INVAL;
-        goto out;
+    rc = mt_read_regular(path, (1u << 20) - 1, &buf, &len, inner, sizeof inner);
+    if (rc != MT_OK) {
+        mt_fmt(err, errlen, "--spec %s", inner);
+        return rc == MT_NOMEM ? MT_NOMEM : MT_INVAL;
     }
     s->depth++;
-    char inner[400];
     rc = cli_spec_parse_json(s, buf, len, inner, sizeof inner);
     s->depth--;
     if (rc != MT_OK) mt_fmt(err, errlen, "--spec %s: %s", path, inner);
-out:
     free(buf);
-    if (f) fclose(f);
     return rc;
 }
 

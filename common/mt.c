@@ -3,6 +3,7 @@
 #include "mt.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +156,16 @@ uint64_t mt_mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+const char *mt_u32_problem(const char *s, uint32_t min, uint32_t max, char *buf, size_t len) {
+    bool digits = s && *s;
+    for (const char *p = s; digits && *p; p++) digits = *p >= '0' && *p <= '9';
+    if (digits)
+        mt_fmt(buf, len, "out of range (%u..%u)", min, max);
+    else
+        mt_fmt(buf, len, "%s", min ? "not a positive integer" : "not a whole number");
+    return buf;
+}
+
 mt_status_t mt_mkdirs(const char *path, char *err, size_t errlen) {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) {
@@ -173,6 +184,112 @@ mt_status_t mt_mkdirs(const char *path, char *err, size_t errlen) {
     if (mkdir(tmp, 0755) != 0 && errno != EEXIST) {
         mt_fmt(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
         return MT_IO;
+    }
+    return MT_OK;
+}
+
+static const char *file_kind(mode_t m) {
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a plain file";
+}
+
+mt_status_t mt_open_regular(const char *path, int *fd, char *err, size_t errlen) {
+    struct stat st;
+    *fd = -1;
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOCTTY: a terminal given
+     * by name must not become the controlling one. */
+    int f = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (f < 0) {
+        int e = errno;
+        mt_fmt(err, errlen, "%s: %s", path, strerror(e));
+        return e == ENOENT ? MT_NOTFOUND : e == EISDIR ? MT_INVAL : MT_IO;
+    }
+    if (fstat(f, &st) != 0) {
+        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
+        close(f);
+        return MT_IO;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        mt_fmt(err, errlen, "%s: not a regular file (%s)", path, file_kind(st.st_mode));
+        close(f);
+        return MT_INVAL;
+    }
+    int fl = fcntl(f, F_GETFL);
+    if (fl >= 0) fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+    *fd = f;
+    return MT_OK;
+}
+
+mt_status_t mt_fopen_regular(const char *path, FILE **out, char *err, size_t errlen) {
+    int fd = -1;
+    *out = NULL;
+    int rc = mt_open_regular(path, &fd, err, errlen);
+    if (rc != MT_OK) return rc;
+    *out = fdopen(fd, "rb");
+    if (!*out) {
+        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
+        return MT_IO;
+    }
+    return MT_OK;
+}
+
+mt_status_t mt_read_regular(const char *path, size_t max, char **out, size_t *len, char *err, size_t errlen) {
+    int fd = -1, rc = MT_OK;
+    size_t n = 0;
+    char *buf = NULL;
+    *out = NULL;
+    if (len) *len = 0;
+    rc = mt_open_regular(path, &fd, err, errlen);
+    if (rc != MT_OK) return rc;
+    buf = malloc(max + 2);
+    if (!buf) {
+        mt_fmt(err, errlen, "%s: out of memory", path);
+        rc = MT_NOMEM;
+        goto out;
+    }
+    /* one byte past max tells a file of exactly max from a longer one */
+    while (n <= max) {
+        ssize_t r = read(fd, buf + n, max + 1 - n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
+            rc = MT_IO;
+            goto out;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    if (n > max) {
+        mt_fmt(err, errlen, "%s: larger than %zu bytes", path, max);
+        rc = MT_INVAL;
+        goto out;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    buf = NULL;
+    if (len) *len = n;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+mt_status_t mt_check_regular(const char *path, bool missing_ok, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        if (e == ENOENT && missing_ok) return MT_OK;
+        mt_fmt(err, errlen, "%s: %s", path, strerror(e));
+        return e == ENOENT ? MT_NOTFOUND : MT_IO;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        mt_fmt(err, errlen, "%s: not a regular file (%s)", path, file_kind(st.st_mode));
+        return MT_INVAL;
     }
     return MT_OK;
 }

@@ -6,8 +6,10 @@
 #define MT_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* One status type for the whole project: 0 is success, errors are negative. */
 typedef enum {
@@ -51,6 +53,10 @@ char *mt_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(
 /* Parses a whole decimal unsigned integer in [min, max]; MT_INVAL otherwise. */
 mt_status_t mt_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out);
 mt_status_t mt_parse_u64(const char *s, uint64_t *out);
+/* Why s failed mt_parse_u32(s, min, max): "out of range (MIN..MAX)" for a whole decimal
+ * number outside the bounds (however many digits), else "not a positive integer" (or
+ * "not a whole number" when min is 0). Returns buf. */
+const char *mt_u32_problem(const char *s, uint32_t min, uint32_t max, char *buf, size_t len);
 mt_status_t mt_parse_double(const char *s, double *out);
 
 /* Parses a comma-separated list of unsigned integers in [min, max] into a newly allocated
@@ -69,6 +75,23 @@ uint64_t mt_mix64(uint64_t z);
 
 /* Creates a directory and its parents (mode 0755); MT_IO with errno text in err. */
 mt_status_t mt_mkdirs(const char *path, char *err, size_t errlen);
+
+/* Every file a user names as input is opened through these: without blocking (a FIFO
+ * or a device would hold the caller forever, or never end) and regular files only.
+ *
+ * mt_open_regular opens path read-only and returns its descriptor (close-on-exec) in
+ * *fd; MT_NOTFOUND when it does not exist, MT_INVAL when it is not a regular file
+ * ("PATH: not a regular file (a FIFO)"), MT_IO with errno's text; one line in err. */
+mt_status_t mt_open_regular(const char *path, int *fd, char *err, size_t errlen);
+/* The same as a stdio stream opened "rb" (caller fcloses *out). */
+mt_status_t mt_fopen_regular(const char *path, FILE **out, char *err, size_t errlen);
+/* Reads the whole regular file at path into a new NUL-terminated buffer (caller frees
+ * *out; *len, when not NULL, is its length). A file over max bytes is MT_INVAL
+ * ("PATH: larger than MAX bytes"); otherwise mt_open_regular's answers. */
+mt_status_t mt_read_regular(const char *path, size_t max, char **out, size_t *len, char *err, size_t errlen);
+/* For a file another library opens by name (SQLite): MT_OK when path is a regular file,
+ * or is missing and missing_ok; else mt_open_regular's answer. */
+mt_status_t mt_check_regular(const char *path, bool missing_ok, char *err, size_t errlen);
 
 /* The triton backend's helper script: $MOETUNE_HELPER when set (it must be readable), else
  * moetune_helper.py beside the running binary, else the source tree's worker/ copy. Writes the

@@ -49,3 +49,31 @@ out:
     sqlite3_close(db);
     return rc;
 }
+
+mt_status_t dbx_exports_writable(const char *db_path, char *err, size_t errlen) {
+    int rc = MT_OK;
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        mt_fmt(err, errlen, "%s: %s", db_path, db ? sqlite3_errmsg(db) : "cannot open");
+        rc = MT_IO;
+        goto out;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    if (sqlite3_db_readonly(db, "main") == 1) {
+        mt_fmt(err, errlen, "%s is read-only: an export records its files in the database; nothing written", db_path);
+        rc = MT_INVAL;
+        goto out;
+    }
+    int src = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (src != SQLITE_OK) {
+        int code = sqlite3_errcode(db) & 0xff;
+        mt_fmt(err, errlen, "%s: %s: an export records its files in the database; nothing written", db_path,
+               sqlite3_errmsg(db));
+        rc = code == SQLITE_BUSY ? MT_BUSY : code == SQLITE_READONLY ? MT_INVAL : MT_IO;
+        goto out;
+    }
+    sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+out:
+    sqlite3_close(db);
+    return rc;
+}

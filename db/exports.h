@@ -28,4 +28,10 @@ typedef struct {
 mt_status_t dbx_exports_add(const char *db_path, const char *out_dir, const dbx_export_t *rows, size_t n, char *err,
                             size_t errlen);
 
+/* MT_OK when an export could record its files in the database at db_path: it opens read
+ * and write and takes the write lock for a moment. MT_INVAL for a read-only database
+ * ("PATH is read-only: ..."), else dbx_exports_add's answers; one line in err. An export
+ * asks before it writes any file, so a database it cannot record in writes nothing. */
+mt_status_t dbx_exports_writable(const char *db_path, char *err, size_t errlen);
+
 #endif

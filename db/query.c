@@ -187,6 +187,9 @@ mt_status_t dbq_open(const char *path, dbq_t **out, char *err, size_t errlen) {
     char *uri = NULL;
     dbq_t *q = NULL;
     *out = NULL;
+    /* a FIFO would block SQLite's open */
+    rc = mt_check_regular(path, false, err, errlen);
+    if (rc != MT_OK) return rc == MT_NOTFOUND ? MT_IO : rc;
     q = calloc(1, sizeof *q);
     if (!q) return MT_NOMEM;
     rc = open_conn(path, SQLITE_OPEN_READONLY, q, &code, why, sizeof why);
@@ -257,6 +260,7 @@ static void row_from(sqlite3_stmt *st, dbq_result_t *r) {
     r->samples = col_u32(st, i++);
     col_text(st, i++, r->detail, sizeof r->detail);
     col_text(st, i++, r->worker_id, sizeof r->worker_id);
+    r->device_name_cut = sqlite3_column_bytes(st, i) >= (int)sizeof r->device_name;
     col_text(st, i++, r->device_name, sizeof r->device_name);
     col_text(st, i++, r->device_uuid, sizeof r->device_uuid);
     col_text(st, i++, r->driver_version, sizeof r->driver_version);

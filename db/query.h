@@ -58,6 +58,7 @@ typedef struct {
     const char *versions; /* triton: "kernel=.. triton=.. torch=.. python=..[ engine=..]" */
     double up_us, down_us;
     char routing_source[256]; /* the routing file shape.routing came from; "" for uniform routing */
+    bool device_name_cut;     /* the stored device name is longer than device_name holds */
 } dbq_result_t;
 
 /* Called once per row; returns an MT_* status, and one other than MT_OK stops the walk and is returned. */

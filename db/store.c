@@ -339,9 +339,48 @@ static int migrate(store_t *s) {
     return rc ? rc : fk;
 }
 
+/* MT_OK for an empty database or moetune's; MT_INVAL for a file of another program,
+ * found before anything is written to it (no table, no journal mode change). */
+static int check_ours(store_t *s) {
+    static const char sql[] = "SELECT count(*), count(CASE WHEN type = 'table' AND name IN ('sweeps', 'results',"
+                              " 'shapes', 'configs') THEN 1 END), (SELECT user_version FROM pragma_user_version),"
+                              " (SELECT application_id FROM pragma_application_id) FROM sqlite_master";
+    sqlite3_stmt *st = NULL;
+    int rc = MT_OK;
+    int src = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (src == SQLITE_OK) src = sqlite3_step(st);
+    if (src != SQLITE_ROW) {
+        rc = fail(s, src, "reading the schema");
+        if (src == SQLITE_NOTADB) rc = MT_INVAL;
+        goto out;
+    }
+    int64_t n_all = sqlite3_column_int64(st, 0), n_ours = sqlite3_column_int64(st, 1);
+    int64_t version = sqlite3_column_int64(st, 2), app = sqlite3_column_int64(st, 3);
+    if (version > STORE_SCHEMA_VERSION) { /* said before the journal mode changes anything */
+        mt_fmt(s->err, sizeof s->err, "database schema version %lld is newer than this program's %d",
+               (long long)version, STORE_SCHEMA_VERSION);
+        rc = MT_INVAL;
+        goto out;
+    }
+    /* no table, but a version or application id another program set: not empty either */
+    if ((n_all > 0 && n_ours < 4) || (n_all == 0 && (version != 0 || app != 0))) {
+        mt_fmt(s->err, sizeof s->err,
+               "not a moetune database (another program's: %lld tables and indexes, user_version %lld, "
+               "application_id %lld); left as it was: give --db a new file",
+               (long long)n_all, (long long)version, (long long)app);
+        rc = MT_INVAL;
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
 mt_status_t store_open(const char *path, store_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
     *out = NULL;
+    /* a FIFO would block SQLite's open; a directory or device is no database */
+    rc = mt_check_regular(path, true, err, errlen);
+    if (rc) return rc == MT_INVAL ? MT_INVAL : MT_IO;
     store_t *s = calloc(1, sizeof *s);
     if (!s) {
         mt_fmt(err, errlen, "out of memory");
@@ -354,7 +393,8 @@ mt_status_t store_open(const char *path, store_t **out, char *err, size_t errlen
         goto out;
     }
     sqlite3_busy_timeout(s->db, 5000);
-    rc = pragma(s, "PRAGMA journal_mode = WAL");
+    rc = check_ours(s);
+    if (!rc) rc = pragma(s, "PRAGMA journal_mode = WAL");
     if (!rc) rc = pragma(s, "PRAGMA synchronous = NORMAL");
     if (!rc) rc = pragma(s, "PRAGMA foreign_keys = ON");
     if (!rc) rc = migrate(s);

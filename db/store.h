@@ -73,7 +73,9 @@ typedef struct {
  * user_version is 0 or the upgrades (ALTER TABLE, one transaction) from an older version, and sets WAL, synchronous=NORMAL, busy_timeout and
  * foreign_keys. On success *out is a new store the caller closes with
  * store_close(). On failure returns MT_IO (MT_BUSY when the database stays locked,
- * MT_NOMEM, or MT_INVAL for a database of a newer schema) with a one-line reason in err. */
+ * MT_NOMEM, or MT_INVAL for a database of a newer schema, a non-empty database of another
+ * program (refused before anything is written to it) or a path that is not a regular
+ * file) with a one-line reason in err. */
 mt_status_t store_open(const char *path, store_t **out, char *err, size_t errlen);
 
 /* Finalizes every statement and closes the database; NULL-safe, nulls *s. */

@@ -137,11 +137,9 @@ mt_status_t krn_routing_load(const char *path, krn_routing_t *r, char *err, size
     uint8_t *buf = NULL;
     int rc = MT_OK;
     char why[256];
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
-        return MT_IO;
-    }
+    FILE *f = NULL;
+    rc = mt_fopen_regular(path, &f, err, errlen); /* a FIFO would block */
+    if (rc) return rc == MT_NOTFOUND ? MT_IO : rc;
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
     if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
@@ -177,11 +175,9 @@ out:
 }
 
 mt_status_t krn_routing_file_sha256(const char *path, char out[65], char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
-        return MT_IO;
-    }
+    FILE *f = NULL;
+    int rc = mt_fopen_regular(path, &f, err, errlen); /* a FIFO would block */
+    if (rc) return rc == MT_NOTFOUND ? MT_IO : rc;
     crypto_hash_sha256_state h;
     crypto_hash_sha256_init(&h);
     unsigned char buf[65536];

@@ -289,7 +289,8 @@ static mt_status_t shape_field(void *ctx, const char *key, char *val, char *err,
         }
         uint32_t v;
         if (mt_parse_u32(val, 1, KRN_MAX_NK, &v) != MT_OK) {
-            mt_fmt(err, errlen, "%s=%s is not a positive integer", key, val);
+            char why[64];
+            mt_fmt(err, errlen, "%s=%s is %s", key, val, mt_u32_problem(val, 1, KRN_MAX_NK, why, sizeof why));
             return MT_INVAL;
         }
         *(uint32_t *)((char *)s + fields[i].off) = v;

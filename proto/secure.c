@@ -67,44 +67,20 @@ static int find_key(const char *text, const char *name, uint8_t out[SEC_KEY_BYTE
     return MT_NOTFOUND;
 }
 
+/* The key file at path as text, read without blocking (a FIFO in the allow-list folder
+ * must not stall the authenticator thread) and from a regular file only. */
 static int read_text(const char *path, char **out, char *err, size_t errlen) {
-    int rc = MT_OK;
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    if (!f) {
-        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
-        return MT_IO;
-    }
-    buf = malloc(MAX_KEY_FILE + 1);
-    if (!buf) {
-        rc = MT_NOMEM;
-        mt_fmt(err, errlen, "%s: out of memory", path);
-        goto out;
-    }
-    size_t n = fread(buf, 1, MAX_KEY_FILE + 1, f);
-    if (ferror(f)) {
-        mt_fmt(err, errlen, "%s: %s", path, strerror(errno));
-        rc = MT_IO;
-        goto out;
-    }
-    if (n > MAX_KEY_FILE) {
-        mt_fmt(err, errlen, "%s: not a key file (over %d bytes)", path, MAX_KEY_FILE);
-        rc = MT_INVAL;
-        goto out;
-    }
-    buf[n] = '\0';
-    if (strlen(buf) != n) {
+    size_t n = 0;
+    int rc = mt_read_regular(path, MAX_KEY_FILE, out, &n, err, errlen);
+    if (rc == MT_NOTFOUND) rc = MT_IO;
+    if (rc) return rc;
+    if (strlen(*out) != n) {
         mt_fmt(err, errlen, "%s: not a key file (binary content)", path);
-        rc = MT_INVAL;
-        goto out;
+        free(*out);
+        *out = NULL;
+        return MT_INVAL;
     }
-    *out = buf;
-    buf = NULL;
-out:
-    free(buf);
-    fclose(f);
-    return rc;
+    return MT_OK;
 }
 
 /* Decodes key `name` of text, the content of key file path, into out; MT_INVAL with

@@ -82,9 +82,12 @@ static void first_error_line(const char *log, char *out, size_t len) {
 }
 
 static int read_file(const char *path, unsigned char **buf, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return MT_NOTFOUND;
-    int rc = MT_IO;
+    FILE *f = NULL;
+    char why[300];
+    /* without blocking, a regular file only: a FIFO in the cache must not hold the worker */
+    int rc = mt_fopen_regular(path, &f, why, sizeof why);
+    if (rc != MT_OK) return rc == MT_NOTFOUND ? MT_NOTFOUND : MT_IO;
+    rc = MT_IO;
     long n;
     if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET) != 0) goto out;
     *buf = malloc((size_t)n);

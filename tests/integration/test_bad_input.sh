@@ -38,6 +38,10 @@ S=(--backend sim --workers 1 --db "$T/t.db" --out "$T/out")
 expect_usage "malformed shape"      "$M" tune "${S[@]}" --shape E=128,N=768,K=2048
 expect_usage "shape not key=value"  "$M" tune "${S[@]}" --shape garbage
 expect_usage "zero experts"         "$M" tune "${S[@]}" --shape E=0,N=768,K=2048,topk=8
+expect_usage "K out of range"       "$M" tune "${S[@]}" --shape E=8,N=768,K=2147483648,topk=2
+grep -q "K=2147483648 is out of range (1..1048576)" "$T/err.txt" || fail "K=2147483648: not said to be out of range"
+expect_usage "K not a number"       "$M" tune "${S[@]}" --shape E=8,N=768,K=4k,topk=2
+grep -q "K=4k is not a positive integer" "$T/err.txt" || fail "K=4k: not said to be no integer"
 expect_usage "negative size"        "$M" tune "${S[@]}" --shape E=128,N=-768,K=2048,topk=8
 expect_usage "topk above E"         "$M" tune "${S[@]}" --shape E=4,N=768,K=2048,topk=8
 expect_usage "unknown model"        "$M" tune "${S[@]}" --model no-such-model --tp 1

@@ -89,3 +89,15 @@ grep -E '^  E=8,N=7168.* 16 .*\+20\.00%$' "$T/hist.txt" >/dev/null || { cat "$T/
 "$BIN/moetune" history --db "$DB" --shape E=8 --device "no such gpu" >"$T/hist0.txt" || fail "history (no device)"
 grep -q "no ok results" "$T/hist0.txt" || fail "history of an unknown device should be empty"
 pass "history: 3 sweeps in order, stored best values, +20 % on the planted entry, device filter"
+
+# ---- a sweep name that is not UTF-8 (submit accepts it): every --json output is whole
+sql "UPDATE sweeps SET name = CAST(x'68ff64' AS TEXT) WHERE id = 2"
+set +e
+"$BIN/moetune" diff 1 2 --db "$DB" --json >"$T/diffbad.json" 2>"$T/diffbad.err"; rc=$?
+set -e
+[ $rc = 3 ] || { cat "$T/diffbad.err"; fail "diff --json with a non-UTF-8 name exited $rc, expected 3"; }
+[ "$(jq -r '.new.name' "$T/diffbad.json")" = 'h\xFFd' ] || fail "diff --json: name '$(jq -r '.new.name' "$T/diffbad.json")'"
+[ "$(jq '.regressions' "$T/diffbad.json")" = 2 ] || fail "diff --json with a non-UTF-8 name lost its regressions"
+"$BIN/moetune" history --db "$DB" --shape E=8,N=7168 --json >"$T/histbad.json" || fail "history --json failed"
+[ "$(jq -c '[.sweeps[].sweep]' "$T/histbad.json")" = "[1,2,3]" ] || fail "history --json dropped a sweep: $(jq -c '[.sweeps[].sweep]' "$T/histbad.json")"
+pass "a non-UTF-8 sweep name: diff --json and history --json whole, the name escaped"

@@ -84,3 +84,15 @@ grep -q "needs --wait" "$T/u1.out" && grep -q "needs --db" "$T/u2.out" && grep -
   || fail "bad usage messages"
 [ "$(sql "SELECT count(*) FROM sweeps")" = 6 ] || fail "a refused command submitted a sweep"
 pass "bad usage refused before anything is submitted"
+
+# 7: --compare-to a sweep with no shape in common: nothing compared, exit 1, nothing exported
+e6=$(exports)
+set +e
+"$BIN/moetune" submit --control "$CEP" --name n7 --shape E=16,N=2048,K=1024,topk=2 --batch-sizes 1,16 --wait \
+  --compare-to 1 --db "$DB" --out "$T/configs7" >"$T/n7.out" 2>"$T/n7.err"
+rc=$?
+set -e
+[ $rc = 1 ] || { cat "$T/n7.out" "$T/n7.err"; fail "--compare-to a sweep with no shape in common exited $rc, expected 1"; }
+grep -q "no (shape, batch size) in common" "$T/n7.err" || { cat "$T/n7.err"; fail "n7: no reason given"; }
+[ "$(exports)" = "$e6" ] && [ ! -e "$T/configs7" ] || fail "n7 exported although nothing was compared"
+pass "--compare-to a sweep with no shape in common: exit 1, nothing exported"

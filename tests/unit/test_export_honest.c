@@ -277,8 +277,82 @@ static void test_selection(void **state) {
     assert_non_null(strstr(fx->err, "would mix results of two kernel sources"));
 }
 
+/* Entries kept from an existing file keep their provenance: exporting sweep 2 (M = 1, 2)
+ * over sweep 1's file (M = 1, 16, 64) names both sweeps in the record, per entry and in
+ * the coverage; a kept entry whose sweep no record names makes the file partial. */
+static void test_merge_provenance(void **state) {
+    fixture_t *fx = *state;
+    exp_report_t rep;
+    char mpath[600];
+    json_error_t jerr;
+    exec_sql(fx, "DELETE FROM results WHERE sweep_id = 2;"
+                 "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us,"
+                 " stddev_us, samples, device_id, backend, compiler, kernel_hash, created)"
+                 " SELECT s, 1, c, bs, 'ok', 10.0 * c + bs, 1.0, 0.1, 20, 1, 'sim', 'sim', 'kh', 1"
+                 " FROM (SELECT 1 AS c UNION SELECT 2),"
+                 " (SELECT 1 AS s, 64 AS bs UNION SELECT 2, 1 UNION SELECT 2, 2);");
+    exp_opts_t o1 = {.sweep_id = 1}, o2 = {.sweep_id = 2};
+    assert_int_equal(run(fx, o1, &rep), MT_OK);
+    exp_report_clear(&rep);
+    assert_int_equal(run(fx, o2, &rep), MT_OK);
+    assert_int_equal(rep.n_files, 1);
+    assert_int_equal(rep.files[0].entries, 4);
+    assert_false(rep.files[0].partial);
+    exp_report_clear(&rep);
+    snprintf(mpath, sizeof mpath, "%s/sim/manifest.json", fx->t.out);
+    json_t *m = json_load_file(mpath, 0, &jerr);
+    json_t *rec = json_object_get(m, "E=128,N=768,device_name=NVIDIA_H200.json");
+    json_t *ids = json_object_get(rec, "sweep_ids");
+    assert_int_equal(json_array_size(ids), 2);
+    assert_int_equal(json_integer_value(json_array_get(ids, 0)) + json_integer_value(json_array_get(ids, 1)), 3);
+    static const struct {
+        const char *bs;
+        int sweep;
+    } want[] = {{"1", 2}, {"2", 2}, {"16", 1}, {"64", 1}};
+    for (size_t i = 0; i < 4; i++) {
+        json_t *e = json_object_get(json_object_get(rec, "entries"), want[i].bs);
+        assert_int_equal(json_integer_value(json_object_get(e, "sweep_id")), want[i].sweep);
+    }
+    json_t *cov = json_object_get(rec, "coverage");
+    assert_non_null(json_object_get(json_object_get(json_object_get(cov, "sweeps"), "1"), "batch_sizes"));
+    assert_non_null(json_object_get(json_object_get(cov, "sweeps"), "2"));
+    assert_true(json_is_true(json_object_get(cov, "complete")));
+    json_decref(m);
+
+    /* Without the previous record, the kept entries' sweep is unknown: partial, said so. */
+    assert_int_equal(unlink(mpath), 0);
+    assert_int_equal(run(fx, o2, &rep), MT_OK);
+    assert_int_equal(rep.n_files, 1);
+    assert_true(rep.files[0].partial);
+    assert_non_null(strstr(rep.files[0].coverage, "kept from the previous file"));
+    exp_report_clear(&rep);
+    m = json_load_file(mpath, 0, &jerr);
+    rec = json_object_get(m, "E=128,N=768,device_name=NVIDIA_H200.json");
+    assert_true(json_is_false(json_object_get(json_object_get(rec, "coverage"), "complete")));
+    assert_true(json_is_null(json_object_get(json_object_get(json_object_get(rec, "entries"), "16"), "sweep_id")));
+    json_decref(m);
+}
+
+/* Two shapes that differ only in their captured routing: the refusal names the routings,
+ * not two identical-looking shapes. */
+static void test_routing_clash(void **state) {
+    fixture_t *fx = *state;
+    exp_report_t rep;
+    exec_sql(fx, "UPDATE shapes SET k = 2048, routing = 'abcdef0123456789' WHERE id = 2");
+    exp_opts_t both = {0};
+    both.sweep_ids = (const uint64_t[]){1, 2};
+    both.n_sweep_ids = 2;
+    assert_int_equal(run(fx, both, &rep), MT_INVAL);
+    exp_report_clear(&rep);
+    assert_non_null(strstr(fx->err, "two shapes"));
+    assert_non_null(strstr(fx->err, "routing=abcdef012345"));
+    assert_false(out_exists(fx));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_merge_provenance, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_routing_clash, setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_damaged_rows, setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_two_shapes, setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_unfinished, setup, tmpdir_teardown),
