@@ -61,6 +61,15 @@ SGLANG_MOE_CONFIG_DIR=$T/c PYTHONPATH=$F/_stubs "$M" doctor --python "$PY" --mod
 has "sglang is not installed" "no engine"
 pass "doctor without the engine: moetune's rules, said so"
 
+mkdir -p "$T/notriton/triton"
+echo "raise ImportError('No module named triton (test)')" >"$T/notriton/triton/__init__.py"
+PYTHONPATH=$T/notriton:$F/_stubs "$M" doctor --python "$PY" --model qwen3-30b-a3b --tp 1 --engine sglang \
+  >"$T/out" 2>&1 && fail "doctor without Triton exited 0"
+has "Triton is not importable in" "no triton"
+has "(torch 2.11.0)" "no triton"
+grep -q "torch is not importable" "$T/out" && { cat "$T/out"; fail "doctor blamed torch"; }
+pass "doctor with torch but no Triton names Triton, not torch"
+
 # ---- tune asks before any GPU time: a sweep whose file the engine would not read is refused
 rc=0
 PYTHONPATH=$F/sglang-renamed:$F/_stubs "$M" tune --backend triton --kernel sglang --python "$PY" \
