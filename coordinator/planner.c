@@ -213,6 +213,26 @@ static int shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
 }
 
 mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen) {
+    return plan_build_on(spec, NULL, out, err, errlen);
+}
+
+/* Which static rules a sweep of backend plans with on dev, as p->rules says it. */
+static void plan_rules_line(plan_t *p, const char *backend, bool triton_rules, const plan_device_t *dev,
+                            const krn_limits_t *cuda_limits) {
+    if (!triton_rules)
+        mt_fmt(p->rules, sizeof p->rules, "%s: moetune's CUDA kernel (divisibility, MMA tiles, registers, %u B "
+               "shared memory per block)", backend, cuda_limits->smem_per_block);
+    else if (!dev)
+        mt_fmt(p->rules, sizeof p->rules, "%s: Triton's, no device yet (its worker judges shared memory before "
+               "compiling)", backend);
+    else
+        mt_fmt(p->rules, sizeof p->rules, "%s: Triton's on %s (sm_%u%u, %u B shared memory per block)", backend,
+               dev->name[0] ? dev->name : "its device", dev->limits.cc_major, dev->limits.cc_minor,
+               dev->limits.smem_per_block);
+}
+
+mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *dev, plan_t **out, char *err,
+                          size_t errlen) {
     int rc = MT_OK;
     plan_t *p = NULL;
     char why[PLAN_REASON_LEN];
@@ -311,6 +331,11 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
         n_engines = spec->n_engines;
     }
     bool cuda = strcmp(backend, "cuda") == 0 && spec->backend && *spec->backend;
+    /* Triton's rules: the triton backend's, and those of a sim worker standing in for it; with
+     * the shared memory of the device the sweep is planned for, when one is known. */
+    bool triton_rules = triton || (strcmp(backend, "sim") == 0 && dev && dev->sim_triton);
+    const krn_limits_t *tlimits = dev ? &dev->limits : NULL;
+    plan_rules_line(p, backend, triton_rules, triton_rules ? dev : NULL, &limits);
     size_t n_space = krn_space_size(&p->space);
     uint64_t n_total = (uint64_t)n_space * spec->n_shapes; /* at most 16^6 x 4096: no overflow */
     if (n_total > PLAN_MAX_CONFIGS) {
@@ -359,14 +384,14 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
         for (size_t c = 0; c < n_space; c++) {
             krn_config_t cfg;
             krn_space_at(&p->space, c, &cfg);
-            int ok = triton ? krn_check_triton(&cfg, why, sizeof why)
-                            : krn_check(&ps->shape, &cfg, &limits, why, sizeof why);
+            int ok = triton_rules ? krn_check_triton_on(&ps->shape, &cfg, tlimits, why, sizeof why)
+                                  : krn_check(&ps->shape, &cfg, &limits, why, sizeof why);
             if (ok == MT_OK && cuda && strcmp(ps->shape.dtype, "bf16") != 0) {
                 /* moetune's CUDA kernel is bf16 only; the fp8 layer is the triton backend's. */
                 mt_fmt(why, sizeof why, "the cuda backend runs bf16 only (%s needs --backend triton)", ps->shape.dtype);
                 ok = MT_INVAL;
             }
-            if (ok == MT_OK && triton && ps->shape.block_n) {
+            if (ok == MT_OK && triton_rules && ps->shape.block_n) {
                 char ewhy[PLAN_REASON_LEN];
                 size_t len = 0;
                 ok = MT_INVAL;
@@ -413,7 +438,7 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
         mt_fmt(err, errlen,
                "shape %s%s: no config of the space passes the static rules (%s); leave it out of the sweep%s", sh, more,
                empty->rejected[0].reason, /* the space is never empty: all of it was rejected */
-               triton ? "" : ", or tune the engines' kernel with --backend triton, which masks the edges");
+               triton_rules ? "" : ", or tune the engines' kernel with --backend triton, which masks the edges");
         rc = MT_INVAL;
         goto out;
     }

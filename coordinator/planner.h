@@ -11,6 +11,7 @@
 #ifndef COORD_PLANNER_H
 #define COORD_PLANNER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,6 +34,17 @@ typedef struct {
     krn_config_t cfg;
     char reason[PLAN_REASON_LEN];
 } plan_rejection_t;
+
+/* The device a sweep is planned for (the GPU model its first lease will bind it to): the limits
+ * of its static rules, and whether its worker follows Triton's rules though the sweep's backend
+ * is sim (a sim worker standing in for a Triton kernel). */
+typedef struct {
+    krn_limits_t limits;
+    bool sim_triton;
+    char name[128]; /* the GPU model, for the plan's rules line */
+} plan_device_t;
+
+#define PLAN_RULES_LEN 224
 
 typedef struct {
     krn_shape_t shape;
@@ -64,6 +76,7 @@ typedef struct {
     uint32_t sample;                                /* Space.sample: valid configs kept per shape; 0 = all */
     uint32_t configs_unsampled;                     /* valid configs the sample left out, summed */
     uint64_t results_planned;                       /* valid configs x batch sizes */
+    char rules[PLAN_RULES_LEN];                     /* the static rules it was planned with, a line */
     uint64_t sweep_id;                              /* filled by plan_write */
     int64_t created;                                /* filled by plan_write: the sweep row's created (s) */
 } plan_t;
@@ -88,6 +101,13 @@ uint32_t plan_chunk(const Moetune__SweepSpec *spec);
  * spec of more than PLAN_MAX_CONFIGS configs (shapes x space) is refused with its
  * count before anything is expanded. */
 mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen);
+
+/* plan_build for the device dev (NULL: none known). A triton sweep (or a sim one whose device
+ * stands in for Triton) then also rejects the configs whose shared memory cannot fit dev
+ * (krn_check_triton_on); without a device it keeps them and its worker judges them on its own
+ * device before compiling. p->rules says which rules were used. */
+mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *dev, plan_t **out, char *err,
+                          size_t errlen);
 
 /* Releases a plan; NULL-safe, nulls *p. */
 void plan_destroy(plan_t **p);

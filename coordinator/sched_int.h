@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "halving.h"
+#include "planner.h"
 #include "mt.h"
 #include "race.h"
 #include "scheduler.h"
@@ -236,6 +237,7 @@ struct sched {
     uint64_t next_hb, next_rate;
     sched_batch_t *inflight; /* handed to a writer, not yet done */
     sched_counters_t c;
+    char plan_rules[PLAN_RULES_LEN]; /* Submitted.rules of the last submit */
     uint64_t *behind; /* Submitted.queued_behind of the last submit */
     size_t cap_behind;
     uint64_t load_now;     /* monotonic ms of the load, for the leases kept across a restart */

@@ -377,7 +377,37 @@ struct sched_plan {
     Moetune__SweepSpec *spec; /* the submitted spec with defaults filled (unpacked copy, owned); NULL = none */
     plan_t *plan;             /* built by sched_plan_build, ids filled by sched_plan_write */
     char err[256];            /* the planner's reason, written on the writer thread */
+    plan_device_t dev;        /* the device it is planned for (sched_plan_device) */
+    bool has_dev;
 };
+
+/* Whether a worker of hello h may measure spec: its backend and device filter (the binding
+ * comes later: sched_worker_matches). */
+static bool hello_matches(const Moetune__Hello *h, const Moetune__SweepSpec *spec) {
+    const char *name = h->gpu && h->gpu->name ? h->gpu->name : "";
+    if (spec->backend && *spec->backend && (!h->backend || strcmp(h->backend, spec->backend) != 0)) return false;
+    return !spec->device_filter || !*spec->device_filter || strstr(name, spec->device_filter) != NULL;
+}
+
+void sched_plan_device(const sched_t *s, sched_plan_t *sp) {
+    const Moetune__Gpu *best = NULL;
+    const Moetune__Hello *bh = NULL;
+    sp->has_dev = false;
+    for (size_t i = 0; sp->spec && i < s->n_workers; i++) {
+        const sched_worker_t *w = s->workers[i];
+        const Moetune__Hello *h = w->alive && w->hello ? w->hello->hello : NULL;
+        if (!h || !h->gpu || !h->gpu->smem_per_block || !hello_matches(h, sp->spec)) continue;
+        if (!best || h->gpu->smem_per_block > best->smem_per_block) best = h->gpu, bh = h;
+    }
+    if (!best) return;
+    krn_limits_default(&sp->dev.limits);
+    sp->dev.limits.smem_per_block = best->smem_per_block;
+    sp->dev.limits.cc_major = best->cc_major;
+    sp->dev.limits.cc_minor = best->cc_minor;
+    sp->dev.sim_triton = bh->versions && strstr(bh->versions, KRN_SIM_TRITON) != NULL;
+    mt_fmt(sp->dev.name, sizeof sp->dev.name, "%s", best->name ? best->name : "");
+    sp->has_dev = true;
+}
 
 mt_status_t sched_plan_new(const Moetune__SweepSpec *spec, sched_plan_t **out, char *err, size_t errlen) {
     *out = NULL;
@@ -426,7 +456,7 @@ mt_status_t sched_plan_build(store_t *db, void *arg) {
     sched_plan_t *sp = arg;
     (void)db;
     plan_destroy(&sp->plan);
-    return plan_build(sp->spec, &sp->plan, sp->err, sizeof sp->err);
+    return plan_build_on(sp->spec, sp->has_dev ? &sp->dev : NULL, &sp->plan, sp->err, sizeof sp->err);
 }
 
 mt_status_t sched_plan_write(store_t *db, void *arg) {
@@ -528,6 +558,8 @@ mt_status_t sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *
     out->configs_rejected = p->configs_rejected;
     out->configs_unsampled = p->configs_unsampled;
     out->results_planned = p->results_planned;
+    mt_fmt(s->plan_rules, sizeof s->plan_rules, "%s", p->rules);
+    out->rules = s->plan_rules;
     out->n_queued_behind = n_behind;
     out->queued_behind = n_behind ? s->behind : NULL;
     for (size_t i = 0; i < n_behind; i++) {
@@ -539,10 +571,10 @@ mt_status_t sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *
                (unsigned long long)o->planned);
     }
     log_at(MT_LOG_INFO,
-           "sweep %llu '%s' submitted: %u jobs, %u configs valid, %u rejected, %u left out by the sample, %llu "
-           "results planned",
+           "sweep %llu '%s' submitted: %u jobs, %u configs valid, %u rejected (%s), %u left out by the sample, "
+           "%llu results planned",
            (unsigned long long)out->sweep_id, sp->spec->name ? sp->spec->name : "", out->jobs, out->configs_valid,
-           out->configs_rejected, out->configs_unsampled, (unsigned long long)out->results_planned);
+           out->configs_rejected, out->rules, out->configs_unsampled, (unsigned long long)out->results_planned);
     sched_dispatch_all(s, now_ms);
 out:
     sched_plan_free(psp);
@@ -554,6 +586,7 @@ mt_status_t sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Su
     sched_plan_t *sp = NULL;
     int rc = sched_plan_new(spec, &sp, err, errlen);
     if (rc) return rc;
+    sched_plan_device(s, sp);
     rc = sched_plan_build(s->db, sp);
     if (!rc) {
         /* A submit waits longer than the loop's other writes for the writer thread's commit. */

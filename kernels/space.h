@@ -155,6 +155,10 @@ uint32_t krn_triton_smem_floor(const krn_shape_t *shape, const krn_config_t *cfg
 mt_status_t krn_check_triton_on(const krn_shape_t *shape, const krn_config_t *cfg, const krn_limits_t *limits,
                                 char *why, size_t whylen);
 
+/* What a sim worker standing in for a Triton kernel puts in its Hello's versions: the planner
+ * then plans its sweeps with Triton's rules. */
+#define KRN_SIM_TRITON "sim=triton"
+
 /* A device the static rules know by name, for planning without one at hand (bench, tests). */
 typedef struct {
     const char *key;  /* "sm_90" */

@@ -125,6 +125,51 @@ static void test_triton_rules(void **state) {
     assert_null(triton);
 }
 
+/* A triton sweep planned for a device drops the configs whose shared memory cannot fit it, with
+ * the rule's reason: 616 of the default space on sm_90, 944 on sm_120; none without a device. A sim
+ * sweep follows the same rules when its device stands in for Triton, else the CUDA kernel's. */
+static void test_triton_device_rules(void **state) {
+    static const struct {
+        const char *backend, *key;
+        bool sim_triton;
+        uint32_t rejected;
+        const char *rules;
+    } cases[] = {
+        {"triton", NULL, false, 0, "triton: Triton's, no device yet (its worker judges shared memory before compiling)"},
+        {"triton", "sm_90", false, 616, "triton: Triton's on GPU X (sm_90, 232448 B shared memory per block)"},
+        {"triton", "sm_120", false, 944, "triton: Triton's on GPU X (sm_120, 101376 B shared memory per block)"},
+        {"sim", "sm_90", true, 616, "sim: Triton's on GPU X (sm_90, 232448 B shared memory per block)"},
+        {"sim", "sm_120", true, 944, "sim: Triton's on GPU X (sm_120, 101376 B shared memory per block)"},
+    };
+    (void)state;
+    spec_t s;
+    char err[256];
+    spec_init(&s, (const uint32_t[][4]){{128, 768, 2048, 8}}, 1);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        plan_t *p = NULL;
+        plan_device_t dev = {.sim_triton = cases[i].sim_triton, .name = "GPU X"};
+        if (cases[i].key) dev.limits = krn_device_find(cases[i].key)->limits;
+        s.spec.backend = (char *)cases[i].backend;
+        assert_int_equal(plan_build_on(&s.spec, cases[i].key ? &dev : NULL, &p, err, sizeof err), MT_OK);
+        assert_int_equal(p->configs_rejected, cases[i].rejected);
+        assert_int_equal(p->configs_valid, 1920 - cases[i].rejected);
+        assert_string_equal(p->rules, cases[i].rules);
+        for (size_t r = 0; r < p->shapes[0].n_rejected; r++)
+            assert_non_null(strstr(p->shapes[0].rejected[r].reason, "shared memory > "));
+        plan_destroy(&p);
+    }
+    /* a sim device that does not stand in for Triton: the CUDA kernel's rules */
+    plan_t *p = NULL, *cuda = NULL;
+    plan_device_t dev = {.limits = krn_device_find("sm_90")->limits, .name = "GPU X"};
+    s.spec.backend = "sim";
+    assert_int_equal(plan_build_on(&s.spec, &dev, &p, err, sizeof err), MT_OK);
+    assert_int_equal(plan_build(&s.spec, &cuda, err, sizeof err), MT_OK);
+    assert_int_equal(p->configs_rejected, cuda->configs_rejected);
+    assert_non_null(strstr(p->rules, "moetune's CUDA kernel"));
+    plan_destroy(&p);
+    plan_destroy(&cuda);
+}
+
 /* fp8 with 128x128 weight blocks on the triton backend: each engine's tuner prunes BLOCK_SIZE_K/N
  * its own way (docs/engines.md): SGLang keeps BK dividing 128 (1280 of 1920), vLLM BK and BN that are
  * multiples of 128 (640); a sweep for both measures the union once (BK 64 or 128: 1280, plus BK 256
@@ -648,6 +693,7 @@ int main(void) {
         cmocka_unit_test(test_config_list),
         cmocka_unit_test(test_sample),
         cmocka_unit_test(test_triton_rules),
+        cmocka_unit_test(test_triton_device_rules),
         cmocka_unit_test(test_fp8_block_engines),
         cmocka_unit_test(test_cuda_rejects_fp8),
     };
