@@ -162,15 +162,17 @@ int cmd_submit(const cli_cmd_t *cmd, cli_opts_t *o) {
     }
     const Moetune__Submitted *s = reply->submitted;
     if (o->json) {
-        printf("{\"sweep\":%llu,\"jobs\":%u,\"configs_valid\":%u,\"configs_rejected\":%u,\"configs_unsampled\":%u,"
-               "\"results_planned\":%llu}\n",
-               (unsigned long long)s->sweep_id, s->jobs, s->configs_valid, s->configs_rejected, s->configs_unsampled,
-               (unsigned long long)s->results_planned);
+        cli_print_json(stdout, json_pack("{s:I, s:i, s:i, s:i, s:i, s:I, s:s}", "sweep", (json_int_t)s->sweep_id,
+                                         "jobs", (int)s->jobs, "configs_valid", (int)s->configs_valid,
+                                         "configs_rejected", (int)s->configs_rejected, "configs_unsampled",
+                                         (int)s->configs_unsampled, "results_planned", (json_int_t)s->results_planned,
+                                         "rules", s->rules ? s->rules : ""));
     } else {
         printf("submitted sweep %llu: %u jobs, %u configs valid, %u rejected, %u left out by the sample, %llu results "
                "planned\n",
                (unsigned long long)s->sweep_id, s->jobs, s->configs_valid, s->configs_rejected, s->configs_unsampled,
                (unsigned long long)s->results_planned);
+        if (s->rules && *s->rules) printf("static rules: %s\n", s->rules);
     }
     fflush(stdout);
     cli_say_queued_behind(cmd->name, s->queued_behind, s->n_queued_behind);
