@@ -206,6 +206,7 @@ static json_t *sweep_json(const Moetune__SweepStatus *s) {
                   "jobs_failed", (int)s->jobs_failed, "rate", s->rate, "created", (json_int_t)s->created_s);
     if (o) json_object_set_new(o, "eta_s", cli_progress_eta_json(s, snapshot_eta(s)));
     if (o) cli_progress_json_phase(o, s);
+    if (o && s->warm_start && *s->warm_start) json_object_set_new(o, "warm_start", json_string(s->warm_start));
     return o;
 }
 
@@ -269,6 +270,8 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         if (s->gpu_busy > 0)
             printf("sweep %llu: GPU busy %.0f%% (%.1f s in timed kernels)\n", (unsigned long long)s->sweep_id,
                    100.0 * s->gpu_busy, s->timed_s);
+        if (s->warm_start && *s->warm_start)
+            printf("sweep %llu: warm start: %s\n", (unsigned long long)s->sweep_id, s->warm_start);
     }
     if (r->counters && r->counters->auth_refused)
         printf("connections refused by CURVE: %llu\n", (unsigned long long)r->counters->auth_refused);

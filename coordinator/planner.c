@@ -67,6 +67,33 @@ static mt_status_t plan_shape_chunks(plan_t *p) {
     return MT_OK;
 }
 
+/* The warm start (dev->warm): each shape's known picks that its rules kept move to the front of
+ * its order, the rest keeping theirs; p->warm lists where they came from. */
+static void plan_warm(plan_t *p, const plan_device_t *dev) {
+    size_t used = 0;
+    for (size_t i = 0; i < p->n_shapes; i++) {
+        plan_shape_t *ps = &p->shapes[i];
+        krn_config_t picks[PLAN_MAX_WARM];
+        char src[200] = "", sh[96];
+        size_t n = dev->warm(dev->warm_ctx, &ps->shape, picks, PLAN_MAX_WARM, src, sizeof src);
+        ps->n_warm = 0;
+        for (size_t k = 0; k < n && k < PLAN_MAX_WARM; k++) {
+            for (size_t j = ps->n_warm; j < ps->n_valid; j++) {
+                if (memcmp(&ps->valid[j], &picks[k], sizeof picks[k]) != 0) continue;
+                memmove(&ps->valid[ps->n_warm + 1], &ps->valid[ps->n_warm], (j - ps->n_warm) * sizeof *ps->valid);
+                ps->valid[ps->n_warm++] = picks[k];
+                break;
+            }
+        }
+        p->configs_warm += (uint32_t)ps->n_warm;
+        if (!ps->n_warm) continue;
+        krn_shape_format(&ps->shape, sh, sizeof sh);
+        int w = snprintf(p->warm + used, sizeof p->warm - used, "%s%s: %zu known picks first (%s)", used ? "; " : "",
+                         sh, ps->n_warm, src);
+        if (w > 0) used = used + (size_t)w < sizeof p->warm ? used + (size_t)w : sizeof p->warm - 1;
+    }
+}
+
 void plan_destroy(plan_t **pp) {
     if (!pp || !*pp) return;
     plan_t *p = *pp;
@@ -443,8 +470,9 @@ mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *d
         goto out;
     }
     if (plan_shape_chunks(p)) goto nomem;
+    if (dev && dev->warm && !p->space.n_list) plan_warm(p, dev); /* a listed space is measured whole */
     for (size_t i = 0; i < p->n_shapes; i++)
-        p->jobs += (uint32_t)((p->shapes[i].n_valid + p->shapes[i].chunk - 1) / p->shapes[i].chunk);
+        p->jobs += (uint32_t)plan_shape_jobs(&p->shapes[i]);
     *out = p;
     return MT_OK;
 nomem:
@@ -467,31 +495,48 @@ mt_status_t plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t
     return MT_OK;
 }
 
-/* Writes one shape's configs, rejections and jobs inside the open transaction, keeping their ids. */
-static int store_shape(store_t *db, plan_shape_t *ps, uint64_t sweep_id, int64_t now) {
+/* Writes one shape's jobs from_job .. to_job - 1 (and their configs) inside the open transaction,
+ * keeping their ids; from_job 0 also writes its rejections. */
+static int store_shape(store_t *db, plan_shape_t *ps, uint64_t sweep_id, int64_t now, size_t from_job,
+                       size_t to_job) {
     uint64_t config_id = 0, job_id = 0;
-    size_t n_jobs = (ps->n_valid + ps->chunk - 1) / ps->chunk;
-    free(ps->config_ids);
-    free(ps->job_ids);
-    ps->n_jobs = 0;
-    ps->config_ids = mt_calloc(ps->n_valid ? ps->n_valid : 1, sizeof *ps->config_ids);
-    ps->job_ids = mt_calloc(n_jobs ? n_jobs : 1, sizeof *ps->job_ids);
-    if (!ps->config_ids || !ps->job_ids) return MT_NOMEM;
+    size_t n_jobs = plan_shape_jobs(ps);
     int rc = MT_OK;
-    for (size_t i = 0; !rc && i < ps->n_rejected; i++) {
-        rc = store_config_upsert(db, &ps->rejected[i].cfg, &config_id);
-        if (!rc) rc = store_rejected_insert(db, sweep_id, ps->shape_id, config_id, ps->rejected[i].reason);
-    }
-    for (size_t i = 0; !rc && i < ps->n_valid; i++) {
-        if (i % ps->chunk == 0) {
-            rc = store_job_insert(db, sweep_id, ps->shape_id, NULL, now, &job_id);
-            if (!rc) ps->job_ids[ps->n_jobs++] = job_id;
+    if (from_job == 0) {
+        free(ps->config_ids);
+        free(ps->job_ids);
+        ps->n_jobs = 0;
+        ps->config_ids = mt_calloc(ps->n_valid ? ps->n_valid : 1, sizeof *ps->config_ids);
+        ps->job_ids = mt_calloc(n_jobs ? n_jobs : 1, sizeof *ps->job_ids);
+        if (!ps->config_ids || !ps->job_ids) return MT_NOMEM;
+        for (size_t i = 0; !rc && i < ps->n_rejected; i++) {
+            rc = store_config_upsert(db, &ps->rejected[i].cfg, &config_id);
+            if (!rc) rc = store_rejected_insert(db, sweep_id, ps->shape_id, config_id, ps->rejected[i].reason);
         }
-        if (!rc) rc = store_config_upsert(db, &ps->valid[i], &config_id);
-        if (!rc) rc = store_job_config_insert(db, job_id, config_id);
-        if (!rc) ps->config_ids[i] = config_id;
+    }
+    for (size_t jn = from_job; !rc && jn < n_jobs && jn < to_job; jn++) {
+        size_t first, n;
+        plan_job_range(ps, jn, &first, &n);
+        rc = store_job_insert(db, sweep_id, ps->shape_id, NULL, now, &job_id);
+        if (!rc) ps->job_ids[ps->n_jobs++] = job_id;
+        for (size_t i = first; !rc && i < first + n; i++) {
+            rc = store_config_upsert(db, &ps->valid[i], &config_id);
+            if (!rc) rc = store_job_config_insert(db, job_id, config_id);
+            if (!rc) ps->config_ids[i] = config_id;
+        }
     }
     return rc;
+}
+
+size_t plan_shape_jobs(const plan_shape_t *ps) {
+    size_t rest = ps->n_valid - ps->n_warm;
+    return (ps->n_warm ? 1 : 0) + (rest + ps->chunk - 1) / ps->chunk;
+}
+
+void plan_job_range(const plan_shape_t *ps, size_t jn, size_t *first, size_t *n) {
+    size_t size = ps->n_warm && jn == 0 ? ps->n_warm : ps->chunk;
+    *first = ps->n_warm ? (jn ? ps->n_warm + (jn - 1) * ps->chunk : 0) : jn * ps->chunk;
+    *n = ps->n_valid - *first < size ? ps->n_valid - *first : size;
 }
 
 mt_status_t plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, int64_t now, char *err, size_t errlen) {
@@ -510,7 +555,12 @@ mt_status_t plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, i
     /* shapes keep the spec's order (ids); their jobs are stored costliest shape first */
     for (size_t i = 0; !rc && i < p->n_shapes; i++)
         rc = store_shape_upsert(db, &p->shapes[i].shape, &p->shapes[i].shape_id);
-    for (size_t i = 0; !rc && i < p->n_shapes; i++) rc = store_shape(db, &p->shapes[p->order[i]], sweep_id, now);
+    /* a warm start's first jobs (the known picks) of every shape before any other job */
+    size_t first = p->configs_warm ? 1 : SIZE_MAX;
+    for (size_t i = 0; !rc && i < p->n_shapes; i++)
+        rc = store_shape(db, &p->shapes[p->order[i]], sweep_id, now, 0, first);
+    for (size_t i = 0; !rc && first == 1 && i < p->n_shapes; i++)
+        rc = store_shape(db, &p->shapes[p->order[i]], sweep_id, now, 1, SIZE_MAX);
     if (!rc) rc = store_sweep_set_planned(db, sweep_id, p->results_planned);
     free(packed);
     if (rc == MT_NOMEM) {

@@ -84,6 +84,7 @@ struct sweep {
     char *backend;      /* NULL = any worker's backend */
     char *device;       /* the GPU model it is bound to by its first lease; NULL = not yet */
     char *routing_path; /* the spec's routing file, sent with every job; NULL = uniform */
+    char *warm;         /* the spec's warm_start: what its start came from; NULL = none */
     uint32_t max_attempts, chunk;
     Moetune__Measure measure;
     /* two phases (sched_halving.c): strategy "halving", or a racing sweep's decide step
