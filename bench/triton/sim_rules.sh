@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Triton's static rules per device, on sim workers standing in for the Triton kernel: for each
 # simulated device, the default space of each model's shapes is submitted with one such worker
-# connected, and the plan's valid and rejected counts are printed. No GPU; runs in CI in seconds.
+# connected, and the plan's valid and rejected counts are printed. Then the warm start: the same
+# tune twice on one database (the second with --fresh), and the share of results racing pruned in
+# each. No GPU; runs in CI in seconds.
 #
 #   bench/triton/sim_rules.sh [BUILD_DIR]     (default: build)
 #
@@ -45,3 +47,19 @@ for dev in h100 h200 rtx-pro-6000; do
   wait 2>/dev/null || true
   PIDS=()
 done
+
+echo
+printf '%-6s %8s %8s %7s\n' sweep results pruned share
+cd "$T"
+RUN=(--backend sim --workers 1 --sim-time-scale 0 --model qwen3-30b-a3b --model mixtral-8x7b --tp 2 --db "$T/warm.db")
+"$M" tune "${RUN[@]}" --out "$T/cold" >/dev/null 2>"$T/cold.err"
+"$M" tune "${RUN[@]}" --out "$T/warm" --fresh >/dev/null 2>"$T/warm.err"
+for id in 1 2; do
+  sqlite3 -batch -noheader "$T/warm.db" "SELECT COUNT(*), SUM(status = 'pruned') FROM results WHERE sweep_id = $id" |
+    awk -F'|' -v n="$([ $id = 1 ] && echo cold || echo warm)" '{ printf "%-6s %8d %8d %6.1f%%\n", n, $1, $2, 100 * $2 / $1 }'
+done
+same=yes
+for f in "$T"/cold/sim/E=*.json; do
+  cmp -s <(jq -S . "$f") <(jq -S . "$T/warm/sim/$(basename "$f")") || same=no
+done
+echo "same picks in both sweeps' files: $same"
