@@ -162,11 +162,11 @@ int cmd_submit(const cli_cmd_t *cmd, cli_opts_t *o) {
     }
     const Moetune__Submitted *s = reply->submitted;
     if (o->json) {
-        cli_print_json(stdout, json_pack("{s:I, s:i, s:i, s:i, s:i, s:I, s:s}", "sweep", (json_int_t)s->sweep_id,
-                                         "jobs", (int)s->jobs, "configs_valid", (int)s->configs_valid,
-                                         "configs_rejected", (int)s->configs_rejected, "configs_unsampled",
-                                         (int)s->configs_unsampled, "results_planned", (json_int_t)s->results_planned,
-                                         "rules", s->rules ? s->rules : ""));
+        cli_print_json(stdout,
+                       json_pack("{s:I, s:i, s:i, s:i, s:i, s:I, s:s}", "sweep", (json_int_t)s->sweep_id, "jobs",
+                                 (int)s->jobs, "configs_valid", (int)s->configs_valid, "configs_rejected",
+                                 (int)s->configs_rejected, "configs_unsampled", (int)s->configs_unsampled,
+                                 "results_planned", (json_int_t)s->results_planned, "rules", s->rules ? s->rules : ""));
     } else {
         printf("submitted sweep %llu: %u jobs, %u configs valid, %u rejected, %u left out by the sample, %llu results "
                "planned\n",

@@ -247,11 +247,15 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
 static void plan_rules_line(plan_t *p, const char *backend, bool triton_rules, const plan_device_t *dev,
                             const krn_limits_t *cuda_limits) {
     if (!triton_rules)
-        mt_fmt(p->rules, sizeof p->rules, "%s: moetune's CUDA kernel (divisibility, MMA tiles, registers, %u B "
-               "shared memory per block)", backend, cuda_limits->smem_per_block);
+        mt_fmt(p->rules, sizeof p->rules,
+               "%s: moetune's CUDA kernel (divisibility, MMA tiles, registers, %u B "
+               "shared memory per block)",
+               backend, cuda_limits->smem_per_block);
     else if (!dev)
-        mt_fmt(p->rules, sizeof p->rules, "%s: Triton's, no device yet (its worker judges shared memory before "
-               "compiling)", backend);
+        mt_fmt(p->rules, sizeof p->rules,
+               "%s: Triton's, no device yet (its worker judges shared memory before "
+               "compiling)",
+               backend);
     else
         mt_fmt(p->rules, sizeof p->rules, "%s: Triton's on %s (sm_%u%u, %u B shared memory per block)", backend,
                dev->name[0] ? dev->name : "its device", dev->limits.cc_major, dev->limits.cc_minor,
@@ -471,8 +475,7 @@ mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *d
     }
     if (plan_shape_chunks(p)) goto nomem;
     if (dev && dev->warm && !p->space.n_list) plan_warm(p, dev); /* a listed space is measured whole */
-    for (size_t i = 0; i < p->n_shapes; i++)
-        p->jobs += (uint32_t)plan_shape_jobs(&p->shapes[i]);
+    for (size_t i = 0; i < p->n_shapes; i++) p->jobs += (uint32_t)plan_shape_jobs(&p->shapes[i]);
     *out = p;
     return MT_OK;
 nomem:
@@ -497,8 +500,7 @@ mt_status_t plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t
 
 /* Writes one shape's jobs from_job .. to_job - 1 (and their configs) inside the open transaction,
  * keeping their ids; from_job 0 also writes its rejections. */
-static int store_shape(store_t *db, plan_shape_t *ps, uint64_t sweep_id, int64_t now, size_t from_job,
-                       size_t to_job) {
+static int store_shape(store_t *db, plan_shape_t *ps, uint64_t sweep_id, int64_t now, size_t from_job, size_t to_job) {
     uint64_t config_id = 0, job_id = 0;
     size_t n_jobs = plan_shape_jobs(ps);
     int rc = MT_OK;

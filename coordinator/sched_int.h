@@ -239,7 +239,7 @@ struct sched {
     sched_batch_t *inflight; /* handed to a writer, not yet done */
     sched_counters_t c;
     char plan_rules[PLAN_RULES_LEN]; /* Submitted.rules of the last submit */
-    uint64_t *behind; /* Submitted.queued_behind of the last submit */
+    uint64_t *behind;                /* Submitted.queued_behind of the last submit */
     size_t cap_behind;
     uint64_t load_now;     /* monotonic ms of the load, for the leases kept across a restart */
     char storage_err[256]; /* text of the last failed commit; empty once one succeeds */

@@ -233,8 +233,7 @@ uint32_t krn_triton_smem_floor(const krn_shape_t *shape, const krn_config_t *c, 
     /* A warpgroup MMA reads both operands from shared memory and keeps one more buffer in flight
      * (recorded: Required = num_stages x tiles exactly for BLOCK_SIZE_M >= 64 on H100 and H200,
      * (num_stages - 1) x tiles below). */
-    bool wgmma = l->cc_major == 9 && strcmp(shape->dtype, "bf16") == 0 && c->block_m % 64 == 0 &&
-                 c->num_warps % 4 == 0;
+    bool wgmma = l->cc_major == 9 && strcmp(shape->dtype, "bf16") == 0 && c->block_m % 64 == 0 && c->num_warps % 4 == 0;
     uint64_t buffers = wgmma ? c->num_stages : c->num_stages - 1u;
     uint64_t tile = ((uint64_t)c->block_m * c->block_k + (uint64_t)c->block_k * c->block_n) * elem_bytes(shape);
     uint64_t total = buffers * tile;

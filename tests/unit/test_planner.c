@@ -135,7 +135,8 @@ static void test_triton_device_rules(void **state) {
         uint32_t rejected;
         const char *rules;
     } cases[] = {
-        {"triton", NULL, false, 0, "triton: Triton's, no device yet (its worker judges shared memory before compiling)"},
+        {"triton", NULL, false, 0,
+         "triton: Triton's, no device yet (its worker judges shared memory before compiling)"},
         {"triton", "sm_90", false, 616, "triton: Triton's on GPU X (sm_90, 232448 B shared memory per block)"},
         {"triton", "sm_120", false, 944, "triton: Triton's on GPU X (sm_120, 101376 B shared memory per block)"},
         {"sim", "sm_90", true, 616, "sim: Triton's on GPU X (sm_90, 232448 B shared memory per block)"},

@@ -619,12 +619,15 @@ static void test_compile_ahead(void **unused) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_find),           cmocka_unit_test(test_device),        cmocka_unit_test(test_determinism),
-        cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid),       cmocka_unit_test(test_fault_parse),
-        cmocka_unit_test(test_crash_draw),     cmocka_unit_test(test_wrong),         cmocka_unit_test(test_rsd_stop),
-        cmocka_unit_test(test_racing),         cmocka_unit_test(test_check_racing),  cmocka_unit_test(test_check_floor),
-        cmocka_unit_test(test_settling),       cmocka_unit_test(test_stop_rule),     cmocka_unit_test(test_slowdown),
-        cmocka_unit_test(test_time_scale),     cmocka_unit_test(test_compile_ahead), cmocka_unit_test(test_triton_stand_in),
+        cmocka_unit_test(test_find),          cmocka_unit_test(test_device),
+        cmocka_unit_test(test_determinism),   cmocka_unit_test(test_winners_differ),
+        cmocka_unit_test(test_invalid),       cmocka_unit_test(test_fault_parse),
+        cmocka_unit_test(test_crash_draw),    cmocka_unit_test(test_wrong),
+        cmocka_unit_test(test_rsd_stop),      cmocka_unit_test(test_racing),
+        cmocka_unit_test(test_check_racing),  cmocka_unit_test(test_check_floor),
+        cmocka_unit_test(test_settling),      cmocka_unit_test(test_stop_rule),
+        cmocka_unit_test(test_slowdown),      cmocka_unit_test(test_time_scale),
+        cmocka_unit_test(test_compile_ahead), cmocka_unit_test(test_triton_stand_in),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
