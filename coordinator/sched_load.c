@@ -508,9 +508,10 @@ mt_status_t sched_plan_build(store_t *db, void *arg) {
     int rc = plan_build_on(sp->spec, sp->has_dev ? &sp->dev : NULL, &sp->plan, sp->err, sizeof sp->err);
     dbq_close(&q);
     sp->dev.warm = NULL;
-    /* what the start came from goes into the stored spec, for status and the exports */
-    if (!rc && sp->plan->warm[0]) {
-        char *note = mt_strdup(sp->plan->warm);
+    /* what the start came from goes into the stored spec, for status and the exports; never a
+     * client's own text */
+    if (!rc) {
+        char *note = sp->plan->warm[0] ? mt_strdup(sp->plan->warm) : (char *)protobuf_c_empty_string;
         if (!note) return MT_NOMEM;
         if (sp->spec->warm_start && sp->spec->warm_start != protobuf_c_empty_string) free(sp->spec->warm_start);
         sp->spec->warm_start = note;
