@@ -248,14 +248,11 @@ static void plan_rules_line(plan_t *p, const char *backend, bool triton_rules, c
                             const krn_limits_t *cuda_limits) {
     if (!triton_rules)
         mt_fmt(p->rules, sizeof p->rules,
-               "%s: moetune's CUDA kernel (divisibility, MMA tiles, registers, %u B "
-               "shared memory per block)",
-               backend, cuda_limits->smem_per_block);
+               "%s: moetune's CUDA kernel (divisibility, MMA tiles, registers, %u B shared memory per block)", backend,
+               cuda_limits->smem_per_block);
     else if (!dev)
         mt_fmt(p->rules, sizeof p->rules,
-               "%s: Triton's, no device yet (its worker judges shared memory before "
-               "compiling)",
-               backend);
+               "%s: Triton's, no device yet (its worker judges shared memory before compiling)", backend);
     else
         mt_fmt(p->rules, sizeof p->rules, "%s: Triton's on %s (sm_%u%u, %u B shared memory per block)", backend,
                dev->name[0] ? dev->name : "its device", dev->limits.cc_major, dev->limits.cc_minor,
