@@ -162,15 +162,17 @@ int cmd_submit(const cli_cmd_t *cmd, cli_opts_t *o) {
     }
     const Moetune__Submitted *s = reply->submitted;
     if (o->json) {
-        printf("{\"sweep\":%llu,\"jobs\":%u,\"configs_valid\":%u,\"configs_rejected\":%u,\"configs_unsampled\":%u,"
-               "\"results_planned\":%llu}\n",
-               (unsigned long long)s->sweep_id, s->jobs, s->configs_valid, s->configs_rejected, s->configs_unsampled,
-               (unsigned long long)s->results_planned);
+        cli_print_json(stdout,
+                       json_pack("{s:I, s:i, s:i, s:i, s:i, s:I, s:s}", "sweep", (json_int_t)s->sweep_id, "jobs",
+                                 (int)s->jobs, "configs_valid", (int)s->configs_valid, "configs_rejected",
+                                 (int)s->configs_rejected, "configs_unsampled", (int)s->configs_unsampled,
+                                 "results_planned", (json_int_t)s->results_planned, "rules", s->rules ? s->rules : ""));
     } else {
         printf("submitted sweep %llu: %u jobs, %u configs valid, %u rejected, %u left out by the sample, %llu results "
                "planned\n",
                (unsigned long long)s->sweep_id, s->jobs, s->configs_valid, s->configs_rejected, s->configs_unsampled,
                (unsigned long long)s->results_planned);
+        if (s->rules && *s->rules) printf("static rules: %s\n", s->rules);
     }
     fflush(stdout);
     cli_say_queued_behind(cmd->name, s->queued_behind, s->n_queued_behind);
@@ -204,6 +206,7 @@ static json_t *sweep_json(const Moetune__SweepStatus *s) {
                   "jobs_failed", (int)s->jobs_failed, "rate", s->rate, "created", (json_int_t)s->created_s);
     if (o) json_object_set_new(o, "eta_s", cli_progress_eta_json(s, snapshot_eta(s)));
     if (o) cli_progress_json_phase(o, s);
+    if (o && s->warm_start && *s->warm_start) json_object_set_new(o, "warm_start", json_string(s->warm_start));
     return o;
 }
 
@@ -267,6 +270,8 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         if (s->gpu_busy > 0)
             printf("sweep %llu: GPU busy %.0f%% (%.1f s in timed kernels)\n", (unsigned long long)s->sweep_id,
                    100.0 * s->gpu_busy, s->timed_s);
+        if (s->warm_start && *s->warm_start)
+            printf("sweep %llu: warm start: %s\n", (unsigned long long)s->sweep_id, s->warm_start);
     }
     if (r->counters && r->counters->auth_refused)
         printf("connections refused by CURVE: %llu\n", (unsigned long long)r->counters->auth_refused);

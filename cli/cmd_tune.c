@@ -653,10 +653,11 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
             mt_fmt(sampled, sizeof sampled, " (a sample: %u more valid configs left out by --sample)",
                    sub->configs_unsampled);
         fprintf(stderr,
-                "sweep %llu: %u jobs, %u configs valid%s, %u rejected by the static rules, %llu results to measure on "
-                "%u %s worker%s\n",
+                "sweep %llu: %u jobs, %u configs valid%s, %u rejected by the static rules (%s), %llu results to "
+                "measure on %u %s worker%s\n",
                 (unsigned long long)sweep, sub->jobs, sub->configs_valid, sampled, sub->configs_rejected,
-                (unsigned long long)sub->results_planned, r->n_workers, backend, r->n_workers == 1 ? "" : "s");
+                sub->rules && *sub->rules ? sub->rules : "?", (unsigned long long)sub->results_planned, r->n_workers,
+                backend, r->n_workers == 1 ? "" : "s");
         cli_say_queued_behind(cmd->name, sub->queued_behind, sub->n_queued_behind);
     }
 

@@ -83,6 +83,7 @@ typedef struct {
     struct sampled {
         uint64_t sweep_id;
         uint32_t sample; /* the spec's Space.sample: configs kept per shape */
+        char *warm;      /* the spec's warm_start: what its start came from (owned); NULL = none */
     } * sampled;
     size_t n_sampled, cap_sampled;
     mdir_t *dirs;
@@ -384,12 +385,24 @@ static mt_status_t sample_collect(void *ctx, const dbq_sweep_t *s) {
     if (!covered) return 0;
     Moetune__SweepSpec *spec = moetune__sweep_spec__unpack(NULL, s->spec_len, s->spec);
     uint32_t n = spec && spec->space ? spec->space->sample : 0;
+    char *warm = spec && spec->warm_start && *spec->warm_start ? mt_strdup(spec->warm_start) : NULL;
+    bool lost = spec && spec->warm_start && *spec->warm_start && !warm;
     moetune__sweep_spec__free_unpacked(spec, NULL);
-    if (!n) return 0;
-    if (mt_grow((void **)&x->sampled, &x->cap_sampled, x->n_sampled + 1, sizeof *x->sampled, 8) != MT_OK)
+    if (lost) return MT_NOMEM;
+    if (!n && !warm) return 0;
+    if (mt_grow((void **)&x->sampled, &x->cap_sampled, x->n_sampled + 1, sizeof *x->sampled, 8) != MT_OK) {
+        free(warm);
         return MT_NOMEM;
-    x->sampled[x->n_sampled++] = (struct sampled){s->id, n};
+    }
+    x->sampled[x->n_sampled++] = (struct sampled){s->id, n, warm};
     return 0;
+}
+
+/* The warm start of sweep_id's spec, or NULL. */
+static const char *sweep_warm(const run_t *x, uint64_t sweep_id) {
+    for (size_t i = 0; i < x->n_sampled; i++)
+        if (x->sampled[i].sweep_id == sweep_id) return x->sampled[i].warm;
+    return NULL;
 }
 
 static uint32_t sweep_sample(const run_t *x, uint64_t sweep_id) {
@@ -489,6 +502,8 @@ static json_t *file_coverage(const run_t *x, const dbq_result_t *first, const ui
             json_object_set_new(sw, "sample", json_integer(n));
             if (!sample || n < sample) sample = n;
         }
+        const char *warm = sweep_warm(x, ids[s]);
+        if (warm) json_object_set_new(sw, "warm_start", json_string(warm));
         json_object_set_new(sw, "batch_sizes", sizes);
         char key[24];
         snprintf(key, sizeof key, "%llu", (unsigned long long)ids[s]);
@@ -1289,6 +1304,7 @@ static void run_free(run_t *x) {
     for (size_t i = 0; i < x->n_dirs; i++) json_decref(x->dirs[i].m);
     free(x->dirs);
     free(x->cov);
+    for (size_t i = 0; i < x->n_sampled; i++) free(x->sampled[i].warm);
     free(x->sampled);
     if (x->lock_fd >= 0) close(x->lock_fd); /* releases the lock */
 }

@@ -321,6 +321,7 @@ static void on_submit(coord_t *c, const uint8_t *id, size_t id_len, const wire_e
         wire_send_error(c->control, id, id_len, WIRE_E_INTERNAL, err);
         return;
     }
+    sched_plan_device(c->sched, sub->plan, c->o.db_path);
     memcpy(sub->rid, id, id_len);
     sub->rid_len = id_len;
     c->n_submits++;

@@ -67,6 +67,33 @@ static mt_status_t plan_shape_chunks(plan_t *p) {
     return MT_OK;
 }
 
+/* The warm start (dev->warm): each shape's known picks that its rules kept move to the front of
+ * its order, the rest keeping theirs; p->warm lists where they came from. */
+static void plan_warm(plan_t *p, const plan_device_t *dev) {
+    size_t used = 0;
+    for (size_t i = 0; i < p->n_shapes; i++) {
+        plan_shape_t *ps = &p->shapes[i];
+        krn_config_t picks[PLAN_MAX_WARM];
+        char src[200] = "", sh[96];
+        size_t n = dev->warm(dev->warm_ctx, &ps->shape, picks, PLAN_MAX_WARM, src, sizeof src);
+        ps->n_warm = 0;
+        for (size_t k = 0; k < n && k < PLAN_MAX_WARM; k++) {
+            for (size_t j = ps->n_warm; j < ps->n_valid; j++) {
+                if (memcmp(&ps->valid[j], &picks[k], sizeof picks[k]) != 0) continue;
+                memmove(&ps->valid[ps->n_warm + 1], &ps->valid[ps->n_warm], (j - ps->n_warm) * sizeof *ps->valid);
+                ps->valid[ps->n_warm++] = picks[k];
+                break;
+            }
+        }
+        p->configs_warm += (uint32_t)ps->n_warm;
+        if (!ps->n_warm) continue;
+        krn_shape_format(&ps->shape, sh, sizeof sh);
+        int w = snprintf(p->warm + used, sizeof p->warm - used, "%s%s: %zu known picks first (%s)", used ? "; " : "",
+                         sh, ps->n_warm, src);
+        if (w > 0) used = used + (size_t)w < sizeof p->warm ? used + (size_t)w : sizeof p->warm - 1;
+    }
+}
+
 void plan_destroy(plan_t **pp) {
     if (!pp || !*pp) return;
     plan_t *p = *pp;
@@ -213,6 +240,27 @@ static int shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
 }
 
 mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen) {
+    return plan_build_on(spec, NULL, out, err, errlen);
+}
+
+/* Which static rules a sweep of backend plans with on dev, as p->rules says it. */
+static void plan_rules_line(plan_t *p, const char *backend, bool triton_rules, const plan_device_t *dev,
+                            const krn_limits_t *cuda_limits) {
+    if (!triton_rules)
+        mt_fmt(p->rules, sizeof p->rules,
+               "%s: moetune's CUDA kernel (divisibility, MMA tiles, registers, %u B shared memory per block)", backend,
+               cuda_limits->smem_per_block);
+    else if (!dev)
+        mt_fmt(p->rules, sizeof p->rules,
+               "%s: Triton's, no device yet (its worker judges shared memory before compiling)", backend);
+    else
+        mt_fmt(p->rules, sizeof p->rules, "%s: Triton's on %s (sm_%u%u, %u B shared memory per block)", backend,
+               dev->name[0] ? dev->name : "its device", dev->limits.cc_major, dev->limits.cc_minor,
+               dev->limits.smem_per_block);
+}
+
+mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *dev, plan_t **out, char *err,
+                          size_t errlen) {
     int rc = MT_OK;
     plan_t *p = NULL;
     char why[PLAN_REASON_LEN];
@@ -311,6 +359,11 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
         n_engines = spec->n_engines;
     }
     bool cuda = strcmp(backend, "cuda") == 0 && spec->backend && *spec->backend;
+    /* Triton's rules: the triton backend's, and those of a sim worker standing in for it; with
+     * the shared memory of the device the sweep is planned for, when one is known. */
+    bool triton_rules = triton || (strcmp(backend, "sim") == 0 && dev && dev->sim_triton);
+    const krn_limits_t *tlimits = dev ? &dev->limits : NULL;
+    plan_rules_line(p, backend, triton_rules, triton_rules ? dev : NULL, &limits);
     size_t n_space = krn_space_size(&p->space);
     uint64_t n_total = (uint64_t)n_space * spec->n_shapes; /* at most 16^6 x 4096: no overflow */
     if (n_total > PLAN_MAX_CONFIGS) {
@@ -359,14 +412,14 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
         for (size_t c = 0; c < n_space; c++) {
             krn_config_t cfg;
             krn_space_at(&p->space, c, &cfg);
-            int ok = triton ? krn_check_triton(&cfg, why, sizeof why)
-                            : krn_check(&ps->shape, &cfg, &limits, why, sizeof why);
+            int ok = triton_rules ? krn_check_triton_on(&ps->shape, &cfg, tlimits, why, sizeof why)
+                                  : krn_check(&ps->shape, &cfg, &limits, why, sizeof why);
             if (ok == MT_OK && cuda && strcmp(ps->shape.dtype, "bf16") != 0) {
                 /* moetune's CUDA kernel is bf16 only; the fp8 layer is the triton backend's. */
                 mt_fmt(why, sizeof why, "the cuda backend runs bf16 only (%s needs --backend triton)", ps->shape.dtype);
                 ok = MT_INVAL;
             }
-            if (ok == MT_OK && triton && ps->shape.block_n) {
+            if (ok == MT_OK && triton_rules && ps->shape.block_n) {
                 char ewhy[PLAN_REASON_LEN];
                 size_t len = 0;
                 ok = MT_INVAL;
@@ -413,13 +466,13 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
         mt_fmt(err, errlen,
                "shape %s%s: no config of the space passes the static rules (%s); leave it out of the sweep%s", sh, more,
                empty->rejected[0].reason, /* the space is never empty: all of it was rejected */
-               triton ? "" : ", or tune the engines' kernel with --backend triton, which masks the edges");
+               triton_rules ? "" : ", or tune the engines' kernel with --backend triton, which masks the edges");
         rc = MT_INVAL;
         goto out;
     }
     if (plan_shape_chunks(p)) goto nomem;
-    for (size_t i = 0; i < p->n_shapes; i++)
-        p->jobs += (uint32_t)((p->shapes[i].n_valid + p->shapes[i].chunk - 1) / p->shapes[i].chunk);
+    if (dev && dev->warm && !p->space.n_list) plan_warm(p, dev); /* a listed space is measured whole */
+    for (size_t i = 0; i < p->n_shapes; i++) p->jobs += (uint32_t)plan_shape_jobs(&p->shapes[i]);
     *out = p;
     return MT_OK;
 nomem:
@@ -442,31 +495,47 @@ mt_status_t plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t
     return MT_OK;
 }
 
-/* Writes one shape's configs, rejections and jobs inside the open transaction, keeping their ids. */
-static int store_shape(store_t *db, plan_shape_t *ps, uint64_t sweep_id, int64_t now) {
+/* Writes one shape's jobs from_job .. to_job - 1 (and their configs) inside the open transaction,
+ * keeping their ids; from_job 0 also writes its rejections. */
+static int store_shape(store_t *db, plan_shape_t *ps, uint64_t sweep_id, int64_t now, size_t from_job, size_t to_job) {
     uint64_t config_id = 0, job_id = 0;
-    size_t n_jobs = (ps->n_valid + ps->chunk - 1) / ps->chunk;
-    free(ps->config_ids);
-    free(ps->job_ids);
-    ps->n_jobs = 0;
-    ps->config_ids = mt_calloc(ps->n_valid ? ps->n_valid : 1, sizeof *ps->config_ids);
-    ps->job_ids = mt_calloc(n_jobs ? n_jobs : 1, sizeof *ps->job_ids);
-    if (!ps->config_ids || !ps->job_ids) return MT_NOMEM;
+    size_t n_jobs = plan_shape_jobs(ps);
     int rc = MT_OK;
-    for (size_t i = 0; !rc && i < ps->n_rejected; i++) {
-        rc = store_config_upsert(db, &ps->rejected[i].cfg, &config_id);
-        if (!rc) rc = store_rejected_insert(db, sweep_id, ps->shape_id, config_id, ps->rejected[i].reason);
-    }
-    for (size_t i = 0; !rc && i < ps->n_valid; i++) {
-        if (i % ps->chunk == 0) {
-            rc = store_job_insert(db, sweep_id, ps->shape_id, NULL, now, &job_id);
-            if (!rc) ps->job_ids[ps->n_jobs++] = job_id;
+    if (from_job == 0) {
+        free(ps->config_ids);
+        free(ps->job_ids);
+        ps->n_jobs = 0;
+        ps->config_ids = mt_calloc(ps->n_valid ? ps->n_valid : 1, sizeof *ps->config_ids);
+        ps->job_ids = mt_calloc(n_jobs ? n_jobs : 1, sizeof *ps->job_ids);
+        if (!ps->config_ids || !ps->job_ids) return MT_NOMEM;
+        for (size_t i = 0; !rc && i < ps->n_rejected; i++) {
+            rc = store_config_upsert(db, &ps->rejected[i].cfg, &config_id);
+            if (!rc) rc = store_rejected_insert(db, sweep_id, ps->shape_id, config_id, ps->rejected[i].reason);
         }
-        if (!rc) rc = store_config_upsert(db, &ps->valid[i], &config_id);
-        if (!rc) rc = store_job_config_insert(db, job_id, config_id);
-        if (!rc) ps->config_ids[i] = config_id;
+    }
+    for (size_t jn = from_job; !rc && jn < n_jobs && jn < to_job; jn++) {
+        size_t first, n;
+        plan_job_range(ps, jn, &first, &n);
+        rc = store_job_insert(db, sweep_id, ps->shape_id, NULL, now, &job_id);
+        if (!rc) ps->job_ids[ps->n_jobs++] = job_id;
+        for (size_t i = first; !rc && i < first + n; i++) {
+            rc = store_config_upsert(db, &ps->valid[i], &config_id);
+            if (!rc) rc = store_job_config_insert(db, job_id, config_id);
+            if (!rc) ps->config_ids[i] = config_id;
+        }
     }
     return rc;
+}
+
+size_t plan_shape_jobs(const plan_shape_t *ps) {
+    size_t rest = ps->n_valid - ps->n_warm;
+    return (ps->n_warm ? 1 : 0) + (rest + ps->chunk - 1) / ps->chunk;
+}
+
+void plan_job_range(const plan_shape_t *ps, size_t jn, size_t *first, size_t *n) {
+    size_t size = ps->n_warm && jn == 0 ? ps->n_warm : ps->chunk;
+    *first = ps->n_warm ? (jn ? ps->n_warm + (jn - 1) * ps->chunk : 0) : jn * ps->chunk;
+    *n = ps->n_valid - *first < size ? ps->n_valid - *first : size;
 }
 
 mt_status_t plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, int64_t now, char *err, size_t errlen) {
@@ -485,7 +554,12 @@ mt_status_t plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, i
     /* shapes keep the spec's order (ids); their jobs are stored costliest shape first */
     for (size_t i = 0; !rc && i < p->n_shapes; i++)
         rc = store_shape_upsert(db, &p->shapes[i].shape, &p->shapes[i].shape_id);
-    for (size_t i = 0; !rc && i < p->n_shapes; i++) rc = store_shape(db, &p->shapes[p->order[i]], sweep_id, now);
+    /* a warm start's first jobs (the known picks) of every shape before any other job */
+    size_t first = p->configs_warm ? 1 : SIZE_MAX;
+    for (size_t i = 0; !rc && i < p->n_shapes; i++)
+        rc = store_shape(db, &p->shapes[p->order[i]], sweep_id, now, 0, first);
+    for (size_t i = 0; !rc && first == 1 && i < p->n_shapes; i++)
+        rc = store_shape(db, &p->shapes[p->order[i]], sweep_id, now, 1, SIZE_MAX);
     if (!rc) rc = store_sweep_set_planned(db, sweep_id, p->results_planned);
     free(packed);
     if (rc == MT_NOMEM) {

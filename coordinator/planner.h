@@ -11,6 +11,7 @@
 #ifndef COORD_PLANNER_H
 #define COORD_PLANNER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +35,26 @@ typedef struct {
     char reason[PLAN_REASON_LEN];
 } plan_rejection_t;
 
+/* The device a sweep is planned for (the GPU model its first lease will bind it to): the limits
+ * of its static rules, and whether its worker follows Triton's rules though the sweep's backend
+ * is sim (a sim worker standing in for a Triton kernel). */
+/* The warm start's source of known picks for shape: at most max configs into out, the most
+ * promising first, and what they came from in source (one phrase). Returns how many. */
+typedef size_t (*plan_warm_fn)(void *ctx, const krn_shape_t *shape, krn_config_t *out, size_t max, char *source,
+                               size_t srclen);
+
+typedef struct {
+    krn_limits_t limits;
+    bool sim_triton;
+    char name[128];    /* the GPU model, for the plan's rules line */
+    plan_warm_fn warm; /* NULL: no warm start */
+    void *warm_ctx;
+} plan_device_t;
+
+#define PLAN_RULES_LEN 224
+#define PLAN_WARM_LEN 512
+#define PLAN_MAX_WARM 32 /* known picks a shape's first job takes at most */
+
 typedef struct {
     krn_shape_t shape;
     krn_config_t *valid; /* configs the static rules accept, in space order */
@@ -43,9 +64,10 @@ typedef struct {
     /* filled by plan_write: */
     uint64_t shape_id;
     uint64_t *config_ids; /* per valid config */
-    uint64_t *job_ids;    /* per job: valid configs [k x chunk, (k + 1) x chunk) */
+    uint64_t *job_ids;    /* per job: its valid configs are plan_job_range's */
     size_t n_jobs;
     uint32_t chunk; /* configs per job of this shape (plan_build) */
+    size_t n_warm;  /* its first n_warm valid configs are the warm start's known picks: its first job */
     double cost_us; /* the cost model's mean per config (order.h), for chunk and order */
 } plan_shape_t;
 
@@ -64,6 +86,9 @@ typedef struct {
     uint32_t sample;                                /* Space.sample: valid configs kept per shape; 0 = all */
     uint32_t configs_unsampled;                     /* valid configs the sample left out, summed */
     uint64_t results_planned;                       /* valid configs x batch sizes */
+    char rules[PLAN_RULES_LEN];                     /* the static rules it was planned with, a line */
+    char warm[PLAN_WARM_LEN];                       /* what the warm start came from; "" = none */
+    uint32_t configs_warm;                          /* known picks first in their shape's order, summed */
     uint64_t sweep_id;                              /* filled by plan_write */
     int64_t created;                                /* filled by plan_write: the sweep row's created (s) */
 } plan_t;
@@ -88,6 +113,22 @@ uint32_t plan_chunk(const Moetune__SweepSpec *spec);
  * spec of more than PLAN_MAX_CONFIGS configs (shapes x space) is refused with its
  * count before anything is expanded. */
 mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, size_t errlen);
+
+/* plan_build for the device dev (NULL: none known). With dev->warm, each shape's known picks that
+ * the rules keep (at most PLAN_MAX_WARM) go first in its order as its first job (plan_job_range),
+ * and plan_write stores every shape's first job before any other: racing meets their times first.
+ * p->warm says where they came from. A listed space (Space.configs) has no warm start. A triton sweep (or a sim one whose device
+ * stands in for Triton) then also rejects the configs whose shared memory cannot fit dev
+ * (krn_check_triton_on); without a device it keeps them and its worker judges them on its own
+ * device before compiling. p->rules says which rules were used. */
+mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *dev, plan_t **out, char *err,
+                          size_t errlen);
+
+/* How many jobs shape ps of a built plan has. */
+size_t plan_shape_jobs(const plan_shape_t *ps);
+/* Job jn of ps: its valid configs [*first, *first + *n). A warm start's first job holds the
+ * shape's n_warm known picks, whatever its chunk; every other job chunk configs (the last fewer). */
+void plan_job_range(const plan_shape_t *ps, size_t jn, size_t *first, size_t *n);
 
 /* Releases a plan; NULL-safe, nulls *p. */
 void plan_destroy(plan_t **p);

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "halving.h"
+#include "planner.h"
 #include "mt.h"
 #include "race.h"
 #include "scheduler.h"
@@ -83,6 +84,7 @@ struct sweep {
     char *backend;      /* NULL = any worker's backend */
     char *device;       /* the GPU model it is bound to by its first lease; NULL = not yet */
     char *routing_path; /* the spec's routing file, sent with every job; NULL = uniform */
+    char *warm;         /* the spec's warm_start: what its start came from; NULL = none */
     uint32_t max_attempts, chunk;
     Moetune__Measure measure;
     /* two phases (sched_halving.c): strategy "halving", or a racing sweep's decide step
@@ -236,7 +238,8 @@ struct sched {
     uint64_t next_hb, next_rate;
     sched_batch_t *inflight; /* handed to a writer, not yet done */
     sched_counters_t c;
-    uint64_t *behind; /* Submitted.queued_behind of the last submit */
+    char plan_rules[PLAN_RULES_LEN]; /* Submitted.rules of the last submit */
+    uint64_t *behind;                /* Submitted.queued_behind of the last submit */
     size_t cap_behind;
     uint64_t load_now;     /* monotonic ms of the load, for the leases kept across a restart */
     char storage_err[256]; /* text of the last failed commit; empty once one succeeds */

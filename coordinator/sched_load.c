@@ -13,6 +13,7 @@
 #include "halving.h"
 #include "mt.h"
 #include "planner.h"
+#include "query.h"
 #include "race.h"
 #include "sched_int.h"
 
@@ -52,6 +53,7 @@ void sched_sweep_free(sweep_t *sw) {
     free(sw->backend);
     free(sw->device);
     free(sw->routing_path);
+    free(sw->warm);
     free(sw->devs);
     free(sw->hv_shapes);
     free(sw->hv_state);
@@ -205,9 +207,11 @@ static int sweep_new(const store_sweep_row_t *row, const Moetune__SweepSpec *spe
     sw->filter = spec->device_filter && *spec->device_filter ? mt_strdup(spec->device_filter) : NULL;
     sw->backend = spec->backend && *spec->backend ? mt_strdup(spec->backend) : NULL;
     sw->routing_path = spec->routing_path && *spec->routing_path ? mt_strdup(spec->routing_path) : NULL;
+    sw->warm = spec->warm_start && *spec->warm_start ? mt_strdup(spec->warm_start) : NULL;
     if ((spec->device_filter && *spec->device_filter && !sw->filter) ||
         (spec->backend && *spec->backend && !sw->backend) ||
-        (spec->routing_path && *spec->routing_path && !sw->routing_path))
+        (spec->routing_path && *spec->routing_path && !sw->routing_path) ||
+        (spec->warm_start && *spec->warm_start && !sw->warm))
         goto nomem;
     sw->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
     sw->chunk = plan_chunk(spec);
@@ -377,7 +381,67 @@ struct sched_plan {
     Moetune__SweepSpec *spec; /* the submitted spec with defaults filled (unpacked copy, owned); NULL = none */
     plan_t *plan;             /* built by sched_plan_build, ids filled by sched_plan_write */
     char err[256];            /* the planner's reason, written on the writer thread */
+    plan_device_t dev;        /* the device it is planned for (sched_plan_device) */
+    bool has_dev;
+    char *db_path; /* the database the warm start reads (read-only); NULL = no warm start */
 };
+
+/* The warm start's reader (plan_warm_fn) over the database's earlier results. */
+typedef struct {
+    dbq_t *q;
+    const char *device, *backend;
+} warm_ctx_t;
+
+static size_t warm_from_db(void *ctx, const krn_shape_t *shape, krn_config_t *out, size_t max, char *source,
+                           size_t srclen) {
+    warm_ctx_t *w = ctx;
+    dbq_pick_t picks[PLAN_MAX_WARM];
+    krn_shape_t from;
+    size_t n = 0;
+    uint32_t n_sweeps = 0;
+    char err[256], sh[96];
+    if (max > PLAN_MAX_WARM) max = PLAN_MAX_WARM;
+    if (dbq_known_picks(w->q, w->device, w->backend, shape, picks, max, &n, &from, &n_sweeps, err, sizeof err)) {
+        log_at(MT_LOG_WARN, "warm start: %s", err); /* a cold start, nothing lost */
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) out[i] = picks[i].cfg;
+    bool same = from.e == shape->e && from.n == shape->n && from.k == shape->k && from.topk == shape->topk;
+    krn_shape_format(&from, sh, sizeof sh);
+    mt_fmt(source, srclen, "the best of %u earlier sweep%s on %s for %s%s", n_sweeps, n_sweeps == 1 ? "" : "s",
+           w->device, same ? "this shape" : "the nearest shape ", same ? "" : sh);
+    return n;
+}
+
+/* Whether a worker of hello h may measure spec: its backend and device filter (the binding
+ * comes later: sched_worker_matches). */
+static bool hello_matches(const Moetune__Hello *h, const Moetune__SweepSpec *spec) {
+    const char *name = h->gpu && h->gpu->name ? h->gpu->name : "";
+    if (spec->backend && *spec->backend && (!h->backend || strcmp(h->backend, spec->backend) != 0)) return false;
+    return !spec->device_filter || !*spec->device_filter || strstr(name, spec->device_filter) != NULL;
+}
+
+void sched_plan_device(const sched_t *s, sched_plan_t *sp, const char *db_path) {
+    const Moetune__Gpu *best = NULL;
+    const Moetune__Hello *bh = NULL;
+    sp->has_dev = false;
+    free(sp->db_path);
+    sp->db_path = db_path && *db_path ? mt_strdup(db_path) : NULL;
+    for (size_t i = 0; sp->spec && i < s->n_workers; i++) {
+        const sched_worker_t *w = s->workers[i];
+        const Moetune__Hello *h = w->alive && w->hello ? w->hello->hello : NULL;
+        if (!h || !h->gpu || !h->gpu->smem_per_block || !hello_matches(h, sp->spec)) continue;
+        if (!best || h->gpu->smem_per_block > best->smem_per_block) best = h->gpu, bh = h;
+    }
+    if (!best) return;
+    krn_limits_default(&sp->dev.limits);
+    sp->dev.limits.smem_per_block = best->smem_per_block;
+    sp->dev.limits.cc_major = best->cc_major;
+    sp->dev.limits.cc_minor = best->cc_minor;
+    sp->dev.sim_triton = bh->versions && strstr(bh->versions, KRN_SIM_TRITON) != NULL;
+    mt_fmt(sp->dev.name, sizeof sp->dev.name, "%s", best->name ? best->name : "");
+    sp->has_dev = true;
+}
 
 mt_status_t sched_plan_new(const Moetune__SweepSpec *spec, sched_plan_t **out, char *err, size_t errlen) {
     *out = NULL;
@@ -418,6 +482,7 @@ void sched_plan_free(sched_plan_t **psp) {
     sched_plan_t *sp = *psp;
     if (sp->spec) moetune__sweep_spec__free_unpacked(sp->spec, NULL);
     plan_destroy(&sp->plan);
+    free(sp->db_path);
     free(sp);
     *psp = NULL;
 }
@@ -426,7 +491,32 @@ mt_status_t sched_plan_build(store_t *db, void *arg) {
     sched_plan_t *sp = arg;
     (void)db;
     plan_destroy(&sp->plan);
-    return plan_build(sp->spec, &sp->plan, sp->err, sizeof sp->err);
+    /* The warm start: earlier results of the backend on the GPU model the sweep is planned for. */
+    dbq_t *q = NULL;
+    char qerr[256];
+    warm_ctx_t w = {NULL, sp->dev.name, sp->spec ? sp->spec->backend : NULL};
+    sp->dev.warm = NULL;
+    if (sp->has_dev && sp->db_path && w.backend && *w.backend && sp->dev.name[0]) {
+        if (dbq_open(sp->db_path, &q, qerr, sizeof qerr) == MT_OK) {
+            w.q = q;
+            sp->dev.warm = warm_from_db;
+            sp->dev.warm_ctx = &w;
+        } else {
+            log_at(MT_LOG_WARN, "warm start: %s", qerr);
+        }
+    }
+    int rc = plan_build_on(sp->spec, sp->has_dev ? &sp->dev : NULL, &sp->plan, sp->err, sizeof sp->err);
+    dbq_close(&q);
+    sp->dev.warm = NULL;
+    /* what the start came from goes into the stored spec, for status and the exports; never a
+     * client's own text */
+    if (!rc) {
+        char *note = sp->plan->warm[0] ? mt_strdup(sp->plan->warm) : (char *)protobuf_c_empty_string;
+        if (!note) return MT_NOMEM;
+        if (sp->spec->warm_start && sp->spec->warm_start != protobuf_c_empty_string) free(sp->spec->warm_start);
+        sp->spec->warm_start = note;
+    }
+    return rc;
 }
 
 mt_status_t sched_plan_write(store_t *db, void *arg) {
@@ -455,12 +545,16 @@ static int sweep_from_plan(sched_t *s, const sched_plan_t *sp) {
         return MT_NOMEM;
     }
     s->sweeps[s->n_sweeps++] = sw;
-    for (size_t k = 0; k < p->n_shapes; k++) { /* in the order the jobs were stored (their ids) */
-        const plan_shape_t *ps = &p->shapes[p->order[k]];
+    /* in the order the jobs were stored (their ids): a warm start's first jobs of every shape, then the rest */
+    size_t split = p->configs_warm ? 1 : SIZE_MAX;
+    for (size_t k = 0; k < 2 * p->n_shapes; k++) {
+        const plan_shape_t *ps = &p->shapes[p->order[k % p->n_shapes]];
+        size_t from = k < p->n_shapes ? 0 : split, to = k < p->n_shapes ? split : SIZE_MAX;
         /* halving: every shape with jobs has its phase 2 to plan, as a load would say */
-        if (sw->halving && ps->n_jobs && sched_halving_add_shape(sw, ps->shape_id, false)) goto nomem;
-        for (size_t jn = 0; jn < ps->n_jobs; jn++) {
-            size_t first = jn * ps->chunk, n = ps->n_valid - first < ps->chunk ? ps->n_valid - first : ps->chunk;
+        if (!from && sw->halving && ps->n_jobs && sched_halving_add_shape(sw, ps->shape_id, false)) goto nomem;
+        for (size_t jn = from; jn < ps->n_jobs && jn < to; jn++) {
+            size_t first, n;
+            plan_job_range(ps, jn, &first, &n);
             job_t *j = mt_calloc(1, sizeof *j);
             jcfg_t *cfgs = mt_calloc(n, sizeof *cfgs);
             if (!j || !cfgs) {
@@ -528,6 +622,8 @@ mt_status_t sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *
     out->configs_rejected = p->configs_rejected;
     out->configs_unsampled = p->configs_unsampled;
     out->results_planned = p->results_planned;
+    mt_fmt(s->plan_rules, sizeof s->plan_rules, "%s", p->rules);
+    out->rules = s->plan_rules;
     out->n_queued_behind = n_behind;
     out->queued_behind = n_behind ? s->behind : NULL;
     for (size_t i = 0; i < n_behind; i++) {
@@ -539,10 +635,10 @@ mt_status_t sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *
                (unsigned long long)o->planned);
     }
     log_at(MT_LOG_INFO,
-           "sweep %llu '%s' submitted: %u jobs, %u configs valid, %u rejected, %u left out by the sample, %llu "
-           "results planned",
+           "sweep %llu '%s' submitted: %u jobs, %u configs valid, %u rejected (%s), %u left out by the sample, "
+           "%llu results planned",
            (unsigned long long)out->sweep_id, sp->spec->name ? sp->spec->name : "", out->jobs, out->configs_valid,
-           out->configs_rejected, out->configs_unsampled, (unsigned long long)out->results_planned);
+           out->configs_rejected, out->rules, out->configs_unsampled, (unsigned long long)out->results_planned);
     sched_dispatch_all(s, now_ms);
 out:
     sched_plan_free(psp);
@@ -554,6 +650,7 @@ mt_status_t sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Su
     sched_plan_t *sp = NULL;
     int rc = sched_plan_new(spec, &sp, err, errlen);
     if (rc) return rc;
+    sched_plan_device(s, sp, NULL);
     rc = sched_plan_build(s->db, sp);
     if (!rc) {
         /* A submit waits longer than the loop's other writes for the writer thread's commit. */

@@ -90,6 +90,7 @@ mt_status_t sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_s
         o->jobs_failed = sw->jobs_by_state[WIRE_JOB_FAILED];
         o->rate = sw->state == WIRE_SWEEP_RUNNING ? sweep_rate(sw, now_ms) : 0.0;
         o->created_s = (uint64_t)sw->created;
+        if (sw->warm) o->warm_start = sw->warm;
         if (sw->halving) {
             /* a finished sweep's shapes are not in memory: its finalists tell how far it got */
             bool two = sw->state == WIRE_SWEEP_RUNNING ? !sched_halving_waiting(sw) : sw->finalists > 0;

@@ -165,6 +165,13 @@ typedef struct sched_plan sched_plan_t;
 /* A plan job for spec (NULL is refused later, by the build). MT_OK with *out, or
  * MT_NOMEM with a reason in err. Release with sched_plan_free (or sched_plan_done). */
 mt_status_t sched_plan_new(const Moetune__SweepSpec *spec, sched_plan_t **out, char *err, size_t errlen);
+/* (loop) The device plan is planned for, and the database (db_path, read-only; NULL: none) its
+ * warm start reads: the picks of earlier sweeps on that GPU model go first (planner.h). The
+ * device: of the live workers that may measure its spec, the one of the most shared memory per
+ * block, as the sweep binds to the model of its first lease and a smaller card's rule would drop
+ * configs a larger one runs (a smaller card's worker judges those itself before compiling). None
+ * connected: no device, Triton's tile rules alone, and no warm start. */
+void sched_plan_device(const sched_t *s, sched_plan_t *plan, const char *db_path);
 
 /* Validates and expands the plan job's spec (a writer_fn; db unused). MT_INVAL for a bad
  * spec, the reason kept in the job for sched_plan_done. */

@@ -424,3 +424,90 @@ mt_status_t dbq_history(dbq_t *q, const dbq_hist_filter_t *f, dbq_result_fn fn, 
     sqlite3_finalize(st);
     return rc;
 }
+
+/* dbq_known_picks: per (shape, batch size) of the device's and backend's ok results with the
+ * dtype and block shape asked, the row of lowest median (SQLite takes the bare columns from it). */
+static const char k_sql_known[] =
+    "SELECT s.e, s.n, s.k, s.topk, c.block_m, c.block_n, c.block_k, c.group_m, c.num_warps, c.num_stages,"
+    " MIN(r.median_us), COUNT(DISTINCT r.sweep_id)"
+    " FROM results r JOIN shapes s ON s.id = r.shape_id JOIN configs c ON c.id = r.config_id"
+    " JOIN devices d ON d.id = r.device_id"
+    " WHERE r.status = 'ok' AND r.median_us > 0 AND d.name = ?1 AND r.backend = ?2 AND s.dtype = ?3"
+    " AND s.block_n = ?4 AND s.block_k = ?5"
+    " GROUP BY s.e, s.n, s.k, s.topk, r.batch_size ORDER BY s.e, s.n, s.k, s.topk, r.batch_size";
+
+/* The larger of x and y over the smaller, less 1 (0 when equal). */
+static double ratio_off(uint32_t x, uint32_t y) { return x > y ? (double)x / y - 1.0 : (double)y / x - 1.0; }
+
+/* How far shape b is from a: the sum over E, N, K and topk of how far each ratio is from 1. */
+static double shape_distance(const krn_shape_t *a, const krn_shape_t *b) {
+    return ratio_off(a->e, b->e) + ratio_off(a->n, b->n) + ratio_off(a->k, b->k) + ratio_off(a->topk, b->topk);
+}
+
+/* Counts a win for cfg in out[0, *n) (appended when new and there is room). */
+static void add_win(dbq_pick_t *out, size_t *n, size_t cap, const krn_config_t *cfg) {
+    for (size_t i = 0; i < *n; i++) {
+        if (memcmp(&out[i].cfg, cfg, sizeof *cfg) == 0) {
+            out[i].wins++;
+            return;
+        }
+    }
+    if (*n < cap) out[(*n)++] = (dbq_pick_t){*cfg, 1};
+}
+
+static int by_wins(const void *a, const void *b) {
+    const dbq_pick_t *x = a, *y = b;
+    return x->wins != y->wins ? (x->wins > y->wins ? -1 : 1) : memcmp(&x->cfg, &y->cfg, sizeof x->cfg);
+}
+
+mt_status_t dbq_known_picks(dbq_t *q, const char *device, const char *backend, const krn_shape_t *shape,
+                            dbq_pick_t *out, size_t max, size_t *n, krn_shape_t *from, uint32_t *n_sweeps, char *err,
+                            size_t errlen) {
+    enum { CAP = 256 };
+    sqlite3_stmt *st = NULL;
+    dbq_pick_t *all = NULL;
+    size_t n_all = 0;
+    uint32_t n_sw = 0; /* the most sweeps that measured one of its batch sizes */
+    bool found = false;
+    double best = 0.0;
+    *n = 0;
+    *n_sweeps = 0;
+    *from = *shape;
+    int rc = prepare(q, k_sql_known, &st, err, errlen);
+    if (rc != MT_OK) return rc;
+    all = calloc(CAP, sizeof *all);
+    if (!all) {
+        sqlite3_finalize(st);
+        return MT_NOMEM;
+    }
+    sqlite3_bind_text(st, 1, device, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, backend, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, shape->dtype, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 4, shape->block_n);
+    sqlite3_bind_int64(st, 5, shape->block_k);
+    while (next_row(q, st, &rc, err, errlen)) {
+        krn_shape_t s = *shape;
+        krn_config_t c;
+        s.e = col_u32(st, 0), s.n = col_u32(st, 1), s.k = col_u32(st, 2), s.topk = col_u32(st, 3);
+        for (int i = 0; i < KRN_N_FIELDS; i++) KRN_CONFIG_AT(&c, i) = col_u32(st, 4 + i);
+        if (!s.e || !s.n || !s.k || !s.topk || krn_config_bad_field(&c) >= 0) continue; /* rows are data */
+        double d = shape_distance(shape, &s);
+        if (!found || d < best) {
+            found = true, best = d, *from = s, n_all = 0, n_sw = 0;
+        } else if (d > best || memcmp(&s, from, sizeof s) != 0) {
+            continue; /* farther, or as near as the shape kept (the first of a tie) */
+        }
+        add_win(all, &n_all, CAP, &c);
+        uint32_t sw = col_u32(st, 11);
+        if (sw > n_sw) n_sw = sw;
+    }
+    sqlite3_finalize(st);
+    if (rc == MT_OK) {
+        qsort(all, n_all, sizeof *all, by_wins);
+        *n = n_all < max ? n_all : max;
+        memcpy(out, all, *n * sizeof *out);
+        *n_sweeps = n_sw;
+    }
+    free(all);
+    return rc;
+}

@@ -136,4 +136,21 @@ typedef struct {
 mt_status_t dbq_history(dbq_t *q, const dbq_hist_filter_t *filter, dbq_result_fn fn, void *ctx, char *err,
                         size_t errlen);
 
+/* A sweep's warm start: the configs that won earlier sweeps on a GPU model, for a shape. */
+typedef struct {
+    krn_config_t cfg;
+    uint32_t wins; /* batch sizes it was the best at */
+} dbq_pick_t;
+
+/* The configs of lowest median (status ok) per batch size among the results of backend on GPU
+ * model device (any sweep, kernel, Triton or torch version) for shape, or when it has none for
+ * the nearest shape of the same dtype and block shape (the least sum over E, N, K and topk of
+ * how far the ratio of the two is from 1); most batch sizes won first, at most max into out.
+ * *n is how many, *from the shape they came from (shape itself when measured), *n_sweeps how
+ * many sweeps measured it. MT_OK with *n 0 when none is known; MT_ERR/MT_BUSY with sqlite's text
+ * in err. */
+mt_status_t dbq_known_picks(dbq_t *q, const char *device, const char *backend, const krn_shape_t *shape,
+                            dbq_pick_t *out, size_t max, size_t *n, krn_shape_t *from, uint32_t *n_sweeps, char *err,
+                            size_t errlen);
+
 #endif

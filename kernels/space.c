@@ -3,6 +3,7 @@
 #include "space.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +212,45 @@ mt_status_t krn_check(const krn_shape_t *shape, const krn_config_t *c, const krn
 
 mt_status_t krn_check_triton(const krn_config_t *c, char *why, size_t whylen) {
     return check_tile(c, 32, 1, why, whylen);
+}
+
+/* Opt-in shared memory per block: CUDA's tables of compute capabilities 9.0 (227 KiB) and 12.0
+ * (99 KiB). */
+const krn_device_t krn_devices[] = {
+    {"sm_90", "H100/H200 (sm_90)", {232448, 255, 9, 0}},
+    {"sm_120", "RTX PRO 6000 Blackwell (sm_120)", {101376, 255, 12, 0}},
+};
+const size_t krn_n_devices = sizeof krn_devices / sizeof krn_devices[0];
+
+const krn_device_t *krn_device_find(const char *key) {
+    for (size_t i = 0; key && i < krn_n_devices; i++)
+        if (strcmp(krn_devices[i].key, key) == 0) return &krn_devices[i];
+    return NULL;
+}
+
+uint32_t krn_triton_smem_floor(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_t *l) {
+    if (c->num_stages < 2 || shape->k % 16 != 0) return 0;
+    /* A warpgroup MMA reads both operands from shared memory and keeps one more buffer in flight
+     * (recorded: Required = num_stages x tiles exactly for BLOCK_SIZE_M >= 64 on H100 and H200,
+     * (num_stages - 1) x tiles below). */
+    bool wgmma = l->cc_major == 9 && strcmp(shape->dtype, "bf16") == 0 && c->block_m % 64 == 0 && c->num_warps % 4 == 0;
+    uint64_t buffers = wgmma ? c->num_stages : c->num_stages - 1u;
+    uint64_t tile = ((uint64_t)c->block_m * c->block_k + (uint64_t)c->block_k * c->block_n) * elem_bytes(shape);
+    uint64_t total = buffers * tile;
+    return total > UINT32_MAX ? UINT32_MAX : (uint32_t)total;
+}
+
+mt_status_t krn_check_triton_on(const krn_shape_t *shape, const krn_config_t *c, const krn_limits_t *l, char *why,
+                                size_t whylen) {
+    mt_status_t rc = check_tile(c, 32, 1, why, whylen);
+    if (rc != MT_OK || !l) return rc;
+    uint32_t need = krn_triton_smem_floor(shape, c, l);
+    if (need > l->smem_per_block) {
+        mt_fmt(why, whylen, "Triton needs at least %u B of shared memory > %u B per block on sm_%u%u", need,
+               l->smem_per_block, l->cc_major, l->cc_minor);
+        return MT_INVAL;
+    }
+    return MT_OK;
 }
 
 mt_status_t krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,

@@ -132,12 +132,43 @@ double krn_time_penalized(const krn_config_t *cfg, double t, double red, double 
 mt_status_t krn_check(const krn_shape_t *shape, const krn_config_t *cfg, const krn_limits_t *limits, char *why,
                       size_t whylen);
 
-/* The static rules for a Triton kernel (the triton backend): only what no Triton MoE kernel can
- * run (block sizes not powers of two or below 16, warps not a power of two up to 32, stages
- * outside 1..8, GROUP_SIZE_M 0). Triton masks the tails, so there is no divisibility rule, and
- * shared memory and registers are the compiler's to judge on the real device: a config it refuses
- * is stored invalid by the worker with Triton's own reason. */
+/* The static rules for a Triton kernel on no device in particular: only what no Triton MoE kernel
+ * can run (block sizes not powers of two or below 16, warps not a power of two up to 32, i.e. at
+ * most 1024 threads, stages outside 1..8, GROUP_SIZE_M 0). Triton masks the tails, so there is no
+ * divisibility rule. */
 mt_status_t krn_check_triton(const krn_config_t *c, char *why, size_t whylen);
+
+/* The least shared memory in bytes Triton 3.6 allocates for cfg's K-loop pipeline on a device of
+ * limits' compute capability: buffers x (BLOCK_M x BLOCK_K + BLOCK_K x BLOCK_N) x element size.
+ * The pipeliner keeps num_stages - 1 buffers of each operand, and num_stages where the dot is a
+ * Hopper warpgroup MMA (sm_90, bf16, BLOCK_SIZE_M a multiple of 64, num_warps a multiple of 4).
+ * 0 where nothing is certain: one stage, or a hidden size K not a multiple of 16 (Triton may then
+ * load an operand without staging it in shared memory). Triton's own figure (OutOfResources'
+ * Required) is at least this: the rule never refuses a config Triton can run. */
+uint32_t krn_triton_smem_floor(const krn_shape_t *shape, const krn_config_t *cfg, const krn_limits_t *limits);
+
+/* Triton's static rules on a device of limits (the triton backend, and the sim standing in for
+ * it): krn_check_triton's, then the shared memory krn_triton_smem_floor says the config needs
+ * must fit limits->smem_per_block. limits NULL: krn_check_triton's alone. MT_INVAL with a one-line
+ * reason in why ("Triton needs at least 245760 B of shared memory > 232448 B per block on sm_90"). Registers
+ * are no rule: Triton bounds them by the block's threads and spills the rest, it never refuses. */
+mt_status_t krn_check_triton_on(const krn_shape_t *shape, const krn_config_t *cfg, const krn_limits_t *limits,
+                                char *why, size_t whylen);
+
+/* What a sim worker standing in for a Triton kernel puts in its Hello's versions: the planner
+ * then plans its sweeps with Triton's rules. */
+#define KRN_SIM_TRITON "sim=triton"
+
+/* A device the static rules know by name, for planning without one at hand (bench, tests). */
+typedef struct {
+    const char *key;  /* "sm_90" */
+    const char *name; /* "H100/H200 (sm_90)" */
+    krn_limits_t limits;
+} krn_device_t;
+extern const krn_device_t krn_devices[];
+extern const size_t krn_n_devices;
+/* The device of krn_devices named key; NULL when none is. */
+const krn_device_t *krn_device_find(const char *key);
 
 /* Whether engine ("sglang" or "vllm") can run cfg on shape's fp8 block scales, by the rule its
  * own tuner prunes with (docs/engines.md): SGLang keeps BLOCK_SIZE_K that divide block_k; vLLM keeps

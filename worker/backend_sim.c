@@ -43,11 +43,15 @@ typedef struct {
     uint32_t smem_per_block, smem_per_sm;
     uint64_t memory_bytes;
     uint32_t clock_khz, mem_clock_khz;
+    uint32_t cc_major, cc_minor;
 } sim_gpu_t;
 
+/* sm_120's figures: 188 SMs, 1.8 TB/s GDDR7, 99 KiB shared memory per block of 100 KiB per SM. */
 static const sim_gpu_t g_gpus[] = {
-    {"h200", "NVIDIA H200", 132, 4.8e12, 700e12, 232448, 233472, 143771336704ULL, 1980000, 3201000},
-    {"h100", "NVIDIA H100 80GB HBM3", 132, 3.35e12, 700e12, 232448, 233472, 85520809984ULL, 1980000, 2619000},
+    {"h200", "NVIDIA H200", 132, 4.8e12, 700e12, 232448, 233472, 143771336704ULL, 1980000, 3201000, 9, 0},
+    {"h100", "NVIDIA H100 80GB HBM3", 132, 3.35e12, 700e12, 232448, 233472, 85520809984ULL, 1980000, 2619000, 9, 0},
+    {"rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition", 188, 1.79e12, 400e12, 101376, 102400,
+     102005473280ULL, 2617000, 1750000, 12, 0},
 };
 #define N_GPUS (sizeof g_gpus / sizeof g_gpus[0])
 
@@ -56,6 +60,7 @@ typedef struct {
     wrk_sim_faults_t faults;
     double time_scale;
     krn_limits_t limits;
+    int triton; /* --kernel given: it stands in for that Triton kernel and follows Triton's rules */
     int gpu_index;
     krn_routing_t routing; /* the captured routing of the last shape that had one */
     wrk_sim_compiler_t cc; /* keys: compile_key(shape, config) */
@@ -444,7 +449,7 @@ static mt_status_t sim_open(const wrk_backend_opts_t *opts, void **state, wrk_de
         for (size_t i = 0; i < N_GPUS; i++)
             if (strcmp(opts->sim_device, g_gpus[i].key) == 0) st->gpu = &g_gpus[i];
         if (!st->gpu) {
-            mt_fmt(err, errlen, "unknown simulated device '%s' (h200, h100)", opts->sim_device);
+            mt_fmt(err, errlen, "unknown simulated device '%s' (h200, h100, rtx-pro-6000)", opts->sim_device);
             rc = MT_ERR;
             goto out;
         }
@@ -467,6 +472,9 @@ static mt_status_t sim_open(const wrk_backend_opts_t *opts, void **state, wrk_de
     st->gpu_index = opts->gpu_index;
     krn_limits_default(&st->limits);
     st->limits.smem_per_block = st->gpu->smem_per_block;
+    st->limits.cc_major = st->gpu->cc_major;
+    st->limits.cc_minor = st->gpu->cc_minor;
+    st->triton = opts->kernel && *opts->kernel;
     if (st->faults.slow_start_ms) sleep_s(st->faults.slow_start_ms / 1000.0);
 
     memset(dev, 0, sizeof *dev);
@@ -485,6 +493,7 @@ static mt_status_t sim_open(const wrk_backend_opts_t *opts, void **state, wrk_de
     dev->smem_per_block = st->gpu->smem_per_block;
     dev->regs_per_block = 65536;
     snprintf(dev->compiler, sizeof dev->compiler, "sim");
+    if (st->triton) snprintf(dev->versions, sizeof dev->versions, "kernel=%s " KRN_SIM_TRITON, opts->kernel);
     snprintf(dev->kernel_hash, sizeof dev->kernel_hash, "%016llx",
              (unsigned long long)mt_fnv1a(MT_FNV_INIT, SIM_MODEL_VERSION, strlen(SIM_MODEL_VERSION)));
     *state = st;
@@ -547,7 +556,8 @@ static mt_status_t sim_measure(void *state, const krn_shape_t *shape, const krn_
     *regs = 0;
     *spills = 0;
     if (krn_shape_check(shape, why, sizeof why) != MT_OK ||
-        krn_check(shape, cfg, &st->limits, why, sizeof why) != MT_OK) {
+        (st->triton ? krn_check_triton_on(shape, cfg, &st->limits, why, sizeof why)
+                    : krn_check(shape, cfg, &st->limits, why, sizeof why)) != MT_OK) {
         fill_status(out, bs, n_bs, MOETUNE__STATUS__STATUS_INVALID, why);
         return MT_OK;
     }

@@ -72,6 +72,8 @@ typedef struct {
     uint64_t configs, started_ms;
     uint64_t hello_ms, first_done_ms; /* when hello and the first config's done came (0: not yet) */
     char stats[512];                  /* the last done's "stats" object, compact JSON ("" when none) */
+    krn_limits_t limits;              /* its device's, from the hello, for Triton's static rules */
+    int have_limits;                  /* the hello gave a shared-memory limit */
 } tr_state_t;
 
 /* ---- helpers around processes */
@@ -536,6 +538,11 @@ static mt_status_t tr_open(const wrk_backend_opts_t *opts, void **state, wrk_dev
         goto out;
     }
     st->hello_ms = mt_now_ms();
+    krn_limits_default(&st->limits);
+    st->limits.smem_per_block = dev->smem_per_block;
+    st->limits.cc_major = dev->cc_major;
+    st->limits.cc_minor = dev->cc_minor;
+    st->have_limits = dev->smem_per_block > 0;
     log_at(MT_LOG_INFO, "triton helper %d: %s, %s, %s (hello after %.1f s)", (int)st->pid, dev->name, dev->compiler,
            dev->versions, (double)(st->hello_ms - st->started_ms) / 1000.0);
     *state = st;
@@ -579,11 +586,20 @@ static json_t *best_json(const wrk_measure_t *m, size_t n) {
     return a;
 }
 
+/* Whether Triton's static rules on this helper's device refuse cfg (the reason in why): such a
+ * config is neither compiled ahead nor sent to be measured. */
+static int tr_refused(const tr_state_t *st, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
+                      size_t whylen) {
+    return st->have_limits && krn_check_triton_on(shape, cfg, &st->limits, why, whylen) != MT_OK;
+}
+
 static mt_status_t tr_prepare(void *state, const krn_shape_t *shape, const krn_config_t *cfgs, size_t n) {
     tr_state_t *st = state;
+    char why[160];
     if (!st || st->pid <= 0) return MT_ERR;
     json_t *list = json_array();
-    for (size_t i = 0; list && i < n; i++) json_array_append_new(list, config_json(&cfgs[i]));
+    for (size_t i = 0; list && i < n; i++)
+        if (!tr_refused(st, shape, &cfgs[i], why, sizeof why)) json_array_append_new(list, config_json(&cfgs[i]));
     /* The batch sizes come with each measure; prepare compiles, which does not need them. */
     json_t *req =
         json_pack("{s:s, s:o, s:o, s:[]}", "op", "prepare", "shape", shape_json(shape), "configs", list, "batch_sizes");
@@ -669,6 +685,14 @@ static mt_status_t tr_measure(void *state, const krn_shape_t *shape, const krn_c
     char bad[160];
     tr_end_t end = TR_LINE;
     *regs = *spills = 0;
+    if (tr_refused(st, shape, cfg, bad, sizeof bad)) {
+        for (size_t i = 0; i < n_bs; i++) {
+            memset(&out[i], 0, sizeof out[i]);
+            out[i].status = MOETUNE__STATUS__STATUS_INVALID;
+            mt_fmt(out[i].detail, sizeof out[i].detail, "%s", bad);
+        }
+        return MT_OK;
+    }
     uint64_t id = ++st->next_id;
     json_t *req = json_pack("{s:s, s:I, s:o, s:o, s:o, s:{s:i, s:i, s:i, s:f, s:i, s:I, s:f, s:o, s:f}, s:b}", "op",
                             "measure", "id", (json_int_t)id, "shape", shape_json(shape), "config", config_json(cfg),

@@ -125,6 +125,52 @@ static void test_triton_rules(void **state) {
     assert_null(triton);
 }
 
+/* A triton sweep planned for a device drops the configs whose shared memory cannot fit it, with
+ * the rule's reason: 616 of the default space on sm_90, 944 on sm_120; none without a device. A sim
+ * sweep follows the same rules when its device stands in for Triton, else the CUDA kernel's. */
+static void test_triton_device_rules(void **state) {
+    static const struct {
+        const char *backend, *key;
+        bool sim_triton;
+        uint32_t rejected;
+        const char *rules;
+    } cases[] = {
+        {"triton", NULL, false, 0,
+         "triton: Triton's, no device yet (its worker judges shared memory before compiling)"},
+        {"triton", "sm_90", false, 616, "triton: Triton's on GPU X (sm_90, 232448 B shared memory per block)"},
+        {"triton", "sm_120", false, 944, "triton: Triton's on GPU X (sm_120, 101376 B shared memory per block)"},
+        {"sim", "sm_90", true, 616, "sim: Triton's on GPU X (sm_90, 232448 B shared memory per block)"},
+        {"sim", "sm_120", true, 944, "sim: Triton's on GPU X (sm_120, 101376 B shared memory per block)"},
+    };
+    (void)state;
+    spec_t s;
+    char err[256];
+    spec_init(&s, (const uint32_t[][4]){{128, 768, 2048, 8}}, 1);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        plan_t *p = NULL;
+        plan_device_t dev = {.sim_triton = cases[i].sim_triton, .name = "GPU X"};
+        if (cases[i].key) dev.limits = krn_device_find(cases[i].key)->limits;
+        s.spec.backend = (char *)cases[i].backend;
+        assert_int_equal(plan_build_on(&s.spec, cases[i].key ? &dev : NULL, &p, err, sizeof err), MT_OK);
+        assert_int_equal(p->configs_rejected, cases[i].rejected);
+        assert_int_equal(p->configs_valid, 1920 - cases[i].rejected);
+        assert_string_equal(p->rules, cases[i].rules);
+        for (size_t r = 0; r < p->shapes[0].n_rejected; r++)
+            assert_non_null(strstr(p->shapes[0].rejected[r].reason, "shared memory > "));
+        plan_destroy(&p);
+    }
+    /* a sim device that does not stand in for Triton: the CUDA kernel's rules */
+    plan_t *p = NULL, *cuda = NULL;
+    plan_device_t dev = {.limits = krn_device_find("sm_90")->limits, .name = "GPU X"};
+    s.spec.backend = "sim";
+    assert_int_equal(plan_build_on(&s.spec, &dev, &p, err, sizeof err), MT_OK);
+    assert_int_equal(plan_build(&s.spec, &cuda, err, sizeof err), MT_OK);
+    assert_int_equal(p->configs_rejected, cuda->configs_rejected);
+    assert_non_null(strstr(p->rules, "moetune's CUDA kernel"));
+    plan_destroy(&p);
+    plan_destroy(&cuda);
+}
+
 /* fp8 with 128x128 weight blocks on the triton backend: each engine's tuner prunes BLOCK_SIZE_K/N
  * its own way (docs/engines.md): SGLang keeps BK dividing 128 (1280 of 1920), vLLM BK and BN that are
  * multiples of 128 (640); a sweep for both measures the union once (BK 64 or 128: 1280, plus BK 256
@@ -283,6 +329,75 @@ static void test_store_plan(void **state) {
     assert_int_equal(query_int("SELECT COUNT(*) FROM shapes"), 1);
     assert_int_equal(query_int("SELECT MAX(n) FROM (SELECT COUNT(*) AS n FROM job_configs GROUP BY job_id)"), 100);
     assert_int_equal(query_int("SELECT length(spec) > 0 FROM sweeps"), 1);
+}
+
+/* The test's known picks: one the sm_90 rule rejects, one outside the space, two it plans. */
+static size_t test_picks(void *ctx, const krn_shape_t *shape, krn_config_t *out, size_t max, char *source,
+                         size_t srclen) {
+    static const char *const picks[] = {"256x256x256x1x4x5", "64x128x64x16x4x3", "16x16x16x1x1x1", "16x64x128x1x4x3"};
+    size_t n = 0;
+    (*(int *)ctx)++;
+    for (size_t i = 0; i < 4 && n < max; i++) assert_int_equal(krn_config_parse(picks[i], &out[n++]), MT_OK);
+    mt_fmt(source, srclen, "test picks of E=%u", shape->e);
+    return n;
+}
+
+/* A warm start: each shape's known picks that its rules keep go first in its order (its first
+ * job), the rest keep the cost model's order, and every shape's first job is stored before any
+ * other job of the sweep. */
+static void test_warm_start_order(void **state) {
+    spec_t s;
+    char err[256];
+    plan_t *cold = NULL, *warm = NULL;
+    int calls = 0;
+    store_t *db = NULL;
+    spec_init(&s, (const uint32_t[][4]){{128, 768, 2048, 8}, {8, 14336, 4096, 2}}, 2);
+    s.spec.backend = "triton";
+    plan_device_t dev = {.limits = krn_device_find("sm_90")->limits, .name = "GPU X"};
+    assert_int_equal(plan_build_on(&s.spec, &dev, &cold, err, sizeof err), MT_OK);
+    dev.warm = test_picks;
+    dev.warm_ctx = &calls;
+    assert_int_equal(plan_build_on(&s.spec, &dev, &warm, err, sizeof err), MT_OK);
+    assert_int_equal(calls, 2);
+    assert_int_equal(warm->configs_warm, 4);
+    assert_string_equal(warm->warm, "E=128,N=768,K=2048,topk=8: 2 known picks first (test picks of E=128); "
+                                    "E=8,N=14336,K=4096,topk=2: 2 known picks first (test picks of E=8)");
+    for (size_t i = 0; i < 2; i++) {
+        const plan_shape_t *w = &warm->shapes[i], *c = &cold->shapes[i];
+        char a[KRN_CONFIG_TEXT_LEN], b[KRN_CONFIG_TEXT_LEN];
+        assert_int_equal(w->n_warm, 2);
+        assert_int_equal(w->n_valid, c->n_valid);
+        assert_string_equal(krn_config_format(&w->valid[0], a, sizeof a), "64x128x64x16x4x3");
+        assert_string_equal(krn_config_format(&w->valid[1], a, sizeof a), "16x64x128x1x4x3");
+        /* the others in the cold plan's order */
+        for (size_t j = 0, k = 2; j < c->n_valid; j++) {
+            krn_config_format(&c->valid[j], a, sizeof a);
+            if (!strcmp(a, "64x128x64x16x4x3") || !strcmp(a, "16x64x128x1x4x3")) continue;
+            assert_string_equal(krn_config_format(&w->valid[k++], b, sizeof b), a);
+        }
+    }
+    /* stored: the first job of each shape holds its picks and comes before every other job */
+    assert_int_equal(store_open(g_db.path, &db, err, sizeof err), MT_OK);
+    assert_int_equal(store_begin(db), MT_OK);
+    assert_int_equal(plan_write(db, &s.spec, warm, 1, err, sizeof err), MT_OK);
+    assert_int_equal(store_commit(db), MT_OK);
+    store_close(&db);
+    for (size_t i = 0; i < 2; i++) {
+        const plan_shape_t *w = &warm->shapes[i];
+        assert_true(w->job_ids[0] <= 2);
+        for (size_t j = 1; j < w->n_jobs; j++) assert_true(w->job_ids[j] > 2);
+        char sql[512];
+        mt_fmt(sql, sizeof sql,
+               "SELECT COUNT(*) FROM job_configs jc JOIN configs c ON c.id = jc.config_id WHERE jc.job_id = %llu AND "
+               "((c.block_m = 64 AND c.block_n = 128 AND c.block_k = 64 AND c.group_m = 16 AND c.num_stages = 3) OR "
+               "(c.block_m = 16 AND c.block_n = 64 AND c.block_k = 128 AND c.group_m = 1 AND c.num_stages = 3))",
+               (unsigned long long)w->job_ids[0]);
+        assert_int_equal(query_int(sql), 2);
+    }
+    assert_int_equal(query_int("SELECT COUNT(*) FROM jobs"), warm->jobs);
+    assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs"), warm->configs_valid);
+    plan_destroy(&cold);
+    plan_destroy(&warm);
 }
 
 /* Without a chunk, a costlier shape's jobs hold fewer configs, in proportion to the cost
@@ -640,6 +755,7 @@ int main(void) {
         cmocka_unit_test(test_shape_without_configs),
         cmocka_unit_test_prestate_setup_teardown(test_chunks_by_shape, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_store_plan, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test_prestate_setup_teardown(test_warm_start_order, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_invalid_specs, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_failed_start_leaves_nothing, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test(test_custom_space_and_measure),
@@ -648,6 +764,7 @@ int main(void) {
         cmocka_unit_test(test_config_list),
         cmocka_unit_test(test_sample),
         cmocka_unit_test(test_triton_rules),
+        cmocka_unit_test(test_triton_device_rules),
         cmocka_unit_test(test_fp8_block_engines),
         cmocka_unit_test(test_cuda_rejects_fp8),
     };

@@ -61,6 +61,23 @@ static void lapses(fx_t *f, uint64_t job, uint64_t alive, uint64_t dead) {
     assert_int_equal(attempts, 1);
 }
 
+/* SweepSpec.warm_start is the coordinator's to write: a client's own text is neither stored nor
+ * shown by status (a sweep without a warm start has none). */
+static void test_warm_start_not_forged(void **state) {
+    fx_t *f = *state;
+    fx_spec_t x;
+    Moetune__Submitted sub;
+    sched_status_t st;
+    fx_start(f, 1000, 30000);
+    fx_spec(&x, "forged", (const uint32_t[]){2, 1}, 1, 1, 2, 1);
+    x.spec.warm_start = "forged: 3 known picks first";
+    fx_submit_spec(f, &x, &sub);
+    assert_int_equal(fx_query_int(f, "SELECT instr(spec, CAST('forged:' AS BLOB)) FROM sweeps"), 0);
+    assert_int_equal(sched_status(f->s, sub.sweep_id, 10, &st), MT_OK);
+    assert_true(!st.reply.sweeps[0]->warm_start || !*st.reply.sweeps[0]->warm_start);
+    sched_status_release(&st);
+}
+
 static void test_credits(void **state) {
     fx_t *f = *state;
     fx_start(f, 1000, 30000);
@@ -1412,6 +1429,7 @@ int main(void) {
     mt_log_init("test_sched", MT_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_credits, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_warm_start_not_forged, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_ack_carries_best, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_tokens_and_completion, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_silent_workers_and_attempts, fx_setup, fx_teardown),

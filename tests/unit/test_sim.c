@@ -205,6 +205,48 @@ static void test_invalid(void **unused) {
     wrk_backend_sim.close(&k.st);
 }
 
+/* A sim worker given a Triton kernel stands in for it: its hello says so (the planner then plans
+ * with Triton's rules), and it follows Triton's rules on its simulated device: no divisibility
+ * rule, and the shared memory of sm_120 (99 KiB per block) refuses what an H200 runs. */
+static void test_triton_stand_in(void **unused) {
+    (void)unused;
+    static const struct {
+        const char *device;
+        uint32_t cc, smem;
+        int fits; /* 128x128x128x1x4x3 needs 128 KiB off Hopper (2 buffers of 64 KiB) */
+    } devs[] = {{"h200", 9, 232448, 1}, {"rtx-pro-6000", 12, 101376, 0}};
+    for (size_t d = 0; d < sizeof devs / sizeof devs[0]; d++) {
+        wrk_backend_opts_t o;
+        wrk_device_t dev;
+        char err[256] = "";
+        sim_case_t k;
+        wrk_meas_t out[2];
+        uint32_t bs[2] = {1, 8};
+        memset(&o, 0, sizeof o);
+        o.kernel = "moetune";
+        o.sim_device = devs[d].device;
+        sim_case(&k, (krn_config_t){64, 64, 128, 1, 4, 3});
+        assert_int_equal(wrk_backend_sim.open(&o, &k.st, &dev, err, sizeof err), MT_OK);
+        assert_string_equal(dev.versions, "kernel=moetune " KRN_SIM_TRITON);
+        assert_int_equal(dev.cc_major, devs[d].cc);
+        assert_int_equal(dev.smem_per_block, devs[d].smem);
+        k.s.k = 2000; /* not a multiple of BLOCK_SIZE_K: Triton masks the tail */
+        assert_int_equal(sim_measure(&k, bs, 2, out), MT_OK);
+        assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_OK);
+        k.s.k = 2048;
+        k.c = (krn_config_t){128, 128, 128, 1, 4, 3};
+        assert_int_equal(sim_measure(&k, bs, 2, out), MT_OK);
+        if (devs[d].fits) {
+            assert_int_equal(out[1].status, MOETUNE__STATUS__STATUS_OK);
+        } else {
+            assert_int_equal(out[1].status, MOETUNE__STATUS__STATUS_INVALID);
+            assert_string_equal(out[1].detail,
+                                "Triton needs at least 131072 B of shared memory > 101376 B per block on sm_120");
+        }
+        wrk_backend_sim.close(&k.st);
+    }
+}
+
 static void test_fault_parse(void **unused) {
     (void)unused;
     wrk_sim_faults_t f;
@@ -577,12 +619,15 @@ static void test_compile_ahead(void **unused) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_find),           cmocka_unit_test(test_device),        cmocka_unit_test(test_determinism),
-        cmocka_unit_test(test_winners_differ), cmocka_unit_test(test_invalid),       cmocka_unit_test(test_fault_parse),
-        cmocka_unit_test(test_crash_draw),     cmocka_unit_test(test_wrong),         cmocka_unit_test(test_rsd_stop),
-        cmocka_unit_test(test_racing),         cmocka_unit_test(test_check_racing),  cmocka_unit_test(test_check_floor),
-        cmocka_unit_test(test_settling),       cmocka_unit_test(test_stop_rule),     cmocka_unit_test(test_slowdown),
-        cmocka_unit_test(test_time_scale),     cmocka_unit_test(test_compile_ahead),
+        cmocka_unit_test(test_find),          cmocka_unit_test(test_device),
+        cmocka_unit_test(test_determinism),   cmocka_unit_test(test_winners_differ),
+        cmocka_unit_test(test_invalid),       cmocka_unit_test(test_fault_parse),
+        cmocka_unit_test(test_crash_draw),    cmocka_unit_test(test_wrong),
+        cmocka_unit_test(test_rsd_stop),      cmocka_unit_test(test_racing),
+        cmocka_unit_test(test_check_racing),  cmocka_unit_test(test_check_floor),
+        cmocka_unit_test(test_settling),      cmocka_unit_test(test_stop_rule),
+        cmocka_unit_test(test_slowdown),      cmocka_unit_test(test_time_scale),
+        cmocka_unit_test(test_compile_ahead), cmocka_unit_test(test_triton_stand_in),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -150,6 +150,47 @@ static void test_ok_round_trip(void **unused) {
     assert_true(gone_within(pids[0], 3000)); /* quit: the helper exits with the child */
 }
 
+/* Lines in path (0 when there is no such file). */
+static size_t count_lines(const char *path) {
+    FILE *f = fopen(path, "r");
+    size_t n = 0;
+    int ch;
+    if (!f) return 0;
+    while ((ch = fgetc(f)) != EOF) n += ch == '\n';
+    fclose(f);
+    return n;
+}
+
+/* A config whose shared memory cannot fit the helper's device (its hello: sm_90, 232448 B per
+ * block) is invalid at once with the static rule's reason, never sent to the helper to compile;
+ * the next config is measured as usual. */
+static void test_static_rule_before_compile(void **unused) {
+    (void)unused;
+    char reqs[300];
+    wcase_t k;
+    mt_fmt(reqs, sizeof reqs, "%s/reqs", g_dir);
+    unlink(reqs);
+    setenv("FAKE_HELPER_REQS", reqs, 1);
+    wcase_init(&k, (krn_config_t){256, 256, 256, 1, 4, 5});
+    wrk_child_t *c = start_ready("ok", 0);
+    krn_config_t both[2] = {k.cfg, {64, 128, 64, 16, 4, 3}};
+    assert_int_equal(wrk_child_prepare(c, &k.s, both, 2), MT_OK);
+    assert_int_equal(measure(c, &k, 3), MT_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(k.out[i].status, MOETUNE__STATUS__STATUS_INVALID);
+        assert_string_equal(k.out[i].detail,
+                            "Triton needs at least 1310720 B of shared memory > 232448 B per block on sm_90");
+    }
+    assert_int_equal(count_lines(reqs), 0);
+    k.cfg = both[1];
+    assert_int_equal(measure(c, &k, 3), MT_OK);
+    for (int i = 0; i < 3; i++) assert_ok_values(&k.out[i], 64, g_bs[i]);
+    assert_int_equal(count_lines(reqs), 1);
+    wrk_child_destroy(&c);
+    unsetenv("FAKE_HELPER_REQS");
+    unlink(reqs);
+}
+
 /* Racing through the child and the helper: the best and the margins reach the helper, and a
  * pruned answer comes back with its measured statistics (the coordinator stores them), a settled
  * one as ok with its samples and detail. */
@@ -362,6 +403,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ok_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_race_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_static_rule_before_compile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_logs_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dies_mid_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hang_times_out, setup, teardown),
