@@ -58,7 +58,7 @@ static FILE *fixture(const char *name) {
 static void test_recorded_rows(void **state) {
     (void)state;
     FILE *f = fixture("triton_oor.csv");
-    char line[512], *fl[FIELDS], why[160];
+    char line[512], *fl[FIELDS] = {0}, why[160];
     size_t ok = 0, oor = 0, rejected = 0;
     while (fgets(line, sizeof line, f)) {
         if (line[0] == '#' || strncmp(line, "device,", 7) == 0) continue;
@@ -100,7 +100,7 @@ static void parse_list(char *text, krn_space_t *s, int i) {
 static void test_recorded_spaces(void **state) {
     (void)state;
     FILE *f = fixture("triton_oor_spaces.csv");
-    char line[1024], *fl[FIELDS], why[160];
+    char line[1024], *fl[FIELDS] = {0}, why[160];
     size_t spaces = 0;
     while (fgets(line, sizeof line, f)) {
         if (line[0] == '#') continue;
