@@ -1,7 +1,7 @@
 """Launches every config of a rules_dump list once with moetune's Triton kernel on this GPU and
 compares Triton's own answer with the static rule's verdict.
 
-    python3 rules_check.py LIST.csv E N K TOPK [PROCS]
+    python3 rules_check.py LIST.csv E N K TOPK [PROCS]      (ONLY=reject: launch only the rejected)
 
 Prints one line per disagreement and a summary; exit 1 when the rule rejects a config that ran
 (the rule must never do that), 0 otherwise (configs the rule lets through but Triton refuses are
@@ -50,7 +50,8 @@ def main():
     verdict = {}
     for line in open(path):
         f = line.strip().split(",")
-        verdict[f[0]] = f[1]
+        if os.environ.get("ONLY", f[1]) == f[1]:
+            verdict[f[0]] = f[1]
     ctx = mp.get_context("spawn")
     with ctx.Pool(procs, initializer=_init, initargs=(e, n, k, topk)) as pool:
         got = dict((t, (o, d)) for t, o, d in pool.imap_unordered(_try, sorted(verdict), chunksize=4))
