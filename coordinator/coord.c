@@ -128,7 +128,7 @@ static int size_buffers(coord_t *c, char *err, size_t errlen) {
     if (per < need + 4096) {
         mt_fmt(err, errlen,
                "--max-buffer-mb %llu: the control socket may buffer %llu MiB (64 connections x "
-               "(--max-msg-bytes + 64 KiB)) and %u worker connections need %llu KiB each: raise it, or "
+               "(--max-msg-bytes + 16 KiB)) and %u worker connections need %llu KiB each: raise it, or "
                "lower --max-msg-bytes or --max-connections",
                (unsigned long long)(budget >> 20), (unsigned long long)(ctl >> 20), c->max_conns[0],
                (unsigned long long)((need + 4096 + 1023) / 1024));

@@ -29,7 +29,7 @@ typedef struct coord coord_t;
 
 /* Connections each socket keeps at most; more are closed at once and logged. With the
  * per-message limit they bound what peers can make the coordinator buffer (connections
- * x (max_msg_bytes + 64 KiB)). The worker cap is lowered to fit the descriptor limit
+ * x (max_msg_bytes + 16 KiB)). The worker cap is lowered to fit the descriptor limit
  * (raised to its hard limit at start) minus the control socket's and a reserve. */
 #define COORD_DEFAULT_CONNS 1024u
 #define COORD_CONTROL_CONNS 64u
@@ -37,11 +37,11 @@ typedef struct coord coord_t;
 
 /* What all connections together may make the coordinator buffer, by default: every
  * connection's receive buffer is capped (ZMQ_MAXMSGSIZE) so that the control socket's
- * connections x (max_msg_bytes + 64 KiB) plus the worker socket's connections x its own
+ * connections x (max_msg_bytes + 16 KiB) plus the worker socket's connections x its own
  * per-connection cap stay within it. The worker socket's message limit is lowered to fit
  * (a worker sends small messages); a sweep whose Result cannot fit is refused at submit. */
 #define COORD_DEFAULT_BUFFER_MB 1024u
-#define COORD_CONN_SLACK 65536u /* over a socket's message limit by this much still gets an Error */
+#define COORD_CONN_SLACK 16384u /* over a socket's message limit by this much still gets an Error */
 
 typedef struct {
     const char *db_path;     /* required */
