@@ -27,7 +27,8 @@ static const double k_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.
 #define METRICS_IDLE_S 3u /* a connection silent this long is closed by libmicrohttpd */
 
 typedef struct {
-    int fd;
+    const struct MHD_Connection *conn; /* which connection: found again by it when it closes */
+    int fd;                            /* open until its CLOSED notice (libmicrohttpd closes it after) */
     uint64_t start_ms;
     bool closing; /* shut down by us, not yet closed by libmicrohttpd */
 } client_t;
@@ -215,7 +216,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     (void)socket_context;
     if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         for (size_t i = 0; i < m->n_clients; i++) {
-            if (m->clients[i].fd != fd) continue;
+            if (m->clients[i].conn != conn) continue;
             m->clients[i] = m->clients[--m->n_clients];
             break;
         }
@@ -236,7 +237,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         evict(m, old, "too many clients, the oldest goes");
         open--;
     }
-    if (fd >= 0 && m->n_clients < METRICS_CONN_CAP) m->clients[m->n_clients++] = (client_t){fd, now, false};
+    if (fd >= 0 && m->n_clients < METRICS_CONN_CAP) m->clients[m->n_clients++] = (client_t){conn, fd, now, false};
 }
 
 mt_status_t metrics_new(const char *hostport, metrics_t **out, char *err, size_t errlen) {
