@@ -72,7 +72,8 @@ struct wrk_parent {
     uint64_t jobs_done, results, bad_messages, reconnects, child_restarts;
     uint64_t round_children; /* children started for a side-by-side round (Measure.fresh_rounds) */
     int stop;
-    int refused; /* the coordinator refused our Hello for good (WIRE_E_REFUSED): exit, no Bye */
+    int refusals; /* Hellos the coordinator refused (WIRE_E_REFUSED) in a row */
+    int refused;  /* refused twice: exit, no Bye */
     sec_cert_t curve, curve_server; /* copies; used when opts.curve is set */
 };
 
@@ -461,6 +462,7 @@ static void on_welcome(wrk_parent_t *p, const wire_env_t *env) {
     uint32_t hb = env->welcome->heartbeat_ms;
     if (hb >= WIRE_HEARTBEAT_MIN_MS && hb <= WIRE_HEARTBEAT_MAX_MS) p->heartbeat_ms = hb;
     p->session = SESSION_WELCOMED;
+    p->refusals = 0;
     p->next_beat_ms = mt_now_ms() + p->heartbeat_ms;
     log_at(MT_LOG_INFO, "welcomed (heartbeat %u ms); resending %zu unacknowledged results", p->heartbeat_ms,
            p->n_unacked);
@@ -576,9 +578,19 @@ static void on_ack(wrk_parent_t *p, const wire_env_t *env) {
 static void on_error(wrk_parent_t *p, const wire_env_t *env) {
     const Moetune__Error *e = env->error;
     if (e->code == WIRE_E_REFUSED && p->session != SESSION_WELCOMED) {
-        /* for good: retrying would only take the id from the worker that holds it */
-        log_at(MT_LOG_ERROR, "the coordinator refused this worker: %s", e->message ? e->message : "");
-        fprintf(stderr, "moetune-worker: the coordinator refused this worker: %s\n", e->message ? e->message : "");
+        /* Once more after the coordinator's dead period, socket closed meanwhile (a worker
+         * restarted with its id is refused while its predecessor, killed, still counts as
+         * alive); then for good: retrying would only take the id from the worker that has it. */
+        const char *why = e->message ? e->message : "";
+        if (++p->refusals < 2) {
+            log_at(MT_LOG_WARN, "the coordinator refused this worker: %s; trying once more in %u ms", why,
+                   (SILENT_PERIODS + 1) * p->heartbeat_ms);
+            close_socket(p);
+            p->last_heard_ms = mt_now_ms() + p->heartbeat_ms; /* the reconnect is due then */
+            return;
+        }
+        log_at(MT_LOG_ERROR, "the coordinator refused this worker: %s", why);
+        fprintf(stderr, "moetune-worker: the coordinator refused this worker: %s\n", why);
         p->refused = 1;
         p->stop = 1;
         return;
@@ -735,13 +747,14 @@ int wrk_parent_run(wrk_parent_t *p) {
         if (dl && dl < due) due = dl;
         long timeout = due > now ? (long)(due - now) : 0;
         zmq_pollitem_t items[2] = {{p->sock, 0, ZMQ_POLLIN, 0}, {NULL, wrk_child_fd(p->child), ZMQ_POLLIN, 0}};
-        int n_items = wrk_child_fd(p->child) >= 0 ? 2 : 1;
-        if (zmq_poll(items, n_items, timeout) < 0 && zmq_errno() != EINTR) {
+        zmq_pollitem_t *first = p->sock ? items : items + 1; /* no socket while a refused Hello waits */
+        int n_items = (p->sock ? 1 : 0) + (wrk_child_fd(p->child) >= 0 ? 1 : 0);
+        if (zmq_poll(first, n_items, timeout) < 0 && zmq_errno() != EINTR) {
             log_at(MT_LOG_ERROR, "poll: %s", zmq_strerror(zmq_errno()));
             code = MT_EXIT_FAIL;
             break;
         }
-        if (items[0].revents & ZMQ_POLLIN) drain_socket(p);
+        if (p->sock && (items[0].revents & ZMQ_POLLIN)) drain_socket(p);
         for (;;) {
             wrk_child_event_t ev;
             if (wrk_child_poll(p->child, 0, &ev)) {
@@ -766,7 +779,7 @@ int wrk_parent_run(wrk_parent_t *p) {
                        "no Welcome from %s in %u ms (CURVE: the coordinator may refuse our key, or "
                        "the server key is wrong); reconnecting",
                        p->endpoint, SILENT_PERIODS * p->heartbeat_ms);
-            else
+            else if (p->sock)
                 log_at(MT_LOG_WARN, "coordinator silent for %u ms; reconnecting", SILENT_PERIODS * p->heartbeat_ms);
             if (connect_and_hello(p)) {
                 code = MT_EXIT_FAIL;
