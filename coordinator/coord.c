@@ -169,8 +169,8 @@ mt_status_t coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t
     if (!c->o.bind) c->o.bind = COORD_DEFAULT_BIND;
     if (!c->o.control) c->o.control = "tcp://127.0.0.1:5556";
     if (!c->o.heartbeat_ms) c->o.heartbeat_ms = WIRE_HEARTBEAT_DEFAULT_MS;
-    if (!c->o.lease_ms) c->o.lease_ms = WIRE_LEASE_DEFAULT_MS > 2 * c->o.heartbeat_ms ? WIRE_LEASE_DEFAULT_MS
-                                                                                     : 2 * c->o.heartbeat_ms;
+    if (!c->o.lease_ms)
+        c->o.lease_ms = WIRE_LEASE_DEFAULT_MS > 2 * c->o.heartbeat_ms ? WIRE_LEASE_DEFAULT_MS : 2 * c->o.heartbeat_ms;
     if (!c->o.max_msg_bytes) c->o.max_msg_bytes = WIRE_DEFAULT_MAX_BYTES;
     atomic_init(&c->stop, 0);
     /* leases are renewed by the progress a worker reports once a heartbeat: a shorter lease

@@ -202,8 +202,7 @@ static void evict(metrics_t *m, client_t *c, const char *why) {
     c->closing = true;
     shutdown(c->fd, SHUT_RDWR);
     if (m->evicted++ % 100 == 0)
-        log_at(MT_LOG_WARN, "metrics http: a client closed: %s (%llu so far)", why,
-               (unsigned long long)m->evicted);
+        log_at(MT_LOG_WARN, "metrics http: a client closed: %s (%llu so far)", why, (unsigned long long)m->evicted);
 }
 
 /* Connection start and end (libmicrohttpd's thread): a new client closes those that have
@@ -265,11 +264,11 @@ mt_status_t metrics_new(const char *hostport, metrics_t **out, char *err, size_t
     metrics_t *m = calloc(1, sizeof *m);
     if (!m) return MT_NOMEM;
     pthread_mutex_init(&m->mu, NULL);
-    m->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL, NULL, on_request,
-                            m, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
-                            METRICS_CONN_CAP, MHD_OPTION_CONNECTION_TIMEOUT, METRICS_IDLE_S,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, m, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                            MHD_OPTION_END);
+    m->d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL, NULL, on_request, m,
+                         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, METRICS_CONN_CAP,
+                         MHD_OPTION_CONNECTION_TIMEOUT, METRICS_IDLE_S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, m,
+                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     if (!m->d) {
         mt_fmt(err, errlen, "--metrics %s: cannot listen (address in use or not local?)", hostport);
         pthread_mutex_destroy(&m->mu);

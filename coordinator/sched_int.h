@@ -128,9 +128,9 @@ struct sched_worker {
     char *identity;    /* its measuring identity from that Hello (sched_worker_identity), owned */
     uint64_t device_id;
     bool alive;
-    bool await_hb; /* said Hello while holding jobs: its next heartbeat settles them */
-    uint32_t credits;  /* at most WIRE_MAX_HELD */
-    bool capped;       /* it has credits but holds WIRE_MAX_HELD jobs: dispatched when one ends */
+    bool await_hb;    /* said Hello while holding jobs: its next heartbeat settles them */
+    uint32_t credits; /* at most WIRE_MAX_HELD */
+    bool capped;      /* it has credits but holds WIRE_MAX_HELD jobs: dispatched when one ends */
     uint64_t last_heard, results;
     job_t **held;
     size_t n_held, cap_held;

@@ -72,8 +72,8 @@ struct wrk_parent {
     uint64_t jobs_done, results, bad_messages, reconnects, child_restarts;
     uint64_t round_children; /* children started for a side-by-side round (Measure.fresh_rounds) */
     int stop;
-    int refusals; /* Hellos the coordinator refused (WIRE_E_REFUSED) in a row */
-    int refused;  /* refused twice: exit, no Bye */
+    int refusals;                   /* Hellos the coordinator refused (WIRE_E_REFUSED) in a row */
+    int refused;                    /* refused twice: exit, no Bye */
     sec_cert_t curve, curve_server; /* copies; used when opts.curve is set */
 };
 

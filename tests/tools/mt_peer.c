@@ -210,8 +210,15 @@ static int set_opt(peer_opts_t *o, const char *kv) {
 int main(int argc, char **argv) {
     peer_t p;
     memset(&p, 0, sizeof p);
-    p.o = (peer_opts_t){.gpu = "NVIDIA H200", .backend = "sim", .compiler = "sim", .hash = "peer", .versions = "",
-                        .host = "peer", .mode = "hold", .pid = (uint32_t)getpid(), .seconds = 10};
+    p.o = (peer_opts_t){.gpu = "NVIDIA H200",
+                        .backend = "sim",
+                        .compiler = "sim",
+                        .hash = "peer",
+                        .versions = "",
+                        .host = "peer",
+                        .mode = "hold",
+                        .pid = (uint32_t)getpid(),
+                        .seconds = 10};
     if (argc < 3) {
         fprintf(stderr, "usage: mt_peer ENDPOINT ID [key=value...]\n");
         return MT_EXIT_USAGE;

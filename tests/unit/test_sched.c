@@ -1390,8 +1390,8 @@ static void test_mixed_fleet_binds_sweep(void **state) {
 /* A Hello from a peer with routing id rid: worker id, GPU name, compiler, kernel hash, host
  * and pid as given (backend sim). sched_on_hello's code; *refused whether an Error{WIRE_E_REFUSED}
  * went to rid. */
-static int hello_as(fx_t *f, const char *rid, const char *id, const char *gpu, const char *compiler,
-                    const char *hash, const char *host, uint32_t pid, uint64_t now, bool *refused) {
+static int hello_as(fx_t *f, const char *rid, const char *id, const char *gpu, const char *compiler, const char *hash,
+                    const char *host, uint32_t pid, uint64_t now, bool *refused) {
     Moetune__Gpu g = MOETUNE__GPU__INIT;
     Moetune__Hello h = MOETUNE__HELLO__INIT;
     wire_env_t env;
@@ -1435,8 +1435,8 @@ static void test_leases_renewed_by_progress(void **state) {
     fx_submit(f, 4, 2, NULL);
     fx_lease_t a = fx_lease(f, "A", "gpu", 0);
     heartbeat(f, a.w, &a.job, 1, 20000);
-    claim(f, a.w, 0, 0, 20000); /* claims nothing */
-    claim(f, a.w, a.job, 9999, 20000);   /* not a config of the job */
+    claim(f, a.w, 0, 0, 20000);                /* claims nothing */
+    claim(f, a.w, a.job, 9999, 20000);         /* not a config of the job */
     claim(f, a.w, a.job + 1, a.cfg[0], 20000); /* not its job */
     lapses(f, a.job, 30000, 30001);
 

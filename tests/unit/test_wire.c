@@ -348,12 +348,18 @@ static void test_measurement_relations(void **state) {
         uint32_t samples;
         bool good;
     } k[] = {
-        {10, 9.9, 10.1, 0.05, 10, true},        {10, 9.9, 10.1, 0.05, 0, false},      /* no samples */
-        {10, 20, 10.1, 0.05, 10, false},        {10, 10.2, 10.1, 0.05, 10, false},    /* min over median, mean */
-        {10, 9.9, 10.1, 1e11, 10, false},       {10, 9.9, 10.1, 31.9, 10, true},      /* sd vs mean x sqrt(n) */
-        {10, 9.9, 10.1, 32.0, 10, false},       {1e-9, 1e-9, 1e-9, 0, 10, false},     /* 1e-9 us */
-        {0.4, 0.4, 0.4, 0, 1, false},           {0.5, 0.5, 0.5, 0, 1, true},          /* the floor */
-        {2e9, 1e9, 2e9, 0, 1, false},           {10, 9.9, 10.1, 0.05, 4000000000u, false},
+        {10, 9.9, 10.1, 0.05, 10, true},
+        {10, 9.9, 10.1, 0.05, 0, false}, /* no samples */
+        {10, 20, 10.1, 0.05, 10, false},
+        {10, 10.2, 10.1, 0.05, 10, false}, /* min over median, mean */
+        {10, 9.9, 10.1, 1e11, 10, false},
+        {10, 9.9, 10.1, 31.9, 10, true}, /* sd vs mean x sqrt(n) */
+        {10, 9.9, 10.1, 32.0, 10, false},
+        {1e-9, 1e-9, 1e-9, 0, 10, false}, /* 1e-9 us */
+        {0.4, 0.4, 0.4, 0, 1, false},
+        {0.5, 0.5, 0.5, 0, 1, true}, /* the floor */
+        {2e9, 1e9, 2e9, 0, 1, false},
+        {10, 9.9, 10.1, 0.05, 4000000000u, false},
         {10, 9.9, 10.1, 0.05, WIRE_MAX_SAMPLES, true},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
