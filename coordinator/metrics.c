@@ -18,8 +18,8 @@
 static const double k_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 #define N_BUCKETS (sizeof k_buckets / sizeof k_buckets[0])
 
-/* Clients: a scrape takes milliseconds, so a connection that has lasted METRICS_CLIENT_MS is
- * closed, and over METRICS_CLIENTS the oldest are closed to make room for a new one; slow or
+/* Clients: a scrape takes milliseconds, so a connection that has waited METRICS_CLIENT_MS for
+ * its request (since it opened or since its last one) is closed, and over METRICS_CLIENTS the oldest are closed to make room for a new one; slow or
  * silent clients can never hold every slot (libmicrohttpd's own cap is METRICS_CONN_CAP). */
 #define METRICS_CLIENTS 32
 #define METRICS_CLIENT_MS 5000
@@ -156,9 +156,17 @@ char *metrics_render(metrics_t *m) {
     return b.buf;
 }
 
+/* A request arrived whole on conn: its client's clock starts again, so a keep-alive scraper
+ * gets METRICS_CLIENT_MS per request, and only a client that never finishes one runs out. */
+static void client_served(metrics_t *m, const struct MHD_Connection *conn) {
+    for (size_t i = 0; i < m->n_clients; i++)
+        if (m->clients[i].conn == conn) m->clients[i].start_ms = mt_now_ms();
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_len, void **con_cls) {
     metrics_t *m = cls;
+    client_served(m, conn);
     struct MHD_Response *resp;
     unsigned code = MHD_HTTP_OK;
     char *page = NULL;

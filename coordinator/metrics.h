@@ -6,7 +6,8 @@
  * (a copy under a mutex) and each commit's duration with metrics_observe_commit(), so
  * the HTTP thread never touches the scheduler.
  *
- * A scrape always answers: a client open 5 s is closed, and past 32 open clients the oldest
+ * A scrape always answers: a client that has waited 5 s for its request (since it opened or
+ * since its last one) is closed, and past 32 open clients the oldest
  * are closed for a new one, so slow or silent clients cannot hold every connection.
  * libmicrohttpd's error lines go to the project's log.
  */
