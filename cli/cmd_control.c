@@ -264,8 +264,8 @@ static void print_status(const Moetune__StatusReply *r, bool json) {
         if (s->phase) {
             char counts[160];
             cli_progress_counts(s, counts, sizeof counts);
-            printf("sweep %llu: halving %s (%.1f%%)\n", (unsigned long long)s->sweep_id, counts,
-                   cli_progress_percent(s));
+            printf("sweep %llu: %s %s (%.1f%%)\n", (unsigned long long)s->sweep_id,
+                   s->decide_step ? "racing, then the decide step:" : "halving", counts, cli_progress_percent(s));
         }
         if (s->gpu_busy > 0)
             printf("sweep %llu: GPU busy %.0f%% (%.1f s in timed kernels)\n", (unsigned long long)s->sweep_id,

@@ -46,6 +46,7 @@ struct coord {
     sec_auth_t *auth; /* CURVE authenticator; NULL = plain TCP */
     void *mon[2];     /* connection events of each socket (PAIR, inproc) */
     uint32_t conns[2], max_conns[2];
+    size_t max_msg[2]; /* each socket's message limit: the worker socket's fits the buffer bound */
     uint64_t refused[2];
     metrics_t *metrics; /* Prometheus endpoint; NULL = off */
     atomic_int stop;
@@ -76,7 +77,7 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
     int linger = 0, hwm = 100000;
     /* over this libzmq drops the peer; a little over the limit still gets an Error. It bounds
      * what one connection can make the coordinator buffer. */
-    int64_t maxmsg = (int64_t)c->o.max_msg_bytes + 65536;
+    int64_t maxmsg = (int64_t)c->max_msg[which] + COORD_CONN_SLACK;
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
@@ -85,6 +86,10 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
         c->workers = sock;
     else
         c->control = sock;
+    /* a worker that reconnects while its old connection still looks open takes its id over;
+     * another process with the same id is then refused at its Hello (sched_on_hello) */
+    int handover = 1;
+    if (which == 0) zmq_setsockopt(sock, ZMQ_ROUTER_HANDOVER, &handover, sizeof handover);
     if (c->auth &&
         sec_server_apply(c->auth, sock, c->o.curve, which ? "control" : "workers", c->max_conns[which], err, errlen))
         return MT_ERR;
@@ -111,6 +116,43 @@ static int open_socket(coord_t *c, int which, const char *ep, char *err, size_t 
     return MT_OK;
 }
 
+/* Each socket's message limit within the buffer bound (coord.h): the control socket's is
+ * max_msg_bytes; the worker socket's is what is left per connection, at most max_msg_bytes.
+ * MT_INVAL with the reason when the bound leaves a worker connection too little. */
+static int size_buffers(coord_t *c, char *err, size_t errlen) {
+    uint64_t budget = (uint64_t)(c->o.max_buffer_mb ? c->o.max_buffer_mb : COORD_DEFAULT_BUFFER_MB) << 20;
+    uint64_t ctl = (uint64_t)COORD_CONTROL_CONNS * (c->o.max_msg_bytes + COORD_CONN_SLACK);
+    uint64_t need = wire_result_max_bytes(1) + COORD_CONN_SLACK;
+    uint64_t per = budget > ctl ? (budget - ctl) / c->max_conns[0] : 0;
+    c->max_msg[1] = c->o.max_msg_bytes;
+    if (per < need + 4096) {
+        mt_fmt(err, errlen,
+               "--max-buffer-mb %llu: the control socket may buffer %llu MiB (64 connections x "
+               "(--max-msg-bytes + 16 KiB)) and %u worker connections need %llu KiB each: raise it, or "
+               "lower --max-msg-bytes or --max-connections",
+               (unsigned long long)(budget >> 20), (unsigned long long)(ctl >> 20), c->max_conns[0],
+               (unsigned long long)((need + 4096 + 1023) / 1024));
+        return MT_INVAL;
+    }
+    c->max_msg[0] = per - COORD_CONN_SLACK < c->o.max_msg_bytes ? (size_t)(per - COORD_CONN_SLACK) : c->o.max_msg_bytes;
+    return MT_OK;
+}
+
+/* The most batch sizes one Result can carry under the worker socket's message limit. */
+static size_t result_max_bs(const coord_t *c) {
+    size_t lo = 0, hi = 1u << 20;
+    while (lo < hi) {
+        size_t mid = (lo + hi + 1) / 2;
+        if (wire_result_max_bytes(mid) <= c->max_msg[0])
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+size_t coord_worker_max_msg(const coord_t *c) { return c->max_msg[0]; }
+
 mt_status_t coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
     *out = NULL;
@@ -127,9 +169,20 @@ mt_status_t coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t
     if (!c->o.bind) c->o.bind = COORD_DEFAULT_BIND;
     if (!c->o.control) c->o.control = "tcp://127.0.0.1:5556";
     if (!c->o.heartbeat_ms) c->o.heartbeat_ms = WIRE_HEARTBEAT_DEFAULT_MS;
-    if (!c->o.lease_ms) c->o.lease_ms = WIRE_LEASE_DEFAULT_MS;
+    if (!c->o.lease_ms)
+        c->o.lease_ms = WIRE_LEASE_DEFAULT_MS > 2 * c->o.heartbeat_ms ? WIRE_LEASE_DEFAULT_MS : 2 * c->o.heartbeat_ms;
     if (!c->o.max_msg_bytes) c->o.max_msg_bytes = WIRE_DEFAULT_MAX_BYTES;
     atomic_init(&c->stop, 0);
+    /* leases are renewed by the progress a worker reports once a heartbeat: a shorter lease
+     * would lapse between two of them */
+    if (c->o.lease_ms < 2 * c->o.heartbeat_ms) {
+        mt_fmt(err, errlen,
+               "--lease-ms %u is shorter than two heartbeat periods (2 x %u ms): a lease would lapse between "
+               "the heartbeats that renew it",
+               c->o.lease_ms, c->o.heartbeat_ms);
+        free(c);
+        return MT_INVAL;
+    }
     rc = db_lock_acquire(c->o.db_path, &c->lock, err, errlen);
     if (rc) {
         if (rc != MT_BUSY) rc = MT_IO;
@@ -186,6 +239,8 @@ mt_status_t coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t
     }
     if (c->max_conns[0] > fds - COORD_FD_RESERVE - COORD_CONTROL_CONNS)
         c->max_conns[0] = fds - COORD_FD_RESERVE - COORD_CONTROL_CONNS;
+    rc = size_buffers(c, err, errlen);
+    if (rc) goto out;
     if (c->o.curve) rc = sec_auth_new(c->ctx, c->o.curve_allow, &c->auth, err, errlen);
     if (!rc) rc = open_socket(c, 0, c->o.bind, err, errlen);
     if (!rc) rc = open_socket(c, 1, c->o.control, err, errlen);
@@ -196,6 +251,14 @@ out:
         return rc;
     }
     log_at(MT_LOG_INFO, "coordinator on %s (workers) and %s (control), database %s", c->ep[0], c->ep[1], c->o.db_path);
+    uint64_t total = (uint64_t)c->max_conns[0] * (c->max_msg[0] + COORD_CONN_SLACK) +
+                     (uint64_t)COORD_CONTROL_CONNS * (c->max_msg[1] + COORD_CONN_SLACK);
+    log_at(MT_LOG_INFO,
+           "buffers: at most %u worker connections x %zu KiB (messages up to %zu bytes: a Result of up to %zu batch "
+           "sizes) and %u control connections x %zu KiB, %llu MiB in all (--max-buffer-mb %u)",
+           c->max_conns[0], (c->max_msg[0] + COORD_CONN_SLACK) / 1024, c->max_msg[0], result_max_bs(c),
+           COORD_CONTROL_CONNS, (c->max_msg[1] + COORD_CONN_SLACK) / 1024, (unsigned long long)(total >> 20),
+           c->o.max_buffer_mb ? c->o.max_buffer_mb : COORD_DEFAULT_BUFFER_MB);
     for (int which = 0; which < 2 && !c->auth; which++) {
         if (ep_is_local(c->ep[which])) continue;
         log_at(MT_LOG_WARN,
@@ -245,7 +308,9 @@ static void on_result(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t 
     sched_on_result(c->sched, w, env, now);
 }
 static void on_heartbeat(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) {
-    sched_on_heartbeat(c->sched, w, (*env)->heartbeat->job_ids, (*env)->heartbeat->n_job_ids, now);
+    const Moetune__Heartbeat *hb = (*env)->heartbeat;
+    sched_on_heartbeat(c->sched, w, hb->job_ids, hb->n_job_ids, now);
+    sched_on_progress(c->sched, w, hb->measuring_job, hb->measuring_config, now);
 }
 static void on_bye(coord_t *c, sched_worker_t *w, wire_env_t **env, uint64_t now) { sched_on_bye(c->sched, w, now); }
 
@@ -259,9 +324,19 @@ static const struct {
     {MOETUNE__ENVELOPE__BODY_BYE, on_bye},
 };
 
+/* A peer's routing id for a log line: bytes that are not printable become '?', so one line
+ * stays one line; at most 64 shown. */
+static const char *rid_text(const uint8_t *id, size_t len, char *buf, size_t cap) {
+    size_t n = 0;
+    for (; n < len && n < 64 && n + 1 < cap; n++) buf[n] = id[n] >= 0x20 && id[n] < 0x7f ? (char)id[n] : '?';
+    buf[n] = '\0';
+    return buf;
+}
+
 static void bad_message(coord_t *c, void *sock, const uint8_t *id, size_t id_len, int code, const char *why) {
+    char rid[80];
     sched_count_bad(c->sched);
-    log_at(MT_LOG_WARN, "bad message from %.*s: %s", (int)(id_len > 64 ? 64 : id_len), (const char *)id, why);
+    log_at(MT_LOG_WARN, "bad message from %s: %s", rid_text(id, id_len, rid, sizeof rid), why);
     if (id_len) wire_send_error(sock, id, id_len, code, why);
 }
 
@@ -275,13 +350,16 @@ static void worker_message(coord_t *c, const uint8_t *id, size_t id_len, wire_en
     }
     if (body == MOETUNE__ENVELOPE__BODY_HELLO) {
         int rc = sched_on_hello(c->sched, id, id_len, env, now);
-        if (rc) log_at(MT_LOG_ERROR, "hello from %.*s not handled (%d)", (int)id_len, (const char *)id, rc);
+        char rid[80];
+        if (rc && rc != MT_INVAL)
+            log_at(MT_LOG_ERROR, "hello from %s not handled (%d)", rid_text(id, id_len, rid, sizeof rid), rc);
         return;
     }
     sched_worker_t *w = sched_worker(c->sched, id, id_len);
     if (!w) {
-        log_at(MT_LOG_DEBUG, "%s from unknown worker %.*s: asking for hello", wire_body_name(body), (int)id_len,
-               (const char *)id);
+        char rid[80];
+        log_at(MT_LOG_DEBUG, "%s from unknown worker %s: asking for hello", wire_body_name(body),
+               rid_text(id, id_len, rid, sizeof rid));
         wire_send_error(c->workers, id, id_len, WIRE_E_HELLO, "say hello first");
         return;
     }
@@ -307,12 +385,22 @@ static void reply(coord_t *c, const uint8_t *id, size_t id_len, wire_env_t *env)
 /* A submit is planned and stored on the writer thread, so the loop goes on serving workers
  * and clients; the client gets Submitted (or the error) when the writer hands it back. */
 static void on_submit(coord_t *c, const uint8_t *id, size_t id_len, const wire_env_t *env, uint64_t now) {
-    char err[256];
+    char err[512];
     (void)now;
     if (c->n_submits == SUBMITS_MAX) {
         mt_fmt(err, sizeof err, "%u submits are waiting to be planned: try again later", SUBMITS_MAX);
         log_at(MT_LOG_WARN, "submit refused: %s", err);
         wire_send_error(c->control, id, id_len, WIRE_E_INTERNAL, err);
+        return;
+    }
+    size_t nb = env->submit->spec ? env->submit->spec->n_batch_sizes : 0;
+    if (wire_result_max_bytes(nb) > c->max_msg[0]) {
+        mt_fmt(err, sizeof err,
+               "a Result of this sweep (%zu batch sizes) can take %zu bytes, over the %zu bytes the worker socket "
+               "accepts (%zu batch sizes at most): raise --max-msg-bytes or --max-buffer-mb, or split the batch sizes",
+               nb, wire_result_max_bytes(nb), c->max_msg[0], result_max_bs(c));
+        log_at(MT_LOG_WARN, "submit refused: %s", err);
+        wire_send_error(c->control, id, id_len, WIRE_E_SPEC, err);
         return;
     }
     submit_t *sub = &c->submits[c->n_submits];
@@ -410,10 +498,12 @@ static int drain(coord_t *c, void *sock, bool is_worker) {
         size_t id_len = 0;
         wire_env_t *env = NULL;
         wire_reject_t rej;
-        int rc = wire_recv(sock, true, id, &id_len, c->o.max_msg_bytes, ZMQ_DONTWAIT, &env, &rej);
+        int rc = wire_recv(sock, true, id, &id_len, c->max_msg[is_worker ? 0 : 1], ZMQ_DONTWAIT, &env, &rej);
         if (rc == MT_AGAIN) return MT_OK;
         if (rc == MT_INVAL) {
-            bad_message(c, sock, id, id_len, rej.code, rej.reason);
+            /* a Hello that is not data (a name with a separator, too long) is refused for good */
+            bool hello = is_worker && rej.body == MOETUNE__ENVELOPE__BODY_HELLO;
+            bad_message(c, sock, id, id_len, hello ? WIRE_E_REFUSED : rej.code, rej.reason);
             sched_worker_t *w = is_worker ? sched_worker(c->sched, id, id_len) : NULL;
             if (w) sched_on_bad(c->sched, w, &rej, mt_now_ms());
             continue;

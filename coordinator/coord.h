@@ -29,30 +29,40 @@ typedef struct coord coord_t;
 
 /* Connections each socket keeps at most; more are closed at once and logged. With the
  * per-message limit they bound what peers can make the coordinator buffer (connections
- * x (max_msg_bytes + 64 KiB)). The worker cap is lowered to fit the descriptor limit
+ * x (max_msg_bytes + 16 KiB)). The worker cap is lowered to fit the descriptor limit
  * (raised to its hard limit at start) minus the control socket's and a reserve. */
 #define COORD_DEFAULT_CONNS 1024u
 #define COORD_CONTROL_CONNS 64u
 #define COORD_FD_RESERVE 64u
+
+/* What all connections together may make the coordinator buffer, by default: every
+ * connection's receive buffer is capped (ZMQ_MAXMSGSIZE) so that the control socket's
+ * connections x (max_msg_bytes + 16 KiB) plus the worker socket's connections x its own
+ * per-connection cap stay within it. The worker socket's message limit is lowered to fit
+ * (a worker sends small messages); a sweep whose Result cannot fit is refused at submit. */
+#define COORD_DEFAULT_BUFFER_MB 1024u
+#define COORD_CONN_SLACK 16384u /* over a socket's message limit by this much still gets an Error */
 
 typedef struct {
     const char *db_path;     /* required */
     const char *bind;        /* worker endpoint; NULL = COORD_DEFAULT_BIND (loopback) */
     const char *control;     /* control endpoint; NULL = tcp://127.0.0.1:5556 */
     uint32_t heartbeat_ms;   /* 0 = WIRE_HEARTBEAT_DEFAULT_MS */
-    uint32_t lease_ms;       /* 0 = WIRE_LEASE_DEFAULT_MS */
+    uint32_t lease_ms;       /* 0 = WIRE_LEASE_DEFAULT_MS, or two heartbeats when longer; at least 2 heartbeats */
     size_t max_msg_bytes;    /* 0 = WIRE_DEFAULT_MAX_BYTES */
     void *zmq_ctx;           /* a ZeroMQ context to share (inproc tests); NULL = own */
     const sec_cert_t *curve; /* key pair: with curve_allow both sockets are CURVE servers; NULL = plain */
     const char *curve_allow; /* directory of the allowed public keys (*.pub) */
     uint32_t max_conns;      /* worker-socket connections at most; 0 = COORD_DEFAULT_CONNS */
     const char *metrics;     /* "HOST:PORT": serve Prometheus metrics there (metrics.h); NULL = off */
+    uint32_t max_buffer_mb;  /* total receive buffers of all connections, MiB; 0 = COORD_DEFAULT_BUFFER_MB */
 } coord_opts_t;
 
 /* Takes the database's writer lock (db/lock.h), opens the store (creating and
  * migrating it), loads the state and binds both sockets. Returns MT_OK with *out
  * set, or MT_BUSY (another process holds the lock: err names it), MT_IO (database),
- * MT_INVAL (options) or MT_ERR (sockets) with a one-line reason in err. */
+ * MT_INVAL (options: a lease shorter than two heartbeats, a buffer bound too small
+ * for the connections) or MT_ERR (sockets) with a one-line reason in err. */
 mt_status_t coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t errlen);
 
 /* Runs the loop until mt_stop_requested or coord_stop(); then commits what is
@@ -65,6 +75,10 @@ void coord_stop(coord_t *c);
 /* The endpoint a socket is bound to (resolved, so "tcp://127.0.0.1:*" gives the
  * port): which 0 = workers, 1 = control. */
 const char *coord_endpoint(const coord_t *c, int which);
+
+/* The largest message the worker socket accepts (max_msg_bytes, or less to fit the
+ * buffer bound): a sweep whose Result (wire_result_max_bytes) exceeds it is refused. */
+size_t coord_worker_max_msg(const coord_t *c);
 
 /* The scheduler, for tests and status. */
 sched_t *coord_sched(coord_t *c);

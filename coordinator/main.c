@@ -14,6 +14,7 @@
 static const char g_usage[] =
     "usage: moetune-coordinator --db FILE [--bind EP] [--control EP] [--heartbeat-ms MS]\n"
     "                           [--lease-ms MS] [--max-msg-bytes N] [--max-connections N]\n"
+    "                           [--max-buffer-mb N]\n"
     "                           [--log-level L] [--curve-secret FILE --curve-allow DIR]\n"
     "                           [--metrics HOST:PORT] [--help]\n"
     "\n"
@@ -23,10 +24,15 @@ static const char g_usage[] =
     "                       that other hosts can reach is warned about at start)\n"
     "  --control EP         control endpoint for the CLI (default tcp://127.0.0.1:5556)\n"
     "  --heartbeat-ms MS    heartbeat period, 10..600000 (default 1000); a worker silent 3 periods is dead\n"
-    "  --lease-ms MS        job lease, extended by any message from its worker (default 30000)\n"
-    "  --max-msg-bytes N    largest message accepted (default 4194304)\n"
+    "  --lease-ms MS        job lease, at least two heartbeat periods (default 30000); renewed only by\n"
+    "                       progress: a result, or the worker's heartbeat naming the config it measures\n"
+    "                       (for at most the sweep's config timeout per config)\n"
+    "  --max-msg-bytes N    largest message accepted (default 4194304); the worker socket's may be lower\n"
+    "                       to fit --max-buffer-mb; a sweep whose Result cannot fit is refused at submit\n"
     "  --max-connections N  worker-socket connections at most (default 1024, lowered to fit ulimit -n);\n"
     "                       more are closed at once and logged; the control socket keeps 64 of its own\n"
+    "  --max-buffer-mb N    what all connections together may make the coordinator buffer, MiB\n"
+    "                       (default 1024); the bound is logged at start\n"
     "  --log-level L        error, warn, info (default) or debug\n"
     "  --curve-secret FILE  CURVE: this coordinator's key pair (moetune keygen); needs --curve-allow\n"
     "  --curve-allow DIR    CURVE: directory of the public keys (*.pub) of allowed workers and clients;\n"
@@ -37,7 +43,7 @@ static const char g_usage[] =
 typedef struct {
     coord_opts_t o;
     mt_log_level_t level;
-    uint32_t hb, lease, max_msg, max_conns;
+    uint32_t hb, lease, max_msg, max_conns, max_buffer_mb;
     const char *curve_secret;
     sec_cert_t curve;
 } args_t;
@@ -60,6 +66,7 @@ static const arg_opt_t g_opts[] = {
     {"--lease-ms", ARG_U32, offsetof(args_t, lease), WIRE_LEASE_MIN_MS, WIRE_LEASE_MAX_MS},
     {"--max-msg-bytes", ARG_U32, offsetof(args_t, max_msg), 1024, 1u << 30},
     {"--max-connections", ARG_U32, offsetof(args_t, max_conns), 1, 1u << 20},
+    {"--max-buffer-mb", ARG_U32, offsetof(args_t, max_buffer_mb), 16, 1u << 20},
     {"--log-level", ARG_LEVEL, offsetof(args_t, level), 0, 0},
     {"--curve-secret", ARG_STR, offsetof(args_t, curve_secret), 0, 0},
     {"--curve-allow", ARG_STR, offsetof(args_t, o.curve_allow), 0, 0},
@@ -146,6 +153,7 @@ int main(int argc, char **argv) {
     a.o.lease_ms = a.lease;
     a.o.max_msg_bytes = a.max_msg;
     a.o.max_conns = a.max_conns;
+    a.o.max_buffer_mb = a.max_buffer_mb;
     /* large receive buffers (one per connection sending a big message) always come from
      * mmap and go back to the system when freed, instead of staying in the heap after
      * their connections leave (glibc raises its threshold dynamically otherwise) */

@@ -2,6 +2,8 @@
 #include "metrics.h"
 
 #include <arpa/inet.h>
+#include <stdbool.h>
+#include <sys/socket.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -16,8 +18,26 @@
 static const double k_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 #define N_BUCKETS (sizeof k_buckets / sizeof k_buckets[0])
 
+/* Clients: a scrape takes milliseconds, so a connection that has waited METRICS_CLIENT_MS for
+ * its request (since it opened or since its last one) is closed, and over METRICS_CLIENTS the oldest are closed to make room for a new one; slow or
+ * silent clients can never hold every slot (libmicrohttpd's own cap is METRICS_CONN_CAP). */
+#define METRICS_CLIENTS 32
+#define METRICS_CLIENT_MS 5000
+#define METRICS_CONN_CAP 128u
+#define METRICS_IDLE_S 3u /* a connection silent this long is closed by libmicrohttpd */
+
+typedef struct {
+    const struct MHD_Connection *conn; /* which connection: found again by it when it closes */
+    int fd;                            /* open until its CLOSED notice (libmicrohttpd closes it after) */
+    uint64_t start_ms;
+    bool closing; /* shut down by us, not yet closed by libmicrohttpd */
+} client_t;
+
 struct metrics {
     struct MHD_Daemon *d;
+    client_t clients[METRICS_CONN_CAP]; /* touched only on libmicrohttpd's thread */
+    size_t n_clients;
+    uint64_t evicted;
     uint16_t port;
     pthread_mutex_t mu;
     metrics_snapshot_t snap;
@@ -136,9 +156,17 @@ char *metrics_render(metrics_t *m) {
     return b.buf;
 }
 
+/* A request arrived whole on conn: its client's clock starts again, so a keep-alive scraper
+ * gets METRICS_CLIENT_MS per request, and only a client that never finishes one runs out. */
+static void client_served(metrics_t *m, const struct MHD_Connection *conn) {
+    for (size_t i = 0; i < m->n_clients; i++)
+        if (m->clients[i].conn == conn) m->clients[i].start_ms = mt_now_ms();
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_len, void **con_cls) {
     metrics_t *m = cls;
+    client_served(m, conn);
     struct MHD_Response *resp;
     unsigned code = MHD_HTTP_OK;
     char *page = NULL;
@@ -163,6 +191,60 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     enum MHD_Result r = MHD_queue_response(conn, code, resp);
     MHD_destroy_response(resp);
     return r;
+}
+
+/* libmicrohttpd's error lines, through the project's logger (one line each). */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    char line[512];
+    (void)cls;
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    for (char *p = line; *p; p++)
+        if ((unsigned char)*p < 0x20) *p = ' ';
+    log_at(MT_LOG_WARN, "metrics http: %s", line);
+}
+
+/* Shuts a client's socket down: libmicrohttpd sees it closed and releases the connection. */
+static void evict(metrics_t *m, client_t *c, const char *why) {
+    c->closing = true;
+    shutdown(c->fd, SHUT_RDWR);
+    if (m->evicted++ % 100 == 0)
+        log_at(MT_LOG_WARN, "metrics http: a client closed: %s (%llu so far)", why, (unsigned long long)m->evicted);
+}
+
+/* Connection start and end (libmicrohttpd's thread): a new client closes those that have
+ * lasted too long, and the oldest while more than METRICS_CLIENTS are open. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    metrics_t *m = cls;
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = info ? info->connect_fd : -1;
+    (void)socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        for (size_t i = 0; i < m->n_clients; i++) {
+            if (m->clients[i].conn != conn) continue;
+            m->clients[i] = m->clients[--m->n_clients];
+            break;
+        }
+        return;
+    }
+    uint64_t now = mt_now_ms();
+    size_t open = 0;
+    for (size_t i = 0; i < m->n_clients; i++) {
+        client_t *c = &m->clients[i];
+        if (!c->closing && now - c->start_ms >= METRICS_CLIENT_MS) evict(m, c, "open too long");
+        open += !c->closing;
+    }
+    while (open >= METRICS_CLIENTS) {
+        client_t *old = NULL;
+        for (size_t i = 0; i < m->n_clients; i++)
+            if (!m->clients[i].closing && (!old || m->clients[i].start_ms < old->start_ms)) old = &m->clients[i];
+        if (!old) break;
+        evict(m, old, "too many clients, the oldest goes");
+        open--;
+    }
+    if (fd >= 0 && m->n_clients < METRICS_CONN_CAP) m->clients[m->n_clients++] = (client_t){conn, fd, now, false};
 }
 
 mt_status_t metrics_new(const char *hostport, metrics_t **out, char *err, size_t errlen) {
@@ -190,9 +272,11 @@ mt_status_t metrics_new(const char *hostport, metrics_t **out, char *err, size_t
     metrics_t *m = calloc(1, sizeof *m);
     if (!m) return MT_NOMEM;
     pthread_mutex_init(&m->mu, NULL);
-    m->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL, NULL, on_request,
-                            m, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, 64u,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+    m->d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port, NULL, NULL, on_request, m,
+                         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, METRICS_CONN_CAP,
+                         MHD_OPTION_CONNECTION_TIMEOUT, METRICS_IDLE_S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, m,
+                         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     if (!m->d) {
         mt_fmt(err, errlen, "--metrics %s: cannot listen (address in use or not local?)", hostport);
         pthread_mutex_destroy(&m->mu);

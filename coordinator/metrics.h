@@ -5,6 +5,11 @@
  * The event loop owns every number; it hands a snapshot over with metrics_publish()
  * (a copy under a mutex) and each commit's duration with metrics_observe_commit(), so
  * the HTTP thread never touches the scheduler.
+ *
+ * A scrape always answers: a client that has waited 5 s for its request (since it opened or
+ * since its last one) is closed, and past 32 open clients the oldest
+ * are closed for a new one, so slow or silent clients cannot hold every connection.
+ * libmicrohttpd's error lines go to the project's log.
  */
 #ifndef COORD_METRICS_H
 #define COORD_METRICS_H

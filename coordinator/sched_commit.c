@@ -406,6 +406,7 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
     sched_halving_done(s, b->hv, b->n_hv, true, now_ms);
     sched_batch_free(b);
     sched_send_acks(s);
+    sched_dispatch_capped(s, now_ms); /* jobs that ended free a held slot */
 }
 
 mt_status_t sched_flush(sched_t *s, uint64_t now_ms) {

@@ -47,6 +47,7 @@ typedef struct {
     job_t *to;      /* removed: the job it went to (a split's or a crash retry's) */
     bool twin_rows; /* rows came from the result of the holder of the job a split moved it from */
     bool received;  /* a Result for it was accepted and waits for its commit: a split leaves it */
+    uint8_t claims; /* this lease: heartbeats that began claiming it is measured (lease renewal) */
 } jcfg_t;
 
 struct job {
@@ -69,6 +70,9 @@ struct job {
     size_t nb;      /* how many bs holds */
     bool dirty;
     bool reclaim; /* held across a Hello or a restart: the holder's first heartbeat must list it */
+    /* this lease's progress: the config its holder last said it measures, and since when; a
+     * claim renews the lease only while that config is open, for at most its config timeout */
+    uint64_t claim_cfg, claim_since;
 };
 
 struct sweep {
@@ -82,7 +86,8 @@ struct sweep {
     uint32_t stamp;
     char *filter;
     char *backend;      /* NULL = any worker's backend */
-    char *device;       /* the GPU model it is bound to by its first lease; NULL = not yet */
+    char *device;       /* the measuring identity it is bound to by its first lease (sched_worker_identity);
+                         * NULL = not yet */
     char *routing_path; /* the spec's routing file, sent with every job; NULL = uniform */
     char *warm;         /* the spec's warm_start: what its start came from; NULL = none */
     uint32_t max_attempts, chunk;
@@ -120,10 +125,12 @@ struct sched_worker {
     uint64_t rid_hash;
     char *id;          /* worker id, owned (a restart knows it before any Hello) */
     wire_env_t *hello; /* the Hello it last sent, owned; NULL until it says Hello */
+    char *identity;    /* its measuring identity from that Hello (sched_worker_identity), owned */
     uint64_t device_id;
     bool alive;
-    bool await_hb; /* said Hello while holding jobs: its next heartbeat settles them */
-    uint32_t credits;
+    bool await_hb;    /* said Hello while holding jobs: its next heartbeat settles them */
+    uint32_t credits; /* at most WIRE_MAX_HELD */
+    bool capped;      /* it has credits but holds WIRE_MAX_HELD jobs: dispatched when one ends */
     uint64_t last_heard, results;
     job_t **held;
     size_t n_held, cap_held;
@@ -322,8 +329,21 @@ void sched_ack_push(sched_worker_t *w, uint64_t seq);
  * it (following later moves), *ci its index there; NULL when none holds it. */
 job_t *sched_cfg_owner(job_t *j, size_t *ci);
 
-/* True when worker w may measure sweep sw (backend, device filter, the GPU model it is bound to). */
+/* True when worker w may measure sweep sw (backend, device filter, the measuring identity it is
+ * bound to). */
 bool sched_worker_matches(const sched_worker_t *w, const sweep_t *sw);
+
+/* A measuring identity as one string: the GPU model, backend, compiler, kernel hash and versions
+ * (triton: Triton, torch, Python, engine) joined by SCHED_ID_SEP, which no Hello string holds
+ * (wire_hello_invalid). Every worker that measures a sweep has its sweep's identity. Returns a
+ * new string (caller frees) or NULL on no memory. */
+#define SCHED_ID_SEP '\x1f'
+char *sched_identity_of(const char *gpu, const char *backend, const char *compiler, const char *kernel_hash,
+                        const char *versions);
+/* An identity for a log line: its parts joined by " / " into buf. */
+const char *sched_identity_text(const char *identity, char *buf, size_t len);
+/* Dispatches to the workers that had credits while holding WIRE_MAX_HELD jobs and hold fewer now. */
+void sched_dispatch_capped(sched_t *s, uint64_t now_ms);
 
 /* sched_split.c. Tail work for w, which holds nothing while nothing is pending for it: the
  * back half of the open configs of the leased job with the most, moved to a new pending job

@@ -267,7 +267,7 @@ mt_status_t sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
     sw->jobs_by_state[WIRE_JOB_DONE] = counts[WIRE_JOB_DONE];
     sw->jobs_by_state[WIRE_JOB_FAILED] = counts[WIRE_JOB_FAILED];
     sw->jobs_by_state[WIRE_JOB_CANCELLED] = counts[WIRE_JOB_CANCELLED];
-    char device[256];
+    char device[2048]; /* an identity: the Hello's strings it joins are bounded (wire_hello_invalid) */
     rc = store_sweep_device(s->db, sw->id, device, sizeof device);
     if (rc == MT_OK) {
         sw->device = mt_strdup(device);
@@ -353,6 +353,7 @@ void sched_destroy(sched_t **ps) {
     for (size_t i = 0; i < s->n_workers; i++) {
         sched_worker_t *w = s->workers[i];
         wire_free(&w->hello);
+        free(w->identity);
         free(w->id);
         free(w->held);
         free(w->acks);

@@ -99,6 +99,7 @@ mt_status_t sched_status(sched_t *s, uint64_t sweep_id, uint64_t now_ms, sched_s
             o->finalists_done = sw->finalists_done;
             o->finalists_expected = sw->finalists + finalists_ahead(sw);
             o->finalist_rounds = WIRE_SIDE_BY_SIDE_ROUNDS;
+            o->decide_step = sw->decide > 0;
         }
         st->sweep_ptrs[k++] = o;
     }

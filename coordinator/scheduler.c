@@ -44,13 +44,52 @@ static const char *gpu_name(const sched_worker_t *w) {
 }
 
 /* A sweep's results are for one kernel: a worker of another backend measures another kernel.
- * And for one GPU model: once leased to one, a sweep is measured only by that model, so every
- * device that measures a sweep measures all of it (a mixed fleet never splits one). */
+ * And for one measuring identity (GPU model, backend, compiler and toolkit, kernel hash,
+ * versions): once leased to one, a sweep is measured only by workers of that identity, so every
+ * row of a sweep comes from the same kernel build on the same model (a mixed fleet never
+ * splits one). */
 bool sched_worker_matches(const sched_worker_t *w, const sweep_t *sw) {
     const Moetune__Hello *h = w->hello ? w->hello->hello : NULL;
-    if (sw->backend && (!h || !h->backend || strcmp(h->backend, sw->backend) != 0)) return false;
-    if (sw->device && strcmp(gpu_name(w), sw->device) != 0) return false;
+    if (!h || !w->identity) return false;
+    if (sw->backend && (!h->backend || strcmp(h->backend, sw->backend) != 0)) return false;
+    if (sw->device && strcmp(w->identity, sw->device) != 0) return false;
     return !sw->filter || !*sw->filter || strstr(gpu_name(w), sw->filter) != NULL;
+}
+
+char *sched_identity_of(const char *gpu, const char *backend, const char *compiler, const char *kernel_hash,
+                        const char *versions) {
+    const char *part[] = {gpu, backend, compiler, kernel_hash, versions};
+    size_t n = sizeof part / sizeof part[0], len = n;
+    for (size_t i = 0; i < n; i++) len += part[i] ? strlen(part[i]) : 0;
+    char *out = mt_malloc(len), *p = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = part[i] ? strlen(part[i]) : 0;
+        memcpy(p, part[i] ? part[i] : "", k);
+        p += k;
+        *p++ = i + 1 < n ? SCHED_ID_SEP : '\0';
+    }
+    return out;
+}
+
+const char *sched_identity_text(const char *identity, char *buf, size_t len) {
+    size_t o = 0;
+    if (!len) return buf;
+    for (const char *p = identity ? identity : ""; *p && o + 4 < len; p++) {
+        if (*p != SCHED_ID_SEP) {
+            buf[o++] = *p;
+            continue;
+        }
+        memcpy(buf + o, " / ", 3);
+        o += 3;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* The identity a Hello announces (sched_identity_of). */
+static char *hello_identity(const Moetune__Hello *h) {
+    return sched_identity_of(h->gpu ? h->gpu->name : "", h->backend, h->compiler, h->kernel_hash, h->versions);
 }
 
 static int bs_index(const sweep_t *sw, uint32_t b) {
@@ -111,6 +150,7 @@ void sched_set_job_state(job_t *j, wire_job_state_t state) {
 static void release_holder(job_t *j) {
     sched_worker_t *w = j->holder;
     if (!w) return;
+    j->claim_cfg = 0;
     size_t i = j->held_idx;
     w->held[i] = w->held[--w->n_held];
     w->held[i]->held_idx = i;
@@ -144,6 +184,20 @@ void sched_job_finish(sched_t *s, job_t *j, wire_job_state_t state) {
     sched_sweep_check(s, j->sw);
 }
 
+/* A sweep bound to a measuring identity by a lease that went back before anything of it was
+ * measured (no row committed, none waiting, nothing leased) is unbound: its first worker died
+ * or left, and the sweep may go to whichever worker comes next instead of waiting for that one. */
+static void sweep_unbind_if_empty(sched_t *s, sweep_t *sw) {
+    if (!sw->device || sw->done || sw->jobs_by_state[WIRE_JOB_LEASED]) return;
+    for (size_t i = 0; i < s->n_pending; i++)
+        if (s->pending[i].job->sw == sw) return;
+    for (size_t i = 0; s->inflight && i < s->inflight->n_res; i++)
+        if (s->inflight->res[i].e.job->sw == sw) return;
+    log_at(MT_LOG_INFO, "sweep %llu: unbound (its leases went back before any result)", (unsigned long long)sw->id);
+    free(sw->device);
+    sw->device = NULL;
+}
+
 /* Back to pending (or failed at max_attempts) from whatever lease it had. */
 static void job_requeue(sched_t *s, job_t *j, bool count_attempt, const char *why) {
     if (j->state != WIRE_JOB_LEASED && j->state != WIRE_JOB_PENDING) return;
@@ -160,6 +214,7 @@ static void job_requeue(sched_t *s, job_t *j, bool count_attempt, const char *wh
     if (j->state != WIRE_JOB_PENDING) sched_set_job_state(j, WIRE_JOB_PENDING);
     if (j->idx < j->sw->hint) j->sw->hint = j->idx;
     sched_job_dirty(s, j);
+    sweep_unbind_if_empty(s, j->sw);
 }
 
 /* Makes room to index one more job of sw with this id; nothing else changes. */
@@ -253,15 +308,57 @@ void sched_dispatch_all(sched_t *s, uint64_t now_ms) {
         if (s->workers[i]->alive && s->workers[i]->credits) dispatch(s, s->workers[i], now_ms);
 }
 
+/* Sends a refusal to the peer of a Hello (it stops; it does not retry) and logs it. */
+static mt_status_t refuse_hello(sched_t *s, const uint8_t *rid, size_t rid_len, const char *why) {
+    wire_env_t out;
+    Moetune__Error e = MOETUNE__ERROR__INIT;
+    e.code = WIRE_E_REFUSED;
+    e.message = (char *)why;
+    wire_env_wrap(&out, &e.base);
+    if (s->o.send) s->o.send(s->o.send_ctx, rid, rid_len, &out);
+    log_at(MT_LOG_WARN, "hello refused: %s", why);
+    return MT_INVAL;
+}
+
+/* Why a Hello from rid is refused, into why, or NULL: its worker id is not its routing id
+ * (leases are kept by id), or a live worker of another process holds that id. */
+static const char *hello_conflict(const sched_t *s, const sched_worker_t *w, const uint8_t *rid, size_t rid_len,
+                                  const Moetune__Hello *h, uint64_t now_ms, char *why, size_t len) {
+    const char *id = h->worker_id ? h->worker_id : "";
+    if (strlen(id) != rid_len || memcmp(id, rid, rid_len) != 0)
+        return mt_fmt(why, len, "worker id '%s' is not the connection's routing id '%.*s'", id, (int)rid_len,
+                      (const char *)rid);
+    const Moetune__Hello *o = w && w->alive && w->hello ? w->hello->hello : NULL;
+    if (!o || now_ms - w->last_heard > (uint64_t)DEAD_PERIODS * s->o.heartbeat_ms) return NULL;
+    const char *oh = o->host ? o->host : "", *nh = h->host ? h->host : "";
+    if (o->pid == h->pid && strcmp(oh, nh) == 0) return NULL; /* the same process, reconnecting */
+    return mt_fmt(why, len,
+                  "worker id '%s' is in use by host %s pid %u (heard %llu ms ago); this hello came from host %s "
+                  "pid %u: give each worker its own --id",
+                  id, oh, o->pid, (unsigned long long)(now_ms - w->last_heard), nh, h->pid);
+}
+
 mt_status_t sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **env, uint64_t now_ms) {
     const Moetune__Hello *h = (*env)->hello;
-    char *id = mt_strdup(h->worker_id ? h->worker_id : "");
-    if (!id) return MT_NOMEM;
+    char why[512];
     sched_worker_t *w = sched_worker_find(s, rid, rid_len);
+    if (hello_conflict(s, w, rid, rid_len, h, now_ms, why, sizeof why)) return refuse_hello(s, rid, rid_len, why);
+    char *id = mt_strdup(h->worker_id ? h->worker_id : "");
+    char *identity = hello_identity(h);
     if (!w) w = sched_worker_add(s, rid, rid_len);
-    if (!w) {
+    if (!id || !identity || !w) {
         free(id);
+        free(identity);
         return MT_NOMEM;
+    }
+    /* what it measures with changed (another GPU, toolkit or kernel build): what it holds was
+     * leased to the identity it had, so none of it may come back measured by this one */
+    if (w->identity && strcmp(w->identity, identity) != 0 && w->n_held) {
+        char was[1024], now[1024];
+        log_at(MT_LOG_WARN, "worker %s said hello as %s, no longer %s: its %zu leases go back", id,
+               sched_identity_text(identity, now, sizeof now), sched_identity_text(w->identity, was, sizeof was),
+               w->n_held);
+        worker_release_all(s, w, false, "its worker's measuring identity changed");
     }
     /* It keeps its leases; its first heartbeat says which of them it still holds. */
     w->await_hb = w->n_held > 0;
@@ -273,6 +370,17 @@ mt_status_t sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_
     *env = NULL;
     free(w->id);
     w->id = id;
+    free(w->identity);
+    w->identity = identity;
+    /* leases kept for it across a restart are for the sweeps its identity still measures */
+    for (size_t i = 0; i < w->n_held;) {
+        job_t *j = w->held[i];
+        if (sched_worker_matches(w, j->sw)) {
+            i++;
+            continue;
+        }
+        job_requeue(s, j, false, "its holder came back with another measuring identity");
+    }
     w->alive = true;
     w->credits = 0;
     w->last_heard = now_ms;
@@ -283,8 +391,8 @@ mt_status_t sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_
                store_errmsg(s->db));
     else
         w->device_id = dev;
-    log_at(MT_LOG_INFO, "worker %s joined: host %s pid %u backend %s gpu '%s'", w->id, h->host ? h->host : "", h->pid,
-           h->backend ? h->backend : "", gpu_name(w));
+    log_at(MT_LOG_INFO, "worker %s joined: host %s pid %u backend %s gpu '%s' compiler %s", w->id,
+           h->host ? h->host : "", h->pid, h->backend ? h->backend : "", gpu_name(w), h->compiler ? h->compiler : "");
     wire_env_t out;
     Moetune__Welcome wel = MOETUNE__WELCOME__INIT;
     wel.heartbeat_ms = s->o.heartbeat_ms;
@@ -306,10 +414,44 @@ void sched_on_heard(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
             changed = true;
             continue;
         }
-        j->lease_expires = now_ms + s->o.lease_ms;
         i++;
     }
     if (changed) sched_dispatch_all(s, now_ms);
+}
+
+/* w made progress: every lease it holds runs lease_ms from now (the jobs queued behind the one
+ * it measures wait on that one). A lease already expired is left to expire. */
+static void leases_renew(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
+    for (size_t i = 0; i < w->n_held; i++) {
+        job_t *j = w->held[i];
+        if (now_ms <= j->lease_expires) j->lease_expires = now_ms + s->o.lease_ms;
+    }
+}
+
+/* Whether w's claim that it measures config cfg_id of job job_id is progress: the job is
+ * leased to w, the config is one the job still waits for, and either it is a config w began
+ * since its last claim (a config at most once, a side-by-side job's once per round) or the
+ * same config, within its config timeout since w began it. */
+static bool claim_is_progress(sched_t *s, sched_worker_t *w, uint64_t job_id, uint64_t cfg_id, uint64_t now_ms) {
+    job_t *j = job_id ? sched_job_lookup(s, job_id) : NULL;
+    if (!j || j->state != WIRE_JOB_LEASED || j->holder != w || now_ms > j->lease_expires || !cfg_id) return false;
+    jcfg_t *c = NULL;
+    for (size_t i = 0; i < j->n_cfgs && !c; i++)
+        if (j->cfgs[i].config_id == cfg_id && (!j->cfgs[i].removed || j->cfgs[i].moved)) c = &j->cfgs[i];
+    if (!c || c->received || c->rows >= sched_job_nb(j)) return false;
+    if (j->claim_cfg == cfg_id) {
+        uint32_t t = sched_job_measure(j)->timeout_ms;
+        return now_ms - j->claim_since <= (uint64_t)(t ? t : 60000);
+    }
+    if (c->claims >= (sched_job_side_by_side(j) ? WIRE_SIDE_BY_SIDE_ROUNDS : 1u)) return false;
+    c->claims++;
+    j->claim_cfg = cfg_id;
+    j->claim_since = now_ms;
+    return true;
+}
+
+void sched_on_progress(sched_t *s, sched_worker_t *w, uint64_t job_id, uint64_t cfg_id, uint64_t now_ms) {
+    if (claim_is_progress(s, w, job_id, cfg_id, now_ms)) leases_renew(s, w, now_ms);
 }
 
 void sched_on_heartbeat(sched_t *s, sched_worker_t *w, const uint64_t *job_ids, size_t n, uint64_t now_ms) {
@@ -334,8 +476,17 @@ void sched_on_heartbeat(sched_t *s, sched_worker_t *w, const uint64_t *job_ids, 
 
 void sched_on_ready(sched_t *s, sched_worker_t *w, uint32_t credits, uint64_t now_ms) {
     uint64_t c = (uint64_t)w->credits + credits;
-    w->credits = c > WIRE_MAX_CREDITS ? WIRE_MAX_CREDITS : (uint32_t)c;
+    w->credits = c > WIRE_MAX_HELD ? WIRE_MAX_HELD : (uint32_t)c;
     dispatch(s, w, now_ms);
+}
+
+void sched_dispatch_capped(sched_t *s, uint64_t now_ms) {
+    for (size_t i = 0; i < s->n_workers; i++) {
+        sched_worker_t *w = s->workers[i];
+        if (!w->capped || w->n_held >= WIRE_MAX_HELD) continue;
+        w->capped = false;
+        if (w->alive && w->credits) dispatch(s, w, now_ms);
+    }
 }
 
 void sched_on_bye(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
@@ -444,12 +595,16 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
 
 static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
     while (w->alive && w->credits) {
+        if (w->n_held >= WIRE_MAX_HELD) {
+            w->capped = true; /* its credit waits for one of its jobs to end */
+            return;
+        }
         job_t *j = pick(s, w);
         if (!j) j = sched_job_split(s, w);
         if (!j) return;
         if (sched_grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return;
         char *holder_id = mt_strdup(w->id); /* the job row's worker_id, before anything is sent */
-        char *device = j->sw->device ? NULL : mt_strdup(gpu_name(w));
+        char *device = j->sw->device ? NULL : mt_strdup(w->identity);
         if (!holder_id || (!j->sw->device && !device)) {
             free(holder_id);
             free(device);
@@ -474,12 +629,16 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
             return;
         }
         if (device) {
+            char text[1024];
             j->sw->device = device;
             log_at(MT_LOG_INFO,
-                   "sweep %llu bound to GPU model '%s' (its first lease, to %s): only that model "
-                   "measures it, so its answer is for one device, from the whole space",
-                   (unsigned long long)j->sw->id, device, w->id);
+                   "sweep %llu bound to %s (its first lease, to %s): only workers of that GPU model, backend, "
+                   "compiler, kernel and versions measure it, so its answer is for one device and build, from "
+                   "the whole space",
+                   (unsigned long long)j->sw->id, sched_identity_text(device, text, sizeof text), w->id);
         }
+        j->claim_cfg = 0;
+        for (size_t i = 0; i < j->n_cfgs; i++) j->cfgs[i].claims = 0;
         sched_set_job_state(j, WIRE_JOB_LEASED);
         sched_worker_hold(w, j); /* room was made above */
         w->credits--;
@@ -710,6 +869,7 @@ mt_status_t sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uin
     size_t oci = ci;
     job_t *owner = sched_cfg_owner(j, &oci); /* where a split moved it, the job that waits for it */
     if (owner) owner->cfgs[oci].received = true;
+    leases_renew(s, w, now_ms); /* a result is progress */
     log_at(MT_LOG_DEBUG, "result seq %llu from %s: job %llu config %llu", (unsigned long long)r->seq, w->id,
            (unsigned long long)j->id, (unsigned long long)r->config_id);
     return MT_OK;

@@ -73,19 +73,33 @@ sched_worker_t *sched_worker(sched_t *s, const uint8_t *rid, size_t rid_len);
 
 /* Registers (or revives) the worker of a Hello and answers Welcome. Takes
  * ownership of *env (nulls it). A known id gets its credits reset and keeps the
- * jobs it holds; its next heartbeat settles them (sched_on_heartbeat). */
+ * jobs it holds; its next heartbeat settles them (sched_on_heartbeat). Leases of
+ * sweeps bound to another measuring identity than the Hello's go back (its GPU,
+ * toolkit or kernel changed). Refused with Error{WIRE_E_REFUSED} and MT_INVAL (env
+ * left to the caller) when its worker id is not rid, or when a live worker of
+ * another process (host, pid) holds that id. */
 mt_status_t sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_env_t **env, uint64_t now_ms);
 
-/* Any message from w: it is alive and the leases it holds are extended; a lease
- * already expired is not: that job returns to pending with an attempt. */
+/* Any message from w: it is alive. A lease of w's already expired returns to pending
+ * with an attempt. Leases are not extended by being heard, only by progress: an
+ * accepted Result, or sched_on_progress. */
 void sched_on_heard(sched_t *s, sched_worker_t *w, uint64_t now_ms);
+
+/* A Heartbeat's claim that w measures config cfg_id of job job_id now (0: none). It
+ * extends w's leases by lease_ms when it is progress: the job is leased to w and still
+ * waits for that config, and the config is new since w's last claim (once per config,
+ * once per round for a side-by-side job) or the same one within the job's config
+ * timeout. A worker that only heartbeats loses its leases after lease_ms. */
+void sched_on_progress(sched_t *s, sched_worker_t *w, uint64_t job_id, uint64_t cfg_id, uint64_t now_ms);
 
 /* A Heartbeat from w listing the n job ids it holds. The first one after a Hello
  * sends back to pending, without an attempt, every job w held at that Hello (or
  * since a restart) that it does not list. Later heartbeats change nothing. */
 void sched_on_heartbeat(sched_t *s, sched_worker_t *w, const uint64_t *job_ids, size_t n, uint64_t now_ms);
 
-/* Ready{credits}: adds credits and dispatches what w may take. */
+/* Ready{credits}: adds credits (w keeps WIRE_MAX_HELD at most) and dispatches what w may
+ * take: never more than WIRE_MAX_HELD jobs held at once; a credit over that waits until
+ * one of its jobs ends. */
 void sched_on_ready(sched_t *s, sched_worker_t *w, uint32_t credits, uint64_t now_ms);
 
 /* A Result from w. It is accepted only when its job is leased, the token is the

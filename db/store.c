@@ -127,9 +127,14 @@ static const char *const g_sql[ST_COUNT] = {
         "excluded.last_worker",
     [ST_CRASH_COUNT] = "SELECT count FROM crashes WHERE sweep_id = ?1 AND shape_id = ?2 AND config_id = ?3",
     /* the GPU model a sweep is bound to: of its first result, else of its first job's holder */
-    [ST_SWEEP_DEVICE] = "SELECT name FROM (SELECT 0 AS o, r.id AS i, d.name AS name FROM results r "
-                        "JOIN devices d ON d.id = r.device_id WHERE r.sweep_id = ?1 "
-                        "UNION ALL SELECT 1, j.id, d.name FROM jobs j JOIN workers w ON w.worker_id = j.worker_id "
+    /* the measuring identity (coordinator/sched_int.h, sched_identity_of): GPU model, backend,
+     * compiler, kernel hash and versions joined by char(31) */
+    [ST_SWEEP_DEVICE] = "SELECT name FROM (SELECT 0 AS o, r.id AS i, d.name || char(31) || r.backend || char(31) || "
+                        "r.compiler || char(31) || ifnull(r.kernel_hash, '') || char(31) || ifnull(r.versions, '') "
+                        "AS name FROM results r JOIN devices d ON d.id = r.device_id WHERE r.sweep_id = ?1 "
+                        "UNION ALL SELECT 1, j.id, d.name || char(31) || ifnull(w.backend, '') || char(31) || "
+                        "ifnull(w.compiler, '') || char(31) || ifnull(w.kernel_hash, '') || char(31) || "
+                        "ifnull(w.versions, '') FROM jobs j JOIN workers w ON w.worker_id = j.worker_id "
                         "JOIN devices d ON d.id = w.device_id WHERE j.sweep_id = ?1) ORDER BY o, i LIMIT 1",
     [ST_SWEEPS] = "SELECT id, name, state, spec, results_planned, created FROM sweeps ORDER BY id",
     [ST_JOBS_OPEN] = "SELECT id, sweep_id, shape_id, state, attempts, worker_id, lease_token, avoid_worker, phase, "

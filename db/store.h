@@ -200,7 +200,8 @@ typedef mt_status_t (*store_best_fn)(void *ctx, uint64_t shape_id, uint32_t batc
 mt_status_t store_sweep_bests_each(store_t *s, uint64_t sweep_id, store_best_fn fn, void *ctx);
 /* Calls cb for every device that committed results to the sweep (GPU busy's GPUs). */
 mt_status_t store_sweep_devices_each(store_t *s, uint64_t sweep_id, store_id_cb cb, void *ctx);
-/* The GPU model name (devices.name) a sweep is measured on: that of its first stored
+/* The measuring identity a sweep is measured by: the GPU model name (devices.name),
+ * backend, compiler, kernel hash and versions joined by char(31), of its first stored
  * result, else of the first of its jobs' holders known to the store. MT_NOTFOUND when
  * none has been leased yet. */
 mt_status_t store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t len);

@@ -2,6 +2,7 @@
 #include "wire.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -99,6 +100,84 @@ static bool str_ok(const char *s) { return !s || strlen(s) <= MAX_STRING; }
 /* A latency on the wire: finite, 0 (not measured) up to WIRE_MAX_LATENCY_US. */
 static bool latency_ok(double us) { return us >= 0 && us < WIRE_MAX_LATENCY_US; }
 
+/* One Measurement's fields and their relations; NULL when it holds together. An ok or pruned
+ * row is a set of samples: at least one and at most WIRE_MAX_SAMPLES, the fastest no slower
+ * than the median or the mean, the median in the plausible range, and a standard deviation no
+ * set of that many non-negative samples with that mean can exceed (mean x sqrt(samples)). */
+static const char *measurement_invalid(const Moetune__Measurement *m) {
+    if (m->batch_size == 0) return "result: batch_size 0";
+    if (!wire_status_name(m->status)) return "result: unknown status";
+    /* every latency, whatever the status, is a finite number of microseconds (NaN fails
+     * every comparison); 0 = not measured */
+    if (!latency_ok(m->median_us) || !latency_ok(m->min_us) || !latency_ok(m->mean_us) || !latency_ok(m->stddev_us))
+        return "result: negative or non-finite latency";
+    if (!latency_ok(m->up_us) || !latency_ok(m->down_us) || !latency_ok(m->timed_us))
+        return "result: negative or non-finite up_us/down_us/timed_us";
+    if (m->detail && strlen(m->detail) > WIRE_MAX_DETAIL) return "result: detail too long";
+    if (m->samples > WIRE_MAX_SAMPLES) return "result: more samples than any measurement takes";
+    if (m->status != MOETUNE__STATUS__STATUS_OK && m->status != MOETUNE__STATUS__STATUS_PRUNED) return NULL;
+    if (!(m->median_us > 0 && m->min_us > 0 && m->mean_us > 0))
+        return "result: ok or pruned measurement with a zero latency";
+    if (m->samples == 0) return "result: ok or pruned measurement without samples";
+    if (m->median_us < WIRE_MIN_MEDIAN_US || m->median_us > WIRE_MAX_MEDIAN_US)
+        return "result: median outside the plausible range (0.5 us .. 1000 s)";
+    /* min is one of the samples; the mean is computed, so it gets a rounding's slack */
+    if (m->min_us > m->median_us || m->min_us > m->mean_us * (1 + 1e-9)) return "result: min above the median or mean";
+    if (m->stddev_us > m->mean_us * sqrt((double)m->samples) * (1 + 1e-9))
+        return "result: standard deviation larger than its samples allow";
+    return NULL;
+}
+
+/* A string that is data: printable, no control characters, none of the bytes in bad. */
+static bool text_ok(const char *s, size_t max, const char *bad) {
+    if (!s) return true;
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++, n++)
+        if (*p < 0x20 || *p == 0x7f || (bad && strchr(bad, *p))) return false;
+    return n <= max;
+}
+
+const char *wire_hello_invalid(const Moetune__Hello *h) {
+    if (!h->worker_id || !*h->worker_id || strlen(h->worker_id) > WIRE_MAX_ID)
+        return "hello: the worker id must be 1..255 bytes";
+    if (!text_ok(h->worker_id, WIRE_MAX_ID, ",="))
+        return "hello: the worker id has a control character, ',' or '=' (ids are data: letters, digits, '-', '.')";
+    if (!text_ok(h->host, MAX_STRING, NULL) || !text_ok(h->backend, 64, ",=/\\") ||
+        !text_ok(h->kernel_hash, 128, NULL) || !text_ok(h->versions, 1024, NULL))
+        return "hello: host, backend, kernel hash or versions too long or with a control character";
+    if (!text_ok(h->compiler, 128, ",=/\\") || (h->compiler && strstr(h->compiler, "..")))
+        return "hello: the compiler (an export directory name) is too long or has a control character, '/', "
+               "'\\', ',', '=' or '..'";
+    if (!h->gpu || !h->gpu->name || !*h->gpu->name) return "hello: no GPU name";
+    if (strlen(h->gpu->name) > WIRE_MAX_GPU_NAME)
+        return "hello: the GPU name is longer than 96 bytes (it is never shortened: two models would share a file)";
+    if (!text_ok(h->gpu->name, WIRE_MAX_GPU_NAME, ",="))
+        return "hello: the GPU name has a control character, ',' or '=' (the separators of config file names)";
+    if (!text_ok(h->gpu->uuid, MAX_STRING, NULL) || !text_ok(h->gpu->driver_version, MAX_STRING, NULL) ||
+        !text_ok(h->gpu->cuda_version, MAX_STRING, NULL))
+        return "hello: a GPU string is too long or has a control character";
+    return NULL;
+}
+
+size_t wire_result_max_bytes(size_t n) {
+    static char detail[WIRE_MAX_DETAIL + 1];
+    if (!detail[0]) memset(detail, 'x', WIRE_MAX_DETAIL);
+    Moetune__Measurement m = MOETUNE__MEASUREMENT__INIT;
+    m.batch_size = UINT32_MAX;
+    m.status = MOETUNE__STATUS__STATUS_PRUNED;
+    m.median_us = m.min_us = m.mean_us = m.stddev_us = m.up_us = m.down_us = m.timed_us = 1.5;
+    m.samples = UINT32_MAX;
+    m.detail = detail;
+    /* a field's tag, the length prefix of a nested message (at most 5 bytes) and the message */
+    size_t per = 1 + 5 + moetune__measurement__get_packed_size(&m);
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    r.job_id = r.lease_token = r.seq = r.config_id = UINT64_MAX;
+    r.registers = r.spills = UINT32_MAX;
+    wire_env_t env;
+    wire_env_wrap(&env, &r.base);
+    return moetune__envelope__get_packed_size(&env) + 8 + n * per;
+}
+
 static bool shape_ok(const Moetune__Shape *s) {
     return s && s->e > 0 && s->n > 0 && s->k > 0 && s->topk > 0 && s->topk <= s->e && s->topk <= KRN_MAX_TOPK &&
            s->e <= KRN_MAX_E && s->n <= KRN_MAX_NK && s->k <= KRN_MAX_NK && str_ok(s->dtype);
@@ -115,15 +194,8 @@ static bool config_ok(const Moetune__Config *c) {
 /* Field-level checks per body; returns NULL when valid, else the reason. */
 static const char *validate(const wire_env_t *env) {
     switch (env->body_case) {
-        case MOETUNE__ENVELOPE__BODY_HELLO: {
-            const Moetune__Hello *h = env->hello;
-            if (!h->worker_id || !*h->worker_id || strlen(h->worker_id) > WIRE_MAX_ID) return "hello: bad worker_id";
-            if (!str_ok(h->host) || !str_ok(h->backend) || !str_ok(h->compiler) || !str_ok(h->kernel_hash) ||
-                !str_ok(h->versions))
-                return "hello: string too long";
-            if (h->gpu && (!str_ok(h->gpu->name) || !str_ok(h->gpu->uuid))) return "hello: gpu string too long";
-            return NULL;
-        }
+        case MOETUNE__ENVELOPE__BODY_HELLO:
+            return wire_hello_invalid(env->hello);
         case MOETUNE__ENVELOPE__BODY_READY:
             return env->ready->credits > WIRE_MAX_CREDITS ? "ready: too many credits" : NULL;
         case MOETUNE__ENVELOPE__BODY_RESULT: {
@@ -131,20 +203,8 @@ static const char *validate(const wire_env_t *env) {
             if (r->job_id == 0 || r->config_id == 0) return "result: job_id and config_id must be set";
             if (r->n_measurements == 0 || r->n_measurements > MAX_LIST) return "result: bad measurement count";
             for (size_t i = 0; i < r->n_measurements; i++) {
-                const Moetune__Measurement *m = r->measurements[i];
-                if (m->batch_size == 0) return "result: batch_size 0";
-                if (!wire_status_name(m->status)) return "result: unknown status";
-                /* every latency, whatever the status, is a finite number of microseconds (NaN fails
-             * every comparison); 0 = not measured */
-                if (!latency_ok(m->median_us) || !latency_ok(m->min_us) || !latency_ok(m->mean_us) ||
-                    !latency_ok(m->stddev_us))
-                    return "result: negative or non-finite latency";
-                if ((m->status == MOETUNE__STATUS__STATUS_OK || m->status == MOETUNE__STATUS__STATUS_PRUNED) &&
-                    !(m->median_us > 0 && m->min_us > 0 && m->mean_us > 0))
-                    return "result: ok or pruned measurement with a zero latency";
-                if (!latency_ok(m->up_us) || !latency_ok(m->down_us) || !latency_ok(m->timed_us))
-                    return "result: negative or non-finite up_us/down_us/timed_us";
-                if (!str_ok(m->detail)) return "result: detail too long";
+                const char *why = measurement_invalid(r->measurements[i]);
+                if (why) return why;
             }
             return NULL;
         }
@@ -227,6 +287,7 @@ static int unpack(const uint8_t *buf, size_t len, size_t max_bytes, wire_env_t *
     if (why) {
         c = WIRE_E_INVALID;
         mt_fmt(err, errlen, "%s", why);
+        if (rej) rej->body = env->body_case;
         if (rej && env->body_case == MOETUNE__ENVELOPE__BODY_RESULT) {
             rej->job_id = env->result->job_id;
             rej->lease_token = env->result->lease_token;

@@ -18,12 +18,24 @@
 
 #define WIRE_PROTOCOL_VERSION 1u
 #define WIRE_DEFAULT_MAX_BYTES (4u * 1024u * 1024u)
-#define WIRE_MAX_ID 256          /* longest routing id (worker id) accepted */
+#define WIRE_MAX_ID 255          /* longest routing id (worker id) accepted: ZeroMQ's limit */
 #define WIRE_MAX_LATENCY_US 1e12 /* a latency at or over this (or not finite) is invalid */
+#define WIRE_MAX_GPU_NAME 96     /* longest GPU name a Hello may carry (it becomes part of a file name) */
+#define WIRE_MAX_DETAIL 512      /* longest Measurement.detail */
+/* The range an ok or pruned median may take: no fused MoE layer runs in under half a
+ * microsecond, and none that a sweep keeps takes 1000 s. */
+#define WIRE_MIN_MEDIAN_US 0.5
+#define WIRE_MAX_MEDIAN_US 1e9
+/* Most samples one measurement may pool: the spec's max_samples (at most 1,000,000) times
+ * the rounds of a side-by-side job. */
+#define WIRE_MAX_SAMPLES (1000000u * 16u)
 
 /* Most credits a worker may hold: the most a Ready may carry, a worker may be started with
  * and the coordinator counts for one worker. */
 #define WIRE_MAX_CREDITS 1024u
+/* Most jobs the coordinator leases to one worker at once: a worker measures one config at a
+ * time and compiles the next job's ahead, so a third job would only wait (and hoard work). */
+#define WIRE_MAX_HELD 2u
 
 /* Job.rounds: a side-by-side job measures its configs in turn this many times, so that a
  * GPU state that lasts a few hundred ms (a clock or power limit, a slow phase of one config)
@@ -58,6 +70,7 @@ enum {
     WIRE_E_INTERNAL = 8,  /* coordinator-side failure (storage) */
     WIRE_E_NOTFOUND = 9,  /* unknown sweep */
     WIRE_E_HELLO = 10,    /* message from an unknown worker: say Hello first */
+    WIRE_E_REFUSED = 11,  /* a Hello refused for good (its id is in use, a name is not data): do not retry */
 };
 
 /* Packs env into a new buffer (caller frees *buf). protocol_version is set to
@@ -85,9 +98,23 @@ void wire_free(wire_env_t **env);
  * the socket would block, MT_ERR with zmq_strerror text in err. */
 mt_status_t wire_send(void *sock, const void *id, size_t id_len, wire_env_t *env, int flags, char *err, size_t errlen);
 
+/* Why a Hello cannot be accepted, or NULL: every string printable (no control characters),
+ * the worker id 1..WIRE_MAX_ID bytes and the GPU name 1..WIRE_MAX_GPU_NAME bytes, neither with
+ * a ',' or '=' (the separators of the engines' config file names), the compiler (an export
+ * directory name) without '/', '\\', ',' or '=', and no longer than their uses allow (backend
+ * 64, compiler 128, kernel hash 128, versions 1024 bytes). Names are never shortened: a Hello that
+ * does not fit is refused. The worker checks its own Hello with it before sending. */
+const char *wire_hello_invalid(const Moetune__Hello *h);
+
+/* The most bytes a packed Result Envelope with n measurements can take (every field at its
+ * largest, a detail of WIRE_MAX_DETAIL bytes): what the coordinator's message limit must
+ * allow for a sweep of n batch sizes. */
+size_t wire_result_max_bytes(size_t n);
+
 /* Result of wire_recv on a message that arrived but did not validate. */
 typedef struct {
-    int code; /* WIRE_E_* */
+    int code;         /* WIRE_E_* */
+    wire_body_t body; /* the body it carried, when it decoded; MOETUNE__ENVELOPE__BODY__NOT_SET otherwise */
     char reason[256];
     /* A Result that decoded but did not validate: the lease it claims and its seq
      * (all 0 for anything else), so the job it was for is not left waiting. */

@@ -16,7 +16,7 @@ static void usage(FILE *f) {
             "  --backend NAME        measuring backend (built: %s)\n"
             "  --gpu N               GPU index (default 0)\n"
             "  --id ID               worker id (default <hostname>-<pid>-gpu<N>)\n"
-            "  --credits N           jobs to hold at once (default 2 for cuda and triton, whose next job\n"
+            "  --credits N           jobs to hold at once, 1 or 2 (default 2 for cuda and triton, whose next job\n"
             "                        compiles while one is measured; 1 for sim, which asks for its\n"
             "                        next job when its last 3 configs remain)\n"
             "  --heartbeat-ms MS     heartbeat period until the coordinator sets one (default 1000)\n"
@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
                 o.worker_id = optarg;
                 break;
             case OPT_CREDITS:
-                if (mt_parse_u32(optarg, 1, WIRE_MAX_CREDITS, &o.credits)) return bad("--credits", optarg);
+                if (mt_parse_u32(optarg, 1, WIRE_MAX_HELD, &o.credits)) return bad("--credits", optarg);
                 break;
             case OPT_HEARTBEAT:
                 if (mt_parse_u32(optarg, WIRE_HEARTBEAT_MIN_MS, WIRE_HEARTBEAT_MAX_MS, &o.heartbeat_ms))

@@ -28,6 +28,8 @@ typedef struct pjob {
     size_t next;   /* next config to measure */
     int prepared;
     int released;           /* its credit went back before it ended (release_early) */
+    int superseded;         /* the coordinator leased the job to us again: the new lease is measured,
+                             * this one ends at once (its config in the child is not sent) */
     uint8_t *moved;         /* per config, 1 = a split gave it to another worker (Ack.moved): skipped */
     double *best;           /* racing: per batch size, the job's best_us lowered by our own ok results and
                              * by the coordinator's later bests (Ack.best) */
@@ -70,6 +72,8 @@ struct wrk_parent {
     uint64_t jobs_done, results, bad_messages, reconnects, child_restarts;
     uint64_t round_children; /* children started for a side-by-side round (Measure.fresh_rounds) */
     int stop;
+    int refusals;                   /* Hellos the coordinator refused (WIRE_E_REFUSED) in a row */
+    int refused;                    /* refused twice: exit, no Bye */
     sec_cert_t curve, curve_server; /* copies; used when opts.curve is set */
 };
 
@@ -100,28 +104,36 @@ static void send_ready(wrk_parent_t *p, uint32_t credits) {
     for (uint32_t i = 0; i < credits; i++) push_u64(&p->ready_sent, &p->n_ready, &p->cap_ready, now);
 }
 
-static void send_hello(wrk_parent_t *p) {
+/* Our Hello from the child's device; h and g point into p and the device. */
+static void hello_fill(wrk_parent_t *p, Moetune__Hello *h, Moetune__Gpu *g) {
     const wrk_device_t *d = wrk_child_device(p->child);
-    wire_env_t env;
-    Moetune__Hello h = MOETUNE__HELLO__INIT;
-    Moetune__Gpu g = MOETUNE__GPU__INIT;
+    moetune__hello__init(h);
+    moetune__gpu__init(g);
 #define AS_TEXT (char *)
 #define AS_U32
 #define AS_U64
-#define X(f, kind) g.f = AS_##kind d->f;
+#define X(f, kind) g->f = AS_##kind d->f;
     WRK_DEVICE_GPU_FIELDS(X)
 #undef X
 #undef AS_TEXT
 #undef AS_U32
 #undef AS_U64
-    h.worker_id = p->id;
-    h.host = p->host;
-    h.pid = (uint32_t)getpid();
-    h.backend = (char *)p->be->name;
-    h.gpu = &g;
-    h.compiler = (char *)d->compiler;
-    h.kernel_hash = (char *)d->kernel_hash;
-    h.versions = (char *)d->versions;
+    h->worker_id = p->id;
+    h->host = p->host;
+    h->pid = (uint32_t)getpid();
+    h->backend = (char *)p->be->name;
+    h->gpu = g;
+    h->compiler = (char *)d->compiler;
+    h->kernel_hash = (char *)d->kernel_hash;
+    h->versions = (char *)d->versions;
+}
+
+static void send_hello(wrk_parent_t *p) {
+    const wrk_device_t *d = wrk_child_device(p->child);
+    wire_env_t env;
+    Moetune__Hello h;
+    Moetune__Gpu g;
+    hello_fill(p, &h, &g);
     wire_env_wrap(&env, &h.base);
     send_env(p, &env);
     p->session = SESSION_HELLO;
@@ -138,6 +150,12 @@ static void send_heartbeat(wrk_parent_t *p) {
     if (p->n_jobs > 64 && !(list = malloc(p->n_jobs * sizeof *list))) list = ids;
     for (pjob_t *j = p->head; j && (list != ids || n < 64); j = j->link) list[n++] = j->job->job_id;
     hb.sent_ms = mt_now_ms();
+    /* progress: the config the child measures (or starts next); only this renews our leases */
+    const pjob_t *h = p->head;
+    if (h && !h->superseded && h->shape_ok && h->next < h->job->n_configs) {
+        hb.measuring_job = h->job->job_id;
+        hb.measuring_config = h->job->configs[h->next]->config_id;
+    }
     hb.n_job_ids = n;
     hb.job_ids = list;
     wire_env_wrap(&env, &hb.base);
@@ -312,16 +330,30 @@ static int emit_invalid(wrk_parent_t *p, pjob_t *j) {
     return rc;
 }
 
-static void finish_head(wrk_parent_t *p) {
-    pjob_t *j = p->head;
-    p->head = j->link;
-    if (!p->head) p->tail = NULL;
+/* Unlinks j (prev its predecessor, NULL for the head) and frees it; its credit goes back
+ * unless it went already. */
+static void drop_job(wrk_parent_t *p, pjob_t *prev, pjob_t *j) {
+    if (prev)
+        prev->link = j->link;
+    else
+        p->head = j->link;
+    if (p->tail == j) p->tail = prev;
     p->n_jobs--;
-    p->jobs_done++;
-    log_at(MT_LOG_INFO, "job %llu done (%zu configs)", (unsigned long long)j->job->job_id, j->job->n_configs);
     int released = j->released;
     job_free(j);
     if (!released) send_ready(p, 1);
+}
+
+static void finish_head(wrk_parent_t *p) {
+    pjob_t *j = p->head;
+    if (j->superseded) {
+        log_at(MT_LOG_INFO, "job %llu: the earlier lease ends; its new lease is measured",
+               (unsigned long long)j->job->job_id);
+    } else {
+        p->jobs_done++;
+        log_at(MT_LOG_INFO, "job %llu done (%zu configs)", (unsigned long long)j->job->job_id, j->job->n_configs);
+    }
+    drop_job(p, NULL, j);
 }
 
 /* A worker holding its only job, with nothing else on the way, asks for the next one when the
@@ -368,6 +400,10 @@ static int pump(wrk_parent_t *p) {
     int rc = MT_OK;
     while (p->head && wrk_child_state(p->child) == WRK_CHILD_IDLE) {
         pjob_t *j = p->head;
+        if (j->superseded) {
+            finish_head(p);
+            continue;
+        }
         if (!j->shape_ok) {
             rc = emit_invalid(p, j);
             if (rc) return rc;
@@ -426,6 +462,7 @@ static void on_welcome(wrk_parent_t *p, const wire_env_t *env) {
     uint32_t hb = env->welcome->heartbeat_ms;
     if (hb >= WIRE_HEARTBEAT_MIN_MS && hb <= WIRE_HEARTBEAT_MAX_MS) p->heartbeat_ms = hb;
     p->session = SESSION_WELCOMED;
+    p->refusals = 0;
     p->next_beat_ms = mt_now_ms() + p->heartbeat_ms;
     log_at(MT_LOG_INFO, "welcomed (heartbeat %u ms); resending %zu unacknowledged results", p->heartbeat_ms,
            p->n_unacked);
@@ -438,12 +475,24 @@ static void on_welcome(wrk_parent_t *p, const wire_env_t *env) {
 
 static void on_job(wrk_parent_t *p, wire_env_t **penv) {
     const Moetune__Job *job = (*penv)->job;
-    for (pjob_t *j = p->head; j; j = j->link) {
-        if (j->job->job_id == job->job_id) {
+    /* A job we hold, leased to us again: its earlier lease went back (a Result rejected, the
+     * lease expired) and this one replaces it, or nothing would measure it and its credit would
+     * never return. The same lease twice is a duplicate. */
+    for (pjob_t *j = p->head, *prev = NULL; j; prev = j, j = j->link) {
+        if (j->job->job_id != job->job_id || j->superseded) continue;
+        if (j->job->lease_token == job->lease_token) {
             p->bad_messages++;
             log_at(MT_LOG_WARN, "job %llu is already held; ignoring the duplicate", (unsigned long long)job->job_id);
             return;
         }
+        log_at(MT_LOG_INFO, "job %llu leased to us again (its earlier lease went back): measured anew",
+               (unsigned long long)job->job_id);
+        if (j == p->head) {
+            j->superseded = 1; /* ends when the child is done with its config */
+        } else {
+            drop_job(p, prev, j);
+        }
+        break;
     }
     pjob_t *j = calloc(1, sizeof *j);
     if (!j) return;
@@ -528,6 +577,24 @@ static void on_ack(wrk_parent_t *p, const wire_env_t *env) {
 
 static void on_error(wrk_parent_t *p, const wire_env_t *env) {
     const Moetune__Error *e = env->error;
+    if (e->code == WIRE_E_REFUSED && p->session != SESSION_WELCOMED) {
+        /* Once more after the coordinator's dead period, socket closed meanwhile (a worker
+         * restarted with its id is refused while its predecessor, killed, still counts as
+         * alive); then for good: retrying would only take the id from the worker that has it. */
+        const char *why = e->message ? e->message : "";
+        if (++p->refusals < 2) {
+            log_at(MT_LOG_WARN, "the coordinator refused this worker: %s; trying once more in %u ms", why,
+                   (SILENT_PERIODS + 1) * p->heartbeat_ms);
+            close_socket(p);
+            p->last_heard_ms = mt_now_ms() + p->heartbeat_ms; /* the reconnect is due then */
+            return;
+        }
+        log_at(MT_LOG_ERROR, "the coordinator refused this worker: %s", why);
+        fprintf(stderr, "moetune-worker: the coordinator refused this worker: %s\n", why);
+        p->refused = 1;
+        p->stop = 1;
+        return;
+    }
     log_at(MT_LOG_WARN, "coordinator error %d: %s", e->code, e->message ? e->message : "");
     /* The connection works (this Error came over it): a coordinator that lost us
      * only needs a Hello; reconnecting would race the old routing id. */
@@ -602,7 +669,7 @@ static int on_child(wrk_parent_t *p, wrk_child_event_t ev) {
         size_t n;
         uint32_t regs, spills;
         wrk_child_results(p->child, &meas, &n, &regs, &spills);
-        if (j && j->next < j->job->n_configs) {
+        if (j && !j->superseded && j->next < j->job->n_configs) {
             if (meas[0].status == MOETUNE__STATUS__STATUS_CRASHED || meas[0].status == MOETUNE__STATUS__STATUS_TIMEOUT)
                 log_at(MT_LOG_WARN, "job %llu config %llu: %s", (unsigned long long)j->job->job_id,
                        (unsigned long long)j->job->configs[j->next]->config_id, meas[0].detail);
@@ -657,6 +724,16 @@ int wrk_parent_run(wrk_parent_t *p) {
     }
     const wrk_device_t *d = wrk_child_device(p->child);
     log_at(MT_LOG_INFO, "%s backend: %s (%s), compiler %s", p->be->name, d->name, d->uuid, d->compiler);
+    /* a Hello the coordinator would refuse is refused here, in one line, before connecting */
+    Moetune__Hello h;
+    Moetune__Gpu g;
+    hello_fill(p, &h, &g);
+    const char *bad = wire_hello_invalid(&h);
+    if (bad) {
+        fprintf(stderr, "moetune-worker: this worker cannot join: %s\n", bad);
+        code = MT_EXIT_FAIL;
+        goto out;
+    }
     p->ctx = zmq_ctx_new();
     if (!p->ctx || connect_and_hello(p)) {
         code = MT_EXIT_FAIL;
@@ -670,13 +747,14 @@ int wrk_parent_run(wrk_parent_t *p) {
         if (dl && dl < due) due = dl;
         long timeout = due > now ? (long)(due - now) : 0;
         zmq_pollitem_t items[2] = {{p->sock, 0, ZMQ_POLLIN, 0}, {NULL, wrk_child_fd(p->child), ZMQ_POLLIN, 0}};
-        int n_items = wrk_child_fd(p->child) >= 0 ? 2 : 1;
-        if (zmq_poll(items, n_items, timeout) < 0 && zmq_errno() != EINTR) {
+        zmq_pollitem_t *first = p->sock ? items : items + 1; /* no socket while a refused Hello waits */
+        int n_items = (p->sock ? 1 : 0) + (wrk_child_fd(p->child) >= 0 ? 1 : 0);
+        if (zmq_poll(first, n_items, timeout) < 0 && zmq_errno() != EINTR) {
             log_at(MT_LOG_ERROR, "poll: %s", zmq_strerror(zmq_errno()));
             code = MT_EXIT_FAIL;
             break;
         }
-        if (items[0].revents & ZMQ_POLLIN) drain_socket(p);
+        if (p->sock && (items[0].revents & ZMQ_POLLIN)) drain_socket(p);
         for (;;) {
             wrk_child_event_t ev;
             if (wrk_child_poll(p->child, 0, &ev)) {
@@ -701,7 +779,7 @@ int wrk_parent_run(wrk_parent_t *p) {
                        "no Welcome from %s in %u ms (CURVE: the coordinator may refuse our key, or "
                        "the server key is wrong); reconnecting",
                        p->endpoint, SILENT_PERIODS * p->heartbeat_ms);
-            else
+            else if (p->sock)
                 log_at(MT_LOG_WARN, "coordinator silent for %u ms; reconnecting", SILENT_PERIODS * p->heartbeat_ms);
             if (connect_and_hello(p)) {
                 code = MT_EXIT_FAIL;
@@ -713,7 +791,8 @@ int wrk_parent_run(wrk_parent_t *p) {
             p->next_beat_ms = now + p->heartbeat_ms;
         }
     }
-    if (p->sock) send_bye(p, p->stop ? "shutdown" : "stopping");
+    if (p->refused) code = MT_EXIT_FAIL;
+    if (p->sock && !p->refused) send_bye(p, p->stop ? "shutdown" : "stopping");
     log_at(MT_LOG_INFO, "stopping: %llu jobs, %llu results, %zu unacknowledged", (unsigned long long)p->jobs_done,
            (unsigned long long)p->results, p->n_unacked);
 out:
@@ -748,8 +827,9 @@ mt_status_t wrk_parent_new(const wrk_parent_opts_t *opts, wrk_parent_t **out, ch
     }
     snprintf(p->endpoint, sizeof p->endpoint, "%s", opts->endpoint);
     if (p->opts.credits == 0) p->opts.credits = 1;
-    if (p->opts.credits > WIRE_MAX_CREDITS) {
-        mt_fmt(err, errlen, "credits %u > %u", p->opts.credits, WIRE_MAX_CREDITS);
+    if (p->opts.credits > WIRE_MAX_HELD) {
+        mt_fmt(err, errlen, "credits %u: a worker holds %u jobs at most (one measured, one compiling ahead)",
+               p->opts.credits, WIRE_MAX_HELD);
         rc = MT_INVAL;
         goto out;
     }
@@ -757,8 +837,14 @@ mt_status_t wrk_parent_new(const wrk_parent_opts_t *opts, wrk_parent_t **out, ch
     if (gethostname(p->host, sizeof p->host) != 0) snprintf(p->host, sizeof p->host, "localhost");
     p->host[sizeof p->host - 1] = '\0';
     if (opts->worker_id) {
-        if (!*opts->worker_id || strlen(opts->worker_id) > WIRE_MAX_ID) {
-            mt_fmt(err, errlen, "worker id must be 1..%d characters", WIRE_MAX_ID);
+        Moetune__Hello h = MOETUNE__HELLO__INIT;
+        Moetune__Gpu g = MOETUNE__GPU__INIT;
+        g.name = "gpu";
+        h.gpu = &g;
+        h.worker_id = (char *)opts->worker_id;
+        const char *bad = wire_hello_invalid(&h);
+        if (bad) {
+            mt_fmt(err, errlen, "--id: %s", bad + strlen("hello: "));
             rc = MT_INVAL;
             goto out;
         }

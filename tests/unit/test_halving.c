@@ -828,11 +828,12 @@ static void test_phase2_per_shape(void **state) {
     fx_start(f, 1000, 30000);
     fx_submit_spec(f, &x, &sub);
     assert_int_equal(sub.jobs, 4);
-    sched_worker_t *a = fx_hello(f, "A", "NVIDIA H200", 0);
+    /* a worker holds WIRE_MAX_HELD (2) jobs at most: A takes two, C the other two */
+    sched_worker_t *hw[2] = {fx_hello(f, "A", "NVIDIA H200", 0), fx_hello(f, "C", "NVIDIA H200", 0)};
     const Moetune__Job *held[4] = {NULL};
     size_t first[2] = {4, 4}; /* per shape (256, 512): its first job among held */
     for (size_t i = 0; i < 4; i++) {
-        held[i] = fx_take(f, "A", 1 + i);
+        held[i] = fx_take(f, i < 2 ? "A" : "C", 1 + i);
         size_t k = held[i]->shape->n == 512;
         if (first[k] == 4) first[k] = i;
     }
@@ -847,7 +848,7 @@ static void test_phase2_per_shape(void **state) {
         order[2] = order[3], order[3] = t;
     }
     for (size_t step = 0; step < 3; step++) {
-        seq = measure_all(f, a, held[order[step]], seq, bs, 10 + step);
+        seq = measure_all(f, hw[order[step] >= 2], held[order[step]], seq, bs, 10 + step);
         assert_int_equal(sched_flush(f->s, 10 + step), MT_OK);
         phase2_iff_closed(f, 256, step == 2);
         phase2_iff_closed(f, 512, false);
@@ -858,9 +859,14 @@ static void test_phase2_per_shape(void **state) {
     assert_string_equal(sched_job_state(f->s, last, NULL), "pending");
     assert_int_equal(sched_flush(f->s, 100000), MT_OK);
     phase2_iff_closed(f, 512, false);
-    sched_worker_t *b = fx_hello(f, "B", "NVIDIA H200", 100001);
+    sched_worker_t *b = NULL;
     const Moetune__Job *j = NULL;
-    for (int tries = 0; tries < 4 && (!j || j->job_id != last); tries++) j = fx_take(f, "B", 100002 + tries);
+    for (int tries = 0; tries < 4 && (!j || j->job_id != last); tries++) {
+        char name[8]; /* a new worker each: one may hold 2 jobs, and phase-2 jobs go first */
+        snprintf(name, sizeof name, "B%d", tries);
+        b = fx_hello(f, name, "NVIDIA H200", 100001 + tries);
+        j = fx_take(f, name, 100002 + tries);
+    }
     assert_int_equal(j->job_id, last);
     seq = measure_all(f, b, j, seq, bs, 100010);
     assert_int_equal(sched_flush(f->s, 100010), MT_OK);

@@ -93,24 +93,36 @@ static void test_credits(void **state) {
     sched_on_ready(f->s, a, 1, 2);
     assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
     assert_true(fx_last_job(f, "A")->job_id > first);
-    sched_on_ready(f->s, a, 5, 3);
-    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3); /* only 3 jobs exist */
+    /* a worker holds WIRE_MAX_HELD jobs at most, whatever credits it sends: the rest wait */
+    sched_on_ready(f->s, a, 1000, 3);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
     const Moetune__Job *j = fx_last_job(f, "A");
     assert_int_equal(j->n_configs, 1);
     assert_int_equal(j->n_batch_sizes, 2);
     assert_int_equal(j->measure->warmup, 2);
     assert_int_not_equal(j->lease_token, 0);
-    /* a late submit is dispatched at once to the credits left */
+    /* a late submit waits too; once a job A holds is done, its kept credit takes the next */
     fx_submit(f, 2, 1, NULL);
-    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 5);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 2);
     sched_status_t st;
     assert_int_equal(sched_status(f->s, 0, 10, &st), MT_OK);
     assert_int_equal(st.reply.n_sweeps, 2);
-    assert_int_equal(st.reply.sweeps[0]->jobs_leased, 3);
+    assert_int_equal(st.reply.sweeps[0]->jobs_leased, 2);
     assert_int_equal(st.reply.n_workers, 1);
     assert_string_equal(st.reply.workers[0]->state, "busy");
-    assert_int_equal(st.reply.workers[0]->jobs_leased, 5);
+    assert_int_equal(st.reply.workers[0]->jobs_leased, 2);
     sched_status_release(&st);
+    const Moetune__Job *j1 = NULL;
+    for (size_t i = 0; i < f->n && !j1; i++)
+        if (f->msg[i]->body_case == MOETUNE__ENVELOPE__BODY_JOB && f->msg[i]->job->job_id == first) j1 = f->msg[i]->job;
+    assert_non_null(j1);
+    assert_int_equal(result(f, a, first, j1->lease_token, 1, j1->configs[0]->config_id, MOETUNE__STATUS__STATUS_OK, 4),
+                     MT_OK);
+    assert_int_equal(sched_flush(f->s, 5), MT_OK);
+    assert_string_equal(sched_job_state(f->s, first, NULL), "done");
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3);
+    sched_on_ready(f->s, a, 1, 6); /* its credits stay at WIRE_MAX_HELD: nothing more now */
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 3);
     assert_int_equal(sched_status(f->s, 99, 10, &st), MT_NOTFOUND);
 }
 
@@ -198,7 +210,7 @@ static void test_lease_expiry_and_bye(void **state) {
     fx_start(f, 1000, 200);
     fx_submit(f, 2, 1, NULL);
     fx_lease_t a = fx_lease(f, "A", "gpu", 0);
-    sched_on_heard(f->s, a.w, 150); /* extends the lease to 350 */
+    sched_on_progress(f->s, a.w, a.job, a.cfg[0], 150); /* extends the lease to 350 */
     lapses(f, a.job, 300, 351);
     /* Bye gives jobs back without an attempt */
     uint32_t attempts = 0;
@@ -898,12 +910,18 @@ static bool crash_failing_at(fx_t *f, unsigned long n) {
             assert_null(st);
     }
     if (retry > 0) {
-        /* the retry job is real: B (not A) gets exactly that config */
-        sched_on_ready(f->s, b, 16, 2);
+        /* the retry job is real: a B (not A) gets exactly that config (a worker holds 2 jobs at
+         * most: eight of them take the 16 pending) */
+        sched_on_ready(f->s, b, 2, 2);
+        for (int k = 1; k < 8; k++) {
+            char name[8];
+            snprintf(name, sizeof name, "B%d", k);
+            sched_on_ready(f->s, fx_hello(f, name, "gpu", 2), 2, 2);
+        }
         bool seen = false;
         for (size_t i = 0; i < f->n; i++) {
             const Moetune__Envelope *e = f->msg[i];
-            if (strcmp(f->rid[i], "B") || e->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
+            if (f->rid[i][0] != 'B' || e->body_case != MOETUNE__ENVELOPE__BODY_JOB) continue;
             if (e->job->job_id == (uint64_t)retry) {
                 assert_int_equal(e->job->n_configs, 1);
                 assert_int_equal(e->job->configs[0]->config_id, a.cfg[0]);
@@ -1360,13 +1378,161 @@ static void test_mixed_fleet_binds_sweep(void **state) {
     assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 0);
     sched_worker_t *c = fx_hello(f, "C", "NVIDIA H100 80GB HBM3", 10);
     sched_on_ready(f->s, c, 4, 10);
-    assert_int_equal(fx_count(f, "C", MOETUNE__ENVELOPE__BODY_JOB), 3);
+    assert_int_equal(fx_count(f, "C", MOETUNE__ENVELOPE__BODY_JOB), WIRE_MAX_HELD); /* of the 3 left */
     /* a second sweep: the idle H200 takes it and binds it */
     uint64_t sw2 = fx_submit(f, 2, 1, NULL);
     const Moetune__Job *jb = fx_last_job(f, "B");
     assert_non_null(jb);
     assert_int_equal(jb->sweep_id, sw2);
     assert_int_equal(fx_count(f, "B", MOETUNE__ENVELOPE__BODY_JOB), 2);
+}
+
+/* A Hello from a peer with routing id rid: worker id, GPU name, compiler, kernel hash, host
+ * and pid as given (backend sim). sched_on_hello's code; *refused whether an Error{WIRE_E_REFUSED}
+ * went to rid. */
+static int hello_as(fx_t *f, const char *rid, const char *id, const char *gpu, const char *compiler, const char *hash,
+                    const char *host, uint32_t pid, uint64_t now, bool *refused) {
+    Moetune__Gpu g = MOETUNE__GPU__INIT;
+    Moetune__Hello h = MOETUNE__HELLO__INIT;
+    wire_env_t env;
+    g.name = (char *)gpu;
+    g.uuid = (char *)id;
+    h.worker_id = (char *)id;
+    h.host = (char *)host;
+    h.pid = pid;
+    h.backend = "sim";
+    h.compiler = (char *)compiler;
+    h.kernel_hash = (char *)hash;
+    h.gpu = &g;
+    wire_env_wrap(&env, &h.base);
+    wire_env_t *out = fx_roundtrip(&env);
+    size_t errors = fx_count(f, rid, MOETUNE__ENVELOPE__BODY_ERROR);
+    int rc = sched_on_hello(f->s, (const uint8_t *)rid, strlen(rid), &out, now);
+    wire_free(&out);
+    *refused = fx_count(f, rid, MOETUNE__ENVELOPE__BODY_ERROR) > errors;
+    if (*refused) {
+        for (size_t i = f->n; i-- > 0;)
+            if (strcmp(f->rid[i], rid) == 0 && f->msg[i]->body_case == MOETUNE__ENVELOPE__BODY_ERROR) {
+                assert_int_equal(f->msg[i]->error->code, WIRE_E_REFUSED);
+                break;
+            }
+    }
+    return rc;
+}
+
+/* A lease is renewed by progress only: being heard, or a heartbeat that claims nothing, a
+ * config the job does not wait for or one already claimed, renews nothing; a claim of a new
+ * open config does, and the same claim does for at most the config timeout (60 s); a Result
+ * does. A peer that takes jobs and only heartbeats loses them after one lease. */
+static void claim(fx_t *f, sched_worker_t *w, uint64_t job, uint64_t cfg, uint64_t now) {
+    sched_on_heard(f->s, w, now);
+    sched_on_progress(f->s, w, job, cfg, now);
+}
+
+static void test_leases_renewed_by_progress(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 20000, 30000); /* silent 60 s: dead; the test's gaps stay shorter */
+    fx_submit(f, 4, 2, NULL);
+    fx_lease_t a = fx_lease(f, "A", "gpu", 0);
+    heartbeat(f, a.w, &a.job, 1, 20000);
+    claim(f, a.w, 0, 0, 20000);                /* claims nothing */
+    claim(f, a.w, a.job, 9999, 20000);         /* not a config of the job */
+    claim(f, a.w, a.job + 1, a.cfg[0], 20000); /* not its job */
+    lapses(f, a.job, 30000, 30001);
+
+    sched_on_ready(f->s, a.w, 1, 30002);
+    const Moetune__Job *j = fx_last_job(f, "A");
+    uint64_t job = j->job_id, tok = j->lease_token, c0 = j->configs[0]->config_id, c1 = j->configs[1]->config_id;
+    claim(f, a.w, job, c0, 50000);  /* a config begun: the lease runs to 80000 */
+    claim(f, a.w, job, c0, 75000);  /* the same one within its 60 s: to 105000 */
+    claim(f, a.w, job, c0, 100000); /* to 130000 */
+    claim(f, a.w, job, c0, 115000); /* 65 s on one config: no longer */
+    sched_tick(f->s, 130000);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    /* a config claimed again after another one is not progress: it was claimed once */
+    claim(f, a.w, job, c1, 129000); /* to 159000 */
+    claim(f, a.w, job, c0, 150000); /* c0 again: nothing */
+    sched_tick(f->s, 159001);
+    uint32_t att = 0;
+    assert_string_equal(sched_job_state(f->s, job, &att), "pending");
+    assert_int_equal(att, 2);
+
+    /* a Result renews: the job's next lease lives on results */
+    sched_on_ready(f->s, a.w, 1, 159002);
+    j = fx_last_job(f, "A");
+    assert_int_equal(j->job_id, job);
+    tok = j->lease_token;
+    assert_int_equal(result(f, a.w, job, tok, 10, c0, MOETUNE__STATUS__STATUS_OK, 180000), MT_OK);
+    claim(f, a.w, job, c0, 190000); /* its result is in: not progress */
+    sched_tick(f->s, 210000);
+    assert_string_equal(sched_job_state(f->s, job, NULL), "leased");
+    sched_tick(f->s, 210001); /* its third lapse: failed at the sweep's max_attempts (3) */
+    assert_string_equal(sched_job_state(f->s, job, &att), "failed");
+    assert_int_equal(att, 3);
+}
+
+/* A sweep is bound to the whole measuring identity of its first lease: a worker with the same
+ * GPU name but another compiler or kernel build gets none of it; a worker whose identity
+ * changes on a second Hello (same process) gives back what it holds. */
+static void test_identity_binds_sweep(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    fx_submit(f, 4, 1, NULL);
+    bool refused = true;
+    assert_int_equal(hello_as(f, "A", "A", "NVIDIA H200", "cuda_12_8", "k1", "h", 1, 0, &refused), MT_OK);
+    assert_false(refused);
+    sched_worker_t *a = sched_worker(f->s, (const uint8_t *)"A", 1);
+    sched_on_ready(f->s, a, 1, 0);
+    uint64_t held = fx_last_job(f, "A")->job_id;
+    const char *other[][2] = {{"cuda_13_0", "k1"}, {"cuda_12_8", "k2"}};
+    for (int i = 0; i < 2; i++) {
+        const char *rid = i ? "C" : "B";
+        assert_int_equal(hello_as(f, rid, rid, "NVIDIA H200", other[i][0], other[i][1], "h", 2 + i, 0, &refused),
+                         MT_OK);
+        sched_on_ready(f->s, sched_worker(f->s, (const uint8_t *)rid, 1), 2, 0);
+        assert_int_equal(fx_count(f, rid, MOETUNE__ENVELOPE__BODY_JOB), 0);
+    }
+    sched_worker_t *d = NULL;
+    assert_int_equal(hello_as(f, "D", "D", "NVIDIA H200", "cuda_12_8", "k1", "h", 9, 0, &refused), MT_OK);
+    d = sched_worker(f->s, (const uint8_t *)"D", 1);
+    sched_on_ready(f->s, d, 1, 0);
+    assert_int_equal(fx_count(f, "D", MOETUNE__ENVELOPE__BODY_JOB), 1);
+    /* A says hello again, from the same process, as another GPU: its lease goes back, no attempt */
+    assert_int_equal(hello_as(f, "A", "A", "NVIDIA H100", "cuda_12_8", "k1", "h", 1, 5, &refused), MT_OK);
+    assert_false(refused);
+    uint32_t att = 9;
+    assert_string_equal(sched_job_state(f->s, held, &att), "pending");
+    assert_int_equal(att, 0);
+    sched_on_ready(f->s, a, 2, 5);
+    assert_int_equal(fx_count(f, "A", MOETUNE__ENVELOPE__BODY_JOB), 1); /* nothing new for an H100 */
+}
+
+/* A Hello is refused for good (Error WIRE_E_REFUSED) when its worker id is not its routing id,
+ * or when a live worker of another process holds the id; the same process reconnecting, or
+ * another one once the holder is dead, is welcomed. */
+static void test_hello_refusals(void **state) {
+    fx_t *f = *state;
+    fx_start(f, 1000, 30000);
+    bool refused = false;
+    assert_int_equal(hello_as(f, "X", "Y", "gpu", "sim", "k", "h", 1, 0, &refused), MT_INVAL);
+    assert_true(refused);
+    assert_null(sched_worker(f->s, (const uint8_t *)"X", 1));
+    assert_int_equal(hello_as(f, "W", "W", "gpu", "sim", "k", "h1", 10, 0, &refused), MT_OK);
+    assert_false(refused);
+    sched_worker_t *w = sched_worker(f->s, (const uint8_t *)"W", 1);
+    sched_on_heard(f->s, w, 1000);
+    assert_int_equal(hello_as(f, "W", "W", "gpu", "sim", "k", "h2", 10, 1500, &refused), MT_INVAL);
+    assert_true(refused);
+    assert_int_equal(hello_as(f, "W", "W", "gpu", "sim", "k", "h1", 11, 1600, &refused), MT_INVAL);
+    assert_true(refused);
+    assert_int_equal(fx_count(f, "W", MOETUNE__ENVELOPE__BODY_WELCOME), 1);
+    assert_int_equal(hello_as(f, "W", "W", "gpu", "sim", "k", "h1", 10, 1700, &refused), MT_OK);
+    assert_false(refused);
+    assert_int_equal(fx_count(f, "W", MOETUNE__ENVELOPE__BODY_WELCOME), 2);
+    sched_tick(f->s, 5000); /* silent 3.3 periods: dead */
+    assert_null(sched_worker(f->s, (const uint8_t *)"W", 1));
+    assert_int_equal(hello_as(f, "W", "W", "gpu", "sim", "k", "h2", 20, 5001, &refused), MT_OK);
+    assert_false(refused);
 }
 
 /* A Result of config at batch sizes {1, 2} with these ok medians, delivered by w. */
@@ -1430,6 +1596,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_credits, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_warm_start_not_forged, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_leases_renewed_by_progress, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_identity_binds_sweep, fx_setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_hello_refusals, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_ack_carries_best, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_tokens_and_completion, fx_setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_silent_workers_and_attempts, fx_setup, fx_teardown),

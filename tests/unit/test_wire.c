@@ -80,6 +80,7 @@ static int roundtrip(wire_env_t *env, unpacked_t *u) {
 static bool roundtrip_valid(wire_env_t *env, bool good, unpacked_t *u) {
     int rc = roundtrip(env, u);
     if (good) {
+        if (rc) print_message("refused: %s\n", u->err);
         assert_int_equal(rc, MT_OK);
         return true;
     }
@@ -181,6 +182,7 @@ static void test_no_body_and_bad_fields(void **state) {
 
     /* up_us/down_us: 0 (not measured) and a latency pass, NaN, infinity and negatives do not. */
     m.median_us = m.min_us = m.mean_us = 10.0;
+    m.samples = 10;
     const double up[] = {0.0, 6.5, NAN, INFINITY, -1.0};
     const int good[] = {1, 1, 0, 0, 0};
     for (size_t i = 0; i < sizeof up / sizeof up[0]; i++) {
@@ -328,6 +330,143 @@ static void test_non_finite_latencies(void **state) {
     wire_free(&u.env);
 }
 
+/* Every field of an ok Measurement is checked with its relations: samples (1..WIRE_MAX_SAMPLES),
+ * min no slower than the median and the mean, a median in the plausible range, a standard
+ * deviation no set of that many samples can exceed. */
+static void test_measurement_relations(void **state) {
+    (void)state;
+    Moetune__Measurement m = MOETUNE__MEASUREMENT__INIT;
+    Moetune__Measurement *pm = &m;
+    Moetune__Result r = MOETUNE__RESULT__INIT;
+    wire_env_t env;
+    unpacked_t u;
+    r.job_id = 7, r.config_id = 3, r.lease_token = 99, r.seq = 5;
+    r.n_measurements = 1, r.measurements = &pm;
+    wire_env_wrap(&env, &r.base);
+    static const struct {
+        double median, min, mean, sd;
+        uint32_t samples;
+        bool good;
+    } k[] = {
+        {10, 9.9, 10.1, 0.05, 10, true},
+        {10, 9.9, 10.1, 0.05, 0, false}, /* no samples */
+        {10, 20, 10.1, 0.05, 10, false},
+        {10, 10.2, 10.1, 0.05, 10, false}, /* min over median, mean */
+        {10, 9.9, 10.1, 1e11, 10, false},
+        {10, 9.9, 10.1, 31.9, 10, true}, /* sd vs mean x sqrt(n) */
+        {10, 9.9, 10.1, 32.0, 10, false},
+        {1e-9, 1e-9, 1e-9, 0, 10, false}, /* 1e-9 us */
+        {0.4, 0.4, 0.4, 0, 1, false},
+        {0.5, 0.5, 0.5, 0, 1, true}, /* the floor */
+        {2e9, 1e9, 2e9, 0, 1, false},
+        {10, 9.9, 10.1, 0.05, 4000000000u, false},
+        {10, 9.9, 10.1, 0.05, WIRE_MAX_SAMPLES, true},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        for (int pruned = 0; pruned < 2; pruned++) {
+            m.batch_size = 1;
+            m.status = pruned ? MOETUNE__STATUS__STATUS_PRUNED : MOETUNE__STATUS__STATUS_OK;
+            m.median_us = k[i].median, m.min_us = k[i].min, m.mean_us = k[i].mean, m.stddev_us = k[i].sd;
+            m.samples = k[i].samples;
+            if (roundtrip_valid(&env, k[i].good, &u)) wire_free(&u.env);
+        }
+    }
+    /* a detail over WIRE_MAX_DETAIL */
+    char detail[WIRE_MAX_DETAIL + 2];
+    memset(detail, 'd', sizeof detail - 1);
+    detail[sizeof detail - 1] = '\0';
+    m.status = MOETUNE__STATUS__STATUS_OK, m.median_us = 10, m.min_us = 9.9, m.mean_us = 10, m.stddev_us = 0;
+    m.samples = 3, m.detail = detail;
+    roundtrip_valid(&env, false, &u);
+    detail[WIRE_MAX_DETAIL] = '\0';
+    if (roundtrip_valid(&env, true, &u)) wire_free(&u.env);
+}
+
+/* A Hello's names are data: control characters anywhere, and in a GPU name or worker id the
+ * separators of the engines' file names, are refused, as are names too long to keep whole. */
+static void test_hello_names(void **state) {
+    (void)state;
+    Moetune__Gpu g = MOETUNE__GPU__INIT;
+    Moetune__Hello h = MOETUNE__HELLO__INIT;
+    wire_env_t env;
+    unpacked_t u;
+    h.gpu = &g;
+    h.backend = "cuda";
+    h.compiler = "cuda_13_0";
+    h.host = "node1";
+    h.versions = "kernel=moetune triton=3.6.0";
+    wire_env_wrap(&env, &h.base);
+    char long_name[WIRE_MAX_GPU_NAME + 2];
+    memset(long_name, 'A', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    static const struct {
+        const char *id, *gpu, *compiler, *host;
+        bool good;
+    } k[] = {
+        {"node1-7-gpu0", "NVIDIA H200", "cuda_13_0", "node1", true},
+        {"node1-7-gpu0", "NVIDIA H200,dtype=fp8_w8a8", "cuda_13_0", "node1", false},
+        {"node1-7-gpu0", "NVIDIA H200=x", "cuda_13_0", "node1", false},
+        {"node1-7-gpu0", "NVIDIA\nH200", "cuda_13_0", "node1", false},
+        {"node1-7-gpu0", "NVIDIA H200\x7f", "cuda_13_0", "node1", false},
+        {"node1-7-gpu0", "", "cuda_13_0", "node1", false},
+        {"node1-7-gpu0", NULL, "cuda_13_0", "node1", false}, /* the long name */
+        {"w,1", "NVIDIA H200", "cuda_13_0", "node1", false},
+        {"w=1", "NVIDIA H200", "cuda_13_0", "node1", false},
+        {"w\t1", "NVIDIA H200", "cuda_13_0", "node1", false},
+        {"w1", "NVIDIA H200", "../cuda", "node1", false},
+        {"w1", "NVIDIA H200", "cuda/13", "node1", false},
+        {"w1", "NVIDIA H200", "cuda_13_0", "node\n1", false},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        h.worker_id = (char *)k[i].id;
+        g.name = (char *)(k[i].gpu ? k[i].gpu : long_name);
+        h.compiler = (char *)k[i].compiler;
+        h.host = (char *)k[i].host;
+        assert_int_equal(wire_hello_invalid(&h) == NULL, k[i].good);
+        if (roundtrip_valid(&env, k[i].good, &u)) wire_free(&u.env);
+    }
+    long_name[WIRE_MAX_GPU_NAME] = '\0'; /* exactly the longest: kept whole */
+    g.name = long_name;
+    h.worker_id = "w1";
+    h.host = "node1";
+    if (roundtrip_valid(&env, true, &u)) wire_free(&u.env);
+}
+
+/* wire_result_max_bytes bounds every Result of n measurements (a packed worst case fits). */
+static void test_result_max_bytes(void **state) {
+    (void)state;
+    for (size_t n = 1; n <= 64; n *= 4) {
+        Moetune__Measurement *m = calloc(n, sizeof *m), **pm = calloc(n, sizeof *pm);
+        char detail[WIRE_MAX_DETAIL + 1];
+        memset(detail, 'z', WIRE_MAX_DETAIL);
+        detail[WIRE_MAX_DETAIL] = '\0';
+        for (size_t i = 0; i < n; i++) {
+            moetune__measurement__init(&m[i]);
+            m[i].batch_size = 1048576, m[i].status = MOETUNE__STATUS__STATUS_OK, m[i].samples = WIRE_MAX_SAMPLES;
+            m[i].median_us = m[i].min_us = m[i].mean_us = m[i].stddev_us = 123.456;
+            m[i].up_us = m[i].down_us = m[i].timed_us = 1e9;
+            m[i].detail = detail;
+            pm[i] = &m[i];
+        }
+        Moetune__Result r = MOETUNE__RESULT__INIT;
+        r.job_id = r.lease_token = r.seq = r.config_id = UINT64_MAX - 1;
+        r.registers = r.spills = 255;
+        r.n_measurements = n, r.measurements = pm;
+        wire_env_t env;
+        wire_env_wrap(&env, &r.base);
+        uint8_t *buf;
+        size_t len;
+        assert_int_equal(wire_pack(&env, &buf, &len), MT_OK);
+        assert_true(len <= wire_result_max_bytes(n));
+        assert_true(wire_result_max_bytes(n) < len + 64 + 16 * n); /* and not far over */
+        free(buf);
+        free(m);
+        free(pm);
+    }
+    /* one Result of 18 batch sizes does not fit the smallest --max-msg-bytes of before */
+    assert_true(wire_result_max_bytes(18) > 1024);
+}
+
 /* wire_recv names the lease an invalid Result claims, so the coordinator can requeue its job. */
 static void test_recv_invalid_result_names_lease(void **state) {
     (void)state;
@@ -468,6 +607,9 @@ int main(void) {
         cmocka_unit_test(test_roles),
         cmocka_unit_test(test_socket_recv),
         cmocka_unit_test(test_non_finite_latencies),
+        cmocka_unit_test(test_measurement_relations),
+        cmocka_unit_test(test_hello_names),
+        cmocka_unit_test(test_result_max_bytes),
         cmocka_unit_test(test_job_rounds),
         cmocka_unit_test(test_ack_best),
         cmocka_unit_test(test_ack_moved),
