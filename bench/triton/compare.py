@@ -66,7 +66,7 @@ def main():
                 kernel.up(L, cfg)
                 kernel.act(L)
                 kernel.down(L, dcfg)
-                torch.sum(L["c3"].view(m, topk, -1), dim=1, out=L["out"])
+                torch.sum(L.c3.view(m, topk, -1), dim=1, out=L.out)
             split_layer()
             torch.cuda.synchronize()
             r["split_err"] = meas.check(L)

@@ -392,7 +392,7 @@ class VerifyAfterRace(unittest.TestCase):
         m.timed_s = 0.0
         m.split_margin = 0.1
         m.counts = measure.new_counts()
-        self.L = {"out": self.Out(log), "fp8": False}
+        self.L = kernels.Layer(out=self.Out(log), fp8=False)
         m.inputs = lambda shape, bs, seed: self.L
         self.graphs = []
 
@@ -798,8 +798,7 @@ class WarmParts(unittest.TestCase):
         parts = kernels.MoetuneKernel.compile_parts(CFG)
         self.assertEqual(parts, [("align", ("align", 16)), ("act", ("act",)), ("up", None), ("down", None)])
         for part, _ in parts:
-            L = {"topk_ids": None, "e": 8, "fp8": False, "x": 0, "w1": 0, "c1": 0, "c2": 0, "w2": 0, "c3": 0,
-                 "w_flat": 0, "topk": 2}
+            L = kernels.Layer(topk_ids=None, e=8, fp8=False, x=0, w1=0, c1=0, c2=0, w2=0, c3=0, w_flat=0, topk=2)
             del ran[:]
             k.warm(L, CFG, part)
             self.assertEqual(ran, [(part, True)])
@@ -975,7 +974,7 @@ class EngineLookup(unittest.TestCase):
             "vllm/model_executor/__init__.py": "", "vllm/model_executor/layers/__init__.py": "",
             "vllm/model_executor/layers/fused_moe/__init__.py": "",
             "vllm/model_executor/layers/fused_moe/fused_moe.py": "fused_moe_kernel = None\n" + kernels_src})
-        code = ("import sys, json; sys.path[:0] = [%r, %r]; from helper import kernels, measure, protocol\n"
+        code = ("import sys, json, dataclasses; sys.path[:0] = [%r, %r]; from helper import kernels, measure, protocol\n"
                 % (tmp, os.path.join(ROOT, "worker"))) + body
         r = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60)
         return r.stdout.strip()
@@ -1001,9 +1000,10 @@ class EngineLookup(unittest.TestCase):
         """fp8_options of a fake vLLM launcher, for a block-scale layer: the options or the error."""
         return self.run_beside(kernels_src,
                                "k = kernels.EngineKernel('vllm', None, __import__('triton'))\n"
-                               "L = {'fp8': True, 'block': (128, 128), 'w1s': 'S1', 'w2s': 'S2'}\n"
+                               "L = kernels.Layer(fp8=True, block=(128, 128), w1s='S1', w2s='S2')\n"
                                "try:\n    print(json.dumps([k.fp8_options(L, 1), k.fp8_options(L, 2),"
-                               " k.fp8_options(dict(L, block=None), 1), k.fp8_options(dict(L, fp8=False), 1)]),"
+                               " k.fp8_options(dataclasses.replace(L, block=None), 1),"
+                               " k.fp8_options(dataclasses.replace(L, fp8=False), 1)]),"
                                " file=sys.__stdout__)\n"
                                "except kernels.Unsupported as e:\n"
                                "    print('UNSUPPORTED', e, measure.classify(e)[0], file=sys.__stdout__)\n")
@@ -1061,10 +1061,10 @@ cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M
 out["runs"] = []
 for m in (1, 40):
     e, n, kk, topk = 64, 32, 128, 2
-    L = {"m": m, "e": e, "topk": topk, "x": torch.empty(m, kk), "w1": torch.empty(e, 2 * n, kk),
-         "w2": torch.empty(e, kk, n), "c1": torch.empty(m * topk, 2 * n), "c2": torch.empty(m * topk, n),
-         "c3": torch.empty(m * topk, kk), "topk_ids": torch.empty(m, topk), "topk_w": torch.empty(m, topk),
-         "fp8": False, "block": None}
+    L = kernels.Layer(m=m, e=e, topk=topk, x=torch.empty(m, kk), w1=torch.empty(e, 2 * n, kk),
+                      w2=torch.empty(e, kk, n), c1=torch.empty(m * topk, 2 * n), c2=torch.empty(m * topk, n),
+                      c3=torch.empty(m * topk, kk), topk_ids=torch.empty(m, topk), topk_w=torch.empty(m, topk),
+                      fp8=False, block=None)
     kern.calls.clear()
     k.up(L, cfg)
     k.down(L, cfg)
@@ -1413,6 +1413,30 @@ def nearest_e4m3(x, table):
     a = min(abs(x), 448.0)
     best = min(table, key=lambda vc: (abs(vc[0] - a), vc[1] & 1))
     return sign * best[0]
+
+
+@needs_torch
+class LayerState(unittest.TestCase):
+    """A batch size's layer is a Layer with named fields, its per-config buffers apart in cache."""
+
+    def test_layer_buffers_fill_the_named_fields(self):
+        shape = dict(SHAPE, dtype="fp8_w8a8", block_n=32, block_k=64)
+        x, ids, w = torch.zeros(3, 128), torch.zeros(3, 2, dtype=torch.int64), torch.ones(3, 2)
+        L = measure.layer_buffers(torch, shape, 3, x, ids, w, "W1", "W2", "S1", "S2", device="cpu")
+        self.assertIsInstance(L, kernels.Layer)
+        self.assertEqual((L.m, L.e, L.topk, L.fp8, L.block, L.w1s, L.w2s), (3, 8, 2, True, (32, 64), "S1", "S2"))
+        self.assertEqual((tuple(L.c1.shape), tuple(L.c2.shape), tuple(L.c3.shape), tuple(L.out.shape)),
+                         ((6, 128), (6, 64), (6, 128), (3, 128)))
+        self.assertEqual((L.topk_ids.dtype, tuple(L.w_flat.shape), L.ref, L.cache), (torch.int32, (6,), None, {}))
+
+    def test_a_config_s_buffers_are_forgotten_after_it(self):
+        m = object.__new__(measure.Measurer)
+        m.per_bs = {1: kernels.Layer(m=1), 8: kernels.Layer(m=8)}
+        for L in m.per_bs.values():
+            L.cache[("align", 16)] = "A"
+            L.cache[("quant", "x")] = "Q"
+        m.forget_aligns()
+        self.assertEqual([L.cache for L in m.per_bs.values()], [{}, {}])
 
 
 @needs_torch

@@ -1,4 +1,5 @@
 """The kernels a layer runs: moetune's own (moetune_kernel.py) and an engine's, through its launcher."""
+import dataclasses
 import os
 import sys
 
@@ -6,6 +7,36 @@ from .engines import EngineLayout, KERNEL_NAME
 from .protocol import Fatal, log
 
 WORKER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # moetune_kernel.py's folder
+
+
+@dataclasses.dataclass
+class Layer:
+    """One batch size's MoE layer, what a kernel's align, up, act and down read and write: the
+    inputs (x [m, k] bf16, topk_ids [m, topk] int32, topk_w [m, topk] float32 and w_flat, its flat
+    view), the weights (w1 [e, 2n, k], w2 [e, k, n]; with fp8 their scales w1s, w2s and, for block
+    scales, block = (block_n, block_k)), the intermediates c1, c2, c3, the output out and the
+    reference output ref. cache holds what a kernel makes per config and keeps for the batch size
+    (align buffers by ("align", BLOCK_SIZE_M), quantizers by ("quant", name)); Measurer clears it
+    after each config."""
+    m: int = 0
+    e: int = 0
+    topk: int = 0
+    x: object = None
+    w1: object = None
+    w2: object = None
+    w1s: object = None
+    w2s: object = None
+    fp8: bool = False
+    block: tuple = None
+    topk_ids: object = None
+    topk_w: object = None
+    w_flat: object = None
+    c1: object = None
+    c2: object = None
+    c3: object = None
+    out: object = None
+    ref: object = None
+    cache: dict = dataclasses.field(default_factory=dict)
 
 
 class Kernel:
@@ -17,7 +48,7 @@ class Kernel:
         self.up(L, cfg)
         self.act(L)
         self.down(L, cfg)
-        self.torch.sum(L["c3"].view(L["m"], L["topk"], -1), dim=1, out=L["out"])
+        self.torch.sum(L.c3.view(L.m, L.topk, -1), dim=1, out=L.out)
 
 
 class MoetuneKernel(Kernel):
@@ -41,39 +72,39 @@ class MoetuneKernel(Kernel):
 
     def align(self, L, cfg):
         key = ("align", cfg["BLOCK_SIZE_M"])
-        if key not in L:
-            L[key] = self.mk.Align(L["topk_ids"], L["e"], cfg["BLOCK_SIZE_M"])
-        return L[key]
+        if key not in L.cache:
+            L.cache[key] = self.mk.Align(L.topk_ids, L.e, cfg["BLOCK_SIZE_M"])
+        return L.cache[key]
 
     def quant(self, L, name):
-        """The run-time quantizer of activation L[name] (fp8 only), made once per batch size."""
+        """The run-time quantizer of activation L.<name> (fp8 only), made once per batch size."""
         key = ("quant", name)
-        if key not in L:
-            block = L["block"]
-            L[key] = self.mk.ActQuant(L[name], block[1] if block else 0)
-        return L[key]
+        if key not in L.cache:
+            block = L.block
+            L.cache[key] = self.mk.ActQuant(getattr(L, name), block[1] if block else 0)
+        return L.cache[key]
 
     def up(self, L, cfg, warmup=False):
         al = self.align(L, cfg)
-        if not L["fp8"]:
-            self.mk.gemm(L["x"], L["w1"], L["c1"], L["w_flat"], al, L["topk"], False, cfg, warmup)
+        if not L.fp8:
+            self.mk.gemm(L.x, L.w1, L.c1, L.w_flat, al, L.topk, False, cfg, warmup)
             return
         aq = self.quant(L, "x")
         aq.run(warmup)  # inside the timed layer, as the engines quantize per call
-        self.mk.gemm(aq.q, L["w1"], L["c1"], L["w_flat"], al, L["topk"], False, cfg, warmup, aq.scale, L["w1s"],
-                     L["block"])
+        self.mk.gemm(aq.q, L.w1, L.c1, L.w_flat, al, L.topk, False, cfg, warmup, aq.scale, L.w1s,
+                     L.block)
 
     def act(self, L, warmup=False):
-        self.mk.silu_mul(L["c1"], L["c2"], warmup)
+        self.mk.silu_mul(L.c1, L.c2, warmup)
 
     def down(self, L, cfg, warmup=False):
         al = self.align(L, cfg)
-        if not L["fp8"]:
-            self.mk.gemm(L["c2"], L["w2"], L["c3"], L["w_flat"], al, 1, True, cfg, warmup)
+        if not L.fp8:
+            self.mk.gemm(L.c2, L.w2, L.c3, L.w_flat, al, 1, True, cfg, warmup)
             return
         aq = self.quant(L, "c2")
         aq.run(warmup)
-        self.mk.gemm(aq.q, L["w2"], L["c3"], L["w_flat"], al, 1, True, cfg, warmup, aq.scale, L["w2s"], L["block"])
+        self.mk.gemm(aq.q, L.w2, L.c3, L.w_flat, al, 1, True, cfg, warmup, aq.scale, L.w2s, L.block)
 
     def start_layer(self, L, cfg):
         self.align(L, cfg).run()
@@ -176,20 +207,20 @@ class EngineKernel(Kernel):
         A_scale None, so the launcher quantizes it (per tensor, or per token and block_k group when
         block_shape is given) inside the call, as in serving. A launcher without these parameters
         cannot run fp8: Unsupported, naming what is missing."""
-        if not L["fp8"]:
+        if not L.fp8:
             return {}
-        need = ("use_fp8_w8a8", "A_scale", "B_scale") + (("block_shape",) if L["block"] else ())
+        need = ("use_fp8_w8a8", "A_scale", "B_scale") + (("block_shape",) if L.block else ())
         missing = [p for p in need if p not in self.params]
         if missing:
             raise Unsupported("%s: %s has no %s, so it cannot run fp8_w8a8" %
                               (self.where, self.launcher.rsplit(".", 1)[-1], ", ".join(missing)))
-        return {"use_fp8_w8a8": True, "A_scale": None, "B_scale": L["w1s" if which == 1 else "w2s"],
-                "block_shape": list(L["block"]) if L["block"] else None}
+        return {"use_fp8_w8a8": True, "A_scale": None, "B_scale": L.w1s if which == 1 else L.w2s,
+                "block_shape": list(L.block) if L.block else None}
 
     def launch_args(self, A, B, C, L, al, mul, top_k, cfg, which=1):
         """The launcher's keyword arguments: moetune's values for the parameters it has."""
         vals = {"A": A, "B": B, "C": C, "A_scale": None, "B_scale": None, "B_zp": None,
-                "topk_weights": L["topk_w"], "topk_ids": L["topk_ids"], "sorted_token_ids": al[0],
+                "topk_weights": L.topk_w, "topk_ids": L.topk_ids, "sorted_token_ids": al[0],
                 "expert_ids": al[1], "num_tokens_post_padded": al[2], "mul_routed_weight": mul,
                 "top_k": top_k, "config": dict(cfg), "compute_type": self.compute_type,
                 "use_fp8_w8a8": False, "use_int8_w8a8": False, "use_int8_w8a16": False, "use_int4_w4a16": False,
@@ -199,35 +230,35 @@ class EngineKernel(Kernel):
 
     @staticmethod
     def out3(L, key):
-        """Output L[key] as (M, top_k, N): see the class comment."""
-        return L[key].view(L["m"], L["topk"], -1)
+        """Output L.<key> as (M, top_k, N): see the class comment."""
+        return getattr(L, key).view(L.m, L.topk, -1)
 
     def align(self, L, cfg):
         key = ("align", cfg["BLOCK_SIZE_M"])
-        if key not in L:
+        if key not in L.cache:
             if self.prepare is not None:
-                vals = {"topk_ids": L["topk_ids"], "config": dict(cfg), "num_tokens": L["m"], "top_k_num": L["topk"],
-                        "global_num_experts": L["e"], "expert_map": None}
-                L[key] = tuple(self.prepare(**{k: v for k, v in vals.items() if k in self.prepare_params}))[:3]
+                vals = {"topk_ids": L.topk_ids, "config": dict(cfg), "num_tokens": L.m, "top_k_num": L.topk,
+                        "global_num_experts": L.e, "expert_map": None}
+                L.cache[key] = tuple(self.prepare(**{k: v for k, v in vals.items() if k in self.prepare_params}))[:3]
             else:
-                L[key] = tuple(self.align_fn(L["topk_ids"], cfg["BLOCK_SIZE_M"], L["e"]))[:3]
-        return L[key]
+                L.cache[key] = tuple(self.align_fn(L.topk_ids, cfg["BLOCK_SIZE_M"], L.e))[:3]
+        return L.cache[key]
 
     def up(self, L, cfg):
-        self.invoke(**self.launch_args(L["x"], L["w1"], self.out3(L, "c1"), L, self.align(L, cfg), False, L["topk"],
+        self.invoke(**self.launch_args(L.x, L.w1, self.out3(L, "c1"), L, self.align(L, cfg), False, L.topk,
                                        cfg))
 
     def act(self, L):
         torch = self.torch
-        n = L["c2"].shape[1]
-        torch.mul(torch.nn.functional.silu(L["c1"][:, :n]), L["c1"][:, n:], out=L["c2"])
+        n = L.c2.shape[1]
+        torch.mul(torch.nn.functional.silu(L.c1[:, :n]), L.c1[:, n:], out=L.c2)
 
     def down(self, L, cfg):
-        self.invoke(**self.launch_args(L["c2"], L["w2"], self.out3(L, "c3"), L, self.align(L, cfg), True, 1, cfg,
+        self.invoke(**self.launch_args(L.c2, L.w2, self.out3(L, "c3"), L, self.align(L, cfg), True, 1, cfg,
                                        which=2))
 
     def start_layer(self, L, cfg):
-        L.pop(("align", cfg["BLOCK_SIZE_M"]), None)  # the engine aligns inside every layer (up's align())
+        L.cache.pop(("align", cfg["BLOCK_SIZE_M"]), None)  # the engine aligns inside every layer (up's align())
 
     @classmethod
     def load(cls, name, torch, triton):

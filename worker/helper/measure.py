@@ -6,6 +6,7 @@ import math
 import sys
 import time
 
+from .kernels import Layer
 from .protocol import Fatal, START, log, one_line, shape_block, shape_key
 from .reference import FP8_REL_TOL, REL_TOL, make_weights, reference_layer, rel_error, spread
 from .routing import Routing, RoutingError
@@ -115,15 +116,15 @@ def stats(samples):
 
 
 def layer_buffers(torch, shape, m, x, ids, w, w1, w2, w1s, w2s, device="cuda"):
-    """One batch size's layer: inputs, weights and the intermediates the kernels write."""
+    """One batch size's Layer: inputs, weights and the intermediates the kernels write."""
     n, k, topk = shape["n"], shape["k"], shape["topk"]
-    return {"m": m, "e": shape["e"], "topk": topk, "x": x, "w1": w1, "w2": w2, "w1s": w1s, "w2s": w2s,
-            "fp8": shape["dtype"] == "fp8_w8a8", "block": shape_block(shape),
-            "topk_ids": ids.to(torch.int32).contiguous(), "topk_w": w, "w_flat": w.view(-1),
-            "c1": torch.empty(m * topk, 2 * n, device=device, dtype=torch.bfloat16),
-            "c2": torch.empty(m * topk, n, device=device, dtype=torch.bfloat16),
-            "c3": torch.empty(m * topk, k, device=device, dtype=torch.bfloat16),
-            "out": torch.empty(m, k, device=device, dtype=torch.bfloat16)}
+    return Layer(m=m, e=shape["e"], topk=topk, x=x, w1=w1, w2=w2, w1s=w1s, w2s=w2s,
+                 fp8=shape["dtype"] == "fp8_w8a8", block=shape_block(shape),
+                 topk_ids=ids.to(torch.int32).contiguous(), topk_w=w, w_flat=w.view(-1),
+                 c1=torch.empty(m * topk, 2 * n, device=device, dtype=torch.bfloat16),
+                 c2=torch.empty(m * topk, n, device=device, dtype=torch.bfloat16),
+                 c3=torch.empty(m * topk, k, device=device, dtype=torch.bfloat16),
+                 out=torch.empty(m, k, device=device, dtype=torch.bfloat16))
 
 
 # What the measuring process did since it started, sent with every done as "stats" (HELPER.md):
@@ -218,8 +219,8 @@ class Measurer:
             if self.routing is not None:  # captured expert ids; the weights stay softmax-shaped
                 ids = torch.tensor(self.routing.draw(m), device="cuda", dtype=torch.int32).view(m, topk)
             L = layer_buffers(torch, shape, m, x, ids, w, self.w1, self.w2, self.w1s, self.w2s)
-            L["ref"] = reference_layer(torch, x, L["topk_ids"], w, self.w1, self.w2, self.w1s, self.w2s,
-                                       L["block"], fp8)
+            L.ref = reference_layer(torch, x, L.topk_ids, w, self.w1, self.w2, self.w1s, self.w2s,
+                                       L.block, fp8)
             self.per_bs[m] = L
             torch.cuda.synchronize()
         return L
@@ -238,7 +239,7 @@ class Measurer:
         N terms of a GEMM2 sum, with random signs, which is well under 1 % of the output range. A
         scale applied to the wrong block, token or expert is off by up to 16x (the inputs' blocks
         are spread 2^-2..2^2 on purpose, see spread()), a missing scale by orders of magnitude."""
-        return rel_error(self.torch, L["out"], L["ref"])
+        return rel_error(self.torch, L.out, L.ref)
 
     # -- timing
     def graph(self, fn):
@@ -384,7 +385,7 @@ class Measurer:
                     return res
             with self._timed("capture_s"):
                 g = self.graph(lambda: self.kernel.layer(L, cfg))
-            L["out"].fill_(float("nan"))
+            L.out.fill_(float("nan"))
             res, how = self.time_graph(g, m, m["budget_ms"] / 1000.0, best_us=best_us)
             del g
         except Exception as e:
@@ -402,7 +403,7 @@ class Measurer:
         with self._timed("check_s"):
             err = self.check(L)
         self.counts["verified"] += 1
-        tol = FP8_REL_TOL if L["fp8"] else REL_TOL
+        tol = FP8_REL_TOL if L.fp8 else REL_TOL
         if not err <= tol:
             return {"status": "wrong_result", "detail": "max error %.3g of the output range (limit %.3g)" % (err, tol)}
         if split and not self.split_wanted(res["median_us"], best_us):
@@ -436,8 +437,7 @@ class Measurer:
     def forget_aligns(self):
         """Align buffers are per (batch size, BLOCK_SIZE_M); a config's are not kept past it."""
         for L in self.per_bs.values():
-            for key in [k for k in L if isinstance(k, tuple)]:
-                del L[key]
+            L.cache.clear()
 
     def _sticky(self, exc):
         """A CUDA error that poisons the context ends the helper once its line is out (the C side
