@@ -19,7 +19,7 @@ if HERE not in sys.path:  # the package beside this file, also under python3 -P
     sys.path.insert(0, HERE)
 
 from helper import protocol  # noqa: E402
-from helper.engines import parse_names  # noqa: E402
+from helper.engines import ENGINE_NAMES, parse_names  # noqa: E402
 from helper.kernels import load_kernel  # noqa: E402
 from helper.measure import Measurer, Session, split_margin_from_env  # noqa: E402
 from helper.pool import CompilePool  # noqa: E402
@@ -40,12 +40,12 @@ def main(argv):
         protocol.PROTO_OUT = sys.stdout
         sys.stdout = sys.stderr  # whatever a library prints must not reach the protocol stream
     ap = argparse.ArgumentParser(prog="moetune_helper.py", description=__doc__.splitlines()[0])
-    ap.add_argument("--kernel", choices=("sglang", "vllm", "moetune"), default="moetune")
+    ap.add_argument("--kernel", choices=ENGINE_NAMES + ("moetune",), default="moetune")
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--cache-dir")
     ap.add_argument("--compile-workers", type=int, default=-1, help="0: compile in the measuring process")
     ap.add_argument("--probe", action="store_true")
-    ap.add_argument("--engine", choices=("sglang", "vllm"), default="sglang")
+    ap.add_argument("--engine", choices=ENGINE_NAMES, default=ENGINE_NAMES[0])
     ap.add_argument("--names", help="with --probe: a JSON list of shapes to ask the engine's own lookup about")
     a = ap.parse_args(argv)
     if a.probe:

@@ -10,7 +10,19 @@ import sys
 from .protocol import Fatal, ProtocolError, _uint, one_line
 
 
-ENGINE_DIST = {"sglang": "sglang", "vllm": "vllm"}
+def _read_table():
+    """The engine table (engines.json beside this file, which the C side is built from): name ->
+    its object, in the file's order (the first is the default)."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "engines.json"), encoding="utf-8") as f:
+        return {e["name"]: e for e in json.load(f)["engines"]}
+
+
+ENGINES = _read_table()
+ENGINE_NAMES = tuple(ENGINES)
+ENGINE_DIST = {name: e["dist"] for name, e in ENGINES.items()}
+# Where each layout keeps each piece, newest first (docs/engines.md names the releases). A piece
+# in none of these places is searched for in the installed package (find_in_package).
+ENGINE_PLACES = {name: e["places"] for name, e in ENGINES.items()}
 
 
 def engine_version(name):
@@ -29,30 +41,6 @@ def engine_version(name):
 
 LAUNCHER_NAMES = ("invoke_fused_moe_kernel", "invoke_fused_moe_triton_kernel")
 KERNEL_NAME = "fused_moe_kernel"
-# Where each layout keeps each piece, newest first (docs/engines.md names the releases). A piece
-# in none of these places is searched for in the installed package (find_in_package).
-ENGINE_PLACES = {
-    "sglang": {
-        "launcher": ["sglang.kernels.ops.moe.fused_moe_triton_kernels",
-                     "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_kernels",
-                     "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_kernels",
-                     "sglang.srt.layers.moe.fused_moe_triton.fused_moe"],
-        "align": ["sglang.srt.layers.moe.moe_runner.triton_utils.moe_align_block_size",
-                  "sglang.srt.layers.moe.fused_moe_triton.moe_align_block_size",
-                  "sglang.srt.layers.moe.fused_moe_triton.fused_moe"],
-        "lookup": ["sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config",
-                   "sglang.srt.layers.moe.fused_moe_triton.fused_moe_triton_config",
-                   "sglang.srt.layers.moe.fused_moe_triton.fused_moe"],
-        "prepare": [],
-    },
-    "vllm": {
-        "launcher": ["vllm.model_executor.layers.fused_moe.fused_moe"],
-        "align": ["vllm.model_executor.layers.fused_moe.moe_align_block_size",
-                  "vllm.model_executor.layers.fused_moe.fused_moe"],
-        "lookup": ["vllm.model_executor.layers.fused_moe.fused_moe"],
-        "prepare": ["vllm.model_executor.layers.fused_moe.fused_moe"],
-    },
-}
 # What each piece is called; the lookup is a module defining both functions.
 PIECES = {"launcher": LAUNCHER_NAMES, "align": ("moe_align_block_size",),
           "lookup": ("get_config_file_name", "get_moe_configs"), "prepare": ("_prepare_expert_assignment",)}
@@ -194,7 +182,7 @@ class EngineLayout:
             hit = self._try(mod, piece, "table")
             if hit:
                 break
-        if hit is None and (piece != "prepare" or self.name == "vllm"):
+        if hit is None and (piece != "prepare" or ENGINES[self.name]["prepare_step"]):
             for mod, fname in find_in_package(self.name).get(piece, []):
                 hit = self._try(mod, piece, "search", (fname,))
                 if hit:

@@ -3,7 +3,7 @@ import dataclasses
 import os
 import sys
 
-from .engines import EngineLayout, KERNEL_NAME
+from .engines import ENGINE_NAMES, ENGINES, EngineLayout, KERNEL_NAME
 from .protocol import Fatal, log
 
 WORKER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # moetune_kernel.py's folder
@@ -182,7 +182,7 @@ class EngineKernel(Kernel):
             raise Fatal("%s: %s launches no %s that moetune can find in its module" % (
                 self.where, self.launcher, KERNEL_NAME))
         self.prepare = None
-        hit = lay.get("prepare") if name == "vllm" else None
+        hit = lay.get("prepare") if ENGINES[name]["prepare_step"] else None
         if hit is not None:
             pp = inspect.signature(hit[2]).parameters
             if all(p in PREPARE_KNOWN for p in _required(pp)):
@@ -292,7 +292,7 @@ class Unsupported(Exception):
     """A config or kernel that cannot run this shape's dtype or block scales (stored invalid)."""
 
 
-KERNELS = {"moetune": MoetuneKernel, "sglang": EngineKernel, "vllm": EngineKernel}
+KERNELS = dict({"moetune": MoetuneKernel}, **{name: EngineKernel for name in ENGINE_NAMES})
 
 
 def load_kernel(name, torch, triton):

@@ -2,26 +2,37 @@
 rule; the Session that serve() drives."""
 import contextlib
 import hashlib
+import json
 import math
+import os
 import sys
 import time
 
+from .device import peak_rss_kb
 from .kernels import Layer
 from .protocol import Fatal, START, log, one_line, shape_block, shape_key
 from .reference import FP8_REL_TOL, REL_TOL, make_weights, reference_layer, rel_error, spread
 from .routing import Routing, RoutingError
-from .device import peak_rss_kb
 
 
+def _read_rules():
+    """The measurement rules C applies too (measure.json beside this file; worker/backend.h gets
+    them as WRK_* at build time): {py name: value}, an int rule as int, a double one as float."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "measure.json"), encoding="utf-8") as f:
+        rules = json.load(f)["rules"]
+    return {r["py"]: int(r["value"]) if r["type"] == "int" else float(r["value"]) for r in rules}
+
+
+RULES = _read_rules()
+RACE_SAMPLES = RULES["RACE_SAMPLES"]  # racing judges the fastest of this many samples (wrk_race_lost)
+RACE_FAR = RULES["RACE_FAR"]          # a first sample beyond the best by this many margins loses alone
+CHECK_FAR = RULES["CHECK_FAR"]        # a timed check layer beyond the best by this many margins loses (wrk_check_lost)
+CHECK_FLOOR = RULES["CHECK_FLOOR"]    # ... and by at least this share of it, whatever the margin
+SEM_FRACTION = RULES["SEM_FRACTION"]  # the stop rule's standard-error arm (wrk_precise)
+SETTLE_Z = RULES["SETTLE_Z"]          # settling: standard errors to spare (wrk_settled)
 LAYERS_PER_GRAPH = 10
 FLUSH_BYTES = 256 << 20       # twice and more the H100/H200 L2
-RACE_SAMPLES = 2              # racing judges the fastest of this many samples (worker/backend.h)
-RACE_FAR = 2.0                # a first sample beyond the best by this many margins loses alone (WRK_RACE_FAR)
-CHECK_FAR = 2.5               # a timed check layer beyond the best by this many margins loses alone (WRK_CHECK_FAR)
-CHECK_FLOOR = 0.5             # ... and by at least this share of it, whatever the margin (WRK_CHECK_FLOOR)
 HOLD_CYCLES = 2_000_000       # GPU clocks the stream is held before a timed check layer (Measurer.check_sample)
-SETTLE_Z = 2.0                # settling: standard errors to spare (WRK_SETTLE_Z, worker/backend.h)
-SEM_FRACTION = 0.5            # the stop rule's standard-error arm (WRK_SEM_FRACTION, worker/backend.h)
 SPLIT_MARGIN = 0.1            # halves timed within this fraction of the best median (Measurer.split_wanted)
 SPLIT_MARGIN_ENV = "MOETUNE_SPLIT_MARGIN"
 

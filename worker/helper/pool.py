@@ -4,11 +4,11 @@ import os
 import sys
 import time
 
+from .device import import_stack, peak_rss_kb
 from .kernels import KERNELS, load_kernel
 from .measure import classify, drop_jit_caches, layer_buffers
 from .protocol import CFG_KEYS, log, mark, one_line, shape_block, shape_key
 from .reference import cdiv
-from .device import import_stack, peak_rss_kb
 
 
 CUDA_WAIT_S = 60.0            # a compile process waits at most this long for the measuring one's CUDA (_pool_init)

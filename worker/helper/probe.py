@@ -2,7 +2,7 @@
 import os
 import sys
 
-from .engines import EngineLayout, ask_engine, engine_version
+from .engines import ENGINES, EngineLayout, ask_engine, engine_version
 from .protocol import emit, one_line
 
 
@@ -25,24 +25,24 @@ def probe_stack(out):
 
 
 def probe_config_dir(engine, layout):
-    """The folder the engine's lookup module lives in (SGLang: the one holding
-    configs/triton_X_Y_Z/; vLLM: its flat configs/ folder), or None."""
+    """The engine's config folder: its config_subdir (engines.json) of the folder its lookup module
+    lives in (SGLang: the folder itself, holding configs/triton_X_Y_Z/; vLLM: its flat configs/),
+    else of the first of its config_modules' folders; or None."""
+    sub = ENGINES[engine]["config_subdir"]
     hit = layout.get("lookup") if layout else None
     mod = hit[2] if hit else None
     if mod is not None and getattr(mod, "__file__", None):
         d = os.path.dirname(os.path.realpath(mod.__file__))
-        return d if engine == "sglang" else os.path.join(d, "configs")
+        return os.path.join(d, sub) if sub else d
     import importlib
-    mods = (["sglang.srt.layers.moe.moe_runner.triton_utils", "sglang.srt.layers.moe.fused_moe_triton"]
-            if engine == "sglang" else ["vllm.model_executor.layers.fused_moe"])
-    for m in mods:
+    for m in ENGINES[engine]["config_modules"]:
         try:
             spec = importlib.util.find_spec(m)
         except Exception:
             spec = None
         if spec and spec.submodule_search_locations:
             d = list(spec.submodule_search_locations)[0]
-            return d if engine == "sglang" else os.path.join(d, "configs")
+            return os.path.join(d, sub) if sub else d
     return None
 
 
@@ -54,7 +54,7 @@ def probe(engine, names=None):
            "engine": {"name": engine, "version": None, "config_dir": None, "env": {}, "error": None,
                       "layout": None, "own": None}}
     eng = out["engine"]
-    var = "SGLANG_MOE_CONFIG_DIR" if engine == "sglang" else "VLLM_TUNED_CONFIG_FOLDER"
+    var = ENGINES[engine]["config_env"]
     eng["env"][var] = os.environ.get(var)
     torch = probe_stack(out)
     if torch is not None:
