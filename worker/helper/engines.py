@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from .protocol import Fatal, ProtocolError, _uint, one_line
+from .protocol import Fatal, ProtocolError, get_uint, one_line
 
 
 def _read_table():
@@ -330,12 +330,12 @@ def parse_names(text):
     for q in qs:
         if not isinstance(q, dict):
             raise ProtocolError("--names: each shape is an object")
-        s = {k: _uint(q, k, 1, 1 << 20, "names") for k in ("e", "n")}
+        s = {k: get_uint(q, k, 1, 1 << 20, "names") for k in ("e", "n")}
         s["dtype"] = q.get("dtype") or "bf16"
         if not isinstance(s["dtype"], str):
             raise ProtocolError("--names: dtype must be a string")
         for k in ("block_n", "block_k"):
-            s[k] = _uint(q, k, 0, 1 << 16, "names") if q.get(k) else 0
+            s[k] = get_uint(q, k, 0, 1 << 16, "names") if q.get(k) else 0
         dev = q.get("device")
         if dev is not None and not isinstance(dev, str):
             raise ProtocolError("--names: device must be a string")

@@ -40,7 +40,8 @@ def one_line(exc):
 
 # ---- requests -------------------------------------------------------------------------------
 
-def _uint(obj, key, lo, hi, where):
+def get_uint(obj, key, lo, hi, where):
+    """obj[key] as an integer in lo..hi (not a bool), else ProtocolError naming where.key."""
     v = obj.get(key)
     if isinstance(v, bool) or not isinstance(v, int) or v < lo or v > hi:
         raise ProtocolError("%s.%s must be an integer in %d..%d" % (where, key, lo, hi))
@@ -50,12 +51,12 @@ def _uint(obj, key, lo, hi, where):
 def parse_shape(obj):
     if not isinstance(obj, dict):
         raise ProtocolError("shape must be an object")
-    s = {k: _uint(obj, k, 1, 1 << 20, "shape") for k in SHAPE_KEYS}
+    s = {k: get_uint(obj, k, 1, 1 << 20, "shape") for k in SHAPE_KEYS}
     s["dtype"] = obj.get("dtype", "bf16")
     if s["dtype"] not in DTYPES:
         raise ProtocolError("dtype %r is not one of %s" % (s["dtype"], ", ".join(DTYPES)))
     for k in ("block_n", "block_k"):
-        s[k] = _uint(obj, k, 0, 1 << 16, "shape") if obj.get(k) is not None else 0
+        s[k] = get_uint(obj, k, 0, 1 << 16, "shape") if obj.get(k) is not None else 0
     if (s["block_n"] == 0) != (s["block_k"] == 0):
         raise ProtocolError("shape: block_n and block_k are both set or both 0")
     if s["block_n"] and s["dtype"] != "fp8_w8a8":
@@ -75,7 +76,7 @@ def shape_key(shape):
 def parse_config(obj):
     if not isinstance(obj, dict):
         raise ProtocolError("config must be an object")
-    return {k: _uint(obj, k, 1, 1024, "config") for k in CFG_KEYS}
+    return {k: get_uint(obj, k, 1, 1024, "config") for k in CFG_KEYS}
 
 
 def parse_batch_sizes(v):
