@@ -22,6 +22,7 @@
 #include "client.h"
 #include "cmd.h"
 #include "engine_check.h"
+#include "engines.h"
 #include "mt.h"
 #include "progress.h"
 #include "query.h"
@@ -290,8 +291,11 @@ static int tune_check(void *ctx, const Moetune__StatusReply *sr, cli_progress_t 
 static int export_engines(const cli_cmd_t *cmd, const char *db, const char *out, uint64_t sweep, const char *engine,
                           bool json, bool force) {
     if (!engine || !strchr(engine, ',')) return cli_run_export(cmd, db, out, sweep, engine, json, force);
-    int code = cli_run_export(cmd, db, out, sweep, "sglang", json, force);
-    return code == MT_EXIT_OK ? cli_run_export(cmd, db, out, sweep, "vllm", json, force) : code;
+    int code = MT_EXIT_OK;
+    for (size_t i = 0; i < KRN_ENGINE_COUNT && code == MT_EXIT_OK; i++)
+        if (krn_engines_has(engine, krn_engine_get(i)->name))
+            code = cli_run_export(cmd, db, out, sweep, krn_engine_get(i)->name, json, force);
+    return code;
 }
 
 /* One folder and, for an engine, the line that points it there ("" when none). compiler ""
@@ -299,12 +303,13 @@ static int export_engines(const cli_cmd_t *cmd, const char *db, const char *out,
 static void where_one(const char *out, const char *abs, const char *engine, const char *compiler, char *dir,
                       size_t dlen, char *point, size_t plen) {
     point[0] = '\0';
-    if (engine && strcmp(engine, "vllm") == 0) {
+    const krn_engine_t *e = krn_engine_find(engine);
+    if (e && e->id == KRN_ENGINE_VLLM) {
         snprintf(dir, dlen, "%s", out);
-        mt_fmt(point, plen, "VLLM_TUNED_CONFIG_FOLDER=%s", abs);
-    } else if (engine) {
+        mt_fmt(point, plen, "%s=%s", e->config_env, abs);
+    } else if (e) {
         mt_fmt(dir, dlen, "%s/configs%s%s", out, compiler[0] ? "/" : "", compiler);
-        mt_fmt(point, plen, "SGLANG_MOE_CONFIG_DIR=%s", abs);
+        mt_fmt(point, plen, "%s=%s", e->config_env, abs);
     } else {
         mt_fmt(dir, dlen, "%s%s%s", out, compiler[0] ? "/" : "", compiler);
     }
@@ -313,14 +318,14 @@ static void where_one(const char *out, const char *abs, const char *engine, cons
 /* Where the files went, and the line that points the engine at them; with --json a JSON
  * line, so that stdout stays JSON. compiler is the workers' ("triton_3_6_0"). */
 static void print_where(const char *out, bool sim, bool json, const char *engines, const char *compiler) {
-    char abs[PATH_MAX], dir[2][PATH_MAX + 64], point[2][PATH_MAX + 32];
+    char abs[PATH_MAX], dir[KRN_ENGINE_COUNT][PATH_MAX + 64], point[KRN_ENGINE_COUNT][PATH_MAX + 32];
     if (!realpath(out, abs)) snprintf(abs, sizeof abs, "%s", out);
-    const char *list[2] = {NULL, NULL};
+    const char *list[KRN_ENGINE_COUNT] = {NULL};
     size_t n = 1;
     if (!sim && engines && strchr(engines, ',')) {
-        list[0] = "sglang";
-        list[1] = "vllm";
-        n = 2;
+        n = 0;
+        for (size_t i = 0; i < KRN_ENGINE_COUNT; i++)
+            if (krn_engines_has(engines, krn_engine_get(i)->name)) list[n++] = krn_engine_get(i)->name;
     } else if (!sim) {
         list[0] = engines;
     }
@@ -347,8 +352,7 @@ static void print_where(const char *out, bool sim, bool json, const char *engine
         else if (!list[i])
             printf("config files are in %s: for moetune's CUDA kernel; no engine reads them\n", dir[i]);
         else
-            printf("config files are in %s\nrun %s with %s\n", dir[i], strcmp(list[i], "vllm") == 0 ? "vLLM" : "SGLang",
-                   point[i]);
+            printf("config files are in %s\nrun %s with %s\n", dir[i], krn_engine_find(list[i])->display, point[i]);
     }
     fflush(stdout);
 }
@@ -366,7 +370,7 @@ static void add_arg(char **args, int *n, const char *flag, const char *value) {
  * On a refusal, *code is the exit code. */
 static int decide_backend(const cli_cmd_t *cmd, cli_opts_t *o, srv_decision_t *dec, int *code) {
     bool implied = !o->backend && (o->kernel || o->python || o->engine || o->helper_mem_mb);
-    bool engine_kernel = o->kernel && (strcmp(o->kernel, "sglang") == 0 || strcmp(o->kernel, "vllm") == 0);
+    bool engine_kernel = krn_engine_find(o->kernel) != NULL;
     bool triton = implied || (o->backend && strcmp(o->backend, "triton") == 0);
     char helper[PATH_MAX], err[3200];
     if (o->backend && !triton) return MT_OK;
@@ -426,9 +430,8 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
     /* Triton results go out in an engine's layout: the kernel's own engine unless told;
      * "sglang,vllm" measures what either engine can run once and exports both layouts. */
     const char *engine = o->engine;
-    if (triton && !engine) engine = o->kernel && strcmp(o->kernel, "vllm") == 0 ? "vllm" : "sglang";
-    if (engine && strcmp(engine, "sglang") != 0 && strcmp(engine, "vllm") != 0 && strcmp(engine, "sglang,vllm") != 0 &&
-        strcmp(engine, "vllm,sglang") != 0)
+    if (triton && !engine) engine = krn_engine_find(o->kernel) ? o->kernel : krn_engine_get(0)->name;
+    if (engine && !krn_engines_valid(engine))
         return cli_usage(cmd, "--engine: not one of sglang, vllm, sglang,vllm");
     /* The sweep is for this backend's kernel and these engines: its workers alone measure it,
      * by its static rules. */
@@ -437,7 +440,7 @@ int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
         cli_spec_finish(o->spec, true, err, sizeof err) != MT_OK)
         return cli_usage(cmd, err);
     const Moetune__SweepSpec *spec = cli_spec_get(o->spec);
-    if (o->kernel && strcmp(o->kernel, "sglang") && strcmp(o->kernel, "vllm") && strcmp(o->kernel, "moetune"))
+    if (o->kernel && !krn_engine_find(o->kernel) && strcmp(o->kernel, "moetune"))
         return cli_usage(cmd, "--kernel: not one of sglang, vllm, moetune");
     if (o->python && !*o->python) return cli_usage(cmd, "--python: empty");
     /* the export asks the engine in the interpreter that measured (engine_check.h) */

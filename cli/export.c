@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "compare.h"
+#include "engines.h"
 #include "exports.h"
 #include "lock.h"
 #include "lookup.h"
@@ -1312,17 +1313,16 @@ static void run_free(run_t *x) {
 /* ---- engine layouts (export.h "With an engine") */
 
 mt_status_t exp_engine_parse(const char *name, exp_engine_t *engine) {
-    if (name && strcmp(name, "sglang") == 0)
-        *engine = EXP_ENGINE_SGLANG;
-    else if (name && strcmp(name, "vllm") == 0)
-        *engine = EXP_ENGINE_VLLM;
-    else
-        return MT_INVAL;
+    const krn_engine_t *e = krn_engine_find(name);
+    if (!e) return MT_INVAL;
+    *engine = e->id == KRN_ENGINE_SGLANG ? EXP_ENGINE_SGLANG : EXP_ENGINE_VLLM;
     return MT_OK;
 }
 
 const char *exp_engine_name(exp_engine_t e) {
-    return e == EXP_ENGINE_SGLANG ? "sglang" : e == EXP_ENGINE_VLLM ? "vllm" : "";
+    return e == EXP_ENGINE_SGLANG ? krn_engine_get(KRN_ENGINE_SGLANG)->name
+           : e == EXP_ENGINE_VLLM ? krn_engine_get(KRN_ENGINE_VLLM)->name
+                                  : "";
 }
 
 /* vLLM writes any device whose name has the token H200 as NVIDIA_H200. */

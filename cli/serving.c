@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engines.h"
+
 #define SRV_MAX_ARGS 64
 #define SRV_CMDLINE_MAX 32768
 #define SRV_PROBE_TIMEOUT_MS 180000 /* importing torch and an engine can take a minute on a cold cache */
@@ -492,7 +494,8 @@ mt_status_t srv_pick(const srv_pick_opts_t *o, srv_pick_t *pick, char *err, size
 }
 
 static const char *engine_label(const char *engine) {
-    return engine && strcmp(engine, "vllm") == 0 ? "vLLM" : "SGLang";
+    const krn_engine_t *e = krn_engine_find(engine);
+    return (e ? e : krn_engine_get(0))->display;
 }
 
 void srv_pick_describe(const srv_pick_t *p, const char *engine, char *buf, size_t len) {
@@ -522,7 +525,7 @@ void srv_pick_describe(const srv_pick_t *p, const char *engine, char *buf, size_
     }
 }
 
-static bool is_engine(const char *name) { return name && (strcmp(name, "sglang") == 0 || strcmp(name, "vllm") == 0); }
+static bool is_engine(const char *name) { return krn_engine_find(name) != NULL; }
 
 /* The engine a running server (any engine) runs, or NULL. */
 static const char *running_engine(const char *proc_root) {
@@ -531,7 +534,8 @@ static const char *running_engine(const char *proc_root) {
     char why[300];
     const char *root = proc_root ? proc_root : getenv("MOETUNE_PROC_ROOT");
     if (srv_scan(root && *root ? root : "/proc", NULL, s, 1, &n, why, sizeof why) != MT_OK || n == 0) return NULL;
-    return strcmp(s[0].engine, "vllm") == 0 ? "vllm" : "sglang";
+    const krn_engine_t *e = krn_engine_find(s[0].engine);
+    return (e ? e : krn_engine_get(0))->name;
 }
 
 mt_status_t srv_decide(const srv_decide_opts_t *o, srv_decision_t *d, char *err, size_t errlen) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "engines.h"
 #include "mt.h"
 #include "planner.h"
 #include "presets.h"
@@ -239,7 +240,7 @@ static mt_status_t set_engines(cli_spec_t *s, const void *arg, const char *opt, 
         char one[8] = "";
         if (len == 0 || len >= sizeof one || n == 2) goto bad;
         memcpy(one, p, len);
-        if (strcmp(one, "sglang") != 0 && strcmp(one, "vllm") != 0) goto bad;
+        if (!krn_engine_find(one)) goto bad;
         if (n == 1 && strcmp(one, s->engine_names[0]) == 0) goto bad;
         snprintf(s->engine_names[n++], sizeof s->engine_names[0], "%s", one);
         p += len;
@@ -249,7 +250,7 @@ static mt_status_t set_engines(cli_spec_t *s, const void *arg, const char *opt, 
     s->n_engines = n;
     return MT_OK;
 bad:
-    mt_fmt(err, errlen, "--%s %s: not sglang, vllm or sglang,vllm", opt, val);
+    mt_fmt(err, errlen, "--%s %s: not " KRN_ENGINE_NAMES " or " KRN_ENGINE_ALL, opt, val);
     return MT_INVAL;
 }
 
@@ -445,7 +446,7 @@ static const opt_def_t k_opts[] = {
       "routing"},
      set_routing,
      0},
-    {{"engines", "sglang,vllm",
+    {{"engines", KRN_ENGINE_ALL,
       "the engines whose files a triton sweep is for: an fp8 block shape keeps the configs any of them can run "
       "(submit; default both; tune sets it from --engine)"},
      set_engines,

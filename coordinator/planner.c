@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "engines.h"
 #include "halving.h"
 #include "order.h"
 #include "mt.h"
@@ -343,14 +344,18 @@ mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *d
         goto out;
     }
     /* The engines a triton sweep's files are for: a block-scale shape keeps what any can run. */
-    static const char *const both[] = {"sglang", "vllm"};
-    const char *const *engines = both;
-    size_t n_engines = 2;
+    static const char *const all[] = {
+#define PLAN_ENGINE_NAME(id, name, display, env) name,
+        KRN_ENGINES(PLAN_ENGINE_NAME)
+#undef PLAN_ENGINE_NAME
+    };
+    const char *const *engines = all;
+    size_t n_engines = KRN_ENGINE_COUNT;
     if (spec->n_engines) {
         for (size_t i = 0; i < spec->n_engines; i++) {
             const char *e = spec->engines[i] ? spec->engines[i] : "";
-            if (strcmp(e, "sglang") != 0 && strcmp(e, "vllm") != 0) {
-                mt_fmt(err, errlen, "engine '%.32s' is not one of sglang, vllm", e);
+            if (!krn_engine_find(e)) {
+                mt_fmt(err, errlen, "engine '%.32s' is not one of " KRN_ENGINE_NAMES, e);
                 rc = MT_INVAL;
                 goto out;
             }

@@ -3,7 +3,7 @@
 # protobuf-c, libsodium and what they pull in), so the folder can be copied to any glibc >= 2.36
 # x86-64 host with a CUDA driver and run there:
 #
-#   deploy/bundle.sh BUILD_DIR OUT_DIR        ->  OUT_DIR/bin/{moetune,moetune-coordinator,moetune-worker,...,moetune_helper.py}
+#   deploy/bundle.sh BUILD_DIR OUT_DIR        ->  OUT_DIR/bin/{moetune,moetune-coordinator,moetune-worker,...,moetune_helper.py,helper/}
 #                                                  OUT_DIR/lib/*.so*   (found through LD_LIBRARY_PATH or RPATH)
 #
 # Libraries every such host has (glibc, libstdc++, libgcc, libm, libcuda, NVRTC from the driver or
@@ -25,7 +25,11 @@ for b in "${bins[@]}"; do
     cp -Lf "$path" "$out/lib/$name"
   done
 done
-# The triton backend's helper goes beside the worker, where it looks first.
+# The triton backend's helper goes beside the worker, where it looks first: its entry point, its
+# package (worker/helper/: modules and the tables they read) and moetune's kernel.
 root=$(cd "$(dirname "$0")/.." && pwd)
 cp -f "$root/worker/moetune_helper.py" "$root/worker/moetune_kernel.py" "$root/worker/HELPER.md" "$out/bin/"
+rm -rf "$out/bin/helper" && mkdir -p "$out/bin/helper"
+cp -f "$root"/worker/helper/*.py "$out/bin/helper/"
+if compgen -G "$root/worker/helper/*.json" >/dev/null; then cp -f "$root"/worker/helper/*.json "$out/bin/helper/"; fi
 echo "bundled ${#bins[@]} binaries and $(ls "$out/lib" | wc -l) libraries into $out (run with LD_LIBRARY_PATH=$out/lib)"

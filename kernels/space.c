@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "engines.h"
 #include "mt.h"
 #include "routing.h"
 
@@ -255,14 +256,15 @@ mt_status_t krn_check_triton_on(const krn_shape_t *shape, const krn_config_t *c,
 
 mt_status_t krn_engine_keeps(const char *engine, const krn_shape_t *shape, const krn_config_t *cfg, char *why,
                              size_t whylen) {
-    if (!shape->block_n || !shape->block_k || !engine) return MT_OK;
-    if (strcmp(engine, "sglang") == 0 && shape->block_k % cfg->block_k != 0) {
-        mt_fmt(why, whylen, "SGLang: BLOCK_SIZE_K=%u does not divide block_k=%u", cfg->block_k, shape->block_k);
+    const krn_engine_t *e = krn_engine_find(engine);
+    if (!shape->block_n || !shape->block_k || !e) return MT_OK;
+    if (e->id == KRN_ENGINE_SGLANG && shape->block_k % cfg->block_k != 0) {
+        mt_fmt(why, whylen, "%s: BLOCK_SIZE_K=%u does not divide block_k=%u", e->display, cfg->block_k, shape->block_k);
         return MT_INVAL;
     }
-    if (strcmp(engine, "vllm") == 0 && (cfg->block_k % shape->block_k != 0 || cfg->block_n % shape->block_n != 0)) {
-        mt_fmt(why, whylen, "vLLM: BLOCK_SIZE_N/K=%u/%u are not multiples of block %ux%u", cfg->block_n, cfg->block_k,
-               shape->block_n, shape->block_k);
+    if (e->id == KRN_ENGINE_VLLM && (cfg->block_k % shape->block_k != 0 || cfg->block_n % shape->block_n != 0)) {
+        mt_fmt(why, whylen, "%s: BLOCK_SIZE_N/K=%u/%u are not multiples of block %ux%u", e->display, cfg->block_n,
+               cfg->block_k, shape->block_n, shape->block_k);
         return MT_INVAL;
     }
     return MT_OK;

@@ -17,6 +17,10 @@
 #include <stdint.h>
 
 #include "space.h"
+/* WRK_RACE_SAMPLES, WRK_RACE_FAR, WRK_CHECK_FAR, WRK_CHECK_FLOOR, WRK_SEM_FRACTION, WRK_SETTLE_MARGIN
+ * and WRK_SETTLE_Z: the rules below, from worker/helper/measure.json, which the triton helper
+ * applies too (cmake/facts.cmake). */
+#include "wrk_measure_rules.h"
 
 /* Options a backend is opened with; from the worker's command line. */
 typedef struct {
@@ -84,8 +88,6 @@ typedef struct {
  * replay by a few percent, never by 40 % (twice the default margin), and at 4096 tokens on an
  * H200 three quarters of the configs racing pruned were that far off, each paying a second
  * replay of 10 layers for nothing. */
-#define WRK_RACE_SAMPLES 2
-#define WRK_RACE_FAR 2.0
 /* Whether batch size i races: racing on (a margin) and a best known there. */
 static inline int wrk_racing(const wrk_measure_t *m, size_t i) {
     return m->race_margin > 0 && m->best_us && m->best_us[i] > 0;
@@ -106,8 +108,6 @@ static inline int wrk_race_lost(const wrk_measure_t *m, size_t i, double fastest
  * a graph's ten. And the threshold is never under 1 + WRK_CHECK_FLOOR (the default margin's
  * 2.5 x 0.2): a verified config's check layer reads up to about 1.26x its graph's median
  * (docs/performance.md), so a lower threshold could prune the config that would have won. */
-#define WRK_CHECK_FAR 2.5
-#define WRK_CHECK_FLOOR 0.5
 static inline int wrk_check_races(const wrk_measure_t *m, size_t i) { return i > 0 && wrk_racing(m, i); }
 static inline int wrk_check_lost(const wrk_measure_t *m, size_t i, double check_us) {
     double far = WRK_CHECK_FAR * m->race_margin;
@@ -119,7 +119,6 @@ static inline int wrk_check_lost(const wrk_measure_t *m, size_t i, double check_
  * the first gives a steady config at 4 or more samples; it ends a config whose samples never get
  * steady (an H200 at 4096 tokens under its power cap: 3-4 % RSD, where the first alone samples
  * until the time budget ends) once its mean is known as well. */
-#define WRK_SEM_FRACTION 0.5
 static inline int wrk_precise(const wrk_measure_t *m, double mean_us, double sd_us, uint32_t n) {
     if (!(mean_us > 0) || n < 2) return 0;
     return sd_us / mean_us < m->rsd_target || sd_us / sqrt((double)n) / mean_us < WRK_SEM_FRACTION * m->rsd_target;
@@ -133,8 +132,6 @@ static inline int wrk_precise(const wrk_measure_t *m, double mean_us, double sd_
  * under its power cap (an H200 at 4096 tokens: 3-4 % RSD, never the 1 % target) every such
  * config samples until the time budget ends. Off when racing is off, when no best is known, and
  * in side-by-side jobs (whose rounds measure every finalist alike). */
-#define WRK_SETTLE_MARGIN 0.02
-#define WRK_SETTLE_Z 2.0
 static inline int wrk_settled(const wrk_measure_t *m, size_t i, double mean_us, double sd_us, uint32_t n) {
     if (!(m->settle_margin > 0) || !wrk_racing(m, i) || n < 2) return 0;
     return mean_us - WRK_SETTLE_Z * sd_us / sqrt((double)n) > m->best_us[i] * (1.0 + m->settle_margin);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engines.h"
 #include "mt.h"
 #include "parent.h"
 #include "secure.h"
@@ -25,7 +26,7 @@ static void usage(FILE *f) {
             "                        slowdown=X (every latency X times longer: a slower card)\n"
             "  --sim-device NAME     sim: simulated GPU (h200, h100, rtx-pro-6000; default h200)\n"
             "  --cache-dir DIR       compiled-kernel cache directory (cuda, triton)\n"
-            "  --kernel NAME         triton: sglang, vllm or moetune (default moetune); sim: stand in for\n"
+            "  --kernel NAME         triton: " KRN_ENGINE_NAMES " or moetune (default moetune); sim: stand in for\n"
             "                        that Triton kernel (Triton's static rules on the simulated device)\n"
             "  --python PATH         triton: interpreter for the helper (default python3)\n"
             "  --helper-mem-mb N     triton: helper resident memory limit in MiB (default 65536)\n"
@@ -134,7 +135,7 @@ int main(int argc, char **argv) {
                 o.bopts.cache_dir = optarg;
                 break;
             case OPT_KERNEL:
-                if (strcmp(optarg, "sglang") && strcmp(optarg, "vllm") && strcmp(optarg, "moetune"))
+                if (!krn_engine_find(optarg) && strcmp(optarg, "moetune"))
                     return bad("--kernel", optarg);
                 o.bopts.kernel = optarg;
                 break;

@@ -10,7 +10,7 @@ the engines run their fp8 checkpoints. The meta-parameters (BLOCK_SIZE_M/N/K, GR
 (cdiv(padded tokens, BLOCK_SIZE_M) * cdiv(N_out, BLOCK_SIZE_N)) mean what they mean in the
 engines' kernels, so a config tuned here is a config for them.
 
-Imported only by moetune_helper.py once torch and triton are known to import.
+Imported only by the helper (worker/helper/kernels.py) once torch and triton are known to import.
 """
 import torch
 import triton

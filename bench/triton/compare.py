@@ -14,7 +14,8 @@
 import argparse
 import json
 
-from stack import mh, open_bf16
+from stack import open_bf16
+from helper import protocol
 
 M = {"warmup": 5, "min_samples": 20, "max_samples": 200, "rsd_target": 0.005, "budget_ms": 4000, "seed": 1, "race_margin": 0.0}
 
@@ -47,15 +48,15 @@ def main():
                                                         "tuned/eng", "split_us", "split", "split/dflt"))
     for key in sorted((k_ for k_ in tuned if k_.isdigit()), key=int):
         m = int(key)
-        cfg = {c: tuned[key][c] for c in mh.CFG_KEYS}
+        cfg = {c: tuned[key][c] for c in protocol.CFG_KEYS}
         r = {"bs": m, "tuned": meas.one(shape, cfg, m, M, True)}
         r["default"] = meas.one(shape, default_cfg(m, e), m, M, False)
         if key in base:
             r["engine_pick"] = meas.one(shape, base[key]["config"], m, M, False)
         meas.forget_aligns()
         if key in down and key in up_file:
-            cfg = {c: up_file[key][c] for c in mh.CFG_KEYS}
-            dcfg = {c: down[key][c] for c in mh.CFG_KEYS}
+            cfg = {c: up_file[key][c] for c in protocol.CFG_KEYS}
+            dcfg = {c: down[key][c] for c in protocol.CFG_KEYS}
             L = meas.inputs(shape, m, 1)
             kernel.layer(L, cfg)
             # the engine runs GEMM1 with the file's config and GEMM2 with the _down file's, both
@@ -65,7 +66,7 @@ def main():
                 kernel.up(L, cfg)
                 kernel.act(L)
                 kernel.down(L, dcfg)
-                torch.sum(L["c3"].view(m, topk, -1), dim=1, out=L["out"])
+                torch.sum(L.c3.view(m, topk, -1), dim=1, out=L.out)
             split_layer()
             torch.cuda.synchronize()
             r["split_err"] = meas.check(L)

@@ -13,12 +13,13 @@ import itertools
 import json
 import time
 
-from stack import mh, open_bf16
+from stack import open_bf16
+from helper import device, measure, protocol
 
 
 def parse_space(text):
     parts = [[int(v) for v in p.split(",")] for p in text.split(":")]
-    return [dict(zip(mh.CFG_KEYS, c)) for c in itertools.product(*parts)]
+    return [dict(zip(protocol.CFG_KEYS, c)) for c in itertools.product(*parts)]
 
 
 def main():
@@ -51,7 +52,7 @@ def main():
                     g.replay()
                     e_.record()
                     e_.synchronize()
-                    times.append(s.elapsed_time(e_) * 1000.0 / mh.LAYERS_PER_GRAPH)
+                    times.append(s.elapsed_time(e_) * 1000.0 / measure.LAYERS_PER_GRAPH)
                 us = sum(times) / len(times)
                 del g
             except Exception:
@@ -64,7 +65,7 @@ def main():
         print("bs %d: best %.1f us %s (%.0f s so far)" % (bs, best[0], best[1], time.monotonic() - t0), flush=True)
     wall = time.monotonic() - t0
     with open(a.out, "w") as f:
-        json.dump({"wall_s": wall, "configs": len(cfgs), "picks": picks, "peak_rss_kb": mh.peak_rss_kb()}, f, indent=1)
+        json.dump({"wall_s": wall, "configs": len(cfgs), "picks": picks, "peak_rss_kb": device.peak_rss_kb()}, f, indent=1)
     print("engine-style loop: %d configs x %d batch sizes in %.1f s" % (len(cfgs), len(bss), wall))
 
 

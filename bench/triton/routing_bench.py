@@ -23,7 +23,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "worker"))
-import moetune_helper as mh  # noqa: E402
+from helper import device, kernels, measure, protocol, routing  # noqa: E402
 
 M = {"warmup": 5, "min_samples": 20, "max_samples": 200, "rsd_target": 0.005, "budget_ms": 4000, "seed": 1}
 
@@ -67,7 +67,7 @@ def loads(ids, experts):
 def picks(path):
     """{batch size: config dict} of an exported config file (engine keys like triton_version skipped)."""
     data = json.load(open(path))
-    return {int(k): {c: v[c] for c in mh.CFG_KEYS} for k, v in data.items() if k.isdigit()}
+    return {int(k): {c: v[c] for c in protocol.CFG_KEYS} for k, v in data.items() if k.isdigit()}
 
 
 def changed(uniform, skewed):
@@ -85,7 +85,7 @@ def fp8_defaults(m, block):
 
 
 def cfg_text(c):
-    return "%dx%dx%dx%dx%dx%d" % tuple(c[k] for k in mh.CFG_KEYS)
+    return "%dx%dx%dx%dx%dx%d" % tuple(c[k] for k in protocol.CFG_KEYS)
 
 
 def parse_shape(text, block=None):
@@ -108,12 +108,12 @@ def cmd_zipf(a):
 
 
 def measurer(shape, routing=None):
-    torch, triton = mh.import_stack()
-    kernel = mh.MoetuneKernel(torch, triton)
-    meas = mh.Measurer(torch, kernel)
+    torch, triton = device.import_stack()
+    kernel = kernels.MoetuneKernel(torch, triton)
+    meas = measure.Measurer(torch, kernel)
     rt = None
     if routing:
-        rt = mh.Routing(routing, "", torch)
+        rt = routing.Routing(routing, "", torch)
         rt.seed = M["seed"]
         rt.check(shape)
     meas.set_shape(shape, M["seed"], rt)

@@ -16,9 +16,10 @@ fi
 out=${1:-$(mktemp -d)}
 mkdir -p "$out/gen"
 cmake -DSRC_DIR="$src/kernels" -DOUT_DIR="$out/gen" -P "$src/kernels/embed.cmake" || exit 1
+cmake -DOUT_DIR="$out/gen" -P "$src/cmake/facts.cmake" || exit 1
 gcc -O2 -std=c11 -D_GNU_SOURCE -DMT_HAVE_CUDA=1 -Wall -Wextra -Wno-unused-parameter \
   -I"$src/common" -I"$src/kernels" -I"$src/worker" -I"$out/gen" -I"$cuda/include" \
-  "$src/tests/gpu/test_cuda_gpu.c" "$src/common/mt.c" "$src/kernels/space.c" \
+  "$src/tests/gpu/test_cuda_gpu.c" "$src/common/mt.c" "$src/kernels/space.c" "$src/kernels/engines.c" \
   "$src/worker/backend_cuda.c" "$src/worker/backend_cuda_nvrtc.c" "$out/gen/kernel_sources.c" \
   -o "$out/test_cuda_gpu" -L"$cuda/lib64" -lnvrtc -ldl -lpthread -lm -Wl,-rpath,"$cuda/lib64" || exit 1
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-$out/cache}

@@ -1,4 +1,4 @@
-"""Unit tests of the triton helper (worker/moetune_helper.py) that need no GPU, torch or triton:
+"""Unit tests of the triton helper (worker/moetune_helper.py and worker/helper/) that need no GPU, torch or triton:
 the line protocol and its error paths, and the one-line failures when parts are missing.
 
 Run by ctest as `python3 -m unittest tests/unit/test_helper.py` (unit/test_helper)."""
@@ -20,6 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 HELPER = os.path.join(ROOT, "worker", "moetune_helper.py")
 sys.path.insert(0, os.path.join(ROOT, "worker"))
 import moetune_helper as mh  # noqa: E402
+from helper import kernels, measure, protocol, reference, routing  # noqa: E402
+from helper import pool as hpool  # noqa: E402
 
 SHAPE = {"e": 8, "n": 64, "k": 128, "topk": 2, "dtype": "bf16"}
 CFG = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4,
@@ -58,13 +60,13 @@ class FakeSession:
 
 def run_serve(lines):
     out = io.StringIO()
-    old = mh.PROTO_OUT
-    mh.PROTO_OUT = out
+    old = protocol.PROTO_OUT
+    protocol.PROTO_OUT = out
     try:
         session = FakeSession()
-        rc = mh.serve(iter(lines), session)
+        rc = protocol.serve(iter(lines), session)
     finally:
-        mh.PROTO_OUT = old
+        protocol.PROTO_OUT = old
     return rc, [json.loads(x) for x in out.getvalue().splitlines()], session
 
 
@@ -74,6 +76,24 @@ def measure_req(**over):
                      "seed": 5}, "split": True}
     r.update(over)
     return json.dumps(r)
+
+
+class Streams(unittest.TestCase):
+    """Importing the helper changes no stream; main() points sys.stdout at stderr and keeps the real
+    stdout for protocol lines only."""
+
+    def test_import_leaves_stdout_alone_and_main_moves_it(self):
+        code = ("import sys; real = sys.stdout; sys.path.insert(0, %r)\n"
+                "import moetune_helper as mh\n"
+                "print('import-kept' if sys.stdout is real else 'import-moved', file=sys.__stderr__)\n"
+                "mh.main(['--probe', '--engine', 'vllm'])\n"
+                "print('library text')\n" % os.path.join(ROOT, "worker"))
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        self.assertIn("import-kept", r.stderr)
+        self.assertIn("library text", r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(len(lines), 1, r.stdout)
+        self.assertIn("probe", json.loads(lines[0]))
 
 
 class Protocol(unittest.TestCase):
@@ -93,15 +113,15 @@ class Protocol(unittest.TestCase):
         self.assertEqual((cfg, bss, m["max_samples"], m["seed"], split), (CFG, [1, 3, 8], 9, 5, True))
 
     def test_start_up_marks_are_set_once_in_order(self):
-        mh.START.clear()
+        protocol.START.clear()
         prep = json.dumps({"op": "prepare", "shape": SHAPE, "configs": [CFG], "batch_sizes": [1]})
         run_serve([prep, measure_req(), measure_req(id=8)])
-        marks = dict(mh.START)
+        marks = dict(protocol.START)
         self.assertEqual(sorted(marks), ["first_done", "first_measure", "first_prepare"])
         self.assertTrue(0 <= marks["first_prepare"] <= marks["first_measure"] <= marks["first_done"])
         run_serve([prep, measure_req()])  # later requests move no mark
-        self.assertEqual(mh.START, marks)
-        mh.START.clear()
+        self.assertEqual(protocol.START, marks)
+        protocol.START.clear()
 
     def test_prepare_has_no_reply(self):
         rc, out, s = run_serve([json.dumps({"op": "prepare", "shape": SHAPE, "configs": [CFG, CFG],
@@ -143,7 +163,7 @@ class Protocol(unittest.TestCase):
 
     def test_non_finite_latency_is_never_written(self):
         with self.assertRaises(ValueError):
-            mh.emit({"median_us": float("nan")})
+            protocol.emit({"median_us": float("nan")})
 
 
 class Racing(unittest.TestCase):
@@ -174,7 +194,7 @@ class Racing(unittest.TestCase):
             self.replays += 1
 
     def measurer(self, times_ms):
-        m = object.__new__(mh.Measurer)
+        m = object.__new__(measure.Measurer)
         m.torch = None
         m.flush = self.Flush()
         m.ev = [self.Ev(times_ms), self.Ev([])]
@@ -190,8 +210,8 @@ class Racing(unittest.TestCase):
         m, g = self.measurer([1.3, 1.35, 1.4, 1.5, 1.5, 1.5]), self.Graph()
         st, how = m.time_graph(g, self.M, 1.0, best_us=100.0)
         self.assertEqual(how, "pruned")
-        self.assertEqual(st["samples"], mh.RACE_SAMPLES)
-        self.assertEqual(g.replays, mh.RACE_SAMPLES)  # the warmup replay is not paid by a loser
+        self.assertEqual(st["samples"], measure.RACE_SAMPLES)
+        self.assertEqual(g.replays, measure.RACE_SAMPLES)  # the warmup replay is not paid by a loser
         self.assertAlmostEqual(st["min_us"], 130.0)
         self.assertAlmostEqual(m.timed_s, 2.65e-3)
 
@@ -237,7 +257,7 @@ class Racing(unittest.TestCase):
         st, how = m.time_graph(g, dict(self.M, warmup=5), 1.0, best_us=100.0)
         self.assertEqual(how, "pruned")
         self.assertEqual(g.replays, 2)
-        self.assertEqual((st["samples"], st["min_us"]), (mh.RACE_SAMPLES, 130.0))
+        self.assertEqual((st["samples"], st["min_us"]), (measure.RACE_SAMPLES, 130.0))
         # a survivor: the timed replays (here a slow first one) stay out of its statistics, and
         # it gets as many replays before its samples as without racing
         m, g = self.measurer([1.35, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]), self.Graph()
@@ -269,7 +289,7 @@ class Settling(unittest.TestCase):
         # in the race (100 us is not above 90 x 1.2); then mean 104 us (5 samples), standard
         # error about 2.4 us: 104 - 2 x 2.4 > 90 x 1.02
         st, how, replays = self.run_graph(self.WIDE, self.M, 90.0)
-        self.assertEqual((how, st["samples"], replays), ("settled", 5, mh.RACE_SAMPLES + 5))
+        self.assertEqual((how, st["samples"], replays), ("settled", 5, measure.RACE_SAMPLES + 5))
 
     def test_close_or_unknown_or_off_samples_to_the_budget(self):
         # within the margin of the best (103 us: the mean never passes 105.06), no best known,
@@ -295,8 +315,8 @@ class Settling(unittest.TestCase):
         meas, g = r.measurer(list(self.WIDE)), Racing.Graph()
         st, how = meas.time_graph(g, dict(self.M, race_margin=0.0), 60.0, of_mean=True)
         times = [100.0, 110.0] * 20
-        want = next(n for n in range(5, 41) if mh.stats(times[:n])["stddev_us"] / n ** 0.5 <
-                    0.01 * mh.stats(times[:n])["mean_us"])
+        want = next(n for n in range(5, 41) if measure.stats(times[:n])["stddev_us"] / n ** 0.5 <
+                    0.01 * measure.stats(times[:n])["mean_us"])
         self.assertEqual((how, st["samples"]), ("", want))
         self.assertTrue(5 < want < 40)
 
@@ -307,8 +327,8 @@ class Settling(unittest.TestCase):
         times = [1.0, 1.04] * 30
         st, how, _ = self.run_graph(times, dict(self.M, race_margin=0.0, max_samples=60), 0.0)
         us = [t * 100.0 for t in times]
-        want = next(n for n in range(5, 61) if mh.stats(us[:n])["stddev_us"] / n ** 0.5 <
-                    0.005 * mh.stats(us[:n])["mean_us"])
+        want = next(n for n in range(5, 61) if measure.stats(us[:n])["stddev_us"] / n ** 0.5 <
+                    0.005 * measure.stats(us[:n])["mean_us"])
         self.assertEqual((how, st["samples"]), ("", want))
         self.assertTrue(5 < want < 60)
         self.assertGreater(st["stddev_us"] / st["mean_us"], 0.01)
@@ -317,13 +337,13 @@ class Settling(unittest.TestCase):
         # 0.2 % spread: the RSD arm holds at min_samples, as before the second arm existed
         st, how, _ = self.run_graph([1.0, 1.002] * 21, dict(self.M, race_margin=0.0), 0.0)
         self.assertEqual((how, st["samples"]), ("", 5))
-        self.assertFalse(mh.precise(self.M, {"samples": 1, "mean_us": 1.0, "stddev_us": 0.0}))
+        self.assertFalse(measure.precise(self.M, {"samples": 1, "mean_us": 1.0, "stddev_us": 0.0}))
 
     def test_request_carries_the_margin(self):
-        self.assertEqual(mh.parse_measure({"settle_margin": 0.02})["settle_margin"], 0.02)
-        self.assertEqual(mh.parse_measure({})["settle_margin"], 0.0)
-        with self.assertRaises(mh.ProtocolError):
-            mh.parse_measure({"settle_margin": -1})
+        self.assertEqual(protocol.parse_measure({"settle_margin": 0.02})["settle_margin"], 0.02)
+        self.assertEqual(protocol.parse_measure({})["settle_margin"], 0.0)
+        with self.assertRaises(protocol.ProtocolError):
+            protocol.parse_measure({"settle_margin": -1})
 
 
 class VerifyAfterRace(unittest.TestCase):
@@ -365,14 +385,14 @@ class VerifyAfterRace(unittest.TestCase):
             def replay(self):
                 log.append("replay " + self.what)
 
-        m = object.__new__(mh.Measurer)
+        m = object.__new__(measure.Measurer)
         m.torch = self.Torch()
         m.kernel = Kernel()
         m.flush = Racing.Flush()
         m.timed_s = 0.0
         m.split_margin = 0.1
-        m.counts = mh.new_counts()
-        self.L = {"out": self.Out(log), "fp8": False}
+        m.counts = measure.new_counts()
+        self.L = kernels.Layer(out=self.Out(log), fp8=False)
         m.inputs = lambda shape, bs, seed: self.L
         self.graphs = []
 
@@ -480,7 +500,7 @@ class VerifyAfterRace(unittest.TestCase):
             clock[0] += host_s
             kernel_layer(L, cfg)
         self.m.kernel.layer = layer
-        with mock.patch.object(mh.time, "monotonic", lambda: clock[0]):
+        with mock.patch.object(measure.time, "monotonic", lambda: clock[0]):
             res = self.run_one([0.3] + list(times_ms), best_us, split=False, judge=True)
         return res, holds
 
@@ -493,7 +513,7 @@ class VerifyAfterRace(unittest.TestCase):
         self.assertEqual(self.graphs, [])  # never captured
         self.assertEqual(self.log, ["layer", "layer"])  # the first launch, then the timed one
         self.assertNotIn("check", self.log)
-        self.assertEqual(holds, [mh.HOLD_CYCLES, mh.HOLD_CYCLES])  # calibration, then the hold
+        self.assertEqual(holds, [measure.HOLD_CYCLES, measure.HOLD_CYCLES])  # calibration, then the hold
         self.assertAlmostEqual(self.m.hold_us, 300.0)
         c = self.m.counts
         self.assertEqual((c["pruned"], c["check_pruned"], c["verified"]), (1, 1, 0))
@@ -511,12 +531,12 @@ class VerifyAfterRace(unittest.TestCase):
         # a margin of 0.1 would put 2.5 margins at 1.25x, under the 1.26x a winner's check layer
         # read on an H200: the threshold stays at 1 + CHECK_FLOOR (1.5x); a wide margin widens it
         m = {"race_margin": 0.1}
-        self.assertFalse(mh.check_lost(m, 100.0, 140.0))
-        self.assertTrue(mh.check_lost(m, 100.0, 151.0))
+        self.assertFalse(measure.check_lost(m, 100.0, 140.0))
+        self.assertTrue(measure.check_lost(m, 100.0, 151.0))
         m = {"race_margin": 0.4}
-        self.assertFalse(mh.check_lost(m, 100.0, 190.0))
-        self.assertTrue(mh.check_lost(m, 100.0, 201.0))
-        self.assertFalse(mh.check_lost({"race_margin": 0.0}, 100.0, 1000.0))  # racing off
+        self.assertFalse(measure.check_lost(m, 100.0, 190.0))
+        self.assertTrue(measure.check_lost(m, 100.0, 201.0))
+        self.assertFalse(measure.check_lost({"race_margin": 0.0}, 100.0, 1000.0))  # racing off
 
     def test_late_launches_do_not_judge(self):
         # the host took 400 us to launch the layer, longer than the 300-us hold: the GPU may have
@@ -553,14 +573,14 @@ class VerifyAfterRace(unittest.TestCase):
         self.assertEqual(self.graphs, ["layer"])
 
     def test_split_margin_from_the_environment(self):
-        self.assertEqual(mh.split_margin_from_env({}), mh.SPLIT_MARGIN)
-        self.assertEqual(mh.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": " "}), mh.SPLIT_MARGIN)
-        self.assertEqual(mh.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": "0.05"}), 0.05)
-        self.assertEqual(mh.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": "0"}), 0.0)
-        self.assertEqual(mh.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": "inf"}), float("inf"))
+        self.assertEqual(measure.split_margin_from_env({}), measure.SPLIT_MARGIN)
+        self.assertEqual(measure.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": " "}), measure.SPLIT_MARGIN)
+        self.assertEqual(measure.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": "0.05"}), 0.05)
+        self.assertEqual(measure.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": "0"}), 0.0)
+        self.assertEqual(measure.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": "inf"}), float("inf"))
         for bad in ("-0.1", "nan", "ten %"):
-            with self.assertRaises(mh.Fatal) as cm:
-                mh.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": bad})
+            with self.assertRaises(protocol.Fatal) as cm:
+                measure.split_margin_from_env({"MOETUNE_SPLIT_MARGIN": bad})
             self.assertIn("MOETUNE_SPLIT_MARGIN=%r is not a number >= 0" % bad, str(cm.exception))
 
 
@@ -584,11 +604,11 @@ class FakeExecutor:
 class CompileAhead(unittest.TestCase):
     def pool(self, workers=2):
         ex = FakeExecutor()
-        return mh.CompilePool("moetune", 0, workers, executor=ex), ex
+        return hpool.CompilePool("moetune", 0, workers, executor=ex), ex
 
     def test_pool_started_at_once_with_one_ping_per_process(self):
         pool, ex = self.pool(3)
-        self.assertEqual([t[0] for t in ex.tasks], [mh._pool_ping] * 3)
+        self.assertEqual([t[0] for t in ex.tasks], [hpool._pool_ping] * 3)
         self.assertFalse(pool.is_ready())
         ex.tasks[1][2].set_result(4321)
         self.assertTrue(pool.is_ready())
@@ -661,7 +681,7 @@ class CompileAhead(unittest.TestCase):
         class Broken(FakeExecutor):
             def submit(self, fn, *args):
                 raise RuntimeError("A process in the process pool was terminated abruptly")
-        pool = mh.CompilePool("moetune", 0, 2, executor=Broken())
+        pool = hpool.CompilePool("moetune", 0, 2, executor=Broken())
         self.assertIn("terminated abruptly", pool.broken)
         pool.submit(SHAPE, [CFG], [1])  # no exception: the measuring process compiles
         self.assertIsNone(pool.wait(SHAPE, CFG))
@@ -688,7 +708,7 @@ class SessionCaches(unittest.TestCase):
 
         class Meas:
             forgot = 0
-            counts = mh.new_counts()
+            counts = measure.new_counts()
             split_margin = 0.25
 
             def set_shape(self, shape, seed, routing):
@@ -700,13 +720,13 @@ class SessionCaches(unittest.TestCase):
             def forget_aligns(self):
                 self.forgot += 1
         meas = Meas()
-        s = mh.Session(Kernel(), meas, None)
+        s = measure.Session(Kernel(), meas, None)
         out = list(s.measure(SHAPE, CFG, [1, 8], {"seed": 1}, True))
         self.assertEqual(len(out), 2)
         self.assertEqual((gemm.cache[0], align.cache[0]), ({}, {"sig": "compiled"}))
         self.assertEqual(meas.forgot, 1)
         st = s.stats()
-        self.assertEqual(sorted(st), sorted(mh.COUNT_KEYS + ("split_margin", "start")))
+        self.assertEqual(sorted(st), sorted(measure.COUNT_KEYS + ("split_margin", "start")))
         self.assertEqual(st["split_margin"], 0.25)
         meas.split_margin = float("inf")
         self.assertEqual(s.stats()["split_margin"], "inf")  # JSON has no infinity
@@ -718,7 +738,7 @@ class SessionCaches(unittest.TestCase):
         calls = []
 
         class Meas:
-            counts = mh.new_counts()
+            counts = measure.new_counts()
 
             def set_shape(self, shape, seed, routing):
                 calls.append("shape")
@@ -745,7 +765,7 @@ class SessionCaches(unittest.TestCase):
                 calls.append("wait")
                 self.done = True
 
-        s = mh.Session(mh.MoetuneKernel.__new__(mh.MoetuneKernel), Meas(), Pool())
+        s = measure.Session(kernels.MoetuneKernel.__new__(kernels.MoetuneKernel), Meas(), Pool())
         s.kernel.config_jit_functions = lambda: ()
         list(s.measure(SHAPE, CFG, [1, 64, 256], {"seed": 3}, False))
         # the check's layer races from a config's second batch size on (check_lost)
@@ -773,20 +793,19 @@ class WarmParts(unittest.TestCase):
         mk.Align = Align
         mk.gemm = lambda a, b, c, w, al, rows, mul, cfg, warmup: ran.append(("down" if mul else "up", warmup))
         mk.silu_mul = lambda x, out, warmup: ran.append(("act", warmup))
-        k = mh.MoetuneKernel.__new__(mh.MoetuneKernel)
+        k = kernels.MoetuneKernel.__new__(kernels.MoetuneKernel)
         k.mk = mk
-        parts = mh.MoetuneKernel.compile_parts(CFG)
+        parts = kernels.MoetuneKernel.compile_parts(CFG)
         self.assertEqual(parts, [("align", ("align", 16)), ("act", ("act",)), ("up", None), ("down", None)])
         for part, _ in parts:
-            L = {"topk_ids": None, "e": 8, "fp8": False, "x": 0, "w1": 0, "c1": 0, "c2": 0, "w2": 0, "c3": 0,
-                 "w_flat": 0, "topk": 2}
+            L = kernels.Layer(topk_ids=None, e=8, fp8=False, x=0, w1=0, c1=0, c2=0, w2=0, c3=0, w_flat=0, topk=2)
             del ran[:]
             k.warm(L, CFG, part)
             self.assertEqual(ran, [(part, True)])
         del ran[:]
         k.warm(L, CFG)
         self.assertEqual(ran, [("align", True), ("up", True), ("act", True), ("down", True)])
-        self.assertEqual(mh.EngineKernel.compile_parts(CFG), [("up", None), ("down", None)])
+        self.assertEqual(kernels.EngineKernel.compile_parts(CFG), [("up", None), ("down", None)])
 
 
 class Classify(unittest.TestCase):
@@ -796,12 +815,12 @@ class Classify(unittest.TestCase):
 
         class CompilationError(Exception):
             pass
-        self.assertEqual(mh.classify(OutOfResources("shared memory, Required: 1310720"))[0], "invalid")
-        self.assertEqual(mh.classify(CompilationError("at 3:4"))[0], "compile_error")
-        self.assertEqual(mh.classify(RuntimeError("CUDA error: an illegal memory access"))[0], "launch_error")
+        self.assertEqual(measure.classify(OutOfResources("shared memory, Required: 1310720"))[0], "invalid")
+        self.assertEqual(measure.classify(CompilationError("at 3:4"))[0], "compile_error")
+        self.assertEqual(measure.classify(RuntimeError("CUDA error: an illegal memory access"))[0], "launch_error")
 
     def test_stats(self):
-        st = mh.stats([3.0, 1.0, 2.0, 10.0])
+        st = measure.stats([3.0, 1.0, 2.0, 10.0])
         self.assertEqual((st["median_us"], st["min_us"], st["mean_us"], st["samples"]), (2.5, 1.0, 4.0, 4))
 
 
@@ -946,7 +965,7 @@ class EngineLookup(unittest.TestCase):
     """EngineKernel names a missing function or an unknown launcher parameter in one line."""
 
     def run_beside(self, kernels_src, body):
-        """body, run after `import moetune_helper as mh` beside a fake triton and a fake vLLM whose
+        """body, run after the helper's modules are imported beside a fake triton and a fake vLLM whose
         fused_moe.py is kernels_src: what it printed."""
         tmp = tempfile.mkdtemp()
         fake_modules(tmp, extra={
@@ -955,15 +974,15 @@ class EngineLookup(unittest.TestCase):
             "vllm/model_executor/__init__.py": "", "vllm/model_executor/layers/__init__.py": "",
             "vllm/model_executor/layers/fused_moe/__init__.py": "",
             "vllm/model_executor/layers/fused_moe/fused_moe.py": "fused_moe_kernel = None\n" + kernels_src})
-        code = ("import sys, json; sys.path[:0] = [%r, %r]; import moetune_helper as mh\n"
+        code = ("import sys, json, dataclasses; sys.path[:0] = [%r, %r]; from helper import kernels, measure, protocol\n"
                 % (tmp, os.path.join(ROOT, "worker"))) + body
         r = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60)
         return r.stdout.strip()
 
     def load(self, kernels_src):
-        return self.run_beside(kernels_src, "try:\n    mh.EngineKernel('vllm', None, __import__('triton'))"
+        return self.run_beside(kernels_src, "try:\n    kernels.EngineKernel('vllm', None, __import__('triton'))"
                                             "; print('OK', file=sys.__stdout__)\n"
-                                            "except mh.Fatal as e:\n    print('FATAL', e, file=sys.__stdout__)\n")
+                                            "except protocol.Fatal as e:\n    print('FATAL', e, file=sys.__stdout__)\n")
 
     def test_missing_function(self):
         out = self.load("def fused_experts(): pass\n")
@@ -980,13 +999,14 @@ class EngineLookup(unittest.TestCase):
     def fp8(self, kernels_src):
         """fp8_options of a fake vLLM launcher, for a block-scale layer: the options or the error."""
         return self.run_beside(kernels_src,
-                               "k = mh.EngineKernel('vllm', None, __import__('triton'))\n"
-                               "L = {'fp8': True, 'block': (128, 128), 'w1s': 'S1', 'w2s': 'S2'}\n"
+                               "k = kernels.EngineKernel('vllm', None, __import__('triton'))\n"
+                               "L = kernels.Layer(fp8=True, block=(128, 128), w1s='S1', w2s='S2')\n"
                                "try:\n    print(json.dumps([k.fp8_options(L, 1), k.fp8_options(L, 2),"
-                               " k.fp8_options(dict(L, block=None), 1), k.fp8_options(dict(L, fp8=False), 1)]),"
+                               " k.fp8_options(dataclasses.replace(L, block=None), 1),"
+                               " k.fp8_options(dataclasses.replace(L, fp8=False), 1)]),"
                                " file=sys.__stdout__)\n"
-                               "except mh.Unsupported as e:\n"
-                               "    print('UNSUPPORTED', e, mh.classify(e)[0], file=sys.__stdout__)\n")
+                               "except kernels.Unsupported as e:\n"
+                               "    print('UNSUPPORTED', e, measure.classify(e)[0], file=sys.__stdout__)\n")
 
     def test_fp8_options_are_the_engines_own(self):
         out = self.fp8("def invoke_fused_moe_kernel(A, B, C, A_scale, B_scale, B_zp, topk_weights, "
@@ -1020,11 +1040,12 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures", "engines")
 # through EngineKernel on shape-only tensors and prints what the launcher and the kernel got.
 DRIVE = """
 import json, sys
-import moetune_helper as mh, torch, triton
+import torch, triton
+from helper import kernels, protocol
 out = {}
 try:
-    k = mh.EngineKernel(sys.argv[1], torch, triton)
-except mh.Fatal as e:
+    k = kernels.EngineKernel(sys.argv[1], torch, triton)
+except protocol.Fatal as e:
     print(json.dumps({"fatal": str(e)}), file=sys.__stdout__)
     sys.exit(0)
 out["layout"] = k.layout.describe()
@@ -1040,10 +1061,10 @@ cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M
 out["runs"] = []
 for m in (1, 40):
     e, n, kk, topk = 64, 32, 128, 2
-    L = {"m": m, "e": e, "topk": topk, "x": torch.empty(m, kk), "w1": torch.empty(e, 2 * n, kk),
-         "w2": torch.empty(e, kk, n), "c1": torch.empty(m * topk, 2 * n), "c2": torch.empty(m * topk, n),
-         "c3": torch.empty(m * topk, kk), "topk_ids": torch.empty(m, topk), "topk_w": torch.empty(m, topk),
-         "fp8": False, "block": None}
+    L = kernels.Layer(m=m, e=e, topk=topk, x=torch.empty(m, kk), w1=torch.empty(e, 2 * n, kk),
+                      w2=torch.empty(e, kk, n), c1=torch.empty(m * topk, 2 * n), c2=torch.empty(m * topk, n),
+                      c3=torch.empty(m * topk, kk), topk_ids=torch.empty(m, topk), topk_w=torch.empty(m, topk),
+                      fp8=False, block=None)
     kern.calls.clear()
     k.up(L, cfg)
     k.down(L, cfg)
@@ -1188,17 +1209,17 @@ class EngineOwnNames(unittest.TestCase):
 
 class ShapeParsing(unittest.TestCase):
     def test_fp8_shapes(self):
-        s = mh.parse_shape({"e": 8, "n": 64, "k": 128, "topk": 2, "dtype": "fp8_w8a8", "block_n": 128, "block_k": 128})
-        self.assertEqual((s["dtype"], mh.shape_block(s)), ("fp8_w8a8", (128, 128)))
-        s = mh.parse_shape({"e": 8, "n": 64, "k": 128, "topk": 2, "dtype": "fp8_w8a8"})
-        self.assertIsNone(mh.shape_block(s))
-        self.assertNotEqual(mh.shape_key(s), mh.shape_key(dict(s, block_n=128, block_k=128)))
+        s = protocol.parse_shape({"e": 8, "n": 64, "k": 128, "topk": 2, "dtype": "fp8_w8a8", "block_n": 128, "block_k": 128})
+        self.assertEqual((s["dtype"], protocol.shape_block(s)), ("fp8_w8a8", (128, 128)))
+        s = protocol.parse_shape({"e": 8, "n": 64, "k": 128, "topk": 2, "dtype": "fp8_w8a8"})
+        self.assertIsNone(protocol.shape_block(s))
+        self.assertNotEqual(protocol.shape_key(s), protocol.shape_key(dict(s, block_n=128, block_k=128)))
         for bad, why in (({"dtype": "int4"}, "not one of bf16, fp8_w8a8"),
                          ({"dtype": "fp8_w8a8", "block_n": 128}, "both set or both 0"),
                          ({"block_n": 128, "block_k": 128}, "need dtype fp8_w8a8"),
                          ({"dtype": "fp8_w8a8", "block_n": -1, "block_k": 128}, "block_n must be an integer")):
-            with self.assertRaises(mh.ProtocolError) as cm:
-                mh.parse_shape(dict({"e": 8, "n": 64, "k": 128, "topk": 2}, **bad))
+            with self.assertRaises(protocol.ProtocolError) as cm:
+                protocol.parse_shape(dict({"e": 8, "n": 64, "k": 128, "topk": 2}, **bad))
             self.assertIn(why, str(cm.exception))
 
 
@@ -1227,7 +1248,7 @@ class RoutingFiles(unittest.TestCase):
     def test_npy_int32_and_int64(self):
         ids = [0, 1, 2, 3, 7, 6, 5, 4]
         for descr, size, ver in (("<i4", 4, 1), ("<i8", 8, 1), ("<i4", 4, 2)):
-            t, k, flat = mh.read_npy_ids(npy_bytes(descr, (4, 2), ids_payload(ids, size), version=ver))
+            t, k, flat = routing.read_npy_ids(npy_bytes(descr, (4, 2), ids_payload(ids, size), version=ver))
             self.assertEqual((t, k, flat), (4, 2, ids))
 
     def test_hostile_npy(self):
@@ -1247,47 +1268,47 @@ class RoutingFiles(unittest.TestCase):
             (npy_bytes("<i4", (4, 2), good)[:30], "truncated or too large"),
         ]
         for data, why in cases:
-            with self.assertRaises(mh.RoutingError, msg=why) as cm:
-                mh.read_npy_ids(data)
+            with self.assertRaises(routing.RoutingError, msg=why) as cm:
+                routing.read_npy_ids(data)
             self.assertIn(why, str(cm.exception))
 
     def test_routing_checks_the_shape_and_the_hash(self):
         import hashlib
         data = npy_bytes("<i8", (4, 2), ids_payload([0, 1, 2, 3, 7, 6, 5, 4], 8))
         path = self.write(data)
-        r = mh.Routing(path, hashlib.sha256(data).hexdigest())
+        r = routing.Routing(path, hashlib.sha256(data).hexdigest())
         r.check({"e": 8, "topk": 2})
-        with self.assertRaises(mh.RoutingError) as cm:
+        with self.assertRaises(routing.RoutingError) as cm:
             r.check({"e": 7, "topk": 2})
         self.assertIn("expert id 7 is out of range 0..6", str(cm.exception))
-        with self.assertRaises(mh.RoutingError) as cm:
+        with self.assertRaises(routing.RoutingError) as cm:
             r.check({"e": 8, "topk": 4})
         self.assertIn("2 experts per token, the shape has topk=4", str(cm.exception))
-        with self.assertRaises(mh.RoutingError) as cm:
-            mh.Routing(path, "0" * 64)
+        with self.assertRaises(routing.RoutingError) as cm:
+            routing.Routing(path, "0" * 64)
         self.assertIn("the file changed", str(cm.exception))
-        with self.assertRaises(mh.RoutingError) as cm:
-            mh.Routing(path + ".gone", "")
+        with self.assertRaises(routing.RoutingError) as cm:
+            routing.Routing(path + ".gone", "")
         self.assertIn("cannot read", str(cm.exception))
 
     def test_draws_are_fixed_and_per_batch_size(self):
         # The same numbers are asserted in tests/unit/test_routing.c: C and Python draw alike.
-        self.assertEqual(mh.draw_rows(1000, 4, 1), [761, 48, 45, 533])
-        self.assertEqual(mh.draw_rows(1000, 4, 1), mh.draw_rows(1000, 4, 1))
-        self.assertNotEqual(mh.draw_rows(1000, 4, 2), mh.draw_rows(1000, 4, 1))
-        self.assertNotEqual(mh.draw_rows(1000, 8, 1)[:4], mh.draw_rows(1000, 4, 1))
-        self.assertTrue(all(0 <= r < 3 for r in mh.draw_rows(3, 500, 7)))
-        self.assertEqual(len(set(mh.draw_rows(3, 500, 7))), 3)
+        self.assertEqual(routing.draw_rows(1000, 4, 1), [761, 48, 45, 533])
+        self.assertEqual(routing.draw_rows(1000, 4, 1), routing.draw_rows(1000, 4, 1))
+        self.assertNotEqual(routing.draw_rows(1000, 4, 2), routing.draw_rows(1000, 4, 1))
+        self.assertNotEqual(routing.draw_rows(1000, 8, 1)[:4], routing.draw_rows(1000, 4, 1))
+        self.assertTrue(all(0 <= r < 3 for r in routing.draw_rows(3, 500, 7)))
+        self.assertEqual(len(set(routing.draw_rows(3, 500, 7))), 3)
         data = npy_bytes("<i4", (3, 2), ids_payload([0, 1, 2, 3, 4, 5], 4))
-        r = mh.Routing(self.write(data), "")
+        r = routing.Routing(self.write(data), "")
         r.seed = 7
         flat = r.draw(5)
-        self.assertEqual(flat, sum(([2 * x, 2 * x + 1] for x in mh.draw_rows(3, 5, 7)), []))
+        self.assertEqual(flat, sum(([2 * x, 2 * x + 1] for x in routing.draw_rows(3, 5, 7)), []))
 
     def test_bad_routing_fails_every_batch_size_in_one_line(self):
         class K:
             torch = None
-        s = mh.Session(K(), None, None)
+        s = measure.Session(K(), None, None)
         path = self.write(npy_bytes("<f4", (4, 2), ids_payload(range(8), 4)))
         out = list(s.measure(SHAPE, CFG, [1, 8], {"seed": 1}, False, (path, "")))
         self.assertEqual([o["status"] for o in out], ["launch_error", "launch_error"])
@@ -1313,7 +1334,7 @@ class RoutingBench(unittest.TestCase):
     def test_zipf_file_reads_back_and_is_skewed(self):
         ids = rb.zipf_ids(128, 8, 3000, 1.0, 7)
         self.assertEqual(ids, rb.zipf_ids(128, 8, 3000, 1.0, 7))
-        t, k, back = mh.read_npy_ids(rb.npy_bytes(ids, 3000, 8))
+        t, k, back = routing.read_npy_ids(rb.npy_bytes(ids, 3000, 8))
         self.assertEqual((t, k, back), (3000, 8, ids))
         for r in range(3000):
             self.assertEqual(len(set(ids[r * 8:(r + 1) * 8])), 8)  # top-k ids of a token are distinct
@@ -1334,7 +1355,7 @@ class RoutingBench(unittest.TestCase):
         finally:
             sys.stdout = old
         self.assertIn("100 tokens x top-2 over 16 experts", out.getvalue())
-        r = mh.Routing(path, "")
+        r = routing.Routing(path, "")
         r.check({"e": 16, "topk": 2})
         self.assertEqual(r.tokens, 100)
 
@@ -1358,8 +1379,8 @@ class RoutingBench(unittest.TestCase):
         self.assertEqual((small["vllm_new_default"]["BLOCK_SIZE_M"], small["vllm_new_default"]["GROUP_SIZE_M"]), (16, 1))
         self.assertEqual((big["vllm_new_default"]["BLOCK_SIZE_M"], big["vllm_new_default"]["GROUP_SIZE_M"]), (64, 32))
         s = rb.parse_shape("256,256,7168,8", (128, 128))
-        self.assertEqual(mh.parse_shape(s), s)
-        self.assertEqual(mh.shape_block(s), (128, 128))
+        self.assertEqual(protocol.parse_shape(s), s)
+        self.assertEqual(protocol.shape_block(s), (128, 128))
 
 
 try:
@@ -1395,6 +1416,30 @@ def nearest_e4m3(x, table):
 
 
 @needs_torch
+class LayerState(unittest.TestCase):
+    """A batch size's layer is a Layer with named fields, its per-config buffers apart in cache."""
+
+    def test_layer_buffers_fill_the_named_fields(self):
+        shape = dict(SHAPE, dtype="fp8_w8a8", block_n=32, block_k=64)
+        x, ids, w = torch.zeros(3, 128), torch.zeros(3, 2, dtype=torch.int64), torch.ones(3, 2)
+        L = measure.layer_buffers(torch, shape, 3, x, ids, w, "W1", "W2", "S1", "S2", device="cpu")
+        self.assertIsInstance(L, kernels.Layer)
+        self.assertEqual((L.m, L.e, L.topk, L.fp8, L.block, L.w1s, L.w2s), (3, 8, 2, True, (32, 64), "S1", "S2"))
+        self.assertEqual((tuple(L.c1.shape), tuple(L.c2.shape), tuple(L.c3.shape), tuple(L.out.shape)),
+                         ((6, 128), (6, 64), (6, 128), (3, 128)))
+        self.assertEqual((L.topk_ids.dtype, tuple(L.w_flat.shape), L.ref, L.cache), (torch.int32, (6,), None, {}))
+
+    def test_a_config_s_buffers_are_forgotten_after_it(self):
+        m = object.__new__(measure.Measurer)
+        m.per_bs = {1: kernels.Layer(m=1), 8: kernels.Layer(m=8)}
+        for L in m.per_bs.values():
+            L.cache[("align", 16)] = "A"
+            L.cache[("quant", "x")] = "Q"
+        m.forget_aligns()
+        self.assertEqual([L.cache for L in m.per_bs.values()], [{}, {}])
+
+
+@needs_torch
 class Fp8Math(unittest.TestCase):
     def test_e4m3_rounding_matches_the_bit_table(self):
         table = e4m3_table()
@@ -1406,34 +1451,34 @@ class Fp8Math(unittest.TestCase):
         pts += (torch.rand(4000, generator=g) * 1000 - 500).tolist()
         pts += (torch.rand(1000, generator=g) * 0.05 - 0.025).tolist()
         pts += [-p for p in pts[:300]] + [1e6, -1e6, 449.0, 0.0]
-        got = mh.e4m3_round(torch, torch.tensor(pts, dtype=torch.float32)).tolist()
+        got = reference.e4m3_round(torch, torch.tensor(pts, dtype=torch.float32)).tolist()
         want = [nearest_e4m3(float(torch.tensor(p, dtype=torch.float32)), table) for p in pts]
         bad = [(p, a, b) for p, a, b in zip(pts, got, want) if a != b]
         self.assertEqual(bad[:5], [])
 
     def test_activation_quantization(self):
         g = torch.Generator().manual_seed(1)
-        x = torch.randn(5, 300, generator=g) * mh.spread(torch, (5, 1), g, "cpu")
-        q, s = mh.quant_act(torch, x, 128)
+        x = torch.randn(5, 300, generator=g) * reference.spread(torch, (5, 1), g, "cpu")
+        q, s = reference.quant_act(torch, x, 128)
         self.assertEqual(tuple(s.shape), (5, 3))  # 300 columns: groups of 128, 128, 44
         self.assertEqual(float(q.abs().max()), 448.0)
         for r in range(5):
             for gi, (c0, c1) in enumerate(((0, 128), (128, 256), (256, 300))):
                 self.assertAlmostEqual(float(s[r, gi]), float(x[r, c0:c1].abs().max()) / 448.0, places=6)
                 self.assertEqual(float(q[r, c0:c1].abs().max()), 448.0)
-        d = mh.dequant_act(torch, q, s, 128)
+        d = reference.dequant_act(torch, q, s, 128)
         big = x.abs() > 2.0 ** -6 * s.repeat_interleave(128, 1)[:, :300]  # normal e4m3 range
         self.assertLessEqual(float(((d - x).abs() / x.abs())[big].max()), 2.0 ** -4 + 1e-6)
-        q1, s1 = mh.quant_act(torch, x, 0)
+        q1, s1 = reference.quant_act(torch, x, 0)
         self.assertEqual(tuple(s1.shape), (1,))
         self.assertAlmostEqual(float(s1), float(x.abs().max()) / 448.0, places=6)
-        z, sz = mh.quant_act(torch, torch.zeros(2, 128), 128)
+        z, sz = reference.quant_act(torch, torch.zeros(2, 128), 128)
         self.assertEqual(float(z.abs().max()), 0.0)
-        self.assertEqual(float(sz.min()), float(torch.tensor(mh.SCALE_EPS) / mh.FP8_MAX))
+        self.assertEqual(float(sz.min()), float(torch.tensor(reference.SCALE_EPS) / reference.FP8_MAX))
 
     def test_weight_quantization(self):
         g = torch.Generator().manual_seed(2)
-        w, s = mh.make_weights(torch, 3, 200, 260, "fp8_w8a8", (128, 128), g, "cpu")
+        w, s = reference.make_weights(torch, 3, 200, 260, "fp8_w8a8", (128, 128), g, "cpu")
         self.assertEqual(tuple(s.shape), (3, 2, 3))
         for e in range(3):
             for bn in range(2):
@@ -1441,19 +1486,19 @@ class Fp8Math(unittest.TestCase):
                     blk = w[e, bn * 128:(bn + 1) * 128, bk * 128:(bk + 1) * 128]
                     self.assertEqual(float(blk.abs().max()), 448.0)
         self.assertGreater(float(s.max() / s.min()), 3.0)  # blocks spread on purpose
-        d = mh.dequant_expert(torch, w[1], s[1], (128, 128))
+        d = reference.dequant_expert(torch, w[1], s[1], (128, 128))
         self.assertAlmostEqual(float(d[130, 259]), float(w[1, 130, 259]) * float(s[1, 1, 2]), places=5)
-        wt, st = mh.make_weights(torch, 3, 200, 260, "fp8_w8a8", None, g, "cpu")
+        wt, st = reference.make_weights(torch, 3, 200, 260, "fp8_w8a8", None, g, "cpu")
         self.assertEqual(tuple(st.shape), (3,))
         self.assertEqual([float(wt[e].abs().max()) for e in range(3)], [448.0] * 3)
-        wb, sb = mh.make_weights(torch, 2, 8, 16, "bf16", None, g, "cpu")
+        wb, sb = reference.make_weights(torch, 2, 8, 16, "bf16", None, g, "cpu")
         self.assertEqual((wb.dtype, sb), (torch.bfloat16, None))
 
     def layer(self, block, seed=5, m=6, e=4, n=256, k=256, topk=2):
         g = torch.Generator().manual_seed(seed)
-        w1, w1s = mh.make_weights(torch, e, 2 * n, k, "fp8_w8a8", block, g, "cpu")
-        w2, w2s = mh.make_weights(torch, e, k, n, "fp8_w8a8", block, g, "cpu")
-        x = (torch.randn(m, k, generator=g) * mh.spread(torch, (m, 1), g, "cpu")).to(torch.bfloat16)
+        w1, w1s = reference.make_weights(torch, e, 2 * n, k, "fp8_w8a8", block, g, "cpu")
+        w2, w2s = reference.make_weights(torch, e, k, n, "fp8_w8a8", block, g, "cpu")
+        x = (torch.randn(m, k, generator=g) * reference.spread(torch, (m, 1), g, "cpu")).to(torch.bfloat16)
         w, ids = torch.topk(torch.softmax(torch.randn(m, e, generator=g), -1), topk, -1)
         w = w / w.sum(-1, keepdim=True)
         return x, ids, w, w1, w2, w1s, w2s
@@ -1461,8 +1506,8 @@ class Fp8Math(unittest.TestCase):
     def naive(self, x, ids, w, w1, w2, w1s, w2s, block, scale_fn=None):
         """The fp8 layer written out token by token, from the definitions."""
         group = block[1] if block else 0
-        deq = lambda q, s: mh.dequant_expert(torch, q, s, block) if scale_fn is None else scale_fn(q, s)
-        xd = mh.dequant_act(torch, *mh.quant_act(torch, x.float(), group), group)
+        deq = lambda q, s: reference.dequant_expert(torch, q, s, block) if scale_fn is None else scale_fn(q, s)
+        xd = reference.dequant_act(torch, *reference.quant_act(torch, x.float(), group), group)
         m, topk = ids.shape
         n = w2.shape[2]
         inter = torch.zeros(m * topk, n)
@@ -1470,7 +1515,7 @@ class Fp8Math(unittest.TestCase):
             for j in range(topk):
                 h = (deq(w1[ids[t, j]], w1s[ids[t, j]]) @ xd[t]).to(torch.bfloat16).float()
                 inter[t * topk + j] = (torch.nn.functional.silu(h[:n]) * h[n:]).to(torch.bfloat16).float()
-        ad = mh.dequant_act(torch, *mh.quant_act(torch, inter, group), group)
+        ad = reference.dequant_act(torch, *reference.quant_act(torch, inter, group), group)
         out = torch.zeros(m, x.shape[1])
         for t in range(m):
             for j in range(topk):
@@ -1480,28 +1525,28 @@ class Fp8Math(unittest.TestCase):
     def test_reference_is_the_layer_by_definition(self):
         for block in ((128, 128), None):
             x, ids, w, w1, w2, w1s, w2s = self.layer(block)
-            ref = mh.reference_layer(torch, x, ids, w, w1, w2, w1s, w2s, block, True)
-            self.assertLess(mh.rel_error(torch, self.naive(x, ids, w, w1, w2, w1s, w2s, block), ref), 1e-5)
+            ref = reference.reference_layer(torch, x, ids, w, w1, w2, w1s, w2s, block, True)
+            self.assertLess(reference.rel_error(torch, self.naive(x, ids, w, w1, w2, w1s, w2s, block), ref), 1e-5)
 
     def test_tolerance_passes_rounding_and_catches_wrong_scales(self):
         block = (128, 128)
         x, ids, w, w1, w2, w1s, w2s = self.layer(block, m=16)
-        ref = mh.reference_layer(torch, x, ids, w, w1, w2, w1s, w2s, block, True)
+        ref = reference.reference_layer(torch, x, ids, w, w1, w2, w1s, w2s, block, True)
         # A right kernel: the output rounded to bf16 as the kernels store it.
-        self.assertLess(mh.rel_error(torch, ref.to(torch.bfloat16), ref), mh.FP8_REL_TOL / 4)
+        self.assertLess(reference.rel_error(torch, ref.to(torch.bfloat16), ref), reference.FP8_REL_TOL / 4)
         # Each weight block scaled by its neighbour's scale; the scales ignored; the routing
         # weight dropped: all off by far more than the tolerance.
-        swapped = lambda q, s: mh.dequant_expert(torch, q, s.flip(-1), block)
-        self.assertGreater(mh.rel_error(torch, self.naive(x, ids, w, w1, w2, w1s, w2s, block, swapped), ref),
-                           2 * mh.FP8_REL_TOL)
+        swapped = lambda q, s: reference.dequant_expert(torch, q, s.flip(-1), block)
+        self.assertGreater(reference.rel_error(torch, self.naive(x, ids, w, w1, w2, w1s, w2s, block, swapped), ref),
+                           2 * reference.FP8_REL_TOL)
         plain = lambda q, s: q.float() * float(s.mean())
-        self.assertGreater(mh.rel_error(torch, self.naive(x, ids, w, w1, w2, w1s, w2s, block, plain), ref),
-                           2 * mh.FP8_REL_TOL)
-        self.assertGreater(mh.rel_error(torch, self.naive(x, ids, torch.ones_like(w) / 2, w1, w2, w1s, w2s, block),
-                                        ref), 2 * mh.FP8_REL_TOL)
+        self.assertGreater(reference.rel_error(torch, self.naive(x, ids, w, w1, w2, w1s, w2s, block, plain), ref),
+                           2 * reference.FP8_REL_TOL)
+        self.assertGreater(reference.rel_error(torch, self.naive(x, ids, torch.ones_like(w) / 2, w1, w2, w1s, w2s, block),
+                                        ref), 2 * reference.FP8_REL_TOL)
         # bf16's reference is unchanged: the same layer without quantization.
         wb1, wb2 = w1.float().to(torch.bfloat16), w2.float().to(torch.bfloat16)
-        rb = mh.reference_layer(torch, x, ids, w, wb1, wb2)
+        rb = reference.reference_layer(torch, x, ids, w, wb1, wb2)
         self.assertGreater(float(rb.abs().max()), 0.0)
 
     def test_pt_routing(self):
@@ -1510,13 +1555,13 @@ class Fp8Math(unittest.TestCase):
         for name, obj in (("t.pt", ids), ("l.pt", [ids[:2], ids[2:]]), ("d.pt", {"topk_ids": ids.int()})):
             path = os.path.join(d, name)
             torch.save(obj, path)
-            r = mh.Routing(path, "", torch)
+            r = routing.Routing(path, "", torch)
             self.assertEqual((r.tokens, r.topk, r.ids), (3, 2, [0, 1, 2, 3, 3, 0]))
         for name, obj, why in (("f.pt", ids.float(), "not an integer tensor"), ("k.pt", {"ids": ids}, "topk_ids")):
             path = os.path.join(d, name)
             torch.save(obj, path)
-            with self.assertRaises(mh.RoutingError) as cm:
-                mh.Routing(path, "", torch)
+            with self.assertRaises(routing.RoutingError) as cm:
+                routing.Routing(path, "", torch)
             self.assertIn(why, str(cm.exception))
 
 
