@@ -119,6 +119,7 @@ void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, ui
         }
         sw->hv_state[hv[i].h] = HV_PLANNED;
         sw->pruned += hv[i].st.pruned;
+        if (!hv[i].st.already) sw->planned += hv[i].st.guard_new; /* the ship guard's rows (guard.h) */
         if (!hv[i].st.already) sw->finalists += hv[i].st.finalists; /* planned before: counted at load */
         log_at(MT_LOG_INFO, "sweep %llu shape %llu: %s: %u finalist rows in %u phase-2 jobs, %u rows pruned%s",
                (unsigned long long)sw->id, (unsigned long long)hv[i].shape_id,

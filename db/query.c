@@ -16,6 +16,7 @@ struct dbq {
      * there is a routings table; older files read '') or 3 (v4 and later: results has phase;
      * older files read 1) */
     int walk;
+    bool guard; /* schema 6 and later: the ship guard's table (coordinator/guard.h) */
 };
 
 /* Columns every result walk reads, in the order row_from() expects. */
@@ -107,27 +108,33 @@ static const char *const k_sql_export_latest[4] = SQL_BY_VERSION(SQL_EXPORT_LATE
 
 /* Per (sweep, dir, device, shape) that has results, per batch size the sweep measured:
  * configs measured there (rows of any status), configs planned for the shape (its jobs'
- * configs and any config with a result), and the sweep's state. */
-static const char k_sql_coverage[] =
-    "WITH sel AS (SELECT id, state FROM sweeps WHERE ?1 IS NULL OR id IN (SELECT value FROM json_each(?1))),"
-    " plan AS (SELECT sweep_id, shape_id, count(*) AS n FROM ("
-    "   SELECT j.sweep_id, j.shape_id, jc.config_id FROM jobs j JOIN job_configs jc ON jc.job_id = j.id"
-    "   WHERE j.sweep_id IN (SELECT id FROM sel)"
-    "   UNION SELECT sweep_id, shape_id, config_id FROM results WHERE sweep_id IN (SELECT id FROM sel))"
-    "  GROUP BY sweep_id, shape_id),"
-    " sizes AS (SELECT DISTINCT sweep_id, batch_size FROM results WHERE sweep_id IN (SELECT id FROM sel)),"
-    " meas AS (SELECT r.sweep_id, CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END AS dir,"
-    "   COALESCE(d.name, 'unknown') AS dev, r.shape_id, r.batch_size, count(DISTINCT r.config_id) AS n"
-    "   FROM results r LEFT JOIN devices d ON d.id = r.device_id WHERE r.sweep_id IN (SELECT id FROM sel)"
-    "   GROUP BY r.sweep_id, dir, dev, r.shape_id, r.batch_size),"
-    " files AS (SELECT DISTINCT sweep_id, dir, dev, shape_id FROM meas)"
-    " SELECT f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size, COALESCE(m.n, 0), p.n, s.state"
-    " FROM files f JOIN sizes z ON z.sweep_id = f.sweep_id"
-    " JOIN plan p ON p.sweep_id = f.sweep_id AND p.shape_id = f.shape_id JOIN sel s ON s.id = f.sweep_id"
-    " LEFT JOIN meas m ON m.sweep_id = f.sweep_id AND m.dir = f.dir AND m.dev = f.dev"
-    "  AND m.shape_id = f.shape_id AND m.batch_size = z.batch_size"
-    " ORDER BY f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size";
-
+ * configs and any config with a result), and the sweep's state. [1]: a file of schema 6 or
+ * later leaves out the ship guard's configs outside the searched space (the guard table's
+ * searched = 0), measured at their own batch sizes only. */
+#define SQL_COVERAGE(notg)                                                                                             \
+    "WITH sel AS (SELECT id, state FROM sweeps WHERE ?1 IS NULL OR id IN (SELECT value FROM json_each(?1))),"          \
+    " plan AS (SELECT sweep_id, shape_id, count(*) AS n FROM ("                                                       \
+    "   SELECT j.sweep_id, j.shape_id, jc.config_id FROM jobs j JOIN job_configs jc ON jc.job_id = j.id"              \
+    "   WHERE j.sweep_id IN (SELECT id FROM sel)"                                                                      \
+    "   UNION SELECT sweep_id, shape_id, config_id FROM results WHERE sweep_id IN (SELECT id FROM sel))"               \
+    "  x WHERE 1" notg("x") " GROUP BY sweep_id, shape_id),"                                                       \
+    " sizes AS (SELECT DISTINCT sweep_id, batch_size FROM results WHERE sweep_id IN (SELECT id FROM sel)),"           \
+    " meas AS (SELECT r.sweep_id, CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END AS dir,"                 \
+    "   COALESCE(d.name, 'unknown') AS dev, r.shape_id, r.batch_size, count(DISTINCT r.config_id) AS n"               \
+    "   FROM results r LEFT JOIN devices d ON d.id = r.device_id WHERE r.sweep_id IN (SELECT id FROM sel)"            \
+    notg("r") "   GROUP BY r.sweep_id, dir, dev, r.shape_id, r.batch_size),"                                         \
+    " files AS (SELECT DISTINCT sweep_id, dir, dev, shape_id FROM meas)"                                              \
+    " SELECT f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size, COALESCE(m.n, 0), p.n, s.state"                      \
+    " FROM files f JOIN sizes z ON z.sweep_id = f.sweep_id"                                                           \
+    " JOIN plan p ON p.sweep_id = f.sweep_id AND p.shape_id = f.shape_id JOIN sel s ON s.id = f.sweep_id"             \
+    " LEFT JOIN meas m ON m.sweep_id = f.sweep_id AND m.dir = f.dir AND m.dev = f.dev"                                \
+    "  AND m.shape_id = f.shape_id AND m.batch_size = z.batch_size"                                                   \
+    " ORDER BY f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size"
+#define COVERAGE_ALL(t) ""
+#define COVERAGE_NOT_GUARD(t)                                                                                          \
+    " AND NOT EXISTS (SELECT 1 FROM guard g WHERE g.sweep_id = " t ".sweep_id AND g.shape_id = " t ".shape_id"      \
+    " AND g.config_id = " t ".config_id AND g.searched = 0)"
+static const char *const k_sql_coverage[2] = {SQL_COVERAGE(COVERAGE_ALL), SQL_COVERAGE(COVERAGE_NOT_GUARD)};
 static const char *const k_sql_history[4] = SQL_BY_VERSION(SQL_HISTORY);
 
 static const char k_sql_sweeps[] =
@@ -178,6 +185,8 @@ static int open_conn(const char *name, int flags, dbq_t *q, int *code, char *why
         sqlite3_finalize(st);
         st = NULL;
     }
+    q->guard = sqlite3_prepare_v2(q->db, "SELECT searched FROM guard LIMIT 0", -1, &st, NULL) == SQLITE_OK;
+    sqlite3_finalize(st);
     return MT_OK;
 }
 
@@ -368,7 +377,7 @@ mt_status_t dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_re
 
 mt_status_t dbq_coverage(dbq_t *q, const dbq_select_t *sel, dbq_coverage_fn fn, void *ctx, char *err, size_t errlen) {
     sqlite3_stmt *st = NULL;
-    int rc = prepare(q, k_sql_coverage, &st, err, errlen);
+    int rc = prepare(q, k_sql_coverage[q->guard], &st, err, errlen);
     if (rc != MT_OK) return rc;
     rc = bind_sweeps(st, sel);
     while (rc == MT_OK && next_row(q, st, &rc, err, errlen)) {

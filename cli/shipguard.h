@@ -1,0 +1,58 @@
+/*
+ * shipguard.h - the ship guard's CLI side: the incumbent files a sweep is guarded against
+ * (`--baseline FILE|DIR`), and export's rule that never ships a config slower than what
+ * the engine runs without the file (coordinator/guard.h measures those side by side).
+ *
+ * Incumbents. `--baseline FILE` is a config file (the engines' format, read with the lookup
+ * library): its name's E, N, dtype and block shape say which of the sweep's shapes it is for
+ * (a name that says none fits a sweep of one shape). `--baseline DIR` is an engine's config
+ * folder: the file for each shape is looked up there as the engine looks it up
+ * (cli_guard_bundled_find). Every entry goes into SweepSpec.incumbents; the coordinator
+ * measures, at each batch size, the entry of the key nearest to it.
+ */
+#ifndef CLI_SHIPGUARD_H
+#define CLI_SHIPGUARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "export.h"
+#include "moetune.pb-c.h"
+#include "mt.h"
+#include "query.h"
+#include "space.h"
+
+typedef struct cli_guard cli_guard_t;
+
+/* A new, empty set of baselines; NULL when out of memory. */
+cli_guard_t *cli_guard_new(void);
+/* Releases g and what its incumbents hold; NULL-safe, nulls *g. */
+void cli_guard_destroy(cli_guard_t **g);
+
+/* Keeps path (a file or an engine's config folder) for cli_guard_resolve; MT_INVAL when
+ * more than CLI_GUARD_MAX_BASELINES are given. */
+#define CLI_GUARD_MAX_BASELINES 8
+mt_status_t cli_guard_add_baseline(cli_guard_t *g, const char *path, char *err, size_t errlen);
+
+/* Reads every baseline for shapes[0..n) and fills spec's incumbents (owned by g, valid
+ * while g lives). device: the GPU name the folder lookup wants (NULL: the one device a
+ * folder has a file for). MT_INVAL with a one-line reason naming the path: a file that is
+ * not a config file, whose name names none of the shapes, a folder with no file for a shape
+ * or files of several devices; MT_NOMEM. */
+mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const krn_shape_t *shapes, size_t n,
+                              const char *device, char *err, size_t errlen);
+
+/* The file an engine loads for shape from its config folder dir (a package's or the
+ * folder its variable names): SGLang's DIR[/configs]/triton_X_Y_Z/<name> for triton
+ * ("3.6.0"; NULL or "": none known) or else the newest other triton_* folder holding the
+ * file (its fallback); vLLM's DIR[/configs]/<name>. device NULL: the one device whose
+ * file for the shape the folder holds. MT_OK with the path in path; MT_NOTFOUND when
+ * there is none; MT_INVAL with the reason in err when several devices' files fit. This is
+ * the one function that a probe of the engine's interpreter (its config_dir, Triton
+ * version and device) feeds. */
+mt_status_t cli_guard_bundled_find(const char *dir, exp_engine_t engine, const char *triton, const char *device,
+                                   const krn_shape_t *shape, char *path, size_t len, char *err, size_t errlen);
+
+#endif
