@@ -393,6 +393,7 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
                                   "simulated", f->simulated != 0, "partial", f->partial);
             if (j && f->partial) json_object_set_new(j, "coverage", json_string(f->coverage));
             if (j && f->sample) json_object_set_new(j, "sample", json_integer(f->sample));
+            if (j && f->guard[0]) json_object_set_new(j, "guard", json_string(f->guard));
             cli_print_json(stdout, j);
             continue;
         }
@@ -401,6 +402,7 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
         if (f->partial) printf(", PARTIAL: %s", f->coverage);
         if (f->sample) printf(", from a SAMPLE of %u configs per shape (--sample)", f->sample);
         printf("\n");
+        if (f->guard[0]) printf("%s/%s: %s\n", eo.out_dir, f->path, f->guard);
     }
     if (rc != MT_OK && rep.n_files)
         fprintf(stderr, "moetune %s: the %zu file(s) listed above were exported before the error\n", cmd->name,

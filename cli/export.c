@@ -23,6 +23,7 @@
 #include "moetune.pb-c.h"
 #include "mt.h"
 #include "query.h"
+#include "shipguard.h"
 #include "states.h"
 
 #define MAX_FILE_SWEEPS 16
@@ -92,6 +93,7 @@ typedef struct {
     size_t n_pend, cap_pend;
     int lock_fd;
     uint32_t recovered; /* renames of an interrupted export completed first */
+    shipguard_t *guard; /* the ship guard's rows and decisions (shipguard.h) */
 } run_t;
 
 const char *exp_state_name(exp_state_t s) {
@@ -1126,6 +1128,13 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
     p->meta.shape_id = first->shape_id;
     snprintf(p->meta.dir, sizeof p->meta.dir, "%s", first->export_dir);
     p->rec = manifest_record(first, ents, n_ents, &p->meta, orec);
+    json_t *rec_entries = json_object_get(p->rec, "entries");
+    for (size_t k = 0; k < n_ents; k++) { /* what each entry buys over the engine's default and the incumbent */
+        char key[16];
+        snprintf(key, sizeof key, "%u", ents[k].bs);
+        if (ents[k].row) shipguard_entry(x->guard, ents[k].row, json_object_get(rec_entries, key));
+    }
+    shipguard_file(x->guard, p->rec, f->guard, sizeof f->guard);
     uint64_t ids[MAX_FILE_SWEEPS];
     size_t n_ids = entry_sweeps(ents, n_ents, ids);
     char why[400];
@@ -1295,6 +1304,7 @@ out:
 }
 
 static void run_free(run_t *x) {
+    shipguard_free(&x->guard);
     for (size_t i = 0; i < x->n_pend; i++) {
         free(x->pend[i].text);
         json_decref(x->pend[i].rec);
@@ -1698,6 +1708,14 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
     else if (rc == MT_INVAL && g.bad[0])
         mt_fmt(err, errlen, "%s", g.bad);
     if (rc != MT_OK) goto out;
+    for (size_t k = 0; k < g.n; k++) { /* the ship guard: never slower than the default or the incumbent */
+        cell_t *c = &g.cells[k];
+        const dbq_result_t *ship = shipguard_ship(x->guard, &c->best);
+        if (ship == &c->best) continue;
+        keep_row(&c->second, &c->best, c->versions);
+        c->has_second = true;
+        keep_row(&c->best, ship, c->versions);
+    }
     dbq_close(q);
     if (g.other_backend[0]) {
         bool sim = strcmp(g.other_backend, "sim") == 0;
@@ -1827,6 +1845,12 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
     if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
     if (rc == MT_INVAL && v.bad[0]) mt_fmt(err, errlen, "%s", v.bad);
     if (rc != MT_OK) goto out;
+    for (size_t k = 0; k < v.n; k++) { /* the ship guard: never slower than the default or the incumbent */
+        const dbq_result_t *ship = shipguard_ship(x->guard, &v.rows[k]);
+        if (ship == &v.rows[k]) continue;
+        v.ru[k] = v.rows[k];
+        v.rows[k] = *ship;
+    }
     dbq_close(q);
     if (v.n == 0) {
         rc = no_results(o, err, errlen);
@@ -1928,6 +1952,7 @@ mt_status_t exp_run(const exp_opts_t *o, exp_report_t *rep, char *err, size_t er
     rc = dbx_exports_writable(o->db_path, err, errlen);
     if (rc != MT_OK) goto out;
     rc = load_coverage(&x, q, err, errlen);
+    if (rc == MT_OK) rc = shipguard_load(q, &x.sel, o->engine, &x.guard, err, errlen);
     if (rc != MT_OK) goto out;
     rc = o->engine != EXP_ENGINE_NONE ? engine_run(&x, &q, rep, err, errlen) : plain_run(&x, &q, rep, err, errlen);
 out:

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -310,4 +311,249 @@ mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const kr
     spec->n_incumbents = g->n;
     spec->incumbents = g->ptrs;
     return MT_OK;
+}
+
+/* ---- export's rule */
+
+/* What the rule decided for one best row. */
+typedef struct {
+    uint64_t sweep_id, shape_id;
+    uint32_t bs;
+    char device[128];
+    const char *shipped; /* "pick", "default", "incumbent" */
+    bool fastest;        /* the guard's config is the fastest row itself */
+    size_t def, inc;     /* indexes into rows; SIZE_MAX: none */
+    dbq_result_t best;   /* the pick it was asked about */
+} decision_t;
+
+struct shipguard {
+    dbq_guard_t *rows;
+    size_t n, cap;
+    const char *engine;
+    decision_t *dec;
+    size_t n_dec, cap_dec;
+    /* the file being summarised */
+    double def_lo, def_hi, inc_lo, inc_hi;
+    size_t n_def, n_inc;
+    char inc_name[256];
+    json_t *kept_def, *kept_inc; /* batch sizes whose shipped config is the guard's */
+};
+
+static mt_status_t keep_guard(void *ctx, const dbq_guard_t *row) {
+    shipguard_t *g = ctx;
+    if (strcmp(row->engine, g->engine) != 0) return MT_OK;
+    if (mt_grow((void **)&g->rows, &g->cap, g->n + 1, sizeof *g->rows, 32) != MT_OK) return MT_NOMEM;
+    g->rows[g->n] = *row;
+    g->rows[g->n++].row.versions = ""; /* points into the statement */
+    return MT_OK;
+}
+
+static void file_reset(shipguard_t *g) {
+    g->def_lo = g->inc_lo = INFINITY;
+    g->def_hi = g->inc_hi = 0;
+    g->n_def = g->n_inc = 0;
+    g->inc_name[0] = '\0';
+    json_decref(g->kept_def);
+    json_decref(g->kept_inc);
+    g->kept_def = json_array();
+    g->kept_inc = json_array();
+}
+
+mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engine, shipguard_t **out, char *err,
+                           size_t errlen) {
+    shipguard_t *g = calloc(1, sizeof *g);
+    *out = NULL;
+    if (!g) return MT_NOMEM;
+    g->engine = engine == EXP_ENGINE_VLLM ? "vllm" : "sglang";
+    file_reset(g);
+    int rc = dbq_guard_rows(q, sel, keep_guard, g, err, errlen);
+    if (rc != MT_OK) {
+        shipguard_free(&g);
+        return rc;
+    }
+    *out = g;
+    return MT_OK;
+}
+
+void shipguard_free(shipguard_t **gp) {
+    if (!gp || !*gp) return;
+    shipguard_t *g = *gp;
+    free(g->rows);
+    free(g->dec);
+    json_decref(g->kept_def);
+    json_decref(g->kept_inc);
+    free(g);
+    *gp = NULL;
+}
+
+/* The guard row of role for best's cell, or SIZE_MAX. */
+static size_t find_role(const shipguard_t *g, const dbq_result_t *best, const char *role) {
+    for (size_t i = 0; i < g->n; i++) {
+        const dbq_guard_t *r = &g->rows[i];
+        if (r->row.sweep_id == best->sweep_id && r->row.shape_id == best->shape_id &&
+            r->row.batch_size == best->batch_size && strcmp(r->role, role) == 0)
+            return i;
+    }
+    return SIZE_MAX;
+}
+
+/* Whether guard row i was measured on best's device and the pick does not beat it by more
+ * than the noise: a file must earn its place. */
+static bool holds(const shipguard_t *g, size_t i, const dbq_result_t *best) {
+    if (i == SIZE_MAX || !g->rows[i].measured) return false;
+    const dbq_result_t *r = &g->rows[i].row;
+    if (strcmp(r->device_name, best->device_name) != 0 || strcmp(r->export_dir, best->export_dir) != 0) return false;
+    return r->median_us <= best->median_us ||
+           exp_margin_sd(best->median_us, best->stddev_us, r->median_us, r->stddev_us) < EXP_NEAR_TIE_SD;
+}
+
+const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best) {
+    if (!g || !g->n) return best;
+    size_t def = find_role(g, best, "default"), inc = find_role(g, best, "incumbent");
+    if (def == SIZE_MAX && inc == SIZE_MAX) return best;
+    if (mt_grow((void **)&g->dec, &g->cap_dec, g->n_dec + 1, sizeof *g->dec, 32) != MT_OK) return best;
+    decision_t *d = &g->dec[g->n_dec++];
+    memset(d, 0, sizeof *d);
+    d->sweep_id = best->sweep_id, d->shape_id = best->shape_id, d->bs = best->batch_size;
+    snprintf(d->device, sizeof d->device, "%s", best->device_name);
+    d->def = def, d->inc = inc, d->best = *best;
+    d->best.versions = "";
+    const dbq_result_t *ship = best;
+    d->shipped = "pick";
+    if (inc != SIZE_MAX && g->rows[inc].row.config_id == best->config_id) {
+        d->shipped = "incumbent"; /* the fastest measured here is the incumbent's config itself */
+        d->fastest = true;
+    } else if (def != SIZE_MAX && g->rows[def].row.config_id == best->config_id) {
+        d->shipped = "default";
+        d->fastest = true;
+    } else if (holds(g, inc, best)) {
+        ship = &g->rows[inc].row;
+        d->shipped = "incumbent";
+    } else if (holds(g, def, best)) {
+        ship = &g->rows[def].row;
+        d->shipped = "default";
+    }
+    return ship;
+}
+
+static const decision_t *decision_of(const shipguard_t *g, const dbq_result_t *r) {
+    for (size_t i = g ? g->n_dec : 0; i-- > 0;) {
+        const decision_t *d = &g->dec[i];
+        if (d->sweep_id == r->sweep_id && d->shape_id == r->shape_id && d->bs == r->batch_size &&
+            strcmp(d->device, r->device_name) == 0)
+            return d;
+    }
+    return NULL;
+}
+
+/* The speed-up of shipped over other (other / shipped) and its deviation. */
+static void speedup(const dbq_result_t *shipped, const dbq_result_t *other, double *x, double *sd) {
+    *x = other->median_us / shipped->median_us;
+    double a = other->stddev_us / other->median_us, b = shipped->stddev_us / shipped->median_us;
+    *sd = other->config_id == shipped->config_id ? 0.0 : *x * sqrt(a * a + b * b); /* one row: exactly 1 */
+}
+
+/* The manifest's object for guard row i beside the shipped row; its speed-up into *x (0: not measured here). */
+static json_t *guard_json(const shipguard_t *g, size_t i, const dbq_result_t *shipped, double *x) {
+    const dbq_guard_t *r = &g->rows[i];
+    char cfg[KRN_CONFIG_TEXT_LEN];
+    krn_config_format(&r->row.config, cfg, sizeof cfg);
+    json_t *o = json_pack("{s:s, s:I, s:s, s:b}", "config", cfg, "config_id", (json_int_t)r->row.config_id,
+                          strcmp(r->role, "default") == 0 ? "rule" : "source", r->source, "searched", r->searched);
+    *x = 0;
+    bool here = r->measured && strcmp(r->row.device_name, shipped->device_name) == 0;
+    json_object_set_new(o, "measured", json_boolean(here));
+    if (!here) return o;
+    double sd = 0;
+    speedup(shipped, &r->row, x, &sd);
+    json_object_set_new(o, "median_us", json_real(r->row.median_us));
+    json_object_set_new(o, "stddev_us", json_real(r->row.stddev_us));
+    json_object_set_new(o, "speedup", json_real(*x));
+    json_object_set_new(o, "speedup_sd", json_real(sd));
+    return o;
+}
+
+void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e) {
+    const decision_t *d = decision_of(g, shipped);
+    if (!d || !e) return;
+    json_t *o = json_object();
+    const char *why = "the pick beats the engine's default and the incumbent by more than the noise";
+    if (d->fastest)
+        why = strcmp(d->shipped, "default") == 0 ? "the engine's default is the fastest config measured here"
+                                                  : "the incumbent's config is the fastest config measured here";
+    else if (strcmp(d->shipped, "incumbent") == 0)
+        why = "the incumbent's config: the pick does not beat it by more than the noise";
+    else if (strcmp(d->shipped, "default") == 0)
+        why = "the engine's default: the pick does not beat it by more than the noise";
+    json_object_set_new(o, "shipped", json_string(d->shipped));
+    json_object_set_new(o, "why", json_string(why));
+    if (strcmp(d->shipped, "pick") != 0 && !d->fastest) {
+        json_t *p = json_pack("{s:I, s:f, s:f}", "config_id", (json_int_t)d->best.config_id, "median_us",
+                              d->best.median_us, "stddev_us", d->best.stddev_us);
+        json_object_set_new(o, "searched_pick", p);
+    }
+    double x = 0;
+    if (d->def != SIZE_MAX) {
+        json_object_set_new(o, "default", guard_json(g, d->def, shipped, &x));
+        if (x > 0) {
+            g->def_lo = fmin(g->def_lo, x), g->def_hi = fmax(g->def_hi, x);
+            g->n_def++;
+        }
+        if (strcmp(d->shipped, "default") == 0) json_array_append_new(g->kept_def, json_integer(d->bs));
+    }
+    if (d->inc != SIZE_MAX) {
+        json_object_set_new(o, "incumbent", guard_json(g, d->inc, shipped, &x));
+        if (x > 0) {
+            g->inc_lo = fmin(g->inc_lo, x), g->inc_hi = fmax(g->inc_hi, x);
+            g->n_inc++;
+        }
+        if (strcmp(d->shipped, "incumbent") == 0) json_array_append_new(g->kept_inc, json_integer(d->bs));
+        /* "…/triton_3_5_1/E=..json, key 64": named by its Triton folder, else by its file */
+        char src[256];
+        snprintf(src, sizeof src, "%s", g->rows[d->inc].source);
+        char *key = strstr(src, ", key ");
+        if (key) *key = '\0';
+        char *slash = strrchr(src, '/');
+        if (slash) *slash = '\0';
+        const char *dir = strrchr(src, '/');
+        dir = dir ? dir + 1 : src;
+        if (slash && strncmp(dir, "triton_", 7) == 0)
+            mt_fmt(g->inc_name, sizeof g->inc_name, "%s's file", dir);
+        else
+            mt_fmt(g->inc_name, sizeof g->inc_name, "%s", slash ? slash + 1 : src);
+    }
+    json_object_set_new(e, "guard", o);
+}
+
+void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
+    if (len) line[0] = '\0';
+    if (!g) return;
+    if (g->n_def || g->n_inc || json_array_size(g->kept_def) || json_array_size(g->kept_inc)) {
+        json_t *o = json_object();
+        json_object_set_new(o, "rule",
+                            json_string("per batch size, the pick ships only where it beats the engine's default and "
+                                        "the incumbent by more than the noise (margin_sd at least 1); else the "
+                                        "incumbent's config, else the default's"));
+        if (g->n_def) json_object_set_new(o, "speedup_over_default", json_pack("[f, f]", g->def_lo, g->def_hi));
+        if (g->n_inc) json_object_set_new(o, "speedup_over_incumbent", json_pack("[f, f]", g->inc_lo, g->inc_hi));
+        json_object_set_new(o, "default_shipped_at", json_incref(g->kept_def));
+        json_object_set_new(o, "incumbent_shipped_at", json_incref(g->kept_inc));
+        if (rec) json_object_set_new(rec, "guard", o);
+        else json_decref(o);
+        size_t used = 0;
+        if (g->n_def)
+            used += (size_t)snprintf(line + used, len - used, "%.2fx-%.2fx faster than the engine's default",
+                                     g->def_lo, g->def_hi);
+        if (g->n_inc && used < len)
+            used += (size_t)snprintf(line + used, len - used, "%s%.2fx-%.2fx faster than %s", used ? ", " : "",
+                                     g->inc_lo, g->inc_hi, g->inc_name[0] ? g->inc_name : "the incumbent file");
+        if (json_array_size(g->kept_def) && used < len)
+            used += (size_t)snprintf(line + used, len - used, "%sthe default kept at %zu batch size%s",
+                                     used ? "; " : "", json_array_size(g->kept_def),
+                                     json_array_size(g->kept_def) == 1 ? "" : "s");
+        if (json_array_size(g->kept_inc) && used < len)
+            snprintf(line + used, len - used, "%sthe incumbent kept at %zu batch size%s", used ? "; " : "",
+                     json_array_size(g->kept_inc), json_array_size(g->kept_inc) == 1 ? "" : "s");
+    }
+    file_reset(g);
 }

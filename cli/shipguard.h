@@ -18,6 +18,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "export.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
@@ -54,5 +56,36 @@ mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const kr
  * version and device) feeds. */
 mt_status_t cli_guard_bundled_find(const char *dir, exp_engine_t engine, const char *triton, const char *device,
                                    const krn_shape_t *shape, char *path, size_t len, char *err, size_t errlen);
+
+/* ---- export's rule */
+
+/* The guard rows an export reads and what it decided per entry. */
+typedef struct shipguard shipguard_t;
+
+/* Loads the guard rows of the selected sweeps for engine (EXP_ENGINE_NONE: SGLang's, whose
+ * layout the plain files follow) into a new *out. MT_OK (none: an empty guard), MT_NOMEM,
+ * or the query's error with its text in err. */
+mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engine, shipguard_t **out, char *err,
+                           size_t errlen);
+/* Releases g; NULL-safe, nulls *g. */
+void shipguard_free(shipguard_t **g);
+
+/* The rule. Of the best row of a file's batch size (best: the pick) and the guard's rows
+ * measured there on the same device, the row to ship: the incumbent's where the pick does
+ * not beat it by more than the noise (exp_margin_sd under EXP_NEAR_TIE_SD, or not faster),
+ * else the default's on the same terms, else best. The row returned is best or one g owns
+ * (valid while g lives); the decision is kept for shipguard_entry. g NULL: best. */
+const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best);
+
+/* Adds to a manifest entry (json object e) of the shipped row its "guard": what was
+ * shipped and why, and the default's and the incumbent's configs, medians and the speed-up
+ * of the shipped config over each (median ratio and its deviation, both measured side by
+ * side); counts it into the file summary. Nothing where no guard row is known. */
+void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e);
+
+/* Adds the file summary to its manifest record rec ("guard") and writes the one-line form
+ * into line ("1.00x-1.61x faster than the engine's default, 1.00x-1.04x faster than
+ * triton_3_5_1's file"; "" when the file has no guard rows); then starts the next file. */
+void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len);
 
 #endif

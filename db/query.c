@@ -520,3 +520,45 @@ mt_status_t dbq_known_picks(dbq_t *q, const char *device, const char *backend, c
     free(all);
     return rc;
 }
+
+/* ---- the ship guard (coordinator/guard.h): its rows and their measurements */
+
+/* Each guard row with its config and shape, and its ok result when it has one (NULL
+ * result columns read as 0 and ""); the guard's own columns follow the result walk's. */
+static const char k_sql_guard[] =
+    "SELECT " RESULT_COLS RESULT_COLS_V3 ", g.sweep_id, g.shape_id, g.config_id, g.batch_size, g.role, g.engine,"
+    " g.searched, g.source, r.id IS NOT NULL"
+    " FROM guard g JOIN shapes s ON s.id = g.shape_id JOIN configs c ON c.id = g.config_id"
+    " LEFT JOIN results r ON r.sweep_id = g.sweep_id AND r.shape_id = g.shape_id AND r.config_id = g.config_id"
+    "  AND r.batch_size = g.batch_size AND r.status = 'ok' AND r.median_us > 0"
+    " LEFT JOIN devices d ON d.id = r.device_id LEFT JOIN routings rt ON rt.sha256 = s.routing"
+    " WHERE ?1 IS NULL OR g.sweep_id IN (SELECT value FROM json_each(?1))"
+    " ORDER BY g.sweep_id, g.shape_id, g.batch_size, g.role, g.engine";
+#define GUARD_COL0 40 /* the columns row_from reads */
+
+mt_status_t dbq_guard_rows(dbq_t *q, const dbq_select_t *sel, dbq_guard_fn fn, void *ctx, char *err, size_t errlen) {
+    sqlite3_stmt *st = NULL;
+    if (!q->guard) return MT_OK; /* a file before schema 6: nothing was guarded */
+    int rc = prepare(q, k_sql_guard, &st, err, errlen);
+    if (rc != MT_OK) return rc;
+    rc = bind_sweeps(st, sel);
+    if (rc == MT_OK && sqlite3_column_count(st) != GUARD_COL0 + 9) rc = MT_ERR;
+    while (rc == MT_OK && next_row(q, st, &rc, err, errlen)) {
+        dbq_guard_t g;
+        memset(&g, 0, sizeof g);
+        row_from(st, &g.row);
+        int i = GUARD_COL0;
+        g.row.sweep_id = (uint64_t)sqlite3_column_int64(st, i++);
+        g.row.shape_id = (uint64_t)sqlite3_column_int64(st, i++);
+        g.row.config_id = (uint64_t)sqlite3_column_int64(st, i++);
+        g.row.batch_size = col_u32(st, i++);
+        col_text(st, i++, g.role, sizeof g.role);
+        col_text(st, i++, g.engine, sizeof g.engine);
+        g.searched = sqlite3_column_int(st, i++) != 0;
+        col_text(st, i++, g.source, sizeof g.source);
+        g.measured = sqlite3_column_int(st, i++) != 0;
+        rc = fn(ctx, &g);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
