@@ -436,6 +436,16 @@ const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best) {
     return ship;
 }
 
+const char *shipguard_role(const shipguard_t *g, const dbq_result_t *r) {
+    for (size_t i = 0; g && i < g->n; i++) {
+        const dbq_result_t *x = &g->rows[i].row;
+        if (x->sweep_id == r->sweep_id && x->shape_id == r->shape_id && x->batch_size == r->batch_size &&
+            x->config_id == r->config_id)
+            return g->rows[i].role;
+    }
+    return NULL;
+}
+
 static const decision_t *decision_of(const shipguard_t *g, const dbq_result_t *r) {
     for (size_t i = g ? g->n_dec : 0; i-- > 0;) {
         const decision_t *d = &g->dec[i];

@@ -77,6 +77,10 @@ void shipguard_free(shipguard_t **g);
  * (valid while g lives); the decision is kept for shipguard_entry. g NULL: best. */
 const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best);
 
+/* The guard role of a result row ("default" or "incumbent": the guard row of its sweep,
+ * shape, batch size and config, for g's engine), or NULL when it is none. */
+const char *shipguard_role(const shipguard_t *g, const dbq_result_t *r);
+
 /* Adds to a manifest entry (json object e) of the shipped row its "guard": what was
  * shipped and why, and the default's and the incumbent's configs, medians and the speed-up
  * of the shipped config over each (median ratio and its deviation, both measured side by

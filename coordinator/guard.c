@@ -180,6 +180,23 @@ static int mark_size(store_t *db, uint64_t sweep_id, uint64_t shape_id, uint32_t
     return rc;
 }
 
+/* The guard configs of (shape si of spec, batch size m) for engines[0..ne) into w (GUARD_MAX). */
+static size_t wants_at(const Moetune__SweepSpec *spec, int si, const krn_shape_t *sh, uint32_t m,
+                       const char *const *engines, size_t ne, want_t *w) {
+    size_t nw = 0;
+    for (size_t e = 0; e < ne; e++) {
+        const char *rule = "";
+        memset(&w[nw], 0, sizeof w[nw]);
+        if (guard_default_config(engines[e], sh, m, &w[nw].cfg, &rule) != MT_OK) continue;
+        w[nw].role = "default";
+        w[nw].engine = engines[e];
+        mt_fmt(w[nw].source, sizeof w[nw].source, "%s", rule);
+        nw++;
+        if (si >= 0 && incumbent_at(spec, si, engines[e], m, &w[nw])) nw++;
+    }
+    return nw;
+}
+
 mt_status_t guard_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
                           halving_row_t **rows, size_t *n, size_t *cap, guard_step_t *out) {
     void *blob = NULL;
@@ -199,21 +216,78 @@ mt_status_t guard_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, con
     if (si < 0) ne = 0; /* a shape its spec does not name: nothing is known of its engines */
     for (uint32_t b = 0; !rc && ne && b < nb; b++) {
         want_t w[GUARD_MAX];
-        size_t nw = 0;
-        for (size_t e = 0; e < ne && !rc; e++) {
-            const char *rule = "";
-            memset(&w[nw], 0, sizeof w[nw]);
-            rc = guard_default_config(engines[e], &sh, bs[b], &w[nw].cfg, &rule);
-            w[nw].role = "default";
-            w[nw].engine = engines[e];
-            mt_fmt(w[nw].source, sizeof w[nw].source, "%s", rule);
-            nw++;
-            if (si >= 0 && incumbent_at(spec, si, engines[e], bs[b], &w[nw])) nw++;
-        }
-        if (!rc) rc = mark_size(db, sweep_id, shape_id, bs[b], b, w, nw, rows, n, cap, out);
+        size_t nw = wants_at(spec, si, &sh, bs[b], engines, ne, w);
+        rc = mark_size(db, sweep_id, shape_id, bs[b], b, w, nw, rows, n, cap, out);
     }
     if (!rc && *n) qsort(*rows, *n, sizeof **rows, cmp_guard_first);
     moetune__sweep_spec__free_unpacked(spec, NULL);
     free(blob);
+    return rc;
+}
+
+/* ---- a listed space: the guard's configs join its one job a shape */
+
+static bool listed(const Moetune__SweepSpec *spec, const krn_config_t *c) {
+    for (size_t i = 0; spec->space && i < spec->space->n_configs; i++) {
+        krn_config_t l;
+        wire_config_from_msg(spec->space->configs[i], &l);
+        if (memcmp(&l, c, sizeof l) == 0) return true;
+    }
+    return false;
+}
+
+mt_status_t guard_plan_listed(const Moetune__SweepSpec *spec, plan_t *p) {
+    if (!spec->space || !spec->space->n_configs || spec->no_guard) return MT_OK;
+    const char *engines[2];
+    size_t ne = guard_engines(spec, engines);
+    uint32_t most = 0;
+    for (size_t i = 0; i < p->n_shapes; i++) {
+        plan_shape_t *ps = &p->shapes[i];
+        for (size_t b = 0; b < p->n_batch_sizes; b++) {
+            want_t w[GUARD_MAX];
+            size_t nw = wants_at(spec, (int)i, &ps->shape, p->batch_sizes[b], engines, ne, w);
+            for (size_t g = 0; g < nw; g++) {
+                bool have = false;
+                for (size_t k = 0; k < ps->n_valid && !have; k++) have = memcmp(&ps->valid[k], &w[g].cfg, sizeof w[g].cfg) == 0;
+                if (have) continue;
+                krn_config_t *v = realloc(ps->valid, (ps->n_valid + 1) * sizeof *v);
+                if (!v) return MT_NOMEM;
+                ps->valid = v;
+                ps->valid[ps->n_valid++] = w[g].cfg;
+                p->configs_valid++;
+                p->results_planned += p->n_batch_sizes;
+            }
+        }
+        if (ps->n_valid > most) most = (uint32_t)ps->n_valid;
+    }
+    if (p->chunk && most > p->chunk) p->chunk = most; /* one side-by-side job a shape, as listed */
+    return MT_OK;
+}
+
+mt_status_t guard_write_listed(store_t *db, const Moetune__SweepSpec *spec, const plan_t *p, uint64_t sweep_id) {
+    if (!spec->space || !spec->space->n_configs || spec->no_guard) return MT_OK;
+    const char *engines[2];
+    size_t ne = guard_engines(spec, engines);
+    int rc = MT_OK;
+    for (size_t i = 0; !rc && i < p->n_shapes; i++) {
+        const plan_shape_t *ps = &p->shapes[i];
+        for (size_t b = 0; !rc && b < p->n_batch_sizes; b++) {
+            want_t w[GUARD_MAX];
+            size_t nw = wants_at(spec, (int)i, &ps->shape, p->batch_sizes[b], engines, ne, w);
+            for (size_t g = 0; !rc && g < nw; g++) {
+                uint64_t cid = 0;
+                rc = store_config_upsert(db, &w[g].cfg, &cid);
+                store_guard_row_t row = {.sweep_id = sweep_id,
+                                         .shape_id = ps->shape_id,
+                                         .config_id = cid,
+                                         .batch_size = p->batch_sizes[b],
+                                         .role = w[g].role,
+                                         .engine = w[g].engine,
+                                         .searched = listed(spec, &w[g].cfg),
+                                         .source = w[g].source};
+                if (!rc) rc = store_guard_put(db, &row);
+            }
+        }
+    }
     return rc;
 }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "halving.h"
+#include "planner.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
 #include "space.h"
@@ -63,5 +64,17 @@ typedef struct {
  * MT_IO/MT_BUSY with store_errmsg(db), MT_NOMEM; a spec that does not unpack is MT_INVAL. */
 mt_status_t guard_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
                           halving_row_t **rows, size_t *n, size_t *cap, guard_step_t *out);
+
+/* A listed space (Space.configs: a `--configs` re-measure, one side-by-side job per shape):
+ * appends to each shape's valid configs of plan p (built from spec) the guard's configs of
+ * every batch size that the list lacks, so the one job measures them beside the listed ones
+ * at every batch size, and counts them into the plan (configs_valid, results_planned, the
+ * chunk: still one job a shape). Nothing for another space or with no_guard. MT_NOMEM. */
+mt_status_t guard_plan_listed(const Moetune__SweepSpec *spec, plan_t *p);
+
+/* Inside plan_write's transaction, after the shapes' configs have ids: the guard rows of a
+ * listed space's plan (as guard_plan_listed extended it), searched where the list holds the
+ * config. MT_IO/MT_BUSY with store_errmsg(db), MT_NOMEM. */
+mt_status_t guard_write_listed(store_t *db, const Moetune__SweepSpec *spec, const plan_t *p, uint64_t sweep_id);
 
 #endif

@@ -14,9 +14,10 @@ state=$(wait_sweep 1 300)
 rows=$(check_rows 1)
 pass "sweep done with $rows rows, exactly the planned set"
 
-# Per shape: measured configs + rejected configs = the whole default space (1920), 18 batch sizes.
+# Per shape: measured configs + rejected configs = the whole default space (1920), 18 batch sizes
+# (the ship guard's configs outside the space apart).
 for sid in $(sql "SELECT DISTINCT shape_id FROM results WHERE sweep_id=1"); do
-  measured=$(sql "SELECT count(DISTINCT config_id) FROM results WHERE sweep_id=1 AND shape_id=$sid")
+  measured=$(sql "SELECT count(DISTINCT config_id) FROM results r WHERE sweep_id=1 AND shape_id=$sid AND $SEARCHED")
   rejected=$(sql "SELECT count(*) FROM rejected WHERE sweep_id=1 AND shape_id=$sid")
   [ $((measured + rejected)) -eq 1920 ] || fail "shape $sid: $measured measured + $rejected rejected != 1920"
   nbs=$(sql "SELECT count(DISTINCT batch_size) FROM results WHERE sweep_id=1 AND shape_id=$sid")

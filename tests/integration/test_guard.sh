@@ -80,6 +80,11 @@ inc=$(q "$T/b.db" "SELECT r.median_us FROM results r JOIN guard g ON g.config_id
 awk -v x="$x" -v i="$inc" -v s="$(echo "$recb" | jq '.entries["4096"].median_us')" 'BEGIN { d = i / s - x; if (d < 0) d = -d; exit !(x > 1 && d < 1e-9) }' \
   || fail "M=4096: speed-up over the incumbent $x, database $inc / shipped"
 grep -q "faster than $NAME" "$T/b.out" || fail "tune does not name the incumbent file: $(cat "$T/b.out")"
+# the report draws the three curves over M: best, the engine's default, the incumbent file
+"$M" report --db "$T/b.db" --sweep 1 -o "$T/b.html" >/dev/null 2>&1 || fail "report exited $?"
+for k in best default incumbent; do
+  [ "$(grep -c "<circle class=\"point $k\"" "$T/b.html")" = 4 ] || fail "the report has no 4 '$k' points"
+done
 pass "--baseline FILE: nearest-key entries measured, the M=1 tie kept the incumbent, M=4096 beat it by ${x}x"
 
 # ---- 3: the incumbent from an engine's bundled files (SGLang's fallback: the newest triton_* folder with the file)
@@ -100,3 +105,14 @@ pass "--baseline DIR: SGLang's fallback folder found, its entries measured; a mi
 [ "$(q "$T/o.db" "SELECT COUNT(*) FROM guard")" = 0 ] || fail "--guard off stored guard rows"
 grep -q "faster than" "$T/o.out" && fail "--guard off still reports a guard line"
 pass "--guard off: no guard rows, no guard line"
+
+# ---- 5: a --configs re-measure: the defaults join its one side-by-side job, and the rule holds
+"$M" tune --backend sim --workers 2 --sim-time-scale 0 --model qwen3-30b-a3b --tp 1 --batch-sizes 1,256 \
+  --configs 16x64x64x1x4x3,32x128x64x1x4x3 --sim-faults "speed=$DEF@256:0.5" --db "$T/l.db" --out "$T/l" >"$T/l.out" 2>"$T/l.err" \
+  || { tail "$T/l.err"; fail "tune --configs exited $?"; }
+[ "$(q "$T/l.db" "SELECT COUNT(*) FROM jobs")" = 1 ] || fail "the re-measure is not one job"
+[ "$(q "$T/l.db" "SELECT COUNT(*) FROM job_configs")" = 4 ] || fail "the job does not hold the 2 listed configs and 2 defaults"
+[ "$(q "$T/l.db" "SELECT batch_size || ':' || searched FROM guard ORDER BY batch_size" | paste -sd' ')" = "1:0 256:0" ] \
+  || fail "the re-measure's guard rows"
+[ "$(cfg_of "$T/l/sim/$NAME" 256)" = "$DEF" ] || fail "the re-measure shipped $(cfg_of "$T/l/sim/$NAME" 256) at 256, not the faster default"
+pass "--configs: the defaults measured in its one job; the faster default shipped"
