@@ -341,7 +341,7 @@ struct shipguard {
 
 static mt_status_t keep_guard(void *ctx, const dbq_guard_t *row) {
     shipguard_t *g = ctx;
-    if (strcmp(row->engine, g->engine) != 0) return MT_OK;
+    if (g->engine && strcmp(row->engine, g->engine) != 0) return MT_OK;
     if (mt_grow((void **)&g->rows, &g->cap, g->n + 1, sizeof *g->rows, 32) != MT_OK) return MT_NOMEM;
     g->rows[g->n] = *row;
     g->rows[g->n++].row.versions = ""; /* points into the statement */
@@ -373,6 +373,16 @@ mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engin
     }
     *out = g;
     return MT_OK;
+}
+
+mt_status_t shipguard_load_all(dbq_t *q, const dbq_select_t *sel, shipguard_t **out, char *err, size_t errlen) {
+    int rc = shipguard_load(q, sel, EXP_ENGINE_NONE, out, err, errlen);
+    if (rc != MT_OK) return rc;
+    (*out)->engine = NULL; /* every engine's rows: reload them all */
+    (*out)->n = 0;
+    rc = dbq_guard_rows(q, sel, keep_guard, *out, err, errlen);
+    if (rc != MT_OK) shipguard_free(out);
+    return rc;
 }
 
 void shipguard_free(shipguard_t **gp) {

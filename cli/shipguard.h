@@ -67,6 +67,8 @@ typedef struct shipguard shipguard_t;
  * or the query's error with its text in err. */
 mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engine, shipguard_t **out, char *err,
                            size_t errlen);
+/* As shipguard_load, the rows of every engine (for listing them). */
+mt_status_t shipguard_load_all(dbq_t *q, const dbq_select_t *sel, shipguard_t **out, char *err, size_t errlen);
 /* Releases g; NULL-safe, nulls *g. */
 void shipguard_free(shipguard_t **g);
 

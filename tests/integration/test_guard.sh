@@ -33,7 +33,11 @@ for bs in 1 16 4096; do
 done
 grep -q "faster than the engine's default; the default kept at 1 batch size" "$T/d.out" \
   || fail "tune's last lines do not say what the file buys: $(cat "$T/d.out")"
-pass "planted default at M=256 shipped, manifest and tune say so"
+# `results` marks the guard's rows apart from the searched ones
+[ "$("$M" results --db "$T/d.db" --json | jq -s 'map(select(.guard == "default")) | length')" = 4 ] \
+  || fail "results --json does not mark the 4 default rows"
+[ "$("$M" results --db "$T/d.db" --batch-size 256 | grep -c 'guard: default$')" = 1 ] || fail "results does not mark the default"
+pass "planted default at M=256 shipped, manifest, tune and results say so"
 
 # The manifest's figures are the database's: each entry's default median and speed-up
 for bs in 1 16 256 4096; do
