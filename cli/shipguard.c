@@ -339,9 +339,15 @@ struct shipguard {
     json_t *kept_def, *kept_inc; /* batch sizes whose shipped config is the guard's */
 };
 
+/* Whether a guard row of engine (as stored: "vllm-2026" is one of vLLM's) is for want. */
+static bool engine_is(const char *engine, const char *want) {
+    size_t n = strlen(want);
+    return strncmp(engine, want, n) == 0 && (engine[n] == '\0' || engine[n] == '-');
+}
+
 static mt_status_t keep_guard(void *ctx, const dbq_guard_t *row) {
     shipguard_t *g = ctx;
-    if (g->engine && strcmp(row->engine, g->engine) != 0) return MT_OK;
+    if (g->engine && !engine_is(row->engine, g->engine)) return MT_OK;
     if (mt_grow((void **)&g->rows, &g->cap, g->n + 1, sizeof *g->rows, 32) != MT_OK) return MT_NOMEM;
     g->rows[g->n] = *row;
     g->rows[g->n++].row.versions = ""; /* points into the statement */
@@ -396,15 +402,21 @@ void shipguard_free(shipguard_t **gp) {
     *gp = NULL;
 }
 
-/* The guard row of role for best's cell, or SIZE_MAX. */
+/* The guard row of role for best's cell, or SIZE_MAX: of several (vLLM's two defaults), the one
+ * measured fastest on best's device, else the first. */
 static size_t find_role(const shipguard_t *g, const dbq_result_t *best, const char *role) {
+    size_t found = SIZE_MAX;
     for (size_t i = 0; i < g->n; i++) {
         const dbq_guard_t *r = &g->rows[i];
-        if (r->row.sweep_id == best->sweep_id && r->row.shape_id == best->shape_id &&
-            r->row.batch_size == best->batch_size && strcmp(r->role, role) == 0)
-            return i;
+        if (r->row.sweep_id != best->sweep_id || r->row.shape_id != best->shape_id ||
+            r->row.batch_size != best->batch_size || strcmp(r->role, role) != 0)
+            continue;
+        bool here = r->measured && strcmp(r->row.device_name, best->device_name) == 0;
+        const dbq_guard_t *f = found == SIZE_MAX ? NULL : &g->rows[found];
+        bool f_here = f && f->measured && strcmp(f->row.device_name, best->device_name) == 0;
+        if (!f || (here && (!f_here || r->row.median_us < f->row.median_us))) found = i;
     }
-    return SIZE_MAX;
+    return found;
 }
 
 /* Whether guard row i was measured on best's device and the pick does not beat it by more

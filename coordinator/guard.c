@@ -24,8 +24,29 @@ static const char *plain_default(const char *engine, const krn_shape_t *sh, uint
     return small ? "sglang get_default_config, M <= E" : "sglang get_default_config, M > E";
 }
 
+/* vLLM's newer heuristic (its 2026 fused_moe.py): tiles grow with M; fp8 with a block shape keeps
+ * BLOCK_SIZE_K and narrows BLOCK_SIZE_N to 64 for M <= 8. */
+static const char *vllm_next_default(const krn_shape_t *sh, uint32_t m, krn_config_t *out) {
+    bool fp8 = strcmp(sh->dtype, "fp8_w8a8") == 0;
+    if (fp8 && sh->block_n && sh->block_k) {
+        bool narrow = m <= 8 && sh->block_n % 64 == 0;
+        *out = cfg6(m <= 64 ? 16 : 64, narrow ? 64 : sh->block_n, sh->block_k, m <= 16 ? 1 : 32, 4,
+                    narrow && m <= 4 ? 4 : 3);
+        return "vllm-2026 get_default_config, fp8 block-wise";
+    }
+    uint32_t bm = m <= 32 ? 16 : m <= 96 ? 32 : m <= 512 ? 64 : 128;
+    uint32_t per_expert = sh->e ? m / sh->e : m;
+    *out = cfg6(bm, m <= 64 ? 64 : 128, fp8 || m <= 64 ? 128 : 64, per_expert > 128 ? 16 : 1, m <= 128 ? 4 : 8,
+                m <= 32 ? 4 : 3);
+    return "vllm-2026 get_default_config, by M";
+}
+
 mt_status_t guard_default_config(const char *engine, const krn_shape_t *sh, uint32_t m, krn_config_t *out,
                                  const char **rule) {
+    if (engine && strcmp(engine, "vllm-2026") == 0) {
+        *rule = vllm_next_default(sh, m, out);
+        return MT_OK;
+    }
     bool sglang = engine && strcmp(engine, "sglang") == 0, vllm = engine && strcmp(engine, "vllm") == 0;
     if (!sglang && !vllm) return MT_INVAL;
     bool fp8 = strcmp(sh->dtype, "fp8_w8a8") == 0, block = sh->block_n && sh->block_k;
@@ -192,6 +213,14 @@ static size_t wants_at(const Moetune__SweepSpec *spec, int si, const krn_shape_t
         w[nw].engine = engines[e];
         mt_fmt(w[nw].source, sizeof w[nw].source, "%s", rule);
         nw++;
+        if (strcmp(engines[e], "vllm") == 0) { /* which rule runs depends on the vLLM release: both */
+            memset(&w[nw], 0, sizeof w[nw]);
+            guard_default_config("vllm-2026", sh, m, &w[nw].cfg, &rule);
+            w[nw].role = "default";
+            w[nw].engine = "vllm-2026";
+            mt_fmt(w[nw].source, sizeof w[nw].source, "%s", rule);
+            nw++;
+        }
         if (si >= 0 && incumbent_at(spec, si, engines[e], m, &w[nw])) nw++;
     }
     return nw;

@@ -30,10 +30,12 @@
 /* Triton's launch defaults, which the engines' bf16 defaults leave to it. */
 #define GUARD_TRITON_WARPS 4
 #define GUARD_TRITON_STAGES 3
-/* Guard configs a batch size can have: a default and an incumbent per engine. */
-#define GUARD_MAX 4
+/* Guard configs a batch size can have: a default and an incumbent per engine, and vLLM's
+ * newer default beside its classic one. */
+#define GUARD_MAX 6
 
-/* Pure: the default config engine ("sglang" or "vllm") runs at batch size m for shape, and
+/* Pure: the default config engine ("sglang", "vllm": the rule of vLLM up to its 0.12 era, or
+ * "vllm-2026": its newer heuristic by M) runs at batch size m for shape, and
  * the rule's name in *rule (static text, e.g. "sglang get_default_config, M <= E");
  * MT_INVAL for an unknown engine. A field the rule leaves out is Triton's launch default. */
 mt_status_t guard_default_config(const char *engine, const krn_shape_t *shape, uint32_t m, krn_config_t *out,

@@ -61,6 +61,31 @@ static void test_defaults(void **state) {
     assert_int_equal(guard_default_config("trtllm", &bf, 1, &c, &rule), MT_INVAL);
 }
 
+/* vLLM's newer heuristic (its 2026 fused_moe.py): tiles by M, GROUP_SIZE_M 16 only past 128
+ * tokens an expert; with an fp8 block shape a 64-wide N tile and deeper pipeline for M <= 8. */
+static void test_vllm_next(void **state) {
+    (void)state;
+    krn_config_t c;
+    const char *rule = NULL;
+    krn_shape_t bf = shape(128, "bf16", 0, 0), few = shape(8, "bf16", 0, 0);
+    assert_int_equal(guard_default_config("vllm-2026", &bf, 1, &c, &rule), MT_OK);
+    cfg_is(&c, 16, 64, 128, 1, 4, 4);
+    assert_int_equal(guard_default_config("vllm-2026", &bf, 256, &c, &rule), MT_OK);
+    cfg_is(&c, 64, 128, 64, 1, 8, 3);
+    assert_int_equal(guard_default_config("vllm-2026", &few, 4096, &c, &rule), MT_OK);
+    cfg_is(&c, 128, 128, 64, 16, 8, 3);
+    krn_shape_t blk = shape(256, "fp8_w8a8", 128, 128);
+    assert_int_equal(guard_default_config("vllm-2026", &blk, 4, &c, &rule), MT_OK);
+    cfg_is(&c, 16, 64, 128, 1, 4, 4);
+    assert_int_equal(guard_default_config("vllm-2026", &blk, 8, &c, &rule), MT_OK);
+    cfg_is(&c, 16, 64, 128, 1, 4, 3);
+    assert_int_equal(guard_default_config("vllm-2026", &blk, 16, &c, &rule), MT_OK);
+    cfg_is(&c, 16, 128, 128, 1, 4, 3);
+    assert_int_equal(guard_default_config("vllm-2026", &blk, 128, &c, &rule), MT_OK);
+    cfg_is(&c, 64, 128, 128, 32, 4, 3);
+    assert_string_equal(rule, "vllm-2026 get_default_config, fp8 block-wise");
+}
+
 /* The engines' nearest key: the smaller of two equally near; 0 without keys. */
 static void test_nearest(void **state) {
     (void)state;
@@ -117,6 +142,7 @@ static void test_bundled(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_vllm_next),
         cmocka_unit_test(test_nearest),
         cmocka_unit_test(test_engines),
         cmocka_unit_test(test_bundled),
