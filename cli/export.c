@@ -1708,14 +1708,22 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
     else if (rc == MT_INVAL && g.bad[0])
         mt_fmt(err, errlen, "%s", g.bad);
     if (rc != MT_OK) goto out;
+    size_t kept = 0;
     for (size_t k = 0; k < g.n; k++) { /* the ship guard: never slower than the default or the incumbent */
         cell_t *c = &g.cells[k];
         const dbq_result_t *ship = shipguard_ship(x->guard, &c->best);
-        if (ship == &c->best) continue;
-        keep_row(&c->second, &c->best, c->versions);
-        c->has_second = true;
-        keep_row(&c->best, ship, c->versions);
+        if (!ship) { /* between two keys, where the engine's entry holds: no key */
+            free(c->versions);
+            continue;
+        }
+        if (ship != &c->best) {
+            keep_row(&c->second, &c->best, c->versions);
+            c->has_second = true;
+            keep_row(&c->best, ship, c->versions);
+        }
+        g.cells[kept++] = *c;
     }
+    g.n = kept;
     dbq_close(q);
     if (g.other_backend[0]) {
         bool sim = strcmp(g.other_backend, "sim") == 0;
@@ -1845,12 +1853,18 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
     if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
     if (rc == MT_INVAL && v.bad[0]) mt_fmt(err, errlen, "%s", v.bad);
     if (rc != MT_OK) goto out;
+    size_t kept = 0;
     for (size_t k = 0; k < v.n; k++) { /* the ship guard: never slower than the default or the incumbent */
         const dbq_result_t *ship = shipguard_ship(x->guard, &v.rows[k]);
-        if (ship == &v.rows[k]) continue;
-        v.ru[k] = v.rows[k];
-        v.rows[k] = *ship;
+        if (!ship) continue; /* between two keys, where the engine's entry holds: no key */
+        if (ship != &v.rows[k]) {
+            v.ru[k] = v.rows[k];
+            v.rows[k] = *ship;
+        }
+        v.rows[kept] = v.rows[k];
+        v.ru[kept++] = v.ru[k];
     }
+    v.n = kept;
     dbq_close(q);
     if (v.n == 0) {
         rc = no_results(o, err, errlen);

@@ -322,6 +322,8 @@ typedef struct {
     char device[128];
     const char *shipped; /* "pick", "default", "incumbent" */
     bool fastest;        /* the guard's config is the fastest row itself */
+    size_t near, other;  /* between two keys: the entry the engine takes there, the other neighbour's */
+    bool dropped;        /* between two keys, and the nearest entry holds: no key added */
     size_t def, inc;     /* indexes into rows; SIZE_MAX: none */
     dbq_result_t best;   /* the pick it was asked about */
 } decision_t;
@@ -335,6 +337,9 @@ struct shipguard {
     /* the file being summarised */
     double def_lo, def_hi, inc_lo, inc_hi;
     size_t n_def, n_inc;
+    size_t n_added;
+    uint64_t cur_sweep, cur_shape; /* the file being summarised */
+    char cur_device[128];
     char inc_name[256];
     json_t *kept_def, *kept_inc; /* batch sizes whose shipped config is the guard's */
 };
@@ -347,7 +352,7 @@ static bool engine_is(const char *engine, const char *want) {
 
 static mt_status_t keep_guard(void *ctx, const dbq_guard_t *row) {
     shipguard_t *g = ctx;
-    if (g->engine && !engine_is(row->engine, g->engine)) return MT_OK;
+    if (g->engine && row->engine[0] && !engine_is(row->engine, g->engine)) return MT_OK; /* "": every engine's */
     if (mt_grow((void **)&g->rows, &g->cap, g->n + 1, sizeof *g->rows, 32) != MT_OK) return MT_NOMEM;
     g->rows[g->n] = *row;
     g->rows[g->n++].row.versions = ""; /* points into the statement */
@@ -357,7 +362,9 @@ static mt_status_t keep_guard(void *ctx, const dbq_guard_t *row) {
 static void file_reset(shipguard_t *g) {
     g->def_lo = g->inc_lo = INFINITY;
     g->def_hi = g->inc_hi = 0;
-    g->n_def = g->n_inc = 0;
+    g->n_def = g->n_inc = g->n_added = 0;
+    g->cur_sweep = g->cur_shape = 0;
+    g->cur_device[0] = '\0';
     g->inc_name[0] = '\0';
     json_decref(g->kept_def);
     json_decref(g->kept_inc);
@@ -429,17 +436,33 @@ static bool holds(const shipguard_t *g, size_t i, const dbq_result_t *best) {
            exp_margin_sd(best->median_us, best->stddev_us, r->median_us, r->stddev_us) < EXP_NEAR_TIE_SD;
 }
 
+/* The key a "nearest"/"other" row names ("key 64's pick"); 0 when none. */
+static uint32_t key_of(const dbq_guard_t *r) {
+    unsigned k = 0;
+    return sscanf(r->source, "key %u", &k) == 1 ? (uint32_t)k : 0;
+}
+
 const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best) {
     if (!g || !g->n) return best;
     size_t def = find_role(g, best, "default"), inc = find_role(g, best, "incumbent");
-    if (def == SIZE_MAX && inc == SIZE_MAX) return best;
+    size_t near = find_role(g, best, "nearest"), other = find_role(g, best, "other");
+    if (def == SIZE_MAX && inc == SIZE_MAX && near == SIZE_MAX) return best;
     if (mt_grow((void **)&g->dec, &g->cap_dec, g->n_dec + 1, sizeof *g->dec, 32) != MT_OK) return best;
     decision_t *d = &g->dec[g->n_dec++];
     memset(d, 0, sizeof *d);
     d->sweep_id = best->sweep_id, d->shape_id = best->shape_id, d->bs = best->batch_size;
     snprintf(d->device, sizeof d->device, "%s", best->device_name);
-    d->def = def, d->inc = inc, d->best = *best;
+    d->def = def, d->inc = inc, d->near = near, d->other = other, d->best = *best;
     d->best.versions = "";
+    if (near != SIZE_MAX) { /* between two keys: a key is added only where the engine's entry loses */
+        const dbq_guard_t *n = &g->rows[near];
+        bool here = n->measured && strcmp(n->row.device_name, best->device_name) == 0;
+        if (!here || n->row.config_id == best->config_id ||
+            exp_margin_sd(best->median_us, best->stddev_us, n->row.median_us, n->row.stddev_us) < EXP_NEAR_TIE_SD) {
+            d->dropped = true;
+            return NULL;
+        }
+    }
     const dbq_result_t *ship = best;
     d->shipped = "pick";
     if (inc != SIZE_MAX && g->rows[inc].row.config_id == best->config_id) {
@@ -519,6 +542,27 @@ void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e) {
         why = "the engine's default: the pick does not beat it by more than the noise";
     json_object_set_new(o, "shipped", json_string(d->shipped));
     json_object_set_new(o, "why", json_string(why));
+    if (!g->cur_sweep) {
+        g->cur_sweep = d->sweep_id, g->cur_shape = d->shape_id;
+        snprintf(g->cur_device, sizeof g->cur_device, "%s", d->device);
+    }
+    if (d->near != SIZE_MAX) { /* a key added between two keys */
+        const dbq_guard_t *n = &g->rows[d->near];
+        uint32_t k = key_of(n), other = d->other != SIZE_MAX ? key_of(&g->rows[d->other]) : 0;
+        double x = 0, sd = 0;
+        speedup(shipped, &n->row, &x, &sd);
+        char cfg[KRN_CONFIG_TEXT_LEN], text[300];
+        krn_config_format(&n->row.config, cfg, sizeof cfg);
+        mt_fmt(text, sizeof text,
+               "between keys %u and %u the engine takes key %u's entry (%s), %.2fx slower here than this one, "
+               "beyond the noise",
+               k < other ? k : other, k < other ? other : k, k, cfg, x);
+        json_object_set_new(o, "added",
+                            json_pack("{s:I, s:s, s:s, s:I, s:f, s:f, s:f}", "nearest_key", (json_int_t)k, "why", text,
+                                      "nearest_config", cfg, "nearest_config_id", (json_int_t)n->row.config_id,
+                                      "nearest_median_us", n->row.median_us, "speedup", x, "speedup_sd", sd));
+        g->n_added++;
+    }
     if (strcmp(d->shipped, "pick") != 0 && !d->fastest) {
         json_t *p = json_pack("{s:I, s:f, s:f}", "config_id", (json_int_t)d->best.config_id, "median_us",
                               d->best.median_us, "stddev_us", d->best.stddev_us);
@@ -570,6 +614,17 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
         if (g->n_inc) json_object_set_new(o, "speedup_over_incumbent", json_pack("[f, f]", g->inc_lo, g->inc_hi));
         json_object_set_new(o, "default_shipped_at", json_incref(g->kept_def));
         json_object_set_new(o, "incumbent_shipped_at", json_incref(g->kept_inc));
+        json_t *checked = json_array(), *added = json_array();
+        for (size_t i = 0; i < g->n_dec; i++) {
+            const decision_t *d = &g->dec[i];
+            if (d->near == SIZE_MAX || d->sweep_id != g->cur_sweep || d->shape_id != g->cur_shape ||
+                strcmp(d->device, g->cur_device) != 0)
+                continue;
+            json_array_append_new(checked, json_integer(d->bs));
+            if (!d->dropped) json_array_append_new(added, json_integer(d->bs));
+        }
+        json_object_set_new(o, "between_keys_checked", checked);
+        json_object_set_new(o, "keys_added", added);
         if (rec) json_object_set_new(rec, "guard", o);
         else json_decref(o);
         size_t used = 0;
@@ -584,8 +639,12 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
                                      used ? "; " : "", json_array_size(g->kept_def),
                                      json_array_size(g->kept_def) == 1 ? "" : "s");
         if (json_array_size(g->kept_inc) && used < len)
-            snprintf(line + used, len - used, "%sthe incumbent kept at %zu batch size%s", used ? "; " : "",
-                     json_array_size(g->kept_inc), json_array_size(g->kept_inc) == 1 ? "" : "s");
+            used += (size_t)snprintf(line + used, len - used, "%sthe incumbent kept at %zu batch size%s",
+                                     used ? "; " : "", json_array_size(g->kept_inc),
+                                     json_array_size(g->kept_inc) == 1 ? "" : "s");
+        if (used < len)
+            snprintf(line + used, len - used, "%s%zu key%s added", used ? "; " : "", g->n_added,
+                     g->n_added == 1 ? "" : "s");
     }
     file_reset(g);
 }

@@ -75,7 +75,9 @@ void shipguard_free(shipguard_t **g);
 /* The rule. Of the best row of a file's batch size (best: the pick) and the guard's rows
  * measured there on the same device, the row to ship: the incumbent's where the pick does
  * not beat it by more than the noise (exp_margin_sd under EXP_NEAR_TIE_SD, or not faster),
- * else the default's on the same terms, else best. The row returned is best or one g owns
+ * else the default's on the same terms, else best. A batch size between two keys (guard rows
+ * "nearest"): NULL, no entry, unless best beats the entry the engine takes there by more than
+ * the noise; then the key is added, by the same rule. The row returned is best or one g owns
  * (valid while g lives); the decision is kept for shipguard_entry. g NULL: best. */
 const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best);
 

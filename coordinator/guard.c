@@ -320,3 +320,132 @@ mt_status_t guard_write_listed(store_t *db, const Moetune__SweepSpec *spec, cons
     }
     return rc;
 }
+
+/* ---- the batch sizes between the keys */
+
+/* Per batch size of the sweep, its pick so far: the fastest ok row of the latest phase there. */
+typedef struct {
+    const uint32_t *bs;
+    size_t nb;
+    uint64_t *cfg;
+    double *us;
+    uint32_t phase;
+    bool *from2; /* the batch size has a phase-2 row: phase 1 does not decide there */
+} picks_t;
+
+static mt_status_t pick_row(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us, uint64_t device_id,
+                            double min_us) {
+    picks_t *p = ctx;
+    (void)device_id, (void)min_us;
+    for (size_t i = 0; i < p->nb; i++) {
+        if (p->bs[i] != batch_size || !(median_us > 0)) continue;
+        if (p->phase == 1 && p->from2[i]) return MT_OK;
+        if (p->phase == 2) p->from2[i] = true;
+        if (!p->cfg[i] || median_us < p->us[i] || (median_us == p->us[i] && config_id < p->cfg[i]))
+            p->cfg[i] = config_id, p->us[i] = median_us;
+    }
+    return MT_OK;
+}
+
+/* Stores one in-between batch size m's job (phase 2, side by side): near (the config the engine
+ * takes at m), other (the other neighbour's pick), and the defaults and incumbent at m; and
+ * its guard rows. */
+static int plan_gap(store_t *db, const Moetune__SweepSpec *spec, int si, const krn_shape_t *sh, uint64_t sweep_id,
+                    uint64_t shape_id, uint32_t m, uint32_t near_key, uint64_t near, uint32_t other_key, uint64_t other,
+                    const char *const *engines, size_t ne, int64_t now_s, halving_step_t *out) {
+    want_t w[GUARD_MAX];
+    size_t nw = wants_at(spec, si, sh, m, engines, ne, w);
+    uint64_t ids[GUARD_MAX + 2] = {near, other};
+    size_t n_ids = 2;
+    char text[16], src[64];
+    uint64_t job_id = 0;
+    mt_fmt(text, sizeof text, "%u", m);
+    int rc = store_job_insert_phase(db, sweep_id, shape_id, 2, text, NULL, now_s, &job_id);
+    for (size_t r = 0; !rc && r < 2; r++) {
+        mt_fmt(src, sizeof src, "key %u's pick", r ? other_key : near_key);
+        store_guard_row_t row = {.sweep_id = sweep_id, .shape_id = shape_id, .config_id = ids[r], .batch_size = m,
+                                 .role = r ? "other" : "nearest", .engine = "", .searched = true, .source = src};
+        rc = store_guard_put(db, &row);
+    }
+    for (size_t g = 0; !rc && g < nw; g++) {
+        uint64_t cid = 0;
+        bool searched = false;
+        rc = store_config_upsert(db, &w[g].cfg, &cid);
+        if (!rc) rc = store_config_searched(db, sweep_id, shape_id, cid, &searched);
+        store_guard_row_t row = {.sweep_id = sweep_id, .shape_id = shape_id, .config_id = cid, .batch_size = m,
+                                 .role = w[g].role, .engine = w[g].engine, .searched = searched, .source = w[g].source};
+        if (!rc) rc = store_guard_put(db, &row);
+        bool dup = false;
+        for (size_t k = 0; k < n_ids && !dup; k++) dup = ids[k] == cid;
+        if (!rc && !dup) ids[n_ids++] = cid;
+    }
+    for (size_t k = 0; !rc && k < n_ids; k++) rc = store_job_config_insert(db, job_id, ids[k]);
+    if (!rc) {
+        out->jobs++;
+        out->finalists += (uint32_t)n_ids;
+        out->guard_new += (uint32_t)n_ids; /* a batch size of no key: every row is new */
+    }
+    return rc;
+}
+
+mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                               int64_t now_s, halving_step_t *out) {
+    void *blob = NULL;
+    size_t len = 0;
+    Moetune__SweepSpec *spec = NULL;
+    krn_shape_t sh;
+    uint32_t have = 0;
+    memset(out, 0, sizeof *out);
+    out->already = true;
+    picks_t p = {.bs = bs, .nb = nb, .cfg = calloc(nb + 1, sizeof *p.cfg), .us = calloc(nb + 1, sizeof *p.us),
+                 .from2 = calloc(nb + 1, sizeof *p.from2)};
+    int rc = p.cfg && p.us && p.from2 ? MT_OK : MT_NOMEM;
+    if (!rc) rc = store_guard_count(db, sweep_id, shape_id, "nearest", &have);
+    if (!rc && !have) rc = store_sweep_spec_get(db, sweep_id, &blob, &len);
+    if (!rc && !have) rc = store_shape_get(db, shape_id, &sh);
+    if (!rc && !have) {
+        spec = moetune__sweep_spec__unpack(NULL, len, blob);
+        if (!spec) rc = MT_INVAL;
+    }
+    int si = spec ? spec_shape(spec, &sh) : -1;
+    if (!rc && spec && !spec->no_guard && si >= 0) {
+        const char *engines[2];
+        size_t ne = guard_engines(spec, engines);
+        p.phase = 2;
+        rc = store_phase_rows_each(db, sweep_id, shape_id, 2, pick_row, &p);
+        p.phase = 1;
+        if (!rc) rc = store_phase_rows_each(db, sweep_id, shape_id, 1, pick_row, &p);
+        /* the engine takes key b's entry up to mid (a tie: the smaller key), key b + 1's after */
+        for (size_t b = 0; !rc && b + 1 < nb; b++) {
+            uint32_t k1 = bs[b], k2 = bs[b + 1], mid = k1 + (k2 - k1) / 2;
+            if (!p.cfg[b] || !p.cfg[b + 1] || p.cfg[b] == p.cfg[b + 1]) continue; /* one config: no switch */
+            if (mid > k1)
+                rc = plan_gap(db, spec, si, &sh, sweep_id, shape_id, mid, k1, p.cfg[b], k2, p.cfg[b + 1], engines, ne,
+                              now_s, out);
+            if (!rc && mid + 1 < k2)
+                rc = plan_gap(db, spec, si, &sh, sweep_id, shape_id, mid + 1, k2, p.cfg[b + 1], k1, p.cfg[b], engines,
+                              ne, now_s, out);
+        }
+        if (!rc && out->guard_new) rc = store_sweep_add_planned(db, sweep_id, out->guard_new);
+        out->already = !out->jobs;
+    }
+    (void)now_s;
+    moetune__sweep_spec__free_unpacked(spec, NULL);
+    free(blob);
+    free(p.cfg);
+    free(p.us);
+    free(p.from2);
+    return rc;
+}
+
+mt_status_t guard_gap_bs_parse(const char *text, uint32_t **out, size_t *n) {
+    uint32_t m = 0;
+    *out = NULL;
+    *n = 0;
+    if (!text || mt_parse_u32(text, 1, PLAN_MAX_BATCH, &m) != MT_OK) return MT_INVAL;
+    *out = malloc(sizeof **out);
+    if (!*out) return MT_NOMEM;
+    **out = m;
+    *n = 1;
+    return MT_OK;
+}

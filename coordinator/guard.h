@@ -79,4 +79,21 @@ mt_status_t guard_plan_listed(const Moetune__SweepSpec *spec, plan_t *p);
  * config. MT_IO/MT_BUSY with store_errmsg(db), MT_NOMEM. */
 mt_status_t guard_write_listed(store_t *db, const Moetune__SweepSpec *spec, const plan_t *p, uint64_t sweep_id);
 
+/* The batch sizes between the keys. Once a shape's side-by-side step is over (inside the
+ * caller's transaction; halving_advance calls it for a shape whose phase 2 is planned): for each
+ * pair of neighbouring batch sizes k1 < k2 whose picks so far differ, at the batch sizes where the
+ * engine's nearest-key rule switches from one to the other (mid = k1 + (k2 - k1) / 2 takes k1's
+ * entry, mid + 1 takes k2's; only those strictly between), one phase-2 job of that batch size
+ * measures side by side the entry the engine takes there, the other neighbour's, and the
+ * defaults and incumbent there; guard rows "nearest" and "other" say which is which. Export
+ * adds such a batch size as a key only where the nearest entry loses by more than the noise.
+ * Idempotent: a shape with "nearest" rows plans nothing (out->already). results_planned grows
+ * by the rows planned. MT_IO/MT_BUSY with store_errmsg(db), MT_NOMEM. */
+mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                               int64_t now_s, halving_step_t *out);
+
+/* Parses the batch size of a job between the keys ("80": one, 1..PLAN_MAX_BATCH) into a new
+ * array (*out, caller frees) of *n = 1; MT_INVAL for anything else. */
+mt_status_t guard_gap_bs_parse(const char *text, uint32_t **out, size_t *n);
+
 #endif

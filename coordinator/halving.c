@@ -303,10 +303,8 @@ mt_status_t halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, c
     memset(out, 0, sizeof *out);
     if (!chunk) chunk = 16;
     int rc = store_sweep_phases_each(db, sweep_id, probe, &p);
-    if (!rc && p.planned) {
-        out->already = true;
-        return MT_OK;
-    }
+    if (!rc && p.planned) /* planned before: its phase 2 is over, the ship guard's gaps are next (guard.h) */
+        return guard_gaps_advance(db, sweep_id, shape_id, bs, nb, now_s, out);
     if (!rc) rc = store_phase_rows_each(db, sweep_id, shape_id, 1, collect, &c);
     /* Phase 1 measured on several GPUs: each batch size's finalists in one job, so that one card
      * measures them all side by side (cards of one model read a few percent apart;

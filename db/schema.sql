@@ -119,7 +119,9 @@ CREATE TABLE guard (
   sweep_id INTEGER NOT NULL REFERENCES sweeps(id),
   shape_id INTEGER NOT NULL REFERENCES shapes(id),
   batch_size INTEGER NOT NULL,
-  role TEXT NOT NULL CHECK (role IN ('default', 'incumbent')),
+  role TEXT NOT NULL CHECK (role IN ('default', 'incumbent', 'nearest', 'other')), -- between two keys
+                                   -- (a batch size of no key): the config the engine takes there
+                                   -- (nearest key's) and the other neighbour's
   engine TEXT NOT NULL,            -- whose rule or file: 'sglang', 'vllm'
   config_id INTEGER NOT NULL REFERENCES configs(id),
   searched INTEGER NOT NULL,       -- 1 when the config is in the sweep's searched space for the shape

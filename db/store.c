@@ -311,7 +311,7 @@ static const char *const g_upgrade[STORE_SCHEMA_VERSION + 1] = {
           "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),\n"
           "  shape_id INTEGER NOT NULL REFERENCES shapes(id),\n"
           "  batch_size INTEGER NOT NULL,\n"
-          "  role TEXT NOT NULL CHECK (role IN ('default', 'incumbent')),\n"
+          "  role TEXT NOT NULL CHECK (role IN ('default', 'incumbent', 'nearest', 'other')),\n"
           "  engine TEXT NOT NULL,\n"
           "  config_id INTEGER NOT NULL REFERENCES configs(id),\n"
           "  searched INTEGER NOT NULL,\n"
@@ -1019,6 +1019,24 @@ mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_
     int src = sqlite3_step(st);
     if (src == SQLITE_ROW)
         *searched = sqlite3_column_int(st, 0) != 0;
+    else
+        rc = fail(s, src, sql);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n) {
+    static const char sql[] = "SELECT COUNT(*) FROM guard WHERE sweep_id = ?1 AND shape_id = ?2 AND role = ?3";
+    sqlite3_stmt *st = NULL;
+    *n = 0;
+    int rc = guard_prepare(s, sql, &st);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
+    bind_text(st, 3, role);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW)
+        *n = (uint32_t)sqlite3_column_int64(st, 0);
     else
         rc = fail(s, src, sql);
     sqlite3_finalize(st);

@@ -215,7 +215,7 @@ mt_status_t store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t count
 typedef struct {
     uint64_t sweep_id, shape_id, config_id;
     uint32_t batch_size;
-    const char *role;   /* "default" or "incumbent" */
+    const char *role;   /* "default", "incumbent"; between keys: "nearest", "other" */
     const char *engine; /* "sglang" or "vllm" */
     bool searched;      /* in the sweep's searched space for the shape */
     const char *source; /* the rule, or the incumbent file and key */
@@ -226,6 +226,8 @@ mt_status_t store_guard_put(store_t *s, const store_guard_row_t *g);
 mt_status_t store_sweep_spec_get(store_t *s, uint64_t sweep_id, void **spec, size_t *len);
 /* Adds add to the sweep's results_planned (rows the guard plans beyond the searched space). */
 mt_status_t store_sweep_add_planned(store_t *s, uint64_t sweep_id, uint64_t add);
+/* How many guard rows of role (sweep, shape) has. */
+mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n);
 /* Whether config_id is in a first-pass job of (sweep, shape) or has a first-pass row there. */
 mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
                                   bool *searched);

@@ -18,23 +18,25 @@ db_cfg() { q "$1" "SELECT block_m || 'x' || block_n || 'x' || block_k || 'x' || 
 # ---- 1: the default beats every candidate at M=256 (planted): the guard ships it and says so
 "$M" tune "${SPEC[@]}" --sim-faults "speed=$DEF@256:0.5" --db "$T/d.db" --out "$T/d" >"$T/d.out" 2>"$T/d.err" \
   || { tail "$T/d.err"; fail "tune exited $?"; }
-[ "$(q "$T/d.db" "SELECT COUNT(*) FROM guard WHERE role = 'default' AND engine = 'sglang'")" = 4 ] \
+KEYS="g.batch_size IN (1, 16, 256, 4096)" # the sweep's batch sizes; the others lie between them
+[ "$(q "$T/d.db" "SELECT COUNT(*) FROM guard g WHERE role = 'default' AND engine = 'sglang' AND $KEYS")" = 4 ] \
   || fail "not one default guard row per batch size"
 [ "$(q "$T/d.db" "SELECT COUNT(*) FROM guard g JOIN results r ON r.sweep_id = g.sweep_id AND r.shape_id = g.shape_id
-      AND r.config_id = g.config_id AND r.batch_size = g.batch_size WHERE r.status = 'ok' AND r.phase = 2")" = 4 ] \
+      AND r.config_id = g.config_id AND r.batch_size = g.batch_size WHERE r.status = 'ok' AND r.phase = 2
+      AND g.role = 'default' AND $KEYS")" = 4 ] \
   || fail "the defaults were not measured side by side (phase 2) at every batch size"
 [ "$(q "$T/d.db" "SELECT searched FROM guard WHERE batch_size = 256")" = 0 ] || fail "the M > E default is marked searched"
 [ "$(cfg_of "$T/d/sim/$NAME" 256)" = "$DEF" ] || fail "the file's 256 entry is $(cfg_of "$T/d/sim/$NAME" 256), not the default"
 rec=$(jq -c --arg n "$NAME" '.[$n]' "$T/d/sim/manifest.json")
 [ "$(echo "$rec" | jq -r '.entries["256"].guard.shipped')" = default ] || fail "the manifest does not say the default shipped"
-[ "$(echo "$rec" | jq -c '.guard.default_shipped_at')" = "[256]" ] || fail "default_shipped_at: $(echo "$rec" | jq -c .guard)"
+echo "$rec" | jq -e '.guard.default_shipped_at | index(256)' >/dev/null || fail "default_shipped_at: $(echo "$rec" | jq -c .guard)"
 for bs in 1 16 4096; do
   [ "$(echo "$rec" | jq -r --arg k $bs '.entries[$k].guard.shipped')" = pick ] || fail "batch size $bs: not the pick"
 done
-grep -q "faster than the engine's default; the default kept at 1 batch size" "$T/d.out" \
+grep -q "faster than the engine's default; the default kept at [0-9]* batch size" "$T/d.out" \
   || fail "tune's last lines do not say what the file buys: $(cat "$T/d.out")"
 # `results` marks the guard's rows apart from the searched ones
-[ "$("$M" results --db "$T/d.db" --json | jq -s 'map(select(.guard == "default")) | length')" = 4 ] \
+[ "$("$M" results --db "$T/d.db" --json | jq -s 'map(select(.guard == "default" and ([.batch_size] | inside([1, 16, 256, 4096])))) | length')" = 4 ] \
   || fail "results --json does not mark the 4 default rows"
 [ "$("$M" results --db "$T/d.db" --batch-size 256 | grep -c 'guard: default$')" = 1 ] || fail "results does not mark the default"
 pass "planted default at M=256 shipped, manifest, tune and results say so"
@@ -71,7 +73,7 @@ cat >"$T/base/$NAME" <<EOF
 EOF
 "$M" tune "${SPEC[@]}" --baseline "$T/base/$NAME" --db "$T/b.db" --out "$T/b" >"$T/b.out" 2>"$T/b.err" \
   || { tail "$T/b.err"; fail "tune --baseline exited $?"; }
-[ "$(q "$T/b.db" "SELECT batch_size || ':' || config_id FROM guard WHERE role = 'incumbent' ORDER BY batch_size" | paste -sd' ')" \
+[ "$(q "$T/b.db" "SELECT batch_size || ':' || config_id FROM guard g WHERE role = 'incumbent' AND $KEYS ORDER BY batch_size" | paste -sd' ')" \
   = "1:$ru 16:$ru 256:$ru 4096:$(q "$T/b.db" "SELECT id FROM configs WHERE block_m = 16 AND block_n = 64 AND block_k = 64 AND group_m = 1 AND num_warps = 4 AND num_stages = 3")" ] \
   || fail "the incumbent rows are not the nearest keys entries"
 [ "$(cfg_of "$T/b/sim/$NAME" 1)" = "${bm}x${bn}x${bk}x${gm}x${nw}x${ns}" ] || fail "M=1: the near tie did not go to the incumbent"
@@ -80,14 +82,17 @@ recb=$(jq -c --arg n "$NAME" '.[$n]' "$T/b/sim/manifest.json")
 [ "$(echo "$recb" | jq -r '.entries["4096"].guard.shipped')" = pick ] || fail "M=4096: the slow incumbent was not beaten"
 x=$(echo "$recb" | jq '.entries["4096"].guard.incumbent.speedup')
 inc=$(q "$T/b.db" "SELECT r.median_us FROM results r JOIN guard g ON g.config_id = r.config_id AND g.batch_size = r.batch_size
+       AND g.sweep_id = r.sweep_id
        WHERE g.role = 'incumbent' AND g.batch_size = 4096")
 awk -v x="$x" -v i="$inc" -v s="$(echo "$recb" | jq '.entries["4096"].median_us')" 'BEGIN { d = i / s - x; if (d < 0) d = -d; exit !(x > 1 && d < 1e-9) }' \
   || fail "M=4096: speed-up over the incumbent $x, database $inc / shipped"
 grep -q "faster than $NAME" "$T/b.out" || fail "tune does not name the incumbent file: $(cat "$T/b.out")"
 # the report draws the three curves over M: best, the engine's default, the incumbent file
 "$M" report --db "$T/b.db" --sweep 1 -o "$T/b.html" >/dev/null 2>&1 || fail "report exited $?"
+# (at the sweep's batch sizes and those checked between them)
+n_m=$(q "$T/b.db" "SELECT COUNT(DISTINCT batch_size) FROM results WHERE status = 'ok'")
 for k in best default incumbent; do
-  [ "$(grep -c "<circle class=\"point $k\"" "$T/b.html")" = 4 ] || fail "the report has no 4 '$k' points"
+  [ "$(grep -c "<circle class=\"point $k\"" "$T/b.html")" = "$n_m" ] || fail "the report has no $n_m '$k' points"
 done
 pass "--baseline FILE: nearest-key entries measured, the M=1 tie kept the incumbent, M=4096 beat it by ${x}x"
 
@@ -120,3 +125,28 @@ pass "--guard off: no guard rows, no guard line"
   || fail "the re-measure's guard rows"
 [ "$(cfg_of "$T/l/sim/$NAME" 256)" = "$DEF" ] || fail "the re-measure shipped $(cfg_of "$T/l/sim/$NAME" 256) at 256, not the faster default"
 pass "--configs: the defaults measured in its one job; the faster default shipped"
+
+# ---- 6: between the keys: a config planted fast at M=256, 137 and 136 (where the engine still takes
+# key 16's entry) is added as key 136; at 137 the engine takes key 256's entry, that same config: no key
+X=64x128x64x1x4x3
+"$M" tune "${SPEC[@]}" --sim-faults "speed=$X@256:0.3,speed=$X@136:0.3,speed=$X@137:0.3" --db "$T/g.db" --out "$T/g" >"$T/g.out" 2>"$T/g.err" \
+  || { tail "$T/g.err"; fail "tune exited $?"; }
+[ "$(cfg_of "$T/g/sim/$NAME" 256)" = "$X" ] || fail "the planted config is not the pick at 256"
+[ "$(q "$T/g.db" "SELECT role || ':' || source FROM guard WHERE batch_size = 136 AND role IN ('nearest', 'other') ORDER BY role" | paste -sd' ')" \
+  = "nearest:key 16's pick other:key 256's pick" ] || fail "M=136 is not checked between keys 16 and 256"
+[ "$(q "$T/g.db" "SELECT COUNT(*) FROM results r JOIN jobs j ON j.id = r.job_id WHERE r.batch_size = 136 AND j.phase = 2
+      AND j.batch_sizes = '136' AND r.status = 'ok'")" -ge 3 ] || fail "M=136 was not measured side by side (pick 16, pick 256, default)"
+[ "$(cfg_of "$T/g/sim/$NAME" 136)" = "$X" ] || fail "key 136 was not added with the planted config"
+[ "$(jq -r '.["137"] // "none"' "$T/g/sim/$NAME")" = none ] || fail "key 137 added though the engine's entry there is the fastest"
+recg=$(jq -c --arg n "$NAME" '.[$n]' "$T/g/sim/manifest.json")
+echo "$recg" | jq -e '.guard.keys_added | index(136)' >/dev/null || fail "the manifest does not list key 136 as added"
+echo "$recg" | jq -e '(.guard.between_keys_checked | index(137)) and (.guard.keys_added | index(137) | not)' >/dev/null \
+  || fail "the manifest does not say 137 was checked and not added"
+a=$(echo "$recg" | jq -c '.entries["136"].guard.added')
+[ "$(echo "$a" | jq .nearest_key)" = 16 ] || fail "added: $a"
+near=$(q "$T/g.db" "SELECT median_us FROM results WHERE batch_size = 136 AND config_id = $(echo "$a" | jq .nearest_config_id)")
+awk -v n="$near" -v m="$(echo "$a" | jq .nearest_median_us)" -v x="$(echo "$a" | jq .speedup)" \
+  -v s="$(echo "$recg" | jq '.entries["136"].median_us')" 'BEGIN { d = n - m; if (d < 0) d = -d; r = n / s - x; if (r < 0) r = -r;
+  exit !(d < 1e-6 && r < 1e-9 && x > 1.5) }' || fail "M=136: the nearest entry's figures are not the database's: $a"
+grep -q "[1-9][0-9]* keys\? added" "$T/g.out" || fail "tune does not say keys were added: $(cat "$T/g.out")"
+pass "between the keys: 136 added with the planted config (${near} us for key 16's entry), 137 checked and not added"
