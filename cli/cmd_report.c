@@ -210,8 +210,7 @@ static void latency_chart(FILE *f, const rshape_t *s) {
                 fprintf(f,
                         "<circle class=\"point %s\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\"><title>M=%u: %.2f "
                         "us</title></circle>\n",
-                        series[k].cls, PX(s->bs[i]), PY(series[k].v[i]), series[k].color, s->bs[i],
-                        series[k].v[i]);
+                        series[k].cls, PX(s->bs[i]), PY(series[k].v[i]), series[k].color, s->bs[i], series[k].v[i]);
         fprintf(f,
                 "<rect x=\"%.0f\" y=\"%.0f\" width=\"14\" height=\"10\" fill=\"%s\"/><text x=\"%.0f\" y=\"%.0f\" "
                 "font-size=\"11\">%s</text>\n",

@@ -220,8 +220,8 @@ static int add_file(cli_guard_t *g, const char *file, uint32_t si, const char *e
         uint32_t key = moetune_lookup_key(t, i);
         moetune_lookup_config_t lc;
         moetune_lookup_get(t, key, &lc, NULL);
-        krn_config_t kc = {(uint32_t)lc.block_m,   (uint32_t)lc.block_n,   (uint32_t)lc.block_k,
-                           (uint32_t)lc.group_m,   (uint32_t)lc.num_warps, (uint32_t)lc.num_stages};
+        krn_config_t kc = {(uint32_t)lc.block_m, (uint32_t)lc.block_n,   (uint32_t)lc.block_k,
+                           (uint32_t)lc.group_m, (uint32_t)lc.num_warps, (uint32_t)lc.num_stages};
         moetune__config__init(&g->cfgs[g->n]);
         wire_config_to_msg(&kc, &g->cfgs[g->n]);
         moetune__incumbent__init(&g->inc[g->n]);
@@ -285,8 +285,8 @@ mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const kr
         for (size_t i = 0; !rc && i < n; i++) {
             for (size_t e = 0; !rc && e < sizeof k_eng / sizeof *k_eng; e++) {
                 char file[PATH_MAX];
-                int frc = cli_guard_bundled_find(path, k_eng[e].e, NULL, device, &shapes[i], file, sizeof file, err,
-                                                 errlen);
+                int frc =
+                    cli_guard_bundled_find(path, k_eng[e].e, NULL, device, &shapes[i], file, sizeof file, err, errlen);
                 if (frc == MT_NOTFOUND) continue;
                 rc = frc ? frc : add_file(g, file, (uint32_t)i, k_eng[e].name, err, errlen);
                 found++;
@@ -535,7 +535,7 @@ void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e) {
     const char *why = "the pick beats the engine's default and the incumbent by more than the noise";
     if (d->fastest)
         why = strcmp(d->shipped, "default") == 0 ? "the engine's default is the fastest config measured here"
-                                                  : "the incumbent's config is the fastest config measured here";
+                                                 : "the incumbent's config is the fastest config measured here";
     else if (strcmp(d->shipped, "incumbent") == 0)
         why = "the incumbent's config: the pick does not beat it by more than the noise";
     else if (strcmp(d->shipped, "default") == 0)
@@ -625,23 +625,25 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
         }
         json_object_set_new(o, "between_keys_checked", checked);
         json_object_set_new(o, "keys_added", added);
-        if (rec) json_object_set_new(rec, "guard", o);
-        else json_decref(o);
+        if (rec)
+            json_object_set_new(rec, "guard", o);
+        else
+            json_decref(o);
         size_t used = 0;
         if (g->n_def)
-            used += (size_t)snprintf(line + used, len - used, "%.2fx-%.2fx faster than the engine's default",
-                                     g->def_lo, g->def_hi);
+            used += (size_t)snprintf(line + used, len - used, "%.2fx-%.2fx faster than the engine's default", g->def_lo,
+                                     g->def_hi);
         if (g->n_inc && used < len)
             used += (size_t)snprintf(line + used, len - used, "%s%.2fx-%.2fx faster than %s", used ? ", " : "",
                                      g->inc_lo, g->inc_hi, g->inc_name[0] ? g->inc_name : "the incumbent file");
         if (json_array_size(g->kept_def) && used < len)
-            used += (size_t)snprintf(line + used, len - used, "%sthe default kept at %zu batch size%s",
-                                     used ? "; " : "", json_array_size(g->kept_def),
-                                     json_array_size(g->kept_def) == 1 ? "" : "s");
+            used +=
+                (size_t)snprintf(line + used, len - used, "%sthe default kept at %zu batch size%s", used ? "; " : "",
+                                 json_array_size(g->kept_def), json_array_size(g->kept_def) == 1 ? "" : "s");
         if (json_array_size(g->kept_inc) && used < len)
-            used += (size_t)snprintf(line + used, len - used, "%sthe incumbent kept at %zu batch size%s",
-                                     used ? "; " : "", json_array_size(g->kept_inc),
-                                     json_array_size(g->kept_inc) == 1 ? "" : "s");
+            used +=
+                (size_t)snprintf(line + used, len - used, "%sthe incumbent kept at %zu batch size%s", used ? "; " : "",
+                                 json_array_size(g->kept_inc), json_array_size(g->kept_inc) == 1 ? "" : "s");
         if (used < len)
             snprintf(line + used, len - used, "%s%zu key%s added", used ? "; " : "", g->n_added,
                      g->n_added == 1 ? "" : "s");

@@ -277,7 +277,8 @@ mt_status_t guard_plan_listed(const Moetune__SweepSpec *spec, plan_t *p) {
             size_t nw = wants_at(spec, (int)i, &ps->shape, p->batch_sizes[b], engines, ne, w);
             for (size_t g = 0; g < nw; g++) {
                 bool have = false;
-                for (size_t k = 0; k < ps->n_valid && !have; k++) have = memcmp(&ps->valid[k], &w[g].cfg, sizeof w[g].cfg) == 0;
+                for (size_t k = 0; k < ps->n_valid && !have; k++)
+                    have = memcmp(&ps->valid[k], &w[g].cfg, sizeof w[g].cfg) == 0;
                 if (have) continue;
                 krn_config_t *v = realloc(ps->valid, (ps->n_valid + 1) * sizeof *v);
                 if (!v) return MT_NOMEM;
@@ -363,8 +364,14 @@ static int plan_gap(store_t *db, const Moetune__SweepSpec *spec, int si, const k
     int rc = store_job_insert_phase(db, sweep_id, shape_id, 2, text, NULL, now_s, &job_id);
     for (size_t r = 0; !rc && r < 2; r++) {
         mt_fmt(src, sizeof src, "key %u's pick", r ? other_key : near_key);
-        store_guard_row_t row = {.sweep_id = sweep_id, .shape_id = shape_id, .config_id = ids[r], .batch_size = m,
-                                 .role = r ? "other" : "nearest", .engine = "", .searched = true, .source = src};
+        store_guard_row_t row = {.sweep_id = sweep_id,
+                                 .shape_id = shape_id,
+                                 .config_id = ids[r],
+                                 .batch_size = m,
+                                 .role = r ? "other" : "nearest",
+                                 .engine = "",
+                                 .searched = true,
+                                 .source = src};
         rc = store_guard_put(db, &row);
     }
     for (size_t g = 0; !rc && g < nw; g++) {
@@ -372,8 +379,14 @@ static int plan_gap(store_t *db, const Moetune__SweepSpec *spec, int si, const k
         bool searched = false;
         rc = store_config_upsert(db, &w[g].cfg, &cid);
         if (!rc) rc = store_config_searched(db, sweep_id, shape_id, cid, &searched);
-        store_guard_row_t row = {.sweep_id = sweep_id, .shape_id = shape_id, .config_id = cid, .batch_size = m,
-                                 .role = w[g].role, .engine = w[g].engine, .searched = searched, .source = w[g].source};
+        store_guard_row_t row = {.sweep_id = sweep_id,
+                                 .shape_id = shape_id,
+                                 .config_id = cid,
+                                 .batch_size = m,
+                                 .role = w[g].role,
+                                 .engine = w[g].engine,
+                                 .searched = searched,
+                                 .source = w[g].source};
         if (!rc) rc = store_guard_put(db, &row);
         bool dup = false;
         for (size_t k = 0; k < n_ids && !dup; k++) dup = ids[k] == cid;
@@ -397,7 +410,10 @@ mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id
     uint32_t have = 0;
     memset(out, 0, sizeof *out);
     out->already = true;
-    picks_t p = {.bs = bs, .nb = nb, .cfg = calloc(nb + 1, sizeof *p.cfg), .us = calloc(nb + 1, sizeof *p.us),
+    picks_t p = {.bs = bs,
+                 .nb = nb,
+                 .cfg = calloc(nb + 1, sizeof *p.cfg),
+                 .us = calloc(nb + 1, sizeof *p.us),
                  .from2 = calloc(nb + 1, sizeof *p.from2)};
     int rc = p.cfg && p.us && p.from2 ? MT_OK : MT_NOMEM;
     if (!rc) rc = store_guard_count(db, sweep_id, shape_id, "nearest", &have);

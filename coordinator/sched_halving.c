@@ -123,13 +123,13 @@ void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, ui
         sw->hv_state[hv[i].h] = hv[i].gaps ? HV_GAPPED : HV_PLANNED;
         if (!hv[i].gaps && sw->gaps) sw->halving_due = true; /* its gaps once its phase 2 is over */
         sw->pruned += hv[i].st.pruned;
-        if (!hv[i].st.already) sw->planned += hv[i].st.guard_new; /* the ship guard's rows (guard.h) */
+        if (!hv[i].st.already) sw->planned += hv[i].st.guard_new;   /* the ship guard's rows (guard.h) */
         if (!hv[i].st.already) sw->finalists += hv[i].st.finalists; /* planned before: counted at load */
         log_at(MT_LOG_INFO, "sweep %llu shape %llu: %s: %u finalist rows in %u phase-2 jobs, %u rows pruned%s",
                (unsigned long long)sw->id, (unsigned long long)hv[i].shape_id,
-               hv[i].gaps          ? "side by side over, the batch sizes between the keys checked"
-               : sw->decide > 0    ? "racing over, near-ties re-measured side by side"
-                                   : "halving phase 1 over",
+               hv[i].gaps       ? "side by side over, the batch sizes between the keys checked"
+               : sw->decide > 0 ? "racing over, near-ties re-measured side by side"
+                                : "halving phase 1 over",
                hv[i].st.finalists, hv[i].st.jobs, hv[i].st.pruned, hv[i].st.already ? " (planned before)" : "");
     }
     if (!committed) return;

@@ -111,34 +111,34 @@ static const char *const k_sql_export_latest[4] = SQL_BY_VERSION(SQL_EXPORT_LATE
  * configs and any config with a result), and the sweep's state. [1]: a file of schema 6 or
  * later leaves out the ship guard's configs outside the searched space (the guard table's
  * searched = 0), measured at their own batch sizes only, and its batch sizes between the keys. */
-#define SQL_COVERAGE(notg, notgap)                                                                                             \
+#define SQL_COVERAGE(notg, notgap)                                                                                     \
     "WITH sel AS (SELECT id, state FROM sweeps WHERE ?1 IS NULL OR id IN (SELECT value FROM json_each(?1))),"          \
-    " plan AS (SELECT sweep_id, shape_id, count(*) AS n FROM ("                                                       \
-    "   SELECT j.sweep_id, j.shape_id, jc.config_id FROM jobs j JOIN job_configs jc ON jc.job_id = j.id"              \
+    " plan AS (SELECT sweep_id, shape_id, count(*) AS n FROM ("                                                        \
+    "   SELECT j.sweep_id, j.shape_id, jc.config_id FROM jobs j JOIN job_configs jc ON jc.job_id = j.id"               \
     "   WHERE j.sweep_id IN (SELECT id FROM sel)"                                                                      \
     "   UNION SELECT sweep_id, shape_id, config_id FROM results WHERE sweep_id IN (SELECT id FROM sel))"               \
-    "  x WHERE 1" notg("x") " GROUP BY sweep_id, shape_id),"                                                       \
-    " sizes AS (SELECT DISTINCT sweep_id, batch_size FROM results x WHERE sweep_id IN (SELECT id FROM sel)"         \
-    notgap(x) "),"                                                                                                 \
-    " meas AS (SELECT r.sweep_id, CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END AS dir,"                 \
-    "   COALESCE(d.name, 'unknown') AS dev, r.shape_id, r.batch_size, count(DISTINCT r.config_id) AS n"               \
-    "   FROM results r LEFT JOIN devices d ON d.id = r.device_id WHERE r.sweep_id IN (SELECT id FROM sel)"            \
-    notg("r") "   GROUP BY r.sweep_id, dir, dev, r.shape_id, r.batch_size),"                                         \
-    " files AS (SELECT DISTINCT sweep_id, dir, dev, shape_id FROM meas)"                                              \
-    " SELECT f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size, COALESCE(m.n, 0), p.n, s.state"                      \
-    " FROM files f JOIN sizes z ON z.sweep_id = f.sweep_id"                                                           \
-    " JOIN plan p ON p.sweep_id = f.sweep_id AND p.shape_id = f.shape_id JOIN sel s ON s.id = f.sweep_id"             \
-    " LEFT JOIN meas m ON m.sweep_id = f.sweep_id AND m.dir = f.dir AND m.dev = f.dev"                                \
-    "  AND m.shape_id = f.shape_id AND m.batch_size = z.batch_size"                                                   \
+    "  x WHERE 1" notg("x") " GROUP BY sweep_id, shape_id),"                                                           \
+    " sizes AS (SELECT DISTINCT sweep_id, batch_size FROM results x WHERE sweep_id IN (SELECT id FROM sel)"            \
+    notgap(x) "),"                                                                                                     \
+    " meas AS (SELECT r.sweep_id, CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END AS dir,"                  \
+    "   COALESCE(d.name, 'unknown') AS dev, r.shape_id, r.batch_size, count(DISTINCT r.config_id) AS n"                \
+    "   FROM results r LEFT JOIN devices d ON d.id = r.device_id WHERE r.sweep_id IN (SELECT id FROM sel)"             \
+    notg("r") "   GROUP BY r.sweep_id, dir, dev, r.shape_id, r.batch_size),"                                           \
+    " files AS (SELECT DISTINCT sweep_id, dir, dev, shape_id FROM meas)"                                               \
+    " SELECT f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size, COALESCE(m.n, 0), p.n, s.state"                       \
+    " FROM files f JOIN sizes z ON z.sweep_id = f.sweep_id"                                                            \
+    " JOIN plan p ON p.sweep_id = f.sweep_id AND p.shape_id = f.shape_id JOIN sel s ON s.id = f.sweep_id"              \
+    " LEFT JOIN meas m ON m.sweep_id = f.sweep_id AND m.dir = f.dir AND m.dev = f.dev"                                 \
+    "  AND m.shape_id = f.shape_id AND m.batch_size = z.batch_size"                                                    \
     " ORDER BY f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size"
 #define COVERAGE_ALL(t) ""
 #define COVERAGE_ALL_SIZES(t) ""
 /* a batch size between the keys (the guard's "nearest" rows) is no planned batch size */
 #define COVERAGE_NOT_GAP(t)                                                                                            \
-    " AND NOT EXISTS (SELECT 1 FROM guard g WHERE g.sweep_id = " #t ".sweep_id AND g.batch_size = " #t ".batch_size" \
+    " AND NOT EXISTS (SELECT 1 FROM guard g WHERE g.sweep_id = " #t ".sweep_id AND g.batch_size = " #t ".batch_size"   \
     " AND g.role = 'nearest')"
 #define COVERAGE_NOT_GUARD(t)                                                                                          \
-    " AND NOT EXISTS (SELECT 1 FROM guard g WHERE g.sweep_id = " t ".sweep_id AND g.shape_id = " t ".shape_id"      \
+    " AND NOT EXISTS (SELECT 1 FROM guard g WHERE g.sweep_id = " t ".sweep_id AND g.shape_id = " t ".shape_id"         \
     " AND g.config_id = " t ".config_id AND g.searched = 0)"
 static const char *const k_sql_coverage[2] = {SQL_COVERAGE(COVERAGE_ALL, COVERAGE_ALL_SIZES),
                                               SQL_COVERAGE(COVERAGE_NOT_GUARD, COVERAGE_NOT_GAP)};

@@ -208,7 +208,6 @@ mt_status_t store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t
 /* Jobs of a sweep per state, indexed by wire_job_state_t (states.h). */
 mt_status_t store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[WIRE_JOB_NSTATES]);
 
-
 /* ---- the ship guard (coordinator/guard.h) */
 
 /* One guard row: a config the engine would run at batch_size without the sweep's file. */
@@ -229,7 +228,6 @@ mt_status_t store_sweep_add_planned(store_t *s, uint64_t sweep_id, uint64_t add)
 /* How many guard rows of role (sweep, shape) has. */
 mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n);
 /* Whether config_id is in a first-pass job of (sweep, shape) or has a first-pass row there. */
-mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
-                                  bool *searched);
+mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, bool *searched);
 
 #endif

@@ -557,10 +557,10 @@ static void test_guard(void **state) {
     json_decref(root);
     snprintf(path, sizeof path, "%s/manifest.json", fx->out);
     json_t *man = json_load_file(path, 0, NULL);
-    json_t *g = json_object_get(json_object_get(json_object_get(json_object_get(man, "E=128,N=768,device_name=NVIDIA_H200.json"),
-                                                                "entries"),
-                                                "64"),
-                                "guard");
+    json_t *g = json_object_get(
+        json_object_get(json_object_get(json_object_get(man, "E=128,N=768,device_name=NVIDIA_H200.json"), "entries"),
+                        "64"),
+        "guard");
     assert_string_equal(json_string_value(json_object_get(g, "shipped")), "default");
     assert_int_equal(json_integer_value(json_object_get(json_object_get(g, "searched_pick"), "config_id")), 3);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(g, "default"), "config_id")), 5);

@@ -122,9 +122,9 @@ static void test_bundled(void **state) {
     const char *dir = MT_SOURCE_DIR "/tests/data/fake_sglang/sglang/srt/layers/moe/fused_moe_triton";
     char path[4096], err[300];
     krn_shape_t qwen = shape(128, "bf16", 0, 0);
-    assert_int_equal(cli_guard_bundled_find(dir, EXP_ENGINE_SGLANG, "3.6.0", NULL, &qwen, path, sizeof path, err,
-                                            sizeof err),
-                     MT_OK);
+    assert_int_equal(
+        cli_guard_bundled_find(dir, EXP_ENGINE_SGLANG, "3.6.0", NULL, &qwen, path, sizeof path, err, sizeof err),
+        MT_OK);
     assert_non_null(strstr(path, "/configs/triton_3_4_0/E=128,N=768,device_name=NVIDIA_H200.json"));
     assert_int_equal(cli_guard_bundled_find(dir, EXP_ENGINE_SGLANG, "3.1.0", "NVIDIA H200", &qwen, path, sizeof path,
                                             err, sizeof err),
@@ -134,18 +134,15 @@ static void test_bundled(void **state) {
                                             sizeof path, err, sizeof err),
                      MT_NOTFOUND);
     krn_shape_t fp8 = shape(128, "fp8_w8a8", 128, 128);
-    assert_int_equal(cli_guard_bundled_find(dir, EXP_ENGINE_SGLANG, NULL, NULL, &fp8, path, sizeof path, err,
-                                            sizeof err),
-                     MT_NOTFOUND);
+    assert_int_equal(
+        cli_guard_bundled_find(dir, EXP_ENGINE_SGLANG, NULL, NULL, &fp8, path, sizeof path, err, sizeof err),
+        MT_NOTFOUND);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),
-        cmocka_unit_test(test_vllm_next),
-        cmocka_unit_test(test_nearest),
-        cmocka_unit_test(test_engines),
-        cmocka_unit_test(test_bundled),
+        cmocka_unit_test(test_defaults), cmocka_unit_test(test_vllm_next), cmocka_unit_test(test_nearest),
+        cmocka_unit_test(test_engines),  cmocka_unit_test(test_bundled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
