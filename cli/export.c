@@ -1386,6 +1386,7 @@ typedef struct {
     split_t split[MAX_SPLIT_BM];
     size_t n_split;
     const split_t *pair; /* the chosen pair, set when the file is split */
+    split_t guard_pair;  /* the ship guard's config for both GEMMs, where it beats the pair (shipguard.h) */
 } cell_t;
 
 typedef struct {
@@ -1805,6 +1806,16 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
         }
         if (!gr->split)
             for (size_t k = i; k < j; k++) g.cells[k].pair = NULL;
+        for (size_t k = i; gr->split && k < j; k++) { /* the ship guard, whole layer against the pair */
+            cell_t *ck = &g.cells[k];
+            const dbq_result_t *lay =
+                shipguard_layer(x->guard, &ck->best, ck->pair->up.up_us + ck->pair->down.down_us);
+            if (!lay) continue;
+            ck->guard_pair = (split_t){.bm = lay->config.block_m, .has_up = true, .has_down = true};
+            keep_row(&ck->guard_pair.up, lay, ck->versions);
+            keep_row(&ck->guard_pair.down, lay, ck->versions);
+            ck->pair = &ck->guard_pair;
+        }
         for (size_t k = i; k < j; k++)
             tmp[k - i] = (entry_t){g.cells[k].bs, g.cells[k].best.config, &g.cells[k].best, 0, false, NULL};
         rc = check_coverage(x, &c->best, tmp, j - i, gr->rel, err, errlen);

@@ -324,6 +324,8 @@ typedef struct {
     bool fastest;        /* the guard's config is the fastest row itself */
     size_t near, other;  /* between two keys: the entry the engine takes there, the other neighbour's */
     bool dropped;        /* between two keys, and the nearest entry holds: no key added */
+    double pair_sum;     /* a split file: the pair's up + down the guard's whole layer was held against */
+    double layer_sum;    /* ... and the guard's config's own up + down (0: not compared) */
     size_t def, inc;     /* indexes into rows; SIZE_MAX: none */
     dbq_result_t best;   /* the pick it was asked about */
 } decision_t;
@@ -491,14 +493,40 @@ const char *shipguard_role(const shipguard_t *g, const dbq_result_t *r) {
     return NULL;
 }
 
-static const decision_t *decision_of(const shipguard_t *g, const dbq_result_t *r) {
-    for (size_t i = g ? g->n_dec : 0; i-- > 0;) {
-        const decision_t *d = &g->dec[i];
+static decision_t *decision_find(shipguard_t *g, const dbq_result_t *r);
+
+const dbq_result_t *shipguard_layer(shipguard_t *g, const dbq_result_t *best, double pair_sum) {
+    decision_t *d = g ? decision_find(g, best) : NULL;
+    if (!d || !(pair_sum > 0)) return NULL;
+    const size_t order[2] = {d->inc, d->def}; /* the incumbent wins a tie */
+    for (size_t k = 0; k < 2; k++) {
+        if (order[k] == SIZE_MAX) continue;
+        const dbq_guard_t *r = &g->rows[order[k]];
+        bool here = r->measured && strcmp(r->row.device_name, best->device_name) == 0;
+        double sum = r->row.up_us + r->row.down_us,
+               noise = r->row.median_us > 0 ? r->row.stddev_us / r->row.median_us : 0;
+        if (!here || !(r->row.up_us > 0) || !(r->row.down_us > 0) || sum > pair_sum * (1.0 + noise)) continue;
+        d->shipped = r->role;
+        d->fastest = false;
+        d->pair_sum = pair_sum;
+        d->layer_sum = sum;
+        return &r->row;
+    }
+    return NULL;
+}
+
+static decision_t *decision_find(shipguard_t *g, const dbq_result_t *r) {
+    for (size_t i = g->n_dec; i-- > 0;) {
+        decision_t *d = &g->dec[i];
         if (d->sweep_id == r->sweep_id && d->shape_id == r->shape_id && d->bs == r->batch_size &&
             strcmp(d->device, r->device_name) == 0)
             return d;
     }
     return NULL;
+}
+
+static const decision_t *decision_of(const shipguard_t *g, const dbq_result_t *r) {
+    return g ? decision_find((shipguard_t *)g, r) : NULL;
 }
 
 /* The speed-up of shipped over other (other / shipped) and its deviation. */
@@ -540,8 +568,16 @@ void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e) {
         why = "the incumbent's config: the pick does not beat it by more than the noise";
     else if (strcmp(d->shipped, "default") == 0)
         why = "the engine's default: the pick does not beat it by more than the noise";
+    if (d->layer_sum > 0)
+        why = strcmp(d->shipped, "incumbent") == 0 ? "the incumbent's config for both GEMMs: its up + down does not "
+                                                     "lose to the split pair's beyond the noise"
+                                                   : "the engine's default for both GEMMs: its up + down does not lose "
+                                                     "to the split pair's beyond the noise";
     json_object_set_new(o, "shipped", json_string(d->shipped));
     json_object_set_new(o, "why", json_string(why));
+    if (d->layer_sum > 0)
+        json_object_set_new(o, "whole_layer",
+                            json_pack("{s:f, s:f}", "guard_up_down_us", d->layer_sum, "pair_up_down_us", d->pair_sum));
     if (!g->cur_sweep) {
         g->cur_sweep = d->sweep_id, g->cur_shape = d->shape_id;
         snprintf(g->cur_device, sizeof g->cur_device, "%s", d->device);

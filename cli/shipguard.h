@@ -81,6 +81,13 @@ void shipguard_free(shipguard_t **g);
  * (valid while g lives); the decision is kept for shipguard_entry. g NULL: best. */
 const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best);
 
+/* SGLang's up/down pair, whole layers. For a split file whose pair's up + down is pair_sum
+ * at best's batch size: the guard row (the incumbent's first, then the default's) whose own
+ * up + down, both timed on best's device, does not exceed it beyond that row's relative
+ * deviation, to ship for both GEMMs; NULL when the pair wins or nothing was timed. Updates the
+ * decision shipguard_ship made for best (it must have been asked first). */
+const dbq_result_t *shipguard_layer(shipguard_t *g, const dbq_result_t *best, double pair_sum);
+
 /* The guard role of a result row ("default" or "incumbent": the guard row of its sweep,
  * shape, batch size and config, for g's engine), or NULL when it is none. */
 const char *shipguard_role(const shipguard_t *g, const dbq_result_t *r);
