@@ -313,6 +313,21 @@ mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const kr
     return MT_OK;
 }
 
+bool cli_guard_same_incumbents(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b) {
+    if (a->n_incumbents != b->n_incumbents) return false;
+    for (size_t i = 0; i < a->n_incumbents; i++) {
+        const Moetune__Incumbent *x = a->incumbents[i], *y = b->incumbents[i];
+        krn_config_t cx, cy;
+        memset(&cx, 0, sizeof cx), memset(&cy, 0, sizeof cy);
+        if (x->config) wire_config_from_msg(x->config, &cx);
+        if (y->config) wire_config_from_msg(y->config, &cy);
+        if (x->shape != y->shape || x->key != y->key || memcmp(&cx, &cy, sizeof cx) != 0 ||
+            strcmp(x->engine ? x->engine : "", y->engine ? y->engine : "") != 0)
+            return false;
+    }
+    return true;
+}
+
 /* ---- export's rule */
 
 /* What the rule decided for one best row. */

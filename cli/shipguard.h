@@ -46,6 +46,10 @@ mt_status_t cli_guard_add_baseline(cli_guard_t *g, const char *path, char *err, 
 mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const krn_shape_t *shapes, size_t n,
                               const char *device, char *err, size_t errlen);
 
+/* True when two specs hold the same incumbent entries (shape, key, config, engine; the file
+ * they came from aside), in the same order. */
+bool cli_guard_same_incumbents(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b);
+
 /* The file an engine loads for shape from its config folder dir (a package's or the
  * folder its variable names): SGLang's DIR[/configs]/triton_X_Y_Z/<name> for triton
  * ("3.6.0"; NULL or "": none known) or else the newest other triton_* folder holding the

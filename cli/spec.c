@@ -1110,6 +1110,10 @@ mt_status_t cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__Sweep
     diff_str(diff, len, &n, "strategy", sa, sb);
     diff_str(diff, len, &n, "device filter", was->device_filter, now->device_filter);
     diff_str(diff, len, &n, "routing", was->routing_path, now->routing_path);
+    diff_str(diff, len, &n, "guard", was->no_guard ? "off" : "on", now->no_guard ? "off" : "on");
+    if (!cli_guard_same_incumbents(was, now)) /* the --baseline entries, wherever the file lay */
+        add_diff(diff, len, &n, "baseline", was->n_incumbents ? "given" : "none",
+                 now->n_incumbents ? "other entries" : "none");
     {
         char ea[64] = "", eb[64] = "";
         for (size_t i = 0; i < was->n_engines; i++)

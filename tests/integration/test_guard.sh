@@ -113,7 +113,12 @@ pass "--baseline DIR: SGLang's fallback folder found, its entries measured; a mi
 "$M" tune "${SPEC[@]}" --guard off --db "$T/o.db" --out "$T/o" >"$T/o.out" 2>"$T/o.err" || { tail "$T/o.err"; fail "tune exited $?"; }
 [ "$(q "$T/o.db" "SELECT COUNT(*) FROM guard")" = 0 ] || fail "--guard off stored guard rows"
 grep -q "faster than" "$T/o.out" && fail "--guard off still reports a guard line"
-pass "--guard off: no guard rows, no guard line"
+# a done guarded sweep is not reused for the search alone (or for another baseline): named, exit 2
+rc=0; "$M" tune "${SPEC[@]}" --guard off --db "$T/d.db" --out "$T/d2" >/dev/null 2>"$T/d2.err" || rc=$?
+[ $rc = 2 ] && grep -q "guard 'on', now 'off'" "$T/d2.err" || fail "--guard off on a guarded sweep: exit $rc, $(cat "$T/d2.err")"
+rc=0; "$M" tune "${SPEC[@]}" --baseline "$T/base/$NAME" --db "$T/d.db" --out "$T/d2" >/dev/null 2>"$T/d2.err" || rc=$?
+[ $rc = 2 ] && grep -q "baseline none, now other entries" "$T/d2.err" || fail "a new --baseline: exit $rc, $(cat "$T/d2.err")"
+pass "--guard off: no guard rows, no guard line; a guarded sweep is not taken for it, nor for a new baseline"
 
 # ---- 5: a --configs re-measure: the defaults join its one side-by-side job, and the rule holds
 "$M" tune --backend sim --workers 2 --sim-time-scale 0 --model qwen3-30b-a3b --tp 1 --batch-sizes 1,256 \
