@@ -445,7 +445,6 @@ mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id
         if (!rc && out->guard_new) rc = store_sweep_add_planned(db, sweep_id, out->guard_new);
         out->already = !out->jobs;
     }
-    (void)now_s;
     moetune__sweep_spec__free_unpacked(spec, NULL);
     free(blob);
     free(p.cfg);

@@ -11,7 +11,10 @@
  * batch size's best to the phase-2 job, whatever the search space (the bf16 default's
  * BLOCK_SIZE_K 32 is outside the default space), and records each in the `guard` table
  * (role, engine, whether it was searched, where it came from), so that export can ship the
- * guard's config where the pick does not beat it by more than the noise.
+ * guard's config where the pick does not beat it by more than the noise. A `--configs`
+ * re-measure gets them in its one job (guard_plan_listed). Once a shape's phase 2 is over, the
+ * batch sizes where the engine's nearest-key rule switches between two keys' picks are checked
+ * too (guard_gaps_advance). SweepSpec.no_guard turns all of it off.
  */
 #ifndef COORD_GUARD_H
 #define COORD_GUARD_H
