@@ -10,6 +10,7 @@
 #include "lookup.h"
 #include "mt.h"
 #include "query.h"
+#include "shipguard.h"
 #include "states.h"
 #include "store.h"
 
@@ -60,6 +61,7 @@ static bool known_status(const char *name, char *list, size_t len) {
 typedef struct {
     bool json;
     size_t rows;
+    shipguard_t *guard; /* marks the ship guard's rows (shipguard.h) */
 } results_ctx_t;
 
 static mt_status_t print_row(void *vctx, const dbq_result_t *r) {
@@ -83,6 +85,8 @@ static mt_status_t print_row(void *vctx, const dbq_result_t *r) {
             json_object_set_new(o, "down_us", json_real(r->down_us));
             json_object_set_new(o, "versions", cli_json_text(r->versions));
             json_object_set_new(o, "routing", r->shape.routing[0] ? json_string(r->shape.routing) : json_null());
+            const char *role = shipguard_role(ctx->guard, r); /* a ship-guard row, not a searched one */
+            json_object_set_new(o, "guard", role ? json_string(role) : json_null());
         }
         cli_print_json(stdout, o);
     } else {
@@ -92,8 +96,10 @@ static mt_status_t print_row(void *vctx, const dbq_result_t *r) {
         char full[128];
         snprintf(full, sizeof full, "%s,K=%u,topk=%u%s%.8s", shape, r->shape.k, r->shape.topk,
                  r->shape.routing[0] ? ",routing=" : "", r->shape.routing);
-        printf("%-6llu %-34.34s %6u %-20s %-13s %11.2f %11.2f %7u  %-20.20s %s\n", (unsigned long long)r->sweep_id,
-               full, r->batch_size, cfg, r->status, r->median_us, r->min_us, r->samples, r->device_name, r->backend);
+        const char *role = shipguard_role(ctx->guard, r);
+        printf("%-6llu %-34.34s %6u %-20s %-13s %11.2f %11.2f %7u  %-20.20s %s%s%s\n", (unsigned long long)r->sweep_id,
+               full, r->batch_size, cfg, r->status, r->median_us, r->min_us, r->samples, r->device_name, r->backend,
+               role ? "  guard: " : "", role ? role : "");
     }
     ctx->rows++;
     return 0;
@@ -366,8 +372,10 @@ int cmd_results(const cli_cmd_t *cmd, cli_opts_t *o) {
         free(c.cells);
         return code;
     }
-    results_ctx_t ctx = {o->json, 0};
-    int rc = dbq_results(q, &f, print_row, &ctx, err, sizeof err);
+    results_ctx_t ctx = {o->json, 0, NULL};
+    int rc = shipguard_load_all(q, NULL, &ctx.guard, err, sizeof err);
+    if (rc == MT_OK) rc = dbq_results(q, &f, print_row, &ctx, err, sizeof err);
+    shipguard_free(&ctx.guard);
     dbq_close(&q);
     if (rc != MT_OK) return cli_fail(cmd, err);
     if (!o->json && ctx.rows == 0) printf("(no results)\n");
@@ -393,6 +401,7 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
                                   "simulated", f->simulated != 0, "partial", f->partial);
             if (j && f->partial) json_object_set_new(j, "coverage", json_string(f->coverage));
             if (j && f->sample) json_object_set_new(j, "sample", json_integer(f->sample));
+            if (j && f->guard[0]) json_object_set_new(j, "guard", json_string(f->guard));
             cli_print_json(stdout, j);
             continue;
         }
@@ -401,6 +410,7 @@ int cli_export(const cli_cmd_t *cmd, const exp_opts_t *opts, bool json) {
         if (f->partial) printf(", PARTIAL: %s", f->coverage);
         if (f->sample) printf(", from a SAMPLE of %u configs per shape (--sample)", f->sample);
         printf("\n");
+        if (f->guard[0]) printf("%s/%s: %s\n", eo.out_dir, f->path, f->guard);
     }
     if (rc != MT_OK && rep.n_files)
         fprintf(stderr, "moetune %s: the %zu file(s) listed above were exported before the error\n", cmd->name,

@@ -11,6 +11,7 @@
 #include "lock.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
+#include "shipguard.h"
 #include "states.h"
 
 #define MAX_BS 64
@@ -34,6 +35,7 @@ static const uint32_t k_bm[] = {16, 32, 64, 128, 256}, k_bn[] = {32, 64, 128, 25
 /* The colours the charts use; tests/integration/test_report.sh looks for them in the PNG. */
 #define COLOR_BEST "#1f77b4"
 #define COLOR_DEFAULT "#ff7f0e"
+#define COLOR_INCUMBENT "#2ca02c"
 
 typedef struct {
     uint64_t shape_id;
@@ -41,6 +43,7 @@ typedef struct {
     uint32_t bs[MAX_BS];
     size_t n_bs;
     double best[MAX_BS], def[MAX_BS]; /* 0 = none */
+    double inc[MAX_BS];               /* the incumbent file's entry (the ship guard's); 0 = none */
     krn_config_t best_cfg[MAX_BS];
     double heat[N_BM][N_BN];        /* best over the other parameters at heat_m; 0 = none */
     uint64_t status[WIRE_N_STATUS]; /* rows by Moetune__Status value */
@@ -53,6 +56,7 @@ typedef struct {
     char device[128], driver[32], toolkit[32], backend[16], compiler[48], kernel[80], versions[256], uuid[96];
     uint64_t rows;
     int oom;
+    shipguard_t *guard; /* the sweep's ship-guard rows (shipguard.h) */
 } rctx_t;
 
 /* The config SGLang and vLLM run without a file (docs/engines.md): bf16 16x32x64 GROUP 1
@@ -76,11 +80,12 @@ static size_t bs_index(rshape_t *s, uint32_t m) {
         s->bs[i] = s->bs[i - 1];
         s->best[i] = s->best[i - 1];
         s->def[i] = s->def[i - 1];
+        s->inc[i] = s->inc[i - 1];
         s->best_cfg[i] = s->best_cfg[i - 1];
         i--;
     }
     s->bs[i] = m;
-    s->best[i] = s->def[i] = 0;
+    s->best[i] = s->def[i] = s->inc[i] = 0;
     return i;
 }
 
@@ -116,6 +121,9 @@ static mt_status_t on_row(void *vctx, const dbq_result_t *r) {
     }
     krn_config_t d;
     if (engine_default(&r->shape, r->batch_size, &d) && memcmp(&d, &r->config, sizeof d) == 0) s->def[i] = r->median_us;
+    const char *role = shipguard_role(c->guard, r); /* the ship guard's rows: any dtype's default, the incumbent */
+    if (role && strcmp(role, "default") == 0) s->def[i] = r->median_us;
+    if (role && strcmp(role, "incumbent") == 0) s->inc[i] = r->median_us;
     if (r->batch_size == c->heat_m) {
         for (size_t a = 0; a < N_BM; a++)
             for (size_t b = 0; b < N_BN; b++)
@@ -155,7 +163,7 @@ static void heat_color(double t, char *buf, size_t len) {
 static void latency_chart(FILE *f, const rshape_t *s) {
     const double W = 640, H = 300, L = 70, R = 20, T = 20, B = 45;
     double ymax = 0;
-    for (size_t i = 0; i < s->n_bs; i++) ymax = fmax(ymax, fmax(s->best[i], s->def[i]));
+    for (size_t i = 0; i < s->n_bs; i++) ymax = fmax(ymax, fmax(s->best[i], fmax(s->def[i], s->inc[i])));
     if (ymax <= 0) ymax = 1;
     ymax *= 1.08;
     double x0 = log2(s->bs[0]), x1 = log2(s->bs[s->n_bs - 1]);
@@ -185,11 +193,15 @@ static void latency_chart(FILE *f, const rshape_t *s) {
     const struct {
         const double *v;
         const char *color, *name, *dash;
-    } series[] = {{s->best, COLOR_BEST, "best", ""},
-                  {s->def, COLOR_DEFAULT, "engine default", " stroke-dasharray=\"6 4\""}};
-    for (size_t k = 0; k < 2; k++) {
+        const char *cls;
+    } series[] = {{s->best, COLOR_BEST, "best", "", "best"},
+                  {s->def, COLOR_DEFAULT, "engine default", " stroke-dasharray=\"6 4\"", "default"},
+                  {s->inc, COLOR_INCUMBENT, "incumbent file", " stroke-dasharray=\"2 3\"", "incumbent"}};
+    bool any_inc = false;
+    for (size_t i = 0; i < s->n_bs; i++) any_inc = any_inc || s->inc[i] > 0;
+    for (size_t k = 0; k < (any_inc ? 3u : 2u); k++) {
         fprintf(f, "<polyline class=\"series %s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"",
-                k ? "default" : "best", series[k].color, series[k].dash);
+                series[k].cls, series[k].color, series[k].dash);
         for (size_t i = 0; i < s->n_bs; i++)
             if (series[k].v[i] > 0) fprintf(f, "%.1f,%.1f ", PX(s->bs[i]), PY(series[k].v[i]));
         fprintf(f, "\"/>\n");
@@ -198,8 +210,7 @@ static void latency_chart(FILE *f, const rshape_t *s) {
                 fprintf(f,
                         "<circle class=\"point %s\" cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\"><title>M=%u: %.2f "
                         "us</title></circle>\n",
-                        k ? "default" : "best", PX(s->bs[i]), PY(series[k].v[i]), series[k].color, s->bs[i],
-                        series[k].v[i]);
+                        series[k].cls, PX(s->bs[i]), PY(series[k].v[i]), series[k].color, s->bs[i], series[k].v[i]);
         fprintf(f,
                 "<rect x=\"%.0f\" y=\"%.0f\" width=\"14\" height=\"10\" fill=\"%s\"/><text x=\"%.0f\" y=\"%.0f\" "
                 "font-size=\"11\">%s</text>\n",
@@ -430,7 +441,10 @@ int cmd_report(const cli_cmd_t *cmd, cli_opts_t *o) {
     dbq_filter_t flt;
     memset(&flt, 0, sizeof flt);
     flt.sweep_id = o->sweep;
-    if (dbq_results(q, &flt, on_row, &c, err, sizeof err) != MT_OK) {
+    uint64_t one = o->sweep;
+    dbq_select_t gsel = {.ids = &one, .n_ids = 1};
+    if (shipguard_load(q, &gsel, EXP_ENGINE_NONE, &c.guard, err, sizeof err) != MT_OK ||
+        dbq_results(q, &flt, on_row, &c, err, sizeof err) != MT_OK) {
         code = cli_fail(cmd, err);
         goto out;
     }
@@ -457,6 +471,7 @@ int cmd_report(const cli_cmd_t *cmd, cli_opts_t *o) {
 out:
     if (sw.spec) moetune__sweep_spec__free_unpacked(sw.spec, NULL);
     dbq_close(&q);
+    shipguard_free(&c.guard);
     free(c.s);
     return code;
 }

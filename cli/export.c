@@ -24,6 +24,7 @@
 #include "moetune.pb-c.h"
 #include "mt.h"
 #include "query.h"
+#include "shipguard.h"
 #include "states.h"
 
 #define MAX_FILE_SWEEPS 16
@@ -93,6 +94,7 @@ typedef struct {
     size_t n_pend, cap_pend;
     int lock_fd;
     uint32_t recovered; /* renames of an interrupted export completed first */
+    shipguard_t *guard; /* the ship guard's rows and decisions (shipguard.h) */
 } run_t;
 
 const char *exp_state_name(exp_state_t s) {
@@ -923,7 +925,7 @@ static void kept_coverage(json_t *cov, json_t *orec, const entry_t *ents, size_t
  * anything is created). */
 static int check_coverage(const run_t *x, const dbq_result_t *first, const entry_t *ents, size_t n, const char *rel,
                           char *err, size_t errlen) {
-    uint64_t ids[MAX_FILE_SWEEPS];
+    uint64_t ids[MAX_FILE_SWEEPS] = {0};
     size_t n_ids = entry_sweeps(ents, n, ids);
     exp_file_t f;
     char why[400];
@@ -1127,7 +1129,14 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
     p->meta.shape_id = first->shape_id;
     snprintf(p->meta.dir, sizeof p->meta.dir, "%s", first->export_dir);
     p->rec = manifest_record(first, ents, n_ents, &p->meta, orec);
-    uint64_t ids[MAX_FILE_SWEEPS];
+    json_t *rec_entries = json_object_get(p->rec, "entries");
+    for (size_t k = 0; k < n_ents; k++) { /* what each entry buys over the engine's default and the incumbent */
+        char key[16];
+        snprintf(key, sizeof key, "%u", ents[k].bs);
+        if (ents[k].row) shipguard_entry(x->guard, ents[k].row, json_object_get(rec_entries, key));
+    }
+    shipguard_file(x->guard, p->rec, f->guard, sizeof f->guard);
+    uint64_t ids[MAX_FILE_SWEEPS] = {0};
     size_t n_ids = entry_sweeps(ents, n_ents, ids);
     char why[400];
     json_t *cov = file_coverage(x, first, ids, n_ids, f, why, sizeof why);
@@ -1296,6 +1305,7 @@ out:
 }
 
 static void run_free(run_t *x) {
+    shipguard_free(&x->guard);
     for (size_t i = 0; i < x->n_pend; i++) {
         free(x->pend[i].text);
         json_decref(x->pend[i].rec);
@@ -1376,6 +1386,7 @@ typedef struct {
     split_t split[MAX_SPLIT_BM];
     size_t n_split;
     const split_t *pair; /* the chosen pair, set when the file is split */
+    split_t guard_pair;  /* the ship guard's config for both GEMMs, where it beats the pair (shipguard.h) */
 } cell_t;
 
 typedef struct {
@@ -1698,6 +1709,22 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
     else if (rc == MT_INVAL && g.bad[0])
         mt_fmt(err, errlen, "%s", g.bad);
     if (rc != MT_OK) goto out;
+    size_t kept = 0;
+    for (size_t k = 0; k < g.n; k++) { /* the ship guard: never slower than the default or the incumbent */
+        cell_t *c = &g.cells[k];
+        const dbq_result_t *ship = shipguard_ship(x->guard, &c->best);
+        if (!ship) { /* between two keys, where the engine's entry holds: no key */
+            free(c->versions);
+            continue;
+        }
+        if (ship != &c->best) {
+            keep_row(&c->second, &c->best, c->versions);
+            c->has_second = true;
+            keep_row(&c->best, ship, c->versions);
+        }
+        g.cells[kept++] = *c;
+    }
+    g.n = kept;
     dbq_close(q);
     if (g.other_backend[0]) {
         bool sim = strcmp(g.other_backend, "sim") == 0;
@@ -1779,6 +1806,16 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
         }
         if (!gr->split)
             for (size_t k = i; k < j; k++) g.cells[k].pair = NULL;
+        for (size_t k = i; gr->split && k < j; k++) { /* the ship guard, whole layer against the pair */
+            cell_t *ck = &g.cells[k];
+            const dbq_result_t *lay =
+                shipguard_layer(x->guard, &ck->best, ck->pair->up.up_us + ck->pair->down.down_us);
+            if (!lay) continue;
+            ck->guard_pair = (split_t){.bm = lay->config.block_m, .has_up = true, .has_down = true};
+            keep_row(&ck->guard_pair.up, lay, ck->versions);
+            keep_row(&ck->guard_pair.down, lay, ck->versions);
+            ck->pair = &ck->guard_pair;
+        }
         for (size_t k = i; k < j; k++)
             tmp[k - i] = (entry_t){g.cells[k].bs, g.cells[k].best.config, &g.cells[k].best, 0, false, NULL};
         rc = check_coverage(x, &c->best, tmp, j - i, gr->rel, err, errlen);
@@ -1827,6 +1864,18 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
     if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
     if (rc == MT_INVAL && v.bad[0]) mt_fmt(err, errlen, "%s", v.bad);
     if (rc != MT_OK) goto out;
+    size_t kept = 0;
+    for (size_t k = 0; k < v.n; k++) { /* the ship guard: never slower than the default or the incumbent */
+        const dbq_result_t *ship = shipguard_ship(x->guard, &v.rows[k]);
+        if (!ship) continue; /* between two keys, where the engine's entry holds: no key */
+        if (ship != &v.rows[k]) {
+            v.ru[k] = v.rows[k];
+            v.rows[k] = *ship;
+        }
+        v.rows[kept] = v.rows[k];
+        v.ru[kept++] = v.ru[k];
+    }
+    v.n = kept;
     dbq_close(q);
     if (v.n == 0) {
         rc = no_results(o, err, errlen);
@@ -1928,6 +1977,7 @@ mt_status_t exp_run(const exp_opts_t *o, exp_report_t *rep, char *err, size_t er
     rc = dbx_exports_writable(o->db_path, err, errlen);
     if (rc != MT_OK) goto out;
     rc = load_coverage(&x, q, err, errlen);
+    if (rc == MT_OK) rc = shipguard_load(q, &x.sel, o->engine, &x.guard, err, errlen);
     if (rc != MT_OK) goto out;
     rc = o->engine != EXP_ENGINE_NONE ? engine_run(&x, &q, rep, err, errlen) : plain_run(&x, &q, rep, err, errlen);
 out:

@@ -122,6 +122,8 @@ typedef struct {
     char coverage[512]; /* per batch size "measured/planned", for partial files */
     uint32_t sample;    /* the picks come from a sample of at most this many configs per shape
                          * (--sample; the manifest's coverage says so too); 0 = the whole space */
+    char guard[400];    /* what the file buys over the engine's default and the incumbent, one line
+                         * (shipguard.h); "" when nothing was guarded */
 } exp_file_t;
 
 typedef struct {

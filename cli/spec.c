@@ -11,6 +11,7 @@
 
 #include "convert.h"
 #include "engines.h"
+#include "shipguard.h"
 #include "mt.h"
 #include "planner.h"
 #include "presets.h"
@@ -48,6 +49,8 @@ struct cli_spec {
     char routing_abs[4096];
     char *engines[2];
     size_t n_engines;
+    cli_guard_t *guard; /* --baseline files and folders (shipguard.h) */
+    bool no_guard;      /* --guard off */
     int depth; /* nesting of spec files, to refuse a file that includes itself */
     bool finished;
 };
@@ -173,6 +176,26 @@ static mt_status_t set_space(cli_spec_t *s, const void *arg, const char *opt, co
     intptr_t i = (intptr_t)arg;
     return parse_list(opt, val, krn_config_fields[i].max, KRN_MAX_VALUES, s->space_vals[i], &s->n_space[i], err,
                       errlen);
+}
+
+/* --baseline FILE|DIR: kept for cli_guard_resolve at finish; repeatable. */
+static mt_status_t set_baseline(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                                size_t errlen) {
+    (void)arg, (void)opt;
+    if (!s->guard && !(s->guard = cli_guard_new())) return MT_NOMEM;
+    return cli_guard_add_baseline(s->guard, val, err, errlen);
+}
+
+/* --guard on|off. */
+static mt_status_t set_guard(cli_spec_t *s, const void *arg, const char *opt, const char *val, char *err,
+                             size_t errlen) {
+    (void)arg;
+    if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {
+        mt_fmt(err, errlen, "--%s %s: on or off", opt, val);
+        return MT_INVAL;
+    }
+    s->no_guard = strcmp(val, "off") == 0;
+    return MT_OK;
 }
 
 /* --configs 64x128x64x16x4x4,...: appends each config; repeatable. */
@@ -481,6 +504,18 @@ static const opt_def_t k_opts[] = {
       "triton child costs about 6 s)"},
      set_round_process,
      0},
+    {{"baseline", "FILE|DIR",
+      "the ship guard's incumbent: the config file the engine would load without this sweep's (FILE; its name says "
+      "its shape), or an engine's config folder searched as the engine searches it (DIR); its entry nearest each "
+      "batch size is measured beside the finalists and a pick must beat it; repeatable"},
+     set_baseline,
+     0},
+    {{"guard", "on|off",
+      "the ship guard (default on): the engine's default config and the --baseline entry for each batch size are "
+      "measured beside the finalists, and export never ships a config slower than either; off measures the search "
+      "alone"},
+     set_guard,
+     0},
     {{"spec", "FILE.json", "read the spec from a JSON file (flags after it override)"}, set_specfile, 0},
 };
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])
@@ -509,6 +544,7 @@ void cli_spec_destroy(cli_spec_t **sp) {
     cli_spec_t *s = *sp;
     for (size_t i = 0; i < s->n_models; i++) free(s->models[i]);
     for (size_t i = 0; i < s->n_model_cfgs; i++) free(s->model_cfgs[i]);
+    cli_guard_destroy(&s->guard);
     free(s);
     *sp = NULL;
 }
@@ -972,6 +1008,11 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
         s->measure.fresh_rounds = m.fresh_rounds;
         s->spec.measure = &s->measure;
     }
+    s->spec.no_guard = s->no_guard;
+    if (s->guard) {
+        rc = cli_guard_resolve(s->guard, &s->spec, s->shapes, s->n_shapes, NULL, err, errlen);
+        if (rc != MT_OK) return rc;
+    }
     s->finished = true;
     return MT_OK;
 }
@@ -1070,6 +1111,10 @@ mt_status_t cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__Sweep
     diff_str(diff, len, &n, "strategy", sa, sb);
     diff_str(diff, len, &n, "device filter", was->device_filter, now->device_filter);
     diff_str(diff, len, &n, "routing", was->routing_path, now->routing_path);
+    diff_str(diff, len, &n, "guard", was->no_guard ? "off" : "on", now->no_guard ? "off" : "on");
+    if (!cli_guard_same_incumbents(was, now)) /* the --baseline entries, wherever the file lay */
+        add_diff(diff, len, &n, "baseline", was->n_incumbents ? "given" : "none",
+                 now->n_incumbents ? "other entries" : "none");
     {
         char ea[64] = "", eb[64] = "";
         for (size_t i = 0; i < was->n_engines; i++)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "guard.h"
 #include "mt.h"
 
 bool halving_is(const char *strategy) { return strategy && strcmp(strategy, "halving") == 0; }
@@ -302,10 +303,8 @@ mt_status_t halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, c
     memset(out, 0, sizeof *out);
     if (!chunk) chunk = 16;
     int rc = store_sweep_phases_each(db, sweep_id, probe, &p);
-    if (!rc && p.planned) {
-        out->already = true;
-        return MT_OK;
-    }
+    if (!rc && p.planned) /* planned before: its phase 2 is over, the ship guard's gaps are next (guard.h) */
+        return guard_gaps_advance(db, sweep_id, shape_id, bs, nb, now_s, out);
     if (!rc) rc = store_phase_rows_each(db, sweep_id, shape_id, 1, collect, &c);
     /* Phase 1 measured on several GPUs: each batch size's finalists in one job, so that one card
      * measures them all side by side (cards of one model read a few percent apart;
@@ -313,6 +312,13 @@ mt_status_t halving_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, c
     for (size_t i = 1; i < c.n && chunk != UINT32_MAX; i++)
         if (c.rows[i].device_id != c.rows[0].device_id) chunk = UINT32_MAX;
     if (!rc) rc = decide > 0 ? halving_choose_decide(c.rows, c.n, nb, decide) : halving_choose(c.rows, c.n, nb);
+    /* the ship guard: what the engine runs without the file, beside the finalists (guard.h); the
+     * decide step's rows of a batch size in one job, so the guard's are beside all of them */
+    guard_step_t gs = {0};
+    if (!rc) rc = guard_advance(db, sweep_id, shape_id, bs, nb, &c.rows, &c.n, &c.cap, &gs);
+    if (!rc && gs.rows && decide > 0) chunk = UINT32_MAX;
+    if (!rc && gs.new_rows) rc = store_sweep_add_planned(db, sweep_id, gs.new_rows);
+    out->guard_new = gs.new_rows;
     if (!rc) rc = plan_rows(db, sweep_id, shape_id, bs, nb, chunk, !(decide > 0), now_s, c.rows, c.n, out);
     free(c.rows);
     return rc;

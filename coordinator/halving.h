@@ -94,6 +94,7 @@ typedef struct {
     double min_us; /* its fastest sample (0: not known) */
     uint32_t rank; /* out: 1 = fastest at its batch size */
     bool finalist; /* out */
+    bool guard;    /* a ship-guard config (guard.h): measured beside the finalists */
 } halving_row_t;
 
 /* Pure: ranks rows per batch size (median, then config id) and marks the finalists:
@@ -133,6 +134,7 @@ typedef struct {
     uint32_t finalists; /* (config, batch size) pairs that go on */
     uint32_t pruned;    /* phase-1 ok rows turned 'pruned' */
     uint32_t jobs;      /* phase-2 jobs stored */
+    uint32_t guard_new; /* result rows the ship guard added outside the searched space (guard.h) */
 } halving_step_t;
 
 /* halving_plan_shape inside the caller's open transaction (the coordinator's commit

@@ -7,6 +7,7 @@
 
 #include "convert.h"
 #include "engines.h"
+#include "guard.h"
 #include "halving.h"
 #include "order.h"
 #include "mt.h"
@@ -475,6 +476,8 @@ mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *d
         rc = MT_INVAL;
         goto out;
     }
+    /* the ship guard: a listed space's one job also measures the engine's default and the incumbent */
+    if (guard_plan_listed(spec, p)) goto nomem;
     if (plan_shape_chunks(p)) goto nomem;
     if (dev && dev->warm && !p->space.n_list) plan_warm(p, dev); /* a listed space is measured whole */
     for (size_t i = 0; i < p->n_shapes; i++) p->jobs += (uint32_t)plan_shape_jobs(&p->shapes[i]);
@@ -565,6 +568,7 @@ mt_status_t plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, i
         rc = store_shape(db, &p->shapes[p->order[i]], sweep_id, now, 0, first);
     for (size_t i = 0; !rc && first == 1 && i < p->n_shapes; i++)
         rc = store_shape(db, &p->shapes[p->order[i]], sweep_id, now, 1, SIZE_MAX);
+    if (!rc) rc = guard_write_listed(db, spec, p, sweep_id); /* the ship guard's rows (guard.h) */
     if (!rc) rc = store_sweep_set_planned(db, sweep_id, p->results_planned);
     free(packed);
     if (rc == MT_NOMEM) {

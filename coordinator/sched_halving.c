@@ -57,7 +57,7 @@ mt_status_t sched_halving_load(sched_t *s, sweep_t *sw) {
 
 bool sched_halving_waiting(const sweep_t *sw) {
     for (size_t h = 0; sw->halving && h < sw->n_hv; h++)
-        if (sw->hv_state[h] != HV_PLANNED) return true;
+        if (sw->hv_state[h] != (sw->gaps ? HV_GAPPED : HV_PLANNED)) return true;
     return false;
 }
 
@@ -75,14 +75,16 @@ mt_status_t sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
         sweep_t *sw = s->sweeps[i];
         if (!sw->halving || !sw->halving_due || sw->state != WIRE_SWEEP_RUNNING) continue;
         for (size_t h = 0; h < sw->n_hv; h++) {
-            /* a shape waits for its phase 2 while any of its jobs is pending or leased */
-            if (sw->hv_state[h] != HV_WAIT || sw->hv_open[h]) continue;
+            /* a shape waits for its phase 2 while any of its jobs is pending or leased, and for
+             * the ship guard's batch sizes between the keys while any phase-2 job is */
+            bool gaps = sw->gaps && sw->hv_state[h] == HV_PLANNED;
+            if ((sw->hv_state[h] != HV_WAIT && !gaps) || sw->hv_open[h]) continue;
             bhalving_t *a = realloc(hv, (n + 1) * sizeof *a);
             uint32_t *bs = a ? mt_malloc(sw->nb * sizeof *bs) : NULL;
             if (a) hv = a;
             if (!a || !bs) {
                 free(bs);
-                for (size_t k = 0; k < n; k++) hv[k].sw->hv_state[hv[k].h] = HV_WAIT;
+                for (size_t k = 0; k < n; k++) hv[k].sw->hv_state[hv[k].h] = hv[k].gaps ? HV_PLANNED : HV_WAIT;
                 sched_halving_free(hv, n);
                 return MT_NOMEM;
             }
@@ -94,8 +96,9 @@ mt_status_t sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
                                    .bs = bs,
                                    .nb = sw->nb,
                                    .chunk = sw->chunk,
-                                   .decide = sw->decide};
-            sw->hv_state[h] = HV_TAKEN;
+                                   .decide = sw->decide,
+                                   .gaps = gaps};
+            sw->hv_state[h] = gaps ? HV_GAP_TAKEN : HV_TAKEN;
         }
         sw->halving_due = false; /* a job that ends sets it again */
     }
@@ -113,16 +116,20 @@ void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, ui
                        "sweep %llu shape %llu: halving's phase 2 not planned yet (its commit failed); "
                        "the next batch carries it again",
                        (unsigned long long)sw->id, (unsigned long long)hv[i].shape_id);
-            sw->hv_state[hv[i].h] = HV_WAIT; /* the next batch carries it again */
+            sw->hv_state[hv[i].h] = hv[i].gaps ? HV_PLANNED : HV_WAIT; /* the next batch carries it again */
             sw->halving_due = true;
             continue;
         }
-        sw->hv_state[hv[i].h] = HV_PLANNED;
+        sw->hv_state[hv[i].h] = hv[i].gaps ? HV_GAPPED : HV_PLANNED;
+        if (!hv[i].gaps && sw->gaps) sw->halving_due = true; /* its gaps once its phase 2 is over */
         sw->pruned += hv[i].st.pruned;
+        if (!hv[i].st.already) sw->planned += hv[i].st.guard_new;   /* the ship guard's rows (guard.h) */
         if (!hv[i].st.already) sw->finalists += hv[i].st.finalists; /* planned before: counted at load */
         log_at(MT_LOG_INFO, "sweep %llu shape %llu: %s: %u finalist rows in %u phase-2 jobs, %u rows pruned%s",
                (unsigned long long)sw->id, (unsigned long long)hv[i].shape_id,
-               sw->decide > 0 ? "racing over, near-ties re-measured side by side" : "halving phase 1 over",
+               hv[i].gaps       ? "side by side over, the batch sizes between the keys checked"
+               : sw->decide > 0 ? "racing over, near-ties re-measured side by side"
+                                : "halving phase 1 over",
                hv[i].st.finalists, hv[i].st.jobs, hv[i].st.pruned, hv[i].st.already ? " (planned before)" : "");
     }
     if (!committed) return;

@@ -99,6 +99,7 @@ struct sweep {
     double decide;
     bool listed;      /* a list of configs (tune --configs): its jobs are never split (side by side) */
     bool halving_due; /* a phase-1 job ended: a shape's phase 2 may be due */
+    bool gaps;        /* the ship guard's batch sizes between the keys follow each shape's phase 2 (guard.h) */
     Moetune__Measure measure1;
     uint64_t *hv_shapes;
     uint8_t *hv_state;
@@ -181,7 +182,7 @@ typedef struct {
 } bjob_t;
 
 /* Where a halving shape's phase 2 stands. */
-enum { HV_WAIT, HV_TAKEN, HV_PLANNED };
+enum { HV_WAIT, HV_TAKEN, HV_PLANNED, HV_GAP_TAKEN, HV_GAPPED };
 
 /* A halving phase transition in a batch: the writer runs it in the batch's transaction. */
 typedef struct {
@@ -192,6 +193,7 @@ typedef struct {
     size_t nb;
     uint32_t chunk;
     double decide;     /* the sweep's: 0 for halving */
+    bool gaps;         /* phase 2 is over: the batch sizes between the keys (guard.h) */
     halving_step_t st; /* what the writer did */
 } bhalving_t;
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "guard.h"
 #include "halving.h"
 #include "mt.h"
 #include "planner.h"
@@ -115,6 +116,8 @@ static mt_status_t load_job(void *ctx, const store_job_row_t *row) {
     j->phase = row->phase;
     if (row->batch_sizes) {
         int prc = halving_bs_parse(row->batch_sizes, lc->sw->bs, lc->sw->nb, &j->bs, &j->nb);
+        if (prc && row->phase >= 2 && lc->sw->gaps) /* the ship guard's: a batch size between the keys */
+            prc = guard_gap_bs_parse(row->batch_sizes, &j->bs, &j->nb);
         if (prc) {
             log_at(MT_LOG_ERROR, "job %llu: batch sizes '%.64s' are not the sweep's", (unsigned long long)row->id,
                    row->batch_sizes);
@@ -219,6 +222,7 @@ static int sweep_new(const store_sweep_row_t *row, const Moetune__SweepSpec *spe
     sw->listed = spec->space && spec->space->n_configs > 0;
     sw->decide = halving_decide_margin(spec->strategy, &sw->measure);
     sw->halving = halving_is(spec->strategy) || sw->decide > 0;
+    sw->gaps = sw->halving && !spec->no_guard;
     if (sw->halving) {
         halving_measure(&sw->measure, 1, sw->decide > 0, &sw->measure1);
         halving_measure(&sw->measure, 2, sw->decide > 0, &sw->measure);

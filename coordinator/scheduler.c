@@ -827,11 +827,14 @@ mt_status_t sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uin
     size_t crashed = 0;
     for (size_t i = 0; i < r->n_measurements; i++) {
         int bi = bs_index(sw, r->measurements[i]->batch_size);
-        if (bi < 0 || !sched_job_has_bs(j, r->measurements[i]->batch_size) || sw->seen[bi] == sw->stamp) {
+        /* a job of one batch size between the keys (the ship guard's) has no index: it cannot repeat */
+        bool gap = bi < 0 && j->bs && j->nb == 1 && r->n_measurements == 1;
+        if ((bi < 0 && !gap) || !sched_job_has_bs(j, r->measurements[i]->batch_size) ||
+            (!gap && sw->seen[bi] == sw->stamp)) {
             mt_fmt(why, sizeof why, "batch size %u is not one of the job's or repeats", r->measurements[i]->batch_size);
             return reject_holder(s, w, j, r->seq, why, now_ms);
         }
-        sw->seen[bi] = sw->stamp;
+        if (!gap) sw->seen[bi] = sw->stamp;
         if (r->measurements[i]->status == MOETUNE__STATUS__STATUS_CRASHED) crashed++;
     }
     bool crash = crashed == r->n_measurements;

@@ -16,6 +16,7 @@ struct dbq {
      * there is a routings table; older files read '') or 3 (v4 and later: results has phase;
      * older files read 1) */
     int walk;
+    bool guard; /* schema 6 and later: the ship guard's table (coordinator/guard.h) */
 };
 
 /* Columns every result walk reads, in the order row_from() expects. */
@@ -107,27 +108,40 @@ static const char *const k_sql_export_latest[4] = SQL_BY_VERSION(SQL_EXPORT_LATE
 
 /* Per (sweep, dir, device, shape) that has results, per batch size the sweep measured:
  * configs measured there (rows of any status), configs planned for the shape (its jobs'
- * configs and any config with a result), and the sweep's state. */
-static const char k_sql_coverage[] =
-    "WITH sel AS (SELECT id, state FROM sweeps WHERE ?1 IS NULL OR id IN (SELECT value FROM json_each(?1))),"
-    " plan AS (SELECT sweep_id, shape_id, count(*) AS n FROM ("
-    "   SELECT j.sweep_id, j.shape_id, jc.config_id FROM jobs j JOIN job_configs jc ON jc.job_id = j.id"
-    "   WHERE j.sweep_id IN (SELECT id FROM sel)"
-    "   UNION SELECT sweep_id, shape_id, config_id FROM results WHERE sweep_id IN (SELECT id FROM sel))"
-    "  GROUP BY sweep_id, shape_id),"
-    " sizes AS (SELECT DISTINCT sweep_id, batch_size FROM results WHERE sweep_id IN (SELECT id FROM sel)),"
-    " meas AS (SELECT r.sweep_id, CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END AS dir,"
-    "   COALESCE(d.name, 'unknown') AS dev, r.shape_id, r.batch_size, count(DISTINCT r.config_id) AS n"
-    "   FROM results r LEFT JOIN devices d ON d.id = r.device_id WHERE r.sweep_id IN (SELECT id FROM sel)"
-    "   GROUP BY r.sweep_id, dir, dev, r.shape_id, r.batch_size),"
-    " files AS (SELECT DISTINCT sweep_id, dir, dev, shape_id FROM meas)"
-    " SELECT f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size, COALESCE(m.n, 0), p.n, s.state"
-    " FROM files f JOIN sizes z ON z.sweep_id = f.sweep_id"
-    " JOIN plan p ON p.sweep_id = f.sweep_id AND p.shape_id = f.shape_id JOIN sel s ON s.id = f.sweep_id"
-    " LEFT JOIN meas m ON m.sweep_id = f.sweep_id AND m.dir = f.dir AND m.dev = f.dev"
-    "  AND m.shape_id = f.shape_id AND m.batch_size = z.batch_size"
-    " ORDER BY f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size";
-
+ * configs and any config with a result), and the sweep's state. [1]: a file of schema 6 or
+ * later leaves out the ship guard's configs outside the searched space (the guard table's
+ * searched = 0), measured at their own batch sizes only, and its batch sizes between the keys. */
+#define SQL_COVERAGE(notg, notgap)                                                                                     \
+    "WITH sel AS (SELECT id, state FROM sweeps WHERE ?1 IS NULL OR id IN (SELECT value FROM json_each(?1))),"          \
+    " plan AS (SELECT sweep_id, shape_id, count(*) AS n FROM ("                                                        \
+    "   SELECT j.sweep_id, j.shape_id, jc.config_id FROM jobs j JOIN job_configs jc ON jc.job_id = j.id"               \
+    "   WHERE j.sweep_id IN (SELECT id FROM sel)"                                                                      \
+    "   UNION SELECT sweep_id, shape_id, config_id FROM results WHERE sweep_id IN (SELECT id FROM sel))"               \
+    "  x WHERE 1" notg("x") " GROUP BY sweep_id, shape_id),"                                                           \
+    " sizes AS (SELECT DISTINCT sweep_id, batch_size FROM results x WHERE sweep_id IN (SELECT id FROM sel)"            \
+    notgap(x) "),"                                                                                                     \
+    " meas AS (SELECT r.sweep_id, CASE WHEN r.backend = 'sim' THEN 'sim' ELSE r.compiler END AS dir,"                  \
+    "   COALESCE(d.name, 'unknown') AS dev, r.shape_id, r.batch_size, count(DISTINCT r.config_id) AS n"                \
+    "   FROM results r LEFT JOIN devices d ON d.id = r.device_id WHERE r.sweep_id IN (SELECT id FROM sel)"             \
+    notg("r") "   GROUP BY r.sweep_id, dir, dev, r.shape_id, r.batch_size),"                                           \
+    " files AS (SELECT DISTINCT sweep_id, dir, dev, shape_id FROM meas)"                                               \
+    " SELECT f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size, COALESCE(m.n, 0), p.n, s.state"                       \
+    " FROM files f JOIN sizes z ON z.sweep_id = f.sweep_id"                                                            \
+    " JOIN plan p ON p.sweep_id = f.sweep_id AND p.shape_id = f.shape_id JOIN sel s ON s.id = f.sweep_id"              \
+    " LEFT JOIN meas m ON m.sweep_id = f.sweep_id AND m.dir = f.dir AND m.dev = f.dev"                                 \
+    "  AND m.shape_id = f.shape_id AND m.batch_size = z.batch_size"                                                    \
+    " ORDER BY f.sweep_id, f.dir, f.dev, f.shape_id, z.batch_size"
+#define COVERAGE_ALL(t) ""
+#define COVERAGE_ALL_SIZES(t) ""
+/* a batch size between the keys (the guard's "nearest" rows) is no planned batch size */
+#define COVERAGE_NOT_GAP(t)                                                                                            \
+    " AND NOT EXISTS (SELECT 1 FROM guard g WHERE g.sweep_id = " #t ".sweep_id AND g.batch_size = " #t ".batch_size"   \
+    " AND g.role = 'nearest')"
+#define COVERAGE_NOT_GUARD(t)                                                                                          \
+    " AND NOT EXISTS (SELECT 1 FROM guard g WHERE g.sweep_id = " t ".sweep_id AND g.shape_id = " t ".shape_id"         \
+    " AND g.config_id = " t ".config_id AND g.searched = 0)"
+static const char *const k_sql_coverage[2] = {SQL_COVERAGE(COVERAGE_ALL, COVERAGE_ALL_SIZES),
+                                              SQL_COVERAGE(COVERAGE_NOT_GUARD, COVERAGE_NOT_GAP)};
 static const char *const k_sql_history[4] = SQL_BY_VERSION(SQL_HISTORY);
 
 static const char k_sql_sweeps[] =
@@ -178,6 +192,8 @@ static int open_conn(const char *name, int flags, dbq_t *q, int *code, char *why
         sqlite3_finalize(st);
         st = NULL;
     }
+    q->guard = sqlite3_prepare_v2(q->db, "SELECT searched FROM guard LIMIT 0", -1, &st, NULL) == SQLITE_OK;
+    sqlite3_finalize(st);
     return MT_OK;
 }
 
@@ -368,7 +384,7 @@ mt_status_t dbq_export_rows(dbq_t *q, const dbq_select_t *sel, bool best, dbq_re
 
 mt_status_t dbq_coverage(dbq_t *q, const dbq_select_t *sel, dbq_coverage_fn fn, void *ctx, char *err, size_t errlen) {
     sqlite3_stmt *st = NULL;
-    int rc = prepare(q, k_sql_coverage, &st, err, errlen);
+    int rc = prepare(q, k_sql_coverage[q->guard], &st, err, errlen);
     if (rc != MT_OK) return rc;
     rc = bind_sweeps(st, sel);
     while (rc == MT_OK && next_row(q, st, &rc, err, errlen)) {
@@ -509,5 +525,47 @@ mt_status_t dbq_known_picks(dbq_t *q, const char *device, const char *backend, c
         *n_sweeps = n_sw;
     }
     free(all);
+    return rc;
+}
+
+/* ---- the ship guard (coordinator/guard.h): its rows and their measurements */
+
+/* Each guard row with its config and shape, and its ok result when it has one (NULL
+ * result columns read as 0 and ""); the guard's own columns follow the result walk's. */
+static const char k_sql_guard[] =
+    "SELECT " RESULT_COLS RESULT_COLS_V3 ", g.sweep_id, g.shape_id, g.config_id, g.batch_size, g.role, g.engine,"
+    " g.searched, g.source, r.id IS NOT NULL"
+    " FROM guard g JOIN shapes s ON s.id = g.shape_id JOIN configs c ON c.id = g.config_id"
+    " LEFT JOIN results r ON r.sweep_id = g.sweep_id AND r.shape_id = g.shape_id AND r.config_id = g.config_id"
+    "  AND r.batch_size = g.batch_size AND r.status = 'ok' AND r.median_us > 0"
+    " LEFT JOIN devices d ON d.id = r.device_id LEFT JOIN routings rt ON rt.sha256 = s.routing"
+    " WHERE ?1 IS NULL OR g.sweep_id IN (SELECT value FROM json_each(?1))"
+    " ORDER BY g.sweep_id, g.shape_id, g.batch_size, g.role, g.engine";
+#define GUARD_COL0 40 /* the columns row_from reads */
+
+mt_status_t dbq_guard_rows(dbq_t *q, const dbq_select_t *sel, dbq_guard_fn fn, void *ctx, char *err, size_t errlen) {
+    sqlite3_stmt *st = NULL;
+    if (!q->guard) return MT_OK; /* a file before schema 6: nothing was guarded */
+    int rc = prepare(q, k_sql_guard, &st, err, errlen);
+    if (rc != MT_OK) return rc;
+    rc = bind_sweeps(st, sel);
+    if (rc == MT_OK && sqlite3_column_count(st) != GUARD_COL0 + 9) rc = MT_ERR;
+    while (rc == MT_OK && next_row(q, st, &rc, err, errlen)) {
+        dbq_guard_t g;
+        memset(&g, 0, sizeof g);
+        row_from(st, &g.row);
+        int i = GUARD_COL0;
+        g.row.sweep_id = (uint64_t)sqlite3_column_int64(st, i++);
+        g.row.shape_id = (uint64_t)sqlite3_column_int64(st, i++);
+        g.row.config_id = (uint64_t)sqlite3_column_int64(st, i++);
+        g.row.batch_size = col_u32(st, i++);
+        col_text(st, i++, g.role, sizeof g.role);
+        col_text(st, i++, g.engine, sizeof g.engine);
+        g.searched = sqlite3_column_int(st, i++) != 0;
+        col_text(st, i++, g.source, sizeof g.source);
+        g.measured = sqlite3_column_int(st, i++) != 0;
+        rc = fn(ctx, &g);
+    }
+    sqlite3_finalize(st);
     return rc;
 }

@@ -153,4 +153,25 @@ mt_status_t dbq_known_picks(dbq_t *q, const char *device, const char *backend, c
                             dbq_pick_t *out, size_t max, size_t *n, krn_shape_t *from, uint32_t *n_sweeps, char *err,
                             size_t errlen);
 
+/* One ship-guard row (coordinator/guard.h): a config the engine runs at a batch size without
+ * the sweep's file, and its measurement. row holds the shape and config always; its result
+ * fields only when measured (an ok row; else 0 and ""); its sweep, shape, config and batch
+ * size are the guard row's. */
+typedef struct {
+    dbq_result_t row;
+    char role[16];    /* "default" or "incumbent" */
+    char engine[16];  /* "sglang", "vllm" */
+    char source[256]; /* the rule, or the incumbent file and its key */
+    bool searched;    /* in the sweep's searched space */
+    bool measured;    /* it has an ok row */
+} dbq_guard_t;
+
+/* Returns as dbq_result_fn; g is valid during the call (row.versions too). */
+typedef mt_status_t (*dbq_guard_fn)(void *ctx, const dbq_guard_t *g);
+
+/* Walks the guard rows of the selected sweeps (sel NULL or n_ids 0 = every sweep), ordered by
+ * sweep, shape, batch size, role, engine; none in a file before schema 6. Returns as
+ * dbq_results. */
+mt_status_t dbq_guard_rows(dbq_t *q, const dbq_select_t *sel, dbq_guard_fn fn, void *ctx, char *err, size_t errlen);
+
 #endif

@@ -1,4 +1,4 @@
--- moetune store, schema version 5. The coordinator applies it through db/store.c
+-- moetune store, schema version 6. The coordinator applies it through db/store.c
 -- (PRAGMA user_version); this file is the readable copy and is embedded at build time.
 CREATE TABLE devices (
   id INTEGER PRIMARY KEY,
@@ -111,4 +111,20 @@ CREATE TABLE routings (             -- captured routing files sweeps were planne
   source TEXT NOT NULL,             -- the path the sweep was given
   tokens INTEGER NOT NULL, topk INTEGER NOT NULL,
   created INTEGER NOT NULL
+);
+-- The ship guard: per (sweep, shape, batch size) the configs the engine runs without the tuned
+-- file (its default for that M) or with the file it would otherwise load (the incumbent), measured
+-- beside the finalists so that export never ships a config slower than either.
+CREATE TABLE guard (
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),
+  shape_id INTEGER NOT NULL REFERENCES shapes(id),
+  batch_size INTEGER NOT NULL,
+  role TEXT NOT NULL CHECK (role IN ('default', 'incumbent', 'nearest', 'other')), -- between two keys
+                                   -- (a batch size of no key): the config the engine takes there
+                                   -- (nearest key's) and the other neighbour's
+  engine TEXT NOT NULL,            -- whose rule or file: 'sglang', 'vllm'
+  config_id INTEGER NOT NULL REFERENCES configs(id),
+  searched INTEGER NOT NULL,       -- 1 when the config is in the sweep's searched space for the shape
+  source TEXT NOT NULL,            -- 'get_default_config (M <= E)', or the incumbent file and its key
+  PRIMARY KEY (sweep_id, shape_id, batch_size, role, engine)
 );

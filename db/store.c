@@ -306,6 +306,18 @@ static const char *const g_upgrade[STORE_SCHEMA_VERSION + 1] = {
     /* The index on (shape, batch size, status, median) cost about half of a result row's
      * insert and no read needs it (docs/performance.md). */
     [5] = "DROP INDEX IF EXISTS results_best;\n",
+    /* the ship guard's rows (schema.sql) */
+    [6] = "CREATE TABLE guard (\n"
+          "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),\n"
+          "  shape_id INTEGER NOT NULL REFERENCES shapes(id),\n"
+          "  batch_size INTEGER NOT NULL,\n"
+          "  role TEXT NOT NULL CHECK (role IN ('default', 'incumbent', 'nearest', 'other')),\n"
+          "  engine TEXT NOT NULL,\n"
+          "  config_id INTEGER NOT NULL REFERENCES configs(id),\n"
+          "  searched INTEGER NOT NULL,\n"
+          "  source TEXT NOT NULL,\n"
+          "  PRIMARY KEY (sweep_id, shape_id, batch_size, role, engine)\n"
+          ");\n",
 };
 
 /* Applies the schema to a fresh database, or the upgrades from its version to a
@@ -922,4 +934,111 @@ static int shape_phase_row(sqlite3_stmt *st, void *cb, void *ctx) {
 mt_status_t store_sweep_phases_each(store_t *s, uint64_t sweep_id, store_shape_phase_fn fn, void *ctx) {
     sqlite3_bind_int64(s->st[ST_SWEEP_PHASES], 1, (int64_t)sweep_id);
     return each(s, ST_SWEEP_PHASES, shape_phase_row, (void *)fn, ctx);
+}
+
+/* ---- the ship guard (coordinator/guard.h): statements prepared per call, a few per shape */
+
+/* Prepares sql on s's connection; MT_IO/MT_BUSY with the reason in s->err. */
+static int guard_prepare(store_t *s, const char *sql, sqlite3_stmt **st) {
+    int src = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
+    return src == SQLITE_OK ? MT_OK : fail(s, src, sql);
+}
+
+mt_status_t store_guard_put(store_t *s, const store_guard_row_t *g) {
+    static const char sql[] = "INSERT OR REPLACE INTO guard (sweep_id, shape_id, batch_size, role, engine, config_id,"
+                              " searched, source) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+    sqlite3_stmt *st = NULL;
+    int rc = guard_prepare(s, sql, &st);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, (int64_t)g->sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)g->shape_id);
+    sqlite3_bind_int64(st, 3, g->batch_size);
+    bind_text(st, 4, g->role);
+    bind_text(st, 5, g->engine);
+    sqlite3_bind_int64(st, 6, (int64_t)g->config_id);
+    sqlite3_bind_int(st, 7, g->searched ? 1 : 0);
+    bind_text(st, 8, g->source ? g->source : "");
+    int src = sqlite3_step(st);
+    if (src != SQLITE_DONE) rc = fail(s, src, sql);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+mt_status_t store_sweep_spec_get(store_t *s, uint64_t sweep_id, void **spec, size_t *len) {
+    static const char sql[] = "SELECT spec FROM sweeps WHERE id = ?1";
+    sqlite3_stmt *st = NULL;
+    *spec = NULL;
+    *len = 0;
+    int rc = guard_prepare(s, sql, &st);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW) {
+        int n = sqlite3_column_bytes(st, 0);
+        const void *blob = sqlite3_column_blob(st, 0);
+        *spec = malloc(n > 0 ? (size_t)n : 1);
+        if (!*spec) {
+            rc = MT_NOMEM;
+        } else {
+            if (n > 0) memcpy(*spec, blob, (size_t)n);
+            *len = (size_t)n;
+        }
+    } else {
+        rc = src == SQLITE_DONE ? MT_NOTFOUND : fail(s, src, sql);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+mt_status_t store_sweep_add_planned(store_t *s, uint64_t sweep_id, uint64_t add) {
+    static const char sql[] = "UPDATE sweeps SET results_planned = results_planned + ?2 WHERE id = ?1";
+    sqlite3_stmt *st = NULL;
+    int rc = guard_prepare(s, sql, &st);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)add);
+    int src = sqlite3_step(st);
+    if (src != SQLITE_DONE) rc = fail(s, src, sql);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                                  bool *searched) {
+    static const char sql[] = "SELECT EXISTS (SELECT 1 FROM jobs j JOIN job_configs jc ON jc.job_id = j.id"
+                              " WHERE j.sweep_id = ?1 AND j.shape_id = ?2 AND j.phase = 1 AND jc.config_id = ?3)"
+                              " OR EXISTS (SELECT 1 FROM results WHERE sweep_id = ?1 AND shape_id = ?2"
+                              " AND config_id = ?3 AND phase = 1)";
+    sqlite3_stmt *st = NULL;
+    *searched = false;
+    int rc = guard_prepare(s, sql, &st);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
+    sqlite3_bind_int64(st, 3, (int64_t)config_id);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW)
+        *searched = sqlite3_column_int(st, 0) != 0;
+    else
+        rc = fail(s, src, sql);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n) {
+    static const char sql[] = "SELECT COUNT(*) FROM guard WHERE sweep_id = ?1 AND shape_id = ?2 AND role = ?3";
+    sqlite3_stmt *st = NULL;
+    *n = 0;
+    int rc = guard_prepare(s, sql, &st);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
+    bind_text(st, 3, role);
+    int src = sqlite3_step(st);
+    if (src == SQLITE_ROW)
+        *n = (uint32_t)sqlite3_column_int64(st, 0);
+    else
+        rc = fail(s, src, sql);
+    sqlite3_finalize(st);
+    return rc;
 }

@@ -20,7 +20,7 @@
 #include "space.h"
 #include "states.h"
 
-#define STORE_SCHEMA_VERSION 5
+#define STORE_SCHEMA_VERSION 6
 
 typedef struct store store_t;
 
@@ -207,5 +207,27 @@ mt_status_t store_sweep_devices_each(store_t *s, uint64_t sweep_id, store_id_cb 
 mt_status_t store_sweep_device(store_t *s, uint64_t sweep_id, char *name, size_t len);
 /* Jobs of a sweep per state, indexed by wire_job_state_t (states.h). */
 mt_status_t store_job_state_counts(store_t *s, uint64_t sweep_id, uint32_t counts[WIRE_JOB_NSTATES]);
+
+/* ---- the ship guard (coordinator/guard.h) */
+
+/* One guard row: a config the engine would run at batch_size without the sweep's file. */
+typedef struct {
+    uint64_t sweep_id, shape_id, config_id;
+    uint32_t batch_size;
+    const char *role;   /* "default", "incumbent"; between keys: "nearest", "other" */
+    const char *engine; /* "sglang" or "vllm" */
+    bool searched;      /* in the sweep's searched space for the shape */
+    const char *source; /* the rule, or the incumbent file and key */
+} store_guard_row_t;
+/* Stores (or replaces) one guard row. */
+mt_status_t store_guard_put(store_t *s, const store_guard_row_t *g);
+/* A copy of the sweep's packed SweepSpec into *spec (caller frees), *len bytes; MT_NOTFOUND. */
+mt_status_t store_sweep_spec_get(store_t *s, uint64_t sweep_id, void **spec, size_t *len);
+/* Adds add to the sweep's results_planned (rows the guard plans beyond the searched space). */
+mt_status_t store_sweep_add_planned(store_t *s, uint64_t sweep_id, uint64_t add);
+/* How many guard rows of role (sweep, shape) has. */
+mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n);
+/* Whether config_id is in a first-pass job of (sweep, shape) or has a first-pass row there. */
+mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, bool *searched);
 
 #endif

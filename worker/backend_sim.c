@@ -169,6 +169,38 @@ static int set_real(const char *key, const char *val, double lo, double hi, cons
     return MT_OK;
 }
 
+/* speed=BMxBNxBKxGMxWxS@M:X (M '*' or 0: every batch size): that config's latency times X. */
+static int add_speed(char *val, wrk_sim_faults_t *out, char *err, size_t errlen) {
+    char *at = strchr(val, '@'), *colon = at ? strchr(at, ':') : NULL;
+    double x = 0;
+    uint32_t m = 0;
+    if (out->n_speed == WRK_SIM_MAX_FAULTS) {
+        mt_fmt(err, errlen, "sim faults: more than %d speed= entries", WRK_SIM_MAX_FAULTS);
+        return MT_INVAL;
+    }
+    if (at) *at = '\0';
+    if (colon) *colon = '\0';
+    if (!at || !colon || wrk_sim_config_parse(val, &out->speed[out->n_speed].cfg) != MT_OK ||
+        (strcmp(at + 1, "*") != 0 && mt_parse_u32(at + 1, 0, UINT32_MAX, &m) != MT_OK) ||
+        mt_parse_double(colon + 1, &x) != MT_OK || !(x >= 0.01 && x <= 100.0)) {
+        mt_fmt(err, errlen, "sim faults: speed=%s is not BMxBNxBKxGMxWxS@M:X (X in 0.01..100)", val);
+        return MT_INVAL;
+    }
+    out->speed[out->n_speed].m = m;
+    out->speed[out->n_speed].factor = x;
+    out->n_speed++;
+    return MT_OK;
+}
+
+/* The speed= factor of cfg at batch size m: 1 when none is planted. */
+static double speed_of(const wrk_sim_faults_t *f, const krn_config_t *cfg, uint32_t m) {
+    double x = 1.0;
+    for (size_t i = 0; i < f->n_speed; i++)
+        if ((!f->speed[i].m || f->speed[i].m == m) && memcmp(&f->speed[i].cfg, cfg, sizeof *cfg) == 0)
+            x *= f->speed[i].factor;
+    return x;
+}
+
 /* One key=value of a sim faults spec (mt_kv_fn). */
 static mt_status_t sim_fault(void *ctx, const char *key, char *val, char *err, size_t errlen) {
     wrk_sim_faults_t *out = ctx;
@@ -191,9 +223,11 @@ static mt_status_t sim_fault(void *ctx, const char *key, char *val, char *err, s
         }
     } else if (strcmp(key, "slowdown") == 0) {
         rc = set_real(key, val, 0.01, 100.0, "a factor in 0.01..100", &out->slowdown, err, errlen);
+    } else if (strcmp(key, "speed") == 0) {
+        rc = add_speed(val, out, err, errlen);
     } else {
-        mt_fmt(err, errlen, "sim faults: unknown key '%s' (crash, crash_rate, hang, wrong, slow_start_ms, slowdown)",
-               key);
+        mt_fmt(err, errlen,
+               "sim faults: unknown key '%s' (crash, crash_rate, hang, wrong, slow_start_ms, slowdown, speed)", key);
         rc = MT_INVAL;
     }
     return rc;
@@ -593,6 +627,7 @@ static mt_status_t sim_measure(void *state, const krn_shape_t *shape, const krn_
         uint64_t stream = hash_case(m->seed, shape, cfg, bs[i]);
         /* --sim-faults slowdown=X: the same draws as without it, X times slower */
         double f = st->faults.slowdown > 0 ? st->faults.slowdown : 1.0;
+        f *= speed_of(&st->faults, cfg, bs[i]); /* speed=: a config planted faster or slower here */
         spent_s += sample_one(lat, f, stream, m, i, buf, &out[i]);
         out[i].timed_us *= st->time_scale; /* the time it really spends: none at time scale 0 */
     }

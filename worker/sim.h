@@ -32,13 +32,20 @@ typedef struct {
     uint32_t slow_start_ms; /* open() sleeps this long */
     double slowdown;        /* every latency times this (a simulated driver or
                                                toolkit regression); 0 = 1 */
+    struct {                /* speed=CFG@M:X: that config's latency at batch size M (0: every) times X */
+        krn_config_t cfg;
+        uint32_t m;
+        double factor;
+    } speed[WRK_SIM_MAX_FAULTS];
+    size_t n_speed;
 } wrk_sim_faults_t;
 
 /* The backend itself; found by wrk_backend_find("sim"). */
 extern const wrk_backend_ops_t wrk_backend_sim;
 
 /* Parses SPEC ("crash=64x128x64x1x4x3,wrong=...,crash_rate=0.01,hang=...,
- * slow_start_ms=500,slowdown=1.25"; NULL or "" = no faults) into out. Returns MT_OK, MT_NOMEM, or
+ * slow_start_ms=500,slowdown=1.25,speed=64x64x32x8x4x3@256:0.8"; NULL or "" = no faults; speed
+ * plants a config faster or slower at one batch size, M 0 or '*' at every one) into out. Returns MT_OK, MT_NOMEM, or
  * MT_INVAL with a one-line reason in err. */
 mt_status_t wrk_sim_faults_parse(const char *spec, wrk_sim_faults_t *out, char *err, size_t errlen);
 

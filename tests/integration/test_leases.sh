@@ -59,7 +59,9 @@ start_workers 1
 state=$(wait_sweep 1 40)
 [ "$state" = done ] || fail "sweep with hoarders: $state ($(sql "SELECT worker_id, count(*) FROM jobs WHERE state = 'leased' GROUP BY 1"))"
 rows=$(check_rows 1)
-[ "$rows" = "$planned" ] || fail "$rows rows, $planned planned"
+# the ship guard's rows outside the space join the plan when a shape's decide step is planned
+[ "$rows" -ge "$planned" ] && [ "$rows" = "$(sql "SELECT results_planned FROM sweeps WHERE id=1")" ] \
+  || fail "$rows rows, $planned planned at submit"
 [ "$(grep -c '^job' "$T/hoard.out")" -le 2 ] || fail "the hoarder was sent $(grep -c '^job' "$T/hoard.out") jobs"
 grep -Eq "job [0-9]+ back to pending: lease expired" "$T/coord.log" || fail "no lease expired"
 [ "$(sql "SELECT worker_id FROM jobs WHERE id = $claim_job")" = "w1-$$" ] \

@@ -63,7 +63,7 @@ read -ra words <<<"${cmd% --out recheck/}"
 "$M" "${words[@]}" --workers 2 --sim-time-scale 0 --out "$T/recheck" >"$T/re.out" 2>"$T/re.err" \
   || { tail "$T/re.err"; fail "the printed re-measure exited $?"; }
 [ "$(q "SELECT COUNT(*) FROM jobs WHERE sweep_id = 2")" = 1 ] || fail "the re-measure is not one job"
-[ "$(q "SELECT COUNT(*) FROM results WHERE sweep_id = 2 AND status = 'ok'")" = $((n_cfg * $(echo "$flagged" | wc -w))) ] \
+[ "$(q "SELECT COUNT(*) FROM results r WHERE sweep_id = 2 AND status = 'ok' AND $SEARCHED")" = $((n_cfg * $(echo "$flagged" | wc -w))) ] \
   || fail "the re-measure did not measure its $n_cfg configs at every listed batch size"
 pass "the printed re-measure ran: $n_cfg configs x batch sizes $sizes in one job"
 

@@ -7,7 +7,9 @@ source "$(dirname "$0")/lib.sh"
 
 start_coordinator
 start_workers 2 --sim-time-scale 0
-SPEC=(--shape E=8,N=7168,K=4096,topk=2 --batch-sizes 1,16,256)
+# (the ship guard off: the counts below are of the sweep's own batch sizes; with it on, the batch
+# sizes it checks between the keys are compared too)
+SPEC=(--shape E=8,N=7168,K=4096,topk=2 --batch-sizes 1,16,256 --guard off)
 nightly() { # NAME [extra args]: runs one nightly submit, output in $T/NAME.out, sets rc
   local name=$1; shift
   set +e

@@ -25,7 +25,8 @@ rows() { sqlite3 -batch -noheader "$T/$1.db" "SELECT config_id || ' ' || batch_s
 
 run same
 run new --round-process new
-grep -q 'job 1: 3 configs x 2 batch sizes, 5 rounds, side by side' "$T/new.worker.log" \
+# the 3 listed configs and the ship guard's 2 defaults (M <= E and M > E), in one job
+grep -q 'job 1: 5 configs x 2 batch sizes, 5 rounds, side by side' "$T/new.worker.log" \
   || fail "the re-measure is not one side-by-side job of 5 rounds: $(grep 'job 1' "$T/new.worker.log")"
 lines=$(grep -c 'in a new child (pid ' "$T/new.worker.log" || true)
 [ "$lines" = 4 ] || fail "--round-process new: $lines rounds in a new child, not 4: $(grep 'round' "$T/new.worker.log")"
@@ -36,7 +37,7 @@ pids=$(grep -o 'in a new child (pid [0-9]*' "$T/new.worker.log" | grep -o '[0-9]
 [ "$pids" = 4 ] || fail "the 4 new children were $pids distinct processes"
 n=$(grep -c 'in a new child' "$T/same.worker.log" || true)
 [ "$n" = 0 ] || fail "--round-process same (the default) started $n children for rounds"
-[ "$(rows same | wc -l)" = 6 ] && ! rows same | grep -v ' ok ' >/dev/null || fail "the re-measure's rows: $(rows same)"
+[ "$(rows same | wc -l)" = 10 ] && ! rows same | grep -v ' ok ' >/dev/null || fail "the re-measure's rows: $(rows same)"
 [ "$(rows new)" = "$(rows same)" ] || fail "rounds in new children read otherwise than in one: $(rows new) against $(rows same)"
 pass "--round-process new: rounds 2-5 each in a new child (4 processes), rows as in one child; same: no new child"
 

@@ -119,6 +119,7 @@ rc=$?
 set -e
 [ $rc = 1 ] || fail "a routing only torch reads on the sim: exit $rc"
 "$M" results --db "$T/pt.db" --json >"$T/pt.json"
-[ "$(jq -s 'map(select(.status == "launch_error" and (.detail | contains("not a .npy file")))) | length' "$T/pt.json")" = 2 ] \
+# the searched config's 2 rows (the ship guard's default, measured beside it, fails alike)
+[ "$(jq -s 'map(select(.config_id == 1 and .status == "launch_error" and (.detail | contains("not a .npy file")))) | length' "$T/pt.json")" = 2 ] \
   || fail "expected 2 launch_error rows naming the file: $(cat "$T/pt.json")"
 pass "a .pt routing on the sim: launch_error at each batch size, with the reason"

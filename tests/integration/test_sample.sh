@@ -10,10 +10,11 @@ RUN=(--backend sim --workers 2 --sim-time-scale 0 --model qwen3-30b-a3b --tp 2 -
   --db "$DB" --out "$T/configs")
 
 "$M" tune "${RUN[@]}" --sample 24 >"$T/a.out" 2>"$T/a.err" || { tail "$T/a.err"; fail "tune --sample 24 exited $?"; }
-valid=$(sql "SELECT COUNT(DISTINCT jc.config_id) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id WHERE j.sweep_id = 1")
+valid=$(sql "SELECT COUNT(DISTINCT jc.config_id) FROM job_configs jc JOIN jobs j ON j.id = jc.job_id WHERE j.sweep_id = 1
+             AND j.phase = 1")
 [ "$valid" = 24 ] || fail "sweep 1 holds $valid configs, not the 24 sampled"
-[ "$(sql "SELECT COUNT(*) FROM results WHERE sweep_id = 1")" = 72 ] \
-  || fail "sweep 1 has $(sql "SELECT COUNT(*) FROM results WHERE sweep_id = 1") results, not 24 configs x 3 batch sizes"
+[ "$(sql "SELECT COUNT(*) FROM results r WHERE sweep_id = 1 AND $SEARCHED")" = 72 ] \
+  || fail "sweep 1 has $(sql "SELECT COUNT(*) FROM results r WHERE sweep_id = 1 AND $SEARCHED") results, not 24 configs x 3 batch sizes"
 grep -q '24 configs valid (a sample: [0-9]* more valid configs left out by --sample)' "$T/a.err" \
   || fail "tune did not say what the sample left out: $(grep 'configs valid' "$T/a.err")"
 f="$T/configs/sim/E=128,N=384,device_name=NVIDIA_H200.json"
@@ -28,8 +29,8 @@ echo '{"sample": 12}' >"$T/spec.json"
 # its own folder: a smaller sample's picks may be slower than the files of the larger one, which
 # the export refuses to replace without --force
 "$M" tune "${RUN[@]}" --out "$T/configs12" --spec "$T/spec.json" >"$T/c.out" 2>"$T/c.err" || fail "tune --spec with sample 12 exited $?"
-[ "$(sql "SELECT COUNT(*) FROM results WHERE sweep_id = 2")" = 36 ] \
-  || fail "the spec's sample 12 measured $(sql "SELECT COUNT(*) FROM results WHERE sweep_id = 2") results, not 36"
+[ "$(sql "SELECT COUNT(*) FROM results r WHERE sweep_id = 2 AND $SEARCHED")" = 36 ] \
+  || fail "the spec's sample 12 measured $(sql "SELECT COUNT(*) FROM results r WHERE sweep_id = 2 AND $SEARCHED") results, not 36"
 grep -q "from a SAMPLE of 12 configs per shape" "$T/c.out" \
   || fail "sweep 2's export (a database of two sweeps) does not say sample 12: $(cat "$T/c.out")"
 # a sample of 12 is the first 12 of the same shuffle: all of them were in the sample of 24

@@ -10,7 +10,10 @@ M="$BIN/moetune"
   || { tail "$T/tune.err"; fail "tune exited $?"; }
 f="$T/configs/sim/E=128,N=384,device_name=NVIDIA_H200.json"
 [ -f "$f" ] || { ls -R "$T/configs"; fail "expected $f"; }
-[ "$(jq -r 'keys_unsorted | join(",")' "$f")" = "1,8,64,512,4096" ] || fail "keys are $(jq -c keys_unsorted "$f")"
+# the sweep's batch sizes and the keys the ship guard added between them, in ascending order
+want=$(jq -r --arg n "$(basename "$f")" '[.[$n].guard.keys_added[], 1, 8, 64, 512, 4096] | sort | map(tostring) | join(",")' \
+  "$T/configs/sim/manifest.json")
+[ "$(jq -r 'keys_unsorted | join(",")' "$f")" = "$want" ] || fail "keys are $(jq -c keys_unsorted "$f"), not $want"
 for key in 1 8 64 512 4096; do
   n=$(jq -r --arg k "$key" '.[$k] | [.BLOCK_SIZE_M, .BLOCK_SIZE_N, .BLOCK_SIZE_K, .GROUP_SIZE_M, .num_warps, .num_stages] | map(select(. > 0)) | length' "$f")
   [ "$n" = 6 ] || fail "entry $key lacks a field"

@@ -529,12 +529,100 @@ static void test_pairs_versions(void **state) {
     assert_string_equal(v, "");
 }
 
+/* The ship guard with an engine: sweep 5 measured config 3 best (50 us) at M=64 and vLLM's newer
+ * default (config 5) 0.05 us behind, within the noise (deviations 0.1): the vLLM file ships the
+ * default, and its manifest says so; SGLang's file, whose default is config 2 (beaten by 15 us),
+ * ships the pick. */
+static void test_guard(void **state) {
+    fixture_t *fx = *state;
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(fx->db, &db), SQLITE_OK);
+    tmpdb_exec(db, "INSERT INTO sweeps (id, name, spec, state, created) VALUES (5, 'guard', x'', 'done', 1);"
+                   "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us,"
+                   " stddev_us, samples, device_id, backend, compiler, kernel_hash, versions, created, phase)"
+                   " SELECT 5, shape_id, config_id, batch_size, status, CASE WHEN config_id = 5 AND batch_size = 64"
+                   " THEN 50.05 ELSE median_us END, min_us, stddev_us, samples, device_id, backend, compiler,"
+                   " kernel_hash, versions, created, 2 FROM results WHERE sweep_id = 4;"
+                   "INSERT INTO guard (sweep_id, shape_id, batch_size, role, engine, config_id, searched, source)"
+                   " VALUES (5, 1, 64, 'default', 'vllm-2026', 5, 1, 'vllm-2026 get_default_config, by M'),"
+                   " (5, 1, 64, 'default', 'vllm', 1, 1, 'vllm get_default_config, M <= E'),"
+                   " (5, 1, 64, 'default', 'sglang', 2, 1, 'sglang get_default_config, M <= E');");
+    sqlite3_close(db);
+    char path[1024];
+    export_ok(fx, EXP_ENGINE_VLLM, 5);
+    assert_true(vllm_find(fx->out, "NVIDIA H200", &k_bf16, path, sizeof path));
+    json_t *root = json_load_file(path, 0, NULL);
+    check_cfg(root, "64", 5);
+    check_cfg(root, "1", 3);
+    json_decref(root);
+    snprintf(path, sizeof path, "%s/manifest.json", fx->out);
+    json_t *man = json_load_file(path, 0, NULL);
+    json_t *g = json_object_get(
+        json_object_get(json_object_get(json_object_get(man, "E=128,N=768,device_name=NVIDIA_H200.json"), "entries"),
+                        "64"),
+        "guard");
+    assert_string_equal(json_string_value(json_object_get(g, "shipped")), "default");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(g, "searched_pick"), "config_id")), 3);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(g, "default"), "config_id")), 5);
+    json_decref(man);
+    export_ok(fx, EXP_ENGINE_SGLANG, 5);
+    assert_true(sglang_find(fx->out, "3.6.0", "NVIDIA H200", &k_bf16, false, path, sizeof path));
+    root = json_load_file(path, 0, NULL);
+    check_cfg(root, "64", 3);
+    json_decref(root);
+}
+
+/* SGLang's up/down pair against the guard as whole layers: sweep 6 is sweep 1 (pair up 1 + down 4:
+ * 20 + 10 = 30 us at every batch size) with the default, config 6, timed at M=64 at 21 + 9.5 =
+ * 30.5 us for its two GEMMs, within its own deviation (2 of 75 us) of the pair's: both files ship
+ * config 6 there (a file must earn its place), the pair elsewhere. */
+static void test_guard_layer(void **state) {
+    fixture_t *fx = *state;
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(fx->db, &db), SQLITE_OK);
+    tmpdb_exec(db, "INSERT INTO sweeps (id, name, spec, state, created) VALUES (6, 'layer', x'', 'done', 1);"
+                   "INSERT INTO results (sweep_id, shape_id, config_id, batch_size, status, median_us, min_us,"
+                   " stddev_us, samples, device_id, backend, compiler, kernel_hash, versions, up_us, down_us, created,"
+                   " phase) SELECT 6, shape_id, config_id, batch_size, status, median_us, min_us,"
+                   " CASE WHEN config_id = 6 AND batch_size = 64 THEN 2 ELSE stddev_us END, samples,"
+                   " device_id, backend, compiler, kernel_hash, versions, CASE WHEN config_id = 6 AND batch_size = 64"
+                   " THEN 21 ELSE up_us END, CASE WHEN config_id = 6 AND batch_size = 64 THEN 9.5 ELSE down_us END,"
+                   " created, 2 FROM results WHERE sweep_id = 1 AND shape_id = 1;"
+                   "INSERT INTO guard (sweep_id, shape_id, batch_size, role, engine, config_id, searched, source)"
+                   " VALUES (6, 1, 64, 'default', 'sglang', 6, 1, 'sglang get_default_config, M <= E');");
+    sqlite3_close(db);
+    char path[1024];
+    export_ok(fx, EXP_ENGINE_SGLANG, 6);
+    for (int down = 0; down < 2; down++) {
+        assert_true(sglang_find(fx->out, "3.6.0", "NVIDIA H200", &k_bf16, down, path, sizeof path));
+        json_t *root = json_load_file(path, 0, NULL);
+        check_cfg(root, "64", 6);
+        check_cfg(root, "1", down ? 4 : 1);
+        json_decref(root);
+    }
+    assert_true(sglang_find(fx->out, "3.6.0", "NVIDIA H200", &k_bf16, false, path, sizeof path));
+    char *slash = strrchr(path, '/');
+    snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "manifest.json");
+    json_t *man = json_load_file(path, 0, NULL);
+    json_t *g = json_object_get(
+        json_object_get(json_object_get(json_object_get(man, "E=128,N=768,device_name=NVIDIA_H200.json"), "entries"),
+                        "64"),
+        "guard");
+    assert_string_equal(json_string_value(json_object_get(g, "shipped")), "default");
+    json_t *wl = json_object_get(g, "whole_layer");
+    assert_true(json_real_value(json_object_get(wl, "guard_up_down_us")) == 30.5);
+    assert_true(json_real_value(json_object_get(wl, "pair_up_down_us")) == 30.0);
+    json_decref(man);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sglang, setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_vllm, setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, tmpdir_teardown),
         cmocka_unit_test_setup_teardown(test_pairs_versions, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_guard, setup, tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_guard_layer, setup, tmpdir_teardown),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -226,8 +226,10 @@ static void test_migrate_v4(void **state) {
            "PRAGMA user_version = 4;");
     assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'results_best'"), 1);
     assert_int_equal(store_open(g_db.path, &s, err, sizeof err), MT_OK);
-    assert_int_equal(query_int("PRAGMA user_version"), 5);
+    assert_int_equal(query_int("PRAGMA user_version"), STORE_SCHEMA_VERSION);
     assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'results_best'"), 0);
+    /* schema 6: the ship guard's table */
+    assert_int_equal(query_int("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'guard'"), 1);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 2);
     store_result_t r = ok_row(3.0, 10, 1);
     int outcome = -1;

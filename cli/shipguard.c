@@ -1,0 +1,703 @@
+/* shipguard.c - the ship guard's incumbents and export rule. See shipguard.h. */
+#include "shipguard.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "convert.h"
+#include "lookup.h"
+#include "mt.h"
+
+struct cli_guard {
+    char *paths[CLI_GUARD_MAX_BASELINES];
+    size_t n_paths;
+    Moetune__Incumbent *inc; /* the entries, and pointers to them for the spec */
+    Moetune__Incumbent **ptrs;
+    Moetune__Config *cfgs;
+    char **sources; /* per entry, its file (shared by the entries of one file: freed once, by owner) */
+    bool *owner;
+    size_t n, cap;
+};
+
+cli_guard_t *cli_guard_new(void) { return calloc(1, sizeof(cli_guard_t)); }
+
+void cli_guard_destroy(cli_guard_t **gp) {
+    if (!gp || !*gp) return;
+    cli_guard_t *g = *gp;
+    for (size_t i = 0; i < g->n_paths; i++) free(g->paths[i]);
+    for (size_t i = 0; i < g->n; i++)
+        if (g->owner[i]) free(g->sources[i]);
+    free(g->inc);
+    free(g->ptrs);
+    free(g->cfgs);
+    free(g->sources);
+    free(g->owner);
+    free(g);
+    *gp = NULL;
+}
+
+mt_status_t cli_guard_add_baseline(cli_guard_t *g, const char *path, char *err, size_t errlen) {
+    if (g->n_paths == CLI_GUARD_MAX_BASELINES) {
+        mt_fmt(err, errlen, "--baseline: given more than %d times", CLI_GUARD_MAX_BASELINES);
+        return MT_INVAL;
+    }
+    if (!path || !*path) {
+        mt_fmt(err, errlen, "--baseline: an empty path");
+        return MT_INVAL;
+    }
+    g->paths[g->n_paths] = mt_strdup(path);
+    if (!g->paths[g->n_paths]) return MT_NOMEM;
+    g->n_paths++;
+    return MT_OK;
+}
+
+/* ---- file names */
+
+/* What a config file's name says: E, N, dtype and block shape ("bf16" when no dtype). */
+typedef struct {
+    uint32_t e, n, block_n, block_k;
+    char dtype[16], device[128];
+} fname_t;
+
+/* Parses an engine's file name ("E=128,N=768,device_name=NVIDIA_H200[,dtype=..][,block_shape=[n, k]].json");
+ * false for anything else (a `_down` file included). */
+static bool parse_name(const char *name, fname_t *f) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->dtype, sizeof f->dtype, "bf16");
+    int used = 0;
+    if (sscanf(name, "E=%u,N=%u,device_name=%n", &f->e, &f->n, &used) != 2 || !used) return false;
+    const char *p = name + used, *end = strstr(p, ".json");
+    if (!end || end[5] != '\0' || (end - name >= 5 && strncmp(end - 5, "_down", 5) == 0)) return false;
+    const char *comma = strchr(p, ',');
+    const char *dev_end = comma && comma < end ? comma : end;
+    snprintf(f->device, sizeof f->device, "%.*s", (int)(dev_end - p), p);
+    p = dev_end;
+    while (p < end) {
+        if (strncmp(p, ",dtype=", 7) == 0) {
+            p += 7;
+            size_t k = strcspn(p, ",.");
+            snprintf(f->dtype, sizeof f->dtype, "%.*s", (int)k, p);
+            p += k;
+        } else if (sscanf(p, ",block_shape=[%u,%u]%n", &f->block_n, &f->block_k, &used) == 2 ||
+                   sscanf(p, ",block_shape=[%u, %u]%n", &f->block_n, &f->block_k, &used) == 2) {
+            p += used;
+        } else if (strncmp(p, ",per_channel_quant=True", 23) == 0) {
+            p += 23;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool name_fits(const fname_t *f, const krn_shape_t *sh) {
+    return f->e == sh->e && f->n == sh->n && strcmp(f->dtype, sh->dtype) == 0 && f->block_n == sh->block_n &&
+           f->block_k == sh->block_k;
+}
+
+static bool is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool is_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* In folder dir, the file for shape: of device when given, else of the one device there.
+ * MT_OK with it in path, MT_NOTFOUND, or MT_INVAL (several devices) with the reason. */
+static int find_in(const char *dir, const char *device, const krn_shape_t *sh, char *path, size_t len, char *err,
+                   size_t errlen) {
+    char want[160] = "", found[2][256];
+    size_t n_found = 0;
+    if (device) {
+        snprintf(want, sizeof want, "%s", device);
+        for (char *p = want; *p; p++)
+            if (*p == ' ' || *p == '/' || *p == '\\') *p = '_';
+    }
+    DIR *d = opendir(dir);
+    if (!d) return MT_NOTFOUND;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        fname_t f;
+        if (!parse_name(de->d_name, &f) || !name_fits(&f, sh)) continue;
+        if (device && strcmp(f.device, want) != 0) continue;
+        if (n_found < 2) snprintf(found[n_found], sizeof found[n_found], "%s", de->d_name);
+        n_found++;
+    }
+    closedir(d);
+    if (n_found == 0) return MT_NOTFOUND;
+    if (n_found > 1) {
+        mt_fmt(err, errlen, "%s holds files of %zu devices for this shape (%s, %s, ...): name the device", dir, n_found,
+               found[0], found[1]);
+        return MT_INVAL;
+    }
+    mt_fmt(path, len, "%s/%s", dir, found[0]);
+    return MT_OK;
+}
+
+/* "triton_3_6_0" -> 3006000; 0 when it is no such folder name. */
+static long triton_rank(const char *name) {
+    unsigned a = 0, b = 0, c = 0;
+    int used = 0;
+    if (sscanf(name, "triton_%u_%u_%u%n", &a, &b, &c, &used) != 3 || name[used] != '\0') return 0;
+    return (long)a * 1000000 + (long)b * 1000 + (long)c;
+}
+
+mt_status_t cli_guard_bundled_find(const char *dir, exp_engine_t engine, const char *triton, const char *device,
+                                   const krn_shape_t *sh, char *path, size_t len, char *err, size_t errlen) {
+    char base[PATH_MAX], sub[PATH_MAX];
+    mt_fmt(base, sizeof base, "%s/configs", dir);
+    if (!is_dir(base)) mt_fmt(base, sizeof base, "%s", dir);
+    if (engine == EXP_ENGINE_VLLM) return find_in(base, device, sh, path, len, err, errlen);
+    if (triton && *triton) { /* the running Triton's folder first */
+        char v[64];
+        snprintf(v, sizeof v, "%s", triton);
+        for (char *p = v; *p; p++)
+            if (*p == '.') *p = '_';
+        mt_fmt(sub, sizeof sub, "%s/triton_%s", base, v);
+        int rc = find_in(sub, device, sh, path, len, err, errlen);
+        if (rc != MT_NOTFOUND) return rc;
+    }
+    /* SGLang's fallback: the newest other triton_* folder that has the file */
+    DIR *d = opendir(base);
+    if (!d) return MT_NOTFOUND;
+    long best = 0;
+    char best_name[256] = "";
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        long r = triton_rank(de->d_name);
+        char cand[PATH_MAX], p[PATH_MAX], why[300];
+        if (!r || r <= best) continue;
+        mt_fmt(cand, sizeof cand, "%s/%s", base, de->d_name);
+        if (find_in(cand, device, sh, p, sizeof p, why, sizeof why) == MT_NOTFOUND) continue;
+        best = r;
+        snprintf(best_name, sizeof best_name, "%s", de->d_name);
+    }
+    closedir(d);
+    if (!best) return MT_NOTFOUND;
+    mt_fmt(sub, sizeof sub, "%s/%s", base, best_name);
+    return find_in(sub, device, sh, path, len, err, errlen);
+}
+
+/* ---- incumbents into the spec */
+
+/* Appends every entry of the config file at file for shape index si, engine ("" = any). */
+static int add_file(cli_guard_t *g, const char *file, uint32_t si, const char *engine, char *err, size_t errlen) {
+    moetune_lookup_t *t = NULL;
+    char why[300];
+    if (moetune_lookup_load(file, &t, why, sizeof why) != MOETUNE_LOOKUP_OK) {
+        mt_fmt(err, errlen, "--baseline %s: %s", file, why);
+        return MT_INVAL;
+    }
+    size_t n = moetune_lookup_count(t);
+    int rc = MT_OK;
+    char *src = mt_strdup(file);
+    if (!src) rc = MT_NOMEM;
+    for (size_t i = 0; !rc && i < n; i++) {
+        if (g->n == g->cap) {
+            size_t cap = g->cap ? g->cap * 2 : 32;
+            void *a = realloc(g->inc, cap * sizeof *g->inc);
+            if (a) g->inc = a;
+            void *b = realloc(g->cfgs, cap * sizeof *g->cfgs);
+            if (b) g->cfgs = b;
+            void *c = realloc(g->sources, cap * sizeof *g->sources);
+            if (c) g->sources = c;
+            void *o = realloc(g->owner, cap * sizeof *g->owner);
+            if (o) g->owner = o;
+            if (!a || !b || !c || !o) {
+                rc = MT_NOMEM;
+                break;
+            }
+            g->cap = cap;
+        }
+        uint32_t key = moetune_lookup_key(t, i);
+        moetune_lookup_config_t lc;
+        moetune_lookup_get(t, key, &lc, NULL);
+        krn_config_t kc = {(uint32_t)lc.block_m, (uint32_t)lc.block_n,   (uint32_t)lc.block_k,
+                           (uint32_t)lc.group_m, (uint32_t)lc.num_warps, (uint32_t)lc.num_stages};
+        moetune__config__init(&g->cfgs[g->n]);
+        wire_config_to_msg(&kc, &g->cfgs[g->n]);
+        moetune__incumbent__init(&g->inc[g->n]);
+        g->sources[g->n] = src;
+        g->owner[g->n] = i == 0;
+        g->inc[g->n].shape = si;
+        g->inc[g->n].key = key;
+        g->inc[g->n].engine = (char *)engine;
+        g->n++;
+    }
+    if (!n) free(src);
+    moetune_lookup_free(&t);
+    return rc;
+}
+
+/* The shapes a --baseline FILE is for: the one its name names, or the only one. */
+static int file_shape(const char *file, const krn_shape_t *shapes, size_t n, uint32_t *si, char *err, size_t errlen) {
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    fname_t f;
+    if (parse_name(base, &f)) {
+        for (size_t i = 0; i < n; i++)
+            if (name_fits(&f, &shapes[i])) {
+                *si = (uint32_t)i;
+                return MT_OK;
+            }
+        mt_fmt(err, errlen, "--baseline %s: its name is for E=%u,N=%u (%s), none of the sweep's shapes", file, f.e, f.n,
+               f.dtype);
+        return MT_INVAL;
+    }
+    if (n == 1) {
+        *si = 0;
+        return MT_OK;
+    }
+    mt_fmt(err, errlen,
+           "--baseline %s: its name does not say its shape (E=..,N=..,device_name=...json) and the sweep has %zu", file,
+           n);
+    return MT_INVAL;
+}
+
+mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const krn_shape_t *shapes, size_t n,
+                              const char *device, char *err, size_t errlen) {
+    int rc = MT_OK;
+    static const struct {
+        exp_engine_t e;
+        const char *name;
+    } k_eng[] = {{EXP_ENGINE_SGLANG, "sglang"}, {EXP_ENGINE_VLLM, "vllm"}};
+    for (size_t p = 0; !rc && p < g->n_paths; p++) {
+        const char *path = g->paths[p];
+        if (is_file(path)) {
+            uint32_t si = 0;
+            rc = file_shape(path, shapes, n, &si, err, errlen);
+            if (!rc) rc = add_file(g, path, si, "", err, errlen);
+            continue;
+        }
+        if (!is_dir(path)) {
+            mt_fmt(err, errlen, "--baseline %s: %s", path, strerror(errno ? errno : ENOENT));
+            return MT_INVAL;
+        }
+        size_t found = 0;
+        for (size_t i = 0; !rc && i < n; i++) {
+            for (size_t e = 0; !rc && e < sizeof k_eng / sizeof *k_eng; e++) {
+                char file[PATH_MAX];
+                int frc =
+                    cli_guard_bundled_find(path, k_eng[e].e, NULL, device, &shapes[i], file, sizeof file, err, errlen);
+                if (frc == MT_NOTFOUND) continue;
+                rc = frc ? frc : add_file(g, file, (uint32_t)i, k_eng[e].name, err, errlen);
+                found++;
+                break; /* a folder is one engine's: SGLang's Triton folders before vLLM's flat one */
+            }
+        }
+        if (!rc && !found) {
+            mt_fmt(err, errlen, "--baseline %s: no config file there for any of the sweep's shapes%s%s", path,
+                   device ? " on " : "", device ? device : "");
+            rc = MT_INVAL;
+        }
+    }
+    if (rc || !g->n) return rc;
+    free(g->ptrs);
+    g->ptrs = calloc(g->n, sizeof *g->ptrs);
+    if (!g->ptrs) return MT_NOMEM;
+    for (size_t i = 0; i < g->n; i++) {
+        g->inc[i].config = &g->cfgs[i];
+        g->inc[i].source = g->sources[i];
+        g->ptrs[i] = &g->inc[i];
+    }
+    spec->n_incumbents = g->n;
+    spec->incumbents = g->ptrs;
+    return MT_OK;
+}
+
+bool cli_guard_same_incumbents(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b) {
+    if (a->n_incumbents != b->n_incumbents) return false;
+    for (size_t i = 0; i < a->n_incumbents; i++) {
+        const Moetune__Incumbent *x = a->incumbents[i], *y = b->incumbents[i];
+        krn_config_t cx, cy;
+        memset(&cx, 0, sizeof cx), memset(&cy, 0, sizeof cy);
+        if (x->config) wire_config_from_msg(x->config, &cx);
+        if (y->config) wire_config_from_msg(y->config, &cy);
+        if (x->shape != y->shape || x->key != y->key || memcmp(&cx, &cy, sizeof cx) != 0 ||
+            strcmp(x->engine ? x->engine : "", y->engine ? y->engine : "") != 0)
+            return false;
+    }
+    return true;
+}
+
+/* ---- export's rule */
+
+/* What the rule decided for one best row. */
+typedef struct {
+    uint64_t sweep_id, shape_id;
+    uint32_t bs;
+    char device[128];
+    const char *shipped; /* "pick", "default", "incumbent" */
+    bool fastest;        /* the guard's config is the fastest row itself */
+    size_t near, other;  /* between two keys: the entry the engine takes there, the other neighbour's */
+    bool dropped;        /* between two keys, and the nearest entry holds: no key added */
+    double pair_sum;     /* a split file: the pair's up + down the guard's whole layer was held against */
+    double layer_sum;    /* ... and the guard's config's own up + down (0: not compared) */
+    size_t def, inc;     /* indexes into rows; SIZE_MAX: none */
+    dbq_result_t best;   /* the pick it was asked about */
+} decision_t;
+
+struct shipguard {
+    dbq_guard_t *rows;
+    size_t n, cap;
+    const char *engine;
+    decision_t *dec;
+    size_t n_dec, cap_dec;
+    /* the file being summarised */
+    double def_lo, def_hi, inc_lo, inc_hi;
+    size_t n_def, n_inc;
+    size_t n_added;
+    uint64_t cur_sweep, cur_shape; /* the file being summarised */
+    char cur_device[128];
+    char inc_name[256];
+    json_t *kept_def, *kept_inc; /* batch sizes whose shipped config is the guard's */
+};
+
+/* Whether a guard row of engine (as stored: "vllm-2026" is one of vLLM's) is for want. */
+static bool engine_is(const char *engine, const char *want) {
+    size_t n = strlen(want);
+    return strncmp(engine, want, n) == 0 && (engine[n] == '\0' || engine[n] == '-');
+}
+
+static mt_status_t keep_guard(void *ctx, const dbq_guard_t *row) {
+    shipguard_t *g = ctx;
+    if (g->engine && row->engine[0] && !engine_is(row->engine, g->engine)) return MT_OK; /* "": every engine's */
+    if (mt_grow((void **)&g->rows, &g->cap, g->n + 1, sizeof *g->rows, 32) != MT_OK) return MT_NOMEM;
+    g->rows[g->n] = *row;
+    g->rows[g->n++].row.versions = ""; /* points into the statement */
+    return MT_OK;
+}
+
+static void file_reset(shipguard_t *g) {
+    g->def_lo = g->inc_lo = INFINITY;
+    g->def_hi = g->inc_hi = 0;
+    g->n_def = g->n_inc = g->n_added = 0;
+    g->cur_sweep = g->cur_shape = 0;
+    g->cur_device[0] = '\0';
+    g->inc_name[0] = '\0';
+    json_decref(g->kept_def);
+    json_decref(g->kept_inc);
+    g->kept_def = json_array();
+    g->kept_inc = json_array();
+}
+
+mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engine, shipguard_t **out, char *err,
+                           size_t errlen) {
+    shipguard_t *g = calloc(1, sizeof *g);
+    *out = NULL;
+    if (!g) return MT_NOMEM;
+    g->engine = engine == EXP_ENGINE_VLLM ? "vllm" : "sglang";
+    file_reset(g);
+    int rc = dbq_guard_rows(q, sel, keep_guard, g, err, errlen);
+    if (rc != MT_OK) {
+        shipguard_free(&g);
+        return rc;
+    }
+    *out = g;
+    return MT_OK;
+}
+
+mt_status_t shipguard_load_all(dbq_t *q, const dbq_select_t *sel, shipguard_t **out, char *err, size_t errlen) {
+    int rc = shipguard_load(q, sel, EXP_ENGINE_NONE, out, err, errlen);
+    if (rc != MT_OK) return rc;
+    (*out)->engine = NULL; /* every engine's rows: reload them all */
+    (*out)->n = 0;
+    rc = dbq_guard_rows(q, sel, keep_guard, *out, err, errlen);
+    if (rc != MT_OK) shipguard_free(out);
+    return rc;
+}
+
+void shipguard_free(shipguard_t **gp) {
+    if (!gp || !*gp) return;
+    shipguard_t *g = *gp;
+    free(g->rows);
+    free(g->dec);
+    json_decref(g->kept_def);
+    json_decref(g->kept_inc);
+    free(g);
+    *gp = NULL;
+}
+
+/* The guard row of role for best's cell, or SIZE_MAX: of several (vLLM's two defaults), the one
+ * measured fastest on best's device, else the first. */
+static size_t find_role(const shipguard_t *g, const dbq_result_t *best, const char *role) {
+    size_t found = SIZE_MAX;
+    for (size_t i = 0; i < g->n; i++) {
+        const dbq_guard_t *r = &g->rows[i];
+        if (r->row.sweep_id != best->sweep_id || r->row.shape_id != best->shape_id ||
+            r->row.batch_size != best->batch_size || strcmp(r->role, role) != 0)
+            continue;
+        bool here = r->measured && strcmp(r->row.device_name, best->device_name) == 0;
+        const dbq_guard_t *f = found == SIZE_MAX ? NULL : &g->rows[found];
+        bool f_here = f && f->measured && strcmp(f->row.device_name, best->device_name) == 0;
+        if (!f || (here && (!f_here || r->row.median_us < f->row.median_us))) found = i;
+    }
+    return found;
+}
+
+/* Whether guard row i was measured on best's device and the pick does not beat it by more
+ * than the noise: a file must earn its place. */
+static bool holds(const shipguard_t *g, size_t i, const dbq_result_t *best) {
+    if (i == SIZE_MAX || !g->rows[i].measured) return false;
+    const dbq_result_t *r = &g->rows[i].row;
+    if (strcmp(r->device_name, best->device_name) != 0 || strcmp(r->export_dir, best->export_dir) != 0) return false;
+    return r->median_us <= best->median_us ||
+           exp_margin_sd(best->median_us, best->stddev_us, r->median_us, r->stddev_us) < EXP_NEAR_TIE_SD;
+}
+
+/* The key a "nearest"/"other" row names ("key 64's pick"); 0 when none. */
+static uint32_t key_of(const dbq_guard_t *r) {
+    unsigned k = 0;
+    return sscanf(r->source, "key %u", &k) == 1 ? (uint32_t)k : 0;
+}
+
+const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best) {
+    if (!g || !g->n) return best;
+    size_t def = find_role(g, best, "default"), inc = find_role(g, best, "incumbent");
+    size_t near = find_role(g, best, "nearest"), other = find_role(g, best, "other");
+    if (def == SIZE_MAX && inc == SIZE_MAX && near == SIZE_MAX) return best;
+    if (mt_grow((void **)&g->dec, &g->cap_dec, g->n_dec + 1, sizeof *g->dec, 32) != MT_OK) return best;
+    decision_t *d = &g->dec[g->n_dec++];
+    memset(d, 0, sizeof *d);
+    d->sweep_id = best->sweep_id, d->shape_id = best->shape_id, d->bs = best->batch_size;
+    snprintf(d->device, sizeof d->device, "%s", best->device_name);
+    d->def = def, d->inc = inc, d->near = near, d->other = other, d->best = *best;
+    d->best.versions = "";
+    if (near != SIZE_MAX) { /* between two keys: a key is added only where the engine's entry loses */
+        const dbq_guard_t *n = &g->rows[near];
+        bool here = n->measured && strcmp(n->row.device_name, best->device_name) == 0;
+        if (!here || n->row.config_id == best->config_id ||
+            exp_margin_sd(best->median_us, best->stddev_us, n->row.median_us, n->row.stddev_us) < EXP_NEAR_TIE_SD) {
+            d->dropped = true;
+            return NULL;
+        }
+    }
+    const dbq_result_t *ship = best;
+    d->shipped = "pick";
+    if (inc != SIZE_MAX && g->rows[inc].row.config_id == best->config_id) {
+        d->shipped = "incumbent"; /* the fastest measured here is the incumbent's config itself */
+        d->fastest = true;
+    } else if (def != SIZE_MAX && g->rows[def].row.config_id == best->config_id) {
+        d->shipped = "default";
+        d->fastest = true;
+    } else if (holds(g, inc, best)) {
+        ship = &g->rows[inc].row;
+        d->shipped = "incumbent";
+    } else if (holds(g, def, best)) {
+        ship = &g->rows[def].row;
+        d->shipped = "default";
+    }
+    return ship;
+}
+
+const char *shipguard_role(const shipguard_t *g, const dbq_result_t *r) {
+    for (size_t i = 0; g && i < g->n; i++) {
+        const dbq_result_t *x = &g->rows[i].row;
+        if (x->sweep_id == r->sweep_id && x->shape_id == r->shape_id && x->batch_size == r->batch_size &&
+            x->config_id == r->config_id)
+            return g->rows[i].role;
+    }
+    return NULL;
+}
+
+static decision_t *decision_find(shipguard_t *g, const dbq_result_t *r);
+
+const dbq_result_t *shipguard_layer(shipguard_t *g, const dbq_result_t *best, double pair_sum) {
+    decision_t *d = g ? decision_find(g, best) : NULL;
+    if (!d || !(pair_sum > 0)) return NULL;
+    const size_t order[2] = {d->inc, d->def}; /* the incumbent wins a tie */
+    for (size_t k = 0; k < 2; k++) {
+        if (order[k] == SIZE_MAX) continue;
+        const dbq_guard_t *r = &g->rows[order[k]];
+        bool here = r->measured && strcmp(r->row.device_name, best->device_name) == 0;
+        double sum = r->row.up_us + r->row.down_us,
+               noise = r->row.median_us > 0 ? r->row.stddev_us / r->row.median_us : 0;
+        if (!here || !(r->row.up_us > 0) || !(r->row.down_us > 0) || sum > pair_sum * (1.0 + noise)) continue;
+        d->shipped = r->role;
+        d->fastest = false;
+        d->pair_sum = pair_sum;
+        d->layer_sum = sum;
+        return &r->row;
+    }
+    return NULL;
+}
+
+static decision_t *decision_find(shipguard_t *g, const dbq_result_t *r) {
+    for (size_t i = g->n_dec; i-- > 0;) {
+        decision_t *d = &g->dec[i];
+        if (d->sweep_id == r->sweep_id && d->shape_id == r->shape_id && d->bs == r->batch_size &&
+            strcmp(d->device, r->device_name) == 0)
+            return d;
+    }
+    return NULL;
+}
+
+static const decision_t *decision_of(const shipguard_t *g, const dbq_result_t *r) {
+    return g ? decision_find((shipguard_t *)g, r) : NULL;
+}
+
+/* The speed-up of shipped over other (other / shipped) and its deviation. */
+static void speedup(const dbq_result_t *shipped, const dbq_result_t *other, double *x, double *sd) {
+    *x = other->median_us / shipped->median_us;
+    double a = other->stddev_us / other->median_us, b = shipped->stddev_us / shipped->median_us;
+    *sd = other->config_id == shipped->config_id ? 0.0 : *x * sqrt(a * a + b * b); /* one row: exactly 1 */
+}
+
+/* The manifest's object for guard row i beside the shipped row; its speed-up into *x (0: not measured here). */
+static json_t *guard_json(const shipguard_t *g, size_t i, const dbq_result_t *shipped, double *x) {
+    const dbq_guard_t *r = &g->rows[i];
+    char cfg[KRN_CONFIG_TEXT_LEN];
+    krn_config_format(&r->row.config, cfg, sizeof cfg);
+    json_t *o = json_pack("{s:s, s:I, s:s, s:b}", "config", cfg, "config_id", (json_int_t)r->row.config_id,
+                          strcmp(r->role, "default") == 0 ? "rule" : "source", r->source, "searched", r->searched);
+    *x = 0;
+    bool here = r->measured && strcmp(r->row.device_name, shipped->device_name) == 0;
+    json_object_set_new(o, "measured", json_boolean(here));
+    if (!here) return o;
+    double sd = 0;
+    speedup(shipped, &r->row, x, &sd);
+    json_object_set_new(o, "median_us", json_real(r->row.median_us));
+    json_object_set_new(o, "stddev_us", json_real(r->row.stddev_us));
+    json_object_set_new(o, "speedup", json_real(*x));
+    json_object_set_new(o, "speedup_sd", json_real(sd));
+    return o;
+}
+
+void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e) {
+    const decision_t *d = decision_of(g, shipped);
+    if (!d || !e) return;
+    json_t *o = json_object();
+    const char *why = "the pick beats the engine's default and the incumbent by more than the noise";
+    if (d->fastest)
+        why = strcmp(d->shipped, "default") == 0 ? "the engine's default is the fastest config measured here"
+                                                 : "the incumbent's config is the fastest config measured here";
+    else if (strcmp(d->shipped, "incumbent") == 0)
+        why = "the incumbent's config: the pick does not beat it by more than the noise";
+    else if (strcmp(d->shipped, "default") == 0)
+        why = "the engine's default: the pick does not beat it by more than the noise";
+    if (d->layer_sum > 0)
+        why = strcmp(d->shipped, "incumbent") == 0 ? "the incumbent's config for both GEMMs: its up + down does not "
+                                                     "lose to the split pair's beyond the noise"
+                                                   : "the engine's default for both GEMMs: its up + down does not lose "
+                                                     "to the split pair's beyond the noise";
+    json_object_set_new(o, "shipped", json_string(d->shipped));
+    json_object_set_new(o, "why", json_string(why));
+    if (d->layer_sum > 0)
+        json_object_set_new(o, "whole_layer",
+                            json_pack("{s:f, s:f}", "guard_up_down_us", d->layer_sum, "pair_up_down_us", d->pair_sum));
+    if (!g->cur_sweep) {
+        g->cur_sweep = d->sweep_id, g->cur_shape = d->shape_id;
+        snprintf(g->cur_device, sizeof g->cur_device, "%s", d->device);
+    }
+    if (d->near != SIZE_MAX) { /* a key added between two keys */
+        const dbq_guard_t *n = &g->rows[d->near];
+        uint32_t k = key_of(n), other = d->other != SIZE_MAX ? key_of(&g->rows[d->other]) : 0;
+        double x = 0, sd = 0;
+        speedup(shipped, &n->row, &x, &sd);
+        char cfg[KRN_CONFIG_TEXT_LEN], text[300];
+        krn_config_format(&n->row.config, cfg, sizeof cfg);
+        mt_fmt(text, sizeof text,
+               "between keys %u and %u the engine takes key %u's entry (%s), %.2fx slower here than this one, "
+               "beyond the noise",
+               k < other ? k : other, k < other ? other : k, k, cfg, x);
+        json_object_set_new(o, "added",
+                            json_pack("{s:I, s:s, s:s, s:I, s:f, s:f, s:f}", "nearest_key", (json_int_t)k, "why", text,
+                                      "nearest_config", cfg, "nearest_config_id", (json_int_t)n->row.config_id,
+                                      "nearest_median_us", n->row.median_us, "speedup", x, "speedup_sd", sd));
+        g->n_added++;
+    }
+    if (strcmp(d->shipped, "pick") != 0 && !d->fastest) {
+        json_t *p = json_pack("{s:I, s:f, s:f}", "config_id", (json_int_t)d->best.config_id, "median_us",
+                              d->best.median_us, "stddev_us", d->best.stddev_us);
+        json_object_set_new(o, "searched_pick", p);
+    }
+    double x = 0;
+    if (d->def != SIZE_MAX) {
+        json_object_set_new(o, "default", guard_json(g, d->def, shipped, &x));
+        if (x > 0) {
+            g->def_lo = fmin(g->def_lo, x), g->def_hi = fmax(g->def_hi, x);
+            g->n_def++;
+        }
+        if (strcmp(d->shipped, "default") == 0) json_array_append_new(g->kept_def, json_integer(d->bs));
+    }
+    if (d->inc != SIZE_MAX) {
+        json_object_set_new(o, "incumbent", guard_json(g, d->inc, shipped, &x));
+        if (x > 0) {
+            g->inc_lo = fmin(g->inc_lo, x), g->inc_hi = fmax(g->inc_hi, x);
+            g->n_inc++;
+        }
+        if (strcmp(d->shipped, "incumbent") == 0) json_array_append_new(g->kept_inc, json_integer(d->bs));
+        /* "…/triton_3_5_1/E=..json, key 64": named by its Triton folder, else by its file */
+        char src[256];
+        snprintf(src, sizeof src, "%s", g->rows[d->inc].source);
+        char *key = strstr(src, ", key ");
+        if (key) *key = '\0';
+        char *slash = strrchr(src, '/');
+        if (slash) *slash = '\0';
+        const char *dir = strrchr(src, '/');
+        dir = dir ? dir + 1 : src;
+        if (slash && strncmp(dir, "triton_", 7) == 0)
+            mt_fmt(g->inc_name, sizeof g->inc_name, "%s's file", dir);
+        else
+            mt_fmt(g->inc_name, sizeof g->inc_name, "%s", slash ? slash + 1 : src);
+    }
+    json_object_set_new(e, "guard", o);
+}
+
+void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
+    if (len) line[0] = '\0';
+    if (!g) return;
+    if (g->n_def || g->n_inc || json_array_size(g->kept_def) || json_array_size(g->kept_inc)) {
+        json_t *o = json_object();
+        json_object_set_new(o, "rule",
+                            json_string("per batch size, the pick ships only where it beats the engine's default and "
+                                        "the incumbent by more than the noise (margin_sd at least 1); else the "
+                                        "incumbent's config, else the default's"));
+        if (g->n_def) json_object_set_new(o, "speedup_over_default", json_pack("[f, f]", g->def_lo, g->def_hi));
+        if (g->n_inc) json_object_set_new(o, "speedup_over_incumbent", json_pack("[f, f]", g->inc_lo, g->inc_hi));
+        json_object_set_new(o, "default_shipped_at", json_incref(g->kept_def));
+        json_object_set_new(o, "incumbent_shipped_at", json_incref(g->kept_inc));
+        json_t *checked = json_array(), *added = json_array();
+        for (size_t i = 0; i < g->n_dec; i++) {
+            const decision_t *d = &g->dec[i];
+            if (d->near == SIZE_MAX || d->sweep_id != g->cur_sweep || d->shape_id != g->cur_shape ||
+                strcmp(d->device, g->cur_device) != 0)
+                continue;
+            json_array_append_new(checked, json_integer(d->bs));
+            if (!d->dropped) json_array_append_new(added, json_integer(d->bs));
+        }
+        json_object_set_new(o, "between_keys_checked", checked);
+        json_object_set_new(o, "keys_added", added);
+        if (rec)
+            json_object_set_new(rec, "guard", o);
+        else
+            json_decref(o);
+        size_t used = 0;
+        if (g->n_def)
+            used += (size_t)snprintf(line + used, len - used, "%.2fx-%.2fx faster than the engine's default", g->def_lo,
+                                     g->def_hi);
+        if (g->n_inc && used < len)
+            used += (size_t)snprintf(line + used, len - used, "%s%.2fx-%.2fx faster than %s", used ? ", " : "",
+                                     g->inc_lo, g->inc_hi, g->inc_name[0] ? g->inc_name : "the incumbent file");
+        if (json_array_size(g->kept_def) && used < len)
+            used +=
+                (size_t)snprintf(line + used, len - used, "%sthe default kept at %zu batch size%s", used ? "; " : "",
+                                 json_array_size(g->kept_def), json_array_size(g->kept_def) == 1 ? "" : "s");
+        if (json_array_size(g->kept_inc) && used < len)
+            used +=
+                (size_t)snprintf(line + used, len - used, "%sthe incumbent kept at %zu batch size%s", used ? "; " : "",
+                                 json_array_size(g->kept_inc), json_array_size(g->kept_inc) == 1 ? "" : "s");
+        if (used < len)
+            snprintf(line + used, len - used, "%s%zu key%s added", used ? "; " : "", g->n_added,
+                     g->n_added == 1 ? "" : "s");
+    }
+    file_reset(g);
+}

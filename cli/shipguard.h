@@ -1,0 +1,110 @@
+/*
+ * shipguard.h - the ship guard's CLI side: the incumbent files a sweep is guarded against
+ * (`--baseline FILE|DIR`), and export's rule that never ships a config slower than what
+ * the engine runs without the file (coordinator/guard.h measures those side by side).
+ *
+ * Incumbents. `--baseline FILE` is a config file (the engines' format, read with the lookup
+ * library): its name's E, N, dtype and block shape say which of the sweep's shapes it is for
+ * (a name that says none fits a sweep of one shape). `--baseline DIR` is an engine's config
+ * folder: the file for each shape is looked up there as the engine looks it up
+ * (cli_guard_bundled_find). Every entry goes into SweepSpec.incumbents; the coordinator
+ * measures, at each batch size, the entry of the key nearest to it.
+ */
+#ifndef CLI_SHIPGUARD_H
+#define CLI_SHIPGUARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "export.h"
+#include "moetune.pb-c.h"
+#include "mt.h"
+#include "query.h"
+#include "space.h"
+
+typedef struct cli_guard cli_guard_t;
+
+/* A new, empty set of baselines; NULL when out of memory. */
+cli_guard_t *cli_guard_new(void);
+/* Releases g and what its incumbents hold; NULL-safe, nulls *g. */
+void cli_guard_destroy(cli_guard_t **g);
+
+/* Keeps path (a file or an engine's config folder) for cli_guard_resolve; MT_INVAL when
+ * more than CLI_GUARD_MAX_BASELINES are given. */
+#define CLI_GUARD_MAX_BASELINES 8
+mt_status_t cli_guard_add_baseline(cli_guard_t *g, const char *path, char *err, size_t errlen);
+
+/* Reads every baseline for shapes[0..n) and fills spec's incumbents (owned by g, valid
+ * while g lives). device: the GPU name the folder lookup wants (NULL: the one device a
+ * folder has a file for). MT_INVAL with a one-line reason naming the path: a file that is
+ * not a config file, whose name names none of the shapes, a folder with no file for a shape
+ * or files of several devices; MT_NOMEM. */
+mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const krn_shape_t *shapes, size_t n,
+                              const char *device, char *err, size_t errlen);
+
+/* True when two specs hold the same incumbent entries (shape, key, config, engine; the file
+ * they came from aside), in the same order. */
+bool cli_guard_same_incumbents(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b);
+
+/* The file an engine loads for shape from its config folder dir (a package's or the
+ * folder its variable names): SGLang's DIR[/configs]/triton_X_Y_Z/<name> for triton
+ * ("3.6.0"; NULL or "": none known) or else the newest other triton_* folder holding the
+ * file (its fallback); vLLM's DIR[/configs]/<name>. device NULL: the one device whose
+ * file for the shape the folder holds. MT_OK with the path in path; MT_NOTFOUND when
+ * there is none; MT_INVAL with the reason in err when several devices' files fit. This is
+ * the one function that a probe of the engine's interpreter (its config_dir, Triton
+ * version and device) feeds. */
+mt_status_t cli_guard_bundled_find(const char *dir, exp_engine_t engine, const char *triton, const char *device,
+                                   const krn_shape_t *shape, char *path, size_t len, char *err, size_t errlen);
+
+/* ---- export's rule */
+
+/* The guard rows an export reads and what it decided per entry. */
+typedef struct shipguard shipguard_t;
+
+/* Loads the guard rows of the selected sweeps for engine (EXP_ENGINE_NONE: SGLang's, whose
+ * layout the plain files follow) into a new *out. MT_OK (none: an empty guard), MT_NOMEM,
+ * or the query's error with its text in err. */
+mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engine, shipguard_t **out, char *err,
+                           size_t errlen);
+/* As shipguard_load, the rows of every engine (for listing them). */
+mt_status_t shipguard_load_all(dbq_t *q, const dbq_select_t *sel, shipguard_t **out, char *err, size_t errlen);
+/* Releases g; NULL-safe, nulls *g. */
+void shipguard_free(shipguard_t **g);
+
+/* The rule. Of the best row of a file's batch size (best: the pick) and the guard's rows
+ * measured there on the same device, the row to ship: the incumbent's where the pick does
+ * not beat it by more than the noise (exp_margin_sd under EXP_NEAR_TIE_SD, or not faster),
+ * else the default's on the same terms, else best. A batch size between two keys (guard rows
+ * "nearest"): NULL, no entry, unless best beats the entry the engine takes there by more than
+ * the noise; then the key is added, by the same rule. The row returned is best or one g owns
+ * (valid while g lives); the decision is kept for shipguard_entry. g NULL: best. */
+const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best);
+
+/* SGLang's up/down pair, whole layers. For a split file whose pair's up + down is pair_sum
+ * at best's batch size: the guard row (the incumbent's first, then the default's) whose own
+ * up + down, both timed on best's device, does not exceed it beyond that row's relative
+ * deviation, to ship for both GEMMs; NULL when the pair wins or nothing was timed. Updates the
+ * decision shipguard_ship made for best (it must have been asked first). */
+const dbq_result_t *shipguard_layer(shipguard_t *g, const dbq_result_t *best, double pair_sum);
+
+/* The guard role of a result row ("default" or "incumbent": the guard row of its sweep,
+ * shape, batch size and config, for g's engine), or NULL when it is none. */
+const char *shipguard_role(const shipguard_t *g, const dbq_result_t *r);
+
+/* Adds to a manifest entry (json object e) of the shipped row its "guard": what was
+ * shipped and why, and the default's and the incumbent's configs, medians and the speed-up
+ * of the shipped config over each (median ratio and its deviation, both measured side by
+ * side); counts it into the file summary. Nothing where no guard row is known. */
+void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e);
+
+/* Adds the file summary to its manifest record rec ("guard") and writes the one-line form
+ * into line ("1.00x-1.61x faster than the engine's default, 1.00x-1.04x faster than
+ * triton_3_5_1's file"; "" when the file has no guard rows); then starts the next file. */
+void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len);
+
+#endif

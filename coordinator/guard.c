@@ -1,0 +1,466 @@
+/* guard.c - the ship guard's configs in a sweep's last side-by-side step. See guard.h. */
+#include "guard.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+#include "mt.h"
+
+/* ---- the engines' default configs (get_default_config; shared/ENGINES.md) */
+
+static krn_config_t cfg6(uint32_t bm, uint32_t bn, uint32_t bk, uint32_t gm, uint32_t w, uint32_t st) {
+    return (krn_config_t){.block_m = bm, .block_n = bn, .block_k = bk, .group_m = gm, .num_warps = w, .num_stages = st};
+}
+
+/* bf16/fp16 (and vLLM's fp8 per tensor): 64/64/32 GROUP 8, or 16/32/64 GROUP 1 when M <= E;
+ * warps and stages left to Triton. */
+static const char *plain_default(const char *engine, const krn_shape_t *sh, uint32_t m, krn_config_t *out) {
+    bool small = m <= sh->e;
+    *out = small ? cfg6(16, 32, 64, 1, GUARD_TRITON_WARPS, GUARD_TRITON_STAGES)
+                 : cfg6(64, 64, 32, 8, GUARD_TRITON_WARPS, GUARD_TRITON_STAGES);
+    if (strcmp(engine, "vllm") == 0)
+        return small ? "vllm get_default_config, M <= E" : "vllm get_default_config, M > E";
+    return small ? "sglang get_default_config, M <= E" : "sglang get_default_config, M > E";
+}
+
+/* vLLM's newer heuristic (its 2026 fused_moe.py): tiles grow with M; fp8 with a block shape keeps
+ * BLOCK_SIZE_K and narrows BLOCK_SIZE_N to 64 for M <= 8. */
+static const char *vllm_next_default(const krn_shape_t *sh, uint32_t m, krn_config_t *out) {
+    bool fp8 = strcmp(sh->dtype, "fp8_w8a8") == 0;
+    if (fp8 && sh->block_n && sh->block_k) {
+        bool narrow = m <= 8 && sh->block_n % 64 == 0;
+        *out = cfg6(m <= 64 ? 16 : 64, narrow ? 64 : sh->block_n, sh->block_k, m <= 16 ? 1 : 32, 4,
+                    narrow && m <= 4 ? 4 : 3);
+        return "vllm-2026 get_default_config, fp8 block-wise";
+    }
+    uint32_t bm = m <= 32 ? 16 : m <= 96 ? 32 : m <= 512 ? 64 : 128;
+    uint32_t per_expert = sh->e ? m / sh->e : m;
+    *out = cfg6(bm, m <= 64 ? 64 : 128, fp8 || m <= 64 ? 128 : 64, per_expert > 128 ? 16 : 1, m <= 128 ? 4 : 8,
+                m <= 32 ? 4 : 3);
+    return "vllm-2026 get_default_config, by M";
+}
+
+mt_status_t guard_default_config(const char *engine, const krn_shape_t *sh, uint32_t m, krn_config_t *out,
+                                 const char **rule) {
+    if (engine && strcmp(engine, "vllm-2026") == 0) {
+        *rule = vllm_next_default(sh, m, out);
+        return MT_OK;
+    }
+    bool sglang = engine && strcmp(engine, "sglang") == 0, vllm = engine && strcmp(engine, "vllm") == 0;
+    if (!sglang && !vllm) return MT_INVAL;
+    bool fp8 = strcmp(sh->dtype, "fp8_w8a8") == 0, block = sh->block_n && sh->block_k;
+    if (fp8 && block) { /* both engines: BLOCK_SIZE_N and _K from the block shape */
+        *out = cfg6(64, sh->block_n, sh->block_k, 32, 4, 3);
+        *rule = sglang ? "sglang get_default_config, fp8 block-wise" : "vllm get_default_config, fp8 block-wise";
+    } else if (fp8 && sglang) { /* SGLang's fp8 per tensor has its own */
+        bool small = m <= sh->e;
+        *out = small ? cfg6(64, 128, 128, 1, 4, 4) : cfg6(128, 256, 128, 32, 8, 4);
+        *rule = small ? "sglang get_default_config, fp8, M <= E" : "sglang get_default_config, fp8, M > E";
+    } else {
+        *rule = plain_default(engine, sh, m, out);
+    }
+    return MT_OK;
+}
+
+uint32_t guard_nearest_key(const uint32_t *keys, size_t n, uint32_t m) {
+    uint32_t best = 0;
+    uint64_t best_d = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t d = keys[i] > m ? (uint64_t)keys[i] - m : (uint64_t)m - keys[i];
+        if (d < best_d || (d == best_d && keys[i] < best)) {
+            best = keys[i];
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+size_t guard_engines(const Moetune__SweepSpec *spec, const char *names[2]) {
+    size_t n = 0;
+    for (size_t i = 0; spec && i < spec->n_engines && n < 2; i++) {
+        const char *e = spec->engines[i] ? spec->engines[i] : "";
+        if ((strcmp(e, "sglang") == 0 || strcmp(e, "vllm") == 0) && !(n == 1 && strcmp(names[0], e) == 0))
+            names[n++] = strcmp(e, "sglang") == 0 ? "sglang" : "vllm";
+    }
+    if (n) return n;
+    names[n++] = "sglang";
+    if (spec && spec->backend && strcmp(spec->backend, "triton") == 0) names[n++] = "vllm";
+    return n;
+}
+
+/* ---- planning */
+
+/* One guard config of a batch size. */
+typedef struct {
+    krn_config_t cfg;
+    const char *role, *engine;
+    char source[256];
+} want_t;
+
+/* The index of shape in spec's shapes (dtype and block shape included), or -1. */
+static int spec_shape(const Moetune__SweepSpec *spec, const krn_shape_t *sh) {
+    for (size_t i = 0; i < spec->n_shapes; i++) {
+        krn_shape_t s;
+        char why[128];
+        if (wire_shape_from_msg(spec->shapes[i], &s, why, sizeof why) != MT_OK) continue;
+        if (s.e == sh->e && s.n == sh->n && s.k == sh->k && s.topk == sh->topk && strcmp(s.dtype, sh->dtype) == 0 &&
+            s.block_n == sh->block_n && s.block_k == sh->block_k)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* An entry of no engine ("": a file given by itself) stands for every engine's. */
+static bool engine_fits(const Moetune__Incumbent *in, const char *engine) {
+    return !in->engine || !*in->engine || strcmp(in->engine, engine) == 0;
+}
+
+/* The incumbent entry of engine's file for shape si at m (nearest key), into w; false when
+ * the spec has none. */
+static bool incumbent_at(const Moetune__SweepSpec *spec, int si, const char *engine, uint32_t m, want_t *w) {
+    uint32_t keys[256];
+    size_t nk = 0;
+    for (size_t i = 0; i < spec->n_incumbents && nk < 256; i++) {
+        const Moetune__Incumbent *in = spec->incumbents[i];
+        if ((int)in->shape == si && in->config && engine_fits(in, engine)) keys[nk++] = in->key;
+    }
+    if (!nk) return false;
+    uint32_t key = guard_nearest_key(keys, nk, m);
+    for (size_t i = 0; i < spec->n_incumbents; i++) {
+        const Moetune__Incumbent *in = spec->incumbents[i];
+        if ((int)in->shape != si || !in->config || in->key != key || !engine_fits(in, engine)) continue;
+        wire_config_from_msg(in->config, &w->cfg);
+        w->role = "incumbent";
+        w->engine = engine;
+        mt_fmt(w->source, sizeof w->source, "%s, key %u", in->source && *in->source ? in->source : "file", key);
+        return true;
+    }
+    return false;
+}
+
+/* Guard rows sort first within their batch size, then rows as ranked (median, config id). */
+static int cmp_guard_first(const void *a, const void *b) {
+    const halving_row_t *x = a, *y = b;
+    if (x->bi != y->bi) return x->bi < y->bi ? -1 : 1;
+    if (x->guard != y->guard) return x->guard ? -1 : 1;
+    if (x->median_us != y->median_us) return x->median_us < y->median_us ? -1 : 1;
+    return (x->config_id > y->config_id) - (x->config_id < y->config_id);
+}
+
+/* Records batch size b's guard configs w[0..nw) and marks them (and the best) in the rows. */
+static int mark_size(store_t *db, uint64_t sweep_id, uint64_t shape_id, uint32_t bsz, uint32_t b, const want_t *w,
+                     size_t nw, halving_row_t **rows, size_t *n, size_t *cap, guard_step_t *out) {
+    int rc = MT_OK;
+    halving_row_t *best = NULL;
+    for (size_t i = 0; i < *n; i++)
+        if ((*rows)[i].bi == b && (!best || (*rows)[i].rank < best->rank)) best = &(*rows)[i];
+    uint64_t best_id = best ? best->config_id : 0;
+    bool differs = false, best_was = best && best->finalist;
+    for (size_t g = 0; !rc && g < nw; g++) {
+        uint64_t cid = 0;
+        bool searched = false;
+        rc = store_config_upsert(db, &w[g].cfg, &cid);
+        if (!rc) rc = store_config_searched(db, sweep_id, shape_id, cid, &searched);
+        store_guard_row_t row = {.sweep_id = sweep_id,
+                                 .shape_id = shape_id,
+                                 .config_id = cid,
+                                 .batch_size = bsz,
+                                 .role = w[g].role,
+                                 .engine = w[g].engine,
+                                 .searched = searched,
+                                 .source = w[g].source};
+        if (!rc) rc = store_guard_put(db, &row);
+        if (rc) break;
+        out->rows++;
+        differs = differs || cid != best_id;
+        halving_row_t *have = NULL;
+        for (size_t i = 0; i < *n && !have; i++)
+            if ((*rows)[i].bi == b && (*rows)[i].config_id == cid) have = &(*rows)[i];
+        if (!have) {
+            if (mt_grow((void **)rows, cap, *n + 1, sizeof **rows, 64) != MT_OK) return MT_NOMEM;
+            have = &(*rows)[(*n)++];
+            *have = (halving_row_t){.config_id = cid, .bi = b};
+            out->new_rows += !searched;
+        }
+        if (!have->finalist) out->finalists++;
+        have->finalist = true;
+        have->guard = true;
+        /* a grown array moved: find the best again by id */
+        best = NULL;
+        for (size_t i = 0; i < *n && best_id && !best; i++)
+            if ((*rows)[i].bi == b && (*rows)[i].config_id == best_id) best = &(*rows)[i];
+    }
+    if (!rc && differs && best && !best->finalist) {
+        best->finalist = true;
+        out->finalists++;
+    } else if (!rc && !differs && best && !best_was) {
+        best->finalist = false; /* the guard's config is the best: nothing to compare it with */
+        out->finalists--;
+    }
+    return rc;
+}
+
+/* The guard configs of (shape si of spec, batch size m) for engines[0..ne) into w (GUARD_MAX). */
+static size_t wants_at(const Moetune__SweepSpec *spec, int si, const krn_shape_t *sh, uint32_t m,
+                       const char *const *engines, size_t ne, want_t *w) {
+    size_t nw = 0;
+    for (size_t e = 0; e < ne; e++) {
+        const char *rule = "";
+        memset(&w[nw], 0, sizeof w[nw]);
+        if (guard_default_config(engines[e], sh, m, &w[nw].cfg, &rule) != MT_OK) continue;
+        w[nw].role = "default";
+        w[nw].engine = engines[e];
+        mt_fmt(w[nw].source, sizeof w[nw].source, "%s", rule);
+        nw++;
+        if (strcmp(engines[e], "vllm") == 0) { /* which rule runs depends on the vLLM release: both */
+            memset(&w[nw], 0, sizeof w[nw]);
+            guard_default_config("vllm-2026", sh, m, &w[nw].cfg, &rule);
+            w[nw].role = "default";
+            w[nw].engine = "vllm-2026";
+            mt_fmt(w[nw].source, sizeof w[nw].source, "%s", rule);
+            nw++;
+        }
+        if (si >= 0 && incumbent_at(spec, si, engines[e], m, &w[nw])) nw++;
+    }
+    return nw;
+}
+
+mt_status_t guard_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                          halving_row_t **rows, size_t *n, size_t *cap, guard_step_t *out) {
+    void *blob = NULL;
+    size_t len = 0;
+    Moetune__SweepSpec *spec = NULL;
+    krn_shape_t sh;
+    memset(out, 0, sizeof *out);
+    int rc = store_sweep_spec_get(db, sweep_id, &blob, &len);
+    if (!rc) rc = store_shape_get(db, shape_id, &sh);
+    if (!rc) {
+        spec = moetune__sweep_spec__unpack(NULL, len, blob);
+        if (!spec) rc = MT_INVAL;
+    }
+    const char *engines[2];
+    size_t ne = rc || spec->no_guard ? 0 : guard_engines(spec, engines);
+    int si = rc ? -1 : spec_shape(spec, &sh);
+    if (si < 0) ne = 0; /* a shape its spec does not name: nothing is known of its engines */
+    for (uint32_t b = 0; !rc && ne && b < nb; b++) {
+        want_t w[GUARD_MAX];
+        size_t nw = wants_at(spec, si, &sh, bs[b], engines, ne, w);
+        rc = mark_size(db, sweep_id, shape_id, bs[b], b, w, nw, rows, n, cap, out);
+    }
+    if (!rc && *n) qsort(*rows, *n, sizeof **rows, cmp_guard_first);
+    moetune__sweep_spec__free_unpacked(spec, NULL);
+    free(blob);
+    return rc;
+}
+
+/* ---- a listed space: the guard's configs join its one job a shape */
+
+static bool listed(const Moetune__SweepSpec *spec, const krn_config_t *c) {
+    for (size_t i = 0; spec->space && i < spec->space->n_configs; i++) {
+        krn_config_t l;
+        wire_config_from_msg(spec->space->configs[i], &l);
+        if (memcmp(&l, c, sizeof l) == 0) return true;
+    }
+    return false;
+}
+
+mt_status_t guard_plan_listed(const Moetune__SweepSpec *spec, plan_t *p) {
+    if (!spec->space || !spec->space->n_configs || spec->no_guard) return MT_OK;
+    const char *engines[2];
+    size_t ne = guard_engines(spec, engines);
+    uint32_t most = 0;
+    for (size_t i = 0; i < p->n_shapes; i++) {
+        plan_shape_t *ps = &p->shapes[i];
+        for (size_t b = 0; b < p->n_batch_sizes; b++) {
+            want_t w[GUARD_MAX];
+            size_t nw = wants_at(spec, (int)i, &ps->shape, p->batch_sizes[b], engines, ne, w);
+            for (size_t g = 0; g < nw; g++) {
+                bool have = false;
+                for (size_t k = 0; k < ps->n_valid && !have; k++)
+                    have = memcmp(&ps->valid[k], &w[g].cfg, sizeof w[g].cfg) == 0;
+                if (have) continue;
+                krn_config_t *v = realloc(ps->valid, (ps->n_valid + 1) * sizeof *v);
+                if (!v) return MT_NOMEM;
+                ps->valid = v;
+                ps->valid[ps->n_valid++] = w[g].cfg;
+                p->configs_valid++;
+                p->results_planned += p->n_batch_sizes;
+            }
+        }
+        if (ps->n_valid > most) most = (uint32_t)ps->n_valid;
+    }
+    if (p->chunk && most > p->chunk) p->chunk = most; /* one side-by-side job a shape, as listed */
+    return MT_OK;
+}
+
+mt_status_t guard_write_listed(store_t *db, const Moetune__SweepSpec *spec, const plan_t *p, uint64_t sweep_id) {
+    if (!spec->space || !spec->space->n_configs || spec->no_guard) return MT_OK;
+    const char *engines[2];
+    size_t ne = guard_engines(spec, engines);
+    int rc = MT_OK;
+    for (size_t i = 0; !rc && i < p->n_shapes; i++) {
+        const plan_shape_t *ps = &p->shapes[i];
+        for (size_t b = 0; !rc && b < p->n_batch_sizes; b++) {
+            want_t w[GUARD_MAX];
+            size_t nw = wants_at(spec, (int)i, &ps->shape, p->batch_sizes[b], engines, ne, w);
+            for (size_t g = 0; !rc && g < nw; g++) {
+                uint64_t cid = 0;
+                rc = store_config_upsert(db, &w[g].cfg, &cid);
+                store_guard_row_t row = {.sweep_id = sweep_id,
+                                         .shape_id = ps->shape_id,
+                                         .config_id = cid,
+                                         .batch_size = p->batch_sizes[b],
+                                         .role = w[g].role,
+                                         .engine = w[g].engine,
+                                         .searched = listed(spec, &w[g].cfg),
+                                         .source = w[g].source};
+                if (!rc) rc = store_guard_put(db, &row);
+            }
+        }
+    }
+    return rc;
+}
+
+/* ---- the batch sizes between the keys */
+
+/* Per batch size of the sweep, its pick so far: the fastest ok row of the latest phase there. */
+typedef struct {
+    const uint32_t *bs;
+    size_t nb;
+    uint64_t *cfg;
+    double *us;
+    uint32_t phase;
+    bool *from2; /* the batch size has a phase-2 row: phase 1 does not decide there */
+} picks_t;
+
+static mt_status_t pick_row(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us, uint64_t device_id,
+                            double min_us) {
+    picks_t *p = ctx;
+    (void)device_id, (void)min_us;
+    for (size_t i = 0; i < p->nb; i++) {
+        if (p->bs[i] != batch_size || !(median_us > 0)) continue;
+        if (p->phase == 1 && p->from2[i]) return MT_OK;
+        if (p->phase == 2) p->from2[i] = true;
+        if (!p->cfg[i] || median_us < p->us[i] || (median_us == p->us[i] && config_id < p->cfg[i]))
+            p->cfg[i] = config_id, p->us[i] = median_us;
+    }
+    return MT_OK;
+}
+
+/* Stores one in-between batch size m's job (phase 2, side by side): near (the config the engine
+ * takes at m), other (the other neighbour's pick), and the defaults and incumbent at m; and
+ * its guard rows. */
+static int plan_gap(store_t *db, const Moetune__SweepSpec *spec, int si, const krn_shape_t *sh, uint64_t sweep_id,
+                    uint64_t shape_id, uint32_t m, uint32_t near_key, uint64_t near, uint32_t other_key, uint64_t other,
+                    const char *const *engines, size_t ne, int64_t now_s, halving_step_t *out) {
+    want_t w[GUARD_MAX];
+    size_t nw = wants_at(spec, si, sh, m, engines, ne, w);
+    uint64_t ids[GUARD_MAX + 2] = {near, other};
+    size_t n_ids = 2;
+    char text[16], src[64];
+    uint64_t job_id = 0;
+    mt_fmt(text, sizeof text, "%u", m);
+    int rc = store_job_insert_phase(db, sweep_id, shape_id, 2, text, NULL, now_s, &job_id);
+    for (size_t r = 0; !rc && r < 2; r++) {
+        mt_fmt(src, sizeof src, "key %u's pick", r ? other_key : near_key);
+        store_guard_row_t row = {.sweep_id = sweep_id,
+                                 .shape_id = shape_id,
+                                 .config_id = ids[r],
+                                 .batch_size = m,
+                                 .role = r ? "other" : "nearest",
+                                 .engine = "",
+                                 .searched = true,
+                                 .source = src};
+        rc = store_guard_put(db, &row);
+    }
+    for (size_t g = 0; !rc && g < nw; g++) {
+        uint64_t cid = 0;
+        bool searched = false;
+        rc = store_config_upsert(db, &w[g].cfg, &cid);
+        if (!rc) rc = store_config_searched(db, sweep_id, shape_id, cid, &searched);
+        store_guard_row_t row = {.sweep_id = sweep_id,
+                                 .shape_id = shape_id,
+                                 .config_id = cid,
+                                 .batch_size = m,
+                                 .role = w[g].role,
+                                 .engine = w[g].engine,
+                                 .searched = searched,
+                                 .source = w[g].source};
+        if (!rc) rc = store_guard_put(db, &row);
+        bool dup = false;
+        for (size_t k = 0; k < n_ids && !dup; k++) dup = ids[k] == cid;
+        if (!rc && !dup) ids[n_ids++] = cid;
+    }
+    for (size_t k = 0; !rc && k < n_ids; k++) rc = store_job_config_insert(db, job_id, ids[k]);
+    if (!rc) {
+        out->jobs++;
+        out->finalists += (uint32_t)n_ids;
+        out->guard_new += (uint32_t)n_ids; /* a batch size of no key: every row is new */
+    }
+    return rc;
+}
+
+mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
+                               int64_t now_s, halving_step_t *out) {
+    void *blob = NULL;
+    size_t len = 0;
+    Moetune__SweepSpec *spec = NULL;
+    krn_shape_t sh;
+    uint32_t have = 0;
+    memset(out, 0, sizeof *out);
+    out->already = true;
+    picks_t p = {.bs = bs,
+                 .nb = nb,
+                 .cfg = calloc(nb + 1, sizeof *p.cfg),
+                 .us = calloc(nb + 1, sizeof *p.us),
+                 .from2 = calloc(nb + 1, sizeof *p.from2)};
+    int rc = p.cfg && p.us && p.from2 ? MT_OK : MT_NOMEM;
+    if (!rc) rc = store_guard_count(db, sweep_id, shape_id, "nearest", &have);
+    if (!rc && !have) rc = store_sweep_spec_get(db, sweep_id, &blob, &len);
+    if (!rc && !have) rc = store_shape_get(db, shape_id, &sh);
+    if (!rc && !have) {
+        spec = moetune__sweep_spec__unpack(NULL, len, blob);
+        if (!spec) rc = MT_INVAL;
+    }
+    int si = spec ? spec_shape(spec, &sh) : -1;
+    if (!rc && spec && !spec->no_guard && si >= 0) {
+        const char *engines[2];
+        size_t ne = guard_engines(spec, engines);
+        p.phase = 2;
+        rc = store_phase_rows_each(db, sweep_id, shape_id, 2, pick_row, &p);
+        p.phase = 1;
+        if (!rc) rc = store_phase_rows_each(db, sweep_id, shape_id, 1, pick_row, &p);
+        /* the engine takes key b's entry up to mid (a tie: the smaller key), key b + 1's after */
+        for (size_t b = 0; !rc && b + 1 < nb; b++) {
+            uint32_t k1 = bs[b], k2 = bs[b + 1], mid = k1 + (k2 - k1) / 2;
+            if (!p.cfg[b] || !p.cfg[b + 1] || p.cfg[b] == p.cfg[b + 1]) continue; /* one config: no switch */
+            if (mid > k1)
+                rc = plan_gap(db, spec, si, &sh, sweep_id, shape_id, mid, k1, p.cfg[b], k2, p.cfg[b + 1], engines, ne,
+                              now_s, out);
+            if (!rc && mid + 1 < k2)
+                rc = plan_gap(db, spec, si, &sh, sweep_id, shape_id, mid + 1, k2, p.cfg[b + 1], k1, p.cfg[b], engines,
+                              ne, now_s, out);
+        }
+        if (!rc && out->guard_new) rc = store_sweep_add_planned(db, sweep_id, out->guard_new);
+        out->already = !out->jobs;
+    }
+    moetune__sweep_spec__free_unpacked(spec, NULL);
+    free(blob);
+    free(p.cfg);
+    free(p.us);
+    free(p.from2);
+    return rc;
+}
+
+mt_status_t guard_gap_bs_parse(const char *text, uint32_t **out, size_t *n) {
+    uint32_t m = 0;
+    *out = NULL;
+    *n = 0;
+    if (!text || mt_parse_u32(text, 1, PLAN_MAX_BATCH, &m) != MT_OK) return MT_INVAL;
+    *out = malloc(sizeof **out);
+    if (!*out) return MT_NOMEM;
+    **out = m;
+    *n = 1;
+    return MT_OK;
+}

@@ -1,0 +1,148 @@
+/* test_guard.c - the ship guard's pure parts: the engines' default configs by dtype and block
+ * shape (coordinator/guard.c), the nearest-key rule, the engines a sweep is for, and the lookup
+ * of an engine's bundled file with SGLang's fallback (cli/shipguard.c). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "guard.h"
+#include "shipguard.h"
+
+static krn_shape_t shape(uint32_t e, const char *dtype, uint32_t bn, uint32_t bk) {
+    krn_shape_t s;
+    memset(&s, 0, sizeof s);
+    s.e = e, s.n = 768, s.k = 2048, s.topk = 8, s.block_n = bn, s.block_k = bk;
+    snprintf(s.dtype, sizeof s.dtype, "%s", dtype);
+    return s;
+}
+
+static void cfg_is(const krn_config_t *c, uint32_t bm, uint32_t bn, uint32_t bk, uint32_t gm, uint32_t w, uint32_t st) {
+    krn_config_t want = {bm, bn, bk, gm, w, st};
+    char a[KRN_CONFIG_TEXT_LEN], b[KRN_CONFIG_TEXT_LEN];
+    krn_config_format(c, a, sizeof a);
+    krn_config_format(&want, b, sizeof b);
+    assert_string_equal(a, b);
+}
+
+/* get_default_config of SGLang and vLLM (the classic rule): bf16 switches at M = E, with
+ * Triton's 4 warps and 3 stages; fp8 with a block shape takes it for BLOCK_SIZE_N and _K;
+ * SGLang's fp8 per tensor has its own pair; vLLM's falls back to bf16's; unknown engines fail. */
+static void test_defaults(void **state) {
+    (void)state;
+    krn_config_t c;
+    const char *rule = NULL;
+    krn_shape_t bf = shape(128, "bf16", 0, 0);
+    assert_int_equal(guard_default_config("sglang", &bf, 128, &c, &rule), MT_OK);
+    cfg_is(&c, 16, 32, 64, 1, 4, 3);
+    assert_string_equal(rule, "sglang get_default_config, M <= E");
+    assert_int_equal(guard_default_config("sglang", &bf, 129, &c, &rule), MT_OK);
+    cfg_is(&c, 64, 64, 32, 8, 4, 3);
+    assert_int_equal(guard_default_config("vllm", &bf, 4096, &c, &rule), MT_OK);
+    cfg_is(&c, 64, 64, 32, 8, 4, 3);
+    assert_string_equal(rule, "vllm get_default_config, M > E");
+    krn_shape_t blk = shape(256, "fp8_w8a8", 128, 128);
+    for (uint32_t m = 1; m <= 4096; m *= 64) {
+        assert_int_equal(guard_default_config("sglang", &blk, m, &c, &rule), MT_OK);
+        cfg_is(&c, 64, 128, 128, 32, 4, 3);
+        assert_int_equal(guard_default_config("vllm", &blk, m, &c, &rule), MT_OK);
+        cfg_is(&c, 64, 128, 128, 32, 4, 3);
+    }
+    krn_shape_t pt = shape(8, "fp8_w8a8", 0, 0);
+    assert_int_equal(guard_default_config("sglang", &pt, 8, &c, &rule), MT_OK);
+    cfg_is(&c, 64, 128, 128, 1, 4, 4);
+    assert_int_equal(guard_default_config("sglang", &pt, 9, &c, &rule), MT_OK);
+    cfg_is(&c, 128, 256, 128, 32, 8, 4);
+    assert_int_equal(guard_default_config("vllm", &pt, 9, &c, &rule), MT_OK);
+    cfg_is(&c, 64, 64, 32, 8, 4, 3);
+    assert_int_equal(guard_default_config("trtllm", &bf, 1, &c, &rule), MT_INVAL);
+}
+
+/* vLLM's newer heuristic (its 2026 fused_moe.py): tiles by M, GROUP_SIZE_M 16 only past 128
+ * tokens an expert; with an fp8 block shape a 64-wide N tile and deeper pipeline for M <= 8. */
+static void test_vllm_next(void **state) {
+    (void)state;
+    krn_config_t c;
+    const char *rule = NULL;
+    krn_shape_t bf = shape(128, "bf16", 0, 0), few = shape(8, "bf16", 0, 0);
+    assert_int_equal(guard_default_config("vllm-2026", &bf, 1, &c, &rule), MT_OK);
+    cfg_is(&c, 16, 64, 128, 1, 4, 4);
+    assert_int_equal(guard_default_config("vllm-2026", &bf, 256, &c, &rule), MT_OK);
+    cfg_is(&c, 64, 128, 64, 1, 8, 3);
+    assert_int_equal(guard_default_config("vllm-2026", &few, 4096, &c, &rule), MT_OK);
+    cfg_is(&c, 128, 128, 64, 16, 8, 3);
+    krn_shape_t blk = shape(256, "fp8_w8a8", 128, 128);
+    assert_int_equal(guard_default_config("vllm-2026", &blk, 4, &c, &rule), MT_OK);
+    cfg_is(&c, 16, 64, 128, 1, 4, 4);
+    assert_int_equal(guard_default_config("vllm-2026", &blk, 8, &c, &rule), MT_OK);
+    cfg_is(&c, 16, 64, 128, 1, 4, 3);
+    assert_int_equal(guard_default_config("vllm-2026", &blk, 16, &c, &rule), MT_OK);
+    cfg_is(&c, 16, 128, 128, 1, 4, 3);
+    assert_int_equal(guard_default_config("vllm-2026", &blk, 128, &c, &rule), MT_OK);
+    cfg_is(&c, 64, 128, 128, 32, 4, 3);
+    assert_string_equal(rule, "vllm-2026 get_default_config, fp8 block-wise");
+}
+
+/* The engines' nearest key: the smaller of two equally near; 0 without keys. */
+static void test_nearest(void **state) {
+    (void)state;
+    const uint32_t keys[] = {96, 1, 64, 4096, 2};
+    assert_int_equal(guard_nearest_key(keys, 5, 80), 64);
+    assert_int_equal(guard_nearest_key(keys, 5, 81), 96);
+    assert_int_equal(guard_nearest_key(keys, 5, 3), 2);
+    assert_int_equal(guard_nearest_key(keys, 5, 100000), 4096);
+    assert_int_equal(guard_nearest_key(keys, 5, 1), 1);
+    assert_int_equal(guard_nearest_key(keys, 0, 5), 0);
+}
+
+/* A sweep's engines: as listed (a repeat once), else both for triton, else SGLang's. */
+static void test_engines(void **state) {
+    (void)state;
+    Moetune__SweepSpec spec = MOETUNE__SWEEP_SPEC__INIT;
+    const char *names[2];
+    spec.backend = "sim";
+    assert_int_equal(guard_engines(&spec, names), 1);
+    assert_string_equal(names[0], "sglang");
+    spec.backend = "triton";
+    assert_int_equal(guard_engines(&spec, names), 2);
+    assert_string_equal(names[1], "vllm");
+    char *list[] = {"vllm", "vllm"};
+    spec.engines = list, spec.n_engines = 2;
+    assert_int_equal(guard_engines(&spec, names), 1);
+    assert_string_equal(names[0], "vllm");
+}
+
+/* SGLang's bundled file: the running Triton's folder, else the newest other folder that has
+ * the file; NOTFOUND for a shape none has; a device named picks among several devices'. */
+static void test_bundled(void **state) {
+    (void)state;
+    const char *dir = MT_SOURCE_DIR "/tests/data/fake_sglang/sglang/srt/layers/moe/fused_moe_triton";
+    char path[4096], err[300];
+    krn_shape_t qwen = shape(128, "bf16", 0, 0);
+    assert_int_equal(
+        cli_guard_bundled_find(dir, EXP_ENGINE_SGLANG, "3.6.0", NULL, &qwen, path, sizeof path, err, sizeof err),
+        MT_OK);
+    assert_non_null(strstr(path, "/configs/triton_3_4_0/E=128,N=768,device_name=NVIDIA_H200.json"));
+    assert_int_equal(cli_guard_bundled_find(dir, EXP_ENGINE_SGLANG, "3.1.0", "NVIDIA H200", &qwen, path, sizeof path,
+                                            err, sizeof err),
+                     MT_OK);
+    assert_non_null(strstr(path, "/configs/triton_3_1_0/E=128,N=768,device_name=NVIDIA_H200.json"));
+    assert_int_equal(cli_guard_bundled_find(dir, EXP_ENGINE_SGLANG, NULL, "NVIDIA H100 80GB HBM3", &qwen, path,
+                                            sizeof path, err, sizeof err),
+                     MT_NOTFOUND);
+    krn_shape_t fp8 = shape(128, "fp8_w8a8", 128, 128);
+    assert_int_equal(
+        cli_guard_bundled_find(dir, EXP_ENGINE_SGLANG, NULL, NULL, &fp8, path, sizeof path, err, sizeof err),
+        MT_NOTFOUND);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults), cmocka_unit_test(test_vllm_next), cmocka_unit_test(test_nearest),
+        cmocka_unit_test(test_engines),  cmocka_unit_test(test_bundled),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
