@@ -75,7 +75,7 @@ static mt_status_t print_row(void *vctx, const dbq_result_t *r) {
                               "result", (json_int_t)r->result_id, "sweep", (json_int_t)r->sweep_id, "shape", "E",
                               (int)r->shape.e, "N", (int)r->shape.n, "K", (int)r->shape.k, "topk", (int)r->shape.topk,
                               "dtype", r->shape.dtype, "config_id", (json_int_t)r->config_id, "config",
-                              cmp_config_json(&r->config), "batch_size", (int)r->batch_size, "status", r->status,
+                              exp_config_json(&r->config), "batch_size", (int)r->batch_size, "status", r->status,
                               "median_us", r->median_us, "min_us", r->min_us, "mean_us", r->mean_us, "stddev_us",
                               r->stddev_us, "samples", (int)r->samples, "detail", cli_json_text(r->detail), "device",
                               cli_json_text(r->device_name), "backend", r->backend, "compiler", r->compiler, "worker",

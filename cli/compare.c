@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "cmd.h"
-#include "export.h"
+#include "export_layout.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
 #include "states.h"
@@ -20,12 +20,6 @@ void cmp_shape_text(const krn_shape_t *s, char *buf, size_t len) {
              strcmp(s->dtype, "bf16") && *s->dtype ? ",dtype=" : "", strcmp(s->dtype, "bf16") ? s->dtype : "", tail);
 }
 
-json_t *cmp_config_json(const krn_config_t *c) {
-    json_t *o = json_object();
-    for (size_t i = 0; o && i < KRN_N_FIELDS; i++)
-        json_object_set_new(o, krn_config_fields[i].file, json_integer(KRN_CONFIG_GET(c, i)));
-    return o;
-}
 
 static int shape_cmp(const krn_shape_t *x, const krn_shape_t *y) {
     const uint32_t a[] = {x->e, x->n, x->k, x->topk, x->block_n, x->block_k};
@@ -366,7 +360,7 @@ static json_t *side_json(const cmp_best_t *b) {
     if (!b) return json_null();
     char cfg[KRN_CONFIG_TEXT_LEN];
     krn_config_format(&b->config, cfg, sizeof cfg);
-    return json_pack("{s:s, s:o, s:f, s:f, s:i}", "config_text", cfg, "config", cmp_config_json(&b->config),
+    return json_pack("{s:s, s:o, s:f, s:f, s:i}", "config_text", cfg, "config", exp_config_json(&b->config),
                      "median_us", b->median_us, "stddev_us", b->stddev_us, "samples", (int)b->samples);
 }
 

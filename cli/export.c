@@ -1109,7 +1109,7 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
     for (size_t k = 0; k < n_ents; k++) {
         char key[16];
         snprintf(key, sizeof key, "%u", ents[k].bs);
-        json_object_set_new(obj, key, cmp_config_json(&ents[k].cfg));
+        json_object_set_new(obj, key, exp_config_json(&ents[k].cfg));
     }
     text = dump(obj);
     if (!text) {
@@ -1320,50 +1320,7 @@ static void run_free(run_t *x) {
     if (x->lock_fd >= 0) close(x->lock_fd); /* releases the lock */
 }
 
-/* ---- engine layouts (export.h "With an engine") */
-
-mt_status_t exp_engine_parse(const char *name, exp_engine_t *engine) {
-    const krn_engine_t *e = krn_engine_find(name);
-    if (!e) return MT_INVAL;
-    *engine = e->id == KRN_ENGINE_SGLANG ? EXP_ENGINE_SGLANG : EXP_ENGINE_VLLM;
-    return MT_OK;
-}
-
-const char *exp_engine_name(exp_engine_t e) {
-    return e == EXP_ENGINE_SGLANG ? krn_engine_get(KRN_ENGINE_SGLANG)->name
-           : e == EXP_ENGINE_VLLM ? krn_engine_get(KRN_ENGINE_VLLM)->name
-                                  : "";
-}
-
-/* vLLM writes any device whose name has the token H200 as NVIDIA_H200. */
-static bool has_token(const char *s, const char *tok) {
-    size_t n = strlen(tok);
-    for (const char *p = s; (p = strstr(p, tok)) != NULL; p += n) {
-        bool start = p == s || p[-1] == ' ' || p[-1] == '_';
-        bool end = p[n] == '\0' || p[n] == ' ' || p[n] == '_';
-        if (start && end) return true;
-    }
-    return false;
-}
-
-void exp_engine_file_name(exp_engine_t engine, const char *device_name, const krn_shape_t *sh, char *buf, size_t len) {
-    char dev[sizeof((dbq_result_t *)0)->device_name];
-    if (engine == EXP_ENGINE_VLLM && has_token(device_name, "H200"))
-        snprintf(dev, sizeof dev, "NVIDIA_H200");
-    else
-        snprintf(dev, sizeof dev, "%s", device_name);
-    for (char *p = dev; *p; p++) {
-        if (*p == ' ' || *p == '/' || *p == '\\') *p = '_';
-    }
-    int n = snprintf(buf, len, "E=%u,N=%u,device_name=%s", sh->e, sh->n, dev);
-    if (n > 0 && (size_t)n < len && strcmp(sh->dtype, "bf16") != 0)
-        n += snprintf(buf + n, len - (size_t)n, ",dtype=%s", sh->dtype);
-    if (n > 0 && (size_t)n < len && sh->block_n)
-        n += snprintf(buf + n, len - (size_t)n,
-                      engine == EXP_ENGINE_VLLM ? ",block_shape=[%u,%u]" : ",block_shape=[%u, %u]", sh->block_n,
-                      sh->block_k);
-    if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ".json");
-}
+/* ---- engine layouts (export.h "With an engine"; names in export_layout.c) */
 
 #define MAX_SPLIT_BM 8
 
@@ -1503,20 +1460,6 @@ static int cmp_cell(const void *pa, const void *pb) {
     return a->bs < b->bs ? -1 : a->bs > b->bs;
 }
 
-void exp_version_of(const char *versions, const char *key, char *buf, size_t len) {
-    size_t n = strlen(key);
-    buf[0] = '\0';
-    for (const char *p = versions; p && *p;) {
-        while (*p == ' ') p++;
-        const char *end = strchr(p, ' ');
-        size_t tl = end ? (size_t)(end - p) : strlen(p);
-        if (tl > n && strncmp(p, key, n) == 0 && p[n] == '=') {
-            snprintf(buf, len, "%.*s", (int)(tl - n - 1), p + n + 1);
-            return;
-        }
-        p = end;
-    }
-}
 
 /* Triton's version: from versions, else from the compiler "triton_3_6_0". */
 static void triton_version(const cell_t *c, char *buf, size_t len) {
