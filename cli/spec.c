@@ -51,7 +51,7 @@ struct cli_spec {
     size_t n_engines;
     cli_guard_t *guard; /* --baseline files and folders (shipguard.h) */
     bool no_guard;      /* --guard off */
-    int depth; /* nesting of spec files, to refuse a file that includes itself */
+    int depth;          /* nesting of spec files, to refuse a file that includes itself */
     bool finished;
 };
 
@@ -492,7 +492,8 @@ static const opt_def_t k_opts[] = {
      1},
     {{"decide-margin", "X",
       "racing's last step: per shape and batch size, the configs within this fraction of the best (at most 4; at "
-      "least 3 where the next are within 5 %) are re-measured side by side (one job per batch size, 5 rounds), racing off, and those measurements pick "
+      "least 3 where the next are within 5 %) are re-measured side by side (one job per batch size, 5 rounds), racing "
+      "off, and those measurements pick "
       "(default 0.02; 0 = off)"},
      set_fraction,
      2},
@@ -863,17 +864,9 @@ static bool shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
            a->block_n == b->block_n && a->block_k == b->block_k;
 }
 
-mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen) {
+/* The shapes of --model and --model-config beside --shape's, each once; MT_INVAL when none. */
+static int finish_shapes(cli_spec_t *s, const char *dtype, char *err, size_t errlen) {
     int rc = MT_OK;
-    const char *dtype = s->dtype[0] ? s->dtype : NULL;
-    if (s->finished) {
-        mt_fmt(err, errlen, "spec already finished");
-        return MT_INVAL;
-    }
-    if ((s->tp_set || s->ep_set || dtype) && s->n_models == 0 && s->n_model_cfgs == 0) {
-        mt_fmt(err, errlen, "--tp, --ep and --dtype apply only with --model or --model-config");
-        return MT_INVAL;
-    }
     for (size_t i = 0; i < s->n_models; i++) {
         krn_shape_t sh;
         rc = cli_preset_shape(s->models[i], s->tp, s->ep, dtype, &sh, err, errlen);
@@ -900,59 +893,27 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
         mt_fmt(err, errlen, "no shape to tune: give --shape, --model or --model-config");
         return MT_INVAL;
     }
-    uint32_t routing_tokens = 0;
-    if (s->routing[0]) {
-        rc = resolve_routing(s, err, errlen);
-        if (rc != MT_OK) return rc;
-        routing_tokens = s->spec.routing_tokens;
-    }
-    if (s->measure.min_samples && s->measure.max_samples && s->measure.min_samples > s->measure.max_samples) {
-        mt_fmt(err, errlen, "--min-samples %u is larger than --max-samples %u", s->measure.min_samples,
-               s->measure.max_samples);
-        return MT_INVAL;
-    }
-    bool any_space = false;
-    for (int i = 0; i < KRN_N_FIELDS; i++) any_space = any_space || s->n_space[i];
-    if (s->n_cfgs && any_space) {
-        mt_fmt(err, errlen, "--configs and the value lists (--block-m, ...) exclude each other");
-        return MT_INVAL;
-    }
-    if (s->n_cfgs && s->sample) {
-        mt_fmt(err, errlen, "--configs and --sample exclude each other: listed configs are all measured");
-        return MT_INVAL;
-    }
-    if (fill_defaults && s->n_batch == 0) {
-        for (size_t i = 0; i < krn_n_default_batch_sizes; i++) s->batch[i] = krn_default_batch_sizes[i];
-        s->n_batch = krn_n_default_batch_sizes;
-    }
-    /* A space with some lists given gets the default for the others: the planner takes
-     * a whole space or none. */
-    if ((fill_defaults && !s->n_cfgs) || any_space) {
-        krn_space_t def;
-        krn_space_default(&def);
-        for (int i = 0; i < KRN_N_FIELDS; i++) {
-            if (s->n_space[i]) continue;
-            memcpy(s->space_vals[i], def.values[i], def.n[i] * sizeof(uint32_t));
-            s->n_space[i] = def.n[i];
-        }
-    }
-    if (fill_defaults) {
-        if (!s->strategy[0]) snprintf(s->strategy, sizeof s->strategy, "exhaustive");
-        if (!s->spec.max_attempts) s->spec.max_attempts = PLAN_DEFAULT_MAX_ATTEMPTS;
-    }
-    if (!s->name[0]) {
-        char sh[96];
-        krn_shape_name(&s->shapes[0], sh, sizeof sh);
-        if (s->n_shapes == 1)
-            mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u", sh, s->shapes[0].k, s->shapes[0].topk);
-        else
-            mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u +%zu shapes", sh, s->shapes[0].k, s->shapes[0].topk,
-                   s->n_shapes - 1);
-        /* A re-measure is its own sweep, not a changed copy of the one it checks; so is a sample. */
-        size_t used = strlen(s->name);
-        if (s->n_cfgs) mt_fmt(s->name + used, sizeof s->name - used, " (%zu configs)", s->n_cfgs);
-        if (s->sample) mt_fmt(s->name + used, sizeof s->name - used, " (sample of %u)", s->sample);
-    }
+    return MT_OK;
+}
+
+/* The sweep's name when none is given: its first shape, and how many more. */
+static void finish_name(cli_spec_t *s) {
+    if (s->name[0]) return;
+    char sh[96];
+    krn_shape_name(&s->shapes[0], sh, sizeof sh);
+    if (s->n_shapes == 1)
+        mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u", sh, s->shapes[0].k, s->shapes[0].topk);
+    else
+        mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u +%zu shapes", sh, s->shapes[0].k, s->shapes[0].topk,
+               s->n_shapes - 1);
+    /* A re-measure is its own sweep, not a changed copy of the one it checks; so is a sample. */
+    size_t used = strlen(s->name);
+    if (s->n_cfgs) mt_fmt(s->name + used, sizeof s->name - used, " (%zu configs)", s->n_cfgs);
+    if (s->sample) mt_fmt(s->name + used, sizeof s->name - used, " (sample of %u)", s->sample);
+}
+
+/* Fills the SweepSpec message from the finished options; routing_tokens as resolved. */
+static void finish_message(cli_spec_t *s, uint32_t routing_tokens, bool any_space) {
     /* Assemble the message; init() clears the scalars kept in it, so save them. */
     uint32_t chunk = s->spec.chunk, max_attempts = s->spec.max_attempts;
     moetune__sweep_spec__init(&s->spec);
@@ -1008,6 +969,63 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
         s->measure.fresh_rounds = m.fresh_rounds;
         s->spec.measure = &s->measure;
     }
+}
+
+mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen) {
+    int rc = MT_OK;
+    const char *dtype = s->dtype[0] ? s->dtype : NULL;
+    if (s->finished) {
+        mt_fmt(err, errlen, "spec already finished");
+        return MT_INVAL;
+    }
+    if ((s->tp_set || s->ep_set || dtype) && s->n_models == 0 && s->n_model_cfgs == 0) {
+        mt_fmt(err, errlen, "--tp, --ep and --dtype apply only with --model or --model-config");
+        return MT_INVAL;
+    }
+    rc = finish_shapes(s, dtype, err, errlen);
+    if (rc != MT_OK) return rc;
+    uint32_t routing_tokens = 0;
+    if (s->routing[0]) {
+        rc = resolve_routing(s, err, errlen);
+        if (rc != MT_OK) return rc;
+        routing_tokens = s->spec.routing_tokens;
+    }
+    if (s->measure.min_samples && s->measure.max_samples && s->measure.min_samples > s->measure.max_samples) {
+        mt_fmt(err, errlen, "--min-samples %u is larger than --max-samples %u", s->measure.min_samples,
+               s->measure.max_samples);
+        return MT_INVAL;
+    }
+    bool any_space = false;
+    for (int i = 0; i < KRN_N_FIELDS; i++) any_space = any_space || s->n_space[i];
+    if (s->n_cfgs && any_space) {
+        mt_fmt(err, errlen, "--configs and the value lists (--block-m, ...) exclude each other");
+        return MT_INVAL;
+    }
+    if (s->n_cfgs && s->sample) {
+        mt_fmt(err, errlen, "--configs and --sample exclude each other: listed configs are all measured");
+        return MT_INVAL;
+    }
+    if (fill_defaults && s->n_batch == 0) {
+        for (size_t i = 0; i < krn_n_default_batch_sizes; i++) s->batch[i] = krn_default_batch_sizes[i];
+        s->n_batch = krn_n_default_batch_sizes;
+    }
+    /* A space with some lists given gets the default for the others: the planner takes
+     * a whole space or none. */
+    if ((fill_defaults && !s->n_cfgs) || any_space) {
+        krn_space_t def;
+        krn_space_default(&def);
+        for (int i = 0; i < KRN_N_FIELDS; i++) {
+            if (s->n_space[i]) continue;
+            memcpy(s->space_vals[i], def.values[i], def.n[i] * sizeof(uint32_t));
+            s->n_space[i] = def.n[i];
+        }
+    }
+    if (fill_defaults) {
+        if (!s->strategy[0]) snprintf(s->strategy, sizeof s->strategy, "exhaustive");
+        if (!s->spec.max_attempts) s->spec.max_attempts = PLAN_DEFAULT_MAX_ATTEMPTS;
+    }
+    finish_name(s);
+    finish_message(s, routing_tokens, any_space);
     s->spec.no_guard = s->no_guard;
     if (s->guard) {
         rc = cli_guard_resolve(s->guard, &s->spec, s->shapes, s->n_shapes, NULL, err, errlen);
@@ -1162,7 +1180,8 @@ mt_status_t cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__Sweep
     diff_margin(diff, len, &n, "race_margin", m->race_margin, o->race_margin);
     diff_margin(diff, len, &n, "decide_margin", m->decide_margin, o->decide_margin);
     if ((m->fresh_rounds > 0) != (o->fresh_rounds > 0))
-        add_diff(diff, len, &n, "round_process", m->fresh_rounds > 0 ? "new" : "same", o->fresh_rounds > 0 ? "new" : "same");
+        add_diff(diff, len, &n, "round_process", m->fresh_rounds > 0 ? "new" : "same",
+                 o->fresh_rounds > 0 ? "new" : "same");
     /* The same space can expand differently when the static rules changed since. */
     if (pa->n_shapes != pb->n_shapes) {
         diff_u64(diff, len, &n, "shapes", pa->n_shapes, pb->n_shapes);
