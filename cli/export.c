@@ -966,6 +966,102 @@ static double old_cost(json_t *old_entries, const char *key, bool split) {
     return json_is_number(v) ? json_number_value(v) : -1.0;
 }
 
+/* Refuses to plan over a file of another shape (its manifest record), other versions or
+ * kernel hash, or another Triton version (tv against the file's old_tv). */
+static int check_old_file(const run_t *x, json_t *orec, bool existed, const char *rel, const dbq_result_t *first,
+                          const char *tv, const char *old_tv, const char *versions, char *err, size_t errlen) {
+    const exp_opts_t *o = x->o;
+    krn_shape_t was;
+    if (existed && record_shape(orec, &was) && !shape_eq(&was, &first->shape)) {
+        char a[128], b[128];
+        shape_text(&was, a, sizeof a);
+        shape_text(&first->shape, b, sizeof b);
+        mt_fmt(err, errlen,
+               "%s/%s holds shape %s (its manifest record); these results are for shape %s: an "
+               "engine's file name carries E and N but not K or topk, so one folder cannot hold both; export into "
+               "another --out",
+               o->out_dir, rel, a, b);
+        return MT_INVAL;
+    }
+    const char *ov = json_string_value(json_object_get(orec, "versions"));
+    const char *oh = json_string_value(json_array_get(json_object_get(orec, "kernel_hashes"), 0));
+    if (existed && ((versions && ov && strcmp(ov, versions) != 0) ||
+                    (oh && first->kernel_hash[0] && strcmp(oh, first->kernel_hash) != 0))) {
+        mt_fmt(err, errlen,
+               "%s/%s was exported from results with versions '%s' (kernel_hash %s); these are "
+               "'%s' (kernel_hash %s), and one file never mixes them: export into another --out or move "
+               "the file away",
+               o->out_dir, rel, ov ? ov : "?", oh ? oh : "?", versions ? versions : "",
+               first->kernel_hash[0] ? first->kernel_hash : "none");
+        return MT_INVAL;
+    }
+    if (tv && old_tv[0] && strcmp(old_tv, tv) != 0) {
+        mt_fmt(err, errlen,
+               "%s/%s holds configs for Triton %s; these are for Triton %s, and one file never "
+               "mixes them: export into another --out or move the file away",
+               o->out_dir, rel, old_tv, tv);
+        return MT_INVAL;
+    }
+    return MT_OK;
+}
+
+/* Merges new_ents[0, n) with the old file's entries (both sorted by batch size) into
+ * ents (*n_ents): new entries win, the old file's are kept for batch sizes the store has no
+ * result for. Counts changes in f, the slower ones in *slower (the first in first_slower),
+ * and, for an existing file, appends a line per change to *changes. */
+static int merge_entries(const run_t *x, const moetune_lookup_t *old, size_t n_old, json_t *old_entries, bool existed,
+                         const entry_t *new_ents, size_t n, entry_t *ents, size_t *n_ents_out, exp_file_t *f,
+                         char **changes, size_t *slower_out, char *first_slower, size_t fslen) {
+    const exp_opts_t *o = x->o;
+    size_t n_ents = 0, slower = 0;
+    /* Merge: both lists are sorted by batch size. */
+    size_t i = 0, j = 0;
+    while (i < n || j < n_old) {
+        entry_t oe = {0};
+        if (j < n_old) {
+            moetune_lookup_config_t c;
+            oe.bs = moetune_lookup_key(old, j);
+            moetune_lookup_get(old, oe.bs, &c, NULL);
+            oe.cfg = (krn_config_t){.block_m = (uint32_t)c.block_m,
+                                    .block_n = (uint32_t)c.block_n,
+                                    .block_k = (uint32_t)c.block_k,
+                                    .group_m = (uint32_t)c.group_m,
+                                    .num_warps = (uint32_t)c.num_warps,
+                                    .num_stages = (uint32_t)c.num_stages};
+        }
+        if (j == n_old || (i < n && new_ents[i].bs <= oe.bs)) {
+            entry_t *e = &ents[n_ents++];
+            *e = new_ents[i];
+            bool had = j < n_old && oe.bs == e->bs;
+            if (!had || !cfg_eq(&oe.cfg, &e->cfg)) {
+                f->changed++;
+                char key[16], a[64] = "(none)", b[64], was_txt[32] = "", line[400];
+                snprintf(key, sizeof key, "%u", e->bs);
+                double was_us = had ? old_cost(old_entries, key, e->split) : -1.0;
+                bool is_slower = had && was_us > 0 && e->cost > was_us;
+                if (had) cfg_text(&oe.cfg, a, sizeof a);
+                if (had && was_us > 0) snprintf(was_txt, sizeof was_txt, "%.2f -> ", was_us);
+                cfg_text(&e->cfg, b, sizeof b);
+                mt_fmt(line, sizeof line, "%s: batch size %u: %s -> %s (%s%.2f us, sweep %llu)%s", f->path, e->bs, a, b,
+                       was_txt, e->cost, (unsigned long long)(e->row ? e->row->sweep_id : 0),
+                       is_slower ? (o->force ? ", slower: replaced with --force" : ", slower") : "");
+                if (is_slower && slower++ == 0) mt_fmt(first_slower, fslen, "%s", line);
+                if (existed && !append_line(changes, line)) {
+                    return MT_NOMEM;
+                }
+            }
+            if (had) j++;
+            i++;
+        } else {
+            ents[n_ents++] = oe; /* kept: the store has nothing for this batch size */
+            j++;
+        }
+    }
+    *n_ents_out = n_ents;
+    *slower_out = slower;
+    return MT_OK;
+}
+
 /* Plans one config file mdir/name (OUT/rel) holding new_ents[0, n) (sorted by batch
  * size) merged with the entries of the file it replaces, kept for batch sizes new_ents
  * lacks. tv, when not NULL, is written first as "triton_version" (vLLM's files);
@@ -1001,40 +1097,8 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
     if (rc != MT_OK) goto out;
     json_t *orec = json_object_get(man, name);
     json_t *old_entries = json_object_get(orec, "entries");
-    krn_shape_t was;
-    if (existed && record_shape(orec, &was) && !shape_eq(&was, &first->shape)) {
-        char a[128], b[128];
-        shape_text(&was, a, sizeof a);
-        shape_text(&first->shape, b, sizeof b);
-        mt_fmt(err, errlen,
-               "%s/%s holds shape %s (its manifest record); these results are for shape %s: an "
-               "engine's file name carries E and N but not K or topk, so one folder cannot hold both; export into "
-               "another --out",
-               o->out_dir, rel, a, b);
-        rc = MT_INVAL;
-        goto out;
-    }
-    const char *ov = json_string_value(json_object_get(orec, "versions"));
-    const char *oh = json_string_value(json_array_get(json_object_get(orec, "kernel_hashes"), 0));
-    if (existed && ((versions && ov && strcmp(ov, versions) != 0) ||
-                    (oh && first->kernel_hash[0] && strcmp(oh, first->kernel_hash) != 0))) {
-        mt_fmt(err, errlen,
-               "%s/%s was exported from results with versions '%s' (kernel_hash %s); these are "
-               "'%s' (kernel_hash %s), and one file never mixes them: export into another --out or move "
-               "the file away",
-               o->out_dir, rel, ov ? ov : "?", oh ? oh : "?", versions ? versions : "",
-               first->kernel_hash[0] ? first->kernel_hash : "none");
-        rc = MT_INVAL;
-        goto out;
-    }
-    if (tv && old_tv[0] && strcmp(old_tv, tv) != 0) {
-        mt_fmt(err, errlen,
-               "%s/%s holds configs for Triton %s; these are for Triton %s, and one file never "
-               "mixes them: export into another --out or move the file away",
-               o->out_dir, rel, old_tv, tv);
-        rc = MT_INVAL;
-        goto out;
-    }
+    rc = check_old_file(x, orec, existed, rel, first, tv, old_tv, versions, err, errlen);
+    if (rc != MT_OK) goto out;
     rc = add_pend(x, &p);
     if (rc != MT_OK) goto out;
     exp_file_t *f = &p->f;
@@ -1047,50 +1111,9 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
         rc = MT_NOMEM;
         goto out;
     }
-    /* Merge: both lists are sorted by batch size. */
-    size_t i = 0, j = 0;
-    while (i < n || j < n_old) {
-        entry_t oe = {0};
-        if (j < n_old) {
-            moetune_lookup_config_t c;
-            oe.bs = moetune_lookup_key(old, j);
-            moetune_lookup_get(old, oe.bs, &c, NULL);
-            oe.cfg = (krn_config_t){.block_m = (uint32_t)c.block_m,
-                                    .block_n = (uint32_t)c.block_n,
-                                    .block_k = (uint32_t)c.block_k,
-                                    .group_m = (uint32_t)c.group_m,
-                                    .num_warps = (uint32_t)c.num_warps,
-                                    .num_stages = (uint32_t)c.num_stages};
-        }
-        if (j == n_old || (i < n && new_ents[i].bs <= oe.bs)) {
-            entry_t *e = &ents[n_ents++];
-            *e = new_ents[i];
-            bool had = j < n_old && oe.bs == e->bs;
-            if (!had || !cfg_eq(&oe.cfg, &e->cfg)) {
-                f->changed++;
-                char key[16], a[64] = "(none)", b[64], was_txt[32] = "", line[400];
-                snprintf(key, sizeof key, "%u", e->bs);
-                double was_us = had ? old_cost(old_entries, key, e->split) : -1.0;
-                bool is_slower = had && was_us > 0 && e->cost > was_us;
-                if (had) cfg_text(&oe.cfg, a, sizeof a);
-                if (had && was_us > 0) snprintf(was_txt, sizeof was_txt, "%.2f -> ", was_us);
-                cfg_text(&e->cfg, b, sizeof b);
-                mt_fmt(line, sizeof line, "%s: batch size %u: %s -> %s (%s%.2f us, sweep %llu)%s", f->path, e->bs, a, b,
-                       was_txt, e->cost, (unsigned long long)(e->row ? e->row->sweep_id : 0),
-                       is_slower ? (o->force ? ", slower: replaced with --force" : ", slower") : "");
-                if (is_slower && slower++ == 0) mt_fmt(first_slower, sizeof first_slower, "%s", line);
-                if (existed && !append_line(&changes, line)) {
-                    rc = MT_NOMEM;
-                    goto out;
-                }
-            }
-            if (had) j++;
-            i++;
-        } else {
-            ents[n_ents++] = oe; /* kept: the store has nothing for this batch size */
-            j++;
-        }
-    }
+    rc = merge_entries(x, old, n_old, old_entries, existed, new_ents, n, ents, &n_ents, f, &changes, &slower,
+                       first_slower, sizeof first_slower);
+    if (rc != MT_OK) goto out;
     if (slower && !o->force) {
         mt_fmt(err, errlen,
                "%zu entr%s would be replaced by configs measured slower than the entry's recorded "
@@ -1460,7 +1483,6 @@ static int cmp_cell(const void *pa, const void *pb) {
     return a->bs < b->bs ? -1 : a->bs > b->bs;
 }
 
-
 /* Triton's version: from versions, else from the compiler "triton_3_6_0". */
 static void triton_version(const cell_t *c, char *buf, size_t len) {
     exp_version_of(c->versions, "triton", buf, len);
@@ -1636,6 +1658,33 @@ static int engine_names_check(const exp_opts_t *o, const eng_t *g, const group_t
     return rc;
 }
 
+/* The refusal of two groups, other's and c's, that would write one file gr->rel: two
+ * shapes, two devices, or two builds or versions. */
+static void clash_text(const eng_t *g, const group_t *og, const cell_t *c, const group_t *gr, char *err,
+                       size_t errlen) {
+    const cell_t *other = &g->cells[og->first];
+    char a[400], b[400], sa[128], sb[128];
+    describe(other, og, a, sizeof a);
+    describe(c, gr, b, sizeof b);
+    shape_text(&other->best.shape, sa, sizeof sa);
+    shape_text(&c->best.shape, sb, sizeof sb);
+    if (other->shape_id != c->shape_id)
+        mt_fmt(err, errlen,
+               "two shapes, %s and %s, would both be written to %s (the name carries E and N "
+               "only): %s and %s; export one sweep at a time with --sweep N into separate --out folders",
+               sa, sb, gr->rel, a, b);
+    else if (strcmp(other->best.device_name, c->best.device_name) != 0)
+        mt_fmt(err, errlen,
+               "results of two devices, %s and %s, would be merged into %s: %s and %s; "
+               "export one sweep at a time with --sweep N",
+               other->best.device_name, c->best.device_name, gr->rel, a, b);
+    else
+        mt_fmt(err, errlen,
+               "results of different Triton builds, kernels or versions would be merged "
+               "into %s: %s and %s; export one sweep at a time with --sweep N",
+               gr->rel, a, b);
+}
+
 static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t errlen) {
     int rc = MT_OK;
     const exp_opts_t *o = x->o;
@@ -1716,27 +1765,7 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
         }
         for (size_t k = 0; k + 1 < n_groups; k++) {
             if (strcmp(groups[k].rel, gr->rel) != 0) continue;
-            const cell_t *other = &g.cells[groups[k].first];
-            char a[400], b[400], sa[128], sb[128];
-            describe(other, &groups[k], a, sizeof a);
-            describe(c, gr, b, sizeof b);
-            shape_text(&other->best.shape, sa, sizeof sa);
-            shape_text(&c->best.shape, sb, sizeof sb);
-            if (other->shape_id != c->shape_id)
-                mt_fmt(err, errlen,
-                       "two shapes, %s and %s, would both be written to %s (the name carries E and N "
-                       "only): %s and %s; export one sweep at a time with --sweep N into separate --out folders",
-                       sa, sb, gr->rel, a, b);
-            else if (strcmp(other->best.device_name, c->best.device_name) != 0)
-                mt_fmt(err, errlen,
-                       "results of two devices, %s and %s, would be merged into %s: %s and %s; "
-                       "export one sweep at a time with --sweep N",
-                       other->best.device_name, c->best.device_name, gr->rel, a, b);
-            else
-                mt_fmt(err, errlen,
-                       "results of different Triton builds, kernels or versions would be merged "
-                       "into %s: %s and %s; export one sweep at a time with --sweep N",
-                       gr->rel, a, b);
+            clash_text(&g, &groups[k], c, gr, err, errlen);
             rc = MT_INVAL;
             goto out;
         }
