@@ -447,9 +447,9 @@ int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (o->sweep && (o->sweeps || o->latest))
         return cli_usage(cmd, "--sweep N takes one sweep: drop --sweeps/--latest");
     if (o->sweeps) {
-        char *copy = strdup(o->sweeps);
+        char *copy = mt_strdup(o->sweeps);
         if (!copy) return cli_fail(cmd, "out of memory");
-        ids = calloc(strlen(copy) / 2 + 2, sizeof *ids);
+        ids = mt_calloc(strlen(copy) / 2 + 2, sizeof *ids);
         int bad = !ids;
         for (char *save = NULL, *t = strtok_r(copy, ",", &save); !bad && t; t = strtok_r(NULL, ",", &save))
             bad = mt_parse_u64(t, &ids[n_ids]) != MT_OK || ids[n_ids++] == 0;

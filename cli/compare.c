@@ -132,7 +132,7 @@ static uint8_t *spec_key(const void *blob, size_t len, size_t *out_len) {
     sp->max_attempts = 0;
     if (sp->n_engines == 2) sp->n_engines = 0;
     size_t n = moetune__sweep_spec__get_packed_size(sp);
-    uint8_t *buf = malloc(n ? n : 1);
+    uint8_t *buf = mt_malloc(n ? n : 1);
     if (buf) *out_len = moetune__sweep_spec__pack(sp, buf);
     sp->name = name;
     sp->backend = backend;
@@ -320,7 +320,7 @@ mt_status_t cmp_diff(dbq_t *q, uint64_t a, uint64_t b, double threshold, const c
     int rc = load_one(q, a, device, &d->a, err, errlen);
     if (!rc) rc = load_one(q, b, device, &d->b, err, errlen);
     if (rc) goto fail;
-    d->e = calloc(d->a.n_best + d->b.n_best + 1, sizeof *d->e);
+    d->e = mt_calloc(d->a.n_best + d->b.n_best + 1, sizeof *d->e);
     if (!d->e) {
         mt_fmt(err, errlen, "out of memory");
         rc = MT_NOMEM;

@@ -195,7 +195,7 @@ static char *dump(json_t *v) {
     char *body = json_dumps(v, JSON_PRESERVE_ORDER | JSON_INDENT(4));
     if (!body) return NULL;
     size_t n = strlen(body);
-    char *text = realloc(body, n + 2);
+    char *text = mt_realloc(body, n + 2);
     if (!text) {
         free(body);
         return NULL;
@@ -258,10 +258,10 @@ static mt_status_t collect(void *ctx, const dbq_result_t *row, const dbq_result_
     if (check_row(row, v->bad, sizeof v->bad) != MT_OK) return MT_INVAL;
     if (v->n == v->cap) {
         size_t cap = v->cap ? v->cap * 2 : 256;
-        dbq_result_t *grown = realloc(v->rows, cap * sizeof *grown);
+        dbq_result_t *grown = mt_realloc(v->rows, cap * sizeof *grown);
         if (!grown) return MT_NOMEM;
         v->rows = grown;
-        grown = realloc(v->ru, cap * sizeof *grown);
+        grown = mt_realloc(v->ru, cap * sizeof *grown);
         if (!grown) return MT_NOMEM;
         v->ru = grown;
         v->cap = cap;
@@ -327,7 +327,7 @@ static mt_status_t pairs_row(void *ctx, const dbq_result_t *r) {
 }
 
 mt_status_t exp_pairs(dbq_t *q, const dbq_select_t *sel, exp_pair_fn fn, void *ctx, char *err, size_t errlen) {
-    pairs_t *p = calloc(1, sizeof *p);
+    pairs_t *p = mt_calloc(1, sizeof *p);
     if (!p) return MT_NOMEM;
     p->fn = fn;
     p->ctx = ctx;
@@ -594,7 +594,7 @@ static int manifest_for(run_t *x, const char *dir, json_t **out, char *err, size
     } else {
         m = json_object();
     }
-    mdir_t *grown = realloc(x->dirs, (x->n_dirs + 1) * sizeof *grown);
+    mdir_t *grown = mt_realloc(x->dirs, (x->n_dirs + 1) * sizeof *grown);
     if (!grown || !m) {
         json_decref(m);
         if (grown) x->dirs = grown;
@@ -948,7 +948,7 @@ static int add_pend(run_t *x, pend_t **out) {
 /* Appends a line to a growing string; false when out of memory. */
 static bool append_line(char **buf, const char *line) {
     size_t have = *buf ? strlen(*buf) : 0, add = strlen(line);
-    char *grown = realloc(*buf, have + add + 2);
+    char *grown = mt_realloc(*buf, have + add + 2);
     if (!grown) return false;
     memcpy(grown + have, line, add);
     grown[have + add] = '\n';
@@ -1106,7 +1106,7 @@ static int plan_file(run_t *x, const char *mdir, const char *name, const char *r
     mt_fmt(p->mdir, sizeof p->mdir, "%s", mdir);
     mt_fmt(p->name, sizeof p->name, "%s", name);
     f->simulated = strcmp(first->backend, "sim") == 0;
-    ents = calloc(n + n_old + 1, sizeof *ents);
+    ents = mt_calloc(n + n_old + 1, sizeof *ents);
     if (!ents) {
         rc = MT_NOMEM;
         goto out;
@@ -1302,8 +1302,8 @@ static int commit(run_t *x, exp_report_t *rep, char *err, size_t errlen) {
         sync_dir(o->out_dir);
     }
     for (size_t i = 0; i < x->n_pend; i++) x->pend[i].done = true;
-    rep->files = calloc(x->n_pend + 1, sizeof *rep->files);
-    rows = calloc(x->n_pend + 1, sizeof *rows);
+    rep->files = mt_calloc(x->n_pend + 1, sizeof *rep->files);
+    rows = mt_calloc(x->n_pend + 1, sizeof *rows);
     if (!rep->files || !rows) {
         rc = MT_NOMEM;
         goto out;
@@ -1424,7 +1424,7 @@ static mt_status_t reduce_row(void *ctx, const dbq_result_t *r) {
         if (mt_grow((void **)&g->cells, &g->cap, g->n + 1, sizeof *g->cells, 64) != MT_OK) return MT_NOMEM;
         c = &g->cells[g->n];
         memset(c, 0, sizeof *c);
-        c->versions = strdup(r->versions);
+        c->versions = mt_strdup(r->versions);
         if (!c->versions) return MT_NOMEM;
         c->shape_id = r->shape_id;
         c->bs = r->batch_size;
@@ -1607,7 +1607,7 @@ static int engine_group(run_t *x, const eng_t *g, group_t *gr, char *err, size_t
     const cell_t *c0 = &g->cells[gr->first];
     char tv[64];
     triton_version(c0, tv, sizeof tv);
-    ents = calloc(gr->n + 1, sizeof *ents);
+    ents = mt_calloc(gr->n + 1, sizeof *ents);
     if (!ents) return MT_NOMEM;
     for (int pass = 0; pass < (gr->split ? 2 : 1); pass++) {
         bool down = pass == 1;
@@ -1643,8 +1643,8 @@ out:
  * engine imports (engine_check.h); a disagreement refuses the export before anything is written. */
 static int engine_names_check(const exp_opts_t *o, const eng_t *g, const group_t *groups, size_t n, char *err,
                               size_t errlen) {
-    const char **devs = calloc(n + 1, sizeof *devs), **names = calloc(n + 1, sizeof *names);
-    krn_shape_t *shapes = calloc(n + 1, sizeof *shapes);
+    const char **devs = mt_calloc(n + 1, sizeof *devs), **names = mt_calloc(n + 1, sizeof *names);
+    krn_shape_t *shapes = mt_calloc(n + 1, sizeof *shapes);
     int rc = devs && names && shapes ? MT_OK : MT_NOMEM;
     for (size_t k = 0; rc == MT_OK && k < n; k++) {
         devs[k] = g->cells[groups[k].first].best.device_name;
@@ -1737,8 +1737,8 @@ static int engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t 
         goto out;
     }
     qsort(g.cells, g.n, sizeof *g.cells, cmp_cell);
-    groups = calloc(g.n, sizeof *groups);
-    tmp = calloc(g.n, sizeof *tmp);
+    groups = mt_calloc(g.n, sizeof *groups);
+    tmp = mt_calloc(g.n, sizeof *tmp);
     if (!groups || !tmp) {
         rc = MT_NOMEM;
         goto out;
@@ -1853,8 +1853,8 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
         rc = no_results(o, err, errlen);
         goto out;
     }
-    files = calloc(v.n, sizeof *files);
-    ents = calloc(v.n + 1, sizeof *ents);
+    files = mt_calloc(v.n, sizeof *files);
+    ents = mt_calloc(v.n + 1, sizeof *ents);
     if (!files || !ents) {
         rc = MT_NOMEM;
         goto out;

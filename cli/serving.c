@@ -217,7 +217,7 @@ mt_status_t srv_scan(const char *proc_root, const char *engine, srv_server_t *fo
         if (*q) continue;
         if (n_pids == cap) {
             cap = cap ? cap * 2 : 256;
-            int *grown = realloc(pids, cap * sizeof *pids);
+            int *grown = mt_realloc(pids, cap * sizeof *pids);
             if (!grown) {
                 mt_fmt(err, errlen, "out of memory");
                 rc = MT_ERR;
@@ -366,8 +366,8 @@ out:
 
 mt_status_t srv_pick_new(size_t outlen, srv_pick_t **out) {
     *out = NULL;
-    srv_pick_t *p = calloc(1, sizeof *p);
-    char *buf = calloc(1, outlen ? outlen : 1);
+    srv_pick_t *p = mt_calloc(1, sizeof *p);
+    char *buf = mt_calloc(1, outlen ? outlen : 1);
     if (!p || !buf) {
         free(p);
         free(buf);

@@ -88,7 +88,7 @@ static int add_str(char **arr, size_t *n, const char *opt, const char *val, char
         mt_fmt(err, errlen, "--%s: empty value", opt);
         return MT_INVAL;
     }
-    arr[*n] = strdup(val);
+    arr[*n] = mt_strdup(val);
     if (!arr[*n]) return MT_NOMEM;
     (*n)++;
     return MT_OK;
@@ -533,7 +533,7 @@ static const opt_def_t *find_opt(const char *name) {
 bool cli_spec_knows(const char *name) { return name && find_opt(name) != NULL; }
 
 cli_spec_t *cli_spec_new(void) {
-    cli_spec_t *s = calloc(1, sizeof *s);
+    cli_spec_t *s = mt_calloc(1, sizeof *s);
     if (!s) return NULL;
     s->tp = 1;
     s->ep = 1;

@@ -124,7 +124,7 @@ mt_status_t db_lock_acquire(const char *db_path, db_lock_t **out, char *err, siz
         rc = busy(db_path, path, fd, db_fd, err, errlen);
         goto out;
     }
-    db_lock_t *l = calloc(1, sizeof *l);
+    db_lock_t *l = mt_calloc(1, sizeof *l);
     if (!l) {
         mt_fmt(err, errlen, "out of memory");
         rc = MT_NOMEM;

@@ -398,7 +398,7 @@ mt_status_t store_open(const char *path, store_t **out, char *err, size_t errlen
     /* a FIFO would block SQLite's open; a directory or device is no database */
     rc = mt_check_regular(path, true, err, errlen);
     if (rc) return rc == MT_INVAL ? MT_INVAL : MT_IO;
-    store_t *s = calloc(1, sizeof *s);
+    store_t *s = mt_calloc(1, sizeof *s);
     if (!s) {
         mt_fmt(err, errlen, "out of memory");
         return MT_NOMEM;

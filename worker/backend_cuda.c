@@ -419,7 +419,7 @@ static mt_status_t cuda_open(const wrk_backend_opts_t *opts, void **state, wrk_d
     int rc = MT_ERR, count = 0;
     char tmp[200];
     CUresult r;
-    cuda_state_t *st = calloc(1, sizeof *st);
+    cuda_state_t *st = mt_calloc(1, sizeof *st);
     *state = NULL;
     if (!st) {
         mt_fmt(err, errlen, "out of memory");
@@ -481,7 +481,7 @@ static mt_status_t cuda_open(const wrk_backend_opts_t *opts, void **state, wrk_d
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     st->n_threads = opts->compile_threads ? opts->compile_threads : (cores > 1 ? (unsigned)cores - 1 : 1);
-    st->threads = calloc(st->n_threads, sizeof *st->threads);
+    st->threads = mt_calloc(st->n_threads, sizeof *st->threads);
     if (!st->threads) {
         mt_fmt(err, errlen, "out of memory");
         goto out;
@@ -640,7 +640,7 @@ static uint64_t splitmix(uint64_t *x) { return mt_mix64(*x += MT_GOLDEN64); }
 
 /* Routing for m tokens: top-k of a softmax of random logits, weights renormalised. */
 static int make_routing(const krn_shape_t *s, uint32_t m, uint64_t seed, int *ids, float *w) {
-    float *prob = malloc(sizeof *prob * s->e);
+    float *prob = mt_malloc(sizeof *prob * s->e);
     if (!prob) return MT_NOMEM;
     uint64_t x = seed;
     for (uint32_t t = 0; t < m; t++) {
@@ -690,7 +690,7 @@ size_t wcu_ref_tiles(const int *ids, size_t numel, uint32_t e_count, int *rows, 
 static CUresult run_reference(cuda_state_t *st, bs_data_t *b, const int *ids, char *err, size_t errlen) {
     const krn_shape_t *s = &st->shape;
     size_t numel = (size_t)b->m * s->topk, cap = numel + (size_t)s->e * (WCU_REF_ROWS - 1);
-    int *rows = malloc(cap * sizeof *rows), *tile_e = malloc((cap / WCU_REF_ROWS + 1) * sizeof *tile_e);
+    int *rows = mt_malloc(cap * sizeof *rows), *tile_e = mt_malloc((cap / WCU_REF_ROWS + 1) * sizeof *tile_e);
     CUdeviceptr d_rows = 0, d_tiles = 0, h = 0, y = 0;
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     if (!rows || !tile_e) {
@@ -743,8 +743,8 @@ static int get_bs(cuda_state_t *st, uint32_t m, bs_data_t **out, char *err, size
     int rc = MT_ERR;
     CUresult r = CUDA_SUCCESS;
     size_t numel = (size_t)m * s->topk;
-    int *ids = malloc(numel * sizeof *ids);
-    float *w = malloc(numel * sizeof *w);
+    int *ids = mt_malloc(numel * sizeof *ids);
+    float *w = mt_malloc(numel * sizeof *w);
     bs_data_t *b = &st->bs[st->n_bs];
     memset(b, 0, sizeof *b);
     b->m = m;
@@ -1056,7 +1056,7 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         goto out;
     }
     uint32_t max_s = m->max_samples ? m->max_samples : 1;
-    samples = malloc(sizeof *samples * (max_s > WRK_RACE_SAMPLES ? max_s : WRK_RACE_SAMPLES));
+    samples = mt_malloc(sizeof *samples * (max_s > WRK_RACE_SAMPLES ? max_s : WRK_RACE_SAMPLES));
     if (!samples) {
         out->status = WCU_ST_LAUNCH_ERROR;
         mt_fmt(out->detail, sizeof out->detail, "out of host memory for samples");
