@@ -285,9 +285,9 @@ void sched_send_acks(sched_t *s) {
          * since its lease prunes its next configs (without scratch memory, the seqs alone) */
         size_t nb = 0;
         for (size_t k = 0; k < w->n_held; k++) nb += sched_job_races(w->held[k]) ? sched_job_nb(w->held[k]) : 0;
-        bool room = nb && !sched_grow((void **)&s->best, &s->cap_best, nb, sizeof *s->best) &&
-                    !sched_grow((void **)&s->jb, &s->cap_jb, w->n_held, sizeof *s->jb) &&
-                    !sched_grow((void **)&s->jbp, &s->cap_jbp, w->n_held, sizeof *s->jbp);
+        bool room = nb && !mt_grow((void **)&s->best, &s->cap_best, nb, sizeof *s->best, 16) &&
+                    !mt_grow((void **)&s->jb, &s->cap_jb, w->n_held, sizeof *s->jb, 16) &&
+                    !mt_grow((void **)&s->jbp, &s->cap_jbp, w->n_held, sizeof *s->jbp, 16);
         for (size_t k = 0, used = 0; room && k < w->n_held; k++) {
             const job_t *j = w->held[k];
             if (!sched_job_races(j)) continue;
@@ -372,7 +372,7 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         mt_fmt(s->storage_err, sizeof s->storage_err, "%s", why);
         if (!b->n_res) {
             /* only job and sweep rows: nothing to put back */
-        } else if (sched_grow((void **)&s->pending, &s->cap_pending, s->n_pending + b->n_res, sizeof *s->pending)) {
+        } else if (mt_grow((void **)&s->pending, &s->cap_pending, s->n_pending + b->n_res, sizeof *s->pending, 16)) {
             log_at(MT_LOG_ERROR, "out of memory keeping %zu results; their workers resend them", b->n_res);
             for (size_t i = 0; i < b->n_res; i++) wire_free(&b->res[i].e.env);
         } else {

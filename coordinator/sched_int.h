@@ -296,8 +296,6 @@ static inline mt_status_t sched_send_env(sched_t *s, sched_worker_t *w, wire_env
     return s->o.send ? s->o.send(s->o.send_ctx, w->rid, w->rid_len, env) : MT_OK;
 }
 
-/* Grows *arr (elements of elem bytes, capacity *cap) to hold need, zeroing the new part. MT_NOMEM leaves it. */
-mt_status_t sched_grow(void **arr, size_t *cap, size_t need, size_t elem);
 
 /* ---- scheduler.c: state changes */
 

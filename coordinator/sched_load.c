@@ -252,7 +252,7 @@ mt_status_t sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
     }
     if (!rc && sw->halving) rc = store_sweep_finalists(s->db, sw->id, (uint32_t)sw->nb, &sw->finalists);
     if (rc) goto out;
-    if (sched_grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps)) {
+    if (mt_grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps, 16)) {
         rc = MT_NOMEM;
         goto out;
     }
@@ -545,7 +545,7 @@ static int sweep_from_plan(sched_t *s, const sched_plan_t *sp) {
     sweep_t *sw = NULL;
     int rc = sweep_new(&row, sp->spec, &sw);
     if (rc) return rc;
-    if (sched_grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps)) {
+    if (mt_grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps, 16)) {
         sched_sweep_free(sw);
         return MT_NOMEM;
     }
@@ -608,7 +608,7 @@ mt_status_t sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *
         const sweep_t *o = s->sweeps[i];
         if (o->state != WIRE_SWEEP_RUNNING || !(o->jobs_by_state[WIRE_JOB_PENDING] + o->jobs_by_state[WIRE_JOB_LEASED]))
             continue;
-        if (sched_grow((void **)&s->behind, &s->cap_behind, n_behind + 1, sizeof *s->behind)) break;
+        if (mt_grow((void **)&s->behind, &s->cap_behind, n_behind + 1, sizeof *s->behind, 16)) break;
         s->behind[n_behind++] = o->id;
     }
     rc = sweep_from_plan(s, sp);

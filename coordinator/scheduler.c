@@ -16,18 +16,6 @@
 
 /* ---- small helpers */
 
-mt_status_t sched_grow(void **arr, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return MT_OK;
-    size_t n = *cap ? *cap : 16;
-    while (n < need) n *= 2;
-    void *p = mt_realloc(*arr, n * elem);
-    if (!p) return MT_NOMEM;
-    memset((char *)p + *cap * elem, 0, (n - *cap) * elem);
-    *arr = p;
-    *cap = n;
-    return MT_OK;
-}
-
 static uint64_t rng_next(sched_t *s) {
     uint64_t x = s->rng;
     x ^= x >> 12;
@@ -109,7 +97,7 @@ static int bs_index(const sweep_t *sw, uint32_t b) {
 static const krn_shape_t *shape_get(sched_t *s, uint64_t id) {
     for (size_t i = 0; i < s->n_shapes; i++)
         if (s->shapes[i].id == id) return &s->shapes[i].shape;
-    if (sched_grow((void **)&s->shapes, &s->cap_shapes, s->n_shapes + 1, sizeof *s->shapes)) return NULL;
+    if (mt_grow((void **)&s->shapes, &s->cap_shapes, s->n_shapes + 1, sizeof *s->shapes, 16)) return NULL;
     shape_entry_t *e = &s->shapes[s->n_shapes];
     if (store_shape_get(s->db, id, &e->shape)) return NULL;
     e->id = id;
@@ -118,7 +106,7 @@ static const krn_shape_t *shape_get(sched_t *s, uint64_t id) {
 }
 
 static const krn_config_t *config_get(sched_t *s, uint64_t id) {
-    if (id >= s->cap_cfgs && sched_grow((void **)&s->cfgs, &s->cap_cfgs, id + 1, sizeof *s->cfgs)) return NULL;
+    if (id >= s->cap_cfgs && mt_grow((void **)&s->cfgs, &s->cap_cfgs, id + 1, sizeof *s->cfgs, 16)) return NULL;
     krn_config_t *c = &s->cfgs[id];
     if (c->block_m == 0 && store_config_get(s->db, id, c)) {
         memset(c, 0, sizeof *c);
@@ -131,7 +119,7 @@ static const krn_config_t *config_get(sched_t *s, uint64_t id) {
 
 void sched_job_dirty(sched_t *s, job_t *j) {
     if (j->dirty) return;
-    if (sched_grow((void **)&s->dirty_jobs, &s->cap_dirty, s->n_dirty + 1, sizeof *s->dirty_jobs)) {
+    if (mt_grow((void **)&s->dirty_jobs, &s->cap_dirty, s->n_dirty + 1, sizeof *s->dirty_jobs, 16)) {
         log_at(MT_LOG_ERROR, "out of memory queueing job %llu", (unsigned long long)j->id);
         return;
     }
@@ -219,8 +207,8 @@ static void job_requeue(sched_t *s, job_t *j, bool count_attempt, const char *wh
 
 /* Makes room to index one more job of sw with this id; nothing else changes. */
 mt_status_t sched_job_index_reserve(sched_t *s, sweep_t *sw, uint64_t id) {
-    if (id >= s->cap_by_id && sched_grow((void **)&s->by_id, &s->cap_by_id, id + 1, sizeof *s->by_id)) return MT_NOMEM;
-    return sched_grow((void **)&sw->jobs, &sw->cap_jobs, sw->n_jobs + 1, sizeof *sw->jobs);
+    if (id >= s->cap_by_id && mt_grow((void **)&s->by_id, &s->cap_by_id, id + 1, sizeof *s->by_id, 16)) return MT_NOMEM;
+    return mt_grow((void **)&sw->jobs, &sw->cap_jobs, sw->n_jobs + 1, sizeof *sw->jobs, 16);
 }
 
 /* Indexes j by id and in its sweep: all or nothing (MT_NOMEM leaves no entry behind). */
@@ -241,7 +229,7 @@ job_t *sched_job_lookup(const sched_t *s, uint64_t id) { return id < s->cap_by_i
 mt_status_t sched_sweep_note_device(sweep_t *sw, uint64_t device_id) {
     for (size_t i = 0; i < sw->n_devs; i++)
         if (sw->devs[i] == device_id) return MT_OK;
-    if (sched_grow((void **)&sw->devs, &sw->cap_devs, sw->n_devs + 1, sizeof *sw->devs)) return MT_NOMEM;
+    if (mt_grow((void **)&sw->devs, &sw->cap_devs, sw->n_devs + 1, sizeof *sw->devs, 16)) return MT_NOMEM;
     sw->devs[sw->n_devs++] = device_id;
     return MT_OK;
 }
@@ -259,7 +247,7 @@ sched_worker_t *sched_worker_find(sched_t *s, const uint8_t *rid, size_t len) {
 
 /* A new worker record, not alive, with its routing id as its id until it says Hello. */
 sched_worker_t *sched_worker_add(sched_t *s, const uint8_t *rid, size_t len) {
-    if (sched_grow((void **)&s->workers, &s->cap_workers, s->n_workers + 1, sizeof *s->workers)) return NULL;
+    if (mt_grow((void **)&s->workers, &s->cap_workers, s->n_workers + 1, sizeof *s->workers, 16)) return NULL;
     sched_worker_t *w = mt_calloc(1, sizeof *w);
     char *id = mt_malloc(len + 1);
     if (!w || !id) {
@@ -279,7 +267,7 @@ sched_worker_t *sched_worker_add(sched_t *s, const uint8_t *rid, size_t len) {
 
 /* Records j in w's held list (the caller sets the lease). */
 mt_status_t sched_worker_hold(sched_worker_t *w, job_t *j) {
-    if (sched_grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return MT_NOMEM;
+    if (mt_grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held, 16)) return MT_NOMEM;
     j->holder = w;
     j->held_idx = w->n_held;
     w->held[w->n_held++] = j;
@@ -292,7 +280,7 @@ sched_worker_t *sched_worker(sched_t *s, const uint8_t *rid, size_t rid_len) {
 }
 
 void sched_ack_push(sched_worker_t *w, uint64_t seq) {
-    if (sched_grow((void **)&w->acks, &w->cap_acks, w->n_acks + 1, sizeof *w->acks)) return;
+    if (mt_grow((void **)&w->acks, &w->cap_acks, w->n_acks + 1, sizeof *w->acks, 16)) return;
     w->acks[w->n_acks++] = seq;
 }
 
@@ -570,7 +558,7 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
         n++;
     }
     if (n == 0) return MT_NOTFOUND;
-    if (sched_grow((void **)&s->best, &s->cap_best, sched_job_nb(j), sizeof *s->best)) return MT_NOMEM;
+    if (mt_grow((void **)&s->best, &s->cap_best, sched_job_nb(j), sizeof *s->best, 16)) return MT_NOMEM;
     sched_job_bests(s, j, s->best);
     Moetune__Shape shape;
     wire_shape_to_msg(sh, &shape);
@@ -602,7 +590,7 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
         job_t *j = pick(s, w);
         if (!j) j = sched_job_split(s, w);
         if (!j) return;
-        if (sched_grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return;
+        if (mt_grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held, 16)) return;
         char *holder_id = mt_strdup(w->id); /* the job row's worker_id, before anything is sent */
         char *device = j->sw->device ? NULL : mt_strdup(w->identity);
         if (!holder_id || (!j->sw->device && !device)) {
@@ -860,7 +848,7 @@ mt_status_t sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uin
         }
         log_at(MT_LOG_WARN, "config %llu crashed again on %s: quarantined", (unsigned long long)r->config_id, w->id);
     }
-    if (sched_grow((void **)&s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending)) return MT_NOMEM;
+    if (mt_grow((void **)&s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending, 16)) return MT_NOMEM;
     entry_t *e = &s->pending[s->n_pending++];
     memset(e, 0, sizeof *e);
     e->env = *env;
