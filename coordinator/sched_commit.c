@@ -18,22 +18,6 @@
 #include "race.h"
 #include "sched_int.h"
 
-size_t sched_pending(const sched_t *s) { return s->n_pending + (s->inflight ? s->inflight->n_res : 0); }
-
-void sched_batch_free(sched_batch_t *b) {
-    if (!b) return;
-    for (size_t i = 0; i < b->n_res; i++) {
-        for (int k = 0; k < 5; k++) free(b->res[i].row.strs[k]);
-        if (b->res[i].row.hello) moetune__hello__free_unpacked(b->res[i].row.hello, NULL);
-    }
-    for (size_t i = 0; i < b->n_jobs; i++) free((char *)b->jobs[i].u.worker_id);
-    free(b->res);
-    free(b->jobs);
-    free(b->sweeps);
-    sched_halving_free(b->hv, b->n_hv);
-    free(b);
-}
-
 static char *dup_or_null(const char *p) { return p ? mt_strdup(p) : NULL; }
 
 static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {

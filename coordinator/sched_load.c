@@ -34,15 +34,6 @@ static void rng_seed(sched_t *s) {
     if (!s->rng) s->rng = 0x2545F4914F6CDD1DULL;
 }
 
-void sched_job_free(job_t *j) {
-    if (!j) return;
-    free(j->cfgs);
-    free(j->bs);
-    free(j->last_worker);
-    free(j->avoid);
-    free(j);
-}
-
 void sched_sweep_free(sweep_t *sw) {
     if (!sw) return;
     for (size_t i = 0; i < sw->n_jobs; i++) sched_job_free(sw->jobs[i]);
