@@ -295,7 +295,6 @@ void coord_destroy(coord_t **pc) {
 
 void coord_stop(coord_t *c) { atomic_store(&c->stop, 1); }
 const char *coord_endpoint(const coord_t *c, int which) { return which == 0 ? c->ep[0] : c->ep[1]; }
-sched_t *coord_sched(coord_t *c) { return c->sched; }
 
 /* ---- worker messages, by body */
 

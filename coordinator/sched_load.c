@@ -640,25 +640,3 @@ out:
     sched_plan_free(psp);
     return rc;
 }
-
-mt_status_t sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms,
-                         char *err, size_t errlen) {
-    sched_plan_t *sp = NULL;
-    int rc = sched_plan_new(spec, &sp, err, errlen);
-    if (rc) return rc;
-    sched_plan_device(s, sp, NULL);
-    rc = sched_plan_build(s->db, sp);
-    if (!rc) {
-        /* A submit waits longer than the loop's other writes for the writer thread's commit. */
-        store_set_busy_ms(s->db, SCHED_SUBMIT_BUSY_MS);
-        rc = store_begin(s->db);
-        if (!rc) rc = sched_plan_write(s->db, sp);
-        if (!rc) rc = store_commit(s->db);
-        if (rc) {
-            mt_fmt(s->err, sizeof s->err, "%s", store_errmsg(s->db));
-            store_rollback(s->db);
-        }
-        store_set_busy_ms(s->db, SCHED_DB_BUSY_MS);
-    }
-    return sched_plan_done(s, &sp, rc, s->err, out, now_ms, err, errlen);
-}

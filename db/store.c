@@ -667,13 +667,6 @@ mt_status_t store_result_put(store_t *s, const store_result_t *r, int *outcome) 
     return rc;
 }
 
-mt_status_t store_result_insert(store_t *s, const store_result_t *r, bool *inserted) {
-    int outcome = STORE_ROW_KEPT;
-    int rc = store_result_put(s, r, &outcome);
-    *inserted = outcome == STORE_ROW_NEW;
-    return rc;
-}
-
 mt_status_t store_result_prune(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
                                uint32_t batch_size, uint32_t phase, const char *detail, bool *changed) {
     sqlite3_stmt *st = s->st[ST_RESULT_PRUNE];
