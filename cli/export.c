@@ -1272,8 +1272,8 @@ static int commit(run_t *x, exp_report_t *rep, char *err, size_t errlen) {
     size_t n_mv = 0, n_tmp = 0;
     rc = plan_moves(x, &mv, &n_mv);
     for (size_t i = 0; i < n_mv && rc == MT_OK; i++) {
-        rc = db_refuse_overwrite(o->db_path, mv[i].path, err, errlen);
-        if (rc == MT_OK) rc = db_refuse_overwrite(o->db_path, mv[i].tmp, err, errlen);
+        rc = db_lock_refuse_overwrite(o->db_path, mv[i].path, err, errlen);
+        if (rc == MT_OK) rc = db_lock_refuse_overwrite(o->db_path, mv[i].tmp, err, errlen);
     }
     for (; n_tmp < n_mv && rc == MT_OK; n_tmp++)
         rc = write_temp(mv[n_tmp].tmp, mv[n_tmp].path, mv[n_tmp].text, err, errlen);
