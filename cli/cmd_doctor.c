@@ -4,13 +4,10 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cmd.h"
@@ -45,112 +42,6 @@ typedef struct {
 static bool is_file(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* Keeps the last line of text in last (trailing newlines dropped). */
-static void last_line(const char *text, char *last, size_t len) {
-    size_t n = strlen(text);
-    while (n && (text[n - 1] == '\n' || text[n - 1] == '\r')) n--;
-    size_t start = n;
-    while (start && text[start - 1] != '\n') start--;
-    snprintf(last, len, "%.*s", (int)(n - start), text + start);
-}
-
-/* Runs PYTHON HELPER --probe --engine E and collects its stdout and the tail of its
- * stderr. Returns MT_OK with the exit status in *status, or MT_IO/MT_AGAIN (timeout)
- * with a reason. */
-static int run_probe(const char *python, const char *helper, const char *engine, char *out, size_t outlen,
-                     char *errtail, size_t taillen, int *status, char *err, size_t errlen) {
-    int po[2] = {-1, -1}, pe[2] = {-1, -1};
-    int rc = MT_OK;
-    pid_t pid = -1;
-    size_t n_out = 0;
-    char tail[8192];
-    size_t n_tail = 0;
-    out[0] = errtail[0] = '\0';
-    if (pipe(po) != 0 || pipe(pe) != 0) {
-        mt_fmt(err, errlen, "pipe: %s", strerror(errno));
-        rc = MT_IO;
-        goto out;
-    }
-    pid = fork();
-    if (pid < 0) {
-        mt_fmt(err, errlen, "fork: %s", strerror(errno));
-        rc = MT_IO;
-        goto out;
-    }
-    if (pid == 0) {
-        setpgid(0, 0);
-        dup2(po[1], STDOUT_FILENO);
-        dup2(pe[1], STDERR_FILENO);
-        close(po[0]);
-        close(pe[0]);
-        close(po[1]);
-        close(pe[1]);
-        execlp(python, python, helper, "--probe", "--engine", engine, (char *)NULL);
-        fprintf(stderr, "cannot run %s: %s\n", python, strerror(errno));
-        _exit(127);
-    }
-    close(po[1]);
-    close(pe[1]);
-    po[1] = pe[1] = -1;
-    uint64_t deadline = mt_now_ms() + PROBE_TIMEOUT_MS;
-    bool open_out = true, open_err = true;
-    while (open_out || open_err) {
-        struct pollfd fds[2] = {{po[0], open_out ? POLLIN : 0, 0}, {pe[0], open_err ? POLLIN : 0, 0}};
-        uint64_t now = mt_now_ms();
-        if (now >= deadline) {
-            kill(-pid, SIGKILL);
-            mt_fmt(err, errlen, "the probe did not answer within %d s", PROBE_TIMEOUT_MS / 1000);
-            rc = MT_AGAIN;
-            break;
-        }
-        int r = poll(fds, 2, (int)(deadline - now));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            mt_fmt(err, errlen, "poll: %s", strerror(errno));
-            rc = MT_IO;
-            kill(-pid, SIGKILL);
-            break;
-        }
-        char buf[4096];
-        if (open_out && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-            ssize_t got = read(po[0], buf, sizeof buf);
-            if (got <= 0)
-                open_out = false;
-            else if (n_out + (size_t)got < outlen) {
-                memcpy(out + n_out, buf, (size_t)got);
-                n_out += (size_t)got;
-            } /* past the cap: read and dropped, so the probe never blocks */
-        }
-        if (open_err && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            ssize_t got = read(pe[0], buf, sizeof buf);
-            if (got <= 0) {
-                open_err = false;
-            } else {
-                /* buf is smaller than tail: dropping the oldest bytes always makes room. */
-                if (n_tail + (size_t)got >= sizeof tail) {
-                    size_t drop = n_tail + (size_t)got - (sizeof tail - 1);
-                    memmove(tail, tail + drop, n_tail - drop);
-                    n_tail -= drop;
-                }
-                memcpy(tail + n_tail, buf, (size_t)got);
-                n_tail += (size_t)got;
-            }
-        }
-    }
-    out[n_out] = '\0';
-    tail[n_tail] = '\0';
-    last_line(tail, errtail, taillen);
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
-    *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
-out:
-    for (int i = 0; i < 2; i++) {
-        if (po[i] >= 0) close(po[i]);
-        if (pe[i] >= 0) close(pe[i]);
-    }
-    return rc;
 }
 
 static void get_str(json_t *obj, const char *key, char *dst, size_t len) {
@@ -344,8 +235,8 @@ static int doctor_probe(const cli_cmd_t *cmd, const cli_opts_t *o, doctor_t *d) 
             return doctor_fail(cmd, o->json, python, why);
         python = d->python = d->sv.python;
         if (!o->json) printf("serving:       %s\n", d->sv.text);
-    } else if (run_probe(python, helper, d->ename, out, sizeof out, tail, sizeof tail, &status, why, sizeof why) !=
-               MT_OK) {
+    } else if (srv_probe_run(python, helper, d->ename, PROBE_TIMEOUT_MS, out, sizeof out, tail, sizeof tail, &status,
+                             why, sizeof why) != MT_OK) {
         mt_fmt(err, sizeof err, "the probe in %s failed: %s", python, why);
         return doctor_fail(cmd, o->json, python, err);
     }
