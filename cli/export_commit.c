@@ -396,3 +396,31 @@ void exp_run_free(run_t *x) {
     free(x->sampled);
     if (x->lock_fd >= 0) close(x->lock_fd); /* releases the lock */
 }
+
+/* Dumps a JSON value the way the frameworks' files look: indent 4, keys in insertion
+ * order, newline at the end. Caller frees. */
+char *exp_dump(json_t *v) {
+    char *body = json_dumps(v, JSON_PRESERVE_ORDER | JSON_INDENT(4));
+    if (!body) return NULL;
+    size_t n = strlen(body);
+    char *text = mt_realloc(body, n + 2);
+    if (!text) {
+        free(body);
+        return NULL;
+    }
+    text[n] = '\n';
+    text[n + 1] = '\0';
+    return text;
+}
+
+/* Appends a line to a growing string; false when out of memory. */
+bool exp_append_line(char **buf, const char *line) {
+    size_t have = *buf ? strlen(*buf) : 0, add = strlen(line);
+    char *grown = mt_realloc(*buf, have + add + 2);
+    if (!grown) return false;
+    memcpy(grown + have, line, add);
+    grown[have + add] = '\n';
+    grown[have + add + 1] = '\0';
+    *buf = grown;
+    return true;
+}

@@ -1,5 +1,7 @@
-/* export_int.h - what export.c, export_commit.c and export_engine.c share: an export's
- * state and the steps each file gives the others. Callers use export.h. */
+/* export_int.h - what the export's files share: an export's state and the steps each file
+ * gives those above it. From the bottom: export_commit.c (the folder: lock, manifests,
+ * commit), export_plan.c (rows, near ties, planning a file), export_engine.c (the engine
+ * layouts), export.c (exp_run and the plain layout). Callers use export.h. */
 #ifndef EXP_EXPORT_INT_H
 #define EXP_EXPORT_INT_H
 
@@ -85,13 +87,8 @@ typedef struct {
     shipguard_t *guard; /* the ship guard's rows and decisions (shipguard.h) */
 } run_t;
 
-/* ---- export.c */
+/* ---- export_plan.c */
 
-/* Appends a line to a growing string; false when out of memory. */
-bool exp_append_line(char **buf, const char *line);
-/* Dumps a JSON value the way the frameworks' files look: indent 4, keys in insertion
- * order, newline at the end. Caller frees. */
-char *exp_dump(json_t *v);
 /* Refuses a file whose coverage is incomplete, unless partial (DB only: runs before
  * anything is created). */
 int exp_check_coverage(const run_t *x, const dbq_result_t *first, const entry_t *ents, size_t n, const char *rel,
@@ -122,6 +119,11 @@ void exp_shape_text(const krn_shape_t *s, char *buf, size_t len);
 
 /* ---- export_commit.c: the folder's lock, manifests and the commit of planned files */
 
+/* Appends a line to a growing string; false when out of memory. */
+bool exp_append_line(char **buf, const char *line);
+/* Dumps a JSON value the way the frameworks' files look: indent 4, keys in insertion
+ * order, newline at the end. Caller frees. */
+char *exp_dump(json_t *v);
 /* Writes the planned files and manifests so that the folder holds either the previous
  * state or the new one whole, never a mix: every new text goes to a synced temp file
  * first (a full disk fails here, and the temp files are removed); then the journal
