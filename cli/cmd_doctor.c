@@ -156,7 +156,7 @@ typedef struct {
 } serving_t;
 
 /* Picks the interpreter for engine (serving.h: a running server's, else the best of the
- * candidates) and hands over its probe's output as run_probe would. */
+ * candidates) and hands over its probe's output as srv_probe_run would. */
 static int pick_python(const char *engine, const char *helper, serving_t *sv, char *out, size_t outlen, char *tail,
                        size_t taillen, int *status, char *err, size_t errlen) {
     srv_pick_t *pick = NULL;
