@@ -33,52 +33,11 @@ static const struct {
 };
 
 /* What the probe reported (HELPER.md "Probe"); strings are "" when null. */
-typedef struct {
-    char python[PATH_MAX], python_version[32], torch[32], triton[32], device[128], error[512];
-    char engine_version[32], config_dir[PATH_MAX], env_dir[PATH_MAX], engine_error[512];
-    bool torch_ok, triton_ok, device_ok;
-} probe_t;
+typedef srv_probe_t probe_t;
 
 static bool is_file(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static void get_str(json_t *obj, const char *key, char *dst, size_t len) {
-    const char *v = json_string_value(json_object_get(obj, key));
-    snprintf(dst, len, "%s", v ? v : "");
-}
-
-/* Finds the {"probe": ...} line in out and fills p. MT_INVAL when there is none. */
-static int parse_probe(const char *out, const char *env_var, probe_t *p) {
-    memset(p, 0, sizeof *p);
-    for (const char *line = out; line && *line;) {
-        const char *nl = strchr(line, '\n');
-        size_t len = nl ? (size_t)(nl - line) : strlen(line);
-        json_t *root = json_loadb(line, len, 0, NULL);
-        json_t *pr = json_object_get(root, "probe");
-        if (json_is_object(pr)) {
-            json_t *eng = json_object_get(pr, "engine");
-            get_str(pr, "python", p->python, sizeof p->python);
-            get_str(pr, "python_version", p->python_version, sizeof p->python_version);
-            get_str(pr, "torch", p->torch, sizeof p->torch);
-            get_str(pr, "triton", p->triton, sizeof p->triton);
-            get_str(pr, "device", p->device, sizeof p->device);
-            get_str(pr, "error", p->error, sizeof p->error);
-            get_str(eng, "version", p->engine_version, sizeof p->engine_version);
-            get_str(eng, "config_dir", p->config_dir, sizeof p->config_dir);
-            get_str(eng, "error", p->engine_error, sizeof p->engine_error);
-            get_str(json_object_get(eng, "env"), env_var, p->env_dir, sizeof p->env_dir);
-            p->torch_ok = p->torch[0] != '\0';
-            p->triton_ok = p->triton[0] != '\0';
-            p->device_ok = p->device[0] != '\0';
-            json_decref(root);
-            return MT_OK;
-        }
-        json_decref(root);
-        line = nl ? nl + 1 : NULL;
-    }
-    return MT_INVAL;
 }
 
 /* Compares dotted versions numerically ("3.10.0" > "3.9.1"); -1, 0, 1. */
@@ -241,7 +200,7 @@ static int doctor_probe(const cli_cmd_t *cmd, const cli_opts_t *o, doctor_t *d) 
         return doctor_fail(cmd, o->json, python, err);
     }
     probe_t *p = &d->p;
-    if (parse_probe(out, d->env_var, p) != MT_OK) {
+    if (srv_probe_parse_env(out, d->env_var, p) != MT_OK) {
         if (status == 127 && strncmp(tail, "cannot run", 10) == 0)
             mt_fmt(err, sizeof err, "%s", tail);
         else
@@ -250,10 +209,10 @@ static int doctor_probe(const cli_cmd_t *cmd, const cli_opts_t *o, doctor_t *d) 
         return doctor_fail(cmd, o->json, python, err);
     }
     const char *py = d->py = p->python[0] ? p->python : python;
-    const char *missing = !p->torch_ok ? "torch" : !p->triton_ok ? "Triton" : !p->device_ok ? "a CUDA device" : NULL;
+    const char *missing = !p->torch[0] ? "torch" : !p->triton[0] ? "Triton" : !p->device[0] ? "a CUDA device" : NULL;
     if (missing) {
         mt_fmt(err, sizeof err, "%s %s in %s%s%s", missing,
-               p->device_ok || !p->torch_ok || !p->triton_ok ? "is not importable" : "is not visible", py,
+               p->device[0] || !p->torch[0] || !p->triton[0] ? "is not importable" : "is not visible", py,
                p->error[0] ? ": " : "", p->error);
         return doctor_fail(cmd, o->json, py, err);
     }
