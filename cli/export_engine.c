@@ -329,6 +329,28 @@ static int engine_names_check(const exp_opts_t *o, const eng_t *g, const group_t
     return rc;
 }
 
+/* The ship guard over g's cells: each ships the guard's pick (the search's best kept as
+ * second) where that is never slower than the engine's default or the incumbent; a cell
+ * between two keys, where the engine's entry holds, is dropped. */
+static void guard_cells(const run_t *x, eng_t *g) {
+    size_t kept = 0;
+    for (size_t k = 0; k < g->n; k++) {
+        cell_t *c = &g->cells[k];
+        const dbq_result_t *ship = shipguard_ship(x->guard, &c->best);
+        if (!ship) { /* between two keys, where the engine's entry holds: no key */
+            free(c->versions);
+            continue;
+        }
+        if (ship != &c->best) {
+            keep_row(&c->second, &c->best, c->versions);
+            c->has_second = true;
+            keep_row(&c->best, ship, c->versions);
+        }
+        g->cells[kept++] = *c;
+    }
+    g->n = kept;
+}
+
 /* The refusal of two groups, other's and c's, that would write one file gr->rel: two
  * shapes, two devices, or two builds or versions. */
 static void clash_text(const eng_t *g, const group_t *og, const cell_t *c, const group_t *gr, char *err,
@@ -372,22 +394,7 @@ int exp_engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t err
     else if (rc == MT_INVAL && g.bad[0])
         mt_fmt(err, errlen, "%s", g.bad);
     if (rc != MT_OK) goto out;
-    size_t kept = 0;
-    for (size_t k = 0; k < g.n; k++) { /* the ship guard: never slower than the default or the incumbent */
-        cell_t *c = &g.cells[k];
-        const dbq_result_t *ship = shipguard_ship(x->guard, &c->best);
-        if (!ship) { /* between two keys, where the engine's entry holds: no key */
-            free(c->versions);
-            continue;
-        }
-        if (ship != &c->best) {
-            keep_row(&c->second, &c->best, c->versions);
-            c->has_second = true;
-            keep_row(&c->best, ship, c->versions);
-        }
-        g.cells[kept++] = *c;
-    }
-    g.n = kept;
+    guard_cells(x, &g);
     dbq_close(q);
     if (g.other_backend[0]) {
         bool sim = strcmp(g.other_backend, "sim") == 0;

@@ -1,11 +1,14 @@
-/* export_layout.c - how the engines name and read config files (see export_layout.h). */
+/* export_layout.c - how the engines name and read config files (see export_layout.h), and
+ * the near-tie margin (export.h) that the export and the ship guard both use. */
 #include "export_layout.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "engines.h"
+#include "export.h"
 #include "query.h"
 
 mt_status_t exp_engine_parse(const char *name, exp_engine_t *engine) {
@@ -71,4 +74,11 @@ void exp_version_of(const char *versions, const char *key, char *buf, size_t len
         }
         p = end;
     }
+}
+
+double exp_margin_sd(double best_us, double best_sd, double ru_us, double ru_sd) {
+    double gap = ru_us - best_us;
+    double sd = sqrt(best_sd * best_sd + ru_sd * ru_sd);
+    if (gap == 0) return 0.0;
+    return sd > 0 ? gap / sd : INFINITY;
 }

@@ -140,13 +140,6 @@ int exp_check_row(const dbq_result_t *r, char *bad, size_t len) {
     return MT_INVAL;
 }
 
-double exp_margin_sd(double best_us, double best_sd, double ru_us, double ru_sd) {
-    double gap = ru_us - best_us;
-    double sd = sqrt(best_sd * best_sd + ru_sd * ru_sd);
-    if (gap == 0) return 0.0;
-    return sd > 0 ? gap / sd : INFINITY;
-}
-
 static bool same_cell(const dbq_result_t *a, const dbq_result_t *b) {
     return a->shape_id == b->shape_id && a->batch_size == b->batch_size && strcmp(a->export_dir, b->export_dir) == 0 &&
            strcmp(a->device_name, b->device_name) == 0;
