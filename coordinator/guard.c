@@ -148,6 +148,24 @@ static int cmp_guard_first(const void *a, const void *b) {
     return (x->config_id > y->config_id) - (x->config_id < y->config_id);
 }
 
+/* Stores guard config w for batch size bsz: the config (its id in *cid), whether the search
+ * measured it (*searched), and its guard row. */
+static int put_want(store_t *db, uint64_t sweep_id, uint64_t shape_id, uint32_t bsz, const want_t *w, uint64_t *cid,
+                    bool *searched) {
+    int rc = store_config_upsert(db, &w->cfg, cid);
+    if (!rc) rc = store_config_searched(db, sweep_id, shape_id, *cid, searched);
+    store_guard_row_t row = {.sweep_id = sweep_id,
+                             .shape_id = shape_id,
+                             .config_id = *cid,
+                             .batch_size = bsz,
+                             .role = w->role,
+                             .engine = w->engine,
+                             .searched = *searched,
+                             .source = w->source};
+    if (!rc) rc = store_guard_put(db, &row);
+    return rc;
+}
+
 /* Records batch size b's guard configs w[0..nw) and marks them (and the best) in the rows. */
 static int mark_size(store_t *db, uint64_t sweep_id, uint64_t shape_id, uint32_t bsz, uint32_t b, const want_t *w,
                      size_t nw, halving_row_t **rows, size_t *n, size_t *cap, guard_step_t *out) {
@@ -160,17 +178,7 @@ static int mark_size(store_t *db, uint64_t sweep_id, uint64_t shape_id, uint32_t
     for (size_t g = 0; !rc && g < nw; g++) {
         uint64_t cid = 0;
         bool searched = false;
-        rc = store_config_upsert(db, &w[g].cfg, &cid);
-        if (!rc) rc = store_config_searched(db, sweep_id, shape_id, cid, &searched);
-        store_guard_row_t row = {.sweep_id = sweep_id,
-                                 .shape_id = shape_id,
-                                 .config_id = cid,
-                                 .batch_size = bsz,
-                                 .role = w[g].role,
-                                 .engine = w[g].engine,
-                                 .searched = searched,
-                                 .source = w[g].source};
-        if (!rc) rc = store_guard_put(db, &row);
+        rc = put_want(db, sweep_id, shape_id, bsz, &w[g], &cid, &searched);
         if (rc) break;
         out->rows++;
         differs = differs || cid != best_id;
@@ -377,17 +385,7 @@ static int plan_gap(store_t *db, const Moetune__SweepSpec *spec, int si, const k
     for (size_t g = 0; !rc && g < nw; g++) {
         uint64_t cid = 0;
         bool searched = false;
-        rc = store_config_upsert(db, &w[g].cfg, &cid);
-        if (!rc) rc = store_config_searched(db, sweep_id, shape_id, cid, &searched);
-        store_guard_row_t row = {.sweep_id = sweep_id,
-                                 .shape_id = shape_id,
-                                 .config_id = cid,
-                                 .batch_size = m,
-                                 .role = w[g].role,
-                                 .engine = w[g].engine,
-                                 .searched = searched,
-                                 .source = w[g].source};
-        if (!rc) rc = store_guard_put(db, &row);
+        rc = put_want(db, sweep_id, shape_id, m, &w[g], &cid, &searched);
         bool dup = false;
         for (size_t k = 0; k < n_ids && !dup; k++) dup = ids[k] == cid;
         if (!rc && !dup) ids[n_ids++] = cid;
