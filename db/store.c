@@ -969,7 +969,7 @@ mt_status_t store_sweep_spec_get(store_t *s, uint64_t sweep_id, void **spec, siz
     if (src == SQLITE_ROW) {
         int n = sqlite3_column_bytes(st, 0);
         const void *blob = sqlite3_column_blob(st, 0);
-        *spec = malloc(n > 0 ? (size_t)n : 1);
+        *spec = mt_malloc(n > 0 ? (size_t)n : 1);
         if (!*spec) {
             rc = MT_NOMEM;
         } else {
