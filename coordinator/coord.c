@@ -160,7 +160,7 @@ mt_status_t coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t
         mt_fmt(err, errlen, "no database path");
         return MT_INVAL;
     }
-    coord_t *c = calloc(1, sizeof *c);
+    coord_t *c = mt_calloc(1, sizeof *c);
     if (!c) {
         mt_fmt(err, errlen, "out of memory");
         return MT_NOMEM;

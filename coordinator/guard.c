@@ -288,7 +288,7 @@ mt_status_t guard_plan_listed(const Moetune__SweepSpec *spec, plan_t *p) {
                 for (size_t k = 0; k < ps->n_valid && !have; k++)
                     have = memcmp(&ps->valid[k], &w[g].cfg, sizeof w[g].cfg) == 0;
                 if (have) continue;
-                krn_config_t *v = realloc(ps->valid, (ps->n_valid + 1) * sizeof *v);
+                krn_config_t *v = mt_realloc(ps->valid, (ps->n_valid + 1) * sizeof *v);
                 if (!v) return MT_NOMEM;
                 ps->valid = v;
                 ps->valid[ps->n_valid++] = w[g].cfg;
@@ -410,9 +410,9 @@ mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id
     out->already = true;
     picks_t p = {.bs = bs,
                  .nb = nb,
-                 .cfg = calloc(nb + 1, sizeof *p.cfg),
-                 .us = calloc(nb + 1, sizeof *p.us),
-                 .from2 = calloc(nb + 1, sizeof *p.from2)};
+                 .cfg = mt_calloc(nb + 1, sizeof *p.cfg),
+                 .us = mt_calloc(nb + 1, sizeof *p.us),
+                 .from2 = mt_calloc(nb + 1, sizeof *p.from2)};
     int rc = p.cfg && p.us && p.from2 ? MT_OK : MT_NOMEM;
     if (!rc) rc = store_guard_count(db, sweep_id, shape_id, "nearest", &have);
     if (!rc && !have) rc = store_sweep_spec_get(db, sweep_id, &blob, &len);
@@ -456,7 +456,7 @@ mt_status_t guard_gap_bs_parse(const char *text, uint32_t **out, size_t *n) {
     *out = NULL;
     *n = 0;
     if (!text || mt_parse_u32(text, 1, PLAN_MAX_BATCH, &m) != MT_OK) return MT_INVAL;
-    *out = malloc(sizeof **out);
+    *out = mt_malloc(sizeof **out);
     if (!*out) return MT_NOMEM;
     **out = m;
     *n = 1;

@@ -44,7 +44,7 @@ uint32_t plan_chunk(const Moetune__SweepSpec *spec) {
  * the sweep with the other workers idle. */
 static mt_status_t plan_shape_chunks(plan_t *p) {
     double cheapest = 0.0;
-    p->order = malloc((p->n_shapes ? p->n_shapes : 1) * sizeof *p->order);
+    p->order = mt_malloc((p->n_shapes ? p->n_shapes : 1) * sizeof *p->order);
     if (!p->order) return MT_NOMEM;
     for (size_t i = 0; i < p->n_shapes; i++) {
         plan_shape_t *ps = &p->shapes[i];
@@ -422,7 +422,7 @@ mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *d
     *out = NULL;
     rc = plan_check_spec(spec, err, errlen);
     if (rc != MT_OK) return rc;
-    p = calloc(1, sizeof *p);
+    p = mt_calloc(1, sizeof *p);
     if (!p) goto nomem;
     rc = build_space(spec->space, &p->space, err, errlen);
     if (rc) goto out;
@@ -432,8 +432,8 @@ mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *d
     plan_measure(spec, &p->measure);
     rc = plan_check_measure(p, err, errlen);
     if (rc != MT_OK) goto out;
-    p->batch_sizes = malloc(spec->n_batch_sizes * sizeof *p->batch_sizes);
-    p->shapes = calloc(spec->n_shapes, sizeof *p->shapes);
+    p->batch_sizes = mt_malloc(spec->n_batch_sizes * sizeof *p->batch_sizes);
+    p->shapes = mt_calloc(spec->n_shapes, sizeof *p->shapes);
     if (!p->batch_sizes || !p->shapes) goto nomem;
     memcpy(p->batch_sizes, spec->batch_sizes, spec->n_batch_sizes * sizeof *p->batch_sizes);
     p->n_batch_sizes = spec->n_batch_sizes;
@@ -482,8 +482,8 @@ mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *d
         p->n_shapes = i + 1;
         rc = plan_check_shape(spec, p, i, err, errlen);
         if (rc != MT_OK) goto out;
-        ps->valid = malloc(n_space * sizeof *ps->valid);
-        ps->rejected = malloc(n_space * sizeof *ps->rejected);
+        ps->valid = mt_malloc(n_space * sizeof *ps->valid);
+        ps->rejected = mt_malloc(n_space * sizeof *ps->rejected);
         if (!ps->valid || !ps->rejected) goto nomem;
         plan_judge_shape(p, ps, n_space, &rules, first_why);
         if (!ps->n_valid && !n_empty++) empty = ps;

@@ -23,7 +23,7 @@ mt_status_t sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
              * the ship guard's batch sizes between the keys while any phase-2 job is */
             bool gaps = sw->gaps && sw->hv_state[h] == HV_PLANNED;
             if ((sw->hv_state[h] != HV_WAIT && !gaps) || sw->hv_open[h]) continue;
-            bhalving_t *a = realloc(hv, (n + 1) * sizeof *a);
+            bhalving_t *a = mt_realloc(hv, (n + 1) * sizeof *a);
             uint32_t *bs = a ? mt_malloc(sw->nb * sizeof *bs) : NULL;
             if (a) hv = a;
             if (!a || !bs) {

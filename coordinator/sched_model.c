@@ -179,11 +179,11 @@ mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned
         return MT_OK;
     }
     size_t n = sw->n_hv + 1;
-    uint64_t *ids = realloc(sw->hv_shapes, n * sizeof *ids);
+    uint64_t *ids = mt_realloc(sw->hv_shapes, n * sizeof *ids);
     if (ids) sw->hv_shapes = ids;
-    uint8_t *state = realloc(sw->hv_state, n * sizeof *state);
+    uint8_t *state = mt_realloc(sw->hv_state, n * sizeof *state);
     if (state) sw->hv_state = state;
-    uint32_t *open = realloc(sw->hv_open, n * sizeof *open);
+    uint32_t *open = mt_realloc(sw->hv_open, n * sizeof *open);
     if (open) sw->hv_open = open;
     if (!ids || !state || !open) return MT_NOMEM;
     uint32_t n_open = 0; /* its jobs indexed before it was added */

@@ -542,7 +542,7 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     if (!rc) rc = store_crash_bump(s->db, j->sw->id, j->shape_id, c->config_id, w->id, &count);
     if (!rc) rc = store_job_config_delete(s->db, j->id, c->config_id);
     char bs_text[2048] = "";
-    uint32_t *nbs = j->bs ? malloc(j->nb * sizeof *nbs) : NULL;
+    uint32_t *nbs = j->bs ? mt_malloc(j->nb * sizeof *nbs) : NULL;
     if (j->bs && (!nbs || halving_bs_format(j->bs, j->nb, bs_text, sizeof bs_text))) {
         free(nbs);
         store_rollback(s->db);
