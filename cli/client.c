@@ -55,7 +55,7 @@ mt_status_t cli_client_new(const char *endpoint, int timeout_ms, cli_client_t **
 mt_status_t cli_client_new_curve(const char *endpoint, int timeout_ms, const sec_cert_t *self, const sec_cert_t *server,
                                  cli_client_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
-    cli_client_t *c = calloc(1, sizeof *c);
+    cli_client_t *c = mt_calloc(1, sizeof *c);
     *out = NULL;
     if (!c) return MT_NOMEM;
     if (self || server) {

@@ -257,7 +257,7 @@ json_t *cli_json_text(const char *text) {
     size_t n = strlen((const char *)t);
     json_t *v = json_stringn((const char *)t, n);
     if (v) return v;
-    char *buf = malloc(n * 4 + 1);
+    char *buf = mt_malloc(n * 4 + 1);
     if (!buf) return NULL;
     size_t o = 0;
     for (size_t i = 0; i < n;) {

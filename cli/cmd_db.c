@@ -75,7 +75,7 @@ static mt_status_t print_row(void *vctx, const dbq_result_t *r) {
                               "result", (json_int_t)r->result_id, "sweep", (json_int_t)r->sweep_id, "shape", "E",
                               (int)r->shape.e, "N", (int)r->shape.n, "K", (int)r->shape.k, "topk", (int)r->shape.topk,
                               "dtype", r->shape.dtype, "config_id", (json_int_t)r->config_id, "config",
-                              cmp_config_json(&r->config), "batch_size", (int)r->batch_size, "status", r->status,
+                              exp_config_json(&r->config), "batch_size", (int)r->batch_size, "status", r->status,
                               "median_us", r->median_us, "min_us", r->min_us, "mean_us", r->mean_us, "stddev_us",
                               r->stddev_us, "samples", (int)r->samples, "detail", cli_json_text(r->detail), "device",
                               cli_json_text(r->device_name), "backend", r->backend, "compiler", r->compiler, "worker",
@@ -447,9 +447,9 @@ int cmd_export(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (o->sweep && (o->sweeps || o->latest))
         return cli_usage(cmd, "--sweep N takes one sweep: drop --sweeps/--latest");
     if (o->sweeps) {
-        char *copy = strdup(o->sweeps);
+        char *copy = mt_strdup(o->sweeps);
         if (!copy) return cli_fail(cmd, "out of memory");
-        ids = calloc(strlen(copy) / 2 + 2, sizeof *ids);
+        ids = mt_calloc(strlen(copy) / 2 + 2, sizeof *ids);
         int bad = !ids;
         for (char *save = NULL, *t = strtok_r(copy, ",", &save); !bad && t; t = strtok_r(NULL, ",", &save))
             bad = mt_parse_u64(t, &ids[n_ids]) != MT_OK || ids[n_ids++] == 0;

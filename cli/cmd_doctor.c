@@ -4,13 +4,10 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cmd.h"
@@ -36,158 +33,11 @@ static const struct {
 };
 
 /* What the probe reported (HELPER.md "Probe"); strings are "" when null. */
-typedef struct {
-    char python[PATH_MAX], python_version[32], torch[32], triton[32], device[128], error[512];
-    char engine_version[32], config_dir[PATH_MAX], env_dir[PATH_MAX], engine_error[512];
-    bool torch_ok, triton_ok, device_ok;
-} probe_t;
+typedef srv_probe_t probe_t;
 
 static bool is_file(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* Keeps the last line of text in last (trailing newlines dropped). */
-static void last_line(const char *text, char *last, size_t len) {
-    size_t n = strlen(text);
-    while (n && (text[n - 1] == '\n' || text[n - 1] == '\r')) n--;
-    size_t start = n;
-    while (start && text[start - 1] != '\n') start--;
-    snprintf(last, len, "%.*s", (int)(n - start), text + start);
-}
-
-/* Runs PYTHON HELPER --probe --engine E and collects its stdout and the tail of its
- * stderr. Returns MT_OK with the exit status in *status, or MT_IO/MT_AGAIN (timeout)
- * with a reason. */
-static int run_probe(const char *python, const char *helper, const char *engine, char *out, size_t outlen,
-                     char *errtail, size_t taillen, int *status, char *err, size_t errlen) {
-    int po[2] = {-1, -1}, pe[2] = {-1, -1};
-    int rc = MT_OK;
-    pid_t pid = -1;
-    size_t n_out = 0;
-    char tail[8192];
-    size_t n_tail = 0;
-    out[0] = errtail[0] = '\0';
-    if (pipe(po) != 0 || pipe(pe) != 0) {
-        mt_fmt(err, errlen, "pipe: %s", strerror(errno));
-        rc = MT_IO;
-        goto out;
-    }
-    pid = fork();
-    if (pid < 0) {
-        mt_fmt(err, errlen, "fork: %s", strerror(errno));
-        rc = MT_IO;
-        goto out;
-    }
-    if (pid == 0) {
-        setpgid(0, 0);
-        dup2(po[1], STDOUT_FILENO);
-        dup2(pe[1], STDERR_FILENO);
-        close(po[0]);
-        close(pe[0]);
-        close(po[1]);
-        close(pe[1]);
-        execlp(python, python, helper, "--probe", "--engine", engine, (char *)NULL);
-        fprintf(stderr, "cannot run %s: %s\n", python, strerror(errno));
-        _exit(127);
-    }
-    close(po[1]);
-    close(pe[1]);
-    po[1] = pe[1] = -1;
-    uint64_t deadline = mt_now_ms() + PROBE_TIMEOUT_MS;
-    bool open_out = true, open_err = true;
-    while (open_out || open_err) {
-        struct pollfd fds[2] = {{po[0], open_out ? POLLIN : 0, 0}, {pe[0], open_err ? POLLIN : 0, 0}};
-        uint64_t now = mt_now_ms();
-        if (now >= deadline) {
-            kill(-pid, SIGKILL);
-            mt_fmt(err, errlen, "the probe did not answer within %d s", PROBE_TIMEOUT_MS / 1000);
-            rc = MT_AGAIN;
-            break;
-        }
-        int r = poll(fds, 2, (int)(deadline - now));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            mt_fmt(err, errlen, "poll: %s", strerror(errno));
-            rc = MT_IO;
-            kill(-pid, SIGKILL);
-            break;
-        }
-        char buf[4096];
-        if (open_out && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-            ssize_t got = read(po[0], buf, sizeof buf);
-            if (got <= 0)
-                open_out = false;
-            else if (n_out + (size_t)got < outlen) {
-                memcpy(out + n_out, buf, (size_t)got);
-                n_out += (size_t)got;
-            } /* past the cap: read and dropped, so the probe never blocks */
-        }
-        if (open_err && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            ssize_t got = read(pe[0], buf, sizeof buf);
-            if (got <= 0) {
-                open_err = false;
-            } else {
-                /* buf is smaller than tail: dropping the oldest bytes always makes room. */
-                if (n_tail + (size_t)got >= sizeof tail) {
-                    size_t drop = n_tail + (size_t)got - (sizeof tail - 1);
-                    memmove(tail, tail + drop, n_tail - drop);
-                    n_tail -= drop;
-                }
-                memcpy(tail + n_tail, buf, (size_t)got);
-                n_tail += (size_t)got;
-            }
-        }
-    }
-    out[n_out] = '\0';
-    tail[n_tail] = '\0';
-    last_line(tail, errtail, taillen);
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
-    *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
-out:
-    for (int i = 0; i < 2; i++) {
-        if (po[i] >= 0) close(po[i]);
-        if (pe[i] >= 0) close(pe[i]);
-    }
-    return rc;
-}
-
-static void get_str(json_t *obj, const char *key, char *dst, size_t len) {
-    const char *v = json_string_value(json_object_get(obj, key));
-    snprintf(dst, len, "%s", v ? v : "");
-}
-
-/* Finds the {"probe": ...} line in out and fills p. MT_INVAL when there is none. */
-static int parse_probe(const char *out, const char *env_var, probe_t *p) {
-    memset(p, 0, sizeof *p);
-    for (const char *line = out; line && *line;) {
-        const char *nl = strchr(line, '\n');
-        size_t len = nl ? (size_t)(nl - line) : strlen(line);
-        json_t *root = json_loadb(line, len, 0, NULL);
-        json_t *pr = json_object_get(root, "probe");
-        if (json_is_object(pr)) {
-            json_t *eng = json_object_get(pr, "engine");
-            get_str(pr, "python", p->python, sizeof p->python);
-            get_str(pr, "python_version", p->python_version, sizeof p->python_version);
-            get_str(pr, "torch", p->torch, sizeof p->torch);
-            get_str(pr, "triton", p->triton, sizeof p->triton);
-            get_str(pr, "device", p->device, sizeof p->device);
-            get_str(pr, "error", p->error, sizeof p->error);
-            get_str(eng, "version", p->engine_version, sizeof p->engine_version);
-            get_str(eng, "config_dir", p->config_dir, sizeof p->config_dir);
-            get_str(eng, "error", p->engine_error, sizeof p->engine_error);
-            get_str(json_object_get(eng, "env"), env_var, p->env_dir, sizeof p->env_dir);
-            p->torch_ok = p->torch[0] != '\0';
-            p->triton_ok = p->triton[0] != '\0';
-            p->device_ok = p->device[0] != '\0';
-            json_decref(root);
-            return MT_OK;
-        }
-        json_decref(root);
-        line = nl ? nl + 1 : NULL;
-    }
-    return MT_INVAL;
 }
 
 /* Compares dotted versions numerically ("3.10.0" > "3.9.1"); -1, 0, 1. */
@@ -255,8 +105,7 @@ static void doctor_own_lines(const eng_own_t *own, const eng_answer_t *ea, const
     printf("engine's own:  %s (%s.get_config_file_name, %s)%s\n", ea->file, own->module, own->version,
            agrees ? ": the same name" : "");
     if (!agrees) printf("DIFFERENT:     moetune names it %s; export refuses until they agree\n", name);
-    if (ea->traced)
-        printf("engine reads:  %s\n", ea->loaded[0] ? ea->loaded : "no file: its built-in defaults");
+    if (ea->traced) printf("engine reads:  %s\n", ea->loaded[0] ? ea->loaded : "no file: its built-in defaults");
 }
 
 /* How the interpreter was chosen without --python. */
@@ -266,7 +115,7 @@ typedef struct {
 } serving_t;
 
 /* Picks the interpreter for engine (serving.h: a running server's, else the best of the
- * candidates) and hands over its probe's output as run_probe would. */
+ * candidates) and hands over its probe's output as srv_probe_run would. */
 static int pick_python(const char *engine, const char *helper, serving_t *sv, char *out, size_t outlen, char *tail,
                        size_t taillen, int *status, char *err, size_t errlen) {
     srv_pick_t *pick = NULL;
@@ -291,49 +140,67 @@ static int pick_python(const char *engine, const char *helper, serving_t *sv, ch
     return rc;
 }
 
-int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
-    char err[1200], helper[PATH_MAX], why[400];
+/* What doctor learns, shared by its steps: the shape asked about, the probe's answer,
+ * where the engine looks and what it finds, and what to run when the file is missing. */
+typedef struct {
     exp_engine_t engine;
     krn_shape_t shape;
+    const char *env_var, *label, *ename, *python, *py, *folder;
+    serving_t sv;
+    probe_t p;
+    char name[400], expected[PATH_MAX + 512], down[PATH_MAX + 520];
+    bool found, down_found, other_version;
+    char file_tv[64], fb_path[PATH_MAX + 600], fb_what[300];
+    eng_own_t own;
+    const eng_answer_t *ea;
+    bool own_agrees;
+    char rule_fb[PATH_MAX + 600], defaults[300], tune[2048], point[PATH_MAX + 64];
+} doctor_t;
+
+/* The engine and the shape from the options; an exit code when they are refused, else -1. */
+static int doctor_args(const cli_cmd_t *cmd, const cli_opts_t *o, doctor_t *d) {
+    char err[1200], why[400];
     if (!o->engine) return cli_usage(cmd, "--engine sglang|vllm is required");
-    if (exp_engine_parse(o->engine, &engine) != MT_OK) return cli_usage(cmd, "--engine: not one of sglang, vllm");
+    if (exp_engine_parse(o->engine, &d->engine) != MT_OK) return cli_usage(cmd, "--engine: not one of sglang, vllm");
     if (!!o->model == !!o->doctor_shape)
         return cli_usage(cmd, "give --model NAME --tp N, or --shape E=..,N=..,K=..,topk=..");
     if (o->model) {
-        int rc = cli_preset_shape(o->model, o->tp ? o->tp : 1, o->ep ? o->ep : 1, o->dtype, &shape, why, sizeof why);
+        int rc = cli_preset_shape(o->model, o->tp ? o->tp : 1, o->ep ? o->ep : 1, o->dtype, &d->shape, why, sizeof why);
         if (rc != MT_OK) return cli_usage(cmd, why);
     } else {
         if (o->tp || o->ep || o->dtype) return cli_usage(cmd, "--tp, --ep and --dtype apply only with --model");
-        if (krn_shape_parse(o->doctor_shape, &shape, why, sizeof why) != MT_OK ||
-            krn_shape_check(&shape, why, sizeof why) != MT_OK) {
+        if (krn_shape_parse(o->doctor_shape, &d->shape, why, sizeof why) != MT_OK ||
+            krn_shape_check(&d->shape, why, sizeof why) != MT_OK) {
             mt_fmt(err, sizeof err, "--shape %s: %s", o->doctor_shape, why);
             return cli_usage(cmd, err);
         }
     }
-    const char *env_var = k_engines[engine == EXP_ENGINE_SGLANG ? 0 : 1].env;
-    const char *label = k_engines[engine == EXP_ENGINE_SGLANG ? 0 : 1].label;
-    const char *ename = exp_engine_name(engine);
-    const char *python = o->python ? o->python : "python3";
+    return -1;
+}
 
+/* Runs the probe in the interpreter (--python, a running server's or the best candidate)
+ * and checks that it can run the engine's kernel; an exit code on a failure, else -1. */
+static int doctor_probe(const cli_cmd_t *cmd, const cli_opts_t *o, doctor_t *d) {
+    char err[1200], helper[PATH_MAX], why[400];
+    const char *python = d->python;
     if (mt_helper_path(helper, sizeof helper, why, sizeof why) != MT_OK) return doctor_fail(cmd, o->json, python, why);
     static char out[PROBE_MAX_OUT + 1];
     char tail[512];
     int status = 0;
-    serving_t sv;
-    memset(&sv, 0, sizeof sv);
     if (!o->python) {
         /* no --python: the interpreter of a running server, else the best candidate (serving.h) */
-        if (pick_python(ename, helper, &sv, out, sizeof out, tail, sizeof tail, &status, why, sizeof why) != MT_OK)
+        if (pick_python(d->ename, helper, &d->sv, out, sizeof out, tail, sizeof tail, &status, why, sizeof why) !=
+            MT_OK)
             return doctor_fail(cmd, o->json, python, why);
-        python = sv.python;
-        if (!o->json) printf("serving:       %s\n", sv.text);
-    } else if (run_probe(python, helper, ename, out, sizeof out, tail, sizeof tail, &status, why, sizeof why) !=
-               MT_OK) {
+        python = d->python = d->sv.python;
+        if (!o->json) printf("serving:       %s\n", d->sv.text);
+    } else if (srv_probe_run(python, helper, d->ename, PROBE_TIMEOUT_MS, out, sizeof out, tail, sizeof tail, &status,
+                             why, sizeof why) != MT_OK) {
         mt_fmt(err, sizeof err, "the probe in %s failed: %s", python, why);
         return doctor_fail(cmd, o->json, python, err);
     }
-    probe_t p;
-    if (parse_probe(out, env_var, &p) != MT_OK) {
+    probe_t *p = &d->p;
+    if (srv_probe_parse_env(out, d->env_var, p) != MT_OK) {
         if (status == 127 && strncmp(tail, "cannot run", 10) == 0)
             mt_fmt(err, sizeof err, "%s", tail);
         else
@@ -341,103 +208,112 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
                    tail[0] ? ": " : "", tail);
         return doctor_fail(cmd, o->json, python, err);
     }
-    const char *py = p.python[0] ? p.python : python;
-    const char *missing = !p.torch_ok ? "torch" : !p.triton_ok ? "Triton" : !p.device_ok ? "a CUDA device" : NULL;
+    const char *py = d->py = p->python[0] ? p->python : python;
+    const char *missing = !p->torch[0] ? "torch" : !p->triton[0] ? "Triton" : !p->device[0] ? "a CUDA device" : NULL;
     if (missing) {
         mt_fmt(err, sizeof err, "%s %s in %s%s%s", missing,
-               p.device_ok || !p.torch_ok || !p.triton_ok ? "is not importable" : "is not visible", py,
-               p.error[0] ? ": " : "", p.error);
+               p->device[0] || !p->torch[0] || !p->triton[0] ? "is not importable" : "is not visible", py,
+               p->error[0] ? ": " : "", p->error);
         return doctor_fail(cmd, o->json, py, err);
     }
-    const char *folder = p.env_dir[0] ? p.env_dir : p.config_dir;
-    if (!folder[0]) {
-        mt_fmt(err, sizeof err, "%s is not importable in %s%s%s, and %s is not set", label, py,
-               p.engine_error[0] ? ": " : "", p.engine_error, env_var);
+    d->folder = p->env_dir[0] ? p->env_dir : p->config_dir;
+    if (!d->folder[0]) {
+        mt_fmt(err, sizeof err, "%s is not importable in %s%s%s, and %s is not set", d->label, py,
+               p->engine_error[0] ? ": " : "", p->engine_error, d->env_var);
         return doctor_fail(cmd, o->json, py, err);
     }
+    return -1;
+}
 
-    /* Where the engine looks, and what it finds. */
-    char name[400], tdir[64], expected[PATH_MAX + 512], down[PATH_MAX + 520] = "";
-    exp_engine_file_name(engine, p.device, &shape, name, sizeof name);
-    snprintf(tdir, sizeof tdir, "triton_%s", p.triton);
+/* Where the engine looks, and what it finds: the file by the engine's rules, else what it
+ * falls back to. */
+static void doctor_locate(doctor_t *d) {
+    const probe_t *p = &d->p;
+    const char *folder = d->folder;
+    char tdir[64];
+    exp_engine_file_name(d->engine, p->device, &d->shape, d->name, sizeof d->name);
+    snprintf(tdir, sizeof tdir, "triton_%s", p->triton);
     for (char *q = tdir; *q; q++) {
         if (*q == '.') *q = '_';
     }
-    bool found = false, down_found = false, other_version = false;
-    char file_tv[64] = "", fb_path[PATH_MAX + 600] = "", fb_what[300] = "";
-    if (engine == EXP_ENGINE_SGLANG) {
-        mt_fmt(expected, sizeof expected, "%s/configs/%s/%s", folder, tdir, name);
-        mt_fmt(down, sizeof down, "%.*s_down.json", (int)(strlen(expected) - 5), expected);
-        found = is_file(expected);
-        down_found = is_file(down);
+    if (d->engine == EXP_ENGINE_SGLANG) {
+        mt_fmt(d->expected, sizeof d->expected, "%s/configs/%s/%s", folder, tdir, d->name);
+        mt_fmt(d->down, sizeof d->down, "%.*s_down.json", (int)(strlen(d->expected) - 5), d->expected);
+        d->found = is_file(d->expected);
+        d->down_found = is_file(d->down);
         char ver[64];
-        if (!found && sglang_fallback(folder, p.triton, name, ver, sizeof ver)) {
+        if (!d->found && sglang_fallback(folder, p->triton, d->name, ver, sizeof ver)) {
             char vdir[80];
             snprintf(vdir, sizeof vdir, "triton_%s", ver);
             for (char *q = vdir; *q; q++) {
                 if (*q == '.') *q = '_';
             }
-            mt_fmt(fb_path, sizeof fb_path, "%s/configs/%s/%s", folder, vdir, name);
-            mt_fmt(fb_what, sizeof fb_what,
+            mt_fmt(d->fb_path, sizeof d->fb_path, "%s/configs/%s/%s", folder, vdir, d->name);
+            mt_fmt(d->fb_what, sizeof d->fb_what,
                    "the Triton %s configs (it logs \"Fallback to triton version %s\" and "
                    "\"Performance might be sub-optimal!\")",
                    ver, ver);
         }
-    } else {
-        mt_fmt(expected, sizeof expected, "%s/%s", folder, name);
-        found = is_file(expected);
-        if (found) {
-            file_triton_version(expected, file_tv, sizeof file_tv);
-            if (file_tv[0] && strcmp(file_tv, p.triton) != 0) {
-                other_version = true;
-                found = false;
-                snprintf(fb_path, sizeof fb_path, "%s", expected);
-                mt_fmt(fb_what, sizeof fb_what,
-                       "this file anyway: it was tuned with Triton %s, and vLLM ignores "
-                       "triton_version",
-                       file_tv);
-            }
-        }
-        char bundled[PATH_MAX + 512];
-        if (!found && !other_version && p.env_dir[0] && p.config_dir[0]) {
-            mt_fmt(bundled, sizeof bundled, "%s/%s", p.config_dir, name);
-            if (is_file(bundled)) {
-                snprintf(fb_path, sizeof fb_path, "%s", bundled);
-                mt_fmt(fb_what, sizeof fb_what, "the file bundled with vLLM (its package's configs folder)");
-            }
+        return;
+    }
+    mt_fmt(d->expected, sizeof d->expected, "%s/%s", folder, d->name);
+    d->found = is_file(d->expected);
+    if (d->found) {
+        file_triton_version(d->expected, d->file_tv, sizeof d->file_tv);
+        if (d->file_tv[0] && strcmp(d->file_tv, p->triton) != 0) {
+            d->other_version = true;
+            d->found = false;
+            snprintf(d->fb_path, sizeof d->fb_path, "%s", d->expected);
+            mt_fmt(d->fb_what, sizeof d->fb_what,
+                   "this file anyway: it was tuned with Triton %s, and vLLM ignores "
+                   "triton_version",
+                   d->file_tv);
         }
     }
-    /* The engine's own answer where its lookup imports: it decides (engine_check.h). */
-    eng_own_t own;
-    char rule_fb[PATH_MAX + 600];
-    snprintf(rule_fb, sizeof rule_fb, "%s", fb_path[0] ? fb_path : "defaults");
-    if (eng_ask(py, engine, NULL, &shape, 1, true, &own) != MT_OK) memset(&own, 0, sizeof own);
-    const eng_answer_t *ea = own.asked && !own.answers[0].error[0] ? &own.answers[0] : NULL;
-    bool own_agrees = !ea || strcmp(ea->file, name) == 0;
+    char bundled[PATH_MAX + 512];
+    if (!d->found && !d->other_version && p->env_dir[0] && p->config_dir[0]) {
+        mt_fmt(bundled, sizeof bundled, "%s/%s", p->config_dir, d->name);
+        if (is_file(bundled)) {
+            snprintf(d->fb_path, sizeof d->fb_path, "%s", bundled);
+            mt_fmt(d->fb_what, sizeof d->fb_what, "the file bundled with vLLM (its package's configs folder)");
+        }
+    }
+}
+
+/* The engine's own answer where its lookup imports: it decides (engine_check.h). */
+static void doctor_ask_engine(doctor_t *d) {
+    snprintf(d->rule_fb, sizeof d->rule_fb, "%s", d->fb_path[0] ? d->fb_path : "defaults");
+    if (eng_ask(d->py, d->engine, NULL, &d->shape, 1, true, &d->own) != MT_OK) memset(&d->own, 0, sizeof d->own);
+    const eng_own_t *own = &d->own;
+    const eng_answer_t *ea = d->ea = own->asked && !own->answers[0].error[0] ? &own->answers[0] : NULL;
+    d->own_agrees = !ea || strcmp(ea->file, d->name) == 0;
     if (ea && ea->traced) {
-        found = ea->loaded[0] && strcmp(ea->loaded, ea->first) == 0 && !other_version;
-        if (!found && !other_version) {
-            snprintf(fb_path, sizeof fb_path, "%s", ea->loaded);
-            mt_fmt(fb_what, sizeof fb_what, "the file its own lookup read (%s.get_moe_configs)", own.module);
+        d->found = ea->loaded[0] && strcmp(ea->loaded, ea->first) == 0 && !d->other_version;
+        if (!d->found && !d->other_version) {
+            snprintf(d->fb_path, sizeof d->fb_path, "%s", ea->loaded);
+            mt_fmt(d->fb_what, sizeof d->fb_what, "the file its own lookup read (%s.get_moe_configs)", own->module);
         }
     }
-    char defaults[300];
-    if (strcmp(shape.dtype, "bf16") == 0)
-        mt_fmt(defaults, sizeof defaults,
+}
+
+/* What the engine runs without a file, the command that makes the file, and how to point
+ * the engine at it. */
+static void doctor_advice(const cli_opts_t *o, doctor_t *d) {
+    const krn_shape_t *shape = &d->shape;
+    if (strcmp(shape->dtype, "bf16") == 0)
+        mt_fmt(d->defaults, sizeof d->defaults,
                "untuned defaults (\"Using default MoE kernel config. Performance might be "
                "sub-optimal!\"): BLOCK_SIZE_M/N/K 64/64/32, GROUP_SIZE_M 8, or 16/32/64, GROUP_SIZE_M 1 when "
                "M <= E (%u)%s",
-               shape.e, engine == EXP_ENGINE_VLLM ? ", SPLIT_K 1" : "; no num_warps/num_stages");
+               shape->e, d->engine == EXP_ENGINE_VLLM ? ", SPLIT_K 1" : "; no num_warps/num_stages");
     else
-        mt_fmt(defaults, sizeof defaults,
+        mt_fmt(d->defaults, sizeof d->defaults,
                "untuned built-in defaults for %s (\"Using default MoE kernel config. "
                "Performance might be sub-optimal!\")",
-               shape.dtype);
-
-    /* The command that makes the file, and how to point the engine at it. */
-    char outdir[PATH_MAX + 32], cwd[PATH_MAX], what[600], tune[2048], point[PATH_MAX + 64];
-    if (p.env_dir[0])
-        snprintf(outdir, sizeof outdir, "%s", p.env_dir);
+               shape->dtype);
+    char outdir[PATH_MAX + 32], cwd[PATH_MAX], what[600];
+    if (d->p.env_dir[0])
+        snprintf(outdir, sizeof outdir, "%s", d->p.env_dir);
     else
         mt_fmt(outdir, sizeof outdir, "%s/moetune-configs", getcwd(cwd, sizeof cwd) ? cwd : ".");
     if (o->model) {
@@ -446,83 +322,110 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
         if (o->dtype && n > 0) snprintf(what + n, sizeof what - (size_t)n, " --dtype %s", o->dtype);
     } else {
         char sa[200];
-        krn_shape_format(&shape, sa, sizeof sa);
+        krn_shape_format(shape, sa, sizeof sa);
         mt_fmt(what, sizeof what, "--shape %s", sa);
     }
-    mt_fmt(tune, sizeof tune, "moetune tune --backend triton --kernel %s --python %s %s --out %s", ename, py, what,
-           outdir);
-    mt_fmt(point, sizeof point, "%s=%s", env_var, outdir);
-    int code = !own_agrees ? MT_EXIT_FAIL : found ? MT_EXIT_OK : DOCTOR_EXIT_MISSING;
+    mt_fmt(d->tune, sizeof d->tune, "moetune tune --backend triton --kernel %s --python %s %s --out %s", d->ename,
+           d->py, what, outdir);
+    mt_fmt(d->point, sizeof d->point, "%s=%s", d->env_var, outdir);
+}
 
-    if (o->json) {
-        json_t *j = json_object();
-        json_object_set_new(j, "status", json_string(found ? "found" : "missing"));
-        json_object_set_new(j, "engine", json_string(ename));
-        json_object_set_new(j, "python", json_string(py));
-        json_object_set_new(j, "python_version", json_string(p.python_version));
-        if (!o->python)
-            json_object_set_new(j, "serving",
-                                json_pack("{s:o, s:o, s:s}", "pid", sv.pid ? json_integer(sv.pid) : json_null(),
-                                          "command", sv.pid ? json_string(sv.command) : json_null(), "how", sv.text));
-        json_object_set_new(j, "triton", json_string(p.triton));
-        json_object_set_new(j, "torch", json_string(p.torch));
-        json_object_set_new(j, "engine_version", p.engine_version[0] ? json_string(p.engine_version) : json_null());
-        json_object_set_new(j, "device", json_string(p.device));
-        json_object_set_new(j, "config_dir", json_string(folder));
-        json_object_set_new(j, "config_dir_from", json_string(p.env_dir[0] ? env_var : "engine"));
-        json_object_set_new(j, "file", json_string(expected));
-        json_object_set_new(j, "found", json_boolean(found));
-        if (engine == EXP_ENGINE_SGLANG) {
-            json_object_set_new(j, "down_file", json_string(down));
-            json_object_set_new(j, "down_found", json_boolean(down_found));
-        } else {
-            json_object_set_new(j, "file_triton_version", file_tv[0] ? json_string(file_tv) : json_null());
-        }
-        json_t *eo = json_pack("{s:b}", "asked", own.asked);
-        if (ea) {
-            json_object_set_new(eo, "file", json_string(ea->file));
-            json_object_set_new(eo, "down_file", ea->down_file[0] ? json_string(ea->down_file) : json_null());
-            json_object_set_new(eo, "module", json_string(own.module));
-            json_object_set_new(eo, "version", json_string(own.version));
-            json_object_set_new(eo, "agrees", json_boolean(own_agrees));
-            json_object_set_new(eo, "first", ea->traced ? json_string(ea->first) : json_null());
-            json_object_set_new(eo, "reads", ea->loaded[0] ? json_string(ea->loaded) : json_null());
-        } else {
-            json_object_set_new(eo, "why", json_string(own.asked ? own.answers[0].error : own.why));
-        }
-        json_object_set_new(j, "engine_own", eo);
-        json_object_set_new(j, "rule_fallback", json_string(rule_fb));
-        if (!found) {
-            json_object_set_new(j, "fallback", json_string(fb_path[0] ? fb_path : "defaults"));
-            json_object_set_new(j, "fallback_means", json_string(fb_path[0] ? fb_what : defaults));
-            json_object_set_new(j, "tune", json_string(tune));
-            json_object_set_new(j, "point_engine", json_string(point));
-        }
-        cli_print_json(stdout, j);
-        eng_own_clear(&own);
-        return code;
+/* doctor --json: one object. */
+static void doctor_print_json(const cli_opts_t *o, const doctor_t *d) {
+    const probe_t *p = &d->p;
+    const eng_answer_t *ea = d->ea;
+    json_t *j = json_object();
+    json_object_set_new(j, "status", json_string(d->found ? "found" : "missing"));
+    json_object_set_new(j, "engine", json_string(d->ename));
+    json_object_set_new(j, "python", json_string(d->py));
+    json_object_set_new(j, "python_version", json_string(p->python_version));
+    if (!o->python)
+        json_object_set_new(j, "serving",
+                            json_pack("{s:o, s:o, s:s}", "pid", d->sv.pid ? json_integer(d->sv.pid) : json_null(),
+                                      "command", d->sv.pid ? json_string(d->sv.command) : json_null(), "how",
+                                      d->sv.text));
+    json_object_set_new(j, "triton", json_string(p->triton));
+    json_object_set_new(j, "torch", json_string(p->torch));
+    json_object_set_new(j, "engine_version", p->engine_version[0] ? json_string(p->engine_version) : json_null());
+    json_object_set_new(j, "device", json_string(p->device));
+    json_object_set_new(j, "config_dir", json_string(d->folder));
+    json_object_set_new(j, "config_dir_from", json_string(p->env_dir[0] ? d->env_var : "engine"));
+    json_object_set_new(j, "file", json_string(d->expected));
+    json_object_set_new(j, "found", json_boolean(d->found));
+    if (d->engine == EXP_ENGINE_SGLANG) {
+        json_object_set_new(j, "down_file", json_string(d->down));
+        json_object_set_new(j, "down_found", json_boolean(d->down_found));
+    } else {
+        json_object_set_new(j, "file_triton_version", d->file_tv[0] ? json_string(d->file_tv) : json_null());
     }
-    printf("interpreter:   %s (Python %s)\n", py, p.python_version[0] ? p.python_version : "?");
-    printf("imports:       triton %s, torch %s, %s %s\n", p.triton, p.torch, ename,
-           p.engine_version[0] ? p.engine_version : "(not importable)");
-    printf("device:        %s\n", p.device);
-    printf("config folder: %s (%s)\n", folder, p.env_dir[0] ? env_var : "the engine's own configs");
-    printf("expected file: %s\n", expected);
-    printf("for Triton %s: %s\n", p.triton,
-           found           ? "found"
-           : other_version ? "missing (a file for another Triton version is there)"
-                           : "missing");
-    if (engine == EXP_ENGINE_SGLANG && found)
-        printf("down file:     %s (%s)\n", down_found ? "found" : "none: the second GEMM reuses the main file's config",
-               down);
-    doctor_own_lines(&own, ea, name, own_agrees);
-    eng_own_clear(&own);
-    if (found) return code;
-    if (fb_path[0])
-        printf("fallback:      %s uses %s: %s\n", label, fb_what, fb_path);
+    json_t *eo = json_pack("{s:b}", "asked", d->own.asked);
+    if (ea) {
+        json_object_set_new(eo, "file", json_string(ea->file));
+        json_object_set_new(eo, "down_file", ea->down_file[0] ? json_string(ea->down_file) : json_null());
+        json_object_set_new(eo, "module", json_string(d->own.module));
+        json_object_set_new(eo, "version", json_string(d->own.version));
+        json_object_set_new(eo, "agrees", json_boolean(d->own_agrees));
+        json_object_set_new(eo, "first", ea->traced ? json_string(ea->first) : json_null());
+        json_object_set_new(eo, "reads", ea->loaded[0] ? json_string(ea->loaded) : json_null());
+    } else {
+        json_object_set_new(eo, "why", json_string(d->own.asked ? d->own.answers[0].error : d->own.why));
+    }
+    json_object_set_new(j, "engine_own", eo);
+    json_object_set_new(j, "rule_fallback", json_string(d->rule_fb));
+    if (!d->found) {
+        json_object_set_new(j, "fallback", json_string(d->fb_path[0] ? d->fb_path : "defaults"));
+        json_object_set_new(j, "fallback_means", json_string(d->fb_path[0] ? d->fb_what : d->defaults));
+        json_object_set_new(j, "tune", json_string(d->tune));
+        json_object_set_new(j, "point_engine", json_string(d->point));
+    }
+    cli_print_json(stdout, j);
+}
+
+/* doctor's lines for a person. */
+static void doctor_print_text(const doctor_t *d) {
+    const probe_t *p = &d->p;
+    printf("interpreter:   %s (Python %s)\n", d->py, p->python_version[0] ? p->python_version : "?");
+    printf("imports:       triton %s, torch %s, %s %s\n", p->triton, p->torch, d->ename,
+           p->engine_version[0] ? p->engine_version : "(not importable)");
+    printf("device:        %s\n", p->device);
+    printf("config folder: %s (%s)\n", d->folder, p->env_dir[0] ? d->env_var : "the engine's own configs");
+    printf("expected file: %s\n", d->expected);
+    printf("for Triton %s: %s\n", p->triton,
+           d->found           ? "found"
+           : d->other_version ? "missing (a file for another Triton version is there)"
+                              : "missing");
+    if (d->engine == EXP_ENGINE_SGLANG && d->found)
+        printf("down file:     %s (%s)\n",
+               d->down_found ? "found" : "none: the second GEMM reuses the main file's config", d->down);
+    doctor_own_lines(&d->own, d->ea, d->name, d->own_agrees);
+    if (d->found) return;
+    if (d->fb_path[0])
+        printf("fallback:      %s uses %s: %s\n", d->label, d->fb_what, d->fb_path);
     else
-        printf("fallback:      %s uses %s\n", label, defaults);
-    printf("to tune:       %s\n", tune);
-    printf("then run the engine with %s\n", point);
+        printf("fallback:      %s uses %s\n", d->label, d->defaults);
+    printf("to tune:       %s\n", d->tune);
+    printf("then run the engine with %s\n", d->point);
+}
+
+int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
+    doctor_t d;
+    memset(&d, 0, sizeof d);
+    int code = doctor_args(cmd, o, &d);
+    if (code >= 0) return code;
+    d.env_var = k_engines[d.engine == EXP_ENGINE_SGLANG ? 0 : 1].env;
+    d.label = k_engines[d.engine == EXP_ENGINE_SGLANG ? 0 : 1].label;
+    d.ename = exp_engine_name(d.engine);
+    d.python = o->python ? o->python : "python3";
+    code = doctor_probe(cmd, o, &d);
+    if (code >= 0) return code;
+    doctor_locate(&d);
+    doctor_ask_engine(&d);
+    doctor_advice(o, &d);
+    code = !d.own_agrees ? MT_EXIT_FAIL : d.found ? MT_EXIT_OK : DOCTOR_EXIT_MISSING;
+    if (o->json)
+        doctor_print_json(o, &d);
+    else
+        doctor_print_text(&d);
+    eng_own_clear(&d.own);
     return code;
 }

@@ -411,10 +411,10 @@ int cmd_report(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (!o->out) return cli_usage(cmd, "-o FILE is required");
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", o->out);
-    if (db_refuse_overwrite(o->db, o->out, err, sizeof err) != MT_OK ||
-        db_refuse_overwrite(o->db, tmp, err, sizeof err) != MT_OK)
+    if (db_lock_refuse_overwrite(o->db, o->out, err, sizeof err) != MT_OK ||
+        db_lock_refuse_overwrite(o->db, tmp, err, sizeof err) != MT_OK)
         return cli_usage(cmd, err);
-    c.s = calloc(MAX_SHAPES, sizeof *c.s);
+    c.s = mt_calloc(MAX_SHAPES, sizeof *c.s);
     if (!c.s) return cli_fail(cmd, "out of memory");
     if (dbq_open(o->db, &q, err, sizeof err) != MT_OK) {
         code = cli_fail(cmd, err);

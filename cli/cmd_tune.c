@@ -399,314 +399,363 @@ static int decide_backend(const cli_cmd_t *cmd, cli_opts_t *o, srv_decision_t *d
     return MT_OK;
 }
 
-int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
-    int code = MT_EXIT_FAIL;
+/* One tune run: what the phases below share. A phase returns TUNE_GO to go on, TUNE_OUT
+ * when the run ends with t->code, or TUNE_INTERRUPTED on a stop request. */
+typedef struct {
+    const cli_cmd_t *cmd;
+    cli_opts_t *o;
+    int code;
     char err[700];
-    sup_t *r = NULL;
-    char state[16] = "";
-    cli_client_t *c = NULL;
-    wire_env_t *reply = NULL;
-    bool keep_dir = false;
-    char compiler[48] = ""; /* the workers' (the export's folder) */
-    uint64_t sweep = 0, resume = 0, replace = 0, reuse = 0;
+    sup_t *r;
+    cli_client_t *c;
+    wire_env_t *reply;
+    bool keep_dir;
+    char compiler[48]; /* the workers' (the export's folder) */
+    uint64_t sweep, resume, replace, reuse;
     cands_t cands;
     char diff[1000];
-    const Moetune__SweepSpec *follow_spec = NULL;
-    memset(&cands, 0, sizeof cands);
-    const char *db = o->db ? o->db : "moetune.db";
-    const char *out = o->out ? o->out : "configs";
-    const char *log_level = o->log_level ? o->log_level : "info";
-    srv_decision_t dec;
-    if (decide_backend(cmd, o, &dec, &code) != MT_OK) return code;
-    const char *backend = o->backend ? o->backend : "cuda";
-
-    /* ---- validate everything before starting anything */
-    bool sim = strcmp(backend, "sim") == 0;
-    bool triton = strcmp(backend, "triton") == 0;
-    if (!sim && !triton && strcmp(backend, "cuda") != 0)
-        return cli_usage(cmd, "--backend: not one of sim, cuda, triton");
-    if (!triton && (o->kernel || o->python || o->helper_mem_mb || o->engine))
-        return cli_usage(cmd, "--kernel, --python, --helper-mem-mb and --engine apply only with --backend triton");
-    /* Triton results go out in an engine's layout: the kernel's own engine unless told;
-     * "sglang,vllm" measures what either engine can run once and exports both layouts. */
-    const char *engine = o->engine;
-    if (triton && !engine) engine = krn_engine_find(o->kernel) ? o->kernel : krn_engine_get(0)->name;
-    if (engine && !krn_engines_valid(engine))
-        return cli_usage(cmd, "--engine: not one of sglang, vllm, sglang,vllm");
-    /* The sweep is for this backend's kernel and these engines: its workers alone measure it,
-     * by its static rules. */
-    if (cli_spec_set(o->spec, "worker-backend", backend, err, sizeof err) != MT_OK ||
-        (engine && cli_spec_set(o->spec, "engines", engine, err, sizeof err) != MT_OK) ||
-        cli_spec_finish(o->spec, true, err, sizeof err) != MT_OK)
-        return cli_usage(cmd, err);
-    const Moetune__SweepSpec *spec = cli_spec_get(o->spec);
-    if (o->kernel && !krn_engine_find(o->kernel) && strcmp(o->kernel, "moetune"))
-        return cli_usage(cmd, "--kernel: not one of sglang, vllm, moetune");
-    if (o->python && !*o->python) return cli_usage(cmd, "--python: empty");
-    /* the export asks the engine in the interpreter that measured (engine_check.h) */
-    if (o->python) setenv("MOETUNE_PYTHON", o->python, 1);
+    const Moetune__SweepSpec *spec, *follow_spec;
+    const char *db, *out, *log_level, *backend, *engine;
+    bool sim, triton;
     char mem_mb[16];
-    snprintf(mem_mb, sizeof mem_mb, "%u", o->helper_mem_mb);
-    if (!sim && (o->workers || o->sim_time_scale || o->sim_faults))
-        return cli_usage(cmd, "--workers, --sim-time-scale and --sim-faults apply only with --backend sim");
-    if (sim && o->gpus) return cli_usage(cmd, "--gpus applies only with --backend cuda or triton");
-    if (o->sim_time_scale) {
-        double x;
-        if (mt_parse_double(o->sim_time_scale, &x) != MT_OK || x < 0)
-            return cli_usage(cmd, "--sim-time-scale: not a number >= 0");
-    }
-    mt_log_level_t lvl;
-    if (mt_log_parse_level(log_level, &lvl) != MT_OK)
-        return cli_usage(cmd, "--log-level: not one of error, warn, info, debug");
-    /* the files the sweep is for must be names the engine reads: asked before any GPU time */
-    if (triton && eng_check_spec(o->python ? o->python : "python3", engine, spec, err, sizeof err) != MT_OK)
-        return cli_fail(cmd, err);
-    if (check_writable_file(db, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
-    if (check_out_dir(out, err, sizeof err) != MT_OK) return cli_usage(cmd, err);
-    uint32_t n_workers = 0, gpus[SUP_MAX_WORKERS];
-    if (sim) {
-        n_workers = o->workers ? o->workers : 4;
-        if (n_workers > SUP_MAX_WORKERS) return cli_usage(cmd, "--workers: at most 64");
-        for (uint32_t i = 0; i < n_workers; i++) gpus[i] = i;
+} tune_t;
+
+enum { TUNE_GO, TUNE_OUT, TUNE_INTERRUPTED };
+
+/* Ends the run with code (one of cli_usage's or cli_fail's). */
+static int tune_end(tune_t *t, int code) {
+    t->code = code;
+    return TUNE_OUT;
+}
+
+/* The GPUs to run a worker on: --workers sim slots, --gpus, or every GPU found. */
+static int tune_pick_gpus(tune_t *t, uint32_t *gpus, uint32_t *n_workers) {
+    const cli_cmd_t *cmd = t->cmd;
+    cli_opts_t *o = t->o;
+    if (t->sim) {
+        *n_workers = o->workers ? o->workers : 4;
+        if (*n_workers > SUP_MAX_WORKERS) return tune_end(t, cli_usage(cmd, "--workers: at most 64"));
+        for (uint32_t i = 0; i < *n_workers; i++) gpus[i] = i;
     } else if (o->gpus) {
         uint32_t *ids = NULL;
         size_t n = 0;
         char why[200];
         if (mt_parse_u32_list(o->gpus, 0, 1023, &ids, &n, why, sizeof why) != MT_OK || n > SUP_MAX_WORKERS) {
-            mt_fmt(err, sizeof err, "--gpus %s: %s", o->gpus, n > SUP_MAX_WORKERS ? "too many GPUs" : why);
+            mt_fmt(t->err, sizeof t->err, "--gpus %s: %s", o->gpus, n > SUP_MAX_WORKERS ? "too many GPUs" : why);
             free(ids);
-            return cli_usage(cmd, err);
+            return tune_end(t, cli_usage(cmd, t->err));
         }
         memcpy(gpus, ids, n * sizeof *ids);
-        n_workers = (uint32_t)n;
+        *n_workers = (uint32_t)n;
         free(ids);
     } else {
-        n_workers = sup_count_gpus();
-        if (n_workers == 0) return cli_fail(cmd, "no GPU found; use --backend sim");
-        if (n_workers > SUP_MAX_WORKERS) n_workers = SUP_MAX_WORKERS;
-        for (uint32_t i = 0; i < n_workers; i++) gpus[i] = i;
+        *n_workers = sup_count_gpus();
+        if (*n_workers == 0) return tune_end(t, cli_fail(cmd, "no GPU found; use --backend sim"));
+        if (*n_workers > SUP_MAX_WORKERS) *n_workers = SUP_MAX_WORKERS;
+        for (uint32_t i = 0; i < *n_workers; i++) gpus[i] = i;
     }
-    if (sup_new(&r, err, sizeof err) != MT_OK) return cli_fail(cmd, err);
-    memcpy(r->gpus, gpus, n_workers * sizeof *gpus);
-    r->n_workers = n_workers;
-    if (o->fresh && o->keep_settings) {
-        code = cli_usage(cmd, "--fresh and --keep-settings exclude each other");
-        goto out;
+    return TUNE_GO;
+}
+
+/* ---- validate everything before starting anything */
+static int tune_validate(tune_t *t) {
+    const cli_cmd_t *cmd = t->cmd;
+    cli_opts_t *o = t->o;
+    char *err = t->err;
+    const size_t errlen = sizeof t->err;
+    const char *backend = t->backend;
+    bool sim = t->sim = strcmp(backend, "sim") == 0;
+    bool triton = t->triton = strcmp(backend, "triton") == 0;
+    if (!sim && !triton && strcmp(backend, "cuda") != 0)
+        return tune_end(t, cli_usage(cmd, "--backend: not one of sim, cuda, triton"));
+    if (!triton && (o->kernel || o->python || o->helper_mem_mb || o->engine))
+        return tune_end(
+            t, cli_usage(cmd, "--kernel, --python, --helper-mem-mb and --engine apply only with --backend triton"));
+    /* Triton results go out in an engine's layout: the kernel's own engine unless told;
+     * "sglang,vllm" measures what either engine can run once and exports both layouts. */
+    const char *engine = o->engine;
+    if (triton && !engine) engine = krn_engine_find(o->kernel) ? o->kernel : krn_engine_get(0)->name;
+    t->engine = engine;
+    if (engine && !krn_engines_valid(engine))
+        return tune_end(t, cli_usage(cmd, "--engine: not one of sglang, vllm, sglang,vllm"));
+    /* The sweep is for this backend's kernel and these engines: its workers alone measure it,
+     * by its static rules. */
+    if (cli_spec_set(o->spec, "worker-backend", backend, err, errlen) != MT_OK ||
+        (engine && cli_spec_set(o->spec, "engines", engine, err, errlen) != MT_OK) ||
+        cli_spec_finish(o->spec, true, err, errlen) != MT_OK)
+        return tune_end(t, cli_usage(cmd, err));
+    t->spec = cli_spec_get(o->spec);
+    if (o->kernel && !krn_engine_find(o->kernel) && strcmp(o->kernel, "moetune"))
+        return tune_end(t, cli_usage(cmd, "--kernel: not one of sglang, vllm, moetune"));
+    if (o->python && !*o->python) return tune_end(t, cli_usage(cmd, "--python: empty"));
+    /* the export asks the engine in the interpreter that measured (engine_check.h) */
+    if (o->python) setenv("MOETUNE_PYTHON", o->python, 1);
+    snprintf(t->mem_mb, sizeof t->mem_mb, "%u", o->helper_mem_mb);
+    if (!sim && (o->workers || o->sim_time_scale || o->sim_faults))
+        return tune_end(t,
+                        cli_usage(cmd, "--workers, --sim-time-scale and --sim-faults apply only with --backend sim"));
+    if (sim && o->gpus) return tune_end(t, cli_usage(cmd, "--gpus applies only with --backend cuda or triton"));
+    if (o->sim_time_scale) {
+        double x;
+        if (mt_parse_double(o->sim_time_scale, &x) != MT_OK || x < 0)
+            return tune_end(t, cli_usage(cmd, "--sim-time-scale: not a number >= 0"));
     }
-    /* Resume only the same work: the newest interrupted sweep of this target, when its
-     * expanded plan and settings are equal, or when the user keeps its settings. */
-    find_candidates(db, spec, &cands);
-    const cand_t *running = pick_candidate(&cands, spec, true, NULL, NULL, &resume, diff, sizeof diff);
-    if (resume) {
-        follow_spec = spec;
-    } else if (running && o->keep_settings) {
-        resume = running->id;
-        follow_spec = running->spec;
-    } else if (running && o->fresh) {
-        replace = running->id;
+    mt_log_level_t lvl;
+    if (mt_log_parse_level(t->log_level, &lvl) != MT_OK)
+        return tune_end(t, cli_usage(cmd, "--log-level: not one of error, warn, info, debug"));
+    /* the files the sweep is for must be names the engine reads: asked before any GPU time */
+    if (triton && eng_check_spec(o->python ? o->python : "python3", engine, t->spec, err, errlen) != MT_OK)
+        return tune_end(t, cli_fail(cmd, err));
+    if (check_writable_file(t->db, err, errlen) != MT_OK) return tune_end(t, cli_usage(cmd, err));
+    if (check_out_dir(t->out, err, errlen) != MT_OK) return tune_end(t, cli_usage(cmd, err));
+    uint32_t n_workers = 0, gpus[SUP_MAX_WORKERS];
+    if (tune_pick_gpus(t, gpus, &n_workers) != TUNE_GO) return TUNE_OUT;
+    if (sup_new(&t->r, err, errlen) != MT_OK) return tune_end(t, cli_fail(cmd, err));
+    memcpy(t->r->gpus, gpus, n_workers * sizeof *gpus);
+    t->r->n_workers = n_workers;
+    if (o->fresh && o->keep_settings)
+        return tune_end(t, cli_usage(cmd, "--fresh and --keep-settings exclude each other"));
+    return TUNE_GO;
+}
+
+/* Resume only the same work: the newest interrupted sweep of this target, when its
+ * expanded plan and settings are equal, or when the user keeps its settings. */
+static int tune_pick_resume(tune_t *t) {
+    const cand_t *running = pick_candidate(&t->cands, t->spec, true, NULL, NULL, &t->resume, t->diff, sizeof t->diff);
+    if (t->resume) {
+        t->follow_spec = t->spec;
+    } else if (running && t->o->keep_settings) {
+        t->resume = running->id;
+        t->follow_spec = running->spec;
+    } else if (running && t->o->fresh) {
+        t->replace = running->id;
     } else if (running) {
-        mt_fmt(err, sizeof err,
+        mt_fmt(t->err, sizeof t->err,
                "sweep %llu in %s (interrupted, same shapes) was planned with other settings: %s. "
                "Run again with --fresh to measure with the new settings (sweep %llu is cancelled, its "
                "results stay), or with --keep-settings to resume it as it was",
-               (unsigned long long)running->id, db, diff, (unsigned long long)running->id);
-        code = cli_usage(cmd, err);
-        goto out;
+               (unsigned long long)running->id, t->db, t->diff, (unsigned long long)running->id);
+        return tune_end(t, cli_usage(t->cmd, t->err));
     }
+    return TUNE_GO;
+}
 
-    /* ---- start the coordinator */
+/* ---- start the coordinator; cancel the interrupted sweep that --fresh replaces */
+static int tune_start_coordinator(tune_t *t) {
+    const cli_cmd_t *cmd = t->cmd;
     mt_install_stop_handlers();
-    if (sup_open_dir(r, err, sizeof err) != MT_OK ||
-        sup_start_coordinator(r, db, log_level, err, sizeof err) != MT_OK) {
-        code = cli_fail(cmd, err);
-        goto out;
-    }
-    if (cli_client_new(r->control_ep, 500, &c, err, sizeof err) != MT_OK) {
-        code = cli_fail(cmd, err);
-        goto out;
-    }
+    if (sup_open_dir(t->r, t->err, sizeof t->err) != MT_OK ||
+        sup_start_coordinator(t->r, t->db, t->log_level, t->err, sizeof t->err) != MT_OK)
+        return tune_end(t, cli_fail(cmd, t->err));
+    if (cli_client_new(t->r->control_ep, 500, &t->c, t->err, sizeof t->err) != MT_OK)
+        return tune_end(t, cli_fail(cmd, t->err));
     for (uint64_t deadline = mt_now_ms() + 15000;;) {
-        if (mt_stop_requested) goto interrupted;
+        if (mt_stop_requested) return TUNE_INTERRUPTED;
         int status;
-        if (sup_coordinator_exited(r, &status)) {
-            sup_describe_exit(&r->coord, err, sizeof err);
+        if (sup_coordinator_exited(t->r, &status)) {
+            sup_describe_exit(&t->r->coord, t->err, sizeof t->err);
+            t->keep_dir = true;
             /* 2 = it refused its arguments: the database path the user gave. */
-            code = WIFEXITED(status) && WEXITSTATUS(status) == 2 ? cli_usage(cmd, err) : cli_fail(cmd, err);
-            keep_dir = true;
-            goto out;
+            return tune_end(t, WIFEXITED(status) && WEXITSTATUS(status) == 2 ? cli_usage(cmd, t->err)
+                                                                             : cli_fail(cmd, t->err));
         }
-        wire_free(&reply);
-        if (cli_client_status(c, 0, &reply, err, sizeof err) == MT_OK) break;
+        wire_free(&t->reply);
+        if (cli_client_status(t->c, 0, &t->reply, t->err, sizeof t->err) == MT_OK) break;
         if (mt_now_ms() > deadline) {
-            keep_dir = true;
-            code = cli_fail(cmd, "the coordinator did not answer within 15 s");
-            goto out;
+            t->keep_dir = true;
+            return tune_end(t, cli_fail(cmd, "the coordinator did not answer within 15 s"));
         }
     }
     /* It answers: from now on a slow reply is waited for, not taken for a missing coordinator. */
-    cli_client_set_timeout(c, CLI_CLIENT_DEFAULT_TIMEOUT_MS);
+    cli_client_set_timeout(t->c, CLI_CLIENT_DEFAULT_TIMEOUT_MS);
 
     /* The interrupted sweep that --fresh replaces: cancelled before a worker can take its jobs. */
-    if (replace) {
-        wire_free(&reply);
-        if (cli_client_cancel(c, replace, &reply, err, sizeof err) != MT_OK) {
-            code = cli_fail(cmd, err);
-            goto out;
-        }
+    if (t->replace) {
+        wire_free(&t->reply);
+        if (cli_client_cancel(t->c, t->replace, &t->reply, t->err, sizeof t->err) != MT_OK)
+            return tune_end(t, cli_fail(cmd, t->err));
         fprintf(stderr, "sweep %llu (interrupted, other settings) cancelled; its results stay in %s\n",
-                (unsigned long long)replace, db);
+                (unsigned long long)t->replace, t->db);
     }
+    return TUNE_GO;
+}
 
-    /* ---- start the workers */
-    {
-        char *args[24];
-        int a = 0;
-        add_arg(args, &a, "--backend", backend);
-        add_arg(args, &a, "--log-level", log_level);
-        add_arg(args, &a, "--sim-time-scale", o->sim_time_scale);
-        add_arg(args, &a, "--sim-faults", o->sim_faults);
-        add_arg(args, &a, "--kernel", o->kernel);
-        add_arg(args, &a, "--python", o->python);
-        if (o->helper_mem_mb) add_arg(args, &a, "--helper-mem-mb", mem_mb);
-        args[a] = NULL;
-        for (uint32_t i = 0; i < r->n_workers; i++) {
-            if (sup_start_worker(r, i, args, err, sizeof err) != MT_OK) {
-                code = cli_fail(cmd, err);
-                goto out;
-            }
-        }
+/* ---- start the workers */
+static int tune_start_workers(tune_t *t) {
+    cli_opts_t *o = t->o;
+    char *args[24];
+    int a = 0;
+    add_arg(args, &a, "--backend", t->backend);
+    add_arg(args, &a, "--log-level", t->log_level);
+    add_arg(args, &a, "--sim-time-scale", o->sim_time_scale);
+    add_arg(args, &a, "--sim-faults", o->sim_faults);
+    add_arg(args, &a, "--kernel", o->kernel);
+    add_arg(args, &a, "--python", o->python);
+    if (o->helper_mem_mb) add_arg(args, &a, "--helper-mem-mb", t->mem_mb);
+    args[a] = NULL;
+    for (uint32_t i = 0; i < t->r->n_workers; i++) {
+        if (sup_start_worker(t->r, i, args, t->err, sizeof t->err) != MT_OK)
+            return tune_end(t, cli_fail(t->cmd, t->err));
     }
+    return TUNE_GO;
+}
 
-    /* ---- wait for the workers' Hellos: what measures here decides a reuse */
-    if (!follow_spec) follow_spec = spec;
+/* ---- wait for the workers' Hellos: what measures here decides a reuse, which exports the
+ * sweep that measured it and ends the run */
+static int tune_wait_workers(tune_t *t) {
+    const cli_cmd_t *cmd = t->cmd;
+    cli_opts_t *o = t->o;
+    if (!t->follow_spec) t->follow_spec = t->spec;
     for (uint64_t deadline = mt_now_ms() + TUNE_HELLO_MS;;) {
-        if (mt_stop_requested) goto interrupted;
-        if (sup_check(r, err, sizeof err) != MT_OK) {
-            keep_dir = true;
-            code = worker_exit_code(cmd, r, err);
-            goto out;
+        if (mt_stop_requested) return TUNE_INTERRUPTED;
+        if (sup_check(t->r, t->err, sizeof t->err) != MT_OK) {
+            t->keep_dir = true;
+            return tune_end(t, worker_exit_code(cmd, t->r, t->err));
         }
-        uint32_t started = sup_workers_running(r);
-        wire_free(&reply);
-        if (cli_client_status(c, 0, &reply, err, sizeof err) == MT_OK &&
-            cli_live_workers(reply->status_reply) >= started)
+        uint32_t started = sup_workers_running(t->r);
+        wire_free(&t->reply);
+        if (cli_client_status(t->c, 0, &t->reply, t->err, sizeof t->err) == MT_OK &&
+            cli_live_workers(t->reply->status_reply) >= started)
             break;
         if (mt_now_ms() > deadline) break;
         usleep(100 * 1000);
     }
-    if (reply && reply->status_reply && cli_live_workers(reply->status_reply) > 0) {
-        const Moetune__StatusReply *sr = reply->status_reply;
-        char fleet[400];
-        describe_fleet(sr, fleet, sizeof fleet);
-        /* Every worker of this run has said hello: none will ever match. */
-        if (!any_worker_matches(sr, follow_spec)) {
-            mt_fmt(err, sizeof err, "no worker here may measure the sweep: --device-filter '%s' matches none of %s",
-                   follow_spec->device_filter ? follow_spec->device_filter : "", fleet);
-            code = cli_usage(cmd, err);
-            goto out;
-        }
-        kinds_t kinds;
-        kinds_from(sr, &kinds);
-        if (kinds.n) snprintf(compiler, sizeof compiler, "%s", kinds.k[0].compiler);
-        const cand_t *done = NULL;
-        if (!resume && !replace && !o->fresh)
-            done = pick_candidate(&cands, spec, false, db, &kinds, &reuse, diff, sizeof diff);
-        if (!reuse && done && o->keep_settings) {
-            reuse = done->id;
-        } else if (!reuse && done) {
-            mt_fmt(err, sizeof err,
-                   "sweep %llu in %s measured these shapes on %s with other settings: %s. Run again with "
-                   "--fresh to measure with the new settings, or with --keep-settings to export sweep %llu "
-                   "as it is",
-                   (unsigned long long)done->id, db, fleet, diff, (unsigned long long)done->id);
-            code = cli_usage(cmd, err);
-            goto out;
-        }
-        if (reuse) {
-            fprintf(stderr,
-                    "sweep %llu already measured this on %s with the same kernel%s: nothing to measure, its files "
-                    "are exported again (--fresh measures again)\n",
-                    (unsigned long long)reuse, fleet, o->keep_settings ? "" : " and settings");
-            sup_stop_workers(r);
-            sweep = reuse;
-            code = export_engines(cmd, db, out, reuse, engine, o->json, false);
-            if (code == MT_EXIT_OK) print_where(out, sim, o->json, engine, compiler);
-            goto out;
-        }
+    if (!t->reply || !t->reply->status_reply || cli_live_workers(t->reply->status_reply) == 0) return TUNE_GO;
+    const Moetune__StatusReply *sr = t->reply->status_reply;
+    char fleet[400];
+    describe_fleet(sr, fleet, sizeof fleet);
+    /* Every worker of this run has said hello: none will ever match. */
+    if (!any_worker_matches(sr, t->follow_spec)) {
+        mt_fmt(t->err, sizeof t->err, "no worker here may measure the sweep: --device-filter '%s' matches none of %s",
+               t->follow_spec->device_filter ? t->follow_spec->device_filter : "", fleet);
+        return tune_end(t, cli_usage(cmd, t->err));
     }
-    /* ---- submit, or follow the interrupted sweep of the same spec */
-    if (resume) {
-        sweep = resume;
-        fprintf(stderr, "resuming sweep %llu (interrupted earlier) in %s%s\n", (unsigned long long)sweep, db,
-                follow_spec != spec ? " with its own settings (--keep-settings)" : ", same plan and settings");
-    } else {
-        wire_free(&reply);
-        int ecode = 0;
-        cli_client_set_timeout(c, TUNE_SUBMIT_TIMEOUT_MS);
-        int rc = cli_client_submit(c, spec, &reply, &ecode, err, sizeof err);
-        cli_client_set_timeout(c, CLI_CLIENT_DEFAULT_TIMEOUT_MS);
-        if (rc != MT_OK) {
-            code = ecode == WIRE_E_SPEC ? cli_usage(cmd, err) : cli_fail(cmd, err);
-            goto out;
-        }
-        const Moetune__Submitted *sub = reply->submitted;
-        sweep = sub->sweep_id;
-        char sampled[96] = "";
-        if (sub->configs_unsampled)
-            mt_fmt(sampled, sizeof sampled, " (a sample: %u more valid configs left out by --sample)",
-                   sub->configs_unsampled);
-        fprintf(stderr,
-                "sweep %llu: %u jobs, %u configs valid%s, %u rejected by the static rules (%s), %llu results to "
-                "measure on %u %s worker%s\n",
-                (unsigned long long)sweep, sub->jobs, sub->configs_valid, sampled, sub->configs_rejected,
-                sub->rules && *sub->rules ? sub->rules : "?", (unsigned long long)sub->results_planned, r->n_workers,
-                backend, r->n_workers == 1 ? "" : "s");
-        cli_say_queued_behind(cmd->name, sub->queued_behind, sub->n_queued_behind);
+    kinds_t kinds;
+    kinds_from(sr, &kinds);
+    if (kinds.n) snprintf(t->compiler, sizeof t->compiler, "%s", kinds.k[0].compiler);
+    const cand_t *done = NULL;
+    if (!t->resume && !t->replace && !o->fresh)
+        done = pick_candidate(&t->cands, t->spec, false, t->db, &kinds, &t->reuse, t->diff, sizeof t->diff);
+    if (!t->reuse && done && o->keep_settings) {
+        t->reuse = done->id;
+    } else if (!t->reuse && done) {
+        mt_fmt(t->err, sizeof t->err,
+               "sweep %llu in %s measured these shapes on %s with other settings: %s. Run again with "
+               "--fresh to measure with the new settings, or with --keep-settings to export sweep %llu "
+               "as it is",
+               (unsigned long long)done->id, t->db, fleet, t->diff, (unsigned long long)done->id);
+        return tune_end(t, cli_usage(cmd, t->err));
     }
+    if (!t->reuse) return TUNE_GO;
+    fprintf(stderr,
+            "sweep %llu already measured this on %s with the same kernel%s: nothing to measure, its files "
+            "are exported again (--fresh measures again)\n",
+            (unsigned long long)t->reuse, fleet, o->keep_settings ? "" : " and settings");
+    sup_stop_workers(t->r);
+    t->sweep = t->reuse;
+    t->code = export_engines(cmd, t->db, t->out, t->reuse, t->engine, o->json, false);
+    if (t->code == MT_EXIT_OK) print_where(t->out, t->sim, o->json, t->engine, t->compiler);
+    return TUNE_OUT;
+}
 
-    /* ---- follow it */
-    {
-        tune_watch_t tw = {cmd, r, follow_spec, backend, sweep, mt_now_ms(), false, false};
-        cli_follow_t f = {.poll_ms = TUNE_POLL_MS,
-                          .retry = true,
-                          .stop_grace_ms = TUNE_STOP_GRACE_MS,
-                          .quiet_end = true,
-                          .check = tune_check,
-                          .ctx = &tw};
-        cli_follow_end_t end;
-        code = cli_follow(cmd, c, sweep, o->json, &f, &end);
-        keep_dir = tw.keep_dir;
-        if (end.interrupted) goto interrupted;
-        if (code != MT_EXIT_OK) goto out;
-        snprintf(state, sizeof state, "%s", end.state);
+/* ---- submit, or follow the interrupted sweep of the same spec */
+static int tune_submit(tune_t *t) {
+    if (t->resume) {
+        t->sweep = t->resume;
+        fprintf(stderr, "resuming sweep %llu (interrupted earlier) in %s%s\n", (unsigned long long)t->sweep, t->db,
+                t->follow_spec != t->spec ? " with its own settings (--keep-settings)" : ", same plan and settings");
+        return TUNE_GO;
     }
+    wire_free(&t->reply);
+    int ecode = 0;
+    cli_client_set_timeout(t->c, TUNE_SUBMIT_TIMEOUT_MS);
+    int rc = cli_client_submit(t->c, t->spec, &t->reply, &ecode, t->err, sizeof t->err);
+    cli_client_set_timeout(t->c, CLI_CLIENT_DEFAULT_TIMEOUT_MS);
+    if (rc != MT_OK) return tune_end(t, ecode == WIRE_E_SPEC ? cli_usage(t->cmd, t->err) : cli_fail(t->cmd, t->err));
+    const Moetune__Submitted *sub = t->reply->submitted;
+    t->sweep = sub->sweep_id;
+    char sampled[96] = "";
+    if (sub->configs_unsampled)
+        mt_fmt(sampled, sizeof sampled, " (a sample: %u more valid configs left out by --sample)",
+               sub->configs_unsampled);
+    uint32_t nw = t->r->n_workers;
+    fprintf(stderr,
+            "sweep %llu: %u jobs, %u configs valid%s, %u rejected by the static rules (%s), %llu results to "
+            "measure on %u %s worker%s\n",
+            (unsigned long long)t->sweep, sub->jobs, sub->configs_valid, sampled, sub->configs_rejected,
+            sub->rules && *sub->rules ? sub->rules : "?", (unsigned long long)sub->results_planned, nw, t->backend,
+            nw == 1 ? "" : "s");
+    cli_say_queued_behind(t->cmd->name, sub->queued_behind, sub->n_queued_behind);
+    return TUNE_GO;
+}
 
-    /* ---- export, then stop */
-    sup_stop_workers(r);
+/* ---- follow it, then export and stop */
+static int tune_follow_export(tune_t *t) {
+    const cli_cmd_t *cmd = t->cmd;
+    char state[16] = "";
+    tune_watch_t tw = {cmd, t->r, t->follow_spec, t->backend, t->sweep, mt_now_ms(), false, false};
+    cli_follow_t f = {.poll_ms = TUNE_POLL_MS,
+                      .retry = true,
+                      .stop_grace_ms = TUNE_STOP_GRACE_MS,
+                      .quiet_end = true,
+                      .check = tune_check,
+                      .ctx = &tw};
+    cli_follow_end_t end;
+    t->code = cli_follow(cmd, t->c, t->sweep, t->o->json, &f, &end);
+    t->keep_dir = tw.keep_dir;
+    if (end.interrupted) return TUNE_INTERRUPTED;
+    if (t->code != MT_EXIT_OK) return TUNE_OUT;
+    snprintf(state, sizeof state, "%s", end.state);
+
+    sup_stop_workers(t->r);
     /* --fresh measured anew on purpose: its picks replace the file's, slower or not */
-    code = export_engines(cmd, db, out, sweep, engine, o->json, o->fresh);
-    if (code == MT_EXIT_OK) print_where(out, sim, o->json, engine, compiler);
+    t->code = export_engines(cmd, t->db, t->out, t->sweep, t->engine, t->o->json, t->o->fresh);
+    if (t->code == MT_EXIT_OK) print_where(t->out, t->sim, t->o->json, t->engine, t->compiler);
     if (!wire_sweep_is(state, WIRE_SWEEP_DONE)) {
-        mt_fmt(err, sizeof err, "sweep %llu ended %s", (unsigned long long)sweep, state);
-        code = cli_fail(cmd, err);
+        mt_fmt(t->err, sizeof t->err, "sweep %llu ended %s", (unsigned long long)t->sweep, state);
+        t->code = cli_fail(cmd, t->err);
     }
-    goto out;
+    return TUNE_OUT;
+}
 
-interrupted:
-    sup_stop_all(r);
-    fprintf(stderr, "moetune tune: interrupted; every committed result stays in %s%s", db,
-            sweep ? "; run the same command again to resume the sweep\n" : "\n");
-    code = 130;
-out:
-    cands_clear(&cands);
-    wire_free(&reply);
-    cli_client_destroy(&c);
-    if (r) {
-        sup_stop_all(r);
-        keep_dir = keep_dir || o->keep_temp;
-        if (r->dir[0] && keep_dir)
-            fprintf(stderr, "moetune tune: logs of the coordinator and workers are in %s\n", r->dir);
+int cmd_tune(const cli_cmd_t *cmd, cli_opts_t *o) {
+    tune_t t;
+    memset(&t, 0, sizeof t);
+    t.cmd = cmd;
+    t.o = o;
+    t.code = MT_EXIT_FAIL;
+    t.db = o->db ? o->db : "moetune.db";
+    t.out = o->out ? o->out : "configs";
+    t.log_level = o->log_level ? o->log_level : "info";
+    srv_decision_t dec;
+    if (decide_backend(cmd, o, &dec, &t.code) != MT_OK) return t.code;
+    t.backend = o->backend ? o->backend : "cuda";
+
+    int step = tune_validate(&t);
+    if (step == TUNE_GO) {
+        find_candidates(t.db, t.spec, &t.cands);
+        step = tune_pick_resume(&t);
     }
-    sup_destroy(&r, keep_dir);
-    return code;
+    if (step == TUNE_GO) step = tune_start_coordinator(&t);
+    if (step == TUNE_GO) step = tune_start_workers(&t);
+    if (step == TUNE_GO) step = tune_wait_workers(&t);
+    if (step == TUNE_GO) step = tune_submit(&t);
+    if (step == TUNE_GO) step = tune_follow_export(&t);
+    if (step == TUNE_INTERRUPTED) {
+        sup_stop_all(t.r);
+        fprintf(stderr, "moetune tune: interrupted; every committed result stays in %s%s", t.db,
+                t.sweep ? "; run the same command again to resume the sweep\n" : "\n");
+        t.code = 130;
+    }
+    cands_clear(&t.cands);
+    wire_free(&t.reply);
+    cli_client_destroy(&t.c);
+    if (t.r) {
+        sup_stop_all(t.r);
+        t.keep_dir = t.keep_dir || o->keep_temp;
+        if (t.r->dir[0] && t.keep_dir)
+            fprintf(stderr, "moetune tune: logs of the coordinator and workers are in %s\n", t.r->dir);
+    }
+    sup_destroy(&t.r, t.keep_dir);
+    return t.code;
 }

@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "cmd.h"
-#include "export.h"
+#include "export_layout.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
 #include "states.h"
@@ -20,12 +20,6 @@ void cmp_shape_text(const krn_shape_t *s, char *buf, size_t len) {
              strcmp(s->dtype, "bf16") && *s->dtype ? ",dtype=" : "", strcmp(s->dtype, "bf16") ? s->dtype : "", tail);
 }
 
-json_t *cmp_config_json(const krn_config_t *c) {
-    json_t *o = json_object();
-    for (size_t i = 0; o && i < KRN_N_FIELDS; i++)
-        json_object_set_new(o, krn_config_fields[i].file, json_integer(KRN_CONFIG_GET(c, i)));
-    return o;
-}
 
 static int shape_cmp(const krn_shape_t *x, const krn_shape_t *y) {
     const uint32_t a[] = {x->e, x->n, x->k, x->topk, x->block_n, x->block_k};
@@ -138,7 +132,7 @@ static uint8_t *spec_key(const void *blob, size_t len, size_t *out_len) {
     sp->max_attempts = 0;
     if (sp->n_engines == 2) sp->n_engines = 0;
     size_t n = moetune__sweep_spec__get_packed_size(sp);
-    uint8_t *buf = malloc(n ? n : 1);
+    uint8_t *buf = mt_malloc(n ? n : 1);
     if (buf) *out_len = moetune__sweep_spec__pack(sp, buf);
     sp->name = name;
     sp->backend = backend;
@@ -326,7 +320,7 @@ mt_status_t cmp_diff(dbq_t *q, uint64_t a, uint64_t b, double threshold, const c
     int rc = load_one(q, a, device, &d->a, err, errlen);
     if (!rc) rc = load_one(q, b, device, &d->b, err, errlen);
     if (rc) goto fail;
-    d->e = calloc(d->a.n_best + d->b.n_best + 1, sizeof *d->e);
+    d->e = mt_calloc(d->a.n_best + d->b.n_best + 1, sizeof *d->e);
     if (!d->e) {
         mt_fmt(err, errlen, "out of memory");
         rc = MT_NOMEM;
@@ -366,7 +360,7 @@ static json_t *side_json(const cmp_best_t *b) {
     if (!b) return json_null();
     char cfg[KRN_CONFIG_TEXT_LEN];
     krn_config_format(&b->config, cfg, sizeof cfg);
-    return json_pack("{s:s, s:o, s:f, s:f, s:i}", "config_text", cfg, "config", cmp_config_json(&b->config),
+    return json_pack("{s:s, s:o, s:f, s:f, s:i}", "config_text", cfg, "config", exp_config_json(&b->config),
                      "median_us", b->median_us, "stddev_us", b->stddev_us, "samples", (int)b->samples);
 }
 

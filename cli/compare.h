@@ -110,9 +110,5 @@ const char *cmp_verdict_name(cmp_verdict_t v);
 
 /* "E=..,N=..,K=..,topk=..[,dtype=..][,block_shape=[n, k]]" */
 void cmp_shape_text(const krn_shape_t *s, char *buf, size_t len);
-/* A config as the engines' files write it: {"BLOCK_SIZE_M": .., ..., "num_stages": ..} in
- * KRN_CONFIG_FIELDS order. New reference (NULL when out of memory). The text form is
- * krn_config_format's. */
-json_t *cmp_config_json(const krn_config_t *c);
 
 #endif

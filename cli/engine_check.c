@@ -32,7 +32,7 @@ static int run_capture(char *const argv[], char **out, int *status, char *err, s
     int po[2] = {-1, -1};
     int rc = MT_OK;
     size_t n = 0;
-    char *buf = malloc(ENG_MAX_OUT + 1);
+    char *buf = mt_malloc(ENG_MAX_OUT + 1);
     *out = NULL;
     if (!buf) return MT_NOMEM;
     if (pipe(po) != 0) {
@@ -154,7 +154,7 @@ static int parse_own(const char *text, const char *python, const char *ename, si
         json_decref(root);
         return MT_OK;
     }
-    own->answers = calloc(n ? n : 1, sizeof *own->answers);
+    own->answers = mt_calloc(n ? n : 1, sizeof *own->answers);
     if (!own->answers) {
         json_decref(root);
         return MT_NOMEM;
@@ -275,8 +275,8 @@ static int check_spec_engine(const char *python, exp_engine_t engine, const krn_
         eng_own_clear(&own);
         return rc;
     }
-    char(*names)[420] = calloc(n, sizeof *names);
-    const char **np = calloc(n, sizeof *np), **devs = calloc(n, sizeof *devs);
+    char(*names)[420] = mt_calloc(n, sizeof *names);
+    const char **np = mt_calloc(n, sizeof *np), **devs = mt_calloc(n, sizeof *devs);
     rc = names && np && devs ? MT_OK : MT_NOMEM;
     for (size_t i = 0; rc == MT_OK && i < n; i++) {
         exp_engine_file_name(engine, own.device, &shapes[i], names[i], sizeof names[i]);
@@ -295,7 +295,7 @@ mt_status_t eng_check_spec(const char *python, const char *engines, const Moetun
                            size_t errlen) {
     size_t n = spec ? spec->n_shapes : 0;
     if (!engines || n == 0) return MT_OK;
-    krn_shape_t *shapes = calloc(n, sizeof *shapes);
+    krn_shape_t *shapes = mt_calloc(n, sizeof *shapes);
     if (!shapes) return MT_NOMEM;
     int rc = MT_OK;
     for (size_t i = 0; rc == MT_OK && i < n; i++) {

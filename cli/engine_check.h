@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "export.h"
+#include "export_layout.h"
 #include "mt.h"
 #include "space.h"
 

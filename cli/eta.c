@@ -33,7 +33,7 @@ struct cli_eta {
 };
 
 mt_status_t cli_eta_new(cli_eta_t **out) {
-    *out = calloc(1, sizeof **out);
+    *out = mt_calloc(1, sizeof **out);
     return *out ? MT_OK : MT_NOMEM;
 }
 
@@ -85,7 +85,7 @@ static double ch_cost(const chunk_t *c) { return c->cost; }
 static double from_chunks(const cli_eta_t *e, const cli_eta_sample_t *s) {
     if (e->n == 0) return -1.0;
     double x = (double)s->done / (double)s->planned;
-    double *w = malloc(e->n * sizeof *w);
+    double *w = mt_malloc(e->n * sizeof *w);
     if (!w) return -1.0;
     double sw = 0, cost = 0, share = 0;
     for (size_t i = 0; i < e->n; i++) {

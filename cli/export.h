@@ -90,11 +90,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "export_layout.h"
 #include "mt.h"
 #include "query.h"
 #include "space.h"
-
-typedef enum { EXP_ENGINE_NONE, EXP_ENGINE_SGLANG, EXP_ENGINE_VLLM } exp_engine_t;
 
 typedef struct exp_opts_s {
     const char *db_path;       /* the store; read-only, plus one short write to `exports` */
@@ -148,12 +147,6 @@ void exp_report_clear(exp_report_t *report);
 /* Name of a state: "new", "changed", "unchanged". */
 const char *exp_state_name(exp_state_t state);
 
-/* Parses "sglang" / "vllm" into *engine; MT_INVAL for anything else. */
-mt_status_t exp_engine_parse(const char *name, exp_engine_t *engine);
-
-/* Name of an engine: "sglang", "vllm", or "" for EXP_ENGINE_NONE. */
-const char *exp_engine_name(exp_engine_t engine);
-
 /* Near ties. A winner's margin over its runner-up (the best ok row of another config
  * in the same file and batch size) in units of measured deviation:
  * (runner_up - best) / sqrt(sd_best^2 + sd_runner_up^2). Under EXP_NEAR_TIE_SD the
@@ -175,13 +168,5 @@ typedef mt_status_t (*exp_pair_fn)(void *ctx, const dbq_result_t *best, const db
  * calls fn per (dir, device, shape, batch size), in the export's order. Returns MT_OK,
  * the error fn stopped the walk with, MT_NOMEM, or the query's error with its text in err. */
 mt_status_t exp_pairs(dbq_t *q, const dbq_select_t *sel, exp_pair_fn fn, void *ctx, char *err, size_t errlen);
-
-/* The value of key in a versions string ("kernel=sglang triton=3.6.0 ..."), or "", into buf. */
-void exp_version_of(const char *versions, const char *key, char *buf, size_t len);
-
-/* The config file name an engine looks for (no folder): device as the engine's
- * torch.cuda.get_device_name() reports it, shape as stored. Written into buf. */
-void exp_engine_file_name(exp_engine_t engine, const char *device_name, const krn_shape_t *shape, char *buf,
-                          size_t len);
 
 #endif

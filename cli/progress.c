@@ -28,7 +28,7 @@ struct cli_progress {
 };
 
 mt_status_t cli_progress_new(FILE *out, bool json, bool tty, cli_progress_t **pp) {
-    cli_progress_t *p = calloc(1, sizeof *p);
+    cli_progress_t *p = mt_calloc(1, sizeof *p);
     *pp = NULL;
     if (!p) return MT_NOMEM;
     p->out = out;

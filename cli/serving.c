@@ -217,7 +217,7 @@ mt_status_t srv_scan(const char *proc_root, const char *engine, srv_server_t *fo
         if (*q) continue;
         if (n_pids == cap) {
             cap = cap ? cap * 2 : 256;
-            int *grown = realloc(pids, cap * sizeof *pids);
+            int *grown = mt_realloc(pids, cap * sizeof *pids);
             if (!grown) {
                 mt_fmt(err, errlen, "out of memory");
                 rc = MT_ERR;
@@ -241,7 +241,9 @@ static void get_str(json_t *obj, const char *key, char *dst, size_t len) {
     snprintf(dst, len, "%s", v ? v : "");
 }
 
-mt_status_t srv_probe_parse(const char *out, srv_probe_t *p) {
+mt_status_t srv_probe_parse(const char *out, srv_probe_t *p) { return srv_probe_parse_env(out, NULL, p); }
+
+mt_status_t srv_probe_parse_env(const char *out, const char *env_var, srv_probe_t *p) {
     memset(p, 0, sizeof *p);
     for (const char *line = out; line && *line;) {
         const char *nl = strchr(line, '\n');
@@ -251,13 +253,16 @@ mt_status_t srv_probe_parse(const char *out, srv_probe_t *p) {
         if (json_is_object(pr)) {
             json_t *eng = json_object_get(pr, "engine");
             get_str(pr, "python", p->python, sizeof p->python);
+            get_str(pr, "python_version", p->python_version, sizeof p->python_version);
             get_str(pr, "torch", p->torch, sizeof p->torch);
             get_str(pr, "triton", p->triton, sizeof p->triton);
             get_str(pr, "device", p->device, sizeof p->device);
             get_str(pr, "error", p->error, sizeof p->error);
             get_str(eng, "name", p->engine, sizeof p->engine);
             get_str(eng, "version", p->engine_version, sizeof p->engine_version);
+            get_str(eng, "config_dir", p->config_dir, sizeof p->config_dir);
             get_str(eng, "error", p->engine_error, sizeof p->engine_error);
+            if (env_var) get_str(json_object_get(eng, "env"), env_var, p->env_dir, sizeof p->env_dir);
             json_decref(root);
             return MT_OK;
         }
@@ -366,8 +371,8 @@ out:
 
 mt_status_t srv_pick_new(size_t outlen, srv_pick_t **out) {
     *out = NULL;
-    srv_pick_t *p = calloc(1, sizeof *p);
-    char *buf = calloc(1, outlen ? outlen : 1);
+    srv_pick_t *p = mt_calloc(1, sizeof *p);
+    char *buf = mt_calloc(1, outlen ? outlen : 1);
     if (!p || !buf) {
         free(p);
         free(buf);

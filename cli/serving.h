@@ -46,12 +46,15 @@ mt_status_t srv_scan(const char *proc_root, const char *engine, srv_server_t *fo
 
 /* What an interpreter's probe (worker/HELPER.md "Probe") says; strings "" when null. */
 typedef struct {
-    char python[PATH_MAX], torch[32], triton[32], device[128], error[512];
-    char engine[8], engine_version[32], engine_error[512];
+    char python[PATH_MAX], python_version[32], torch[32], triton[32], device[128], error[512];
+    char engine[8], engine_version[32], config_dir[PATH_MAX], engine_error[512];
+    char env_dir[PATH_MAX]; /* the engine's config variable as the probe saw it (srv_probe_parse_env) */
 } srv_probe_t;
 
 /* Finds the {"probe": ...} line in out and fills p. MT_INVAL when there is none. */
 mt_status_t srv_probe_parse(const char *out, srv_probe_t *p);
+/* srv_probe_parse, and the value of the engine's variable env_var (NULL: none) in env_dir. */
+mt_status_t srv_probe_parse_env(const char *out, const char *env_var, srv_probe_t *p);
 
 /* Runs PYTHON HELPER --probe --engine ENGINE with a timeout of timeout_ms; its stdout goes
  * into out (NUL-terminated, cut at outlen - 1), the last line of its stderr into tail, the

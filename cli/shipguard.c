@@ -24,7 +24,7 @@ struct cli_guard {
     size_t n, cap;
 };
 
-cli_guard_t *cli_guard_new(void) { return calloc(1, sizeof(cli_guard_t)); }
+cli_guard_t *cli_guard_new(void) { return mt_calloc(1, sizeof(cli_guard_t)); }
 
 void cli_guard_destroy(cli_guard_t **gp) {
     if (!gp || !*gp) return;
@@ -203,13 +203,13 @@ static int add_file(cli_guard_t *g, const char *file, uint32_t si, const char *e
     for (size_t i = 0; !rc && i < n; i++) {
         if (g->n == g->cap) {
             size_t cap = g->cap ? g->cap * 2 : 32;
-            void *a = realloc(g->inc, cap * sizeof *g->inc);
+            void *a = mt_realloc(g->inc, cap * sizeof *g->inc);
             if (a) g->inc = a;
-            void *b = realloc(g->cfgs, cap * sizeof *g->cfgs);
+            void *b = mt_realloc(g->cfgs, cap * sizeof *g->cfgs);
             if (b) g->cfgs = b;
-            void *c = realloc(g->sources, cap * sizeof *g->sources);
+            void *c = mt_realloc(g->sources, cap * sizeof *g->sources);
             if (c) g->sources = c;
-            void *o = realloc(g->owner, cap * sizeof *g->owner);
+            void *o = mt_realloc(g->owner, cap * sizeof *g->owner);
             if (o) g->owner = o;
             if (!a || !b || !c || !o) {
                 rc = MT_NOMEM;
@@ -301,7 +301,7 @@ mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const kr
     }
     if (rc || !g->n) return rc;
     free(g->ptrs);
-    g->ptrs = calloc(g->n, sizeof *g->ptrs);
+    g->ptrs = mt_calloc(g->n, sizeof *g->ptrs);
     if (!g->ptrs) return MT_NOMEM;
     for (size_t i = 0; i < g->n; i++) {
         g->inc[i].config = &g->cfgs[i];
@@ -391,7 +391,7 @@ static void file_reset(shipguard_t *g) {
 
 mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engine, shipguard_t **out, char *err,
                            size_t errlen) {
-    shipguard_t *g = calloc(1, sizeof *g);
+    shipguard_t *g = mt_calloc(1, sizeof *g);
     *out = NULL;
     if (!g) return MT_NOMEM;
     g->engine = engine == EXP_ENGINE_VLLM ? "vllm" : "sglang";

@@ -51,7 +51,7 @@ struct cli_spec {
     size_t n_engines;
     cli_guard_t *guard; /* --baseline files and folders (shipguard.h) */
     bool no_guard;      /* --guard off */
-    int depth; /* nesting of spec files, to refuse a file that includes itself */
+    int depth;          /* nesting of spec files, to refuse a file that includes itself */
     bool finished;
 };
 
@@ -88,7 +88,7 @@ static int add_str(char **arr, size_t *n, const char *opt, const char *val, char
         mt_fmt(err, errlen, "--%s: empty value", opt);
         return MT_INVAL;
     }
-    arr[*n] = strdup(val);
+    arr[*n] = mt_strdup(val);
     if (!arr[*n]) return MT_NOMEM;
     (*n)++;
     return MT_OK;
@@ -492,7 +492,8 @@ static const opt_def_t k_opts[] = {
      1},
     {{"decide-margin", "X",
       "racing's last step: per shape and batch size, the configs within this fraction of the best (at most 4; at "
-      "least 3 where the next are within 5 %) are re-measured side by side (one job per batch size, 5 rounds), racing off, and those measurements pick "
+      "least 3 where the next are within 5 %) are re-measured side by side (one job per batch size, 5 rounds), racing "
+      "off, and those measurements pick "
       "(default 0.02; 0 = off)"},
      set_fraction,
      2},
@@ -532,7 +533,7 @@ static const opt_def_t *find_opt(const char *name) {
 bool cli_spec_knows(const char *name) { return name && find_opt(name) != NULL; }
 
 cli_spec_t *cli_spec_new(void) {
-    cli_spec_t *s = calloc(1, sizeof *s);
+    cli_spec_t *s = mt_calloc(1, sizeof *s);
     if (!s) return NULL;
     s->tp = 1;
     s->ep = 1;
@@ -863,17 +864,9 @@ static bool shape_eq(const krn_shape_t *a, const krn_shape_t *b) {
            a->block_n == b->block_n && a->block_k == b->block_k;
 }
 
-mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen) {
+/* The shapes of --model and --model-config beside --shape's, each once; MT_INVAL when none. */
+static int finish_shapes(cli_spec_t *s, const char *dtype, char *err, size_t errlen) {
     int rc = MT_OK;
-    const char *dtype = s->dtype[0] ? s->dtype : NULL;
-    if (s->finished) {
-        mt_fmt(err, errlen, "spec already finished");
-        return MT_INVAL;
-    }
-    if ((s->tp_set || s->ep_set || dtype) && s->n_models == 0 && s->n_model_cfgs == 0) {
-        mt_fmt(err, errlen, "--tp, --ep and --dtype apply only with --model or --model-config");
-        return MT_INVAL;
-    }
     for (size_t i = 0; i < s->n_models; i++) {
         krn_shape_t sh;
         rc = cli_preset_shape(s->models[i], s->tp, s->ep, dtype, &sh, err, errlen);
@@ -900,59 +893,27 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
         mt_fmt(err, errlen, "no shape to tune: give --shape, --model or --model-config");
         return MT_INVAL;
     }
-    uint32_t routing_tokens = 0;
-    if (s->routing[0]) {
-        rc = resolve_routing(s, err, errlen);
-        if (rc != MT_OK) return rc;
-        routing_tokens = s->spec.routing_tokens;
-    }
-    if (s->measure.min_samples && s->measure.max_samples && s->measure.min_samples > s->measure.max_samples) {
-        mt_fmt(err, errlen, "--min-samples %u is larger than --max-samples %u", s->measure.min_samples,
-               s->measure.max_samples);
-        return MT_INVAL;
-    }
-    bool any_space = false;
-    for (int i = 0; i < KRN_N_FIELDS; i++) any_space = any_space || s->n_space[i];
-    if (s->n_cfgs && any_space) {
-        mt_fmt(err, errlen, "--configs and the value lists (--block-m, ...) exclude each other");
-        return MT_INVAL;
-    }
-    if (s->n_cfgs && s->sample) {
-        mt_fmt(err, errlen, "--configs and --sample exclude each other: listed configs are all measured");
-        return MT_INVAL;
-    }
-    if (fill_defaults && s->n_batch == 0) {
-        for (size_t i = 0; i < krn_n_default_batch_sizes; i++) s->batch[i] = krn_default_batch_sizes[i];
-        s->n_batch = krn_n_default_batch_sizes;
-    }
-    /* A space with some lists given gets the default for the others: the planner takes
-     * a whole space or none. */
-    if ((fill_defaults && !s->n_cfgs) || any_space) {
-        krn_space_t def;
-        krn_space_default(&def);
-        for (int i = 0; i < KRN_N_FIELDS; i++) {
-            if (s->n_space[i]) continue;
-            memcpy(s->space_vals[i], def.values[i], def.n[i] * sizeof(uint32_t));
-            s->n_space[i] = def.n[i];
-        }
-    }
-    if (fill_defaults) {
-        if (!s->strategy[0]) snprintf(s->strategy, sizeof s->strategy, "exhaustive");
-        if (!s->spec.max_attempts) s->spec.max_attempts = PLAN_DEFAULT_MAX_ATTEMPTS;
-    }
-    if (!s->name[0]) {
-        char sh[96];
-        krn_shape_name(&s->shapes[0], sh, sizeof sh);
-        if (s->n_shapes == 1)
-            mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u", sh, s->shapes[0].k, s->shapes[0].topk);
-        else
-            mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u +%zu shapes", sh, s->shapes[0].k, s->shapes[0].topk,
-                   s->n_shapes - 1);
-        /* A re-measure is its own sweep, not a changed copy of the one it checks; so is a sample. */
-        size_t used = strlen(s->name);
-        if (s->n_cfgs) mt_fmt(s->name + used, sizeof s->name - used, " (%zu configs)", s->n_cfgs);
-        if (s->sample) mt_fmt(s->name + used, sizeof s->name - used, " (sample of %u)", s->sample);
-    }
+    return MT_OK;
+}
+
+/* The sweep's name when none is given: its first shape, and how many more. */
+static void finish_name(cli_spec_t *s) {
+    if (s->name[0]) return;
+    char sh[96];
+    krn_shape_name(&s->shapes[0], sh, sizeof sh);
+    if (s->n_shapes == 1)
+        mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u", sh, s->shapes[0].k, s->shapes[0].topk);
+    else
+        mt_fmt(s->name, sizeof s->name, "%s,K=%u,topk=%u +%zu shapes", sh, s->shapes[0].k, s->shapes[0].topk,
+               s->n_shapes - 1);
+    /* A re-measure is its own sweep, not a changed copy of the one it checks; so is a sample. */
+    size_t used = strlen(s->name);
+    if (s->n_cfgs) mt_fmt(s->name + used, sizeof s->name - used, " (%zu configs)", s->n_cfgs);
+    if (s->sample) mt_fmt(s->name + used, sizeof s->name - used, " (sample of %u)", s->sample);
+}
+
+/* Fills the SweepSpec message from the finished options; routing_tokens as resolved. */
+static void finish_message(cli_spec_t *s, uint32_t routing_tokens, bool any_space) {
     /* Assemble the message; init() clears the scalars kept in it, so save them. */
     uint32_t chunk = s->spec.chunk, max_attempts = s->spec.max_attempts;
     moetune__sweep_spec__init(&s->spec);
@@ -1008,6 +969,63 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
         s->measure.fresh_rounds = m.fresh_rounds;
         s->spec.measure = &s->measure;
     }
+}
+
+mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t errlen) {
+    int rc = MT_OK;
+    const char *dtype = s->dtype[0] ? s->dtype : NULL;
+    if (s->finished) {
+        mt_fmt(err, errlen, "spec already finished");
+        return MT_INVAL;
+    }
+    if ((s->tp_set || s->ep_set || dtype) && s->n_models == 0 && s->n_model_cfgs == 0) {
+        mt_fmt(err, errlen, "--tp, --ep and --dtype apply only with --model or --model-config");
+        return MT_INVAL;
+    }
+    rc = finish_shapes(s, dtype, err, errlen);
+    if (rc != MT_OK) return rc;
+    uint32_t routing_tokens = 0;
+    if (s->routing[0]) {
+        rc = resolve_routing(s, err, errlen);
+        if (rc != MT_OK) return rc;
+        routing_tokens = s->spec.routing_tokens;
+    }
+    if (s->measure.min_samples && s->measure.max_samples && s->measure.min_samples > s->measure.max_samples) {
+        mt_fmt(err, errlen, "--min-samples %u is larger than --max-samples %u", s->measure.min_samples,
+               s->measure.max_samples);
+        return MT_INVAL;
+    }
+    bool any_space = false;
+    for (int i = 0; i < KRN_N_FIELDS; i++) any_space = any_space || s->n_space[i];
+    if (s->n_cfgs && any_space) {
+        mt_fmt(err, errlen, "--configs and the value lists (--block-m, ...) exclude each other");
+        return MT_INVAL;
+    }
+    if (s->n_cfgs && s->sample) {
+        mt_fmt(err, errlen, "--configs and --sample exclude each other: listed configs are all measured");
+        return MT_INVAL;
+    }
+    if (fill_defaults && s->n_batch == 0) {
+        for (size_t i = 0; i < krn_n_default_batch_sizes; i++) s->batch[i] = krn_default_batch_sizes[i];
+        s->n_batch = krn_n_default_batch_sizes;
+    }
+    /* A space with some lists given gets the default for the others: the planner takes
+     * a whole space or none. */
+    if ((fill_defaults && !s->n_cfgs) || any_space) {
+        krn_space_t def;
+        krn_space_default(&def);
+        for (int i = 0; i < KRN_N_FIELDS; i++) {
+            if (s->n_space[i]) continue;
+            memcpy(s->space_vals[i], def.values[i], def.n[i] * sizeof(uint32_t));
+            s->n_space[i] = def.n[i];
+        }
+    }
+    if (fill_defaults) {
+        if (!s->strategy[0]) snprintf(s->strategy, sizeof s->strategy, "exhaustive");
+        if (!s->spec.max_attempts) s->spec.max_attempts = PLAN_DEFAULT_MAX_ATTEMPTS;
+    }
+    finish_name(s);
+    finish_message(s, routing_tokens, any_space);
     s->spec.no_guard = s->no_guard;
     if (s->guard) {
         rc = cli_guard_resolve(s->guard, &s->spec, s->shapes, s->n_shapes, NULL, err, errlen);
@@ -1018,173 +1036,3 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
 }
 
 const Moetune__SweepSpec *cli_spec_get(const cli_spec_t *s) { return s && s->finished ? &s->spec : NULL; }
-
-static bool u32s_eq(const uint32_t *a, size_t na, const uint32_t *b, size_t nb) {
-    return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
-}
-
-static bool str_eq(const char *a, const char *b) { return strcmp(a ? a : "", b ? b : "") == 0; }
-
-bool cli_spec_same_target(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b) {
-    if (!a || !b || !str_eq(a->name, b->name) || !str_eq(a->backend, b->backend)) return false;
-    if (a->n_shapes != b->n_shapes) return false;
-    for (size_t i = 0; i < a->n_shapes; i++) {
-        const Moetune__Shape *x = a->shapes[i], *y = b->shapes[i];
-        if (x->e != y->e || x->n != y->n || x->k != y->k || x->topk != y->topk || !str_eq(x->dtype, y->dtype) ||
-            x->block_n != y->block_n || x->block_k != y->block_k || !str_eq(x->routing, y->routing))
-            return false;
-    }
-    return true;
-}
-
-/* Appends "what: A (was) vs B (now)" to the diff text. */
-static void add_diff(char *diff, size_t len, size_t *n, const char *what, const char *was, const char *now) {
-    size_t used = strlen(diff);
-    if (used + 1 < len) snprintf(diff + used, len - used, "%s%s %s, now %s", *n ? "; " : "", what, was, now);
-    (*n)++;
-}
-
-static void diff_u64(char *diff, size_t len, size_t *n, const char *what, uint64_t was, uint64_t now) {
-    if (was == now) return;
-    char a[32], b[32];
-    snprintf(a, sizeof a, "%llu", (unsigned long long)was);
-    snprintf(b, sizeof b, "%llu", (unsigned long long)now);
-    add_diff(diff, len, n, what, a, b);
-}
-
-static void list_text(const uint32_t *v, size_t nv, char *buf, size_t len) {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < nv && used + 12 < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%u", i ? "," : "", v[i]);
-    if (nv == 0) snprintf(buf, len, "(none)");
-}
-
-static void diff_list(char *diff, size_t len, size_t *n, const char *what, const uint32_t *was, size_t nwas,
-                      const uint32_t *now, size_t nnow) {
-    if (u32s_eq(was, nwas, now, nnow)) return;
-    char a[200], b[200];
-    list_text(was, nwas, a, sizeof a);
-    list_text(now, nnow, b, sizeof b);
-    add_diff(diff, len, n, what, a, b);
-}
-
-static void diff_str(char *diff, size_t len, size_t *n, const char *what, const char *was, const char *now) {
-    if (str_eq(was, now)) return;
-    char a[140], b[140];
-    snprintf(a, sizeof a, "'%s'", was ? was : "");
-    snprintf(b, sizeof b, "'%s'", now ? now : "");
-    add_diff(diff, len, n, what, a, b);
-}
-
-/* A margin: negative is off, shown as 0 (the option's "off"). */
-static void diff_margin(char *diff, size_t len, size_t *n, const char *what, double was, double now) {
-    if (was == now) return;
-    char a[32], b[32];
-    snprintf(a, sizeof a, "%g", was > 0 ? was : 0.0);
-    snprintf(b, sizeof b, "%g", now > 0 ? now : 0.0);
-    add_diff(diff, len, n, what, a, b);
-}
-
-mt_status_t cli_spec_compare(const Moetune__SweepSpec *was, const Moetune__SweepSpec *now, bool *same, char *diff,
-                             size_t len) {
-    int rc = MT_OK;
-    plan_t *pa = NULL, *pb = NULL;
-    size_t n = 0;
-    *same = false;
-    diff[0] = '\0';
-    char why[300];
-    if (plan_build(was, &pa, why, sizeof why) != MT_OK) {
-        mt_fmt(diff, len, "the stored spec does not plan: %s", why);
-        rc = MT_INVAL;
-        goto out;
-    }
-    if (plan_build(now, &pb, why, sizeof why) != MT_OK) {
-        mt_fmt(diff, len, "%s", why);
-        rc = MT_INVAL;
-        goto out;
-    }
-    const char *sa = was->strategy && *was->strategy ? was->strategy : "exhaustive";
-    const char *sb = now->strategy && *now->strategy ? now->strategy : "exhaustive";
-    diff_str(diff, len, &n, "name", was->name, now->name);
-    diff_str(diff, len, &n, "backend", was->backend, now->backend);
-    diff_str(diff, len, &n, "strategy", sa, sb);
-    diff_str(diff, len, &n, "device filter", was->device_filter, now->device_filter);
-    diff_str(diff, len, &n, "routing", was->routing_path, now->routing_path);
-    diff_str(diff, len, &n, "guard", was->no_guard ? "off" : "on", now->no_guard ? "off" : "on");
-    if (!cli_guard_same_incumbents(was, now)) /* the --baseline entries, wherever the file lay */
-        add_diff(diff, len, &n, "baseline", was->n_incumbents ? "given" : "none",
-                 now->n_incumbents ? "other entries" : "none");
-    {
-        char ea[64] = "", eb[64] = "";
-        for (size_t i = 0; i < was->n_engines; i++)
-            snprintf(ea + strlen(ea), sizeof ea - strlen(ea), "%s%s", i ? "," : "", was->engines[i]);
-        for (size_t i = 0; i < now->n_engines; i++)
-            snprintf(eb + strlen(eb), sizeof eb - strlen(eb), "%s%s", i ? "," : "", now->engines[i]);
-        diff_str(diff, len, &n, "engines", ea, eb);
-    }
-    diff_list(diff, len, &n, "batch sizes", pa->batch_sizes, pa->n_batch_sizes, pb->batch_sizes, pb->n_batch_sizes);
-    const krn_space_t *x = &pa->space, *y = &pb->space;
-    for (int f = 0; f < KRN_N_FIELDS; f++)
-        diff_list(diff, len, &n, krn_config_fields[f].name, x->values[f], x->n[f], y->values[f], y->n[f]);
-    if (x->n_list != y->n_list || (x->n_list && memcmp(x->list, y->list, x->n_list * sizeof x->list[0]) != 0)) {
-        char a[32], b[32];
-        snprintf(a, sizeof a, "%u listed", x->n_list);
-        snprintf(b, sizeof b, "%u listed%s", y->n_list, x->n_list == y->n_list ? " (other configs)" : "");
-        add_diff(diff, len, &n, "configs", a, b);
-    }
-    if (pa->sample != pb->sample) {
-        char a[32] = "all", b[32] = "all";
-        if (pa->sample) snprintf(a, sizeof a, "%u", pa->sample);
-        if (pb->sample) snprintf(b, sizeof b, "%u", pb->sample);
-        add_diff(diff, len, &n, "sample", a, b);
-    }
-    if (pa->chunk != pb->chunk) { /* 0: the coordinator sizes each shape's jobs */
-        char a[32] = "by shape", b[32] = "by shape";
-        if (pa->chunk) snprintf(a, sizeof a, "%u", pa->chunk);
-        if (pb->chunk) snprintf(b, sizeof b, "%u", pb->chunk);
-        add_diff(diff, len, &n, "chunk", a, b);
-    }
-    diff_u64(diff, len, &n, "max_attempts", pa->max_attempts, pb->max_attempts);
-    const Moetune__Measure *m = &pa->measure, *o = &pb->measure;
-    diff_u64(diff, len, &n, "warmup", m->warmup, o->warmup);
-    diff_u64(diff, len, &n, "min_samples", m->min_samples, o->min_samples);
-    diff_u64(diff, len, &n, "max_samples", m->max_samples, o->max_samples);
-    diff_u64(diff, len, &n, "budget_ms", m->budget_ms, o->budget_ms);
-    diff_u64(diff, len, &n, "timeout_ms", m->timeout_ms, o->timeout_ms);
-    diff_u64(diff, len, &n, "seed", m->seed, o->seed);
-    if (m->rsd_target != o->rsd_target) {
-        char a[32], b[32];
-        snprintf(a, sizeof a, "%g", m->rsd_target);
-        snprintf(b, sizeof b, "%g", o->rsd_target);
-        add_diff(diff, len, &n, "rsd_target", a, b);
-    }
-    diff_margin(diff, len, &n, "race_margin", m->race_margin, o->race_margin);
-    diff_margin(diff, len, &n, "decide_margin", m->decide_margin, o->decide_margin);
-    if ((m->fresh_rounds > 0) != (o->fresh_rounds > 0))
-        add_diff(diff, len, &n, "round_process", m->fresh_rounds > 0 ? "new" : "same", o->fresh_rounds > 0 ? "new" : "same");
-    /* The same space can expand differently when the static rules changed since. */
-    if (pa->n_shapes != pb->n_shapes) {
-        diff_u64(diff, len, &n, "shapes", pa->n_shapes, pb->n_shapes);
-    } else {
-        for (size_t i = 0; i < pa->n_shapes; i++) {
-            const plan_shape_t *p = &pa->shapes[i], *q = &pb->shapes[i];
-            bool eq = p->n_valid == q->n_valid &&
-                      (p->n_valid == 0 || memcmp(p->valid, q->valid, p->n_valid * sizeof *p->valid) == 0);
-            if (!eq) {
-                char what[160], sh[96];
-                krn_shape_name(&p->shape, sh, sizeof sh);
-                mt_fmt(what, sizeof what, "valid configs of %s,K=%u", sh, p->shape.k);
-                char a[32], b[32];
-                snprintf(a, sizeof a, "%zu", p->n_valid);
-                snprintf(b, sizeof b, "%zu%s", q->n_valid, p->n_valid == q->n_valid ? " (other configs)" : "");
-                add_diff(diff, len, &n, what, a, b);
-            }
-        }
-    }
-    *same = n == 0;
-out:
-    plan_destroy(&pa);
-    plan_destroy(&pb);
-    return rc;
-}

@@ -50,7 +50,7 @@ mt_status_t sup_new(sup_t **out, char *err, size_t errlen) {
         return MT_NOTFOUND;
     }
     self[sl] = '\0';
-    sup_t *s = calloc(1, sizeof *s);
+    sup_t *s = mt_calloc(1, sizeof *s);
     if (!s) {
         mt_fmt(err, errlen, "out of memory");
         return MT_NOMEM;

@@ -365,8 +365,9 @@ mt_status_t mt_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t fi
     if (need <= *cap) return MT_OK;
     size_t n = *cap ? *cap * 2 : first;
     while (n < need) n *= 2;
-    void *p = realloc(*arr, n * elem);
+    void *p = mt_realloc(*arr, n * elem);
     if (!p) return MT_NOMEM;
+    memset((char *)p + *cap * elem, 0, (n - *cap) * elem);
     *arr = p;
     *cap = n;
     return MT_OK;

@@ -111,8 +111,8 @@ int mt_alloc_failed(void);
 
 /* Makes room for need elements of elem bytes in the growing array *arr of *cap: nothing
  * when need <= *cap, else the capacity doubles (from first, > 0, when 0) until need fits and the
- * array is reallocated; *arr and *cap change only on success. Plain realloc, outside the
- * failure hook above. MT_NOMEM when out of memory (the array is kept as it was). */
+ * array is reallocated (mt_realloc, so the failure hook above covers it), the new part zeroed;
+ * *arr and *cap change only on success. MT_NOMEM when out of memory (the array is kept as it was). */
 mt_status_t mt_grow(void **arr, size_t *cap, size_t need, size_t elem, size_t first);
 
 /* Called by mt_parse_kv_list for each key=value of its list, split at the first '=' (val may

@@ -160,7 +160,7 @@ mt_status_t coord_new(const coord_opts_t *opts, coord_t **out, char *err, size_t
         mt_fmt(err, errlen, "no database path");
         return MT_INVAL;
     }
-    coord_t *c = calloc(1, sizeof *c);
+    coord_t *c = mt_calloc(1, sizeof *c);
     if (!c) {
         mt_fmt(err, errlen, "out of memory");
         return MT_NOMEM;
@@ -295,7 +295,6 @@ void coord_destroy(coord_t **pc) {
 
 void coord_stop(coord_t *c) { atomic_store(&c->stop, 1); }
 const char *coord_endpoint(const coord_t *c, int which) { return which == 0 ? c->ep[0] : c->ep[1]; }
-sched_t *coord_sched(coord_t *c) { return c->sched; }
 
 /* ---- worker messages, by body */
 

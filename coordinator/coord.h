@@ -80,9 +80,6 @@ const char *coord_endpoint(const coord_t *c, int which);
  * buffer bound): a sweep whose Result (wire_result_max_bytes) exceeds it is refused. */
 size_t coord_worker_max_msg(const coord_t *c);
 
-/* The scheduler, for tests and status. */
-sched_t *coord_sched(coord_t *c);
-
 /* Closes the sockets, the scheduler and the store; NULL-safe, nulls *c. */
 void coord_destroy(coord_t **c);
 

@@ -148,6 +148,24 @@ static int cmp_guard_first(const void *a, const void *b) {
     return (x->config_id > y->config_id) - (x->config_id < y->config_id);
 }
 
+/* Stores guard config w for batch size bsz: the config (its id in *cid), whether the search
+ * measured it (*searched), and its guard row. */
+static int put_want(store_t *db, uint64_t sweep_id, uint64_t shape_id, uint32_t bsz, const want_t *w, uint64_t *cid,
+                    bool *searched) {
+    int rc = store_config_upsert(db, &w->cfg, cid);
+    if (!rc) rc = store_config_searched(db, sweep_id, shape_id, *cid, searched);
+    store_guard_row_t row = {.sweep_id = sweep_id,
+                             .shape_id = shape_id,
+                             .config_id = *cid,
+                             .batch_size = bsz,
+                             .role = w->role,
+                             .engine = w->engine,
+                             .searched = *searched,
+                             .source = w->source};
+    if (!rc) rc = store_guard_put(db, &row);
+    return rc;
+}
+
 /* Records batch size b's guard configs w[0..nw) and marks them (and the best) in the rows. */
 static int mark_size(store_t *db, uint64_t sweep_id, uint64_t shape_id, uint32_t bsz, uint32_t b, const want_t *w,
                      size_t nw, halving_row_t **rows, size_t *n, size_t *cap, guard_step_t *out) {
@@ -160,17 +178,7 @@ static int mark_size(store_t *db, uint64_t sweep_id, uint64_t shape_id, uint32_t
     for (size_t g = 0; !rc && g < nw; g++) {
         uint64_t cid = 0;
         bool searched = false;
-        rc = store_config_upsert(db, &w[g].cfg, &cid);
-        if (!rc) rc = store_config_searched(db, sweep_id, shape_id, cid, &searched);
-        store_guard_row_t row = {.sweep_id = sweep_id,
-                                 .shape_id = shape_id,
-                                 .config_id = cid,
-                                 .batch_size = bsz,
-                                 .role = w[g].role,
-                                 .engine = w[g].engine,
-                                 .searched = searched,
-                                 .source = w[g].source};
-        if (!rc) rc = store_guard_put(db, &row);
+        rc = put_want(db, sweep_id, shape_id, bsz, &w[g], &cid, &searched);
         if (rc) break;
         out->rows++;
         differs = differs || cid != best_id;
@@ -280,7 +288,7 @@ mt_status_t guard_plan_listed(const Moetune__SweepSpec *spec, plan_t *p) {
                 for (size_t k = 0; k < ps->n_valid && !have; k++)
                     have = memcmp(&ps->valid[k], &w[g].cfg, sizeof w[g].cfg) == 0;
                 if (have) continue;
-                krn_config_t *v = realloc(ps->valid, (ps->n_valid + 1) * sizeof *v);
+                krn_config_t *v = mt_realloc(ps->valid, (ps->n_valid + 1) * sizeof *v);
                 if (!v) return MT_NOMEM;
                 ps->valid = v;
                 ps->valid[ps->n_valid++] = w[g].cfg;
@@ -377,17 +385,7 @@ static int plan_gap(store_t *db, const Moetune__SweepSpec *spec, int si, const k
     for (size_t g = 0; !rc && g < nw; g++) {
         uint64_t cid = 0;
         bool searched = false;
-        rc = store_config_upsert(db, &w[g].cfg, &cid);
-        if (!rc) rc = store_config_searched(db, sweep_id, shape_id, cid, &searched);
-        store_guard_row_t row = {.sweep_id = sweep_id,
-                                 .shape_id = shape_id,
-                                 .config_id = cid,
-                                 .batch_size = m,
-                                 .role = w[g].role,
-                                 .engine = w[g].engine,
-                                 .searched = searched,
-                                 .source = w[g].source};
-        if (!rc) rc = store_guard_put(db, &row);
+        rc = put_want(db, sweep_id, shape_id, m, &w[g], &cid, &searched);
         bool dup = false;
         for (size_t k = 0; k < n_ids && !dup; k++) dup = ids[k] == cid;
         if (!rc && !dup) ids[n_ids++] = cid;
@@ -412,9 +410,9 @@ mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id
     out->already = true;
     picks_t p = {.bs = bs,
                  .nb = nb,
-                 .cfg = calloc(nb + 1, sizeof *p.cfg),
-                 .us = calloc(nb + 1, sizeof *p.us),
-                 .from2 = calloc(nb + 1, sizeof *p.from2)};
+                 .cfg = mt_calloc(nb + 1, sizeof *p.cfg),
+                 .us = mt_calloc(nb + 1, sizeof *p.us),
+                 .from2 = mt_calloc(nb + 1, sizeof *p.from2)};
     int rc = p.cfg && p.us && p.from2 ? MT_OK : MT_NOMEM;
     if (!rc) rc = store_guard_count(db, sweep_id, shape_id, "nearest", &have);
     if (!rc && !have) rc = store_sweep_spec_get(db, sweep_id, &blob, &len);
@@ -458,7 +456,7 @@ mt_status_t guard_gap_bs_parse(const char *text, uint32_t **out, size_t *n) {
     *out = NULL;
     *n = 0;
     if (!text || mt_parse_u32(text, 1, PLAN_MAX_BATCH, &m) != MT_OK) return MT_INVAL;
-    *out = malloc(sizeof **out);
+    *out = mt_malloc(sizeof **out);
     if (!*out) return MT_NOMEM;
     **out = m;
     *n = 1;

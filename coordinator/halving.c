@@ -145,7 +145,7 @@ static void mark_decide(halving_row_t *rows, size_t lo, size_t hi, double margin
 
 /* halving_choose (margin 0) and halving_choose_decide (margin > 0). */
 static mt_status_t choose(halving_row_t *rows, size_t n, size_t nb, double margin) {
-    size_t *start = calloc(nb + 1, sizeof *start);
+    size_t *start = mt_calloc(nb + 1, sizeof *start);
     if (!start) return MT_NOMEM;
     mt_status_t rc = rank_rows(rows, n, nb, start);
     for (size_t b = 0; !rc && b < nb; b++) {
@@ -191,7 +191,7 @@ mt_status_t halving_bs_parse(const char *text, const uint32_t *allowed, size_t n
     *out = NULL;
     *n = 0;
     if (!text || !*text) return MT_INVAL;
-    uint32_t *v = malloc(n_allowed * sizeof *v + 1);
+    uint32_t *v = mt_malloc(n_allowed * sizeof *v + 1);
     if (!v) return MT_NOMEM;
     size_t k = 0;
     const char *p = text;
@@ -256,7 +256,7 @@ static int plan_rows(store_t *db, uint64_t sweep_id, uint64_t shape_id, const ui
                      bool prune, int64_t now_s, halving_row_t *rows, size_t n, halving_step_t *out) {
     int rc = MT_OK;
     char text[16];
-    size_t *per_bs = calloc(nb ? nb : 1, sizeof *per_bs);
+    size_t *per_bs = mt_calloc(nb ? nb : 1, sizeof *per_bs);
     if (!per_bs) return MT_NOMEM;
     for (size_t i = 0; i < n; i++) per_bs[rows[i].bi]++;
     for (size_t i = 0; !rc && i < n; i++) {

@@ -69,7 +69,7 @@ static void put(sbuf_t *b, const char *fmt, ...) {
             return;
         }
         size_t cap = b->cap * 2 + (size_t)n;
-        char *p = realloc(b->buf, cap);
+        char *p = mt_realloc(b->buf, cap);
         if (!p) {
             b->oom = 1;
             return;
@@ -84,7 +84,7 @@ static void metric(sbuf_t *b, const char *name, const char *type, const char *he
 }
 
 char *metrics_render(metrics_t *m) {
-    sbuf_t b = {malloc(4096), 0, 4096, 0};
+    sbuf_t b = {mt_malloc(4096), 0, 4096, 0};
     if (!b.buf) return NULL;
     pthread_mutex_lock(&m->mu);
     metrics_snapshot_t s = m->snap;
@@ -269,7 +269,7 @@ mt_status_t metrics_new(const char *hostport, metrics_t **out, char *err, size_t
         return MT_INVAL;
     }
     sa.sin_port = htons((uint16_t)port);
-    metrics_t *m = calloc(1, sizeof *m);
+    metrics_t *m = mt_calloc(1, sizeof *m);
     if (!m) return MT_NOMEM;
     pthread_mutex_init(&m->mu, NULL);
     m->d =

@@ -9,8 +9,8 @@
 
 /* An H200-class device: what ranks configs, not what times them. */
 #define ORD_SMS 132.0
-#define ORD_FLOPS 7.0e14 /* sustained dense bf16 tensor-core rate */
-#define ORD_BW 4.0e12    /* sustained HBM bandwidth, bytes/s */
+#define ORD_FLOPS 7.0e14     /* sustained dense bf16 tensor-core rate */
+#define ORD_BW 4.0e12        /* sustained HBM bandwidth, bytes/s */
 #define ORD_SMEM 232448.0    /* shared memory per SM for blocks, bytes (227 KB) */
 #define ORD_WARP_TILE 4096.0 /* a 64x64 warp tile: the warp-tile factor's 1 */
 #define ORD_LAUNCH_US 4.0
@@ -24,8 +24,7 @@
  * MMA) and with few resident warps (a tile whose pipeline stages fill shared memory leaves
  * one or two CTAs per SM, and nothing hides their latency). The last three are fitted to
  * measured whole default spaces (docs/performance.md, "the cost model's order"). */
-static double gemm_s(const krn_shape_t *s, const krn_config_t *c, double ctas, double flops, double bytes,
-                     double red) {
+static double gemm_s(const krn_shape_t *s, const krn_config_t *c, double ctas, double flops, double bytes, double red) {
     double tile = (double)c->block_m * c->block_n;
     double eff = tile / (tile + 12.0 * (c->block_m + c->block_n));
     if (c->block_m < 64) eff *= 0.55 + 0.45 * c->block_m / 64.0;
@@ -106,10 +105,10 @@ mt_status_t ord_configs(const krn_shape_t *shape, const uint32_t *bs, size_t nb,
         bs = pick;
         nb = ORD_MAX_BS;
     }
-    ranked_t *r = calloc(n, sizeof *r);
-    double *est = malloc(n * (nb ? nb : 1) * sizeof *est);
-    double *best = malloc((nb ? nb : 1) * sizeof *best);
-    krn_config_t *out = malloc(n * sizeof *out);
+    ranked_t *r = mt_calloc(n, sizeof *r);
+    double *est = mt_malloc(n * (nb ? nb : 1) * sizeof *est);
+    double *best = mt_malloc((nb ? nb : 1) * sizeof *best);
+    krn_config_t *out = mt_malloc(n * sizeof *out);
     size_t *next = NULL, *end = NULL;
     if (!r || !est || !best || !out) {
         rc = MT_NOMEM;
@@ -134,8 +133,8 @@ mt_status_t ord_configs(const krn_shape_t *shape, const uint32_t *bs, size_t nb,
     qsort(r, n, sizeof *r, cmp_ranked);
     size_t groups = 0;
     for (size_t i = 0; i < n; i++) groups += i == 0 || r[i].block_m != r[i - 1].block_m;
-    next = malloc(groups * sizeof *next);
-    end = malloc(groups * sizeof *end);
+    next = mt_malloc(groups * sizeof *next);
+    end = mt_malloc(groups * sizeof *end);
     if (!next || !end) {
         rc = MT_NOMEM;
         goto out;

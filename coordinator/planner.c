@@ -44,7 +44,7 @@ uint32_t plan_chunk(const Moetune__SweepSpec *spec) {
  * the sweep with the other workers idle. */
 static mt_status_t plan_shape_chunks(plan_t *p) {
     double cheapest = 0.0;
-    p->order = malloc((p->n_shapes ? p->n_shapes : 1) * sizeof *p->order);
+    p->order = mt_malloc((p->n_shapes ? p->n_shapes : 1) * sizeof *p->order);
     if (!p->order) return MT_NOMEM;
     for (size_t i = 0; i < p->n_shapes; i++) {
         plan_shape_t *ps = &p->shapes[i];
@@ -261,12 +261,8 @@ static void plan_rules_line(plan_t *p, const char *backend, bool triton_rules, c
                dev->limits.smem_per_block);
 }
 
-mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *dev, plan_t **out, char *err,
-                          size_t errlen) {
-    int rc = MT_OK;
-    plan_t *p = NULL;
-    char why[PLAN_REASON_LEN];
-    *out = NULL;
+/* The spec's own consistency, before anything is built. */
+static int plan_check_spec(const Moetune__SweepSpec *spec, char *err, size_t errlen) {
     if (!spec) {
         mt_fmt(err, errlen, "no spec");
         return MT_INVAL;
@@ -304,7 +300,129 @@ mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *d
         mt_fmt(err, errlen, "batch sizes repeat a value");
         return MT_INVAL;
     }
-    p = calloc(1, sizeof *p);
+    return MT_OK;
+}
+
+/* The measuring settings p->measure took from the spec, in range. */
+static int plan_check_measure(const plan_t *p, char *err, size_t errlen) {
+    if (p->measure.min_samples > p->measure.max_samples) {
+        mt_fmt(err, errlen, "measure: min_samples %u > max_samples %u", p->measure.min_samples, p->measure.max_samples);
+        return MT_INVAL;
+    }
+    if (!(p->measure.race_margin < 10.0)) {
+        mt_fmt(err, errlen, "measure: race margin %g is not below 10 (1000 %%); negative turns racing off",
+               p->measure.race_margin);
+        return MT_INVAL;
+    }
+    if (!(p->measure.decide_margin < 1.0)) {
+        mt_fmt(err, errlen, "measure: decide margin %g is not below 1 (100 %%); negative turns it off",
+               p->measure.decide_margin);
+        return MT_INVAL;
+    }
+    return MT_OK;
+}
+
+/* The engines a triton sweep's files are for (the spec's, else both): a block-scale shape
+ * keeps what any can run. */
+static int plan_engines(const Moetune__SweepSpec *spec, const char *const **engines_out, size_t *n_out, char *err,
+                        size_t errlen) {
+    static const char *const all[] = {
+#define PLAN_ENGINE_NAME(id, name, display, env) name,
+        KRN_ENGINES(PLAN_ENGINE_NAME)
+#undef PLAN_ENGINE_NAME
+    };
+    *engines_out = all;
+    *n_out = KRN_ENGINE_COUNT;
+    if (!spec->n_engines) return MT_OK;
+    for (size_t i = 0; i < spec->n_engines; i++) {
+        const char *e = spec->engines[i] ? spec->engines[i] : "";
+        if (!krn_engine_find(e)) {
+            mt_fmt(err, errlen, "engine '%.32s' is not one of " KRN_ENGINE_NAMES, e);
+            return MT_INVAL;
+        }
+    }
+    *engines_out = (const char *const *)spec->engines;
+    *n_out = spec->n_engines;
+    return MT_OK;
+}
+
+/* Shape i of p (read from the spec) against the routing file and the shapes before it. */
+static int plan_check_shape(const Moetune__SweepSpec *spec, const plan_t *p, size_t i, char *err, size_t errlen) {
+    const plan_shape_t *ps = &p->shapes[i];
+    bool has_file = spec->routing_path && *spec->routing_path;
+    if (has_file != (ps->shape.routing[0] != '\0')) {
+        mt_fmt(err, errlen, "shape %zu: %s", i + 1,
+               has_file ? "the spec names a routing file but the shape has no routing hash"
+                        : "the shape has a routing hash but the spec names no routing file");
+        return MT_INVAL;
+    }
+    if (i > 0 && strcmp(ps->shape.routing, p->shapes[0].shape.routing) != 0) {
+        mt_fmt(err, errlen, "shape %zu: another routing than shape 1 (one routing file per sweep)", i + 1);
+        return MT_INVAL;
+    }
+    for (size_t j = 0; j < i; j++) {
+        if (shape_eq(&p->shapes[j].shape, &ps->shape)) {
+            mt_fmt(err, errlen, "shape %zu repeats shape %zu", i + 1, j + 1);
+            return MT_INVAL;
+        }
+    }
+    return MT_OK;
+}
+
+/* The static rules a sweep plans with. */
+typedef struct {
+    bool triton_rules, cuda;
+    const krn_limits_t *tlimits, *limits;
+    const char *const *engines;
+    size_t n_engines;
+} plan_rules_t;
+
+/* Sorts the n_space configs of p's space into ps's valid and rejected (with the reason) by
+ * the rules; the first reason goes to first_why (PLAN_REASON_LEN) when it is empty. */
+static void plan_judge_shape(const plan_t *p, plan_shape_t *ps, size_t n_space, const plan_rules_t *rules,
+                             char *first_why) {
+    char why[PLAN_REASON_LEN];
+    for (size_t c = 0; c < n_space; c++) {
+        krn_config_t cfg;
+        krn_space_at(&p->space, c, &cfg);
+        int ok = rules->triton_rules ? krn_check_triton_on(&ps->shape, &cfg, rules->tlimits, why, sizeof why)
+                                     : krn_check(&ps->shape, &cfg, rules->limits, why, sizeof why);
+        if (ok == MT_OK && rules->cuda && strcmp(ps->shape.dtype, "bf16") != 0) {
+            /* moetune's CUDA kernel is bf16 only; the fp8 layer is the triton backend's. */
+            mt_fmt(why, sizeof why, "the cuda backend runs bf16 only (%s needs --backend triton)", ps->shape.dtype);
+            ok = MT_INVAL;
+        }
+        if (ok == MT_OK && rules->triton_rules && ps->shape.block_n) {
+            char ewhy[PLAN_REASON_LEN];
+            size_t len = 0;
+            ok = MT_INVAL;
+            for (size_t e = 0; e < rules->n_engines && ok != MT_OK; e++) {
+                ok = krn_engine_keeps(rules->engines[e], &ps->shape, &cfg, ewhy, sizeof ewhy);
+                if (ok != MT_OK) {
+                    int w = snprintf(why + len, sizeof why - len, "%s%s", len ? "; " : "", ewhy);
+                    if (w > 0) len = len + (size_t)w < sizeof why ? len + (size_t)w : sizeof why - 1;
+                }
+            }
+        }
+        if (ok == MT_OK) {
+            ps->valid[ps->n_valid++] = cfg;
+        } else {
+            plan_rejection_t *r = &ps->rejected[ps->n_rejected++];
+            r->cfg = cfg;
+            snprintf(r->reason, sizeof r->reason, "%s", why);
+            if (!first_why[0]) snprintf(first_why, PLAN_REASON_LEN, "%s", why);
+        }
+    }
+}
+
+mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *dev, plan_t **out, char *err,
+                          size_t errlen) {
+    int rc = MT_OK;
+    plan_t *p = NULL;
+    *out = NULL;
+    rc = plan_check_spec(spec, err, errlen);
+    if (rc != MT_OK) return rc;
+    p = mt_calloc(1, sizeof *p);
     if (!p) goto nomem;
     rc = build_space(spec->space, &p->space, err, errlen);
     if (rc) goto out;
@@ -312,25 +430,10 @@ mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *d
     p->sample = spec->space ? spec->space->sample : 0;
     p->max_attempts = spec->max_attempts ? spec->max_attempts : PLAN_DEFAULT_MAX_ATTEMPTS;
     plan_measure(spec, &p->measure);
-    if (p->measure.min_samples > p->measure.max_samples) {
-        mt_fmt(err, errlen, "measure: min_samples %u > max_samples %u", p->measure.min_samples, p->measure.max_samples);
-        rc = MT_INVAL;
-        goto out;
-    }
-    if (!(p->measure.race_margin < 10.0)) {
-        mt_fmt(err, errlen, "measure: race margin %g is not below 10 (1000 %%); negative turns racing off",
-               p->measure.race_margin);
-        rc = MT_INVAL;
-        goto out;
-    }
-    if (!(p->measure.decide_margin < 1.0)) {
-        mt_fmt(err, errlen, "measure: decide margin %g is not below 1 (100 %%); negative turns it off",
-               p->measure.decide_margin);
-        rc = MT_INVAL;
-        goto out;
-    }
-    p->batch_sizes = malloc(spec->n_batch_sizes * sizeof *p->batch_sizes);
-    p->shapes = calloc(spec->n_shapes, sizeof *p->shapes);
+    rc = plan_check_measure(p, err, errlen);
+    if (rc != MT_OK) goto out;
+    p->batch_sizes = mt_malloc(spec->n_batch_sizes * sizeof *p->batch_sizes);
+    p->shapes = mt_calloc(spec->n_shapes, sizeof *p->shapes);
     if (!p->batch_sizes || !p->shapes) goto nomem;
     memcpy(p->batch_sizes, spec->batch_sizes, spec->n_batch_sizes * sizeof *p->batch_sizes);
     p->n_batch_sizes = spec->n_batch_sizes;
@@ -344,32 +447,17 @@ mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *d
         rc = MT_INVAL;
         goto out;
     }
-    /* The engines a triton sweep's files are for: a block-scale shape keeps what any can run. */
-    static const char *const all[] = {
-#define PLAN_ENGINE_NAME(id, name, display, env) name,
-        KRN_ENGINES(PLAN_ENGINE_NAME)
-#undef PLAN_ENGINE_NAME
-    };
-    const char *const *engines = all;
-    size_t n_engines = KRN_ENGINE_COUNT;
-    if (spec->n_engines) {
-        for (size_t i = 0; i < spec->n_engines; i++) {
-            const char *e = spec->engines[i] ? spec->engines[i] : "";
-            if (!krn_engine_find(e)) {
-                mt_fmt(err, errlen, "engine '%.32s' is not one of " KRN_ENGINE_NAMES, e);
-                rc = MT_INVAL;
-                goto out;
-            }
-        }
-        engines = (const char *const *)spec->engines;
-        n_engines = spec->n_engines;
-    }
+    const char *const *engines = NULL;
+    size_t n_engines = 0;
+    rc = plan_engines(spec, &engines, &n_engines, err, errlen);
+    if (rc != MT_OK) goto out;
     bool cuda = strcmp(backend, "cuda") == 0 && spec->backend && *spec->backend;
     /* Triton's rules: the triton backend's, and those of a sim worker standing in for it; with
      * the shared memory of the device the sweep is planned for, when one is known. */
     bool triton_rules = triton || (strcmp(backend, "sim") == 0 && dev && dev->sim_triton);
     const krn_limits_t *tlimits = dev ? &dev->limits : NULL;
     plan_rules_line(p, backend, triton_rules, triton_rules ? dev : NULL, &limits);
+    const plan_rules_t rules = {triton_rules, cuda, tlimits, &limits, engines, n_engines};
     size_t n_space = krn_space_size(&p->space);
     uint64_t n_total = (uint64_t)n_space * spec->n_shapes; /* at most 16^6 x 4096: no overflow */
     if (n_total > PLAN_MAX_CONFIGS) {
@@ -392,60 +480,12 @@ mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *d
             goto out;
         }
         p->n_shapes = i + 1;
-        bool has_file = spec->routing_path && *spec->routing_path;
-        if (has_file != (ps->shape.routing[0] != '\0')) {
-            mt_fmt(err, errlen, "shape %zu: %s", i + 1,
-                   has_file ? "the spec names a routing file but the shape has no routing hash"
-                            : "the shape has a routing hash but the spec names no routing file");
-            rc = MT_INVAL;
-            goto out;
-        }
-        if (i > 0 && strcmp(ps->shape.routing, p->shapes[0].shape.routing) != 0) {
-            mt_fmt(err, errlen, "shape %zu: another routing than shape 1 (one routing file per sweep)", i + 1);
-            rc = MT_INVAL;
-            goto out;
-        }
-        for (size_t j = 0; j < i; j++) {
-            if (shape_eq(&p->shapes[j].shape, &ps->shape)) {
-                mt_fmt(err, errlen, "shape %zu repeats shape %zu", i + 1, j + 1);
-                rc = MT_INVAL;
-                goto out;
-            }
-        }
-        ps->valid = malloc(n_space * sizeof *ps->valid);
-        ps->rejected = malloc(n_space * sizeof *ps->rejected);
+        rc = plan_check_shape(spec, p, i, err, errlen);
+        if (rc != MT_OK) goto out;
+        ps->valid = mt_malloc(n_space * sizeof *ps->valid);
+        ps->rejected = mt_malloc(n_space * sizeof *ps->rejected);
         if (!ps->valid || !ps->rejected) goto nomem;
-        for (size_t c = 0; c < n_space; c++) {
-            krn_config_t cfg;
-            krn_space_at(&p->space, c, &cfg);
-            int ok = triton_rules ? krn_check_triton_on(&ps->shape, &cfg, tlimits, why, sizeof why)
-                                  : krn_check(&ps->shape, &cfg, &limits, why, sizeof why);
-            if (ok == MT_OK && cuda && strcmp(ps->shape.dtype, "bf16") != 0) {
-                /* moetune's CUDA kernel is bf16 only; the fp8 layer is the triton backend's. */
-                mt_fmt(why, sizeof why, "the cuda backend runs bf16 only (%s needs --backend triton)", ps->shape.dtype);
-                ok = MT_INVAL;
-            }
-            if (ok == MT_OK && triton_rules && ps->shape.block_n) {
-                char ewhy[PLAN_REASON_LEN];
-                size_t len = 0;
-                ok = MT_INVAL;
-                for (size_t e = 0; e < n_engines && ok != MT_OK; e++) {
-                    ok = krn_engine_keeps(engines[e], &ps->shape, &cfg, ewhy, sizeof ewhy);
-                    if (ok != MT_OK) {
-                        int w = snprintf(why + len, sizeof why - len, "%s%s", len ? "; " : "", ewhy);
-                        if (w > 0) len = len + (size_t)w < sizeof why ? len + (size_t)w : sizeof why - 1;
-                    }
-                }
-            }
-            if (ok == MT_OK) {
-                ps->valid[ps->n_valid++] = cfg;
-            } else {
-                plan_rejection_t *r = &ps->rejected[ps->n_rejected++];
-                r->cfg = cfg;
-                snprintf(r->reason, sizeof r->reason, "%s", why);
-                if (!first_why[0]) snprintf(first_why, sizeof first_why, "%s", why);
-            }
-        }
+        plan_judge_shape(p, ps, n_space, &rules, first_why);
         if (!ps->n_valid && !n_empty++) empty = ps;
         if (p->sample && ps->n_valid > p->sample) {
             p->configs_unsampled += (uint32_t)(ps->n_valid - p->sample);
@@ -582,33 +622,4 @@ mt_status_t plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, i
     p->sweep_id = sweep_id;
     p->created = now;
     return MT_OK;
-}
-
-mt_status_t plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err, size_t errlen) {
-    plan_t *p = NULL;
-    int rc = plan_build(spec, &p, err, errlen);
-    if (rc) return rc;
-    /* one transaction: a sweep is stored with all its jobs or not at all, so a failed or
-     * interrupted start never leaves a 'running' sweep behind to be measured later */
-    rc = store_begin(db);
-    if (rc) {
-        mt_fmt(err, errlen, "storing the sweep: %s", store_errmsg(db));
-    } else {
-        rc = plan_write(db, spec, p, mt_wall_s(), err, errlen);
-        if (!rc && (rc = store_commit(db)) != MT_OK) mt_fmt(err, errlen, "storing the sweep: %s", store_errmsg(db));
-    }
-    if (rc) {
-        store_rollback(db);
-        goto out;
-    }
-    moetune__submitted__init(out);
-    out->sweep_id = p->sweep_id;
-    out->jobs = p->jobs;
-    out->configs_valid = p->configs_valid;
-    out->configs_rejected = p->configs_rejected;
-    out->configs_unsampled = p->configs_unsampled;
-    out->results_planned = p->results_planned;
-out:
-    plan_destroy(&p);
-    return rc;
 }

@@ -5,8 +5,7 @@
  * every config of the space checked by the static rules per shape) without
  * touching the database, so tests and the CLI can count a plan. plan_write()
  * stores a built plan inside the caller's transaction and keeps the ids it got, so
- * the scheduler builds the sweep in memory without reading it back; plan_store()
- * builds, writes and commits in one call.
+ * the scheduler builds the sweep in memory without reading it back.
  */
 #ifndef COORD_PLANNER_H
 #define COORD_PLANNER_H
@@ -144,12 +143,5 @@ mt_status_t plan_count(const Moetune__SweepSpec *spec, uint32_t *valid, uint32_t
  * each shape's shape_id, config_ids and job_ids). MT_IO/MT_BUSY/MT_NOMEM with a reason
  * in err on failure: the caller rolls back. */
 mt_status_t plan_write(store_t *db, const Moetune__SweepSpec *spec, plan_t *p, int64_t now, char *err, size_t errlen);
-
-/* Validates spec and stores it in one transaction: the sweep row (packed spec),
- * shapes, configs, rejections, jobs and results_planned. Fills out (sweep_id, jobs,
- * configs_valid, configs_rejected, results_planned). An invalid spec stores nothing
- * and returns MT_INVAL; a storage failure stores nothing either and returns MT_IO or
- * MT_BUSY. Reason in err. */
-mt_status_t plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err, size_t errlen);
 
 #endif

@@ -23,7 +23,7 @@ struct race {
     size_t n_slot;
 };
 
-race_t *race_new(void) { return calloc(1, sizeof(race_t)); }
+race_t *race_new(void) { return mt_calloc(1, sizeof(race_t)); }
 
 void race_free(race_t **pr) {
     if (!pr || !*pr) return;
@@ -62,7 +62,7 @@ static mt_status_t reindex(race_t *r, size_t n_slot) {
     if (n_slot == r->n_slot) {
         memset(r->slot, 0, n_slot * sizeof *r->slot);
     } else {
-        uint32_t *slot = calloc(n_slot, sizeof *slot);
+        uint32_t *slot = mt_calloc(n_slot, sizeof *slot);
         if (!slot) return MT_NOMEM;
         free(r->slot);
         r->slot = slot;

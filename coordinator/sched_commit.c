@@ -18,22 +18,6 @@
 #include "race.h"
 #include "sched_int.h"
 
-size_t sched_pending(const sched_t *s) { return s->n_pending + (s->inflight ? s->inflight->n_res : 0); }
-
-void sched_batch_free(sched_batch_t *b) {
-    if (!b) return;
-    for (size_t i = 0; i < b->n_res; i++) {
-        for (int k = 0; k < 5; k++) free(b->res[i].row.strs[k]);
-        if (b->res[i].row.hello) moetune__hello__free_unpacked(b->res[i].row.hello, NULL);
-    }
-    for (size_t i = 0; i < b->n_jobs; i++) free((char *)b->jobs[i].u.worker_id);
-    free(b->res);
-    free(b->jobs);
-    free(b->sweeps);
-    sched_halving_free(b->hv, b->n_hv);
-    free(b);
-}
-
 static char *dup_or_null(const char *p) { return p ? mt_strdup(p) : NULL; }
 
 static int brow_fill(brow_t *br, const entry_t *e, int64_t now_s) {
@@ -285,9 +269,9 @@ void sched_send_acks(sched_t *s) {
          * since its lease prunes its next configs (without scratch memory, the seqs alone) */
         size_t nb = 0;
         for (size_t k = 0; k < w->n_held; k++) nb += sched_job_races(w->held[k]) ? sched_job_nb(w->held[k]) : 0;
-        bool room = nb && !sched_grow((void **)&s->best, &s->cap_best, nb, sizeof *s->best) &&
-                    !sched_grow((void **)&s->jb, &s->cap_jb, w->n_held, sizeof *s->jb) &&
-                    !sched_grow((void **)&s->jbp, &s->cap_jbp, w->n_held, sizeof *s->jbp);
+        bool room = nb && !mt_grow((void **)&s->best, &s->cap_best, nb, sizeof *s->best, 16) &&
+                    !mt_grow((void **)&s->jb, &s->cap_jb, w->n_held, sizeof *s->jb, 16) &&
+                    !mt_grow((void **)&s->jbp, &s->cap_jbp, w->n_held, sizeof *s->jbp, 16);
         for (size_t k = 0, used = 0; room && k < w->n_held; k++) {
             const job_t *j = w->held[k];
             if (!sched_job_races(j)) continue;
@@ -372,7 +356,7 @@ void sched_batch_done(sched_t *s, sched_batch_t *b, int rc, const char *why, uin
         mt_fmt(s->storage_err, sizeof s->storage_err, "%s", why);
         if (!b->n_res) {
             /* only job and sweep rows: nothing to put back */
-        } else if (sched_grow((void **)&s->pending, &s->cap_pending, s->n_pending + b->n_res, sizeof *s->pending)) {
+        } else if (mt_grow((void **)&s->pending, &s->cap_pending, s->n_pending + b->n_res, sizeof *s->pending, 16)) {
             log_at(MT_LOG_ERROR, "out of memory keeping %zu results; their workers resend them", b->n_res);
             for (size_t i = 0; i < b->n_res; i++) wire_free(&b->res[i].e.env);
         } else {

@@ -10,62 +10,6 @@
 #include "mt.h"
 #include "sched_int.h"
 
-static bool state_open(wire_job_state_t st) { return st == WIRE_JOB_PENDING || st == WIRE_JOB_LEASED; }
-
-mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned_before) {
-    for (size_t h = 0; h < sw->n_hv; h++) { /* one slot a shape: its open count is kept in the first */
-        if (sw->hv_shapes[h] != shape_id) continue;
-        if (planned_before) sw->hv_state[h] = HV_PLANNED;
-        return MT_OK;
-    }
-    size_t n = sw->n_hv + 1;
-    uint64_t *ids = realloc(sw->hv_shapes, n * sizeof *ids);
-    if (ids) sw->hv_shapes = ids;
-    uint8_t *state = realloc(sw->hv_state, n * sizeof *state);
-    if (state) sw->hv_state = state;
-    uint32_t *open = realloc(sw->hv_open, n * sizeof *open);
-    if (open) sw->hv_open = open;
-    if (!ids || !state || !open) return MT_NOMEM;
-    uint32_t n_open = 0; /* its jobs indexed before it was added */
-    for (size_t i = 0; i < sw->n_jobs; i++) n_open += sw->jobs[i]->shape_id == shape_id && state_open(sw->jobs[i]->state);
-    sw->hv_shapes[sw->n_hv] = shape_id;
-    sw->hv_state[sw->n_hv] = planned_before ? HV_PLANNED : HV_WAIT;
-    sw->hv_open[sw->n_hv] = n_open;
-    sw->n_hv++;
-    return MT_OK;
-}
-
-void sched_halving_count(job_t *j, wire_job_state_t from) {
-    sweep_t *sw = j->sw;
-    if (j->phase >= 2) sw->pending2 += (uint32_t)((int)(j->state == WIRE_JOB_PENDING) - (int)(from == WIRE_JOB_PENDING));
-    int delta = (int)state_open(j->state) - (int)state_open(from);
-    if (!delta) return;
-    for (size_t h = 0; h < sw->n_hv; h++) {
-        if (sw->hv_shapes[h] != j->shape_id) continue;
-        sw->hv_open[h] += (uint32_t)delta; /* never below 0: every job is counted in before it leaves */
-        return;
-    }
-}
-
-static mt_status_t load_phase(void *ctx, uint64_t shape_id, uint32_t max_phase) {
-    return sched_halving_add_shape(ctx, shape_id, max_phase >= 2);
-}
-
-mt_status_t sched_halving_load(sched_t *s, sweep_t *sw) {
-    return store_sweep_phases_each(s->db, sw->id, load_phase, sw);
-}
-
-bool sched_halving_waiting(const sweep_t *sw) {
-    for (size_t h = 0; sw->halving && h < sw->n_hv; h++)
-        if (sw->hv_state[h] != (sw->gaps ? HV_GAPPED : HV_PLANNED)) return true;
-    return false;
-}
-
-void sched_halving_free(bhalving_t *hv, size_t n) {
-    for (size_t i = 0; hv && i < n; i++) free(hv[i].bs);
-    free(hv);
-}
-
 mt_status_t sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
     bhalving_t *hv = NULL;
     size_t n = 0;
@@ -79,7 +23,7 @@ mt_status_t sched_halving_take(sched_t *s, bhalving_t **out, size_t *n_out) {
              * the ship guard's batch sizes between the keys while any phase-2 job is */
             bool gaps = sw->gaps && sw->hv_state[h] == HV_PLANNED;
             if ((sw->hv_state[h] != HV_WAIT && !gaps) || sw->hv_open[h]) continue;
-            bhalving_t *a = realloc(hv, (n + 1) * sizeof *a);
+            bhalving_t *a = mt_realloc(hv, (n + 1) * sizeof *a);
             uint32_t *bs = a ? mt_malloc(sw->nb * sizeof *bs) : NULL;
             if (a) hv = a;
             if (!a || !bs) {

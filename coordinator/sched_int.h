@@ -2,18 +2,25 @@
  * sched_int.h - the scheduler's private model, shared by its files; scheduler.h
  * is the public interface. Not for callers outside coordinator/sched*.c.
  *
- *   scheduler.c     state changes, workers, leases, heartbeats, pick and dispatch,
- *                   results intake, crash retries, timers, cancel
- *   sched_load.c    the scheduler's memory: built from the store (sched_new, a
- *                   restart: sweeps, jobs, configs, bests, device binding) or for
- *                   a submitted sweep (sched_submit), and released (sched_destroy)
+ * Files, each calling only those below it (the entry points of scheduler.h are in the
+ * upper four):
  *   sched_commit.c  the commit pipeline: sched_batch_take and sched_batch_done on
  *                   the loop, sched_batch_write on the writer thread, sched_flush
+ *   sched_halving.c successive halving's phase transition when a shape's phase-1 jobs
+ *                   are over (halving.c), carried by a commit batch
+ *   sched_load.c    the scheduler's memory: built from the store (sched_new, a
+ *                   restart: sweeps, jobs, configs, bests, device binding) or for
+ *                   a submitted sweep (sched_plan_*), and released (sched_destroy)
+ *   scheduler.c     workers' messages (hello, ready, heartbeat, result, bye), leases,
+ *                   pick and dispatch, crash retries, timers, cancel
  *   sched_status.c  status replies, rates, GPU busy, counters
- *   sched_halving.c successive halving: a halving sweep's shapes and the phase
- *                   transition when a shape's phase-1 jobs are over (halving.c)
  *   sched_split.c   tail work: a leased job split for a worker that would idle,
  *                   and where the results of the configs a split moved belong
+ *   sched_model.c   the shared model: job index and lookup, job state and its counts
+ *                   (halving's open jobs per shape too), finishing a job, the sweep-over
+ *                   check, workers (find, add, hold, match), acks, where a moved config
+ *                   is now (sched_cfg_owner), freeing jobs and batches; it never
+ *                   dispatches
  *
  * Threads: everything runs on the event loop's thread except sched_batch_write,
  * which runs on the writer thread (writer.h) and reads only its batch, never the
@@ -296,15 +303,14 @@ static inline mt_status_t sched_send_env(sched_t *s, sched_worker_t *w, wire_env
     return s->o.send ? s->o.send(s->o.send_ctx, w->rid, w->rid_len, env) : MT_OK;
 }
 
-/* Grows *arr (elements of elem bytes, capacity *cap) to hold need, zeroing the new part. MT_NOMEM leaves it. */
-mt_status_t sched_grow(void **arr, size_t *cap, size_t need, size_t elem);
-
-/* ---- scheduler.c: state changes */
+/* ---- sched_model.c: the shared model (no dispatch, no peer) */
 
 /* Queues j's row for the next batch. */
 void sched_job_dirty(sched_t *s, job_t *j);
 /* Moves j to state, keeping its sweep's per-state counts. */
 void sched_set_job_state(job_t *j, wire_job_state_t state);
+/* Takes j out of its holder's held list (no holder: nothing). */
+void sched_job_release(job_t *j);
 /* Ends j (done, failed, cancelled): releases its holder, queues its row, ends its sweep when nothing is left. */
 void sched_job_finish(sched_t *s, job_t *j, wire_job_state_t state);
 /* A running sweep with no job pending or leased is over (failed when a job failed). */
@@ -314,11 +320,13 @@ mt_status_t sched_job_index_reserve(sched_t *s, sweep_t *sw, uint64_t id);
 /* Indexes j by id and in its sweep: all or nothing (MT_NOMEM leaves no entry behind). */
 mt_status_t sched_job_index(sched_t *s, job_t *j);
 job_t *sched_job_lookup(const sched_t *s, uint64_t id);
-sweep_t *sched_sweep_lookup(sched_t *s, uint64_t id);
 /* Notes a device that committed results to sw (GPU busy counts each once). */
 mt_status_t sched_sweep_note_device(sweep_t *sw, uint64_t device_id);
-
-/* ---- scheduler.c: workers and dispatch */
+/* The job whose config *ci of j is now: j itself, or where a split or a crash retry moved
+ * it (following later moves), *ci its index there; NULL when none holds it. */
+job_t *sched_cfg_owner(job_t *j, size_t *ci);
+void sched_job_free(job_t *j);
+void sched_batch_free(sched_batch_t *b);
 
 sched_worker_t *sched_worker_find(sched_t *s, const uint8_t *rid, size_t len);
 /* A new worker record, not alive, with its routing id as its id until it says Hello. */
@@ -327,56 +335,14 @@ sched_worker_t *sched_worker_add(sched_t *s, const uint8_t *rid, size_t len);
 mt_status_t sched_worker_hold(sched_worker_t *w, job_t *j);
 /* Queues seq for w's next Ack. */
 void sched_ack_push(sched_worker_t *w, uint64_t seq);
-/* The job whose config *ci of j is now: j itself, or where a split or a crash retry moved
- * it (following later moves), *ci its index there; NULL when none holds it. */
-job_t *sched_cfg_owner(job_t *j, size_t *ci);
-
+/* The GPU name w's Hello gave ("" before a Hello). */
+const char *sched_worker_gpu(const sched_worker_t *w);
 /* True when worker w may measure sweep sw (backend, device filter, the measuring identity it is
  * bound to). */
 bool sched_worker_matches(const sched_worker_t *w, const sweep_t *sw);
 
-/* A measuring identity as one string: the GPU model, backend, compiler, kernel hash and versions
- * (triton: Triton, torch, Python, engine) joined by SCHED_ID_SEP, which no Hello string holds
- * (wire_hello_invalid). Every worker that measures a sweep has its sweep's identity. Returns a
- * new string (caller frees) or NULL on no memory. */
-#define SCHED_ID_SEP '\x1f'
-char *sched_identity_of(const char *gpu, const char *backend, const char *compiler, const char *kernel_hash,
-                        const char *versions);
-/* An identity for a log line: its parts joined by " / " into buf. */
-const char *sched_identity_text(const char *identity, char *buf, size_t len);
-/* Dispatches to the workers that had credits while holding WIRE_MAX_HELD jobs and hold fewer now. */
-void sched_dispatch_capped(sched_t *s, uint64_t now_ms);
-
-/* sched_split.c. Tail work for w, which holds nothing while nothing is pending for it: the
- * back half of the open configs of the leased job with the most, moved to a new pending job
- * (stored at once) and returned for w to lease; NULL when nothing splits or on failure
- * (nothing changed). */
-job_t *sched_job_split(sched_t *s, sched_worker_t *w);
-
-/* A result with the token of done job j for config_id: NULL to go on (*late set when a split
- * moved the config and its new job still waits for it), or why it is dropped quietly. */
-const char *sched_late_result(job_t *j, uint64_t config_id, bool *late);
-
-/* Another open job of j's sweep, shape and phase that holds config_id, else NULL. */
-const job_t *sched_config_elsewhere(const job_t *j, uint64_t config_id);
-/* Dispatches to every live worker with credits. */
-void sched_dispatch_all(sched_t *s, uint64_t now_ms);
-
-/* ---- sched_load.c */
-
-/* Loads a sweep row into memory: counts, devices and, for a running sweep, its bests
- * and open jobs with their configs. A sched store_sweeps_each callback (ctx: sched_t). */
-mt_status_t sched_load_sweep(void *ctx, const store_sweep_row_t *row);
-void sched_job_free(job_t *j);
-void sched_sweep_free(sweep_t *sw);
-
-/* Loads the running sweep's open jobs that are not in memory yet (halving's phase 2),
- * with their configs and committed rows; a job already complete is finished. */
-mt_status_t sched_load_new_jobs(sched_t *s, sweep_t *sw);
-
-/* ---- sched_halving.c: successive halving's hooks (the logic is halving.c) */
-
-/* Loads sw's shapes and whether each one's phase 2 is planned (a halving sweep's load). */
+/* Halving's bookkeeping. Loads sw's shapes and whether each one's phase 2 is planned (a
+ * halving sweep's load). */
 mt_status_t sched_halving_load(sched_t *s, sweep_t *sw);
 /* Adds a shape of sw and whether its phase 2 is planned, with the count of its jobs already
  * indexed that are open; a shape already there keeps its slot (marked planned when planned
@@ -388,6 +354,55 @@ mt_status_t sched_halving_add_shape(sweep_t *sw, uint64_t shape_id, bool planned
 void sched_halving_count(job_t *j, wire_job_state_t from);
 /* True while a shape of sw has no phase 2 planned: the sweep is not over. */
 bool sched_halving_waiting(const sweep_t *sw);
+void sched_halving_free(bhalving_t *hv, size_t n);
+
+/* ---- sched_split.c: tail work */
+
+/* Tail work for w, which holds nothing while nothing is pending for it: the back half of
+ * the open configs of the leased job with the most, moved to a new pending job (stored at
+ * once) and returned for w to lease; NULL when nothing splits or on failure (nothing
+ * changed). */
+job_t *sched_job_split(sched_t *s, sched_worker_t *w);
+/* A result with the token of done job j for config_id: NULL to go on (*late set when a split
+ * moved the config and its new job still waits for it), or why it is dropped quietly. */
+const char *sched_late_result(job_t *j, uint64_t config_id, bool *late);
+/* Another open job of j's sweep, shape and phase that holds config_id, else NULL. */
+const job_t *sched_config_elsewhere(const job_t *j, uint64_t config_id);
+
+/* ---- sched_status.c */
+
+/* Samples each running sweep's committed count for its rate (once a second). */
+void sched_rate_sample(sched_t *s, uint64_t now_ms);
+
+/* ---- scheduler.c: the entry points of a worker's messages, leases and dispatch */
+
+sweep_t *sched_sweep_lookup(sched_t *s, uint64_t id);
+/* A measuring identity as one string: the GPU model, backend, compiler, kernel hash and versions
+ * (triton: Triton, torch, Python, engine) joined by SCHED_ID_SEP, which no Hello string holds
+ * (wire_hello_invalid). Every worker that measures a sweep has its sweep's identity. Returns a
+ * new string (caller frees) or NULL on no memory. */
+#define SCHED_ID_SEP '\x1f'
+char *sched_identity_of(const char *gpu, const char *backend, const char *compiler, const char *kernel_hash,
+                        const char *versions);
+/* An identity for a log line: its parts joined by " / " into buf. */
+const char *sched_identity_text(const char *identity, char *buf, size_t len);
+/* Dispatches to every live worker with credits. */
+void sched_dispatch_all(sched_t *s, uint64_t now_ms);
+/* Dispatches to the workers that had credits while holding WIRE_MAX_HELD jobs and hold fewer now. */
+void sched_dispatch_capped(sched_t *s, uint64_t now_ms);
+
+/* ---- sched_load.c: memory from the store and for a submitted sweep */
+
+/* Loads a sweep row into memory: counts, devices and, for a running sweep, its bests
+ * and open jobs with their configs. A sched store_sweeps_each callback (ctx: sched_t). */
+mt_status_t sched_load_sweep(void *ctx, const store_sweep_row_t *row);
+void sched_sweep_free(sweep_t *sw);
+/* Loads the running sweep's open jobs that are not in memory yet (halving's phase 2),
+ * with their configs and committed rows; a job already complete is finished. */
+mt_status_t sched_load_new_jobs(sched_t *s, sweep_t *sw);
+
+/* ---- sched_halving.c: successive halving's phase transition (the logic is halving.c) */
+
 /* For a commit batch: every shape of a running halving sweep whose phase-1 jobs are
  * over and whose phase 2 is not planned, marked taken (*hv owned by the caller, freed
  * with sched_halving_free). MT_NOMEM leaves them waiting. */
@@ -395,17 +410,10 @@ mt_status_t sched_halving_take(sched_t *s, bhalving_t **hv, size_t *n);
 /* The batch came back: committed, each shape's phase 2 is planned, its pruned rows
  * counted and its jobs loaded and dispatched; otherwise the shapes wait for the next batch. */
 void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, uint64_t now_ms);
-void sched_halving_free(bhalving_t *hv, size_t n);
 
 /* ---- sched_commit.c */
 
 /* Sends every worker's queued Acks. */
 void sched_send_acks(sched_t *s);
-void sched_batch_free(sched_batch_t *b);
-
-/* ---- sched_status.c */
-
-/* Samples each running sweep's committed count for its rate (once a second). */
-void sched_rate_sample(sched_t *s, uint64_t now_ms);
 
 #endif

@@ -34,15 +34,6 @@ static void rng_seed(sched_t *s) {
     if (!s->rng) s->rng = 0x2545F4914F6CDD1DULL;
 }
 
-void sched_job_free(job_t *j) {
-    if (!j) return;
-    free(j->cfgs);
-    free(j->bs);
-    free(j->last_worker);
-    free(j->avoid);
-    free(j);
-}
-
 void sched_sweep_free(sweep_t *sw) {
     if (!sw) return;
     for (size_t i = 0; i < sw->n_jobs; i++) sched_job_free(sw->jobs[i]);
@@ -252,7 +243,7 @@ mt_status_t sched_load_sweep(void *ctx, const store_sweep_row_t *row) {
     }
     if (!rc && sw->halving) rc = store_sweep_finalists(s->db, sw->id, (uint32_t)sw->nb, &sw->finalists);
     if (rc) goto out;
-    if (sched_grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps)) {
+    if (mt_grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps, 16)) {
         rc = MT_NOMEM;
         goto out;
     }
@@ -545,7 +536,7 @@ static int sweep_from_plan(sched_t *s, const sched_plan_t *sp) {
     sweep_t *sw = NULL;
     int rc = sweep_new(&row, sp->spec, &sw);
     if (rc) return rc;
-    if (sched_grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps)) {
+    if (mt_grow((void **)&s->sweeps, &s->cap_sweeps, s->n_sweeps + 1, sizeof *s->sweeps, 16)) {
         sched_sweep_free(sw);
         return MT_NOMEM;
     }
@@ -608,7 +599,7 @@ mt_status_t sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *
         const sweep_t *o = s->sweeps[i];
         if (o->state != WIRE_SWEEP_RUNNING || !(o->jobs_by_state[WIRE_JOB_PENDING] + o->jobs_by_state[WIRE_JOB_LEASED]))
             continue;
-        if (sched_grow((void **)&s->behind, &s->cap_behind, n_behind + 1, sizeof *s->behind)) break;
+        if (mt_grow((void **)&s->behind, &s->cap_behind, n_behind + 1, sizeof *s->behind, 16)) break;
         s->behind[n_behind++] = o->id;
     }
     rc = sweep_from_plan(s, sp);
@@ -648,26 +639,4 @@ mt_status_t sched_plan_done(sched_t *s, sched_plan_t **psp, int rc, const char *
 out:
     sched_plan_free(psp);
     return rc;
-}
-
-mt_status_t sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms,
-                         char *err, size_t errlen) {
-    sched_plan_t *sp = NULL;
-    int rc = sched_plan_new(spec, &sp, err, errlen);
-    if (rc) return rc;
-    sched_plan_device(s, sp, NULL);
-    rc = sched_plan_build(s->db, sp);
-    if (!rc) {
-        /* A submit waits longer than the loop's other writes for the writer thread's commit. */
-        store_set_busy_ms(s->db, SCHED_SUBMIT_BUSY_MS);
-        rc = store_begin(s->db);
-        if (!rc) rc = sched_plan_write(s->db, sp);
-        if (!rc) rc = store_commit(s->db);
-        if (rc) {
-            mt_fmt(s->err, sizeof s->err, "%s", store_errmsg(s->db));
-            store_rollback(s->db);
-        }
-        store_set_busy_ms(s->db, SCHED_DB_BUSY_MS);
-    }
-    return sched_plan_done(s, &sp, rc, s->err, out, now_ms, err, errlen);
 }

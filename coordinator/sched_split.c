@@ -154,21 +154,6 @@ fail:
     return NULL;
 }
 
-/* Bounded: a config moves a few times. */
-job_t *sched_cfg_owner(job_t *j, size_t *ci) {
-    for (int hops = 0; j && hops < 64; hops++) {
-        const jcfg_t *c = &j->cfgs[*ci];
-        if (!c->removed) return j;
-        job_t *t = c->to;
-        size_t k = 0;
-        while (t && k < t->n_cfgs && t->cfgs[k].config_id != c->config_id) k++;
-        if (!t || k == t->n_cfgs) return NULL;
-        j = t;
-        *ci = k;
-    }
-    return NULL;
-}
-
 /* A result with the token of done job j for config_id: NULL to go on (*late set when the config
  * was moved by a split and its new job still waits for it: accepted, its rows credited there),
  * or why it is dropped quietly (a split moved it and its rows are in; or its rows came from the

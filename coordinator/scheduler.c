@@ -16,18 +16,6 @@
 
 /* ---- small helpers */
 
-mt_status_t sched_grow(void **arr, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return MT_OK;
-    size_t n = *cap ? *cap : 16;
-    while (n < need) n *= 2;
-    void *p = mt_realloc(*arr, n * elem);
-    if (!p) return MT_NOMEM;
-    memset((char *)p + *cap * elem, 0, (n - *cap) * elem);
-    *arr = p;
-    *cap = n;
-    return MT_OK;
-}
-
 static uint64_t rng_next(sched_t *s) {
     uint64_t x = s->rng;
     x ^= x >> 12;
@@ -36,24 +24,6 @@ static uint64_t rng_next(sched_t *s) {
     s->rng = x;
     uint64_t v = x * 2685821657736338717ULL;
     return v ? v : 1;
-}
-
-static const char *gpu_name(const sched_worker_t *w) {
-    const Moetune__Hello *h = w->hello ? w->hello->hello : NULL;
-    return h && h->gpu && h->gpu->name ? h->gpu->name : "";
-}
-
-/* A sweep's results are for one kernel: a worker of another backend measures another kernel.
- * And for one measuring identity (GPU model, backend, compiler and toolkit, kernel hash,
- * versions): once leased to one, a sweep is measured only by workers of that identity, so every
- * row of a sweep comes from the same kernel build on the same model (a mixed fleet never
- * splits one). */
-bool sched_worker_matches(const sched_worker_t *w, const sweep_t *sw) {
-    const Moetune__Hello *h = w->hello ? w->hello->hello : NULL;
-    if (!h || !w->identity) return false;
-    if (sw->backend && (!h->backend || strcmp(h->backend, sw->backend) != 0)) return false;
-    if (sw->device && strcmp(w->identity, sw->device) != 0) return false;
-    return !sw->filter || !*sw->filter || strstr(gpu_name(w), sw->filter) != NULL;
 }
 
 char *sched_identity_of(const char *gpu, const char *backend, const char *compiler, const char *kernel_hash,
@@ -109,7 +79,7 @@ static int bs_index(const sweep_t *sw, uint32_t b) {
 static const krn_shape_t *shape_get(sched_t *s, uint64_t id) {
     for (size_t i = 0; i < s->n_shapes; i++)
         if (s->shapes[i].id == id) return &s->shapes[i].shape;
-    if (sched_grow((void **)&s->shapes, &s->cap_shapes, s->n_shapes + 1, sizeof *s->shapes)) return NULL;
+    if (mt_grow((void **)&s->shapes, &s->cap_shapes, s->n_shapes + 1, sizeof *s->shapes, 16)) return NULL;
     shape_entry_t *e = &s->shapes[s->n_shapes];
     if (store_shape_get(s->db, id, &e->shape)) return NULL;
     e->id = id;
@@ -118,7 +88,7 @@ static const krn_shape_t *shape_get(sched_t *s, uint64_t id) {
 }
 
 static const krn_config_t *config_get(sched_t *s, uint64_t id) {
-    if (id >= s->cap_cfgs && sched_grow((void **)&s->cfgs, &s->cap_cfgs, id + 1, sizeof *s->cfgs)) return NULL;
+    if (id >= s->cap_cfgs && mt_grow((void **)&s->cfgs, &s->cap_cfgs, id + 1, sizeof *s->cfgs, 16)) return NULL;
     krn_config_t *c = &s->cfgs[id];
     if (c->block_m == 0 && store_config_get(s->db, id, c)) {
         memset(c, 0, sizeof *c);
@@ -128,61 +98,6 @@ static const krn_config_t *config_get(sched_t *s, uint64_t id) {
 }
 
 /* ---- state changes */
-
-void sched_job_dirty(sched_t *s, job_t *j) {
-    if (j->dirty) return;
-    if (sched_grow((void **)&s->dirty_jobs, &s->cap_dirty, s->n_dirty + 1, sizeof *s->dirty_jobs)) {
-        log_at(MT_LOG_ERROR, "out of memory queueing job %llu", (unsigned long long)j->id);
-        return;
-    }
-    s->dirty_jobs[s->n_dirty++] = j;
-    j->dirty = true;
-}
-
-void sched_set_job_state(job_t *j, wire_job_state_t state) {
-    wire_job_state_t from = j->state;
-    j->sw->jobs_by_state[j->state]--;
-    j->state = state;
-    j->sw->jobs_by_state[state]++;
-    sched_halving_count(j, from);
-}
-
-static void release_holder(job_t *j) {
-    sched_worker_t *w = j->holder;
-    if (!w) return;
-    j->claim_cfg = 0;
-    size_t i = j->held_idx;
-    w->held[i] = w->held[--w->n_held];
-    w->held[i]->held_idx = i;
-    j->holder = NULL;
-}
-
-/* A sweep is over when no job is pending or leased. */
-void sched_sweep_check(sched_t *s, sweep_t *sw) {
-    if (sw->state != WIRE_SWEEP_RUNNING || sw->jobs_by_state[WIRE_JOB_PENDING] || sw->jobs_by_state[WIRE_JOB_LEASED])
-        return;
-    if (sched_halving_waiting(sw)) {
-        sw->halving_due = true; /* not over: a shape's phase 2 is still to plan */
-        return;
-    }
-    sw->state = sw->jobs_by_state[WIRE_JOB_FAILED] ? WIRE_SWEEP_FAILED : WIRE_SWEEP_DONE;
-    sw->finished = mt_wall_s();
-    sw->dirty = true;
-    race_forget(s->race, sw->id);
-    log_at(MT_LOG_INFO, "sweep %llu '%s' %s: %llu results, %llu not ok", (unsigned long long)sw->id, sw->name,
-           wire_sweep_state_name(sw->state), (unsigned long long)sw->done, (unsigned long long)sw->failed);
-}
-
-void sched_job_finish(sched_t *s, job_t *j, wire_job_state_t state) {
-    release_holder(j);
-    sched_set_job_state(j, state);
-    j->finished = mt_wall_s();
-    if (j->phase == 1 && j->sw->halving) j->sw->halving_due = true;
-    sched_job_dirty(s, j);
-    log_at(MT_LOG_INFO, "job %llu (sweep %llu) %s after %u attempts", (unsigned long long)j->id,
-           (unsigned long long)j->sw->id, wire_job_state_name(state), j->attempts);
-    sched_sweep_check(s, j->sw);
-}
 
 /* A sweep bound to a measuring identity by a lease that went back before anything of it was
  * measured (no row committed, none waiting, nothing leased) is unbound: its first worker died
@@ -201,7 +116,7 @@ static void sweep_unbind_if_empty(sched_t *s, sweep_t *sw) {
 /* Back to pending (or failed at max_attempts) from whatever lease it had. */
 static void job_requeue(sched_t *s, job_t *j, bool count_attempt, const char *why) {
     if (j->state != WIRE_JOB_LEASED && j->state != WIRE_JOB_PENDING) return;
-    release_holder(j);
+    sched_job_release(j);
     if (count_attempt) j->attempts++;
     s->c.requeued_jobs++;
     if (count_attempt && j->attempts >= j->sw->max_attempts) {
@@ -217,84 +132,7 @@ static void job_requeue(sched_t *s, job_t *j, bool count_attempt, const char *wh
     sweep_unbind_if_empty(s, j->sw);
 }
 
-/* Makes room to index one more job of sw with this id; nothing else changes. */
-mt_status_t sched_job_index_reserve(sched_t *s, sweep_t *sw, uint64_t id) {
-    if (id >= s->cap_by_id && sched_grow((void **)&s->by_id, &s->cap_by_id, id + 1, sizeof *s->by_id)) return MT_NOMEM;
-    return sched_grow((void **)&sw->jobs, &sw->cap_jobs, sw->n_jobs + 1, sizeof *sw->jobs);
-}
-
-/* Indexes j by id and in its sweep: all or nothing (MT_NOMEM leaves no entry behind). */
-mt_status_t sched_job_index(sched_t *s, job_t *j) {
-    if (sched_job_index_reserve(s, j->sw, j->id)) return MT_NOMEM;
-    sweep_t *sw = j->sw;
-    s->by_id[j->id] = j;
-    j->idx = sw->n_jobs;
-    sw->jobs[sw->n_jobs++] = j;
-    sw->jobs_by_state[j->state]++;
-    sched_halving_count(j, WIRE_JOB_DONE); /* counted in as if from a closed state */
-    return MT_OK;
-}
-
-job_t *sched_job_lookup(const sched_t *s, uint64_t id) { return id < s->cap_by_id ? s->by_id[id] : NULL; }
-
-/* GPU busy counts each device that measured the sweep once. */
-mt_status_t sched_sweep_note_device(sweep_t *sw, uint64_t device_id) {
-    for (size_t i = 0; i < sw->n_devs; i++)
-        if (sw->devs[i] == device_id) return MT_OK;
-    if (sched_grow((void **)&sw->devs, &sw->cap_devs, sw->n_devs + 1, sizeof *sw->devs)) return MT_NOMEM;
-    sw->devs[sw->n_devs++] = device_id;
-    return MT_OK;
-}
-
 /* ---- workers */
-
-sched_worker_t *sched_worker_find(sched_t *s, const uint8_t *rid, size_t len) {
-    uint64_t h = mt_fnv1a(MT_FNV_INIT, rid, len);
-    for (size_t i = 0; i < s->n_workers; i++) {
-        sched_worker_t *w = s->workers[i];
-        if (w->rid_hash == h && w->rid_len == len && memcmp(w->rid, rid, len) == 0) return w;
-    }
-    return NULL;
-}
-
-/* A new worker record, not alive, with its routing id as its id until it says Hello. */
-sched_worker_t *sched_worker_add(sched_t *s, const uint8_t *rid, size_t len) {
-    if (sched_grow((void **)&s->workers, &s->cap_workers, s->n_workers + 1, sizeof *s->workers)) return NULL;
-    sched_worker_t *w = mt_calloc(1, sizeof *w);
-    char *id = mt_malloc(len + 1);
-    if (!w || !id) {
-        free(w);
-        free(id);
-        return NULL;
-    }
-    memcpy(id, rid, len);
-    id[len] = '\0';
-    w->id = id;
-    memcpy(w->rid, rid, len);
-    w->rid_len = len;
-    w->rid_hash = mt_fnv1a(MT_FNV_INIT, rid, len);
-    s->workers[s->n_workers++] = w;
-    return w;
-}
-
-/* Records j in w's held list (the caller sets the lease). */
-mt_status_t sched_worker_hold(sched_worker_t *w, job_t *j) {
-    if (sched_grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return MT_NOMEM;
-    j->holder = w;
-    j->held_idx = w->n_held;
-    w->held[w->n_held++] = j;
-    return MT_OK;
-}
-
-sched_worker_t *sched_worker(sched_t *s, const uint8_t *rid, size_t rid_len) {
-    sched_worker_t *w = sched_worker_find(s, rid, rid_len);
-    return w && w->alive ? w : NULL;
-}
-
-void sched_ack_push(sched_worker_t *w, uint64_t seq) {
-    if (sched_grow((void **)&w->acks, &w->cap_acks, w->n_acks + 1, sizeof *w->acks)) return;
-    w->acks[w->n_acks++] = seq;
-}
 
 /* Every job w holds goes back to pending. */
 static void worker_release_all(sched_t *s, sched_worker_t *w, bool count_attempt, const char *why) {
@@ -392,7 +230,8 @@ mt_status_t sched_on_hello(sched_t *s, const uint8_t *rid, size_t rid_len, wire_
     else
         w->device_id = dev;
     log_at(MT_LOG_INFO, "worker %s joined: host %s pid %u backend %s gpu '%s' compiler %s", w->id,
-           h->host ? h->host : "", h->pid, h->backend ? h->backend : "", gpu_name(w), h->compiler ? h->compiler : "");
+           h->host ? h->host : "", h->pid, h->backend ? h->backend : "", sched_worker_gpu(w),
+           h->compiler ? h->compiler : "");
     wire_env_t out;
     Moetune__Welcome wel = MOETUNE__WELCOME__INIT;
     wel.heartbeat_ms = s->o.heartbeat_ms;
@@ -537,11 +376,6 @@ static job_t *pick(sched_t *s, sched_worker_t *w) {
     return NULL;
 }
 
-void sched_job_bests(const sched_t *s, const job_t *j, double *out) {
-    for (size_t i = 0; i < sched_job_nb(j); i++)
-        out[i] = race_best(s->race, j->sw->id, j->shape_id, sched_job_bs(j)[i]);
-}
-
 /* Builds and sends the Job for j leased to w. MT_NOTFOUND when nothing is left to measure. */
 static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
     const krn_shape_t *sh = shape_get(s, j->shape_id);
@@ -570,7 +404,7 @@ static int send_job(sched_t *s, sched_worker_t *w, job_t *j) {
         n++;
     }
     if (n == 0) return MT_NOTFOUND;
-    if (sched_grow((void **)&s->best, &s->cap_best, sched_job_nb(j), sizeof *s->best)) return MT_NOMEM;
+    if (mt_grow((void **)&s->best, &s->cap_best, sched_job_nb(j), sizeof *s->best, 16)) return MT_NOMEM;
     sched_job_bests(s, j, s->best);
     Moetune__Shape shape;
     wire_shape_to_msg(sh, &shape);
@@ -602,7 +436,7 @@ static void dispatch(sched_t *s, sched_worker_t *w, uint64_t now_ms) {
         job_t *j = pick(s, w);
         if (!j) j = sched_job_split(s, w);
         if (!j) return;
-        if (sched_grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held)) return;
+        if (mt_grow((void **)&w->held, &w->cap_held, w->n_held + 1, sizeof *w->held, 16)) return;
         char *holder_id = mt_strdup(w->id); /* the job row's worker_id, before anything is sent */
         char *device = j->sw->device ? NULL : mt_strdup(w->identity);
         if (!holder_id || (!j->sw->device && !device)) {
@@ -708,7 +542,7 @@ static int crash_first(sched_t *s, sched_worker_t *w, job_t *j, size_t ci, uint6
     if (!rc) rc = store_crash_bump(s->db, j->sw->id, j->shape_id, c->config_id, w->id, &count);
     if (!rc) rc = store_job_config_delete(s->db, j->id, c->config_id);
     char bs_text[2048] = "";
-    uint32_t *nbs = j->bs ? malloc(j->nb * sizeof *nbs) : NULL;
+    uint32_t *nbs = j->bs ? mt_malloc(j->nb * sizeof *nbs) : NULL;
     if (j->bs && (!nbs || halving_bs_format(j->bs, j->nb, bs_text, sizeof bs_text))) {
         free(nbs);
         store_rollback(s->db);
@@ -860,7 +694,7 @@ mt_status_t sched_on_result(sched_t *s, sched_worker_t *w, wire_env_t **env, uin
         }
         log_at(MT_LOG_WARN, "config %llu crashed again on %s: quarantined", (unsigned long long)r->config_id, w->id);
     }
-    if (sched_grow((void **)&s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending)) return MT_NOMEM;
+    if (mt_grow((void **)&s->pending, &s->cap_pending, s->n_pending + 1, sizeof *s->pending, 16)) return MT_NOMEM;
     entry_t *e = &s->pending[s->n_pending++];
     memset(e, 0, sizeof *e);
     e->env = *env;

@@ -27,7 +27,6 @@ typedef struct sched_batch sched_batch_t;
 
 /* How long the loop's connection waits on a locked database before giving up. */
 #define SCHED_DB_BUSY_MS 200
-#define SCHED_SUBMIT_BUSY_MS 2000
 
 /* Results in one commit batch at most: bounds a transaction (about 18 rows a result). */
 #define SCHED_BATCH_MAX 256
@@ -196,8 +195,7 @@ mt_status_t sched_plan_write(store_t *db, void *plan);
 
 /* Takes a plan job back and frees it (nulls *plan). rc is the job's outcome (MT_OK when
  * committed; why the writer's reason otherwise). On success the sweep joins the scheduler
- * as sched_submit's does and out is filled as by sched_submit (queued_behind valid until
- * the next submit). Otherwise returns the error with a one-line reason in err: MT_INVAL
+ * and out is filled (queued_behind valid until the next submit). Otherwise returns the error with a one-line reason in err: MT_INVAL
  * for a bad spec, MT_IO/MT_BUSY for storage (nothing stored), or MT_NOMEM for memory
  * (the stored sweep is marked failed: never left running). */
 mt_status_t sched_plan_done(sched_t *s, sched_plan_t **plan, int rc, const char *why, Moetune__Submitted *out,
@@ -205,15 +203,6 @@ mt_status_t sched_plan_done(sched_t *s, sched_plan_t **plan, int rc, const char 
 
 /* Releases a plan job; NULL-safe, nulls *plan. */
 void sched_plan_free(sched_plan_t **plan);
-
-/* Plans spec into a new sweep and starts dispatching it, synchronously on the scheduler's
- * own store (the steps above in one call). out->queued_behind lists
- * the running sweeps with work left that go first (points into the scheduler:
- * valid until the next submit). MT_INVAL with a reason in err for a bad spec
- * (nothing stored); MT_IO/MT_BUSY on a storage failure (nothing stored, or the
- * sweep marked failed: never left running). */
-mt_status_t sched_submit(sched_t *s, const Moetune__SweepSpec *spec, Moetune__Submitted *out, uint64_t now_ms,
-                         char *err, size_t errlen);
 
 /* Cancels a sweep's pending and leased jobs. MT_NOTFOUND for an unknown sweep. */
 mt_status_t sched_cancel(sched_t *s, uint64_t sweep_id, uint32_t *jobs_cancelled, uint64_t now_ms);

@@ -65,7 +65,7 @@ static void *writer_main(void *p) {
 mt_status_t writer_new(const char *db_path, writer_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
     *out = NULL;
-    writer_t *w = calloc(1, sizeof *w);
+    writer_t *w = mt_calloc(1, sizeof *w);
     if (!w) {
         mt_fmt(err, errlen, "out of memory");
         return MT_NOMEM;

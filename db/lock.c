@@ -124,7 +124,7 @@ mt_status_t db_lock_acquire(const char *db_path, db_lock_t **out, char *err, siz
         rc = busy(db_path, path, fd, db_fd, err, errlen);
         goto out;
     }
-    db_lock_t *l = calloc(1, sizeof *l);
+    db_lock_t *l = mt_calloc(1, sizeof *l);
     if (!l) {
         mt_fmt(err, errlen, "out of memory");
         rc = MT_NOMEM;
@@ -164,7 +164,7 @@ static bool canonical(const char *path, char *buf, size_t len) {
     return snprintf(buf, len, "%s/%s", strcmp(real, "/") == 0 ? "" : real, base) < (int)len;
 }
 
-mt_status_t db_refuse_overwrite(const char *db_path, const char *out_path, char *err, size_t errlen) {
+mt_status_t db_lock_refuse_overwrite(const char *db_path, const char *out_path, char *err, size_t errlen) {
     static const struct {
         const char *suffix, *what;
     } companions[] = {{"", "the database"},

@@ -28,7 +28,7 @@ mt_status_t db_lock_acquire(const char *db_path, db_lock_t **out, char *err, siz
  * symlink or through a hard link; then MT_INVAL with one line in err ("PATH is the
  * database's -wal file; refusing to write over it"). For every command that writes a
  * file while reading a database. */
-mt_status_t db_refuse_overwrite(const char *db_path, const char *out_path, char *err, size_t errlen);
+mt_status_t db_lock_refuse_overwrite(const char *db_path, const char *out_path, char *err, size_t errlen);
 
 /* Releases the lock and closes its file; NULL-safe, nulls *lock. The file stays (an
  * unlocked file means nothing). */

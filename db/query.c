@@ -152,7 +152,7 @@ static const char k_sql_sweeps[] =
  * database otherwise needs (and cannot create where the user may not write). */
 static char *immutable_uri(const char *path) {
     size_t n = strlen(path);
-    char *uri = malloc(n * 3 + 32);
+    char *uri = mt_malloc(n * 3 + 32);
     if (!uri) return NULL;
     size_t o = (size_t)sprintf(uri, "file:");
     for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
@@ -206,7 +206,7 @@ mt_status_t dbq_open(const char *path, dbq_t **out, char *err, size_t errlen) {
     /* a FIFO would block SQLite's open */
     rc = mt_check_regular(path, false, err, errlen);
     if (rc != MT_OK) return rc == MT_NOTFOUND ? MT_IO : rc;
-    q = calloc(1, sizeof *q);
+    q = mt_calloc(1, sizeof *q);
     if (!q) return MT_NOMEM;
     rc = open_conn(path, SQLITE_OPEN_READONLY, q, &code, why, sizeof why);
     /* A WAL file in a folder (or a file) the user cannot write: without a -wal file the
@@ -359,7 +359,7 @@ mt_status_t dbq_results(dbq_t *q, const dbq_filter_t *f, dbq_result_fn fn, void 
 static int bind_sweeps(sqlite3_stmt *st, const dbq_select_t *sel) {
     if (!sel || sel->n_ids == 0) return sqlite3_bind_null(st, 1) == SQLITE_OK ? MT_OK : MT_ERR;
     size_t cap = sel->n_ids * 21 + 3, used = 0;
-    char *text = malloc(cap);
+    char *text = mt_malloc(cap);
     if (!text) return MT_NOMEM;
     text[used++] = '[';
     for (size_t i = 0; i < sel->n_ids; i++)
@@ -491,7 +491,7 @@ mt_status_t dbq_known_picks(dbq_t *q, const char *device, const char *backend, c
     *from = *shape;
     int rc = prepare(q, k_sql_known, &st, err, errlen);
     if (rc != MT_OK) return rc;
-    all = calloc(CAP, sizeof *all);
+    all = mt_calloc(CAP, sizeof *all);
     if (!all) {
         sqlite3_finalize(st);
         return MT_NOMEM;

@@ -398,7 +398,7 @@ mt_status_t store_open(const char *path, store_t **out, char *err, size_t errlen
     /* a FIFO would block SQLite's open; a directory or device is no database */
     rc = mt_check_regular(path, true, err, errlen);
     if (rc) return rc == MT_INVAL ? MT_INVAL : MT_IO;
-    store_t *s = calloc(1, sizeof *s);
+    store_t *s = mt_calloc(1, sizeof *s);
     if (!s) {
         mt_fmt(err, errlen, "out of memory");
         return MT_NOMEM;
@@ -664,13 +664,6 @@ mt_status_t store_result_put(store_t *s, const store_result_t *r, int *outcome) 
     bind_result(s->st[ST_RESULT_REPLACE], r, status);
     rc = exec_st(s, ST_RESULT_REPLACE);
     if (!rc && sqlite3_changes(s->db) == 1) *outcome = STORE_ROW_REPLACED;
-    return rc;
-}
-
-mt_status_t store_result_insert(store_t *s, const store_result_t *r, bool *inserted) {
-    int outcome = STORE_ROW_KEPT;
-    int rc = store_result_put(s, r, &outcome);
-    *inserted = outcome == STORE_ROW_NEW;
     return rc;
 }
 
@@ -976,7 +969,7 @@ mt_status_t store_sweep_spec_get(store_t *s, uint64_t sweep_id, void **spec, siz
     if (src == SQLITE_ROW) {
         int n = sqlite3_column_bytes(st, 0);
         const void *blob = sqlite3_column_blob(st, 0);
-        *spec = malloc(n > 0 ? (size_t)n : 1);
+        *spec = mt_malloc(n > 0 ? (size_t)n : 1);
         if (!*spec) {
             rc = MT_NOMEM;
         } else {

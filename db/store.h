@@ -137,9 +137,6 @@ mt_status_t store_job_config_delete(store_t *s, uint64_t job_id, uint64_t config
 mt_status_t store_job_update(store_t *s, const store_job_update_t *u);
 
 /* ---- results and crashes */
-/* Inserts one row unless (sweep, shape, config, batch size) already exists;
- * *inserted is true when a new row was written. */
-mt_status_t store_result_insert(store_t *s, const store_result_t *r, bool *inserted);
 /* What store_result_put did with a row. */
 enum { STORE_ROW_KEPT, STORE_ROW_NEW, STORE_ROW_REPLACED };
 /* Inserts r; when its key exists, replaces it only when r->phase is later than the

@@ -363,52 +363,11 @@ static int load_common(cuda_state_t *st, char *err, size_t errlen) {
     return MT_OK;
 }
 
-static void cuda_close(void **state);
-
-static mt_status_t cuda_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err,
-                             size_t errlen) {
-    int rc = MT_ERR, count = 0, ver = 0, nmaj = 0, nmin = 0;
-    char tmp[200];
-    CUresult r;
-    cuda_state_t *st = calloc(1, sizeof *st);
-    *state = NULL;
-    if (!st) {
-        mt_fmt(err, errlen, "out of memory");
-        return MT_NOMEM;
-    }
-    pthread_mutex_init(&st->mu, NULL);
-    pthread_cond_init(&st->cv, NULL);
-    pthread_once(&g_drv_once, drv_load);
-    if (*g_drv_err) {
-        mt_fmt(err, errlen, "%s", g_drv_err);
-        goto out;
-    }
-    if ((r = g_drv.cuInit(0)) != CUDA_SUCCESS) {
-        cu_text(r, "cuInit", tmp, sizeof tmp);
-        mt_fmt(err, errlen, "no CUDA device: %s", tmp);
-        goto out;
-    }
-    if ((r = g_drv.cuDeviceGetCount(&count)) != CUDA_SUCCESS || count == 0) {
-        if (r != CUDA_SUCCESS)
-            cu_text(r, "cuDeviceGetCount", tmp, sizeof tmp);
-        else
-            mt_fmt(tmp, sizeof tmp, "cuDeviceGetCount: 0 devices");
-        mt_fmt(err, errlen, "no CUDA device: %s", tmp);
-        goto out;
-    }
-    if (opts->gpu_index < 0 || opts->gpu_index >= count) {
-        mt_fmt(err, errlen, "no CUDA device %d: this host has %d", opts->gpu_index, count);
-        goto out;
-    }
-    if ((r = g_drv.cuDeviceGet(&st->dev, opts->gpu_index)) != CUDA_SUCCESS ||
-        (r = g_drv.cuDevicePrimaryCtxRetain(&st->ctx, st->dev)) != CUDA_SUCCESS ||
-        (r = g_drv.cuCtxSetCurrent(st->ctx)) != CUDA_SUCCESS) {
-        cu_text(r, "opening the device", err, errlen);
-        st->ctx = NULL;
-        goto out;
-    }
+/* What a worker says about its device (st->info) and the limits its rules judge with, read
+ * from the opened device; the compile cache folder from opts. */
+static void read_device(cuda_state_t *st, const wrk_backend_opts_t *opts) {
     wrk_device_t *d = &st->info;
-    int a;
+    int a, ver = 0, nmaj = 0, nmin = 0;
     g_drv.cuDeviceGetName(d->name, sizeof d->name, st->dev);
     CUuuid uu;
     if (g_drv.cuDeviceGetUuid(&uu, st->dev) == CUDA_SUCCESS) {
@@ -451,6 +410,54 @@ static mt_status_t cuda_open(const wrk_backend_opts_t *opts, void **state, wrk_d
         mt_fmt(st->cache_dir, sizeof st->cache_dir, "%s", opts->cache_dir);
     else
         wcu_default_cache_dir(st->cache_dir, sizeof st->cache_dir);
+}
+
+static void cuda_close(void **state);
+
+static mt_status_t cuda_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err,
+                             size_t errlen) {
+    int rc = MT_ERR, count = 0;
+    char tmp[200];
+    CUresult r;
+    cuda_state_t *st = mt_calloc(1, sizeof *st);
+    *state = NULL;
+    if (!st) {
+        mt_fmt(err, errlen, "out of memory");
+        return MT_NOMEM;
+    }
+    pthread_mutex_init(&st->mu, NULL);
+    pthread_cond_init(&st->cv, NULL);
+    pthread_once(&g_drv_once, drv_load);
+    if (*g_drv_err) {
+        mt_fmt(err, errlen, "%s", g_drv_err);
+        goto out;
+    }
+    if ((r = g_drv.cuInit(0)) != CUDA_SUCCESS) {
+        cu_text(r, "cuInit", tmp, sizeof tmp);
+        mt_fmt(err, errlen, "no CUDA device: %s", tmp);
+        goto out;
+    }
+    if ((r = g_drv.cuDeviceGetCount(&count)) != CUDA_SUCCESS || count == 0) {
+        if (r != CUDA_SUCCESS)
+            cu_text(r, "cuDeviceGetCount", tmp, sizeof tmp);
+        else
+            mt_fmt(tmp, sizeof tmp, "cuDeviceGetCount: 0 devices");
+        mt_fmt(err, errlen, "no CUDA device: %s", tmp);
+        goto out;
+    }
+    if (opts->gpu_index < 0 || opts->gpu_index >= count) {
+        mt_fmt(err, errlen, "no CUDA device %d: this host has %d", opts->gpu_index, count);
+        goto out;
+    }
+    if ((r = g_drv.cuDeviceGet(&st->dev, opts->gpu_index)) != CUDA_SUCCESS ||
+        (r = g_drv.cuDevicePrimaryCtxRetain(&st->ctx, st->dev)) != CUDA_SUCCESS ||
+        (r = g_drv.cuCtxSetCurrent(st->ctx)) != CUDA_SUCCESS) {
+        cu_text(r, "opening the device", err, errlen);
+        st->ctx = NULL;
+        goto out;
+    }
+    read_device(st, opts);
+    wrk_device_t *d = &st->info;
 
     if ((r = g_drv.cuStreamCreate(&st->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS ||
         (r = g_drv.cuEventCreate(&st->ev0, CU_EVENT_DEFAULT)) != CUDA_SUCCESS ||
@@ -474,7 +481,7 @@ static mt_status_t cuda_open(const wrk_backend_opts_t *opts, void **state, wrk_d
 
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     st->n_threads = opts->compile_threads ? opts->compile_threads : (cores > 1 ? (unsigned)cores - 1 : 1);
-    st->threads = calloc(st->n_threads, sizeof *st->threads);
+    st->threads = mt_calloc(st->n_threads, sizeof *st->threads);
     if (!st->threads) {
         mt_fmt(err, errlen, "out of memory");
         goto out;
@@ -633,7 +640,7 @@ static uint64_t splitmix(uint64_t *x) { return mt_mix64(*x += MT_GOLDEN64); }
 
 /* Routing for m tokens: top-k of a softmax of random logits, weights renormalised. */
 static int make_routing(const krn_shape_t *s, uint32_t m, uint64_t seed, int *ids, float *w) {
-    float *prob = malloc(sizeof *prob * s->e);
+    float *prob = mt_malloc(sizeof *prob * s->e);
     if (!prob) return MT_NOMEM;
     uint64_t x = seed;
     for (uint32_t t = 0; t < m; t++) {
@@ -683,7 +690,7 @@ size_t wcu_ref_tiles(const int *ids, size_t numel, uint32_t e_count, int *rows, 
 static CUresult run_reference(cuda_state_t *st, bs_data_t *b, const int *ids, char *err, size_t errlen) {
     const krn_shape_t *s = &st->shape;
     size_t numel = (size_t)b->m * s->topk, cap = numel + (size_t)s->e * (WCU_REF_ROWS - 1);
-    int *rows = malloc(cap * sizeof *rows), *tile_e = malloc((cap / WCU_REF_ROWS + 1) * sizeof *tile_e);
+    int *rows = mt_malloc(cap * sizeof *rows), *tile_e = mt_malloc((cap / WCU_REF_ROWS + 1) * sizeof *tile_e);
     CUdeviceptr d_rows = 0, d_tiles = 0, h = 0, y = 0;
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
     if (!rows || !tile_e) {
@@ -736,8 +743,8 @@ static int get_bs(cuda_state_t *st, uint32_t m, bs_data_t **out, char *err, size
     int rc = MT_ERR;
     CUresult r = CUDA_SUCCESS;
     size_t numel = (size_t)m * s->topk;
-    int *ids = malloc(numel * sizeof *ids);
-    float *w = malloc(numel * sizeof *w);
+    int *ids = mt_malloc(numel * sizeof *ids);
+    float *w = mt_malloc(numel * sizeof *w);
     bs_data_t *b = &st->bs[st->n_bs];
     memset(b, 0, sizeof *b);
     b->m = m;
@@ -868,15 +875,13 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Verifies and times cfg at batch b into out. */
-static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b, const wrk_measure_t *m, size_t bi,
-                       wrk_meas_t *out) {
-    const krn_shape_t *s = &st->shape;
+/* The check's layer of cfg at batch b: launched and waited for, raced on when m says so
+ * (*judge_out, its time in *check_us). True when that decides out: a launch error, a hang,
+ * or a config pruned by it. */
+static bool run_check(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b, const wrk_measure_t *m, size_t bi,
+                      wrk_meas_t *out, bool *judge_out, double *check_us) {
     CUresult r;
-    CUgraph graph = NULL;
-    CUgraphExec exec = NULL;
-    double *samples = NULL;
-    size_t nout = (size_t)b->m * s->k;
+    size_t nout = (size_t)b->m * st->shape.k;
     /* The check's layer: poisoned output, one layer on weight set 0, its output kept aside
      * (the graph's layers overwrite it) and compared with the reference only once the
      * config has stayed in the race: a pruned config is never a winner, and the compare
@@ -886,12 +891,11 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
     void *ap[] = {&st->out, &n_ll}, *sp[] = {&hold_ns, &st->go_dev, &want};
     /* Racing on it (wrk_check_lost): timed like a replay, after a flush, with the GPU held
      * until the layer's launches are queued. */
-    int ph = PH_CHECK;
-    bool judge = wrk_check_races(m, bi);
+    bool judge = *judge_out = wrk_check_races(m, bi);
     if (judge && ((r = g_drv.cuMemsetD32Async(st->flush, 0, st->flush_bytes / 4, st->stream)) != CUDA_SUCCESS ||
                   (r = g_drv.cuLaunchKernel(st->f_spin, 1, 1, 1, 1, 1, 1, 0, st->stream, sp, NULL)) != CUDA_SUCCESS)) {
         launch_failed(st, r, "holding the stream", out);
-        goto out;
+        return true;
     }
     uint64_t t_launch = mt_now_us();
     if ((r = g_drv.cuLaunchKernel(st->f_poison, 512, 1, 1, 256, 1, 1, 0, st->stream, ap, NULL)) != CUDA_SUCCESS ||
@@ -900,37 +904,143 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         (judge && (r = g_drv.cuEventRecord(st->ev1, st->stream)) != CUDA_SUCCESS) ||
         (r = g_drv.cuMemcpyDtoDAsync(st->check, st->out, nout * 2, st->stream)) != CUDA_SUCCESS) {
         launch_failed(st, r, "launching the layer", out);
-        goto out;
+        return true;
     }
     /* the launches are queued: the hold ends (a plain store; the GPU reads the word uncached) */
     if (judge) *st->go = want;
     /* launches that outlasted the hold's limit (the thread preempted): the GPU may have waited on them */
     if (judge && (mt_now_us() - t_launch) * 1000 >= CHECK_HOLD_NS) {
-        judge = false;
+        judge = *judge_out = false;
         st->prof.unjudged++;
     }
     if ((r = wait_stream(st, m->timeout_ms)) != CUDA_SUCCESS) {
         launch_failed(st, r, "running the layer", out);
-        goto out;
+        return true;
     }
-    double check_us = 0;
     if (judge) {
         float ms = 0;
         if ((r = g_drv.cuEventElapsedTime(&ms, st->ev0, st->ev1)) != CUDA_SUCCESS) {
             launch_failed(st, r, "timing the layer", out);
-            goto out;
+            return true;
         }
-        check_us = (double)ms * 1000.0;
-        if (wrk_check_lost(m, bi, check_us)) {
+        *check_us = (double)ms * 1000.0;
+        if (wrk_check_lost(m, bi, *check_us)) {
             out->status = WCU_ST_PRUNED;
-            out->timed_us = check_us;
+            out->timed_us = *check_us;
             out->samples = 1;
-            out->mean_us = out->min_us = out->median_us = check_us;
+            out->mean_us = out->min_us = out->median_us = *check_us;
             mt_fmt(out->detail, sizeof out->detail, "pruned: the check's layer %.2fx the best %.4g us; not verified",
-                   check_us / m->best_us[bi], m->best_us[bi]);
-            goto out;
+                   *check_us / m->best_us[bi], m->best_us[bi]);
+            return true;
         }
     }
+    return false;
+}
+
+/* What the replays of a timing graph gave. */
+typedef struct {
+    uint32_t n; /* samples kept (those after a race that was stayed in) */
+    double sum, sum2, fastest, timed_sum;
+    bool pruned, settled;
+} timing_t;
+
+/* Replays exec to m's rules: warm-up, racing, then samples into samples[] until precise,
+ * settled, out of budget or max_samples. False when a launch failed (out says so). */
+static bool time_graph(cuda_state_t *st, CUgraphExec exec, const wrk_measure_t *m, size_t bi, double *samples, int *ph,
+                       wrk_meas_t *out, timing_t *t) {
+    CUresult r = CUDA_SUCCESS;
+    /* m is filled (WIRE_MEASURE_DEFAULTS, by the worker's parent): no defaults of our own */
+    uint32_t warm = m->warmup, min_s = m->min_samples;
+    uint32_t max_s = m->max_samples ? m->max_samples : 1, budget = m->budget_ms;
+    if (min_s > max_s) min_s = max_s;
+    /* Racing: the first WRK_RACE_SAMPLES replays are timed and decide the race (the fastest of
+     * them: the first replay of a graph may carry its upload; a first one far beyond the best
+     * decides alone, wrk_race_lost). A config that loses is done
+     * after those 2 replays instead of warmup + 2; one that stays counts them as warm-up
+     * replays and is sampled afresh after as many replays as without racing (warmup >= 2), so
+     * what is measured for a winner does not change. */
+    bool racing = wrk_racing(m, bi);
+    uint32_t head = racing ? 0 : warm;
+    *ph = prof_next(&st->prof, *ph, PH_WARM);
+    for (uint32_t i = 0; i < head; i++)
+        if ((r = g_drv.cuGraphLaunch(exec, st->stream)) != CUDA_SUCCESS) break;
+    if (r == CUDA_SUCCESS) r = wait_stream(st, m->timeout_ms);
+    if (r != CUDA_SUCCESS) {
+        launch_failed(st, r, "warming up", out);
+        return false;
+    }
+    *ph = prof_next(&st->prof, *ph, PH_SAMPLE);
+    uint64_t t_end = mt_now_ms() + budget;
+    uint32_t n = 0;
+    double sum = 0, sum2 = 0, fastest = 0, timed_sum = 0;
+    while (n < max_s || (racing && n < WRK_RACE_SAMPLES)) {
+        float ms = 0;
+        if ((r = g_drv.cuMemsetD32Async(st->flush, n, st->flush_bytes / 4, st->stream)) != CUDA_SUCCESS ||
+            (r = g_drv.cuEventRecord(st->ev0, st->stream)) != CUDA_SUCCESS ||
+            (r = g_drv.cuGraphLaunch(exec, st->stream)) != CUDA_SUCCESS ||
+            (r = g_drv.cuEventRecord(st->ev1, st->stream)) != CUDA_SUCCESS ||
+            (r = wait_stream(st, m->timeout_ms)) != CUDA_SUCCESS ||
+            (r = g_drv.cuEventElapsedTime(&ms, st->ev0, st->ev1)) != CUDA_SUCCESS) {
+            launch_failed(st, r, "timing", out);
+            return false;
+        }
+        double us = (double)ms * 1000.0 / LAYERS_PER_GRAPH;
+        samples[n++] = us;
+        sum += us;
+        sum2 += us * us;
+        timed_sum += us;
+        if (n == 1 || us < fastest) fastest = us;
+        if (racing && wrk_race_lost(m, bi, fastest, n)) {
+            t->pruned = true;
+            break;
+        }
+        if (racing && n == WRK_RACE_SAMPLES) {
+            /* stayed in the race: those replays were warm-up; the rest of it, then afresh */
+            racing = false;
+            *ph = prof_next(&st->prof, *ph, PH_WARM);
+            for (uint32_t i = head + WRK_RACE_SAMPLES; i < warm; i++)
+                if ((r = g_drv.cuGraphLaunch(exec, st->stream)) != CUDA_SUCCESS) break;
+            if (r == CUDA_SUCCESS) r = wait_stream(st, m->timeout_ms);
+            if (r != CUDA_SUCCESS) {
+                launch_failed(st, r, "warming up", out);
+                return false;
+            }
+            *ph = prof_next(&st->prof, *ph, PH_SAMPLE);
+            n = 0;
+            sum = sum2 = fastest = 0;
+            t_end = mt_now_ms() + budget;
+            continue;
+        }
+        if (n >= min_s) {
+            double mean = sum / n, var = sum2 / n - mean * mean;
+            double sd = var > 0 ? sqrt(var * n / (n > 1 ? n - 1 : 1)) : 0;
+            if (wrk_precise(m, mean, sd, n)) break;
+            if (wrk_settled(m, bi, mean, sd, n)) {
+                t->settled = true;
+                break;
+            }
+            if (mt_now_ms() > t_end) break;
+        }
+    }
+    t->n = n;
+    t->sum = sum;
+    t->sum2 = sum2;
+    t->fastest = fastest;
+    t->timed_sum = timed_sum;
+    return true;
+}
+
+/* Verifies and times cfg at batch b into out. */
+static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b, const wrk_measure_t *m, size_t bi,
+                       wrk_meas_t *out) {
+    CUresult r;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    double *samples = NULL;
+    int ph = PH_CHECK;
+    bool judge = false;
+    double check_us = 0;
+    if (run_check(st, rc, b, m, bi, out, &judge, &check_us)) goto out;
 
     /* Time: a graph of LAYERS_PER_GRAPH layers, each on its own weight copy. */
     ph = prof_next(&st->prof, ph, PH_CAPTURE);
@@ -945,86 +1055,18 @@ static void measure_bs(cuda_state_t *st, const run_cfg_t *rc, const bs_data_t *b
         launch_failed(st, lr != CUDA_SUCCESS ? lr : r, "capturing the timing graph", out);
         goto out;
     }
-    /* m is filled (WIRE_MEASURE_DEFAULTS, by the worker's parent): no defaults of our own */
-    uint32_t warm = m->warmup, min_s = m->min_samples;
-    uint32_t max_s = m->max_samples ? m->max_samples : 1, budget = m->budget_ms;
-    if (min_s > max_s) min_s = max_s;
-    samples = malloc(sizeof *samples * (max_s > WRK_RACE_SAMPLES ? max_s : WRK_RACE_SAMPLES));
+    uint32_t max_s = m->max_samples ? m->max_samples : 1;
+    samples = mt_malloc(sizeof *samples * (max_s > WRK_RACE_SAMPLES ? max_s : WRK_RACE_SAMPLES));
     if (!samples) {
         out->status = WCU_ST_LAUNCH_ERROR;
         mt_fmt(out->detail, sizeof out->detail, "out of host memory for samples");
         goto out;
     }
-    /* Racing: the first WRK_RACE_SAMPLES replays are timed and decide the race (the fastest of
-     * them: the first replay of a graph may carry its upload; a first one far beyond the best
-     * decides alone, wrk_race_lost). A config that loses is done
-     * after those 2 replays instead of warmup + 2; one that stays counts them as warm-up
-     * replays and is sampled afresh after as many replays as without racing (warmup >= 2), so
-     * what is measured for a winner does not change. */
-    bool racing = wrk_racing(m, bi);
-    uint32_t head = racing ? 0 : warm;
-    ph = prof_next(&st->prof, ph, PH_WARM);
-    for (uint32_t i = 0; i < head; i++)
-        if ((r = g_drv.cuGraphLaunch(exec, st->stream)) != CUDA_SUCCESS) break;
-    if (r == CUDA_SUCCESS) r = wait_stream(st, m->timeout_ms);
-    if (r != CUDA_SUCCESS) {
-        launch_failed(st, r, "warming up", out);
-        goto out;
-    }
-    ph = prof_next(&st->prof, ph, PH_SAMPLE);
-    uint64_t t_end = mt_now_ms() + budget;
-    uint32_t n = 0;
-    double sum = 0, sum2 = 0, fastest = 0, timed_sum = 0;
-    bool pruned = false, settled = false;
-    while (n < max_s || (racing && n < WRK_RACE_SAMPLES)) {
-        float ms = 0;
-        if ((r = g_drv.cuMemsetD32Async(st->flush, n, st->flush_bytes / 4, st->stream)) != CUDA_SUCCESS ||
-            (r = g_drv.cuEventRecord(st->ev0, st->stream)) != CUDA_SUCCESS ||
-            (r = g_drv.cuGraphLaunch(exec, st->stream)) != CUDA_SUCCESS ||
-            (r = g_drv.cuEventRecord(st->ev1, st->stream)) != CUDA_SUCCESS ||
-            (r = wait_stream(st, m->timeout_ms)) != CUDA_SUCCESS ||
-            (r = g_drv.cuEventElapsedTime(&ms, st->ev0, st->ev1)) != CUDA_SUCCESS) {
-            launch_failed(st, r, "timing", out);
-            goto out;
-        }
-        double us = (double)ms * 1000.0 / LAYERS_PER_GRAPH;
-        samples[n++] = us;
-        sum += us;
-        sum2 += us * us;
-        timed_sum += us;
-        if (n == 1 || us < fastest) fastest = us;
-        if (racing && wrk_race_lost(m, bi, fastest, n)) {
-            pruned = true;
-            break;
-        }
-        if (racing && n == WRK_RACE_SAMPLES) {
-            /* stayed in the race: those replays were warm-up; the rest of it, then afresh */
-            racing = false;
-            ph = prof_next(&st->prof, ph, PH_WARM);
-            for (uint32_t i = head + WRK_RACE_SAMPLES; i < warm; i++)
-                if ((r = g_drv.cuGraphLaunch(exec, st->stream)) != CUDA_SUCCESS) break;
-            if (r == CUDA_SUCCESS) r = wait_stream(st, m->timeout_ms);
-            if (r != CUDA_SUCCESS) {
-                launch_failed(st, r, "warming up", out);
-                goto out;
-            }
-            ph = prof_next(&st->prof, ph, PH_SAMPLE);
-            n = 0;
-            sum = sum2 = fastest = 0;
-            t_end = mt_now_ms() + budget;
-            continue;
-        }
-        if (n >= min_s) {
-            double mean = sum / n, var = sum2 / n - mean * mean;
-            double sd = var > 0 ? sqrt(var * n / (n > 1 ? n - 1 : 1)) : 0;
-            if (wrk_precise(m, mean, sd, n)) break;
-            if (wrk_settled(m, bi, mean, sd, n)) {
-                settled = true;
-                break;
-            }
-            if (mt_now_ms() > t_end) break;
-        }
-    }
+    timing_t tm = {0};
+    if (!time_graph(st, exec, m, bi, samples, &ph, out, &tm)) goto out;
+    uint32_t n = tm.n;
+    double sum = tm.sum, sum2 = tm.sum2, fastest = tm.fastest, timed_sum = tm.timed_sum;
+    bool pruned = tm.pruned, settled = tm.settled;
     double mean = sum / n, var = sum2 / n - mean * mean;
     qsort(samples, n, sizeof *samples, cmp_double);
     out->status = pruned ? WCU_ST_PRUNED : WCU_ST_OK;

@@ -90,7 +90,7 @@ static int read_file(const char *path, unsigned char **buf, size_t *size) {
     rc = MT_IO;
     long n;
     if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET) != 0) goto out;
-    *buf = malloc((size_t)n);
+    *buf = mt_malloc((size_t)n);
     if (!*buf) {
         rc = MT_NOMEM;
         goto out;
@@ -184,7 +184,7 @@ static int compile_source(const char *src, const char *name, const char **opts, 
     nvrtcResult cr = nvrtcCompileProgram(prog, nopts, opts);
     size_t log_size = 0;
     if (nvrtcGetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 0) {
-        log = malloc(log_size + 1);
+        log = mt_malloc(log_size + 1);
         if (log && nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS) log[0] = '\0';
         if (log) log[log_size] = '\0';
     }
@@ -199,7 +199,7 @@ static int compile_source(const char *src, const char *name, const char **opts, 
         mt_fmt(img->error, sizeof img->error, "nvrtcGetCUBINSize: %s", nvrtcGetErrorString(nr));
         goto out;
     }
-    img->cubin = malloc(img->cubin_size);
+    img->cubin = mt_malloc(img->cubin_size);
     if (!img->cubin) {
         mt_fmt(img->error, sizeof img->error, "out of memory for a %zu B image", img->cubin_size);
         goto out;

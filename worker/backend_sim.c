@@ -475,7 +475,7 @@ static void die_now(void) {
 
 static mt_status_t sim_open(const wrk_backend_opts_t *opts, void **state, wrk_device_t *dev, char *err, size_t errlen) {
     int rc = MT_OK;
-    sim_state_t *st = calloc(1, sizeof *st);
+    sim_state_t *st = mt_calloc(1, sizeof *st);
     if (!st) return MT_NOMEM;
     st->gpu = &g_gpus[0];
     if (opts->sim_device && *opts->sim_device) {
@@ -541,7 +541,7 @@ out:
  * token count over the mean, damped (the GEMM's other experts' blocks overlap with it). A
  * model, like the rest of the sim: it makes routing matter, it does not predict a GPU. */
 static double routing_factor(const krn_routing_t *r, const krn_shape_t *shape, uint32_t bs, uint64_t seed) {
-    uint32_t *rows = malloc(bs * sizeof *rows), *load = calloc(shape->e, sizeof *load);
+    uint32_t *rows = mt_malloc(bs * sizeof *rows), *load = mt_calloc(shape->e, sizeof *load);
     double f = 1.0;
     if (rows && load) {
         krn_routing_rows(r->tokens, bs, seed, rows);
@@ -616,7 +616,7 @@ static mt_status_t sim_measure(void *state, const krn_shape_t *shape, const krn_
     if (m->min_samples > cap) cap = m->min_samples;
     if (cap < 5) cap = 5;
     if (cap > SIM_MAX_SAMPLES) cap = SIM_MAX_SAMPLES;
-    buf = malloc(cap * sizeof *buf);
+    buf = mt_malloc(cap * sizeof *buf);
     if (!buf) {
         mt_fmt(err, errlen, "out of memory for %u samples", cap);
         return MT_NOMEM;

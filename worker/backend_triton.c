@@ -258,7 +258,7 @@ static tr_end_t read_line(tr_state_t *st, uint32_t wait_ms, int check_mem, char 
         if (nl) {
             size_t n = (size_t)(nl - st->obuf);
             if (n > TR_LINE_MAX) return fail(st, TR_PROTO, "a reply line longer than %u KiB", TR_LINE_MAX / 1024);
-            st->line = malloc(n + 1);
+            st->line = mt_malloc(n + 1);
             if (!st->line) return fail(st, TR_PROTO, "out of memory");
             memcpy(st->line, st->obuf, n);
             st->line[n] = '\0';
@@ -485,7 +485,7 @@ static mt_status_t tr_open(const wrk_backend_opts_t *opts, void **state, wrk_dev
     int rc = MT_ERR;
     char helper[PATH_MAX];
     json_t *j = NULL;
-    tr_state_t *st = calloc(1, sizeof *st);
+    tr_state_t *st = mt_calloc(1, sizeof *st);
     *state = NULL;
     if (!st) return MT_NOMEM;
     st->pid = -1;
@@ -493,7 +493,7 @@ static mt_status_t tr_open(const wrk_backend_opts_t *opts, void **state, wrk_dev
     pthread_mutex_init(&st->mu, NULL);
     st->mem_limit_mb = opts->helper_mem_mb ? opts->helper_mem_mb : TR_DEFAULT_MEM_MB;
     st->mem_limit_kb = (uint64_t)st->mem_limit_mb * 1024u;
-    st->obuf = malloc(TR_LINE_MAX + 2);
+    st->obuf = mt_malloc(TR_LINE_MAX + 2);
     if (!st->obuf) {
         rc = MT_NOMEM;
         goto out;

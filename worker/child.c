@@ -127,7 +127,7 @@ static void child_serve(int fd, const wrk_backend_ops_t *be, const wrk_backend_o
         if (read_all(fd, hdr, sizeof hdr)) goto out; /* the parent closed the pipe: stop */
         if (hdr[1] > FRAME_MAX) goto out;
         free(payload);
-        payload = malloc(hdr[1] ? hdr[1] : 1);
+        payload = mt_malloc(hdr[1] ? hdr[1] : 1);
         if (!payload || read_all(fd, payload, hdr[1])) goto out;
         if (hdr[0] == FR_PREPARE && hdr[1] >= sizeof(prep_hdr_t)) {
             prep_hdr_t ph;
@@ -142,10 +142,10 @@ static void child_serve(int fd, const wrk_backend_ops_t *be, const wrk_backend_o
         if (rq.n_bs == 0 || rq.n_bs > WRK_CHILD_MAX_BS ||
             hdr[1] != sizeof rq + rq.n_bs * (sizeof(uint32_t) + sizeof(double)))
             goto out;
-        uint32_t *bs = malloc(rq.n_bs * sizeof *bs);
-        double *best = malloc(rq.n_bs * sizeof *best);
+        uint32_t *bs = mt_malloc(rq.n_bs * sizeof *bs);
+        double *best = mt_malloc(rq.n_bs * sizeof *best);
         free(out);
-        out = calloc(rq.n_bs, sizeof *out);
+        out = mt_calloc(rq.n_bs, sizeof *out);
         if (!bs || !best || !out) {
             free(bs);
             free(best);
@@ -269,7 +269,7 @@ static void fill_all(wrk_child_t *c, int status, const char *detail) {
 mt_status_t wrk_child_new(const wrk_backend_ops_t *be, const wrk_backend_opts_t *opts, wrk_child_t **out, char *err,
                           size_t errlen) {
     int rc = MT_OK;
-    wrk_child_t *c = calloc(1, sizeof *c);
+    wrk_child_t *c = mt_calloc(1, sizeof *c);
     *out = NULL;
     if (!c) return MT_NOMEM;
     c->be = be;
@@ -277,11 +277,11 @@ mt_status_t wrk_child_new(const wrk_backend_ops_t *be, const wrk_backend_opts_t 
     c->fd = -1;
     c->pid = -1;
     c->state = WRK_CHILD_DEAD;
-    if ((opts->sim_faults && !(c->sim_faults = strdup(opts->sim_faults))) ||
-        (opts->sim_device && !(c->sim_device = strdup(opts->sim_device))) ||
-        (opts->cache_dir && !(c->cache_dir = strdup(opts->cache_dir))) ||
-        (opts->python && !(c->python = strdup(opts->python))) ||
-        (opts->kernel && !(c->kernel = strdup(opts->kernel)))) {
+    if ((opts->sim_faults && !(c->sim_faults = mt_strdup(opts->sim_faults))) ||
+        (opts->sim_device && !(c->sim_device = mt_strdup(opts->sim_device))) ||
+        (opts->cache_dir && !(c->cache_dir = mt_strdup(opts->cache_dir))) ||
+        (opts->python && !(c->python = mt_strdup(opts->python))) ||
+        (opts->kernel && !(c->kernel = mt_strdup(opts->kernel)))) {
         rc = MT_NOMEM;
         goto out;
     }
@@ -354,7 +354,7 @@ mt_status_t wrk_child_start(wrk_child_t *c, const krn_shape_t *shape, const krn_
                             size_t n_bs, const wrk_measure_t *m) {
     if (c->state != WRK_CHILD_IDLE || n_bs == 0 || n_bs > WRK_CHILD_MAX_BS) return MT_INVAL;
     if (n_bs > c->cap_meas) {
-        wrk_meas_t *grown = realloc(c->meas, n_bs * sizeof *grown);
+        wrk_meas_t *grown = mt_realloc(c->meas, n_bs * sizeof *grown);
         if (!grown) return MT_NOMEM;
         c->meas = grown;
         c->cap_meas = n_bs;
@@ -368,7 +368,7 @@ mt_status_t wrk_child_start(wrk_child_t *c, const krn_shape_t *shape, const krn_
     rq.n_bs = (uint32_t)n_bs;
     rq.m.best_us = NULL; /* travels after the batch sizes */
     c->timeout_ms = m->timeout_ms ? m->timeout_ms : WRK_CHILD_DEFAULT_TIMEOUT_MS;
-    double *best = calloc(n_bs, sizeof *best);
+    double *best = mt_calloc(n_bs, sizeof *best);
     if (!best) return MT_NOMEM;
     if (m->best_us) memcpy(best, m->best_us, n_bs * sizeof *best);
     const void *part[3] = {&rq, bs, best};
@@ -487,7 +487,7 @@ static int take_frame(wrk_child_t *c, wrk_child_event_t *ev) {
     }
     if (c->rlen < FRAME_HDR + hdr[1]) return 0;
     size_t used = FRAME_HDR + hdr[1];
-    uint8_t *copy = malloc(hdr[1] ? hdr[1] : 1);
+    uint8_t *copy = mt_malloc(hdr[1] ? hdr[1] : 1);
     if (!copy) return -1;
     memcpy(copy, c->rbuf + FRAME_HDR, hdr[1]);
     memmove(c->rbuf, c->rbuf + used, c->rlen - used);
@@ -516,7 +516,7 @@ mt_status_t wrk_child_poll(wrk_child_t *c, int wait_ms, wrk_child_event_t *ev) {
         for (;;) {
             if (c->rcap - c->rlen < 65536) {
                 size_t cap = c->rcap ? c->rcap * 2 : 131072;
-                uint8_t *grown = realloc(c->rbuf, cap);
+                uint8_t *grown = mt_realloc(c->rbuf, cap);
                 if (!grown) return MT_ERR;
                 c->rbuf = grown;
                 c->rcap = cap;

@@ -88,76 +88,78 @@ static int bad(const char *what, const char *val) {
     return MT_EXIT_USAGE;
 }
 
-int main(int argc, char **argv) {
+/* The command line, parsed. */
+typedef struct {
     wrk_parent_opts_t o;
-    wrk_parent_t *p = NULL;
-    mt_log_level_t level = MT_LOG_INFO;
-    int stats = 0, c, code;
+    mt_log_level_t level;
+    int stats;
+    const char *curve_secret, *curve_server;
+} args_t;
+
+/* Parses the options into a (zeroed by the caller); -1 to run, else the exit code. */
+static int parse_args(int argc, char **argv, args_t *a) {
+    int c;
     uint32_t u;
-    char err[512];
-    const char *curve_secret = NULL, *curve_server = NULL;
-    sec_cert_t curve, server;
-    memset(&o, 0, sizeof o);
     while ((c = getopt_long(argc, argv, "", g_options, NULL)) != -1) {
         switch (c) {
             case OPT_CONNECT:
-                o.endpoint = optarg;
+                a->o.endpoint = optarg;
                 break;
             case OPT_BACKEND:
-                o.backend = optarg;
+                a->o.backend = optarg;
                 break;
             case OPT_GPU:
                 if (mt_parse_u32(optarg, 0, 1023, &u)) return bad("--gpu", optarg);
-                o.bopts.gpu_index = (int)u;
+                a->o.bopts.gpu_index = (int)u;
                 break;
             case OPT_ID:
-                o.worker_id = optarg;
+                a->o.worker_id = optarg;
                 break;
             case OPT_CREDITS:
-                if (mt_parse_u32(optarg, 1, WIRE_MAX_HELD, &o.credits)) return bad("--credits", optarg);
+                if (mt_parse_u32(optarg, 1, WIRE_MAX_HELD, &a->o.credits)) return bad("--credits", optarg);
                 break;
             case OPT_HEARTBEAT:
-                if (mt_parse_u32(optarg, WIRE_HEARTBEAT_MIN_MS, WIRE_HEARTBEAT_MAX_MS, &o.heartbeat_ms))
+                if (mt_parse_u32(optarg, WIRE_HEARTBEAT_MIN_MS, WIRE_HEARTBEAT_MAX_MS, &a->o.heartbeat_ms))
                     return bad("--heartbeat-ms", optarg);
                 break;
             case OPT_SCALE:
-                if (mt_parse_double(optarg, &o.bopts.sim_time_scale) || !(o.bopts.sim_time_scale >= 0) ||
-                    o.bopts.sim_time_scale > 1000)
+                if (mt_parse_double(optarg, &a->o.bopts.sim_time_scale) || !(a->o.bopts.sim_time_scale >= 0) ||
+                    a->o.bopts.sim_time_scale > 1000)
                     return bad("--sim-time-scale", optarg);
                 break;
             case OPT_FAULTS:
-                o.bopts.sim_faults = optarg;
+                a->o.bopts.sim_faults = optarg;
                 break;
             case OPT_SIMDEV:
-                o.bopts.sim_device = optarg;
+                a->o.bopts.sim_device = optarg;
                 break;
             case OPT_CACHE:
-                o.bopts.cache_dir = optarg;
+                a->o.bopts.cache_dir = optarg;
                 break;
             case OPT_KERNEL:
                 if (!krn_engine_find(optarg) && strcmp(optarg, "moetune"))
                     return bad("--kernel", optarg);
-                o.bopts.kernel = optarg;
+                a->o.bopts.kernel = optarg;
                 break;
             case OPT_PYTHON:
                 if (!*optarg) return bad("--python", optarg);
-                o.bopts.python = optarg;
+                a->o.bopts.python = optarg;
                 break;
             case OPT_HELPER_MEM:
-                if (mt_parse_u32(optarg, 1, 16u * 1024u * 1024u, &o.bopts.helper_mem_mb))
+                if (mt_parse_u32(optarg, 1, 16u * 1024u * 1024u, &a->o.bopts.helper_mem_mb))
                     return bad("--helper-mem-mb", optarg);
                 break;
             case OPT_LOG:
-                if (mt_log_parse_level(optarg, &level)) return bad("--log-level", optarg);
+                if (mt_log_parse_level(optarg, &a->level)) return bad("--log-level", optarg);
                 break;
             case OPT_STATS:
-                stats = 1;
+                a->stats = 1;
                 break;
             case OPT_CURVE_SECRET:
-                curve_secret = optarg;
+                a->curve_secret = optarg;
                 break;
             case OPT_CURVE_SERVER:
-                curve_server = optarg;
+                a->curve_server = optarg;
                 break;
             case OPT_HELP:
                 usage(stdout);
@@ -170,11 +172,26 @@ int main(int argc, char **argv) {
         }
     }
     if (optind < argc) return bad("argument", argv[optind]);
-    if (!o.endpoint || !o.backend) {
+    if (!a->o.endpoint || !a->o.backend) {
         fprintf(stderr,
                 "moetune-worker: --connect and --backend are required (moetune-worker --help lists the options)\n");
         return MT_EXIT_USAGE;
     }
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    args_t a;
+    wrk_parent_t *p = NULL;
+    int code;
+    char err[512];
+    sec_cert_t curve, server;
+    memset(&a, 0, sizeof a);
+    a.level = MT_LOG_INFO;
+    code = parse_args(argc, argv, &a);
+    if (code >= 0) return code;
+    wrk_parent_opts_t o = a.o;
+    const char *curve_secret = a.curve_secret, *curve_server = a.curve_server;
     /* A GPU worker holds the next job too, so that its configs compile ahead while this one is
      * measured; holding one, it waits for compiles at the start of every job (docs/performance.md). */
     if (o.credits == 0) o.credits = strcmp(o.backend, "sim") == 0 ? 1 : 2;
@@ -197,10 +214,10 @@ int main(int argc, char **argv) {
     }
     char tag[300];
     snprintf(tag, sizeof tag, "worker %s", wrk_parent_id(p));
-    mt_log_init(tag, level);
+    mt_log_init(tag, a.level);
     mt_install_stop_handlers();
     code = wrk_parent_run(p);
-    if (stats) {
+    if (a.stats) {
         char line[1024];
         wrk_parent_stats_json(p, line, sizeof line);
         printf("%s\n", line);

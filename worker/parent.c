@@ -147,7 +147,7 @@ static void send_heartbeat(wrk_parent_t *p) {
     uint64_t ids[64];
     uint64_t *list = ids;
     size_t n = 0;
-    if (p->n_jobs > 64 && !(list = malloc(p->n_jobs * sizeof *list))) list = ids;
+    if (p->n_jobs > 64 && !(list = mt_malloc(p->n_jobs * sizeof *list))) list = ids;
     for (pjob_t *j = p->head; j && (list != ids || n < 64); j = j->link) list[n++] = j->job->job_id;
     hb.sent_ms = mt_now_ms();
     /* progress: the config the child measures (or starts next); only this renews our leases */
@@ -245,8 +245,8 @@ static int emit_result(wrk_parent_t *p, pjob_t *j, size_t ci, const wrk_meas_t *
     int rc = MT_OK;
     wire_env_t env;
     Moetune__Result r = MOETUNE__RESULT__INIT;
-    Moetune__Measurement *ms = calloc(n, sizeof *ms);
-    Moetune__Measurement **pm = calloc(n, sizeof *pm);
+    Moetune__Measurement *ms = mt_calloc(n, sizeof *ms);
+    Moetune__Measurement **pm = mt_calloc(n, sizeof *pm);
     uint8_t *buf = NULL;
     size_t len = 0;
     if (!ms || !pm) {
@@ -318,7 +318,7 @@ static int keep_round(wrk_parent_t *p, pjob_t *j, const wrk_meas_t *meas, size_t
 /* Every config of a job whose shape cannot run gets INVALID without the child. */
 static int emit_invalid(wrk_parent_t *p, pjob_t *j) {
     size_t n = j->job->n_batch_sizes;
-    wrk_meas_t *meas = calloc(n, sizeof *meas);
+    wrk_meas_t *meas = mt_calloc(n, sizeof *meas);
     if (!meas) return MT_NOMEM;
     for (size_t i = 0; i < n; i++) {
         meas[i].status = MOETUNE__STATUS__STATUS_INVALID;
@@ -386,7 +386,7 @@ static int new_child(wrk_parent_t *p) {
 static void prepare_job(wrk_parent_t *p, pjob_t *j) {
     if (j->prepared || !j->shape_ok || j->next >= j->job->n_configs) return;
     size_t n = j->job->n_configs - j->next;
-    krn_config_t *cfgs = malloc(n * sizeof *cfgs);
+    krn_config_t *cfgs = mt_malloc(n * sizeof *cfgs);
     if (cfgs) {
         for (size_t i = 0; i < n; i++) wire_config_from_msg(j->job->configs[j->next + i]->config, &cfgs[i]);
         wrk_child_prepare(p->child, &j->shape, cfgs, n);
@@ -494,13 +494,13 @@ static void on_job(wrk_parent_t *p, wire_env_t **penv) {
         }
         break;
     }
-    pjob_t *j = calloc(1, sizeof *j);
+    pjob_t *j = mt_calloc(1, sizeof *j);
     if (!j) return;
     j->env = *penv;
     *penv = NULL;
     j->job = j->env->job;
     shape_from_proto(j);
-    j->best = calloc(job->n_batch_sizes ? job->n_batch_sizes : 1, sizeof *j->best);
+    j->best = mt_calloc(job->n_batch_sizes ? job->n_batch_sizes : 1, sizeof *j->best);
     if (!j->best) {
         job_free(j);
         log_at(MT_LOG_ERROR, "out of memory taking job %llu; its lease expires", (unsigned long long)job->job_id);
@@ -509,9 +509,9 @@ static void on_job(wrk_parent_t *p, wire_env_t **penv) {
     if (job->n_best_us == job->n_batch_sizes) memcpy(j->best, job->best_us, job->n_batch_sizes * sizeof *j->best);
     j->rounds = job->rounds > 1 ? job->rounds : 1;
     if (j->rounds > 1) {
-        j->kept = calloc(job->n_configs * job->n_batch_sizes, sizeof *j->kept);
-        j->regs = calloc(2 * job->n_configs, sizeof *j->regs);
-        j->round_us = calloc(job->n_configs * job->n_batch_sizes * j->rounds, sizeof *j->round_us);
+        j->kept = mt_calloc(job->n_configs * job->n_batch_sizes, sizeof *j->kept);
+        j->regs = mt_calloc(2 * job->n_configs, sizeof *j->regs);
+        j->round_us = mt_calloc(job->n_configs * job->n_batch_sizes * j->rounds, sizeof *j->round_us);
         if (!j->kept || !j->regs || !j->round_us) {
             job_free(j);
             log_at(MT_LOG_ERROR, "out of memory taking job %llu; its lease expires", (unsigned long long)job->job_id);
@@ -544,7 +544,7 @@ static void lower_best(double *best, double us) {
 static void on_moved(wrk_parent_t *p, const Moetune__JobMoved *m) {
     for (pjob_t *j = p->head; j; j = j->link) {
         if (j->job->job_id != m->job_id) continue;
-        if (!j->moved && !(j->moved = calloc(j->job->n_configs ? j->job->n_configs : 1, 1))) return;
+        if (!j->moved && !(j->moved = mt_calloc(j->job->n_configs ? j->job->n_configs : 1, 1))) return;
         for (size_t k = 0; k < m->n_config_ids; k++)
             for (size_t i = 0; i < j->job->n_configs; i++)
                 if (j->job->configs[i]->config_id == m->config_ids[k]) j->moved[i] = 1;
@@ -809,7 +809,7 @@ out:
 
 mt_status_t wrk_parent_new(const wrk_parent_opts_t *opts, wrk_parent_t **out, char *err, size_t errlen) {
     int rc = MT_OK;
-    wrk_parent_t *p = calloc(1, sizeof *p);
+    wrk_parent_t *p = mt_calloc(1, sizeof *p);
     *out = NULL;
     if (!p) return MT_NOMEM;
     p->opts = *opts;
@@ -888,7 +888,7 @@ static uint64_t pct(const uint64_t *sorted, size_t n, double q) {
 void wrk_parent_stats_json(const wrk_parent_t *p, char *buf, size_t len) {
     uint64_t *s = NULL;
     size_t n = p->n_rtt;
-    if (n && (s = malloc(n * sizeof *s))) {
+    if (n && (s = mt_malloc(n * sizeof *s))) {
         memcpy(s, p->rtt, n * sizeof *s);
         qsort(s, n, sizeof *s, cmp_u64);
     } else {

@@ -333,7 +333,7 @@ static void seed_rows(seeded_t *x, double (*us)(uint32_t c, size_t b), uint32_t 
     for (uint32_t c = 1; c <= 20; c++) {
         krn_config_t cfg = {16, 64, 64, c, 4, 2};
         uint64_t id = 0;
-        bool inserted = false;
+        int outcome = STORE_ROW_KEPT;
         assert_int_equal(store_config_upsert(x->s, &cfg, &id), MT_OK);
         assert_int_equal(id, c);
         for (size_t b = 0; b < 2; b++) {
@@ -352,7 +352,7 @@ static void seed_rows(seeded_t *x, double (*us)(uint32_t c, size_t b), uint32_t 
                                 .created = 1,
                                 .phase = 1};
             if (c == 10 && b == 1) r.status = MOETUNE__STATUS__STATUS_PRUNED; /* racing's: not a candidate */
-            assert_int_equal(store_result_insert(x->s, &r, &inserted), MT_OK);
+            assert_int_equal(store_result_put(x->s, &r, &outcome), MT_OK);
         }
     }
 }

@@ -300,6 +300,39 @@ static void test_shape_without_configs(void **state) {
     plan_destroy(&p);
 }
 
+/* Validates spec and stores it in one transaction through the planner's API (plan_build,
+ * plan_write), as the coordinator's writer does: an invalid spec or a storage failure stores
+ * nothing. Fills out; the reason in err. */
+static mt_status_t plan_store(store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out, char *err,
+                              size_t errlen) {
+    plan_t *p = NULL;
+    int rc = plan_build(spec, &p, err, errlen);
+    if (rc) return rc;
+    /* one transaction: a sweep is stored with all its jobs or not at all, so a failed or
+     * interrupted start never leaves a 'running' sweep behind to be measured later */
+    rc = store_begin(db);
+    if (rc) {
+        mt_fmt(err, errlen, "storing the sweep: %s", store_errmsg(db));
+    } else {
+        rc = plan_write(db, spec, p, mt_wall_s(), err, errlen);
+        if (!rc && (rc = store_commit(db)) != MT_OK) mt_fmt(err, errlen, "storing the sweep: %s", store_errmsg(db));
+    }
+    if (rc) {
+        store_rollback(db);
+        goto out;
+    }
+    moetune__submitted__init(out);
+    out->sweep_id = p->sweep_id;
+    out->jobs = p->jobs;
+    out->configs_valid = p->configs_valid;
+    out->configs_rejected = p->configs_rejected;
+    out->configs_unsampled = p->configs_unsampled;
+    out->results_planned = p->results_planned;
+out:
+    plan_destroy(&p);
+    return rc;
+}
+
 /* Plans and stores s's spec in the test's database (asserted MT_OK); the reply in *sub. */
 static void store_spec(spec_t *s, Moetune__Submitted *sub) {
     char err[256];

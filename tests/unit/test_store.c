@@ -363,19 +363,19 @@ static store_result_t seeded_row(const seeded_t *x, uint32_t bs, int st) {
 static void test_idempotent_result(void **state) {
     seeded_t x;
     store_t *s = seed_job(&x);
-    bool inserted = false;
+    int outcome = STORE_ROW_KEPT;
     store_result_t r = seeded_row(&x, 16, MOETUNE__STATUS__STATUS_OK);
     r.median_us = 12.5, r.min_us = 12.0, r.mean_us = 12.6, r.stddev_us = 0.1, r.samples = 20;
     r.worker_id = "w1", r.created = 5, r.versions = "kernel=moetune triton=3.6.0", r.up_us = 8.25, r.down_us = 4.5;
     assert_int_equal(store_begin(s), MT_OK);
-    assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
-    assert_true(inserted);
+    assert_int_equal(store_result_put(s, &r, &outcome), MT_OK);
+    assert_int_equal(outcome, STORE_ROW_NEW);
     r.median_us = 99.0; /* a resend must not overwrite */
-    assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
-    assert_false(inserted);
+    assert_int_equal(store_result_put(s, &r, &outcome), MT_OK);
+    assert_int_equal(outcome, STORE_ROW_KEPT);
     assert_int_equal(store_commit(s), MT_OK);
     r.status = 99;
-    assert_int_equal(store_result_insert(s, &r, &inserted), MT_INVAL);
+    assert_int_equal(store_result_put(s, &r, &outcome), MT_INVAL);
     uint32_t n = 0;
     assert_int_equal(store_result_count(s, x.sweep, x.shape, x.cfg, &n), MT_OK);
     assert_int_equal(n, 1);
@@ -394,10 +394,10 @@ static void test_idempotent_result(void **state) {
 static void test_rollback_discards(void **state) {
     seeded_t x;
     store_t *s = seed_job(&x);
-    bool inserted = false;
+    int outcome = STORE_ROW_KEPT;
     store_result_t r = seeded_row(&x, 1, MOETUNE__STATUS__STATUS_TIMEOUT);
     assert_int_equal(store_begin(s), MT_OK);
-    assert_int_equal(store_result_insert(s, &r, &inserted), MT_OK);
+    assert_int_equal(store_result_put(s, &r, &outcome), MT_OK);
     store_rollback(s);
     store_close(&s);
     assert_int_equal(query_int("SELECT COUNT(*) FROM results"), 0);

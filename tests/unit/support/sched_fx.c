@@ -107,10 +107,32 @@ void fx_spec(fx_spec_t *x, const char *name, const uint32_t bs[2], size_t n_grou
     x->spec.measure = &x->measure;
 }
 
+/* Submits spec through the scheduler's plan steps, as the coordinator does with its writer
+ * thread, here on the fixture's store in the calling thread. */
+static int fx_plan_submit(sched_t *s, store_t *db, const Moetune__SweepSpec *spec, Moetune__Submitted *out,
+                          uint64_t now_ms, char *err, size_t errlen) {
+    sched_plan_t *sp = NULL;
+    char why[512] = "";
+    int rc = sched_plan_new(spec, &sp, err, errlen);
+    if (rc) return rc;
+    sched_plan_device(s, sp, NULL);
+    rc = sched_plan_build(db, sp);
+    if (!rc) {
+        rc = store_begin(db);
+        if (!rc) rc = sched_plan_write(db, sp);
+        if (!rc) rc = store_commit(db);
+        if (rc) {
+            snprintf(why, sizeof why, "%s", store_errmsg(db));
+            store_rollback(db);
+        }
+    }
+    return sched_plan_done(s, &sp, rc, why, out, now_ms, err, errlen);
+}
+
 void fx_submit_spec(fx_t *f, fx_spec_t *x, Moetune__Submitted *sub) {
     char err[256];
-    int rc = sched_submit(f->s, &x->spec, sub, 0, err, sizeof err);
-    if (rc) print_error("sched_submit: %s\n", err);
+    int rc = fx_plan_submit(f->s, f->db, &x->spec, sub, 0, err, sizeof err);
+    if (rc) print_error("submit: %s\n", err);
     assert_int_equal(rc, MT_OK);
 }
 
@@ -121,7 +143,7 @@ int fx_submit_try(fx_t *f, const char *name, uint32_t n_stages, uint32_t chunk, 
     char err[256];
     fx_spec(&x, name, (const uint32_t[]){2, 1}, 1, 1, n_stages, chunk);
     x.spec.device_filter = (char *)filter;
-    int rc = sched_submit(f->s, &x.spec, &sub, 0, err, sizeof err);
+    int rc = fx_plan_submit(f->s, f->db, &x.spec, &sub, 0, err, sizeof err);
     *id = rc ? 0 : sub.sweep_id;
     if (valid) *valid = rc ? 0 : sub.configs_valid;
     return rc;

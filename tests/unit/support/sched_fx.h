@@ -59,7 +59,7 @@ void fx_spec(fx_spec_t *x, const char *name, const uint32_t bs[2], size_t n_grou
 /* Submits x->spec (asserted MT_OK); the reply in *sub. */
 void fx_submit_spec(fx_t *f, fx_spec_t *x, Moetune__Submitted *sub);
 /* A small sweep named name: fx_spec's with n_stages configs (stages 2..), batch sizes {2, 1},
- * chunk configs a job, an optional device filter. sched_submit's code; *id (and *valid, the
+ * chunk configs a job, an optional device filter. The submit's code; *id (and *valid, the
  * configs the rules accept, when not NULL) on success, 0 otherwise. No asserts on the answer. */
 int fx_submit_try(fx_t *f, const char *name, uint32_t n_stages, uint32_t chunk, const char *filter, uint64_t *id,
                   uint32_t *valid);
