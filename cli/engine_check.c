@@ -25,73 +25,14 @@ void eng_own_clear(eng_own_t *own) {
     memset(own, 0, sizeof *own);
 }
 
-/* Runs argv with stdin and stderr on /dev/null and collects stdout (at most ENG_MAX_OUT bytes;
- * more is read and dropped) into *out (caller frees). MT_OK with the exit status in *status;
- * MT_AGAIN on timeout (the process group is killed); MT_IO/MT_NOMEM with a reason. */
+/* Runs argv (mt_run_capture, ENG_TIMEOUT_MS) and collects at most ENG_MAX_OUT bytes of its
+ * stdout into *out (caller frees). MT_OK with the exit status in *status; MT_AGAIN on timeout;
+ * MT_IO/MT_NOMEM with a reason. */
 static int run_capture(char *const argv[], char **out, int *status, char *err, size_t errlen) {
-    int po[2] = {-1, -1};
-    int rc = MT_OK;
-    size_t n = 0;
     char *buf = mt_malloc(ENG_MAX_OUT + 1);
     *out = NULL;
     if (!buf) return MT_NOMEM;
-    if (pipe(po) != 0) {
-        mt_fmt(err, errlen, "pipe: %s", strerror(errno));
-        free(buf);
-        return MT_IO;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        mt_fmt(err, errlen, "fork: %s", strerror(errno));
-        rc = MT_IO;
-        goto out;
-    }
-    if (pid == 0) {
-        setpgid(0, 0);
-        int nul = open("/dev/null", O_RDWR);
-        if (nul >= 0) {
-            dup2(nul, STDIN_FILENO);
-            dup2(nul, STDERR_FILENO);
-        }
-        dup2(po[1], STDOUT_FILENO);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    close(po[1]);
-    po[1] = -1;
-    uint64_t deadline = mt_now_ms() + ENG_TIMEOUT_MS;
-    for (;;) {
-        uint64_t now = mt_now_ms();
-        if (now >= deadline) {
-            kill(-pid, SIGKILL);
-            mt_fmt(err, errlen, "%s did not answer within %d s", argv[0], ENG_TIMEOUT_MS / 1000);
-            rc = MT_AGAIN;
-            break;
-        }
-        struct pollfd fd = {po[0], POLLIN, 0};
-        int r = poll(&fd, 1, (int)(deadline - now));
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            kill(-pid, SIGKILL);
-            mt_fmt(err, errlen, "poll: %s", strerror(errno));
-            rc = MT_IO;
-            break;
-        }
-        char chunk[8192];
-        ssize_t got = read(po[0], chunk, sizeof chunk);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) break;
-        size_t take = n + (size_t)got <= ENG_MAX_OUT ? (size_t)got : ENG_MAX_OUT - n;
-        memcpy(buf + n, chunk, take);
-        n += take;
-    }
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
-    *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128;
-out:
-    if (po[0] >= 0) close(po[0]);
-    if (po[1] >= 0) close(po[1]);
-    buf[n] = '\0';
+    int rc = mt_run_capture(argv, ENG_TIMEOUT_MS, buf, ENG_MAX_OUT + 1, NULL, 0, status, err, errlen);
     if (rc == MT_OK)
         *out = buf;
     else

@@ -272,101 +272,11 @@ mt_status_t srv_probe_parse_env(const char *out, const char *env_var, srv_probe_
     return MT_INVAL;
 }
 
-/* Keeps the last line of text in last (trailing newlines dropped). */
-static void last_line(const char *text, char *last, size_t len) {
-    size_t n = strlen(text);
-    while (n && (text[n - 1] == '\n' || text[n - 1] == '\r')) n--;
-    size_t start = n;
-    while (start && text[start - 1] != '\n') start--;
-    snprintf(last, len, "%.*s", (int)(n - start), text + start);
-}
-
-/* Reads what is ready on fd into buf[*used..cap) (past cap: read and dropped, so the
- * child never blocks); false at end of file. */
-static bool drain(int fd, char *buf, size_t *used, size_t cap) {
-    char chunk[4096];
-    ssize_t got = read(fd, chunk, sizeof chunk);
-    if (got < 0 && (errno == EINTR || errno == EAGAIN)) return true;
-    if (got <= 0) return false;
-    if (*used + (size_t)got < cap) {
-        memcpy(buf + *used, chunk, (size_t)got);
-        *used += (size_t)got;
-    }
-    return true;
-}
-
 mt_status_t srv_probe_run(const char *python, const char *helper, const char *engine, int timeout_ms, char *out,
                           size_t outlen, char *tail, size_t taillen, int *status, char *err, size_t errlen) {
-    int po[2] = {-1, -1}, pe[2] = {-1, -1};
-    mt_status_t rc = MT_OK;
-    size_t n_out = 0, n_err = 0;
-    char errbuf[16384];
-    out[0] = tail[0] = '\0';
-    *status = -1;
-    if (pipe(po) != 0 || pipe(pe) != 0) {
-        mt_fmt(err, errlen, "pipe: %s", strerror(errno));
-        rc = MT_IO;
-        goto out;
-    }
-    pid_t pid = fork();
-    if (pid < 0) {
-        mt_fmt(err, errlen, "fork: %s", strerror(errno));
-        rc = MT_IO;
-        goto out;
-    }
-    if (pid == 0) {
-        setpgid(0, 0);
-        dup2(po[1], STDOUT_FILENO);
-        dup2(pe[1], STDERR_FILENO);
-        close(po[0]);
-        close(pe[0]);
-        close(po[1]);
-        close(pe[1]);
-        execlp(python, python, helper, "--probe", "--engine", engine, (char *)NULL);
-        fprintf(stderr, "cannot run %s: %s\n", python, strerror(errno));
-        _exit(127);
-    }
-    close(po[1]);
-    close(pe[1]);
-    po[1] = pe[1] = -1;
-    uint64_t deadline = mt_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : SRV_PROBE_TIMEOUT_MS);
-    bool open_out = true, open_err = true;
-    while (open_out || open_err) {
-        struct pollfd fds[2] = {{po[0], open_out ? POLLIN : 0, 0}, {pe[0], open_err ? POLLIN : 0, 0}};
-        uint64_t now = mt_now_ms();
-        int r = now >= deadline ? 0 : poll(fds, 2, (int)(deadline - now));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            kill(-pid, SIGKILL);
-            if (r == 0)
-                mt_fmt(err, errlen, "the probe did not answer within %d s",
-                       (timeout_ms > 0 ? timeout_ms : SRV_PROBE_TIMEOUT_MS) / 1000);
-            else
-                mt_fmt(err, errlen, "poll: %s", strerror(errno));
-            rc = r == 0 ? MT_AGAIN : MT_IO;
-            break;
-        }
-        if (open_out && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) open_out = drain(po[0], out, &n_out, outlen);
-        if (open_err && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            if (n_err > sizeof errbuf / 2) { /* keep the newest half: the last line is what counts */
-                memmove(errbuf, errbuf + n_err - sizeof errbuf / 4, sizeof errbuf / 4);
-                n_err = sizeof errbuf / 4;
-            }
-            open_err = drain(pe[0], errbuf, &n_err, sizeof errbuf);
-        }
-    }
-    out[n_out] = '\0';
-    errbuf[n_err] = '\0';
-    last_line(errbuf, tail, taillen);
-    int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
-    *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
-out:
-    for (int i = 0; i < 2; i++) {
-        if (po[i] >= 0) close(po[i]);
-        if (pe[i] >= 0) close(pe[i]);
-    }
-    return rc;
+    char *argv[] = {(char *)python, (char *)helper, "--probe", "--engine", (char *)engine, NULL};
+    return mt_run_capture(argv, timeout_ms > 0 ? timeout_ms : SRV_PROBE_TIMEOUT_MS, out, outlen, tail, taillen, status,
+                          err, errlen);
 }
 
 mt_status_t srv_pick_new(size_t outlen, srv_pick_t **out) {

@@ -4,7 +4,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,6 +391,103 @@ mt_status_t mt_parse_kv_list(const char *text, const char *prefix, mt_kv_fn fn, 
         rc = fn(ctx, tok, eq + 1, err, errlen);
     }
     free(copy);
+    return rc;
+}
+
+/* Keeps the last line of text in last (trailing newlines dropped). */
+static void last_line(const char *text, char *last, size_t len) {
+    size_t n = strlen(text);
+    while (n && (text[n - 1] == '\n' || text[n - 1] == '\r')) n--;
+    size_t start = n;
+    while (start && text[start - 1] != '\n') start--;
+    snprintf(last, len, "%.*s", (int)(n - start), text + start);
+}
+
+/* Reads what is ready on fd into buf[*used..cap - 1) (past it: read and dropped, so the
+ * child never blocks); false at end of file. */
+static bool drain(int fd, char *buf, size_t *used, size_t cap) {
+    char chunk[8192];
+    ssize_t got = read(fd, chunk, sizeof chunk);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (got <= 0) return false;
+    size_t room = cap - 1 - *used, take = (size_t)got < room ? (size_t)got : room;
+    memcpy(buf + *used, chunk, take);
+    *used += take;
+    return true;
+}
+
+/* The child's side of mt_run_capture: stdin on /dev/null, stdout and stderr on the pipes. */
+static void run_child(char *const argv[], int out_fd, int err_fd) {
+    setpgid(0, 0);
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul >= 0) dup2(nul, STDIN_FILENO);
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+    execvp(argv[0], argv);
+    fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+mt_status_t mt_run_capture(char *const argv[], int timeout_ms, char *out, size_t outlen, char *tail, size_t taillen,
+                           int *status, char *err, size_t errlen) {
+    int po[2] = {-1, -1}, pe[2] = {-1, -1};
+    mt_status_t rc = MT_OK;
+    size_t n_out = 0, n_err = 0;
+    char errbuf[16384];
+    out[0] = '\0';
+    if (tail && taillen) tail[0] = '\0';
+    *status = -1;
+    if (pipe(po) != 0 || pipe(pe) != 0) {
+        mt_fmt(err, errlen, "pipe: %s", strerror(errno));
+        rc = MT_IO;
+        goto out;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        mt_fmt(err, errlen, "fork: %s", strerror(errno));
+        rc = MT_IO;
+        goto out;
+    }
+    if (pid == 0) run_child(argv, po[1], pe[1]);
+    close(po[1]);
+    close(pe[1]);
+    po[1] = pe[1] = -1;
+    uint64_t deadline = mt_now_ms() + (uint64_t)timeout_ms;
+    bool open_out = true, open_err = true;
+    while (open_out || open_err) {
+        struct pollfd fds[2] = {{po[0], open_out ? POLLIN : 0, 0}, {pe[0], open_err ? POLLIN : 0, 0}};
+        uint64_t now = mt_now_ms();
+        int r = now >= deadline ? 0 : poll(fds, 2, (int)(deadline - now));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            kill(-pid, SIGKILL);
+            if (r == 0)
+                mt_fmt(err, errlen, "%s did not answer within %d s", argv[0], timeout_ms / 1000);
+            else
+                mt_fmt(err, errlen, "poll: %s", strerror(errno));
+            rc = r == 0 ? MT_AGAIN : MT_IO;
+            break;
+        }
+        if (open_out && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) open_out = drain(po[0], out, &n_out, outlen);
+        if (open_err && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            if (n_err > sizeof errbuf / 2) { /* keep the newest quarter: the last line is what counts */
+                memmove(errbuf, errbuf + n_err - sizeof errbuf / 4, sizeof errbuf / 4);
+                n_err = sizeof errbuf / 4;
+            }
+            open_err = drain(pe[0], errbuf, &n_err, sizeof errbuf);
+        }
+    }
+    out[n_out] = '\0';
+    errbuf[n_err] = '\0';
+    if (tail && taillen) last_line(errbuf, tail, taillen);
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+    *status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + (WIFSIGNALED(ws) ? WTERMSIG(ws) : 0);
+out:
+    for (int i = 0; i < 2; i++) {
+        if (po[i] >= 0) close(po[i]);
+        if (pe[i] >= 0) close(pe[i]);
+    }
     return rc;
 }
 

@@ -124,6 +124,14 @@ typedef mt_status_t (*mt_kv_fn)(void *ctx, const char *key, char *val, char *err
  * key=value" in err; else fn's first error, or MT_NOMEM. */
 mt_status_t mt_parse_kv_list(const char *text, const char *prefix, mt_kv_fn fn, void *ctx, char *err, size_t errlen);
 
+/* Runs argv (argv[0] looked up on PATH) in a process group of its own with stdin on /dev/null,
+ * for at most timeout_ms: its stdout into out (NUL-terminated; past outlen - 1 read and
+ * dropped, so the child never blocks), the last line of its stderr into tail (NULL: dropped),
+ * its exit status (128 + signal when killed; 127 when it could not be run) into *status.
+ * MT_OK when it ran; MT_AGAIN when it timed out (the group is killed) or MT_IO, with a reason. */
+mt_status_t mt_run_capture(char *const argv[], int timeout_ms, char *out, size_t outlen, char *tail, size_t taillen,
+                           int *status, char *err, size_t errlen);
+
 /* How a process ended, from waitpid's status, into buf: "signal N", "exit status N", or
  * "status 0xN" for anything else. */
 void mt_describe_wait(int status, char *buf, size_t len);
