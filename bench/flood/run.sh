@@ -8,7 +8,7 @@ $BINC --db $D/f.db --bind tcp://127.0.0.1:$P --control tcp://127.0.0.1:$Q >$D/c.
 PID=$!; sleep 1
 rss() { grep VmRSS /proc/$PID/status | awk '{print $2}'; }
 echo "start rss_kb $(rss)"
-python3 $(dirname "$0")/flood.py 127.0.0.1 $P $N $FRAME 3 &
+python3 "$(dirname "$0")/../../tests/tools/mt_flood.py" 127.0.0.1 $P $N $FRAME 3 &
 FP=$!; sleep 2.5; echo "during rss_kb $(rss)"; ${MT_BIN_DIR:-build}/moetune status --control tcp://127.0.0.1:$Q --timeout-ms 1000 >/dev/null && echo "control answers during" || echo "control silent during"; wait $FP; sleep 1
 echo "after rss_kb $(rss)"
 ${MT_BIN_DIR:-build}/moetune status --control tcp://127.0.0.1:$Q --timeout-ms 2000 >/dev/null && echo "control answers"

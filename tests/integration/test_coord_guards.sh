@@ -145,7 +145,7 @@ if command -v python3 >/dev/null; then
   ( ulimit -n 256; exec "$C" --db "$DB" --bind "$WEP" --control "$CEP" ) >>"$T/flood-coord.log" 2>&1 &
   FPID=$!
   wait_log "$T/flood-coord.log" "coordinator on" 10 || { kill_quiet $FPID; fail "flood: coordinator did not start"; }
-  python3 "$MT_SOURCE_DIR/bench/flood/flood.py" 127.0.0.1 "$WPORT" 300 100000 4 >"$T/flood.out" &
+  python3 "$MT_SOURCE_DIR/tests/tools/mt_flood.py" 127.0.0.1 "$WPORT" 300 100000 4 >"$T/flood.out" &
   PY=$!
   sleep 2.5
   "$BIN/moetune" status --control "$CEP" --timeout-ms 2000 >/dev/null || { kill_quiet $FPID; fail "flood: control socket silent"; }
