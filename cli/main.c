@@ -109,7 +109,8 @@ static const cli_cmd_t k_cmds[] = {
      "names the folder the engine reads, the file it expects, what it falls back to, and the\n"
      "moetune tune command that makes the file.\n"
      "Exit codes: 0 the file exists for the running Triton version, 3 it is missing, 1 the\n"
-     "probe cannot run or finds no torch, Triton or GPU, 2 bad usage.",
+     "probe cannot run or finds no torch, Triton or GPU, or the engine's own lookup names\n"
+     "another file than moetune does, 2 bad usage.",
      doctor_opts, false, 0, 0, cmd_doctor},
     {"history", NULL,
      "Per sweep, in time order, the best latency and config for each batch size of a shape,\n"
