@@ -16,6 +16,7 @@
 #include "mt.h"
 #include "presets.h"
 #include "serving.h"
+#include "shipguard.h"
 
 enum { DOCTOR_EXIT_MISSING = 3 };
 
@@ -155,6 +156,7 @@ typedef struct {
     const eng_answer_t *ea;
     bool own_agrees;
     char rule_fb[PATH_MAX + 600], defaults[300], tune[2048], point[PATH_MAX + 64];
+    char buys[600]; /* what the found file buys, from moetune's manifest beside it; "" when none says */
 } doctor_t;
 
 /* The engine and the shape from the options; an exit code when they are refused, else -1. */
@@ -352,6 +354,7 @@ static void doctor_print_json(const cli_opts_t *o, const doctor_t *d) {
     json_object_set_new(j, "config_dir_from", json_string(p->env_dir[0] ? d->env_var : "engine"));
     json_object_set_new(j, "file", json_string(d->expected));
     json_object_set_new(j, "found", json_boolean(d->found));
+    if (d->buys[0]) json_object_set_new(j, "buys", json_string(d->buys));
     if (d->engine == EXP_ENGINE_SGLANG) {
         json_object_set_new(j, "down_file", json_string(d->down));
         json_object_set_new(j, "down_found", json_boolean(d->down_found));
@@ -381,6 +384,31 @@ static void doctor_print_json(const cli_opts_t *o, const doctor_t *d) {
     cli_print_json(stdout, j);
 }
 
+/* What the found file buys over the engine's default and the file it replaced, as the
+ * manifest.json moetune wrote beside it records (its "guard" summary); nothing when the
+ * folder holds no moetune manifest or it has no record of this file. */
+static void doctor_buys(doctor_t *d) {
+    char dir[PATH_MAX + 512], err[300], *text = NULL;
+    d->buys[0] = '\0';
+    if (!d->found) return;
+    snprintf(dir, sizeof dir, "%s", d->expected);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return;
+    mt_fmt(slash + 1, sizeof dir - (size_t)(slash + 1 - dir), "manifest.json");
+    if (mt_read_regular(dir, 64u << 20, &text, NULL, err, sizeof err) != MT_OK) return;
+    json_t *m = json_loads(text, 0, NULL);
+    free(text);
+    const json_t *rec = json_object_get(m, d->name);
+    if (rec) {
+        const json_t *guard = json_object_get(rec, "guard");
+        if (guard)
+            shipguard_line(guard, d->buys, sizeof d->buys);
+        else
+            mt_fmt(d->buys, sizeof d->buys, "not measured (its manifest has no guard figures: tuned without the ship guard)");
+    }
+    json_decref(m);
+}
+
 /* doctor's lines for a person. */
 static void doctor_print_text(const doctor_t *d) {
     const probe_t *p = &d->p;
@@ -398,6 +426,7 @@ static void doctor_print_text(const doctor_t *d) {
         printf("down file:     %s (%s)\n",
                d->down_found ? "found" : "none: the second GEMM reuses the main file's config", d->down);
     doctor_own_lines(&d->own, d->ea, d->name, d->own_agrees);
+    if (d->buys[0]) printf("buys:          %s\n", d->buys);
     if (d->found) return;
     if (d->fb_path[0])
         printf("fallback:      %s uses %s: %s\n", d->label, d->fb_what, d->fb_path);
@@ -420,6 +449,7 @@ int cmd_doctor(const cli_cmd_t *cmd, cli_opts_t *o) {
     if (code >= 0) return code;
     doctor_locate(&d);
     doctor_ask_engine(&d);
+    doctor_buys(&d);
     doctor_advice(o, &d);
     code = !d.own_agrees ? MT_EXIT_FAIL : d.found ? MT_EXIT_OK : DOCTOR_EXIT_MISSING;
     if (o->json)

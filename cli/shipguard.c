@@ -652,6 +652,32 @@ void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e) {
     json_object_set_new(e, "guard", o);
 }
 
+void shipguard_line(const json_t *guard, char *line, size_t len) {
+    if (len) line[0] = '\0';
+    if (!guard || !len) return;
+    const json_t *def = json_object_get(guard, "speedup_over_default");
+    const json_t *inc = json_object_get(guard, "speedup_over_incumbent");
+    const char *inc_name = json_string_value(json_object_get(guard, "incumbent_file"));
+    size_t kept_def = json_array_size(json_object_get(guard, "default_shipped_at"));
+    size_t kept_inc = json_array_size(json_object_get(guard, "incumbent_shipped_at"));
+    size_t added = json_array_size(json_object_get(guard, "keys_added"));
+    size_t used = 0;
+    if (json_array_size(def) == 2)
+        used += (size_t)snprintf(line + used, len - used, "%.2fx-%.2fx faster than the engine's default",
+                                 json_number_value(json_array_get(def, 0)), json_number_value(json_array_get(def, 1)));
+    if (json_array_size(inc) == 2 && used < len)
+        used += (size_t)snprintf(line + used, len - used, "%s%.2fx-%.2fx faster than %s", used ? ", " : "",
+                                 json_number_value(json_array_get(inc, 0)), json_number_value(json_array_get(inc, 1)),
+                                 inc_name && *inc_name ? inc_name : "the incumbent file");
+    if (kept_def && used < len)
+        used += (size_t)snprintf(line + used, len - used, "%sthe default kept at %zu batch size%s", used ? "; " : "",
+                                 kept_def, kept_def == 1 ? "" : "s");
+    if (kept_inc && used < len)
+        used += (size_t)snprintf(line + used, len - used, "%sthe incumbent kept at %zu batch size%s", used ? "; " : "",
+                                 kept_inc, kept_inc == 1 ? "" : "s");
+    if (used < len) snprintf(line + used, len - used, "%s%zu key%s added", used ? "; " : "", added, added == 1 ? "" : "s");
+}
+
 void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
     if (len) line[0] = '\0';
     if (!g) return;
@@ -663,6 +689,7 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
                                         "incumbent's config, else the default's"));
         if (g->n_def) json_object_set_new(o, "speedup_over_default", json_pack("[f, f]", g->def_lo, g->def_hi));
         if (g->n_inc) json_object_set_new(o, "speedup_over_incumbent", json_pack("[f, f]", g->inc_lo, g->inc_hi));
+        if (g->n_inc && g->inc_name[0]) json_object_set_new(o, "incumbent_file", json_string(g->inc_name));
         json_object_set_new(o, "default_shipped_at", json_incref(g->kept_def));
         json_object_set_new(o, "incumbent_shipped_at", json_incref(g->kept_inc));
         json_t *checked = json_array(), *added = json_array();
@@ -676,28 +703,11 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
         }
         json_object_set_new(o, "between_keys_checked", checked);
         json_object_set_new(o, "keys_added", added);
+        shipguard_line(o, line, len);
         if (rec)
             json_object_set_new(rec, "guard", o);
         else
             json_decref(o);
-        size_t used = 0;
-        if (g->n_def)
-            used += (size_t)snprintf(line + used, len - used, "%.2fx-%.2fx faster than the engine's default", g->def_lo,
-                                     g->def_hi);
-        if (g->n_inc && used < len)
-            used += (size_t)snprintf(line + used, len - used, "%s%.2fx-%.2fx faster than %s", used ? ", " : "",
-                                     g->inc_lo, g->inc_hi, g->inc_name[0] ? g->inc_name : "the incumbent file");
-        if (json_array_size(g->kept_def) && used < len)
-            used +=
-                (size_t)snprintf(line + used, len - used, "%sthe default kept at %zu batch size%s", used ? "; " : "",
-                                 json_array_size(g->kept_def), json_array_size(g->kept_def) == 1 ? "" : "s");
-        if (json_array_size(g->kept_inc) && used < len)
-            used +=
-                (size_t)snprintf(line + used, len - used, "%sthe incumbent kept at %zu batch size%s", used ? "; " : "",
-                                 json_array_size(g->kept_inc), json_array_size(g->kept_inc) == 1 ? "" : "s");
-        if (used < len)
-            snprintf(line + used, len - used, "%s%zu key%s added", used ? "; " : "", g->n_added,
-                     g->n_added == 1 ? "" : "s");
     }
     file_reset(g);
 }

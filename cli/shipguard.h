@@ -107,4 +107,8 @@ void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e);
  * triton_3_5_1's file"; "" when the file has no guard rows); then starts the next file. */
 void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len);
 
+/* The one-line form of a file's "guard" summary as its manifest record holds it (what
+ * shipguard_file writes into line); "" when guard is NULL. doctor reads it back this way. */
+void shipguard_line(const json_t *guard, char *line, size_t len);
+
 #endif

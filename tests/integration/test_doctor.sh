@@ -27,6 +27,25 @@ has "expected file: $SG/configs/triton_3_6_0/$NAME" "sglang found"
 has "for Triton 3.6.0: found" "sglang found"
 has "down file:" "sglang found"
 pass "sglang: the file for Triton 3.6.0 is found (exit 0)"
+! grep -q "^buys:" "$T/out" || { cat "$T/out"; fail "buys without a manifest"; }
+
+# The manifest moetune wrote beside the file says what it buys; doctor reads it back.
+cat >"$SG/configs/triton_3_6_0/manifest.json" <<EOF
+{"$NAME": {"guard": {"speedup_over_default": [1.02, 1.43], "speedup_over_incumbent": [1.0, 1.07],
+  "incumbent_file": "triton_3_5_1's file", "default_shipped_at": [8], "incumbent_shipped_at": [],
+  "between_keys_checked": [136, 137], "keys_added": [136]}}}
+EOF
+BUYS="1.02x-1.43x faster than the engine's default, 1.00x-1.07x faster than triton_3_5_1's file; the default kept at 1 batch size; 1 key added"
+FAKE_CONFIG_DIR=$SG doctor --engine sglang --model qwen3-30b-a3b --tp 2
+expect 0 "sglang buys"
+has "buys:          $BUYS" "sglang buys"
+FAKE_CONFIG_DIR=$SG doctor --engine sglang --model qwen3-30b-a3b --tp 2 --json
+[ "$(jq -r .buys "$T/out")" = "$BUYS" ] || { cat "$T/out"; fail "buys in --json"; }
+echo '{"'"$NAME"'": {"entries": {}}}' >"$SG/configs/triton_3_6_0/manifest.json"
+FAKE_CONFIG_DIR=$SG doctor --engine sglang --model qwen3-30b-a3b --tp 2
+has "buys:          not measured (its manifest has no guard figures" "sglang buys, no guard"
+rm "$SG/configs/triton_3_6_0/manifest.json"
+pass "sglang: what the found file buys, from the manifest beside it (text and --json); none without a manifest"
 
 # A Triton nobody tuned: the newest other folder by version order (3.10.0, not 3.9.0).
 FAKE_TRITON=3.7.1 FAKE_CONFIG_DIR=$SG doctor --engine sglang --model qwen3-30b-a3b --tp 2
