@@ -932,6 +932,18 @@ mt_status_t store_sweep_phases_each(store_t *s, uint64_t sweep_id, store_shape_p
 /* ---- the ship guard (coordinator/guard.h): statements prepared per call, a few per shape */
 
 /* Prepares sql on s's connection; MT_IO/MT_BUSY with the reason in s->err. */
+/* Steps st (prepared from sql) once for its one integer column into *v and finalizes it;
+ * no row is an error with SQLite's reason. */
+static int step_one_int(store_t *s, sqlite3_stmt *st, const char *sql, int64_t *v) {
+    int rc = MT_OK, src = sqlite3_step(st);
+    if (src == SQLITE_ROW)
+        *v = sqlite3_column_int64(st, 0);
+    else
+        rc = fail(s, src, sql);
+    sqlite3_finalize(st);
+    return rc;
+}
+
 static int guard_prepare(store_t *s, const char *sql, sqlite3_stmt **st) {
     int src = sqlite3_prepare_v2(s->db, sql, -1, st, NULL);
     return src == SQLITE_OK ? MT_OK : fail(s, src, sql);
@@ -1009,12 +1021,9 @@ mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
     sqlite3_bind_int64(st, 2, (int64_t)shape_id);
     sqlite3_bind_int64(st, 3, (int64_t)config_id);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
-        *searched = sqlite3_column_int(st, 0) != 0;
-    else
-        rc = fail(s, src, sql);
-    sqlite3_finalize(st);
+    int64_t v = 0;
+    rc = step_one_int(s, st, sql, &v);
+    *searched = v != 0;
     return rc;
 }
 
@@ -1027,11 +1036,8 @@ mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, 
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
     sqlite3_bind_int64(st, 2, (int64_t)shape_id);
     bind_text(st, 3, role);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
-        *n = (uint32_t)sqlite3_column_int64(st, 0);
-    else
-        rc = fail(s, src, sql);
-    sqlite3_finalize(st);
+    int64_t v = 0;
+    rc = step_one_int(s, st, sql, &v);
+    *n = (uint32_t)v;
     return rc;
 }
