@@ -345,6 +345,13 @@ typedef struct {
     dbq_result_t best;   /* the pick it was asked about */
 } decision_t;
 
+/* One guard role's figures over a file: its speed-up range and the batch sizes where its config shipped. */
+typedef struct {
+    double lo, hi;
+    size_t n;
+    json_t *kept;
+} tally_t;
+
 struct shipguard {
     dbq_guard_t *rows;
     size_t n, cap;
@@ -352,13 +359,11 @@ struct shipguard {
     decision_t *dec;
     size_t n_dec, cap_dec;
     /* the file being summarised */
-    double def_lo, def_hi, inc_lo, inc_hi;
-    size_t n_def, n_inc;
+    tally_t def, inc; /* the speed-ups over the default and the incumbent */
     size_t n_added;
     uint64_t cur_sweep, cur_shape; /* the file being summarised */
     char cur_device[128];
     char inc_name[256];
-    json_t *kept_def, *kept_inc; /* batch sizes whose shipped config is the guard's */
 };
 
 /* Whether a guard row of engine (as stored: "vllm-2026" is one of vLLM's) is for want. */
@@ -376,17 +381,19 @@ static mt_status_t keep_guard(void *ctx, const dbq_guard_t *row) {
     return MT_OK;
 }
 
+static void tally_reset(tally_t *t) {
+    t->lo = INFINITY, t->hi = 0, t->n = 0;
+    json_decref(t->kept);
+    t->kept = json_array();
+}
+
 static void file_reset(shipguard_t *g) {
-    g->def_lo = g->inc_lo = INFINITY;
-    g->def_hi = g->inc_hi = 0;
-    g->n_def = g->n_inc = g->n_added = 0;
+    tally_reset(&g->def);
+    tally_reset(&g->inc);
+    g->n_added = 0;
     g->cur_sweep = g->cur_shape = 0;
     g->cur_device[0] = '\0';
     g->inc_name[0] = '\0';
-    json_decref(g->kept_def);
-    json_decref(g->kept_inc);
-    g->kept_def = json_array();
-    g->kept_inc = json_array();
 }
 
 mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engine, shipguard_t **out, char *err,
@@ -420,8 +427,8 @@ void shipguard_free(shipguard_t **gp) {
     shipguard_t *g = *gp;
     free(g->rows);
     free(g->dec);
-    json_decref(g->kept_def);
-    json_decref(g->kept_inc);
+    json_decref(g->def.kept);
+    json_decref(g->inc.kept);
     free(g);
     *gp = NULL;
 }
@@ -571,6 +578,35 @@ static json_t *guard_json(const shipguard_t *g, size_t i, const dbq_result_t *sh
     return o;
 }
 
+/* Adds the guard row of role (d's default or incumbent) to the entry o and its figures to t. */
+static void tally_side(shipguard_t *g, tally_t *t, const char *role, const decision_t *d, const dbq_result_t *shipped,
+                       json_t *o) {
+    double x = 0;
+    json_object_set_new(o, role, guard_json(g, strcmp(role, "default") == 0 ? d->def : d->inc, shipped, &x));
+    if (x > 0) {
+        t->lo = fmin(t->lo, x), t->hi = fmax(t->hi, x);
+        t->n++;
+    }
+    if (strcmp(d->shipped, role) == 0) json_array_append_new(t->kept, json_integer(d->bs));
+}
+
+/* The incumbent as a person names it, from a guard row's source ("…/triton_3_5_1/E=..json, key 64"):
+ * by its Triton folder ("triton_3_5_1's file"), else by its file name. */
+static void incumbent_name(const char *source, char *name, size_t len) {
+    char src[256];
+    snprintf(src, sizeof src, "%s", source);
+    char *key = strstr(src, ", key ");
+    if (key) *key = '\0';
+    char *slash = strrchr(src, '/');
+    if (slash) *slash = '\0';
+    const char *dir = strrchr(src, '/');
+    dir = dir ? dir + 1 : src;
+    if (slash && strncmp(dir, "triton_", 7) == 0)
+        mt_fmt(name, len, "%s's file", dir);
+    else
+        mt_fmt(name, len, "%s", slash ? slash + 1 : src);
+}
+
 void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e) {
     const decision_t *d = decision_of(g, shipped);
     if (!d || !e) return;
@@ -619,35 +655,10 @@ void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e) {
                               d->best.median_us, "stddev_us", d->best.stddev_us);
         json_object_set_new(o, "searched_pick", p);
     }
-    double x = 0;
-    if (d->def != SIZE_MAX) {
-        json_object_set_new(o, "default", guard_json(g, d->def, shipped, &x));
-        if (x > 0) {
-            g->def_lo = fmin(g->def_lo, x), g->def_hi = fmax(g->def_hi, x);
-            g->n_def++;
-        }
-        if (strcmp(d->shipped, "default") == 0) json_array_append_new(g->kept_def, json_integer(d->bs));
-    }
+    if (d->def != SIZE_MAX) tally_side(g, &g->def, "default", d, shipped, o);
     if (d->inc != SIZE_MAX) {
-        json_object_set_new(o, "incumbent", guard_json(g, d->inc, shipped, &x));
-        if (x > 0) {
-            g->inc_lo = fmin(g->inc_lo, x), g->inc_hi = fmax(g->inc_hi, x);
-            g->n_inc++;
-        }
-        if (strcmp(d->shipped, "incumbent") == 0) json_array_append_new(g->kept_inc, json_integer(d->bs));
-        /* "…/triton_3_5_1/E=..json, key 64": named by its Triton folder, else by its file */
-        char src[256];
-        snprintf(src, sizeof src, "%s", g->rows[d->inc].source);
-        char *key = strstr(src, ", key ");
-        if (key) *key = '\0';
-        char *slash = strrchr(src, '/');
-        if (slash) *slash = '\0';
-        const char *dir = strrchr(src, '/');
-        dir = dir ? dir + 1 : src;
-        if (slash && strncmp(dir, "triton_", 7) == 0)
-            mt_fmt(g->inc_name, sizeof g->inc_name, "%s's file", dir);
-        else
-            mt_fmt(g->inc_name, sizeof g->inc_name, "%s", slash ? slash + 1 : src);
+        tally_side(g, &g->inc, "incumbent", d, shipped, o);
+        incumbent_name(g->rows[d->inc].source, g->inc_name, sizeof g->inc_name);
     }
     json_object_set_new(e, "guard", o);
 }
@@ -681,17 +692,17 @@ void shipguard_line(const json_t *guard, char *line, size_t len) {
 void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
     if (len) line[0] = '\0';
     if (!g) return;
-    if (g->n_def || g->n_inc || json_array_size(g->kept_def) || json_array_size(g->kept_inc)) {
+    if (g->def.n || g->inc.n || json_array_size(g->def.kept) || json_array_size(g->inc.kept)) {
         json_t *o = json_object();
         json_object_set_new(o, "rule",
                             json_string("per batch size, the pick ships only where it beats the engine's default and "
                                         "the incumbent by more than the noise (margin_sd at least 1); else the "
                                         "incumbent's config, else the default's"));
-        if (g->n_def) json_object_set_new(o, "speedup_over_default", json_pack("[f, f]", g->def_lo, g->def_hi));
-        if (g->n_inc) json_object_set_new(o, "speedup_over_incumbent", json_pack("[f, f]", g->inc_lo, g->inc_hi));
-        if (g->n_inc && g->inc_name[0]) json_object_set_new(o, "incumbent_file", json_string(g->inc_name));
-        json_object_set_new(o, "default_shipped_at", json_incref(g->kept_def));
-        json_object_set_new(o, "incumbent_shipped_at", json_incref(g->kept_inc));
+        if (g->def.n) json_object_set_new(o, "speedup_over_default", json_pack("[f, f]", g->def.lo, g->def.hi));
+        if (g->inc.n) json_object_set_new(o, "speedup_over_incumbent", json_pack("[f, f]", g->inc.lo, g->inc.hi));
+        if (g->inc.n && g->inc_name[0]) json_object_set_new(o, "incumbent_file", json_string(g->inc_name));
+        json_object_set_new(o, "default_shipped_at", json_incref(g->def.kept));
+        json_object_set_new(o, "incumbent_shipped_at", json_incref(g->inc.kept));
         json_t *checked = json_array(), *added = json_array();
         for (size_t i = 0; i < g->n_dec; i++) {
             const decision_t *d = &g->dec[i];
