@@ -106,6 +106,7 @@ class Protocol(unittest.TestCase):
         self.assertEqual(out[2]["median_us"], 8.0)
         self.assertAlmostEqual(out[2]["up_us"], 4.8)
         self.assertEqual(out[1]["detail"], "OutOfResources: shared memory")
+        self.assertEqual(set(out[3].pop("phases")), set(protocol.PHASE_KEYS) | {"wall"})
         self.assertEqual(out[3], {"id": 7, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": 1234, "gpu_s": 0.5,
                                   "stats": {"verified": 2, "split_margin": 0.1}})
         self.assertEqual(len(out), 4)
@@ -164,6 +165,96 @@ class Protocol(unittest.TestCase):
     def test_non_finite_latency_is_never_written(self):
         with self.assertRaises(ValueError):
             protocol.emit({"median_us": float("nan")})
+
+
+class Clock:
+    """A monotonic clock the test moves: each read returns now, then now += step."""
+
+    def __init__(self, step=0.0):
+        self.now = 100.0
+        self.step = step
+
+    def __call__(self):
+        t = self.now
+        self.now += self.step
+        return t
+
+
+class Phases(unittest.TestCase):
+    """The measuring process's wall as a partition into named phases (protocol.Phases, HELPER.md
+    "phases"): every second between two marks is booked once, the GPU time of timed kernels is
+    moved out of the phase it ran in into "timed", and done carries the seconds since the
+    previous done."""
+
+    def test_marks_partition_the_wall_and_carve_out_the_timed_kernels(self):
+        clock = Clock()
+        ph = protocol.Phases(clock)
+        clock.now += 2.0
+        ph.mark("idle")
+        clock.now += 0.5
+        ph.mark("compile_wait")
+        clock.now += 1.0
+        ph.timed(0.75)  # GPU time of timed replays inside the next phase
+        ph.mark("samples")
+        clock.now += 0.25
+        ph.timed(9.0)   # more than the phase lasted: never more than its wall
+        ph.mark("check_layer")
+        got = ph.take()
+        self.assertEqual(set(got), set(protocol.PHASE_KEYS) | {"wall"})
+        self.assertAlmostEqual(got["idle"], 2.0)
+        self.assertAlmostEqual(got["compile_wait"], 0.5)
+        self.assertAlmostEqual(got["samples"], 0.25)
+        self.assertAlmostEqual(got["check_layer"], 0.0)
+        self.assertAlmostEqual(got["timed"], 1.0)
+        self.assertAlmostEqual(got["wall"], 3.75)
+        self.assertAlmostEqual(sum(v for k, v in got.items() if k != "wall"), got["wall"])
+        # take() starts afresh; the pending timed seconds went with the mark
+        clock.now += 1.0
+        ph.mark("other")
+        got = ph.take()
+        self.assertEqual((got["other"], got["timed"], got["wall"], got["idle"]), (1.0, 0.0, 1.0, 0.0))
+
+    def test_done_carries_the_request_s_phases_and_idle_is_the_wait_for_it(self):
+        clock = Clock()
+        old = protocol.PHASES
+        protocol.PHASES = protocol.Phases(clock)
+        try:
+            def lines():
+                clock.now += 3.0  # the worker takes 3 s to send the first request
+                yield measure_req()
+                clock.now += 5.0
+                yield measure_req(id=8)
+            rc, out, s = run_serve(lines())
+        finally:
+            protocol.PHASES = old
+        dones = [o for o in out if o.get("done")]
+        self.assertEqual(len(dones), 2)
+        self.assertAlmostEqual(dones[0]["phases"]["idle"], 3.0)
+        self.assertAlmostEqual(dones[0]["phases"]["wall"], 3.0)
+        self.assertAlmostEqual(dones[1]["phases"]["idle"], 5.0)
+        self.assertAlmostEqual(dones[1]["phases"]["wall"], 5.0)
+
+    def test_one_books_each_step_to_its_phase(self):
+        # a survivor, checked and split, with a clock that moves 1 s per read: every step of
+        # Measurer._one shows in its phase, the timed replays' GPU time in "timed", and nothing
+        # is booked twice (the phases sum to the wall)
+        v = VerifyAfterRace()
+        v.setUp()
+        clock = Clock(step=1.0)
+        old = protocol.PHASES
+        protocol.PHASES = protocol.Phases(clock)
+        try:
+            res = v.run_one([1.01] * 5 + [0.6] * 3 + [0.4] * 3, 100.0)
+            protocol.PHASES.mark("other")
+            got = protocol.PHASES.take()
+        finally:
+            protocol.PHASES = old
+        self.assertEqual(res["status"], "ok")
+        for k in ("inputs", "launch", "capture", "samples", "warmup", "check", "split", "timed"):
+            self.assertGreater(got[k], 0, k)
+        self.assertEqual(got["compile_wait"], 0)
+        self.assertAlmostEqual(got["timed"], res["timed_us"] * 1e-6)
+        self.assertAlmostEqual(sum(v for k, v in got.items() if k != "wall"), got["wall"])
 
 
 class Racing(unittest.TestCase):

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 
+from . import protocol
 from .device import peak_rss_kb
 from .kernels import Layer
 from .protocol import Fatal, START, log, one_line, shape_block, shape_key
@@ -115,6 +116,11 @@ def settled(m, best_us, st):
         return False
     se = st["stddev_us"] / math.sqrt(st["samples"])
     return st["mean_us"] - SETTLE_Z * se > best_us * (1.0 + m["settle_margin"])
+
+
+def mark(phase):
+    """Books the measuring process's wall since the previous mark to phase (protocol.Phases)."""
+    protocol.PHASES.mark(phase)
 
 
 def stats(samples):
@@ -277,6 +283,7 @@ class Measurer:
         self.flush.fill_(i)
         us = self._gpu_us(g.replay)
         self.timed_s += us * 1e-6
+        protocol.PHASES.timed(us * 1e-6)
         return us / LAYERS_PER_GRAPH
 
     def check_sample(self, fn):
@@ -301,12 +308,13 @@ class Measurer:
             launch_s.append(time.monotonic() - t0)
         us = self._gpu_us(launch)
         self.timed_s += us * 1e-6
+        protocol.PHASES.timed(us * 1e-6)
         if launch_s[0] * 1e6 >= self.hold_us:
             self.counts["check_late"] += 1
             return None
         return us
 
-    def time_graph(self, g, m, budget_s, min_n=None, max_n=None, best_us=0.0, of_mean=False):
+    def time_graph(self, g, m, budget_s, min_n=None, max_n=None, best_us=0.0, of_mean=False, phase=None):
         """Samples of one graph replay per layer, to the stop rule (precise): (stats, how), how ""
         when the rule (or the budget) stopped it. With best_us and a race margin, a graph whose fastest of
         the first RACE_SAMPLES timed replays is slower than best_us by more than the margin stops
@@ -314,7 +322,8 @@ class Measurer:
         it has min_n samples whose mean lies above best_us by more than the settle margin plus
         SETTLE_Z standard errors (worker/backend.h, wrk_settled): how "settled". of_mean: the
         rule asks the standard error of the mean alone to be under rsd_target (the up/down
-        halves: see _one).
+        halves: see _one). phase: the phase its replays are booked to (default "samples" and
+        "warmup"; the halves': "split").
 
         Racing times the first RACE_SAMPLES replays and judges the fastest of them (the first
         replay of a graph may carry its upload; a first replay beyond the best by RACE_FAR
@@ -327,26 +336,31 @@ class Measurer:
             head = []
             while len(head) < RACE_SAMPLES:
                 head.append(self._sample(g, len(head)))
+                mark(phase or "samples")
                 if race_lost(m, best_us, head):
                     return stats(head), "pruned"
             warm = max(0, warm - RACE_SAMPLES)
         for _ in range(warm):
             g.replay()
+        mark(phase or "warmup")
         samples = []
         t_end = time.monotonic() + budget_s
         min_n = int(min_n or m["min_samples"])
         max_n = int(max_n or m["max_samples"])
-        while len(samples) < max_n:
-            samples.append(self._sample(g, len(samples) + 1))
-            if len(samples) >= min_n:
-                st = stats(samples)
-                if precise(m, st, of_mean):
-                    break
-                if settled(m, best_us, st):
-                    return st, "settled"
-                if time.monotonic() > t_end:
-                    break
-        return stats(samples), ""
+        try:
+            while len(samples) < max_n:
+                samples.append(self._sample(g, len(samples) + 1))
+                if len(samples) >= min_n:
+                    st = stats(samples)
+                    if precise(m, st, of_mean):
+                        break
+                    if settled(m, best_us, st):
+                        return st, "settled"
+                    if time.monotonic() > t_end:
+                        break
+            return stats(samples), ""
+        finally:
+            mark(phase or "samples")
 
     def split_wanted(self, median_us, best_us):
         """Whether a verified config's halves are timed: only for a config whose whole-layer
@@ -374,18 +388,22 @@ class Measurer:
         nothing fails)."""
         torch = self.torch
         L = self.inputs(shape, bs, m["seed"])
+        mark("inputs")
         try:
-            self.kernel.layer(L, cfg)
+            self.kernel.layer(L, cfg)  # a compile here, else the kernels' load from Triton's disk cache
             torch.cuda.synchronize()
         except Exception as e:
             self._sticky(e)
             status, detail = classify(e)
             return {"status": status, "detail": detail}
+        finally:
+            mark("launch")
         try:
             # racing on the check's layer: only where a replay of the graph costs more than the
             # hold (a far loser then saves its capture and a replay for one layer and the hold)
             if judge and racing(m, best_us) and best_us * LAYERS_PER_GRAPH >= (self.hold_us or 0):
                 us = self.check_sample(lambda: self.kernel.layer(L, cfg))
+                mark("check_layer")
                 if us is not None and check_lost(m, best_us, us):
                     self.counts["pruned"] += 1
                     self.counts["check_pruned"] += 1
@@ -397,11 +415,14 @@ class Measurer:
             with self._timed("capture_s"):
                 g = self.graph(lambda: self.kernel.layer(L, cfg))
             L.out.fill_(float("nan"))
+            mark("capture")
             res, how = self.time_graph(g, m, m["budget_ms"] / 1000.0, best_us=best_us)
             del g
+            mark("capture")  # a graph's teardown is its capture's cost too
         except Exception as e:
             self._sticky(e)
             status, detail = classify(e)
+            mark("other")
             return {"status": status, "detail": detail}
         res["up_us"] = res["down_us"] = 0.0
         if how == "pruned":
@@ -413,6 +434,7 @@ class Measurer:
             return res
         with self._timed("check_s"):
             err = self.check(L)
+        mark("check")
         self.counts["verified"] += 1
         tol = FP8_REL_TOL if L.fp8 else REL_TOL
         if not err <= tol:
@@ -427,16 +449,20 @@ class Measurer:
                 # the power cap (3-4 % at 4096 tokens on an H200) never happens before the budget.
                 ms = dict(m, warmup=1, min_samples=min(3, m["min_samples"]))
                 gu = self.graph(lambda: self.kernel.up(L, cfg))
-                res["up_us"] = self.time_graph(gu, ms, m["budget_ms"] / 2000.0, of_mean=True)[0]["median_us"]
+                res["up_us"] = self.time_graph(gu, ms, m["budget_ms"] / 2000.0, of_mean=True,
+                                               phase="split")[0]["median_us"]
                 del gu
                 gd = self.graph(lambda: self.kernel.down(L, cfg))
-                res["down_us"] = self.time_graph(gd, ms, m["budget_ms"] / 2000.0, of_mean=True)[0]["median_us"]
+                res["down_us"] = self.time_graph(gd, ms, m["budget_ms"] / 2000.0, of_mean=True,
+                                                 phase="split")[0]["median_us"]
                 del gd
                 self.counts["split"] += 1
             except Exception as e:
                 self._sticky(e)
                 status, detail = classify(e)
                 return {"status": status, "detail": detail}
+            finally:
+                mark("split")
         res["status"] = "ok"
         res["detail"] = "rel_err=%.2e" % err
         if how == "settled":
@@ -493,6 +519,7 @@ class Session:
                 yield {"status": "launch_error", "detail": "routing %s: %s" % (routing[0], e)}
             return
         self.measurer.set_shape(shape, m["seed"], rt)
+        mark("inputs")
         if self.pool and self.pool.pending(shape, cfg):
             # the inputs and references of every batch size while the compile ends (a sweep's
             # first config); one that fails here fails again below, in its batch size's place
@@ -501,7 +528,9 @@ class Session:
                     self.measurer.inputs(shape, bs, m["seed"])
                 except Exception:
                     break
+            mark("inputs")
         refused = self.pool.wait(shape, cfg) if self.pool else None
+        mark("compile_wait")
         best = m.get("best_us") or [0.0] * len(bss)
         for i, (bs, best_us) in enumerate(zip(bss, best)):
             if refused:  # the compiler's verdict on a config holds for every batch size
@@ -520,6 +549,7 @@ class Session:
         # same few for every config, and loading them again from disk costs each config time
         drop_jit_caches(self.kernel.config_jit_functions())
         self.measurer.forget_aligns()
+        mark("cleanup")
 
     def peak_rss_kb(self):
         return max(peak_rss_kb(), self.pool.peak_kb if self.pool else 0)
