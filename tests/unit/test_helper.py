@@ -289,6 +289,7 @@ class Racing(unittest.TestCase):
         m.torch = None
         m.flush = self.Flush()
         m.ev = [self.Ev(times_ms), self.Ev([])]
+        m._pairs = lambda n: [tuple(m.ev)] * n  # samples queued together read the same script
         m.timed_s = 0.0
         return m
 
@@ -360,6 +361,70 @@ class Racing(unittest.TestCase):
         st2, _ = m2.time_graph(g2, dict(self.M, warmup=5, race_margin=0.0), 1.0, best_us=100.0)
         self.assertEqual((g2.replays, st2), (g.replays, st))
         self.assertAlmostEqual(m.timed_s, (1.35 + 1.0 + 5.0) * 1e-3)
+
+
+class QueuedSamples(unittest.TestCase):
+    """The samples the stop rule cannot refuse (the first min_samples) are queued on the GPU
+    together and waited for once; the racing replays before them and the samples after them
+    are waited for one by one, as the rule looks at each."""
+
+    class Ev:
+        def __init__(self, log, name, times=None):
+            self.log, self.name, self.times = log, name, times
+
+        def record(self):
+            self.log.append("rec " + self.name)
+
+        def synchronize(self):
+            self.log.append("wait")
+
+        def elapsed_time(self, other):
+            return self.times.pop(0)
+
+    def run_graph(self, times_ms, meas, best_us=0.0):
+        log, times = [], list(times_ms)
+        m = object.__new__(measure.Measurer)
+        m.timed_s = 0.0
+
+        class Flush:
+            def fill_(self, v):
+                log.append("flush %d" % v)
+
+        class Graph:
+            def replay(self):
+                log.append("replay")
+        m.flush = Flush()
+        m.ev = [self.Ev(log, "a", times), self.Ev(log, "b")]
+        m._pairs = lambda n: [(self.Ev(log, "a%d" % i, times), self.Ev(log, "b%d" % i)) for i in range(n)]
+        st, how = m.time_graph(Graph(), meas, 1.0, best_us=best_us)
+        return st, how, log
+
+    def test_first_min_samples_wait_once(self):
+        meas = {"warmup": 1, "min_samples": 3, "max_samples": 9, "rsd_target": 1e-9, "budget_ms": 1000, "seed": 1,
+                "race_margin": 0.0}
+        # three samples queued, then one wait; unsteady, so two more, each waited for
+        st, how, log = self.run_graph([1.0, 1.2, 1.0, 1.1, 1.0], dict(meas, max_samples=5))
+        self.assertEqual(log[:14], ["replay", "flush 1", "rec a0", "replay", "rec b0", "flush 2", "rec a1", "replay",
+                                    "rec b1", "flush 3", "rec a2", "replay", "rec b2", "wait"])
+        self.assertEqual(log[14:], ["flush 4", "rec a", "replay", "rec b", "wait",
+                                    "flush 5", "rec a", "replay", "rec b", "wait"])
+        self.assertEqual((st["samples"], how), (5, ""))
+        self.assertAlmostEqual(st["mean_us"], 106.0)
+
+    def test_racing_replays_are_waited_for_one_by_one(self):
+        meas = {"warmup": 2, "min_samples": 3, "max_samples": 3, "rsd_target": 1e-9, "budget_ms": 1000, "seed": 1,
+                "race_margin": 0.2}
+        st, how, log = self.run_graph([1.5], meas, best_us=100.0)  # far beyond: the first replay decides
+        self.assertEqual(log, ["flush 0", "rec a", "replay", "rec b", "wait"])
+        self.assertEqual(how, "pruned")
+
+    def test_flush_is_twice_the_l2_the_device_reports(self):
+        class Props:
+            L2_cache_size = 50 << 20
+        self.assertEqual(measure.flush_bytes(Props()), 100 << 20)
+        Props.L2_cache_size = 0
+        self.assertEqual(measure.flush_bytes(Props()), measure.FLUSH_BYTES)
+        self.assertEqual(measure.flush_bytes(object()), measure.FLUSH_BYTES)
 
 
 class Settling(unittest.TestCase):
@@ -480,6 +545,7 @@ class VerifyAfterRace(unittest.TestCase):
         m.torch = self.Torch()
         m.kernel = Kernel()
         m.flush = Racing.Flush()
+        m._pairs = lambda n: [tuple(m.ev)] * n
         m.timed_s = 0.0
         m.split_margin = 0.1
         m.counts = measure.new_counts()

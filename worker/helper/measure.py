@@ -32,7 +32,7 @@ CHECK_FLOOR = RULES["CHECK_FLOOR"]    # ... and by at least this share of it, wh
 SEM_FRACTION = RULES["SEM_FRACTION"]  # the stop rule's standard-error arm (wrk_precise)
 SETTLE_Z = RULES["SETTLE_Z"]          # settling: standard errors to spare (wrk_settled)
 LAYERS_PER_GRAPH = 10
-FLUSH_BYTES = 256 << 20       # twice and more the H100/H200 L2
+FLUSH_BYTES = 256 << 20       # the L2 flush when torch does not tell the device's L2 size (flush_bytes)
 HOLD_CYCLES = 2_000_000       # GPU clocks the stream is held before a timed check layer (Measurer.check_sample)
 SPLIT_MARGIN = 0.1            # halves timed within this fraction of the best median (Measurer.split_wanted)
 SPLIT_MARGIN_ENV = "MOETUNE_SPLIT_MARGIN"
@@ -41,6 +41,16 @@ SPLIT_MARGIN_ENV = "MOETUNE_SPLIT_MARGIN"
 def seed_for(shape, m, seed):
     key = "%d,%d,%d,%d,%s,%d,%d" % (shape["e"], shape["n"], shape["k"], shape["topk"], shape["dtype"], m, seed)
     return int(hashlib.sha256(key.encode()).hexdigest()[:15], 16)
+
+
+def flush_bytes(props):
+    """Bytes the L2 flush before each timed replay writes: twice the device's L2 (as the cuda
+    backend does: every line is evicted, and the flush, untimed GPU time paid per sample, costs
+    no more than it must), else FLUSH_BYTES when torch's device properties do not say."""
+    l2 = getattr(props, "L2_cache_size", 0)
+    if isinstance(l2, bool) or not isinstance(l2, int) or l2 <= 0:
+        return FLUSH_BYTES
+    return 2 * l2
 
 
 def drop_jit_caches(fns):
@@ -185,8 +195,10 @@ class Measurer:
         self.kernel = kernel
         self.shape_key = None
         self.per_bs = {}
-        self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.flush_bytes = flush_bytes(torch.cuda.get_device_properties(torch.cuda.current_device()))
+        self.flush = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device="cuda")
         self.ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+        self.ev_pool = []  # event pairs of samples queued together (_queued)
         self.stream = torch.cuda.Stream()
         self.timed_s = 0.0  # seconds of timed graph replays: the GPU-busy numerator
         self.hold_us = None  # how long HOLD_CYCLES hold the stream, measured once (check_sample)
@@ -286,6 +298,33 @@ class Measurer:
         protocol.PHASES.timed(us * 1e-6)
         return us / LAYERS_PER_GRAPH
 
+    def _pairs(self, n):
+        """n pairs of timing events for samples queued together, made once and reused."""
+        while len(self.ev_pool) < n:
+            self.ev_pool.append(tuple(self.torch.cuda.Event(enable_timing=True) for _ in range(2)))
+        return self.ev_pool[:n]
+
+    def _queued(self, g, n, first):
+        """n timed replays of g, each after its L2 flush (filled with first, first + 1, ...), all
+        queued before the host waits once: the same GPU work in the same order as n calls of
+        _sample, without the GPU idling while the host turns around between them. Only for
+        samples that are taken whatever they read (the stop rule looks from min_samples on).
+        Microseconds per layer, in order."""
+        pairs = self._pairs(n)
+        for i, (a, b) in enumerate(pairs):
+            self.flush.fill_(first + i)
+            a.record()
+            g.replay()
+            b.record()
+        pairs[-1][1].synchronize()
+        out = []
+        for a, b in pairs:
+            us = a.elapsed_time(b) * 1000.0
+            self.timed_s += us * 1e-6
+            protocol.PHASES.timed(us * 1e-6)
+            out.append(us / LAYERS_PER_GRAPH)
+        return out
+
     def check_sample(self, fn):
         """One timed layer, fn, for racing on the check's layer: microseconds, or None when its
         launches took the host longer than the hold. After an L2 flush, as a replay; the stream
@@ -343,13 +382,14 @@ class Measurer:
         for _ in range(warm):
             g.replay()
         mark(phase or "warmup")
-        samples = []
         t_end = time.monotonic() + budget_s
         min_n = int(min_n or m["min_samples"])
         max_n = int(max_n or m["max_samples"])
         try:
-            while len(samples) < max_n:
-                samples.append(self._sample(g, len(samples) + 1))
+            # the first min_n samples are taken whatever they read: queued together
+            first = min(min_n, max_n)
+            samples = self._queued(g, first, 1) if first > 1 else []
+            while True:
                 if len(samples) >= min_n:
                     st = stats(samples)
                     if precise(m, st, of_mean):
@@ -358,6 +398,9 @@ class Measurer:
                         return st, "settled"
                     if time.monotonic() > t_end:
                         break
+                if len(samples) >= max_n:
+                    break
+                samples.append(self._sample(g, len(samples) + 1))
             return stats(samples), ""
         finally:
             mark(phase or "samples")
@@ -566,6 +609,8 @@ class Session:
             out["compile_wait_s"] = self.pool.wait_s
         out = {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
         out["start"] = dict(START)
+        if getattr(self.measurer, "flush_bytes", None):
+            out["flush_bytes"] = self.measurer.flush_bytes
         margin = getattr(self.measurer, "split_margin", SPLIT_MARGIN)
         out["split_margin"] = margin if math.isfinite(margin) else "inf"
         return out
