@@ -425,6 +425,10 @@ class QueuedSamples(unittest.TestCase):
         Props.L2_cache_size = 0
         self.assertEqual(measure.flush_bytes(Props()), measure.FLUSH_BYTES)
         self.assertEqual(measure.flush_bytes(object()), measure.FLUSH_BYTES)
+        # done's stats say which flush the samples followed
+        m = object.__new__(measure.Measurer)
+        m.flush_bytes, m.counts, m.split_margin = 100 << 20, measure.new_counts(), 0.1
+        self.assertEqual(measure.Session(None, m, None).stats()["flush_bytes"], 100 << 20)
 
 
 class Settling(unittest.TestCase):
