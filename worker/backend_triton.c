@@ -43,6 +43,20 @@
 #define TR_MEM_POLL_MS 100
 #define TR_DEFAULT_MEM_MB 65536u
 #define TR_QUIT_MS 2000u
+#define TR_BUSY_EVERY_MS 30000u /* the busy line while the helper runs (MOETUNE_TRITON_BUSY_LOG_MS) */
+
+/* The phases of the helper's wall that every done carries (HELPER.md, "phases"), in the order
+ * the busy line shows them: its key there and its name in the line. */
+static const struct {
+    const char *key, *label;
+} g_phases[] = {
+    {"timed", "timed"},     {"samples", "samples"},         {"warmup", "warm-up"},
+    {"capture", "capture"}, {"launch", "launch"},           {"compile_wait", "compile wait"},
+    {"inputs", "inputs"},   {"check_layer", "check layer"}, {"check", "check"},
+    {"split", "split"},     {"cleanup", "cleanup"},         {"idle", "idle"},
+    {"other", "other"},
+};
+#define TR_N_PHASES (sizeof g_phases / sizeof g_phases[0])
 
 /* How a wait for a reply ended. */
 typedef enum { TR_LINE = 0, TR_DIED, TR_PROTO, TR_MEM, TR_LATE } tr_end_t;
@@ -74,7 +88,14 @@ typedef struct {
     char stats[512];                  /* the last done's "stats" object, compact JSON ("" when none) */
     krn_limits_t limits;              /* its device's, from the hello, for Triton's static rules */
     int have_limits;                  /* the hello gave a shared-memory limit */
+    /* where the helper's wall went: its phases summed over every done (the busy line) */
+    double phase_s[TR_N_PHASES];
+    uint64_t busy_every_ms;  /* 0: no line while it runs */
+    uint64_t busy_logged_ms; /* when the last busy line was logged (the hello's time before) */
+    int phases_warned;       /* a malformed phases object was reported once */
 } tr_state_t;
+
+static void tr_busy_tick(tr_state_t *st);
 
 /* ---- helpers around processes */
 
@@ -276,6 +297,7 @@ static tr_end_t read_line(tr_state_t *st, uint32_t wait_ms, int check_mem, char 
                 return fail(st, TR_MEM, "helper used %llu MiB, over the limit of %u MiB",
                             (unsigned long long)((kb + 1023) / 1024), st->mem_limit_mb);
         }
+        tr_busy_tick(st);
         int ms = TR_MEM_POLL_MS;
         if (until) {
             uint64_t now = mt_now_ms();
@@ -405,6 +427,22 @@ static int parse_hello(json_t *hello, wrk_device_t *dev, const char **bad) {
 
 /* ---- ops */
 
+/* The busy line's interval: MOETUNE_TRITON_BUSY_LOG_MS (milliseconds, 0 = only at close), else
+ * TR_BUSY_EVERY_MS; a value that is not a whole number is reported and the default kept. */
+static uint64_t busy_every_ms(void) {
+    const char *s = getenv("MOETUNE_TRITON_BUSY_LOG_MS");
+    if (!s || !*s) return TR_BUSY_EVERY_MS;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || *s == '-') {
+        log_at(MT_LOG_WARN, "MOETUNE_TRITON_BUSY_LOG_MS=%.40s is not a whole number of milliseconds; using %u", s,
+               TR_BUSY_EVERY_MS);
+        return TR_BUSY_EVERY_MS;
+    }
+    return (uint64_t)v;
+}
+
 static void tr_close(void **state);
 
 /* Forks and execs the helper with pipes for its three streams. */
@@ -493,6 +531,7 @@ static mt_status_t tr_open(const wrk_backend_opts_t *opts, void **state, wrk_dev
     pthread_mutex_init(&st->mu, NULL);
     st->mem_limit_mb = opts->helper_mem_mb ? opts->helper_mem_mb : TR_DEFAULT_MEM_MB;
     st->mem_limit_kb = (uint64_t)st->mem_limit_mb * 1024u;
+    st->busy_every_ms = busy_every_ms();
     st->obuf = mt_malloc(TR_LINE_MAX + 2);
     if (!st->obuf) {
         rc = MT_NOMEM;
@@ -538,6 +577,7 @@ static mt_status_t tr_open(const wrk_backend_opts_t *opts, void **state, wrk_dev
         goto out;
     }
     st->hello_ms = mt_now_ms();
+    st->busy_logged_ms = st->hello_ms;
     krn_limits_default(&st->limits);
     st->limits.smem_per_block = dev->smem_per_block;
     st->limits.cc_major = dev->cc_major;
@@ -676,6 +716,57 @@ static void keep_stats(tr_state_t *st, json_t *stats) {
     free(s);
 }
 
+/* Adds a done's "phases" (seconds by phase, HELPER.md) to the helper's sums. Absent (an older
+ * helper) adds nothing; a malformed object is left out whole, with one warning per helper. */
+static void take_phases(tr_state_t *st, json_t *ph) {
+    double v[TR_N_PHASES];
+    const char *bad = NULL;
+    if (!ph) return;
+    if (!json_is_object(ph)) bad = "phases is not an object";
+    for (size_t i = 0; !bad && i < TR_N_PHASES; i++)
+        if (get_num(ph, g_phases[i].key, 0.0, &v[i])) bad = g_phases[i].key;
+    if (bad) {
+        if (!st->phases_warned)
+            log_at(MT_LOG_WARN, "triton helper: phases of a done left out: %s%s", bad,
+                   json_is_object(ph) ? " is not a number >= 0" : "");
+        st->phases_warned = 1;
+        return;
+    }
+    for (size_t i = 0; i < TR_N_PHASES; i++) st->phase_s[i] += v[i];
+}
+
+/* The busy breakdown as of now_ms: the wall since the helper was started (or the phases' sum
+ * when larger), the configs, and each phase's share of it, then "start" (up to its hello) and
+ * "unreported" (since its last done: the config in flight, or waiting). */
+static void busy_text(const tr_state_t *st, uint64_t now_ms, char *out, size_t len) {
+    double wall = (double)(now_ms - st->started_ms) / 1000.0, reported = 0;
+    double start = st->hello_ms ? (double)(st->hello_ms - st->started_ms) / 1000.0 : wall;
+    for (size_t i = 0; i < TR_N_PHASES; i++) reported += st->phase_s[i];
+    double unreported = wall - start - reported > 0 ? wall - start - reported : 0.0;
+    double denom = start + reported + unreported > wall ? start + reported + unreported : wall;
+    double pct = denom > 0 ? 100.0 / denom : 0.0;
+    size_t n = 0;
+    mt_fmt(out, len, "wall %.0f s, %llu configs:", denom, (unsigned long long)st->configs);
+    for (size_t i = 0; i < TR_N_PHASES; i++) {
+        n = strlen(out);
+        mt_fmt(out + n, len - n, " %s %.0f %%,", g_phases[i].label, st->phase_s[i] * pct);
+    }
+    n = strlen(out);
+    mt_fmt(out + n, len - n, " start %.0f %%, unreported %.0f %%", start * pct, unreported * pct);
+}
+
+/* Logs the busy line once every busy_every_ms while the helper runs, so that a worker
+ * stopped before the helper's close still leaves one in its log. */
+static void tr_busy_tick(tr_state_t *st) {
+    if (!st->busy_every_ms || !st->hello_ms) return;
+    uint64_t now = mt_now_ms();
+    if (now - st->busy_logged_ms < st->busy_every_ms) return;
+    char line[600];
+    busy_text(st, now, line, sizeof line);
+    log_at(MT_LOG_INFO, "triton busy: %s", line);
+    st->busy_logged_ms = now;
+}
+
 static mt_status_t tr_measure(void *state, const krn_shape_t *shape, const krn_config_t *cfg, const uint32_t *bs,
                               size_t n_bs, const wrk_measure_t *m, wrk_meas_t *out, uint32_t *regs, uint32_t *spills,
                               char *err, size_t errlen) {
@@ -694,13 +785,13 @@ static mt_status_t tr_measure(void *state, const krn_shape_t *shape, const krn_c
         return MT_OK;
     }
     uint64_t id = ++st->next_id;
-    json_t *req = json_pack("{s:s, s:I, s:o, s:o, s:o, s:{s:i, s:i, s:i, s:f, s:i, s:I, s:f, s:o, s:f}, s:b}", "op",
-                            "measure", "id", (json_int_t)id, "shape", shape_json(shape), "config", config_json(cfg),
-                            "batch_sizes", bs_json(bs, n_bs), "measure", "warmup", (int)m->warmup, "min_samples",
-                            (int)m->min_samples, "max_samples", (int)m->max_samples, "rsd_target", m->rsd_target,
-                            "budget_ms", (int)m->budget_ms, "seed", (json_int_t)m->seed, "race_margin",
-                            m->race_margin > 0 ? m->race_margin : 0.0, "best_us", best_json(m, n_bs), "settle_margin",
-                            m->settle_margin > 0 ? m->settle_margin : 0.0, "split", 1);
+    json_t *req =
+        json_pack("{s:s, s:I, s:o, s:o, s:o, s:{s:i, s:i, s:i, s:f, s:i, s:I, s:f, s:o, s:f}, s:b}", "op", "measure",
+                  "id", (json_int_t)id, "shape", shape_json(shape), "config", config_json(cfg), "batch_sizes",
+                  bs_json(bs, n_bs), "measure", "warmup", (int)m->warmup, "min_samples", (int)m->min_samples,
+                  "max_samples", (int)m->max_samples, "rsd_target", m->rsd_target, "budget_ms", (int)m->budget_ms,
+                  "seed", (json_int_t)m->seed, "race_margin", m->race_margin > 0 ? m->race_margin : 0.0, "best_us",
+                  best_json(m, n_bs), "settle_margin", m->settle_margin > 0 ? m->settle_margin : 0.0, "split", 1);
     /* Captured routing: the helper reads the file (it also reads PyTorch captures) and checks
      * its sha256 against the one the sweep was planned on. */
     if (req && shape->routing[0] &&
@@ -747,8 +838,10 @@ static mt_status_t tr_measure(void *state, const krn_shape_t *shape, const krn_c
                 st->peak_helper_kb = (uint64_t)json_integer_value(pk);
             if (json_is_number(gs) && json_number_value(gs) >= st->gpu_s) st->gpu_s = json_number_value(gs);
             keep_stats(st, json_object_get(reply, "stats"));
+            take_phases(st, json_object_get(reply, "phases"));
             if (!st->first_done_ms) st->first_done_ms = mt_now_ms();
             st->configs++;
+            tr_busy_tick(st);
             break;
         }
         if (take_reply(reply, id, bs[done], &out[done], bad, sizeof bad)) {
@@ -776,6 +869,11 @@ out:
 static void tr_close(void **state) {
     if (!state || !*state) return;
     tr_state_t *st = *state;
+    if (st->hello_ms) {
+        char line[600];
+        busy_text(st, mt_now_ms(), line, sizeof line);
+        log_at(MT_LOG_INFO, "triton busy at close: %s", line);
+    }
     if (st->configs) {
         double wall_s = (double)(mt_now_ms() - st->started_ms) / 1000.0;
         log_at(MT_LOG_INFO,

@@ -12,6 +12,9 @@ tests of the triton backend's C side. Environment:
   FAKE_HELPER_BM     misbehave only for configs with this BLOCK_SIZE_M (default: every config)
   FAKE_HELPER_PIDS   a file this helper appends its pid to when it starts
   FAKE_HELPER_HANG   a file the helper writes its pid to when it starts hanging
+  FAKE_HELPER_PHASES ok (default): every done carries phases of 100 s (timed 60, samples 10,
+                     compile_wait 20, idle 6, other 4); bad: a negative one; none: no phases
+  FAKE_HELPER_DONE_MS milliseconds to wait before each done (default 0)
 
 Latencies are exact in binary: median = BLOCK_SIZE_M + bs/2, up = median/2, down = median/4.
 """
@@ -111,8 +114,16 @@ def main():
                  "up_us": median / 2, "down_us": median / 4,
                  "detail": "rel_err=1.00e-03" + ("; settled: fake" if settled else "")})
         configs += 1
-        say({"id": rid, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": 1000, "gpu_s": 0.05 * configs,
-             "stats": {"verified": configs, "split_margin": 0.1}})
+        done = {"id": rid, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": 1000, "gpu_s": 0.05 * configs,
+                "stats": {"verified": configs, "split_margin": 0.1}}
+        phases = os.environ.get("FAKE_HELPER_PHASES", "ok")
+        if phases != "none":
+            done["phases"] = {"timed": 60.0, "samples": 10.0, "compile_wait": 20.0, "idle": 6.0, "other": 4.0,
+                              "wall": 100.0}
+            if phases == "bad":
+                done["phases"]["timed"] = -1.0
+        time.sleep(int(os.environ.get("FAKE_HELPER_DONE_MS", "0")) / 1000.0)
+        say(done)
 
 
 if __name__ == "__main__":

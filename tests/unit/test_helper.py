@@ -106,6 +106,7 @@ class Protocol(unittest.TestCase):
         self.assertEqual(out[2]["median_us"], 8.0)
         self.assertAlmostEqual(out[2]["up_us"], 4.8)
         self.assertEqual(out[1]["detail"], "OutOfResources: shared memory")
+        self.assertEqual(set(out[3].pop("phases")), set(protocol.PHASE_KEYS) | {"wall"})
         self.assertEqual(out[3], {"id": 7, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": 1234, "gpu_s": 0.5,
                                   "stats": {"verified": 2, "split_margin": 0.1}})
         self.assertEqual(len(out), 4)
@@ -166,6 +167,96 @@ class Protocol(unittest.TestCase):
             protocol.emit({"median_us": float("nan")})
 
 
+class Clock:
+    """A monotonic clock the test moves: each read returns now, then now += step."""
+
+    def __init__(self, step=0.0):
+        self.now = 100.0
+        self.step = step
+
+    def __call__(self):
+        t = self.now
+        self.now += self.step
+        return t
+
+
+class Phases(unittest.TestCase):
+    """The measuring process's wall as a partition into named phases (protocol.Phases, HELPER.md
+    "phases"): every second between two marks is booked once, the GPU time of timed kernels is
+    moved out of the phase it ran in into "timed", and done carries the seconds since the
+    previous done."""
+
+    def test_marks_partition_the_wall_and_carve_out_the_timed_kernels(self):
+        clock = Clock()
+        ph = protocol.Phases(clock)
+        clock.now += 2.0
+        ph.mark("idle")
+        clock.now += 0.5
+        ph.mark("compile_wait")
+        clock.now += 1.0
+        ph.timed(0.75)  # GPU time of timed replays inside the next phase
+        ph.mark("samples")
+        clock.now += 0.25
+        ph.timed(9.0)   # more than the phase lasted: never more than its wall
+        ph.mark("check_layer")
+        got = ph.take()
+        self.assertEqual(set(got), set(protocol.PHASE_KEYS) | {"wall"})
+        self.assertAlmostEqual(got["idle"], 2.0)
+        self.assertAlmostEqual(got["compile_wait"], 0.5)
+        self.assertAlmostEqual(got["samples"], 0.25)
+        self.assertAlmostEqual(got["check_layer"], 0.0)
+        self.assertAlmostEqual(got["timed"], 1.0)
+        self.assertAlmostEqual(got["wall"], 3.75)
+        self.assertAlmostEqual(sum(v for k, v in got.items() if k != "wall"), got["wall"])
+        # take() starts afresh; the pending timed seconds went with the mark
+        clock.now += 1.0
+        ph.mark("other")
+        got = ph.take()
+        self.assertEqual((got["other"], got["timed"], got["wall"], got["idle"]), (1.0, 0.0, 1.0, 0.0))
+
+    def test_done_carries_the_request_s_phases_and_idle_is_the_wait_for_it(self):
+        clock = Clock()
+        old = protocol.PHASES
+        protocol.PHASES = protocol.Phases(clock)
+        try:
+            def lines():
+                clock.now += 3.0  # the worker takes 3 s to send the first request
+                yield measure_req()
+                clock.now += 5.0
+                yield measure_req(id=8)
+            rc, out, s = run_serve(lines())
+        finally:
+            protocol.PHASES = old
+        dones = [o for o in out if o.get("done")]
+        self.assertEqual(len(dones), 2)
+        self.assertAlmostEqual(dones[0]["phases"]["idle"], 3.0)
+        self.assertAlmostEqual(dones[0]["phases"]["wall"], 3.0)
+        self.assertAlmostEqual(dones[1]["phases"]["idle"], 5.0)
+        self.assertAlmostEqual(dones[1]["phases"]["wall"], 5.0)
+
+    def test_one_books_each_step_to_its_phase(self):
+        # a survivor, checked and split, with a clock that moves 1 s per read: every step of
+        # Measurer._one shows in its phase, the timed replays' GPU time in "timed", and nothing
+        # is booked twice (the phases sum to the wall)
+        v = VerifyAfterRace()
+        v.setUp()
+        clock = Clock(step=1.0)
+        old = protocol.PHASES
+        protocol.PHASES = protocol.Phases(clock)
+        try:
+            res = v.run_one([1.01] * 5 + [0.6] * 3 + [0.4] * 3, 100.0)
+            protocol.PHASES.mark("other")
+            got = protocol.PHASES.take()
+        finally:
+            protocol.PHASES = old
+        self.assertEqual(res["status"], "ok")
+        for k in ("inputs", "launch", "capture", "samples", "warmup", "check", "split", "timed"):
+            self.assertGreater(got[k], 0, k)
+        self.assertEqual(got["compile_wait"], 0)
+        self.assertAlmostEqual(got["timed"], res["timed_us"] * 1e-6)
+        self.assertAlmostEqual(sum(v for k, v in got.items() if k != "wall"), got["wall"])
+
+
 class Racing(unittest.TestCase):
     """Measurer.time_graph against scripted event timings (no GPU needed)."""
 
@@ -198,6 +289,7 @@ class Racing(unittest.TestCase):
         m.torch = None
         m.flush = self.Flush()
         m.ev = [self.Ev(times_ms), self.Ev([])]
+        m._pairs = lambda n: [tuple(m.ev)] * n  # samples queued together read the same script
         m.timed_s = 0.0
         return m
 
@@ -269,6 +361,74 @@ class Racing(unittest.TestCase):
         st2, _ = m2.time_graph(g2, dict(self.M, warmup=5, race_margin=0.0), 1.0, best_us=100.0)
         self.assertEqual((g2.replays, st2), (g.replays, st))
         self.assertAlmostEqual(m.timed_s, (1.35 + 1.0 + 5.0) * 1e-3)
+
+
+class QueuedSamples(unittest.TestCase):
+    """The samples the stop rule cannot refuse (the first min_samples) are queued on the GPU
+    together and waited for once; the racing replays before them and the samples after them
+    are waited for one by one, as the rule looks at each."""
+
+    class Ev:
+        def __init__(self, log, name, times=None):
+            self.log, self.name, self.times = log, name, times
+
+        def record(self):
+            self.log.append("rec " + self.name)
+
+        def synchronize(self):
+            self.log.append("wait")
+
+        def elapsed_time(self, other):
+            return self.times.pop(0)
+
+    def run_graph(self, times_ms, meas, best_us=0.0):
+        log, times = [], list(times_ms)
+        m = object.__new__(measure.Measurer)
+        m.timed_s = 0.0
+
+        class Flush:
+            def fill_(self, v):
+                log.append("flush %d" % v)
+
+        class Graph:
+            def replay(self):
+                log.append("replay")
+        m.flush = Flush()
+        m.ev = [self.Ev(log, "a", times), self.Ev(log, "b")]
+        m._pairs = lambda n: [(self.Ev(log, "a%d" % i, times), self.Ev(log, "b%d" % i)) for i in range(n)]
+        st, how = m.time_graph(Graph(), meas, 1.0, best_us=best_us)
+        return st, how, log
+
+    def test_first_min_samples_wait_once(self):
+        meas = {"warmup": 1, "min_samples": 3, "max_samples": 9, "rsd_target": 1e-9, "budget_ms": 1000, "seed": 1,
+                "race_margin": 0.0}
+        # three samples queued, then one wait; unsteady, so two more, each waited for
+        st, how, log = self.run_graph([1.0, 1.2, 1.0, 1.1, 1.0], dict(meas, max_samples=5))
+        self.assertEqual(log[:14], ["replay", "flush 1", "rec a0", "replay", "rec b0", "flush 2", "rec a1", "replay",
+                                    "rec b1", "flush 3", "rec a2", "replay", "rec b2", "wait"])
+        self.assertEqual(log[14:], ["flush 4", "rec a", "replay", "rec b", "wait",
+                                    "flush 5", "rec a", "replay", "rec b", "wait"])
+        self.assertEqual((st["samples"], how), (5, ""))
+        self.assertAlmostEqual(st["mean_us"], 106.0)
+
+    def test_racing_replays_are_waited_for_one_by_one(self):
+        meas = {"warmup": 2, "min_samples": 3, "max_samples": 3, "rsd_target": 1e-9, "budget_ms": 1000, "seed": 1,
+                "race_margin": 0.2}
+        st, how, log = self.run_graph([1.5], meas, best_us=100.0)  # far beyond: the first replay decides
+        self.assertEqual(log, ["flush 0", "rec a", "replay", "rec b", "wait"])
+        self.assertEqual(how, "pruned")
+
+    def test_flush_is_twice_the_l2_the_device_reports(self):
+        class Props:
+            L2_cache_size = 50 << 20
+        self.assertEqual(measure.flush_bytes(Props()), 100 << 20)
+        Props.L2_cache_size = 0
+        self.assertEqual(measure.flush_bytes(Props()), measure.FLUSH_BYTES)
+        self.assertEqual(measure.flush_bytes(object()), measure.FLUSH_BYTES)
+        # done's stats say which flush the samples followed
+        m = object.__new__(measure.Measurer)
+        m.flush_bytes, m.counts, m.split_margin = 100 << 20, measure.new_counts(), 0.1
+        self.assertEqual(measure.Session(None, m, None).stats()["flush_bytes"], 100 << 20)
 
 
 class Settling(unittest.TestCase):
@@ -389,6 +549,7 @@ class VerifyAfterRace(unittest.TestCase):
         m.torch = self.Torch()
         m.kernel = Kernel()
         m.flush = Racing.Flush()
+        m._pairs = lambda n: [tuple(m.ev)] * n
         m.timed_s = 0.0
         m.split_margin = 0.1
         m.counts = measure.new_counts()

@@ -262,6 +262,89 @@ static void test_close_logs_stats(void **unused) {
     assert_non_null(strstr(text, "triton helper stats: {\"split_margin\":0.1,\"verified\":2}"));
 }
 
+/* Runs two configs on a fake helper with FAKE_HELPER_PHASES=phases and the busy line every
+ * every_ms ("" = the default, 30 s), then closes it; the child's log (stderr) in text. When
+ * before is not NULL, the log as it stood before the close goes there. */
+static void busy_run(const char *phases, const char *every_ms, char *before, char *text, size_t len) {
+    wcase_t k;
+    char path[300];
+    setup_case(&k);
+    mt_fmt(path, sizeof path, "%s/stderr", g_dir);
+    setenv("FAKE_HELPER_PHASES", phases, 1);
+    setenv("FAKE_HELPER_DONE_MS", "20", 1); /* the busy line's tick at a done is then due */
+    if (every_ms[0])
+        setenv("MOETUNE_TRITON_BUSY_LOG_MS", every_ms, 1);
+    else
+        unsetenv("MOETUNE_TRITON_BUSY_LOG_MS");
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    mt_log_level_t level = mt_log_level;
+    mt_log_level = MT_LOG_INFO;
+    wrk_child_t *c = start_ready("ok", 0);
+    for (int i = 0; i < 2; i++) assert_int_equal(measure(c, &k, 3), MT_OK);
+    for (int pass = 0; pass < 2; pass++) {
+        char *dst = pass ? text : before;
+        if (pass) wrk_child_destroy(&c);
+        if (!dst) continue;
+        fflush(stderr);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        size_t n = fread(dst, 1, len - 1, f);
+        fclose(f);
+        dst[n] = '\0';
+    }
+    mt_log_level = level;
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    unlink(path);
+    unsetenv("FAKE_HELPER_PHASES");
+    unsetenv("FAKE_HELPER_DONE_MS");
+    unsetenv("MOETUNE_TRITON_BUSY_LOG_MS");
+}
+
+/* The busy breakdown: the helper's phases of every done summed and logged as shares of the
+ * wall, at close always, and every interval while it runs (so a run killed before the close
+ * still has it); the default interval logs none in a short run. */
+static void test_busy_breakdown(void **unused) {
+    (void)unused;
+    char before[16384], text[16384];
+    busy_run("ok", "", before, text, sizeof text);
+    assert_null(strstr(before, "triton busy"));
+    const char *close = strstr(text, "triton busy at close: wall 200 s, 2 configs: timed 60 %, samples 10 %, "
+                                     "warm-up 0 %, capture 0 %, launch 0 %, compile wait 20 %, inputs 0 %, "
+                                     "check layer 0 %, check 0 %, split 0 %, cleanup 0 %, idle 6 %, other 4 %, "
+                                     "start 0 %, unreported 0 %");
+    if (!close) fprintf(stderr, "log:\n%s\n", text);
+    assert_non_null(close);
+    /* every done past the interval: after each of the two configs */
+    busy_run("ok", "1", before, text, sizeof text);
+    const char *p = strstr(before, "triton busy: wall ");
+    assert_non_null(p);
+    assert_non_null(strstr(p + 1, "triton busy: wall 200 s, 2 configs: timed 60 %"));
+    assert_null(strstr(before, "triton busy at close"));
+}
+
+/* A done whose phases are malformed is data: its phases are left out (one warning), the
+ * measurements stand; a helper that sends none (an older one) gives a breakdown of what the C
+ * side sees alone. */
+static void test_busy_bad_phases(void **unused) {
+    (void)unused;
+    char text[16384];
+    busy_run("bad", "", NULL, text, sizeof text);
+    const char *w = strstr(text, "triton helper: phases of a done left out: timed is not a number >= 0");
+    assert_non_null(w);
+    assert_null(strstr(w + strlen("triton helper: phases"), "phases of a done left out"));
+    assert_non_null(strstr(text, "triton busy at close: wall "));
+    assert_non_null(strstr(text, " 2 configs: timed 0 %, samples 0 %"));
+    busy_run("none", "", NULL, text, sizeof text);
+    assert_null(strstr(text, "left out"));
+    assert_non_null(strstr(text, " 2 configs: timed 0 %, samples 0 %"));
+}
+
 static void test_dies_mid_config(void **unused) {
     (void)unused;
     wcase_t k;
@@ -405,6 +488,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_race_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_static_rule_before_compile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_logs_stats, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_breakdown, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_busy_bad_phases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dies_mid_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hang_times_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_protocol_errors, setup, teardown),

@@ -8,6 +8,7 @@ import os
 import sys
 import time
 
+from . import protocol
 from .device import peak_rss_kb
 from .kernels import Layer
 from .protocol import Fatal, START, log, one_line, shape_block, shape_key
@@ -31,7 +32,7 @@ CHECK_FLOOR = RULES["CHECK_FLOOR"]    # ... and by at least this share of it, wh
 SEM_FRACTION = RULES["SEM_FRACTION"]  # the stop rule's standard-error arm (wrk_precise)
 SETTLE_Z = RULES["SETTLE_Z"]          # settling: standard errors to spare (wrk_settled)
 LAYERS_PER_GRAPH = 10
-FLUSH_BYTES = 256 << 20       # twice and more the H100/H200 L2
+FLUSH_BYTES = 256 << 20       # the L2 flush when torch does not tell the device's L2 size (flush_bytes)
 HOLD_CYCLES = 2_000_000       # GPU clocks the stream is held before a timed check layer (Measurer.check_sample)
 SPLIT_MARGIN = 0.1            # halves timed within this fraction of the best median (Measurer.split_wanted)
 SPLIT_MARGIN_ENV = "MOETUNE_SPLIT_MARGIN"
@@ -40,6 +41,16 @@ SPLIT_MARGIN_ENV = "MOETUNE_SPLIT_MARGIN"
 def seed_for(shape, m, seed):
     key = "%d,%d,%d,%d,%s,%d,%d" % (shape["e"], shape["n"], shape["k"], shape["topk"], shape["dtype"], m, seed)
     return int(hashlib.sha256(key.encode()).hexdigest()[:15], 16)
+
+
+def flush_bytes(props):
+    """Bytes the L2 flush before each timed replay writes: twice the device's L2 (as the cuda
+    backend does: every line is evicted, and the flush, untimed GPU time paid per sample, costs
+    no more than it must), else FLUSH_BYTES when torch's device properties do not say."""
+    l2 = getattr(props, "L2_cache_size", 0)
+    if isinstance(l2, bool) or not isinstance(l2, int) or l2 <= 0:
+        return FLUSH_BYTES
+    return 2 * l2
 
 
 def drop_jit_caches(fns):
@@ -117,6 +128,11 @@ def settled(m, best_us, st):
     return st["mean_us"] - SETTLE_Z * se > best_us * (1.0 + m["settle_margin"])
 
 
+def mark(phase):
+    """Books the measuring process's wall since the previous mark to phase (protocol.Phases)."""
+    protocol.PHASES.mark(phase)
+
+
 def stats(samples):
     n = len(samples)
     mean = sum(samples) / n
@@ -179,8 +195,10 @@ class Measurer:
         self.kernel = kernel
         self.shape_key = None
         self.per_bs = {}
-        self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        self.flush_bytes = flush_bytes(torch.cuda.get_device_properties(torch.cuda.current_device()))
+        self.flush = torch.empty(self.flush_bytes // 4, dtype=torch.int32, device="cuda")
         self.ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+        self.ev_pool = []  # event pairs of samples queued together (_queued)
         self.stream = torch.cuda.Stream()
         self.timed_s = 0.0  # seconds of timed graph replays: the GPU-busy numerator
         self.hold_us = None  # how long HOLD_CYCLES hold the stream, measured once (check_sample)
@@ -277,7 +295,35 @@ class Measurer:
         self.flush.fill_(i)
         us = self._gpu_us(g.replay)
         self.timed_s += us * 1e-6
+        protocol.PHASES.timed(us * 1e-6)
         return us / LAYERS_PER_GRAPH
+
+    def _pairs(self, n):
+        """n pairs of timing events for samples queued together, made once and reused."""
+        while len(self.ev_pool) < n:
+            self.ev_pool.append(tuple(self.torch.cuda.Event(enable_timing=True) for _ in range(2)))
+        return self.ev_pool[:n]
+
+    def _queued(self, g, n, first):
+        """n timed replays of g, each after its L2 flush (filled with first, first + 1, ...), all
+        queued before the host waits once: the same GPU work in the same order as n calls of
+        _sample, without the GPU idling while the host turns around between them. Only for
+        samples that are taken whatever they read (the stop rule looks from min_samples on).
+        Microseconds per layer, in order."""
+        pairs = self._pairs(n)
+        for i, (a, b) in enumerate(pairs):
+            self.flush.fill_(first + i)
+            a.record()
+            g.replay()
+            b.record()
+        pairs[-1][1].synchronize()
+        out = []
+        for a, b in pairs:
+            us = a.elapsed_time(b) * 1000.0
+            self.timed_s += us * 1e-6
+            protocol.PHASES.timed(us * 1e-6)
+            out.append(us / LAYERS_PER_GRAPH)
+        return out
 
     def check_sample(self, fn):
         """One timed layer, fn, for racing on the check's layer: microseconds, or None when its
@@ -301,12 +347,13 @@ class Measurer:
             launch_s.append(time.monotonic() - t0)
         us = self._gpu_us(launch)
         self.timed_s += us * 1e-6
+        protocol.PHASES.timed(us * 1e-6)
         if launch_s[0] * 1e6 >= self.hold_us:
             self.counts["check_late"] += 1
             return None
         return us
 
-    def time_graph(self, g, m, budget_s, min_n=None, max_n=None, best_us=0.0, of_mean=False):
+    def time_graph(self, g, m, budget_s, min_n=None, max_n=None, best_us=0.0, of_mean=False, phase=None):
         """Samples of one graph replay per layer, to the stop rule (precise): (stats, how), how ""
         when the rule (or the budget) stopped it. With best_us and a race margin, a graph whose fastest of
         the first RACE_SAMPLES timed replays is slower than best_us by more than the margin stops
@@ -314,7 +361,8 @@ class Measurer:
         it has min_n samples whose mean lies above best_us by more than the settle margin plus
         SETTLE_Z standard errors (worker/backend.h, wrk_settled): how "settled". of_mean: the
         rule asks the standard error of the mean alone to be under rsd_target (the up/down
-        halves: see _one).
+        halves: see _one). phase: the phase its replays are booked to (default "samples" and
+        "warmup"; the halves': "split").
 
         Racing times the first RACE_SAMPLES replays and judges the fastest of them (the first
         replay of a graph may carry its upload; a first replay beyond the best by RACE_FAR
@@ -327,26 +375,35 @@ class Measurer:
             head = []
             while len(head) < RACE_SAMPLES:
                 head.append(self._sample(g, len(head)))
+                mark(phase or "samples")
                 if race_lost(m, best_us, head):
                     return stats(head), "pruned"
             warm = max(0, warm - RACE_SAMPLES)
         for _ in range(warm):
             g.replay()
-        samples = []
+        mark(phase or "warmup")
         t_end = time.monotonic() + budget_s
         min_n = int(min_n or m["min_samples"])
         max_n = int(max_n or m["max_samples"])
-        while len(samples) < max_n:
-            samples.append(self._sample(g, len(samples) + 1))
-            if len(samples) >= min_n:
-                st = stats(samples)
-                if precise(m, st, of_mean):
+        try:
+            # the first min_n samples are taken whatever they read: queued together
+            first = min(min_n, max_n)
+            samples = self._queued(g, first, 1) if first > 1 else []
+            while True:
+                if len(samples) >= min_n:
+                    st = stats(samples)
+                    if precise(m, st, of_mean):
+                        break
+                    if settled(m, best_us, st):
+                        return st, "settled"
+                    if time.monotonic() > t_end:
+                        break
+                if len(samples) >= max_n:
                     break
-                if settled(m, best_us, st):
-                    return st, "settled"
-                if time.monotonic() > t_end:
-                    break
-        return stats(samples), ""
+                samples.append(self._sample(g, len(samples) + 1))
+            return stats(samples), ""
+        finally:
+            mark(phase or "samples")
 
     def split_wanted(self, median_us, best_us):
         """Whether a verified config's halves are timed: only for a config whose whole-layer
@@ -374,18 +431,22 @@ class Measurer:
         nothing fails)."""
         torch = self.torch
         L = self.inputs(shape, bs, m["seed"])
+        mark("inputs")
         try:
-            self.kernel.layer(L, cfg)
+            self.kernel.layer(L, cfg)  # a compile here, else the kernels' load from Triton's disk cache
             torch.cuda.synchronize()
         except Exception as e:
             self._sticky(e)
             status, detail = classify(e)
             return {"status": status, "detail": detail}
+        finally:
+            mark("launch")
         try:
             # racing on the check's layer: only where a replay of the graph costs more than the
             # hold (a far loser then saves its capture and a replay for one layer and the hold)
             if judge and racing(m, best_us) and best_us * LAYERS_PER_GRAPH >= (self.hold_us or 0):
                 us = self.check_sample(lambda: self.kernel.layer(L, cfg))
+                mark("check_layer")
                 if us is not None and check_lost(m, best_us, us):
                     self.counts["pruned"] += 1
                     self.counts["check_pruned"] += 1
@@ -397,11 +458,14 @@ class Measurer:
             with self._timed("capture_s"):
                 g = self.graph(lambda: self.kernel.layer(L, cfg))
             L.out.fill_(float("nan"))
+            mark("capture")
             res, how = self.time_graph(g, m, m["budget_ms"] / 1000.0, best_us=best_us)
             del g
+            mark("capture")  # a graph's teardown is its capture's cost too
         except Exception as e:
             self._sticky(e)
             status, detail = classify(e)
+            mark("other")
             return {"status": status, "detail": detail}
         res["up_us"] = res["down_us"] = 0.0
         if how == "pruned":
@@ -413,6 +477,7 @@ class Measurer:
             return res
         with self._timed("check_s"):
             err = self.check(L)
+        mark("check")
         self.counts["verified"] += 1
         tol = FP8_REL_TOL if L.fp8 else REL_TOL
         if not err <= tol:
@@ -427,16 +492,20 @@ class Measurer:
                 # the power cap (3-4 % at 4096 tokens on an H200) never happens before the budget.
                 ms = dict(m, warmup=1, min_samples=min(3, m["min_samples"]))
                 gu = self.graph(lambda: self.kernel.up(L, cfg))
-                res["up_us"] = self.time_graph(gu, ms, m["budget_ms"] / 2000.0, of_mean=True)[0]["median_us"]
+                res["up_us"] = self.time_graph(gu, ms, m["budget_ms"] / 2000.0, of_mean=True,
+                                               phase="split")[0]["median_us"]
                 del gu
                 gd = self.graph(lambda: self.kernel.down(L, cfg))
-                res["down_us"] = self.time_graph(gd, ms, m["budget_ms"] / 2000.0, of_mean=True)[0]["median_us"]
+                res["down_us"] = self.time_graph(gd, ms, m["budget_ms"] / 2000.0, of_mean=True,
+                                                 phase="split")[0]["median_us"]
                 del gd
                 self.counts["split"] += 1
             except Exception as e:
                 self._sticky(e)
                 status, detail = classify(e)
                 return {"status": status, "detail": detail}
+            finally:
+                mark("split")
         res["status"] = "ok"
         res["detail"] = "rel_err=%.2e" % err
         if how == "settled":
@@ -493,6 +562,7 @@ class Session:
                 yield {"status": "launch_error", "detail": "routing %s: %s" % (routing[0], e)}
             return
         self.measurer.set_shape(shape, m["seed"], rt)
+        mark("inputs")
         if self.pool and self.pool.pending(shape, cfg):
             # the inputs and references of every batch size while the compile ends (a sweep's
             # first config); one that fails here fails again below, in its batch size's place
@@ -501,7 +571,9 @@ class Session:
                     self.measurer.inputs(shape, bs, m["seed"])
                 except Exception:
                     break
+            mark("inputs")
         refused = self.pool.wait(shape, cfg) if self.pool else None
+        mark("compile_wait")
         best = m.get("best_us") or [0.0] * len(bss)
         for i, (bs, best_us) in enumerate(zip(bss, best)):
             if refused:  # the compiler's verdict on a config holds for every batch size
@@ -520,6 +592,7 @@ class Session:
         # same few for every config, and loading them again from disk costs each config time
         drop_jit_caches(self.kernel.config_jit_functions())
         self.measurer.forget_aligns()
+        mark("cleanup")
 
     def peak_rss_kb(self):
         return max(peak_rss_kb(), self.pool.peak_kb if self.pool else 0)
@@ -536,6 +609,8 @@ class Session:
             out["compile_wait_s"] = self.pool.wait_s
         out = {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
         out["start"] = dict(START)
+        if getattr(self.measurer, "flush_bytes", None):
+            out["flush_bytes"] = self.measurer.flush_bytes
         margin = getattr(self.measurer, "split_margin", SPLIT_MARGIN)
         out["split_margin"] = margin if math.isfinite(margin) else "inf"
         return out

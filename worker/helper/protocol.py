@@ -130,9 +130,67 @@ def mark(name):
         START[name] = round(time.monotonic() - T0, 3)
 
 
+# Where the measuring process's wall goes (HELPER.md, "phases"), in the order the worker logs them.
+PHASE_KEYS = ("timed", "samples", "warmup", "capture", "launch", "compile_wait", "inputs", "check_layer", "check",
+              "split", "cleanup", "idle", "other")
+
+
+class Phases:
+    """The measuring process's wall as a partition: mark(name) books the seconds since the
+    previous mark to name, so no second is booked twice or lost. The GPU time of timed kernels,
+    noted with timed() while a phase runs, is moved from that phase into "timed" when it ends
+    (never more than the phase lasted). take() returns the seconds by phase since the previous
+    take(), with "wall" their sum, and starts afresh."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.reset()
+
+    def reset(self):
+        """Starts the partition now, with nothing booked."""
+        self.t = self.clock()
+        self.s = dict.fromkeys(PHASE_KEYS, 0.0)
+        self.pending = 0.0
+
+    def mark(self, name):
+        """Ends the running phase here and books it to name."""
+        now = self.clock()
+        dt = max(0.0, now - self.t)
+        carve = min(self.pending, dt)
+        self.s[name] += dt - carve
+        self.s["timed"] += carve
+        self.pending = 0.0
+        self.t = now
+
+    def timed(self, seconds):
+        """Notes GPU seconds of timed kernels run in the running phase."""
+        self.pending += seconds
+
+    def take(self):
+        """{phase: seconds} since the previous take(), plus "wall"; starts afresh (the running
+        phase goes on)."""
+        out = {k: round(v, 6) for k, v in self.s.items()}
+        out["wall"] = round(sum(self.s.values()), 6)
+        self.s = dict.fromkeys(PHASE_KEYS, 0.0)
+        return out
+
+
+PHASES = Phases()  # the measuring process's; serve() starts it
+
+
 def serve(lines, session):
-    """Answers requests until quit or EOF. session measures; see Session."""
-    for raw in lines:
+    """Answers requests until quit or EOF. session measures; see Session. Each done carries
+    the phases of the measuring process's wall since the previous done ("idle": waiting for a
+    request)."""
+    phases = PHASES
+    phases.reset()
+    it = iter(lines)
+    while True:
+        try:
+            raw = next(it)
+        except StopIteration:
+            break
+        phases.mark("idle")
         raw = raw.strip()
         if not raw:
             continue
@@ -166,12 +224,16 @@ def serve(lines, session):
                     line = {"id": rid, "bs": bs}
                     line.update(res)
                     emit(line)
+                    phases.mark("other")
                 done = {"id": rid, "done": True, "regs": 0, "spills": 0, "peak_rss_kb": session.peak_rss_kb(),
                         "gpu_s": round(session.gpu_s(), 6), "stats": session.stats()}
+                phases.mark("other")
+                done["phases"] = phases.take()
                 emit(done)
                 mark("first_done")
             else:
                 raise ProtocolError("unknown op %r" % (op,))
         except (ValueError, ProtocolError) as e:  # json.JSONDecodeError is a ValueError
             emit({"error": one_line(e) if not isinstance(e, ProtocolError) else str(e)})
+        phases.mark("other")
     return 0
