@@ -784,3 +784,68 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
     }
     file_reset(g);
 }
+
+/* ---- what the rule did to a sweep */
+
+typedef struct {
+    shipguard_t *g;
+    const dbq_hist_filter_t *only;
+    shipguard_counts_t *c;
+} count_t;
+
+static bool row_matches(const dbq_hist_filter_t *f, const dbq_result_t *r) {
+    const krn_shape_t *s = &r->shape;
+    return !f || ((!f->e || f->e == s->e) && (!f->n || f->n == s->n) && (!f->k || f->k == s->k) &&
+                  (!f->topk || f->topk == s->topk) && (!f->dtype[0] || strcmp(f->dtype, s->dtype) == 0) &&
+                  (!f->batch_size || f->batch_size == r->batch_size) &&
+                  (!f->device[0] || strcmp(f->device, r->device_name) == 0) &&
+                  (!f->backend[0] || strcmp(f->backend, r->backend) == 0));
+}
+
+static mt_status_t count_row(void *ctx, const dbq_result_t *r) {
+    count_t *x = ctx;
+    size_t before = x->g->n_dec;
+    if (!row_matches(x->only, r)) return MT_OK;
+    const dbq_result_t *ship = shipguard_ship(x->g, r);
+    if (!ship || x->g->n_dec == before) return MT_OK; /* no key here, or no guard row */
+    const decision_t *d = &x->g->dec[x->g->n_dec - 1];
+    x->c->keys_added += d->near != SIZE_MAX;
+    x->c->default_shipped += strcmp(d->shipped, "default") == 0;
+    x->c->incumbent_shipped += strcmp(d->shipped, "incumbent") == 0;
+    return MT_OK;
+}
+
+mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c,
+                            char *err, size_t errlen) {
+    dbq_select_t sel = {&sweep, 1, false};
+    shipguard_t *g = NULL;
+    memset(c, 0, sizeof *c);
+    int rc = shipguard_load(q, &sel, EXP_ENGINE_SGLANG, &g, err, errlen);
+    if (rc == MT_OK && !g->n) {
+        shipguard_free(&g);
+        rc = shipguard_load(q, &sel, EXP_ENGINE_VLLM, &g, err, errlen);
+    }
+    if (rc == MT_OK && g->n) {
+        count_t x = {g, only, c};
+        c->guarded = true;
+        rc = dbq_export_rows(q, &sel, true, count_row, &x, err, errlen);
+    }
+    shipguard_free(&g);
+    return rc;
+}
+
+void shipguard_counts_text(const shipguard_counts_t *c, char *buf, size_t len) {
+    if (!c->guarded) {
+        snprintf(buf, len, "none (no default or incumbent measured)");
+        return;
+    }
+    snprintf(buf, len, "%u key%s added, the default's config shipped at %u batch size%s, the incumbent's at %u",
+             c->keys_added, c->keys_added == 1 ? "" : "s", c->default_shipped, c->default_shipped == 1 ? "" : "s",
+             c->incumbent_shipped);
+}
+
+json_t *shipguard_counts_json(const shipguard_counts_t *c) {
+    if (!c->guarded) return json_null();
+    return json_pack("{s:I, s:I, s:I}", "keys_added", (json_int_t)c->keys_added, "default_shipped",
+                     (json_int_t)c->default_shipped, "incumbent_shipped", (json_int_t)c->incumbent_shipped);
+}

@@ -130,4 +130,28 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len);
  * shipguard_file writes into line); "" when guard is NULL. doctor reads it back this way. */
 void shipguard_line(const json_t *guard, char *line, size_t len);
 
+/* ---- what the rule did to a sweep (diff, history, the nightly submit) */
+
+typedef struct {
+    bool guarded;               /* the sweep has guard rows */
+    uint32_t keys_added;        /* batch sizes between two keys that become keys */
+    uint32_t default_shipped;   /* batch sizes where the engine's default's config is shipped */
+    uint32_t incumbent_shipped; /* ... the incumbent's */
+} shipguard_counts_t;
+
+/* Counts what export's rule (shipguard_ship, per batch size) does to sweep's best rows that
+ * match only (NULL: all; zero and "" fields match anything), by one engine's guard rows:
+ * SGLang's, else vLLM's. MT_OK (c->guarded false when the sweep has none), or the query's
+ * error with its text in err. */
+mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c,
+                            char *err, size_t errlen);
+
+/* "2 keys added, the default's config shipped at 1 batch size, the incumbent's at 0", or
+ * "none (no default or incumbent measured)" for a sweep without the guard. */
+void shipguard_counts_text(const shipguard_counts_t *c, char *buf, size_t len);
+
+/* {"keys_added": n, "default_shipped": n, "incumbent_shipped": n}, or JSON null without the
+ * guard; caller owns the reference. */
+json_t *shipguard_counts_json(const shipguard_counts_t *c);
+
 #endif
