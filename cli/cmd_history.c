@@ -46,6 +46,7 @@ static json_t *sweep_json(const cmp_sweep_t *s) {
                   cli_json_text(s->device), "driver", cli_json_text(s->driver), "toolkit", cli_json_text(s->toolkit),
                   "backend", cli_json_text(s->backend), "compiler", cli_json_text(s->compiler), "triton",
                   cli_json_text(s->triton), "kernel", cli_json_text(s->kernel));
+    json_object_set_new(o, "guard", shipguard_counts_json(&s->guard));
     json_t *arr = json_array();
     if (!o || !arr) {
         json_decref(o);
@@ -109,6 +110,9 @@ int cmd_history(const cli_cmd_t *cmd, cli_opts_t *o) {
         printf("sweep %llu '%s' %s (%s)%s\n  device %s; driver %s; toolkit %s; %s %s; triton %s; kernel %s\n",
                (unsigned long long)w->id, w->name, date, w->state, w->n_devices > 1 ? " [several devices]" : "", dev,
                drv, tk, w->backend, comp, tr, kn);
+        char guard[200];
+        shipguard_counts_text(&w->guard, guard, sizeof guard);
+        printf("  guard: %s\n", guard);
         printf("  %-40s %6s %-20s %11s %9s\n", "SHAPE", "M", "CONFIG", "BEST_US", "VS PREV");
         for (size_t k = 0; k < w->n_best; k++) {
             const cmp_best_t *b = &w->best[k], *pb = find_best(p, b);

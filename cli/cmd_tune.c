@@ -35,6 +35,7 @@
 #define TUNE_STOP_GRACE_MS 3000      /* an interrupt after the last commit: wait this long for "done" */
 #define TUNE_FILTER_WARN_MS 10000    /* no worker may measure the sweep for this long: say so */
 #define TUNE_POLL_MS 500
+#define TUNE_SIM_DEVICE "NVIDIA H200" /* the sim workers' device (worker/backend_sim.c, no --sim-device) */
 
 static int check_writable_file(const char *path, char *err, size_t errlen) {
     struct stat st;
@@ -457,6 +458,48 @@ static int tune_pick_gpus(tune_t *t, uint32_t *gpus, uint32_t *n_workers) {
     return TUNE_GO;
 }
 
+/* The engine the guard of a sim sweep stands for: the spec's first, else the default engine. */
+static const char *sim_engine(const Moetune__SweepSpec *spec) {
+    return spec->n_engines && spec->engines[0] ? spec->engines[0] : krn_engine_get(0)->name;
+}
+
+/* The ship guard's incumbent from engine's answer own in python (the config folder, Triton
+ * version and device its probe reports; a sim sweep's device is the simulated one). */
+static int tune_engine_incumbent(tune_t *t, const eng_own_t *own, exp_engine_t engine, const char *python) {
+    char who[PATH_MAX + 160], why[PATH_MAX + 800];
+    mt_fmt(who, sizeof who, "%s %s in %s", exp_engine_name(engine), own->version[0] ? own->version : "?", python);
+    if (own->engine_error[0])
+        snprintf(why, sizeof why, "%s", own->engine_error);
+    else if (own->why[0] && !own->config_dir[0])
+        snprintf(why, sizeof why, "%s", own->why);
+    else
+        mt_fmt(why, sizeof why, "the probe in %s named no config folder of %s", python, exp_engine_name(engine));
+    const char *device = t->sim ? TUNE_SIM_DEVICE : own->device[0] ? own->device : NULL;
+    cli_guard_engine_t e = {engine, own->config_dir, own->triton, device, who, why};
+    return cli_spec_engine_incumbent(t->o->spec, &e, stderr);
+}
+
+/* The engine in the interpreter, asked before any GPU time: for triton, the files the sweep is
+ * for must be names the engine reads; without --baseline, the file it would load otherwise is
+ * the ship guard's incumbent (a sim sweep asks only with --python). */
+static int tune_ask_engine(tune_t *t) {
+    static const exp_engine_t k_eng[2] = {EXP_ENGINE_SGLANG, EXP_ENGINE_VLLM}; /* eng_check_spec's order */
+    cli_opts_t *o = t->o;
+    bool want = cli_spec_engine_incumbent_wanted(o->spec) && (t->triton || (t->sim && o->python));
+    if (!t->triton && !want) return TUNE_GO;
+    const char *python = o->python ? o->python : "python3";
+    const char *engines = t->engine ? t->engine : sim_engine(t->spec);
+    eng_own_t own[2];
+    int rc = eng_check_spec(python, engines, t->spec, t->triton, own, t->err, sizeof t->err);
+    for (size_t k = 0; k < 2; k++) {
+        if (rc == MT_OK && want && krn_engines_has(engines, exp_engine_name(k_eng[k])))
+            rc = tune_engine_incumbent(t, &own[k], k_eng[k], python);
+        eng_own_clear(&own[k]);
+    }
+    if (rc == MT_NOMEM) mt_fmt(t->err, sizeof t->err, "out of memory");
+    return rc == MT_OK ? TUNE_GO : tune_end(t, cli_fail(t->cmd, t->err));
+}
+
 /* ---- validate everything before starting anything */
 static int tune_validate(tune_t *t) {
     const cli_cmd_t *cmd = t->cmd;
@@ -468,9 +511,10 @@ static int tune_validate(tune_t *t) {
     bool triton = t->triton = strcmp(backend, "triton") == 0;
     if (!sim && !triton && strcmp(backend, "cuda") != 0)
         return tune_end(t, cli_usage(cmd, "--backend: not one of sim, cuda, triton"));
-    if (!triton && (o->kernel || o->python || o->helper_mem_mb || o->engine))
-        return tune_end(
-            t, cli_usage(cmd, "--kernel, --python, --helper-mem-mb and --engine apply only with --backend triton"));
+    if (!triton && (o->kernel || o->helper_mem_mb || o->engine))
+        return tune_end(t, cli_usage(cmd, "--kernel, --helper-mem-mb and --engine apply only with --backend triton"));
+    if (!triton && !sim && o->python)
+        return tune_end(t, cli_usage(cmd, "--python applies only with --backend triton or sim"));
     /* Triton results go out in an engine's layout: the kernel's own engine unless told;
      * "sglang,vllm" measures what either engine can run once and exports both layouts. */
     const char *engine = o->engine;
@@ -503,9 +547,7 @@ static int tune_validate(tune_t *t) {
     mt_log_level_t lvl;
     if (mt_log_parse_level(t->log_level, &lvl) != MT_OK)
         return tune_end(t, cli_usage(cmd, "--log-level: not one of error, warn, info, debug"));
-    /* the files the sweep is for must be names the engine reads: asked before any GPU time */
-    if (triton && eng_check_spec(o->python ? o->python : "python3", engine, t->spec, err, errlen) != MT_OK)
-        return tune_end(t, cli_fail(cmd, err));
+    if (tune_ask_engine(t) != TUNE_GO) return TUNE_OUT;
     if (check_writable_file(t->db, err, errlen) != MT_OK) return tune_end(t, cli_usage(cmd, err));
     if (check_out_dir(t->out, err, errlen) != MT_OK) return tune_end(t, cli_usage(cmd, err));
     uint32_t n_workers = 0, gpus[SUP_MAX_WORKERS];
@@ -590,7 +632,7 @@ static int tune_start_workers(tune_t *t) {
     add_arg(args, &a, "--sim-time-scale", o->sim_time_scale);
     add_arg(args, &a, "--sim-faults", o->sim_faults);
     add_arg(args, &a, "--kernel", o->kernel);
-    add_arg(args, &a, "--python", o->python);
+    add_arg(args, &a, "--python", t->triton ? o->python : NULL); /* sim: only the engine was asked */
     if (o->helper_mem_mb) add_arg(args, &a, "--helper-mem-mb", t->mem_mb);
     args[a] = NULL;
     for (uint32_t i = 0; i < t->r->n_workers; i++) {

@@ -100,7 +100,9 @@ mt_status_t cmp_load(dbq_t *q, const dbq_hist_filter_t *filter, cmp_sweeps_t *ou
     }
     /* several devices in one sweep interleave in the walk: sort by shape, batch size */
     for (size_t i = 0; i < out->n; i++) qsort(out->v[i].best, out->v[i].n_best, sizeof *out->v[i].best, best_qsort);
-    return MT_OK;
+    for (size_t i = 0; !rc && i < out->n; i++) rc = shipguard_count(q, out->v[i].id, filter, &out->v[i].guard, err, errlen);
+    if (rc) cmp_sweeps_clear(out);
+    return rc;
 }
 
 /* ---- last / prev */
@@ -367,11 +369,11 @@ static json_t *side_json(const cmp_best_t *b) {
 /* Texts from the database go through cli_json_text: a name that is not UTF-8 is escaped,
  * never the reason the output is empty. */
 static json_t *sweep_json(const cmp_sweep_t *s) {
-    return json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "sweep", (json_int_t)s->id, "name",
+    return json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "sweep", (json_int_t)s->id, "name",
                      cli_json_text(s->name), "device", cli_json_text(s->device), "driver", cli_json_text(s->driver),
                      "toolkit", cli_json_text(s->toolkit), "backend", cli_json_text(s->backend), "compiler",
                      cli_json_text(s->compiler), "triton", cli_json_text(s->triton), "kernel",
-                     cli_json_text(s->kernel));
+                     cli_json_text(s->kernel), "guard", shipguard_counts_json(&s->guard));
 }
 
 static void sweep_line(FILE *out, const char *label, const cmp_sweep_t *s) {
@@ -431,4 +433,9 @@ void cmp_diff_print(const cmp_diff_t *d, bool json, FILE *out) {
     }
     fprintf(out, "%zu entries: %zu regressions beyond noise and %.1f%%, %zu improvements\n", d->n, d->regressions,
             d->threshold_pct, d->improvements);
+    char ga[200], gb[200];
+    shipguard_counts_text(&d->a.guard, ga, sizeof ga);
+    shipguard_counts_text(&d->b.guard, gb, sizeof gb);
+    fprintf(out, "guard: old sweep %llu: %s; new sweep %llu: %s\n", (unsigned long long)d->a.id, ga,
+            (unsigned long long)d->b.id, gb);
 }

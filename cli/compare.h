@@ -16,6 +16,7 @@
 
 #include "mt.h"
 #include "query.h"
+#include "shipguard.h"
 #include "space.h"
 
 /* Exit code of diff and submit --compare-to when a regression was found. */
@@ -42,6 +43,7 @@ typedef struct {
     char other_device[128]; /* a second device name, when n_devices > 1 */
     cmp_best_t *best;       /* ordered by shape, batch size */
     size_t n_best, cap_best;
+    shipguard_counts_t guard; /* what export's ship guard does to the best rows loaded */
 } cmp_sweep_t;
 
 /* A list of sweeps in id order; free with cmp_sweeps_clear. */
@@ -51,8 +53,9 @@ typedef struct {
 } cmp_sweeps_t;
 
 /* Loads, for every sweep that has ok results matching filter, its best entries and
- * provenance, plus the sweep row (name, state, times). Returns MT_OK (possibly with
- * no sweeps) or an error with the reason in err. */
+ * provenance, the sweep row (name, state, times), and what the ship guard does to the
+ * matching rows (shipguard_count). Returns MT_OK (possibly with no sweeps) or an error with
+ * the reason in err. */
 mt_status_t cmp_load(dbq_t *q, const dbq_hist_filter_t *filter, cmp_sweeps_t *out, char *err, size_t errlen);
 void cmp_sweeps_clear(cmp_sweeps_t *s);
 
@@ -102,7 +105,8 @@ mt_status_t cmp_diff(dbq_t *q, uint64_t a, uint64_t b, double threshold_pct, con
                      char *err, size_t errlen);
 void cmp_diff_clear(cmp_diff_t *d);
 
-/* Prints the diff as a table, or as one JSON object with --json. */
+/* Prints the diff as a table, or as one JSON object with --json; either way with what the
+ * ship guard does to each sweep (a "guard:" line; "guard" of "old" and "new"). */
 void cmp_diff_print(const cmp_diff_t *d, bool json, FILE *out);
 
 /* "regression", "improvement", "slower (within noise or threshold)"-style names. */

@@ -86,6 +86,9 @@ static int parse_own(const char *text, const char *python, const char *ename, si
     json_t *names = json_object_get(o, "names");
     copy_str(eng, "version", own->version, sizeof own->version);
     copy_str(probe, "device", own->device, sizeof own->device);
+    copy_str(probe, "triton", own->triton, sizeof own->triton);
+    copy_str(eng, "config_dir", own->config_dir, sizeof own->config_dir);
+    copy_str(eng, "error", own->engine_error, sizeof own->engine_error);
     if (!json_is_array(names) || json_array_size(names) != n) {
         const char *why = json_string_value(json_object_get(o, "error"));
         if (!why) why = json_string_value(json_object_get(eng, "error"));
@@ -207,34 +210,31 @@ mt_status_t eng_check_names(exp_engine_t engine, const char *const *devices, con
     return rc;
 }
 
-/* One engine of eng_check_spec. */
-static int check_spec_engine(const char *python, exp_engine_t engine, const krn_shape_t *shapes, size_t n, char *err,
-                             size_t errlen) {
-    eng_own_t own;
-    int rc = eng_ask(python, engine, NULL, shapes, n, false, &own);
-    if (rc != MT_OK || !own.asked || !own.device[0]) {
-        eng_own_clear(&own);
-        return rc;
-    }
+/* One engine of eng_check_spec: its answer into own (the caller clears it), its names checked
+ * with check. */
+static int check_spec_engine(const char *python, exp_engine_t engine, const krn_shape_t *shapes, size_t n, bool check,
+                             eng_own_t *own, char *err, size_t errlen) {
+    int rc = eng_ask(python, engine, NULL, shapes, n, false, own);
+    if (rc != MT_OK || !check || !own->asked || !own->device[0]) return rc;
     char(*names)[420] = mt_calloc(n, sizeof *names);
     const char **np = mt_calloc(n, sizeof *np), **devs = mt_calloc(n, sizeof *devs);
     rc = names && np && devs ? MT_OK : MT_NOMEM;
     for (size_t i = 0; rc == MT_OK && i < n; i++) {
-        exp_engine_file_name(engine, own.device, &shapes[i], names[i], sizeof names[i]);
+        exp_engine_file_name(engine, own->device, &shapes[i], names[i], sizeof names[i]);
         np[i] = names[i];
-        devs[i] = own.device;
+        devs[i] = own->device;
     }
-    if (rc == MT_OK) rc = compare_names(engine, &own, python, devs, shapes, np, n, err, errlen);
+    if (rc == MT_OK) rc = compare_names(engine, own, python, devs, shapes, np, n, err, errlen);
     free(names);
     free(np);
     free(devs);
-    eng_own_clear(&own);
     return rc;
 }
 
-mt_status_t eng_check_spec(const char *python, const char *engines, const Moetune__SweepSpec *spec, char *err,
-                           size_t errlen) {
+mt_status_t eng_check_spec(const char *python, const char *engines, const Moetune__SweepSpec *spec, bool check,
+                           eng_own_t kept[2], char *err, size_t errlen) {
     size_t n = spec ? spec->n_shapes : 0;
+    if (kept) memset(kept, 0, 2 * sizeof *kept);
     if (!engines || n == 0) return MT_OK;
     krn_shape_t *shapes = mt_calloc(n, sizeof *shapes);
     if (!shapes) return MT_NOMEM;
@@ -244,8 +244,15 @@ mt_status_t eng_check_spec(const char *python, const char *engines, const Moetun
         if (wire_shape_from_msg(spec->shapes[i], &shapes[i], why, sizeof why) != MT_OK) n = i; /* the plan says why */
     }
     static const exp_engine_t all[] = {EXP_ENGINE_SGLANG, EXP_ENGINE_VLLM};
-    for (size_t k = 0; rc == MT_OK && k < 2; k++)
-        if (strstr(engines, exp_engine_name(all[k]))) rc = check_spec_engine(python, all[k], shapes, n, err, errlen);
+    for (size_t k = 0; rc == MT_OK && k < 2; k++) {
+        if (!strstr(engines, exp_engine_name(all[k]))) continue;
+        eng_own_t own;
+        rc = check_spec_engine(python, all[k], shapes, n, check, &own, err, errlen);
+        if (kept)
+            kept[k] = own;
+        else
+            eng_own_clear(&own);
+    }
     free(shapes);
     return rc;
 }

@@ -8,8 +8,9 @@
  * get_moe_configs: the paths it tried and the one it read (the fallback when that is not the
  * first; none: its built-in defaults). docs/engines.md says what each engine version does.
  *
- * Used by doctor (the engine's answer beside moetune's) and by export --engine, which refuses
- * a file whose name the engine would not look for. Where the engine does not import, nothing
+ * Used by doctor (the engine's answer beside moetune's), by export --engine, which refuses
+ * a file whose name the engine would not look for, and by tune, which also takes the engine's
+ * config folder from the probe for the ship guard's incumbent (shipguard.h). Where the engine does not import, nothing
  * is checked and moetune's rules stand.
  */
 #ifndef CLI_ENGINE_CHECK_H
@@ -38,12 +39,15 @@ typedef struct {
 /* The engine's own answers for a list of shapes. */
 typedef struct {
     bool asked;           /* the engine's lookup imported and answered */
-    char version[64];     /* the engine's version, as the probe reports it */
+    char version[64];     /* the engine's version, as the probe reports it (also when not asked) */
     char device[128];     /* the GPU the interpreter sees ("" when none) */
     char module[256];     /* the module of get_config_file_name */
     char why[700];        /* when not asked: why (one line) */
     eng_answer_t *answers; /* one per shape asked, in order; NULL when not asked */
     size_t n;
+    char triton[32];           /* the probe's Triton version */
+    char config_dir[PATH_MAX]; /* the engine's config folder (its package's), "" when none */
+    char engine_error[512];    /* why the engine was not found, "" when it was */
 } eng_own_t;
 
 /* The interpreter export asks: $MOETUNE_PYTHON when set, else "python3". */
@@ -67,12 +71,14 @@ void eng_own_clear(eng_own_t *own);
 mt_status_t eng_check_names(exp_engine_t engine, const char *const *devices, const krn_shape_t *shapes,
                             const char *const *names, size_t n, FILE *note, char *err, size_t errlen);
 
-/* Before a sweep of the triton backend for engines ("sglang", "vllm" or "sglang,vllm"): each
- * engine's own names for spec's shapes on the GPU python sees, against moetune's, so that a
- * sweep whose files the engine would not read is refused before it starts. MT_OK when they
- * agree or the engine cannot be asked; MT_INVAL with one line naming both; MT_NOMEM. */
+/* Before a sweep for engines ("sglang", "vllm" or "sglang,vllm"), each engine in python is
+ * asked for spec's shapes on the GPU it sees; with check (the triton backend), its own names
+ * against moetune's, so that a sweep whose files the engine would not read is refused before
+ * it starts. kept (NULL: none): kept[0] SGLang's answer, kept[1] vLLM's (zeroed when not
+ * asked), for the caller to clear with eng_own_clear. MT_OK when the names agree, are not
+ * checked or the engine cannot be asked; MT_INVAL with one line naming both; MT_NOMEM. */
 struct Moetune__SweepSpec;
-mt_status_t eng_check_spec(const char *python, const char *engines, const struct Moetune__SweepSpec *spec, char *err,
-                           size_t errlen);
+mt_status_t eng_check_spec(const char *python, const char *engines, const struct Moetune__SweepSpec *spec, bool check,
+                           eng_own_t kept[2], char *err, size_t errlen);
 
 #endif

@@ -116,7 +116,9 @@ static const cli_cmd_t k_cmds[] = {
      "Per sweep, in time order, the best latency and config for each batch size of a shape,\n"
      "with the sweep's device, driver, toolkit, Triton and kernel versions (read-only).",
      "A version that changed since the previous sweep is shown as 'new (was old)', and each\n"
-     "entry's change against the previous sweep's entry is in VS PREV.",
+     "entry's change against the previous sweep's entry is in VS PREV. The guard line counts, as\n"
+     "export decides, the keys the ship guard adds between batch sizes and the batch sizes where\n"
+     "it ships the engine's default's or the incumbent's config.",
      history_opts, false, 0, 0, cmd_history},
     {"diff", "A B",
      "Compare two sweeps (ids, or last / prev): per shape and batch size the old and new best\n"
@@ -124,7 +126,8 @@ static const cli_cmd_t k_cmds[] = {
      "last is the newest sweep that finished as done; prev is the done sweep before it with\n"
      "the same spec (names aside) on the same device. A change is beyond noise when it exceeds\n"
      "2 x sqrt(rsd_A^2 + rsd_B^2) of the two best results (rsd = stddev / median); a slowdown\n"
-     "beyond noise and above --threshold is a regression. Exit codes: 0 no regression,\n"
+     "beyond noise and above --threshold is a regression. The guard line says, per sweep, what\n"
+     "the ship guard does to its files (as history's). Exit codes: 0 no regression,\n"
      "3 at least one regression, 1 failure, 2 bad usage.",
      diff_opts, false, 2, 2, cmd_diff},
     {"report", NULL, "Write one self-contained HTML report of a sweep (inline SVG, nothing loaded from the network).",

@@ -188,12 +188,14 @@ mt_status_t cli_guard_bundled_find(const char *dir, exp_engine_t engine, const c
 
 /* ---- incumbents into the spec */
 
-/* Appends every entry of the config file at file for shape index si, engine ("" = any). */
-static int add_file(cli_guard_t *g, const char *file, uint32_t si, const char *engine, char *err, size_t errlen) {
+/* Appends every entry of the config file at file for shape index si, engine ("" = any); an
+ * error names the file after what (the option it came from, or ""). */
+static int add_file(cli_guard_t *g, const char *what, const char *file, uint32_t si, const char *engine, char *err,
+                    size_t errlen) {
     moetune_lookup_t *t = NULL;
     char why[300];
     if (moetune_lookup_load(file, &t, why, sizeof why) != MOETUNE_LOOKUP_OK) {
-        mt_fmt(err, errlen, "--baseline %s: %s", file, why);
+        mt_fmt(err, errlen, "%s%s: %s", what, file, why);
         return MT_INVAL;
     }
     size_t n = moetune_lookup_count(t);
@@ -262,6 +264,22 @@ static int file_shape(const char *file, const krn_shape_t *shapes, size_t n, uin
     return MT_INVAL;
 }
 
+/* Points spec's incumbents at g's entries (none: spec keeps its own). */
+static int publish(cli_guard_t *g, Moetune__SweepSpec *spec) {
+    if (!g->n) return MT_OK;
+    free(g->ptrs);
+    g->ptrs = mt_calloc(g->n, sizeof *g->ptrs);
+    if (!g->ptrs) return MT_NOMEM;
+    for (size_t i = 0; i < g->n; i++) {
+        g->inc[i].config = &g->cfgs[i];
+        g->inc[i].source = g->sources[i];
+        g->ptrs[i] = &g->inc[i];
+    }
+    spec->n_incumbents = g->n;
+    spec->incumbents = g->ptrs;
+    return MT_OK;
+}
+
 mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const krn_shape_t *shapes, size_t n,
                               const char *device, char *err, size_t errlen) {
     int rc = MT_OK;
@@ -274,7 +292,7 @@ mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const kr
         if (is_file(path)) {
             uint32_t si = 0;
             rc = file_shape(path, shapes, n, &si, err, errlen);
-            if (!rc) rc = add_file(g, path, si, "", err, errlen);
+            if (!rc) rc = add_file(g, "--baseline ", path, si, "", err, errlen);
             continue;
         }
         if (!is_dir(path)) {
@@ -288,7 +306,7 @@ mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const kr
                 int frc =
                     cli_guard_bundled_find(path, k_eng[e].e, NULL, device, &shapes[i], file, sizeof file, err, errlen);
                 if (frc == MT_NOTFOUND) continue;
-                rc = frc ? frc : add_file(g, file, (uint32_t)i, k_eng[e].name, err, errlen);
+                rc = frc ? frc : add_file(g, "--baseline ", file, (uint32_t)i, k_eng[e].name, err, errlen);
                 found++;
                 break; /* a folder is one engine's: SGLang's Triton folders before vLLM's flat one */
             }
@@ -299,18 +317,62 @@ mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const kr
             rc = MT_INVAL;
         }
     }
-    if (rc || !g->n) return rc;
-    free(g->ptrs);
-    g->ptrs = mt_calloc(g->n, sizeof *g->ptrs);
-    if (!g->ptrs) return MT_NOMEM;
-    for (size_t i = 0; i < g->n; i++) {
-        g->inc[i].config = &g->cfgs[i];
-        g->inc[i].source = g->sources[i];
-        g->ptrs[i] = &g->inc[i];
+    return rc ? rc : publish(g, spec);
+}
+
+/* The Triton version of the SGLang folder file lies in ("3.4.0" of .../triton_3_4_0/name). */
+static void folder_version(const char *file, char *ver, size_t len) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", file);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    const char *base = strrchr(dir, '/');
+    base = base ? base + 1 : dir;
+    mt_fmt(ver, len, "%s", strncmp(base, "triton_", 7) == 0 ? base + 7 : base);
+    for (char *p = ver; *p; p++)
+        if (*p == '_') *p = '.';
+}
+
+/* The line for the file e's engine loads for shape sh: its own, or the fallback. */
+static void say_file(FILE *say, const char *sh, const char *file, const cli_guard_engine_t *e) {
+    char ver[64];
+    folder_version(file, ver, sizeof ver);
+    const char *triton = e->triton ? e->triton : "";
+    if (e->engine == EXP_ENGINE_VLLM)
+        fprintf(say, "incumbent for %s: %s, the file %s ships\n", sh, file, e->who);
+    else if (strcmp(ver, triton) == 0)
+        fprintf(say, "incumbent for %s: %s, the file %s ships for Triton %s\n", sh, file, e->who, triton);
+    else if (*triton)
+        fprintf(say,
+                "incumbent for %s: %s, another Triton version's file (%s), which %s falls back to: it ships none for "
+                "Triton %s\n",
+                sh, file, ver, e->who, triton);
+    else
+        fprintf(say, "incumbent for %s: %s, the file %s ships for Triton %s (no Triton where it runs)\n", sh, file,
+                e->who, ver);
+}
+
+mt_status_t cli_guard_engine_folder(cli_guard_t *g, Moetune__SweepSpec *spec, const krn_shape_t *shapes, size_t n,
+                                    const cli_guard_engine_t *e, FILE *say) {
+    int rc = MT_OK;
+    if (!e->dir || !*e->dir) {
+        fprintf(say, "incumbent: none: %s; only the engine's default guards the sweep\n", e->why ? e->why : "");
+        return MT_OK;
     }
-    spec->n_incumbents = g->n;
-    spec->incumbents = g->ptrs;
-    return MT_OK;
+    for (size_t i = 0; rc != MT_NOMEM && i < n; i++) {
+        char file[PATH_MAX], why[PATH_MAX + 300], sh[200];
+        krn_shape_format(&shapes[i], sh, sizeof sh);
+        rc = cli_guard_bundled_find(e->dir, e->engine, e->triton, e->device, &shapes[i], file, sizeof file, why,
+                                    sizeof why);
+        if (rc == MT_NOTFOUND)
+            mt_fmt(why, sizeof why, "%s ships no file for %s and this shape", e->who, e->device ? e->device : "this GPU");
+        if (rc == MT_OK) rc = add_file(g, "", file, (uint32_t)i, exp_engine_name(e->engine), why, sizeof why);
+        if (rc == MT_OK)
+            say_file(say, sh, file, e);
+        else if (rc != MT_NOMEM)
+            fprintf(say, "incumbent for %s: none: %s; only the engine's default guards it\n", sh, why);
+    }
+    return rc == MT_NOMEM ? rc : publish(g, spec);
 }
 
 bool cli_guard_same_incumbents(const Moetune__SweepSpec *a, const Moetune__SweepSpec *b) {
@@ -721,4 +783,69 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
             json_decref(o);
     }
     file_reset(g);
+}
+
+/* ---- what the rule did to a sweep */
+
+typedef struct {
+    shipguard_t *g;
+    const dbq_hist_filter_t *only;
+    shipguard_counts_t *c;
+} count_t;
+
+static bool row_matches(const dbq_hist_filter_t *f, const dbq_result_t *r) {
+    const krn_shape_t *s = &r->shape;
+    return !f || ((!f->e || f->e == s->e) && (!f->n || f->n == s->n) && (!f->k || f->k == s->k) &&
+                  (!f->topk || f->topk == s->topk) && (!f->dtype[0] || strcmp(f->dtype, s->dtype) == 0) &&
+                  (!f->batch_size || f->batch_size == r->batch_size) &&
+                  (!f->device[0] || strcmp(f->device, r->device_name) == 0) &&
+                  (!f->backend[0] || strcmp(f->backend, r->backend) == 0));
+}
+
+static mt_status_t count_row(void *ctx, const dbq_result_t *r) {
+    count_t *x = ctx;
+    size_t before = x->g->n_dec;
+    if (!row_matches(x->only, r)) return MT_OK;
+    const dbq_result_t *ship = shipguard_ship(x->g, r);
+    if (!ship || x->g->n_dec == before) return MT_OK; /* no key here, or no guard row */
+    const decision_t *d = &x->g->dec[x->g->n_dec - 1];
+    x->c->keys_added += d->near != SIZE_MAX;
+    x->c->default_shipped += strcmp(d->shipped, "default") == 0;
+    x->c->incumbent_shipped += strcmp(d->shipped, "incumbent") == 0;
+    return MT_OK;
+}
+
+mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c,
+                            char *err, size_t errlen) {
+    dbq_select_t sel = {&sweep, 1, false};
+    shipguard_t *g = NULL;
+    memset(c, 0, sizeof *c);
+    int rc = shipguard_load(q, &sel, EXP_ENGINE_SGLANG, &g, err, errlen);
+    if (rc == MT_OK && !g->n) {
+        shipguard_free(&g);
+        rc = shipguard_load(q, &sel, EXP_ENGINE_VLLM, &g, err, errlen);
+    }
+    if (rc == MT_OK && g->n) {
+        count_t x = {g, only, c};
+        c->guarded = true;
+        rc = dbq_export_rows(q, &sel, true, count_row, &x, err, errlen);
+    }
+    shipguard_free(&g);
+    return rc;
+}
+
+void shipguard_counts_text(const shipguard_counts_t *c, char *buf, size_t len) {
+    if (!c->guarded) {
+        snprintf(buf, len, "none (no default or incumbent measured)");
+        return;
+    }
+    snprintf(buf, len, "%u key%s added, the default's config shipped at %u batch size%s, the incumbent's at %u",
+             c->keys_added, c->keys_added == 1 ? "" : "s", c->default_shipped, c->default_shipped == 1 ? "" : "s",
+             c->incumbent_shipped);
+}
+
+json_t *shipguard_counts_json(const shipguard_counts_t *c) {
+    if (!c->guarded) return json_null();
+    return json_pack("{s:I, s:I, s:I}", "keys_added", (json_int_t)c->keys_added, "default_shipped",
+                     (json_int_t)c->default_shipped, "incumbent_shipped", (json_int_t)c->incumbent_shipped);
 }

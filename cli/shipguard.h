@@ -61,6 +61,25 @@ bool cli_guard_same_incumbents(const Moetune__SweepSpec *a, const Moetune__Sweep
 mt_status_t cli_guard_bundled_find(const char *dir, exp_engine_t engine, const char *triton, const char *device,
                                    const krn_shape_t *shape, char *path, size_t len, char *err, size_t errlen);
 
+/* An engine's config folder as the interpreter that serves reports it (its probe). */
+typedef struct {
+    exp_engine_t engine;
+    const char *dir;    /* its package's config folder ("" or NULL: none found) */
+    const char *triton; /* the interpreter's Triton version ("3.6.0") */
+    const char *device; /* the GPU it sees; NULL: the one device the folder has a file for */
+    const char *who;    /* how lines name it: "sglang 0.6.0 in /usr/bin/python3" */
+    const char *why;    /* with no dir: why ("sglang is not installed in python3") */
+} cli_guard_engine_t;
+
+/* For a sweep given no --baseline: per shape of shapes[0..n), the file the engine loads from
+ * e->dir (cli_guard_bundled_find for e's Triton version and device, as --baseline DIR), its
+ * entries added to spec's incumbents for e's engine. Writes one line per shape into say: the
+ * file and whether it is the engine's own for this Triton version or another version's that
+ * it falls back to, or that there is none (no folder, no file, one that does not load): then
+ * the engine's default alone guards it. MT_OK, or MT_NOMEM. */
+mt_status_t cli_guard_engine_folder(cli_guard_t *g, Moetune__SweepSpec *spec, const krn_shape_t *shapes, size_t n,
+                                    const cli_guard_engine_t *e, FILE *say);
+
 /* ---- export's rule */
 
 /* The guard rows an export reads and what it decided per entry. */
@@ -110,5 +129,29 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len);
 /* The one-line form of a file's "guard" summary as its manifest record holds it (what
  * shipguard_file writes into line); "" when guard is NULL. doctor reads it back this way. */
 void shipguard_line(const json_t *guard, char *line, size_t len);
+
+/* ---- what the rule did to a sweep (diff, history, the nightly submit) */
+
+typedef struct {
+    bool guarded;               /* the sweep has guard rows */
+    uint32_t keys_added;        /* batch sizes between two keys that become keys */
+    uint32_t default_shipped;   /* batch sizes where the engine's default's config is shipped */
+    uint32_t incumbent_shipped; /* ... the incumbent's */
+} shipguard_counts_t;
+
+/* Counts what export's rule (shipguard_ship, per batch size) does to sweep's best rows that
+ * match only (NULL: all; zero and "" fields match anything), by one engine's guard rows:
+ * SGLang's, else vLLM's. MT_OK (c->guarded false when the sweep has none), or the query's
+ * error with its text in err. */
+mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c,
+                            char *err, size_t errlen);
+
+/* "2 keys added, the default's config shipped at 1 batch size, the incumbent's at 0", or
+ * "none (no default or incumbent measured)" for a sweep without the guard. */
+void shipguard_counts_text(const shipguard_counts_t *c, char *buf, size_t len);
+
+/* {"keys_added": n, "default_shipped": n, "incumbent_shipped": n}, or JSON null without the
+ * guard; caller owns the reference. */
+json_t *shipguard_counts_json(const shipguard_counts_t *c);
 
 #endif

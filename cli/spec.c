@@ -49,7 +49,8 @@ struct cli_spec {
     char routing_abs[4096];
     char *engines[2];
     size_t n_engines;
-    cli_guard_t *guard; /* --baseline files and folders (shipguard.h) */
+    cli_guard_t *guard; /* --baseline files and folders, or the engine's (shipguard.h) */
+    bool baseline;      /* --baseline given */
     bool no_guard;      /* --guard off */
     int depth;          /* nesting of spec files, to refuse a file that includes itself */
     bool finished;
@@ -183,6 +184,7 @@ static mt_status_t set_baseline(cli_spec_t *s, const void *arg, const char *opt,
                                 size_t errlen) {
     (void)arg, (void)opt;
     if (!s->guard && !(s->guard = cli_guard_new())) return MT_NOMEM;
+    s->baseline = true;
     return cli_guard_add_baseline(s->guard, val, err, errlen);
 }
 
@@ -508,7 +510,8 @@ static const opt_def_t k_opts[] = {
     {{"baseline", "FILE|DIR",
       "the ship guard's incumbent: the config file the engine would load without this sweep's (FILE; its name says "
       "its shape), or an engine's config folder searched as the engine searches it (DIR); its entry nearest each "
-      "batch size is measured beside the finalists and a pick must beat it; repeatable"},
+      "batch size is measured beside the finalists and a pick must beat it; repeatable. Without it, tune takes the "
+      "file the engine in its interpreter ships for this GPU and shape (a sim tune: with --python)"},
      set_baseline,
      0},
     {{"guard", "on|off",
@@ -1033,6 +1036,14 @@ mt_status_t cli_spec_finish(cli_spec_t *s, bool fill_defaults, char *err, size_t
     }
     s->finished = true;
     return MT_OK;
+}
+
+bool cli_spec_engine_incumbent_wanted(const cli_spec_t *s) { return s && s->finished && !s->no_guard && !s->baseline; }
+
+mt_status_t cli_spec_engine_incumbent(cli_spec_t *s, const cli_guard_engine_t *e, FILE *say) {
+    if (!cli_spec_engine_incumbent_wanted(s)) return MT_OK;
+    if (!s->guard && !(s->guard = cli_guard_new())) return MT_NOMEM;
+    return cli_guard_engine_folder(s->guard, &s->spec, s->shapes, s->n_shapes, e, say);
 }
 
 const Moetune__SweepSpec *cli_spec_get(const cli_spec_t *s) { return s && s->finished ? &s->spec : NULL; }

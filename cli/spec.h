@@ -15,6 +15,7 @@
 
 #include "moetune.pb-c.h"
 #include "mt.h"
+#include "shipguard.h"
 #include "space.h"
 
 #define CLI_SPEC_MAX_SHAPES 64
@@ -62,6 +63,15 @@ mt_status_t cli_spec_load_json(cli_spec_t *spec, const char *path, char *err, si
  * way, a space with only some lists given gets the default for the others, and an
  * empty name gets one derived from the shapes. Call once, after every set. */
 mt_status_t cli_spec_finish(cli_spec_t *spec, bool fill_defaults, char *err, size_t errlen);
+
+/* True when a finished spec takes its ship guard's incumbent from the engine: the guard is on
+ * and no --baseline was given. */
+bool cli_spec_engine_incumbent_wanted(const cli_spec_t *spec);
+
+/* When cli_spec_engine_incumbent_wanted: the incumbent files of the engine's config folder
+ * e->dir go into the finished spec (cli_guard_engine_folder, its lines into say); else
+ * nothing. MT_OK or MT_NOMEM. */
+mt_status_t cli_spec_engine_incumbent(cli_spec_t *spec, const cli_guard_engine_t *e, FILE *say);
 
 /* The assembled message (valid after cli_spec_finish, owned by spec). */
 const Moetune__SweepSpec *cli_spec_get(const cli_spec_t *spec);
