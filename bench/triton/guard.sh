@@ -8,18 +8,22 @@
 #  (c) the sglang-new engine snapshot (shared/engines), --kernel sglang, Qwen3-30B-A3B TP1, with
 #      --baseline a triton_3_5_1 file made here whose entries are plausible, not the best, at
 #      other keys than the sweep's (so the guard has something to beat or keep).
-# Each tune measures the same 12 configs (--configs), all with BLOCK_SIZE_N >= 128 and
-# BLOCK_SIZE_M >= 32, which at the smallest batch sizes leave fewer CTAs than SMs where the
-# engine's default (16x32x64) fills the GPU: the guard must ship the default there. Racing and
-# the decide step are on (--race-margin, --decide-margin): the decide step is the side-by-side
-# step the guard measures in, and the one after which the batch sizes between the keys are checked.
+# Each tune measures the same 12 configs (--configs), all with BLOCK_SIZE_M >= 32 and
+# BLOCK_SIZE_N >= 128: at M=1 they split the layer into 4-8 times fewer tiles than the engine's
+# default (16x32x64) does, so that the default should win at the smallest batch sizes and the
+# guard ship it there (each tune prints the manifest's default_shipped_at). Racing and the decide
+# step are on (--race-margin, --decide-margin): the decide step is the side-by-side step the guard
+# measures in, and after it the batch sizes between the keys are checked.
 #   bench/triton/guard.sh OUT_DIR
 # Needs the moetune binaries (MT_BIN_DIR, as deploy/bundle.sh packs them, or PATH) and PYTHON
 # (default python3) with torch and Triton; snapshots at MT_ENGINES, else shared/engines under the
 # repository root, else ../shared/engines beside it. BACKEND=sim runs the same tunes on sim
 # workers and guard_check.py --dry-run (what it would measure): the plumbing, on CPU.
 # CASES (default "a b c") runs some of the three, e.g. CASES=c in a second run where one command
-# may not last the three. Everything it writes is under OUT_DIR (a folder per tune; the tunes' process logs in its logs/).
+# may not last the three. Everything it writes is under OUT_DIR: a folder per tune (the tunes'
+# process logs in its logs/); the Triton cache, OUT_DIR/triton-cache, is removed at the end unless
+# KEEP_CACHE is set. ROUNDS (3) and CHECK_BUDGET_MS (1000) are guard_check.py's --rounds and
+# --budget-ms.
 # Exit 0 when every tune ran and no check found a loss, 1 otherwise.
 set -uo pipefail
 out=${1:?usage: bench/triton/guard.sh OUT_DIR}
@@ -47,7 +51,7 @@ if [ "$backend" = sim ]; then
   dev=NVIDIA_H200 # the sim's device
 else
   RUN=(--backend triton --python "$py")
-  export TRITON_CACHE_DIR=$out/triton-cache # the tunes' compiles serve the checks too
+  export TRITON_CACHE_DIR=$out/triton-cache # the tunes' compiles serve the checks too; removed at the end
   "$py" -c 'import torch, triton' || { echo "guard.sh: $py cannot import torch and triton"; exit 1; }
   dev=$("$py" -c 'import torch; print(torch.cuda.get_device_name().replace(" ", "_"))') || exit 1
 fi
@@ -132,6 +136,7 @@ else
   echo "== c-sglang-new: no engine snapshot sglang-new at $eng (set MT_ENGINES)"
   verdicts+=("c:1")
 fi
+[ "$backend" = triton ] && [ -z "${KEEP_CACHE:-}" ] && rm -rf "$out/triton-cache"
 echo "== guard.sh: ${verdicts[*]} (0 = no loss), $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s in all"
 for v in "${verdicts[@]}"; do [ "${v#*:}" = 0 ] || exit 1; done
 exit 0

@@ -26,6 +26,8 @@ import math
 import os
 import sys
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # compare.py and stack.py
 CFG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 THRESHOLD = 0.03
 # compare.py's measuring settings, but a 1 s budget per config: every point is measured in rounds
@@ -86,7 +88,6 @@ def nearest(keys, m):
 
 def default_cfg(m, e):
     """The engine's default, compare.py's rule (docs/ship-guard.md): one rule for both scripts."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from compare import default_cfg as rule
     return dict(rule(m, e))
 
@@ -320,7 +321,6 @@ def what_shipped(p, res):
 
 
 def run_check(a, shape, points):
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from stack import open_bf16
     torch, kernel, meas, sh = open_bf16(shape, a.kernel)
     MEASURE["budget_ms"] = a.budget_ms
