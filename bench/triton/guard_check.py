@@ -169,6 +169,10 @@ def plan(a):
         if where != "between" and named and named not in dflt:
             dflt.append(named)  # the guard measured another rule's default here: the faster is the one to beat
         p["default"] = dflt
+        eg = (ents.get(str(m)) or {}).get("guard") or {} if where != "between" else {}
+        for role in ("default", "incumbent"):  # what the manifest says the entry buys, to set beside ours
+            x = (eg.get(role) or {}).get("speedup")
+            p["manifest_%s_speedup" % role] = x if isinstance(x, (int, float)) else None
         if inc:
             ik, iup, idk, idown = inc.at(m)
             p.update(incumbent_key=ik, incumbent=cfg_text(iup),
@@ -328,8 +332,10 @@ def run_check(a, shape, points):
                                                                               a.rounds))
     print("a loss: shipped median > other's x %.2f + sqrt(sd_shipped^2 + sd_other^2), sd = the spread of the "
           "round medians" % (1 + a.threshold))
-    print("%6s %-11s %10s %10s %10s %9s %9s  %-22s %s" % ("M", "where", "shipped_us", "default_us", "incumb_us",
-                                                         "dflt/ship", "inc/ship", "shipped", "verdict"), flush=True)
+    print("dflt/ship and inc/ship: re-measured here; mf: the manifest's figure at a key")
+    print("%6s %-11s %10s %10s %10s %9s %6s %9s %6s  %-22s %s" % (
+        "M", "where", "shipped_us", "default_us", "incumb_us", "dflt/ship", "mf", "inc/ship", "mf", "shipped",
+        "verdict"), flush=True)
     rows, losses, unmeasured = [], [], []
     for p in points:
         res = measure_point(torch, kernel, meas, sh, p, a.rounds)
@@ -342,9 +348,11 @@ def run_check(a, shape, points):
         f = lambda k: "%10.1f" % row[k] if k in row else "%10s" % "-"  # noqa: E731
         g = lambda k: "%8.3fx" % row[k] if k in row else "%9s" % "-"  # noqa: E731
         s = res["shipped"]
-        print("%6d %-11s %s %s %s %s %s  %-22s %s" % (
+        mf = lambda k: "%6.3f" % p[k] if p.get(k) is not None else "%6s" % "-"  # noqa: E731
+        print("%6d %-11s %s %s %s %s %s %s %s  %-22s %s" % (
             p["m"], p["where"], "%10.1f" % s["median_us"] if "error" not in s else "%10s" % "error",
-            f("default_us"), f("incumbent_us"), g("default_ratio"), g("incumbent_ratio"), what_shipped(p, res),
+            f("default_us"), f("incumbent_us"), g("default_ratio"), mf("manifest_default_speedup"),
+            g("incumbent_ratio"), mf("manifest_incumbent_speedup"), what_shipped(p, res),
             "LOSS" if lost else "ok"), flush=True)
     for u in unmeasured:
         print("not measured: %s" % u)
