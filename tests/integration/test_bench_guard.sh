@@ -61,7 +61,8 @@ python3 "$CHECK" --file "$T/split/$NAME" --dry-run --json >"$T/split.json" || fa
 [ "$(jq -r -s 'map("\(.m):\(.shipped_down_key):\(.shipped_down)") | join(" ")' "$T/split.json")" \
   = "1:1:16x32x64x1x4x3 16:1:16x32x64x1x4x3 136:200:64x64x64x1x4x3 137:200:64x64x64x1x4x3 256:200:64x64x64x1x4x3 4096:4096:64x128x128x1x8x3" ] \
   || fail "down keys: $(jq -r -s 'map("\(.m):\(.shipped_down_key)") | join(" ")' "$T/split.json")"
-python3 "$CHECK" --file "$T/split/$NAME" --dry-run | grep -q "down 64x64x64x1x4x3@200" || fail "the table does not show the down entry"
+python3 "$CHECK" --file "$T/split/$NAME" --dry-run >"$T/split.txt" || fail "split dry run (table) exited $?"
+grep -q "down 64x64x64x1x4x3@200" "$T/split.txt" || fail "the table does not show the down entry: $(cat "$T/split.txt")"
 pass "split: the _down file's nearest entries listed"
 
 # Bad input: one line, exit 2
