@@ -23,7 +23,8 @@
 # may not last the three. Everything it writes is under OUT_DIR: a folder per tune (the tunes'
 # process logs in its logs/); the Triton cache, OUT_DIR/triton-cache, is removed at the end unless
 # KEEP_CACHE is set. ROUNDS (3) and CHECK_BUDGET_MS (1000) are guard_check.py's --rounds and
-# --budget-ms.
+# --budget-ms; SWITCH_POINTS=1 adds its --switch-points (the exported file's own switch points,
+# where the guard did not measure; about doubles the checks' time).
 # Exit 0 when every tune ran and no check found a loss, 1 otherwise.
 set -uo pipefail
 out=${1:?usage: bench/triton/guard.sh OUT_DIR}
@@ -44,7 +45,7 @@ CONFIGS=32x128x64x1x4x4,32x128x128x16x4x3,64x128x64x1x4x3,64x128x64x16x4x4,64x12
 CONFIGS=$CONFIGS,64x256x64x32x8x3,128x128x64x16x8x4,128x128x64x32x8x3,128x128x128x16x8x3,128x256x64x16x8x3,128x256x64x1x8x4
 BS=1,16,64,256,1024,4096
 MEASURE=(--warmup 2 --min-samples 5 --max-samples 40 --budget-ms 400 --race-margin 0.2 --decide-margin 0.02)
-CHECK=(--rounds "${ROUNDS:-3}" --budget-ms "${CHECK_BUDGET_MS:-1000}")
+CHECK=(--rounds "${ROUNDS:-3}" --budget-ms "${CHECK_BUDGET_MS:-1000}" ${SWITCH_POINTS:+--switch-points})
 if [ "$backend" = sim ]; then
   RUN=(--backend sim --workers 1 --sim-time-scale 0)
   CHECK+=(--dry-run)

@@ -10,12 +10,15 @@ size the manifest says the guard checked between the keys. At each such M, side 
   - default: the engine's default config for M (compare.default_cfg; where the manifest's guard
     names another default at a key, that one too, and the faster of them is the one to beat);
   - incumbent: the --incumbent file's nearest entry (with its own _down file where it has one).
+--switch-points adds the batch sizes where the engine switches between two different entries of
+the exported file as written (keys added included), which the guard did not itself measure.
 A loss is a shipped median above the other's by more than THRESHOLD (3 %) of it plus the two
 deviations (each the standard deviation of its round medians) added in quadrature. Exit 0 when
 the shipped entry loses nowhere, 1 when it loses somewhere (or fails to run), 2 on bad input.
 
     python3 bench/triton/guard_check.py --file F.json [--incumbent I.json] [--kernel moetune|sglang|vllm]
-        [--rounds 3] [--budget-ms 1000] [--threshold 0.03] [--out check.json] [--dry-run [--json]]
+        [--switch-points] [--rounds 3] [--budget-ms 1000] [--threshold 0.03] [--out check.json]
+        [--dry-run [--json]]
 
 --dry-run lists what would be measured (M, where it comes from, the three configs) without torch
 or Triton; --json prints that list as one JSON object a line.
@@ -115,6 +118,19 @@ class Engine:
         return k, self.ents[k], dk, self.dents[dk]
 
 
+def switch_points(eng):
+    """Where the engine switches between neighbouring keys of the file whose entries (up, and down
+    where split) differ: the last M that takes the smaller key's entry and the first that takes the
+    larger's, where they lie strictly between the two."""
+    keys, out = sorted(eng.keys), set()
+    for k1, k2 in zip(keys, keys[1:]):
+        if eng.at(k1)[1::2] == eng.at(k2)[1::2]:
+            continue
+        first = next(m for m in range(k1 + 1, k2 + 1) if nearest(eng.keys, m) != k1)
+        out |= {m for m in (first - 1, first) if k1 < m < k2}
+    return out
+
+
 def read_manifest(path, name):
     """The file's manifest record, which must carry the guard's figures."""
     man = load_json(path, "manifest")
@@ -155,9 +171,10 @@ def plan(a):
     e, shape = shape_of(rec, a.shape)
     g, ents = rec["guard"], rec.get("entries") or {}
     between = set(g.get("between_keys_checked", []))
+    switch = switch_points(shipped) - between - set(shipped.keys) if a.switch_points else set()
     points = []
-    for m in sorted(set(shipped.keys) | between):
-        where = "key" if m in shipped.ents else "between"
+    for m in sorted(set(shipped.keys) | between | switch):
+        where = "key" if m in shipped.ents else "switch" if m in switch else "between"
         if m in shipped.ents and m in between:
             where = "added" if m in g.get("keys_added", []) else "key+between"
         k, up, dk, down = shipped.at(m)
@@ -377,6 +394,9 @@ def main():
     ap.add_argument("--kernel", default="moetune", choices=("moetune", "sglang", "vllm"),
                     help="the kernel the file was tuned for (an engine's must be importable)")
     ap.add_argument("--shape", help="E,N,K,topk (default: the manifest record's)")
+    ap.add_argument("--switch-points", action="store_true",
+                    help="also where the exported file's nearest key changes between two different entries "
+                         "(after the keys the guard added), where the guard did not measure")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--budget-ms", type=int, default=MEASURE["budget_ms"], help="per config and round")
     ap.add_argument("--threshold", type=float, default=THRESHOLD)

@@ -65,6 +65,19 @@ python3 "$CHECK" --file "$T/split/$NAME" --dry-run >"$T/split.txt" || fail "spli
 grep -q "down 64x64x64x1x4x3@200" "$T/split.txt" || fail "the table does not show the down entry: $(cat "$T/split.txt")"
 pass "split: the _down file's nearest entries listed"
 
+# --switch-points: where the file as written switches between two different entries (a key 2177
+# with A's entry switches at 1216/1217 from 256's X and at 3136/3137 back to 4096's X)
+mkdir -p "$T/sw"
+jq --argjson a "$(jq '.["16"]' "$F")" '. + {"2177": $a}' "$F" >"$T/sw/$NAME"
+cp "$T/out/sim/manifest.json" "$T/sw/"
+python3 "$CHECK" --file "$T/sw/$NAME" --dry-run --json --switch-points >"$T/sw.json" || fail "--switch-points exited $?"
+[ "$(jq -r -s 'map("\(.m):\(.where):\(.shipped_key)") | join(" ")' "$T/sw.json")" = "1:key:1 16:key:16 136:between:16 \
+137:between:256 256:key:256 1216:switch:256 1217:switch:2177 2177:key:2177 3136:switch:2177 3137:switch:4096 4096:key:4096" ] \
+  || fail "switch points: $(jq -r -s 'map("\(.m):\(.where):\(.shipped_key)") | join(" ")' "$T/sw.json")"
+python3 "$CHECK" --file "$T/sw/$NAME" --dry-run --json >"$T/nosw.json" || fail "dry run exited $?"
+[ "$(jq -c -s 'map(.m)' "$T/nosw.json")" = "[1,16,136,137,256,2177,4096]" ] || fail "without --switch-points: $(jq -c -s 'map(.m)' "$T/nosw.json")"
+pass "--switch-points: the file's own switch points between different entries, and only with it"
+
 # Bad input: one line, exit 2
 "$BIN/moetune" tune --backend sim --workers 1 --sim-time-scale 0 --model qwen3-30b-a3b --tp 1 --batch-sizes 1,256 \
   --configs $A,$X --guard off --db "$T/o.db" --out "$T/off" >/dev/null 2>&1 || fail "tune --guard off exited $?"
