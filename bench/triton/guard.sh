@@ -85,7 +85,7 @@ one() {
   t0=$(date +%s.%N)
   "$bin/moetune" tune "${args[@]}" >"$o/tune.out" 2>"$o/tune.err"
   rc=$?
-  echo "tune exit $rc after $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
+  echo "tune exit $rc after $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s" | tee "$o/tune.time"
   run=$(sed -n 's/.*logs of the coordinator and workers are in //p' "$o/tune.err" | tail -n1)
   case $run in /tmp/moetune-tune-*) [ -d "$run" ] && cp -r "$run" "$o/logs" && rm -rf "$run" ;; esac
   cat "$o/tune.out"
@@ -104,7 +104,7 @@ PY
   "$py" "$here/guard_check.py" --file "$f" --kernel "$kernel" ${inc:+--incumbent "$inc"} --out "$o/check.json" \
     "${CHECK[@]}" 2>&1 | tee "$o/check.txt"
   rc=${PIPESTATUS[0]}
-  echo "guard_check exit $rc after $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
+  echo "guard_check exit $rc after $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s" | tee "$o/check.time"
   return "$rc"
 }
 
@@ -138,6 +138,29 @@ else
   verdicts+=("c:1")
 fi
 [ "$backend" = triton ] && [ -z "${KEEP_CACHE:-}" ] && rm -rf "$out/triton-cache"
+# one line a tune, for bench/RESULTS.md: times, where the default and the incumbent were shipped,
+# keys added, and the re-measured speed-ups of the shipped entries over both
+python3 - "$out" <<'PY'
+import glob, json, os, sys
+for d in sorted(glob.glob(os.path.join(sys.argv[1], "[abc]-*"))):
+    def first(name):
+        try:
+            return open(os.path.join(d, name)).read().split("\n")[0]
+        except OSError:
+            return "-"
+    line = "%s: %s; %s" % (os.path.basename(d), first("tune.time"), first("check.time"))
+    try:
+        c = json.load(open(os.path.join(d, "check.json")))
+        rows = c["rows"]
+        for k, what in (("default_ratio", "default"), ("incumbent_ratio", "incumbent")):
+            r = [x[k] for x in rows if k in x]
+            if r:
+                line += "; over the %s %.2f-%.2fx" % (what, min(r), max(r))
+        line += "; %d points, %d losses" % (len(rows), len(c["losses"]))
+    except (OSError, ValueError, KeyError):
+        pass
+    print(line)
+PY
 echo "== guard.sh: ${verdicts[*]} (0 = no loss), $(python3 -c "print(round($(date +%s.%N) - $start, 1))") s in all"
 for v in "${verdicts[@]}"; do [ "${v#*:}" = 0 ] || exit 1; done
 exit 0
