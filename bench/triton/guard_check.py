@@ -6,7 +6,8 @@ size the manifest says the guard checked between the keys. At each such M, side 
 --rounds rounds (the order rotated each round):
   - shipped: the entry the engine takes from the exported file, the key nearest to M (SGLang's
     min(keys, key=|key - M|), so a tie goes to the smaller key); with a _down file, the _down
-    file's nearest entry runs the second GEMM (the whole layer, as the engine runs the pair);
+    file's nearest entry runs the second GEMM, with the up entry's BLOCK_SIZE_M (the whole layer,
+    as the engine runs the pair);
   - default: the engine's default config for M (compare.default_cfg; where the manifest's guard
     names another default at a key, that one too, and the faster of them is the one to beat);
   - incumbent: the --incumbent file's nearest entry (with its own _down file where it has one).
@@ -110,12 +111,20 @@ class Engine:
         self.dkeys, self.dents = load_configs(down, what + "'s _down file") if down else (None, None)
 
     def at(self, m):
-        """(key, up config, down key, down config) the engine runs at batch size m."""
+        """(key, up config, down key, down config) the engine runs at batch size m. Both GEMMs share
+        one align step, so where the _down entry's BLOCK_SIZE_M differs from the up entry's, SGLang
+        runs it with the up entry's (and warns): so does this."""
         k = nearest(self.keys, m)
         if not self.dkeys:
             return k, self.ents[k], k, self.ents[k]
         dk = nearest(self.dkeys, m)
-        return k, self.ents[k], dk, self.dents[dk]
+        return k, self.ents[k], dk, dict(self.dents[dk], BLOCK_SIZE_M=self.ents[k]["BLOCK_SIZE_M"])
+
+    def bm_differs(self, m):
+        """Whether the _down entry the engine takes at m has another BLOCK_SIZE_M than the up entry."""
+        if not self.dkeys:
+            return False
+        return self.dents[nearest(self.dkeys, m)]["BLOCK_SIZE_M"] != self.ents[nearest(self.keys, m)]["BLOCK_SIZE_M"]
 
 
 def switch_points(eng):
@@ -180,7 +189,10 @@ def plan(a):
         k, up, dk, down = shipped.at(m)
         why = ((ents.get(str(k)) or {}).get("guard") or {}).get("shipped", "?")
         p = {"m": m, "where": where, "shipped_key": k, "shipped_as": why, "shipped": cfg_text(up),
-             "shipped_down": cfg_text(down) if shipped.dkeys else None, "shipped_down_key": dk if shipped.dkeys else None}
+             "shipped_down": cfg_text(down) if shipped.dkeys else None, "shipped_down_key": dk if shipped.dkeys else None,
+             "notes": []}
+        if shipped.bm_differs(m):
+            p["notes"].append("the exported _down entry's BLOCK_SIZE_M differs from the up entry's: run with the up's")
         dflt = [cfg_text(default_cfg(m, e))]
         named = (((ents.get(str(m)) or {}).get("guard") or {}).get("default") or {}).get("config")
         if where != "between" and named and named not in dflt:
@@ -194,6 +206,8 @@ def plan(a):
             ik, iup, idk, idown = inc.at(m)
             p.update(incumbent_key=ik, incumbent=cfg_text(iup),
                      incumbent_down=cfg_text(idown) if inc.dkeys else None)
+            if inc.bm_differs(m):
+                p["notes"].append("the incumbent's _down entry's BLOCK_SIZE_M differs from its up entry's: run with the up's")
         points.append(p)
     missing = [k for k in g.get("keys_added", []) if k not in shipped.ents]
     if missing:
@@ -226,6 +240,8 @@ def print_plan(points, as_json):
         if p.get("incumbent_down"):
             inc += " down %s" % p["incumbent_down"]
         print("%6d %-11s %-30s %-18s %s" % (p["m"], p["where"], s, ",".join(p["default"]), inc))
+        for n in p["notes"]:
+            print("%6s note: %s" % ("", n))
 
 
 # ---- measuring (torch and Triton from here on)
@@ -246,9 +262,6 @@ def measure_pair(torch, kernel, meas, shape, m, up, down):
     """One (up, down) pair at batch size m: compare.py's stats, or {"error": why}."""
     from helper import reference
     from helper.protocol import one_line
-    if up["BLOCK_SIZE_M"] != down["BLOCK_SIZE_M"]:
-        return {"error": "up and down BLOCK_SIZE_M differ (%d, %d): the engine aligns once for both GEMMs" % (
-            up["BLOCK_SIZE_M"], down["BLOCK_SIZE_M"])}
     L = meas.inputs(shape, m, MEASURE["seed"])
     run = layer_fn(torch, kernel, L, up, down)
     try:
@@ -371,6 +384,8 @@ def run_check(a, shape, points):
             f("default_us"), f("incumbent_us"), g("default_ratio"), mf("manifest_default_speedup"),
             g("incumbent_ratio"), mf("manifest_incumbent_speedup"), what_shipped(p, res),
             "LOSS" if lost else "ok"), flush=True)
+        for n in p["notes"]:
+            print("%6s note: %s" % ("", n))
     for u in unmeasured:
         print("not measured: %s" % u)
     for x in losses:

@@ -52,18 +52,22 @@ done
 [ "$(pt 136 .incumbent)" = "$(cfg "$T/inc/$NAME" 96)" ] || fail "M=136's incumbent config: $(pt 136 .incumbent)"
 pass "dry run: keys and the checked points between them, nearest keys (136 -> 16, 137 -> 256), defaults, incumbent"
 
-# A split pair: the _down file's own nearest key runs the second GEMM
+# A split pair: the _down file's own nearest entry runs the second GEMM
 mkdir -p "$T/split"
 cp "$F" "$T/out/sim/manifest.json" "$T/split/"
 echo "{$(entry 1 16x32x64x1x4x3), $(entry 200 64x64x64x1x4x3), $(entry 4096 64x128x128x1x8x3)}" \
   >"$T/split/${NAME%.json}_down.json"
 python3 "$CHECK" --file "$T/split/$NAME" --dry-run --json >"$T/split.json" || fail "split dry run exited $?"
 [ "$(jq -r -s 'map("\(.m):\(.shipped_down_key):\(.shipped_down)") | join(" ")' "$T/split.json")" \
-  = "1:1:16x32x64x1x4x3 16:1:16x32x64x1x4x3 136:200:64x64x64x1x4x3 137:200:64x64x64x1x4x3 256:200:64x64x64x1x4x3 4096:4096:64x128x128x1x8x3" ] \
-  || fail "down keys: $(jq -r -s 'map("\(.m):\(.shipped_down_key)") | join(" ")' "$T/split.json")"
+  = "1:1:16x32x64x1x4x3 16:1:16x32x64x1x4x3 136:200:16x64x64x1x4x3 137:200:64x64x64x1x4x3 256:200:64x64x64x1x4x3 4096:4096:64x128x128x1x8x3" ] \
+  || fail "down entries: $(jq -r -s 'map("\(.m):\(.shipped_down_key):\(.shipped_down)") | join(" ")' "$T/split.json")"
+# at 136 key 16's up entry (BLOCK_SIZE_M 16) meets key 200's down entry (64): SGLang runs the down
+# GEMM with the up entry's BLOCK_SIZE_M (one align for both), and the list says so
+[ "$(jq -r -s 'map(select(.notes | length > 0) | .m) | join(" ")' "$T/split.json")" = 136 ] \
+  || fail "BLOCK_SIZE_M notes at: $(jq -r -s 'map(select(.notes | length > 0) | .m) | join(" ")' "$T/split.json")"
 python3 "$CHECK" --file "$T/split/$NAME" --dry-run >"$T/split.txt" || fail "split dry run (table) exited $?"
 grep -q "down 64x64x64x1x4x3@200" "$T/split.txt" || fail "the table does not show the down entry: $(cat "$T/split.txt")"
-pass "split: the _down file's nearest entries listed"
+pass "split: the _down file's nearest entries listed, BLOCK_SIZE_M the up entry's as SGLang runs it"
 
 # --switch-points: where the file as written switches between two different entries (a key 2177
 # with A's entry switches at 1216/1217 from 256's X and at 3136/3137 back to 4096's X)
