@@ -4,7 +4,9 @@
 # which re-measures the exported file in one process (compare.py's method) at every key and every
 # batch size the guard checked between the keys, against the engine's default and the incumbent:
 #  (a) Qwen3-30B-A3B TP1, --kernel moetune;
-#  (b) Mixtral-8x7B TP2, --kernel moetune;
+#  (b) Mixtral-8x7B TP2, --kernel moetune (for both, tune asks PYTHON's engine for an incumbent:
+#      with none installed, the engine's default alone guards them; guard_check.py measures the
+#      incumbent the manifest names, if any);
 #  (c) the sglang-new engine snapshot (shared/engines), --kernel sglang, Qwen3-30B-A3B TP1, with
 #      --baseline a triton_3_5_1 file made here whose entries are plausible, not the best, at
 #      other keys than the sweep's (so the guard has something to beat or keep).

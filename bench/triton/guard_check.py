@@ -10,7 +10,8 @@ size the manifest says the guard checked between the keys. At each such M, side 
     as the engine runs the pair);
   - default: the engine's default config for M (compare.default_cfg; where the manifest's guard
     names another default at a key, that one too, and the faster of them is the one to beat);
-  - incumbent: the --incumbent file's nearest entry (with its own _down file where it has one).
+  - incumbent: the --incumbent file's nearest entry (with its own _down file where it has one);
+    without --incumbent, the file the manifest's guard names as the incumbent, where it is here.
 --switch-points adds the batch sizes where the engine switches between two different entries of
 the exported file as written (keys added included), which the guard did not itself measure.
 A loss is a shipped median above the other's by more than THRESHOLD (3 %) of it plus the two
@@ -155,6 +156,23 @@ def read_manifest(path, name):
     return rec
 
 
+def manifest_incumbent(ents):
+    """The incumbent file the guard measured, from the manifest entries' sources ("PATH, key K"),
+    where they name one file and it is here; else None (and a line on stderr when it is not here)."""
+    paths = set()
+    for e in ents.values():
+        src = (((e or {}).get("guard") or {}).get("incumbent") or {}).get("source")
+        if isinstance(src, str) and ", key " in src:
+            paths.add(src.rsplit(", key ", 1)[0])
+    if len(paths) != 1:
+        return None
+    path = paths.pop()
+    if not os.path.isfile(path):
+        print("guard_check: the manifest's incumbent %s is not here: give --incumbent" % path, file=sys.stderr)
+        return None
+    return path
+
+
 def shape_of(rec, text):
     """(e, "E,N,K,topk") from --shape, else from the manifest record (bf16 only)."""
     if text:
@@ -174,11 +192,13 @@ def shape_of(rec, text):
 def plan(a):
     """The points to measure: per M, where it comes from and the candidates (name, up, down)."""
     shipped = Engine(a.file, a.down or down_beside(a.file), "exported file")
-    inc = Engine(a.incumbent, a.incumbent_down or down_beside(a.incumbent), "incumbent") if a.incumbent else None
     rec = read_manifest(a.manifest or os.path.join(os.path.dirname(os.path.abspath(a.file)), "manifest.json"),
                         os.path.basename(a.file))
     e, shape = shape_of(rec, a.shape)
     g, ents = rec["guard"], rec.get("entries") or {}
+    if not a.incumbent:
+        a.incumbent = manifest_incumbent(ents)
+    inc = Engine(a.incumbent, a.incumbent_down or down_beside(a.incumbent), "incumbent") if a.incumbent else None
     between = set(g.get("between_keys_checked", []))
     switch = switch_points(shipped) - between - set(shipped.keys) if a.switch_points else set()
     points = []
@@ -404,7 +424,8 @@ def main():
     ap.add_argument("--file", required=True, help="the exported engine file (SGLang's, not its _down file)")
     ap.add_argument("--down", help="its _down file (default: the one beside it, if any)")
     ap.add_argument("--manifest", help="default: manifest.json beside --file")
-    ap.add_argument("--incumbent", help="the file the engine would load otherwise (the tune's --baseline FILE)")
+    ap.add_argument("--incumbent", help="the file the engine would load otherwise (default: the one the manifest's "
+                                        "guard names, where it is here)")
     ap.add_argument("--incumbent-down", help="the incumbent's _down file (default: the one beside it, if any)")
     ap.add_argument("--kernel", default="moetune", choices=("moetune", "sglang", "vllm"),
                     help="the kernel the file was tuned for (an engine's must be importable)")

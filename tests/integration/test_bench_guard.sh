@@ -50,6 +50,9 @@ done
 [ "$(jq -r -s 'map("\(.m):\(.incumbent_key)") | join(" ")' "$T/plan.json")" = "1:1 16:1 136:96 137:176 256:176 4096:4096" ] \
   || fail "incumbent keys: $(jq -r -s 'map("\(.m):\(.incumbent_key)") | join(" ")' "$T/plan.json")"
 [ "$(pt 136 .incumbent)" = "$(cfg "$T/inc/$NAME" 96)" ] || fail "M=136's incumbent config: $(pt 136 .incumbent)"
+# without --incumbent, the file the manifest's guard names (the tune's --baseline)
+python3 "$CHECK" --file "$F" --dry-run --json >"$T/plan2.json" 2>"$T/plan2.err" || fail "dry run exited $?"
+cmp -s "$T/plan.json" "$T/plan2.json" || fail "the manifest's incumbent is not the --baseline file: $(head -n 2 "$T/plan2.json")"
 pass "dry run: keys and the checked points between them, nearest keys (136 -> 16, 137 -> 256), defaults, incumbent"
 
 # A split pair: the _down file's own nearest entry runs the second GEMM
