@@ -8,13 +8,14 @@ sys.path.insert(0, os.path.join(ROOT, "worker"))
 from helper import device, kernels, measure  # noqa: E402
 
 
-def open_bf16(shape_text):
-    """Imports torch and Triton, and readies moetune's kernel and a measurer (seed 1) on the bf16
-    shape "E,N,K,topk". Returns (torch, kernel, measurer, shape)."""
+def open_bf16(shape_text, kernel_name="moetune"):
+    """Imports torch and Triton, and readies a kernel (moetune's, or an importable engine's: "sglang",
+    "vllm") and a measurer (seed 1) on the bf16 shape "E,N,K,topk". Returns (torch, kernel, measurer,
+    shape)."""
     torch, triton = device.import_stack()
     e, n, k, topk = (int(v) for v in shape_text.split(","))
     shape = {"e": e, "n": n, "k": k, "topk": topk, "dtype": "bf16"}
-    kernel = kernels.MoetuneKernel(torch, triton)
+    kernel = kernels.load_kernel(kernel_name, torch, triton)
     meas = measure.Measurer(torch, kernel)
     meas.set_shape(shape, 1)
     return torch, kernel, meas, shape
