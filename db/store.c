@@ -1027,6 +1027,22 @@ mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_
     return rc;
 }
 
+mt_status_t store_config_guard_only(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, bool *only) {
+    static const char sql[] = "SELECT EXISTS (SELECT 1 FROM guard WHERE sweep_id = ?1 AND shape_id = ?2"
+                              " AND config_id = ?3 AND searched = 0)";
+    sqlite3_stmt *st = NULL;
+    *only = false;
+    int rc = guard_prepare(s, sql, &st);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
+    sqlite3_bind_int64(st, 3, (int64_t)config_id);
+    int64_t v = 0;
+    rc = step_one_int(s, st, sql, &v);
+    *only = v != 0;
+    return rc;
+}
+
 mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n) {
     static const char sql[] = "SELECT COUNT(*) FROM guard WHERE sweep_id = ?1 AND shape_id = ?2 AND role = ?3";
     sqlite3_stmt *st = NULL;

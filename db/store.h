@@ -226,5 +226,8 @@ mt_status_t store_sweep_add_planned(store_t *s, uint64_t sweep_id, uint64_t add)
 mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n);
 /* Whether config_id is in a first-pass job of (sweep, shape) or has a first-pass row there. */
 mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, bool *searched);
+/* Whether config_id is one of (sweep, shape)'s ship-guard configs outside its searched space
+ * (a guard row with searched = 0) into *only. MT_IO/MT_BUSY with store_errmsg(s). */
+mt_status_t store_config_guard_only(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, bool *only);
 
 #endif
