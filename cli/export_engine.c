@@ -47,9 +47,9 @@ typedef struct {
     size_t last;            /* cell of the previous row: rows come grouped */
     char other_backend[16]; /* first non-triton row seen */
     uint64_t other_sweep;
-    int rc_detail;       /* MT_INVAL when a row had too many BLOCK_SIZE_M values */
-    char bad[400];       /* why a row was refused */
-    exp_engine_t engine; /* rows of configs this engine cannot run are not its */
+    int rc_detail;            /* MT_INVAL when a row had too many BLOCK_SIZE_M values */
+    char bad[400];            /* why a row was refused */
+    exp_engine_t engine;      /* rows of configs this engine cannot run are not its */
     const shipguard_t *guard; /* rows measured only because of the guard are no pick (shipguard.h) */
 } eng_t;
 

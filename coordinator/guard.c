@@ -173,8 +173,9 @@ static int put_want(store_t *db, const Moetune__SweepSpec *spec, uint64_t sweep_
 }
 
 /* Records batch size b's guard configs w[0..nw) and marks them (and the best) in the rows. */
-static int mark_size(store_t *db, const Moetune__SweepSpec *spec, uint64_t sweep_id, uint64_t shape_id, uint32_t bsz, uint32_t b, const want_t *w,
-                     size_t nw, halving_row_t **rows, size_t *n, size_t *cap, guard_step_t *out) {
+static int mark_size(store_t *db, const Moetune__SweepSpec *spec, uint64_t sweep_id, uint64_t shape_id, uint32_t bsz,
+                     uint32_t b, const want_t *w, size_t nw, halving_row_t **rows, size_t *n, size_t *cap,
+                     guard_step_t *out) {
     int rc = MT_OK;
     halving_row_t *best = NULL;
     for (size_t i = 0; i < *n; i++)
@@ -494,8 +495,14 @@ mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id
     int si = spec ? spec_shape(spec, &sh) : -1;
     if (!rc && spec && !spec->no_guard && si >= 0) {
         const char *engines[2];
-        gap_t g = {.db = db, .spec = spec, .si = si, .sh = &sh, .sweep_id = sweep_id, .shape_id = shape_id,
-                   .engines = engines, .ne = guard_engines(spec, engines)};
+        gap_t g = {.db = db,
+                   .spec = spec,
+                   .si = si,
+                   .sh = &sh,
+                   .sweep_id = sweep_id,
+                   .shape_id = shape_id,
+                   .engines = engines,
+                   .ne = guard_engines(spec, engines)};
         p.phase = 2;
         rc = store_phase_rows_each(db, sweep_id, shape_id, 2, pick_row, &p);
         p.phase = 1;

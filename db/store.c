@@ -1008,39 +1008,35 @@ mt_status_t store_sweep_add_planned(store_t *s, uint64_t sweep_id, uint64_t add)
     return rc;
 }
 
+/* Steps sql (an EXISTS of ?1 sweep, ?2 shape, ?3 config) into *yes. */
+static int config_exists(store_t *s, const char *sql, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                         bool *yes) {
+    sqlite3_stmt *st = NULL;
+    *yes = false;
+    int rc = guard_prepare(s, sql, &st);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
+    sqlite3_bind_int64(st, 3, (int64_t)config_id);
+    int64_t v = 0;
+    rc = step_one_int(s, st, sql, &v);
+    *yes = v != 0;
+    return rc;
+}
+
 mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
                                   bool *searched) {
     static const char sql[] = "SELECT EXISTS (SELECT 1 FROM jobs j JOIN job_configs jc ON jc.job_id = j.id"
                               " WHERE j.sweep_id = ?1 AND j.shape_id = ?2 AND j.phase = 1 AND jc.config_id = ?3)"
                               " OR EXISTS (SELECT 1 FROM results WHERE sweep_id = ?1 AND shape_id = ?2"
                               " AND config_id = ?3 AND phase = 1)";
-    sqlite3_stmt *st = NULL;
-    *searched = false;
-    int rc = guard_prepare(s, sql, &st);
-    if (rc) return rc;
-    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
-    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
-    sqlite3_bind_int64(st, 3, (int64_t)config_id);
-    int64_t v = 0;
-    rc = step_one_int(s, st, sql, &v);
-    *searched = v != 0;
-    return rc;
+    return config_exists(s, sql, sweep_id, shape_id, config_id, searched);
 }
 
 mt_status_t store_config_guard_only(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, bool *only) {
     static const char sql[] = "SELECT EXISTS (SELECT 1 FROM guard WHERE sweep_id = ?1 AND shape_id = ?2"
                               " AND config_id = ?3 AND searched = 0)";
-    sqlite3_stmt *st = NULL;
-    *only = false;
-    int rc = guard_prepare(s, sql, &st);
-    if (rc) return rc;
-    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
-    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
-    sqlite3_bind_int64(st, 3, (int64_t)config_id);
-    int64_t v = 0;
-    rc = step_one_int(s, st, sql, &v);
-    *only = v != 0;
-    return rc;
+    return config_exists(s, sql, sweep_id, shape_id, config_id, only);
 }
 
 mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n) {
