@@ -157,9 +157,9 @@ typedef struct {
 static int guard_rows(run_t *x, rowvec_t *v) {
     bool *drop = mt_calloc(v->n + 1, sizeof *drop);
     if (!drop) return MT_NOMEM;
-    for (int between = 0; between < 2; between++)
+    for (size_t depth = 0; depth < SHIPGUARD_DEPTHS; depth++)
         for (size_t k = 0; k < v->n; k++) {
-            if (shipguard_between(x->guard, &v->rows[k]) != between) continue;
+            if (shipguard_depth(x->guard, &v->rows[k]) != depth) continue;
             const dbq_result_t *ship = shipguard_ship(x->guard, &v->rows[k]);
             drop[k] = !ship; /* between two keys, where the engine's entry holds: no key */
             if (ship && ship != &v->rows[k]) {

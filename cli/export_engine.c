@@ -336,10 +336,10 @@ static int engine_names_check(const exp_opts_t *o, const eng_t *g, const group_t
  * second) where that is never slower than the engine's default or the incumbent; a cell
  * between two keys, where the engine's entry holds, is dropped. */
 static void guard_cells(const run_t *x, eng_t *g) {
-    for (int between = 0; between < 2; between++) /* the keys first: between them the file's entries run */
+    for (size_t depth = 0; depth < SHIPGUARD_DEPTHS; depth++) /* the keys first: between them their entries run */
         for (size_t k = 0; k < g->n; k++) {
             cell_t *c = &g->cells[k];
-            if (shipguard_between(x->guard, &c->best) != between) continue;
+            if (shipguard_depth(x->guard, &c->best) != depth) continue;
             const dbq_result_t *ship = shipguard_ship(x->guard, &c->best);
             c->dropped = !ship; /* between two keys, where the engine's entry holds: no key */
             if (ship && ship != &c->best) {

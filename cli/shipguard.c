@@ -558,15 +558,32 @@ bool shipguard_candidate(const shipguard_t *g, const dbq_result_t *r) {
     return false;
 }
 
-bool shipguard_between(const shipguard_t *g, const dbq_result_t *r) {
-    return g && find_role(g, r, "nearest") != SIZE_MAX;
+/* A "nearest" row of (sweep, shape) at m, or SIZE_MAX: m lies between two keys. */
+static size_t nearest_at(const shipguard_t *g, uint64_t sweep, uint64_t shape, uint32_t m) {
+    for (size_t i = 0; i < g->n; i++) {
+        const dbq_guard_t *r = &g->rows[i];
+        if (r->row.sweep_id == sweep && r->row.shape_id == shape && r->row.batch_size == m &&
+            strcmp(r->role, "nearest") == 0)
+            return i;
+    }
+    return SIZE_MAX;
 }
 
-/* The decision made at key k of best's file (sweep, shape, device); NULL when k was not decided. */
+size_t shipguard_depth(const shipguard_t *g, const dbq_result_t *r) {
+    size_t depth = 0;
+    size_t i = g ? nearest_at(g, r->sweep_id, r->shape_id, r->batch_size) : SIZE_MAX;
+    while (i != SIZE_MAX && depth < SHIPGUARD_DEPTHS - 1) {
+        depth++; /* the key whose entry the engine takes there may itself lie between two keys */
+        i = nearest_at(g, r->sweep_id, r->shape_id, key_of(&g->rows[i]));
+    }
+    return depth;
+}
+
+/* The decision that made k a key of best's file (sweep, shape, device); NULL when none did. */
 static const decision_t *decided_at(const shipguard_t *g, const dbq_result_t *best, uint32_t k) {
     for (size_t i = 0; i < g->n_dec; i++) {
         const decision_t *d = &g->dec[i];
-        if (d->sweep_id == best->sweep_id && d->shape_id == best->shape_id && d->bs == k && d->near == SIZE_MAX &&
+        if (d->sweep_id == best->sweep_id && d->shape_id == best->shape_id && d->bs == k && !d->dropped &&
             strcmp(d->device, best->device_name) == 0)
             return d;
     }
@@ -574,7 +591,7 @@ static const decision_t *decided_at(const shipguard_t *g, const dbq_result_t *be
 }
 
 /* Between two keys: of the "nearest" rows at best's cell, the one holding the config the file
- * ships at their key (the literal entry the engine runs there, decided before: keys first), else
+ * ships at their key (the literal entry the engine runs there, decided before: shipguard_depth), else
  * that key's pick where the key had no guard decision; SIZE_MAX when it was not measured here. */
 static size_t literal_row(const shipguard_t *g, const dbq_result_t *best) {
     size_t any = find_role(g, best, "nearest");
@@ -838,6 +855,11 @@ static int cmp_u32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
 static int file_keys(const json_t *entries, keys_t *k) {
     const char *name;
     json_t *e;
@@ -889,15 +911,21 @@ static void between_keys(const shipguard_t *g, const json_t *entries, json_t *o)
     json_t *checked = json_array(), *added = json_array(), *unchecked = json_array();
     keys_t k = {0};
     bool ok = entries && file_keys(entries, &k) == MT_OK;
-    for (size_t i = 0; i < g->n_dec; i++) {
+    uint64_t *seen = mt_calloc(g->n_dec + 1, sizeof *seen); /* batch size << 1 | added */
+    size_t n_seen = 0;
+    for (size_t i = 0; seen && i < g->n_dec; i++) {
         const decision_t *d = &g->dec[i];
         if (d->near == SIZE_MAX || d->sweep_id != g->cur_sweep || d->shape_id != g->cur_shape ||
             strcmp(d->device, g->cur_device) != 0)
             continue;
-        if (ok && !measured_at(g, d->bs, file_entry_at(&k, d->bs))) continue;
-        json_array_append_new(checked, json_integer(d->bs));
-        if (!d->dropped) json_array_append_new(added, json_integer(d->bs));
+        if (!ok || measured_at(g, d->bs, file_entry_at(&k, d->bs))) seen[n_seen++] = (uint64_t)d->bs << 1 | !d->dropped;
     }
+    if (seen) qsort(seen, n_seen, sizeof *seen, cmp_u64);
+    for (size_t i = 0; i < n_seen; i++) {
+        json_array_append_new(checked, json_integer((json_int_t)(seen[i] >> 1)));
+        if (seen[i] & 1) json_array_append_new(added, json_integer((json_int_t)(seen[i] >> 1)));
+    }
+    free(seen);
     for (size_t i = 0; ok && i + 1 < k.n; i++) {
         uint32_t k1 = k.key[i], k2 = k.key[i + 1], mid = k1 + (k2 - k1) / 2;
         if (k.cfg[i] == k.cfg[i + 1]) continue; /* one config: the engine switches nothing */
@@ -971,11 +999,11 @@ static mt_status_t count_row(void *ctx, const dbq_result_t *r) {
 /* Export's rule over x's cells, the keys first, counted into c for the cells of x->only (all
  * are decided: a key outside the filter still decides what runs between the keys). */
 static void count_cells(count_t *x, shipguard_counts_t *c) {
-    for (int between = 0; between < 2; between++)
+    for (size_t depth = 0; depth < SHIPGUARD_DEPTHS; depth++)
         for (size_t i = 0; i < x->n; i++) {
             const dbq_result_t *r = &x->best[i];
             size_t before = x->g->n_dec;
-            if (shipguard_between(x->g, r) != between) continue;
+            if (shipguard_depth(x->g, r) != depth) continue;
             const dbq_result_t *ship = shipguard_ship(x->g, r);
             if (!ship || x->g->n_dec == before || !row_matches(x->only, r)) continue; /* no key, or no guard row */
             const decision_t *d = &x->g->dec[x->g->n_dec - 1];

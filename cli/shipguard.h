@@ -107,10 +107,12 @@ void shipguard_free(shipguard_t **g);
  * because of the guard (outside the searched space) except at a batch size where it is the
  * guard's own default or incumbent config. g NULL: true. */
 bool shipguard_candidate(const shipguard_t *g, const dbq_result_t *r);
-/* Whether r's batch size lies between two keys (the guard's "nearest" rows): shipguard_ship
- * must decide every key of the file first, since there the file's own entry at the nearest key
- * is what the engine runs. */
-bool shipguard_between(const shipguard_t *g, const dbq_result_t *r);
+/* The order in which shipguard_ship must decide r's batch size, 0..SHIPGUARD_DEPTHS-1: 0 for a
+ * key of the sweep, 1 + the depth of the key whose entry the engine takes there for a batch size
+ * between two keys (the guard's "nearest" rows), since there the file's own entry at that key,
+ * itself perhaps added between two keys, is what the engine runs. g NULL: 0. */
+#define SHIPGUARD_DEPTHS 8
+size_t shipguard_depth(const shipguard_t *g, const dbq_result_t *r);
 const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best);
 
 /* SGLang's up/down pair, whole layers. For a split file whose pair's up + down is pair_sum

@@ -1039,6 +1039,52 @@ mt_status_t store_config_guard_only(store_t *s, uint64_t sweep_id, uint64_t shap
     return config_exists(s, sql, sweep_id, shape_id, config_id, only);
 }
 
+/* Runs sql (?1 sweep, ?2 shape) and calls row per result row; MT_IO/MT_BUSY with the reason. */
+static int guard_walk(store_t *s, const char *sql, uint64_t sweep_id, uint64_t shape_id,
+                      int (*row)(sqlite3_stmt *st, void *cb, void *ctx), void *cb, void *ctx) {
+    sqlite3_stmt *st = NULL;
+    int rc = guard_prepare(s, sql, &st);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
+    for (;;) {
+        int src = sqlite3_step(st);
+        if (src == SQLITE_DONE) break;
+        if (src != SQLITE_ROW) {
+            rc = fail(s, src, sql);
+            break;
+        }
+        rc = row(st, cb, ctx);
+        if (rc) break;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int side_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    return ((store_side_row_fn)cb)(ctx, (uint64_t)sqlite3_column_int64(st, 0), (uint32_t)sqlite3_column_int64(st, 1),
+                                   sqlite3_column_double(st, 2), sqlite3_column_double(st, 3));
+}
+
+mt_status_t store_side_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, store_side_row_fn fn, void *ctx) {
+    static const char sql[] = "SELECT config_id, batch_size, median_us, COALESCE(stddev_us, 0) FROM results"
+                              " WHERE sweep_id = ?1 AND shape_id = ?2 AND phase = 2 AND status = 'ok'"
+                              " AND median_us > 0";
+    return guard_walk(s, sql, sweep_id, shape_id, side_row, (void *)fn, ctx);
+}
+
+static int guard_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    const unsigned char *role = sqlite3_column_text(st, 2);
+    return ((store_guard_row_fn)cb)(ctx, (uint32_t)sqlite3_column_int64(st, 0), (uint64_t)sqlite3_column_int64(st, 1),
+                                    role ? (const char *)role : "", sqlite3_column_int(st, 3) != 0);
+}
+
+mt_status_t store_guard_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, store_guard_row_fn fn, void *ctx) {
+    static const char sql[] = "SELECT batch_size, config_id, role, searched FROM guard WHERE sweep_id = ?1"
+                              " AND shape_id = ?2";
+    return guard_walk(s, sql, sweep_id, shape_id, guard_row, (void *)fn, ctx);
+}
+
 mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n) {
     static const char sql[] = "SELECT COUNT(*) FROM guard WHERE sweep_id = ?1 AND shape_id = ?2 AND role = ?3";
     sqlite3_stmt *st = NULL;
