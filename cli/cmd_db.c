@@ -320,7 +320,7 @@ static int near_ties(const cli_cmd_t *cmd, dbq_t *q, const char *db, uint64_t sw
         dbq_select_t sel = {.ids = &v.ids[i], .n_ids = 1};
         t.sweep_id = v.ids[i];
         size_t before = t.shown;
-        rc = exp_pairs(q, &sel, print_tie, &t, err, sizeof err);
+        rc = exp_pairs(q, &sel, NULL, print_tie, &t, err, sizeof err);
         if (rc == MT_OK && !json && t.shown > before) print_tie_hints(&t);
         t.n_sh = 0;
     }

@@ -152,6 +152,32 @@ typedef struct {
     char rel[512];
 } plain_t;
 
+/* The ship guard over v: never slower than the default or the incumbent; the keys are decided
+ * first, since between two keys the file's own entry at the nearest key is what the engine runs. */
+static int guard_rows(run_t *x, rowvec_t *v) {
+    bool *drop = mt_calloc(v->n + 1, sizeof *drop);
+    if (!drop) return MT_NOMEM;
+    for (size_t depth = 0; depth < SHIPGUARD_DEPTHS; depth++)
+        for (size_t k = 0; k < v->n; k++) {
+            if (shipguard_depth(x->guard, &v->rows[k]) != depth) continue;
+            const dbq_result_t *ship = shipguard_ship(x->guard, &v->rows[k]);
+            drop[k] = !ship; /* between two keys, where the engine's entry holds: no key */
+            if (ship && ship != &v->rows[k]) {
+                v->ru[k] = v->rows[k];
+                v->rows[k] = *ship;
+            }
+        }
+    size_t kept = 0;
+    for (size_t k = 0; k < v->n; k++) {
+        if (drop[k]) continue;
+        v->rows[kept] = v->rows[k];
+        v->ru[kept++] = v->ru[k];
+    }
+    v->n = kept;
+    free(drop);
+    return MT_OK;
+}
+
 static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t errlen) {
     int rc = MT_OK;
     const exp_opts_t *o = x->o;
@@ -160,22 +186,12 @@ static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t e
     size_t n_files = 0;
     entry_t *ents = NULL;
     memset(&v, 0, sizeof v);
-    rc = exp_pairs(*q, &x->sel, collect, &v, err, errlen);
+    rc = exp_pairs(*q, &x->sel, x->guard, collect, &v, err, errlen);
     if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
     if (rc == MT_INVAL && v.bad[0]) mt_fmt(err, errlen, "%s", v.bad);
     if (rc != MT_OK) goto out;
-    size_t kept = 0;
-    for (size_t k = 0; k < v.n; k++) { /* the ship guard: never slower than the default or the incumbent */
-        const dbq_result_t *ship = shipguard_ship(x->guard, &v.rows[k]);
-        if (!ship) continue; /* between two keys, where the engine's entry holds: no key */
-        if (ship != &v.rows[k]) {
-            v.ru[k] = v.rows[k];
-            v.rows[k] = *ship;
-        }
-        v.rows[kept] = v.rows[k];
-        v.ru[kept++] = v.ru[k];
-    }
-    v.n = kept;
+    rc = guard_rows(x, &v);
+    if (rc != MT_OK) goto out;
     dbq_close(q);
     if (v.n == 0) {
         rc = exp_no_results(o, err, errlen);

@@ -164,9 +164,12 @@ double exp_margin_sd(double best_us, double best_sd, double ru_us, double ru_sd)
  * config has an ok row). Both are copies valid during the call. Returns an
  * MT_* status; one other than MT_OK stops the walk. */
 typedef mt_status_t (*exp_pair_fn)(void *ctx, const dbq_result_t *best, const dbq_result_t *runner_up);
+typedef struct shipguard shipguard_t; /* shipguard.h */
 /* Walks the ok rows of the selected sweeps (sel NULL = all) as an export reads them and
- * calls fn per (dir, device, shape, batch size), in the export's order. Returns MT_OK,
+ * calls fn per (dir, device, shape, batch size), in the export's order; with guard, the rows
+ * shipguard_candidate refuses are left out. Returns MT_OK,
  * the error fn stopped the walk with, MT_NOMEM, or the query's error with its text in err. */
-mt_status_t exp_pairs(dbq_t *q, const dbq_select_t *sel, exp_pair_fn fn, void *ctx, char *err, size_t errlen);
+mt_status_t exp_pairs(dbq_t *q, const dbq_select_t *sel, const shipguard_t *guard, exp_pair_fn fn, void *ctx, char *err,
+                      size_t errlen);
 
 #endif

@@ -38,6 +38,7 @@ typedef struct {
     size_t n_split;
     const split_t *pair; /* the chosen pair, set when the file is split */
     split_t guard_pair;  /* the ship guard's config for both GEMMs, where it beats the pair (shipguard.h) */
+    bool dropped;        /* between two keys, where the engine's entry holds: no key */
 } cell_t;
 
 typedef struct {
@@ -46,9 +47,10 @@ typedef struct {
     size_t last;            /* cell of the previous row: rows come grouped */
     char other_backend[16]; /* first non-triton row seen */
     uint64_t other_sweep;
-    int rc_detail;       /* MT_INVAL when a row had too many BLOCK_SIZE_M values */
-    char bad[400];       /* why a row was refused */
-    exp_engine_t engine; /* rows of configs this engine cannot run are not its */
+    int rc_detail;            /* MT_INVAL when a row had too many BLOCK_SIZE_M values */
+    char bad[400];            /* why a row was refused */
+    exp_engine_t engine;      /* rows of configs this engine cannot run are not its */
+    const shipguard_t *guard; /* rows measured only because of the guard are no pick (shipguard.h) */
 } eng_t;
 
 /* Rows alike in all that decides a file: one Triton build, kernel, versions, device, shape. */
@@ -83,6 +85,7 @@ static mt_status_t reduce_row(void *ctx, const dbq_result_t *r) {
     }
     /* A sweep for both engines measured the union of their fp8 block-scale spaces. */
     if (krn_engine_keeps(exp_engine_name(g->engine), &r->shape, &r->config, NULL, 0) != MT_OK) return 0;
+    if (!shipguard_candidate(g->guard, r)) return 0;
     cell_t *c = NULL;
     if (g->n && cell_is(&g->cells[g->last], r)) c = &g->cells[g->last];
     for (size_t i = 0; !c && i < g->n; i++) {
@@ -333,20 +336,24 @@ static int engine_names_check(const exp_opts_t *o, const eng_t *g, const group_t
  * second) where that is never slower than the engine's default or the incumbent; a cell
  * between two keys, where the engine's entry holds, is dropped. */
 static void guard_cells(const run_t *x, eng_t *g) {
+    for (size_t depth = 0; depth < SHIPGUARD_DEPTHS; depth++) /* the keys first: between them their entries run */
+        for (size_t k = 0; k < g->n; k++) {
+            cell_t *c = &g->cells[k];
+            if (shipguard_depth(x->guard, &c->best) != depth) continue;
+            const dbq_result_t *ship = shipguard_ship(x->guard, &c->best);
+            c->dropped = !ship; /* between two keys, where the engine's entry holds: no key */
+            if (ship && ship != &c->best) {
+                keep_row(&c->second, &c->best, c->versions);
+                c->has_second = true;
+                keep_row(&c->best, ship, c->versions);
+            }
+        }
     size_t kept = 0;
     for (size_t k = 0; k < g->n; k++) {
-        cell_t *c = &g->cells[k];
-        const dbq_result_t *ship = shipguard_ship(x->guard, &c->best);
-        if (!ship) { /* between two keys, where the engine's entry holds: no key */
-            free(c->versions);
-            continue;
-        }
-        if (ship != &c->best) {
-            keep_row(&c->second, &c->best, c->versions);
-            c->has_second = true;
-            keep_row(&c->best, ship, c->versions);
-        }
-        g->cells[kept++] = *c;
+        if (g->cells[k].dropped)
+            free(g->cells[k].versions);
+        else
+            g->cells[kept++] = g->cells[k];
     }
     g->n = kept;
 }
@@ -387,6 +394,7 @@ int exp_engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t err
     entry_t *tmp = NULL;
     memset(&g, 0, sizeof g);
     g.engine = o->engine;
+    g.guard = x->guard;
     rc = dbq_export_rows(*q, &x->sel, false, reduce_row, &g, err, errlen);
     if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
     if (g.rc_detail == MT_INVAL)

@@ -21,6 +21,7 @@
 typedef struct {
     exp_pair_fn fn;
     void *ctx;
+    const shipguard_t *guard; /* leaves out rows measured only because of the guard (NULL: none) */
     dbq_result_t best, ru;
     char best_versions[512], ru_versions[512]; /* the rows' versions, kept past their callback */
     bool have, have_ru;
@@ -154,6 +155,7 @@ static int pairs_flush(pairs_t *p) {
 /* Rows come by cell, fastest first: the first is the pick, the first of another config its runner-up. */
 static mt_status_t pairs_row(void *ctx, const dbq_result_t *r) {
     pairs_t *p = ctx;
+    if (!shipguard_candidate(p->guard, r)) return 0; /* measured only because of the guard: no pick */
     if (p->have && same_cell(&p->best, r)) {
         if (!p->have_ru && r->config_id != p->best.config_id) {
             p->ru = *r;
@@ -173,9 +175,11 @@ static mt_status_t pairs_row(void *ctx, const dbq_result_t *r) {
     return 0;
 }
 
-mt_status_t exp_pairs(dbq_t *q, const dbq_select_t *sel, exp_pair_fn fn, void *ctx, char *err, size_t errlen) {
+mt_status_t exp_pairs(dbq_t *q, const dbq_select_t *sel, const shipguard_t *guard, exp_pair_fn fn, void *ctx, char *err,
+                      size_t errlen) {
     pairs_t *p = mt_calloc(1, sizeof *p);
     if (!p) return MT_NOMEM;
+    p->guard = guard;
     p->fn = fn;
     p->ctx = ctx;
     int rc = dbq_export_rows(q, sel, false, pairs_row, p, err, errlen);

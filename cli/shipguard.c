@@ -401,6 +401,8 @@ typedef struct {
     bool fastest;        /* the guard's config is the fastest row itself */
     size_t near, other;  /* between two keys: the entry the engine takes there, the other neighbour's */
     bool dropped;        /* between two keys, and the nearest entry holds: no key added */
+    bool unmeasured;     /* between two keys, and the config the file ships at the nearest key was not measured */
+    uint64_t ship_cfg;   /* the config shipped (at a key: what the engine takes between it and its neighbours) */
     double pair_sum;     /* a split file: the pair's up + down the guard's whole layer was held against */
     double layer_sum;    /* ... and the guard's config's own up + down (0: not compared) */
     size_t def, inc;     /* indexes into rows; SIZE_MAX: none */
@@ -414,9 +416,16 @@ typedef struct {
     json_t *kept;
 } tally_t;
 
+/* A config measured only because of the guard (a guard row with searched = 0, any engine's). */
+typedef struct {
+    uint64_t sweep_id, shape_id, config_id;
+} only_t;
+
 struct shipguard {
     dbq_guard_t *rows;
     size_t n, cap;
+    only_t *only;
+    size_t n_only, cap_only;
     const char *engine;
     decision_t *dec;
     size_t n_dec, cap_dec;
@@ -436,6 +445,10 @@ static bool engine_is(const char *engine, const char *want) {
 
 static mt_status_t keep_guard(void *ctx, const dbq_guard_t *row) {
     shipguard_t *g = ctx;
+    if (!row->searched) {
+        if (mt_grow((void **)&g->only, &g->cap_only, g->n_only + 1, sizeof *g->only, 32) != MT_OK) return MT_NOMEM;
+        g->only[g->n_only++] = (only_t){row->row.sweep_id, row->row.shape_id, row->row.config_id};
+    }
     if (g->engine && row->engine[0] && !engine_is(row->engine, g->engine)) return MT_OK; /* "": every engine's */
     if (mt_grow((void **)&g->rows, &g->cap, g->n + 1, sizeof *g->rows, 32) != MT_OK) return MT_NOMEM;
     g->rows[g->n] = *row;
@@ -479,6 +492,7 @@ mt_status_t shipguard_load_all(dbq_t *q, const dbq_select_t *sel, shipguard_t **
     if (rc != MT_OK) return rc;
     (*out)->engine = NULL; /* every engine's rows: reload them all */
     (*out)->n = 0;
+    (*out)->n_only = 0;
     rc = dbq_guard_rows(q, sel, keep_guard, *out, err, errlen);
     if (rc != MT_OK) shipguard_free(out);
     return rc;
@@ -488,6 +502,7 @@ void shipguard_free(shipguard_t **gp) {
     if (!gp || !*gp) return;
     shipguard_t *g = *gp;
     free(g->rows);
+    free(g->only);
     free(g->dec);
     json_decref(g->def.kept);
     json_decref(g->inc.kept);
@@ -528,28 +543,74 @@ static uint32_t key_of(const dbq_guard_t *r) {
     return sscanf(r->source, "key %u", &k) == 1 ? (uint32_t)k : 0;
 }
 
-const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best) {
-    if (!g || !g->n) return best;
-    size_t def = find_role(g, best, "default"), inc = find_role(g, best, "incumbent");
-    size_t near = find_role(g, best, "nearest"), other = find_role(g, best, "other");
-    if (def == SIZE_MAX && inc == SIZE_MAX && near == SIZE_MAX) return best;
-    if (mt_grow((void **)&g->dec, &g->cap_dec, g->n_dec + 1, sizeof *g->dec, 32) != MT_OK) return best;
-    decision_t *d = &g->dec[g->n_dec++];
-    memset(d, 0, sizeof *d);
-    d->sweep_id = best->sweep_id, d->shape_id = best->shape_id, d->bs = best->batch_size;
-    snprintf(d->device, sizeof d->device, "%s", best->device_name);
-    d->def = def, d->inc = inc, d->near = near, d->other = other, d->best = *best;
-    d->best.versions = "";
-    if (near != SIZE_MAX) { /* between two keys: a key is added only where the engine's entry loses */
-        const dbq_guard_t *n = &g->rows[near];
-        bool here = n->measured && strcmp(n->row.device_name, best->device_name) == 0;
-        if (!here || n->row.config_id == best->config_id ||
-            exp_margin_sd(best->median_us, best->stddev_us, n->row.median_us, n->row.stddev_us) < EXP_NEAR_TIE_SD) {
-            d->dropped = true;
-            return NULL;
-        }
+bool shipguard_candidate(const shipguard_t *g, const dbq_result_t *r) {
+    bool only = false;
+    for (size_t i = 0; g && i < g->n_only && !only; i++)
+        only = g->only[i].sweep_id == r->sweep_id && g->only[i].shape_id == r->shape_id &&
+               g->only[i].config_id == r->config_id;
+    if (!only) return true;
+    for (size_t i = 0; i < g->n; i++) { /* the guard's own config of this batch size competes as such */
+        const dbq_guard_t *x = &g->rows[i];
+        if (x->row.sweep_id == r->sweep_id && x->row.shape_id == r->shape_id && x->row.config_id == r->config_id &&
+            x->row.batch_size == r->batch_size && (!strcmp(x->role, "default") || !strcmp(x->role, "incumbent")))
+            return true;
     }
+    return false;
+}
+
+/* A "nearest" row of (sweep, shape) at m, or SIZE_MAX: m lies between two keys. */
+static size_t nearest_at(const shipguard_t *g, uint64_t sweep, uint64_t shape, uint32_t m) {
+    for (size_t i = 0; i < g->n; i++) {
+        const dbq_guard_t *r = &g->rows[i];
+        if (r->row.sweep_id == sweep && r->row.shape_id == shape && r->row.batch_size == m &&
+            strcmp(r->role, "nearest") == 0)
+            return i;
+    }
+    return SIZE_MAX;
+}
+
+size_t shipguard_depth(const shipguard_t *g, const dbq_result_t *r) {
+    size_t depth = 0;
+    size_t i = g ? nearest_at(g, r->sweep_id, r->shape_id, r->batch_size) : SIZE_MAX;
+    while (i != SIZE_MAX && depth < SHIPGUARD_DEPTHS - 1) {
+        depth++; /* the key whose entry the engine takes there may itself lie between two keys */
+        i = nearest_at(g, r->sweep_id, r->shape_id, key_of(&g->rows[i]));
+    }
+    return depth;
+}
+
+/* The decision that made k a key of best's file (sweep, shape, device); NULL when none did. */
+static const decision_t *decided_at(const shipguard_t *g, const dbq_result_t *best, uint32_t k) {
+    for (size_t i = 0; i < g->n_dec; i++) {
+        const decision_t *d = &g->dec[i];
+        if (d->sweep_id == best->sweep_id && d->shape_id == best->shape_id && d->bs == k && !d->dropped &&
+            strcmp(d->device, best->device_name) == 0)
+            return d;
+    }
+    return NULL;
+}
+
+/* Between two keys: of the "nearest" rows at best's cell, the one holding the config the file
+ * ships at their key (the literal entry the engine runs there, decided before: shipguard_depth), else
+ * that key's pick where the key had no guard decision; SIZE_MAX when it was not measured here. */
+static size_t literal_row(const shipguard_t *g, const dbq_result_t *best) {
+    size_t any = find_role(g, best, "nearest");
+    const decision_t *d = decided_at(g, best, key_of(&g->rows[any]));
+    for (size_t i = 0; i < g->n; i++) {
+        const dbq_guard_t *r = &g->rows[i];
+        if (r->row.sweep_id != best->sweep_id || r->row.shape_id != best->shape_id ||
+            r->row.batch_size != best->batch_size || strcmp(r->role, "nearest") != 0)
+            continue;
+        bool is = d ? r->row.config_id == d->ship_cfg : strcmp(r->engine, "") == 0; /* "": the key's pick */
+        if (is) return r->measured && strcmp(r->row.device_name, best->device_name) == 0 ? i : SIZE_MAX;
+    }
+    return SIZE_MAX;
+}
+
+/* The rule's choice among best and the default's and incumbent's rows of d, into d. */
+static const dbq_result_t *choose(shipguard_t *g, decision_t *d, const dbq_result_t *best) {
     const dbq_result_t *ship = best;
+    size_t def = d->def, inc = d->inc;
     d->shipped = "pick";
     if (inc != SIZE_MAX && g->rows[inc].row.config_id == best->config_id) {
         d->shipped = "incumbent"; /* the fastest measured here is the incumbent's config itself */
@@ -564,7 +625,37 @@ const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best) {
         ship = &g->rows[def].row;
         d->shipped = "default";
     }
+    d->ship_cfg = ship->config_id;
     return ship;
+}
+
+const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best) {
+    if (!g || !g->n) return best;
+    size_t def = find_role(g, best, "default"), inc = find_role(g, best, "incumbent");
+    size_t near = find_role(g, best, "nearest"), other = find_role(g, best, "other");
+    if (def == SIZE_MAX && inc == SIZE_MAX && near == SIZE_MAX) return best;
+    bool between = near != SIZE_MAX;
+    if (between) near = literal_row(g, best);
+    if (mt_grow((void **)&g->dec, &g->cap_dec, g->n_dec + 1, sizeof *g->dec, 32) != MT_OK) return best;
+    decision_t *d = &g->dec[g->n_dec++];
+    memset(d, 0, sizeof *d);
+    d->sweep_id = best->sweep_id, d->shape_id = best->shape_id, d->bs = best->batch_size;
+    snprintf(d->device, sizeof d->device, "%s", best->device_name);
+    d->def = def, d->inc = inc, d->near = near, d->other = other, d->best = *best;
+    d->best.versions = "";
+    if (between && near == SIZE_MAX) { /* between two keys, the engine's entry not measured here */
+        d->unmeasured = d->dropped = true;
+        return NULL;
+    }
+    if (near != SIZE_MAX) { /* between two keys: a key is added only where the engine's entry loses */
+        const dbq_guard_t *n = &g->rows[near];
+        if (n->row.config_id == best->config_id ||
+            exp_margin_sd(best->median_us, best->stddev_us, n->row.median_us, n->row.stddev_us) < EXP_NEAR_TIE_SD) {
+            d->dropped = true;
+            return NULL;
+        }
+    }
+    return choose(g, d, best);
 }
 
 const char *shipguard_role(const shipguard_t *g, const dbq_result_t *r) {
@@ -592,6 +683,7 @@ const dbq_result_t *shipguard_layer(shipguard_t *g, const dbq_result_t *best, do
         if (!here || !(r->row.up_us > 0) || !(r->row.down_us > 0) || sum > pair_sum * (1.0 + noise)) continue;
         d->shipped = r->role;
         d->fastest = false;
+        d->ship_cfg = r->row.config_id;
         d->pair_sum = pair_sum;
         d->layer_sum = sum;
         return &r->row;
@@ -751,6 +843,104 @@ void shipguard_line(const json_t *guard, char *line, size_t len) {
     if (used < len) snprintf(line + used, len - used, "%s%zu key%s added", used ? "; " : "", added, added == 1 ? "" : "s");
 }
 
+/* The written file's keys (ascending) and each one's config id, from a manifest's entries. */
+typedef struct {
+    uint32_t *key;
+    uint64_t *cfg;
+    size_t n;
+} keys_t;
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int file_keys(const json_t *entries, keys_t *k) {
+    const char *name;
+    json_t *e;
+    size_t n = json_object_size(entries);
+    k->n = 0;
+    k->key = mt_calloc(n + 1, sizeof *k->key);
+    k->cfg = mt_calloc(n + 1, sizeof *k->cfg);
+    if (!k->key || !k->cfg) return MT_NOMEM;
+    json_object_foreach((json_t *)entries, name, e) {
+        unsigned long v = strtoul(name, NULL, 10);
+        if (v && v <= UINT32_MAX) k->key[k->n++] = (uint32_t)v;
+    }
+    qsort(k->key, k->n, sizeof *k->key, cmp_u32);
+    for (size_t i = 0; i < k->n; i++) {
+        char text[16];
+        snprintf(text, sizeof text, "%u", k->key[i]);
+        k->cfg[i] = (uint64_t)json_integer_value(json_object_get(json_object_get(entries, text), "config_id"));
+    }
+    return MT_OK;
+}
+
+/* The config id of the file's entry the engine takes at m (the nearest key, the smaller on a tie). */
+static uint64_t file_entry_at(const keys_t *k, uint32_t m) {
+    size_t best = 0;
+    for (size_t i = 1; i < k->n; i++) {
+        uint32_t a = k->key[best], b = k->key[i];
+        uint64_t da = a > m ? a - m : m - a, db = b > m ? b - m : m - b;
+        if (db < da) best = i;
+    }
+    return k->n ? k->cfg[best] : 0;
+}
+
+/* Whether config cid was measured at m (a guard row of the file's sweep, shape and device). */
+static bool measured_at(const shipguard_t *g, uint32_t m, uint64_t cid) {
+    for (size_t i = 0; i < g->n; i++) {
+        const dbq_guard_t *r = &g->rows[i];
+        if (r->row.sweep_id == g->cur_sweep && r->row.shape_id == g->cur_shape && r->row.batch_size == m &&
+            r->row.config_id == cid && r->measured && strcmp(r->row.device_name, g->cur_device) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Into the file's guard object o: between_keys_checked (the points between keys where the entry
+ * the written file has the engine run was measured beside the others), keys_added, and
+ * between_keys_unchecked (the written file's switch points, where the engine's nearest entry
+ * changes config, that were not measured: keys added or merged moved them). */
+static void between_keys(const shipguard_t *g, const json_t *entries, json_t *o) {
+    json_t *checked = json_array(), *added = json_array(), *unchecked = json_array();
+    keys_t k = {0};
+    bool ok = entries && file_keys(entries, &k) == MT_OK;
+    uint64_t *seen = mt_calloc(g->n_dec + 1, sizeof *seen); /* batch size << 1 | added */
+    size_t n_seen = 0;
+    for (size_t i = 0; seen && i < g->n_dec; i++) {
+        const decision_t *d = &g->dec[i];
+        if (d->near == SIZE_MAX || d->sweep_id != g->cur_sweep || d->shape_id != g->cur_shape ||
+            strcmp(d->device, g->cur_device) != 0)
+            continue;
+        if (!ok || measured_at(g, d->bs, file_entry_at(&k, d->bs))) seen[n_seen++] = (uint64_t)d->bs << 1 | !d->dropped;
+    }
+    if (seen) qsort(seen, n_seen, sizeof *seen, cmp_u64);
+    for (size_t i = 0; i < n_seen; i++) {
+        json_array_append_new(checked, json_integer((json_int_t)(seen[i] >> 1)));
+        if (seen[i] & 1) json_array_append_new(added, json_integer((json_int_t)(seen[i] >> 1)));
+    }
+    free(seen);
+    for (size_t i = 0; ok && i + 1 < k.n; i++) {
+        uint32_t k1 = k.key[i], k2 = k.key[i + 1], mid = k1 + (k2 - k1) / 2;
+        if (k.cfg[i] == k.cfg[i + 1]) continue; /* one config: the engine switches nothing */
+        uint32_t pts[2] = {mid, mid + 1};
+        for (size_t p = 0; p < 2; p++)
+            if (pts[p] > k1 && pts[p] < k2 && !measured_at(g, pts[p], file_entry_at(&k, pts[p])))
+                json_array_append_new(unchecked, json_integer(pts[p]));
+    }
+    free(k.key);
+    free(k.cfg);
+    json_object_set_new(o, "between_keys_checked", checked);
+    json_object_set_new(o, "keys_added", added);
+    json_object_set_new(o, "between_keys_unchecked", unchecked);
+}
+
 void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
     if (len) line[0] = '\0';
     if (!g) return;
@@ -765,17 +955,7 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
         if (g->inc.n && g->inc_name[0]) json_object_set_new(o, "incumbent_file", json_string(g->inc_name));
         json_object_set_new(o, "default_shipped_at", json_incref(g->def.kept));
         json_object_set_new(o, "incumbent_shipped_at", json_incref(g->inc.kept));
-        json_t *checked = json_array(), *added = json_array();
-        for (size_t i = 0; i < g->n_dec; i++) {
-            const decision_t *d = &g->dec[i];
-            if (d->near == SIZE_MAX || d->sweep_id != g->cur_sweep || d->shape_id != g->cur_shape ||
-                strcmp(d->device, g->cur_device) != 0)
-                continue;
-            json_array_append_new(checked, json_integer(d->bs));
-            if (!d->dropped) json_array_append_new(added, json_integer(d->bs));
-        }
-        json_object_set_new(o, "between_keys_checked", checked);
-        json_object_set_new(o, "keys_added", added);
+        between_keys(g, rec ? json_object_get(rec, "entries") : NULL, o);
         shipguard_line(o, line, len);
         if (rec)
             json_object_set_new(rec, "guard", o);
@@ -790,7 +970,8 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
 typedef struct {
     shipguard_t *g;
     const dbq_hist_filter_t *only;
-    shipguard_counts_t *c;
+    dbq_result_t *best; /* per cell, its first candidate row (rows come fastest first) */
+    size_t n, cap;
 } count_t;
 
 static bool row_matches(const dbq_hist_filter_t *f, const dbq_result_t *r) {
@@ -804,15 +985,32 @@ static bool row_matches(const dbq_hist_filter_t *f, const dbq_result_t *r) {
 
 static mt_status_t count_row(void *ctx, const dbq_result_t *r) {
     count_t *x = ctx;
-    size_t before = x->g->n_dec;
-    if (!row_matches(x->only, r)) return MT_OK;
-    const dbq_result_t *ship = shipguard_ship(x->g, r);
-    if (!ship || x->g->n_dec == before) return MT_OK; /* no key here, or no guard row */
-    const decision_t *d = &x->g->dec[x->g->n_dec - 1];
-    x->c->keys_added += d->near != SIZE_MAX;
-    x->c->default_shipped += strcmp(d->shipped, "default") == 0;
-    x->c->incumbent_shipped += strcmp(d->shipped, "incumbent") == 0;
+    if (!shipguard_candidate(x->g, r)) return MT_OK;
+    const dbq_result_t *last = x->n ? &x->best[x->n - 1] : NULL;
+    if (last && last->sweep_id == r->sweep_id && last->shape_id == r->shape_id && last->batch_size == r->batch_size &&
+        strcmp(last->export_dir, r->export_dir) == 0 && strcmp(last->device_name, r->device_name) == 0)
+        return MT_OK;
+    if (mt_grow((void **)&x->best, &x->cap, x->n + 1, sizeof *x->best, 64) != MT_OK) return MT_NOMEM;
+    x->best[x->n] = *r;
+    x->best[x->n++].versions = ""; /* points into the statement */
     return MT_OK;
+}
+
+/* Export's rule over x's cells, the keys first, counted into c for the cells of x->only (all
+ * are decided: a key outside the filter still decides what runs between the keys). */
+static void count_cells(count_t *x, shipguard_counts_t *c) {
+    for (size_t depth = 0; depth < SHIPGUARD_DEPTHS; depth++)
+        for (size_t i = 0; i < x->n; i++) {
+            const dbq_result_t *r = &x->best[i];
+            size_t before = x->g->n_dec;
+            if (shipguard_depth(x->g, r) != depth) continue;
+            const dbq_result_t *ship = shipguard_ship(x->g, r);
+            if (!ship || x->g->n_dec == before || !row_matches(x->only, r)) continue; /* no key, or no guard row */
+            const decision_t *d = &x->g->dec[x->g->n_dec - 1];
+            c->keys_added += d->near != SIZE_MAX;
+            c->default_shipped += strcmp(d->shipped, "default") == 0;
+            c->incumbent_shipped += strcmp(d->shipped, "incumbent") == 0;
+        }
 }
 
 mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c,
@@ -826,9 +1024,11 @@ mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *o
         rc = shipguard_load(q, &sel, EXP_ENGINE_VLLM, &g, err, errlen);
     }
     if (rc == MT_OK && g->n) {
-        count_t x = {g, only, c};
+        count_t x = {.g = g, .only = only};
         c->guarded = true;
-        rc = dbq_export_rows(q, &sel, true, count_row, &x, err, errlen);
+        rc = dbq_export_rows(q, &sel, false, count_row, &x, err, errlen);
+        if (rc == MT_OK) count_cells(&x, c);
+        free(x.best);
     }
     shipguard_free(&g);
     return rc;

@@ -99,9 +99,20 @@ void shipguard_free(shipguard_t **g);
  * measured there on the same device, the row to ship: the incumbent's where the pick does
  * not beat it by more than the noise (exp_margin_sd under EXP_NEAR_TIE_SD, or not faster),
  * else the default's on the same terms, else best. A batch size between two keys (guard rows
- * "nearest"): NULL, no entry, unless best beats the entry the engine takes there by more than
- * the noise; then the key is added, by the same rule. The row returned is best or one g owns
+ * "nearest"): NULL, no entry, unless best beats the entry the engine takes there (the config
+ * the file ships at the nearest key, measured there) by more than the noise; then the key is
+ * added, by the same rule; NULL too where that entry was not measured there. The row returned is best or one g owns
  * (valid while g lives); the decision is kept for shipguard_entry. g NULL: best. */
+/* Whether row r may be a batch size's best (the searched pick): false for a config measured only
+ * because of the guard (outside the searched space) except at a batch size where it is the
+ * guard's own default or incumbent config. g NULL: true. */
+bool shipguard_candidate(const shipguard_t *g, const dbq_result_t *r);
+/* The order in which shipguard_ship must decide r's batch size, 0..SHIPGUARD_DEPTHS-1: 0 for a
+ * key of the sweep, 1 + the depth of the key whose entry the engine takes there for a batch size
+ * between two keys (the guard's "nearest" rows), since there the file's own entry at that key,
+ * itself perhaps added between two keys, is what the engine runs. g NULL: 0. */
+#define SHIPGUARD_DEPTHS 8
+size_t shipguard_depth(const shipguard_t *g, const dbq_result_t *r);
 const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best);
 
 /* SGLang's up/down pair, whole layers. For a split file whose pair's up + down is pair_sum

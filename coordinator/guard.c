@@ -1,6 +1,7 @@
 /* guard.c - the ship guard's configs in a sweep's last side-by-side step. See guard.h. */
 #include "guard.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,12 +149,18 @@ static int cmp_guard_first(const void *a, const void *b) {
     return (x->config_id > y->config_id) - (x->config_id < y->config_id);
 }
 
+static bool listed(const Moetune__SweepSpec *spec, const krn_config_t *c);
+
 /* Stores guard config w for batch size bsz: the config (its id in *cid), whether the search
- * measured it (*searched), and its guard row. */
-static int put_want(store_t *db, uint64_t sweep_id, uint64_t shape_id, uint32_t bsz, const want_t *w, uint64_t *cid,
-                    bool *searched) {
+ * measured it (*searched: a listed space's own list, since the guard's configs join its jobs;
+ * else whether a first-pass job held it), and its guard row. */
+static int put_want(store_t *db, const Moetune__SweepSpec *spec, uint64_t sweep_id, uint64_t shape_id, uint32_t bsz,
+                    const want_t *w, uint64_t *cid, bool *searched) {
     int rc = store_config_upsert(db, &w->cfg, cid);
-    if (!rc) rc = store_config_searched(db, sweep_id, shape_id, *cid, searched);
+    if (!rc && spec->space && spec->space->n_configs)
+        *searched = listed(spec, &w->cfg);
+    else if (!rc)
+        rc = store_config_searched(db, sweep_id, shape_id, *cid, searched);
     store_guard_row_t row = {.sweep_id = sweep_id,
                              .shape_id = shape_id,
                              .config_id = *cid,
@@ -167,8 +174,9 @@ static int put_want(store_t *db, uint64_t sweep_id, uint64_t shape_id, uint32_t 
 }
 
 /* Records batch size b's guard configs w[0..nw) and marks them (and the best) in the rows. */
-static int mark_size(store_t *db, uint64_t sweep_id, uint64_t shape_id, uint32_t bsz, uint32_t b, const want_t *w,
-                     size_t nw, halving_row_t **rows, size_t *n, size_t *cap, guard_step_t *out) {
+static int mark_size(store_t *db, const Moetune__SweepSpec *spec, uint64_t sweep_id, uint64_t shape_id, uint32_t bsz,
+                     uint32_t b, const want_t *w, size_t nw, halving_row_t **rows, size_t *n, size_t *cap,
+                     guard_step_t *out) {
     int rc = MT_OK;
     halving_row_t *best = NULL;
     for (size_t i = 0; i < *n; i++)
@@ -178,7 +186,7 @@ static int mark_size(store_t *db, uint64_t sweep_id, uint64_t shape_id, uint32_t
     for (size_t g = 0; !rc && g < nw; g++) {
         uint64_t cid = 0;
         bool searched = false;
-        rc = put_want(db, sweep_id, shape_id, bsz, &w[g], &cid, &searched);
+        rc = put_want(db, spec, sweep_id, shape_id, bsz, &w[g], &cid, &searched);
         if (rc) break;
         out->rows++;
         differs = differs || cid != best_id;
@@ -254,7 +262,7 @@ mt_status_t guard_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, con
     for (uint32_t b = 0; !rc && ne && b < nb; b++) {
         want_t w[GUARD_MAX];
         size_t nw = wants_at(spec, si, &sh, bs[b], engines, ne, w);
-        rc = mark_size(db, sweep_id, shape_id, bs[b], b, w, nw, rows, n, cap, out);
+        rc = mark_size(db, spec, sweep_id, shape_id, bs[b], b, w, nw, rows, n, cap, out);
     }
     if (!rc && *n) qsort(*rows, *n, sizeof **rows, cmp_guard_first);
     moetune__sweep_spec__free_unpacked(spec, NULL);
@@ -332,8 +340,11 @@ mt_status_t guard_write_listed(store_t *db, const Moetune__SweepSpec *spec, cons
 
 /* ---- the batch sizes between the keys */
 
-/* Per batch size of the sweep, its pick so far: the fastest ok row of the latest phase there. */
+/* Per batch size of the sweep, its searched pick so far: the fastest ok row of the latest phase
+ * there whose config is not one of the guard's outside the searched space. */
 typedef struct {
+    store_t *db;
+    uint64_t sweep_id, shape_id;
     const uint32_t *bs;
     size_t nb;
     uint64_t *cfg;
@@ -345,7 +356,10 @@ typedef struct {
 static mt_status_t pick_row(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us, uint64_t device_id,
                             double min_us) {
     picks_t *p = ctx;
+    bool only = false;
     (void)device_id, (void)min_us;
+    int rc = store_config_guard_only(p->db, p->sweep_id, p->shape_id, config_id, &only);
+    if (rc || only) return rc; /* measured only because of the guard: never the searched pick */
     for (size_t i = 0; i < p->nb; i++) {
         if (p->bs[i] != batch_size || !(median_us > 0)) continue;
         if (p->phase == 1 && p->from2[i]) return MT_OK;
@@ -356,46 +370,286 @@ static mt_status_t pick_row(void *ctx, uint64_t config_id, uint32_t batch_size, 
     return MT_OK;
 }
 
-/* Stores one in-between batch size m's job (phase 2, side by side): near (the config the engine
- * takes at m), other (the other neighbour's pick), and the defaults and incumbent at m; and
- * its guard rows. */
-static int plan_gap(store_t *db, const Moetune__SweepSpec *spec, int si, const krn_shape_t *sh, uint64_t sweep_id,
-                    uint64_t shape_id, uint32_t m, uint32_t near_key, uint64_t near, uint32_t other_key, uint64_t other,
-                    const char *const *engines, size_t ne, int64_t now_s, halving_step_t *out) {
+/* One switch point's job under construction: its configs (deduplicated) and its context. */
+typedef struct {
+    store_t *db;
+    const Moetune__SweepSpec *spec;
+    int si;
+    const krn_shape_t *sh;
+    uint64_t sweep_id, shape_id;
+    uint32_t m;
+    const char *const *engines;
+    size_t ne;
+    uint64_t ids[2 * (GUARD_MAX + 1) + GUARD_MAX];
+    size_t n_ids;
+} gap_t;
+
+static void gap_keep(gap_t *g, uint64_t cid) {
+    for (size_t k = 0; k < g->n_ids; k++)
+        if (g->ids[k] == cid) return;
+    g->ids[g->n_ids++] = cid;
+}
+
+/* Records at g's switch point, with role ("nearest": the key whose entry the engine takes there;
+ * "other": the other neighbour), every config key could ship: its searched pick, and the guard's
+ * configs of key (the defaults and the incumbent entry at M = key), since export may ship either. */
+static int gap_key(gap_t *g, const char *role, uint32_t key, uint64_t pick) {
+    char src[300];
+    krn_config_t kc;
+    bool searched = false;
+    mt_fmt(src, sizeof src, "key %u's pick", key);
+    int rc = store_config_get(g->db, pick, &kc);
+    if (!rc && g->spec->space && g->spec->space->n_configs)
+        searched = listed(g->spec, &kc);
+    else if (!rc)
+        rc = store_config_searched(g->db, g->sweep_id, g->shape_id, pick, &searched);
+    store_guard_row_t row = {.sweep_id = g->sweep_id,
+                             .shape_id = g->shape_id,
+                             .config_id = pick,
+                             .batch_size = g->m,
+                             .role = role,
+                             .engine = "",
+                             .searched = searched,
+                             .source = src};
+    if (!rc) rc = store_guard_put(g->db, &row);
+    gap_keep(g, pick);
     want_t w[GUARD_MAX];
-    size_t nw = wants_at(spec, si, sh, m, engines, ne, w);
-    uint64_t ids[GUARD_MAX + 2] = {near, other};
-    size_t n_ids = 2;
-    char text[16], src[64];
-    uint64_t job_id = 0;
-    mt_fmt(text, sizeof text, "%u", m);
-    int rc = store_job_insert_phase(db, sweep_id, shape_id, 2, text, NULL, now_s, &job_id);
-    for (size_t r = 0; !rc && r < 2; r++) {
-        mt_fmt(src, sizeof src, "key %u's pick", r ? other_key : near_key);
-        store_guard_row_t row = {.sweep_id = sweep_id,
-                                 .shape_id = shape_id,
-                                 .config_id = ids[r],
-                                 .batch_size = m,
-                                 .role = r ? "other" : "nearest",
-                                 .engine = "",
-                                 .searched = true,
-                                 .source = src};
-        rc = store_guard_put(db, &row);
+    size_t nw = wants_at(g->spec, g->si, g->sh, key, g->engines, g->ne, w);
+    for (size_t i = 0; !rc && i < nw; i++) {
+        char engine[48];
+        mt_fmt(engine, sizeof engine, "%s-%s", w[i].engine, w[i].role); /* one row per engine and role */
+        mt_fmt(src, sizeof src, "key %u's %s (%s)", key, w[i].role, w[i].source);
+        want_t k = w[i];
+        k.role = role, k.engine = engine;
+        mt_fmt(k.source, sizeof k.source, "%s", src);
+        uint64_t cid = 0;
+        rc = put_want(g->db, g->spec, g->sweep_id, g->shape_id, g->m, &k, &cid, &searched);
+        if (!rc) gap_keep(g, cid);
     }
-    for (size_t g = 0; !rc && g < nw; g++) {
+    return rc;
+}
+
+/* Stores one switch point m's job (phase 2, side by side): every config either neighbour key
+ * could ship (gap_key), and the defaults and incumbent at m itself; and its guard rows. */
+static int plan_gap(gap_t *g, uint32_t m, uint32_t near_key, uint64_t near, uint32_t other_key, uint64_t other,
+                    int64_t now_s, halving_step_t *out) {
+    want_t w[GUARD_MAX];
+    char text[16];
+    uint64_t job_id = 0;
+    g->m = m;
+    g->n_ids = 0;
+    size_t nw = wants_at(g->spec, g->si, g->sh, m, g->engines, g->ne, w);
+    mt_fmt(text, sizeof text, "%u", m);
+    int rc = store_job_insert_phase(g->db, g->sweep_id, g->shape_id, 2, text, NULL, now_s, &job_id);
+    if (!rc) rc = gap_key(g, "nearest", near_key, near);
+    if (!rc) rc = gap_key(g, "other", other_key, other);
+    for (size_t i = 0; !rc && i < nw; i++) {
         uint64_t cid = 0;
         bool searched = false;
-        rc = put_want(db, sweep_id, shape_id, m, &w[g], &cid, &searched);
-        bool dup = false;
-        for (size_t k = 0; k < n_ids && !dup; k++) dup = ids[k] == cid;
-        if (!rc && !dup) ids[n_ids++] = cid;
+        rc = put_want(g->db, g->spec, g->sweep_id, g->shape_id, m, &w[i], &cid, &searched);
+        if (!rc) gap_keep(g, cid);
     }
-    for (size_t k = 0; !rc && k < n_ids; k++) rc = store_job_config_insert(db, job_id, ids[k]);
+    for (size_t k = 0; !rc && k < g->n_ids; k++) rc = store_job_config_insert(g->db, job_id, g->ids[k]);
     if (!rc) {
         out->jobs++;
-        out->finalists += (uint32_t)n_ids;
-        out->guard_new += (uint32_t)n_ids; /* a batch size of no key: every row is new */
+        out->finalists += (uint32_t)g->n_ids;
+        out->guard_new += (uint32_t)g->n_ids; /* a batch size of no key: every row is new */
     }
+    return rc;
+}
+
+/* Whether the engine may switch configs between keys b and b + 1: unless both picks are one
+ * config and no guard config differs from it there, the entries the file ships may differ. */
+static bool may_switch(const gap_t *g, const picks_t *p, size_t b) {
+    if (!p->cfg[b] || !p->cfg[b + 1]) return false;
+    if (p->cfg[b] != p->cfg[b + 1]) return true;
+    for (size_t k = b; k <= b + 1; k++) {
+        want_t w[GUARD_MAX];
+        size_t nw = wants_at(g->spec, g->si, g->sh, p->bs[k], g->engines, g->ne, w);
+        krn_config_t pick;
+        if (nw && store_config_get(g->db, p->cfg[k], &pick) != MT_OK) return true;
+        for (size_t i = 0; i < nw; i++)
+            if (memcmp(&w[i].cfg, &pick, sizeof pick) != 0) return true;
+    }
+    return false;
+}
+
+/* ---- further rounds: a key added between two keys moves the engine's switch points */
+
+/* The rounds of switch points a shape gets: the first, and at most GUARD_GAP_ROUNDS - 1 more. */
+#define GUARD_GAP_ROUNDS 3
+
+typedef struct {
+    uint64_t cfg;
+    uint32_t m;
+    double us, sd;
+} side_t;
+
+typedef struct {
+    uint64_t cfg;
+    uint32_t m;
+    char role[12];
+    bool searched;
+} grow_t;
+
+/* What a shape's side-by-side step and switch points measured, and its guard rows. */
+typedef struct {
+    side_t *side;
+    size_t n_side, cap_side;
+    grow_t *g;
+    size_t n_g, cap_g;
+} seen_t;
+
+static mt_status_t seen_side(void *ctx, uint64_t cfg, uint32_t m, double us, double sd) {
+    seen_t *s = ctx;
+    if (mt_grow((void **)&s->side, &s->cap_side, s->n_side + 1, sizeof *s->side, 64) != MT_OK) return MT_NOMEM;
+    s->side[s->n_side++] = (side_t){cfg, m, us, sd};
+    return MT_OK;
+}
+
+static mt_status_t seen_guard(void *ctx, uint32_t m, uint64_t cfg, const char *role, bool searched) {
+    seen_t *s = ctx;
+    if (mt_grow((void **)&s->g, &s->cap_g, s->n_g + 1, sizeof *s->g, 64) != MT_OK) return MT_NOMEM;
+    grow_t *r = &s->g[s->n_g++];
+    *r = (grow_t){.cfg = cfg, .m = m, .searched = searched};
+    mt_fmt(r->role, sizeof r->role, "%s", role);
+    return MT_OK;
+}
+
+/* Whether a guard row of role (NULL: any) holds cfg at m (m 0: at any batch size; searched_only
+ * false: only rows with searched = 0). */
+static bool seen_role(const seen_t *s, uint32_t m, uint64_t cfg, const char *role, bool any_searched) {
+    for (size_t i = 0; i < s->n_g; i++) {
+        const grow_t *r = &s->g[i];
+        if ((!m || r->m == m) && (!cfg || r->cfg == cfg) && (!role || strcmp(r->role, role) == 0) &&
+            (any_searched || !r->searched))
+            return true;
+    }
+    return false;
+}
+
+static const side_t *row_of(const seen_t *s, uint32_t m, uint64_t cfg) {
+    for (size_t i = 0; i < s->n_side; i++)
+        if (s->side[i].m == m && s->side[i].cfg == cfg) return &s->side[i];
+    return NULL;
+}
+
+/* As export ranks: the fastest row at m that may be a pick (a guard-only config only where it is
+ * the default's or the incumbent's there). */
+static const side_t *best_at(const seen_t *s, uint32_t m) {
+    const side_t *best = NULL;
+    for (size_t i = 0; i < s->n_side; i++) {
+        const side_t *r = &s->side[i];
+        if (r->m != m || (best && (r->us > best->us || (r->us == best->us && r->cfg > best->cfg)))) continue;
+        bool only = seen_role(s, 0, r->cfg, NULL, false);
+        if (!only || seen_role(s, m, r->cfg, "default", true) || seen_role(s, m, r->cfg, "incumbent", true)) best = r;
+    }
+    return best;
+}
+
+/* Whether other is not beaten by best beyond the noise (export's rule). */
+static bool within_noise(const side_t *best, const side_t *other) {
+    double sd = sqrt(best->sd * best->sd + other->sd * other->sd);
+    return other->us <= best->us || (sd > 0 && (other->us - best->us) / sd < 1.0);
+}
+
+/* The config export ships at m as a key: the incumbent's where it holds, else the default's, else
+ * the best; 0 when nothing was measured there. */
+static uint64_t ship_at(const seen_t *s, uint32_t m) {
+    static const char *const roles[2] = {"incumbent", "default"};
+    const side_t *b = best_at(s, m);
+    for (size_t k = 0; b && k < 2; k++) {
+        const side_t *f = NULL;
+        for (size_t i = 0; i < s->n_g; i++) {
+            const side_t *r = s->g[i].m == m && !strcmp(s->g[i].role, roles[k]) ? row_of(s, m, s->g[i].cfg) : NULL;
+            if (r && (!f || r->us < f->us)) f = r;
+        }
+        if (f && within_noise(b, f)) return f->cfg;
+    }
+    return b ? b->cfg : 0;
+}
+
+/* Whether export adds a key at switch point m where the engine runs config near: it was measured
+ * there and the best beats it beyond the noise. */
+static bool added_at(const seen_t *s, uint32_t m, uint64_t near) {
+    const side_t *n = row_of(s, m, near), *b = best_at(s, m);
+    return n && b && b->cfg != near && !within_noise(b, n);
+}
+
+/* One key of the file as export would write it: its batch size, config, and searched pick. */
+typedef struct {
+    uint32_t key;
+    uint64_t cfg, pick;
+} lkey_t;
+
+static int lay_insert(lkey_t **lay, size_t *n, size_t *cap, uint32_t key, uint64_t cfg, uint64_t pick) {
+    if (mt_grow((void **)lay, cap, *n + 1, sizeof **lay, 16) != MT_OK) return MT_NOMEM;
+    size_t at = *n;
+    while (at > 0 && (*lay)[at - 1].key > key) at--;
+    memmove(&(*lay)[at + 1], &(*lay)[at], (*n - at) * sizeof **lay);
+    (*lay)[at] = (lkey_t){key, cfg, pick};
+    (*n)++;
+    return MT_OK;
+}
+
+/* One round over layout lay[0..n): plans the switch points not yet measured (within the rounds'
+ * bound), else collects into add[] the measured points export would make keys. */
+static int round_once(gap_t *g, const seen_t *s, const lkey_t *lay, size_t n, bool may_plan, uint32_t *add,
+                      size_t *n_add, bool *unmeasured, int64_t now_s, halving_step_t *out) {
+    int rc = MT_OK;
+    *n_add = 0;
+    *unmeasured = false;
+    for (size_t i = 0; !rc && i + 1 < n; i++) {
+        uint32_t k1 = lay[i].key, k2 = lay[i + 1].key, mid = k1 + (k2 - k1) / 2;
+        if (lay[i].cfg == lay[i + 1].cfg) continue; /* one config: the engine switches nothing */
+        for (uint32_t pt = mid; !rc && pt <= mid + 1; pt++) {
+            if (pt <= k1 || pt >= k2) continue;
+            const lkey_t *near = pt <= mid ? &lay[i] : &lay[i + 1], *other = pt <= mid ? &lay[i + 1] : &lay[i];
+            if (!seen_role(s, pt, 0, "nearest", true)) {
+                if (may_plan) rc = plan_gap(g, pt, near->key, near->pick, other->key, other->pick, now_s, out);
+                *unmeasured = true;
+            } else if (added_at(s, pt, near->cfg)) {
+                add[(*n_add)++] = pt;
+            }
+        }
+    }
+    return rc;
+}
+
+/* Later rounds: from what was measured, the file export would write (its keys' configs and the
+ * switch points it would add as keys); its switch points not yet measured are planned, as long
+ * as they lie within GUARD_GAP_ROUNDS rounds (beyond, export lists them unchecked). */
+static int rounds_advance(gap_t *g, const picks_t *p, int64_t now_s, halving_step_t *out) {
+    seen_t s = {0};
+    lkey_t *lay = NULL;
+    size_t n = 0, cap = 0;
+    uint32_t *add = NULL;
+    int rc = store_side_rows_each(g->db, g->sweep_id, g->shape_id, seen_side, &s);
+    if (!rc) rc = store_guard_rows_each(g->db, g->sweep_id, g->shape_id, seen_guard, &s);
+    for (size_t b = 0; !rc && b < p->nb; b++) {
+        uint64_t cfg = ship_at(&s, p->bs[b]);
+        if (p->cfg[b]) rc = lay_insert(&lay, &n, &cap, p->bs[b], cfg ? cfg : p->cfg[b], p->cfg[b]);
+    }
+    for (int round = 1; !rc && n; round++) {
+        size_t n_add = 0;
+        bool unmeasured = false;
+        uint32_t *a = mt_realloc(add, 2 * n * sizeof *add);
+        if (!a) {
+            rc = MT_NOMEM;
+            break;
+        }
+        add = a;
+        rc = round_once(g, &s, lay, n, round <= GUARD_GAP_ROUNDS, add, &n_add, &unmeasured, now_s, out);
+        if (rc || unmeasured || !n_add) break; /* planned (or past the bound), or the file is final */
+        for (size_t i = 0; !rc && i < n_add; i++) {
+            const side_t *b = best_at(&s, add[i]);
+            rc = lay_insert(&lay, &n, &cap, add[i], ship_at(&s, add[i]), b ? b->cfg : 0);
+        }
+    }
+    free(add);
+    free(lay);
+    free(s.side);
+    free(s.g);
     return rc;
 }
 
@@ -408,40 +662,47 @@ mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id
     uint32_t have = 0;
     memset(out, 0, sizeof *out);
     out->already = true;
-    picks_t p = {.bs = bs,
+    picks_t p = {.db = db,
+                 .sweep_id = sweep_id,
+                 .shape_id = shape_id,
+                 .bs = bs,
                  .nb = nb,
                  .cfg = mt_calloc(nb + 1, sizeof *p.cfg),
                  .us = mt_calloc(nb + 1, sizeof *p.us),
                  .from2 = mt_calloc(nb + 1, sizeof *p.from2)};
     int rc = p.cfg && p.us && p.from2 ? MT_OK : MT_NOMEM;
     if (!rc) rc = store_guard_count(db, sweep_id, shape_id, "nearest", &have);
-    if (!rc && !have) rc = store_sweep_spec_get(db, sweep_id, &blob, &len);
-    if (!rc && !have) rc = store_shape_get(db, shape_id, &sh);
-    if (!rc && !have) {
+    if (!rc) rc = store_sweep_spec_get(db, sweep_id, &blob, &len);
+    if (!rc) rc = store_shape_get(db, shape_id, &sh);
+    if (!rc) {
         spec = moetune__sweep_spec__unpack(NULL, len, blob);
         if (!spec) rc = MT_INVAL;
     }
     int si = spec ? spec_shape(spec, &sh) : -1;
     if (!rc && spec && !spec->no_guard && si >= 0) {
         const char *engines[2];
-        size_t ne = guard_engines(spec, engines);
+        gap_t g = {.db = db,
+                   .spec = spec,
+                   .si = si,
+                   .sh = &sh,
+                   .sweep_id = sweep_id,
+                   .shape_id = shape_id,
+                   .engines = engines,
+                   .ne = guard_engines(spec, engines)};
         p.phase = 2;
         rc = store_phase_rows_each(db, sweep_id, shape_id, 2, pick_row, &p);
         p.phase = 1;
         if (!rc) rc = store_phase_rows_each(db, sweep_id, shape_id, 1, pick_row, &p);
+        if (!rc && have) rc = rounds_advance(&g, &p, now_s, out); /* a later round */
         /* the engine takes key b's entry up to mid (a tie: the smaller key), key b + 1's after */
-        for (size_t b = 0; !rc && b + 1 < nb; b++) {
+        for (size_t b = 0; !rc && !have && b + 1 < nb; b++) {
             uint32_t k1 = bs[b], k2 = bs[b + 1], mid = k1 + (k2 - k1) / 2;
-            if (!p.cfg[b] || !p.cfg[b + 1] || p.cfg[b] == p.cfg[b + 1]) continue; /* one config: no switch */
-            if (mid > k1)
-                rc = plan_gap(db, spec, si, &sh, sweep_id, shape_id, mid, k1, p.cfg[b], k2, p.cfg[b + 1], engines, ne,
-                              now_s, out);
-            if (!rc && mid + 1 < k2)
-                rc = plan_gap(db, spec, si, &sh, sweep_id, shape_id, mid + 1, k2, p.cfg[b + 1], k1, p.cfg[b], engines,
-                              ne, now_s, out);
+            if (!may_switch(&g, &p, b)) continue; /* one config either side: no switch */
+            if (mid > k1) rc = plan_gap(&g, mid, k1, p.cfg[b], k2, p.cfg[b + 1], now_s, out);
+            if (!rc && mid + 1 < k2) rc = plan_gap(&g, mid + 1, k2, p.cfg[b + 1], k1, p.cfg[b], now_s, out);
         }
         if (!rc && out->guard_new) rc = store_sweep_add_planned(db, sweep_id, out->guard_new);
-        out->already = !out->jobs;
+        out->already = !out->jobs; /* jobs planned: once they are done, the next round (guard.h) */
     }
     moetune__sweep_spec__free_unpacked(spec, NULL);
     free(blob);

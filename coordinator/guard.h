@@ -13,8 +13,8 @@
  * (role, engine, whether it was searched, where it came from), so that export can ship the
  * guard's config where the pick does not beat it by more than the noise. A `--configs`
  * re-measure gets them in its one job (guard_plan_listed). Once a shape's phase 2 is over, the
- * batch sizes where the engine's nearest-key rule switches between two keys' picks are checked
- * too (guard_gaps_advance). SweepSpec.no_guard turns all of it off.
+ * batch sizes where the engine's nearest-key rule switches between two keys' entries are checked
+ * too, in rounds (guard_gaps_advance). SweepSpec.no_guard turns all of it off.
  */
 #ifndef COORD_GUARD_H
 #define COORD_GUARD_H
@@ -84,14 +84,17 @@ mt_status_t guard_write_listed(store_t *db, const Moetune__SweepSpec *spec, cons
 
 /* The batch sizes between the keys. Once a shape's side-by-side step is over (inside the
  * caller's transaction; halving_advance calls it for a shape whose phase 2 is planned): for each
- * pair of neighbouring batch sizes k1 < k2 whose picks so far differ, at the batch sizes where the
- * engine's nearest-key rule switches from one to the other (mid = k1 + (k2 - k1) / 2 takes k1's
- * entry, mid + 1 takes k2's; only those strictly between), one phase-2 job of that batch size
- * measures side by side the entry the engine takes there, the other neighbour's, and the
- * defaults and incumbent there; guard rows "nearest" and "other" say which is which. Export
- * adds such a batch size as a key only where the nearest entry loses by more than the noise.
- * Idempotent: a shape with "nearest" rows plans nothing (out->already). results_planned grows
- * by the rows planned. MT_IO/MT_BUSY with store_errmsg(db), MT_NOMEM. */
+ * pair of neighbouring batch sizes k1 < k2 (unless both picks are one config and no guard config
+ * differs from it), at the batch sizes where the engine's nearest-key rule switches from one to
+ * the other (mid = k1 + (k2 - k1) / 2 takes k1's entry, mid + 1 takes k2's; only those strictly
+ * between), one phase-2 job of that batch size measures side by side every config either
+ * neighbour could ship (its searched pick, the defaults and incumbent entry at M = that key) and
+ * the defaults and incumbent there; guard rows "nearest" and "other" say whose each is. Export
+ * adds such a batch size as a key only where the entry the file ships at the nearest key loses
+ * by more than the noise. A later call (the round's jobs done) predicts from the measurements the
+ * file export writes and plans its switch points not yet measured, those that added keys moved,
+ * for at most GUARD_GAP_ROUNDS rounds in all; out->already when nothing is left to plan.
+ * results_planned grows by the rows planned. MT_IO/MT_BUSY with store_errmsg(db), MT_NOMEM. */
 mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id, const uint32_t *bs, size_t nb,
                                int64_t now_s, halving_step_t *out);
 

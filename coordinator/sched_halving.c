@@ -64,7 +64,8 @@ void sched_halving_done(sched_t *s, bhalving_t *hv, size_t n, bool committed, ui
             sw->halving_due = true;
             continue;
         }
-        sw->hv_state[hv[i].h] = hv[i].gaps ? HV_GAPPED : HV_PLANNED;
+        /* a round of switch points planned: once its jobs are done, the next (guard.h) */
+        sw->hv_state[hv[i].h] = hv[i].gaps && hv[i].st.already ? HV_GAPPED : HV_PLANNED;
         if (!hv[i].gaps && sw->gaps) sw->halving_due = true; /* its gaps once its phase 2 is over */
         sw->pruned += hv[i].st.pruned;
         if (!hv[i].st.already) sw->planned += hv[i].st.guard_new;   /* the ship guard's rows (guard.h) */

@@ -160,7 +160,7 @@ mt_status_t dbq_known_picks(dbq_t *q, const char *device, const char *backend, c
 typedef struct {
     dbq_result_t row;
     char role[16];    /* "default" or "incumbent" */
-    char engine[16];  /* "sglang", "vllm" */
+    char engine[32];  /* "sglang", "vllm"; between two keys "sglang-default" etc. */
     char source[256]; /* the rule, or the incumbent file and its key */
     bool searched;    /* in the sweep's searched space */
     bool measured;    /* it has an ok row */

@@ -1008,14 +1008,11 @@ mt_status_t store_sweep_add_planned(store_t *s, uint64_t sweep_id, uint64_t add)
     return rc;
 }
 
-mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
-                                  bool *searched) {
-    static const char sql[] = "SELECT EXISTS (SELECT 1 FROM jobs j JOIN job_configs jc ON jc.job_id = j.id"
-                              " WHERE j.sweep_id = ?1 AND j.shape_id = ?2 AND j.phase = 1 AND jc.config_id = ?3)"
-                              " OR EXISTS (SELECT 1 FROM results WHERE sweep_id = ?1 AND shape_id = ?2"
-                              " AND config_id = ?3 AND phase = 1)";
+/* Steps sql (an EXISTS of ?1 sweep, ?2 shape, ?3 config) into *yes. */
+static int config_exists(store_t *s, const char *sql, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                         bool *yes) {
     sqlite3_stmt *st = NULL;
-    *searched = false;
+    *yes = false;
     int rc = guard_prepare(s, sql, &st);
     if (rc) return rc;
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
@@ -1023,8 +1020,69 @@ mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_
     sqlite3_bind_int64(st, 3, (int64_t)config_id);
     int64_t v = 0;
     rc = step_one_int(s, st, sql, &v);
-    *searched = v != 0;
+    *yes = v != 0;
     return rc;
+}
+
+mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id,
+                                  bool *searched) {
+    static const char sql[] = "SELECT EXISTS (SELECT 1 FROM jobs j JOIN job_configs jc ON jc.job_id = j.id"
+                              " WHERE j.sweep_id = ?1 AND j.shape_id = ?2 AND j.phase = 1 AND jc.config_id = ?3)"
+                              " OR EXISTS (SELECT 1 FROM results WHERE sweep_id = ?1 AND shape_id = ?2"
+                              " AND config_id = ?3 AND phase = 1)";
+    return config_exists(s, sql, sweep_id, shape_id, config_id, searched);
+}
+
+mt_status_t store_config_guard_only(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, bool *only) {
+    static const char sql[] = "SELECT EXISTS (SELECT 1 FROM guard WHERE sweep_id = ?1 AND shape_id = ?2"
+                              " AND config_id = ?3 AND searched = 0)";
+    return config_exists(s, sql, sweep_id, shape_id, config_id, only);
+}
+
+/* Runs sql (?1 sweep, ?2 shape) and calls row per result row; MT_IO/MT_BUSY with the reason. */
+static int guard_walk(store_t *s, const char *sql, uint64_t sweep_id, uint64_t shape_id,
+                      int (*row)(sqlite3_stmt *st, void *cb, void *ctx), void *cb, void *ctx) {
+    sqlite3_stmt *st = NULL;
+    int rc = guard_prepare(s, sql, &st);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
+    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
+    for (;;) {
+        int src = sqlite3_step(st);
+        if (src == SQLITE_DONE) break;
+        if (src != SQLITE_ROW) {
+            rc = fail(s, src, sql);
+            break;
+        }
+        rc = row(st, cb, ctx);
+        if (rc) break;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int side_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    return ((store_side_row_fn)cb)(ctx, (uint64_t)sqlite3_column_int64(st, 0), (uint32_t)sqlite3_column_int64(st, 1),
+                                   sqlite3_column_double(st, 2), sqlite3_column_double(st, 3));
+}
+
+mt_status_t store_side_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, store_side_row_fn fn, void *ctx) {
+    static const char sql[] = "SELECT config_id, batch_size, median_us, COALESCE(stddev_us, 0) FROM results"
+                              " WHERE sweep_id = ?1 AND shape_id = ?2 AND phase = 2 AND status = 'ok'"
+                              " AND median_us > 0";
+    return guard_walk(s, sql, sweep_id, shape_id, side_row, (void *)fn, ctx);
+}
+
+static int guard_row(sqlite3_stmt *st, void *cb, void *ctx) {
+    const unsigned char *role = sqlite3_column_text(st, 2);
+    return ((store_guard_row_fn)cb)(ctx, (uint32_t)sqlite3_column_int64(st, 0), (uint64_t)sqlite3_column_int64(st, 1),
+                                    role ? (const char *)role : "", sqlite3_column_int(st, 3) != 0);
+}
+
+mt_status_t store_guard_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, store_guard_row_fn fn, void *ctx) {
+    static const char sql[] = "SELECT batch_size, config_id, role, searched FROM guard WHERE sweep_id = ?1"
+                              " AND shape_id = ?2";
+    return guard_walk(s, sql, sweep_id, shape_id, guard_row, (void *)fn, ctx);
 }
 
 mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n) {

@@ -226,5 +226,18 @@ mt_status_t store_sweep_add_planned(store_t *s, uint64_t sweep_id, uint64_t add)
 mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n);
 /* Whether config_id is in a first-pass job of (sweep, shape) or has a first-pass row there. */
 mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, bool *searched);
+/* The ship guard's rounds between the keys: every ok phase-2 row of (sweep, shape) (the side-by-side
+ * measurements) with its deviation, in no particular order. */
+typedef mt_status_t (*store_side_row_fn)(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us,
+                                         double stddev_us);
+mt_status_t store_side_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, store_side_row_fn fn, void *ctx);
+/* Every guard row of (sweep, shape): its batch size, config, role (text valid during the call) and
+ * searched flag. */
+typedef mt_status_t (*store_guard_row_fn)(void *ctx, uint32_t batch_size, uint64_t config_id, const char *role,
+                                          bool searched);
+mt_status_t store_guard_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, store_guard_row_fn fn, void *ctx);
+/* Whether config_id is one of (sweep, shape)'s ship-guard configs outside its searched space
+ * (a guard row with searched = 0) into *only. MT_IO/MT_BUSY with store_errmsg(s). */
+mt_status_t store_config_guard_only(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, bool *only);
 
 #endif

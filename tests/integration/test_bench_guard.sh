@@ -17,14 +17,16 @@ entry() { printf '"%s": {"BLOCK_SIZE_M": %s, "BLOCK_SIZE_N": %s, "BLOCK_SIZE_K":
 mkdir -p "$T/inc"
 echo "{$(entry 1 128x256x64x16x8x3), $(entry 96 32x128x64x1x4x4), $(entry 176 64x256x64x32x8x3),
  $(entry 4096 128x128x64x16x8x4)}" >"$T/inc/$NAME"
-# A fast at 1, 16 and 136, X at 256, 4096 and 137: the picks are A below the switch point between
-# keys 16 and 256 (136: a tie, the smaller key's) and X from 137 on, and neither point adds a key
+# A fast at 1, 16 and 136 (and at 8 and 9, between keys 1 and 16), X at 256, 4096 and 137 (and at
+# 2176 and 2177): the picks are A below the switch point between keys 16 and 256 (136: a tie, the
+# smaller key's) and X from 137 on; every pair of keys is checked (the defaults differ from the
+# picks) and no point adds a key
 "$BIN/moetune" tune --backend sim --workers 2 --sim-time-scale 0 --model qwen3-30b-a3b --tp 1 \
   --batch-sizes 1,16,256,4096 --configs $A,$X,32x128x64x1x4x3,128x128x64x16x8x4 --race-margin 0.2 --decide-margin 0.02 \
-  --sim-faults "speed=$A@1:0.5,speed=$A@16:0.5,speed=$A@136:0.5,speed=$X@256:0.3,speed=$X@4096:0.3,speed=$X@137:0.3" \
+  --sim-faults "speed=$A@1:0.5,speed=$A@16:0.5,speed=$A@8:0.5,speed=$A@9:0.5,speed=$A@136:0.5,speed=$X@256:0.3,speed=$X@4096:0.3,speed=$X@137:0.3,speed=$X@2176:0.3,speed=$X@2177:0.3" \
   --baseline "$T/inc/$NAME" --db "$T/t.db" --out "$T/out" >"$T/tune.out" 2>"$T/tune.log" || fail "tune exited $?"
 F=$T/out/sim/$NAME
-[ "$(jq -c --arg n "$NAME" '.[$n].guard | [.between_keys_checked, .keys_added]' "$T/out/sim/manifest.json")" = "[[136,137],[]]" ] \
+[ "$(jq -c --arg n "$NAME" '.[$n].guard | [.between_keys_checked, .keys_added]' "$T/out/sim/manifest.json")" = "[[8,9,136,137,2176,2177],[]]" ] \
   || fail "the planted sweep's guard: $(jq -c --arg n "$NAME" '.[$n].guard' "$T/out/sim/manifest.json")"
 
 python3 "$CHECK" --file "$F" --incumbent "$T/inc/$NAME" --dry-run --json >"$T/plan.json" 2>"$T/plan.err" \
@@ -33,7 +35,7 @@ python3 "$CHECK" --file "$F" --incumbent "$T/inc/$NAME" --dry-run --json >"$T/pl
 want=$(jq -c -s --arg n "$NAME" '(.[0] | keys | map(tonumber)) + .[1][$n].guard.between_keys_checked | unique' \
   "$F" "$T/out/sim/manifest.json")
 [ "$(jq -c -s 'map(.m)' "$T/plan.json")" = "$want" ] || fail "points $(jq -c -s 'map(.m)' "$T/plan.json"), want $want"
-[ "$want" = "[1,16,136,137,256,4096]" ] || fail "the planted file's points are $want"
+[ "$want" = "[1,8,9,16,136,137,256,2176,2177,4096]" ] || fail "the planted file's points are $want"
 pt() { jq -r --argjson m "$1" "select(.m == \$m) | $2" "$T/plan.json"; }
 # at the switch point: 136 is as far from 16 as from 256 and takes key 16's entry, 137 key 256's
 [ "$(pt 136 '[.where, .shipped_key, .shipped] | join(" ")')" = "between 16 $(cfg "$F" 16)" ] || fail "M=136: $(pt 136 .)"
@@ -44,10 +46,11 @@ for m in 1 16 256 4096; do
 done
 # the engine's default: 16x32x64 GROUP 1 up to E = 128, 64x64x32 GROUP 8 above; the guard's own at the keys
 [ "$(jq -r -s 'map("\(.m):\(.default | join(","))") | join(" ")' "$T/plan.json")" \
-  = "1:16x32x64x1x4x3 16:16x32x64x1x4x3 136:64x64x32x8x4x3 137:64x64x32x8x4x3 256:64x64x32x8x4x3 4096:64x64x32x8x4x3" ] \
+  = "1:16x32x64x1x4x3 8:16x32x64x1x4x3 9:16x32x64x1x4x3 16:16x32x64x1x4x3 136:64x64x32x8x4x3 137:64x64x32x8x4x3 \
+256:64x64x32x8x4x3 2176:64x64x32x8x4x3 2177:64x64x32x8x4x3 4096:64x64x32x8x4x3" ] \
   || fail "defaults: $(jq -r -s 'map("\(.m):\(.default)") | join(" ")' "$T/plan.json")"
 # the incumbent's nearest entry: 16 takes key 1, 136 (midway between 96 and 176) key 96, 137 key 176
-[ "$(jq -r -s 'map("\(.m):\(.incumbent_key)") | join(" ")' "$T/plan.json")" = "1:1 16:1 136:96 137:176 256:176 4096:4096" ] \
+[ "$(jq -r -s 'map("\(.m):\(.incumbent_key)") | join(" ")' "$T/plan.json")" = "1:1 8:1 9:1 16:1 136:96 137:176 256:176 2176:4096 2177:4096 4096:4096" ] \
   || fail "incumbent keys: $(jq -r -s 'map("\(.m):\(.incumbent_key)") | join(" ")' "$T/plan.json")"
 [ "$(pt 136 .incumbent)" = "$(cfg "$T/inc/$NAME" 96)" ] || fail "M=136's incumbent config: $(pt 136 .incumbent)"
 # without --incumbent, the file the manifest's guard names (the tune's --baseline)
@@ -62,7 +65,8 @@ echo "{$(entry 1 16x32x64x1x4x3), $(entry 200 64x64x64x1x4x3), $(entry 4096 64x1
   >"$T/split/${NAME%.json}_down.json"
 python3 "$CHECK" --file "$T/split/$NAME" --dry-run --json >"$T/split.json" || fail "split dry run exited $?"
 [ "$(jq -r -s 'map("\(.m):\(.shipped_down_key):\(.shipped_down)") | join(" ")' "$T/split.json")" \
-  = "1:1:16x32x64x1x4x3 16:1:16x32x64x1x4x3 136:200:16x64x64x1x4x3 137:200:64x64x64x1x4x3 256:200:64x64x64x1x4x3 4096:4096:64x128x128x1x8x3" ] \
+  = "1:1:16x32x64x1x4x3 8:1:16x32x64x1x4x3 9:1:16x32x64x1x4x3 16:1:16x32x64x1x4x3 136:200:16x64x64x1x4x3 \
+137:200:64x64x64x1x4x3 256:200:64x64x64x1x4x3 2176:4096:64x128x128x1x8x3 2177:4096:64x128x128x1x8x3 4096:4096:64x128x128x1x8x3" ] \
   || fail "down entries: $(jq -r -s 'map("\(.m):\(.shipped_down_key):\(.shipped_down)") | join(" ")' "$T/split.json")"
 # at 136 key 16's up entry (BLOCK_SIZE_M 16) meets key 200's down entry (64): SGLang runs the down
 # GEMM with the up entry's BLOCK_SIZE_M (one align for both), and the list says so
@@ -72,17 +76,18 @@ python3 "$CHECK" --file "$T/split/$NAME" --dry-run >"$T/split.txt" || fail "spli
 grep -q "down 64x64x64x1x4x3@200" "$T/split.txt" || fail "the table does not show the down entry: $(cat "$T/split.txt")"
 pass "split: the _down file's nearest entries listed, BLOCK_SIZE_M the up entry's as SGLang runs it"
 
-# --switch-points: where the file as written switches between two different entries (a key 2177
-# with A's entry switches at 1216/1217 from 256's X and at 3136/3137 back to 4096's X)
+# --switch-points: where the file as written switches between two different entries (a key 3001
+# with A's entry switches at 1628/1629 from 256's X and at 3548/3549 back to 4096's X)
 mkdir -p "$T/sw"
-jq --argjson a "$(jq '.["16"]' "$F")" '. + {"2177": $a}' "$F" >"$T/sw/$NAME"
+jq --argjson a "$(jq '.["16"]' "$F")" '. + {"3001": $a}' "$F" >"$T/sw/$NAME"
 cp "$T/out/sim/manifest.json" "$T/sw/"
 python3 "$CHECK" --file "$T/sw/$NAME" --dry-run --json --switch-points >"$T/sw.json" || fail "--switch-points exited $?"
-[ "$(jq -r -s 'map("\(.m):\(.where):\(.shipped_key)") | join(" ")' "$T/sw.json")" = "1:key:1 16:key:16 136:between:16 \
-137:between:256 256:key:256 1216:switch:256 1217:switch:2177 2177:key:2177 3136:switch:2177 3137:switch:4096 4096:key:4096" ] \
+[ "$(jq -r -s 'map("\(.m):\(.where):\(.shipped_key)") | join(" ")' "$T/sw.json")" = "1:key:1 8:between:1 9:between:16 16:key:16 \
+136:between:16 137:between:256 256:key:256 1628:switch:256 1629:switch:3001 2176:between:3001 2177:between:3001 3001:key:3001 \
+3548:switch:3001 3549:switch:4096 4096:key:4096" ] \
   || fail "switch points: $(jq -r -s 'map("\(.m):\(.where):\(.shipped_key)") | join(" ")' "$T/sw.json")"
 python3 "$CHECK" --file "$T/sw/$NAME" --dry-run --json >"$T/nosw.json" || fail "dry run exited $?"
-[ "$(jq -c -s 'map(.m)' "$T/nosw.json")" = "[1,16,136,137,256,2177,4096]" ] || fail "without --switch-points: $(jq -c -s 'map(.m)' "$T/nosw.json")"
+[ "$(jq -c -s 'map(.m)' "$T/nosw.json")" = "[1,8,9,16,136,137,256,2176,2177,3001,4096]" ] || fail "without --switch-points: $(jq -c -s 'map(.m)' "$T/nosw.json")"
 pass "--switch-points: the file's own switch points between different entries, and only with it"
 
 # Bad input: one line, exit 2

@@ -137,8 +137,12 @@ X=64x128x64x1x4x3
 "$M" tune "${SPEC[@]}" --sim-faults "speed=$X@256:0.3,speed=$X@136:0.3,speed=$X@137:0.3" --db "$T/g.db" --out "$T/g" >"$T/g.out" 2>"$T/g.err" \
   || { tail "$T/g.err"; fail "tune exited $?"; }
 [ "$(cfg_of "$T/g/sim/$NAME" 256)" = "$X" ] || fail "the planted config is not the pick at 256"
-[ "$(q "$T/g.db" "SELECT role || ':' || source FROM guard WHERE batch_size = 136 AND role IN ('nearest', 'other') ORDER BY role" | paste -sd' ')" \
-  = "nearest:key 16's pick other:key 256's pick" ] || fail "M=136 is not checked between keys 16 and 256"
+[ "$(q "$T/g.db" "SELECT role || ':' || source FROM guard WHERE batch_size = 136 AND role IN ('nearest', 'other') AND engine = ''
+      ORDER BY role" | paste -sd' ')" = "nearest:key 16's pick other:key 256's pick" ] || fail "M=136 is not checked between keys 16 and 256"
+# every config either neighbour could ship is measured there: its pick and its own default
+[ "$(q "$T/g.db" "SELECT role || ':' || source FROM guard WHERE batch_size = 136 AND engine = 'sglang-default' ORDER BY role" | paste -sd'|')" \
+  = "nearest:key 16's default (sglang get_default_config, M <= E)|other:key 256's default (sglang get_default_config, M > E)" ] \
+  || fail "M=136 does not measure the neighbours' defaults"
 [ "$(q "$T/g.db" "SELECT COUNT(*) FROM results r JOIN jobs j ON j.id = r.job_id WHERE r.batch_size = 136 AND j.phase = 2
       AND j.batch_sizes = '136' AND r.status = 'ok'")" -ge 3 ] || fail "M=136 was not measured side by side (pick 16, pick 256, default)"
 [ "$(cfg_of "$T/g/sim/$NAME" 136)" = "$X" ] || fail "key 136 was not added with the planted config"

@@ -512,7 +512,7 @@ static void test_pairs_versions(void **state) {
     dbq_select_t sel = {.ids = &sweep, .n_ids = 1};
     pair_seen_t seen = {0};
     assert_int_equal(dbq_open(fx->db, &q, err, sizeof err), MT_OK);
-    assert_int_equal(exp_pairs(q, &sel, see_pair, &seen, err, sizeof err), MT_OK);
+    assert_int_equal(exp_pairs(q, &sel, NULL, see_pair, &seen, err, sizeof err), MT_OK);
     dbq_close(&q);
     assert_int_equal(seen.calls, 3); /* one shape at 3 batch sizes */
     assert_string_equal(seen.best, V351);
