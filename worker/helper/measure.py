@@ -436,9 +436,7 @@ class Measurer:
             self.kernel.layer(L, cfg)  # a compile here, else the kernels' load from Triton's disk cache
             torch.cuda.synchronize()
         except Exception as e:
-            self._sticky(e)
-            status, detail = classify(e)
-            return {"status": status, "detail": detail}
+            return self._failed(e)
         finally:
             mark("launch")
         try:
@@ -463,10 +461,9 @@ class Measurer:
             del g
             mark("capture")  # a graph's teardown is its capture's cost too
         except Exception as e:
-            self._sticky(e)
-            status, detail = classify(e)
+            failed = self._failed(e)
             mark("other")
-            return {"status": status, "detail": detail}
+            return failed
         res["up_us"] = res["down_us"] = 0.0
         if how == "pruned":
             # out of the race: neither checked nor split (a pruned row is never exported)
@@ -501,9 +498,7 @@ class Measurer:
                 del gd
                 self.counts["split"] += 1
             except Exception as e:
-                self._sticky(e)
-                status, detail = classify(e)
-                return {"status": status, "detail": detail}
+                return self._failed(e)
             finally:
                 mark("split")
         res["status"] = "ok"
@@ -518,6 +513,13 @@ class Measurer:
         """Align buffers are per (batch size, BLOCK_SIZE_M); a config's are not kept past it."""
         for L in self.per_bs.values():
             L.cache.clear()
+
+    def _failed(self, exc):
+        """The row of a config whose launch, capture or timing raised exc (its status and
+        detail); a context-poisoning error ends the helper first (_sticky)."""
+        self._sticky(exc)
+        status, detail = classify(exc)
+        return {"status": status, "detail": detail}
 
     def _sticky(self, exc):
         """A CUDA error that poisons the context ends the helper once its line is out (the C side
