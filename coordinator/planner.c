@@ -164,16 +164,18 @@ static void warm_engine(plan_t *p, const Moetune__SweepSpec *spec, size_t i, war
 }
 
 /* Appends to p->warm (used bytes in *used) shape ps's line: the database's alone as
- * "N known picks first (SRC)", else "N known picks first: a from SRC, ..., c engine defaults". */
+ * "N known picks first (SRC)", else "N known picks first: a from SRC, ..., c engine defaults"
+ * ("1 known pick", "1 engine default"). */
 static void warm_line(plan_t *p, const plan_shape_t *ps, const warm_src_t *srcs, size_t n_srcs, size_t *used) {
     char sh[96], line[1024];
     size_t n_used = 0, at = 0;
     for (size_t k = 0; k < n_srcs; k++) n_used += srcs[k].n ? 1 : 0;
     krn_shape_format(&ps->shape, sh, sizeof sh);
     if (n_used == 1 && srcs[0].n) {
-        mt_fmt(line, sizeof line, "%s: %zu known picks first (%s)", sh, ps->n_warm, srcs[0].what);
+        mt_fmt(line, sizeof line, "%s: %zu known pick%s first (%s)", sh, ps->n_warm, ps->n_warm == 1 ? "" : "s",
+               srcs[0].what);
     } else {
-        int w = snprintf(line, sizeof line, "%s: %zu known picks first:", sh, ps->n_warm);
+        int w = snprintf(line, sizeof line, "%s: %zu known pick%s first:", sh, ps->n_warm, ps->n_warm == 1 ? "" : "s");
         at = w > 0 && (size_t)w < sizeof line ? (size_t)w : 0;
         for (size_t k = 0, m = 0; k < n_srcs && at < sizeof line; k++) {
             if (!srcs[k].n) continue;

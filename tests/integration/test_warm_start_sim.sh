@@ -38,7 +38,7 @@ grep -Eq "known picks first(: [0-9]+ from | \()the best of 1 earlier sweep on NV
   || fail "the manifest does not say what the start came from: $warm"
 # nothing known in the database: the cold sweep starts from the engine's defaults alone
 cold=$(jq -r '[.[] | .coverage.sweeps["1"].warm_start? // empty][0]' "$T/a/sim/manifest.json")
-grep -Eq "^E=[^;]*: ([0-9]+) known picks first: \1 engine defaults?(;|$)" <<<"$cold" \
+grep -Eq "^E=[^;]*: ([0-9]+) known picks? first: \1 engine defaults?(;|$)" <<<"$cold" \
   || fail "the cold sweep's manifest names a start other than the engine's defaults: $cold"
 start_coordinator
 "$M" status --control "$CEP" >"$T/status.txt"
