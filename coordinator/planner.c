@@ -102,9 +102,9 @@ static warm_src_t *warm_src(warm_src_t *srcs, size_t *n, const char *what) {
 }
 
 /* How an incumbent's file is named in p->warm: "sglang's bundled file for NVIDIA H200
- * (triton_3_4_0)" from its engine, its name's device and its folder; a --baseline file (no
- * engine) by its name. */
-static void warm_file_label(const Moetune__Incumbent *in, char *out, size_t len) {
+ * (triton_3_4_0)" from its engine, its name's device and its folder, "for E=128,N=384 on ..."
+ * when the name is another shape's than sh; a --baseline file (no engine) by its name. */
+static void warm_file_label(const Moetune__Incumbent *in, const krn_shape_t *sh, char *out, size_t len) {
     const char *src = in->source && *in->source ? in->source : "a config file";
     const char *base = strrchr(src, '/');
     base = base ? base + 1 : src;
@@ -112,13 +112,16 @@ static void warm_file_label(const Moetune__Incumbent *in, char *out, size_t len)
         mt_fmt(out, len, "the --baseline file %s", base);
         return;
     }
-    char dev[160] = "", folder[96] = "";
+    char dev[200] = "", folder[96] = "", other[64] = "";
+    unsigned e = 0, n = 0;
+    if (sscanf(base, "E=%u,N=%u,", &e, &n) == 2 && (e != sh->e || n != sh->n))
+        snprintf(other, sizeof other, "E=%u,N=%u on ", e, n);
     const char *d = strstr(base, "device_name=");
     if (d) {
-        snprintf(dev, sizeof dev, " for %s", d + strlen("device_name="));
+        snprintf(dev, sizeof dev, " for %s%s", other, d + strlen("device_name="));
         char *dot = strstr(dev, ".json");
         if (dot) *dot = '\0';
-        for (char *p = dev; *p; p++)
+        for (char *p = dev + 5 + strlen(other); *p; p++)
             if (*p == '_') *p = ' ';
     }
     if (base > src) { /* the folder above the file: SGLang's triton_X_Y_Z */
@@ -131,17 +134,19 @@ static void warm_file_label(const Moetune__Incumbent *in, char *out, size_t len)
 }
 
 /* The engine's own known picks for shape i after the database's: the entries of the files it
- * would load (the spec's incumbents, which tune found in the engine's package), then its
- * default config at every batch size; each counted under its source in srcs. */
+ * would load (the spec's incumbents, which tune found in the engine's package), else of its file
+ * for another GPU or the nearest shape (warm_files), then its default config at every batch
+ * size; each counted under its source in srcs. */
 static void warm_engine(plan_t *p, const Moetune__SweepSpec *spec, size_t i, warm_src_t *srcs, size_t *n_srcs) {
     plan_shape_t *ps = &p->shapes[i];
     char label[240];
-    for (size_t k = 0; spec && k < spec->n_incumbents; k++) {
-        const Moetune__Incumbent *in = spec->incumbents[k];
+    size_t n_inc = spec ? spec->n_incumbents : 0, n_files = spec ? spec->n_warm_files : 0;
+    for (size_t k = 0; k < n_inc + n_files; k++) {
+        const Moetune__Incumbent *in = k < n_inc ? spec->incumbents[k] : spec->warm_files[k - n_inc];
         if (!in || in->shape != i || !in->config) continue;
         krn_config_t c;
         wire_config_from_msg(in->config, &c);
-        warm_file_label(in, label, sizeof label);
+        warm_file_label(in, &ps->shape, label, sizeof label);
         warm_src_t *s = warm_src(srcs, n_srcs, label);
         if (warm_take(ps, &c)) s->n++;
     }

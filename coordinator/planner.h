@@ -117,7 +117,8 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
  * the rules keep (at most PLAN_MAX_WARM) go first in its order as its first job (plan_job_range),
  * and plan_write stores every shape's first job before any other: racing meets their times first.
  * After dev->warm's picks come the engine's: the entries of spec's incumbents for the shape (the
- * files the engine would load, found by tune in its package), then the default config of each of
+ * files the engine would load, found by tune in its package) and of its warm_files (the engine's
+ * file for another GPU or the nearest shape), then the default config of each of
  * the spec's engines (guard_engines) at every batch size. Only the order changes: the same
  * configs are planned. p->warm says where they came from. A listed space (Space.configs) has no warm start. A triton sweep (or a sim one whose device
  * stands in for Triton) then also rejects the configs whose shared memory cannot fit dev

@@ -63,3 +63,25 @@ grep -qF "sweep 1: warm start: $SHAPE: 3 known picks first: 2 from sglang's bund
 warm=$(jq -r '[.[] | .coverage.sweeps["1"].warm_start? // empty][0]' "$T/c/sim/manifest.json")
 grep -qF "from sglang's bundled file for NVIDIA H200 (triton_3_4_0)" <<<"$warm" || fail "the fallback's start: $warm"
 pass "status says what the start came from; the fallback folder's file is named by its Triton folder"
+
+# no file for this GPU: the engine's file for this shape on another GPU (sglang-new ships
+# E=128,N=384 for an H100 only), else for the nearest shape (N=192 at TP 4: N=384 is nearer than 768)
+RUN=(--backend sim --workers 1 --sim-time-scale 0 --model qwen3-30b-a3b --tp 2)
+tune sglang-new d
+H100=$F/sglang-new/sglang/srt/layers/moe/moe_runner/triton_utils/configs/triton_3_6_0/E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3.json
+grep -qF "warm start for E=128,N=384,K=2048,topk=8: $H100 goes first (no incumbent)" "$T/d.err" \
+  || fail "tune does not say which file goes first: $(grep -i 'incumbent\|warm' "$T/d.err")"
+warm=$(jq -r '[.[] | .coverage.sweeps["1"].warm_start? // empty][0]' "$T/d/sim/manifest.json")
+grep -qE "^E=128,N=384,K=2048,topk=8: [0-9]+ known picks first: 3 from sglang's bundled file for NVIDIA H100 80GB HBM3 \(triton_3_6_0\)" \
+  <<<"$warm" || fail "another GPU's file: $warm"
+jobs=$(first_job d)
+for c in 16x128x128x1x4x3 32x128x64x16x4x3 64x128x64x1x8x3; do
+  grep -qw "$c" <<<"$jobs" || fail "the first job lacks the H100 file's $c: $jobs"
+done
+[ "$(q "$T/d.db" "SELECT COUNT(*) FROM guard WHERE role = 'incumbent'")" = 0 ] || fail "another GPU's file became the incumbent"
+RUN=(--backend sim --workers 1 --sim-time-scale 0 --model qwen3-30b-a3b --tp 4)
+tune sglang-new e
+warm=$(jq -r '[.[] | .coverage.sweeps["1"].warm_start? // empty][0]' "$T/e/sim/manifest.json")
+grep -qF "from sglang's bundled file for E=128,N=384 on NVIDIA H100 80GB HBM3 (triton_3_6_0)" <<<"$warm" \
+  || fail "the nearest shape's file: $warm"
+pass "no file for this GPU: another GPU's file for the shape goes first, else the nearest shape's; neither is the incumbent"

@@ -533,6 +533,22 @@ static void test_warm_start_engine_files(void **state) {
            "(triton_3_4_0), 1 from the --baseline file mine.json, %zu engine defaults",
            w->n_warm, w->n_warm - 3);
     assert_string_equal(warm->warm, want);
+    plan_destroy(&warm);
+    /* no incumbent: the engine's file for the nearest shape (SweepSpec.warm_files), named so */
+    Moetune__Incumbent *near = &inc[1];
+    near->source = "/pkg/configs/triton_3_6_0/E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3.json";
+    s.spec.n_incumbents = 0;
+    s.spec.warm_files = &near;
+    s.spec.n_warm_files = 1;
+    assert_int_equal(plan_build_on(&s.spec, &dev, &warm, err, sizeof err), MT_OK);
+    w = &warm->shapes[0];
+    assert_string_equal(krn_config_format(&w->valid[0], a, sizeof a), "32x64x128x1x8x3");
+    assert_reordered(w, &cold->shapes[0]);
+    mt_fmt(want, sizeof want,
+           "E=128,N=768,K=2048,topk=8: %zu known picks first: 1 from sglang's bundled file for E=128,N=384 on NVIDIA "
+           "H100 80GB HBM3 (triton_3_6_0), %zu engine defaults",
+           w->n_warm, w->n_warm - 1);
+    assert_string_equal(warm->warm, want);
     plan_destroy(&cold);
     plan_destroy(&warm);
 }
