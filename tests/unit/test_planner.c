@@ -473,6 +473,24 @@ static size_t no_picks(void *ctx, const krn_shape_t *shape, krn_config_t *out, s
     return 0;
 }
 
+/* Plans spec warm on dev for its one shape: its first configs are first[0..n), then engine
+ * defaults, the rest in cold's order; its text names sources, then the defaults. */
+static void check_warm(const Moetune__SweepSpec *spec, const plan_device_t *dev, const plan_shape_t *cold,
+                       const char *const *first, size_t n, const char *sources) {
+    plan_t *warm = NULL;
+    char err[256], want[512], a[KRN_CONFIG_TEXT_LEN];
+    assert_int_equal(plan_build_on(spec, dev, &warm, err, sizeof err), MT_OK);
+    const plan_shape_t *w = &warm->shapes[0];
+    assert_true(w->n_warm > n);
+    for (size_t j = 0; j < n; j++) assert_string_equal(krn_config_format(&w->valid[j], a, sizeof a), first[j]);
+    for (size_t j = n; j < w->n_warm; j++) assert_true(engine_default(spec, &w->shape, &w->valid[j]));
+    assert_reordered(w, cold);
+    mt_fmt(want, sizeof want, "E=128,N=768,K=2048,topk=8: %zu known picks first: %s, %zu engine default%s", w->n_warm,
+           sources, w->n_warm - n, w->n_warm - n == 1 ? "" : "s");
+    assert_string_equal(warm->warm, want);
+    plan_destroy(&warm);
+}
+
 /* The engine's own files (the spec's incumbents) come after the database's picks and before the
  * engines' defaults, each entry once and only where the space and its rules keep it; the text
  * names the file by engine, device and Triton folder, and a --baseline file by its name. */
@@ -480,8 +498,8 @@ static void test_warm_start_engine_files(void **state) {
     (void)state;
     static const char *const entries[] = {"16x64x128x1x4x3", "32x64x128x1x8x3", "16x16x16x1x1x1", "32x64x128x1x8x3"};
     spec_t s;
-    char err[256], want[512], a[KRN_CONFIG_TEXT_LEN];
-    plan_t *cold = NULL, *warm = NULL;
+    char err[256];
+    plan_t *cold = NULL;
     int calls = 0;
     Moetune__Incumbent inc[5], *ptrs[5];
     Moetune__Config cfg[5];
@@ -505,52 +523,22 @@ static void test_warm_start_engine_files(void **state) {
     assert_int_equal(plan_build_on(&s.spec, &dev, &cold, err, sizeof err), MT_OK);
     dev.warm = test_picks;
     dev.warm_ctx = &calls;
-    assert_int_equal(plan_build_on(&s.spec, &dev, &warm, err, sizeof err), MT_OK);
-    const plan_shape_t *w = &warm->shapes[0];
-    assert_true(w->n_warm > 3);
-    assert_string_equal(krn_config_format(&w->valid[0], a, sizeof a), "64x128x64x16x4x3");
-    assert_string_equal(krn_config_format(&w->valid[1], a, sizeof a), "16x64x128x1x4x3");
-    assert_string_equal(krn_config_format(&w->valid[2], a, sizeof a), "32x64x128x1x8x3");
-    for (size_t j = 3; j < w->n_warm; j++) assert_true(engine_default(&s.spec, &w->shape, &w->valid[j]));
-    assert_reordered(w, &cold->shapes[0]);
-    mt_fmt(want, sizeof want,
-           "E=128,N=768,K=2048,topk=8: %zu known picks first: 2 from test picks of E=128, 1 from sglang's bundled "
-           "file for NVIDIA H200 (triton_3_4_0), %zu engine defaults",
-           w->n_warm, w->n_warm - 3);
-    assert_string_equal(warm->warm, want);
-    plan_destroy(&warm);
+    check_warm(&s.spec, &dev, &cold->shapes[0], (const char *[]){"64x128x64x16x4x3", "16x64x128x1x4x3", "32x64x128x1x8x3"},
+               3, "2 from test picks of E=128, 1 from sglang's bundled file for NVIDIA H200 (triton_3_4_0)");
     /* nothing in the database: the file's entries first; a --baseline file by its name */
     dev.warm = no_picks;
     s.spec.n_incumbents = 5;
-    assert_int_equal(plan_build_on(&s.spec, &dev, &warm, err, sizeof err), MT_OK);
-    w = &warm->shapes[0];
-    assert_string_equal(krn_config_format(&w->valid[0], a, sizeof a), "16x64x128x1x4x3");
-    assert_string_equal(krn_config_format(&w->valid[1], a, sizeof a), "32x64x128x1x8x3");
-    assert_string_equal(krn_config_format(&w->valid[2], a, sizeof a), "64x64x64x1x4x4");
-    assert_reordered(w, &cold->shapes[0]);
-    mt_fmt(want, sizeof want,
-           "E=128,N=768,K=2048,topk=8: %zu known picks first: 2 from sglang's bundled file for NVIDIA H200 "
-           "(triton_3_4_0), 1 from the --baseline file mine.json, %zu engine defaults",
-           w->n_warm, w->n_warm - 3);
-    assert_string_equal(warm->warm, want);
-    plan_destroy(&warm);
+    check_warm(&s.spec, &dev, &cold->shapes[0], (const char *[]){"16x64x128x1x4x3", "32x64x128x1x8x3", "64x64x64x1x4x4"},
+               3, "2 from sglang's bundled file for NVIDIA H200 (triton_3_4_0), 1 from the --baseline file mine.json");
     /* no incumbent: the engine's file for the nearest shape (SweepSpec.warm_files), named so */
     Moetune__Incumbent *near = &inc[1];
     near->source = "/pkg/configs/triton_3_6_0/E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3.json";
     s.spec.n_incumbents = 0;
     s.spec.warm_files = &near;
     s.spec.n_warm_files = 1;
-    assert_int_equal(plan_build_on(&s.spec, &dev, &warm, err, sizeof err), MT_OK);
-    w = &warm->shapes[0];
-    assert_string_equal(krn_config_format(&w->valid[0], a, sizeof a), "32x64x128x1x8x3");
-    assert_reordered(w, &cold->shapes[0]);
-    mt_fmt(want, sizeof want,
-           "E=128,N=768,K=2048,topk=8: %zu known picks first: 1 from sglang's bundled file for E=128,N=384 on NVIDIA "
-           "H100 80GB HBM3 (triton_3_6_0), %zu engine defaults",
-           w->n_warm, w->n_warm - 1);
-    assert_string_equal(warm->warm, want);
+    check_warm(&s.spec, &dev, &cold->shapes[0], (const char *[]){"32x64x128x1x8x3"}, 1,
+               "1 from sglang's bundled file for E=128,N=384 on NVIDIA H100 80GB HBM3 (triton_3_6_0)");
     plan_destroy(&cold);
-    plan_destroy(&warm);
 }
 
 /* Without a chunk, a costlier shape's jobs hold fewer configs, in proportion to the cost
