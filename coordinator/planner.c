@@ -119,9 +119,11 @@ static void warm_file_label(const Moetune__Incumbent *in, const krn_shape_t *sh,
     const char *d = strstr(base, "device_name=");
     if (d) {
         snprintf(dev, sizeof dev, " for %s%s", other, d + strlen("device_name="));
-        char *dot = strstr(dev, ".json");
-        if (dot) *dot = '\0';
-        for (char *p = dev + 5 + strlen(other); *p; p++)
+        char *name = dev + 5 + strlen(other); /* the device, up to ",dtype=..." or ".json" */
+        char *end = strstr(name, ".json"), *comma = strchr(name, ',');
+        if (comma && (!end || comma < end)) end = comma;
+        if (end) *end = '\0';
+        for (char *p = name; *p; p++)
             if (*p == '_') *p = ' ';
     }
     if (base > src) { /* the folder above the file: SGLang's triton_X_Y_Z */

@@ -532,7 +532,7 @@ static void test_warm_start_engine_files(void **state) {
                3, "2 from sglang's bundled file for NVIDIA H200 (triton_3_4_0), 1 from the --baseline file mine.json");
     /* no incumbent: the engine's file for the nearest shape (SweepSpec.warm_files), named so */
     Moetune__Incumbent *near = &inc[1];
-    near->source = "/pkg/configs/triton_3_6_0/E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3.json";
+    near->source = "/pkg/configs/triton_3_6_0/E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3,dtype=bf16.json";
     s.spec.n_incumbents = 0;
     s.spec.warm_files = &near;
     s.spec.n_warm_files = 1;
