@@ -177,7 +177,7 @@ static void test_warm_files(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults), cmocka_unit_test(test_vllm_next), cmocka_unit_test(test_nearest),
-        cmocka_unit_test(test_engines),  cmocka_unit_test(test_bundled),  cmocka_unit_test(test_warm_files),
+        cmocka_unit_test(test_engines),  cmocka_unit_test(test_bundled),   cmocka_unit_test(test_warm_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -405,7 +405,8 @@ static void assert_reordered(const plan_shape_t *w, const plan_shape_t *c) {
         bool warm = false;
         for (size_t i = 0; i < w->n_warm; i++) warm |= !memcmp(&w->valid[i], &c->valid[j], sizeof c->valid[j]);
         if (warm) continue;
-        assert_string_equal(krn_config_format(&w->valid[k++], b, sizeof b), krn_config_format(&c->valid[j], a, sizeof a));
+        assert_string_equal(krn_config_format(&w->valid[k++], b, sizeof b),
+                            krn_config_format(&c->valid[j], a, sizeof a));
     }
     assert_int_equal(k, w->n_valid);
 }
@@ -514,7 +515,8 @@ static void test_warm_start_engine_files(void **state) {
         inc[i].config = &cfg[i];
         inc[i].key = (uint32_t)(i + 1);
         inc[i].engine = i < 4 ? "sglang" : "";
-        inc[i].source = i < 4 ? "/pkg/sglang/configs/triton_3_4_0/E=128,N=768,device_name=NVIDIA_H200.json" : "/t/mine.json";
+        inc[i].source =
+            i < 4 ? "/pkg/sglang/configs/triton_3_4_0/E=128,N=768,device_name=NVIDIA_H200.json" : "/t/mine.json";
         ptrs[i] = &inc[i];
     }
     s.spec.incumbents = ptrs;
@@ -523,13 +525,15 @@ static void test_warm_start_engine_files(void **state) {
     assert_int_equal(plan_build_on(&s.spec, &dev, &cold, err, sizeof err), MT_OK);
     dev.warm = test_picks;
     dev.warm_ctx = &calls;
-    check_warm(&s.spec, &dev, &cold->shapes[0], (const char *[]){"64x128x64x16x4x3", "16x64x128x1x4x3", "32x64x128x1x8x3"},
-               3, "2 from test picks of E=128, 1 from sglang's bundled file for NVIDIA H200 (triton_3_4_0)");
+    check_warm(&s.spec, &dev, &cold->shapes[0],
+               (const char *[]){"64x128x64x16x4x3", "16x64x128x1x4x3", "32x64x128x1x8x3"}, 3,
+               "2 from test picks of E=128, 1 from sglang's bundled file for NVIDIA H200 (triton_3_4_0)");
     /* nothing in the database: the file's entries first; a --baseline file by its name */
     dev.warm = no_picks;
     s.spec.n_incumbents = 5;
-    check_warm(&s.spec, &dev, &cold->shapes[0], (const char *[]){"16x64x128x1x4x3", "32x64x128x1x8x3", "64x64x64x1x4x4"},
-               3, "2 from sglang's bundled file for NVIDIA H200 (triton_3_4_0), 1 from the --baseline file mine.json");
+    check_warm(&s.spec, &dev, &cold->shapes[0],
+               (const char *[]){"16x64x128x1x4x3", "32x64x128x1x8x3", "64x64x64x1x4x4"}, 3,
+               "2 from sglang's bundled file for NVIDIA H200 (triton_3_4_0), 1 from the --baseline file mine.json");
     /* no incumbent: the engine's file for the nearest shape (SweepSpec.warm_files), named so */
     Moetune__Incumbent *near = &inc[1];
     near->source = "/pkg/configs/triton_3_6_0/E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3,dtype=bf16.json";
