@@ -18,9 +18,11 @@ struct cli_guard {
     size_t n_paths;
     Moetune__Incumbent *inc; /* the entries, and pointers to them for the spec */
     Moetune__Incumbent **ptrs;
+    Moetune__Incumbent **warm_ptrs; /* the entries that are known picks only (SweepSpec.warm_files) */
     Moetune__Config *cfgs;
     char **sources; /* per entry, its file (shared by the entries of one file: freed once, by owner) */
     bool *owner;
+    bool *warm; /* per entry: a known pick of the warm start only, no incumbent */
     size_t n, cap;
 };
 
@@ -34,6 +36,8 @@ void cli_guard_destroy(cli_guard_t **gp) {
         if (g->owner[i]) free(g->sources[i]);
     free(g->inc);
     free(g->ptrs);
+    free(g->warm_ptrs);
+    free(g->warm);
     free(g->cfgs);
     free(g->sources);
     free(g->owner);
@@ -190,8 +194,8 @@ mt_status_t cli_guard_bundled_find(const char *dir, exp_engine_t engine, const c
 
 /* Appends every entry of the config file at file for shape index si, engine ("" = any); an
  * error names the file after what (the option it came from, or ""). */
-static int add_file(cli_guard_t *g, const char *what, const char *file, uint32_t si, const char *engine, char *err,
-                    size_t errlen) {
+static int add_file(cli_guard_t *g, const char *what, const char *file, uint32_t si, const char *engine, bool warm,
+                    char *err, size_t errlen) {
     moetune_lookup_t *t = NULL;
     char why[300];
     if (moetune_lookup_load(file, &t, why, sizeof why) != MOETUNE_LOOKUP_OK) {
@@ -213,7 +217,9 @@ static int add_file(cli_guard_t *g, const char *what, const char *file, uint32_t
             if (c) g->sources = c;
             void *o = mt_realloc(g->owner, cap * sizeof *g->owner);
             if (o) g->owner = o;
-            if (!a || !b || !c || !o) {
+            void *w = mt_realloc(g->warm, cap * sizeof *g->warm);
+            if (w) g->warm = w;
+            if (!a || !b || !c || !o || !w) {
                 rc = MT_NOMEM;
                 break;
             }
@@ -229,6 +235,7 @@ static int add_file(cli_guard_t *g, const char *what, const char *file, uint32_t
         moetune__incumbent__init(&g->inc[g->n]);
         g->sources[g->n] = src;
         g->owner[g->n] = i == 0;
+        g->warm[g->n] = warm;
         g->inc[g->n].shape = si;
         g->inc[g->n].key = key;
         g->inc[g->n].engine = (char *)engine;
@@ -264,19 +271,29 @@ static int file_shape(const char *file, const krn_shape_t *shapes, size_t n, uin
     return MT_INVAL;
 }
 
-/* Points spec's incumbents at g's entries (none: spec keeps its own). */
+/* Points spec's incumbents and warm_files at g's entries (none: spec keeps its own). */
 static int publish(cli_guard_t *g, Moetune__SweepSpec *spec) {
     if (!g->n) return MT_OK;
     free(g->ptrs);
+    free(g->warm_ptrs);
     g->ptrs = mt_calloc(g->n, sizeof *g->ptrs);
-    if (!g->ptrs) return MT_NOMEM;
+    g->warm_ptrs = mt_calloc(g->n, sizeof *g->warm_ptrs);
+    if (!g->ptrs || !g->warm_ptrs) return MT_NOMEM;
+    size_t n_inc = 0, n_warm = 0;
     for (size_t i = 0; i < g->n; i++) {
         g->inc[i].config = &g->cfgs[i];
         g->inc[i].source = g->sources[i];
-        g->ptrs[i] = &g->inc[i];
+        if (g->warm[i])
+            g->warm_ptrs[n_warm++] = &g->inc[i];
+        else
+            g->ptrs[n_inc++] = &g->inc[i];
     }
-    spec->n_incumbents = g->n;
-    spec->incumbents = g->ptrs;
+    if (n_inc) {
+        spec->n_incumbents = n_inc;
+        spec->incumbents = g->ptrs;
+    }
+    spec->n_warm_files = n_warm;
+    spec->warm_files = n_warm ? g->warm_ptrs : NULL;
     return MT_OK;
 }
 
@@ -292,7 +309,7 @@ mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const kr
         if (is_file(path)) {
             uint32_t si = 0;
             rc = file_shape(path, shapes, n, &si, err, errlen);
-            if (!rc) rc = add_file(g, "--baseline ", path, si, "", err, errlen);
+            if (!rc) rc = add_file(g, "--baseline ", path, si, "", false, err, errlen);
             continue;
         }
         if (!is_dir(path)) {
@@ -306,7 +323,7 @@ mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const kr
                 int frc =
                     cli_guard_bundled_find(path, k_eng[e].e, NULL, device, &shapes[i], file, sizeof file, err, errlen);
                 if (frc == MT_NOTFOUND) continue;
-                rc = frc ? frc : add_file(g, "--baseline ", file, (uint32_t)i, k_eng[e].name, err, errlen);
+                rc = frc ? frc : add_file(g, "--baseline ", file, (uint32_t)i, k_eng[e].name, false, err, errlen);
                 found++;
                 break; /* a folder is one engine's: SGLang's Triton folders before vLLM's flat one */
             }
@@ -331,6 +348,74 @@ static void folder_version(const char *file, char *ver, size_t len) {
     mt_fmt(ver, len, "%s", strncmp(base, "triton_", 7) == 0 ? base + 7 : base);
     for (char *p = ver; *p; p++)
         if (*p == '_') *p = '.';
+}
+
+/* How far file name f lies from shape sh for the warm start: 0 for sh itself (any device), then
+ * the nearest N of the same E, then of another E; -1 for another dtype or block shape. */
+static double warm_distance(const fname_t *f, const krn_shape_t *sh) {
+    if (strcmp(f->dtype, sh->dtype) != 0 || f->block_n != sh->block_n || f->block_k != sh->block_k || !f->n || !sh->n)
+        return -1;
+    double d = fabs(log((double)f->n / sh->n)) + (f->e == sh->e ? 0 : 1000 + fabs(log((double)f->e / sh->e)));
+    return f->e == sh->e && f->n == sh->n ? 0 : 1 + d;
+}
+
+/* In folder dir, the file nearest sh (warm_distance; of equal ones the first name) into path
+ * when it is nearer than *best (-1: none yet), so an earlier folder wins a tie. */
+static void warm_scan(const char *dir, const krn_shape_t *sh, double *best, char *path, size_t len) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char name[256] = "";
+    double here = -1;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        fname_t f;
+        double dist = parse_name(de->d_name, &f) ? warm_distance(&f, sh) : -1;
+        if (dist < 0 || (here >= 0 && (dist > here || (dist == here && strcmp(de->d_name, name) > 0)))) continue;
+        here = dist;
+        snprintf(name, sizeof name, "%s", de->d_name);
+    }
+    closedir(d);
+    if (here < 0 || (*best >= 0 && here >= *best)) return;
+    *best = here;
+    mt_fmt(path, len, "%s/%s", dir, name);
+}
+
+/* For the warm start where e's engine ships no file for sh on its GPU: the file of its folder for
+ * sh on another GPU, else for the nearest shape (same dtype and block shape); SGLang's running
+ * Triton's folder first, then the newest other. MT_OK with it in path, or MT_NOTFOUND. */
+static int warm_find(const cli_guard_engine_t *e, const krn_shape_t *sh, char *path, size_t len) {
+    char base[PATH_MAX], sub[PATH_MAX];
+    double best = -1;
+    mt_fmt(base, sizeof base, "%s/configs", e->dir);
+    if (!is_dir(base)) mt_fmt(base, sizeof base, "%s", e->dir);
+    if (e->engine == EXP_ENGINE_VLLM) {
+        warm_scan(base, sh, &best, path, len);
+        return best < 0 ? MT_NOTFOUND : MT_OK;
+    }
+    if (e->triton && *e->triton) {
+        char v[64];
+        snprintf(v, sizeof v, "%s", e->triton);
+        for (char *p = v; *p; p++)
+            if (*p == '.') *p = '_';
+        mt_fmt(sub, sizeof sub, "%s/triton_%s", base, v);
+        warm_scan(sub, sh, &best, path, len);
+    }
+    for (long done = LONG_MAX;;) { /* the other triton_* folders, newest first */
+        long next = 0;
+        char name[256] = "";
+        DIR *d = opendir(base);
+        struct dirent *de;
+        while (d && (de = readdir(d)) != NULL) {
+            long r = triton_rank(de->d_name);
+            if (r > next && r < done) next = r, snprintf(name, sizeof name, "%s", de->d_name);
+        }
+        if (d) closedir(d);
+        if (!next) break;
+        done = next;
+        mt_fmt(sub, sizeof sub, "%s/%s", base, name);
+        warm_scan(sub, sh, &best, path, len);
+    }
+    return best < 0 ? MT_NOTFOUND : MT_OK;
 }
 
 /* The line for the file e's engine loads for shape sh: its own, or the fallback. */
@@ -366,11 +451,15 @@ mt_status_t cli_guard_engine_folder(cli_guard_t *g, Moetune__SweepSpec *spec, co
                                     sizeof why);
         if (rc == MT_NOTFOUND)
             mt_fmt(why, sizeof why, "%s ships no file for %s and this shape", e->who, e->device ? e->device : "this GPU");
-        if (rc == MT_OK) rc = add_file(g, "", file, (uint32_t)i, exp_engine_name(e->engine), why, sizeof why);
+        if (rc == MT_OK) rc = add_file(g, "", file, (uint32_t)i, exp_engine_name(e->engine), false, why, sizeof why);
         if (rc == MT_OK)
             say_file(say, sh, file, e);
         else if (rc != MT_NOMEM)
             fprintf(say, "incumbent for %s: none: %s; only the engine's default guards it\n", sh, why);
+        if (rc == MT_NOTFOUND && warm_find(e, &shapes[i], file, sizeof file) == MT_OK) {
+            rc = add_file(g, "", file, (uint32_t)i, exp_engine_name(e->engine), true, why, sizeof why);
+            if (rc == MT_OK) fprintf(say, "warm start for %s: %s goes first (no incumbent)\n", sh, file);
+        }
     }
     return rc == MT_NOMEM ? rc : publish(g, spec);
 }

@@ -76,7 +76,10 @@ typedef struct {
  * entries added to spec's incumbents for e's engine. Writes one line per shape into say: the
  * file and whether it is the engine's own for this Triton version or another version's that
  * it falls back to, or that there is none (no folder, no file, one that does not load): then
- * the engine's default alone guards it. MT_OK, or MT_NOMEM. */
+ * the engine's default alone guards it. Where it ships no file for the shape on e's GPU, its file
+ * for the shape on another GPU, else for the nearest shape (same dtype and block shape), goes into
+ * spec's warm_files (the warm start's known picks, never an incumbent), said in one line. MT_OK,
+ * or MT_NOMEM. */
 mt_status_t cli_guard_engine_folder(cli_guard_t *g, Moetune__SweepSpec *spec, const krn_shape_t *shapes, size_t n,
                                     const cli_guard_engine_t *e, FILE *say);
 

@@ -69,30 +69,152 @@ static mt_status_t plan_shape_chunks(plan_t *p) {
     return MT_OK;
 }
 
+/* One source of a shape's known picks and how many of them went first, for p->warm. */
+typedef struct {
+    char what[240];
+    size_t n;
+} warm_src_t;
+
+#define WARM_MAX_SRCS 6
+
+/* Moves c to the end of ps's known picks when its rules kept it and it is not one of them
+ * yet (at most PLAN_MAX_WARM); true when it moved. */
+static bool warm_take(plan_shape_t *ps, const krn_config_t *c) {
+    if (ps->n_warm >= PLAN_MAX_WARM) return false;
+    for (size_t j = 0; j < ps->n_valid; j++) {
+        if (memcmp(&ps->valid[j], c, sizeof *c) != 0) continue;
+        if (j < ps->n_warm) return false;
+        memmove(&ps->valid[ps->n_warm + 1], &ps->valid[ps->n_warm], (j - ps->n_warm) * sizeof *ps->valid);
+        ps->valid[ps->n_warm++] = *c;
+        return true;
+    }
+    return false;
+}
+
+/* The source named what among srcs[0..*n) (added when new, the last one shared when full). */
+static warm_src_t *warm_src(warm_src_t *srcs, size_t *n, const char *what) {
+    for (size_t i = 0; i < *n; i++)
+        if (strcmp(srcs[i].what, what) == 0) return &srcs[i];
+    if (*n == WARM_MAX_SRCS) return &srcs[*n - 1];
+    mt_fmt(srcs[*n].what, sizeof srcs[*n].what, "%s", what);
+    srcs[*n].n = 0;
+    return &srcs[(*n)++];
+}
+
+/* How an incumbent's file is named in p->warm: "sglang's bundled file for NVIDIA H200
+ * (triton_3_4_0)" from its engine, its name's device and its folder, "for E=128,N=384 on ..."
+ * when the name is another shape's than sh; a --baseline file (no engine) by its name. */
+static void warm_file_label(const Moetune__Incumbent *in, const krn_shape_t *sh, char *out, size_t len) {
+    const char *src = in->source && *in->source ? in->source : "a config file";
+    const char *base = strrchr(src, '/');
+    base = base ? base + 1 : src;
+    if (!in->engine || !*in->engine) {
+        mt_fmt(out, len, "the --baseline file %s", base);
+        return;
+    }
+    char dev[200] = "", folder[96] = "", other[64] = "";
+    unsigned e = 0, n = 0;
+    if (sscanf(base, "E=%u,N=%u,", &e, &n) == 2 && (e != sh->e || n != sh->n))
+        snprintf(other, sizeof other, "E=%u,N=%u on ", e, n);
+    const char *d = strstr(base, "device_name=");
+    if (d) {
+        snprintf(dev, sizeof dev, " for %s%s", other, d + strlen("device_name="));
+        char *name = dev + 5 + strlen(other); /* the device, up to ",dtype=..." or ".json" */
+        char *end = strstr(name, ".json"), *comma = strchr(name, ',');
+        if (comma && (!end || comma < end)) end = comma;
+        if (end) *end = '\0';
+        for (char *p = name; *p; p++)
+            if (*p == '_') *p = ' ';
+    }
+    if (base > src) { /* the folder above the file: SGLang's triton_X_Y_Z */
+        const char *end = base - 1, *start = end;
+        while (start > src && start[-1] != '/') start--;
+        if (end - start > 7 && strncmp(start, "triton_", 7) == 0)
+            snprintf(folder, sizeof folder, " (%.*s)", (int)(end - start), start);
+    }
+    mt_fmt(out, len, "%s's bundled file%s%s", in->engine, dev, folder);
+}
+
+/* The engine's own known picks for shape i after the database's: the entries of the files it
+ * would load (the spec's incumbents, which tune found in the engine's package), else of its file
+ * for another GPU or the nearest shape (warm_files), then its default config at every batch
+ * size; each counted under its source in srcs. */
+static void warm_engine(plan_t *p, const Moetune__SweepSpec *spec, size_t i, warm_src_t *srcs, size_t *n_srcs) {
+    plan_shape_t *ps = &p->shapes[i];
+    char label[240];
+    size_t n_inc = spec ? spec->n_incumbents : 0, n_files = spec ? spec->n_warm_files : 0;
+    for (size_t k = 0; k < n_inc + n_files; k++) {
+        const Moetune__Incumbent *in = k < n_inc ? spec->incumbents[k] : spec->warm_files[k - n_inc];
+        if (!in || in->shape != i || !in->config) continue;
+        krn_config_t c;
+        wire_config_from_msg(in->config, &c);
+        warm_file_label(in, &ps->shape, label, sizeof label);
+        warm_src_t *s = warm_src(srcs, n_srcs, label);
+        if (warm_take(ps, &c)) s->n++;
+    }
+    const char *engines[2];
+    size_t ne = guard_engines(spec, engines);
+    warm_src_t *def = NULL;
+    for (size_t b = 0; b < p->n_batch_sizes; b++) {
+        for (size_t e = 0; e < ne; e++) {
+            const char *rules[2] = {engines[e], strcmp(engines[e], "vllm") == 0 ? "vllm-2026" : NULL};
+            for (size_t r = 0; r < 2 && rules[r]; r++) {
+                krn_config_t c;
+                const char *why;
+                if (guard_default_config(rules[r], &ps->shape, p->batch_sizes[b], &c, &why) != MT_OK) continue;
+                if (!warm_take(ps, &c)) continue;
+                if (!def) def = warm_src(srcs, n_srcs, "engine default");
+                def->n++;
+            }
+        }
+    }
+}
+
+/* Appends to p->warm (used bytes in *used) shape ps's line: the database's alone as
+ * "N known picks first (SRC)", else "N known picks first: a from SRC, ..., c engine defaults"
+ * ("1 known pick", "1 engine default"). */
+static void warm_line(plan_t *p, const plan_shape_t *ps, const warm_src_t *srcs, size_t n_srcs, size_t *used) {
+    char sh[96], line[1024];
+    size_t n_used = 0, at = 0;
+    for (size_t k = 0; k < n_srcs; k++) n_used += srcs[k].n ? 1 : 0;
+    krn_shape_format(&ps->shape, sh, sizeof sh);
+    if (n_used == 1 && srcs[0].n) {
+        mt_fmt(line, sizeof line, "%s: %zu known pick%s first (%s)", sh, ps->n_warm, ps->n_warm == 1 ? "" : "s",
+               srcs[0].what);
+    } else {
+        int w = snprintf(line, sizeof line, "%s: %zu known pick%s first:", sh, ps->n_warm, ps->n_warm == 1 ? "" : "s");
+        at = w > 0 && (size_t)w < sizeof line ? (size_t)w : 0;
+        for (size_t k = 0, m = 0; k < n_srcs && at < sizeof line; k++) {
+            if (!srcs[k].n) continue;
+            bool def = strcmp(srcs[k].what, "engine default") == 0;
+            w = snprintf(line + at, sizeof line - at, "%s %zu %s%s%s", m++ ? "," : "", srcs[k].n, def ? "" : "from ",
+                         srcs[k].what, def && srcs[k].n > 1 ? "s" : "");
+            if (w > 0) at = at + (size_t)w < sizeof line ? at + (size_t)w : sizeof line - 1;
+        }
+    }
+    int w = snprintf(p->warm + *used, sizeof p->warm - *used, "%s%s", *used ? "; " : "", line);
+    if (w > 0) *used = *used + (size_t)w < sizeof p->warm ? *used + (size_t)w : sizeof p->warm - 1;
+}
+
 /* The warm start (dev->warm): each shape's known picks that its rules kept move to the front of
- * its order, the rest keeping theirs; p->warm lists where they came from. */
-static void plan_warm(plan_t *p, const plan_device_t *dev) {
+ * its order, the rest keeping theirs: the database's first, then the engine's (warm_engine);
+ * p->warm lists where they came from. */
+static void plan_warm(plan_t *p, const Moetune__SweepSpec *spec, const plan_device_t *dev) {
     size_t used = 0;
     for (size_t i = 0; i < p->n_shapes; i++) {
         plan_shape_t *ps = &p->shapes[i];
         krn_config_t picks[PLAN_MAX_WARM];
-        char src[200] = "", sh[96];
-        size_t n = dev->warm(dev->warm_ctx, &ps->shape, picks, PLAN_MAX_WARM, src, sizeof src);
+        warm_src_t srcs[WARM_MAX_SRCS];
+        size_t n_srcs = 1;
+        srcs[0].what[0] = '\0';
+        srcs[0].n = 0;
+        size_t n = dev->warm(dev->warm_ctx, &ps->shape, picks, PLAN_MAX_WARM, srcs[0].what, sizeof srcs[0].what);
         ps->n_warm = 0;
-        for (size_t k = 0; k < n && k < PLAN_MAX_WARM; k++) {
-            for (size_t j = ps->n_warm; j < ps->n_valid; j++) {
-                if (memcmp(&ps->valid[j], &picks[k], sizeof picks[k]) != 0) continue;
-                memmove(&ps->valid[ps->n_warm + 1], &ps->valid[ps->n_warm], (j - ps->n_warm) * sizeof *ps->valid);
-                ps->valid[ps->n_warm++] = picks[k];
-                break;
-            }
-        }
+        for (size_t k = 0; k < n && k < PLAN_MAX_WARM; k++)
+            if (warm_take(ps, &picks[k])) srcs[0].n++;
+        warm_engine(p, spec, i, srcs, &n_srcs);
         p->configs_warm += (uint32_t)ps->n_warm;
-        if (!ps->n_warm) continue;
-        krn_shape_format(&ps->shape, sh, sizeof sh);
-        int w = snprintf(p->warm + used, sizeof p->warm - used, "%s%s: %zu known picks first (%s)", used ? "; " : "",
-                         sh, ps->n_warm, src);
-        if (w > 0) used = used + (size_t)w < sizeof p->warm ? used + (size_t)w : sizeof p->warm - 1;
+        if (ps->n_warm) warm_line(p, ps, srcs, n_srcs, &used);
     }
 }
 
@@ -519,7 +641,7 @@ mt_status_t plan_build_on(const Moetune__SweepSpec *spec, const plan_device_t *d
     /* the ship guard: a listed space's one job also measures the engine's default and the incumbent */
     if (guard_plan_listed(spec, p)) goto nomem;
     if (plan_shape_chunks(p)) goto nomem;
-    if (dev && dev->warm && !p->space.n_list) plan_warm(p, dev); /* a listed space is measured whole */
+    if (dev && dev->warm && !p->space.n_list) plan_warm(p, spec, dev); /* a listed space is measured whole */
     for (size_t i = 0; i < p->n_shapes; i++) p->jobs += (uint32_t)plan_shape_jobs(&p->shapes[i]);
     *out = p;
     return MT_OK;

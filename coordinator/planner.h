@@ -51,7 +51,7 @@ typedef struct {
 } plan_device_t;
 
 #define PLAN_RULES_LEN 224
-#define PLAN_WARM_LEN 512
+#define PLAN_WARM_LEN 2048
 #define PLAN_MAX_WARM 32 /* known picks a shape's first job takes at most */
 
 typedef struct {
@@ -116,7 +116,11 @@ mt_status_t plan_build(const Moetune__SweepSpec *spec, plan_t **out, char *err, 
 /* plan_build for the device dev (NULL: none known). With dev->warm, each shape's known picks that
  * the rules keep (at most PLAN_MAX_WARM) go first in its order as its first job (plan_job_range),
  * and plan_write stores every shape's first job before any other: racing meets their times first.
- * p->warm says where they came from. A listed space (Space.configs) has no warm start. A triton sweep (or a sim one whose device
+ * After dev->warm's picks come the engine's: the entries of spec's incumbents for the shape (the
+ * files the engine would load, found by tune in its package) and of its warm_files (the engine's
+ * file for another GPU or the nearest shape), then the default config of each of
+ * the spec's engines (guard_engines) at every batch size. Only the order changes: the same
+ * configs are planned. p->warm says where they came from. A listed space (Space.configs) has no warm start. A triton sweep (or a sim one whose device
  * stands in for Triton) then also rejects the configs whose shared memory cannot fit dev
  * (krn_check_triton_on); without a device it keeps them and its worker judges them on its own
  * device before compiling. p->rules says which rules were used. */

@@ -397,6 +397,7 @@ static size_t warm_from_db(void *ctx, const krn_shape_t *shape, krn_config_t *ou
     uint32_t n_sweeps = 0;
     char err[256], sh[96];
     if (max > PLAN_MAX_WARM) max = PLAN_MAX_WARM;
+    if (!w->q) return 0; /* no database to read: the engine's picks alone */
     if (dbq_known_picks(w->q, w->device, w->backend, shape, picks, max, &n, &from, &n_sweeps, err, sizeof err)) {
         log_at(MT_LOG_WARN, "warm start: %s", err); /* a cold start, nothing lost */
         return 0;
@@ -487,19 +488,19 @@ mt_status_t sched_plan_build(store_t *db, void *arg) {
     sched_plan_t *sp = arg;
     (void)db;
     plan_destroy(&sp->plan);
-    /* The warm start: earlier results of the backend on the GPU model the sweep is planned for. */
+    /* The warm start: earlier results of the backend on the GPU model the sweep is planned for,
+     * then the engine's own picks (plan_build_on). */
     dbq_t *q = NULL;
     char qerr[256];
     warm_ctx_t w = {NULL, sp->dev.name, sp->spec ? sp->spec->backend : NULL};
     sp->dev.warm = NULL;
-    if (sp->has_dev && sp->db_path && w.backend && *w.backend && sp->dev.name[0]) {
-        if (dbq_open(sp->db_path, &q, qerr, sizeof qerr) == MT_OK) {
+    if (sp->has_dev && w.backend && *w.backend && sp->dev.name[0]) {
+        if (sp->db_path && dbq_open(sp->db_path, &q, qerr, sizeof qerr) == MT_OK)
             w.q = q;
-            sp->dev.warm = warm_from_db;
-            sp->dev.warm_ctx = &w;
-        } else {
-            log_at(MT_LOG_WARN, "warm start: %s", qerr);
-        }
+        else if (sp->db_path)
+            log_at(MT_LOG_WARN, "warm start: %s", qerr); /* the engine's picks still go first */
+        sp->dev.warm = warm_from_db;
+        sp->dev.warm_ctx = &w;
     }
     int rc = plan_build_on(sp->spec, sp->has_dev ? &sp->dev : NULL, &sp->plan, sp->err, sizeof sp->err);
     dbq_close(&q);

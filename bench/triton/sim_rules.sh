@@ -3,13 +3,17 @@
 # simulated device, the default space of each model's shapes is submitted with one such worker
 # connected, and the plan's valid and rejected counts are printed. Then the warm start: the same
 # tune twice on one database (the second with --fresh), and the share of results racing pruned in
-# each. No GPU; runs in CI in seconds.
+# each; and the warm start from the engine's own file: a cold tune of Qwen3-30B-A3B at TP 1 whose
+# serving interpreter holds a fake SGLang that ships a file for this shape and the sim's GPU
+# (engine) beside one whose SGLang ships none (nofile: its default alone goes first), with the
+# share each pruned and whether their searched picks agree. No GPU; runs in CI in seconds.
 #
 #   bench/triton/sim_rules.sh [BUILD_DIR]     (default: build)
 #
 # Columns: device, model, configs valid, rejected by the static rules, rejected share, rules line.
 set -euo pipefail
 BIN=$(cd "${1:-build}" && pwd)
+ENGINES=$(cd "$(dirname "$0")/../../tests/fixtures/engines" && pwd)
 M=$BIN/moetune
 T=$(mktemp -d /tmp/moetune-rules.XXXXXX)
 PIDS=()
@@ -63,3 +67,34 @@ for f in "$T"/cold/sim/E=*.json; do
   cmp -s <(jq -S . "$f") <(jq -S . "$T/warm/sim/$(basename "$f")") || same=no
 done
 echo "same picks in both sweeps' files: $same"
+
+# the warm start from the engine's file: the same cold tune with and without one
+pruned() {
+  sqlite3 -batch -noheader "$T/$1.db" "SELECT COUNT(*), SUM(status = 'pruned') FROM results WHERE sweep_id = 1" |
+    awk -F'|' -v n="$1" '{ printf "%-6s %8d %8d %6.1f%%\n", n, $1, $2, 100 * $2 / $1 }'
+}
+# the searched best config at each of the sweep's batch sizes (not the guard's own rows)
+picks() {
+  sqlite3 -batch -noheader "$T/$1.db" "SELECT r.batch_size, r.config_id, MIN(r.median_us) FROM results r
+    WHERE r.sweep_id = 1 AND r.status = 'ok' AND NOT EXISTS (SELECT 1 FROM guard g WHERE g.sweep_id = 1
+    AND g.batch_size = r.batch_size AND (g.role = 'nearest' OR (g.config_id = r.config_id AND g.searched = 0)))
+    GROUP BY r.batch_size ORDER BY r.batch_size" |
+    while IFS='|' read -r bs id _; do
+      echo "$bs $(sqlite3 -batch -noheader "$T/$1.db" "SELECT block_m, block_n, block_k, group_m, num_warps,
+        num_stages FROM configs WHERE id = $id")"
+    done
+}
+if [ -x /usr/bin/python3 ]; then
+  for e in nofile:sglang-lacking engine:sglang-new; do
+    MOETUNE_FAKE_GPU="NVIDIA H200" PYTHONPATH="$ENGINES/${e#*:}:$ENGINES/_stubs" "$M" tune --backend sim --workers 1 \
+      --sim-time-scale 0 --model qwen3-30b-a3b --tp 1 --python /usr/bin/python3 --db "$T/${e%%:*}.db" \
+      --out "$T/${e%%:*}" >/dev/null 2>"$T/${e%%:*}.err"
+    pruned "${e%%:*}"
+  done
+  same=yes
+  cmp -s <(picks nofile) <(picks engine) || same=no
+  echo "engine's file first: $(jq -r '[.[] | .coverage.sweeps["1"].warm_start? // empty][0]' "$T/engine/sim/manifest.json")"
+  echo "same picks with and without the engine's file: $same"
+else
+  echo "engine: skipped (no /usr/bin/python3 for the fake engine)"
+fi

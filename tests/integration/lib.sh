@@ -91,6 +91,17 @@ start_workers() {
 
 sql() { sqlite3 -batch -noheader "$DB" "$1"; }
 
+# The fake engine packages (tests/fixtures/engines, in $F) for /usr/bin/python3 ($PY), whose fake
+# torch names the sim's GPU; q DB SQL reads any database. Skips the test where $PY is missing.
+fake_engines() {
+  PY=/usr/bin/python3
+  [ -x "$PY" ] || { echo "skip: $PY not found"; exit 77; }
+  F=$(cd "$(dirname "${BASH_SOURCE[0]}")/../fixtures/engines" && pwd)
+  unset MOETUNE_HELPER SGLANG_MOE_CONFIG_DIR VLLM_TUNED_CONFIG_FOLDER
+  export MOETUNE_FAKE_GPU="NVIDIA H200"
+}
+q() { sqlite3 -batch -noheader "$1" "$2"; }
+
 # wait_sweep ID TIMEOUT_S : waits until the sweep leaves 'running'; prints its state.
 wait_sweep() {
   local id=$1 limit=$2 state=""

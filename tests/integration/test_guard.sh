@@ -73,6 +73,8 @@ cat >"$T/base/$NAME" <<EOF
 EOF
 "$M" tune "${SPEC[@]}" --baseline "$T/base/$NAME" --db "$T/b.db" --out "$T/b" >"$T/b.out" 2>"$T/b.err" \
   || { tail "$T/b.err"; fail "tune --baseline exited $?"; }
+# the runner-up's id in b.db (the warm start stores the incumbent's configs first: ids differ from a.db's)
+ru=$(q "$T/b.db" "SELECT id FROM configs WHERE block_m = $bm AND block_n = $bn AND block_k = $bk AND group_m = $gm AND num_warps = $nw AND num_stages = $ns")
 [ "$(q "$T/b.db" "SELECT batch_size || ':' || config_id FROM guard g WHERE role = 'incumbent' AND $KEYS ORDER BY batch_size" | paste -sd' ')" \
   = "1:$ru 16:$ru 256:$ru 4096:$(q "$T/b.db" "SELECT id FROM configs WHERE block_m = 16 AND block_n = 64 AND block_k = 64 AND group_m = 1 AND num_warps = 4 AND num_stages = 3")" ] \
   || fail "the incumbent rows are not the nearest keys entries"

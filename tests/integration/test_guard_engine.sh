@@ -6,14 +6,8 @@
 # against the default alone. --baseline wins; --guard off asks nothing. Fake engine packages:
 # tests/fixtures/engines (plain Python, a fake torch naming $MOETUNE_FAKE_GPU, Triton 3.6.0).
 source "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3
-[ -x "$PY" ] || { echo "skip: $PY not found"; exit 77; }
-SRC=$(cd "$(dirname "$0")/../.." && pwd)
-F=$SRC/tests/fixtures/engines
+fake_engines
 M="$BIN/moetune"
-q() { sqlite3 -batch -noheader "$1" "$2"; }
-unset MOETUNE_HELPER SGLANG_MOE_CONFIG_DIR VLLM_TUNED_CONFIG_FOLDER
-export MOETUNE_FAKE_GPU="NVIDIA H200" # the sim's device
 NAME="E=128,N=768,device_name=NVIDIA_H200.json"
 SHAPE="E=128,N=768,K=2048,topk=8"
 SPEC=(--backend sim --workers 2 --sim-time-scale 0 --model qwen3-30b-a3b --tp 1 --batch-sizes 1,16,256

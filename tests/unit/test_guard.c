@@ -1,6 +1,6 @@
 /* test_guard.c - the ship guard's pure parts: the engines' default configs by dtype and block
  * shape (coordinator/guard.c), the nearest-key rule, the engines a sweep is for, and the lookup
- * of an engine's bundled file with SGLang's fallback (cli/shipguard.c). */
+ * of an engine's bundled file with SGLang's fallback and the warm start's files (cli/shipguard.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -139,10 +139,45 @@ static void test_bundled(void **state) {
         MT_NOTFOUND);
 }
 
+/* Where the engine ships no file for the GPU: its file for the shape on another GPU (the running
+ * Triton's folder first, then the newest other), else the nearest shape's, goes into the spec's
+ * warm_files, never its incumbents; another dtype finds none. */
+static void test_warm_files(void **state) {
+    (void)state;
+    const char *dir = MT_SOURCE_DIR "/tests/data/fake_sglang/sglang/srt/layers/moe/fused_moe_triton";
+    krn_shape_t sh[3] = {shape(128, "bf16", 0, 0), shape(128, "bf16", 0, 0), shape(128, "fp8_w8a8", 128, 128)};
+    sh[1].n = 384;
+    cli_guard_engine_t e = {EXP_ENGINE_SGLANG, dir, "3.1.0", "NVIDIA B200", "sglang", ""};
+    Moetune__SweepSpec spec;
+    moetune__sweep_spec__init(&spec);
+    cli_guard_t *g = cli_guard_new();
+    char said[4096] = "";
+    FILE *say = fmemopen(said, sizeof said - 1, "w");
+    assert_non_null(g);
+    assert_non_null(say);
+    assert_int_equal(cli_guard_engine_folder(g, &spec, sh, 3, &e, say), MT_OK);
+    fclose(say);
+    assert_int_equal(spec.n_incumbents, 0);
+    assert_true(spec.n_warm_files > 0);
+    size_t per[3] = {0, 0, 0};
+    for (size_t i = 0; i < spec.n_warm_files; i++) {
+        const Moetune__Incumbent *in = spec.warm_files[i];
+        assert_true(in->shape < 3);
+        per[in->shape]++;
+        assert_string_equal(in->engine, "sglang");
+        /* this shape (N=768) and the nearest (N=384: E=128,N=768 again, not E=8) from triton_3_1_0 */
+        assert_non_null(strstr(in->source, "/configs/triton_3_1_0/E=128,N=768,device_name=NVIDIA_H200.json"));
+    }
+    assert_true(per[0] > 0 && per[1] == per[0] && per[2] == 0);
+    assert_non_null(strstr(said, "warm start for E=128,N=768,K=2048,topk=8: "));
+    assert_non_null(strstr(said, "warm start for E=128,N=384,K=2048,topk=8: "));
+    cli_guard_destroy(&g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults), cmocka_unit_test(test_vllm_next), cmocka_unit_test(test_nearest),
-        cmocka_unit_test(test_engines),  cmocka_unit_test(test_bundled),
+        cmocka_unit_test(test_engines),  cmocka_unit_test(test_bundled),   cmocka_unit_test(test_warm_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

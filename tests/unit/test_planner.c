@@ -13,6 +13,7 @@
 #include <sqlite3.h>
 
 #include "convert.h"
+#include "guard.h"
 #include "halving.h"
 #include "mt.h"
 #include "planner.h"
@@ -375,12 +376,47 @@ static size_t test_picks(void *ctx, const krn_shape_t *shape, krn_config_t *out,
     return n;
 }
 
+/* Whether c is the default config of one of the spec's engines (guard_engines, vLLM's both rules)
+ * at one of batch sizes bs[0..nb) for sh. */
+static bool engine_default(const Moetune__SweepSpec *spec, const krn_shape_t *sh, const krn_config_t *c) {
+    static const char *const rules[] = {"sglang", "vllm", "vllm-2026"};
+    const char *engines[2];
+    size_t ne = guard_engines(spec, engines);
+    for (size_t b = 0; b < spec->n_batch_sizes; b++)
+        for (size_t r = 0; r < 3; r++) {
+            bool used = false;
+            for (size_t e = 0; e < ne; e++) used |= !strncmp(rules[r], engines[e], strlen(engines[e]));
+            krn_config_t d;
+            const char *why;
+            if (used && guard_default_config(rules[r], sh, spec->batch_sizes[b], &d, &why) == MT_OK &&
+                !memcmp(&d, c, sizeof d))
+                return true;
+        }
+    return false;
+}
+
+/* w holds c's configs, its first n_warm (from first on: want's) moved to the front, the
+ * rest in c's order. */
+static void assert_reordered(const plan_shape_t *w, const plan_shape_t *c) {
+    char a[KRN_CONFIG_TEXT_LEN], b[KRN_CONFIG_TEXT_LEN];
+    assert_int_equal(w->n_valid, c->n_valid);
+    size_t k = w->n_warm;
+    for (size_t j = 0; j < c->n_valid; j++) {
+        bool warm = false;
+        for (size_t i = 0; i < w->n_warm; i++) warm |= !memcmp(&w->valid[i], &c->valid[j], sizeof c->valid[j]);
+        if (warm) continue;
+        assert_string_equal(krn_config_format(&w->valid[k++], b, sizeof b),
+                            krn_config_format(&c->valid[j], a, sizeof a));
+    }
+    assert_int_equal(k, w->n_valid);
+}
+
 /* A warm start: each shape's known picks that its rules keep go first in its order (its first
- * job), the rest keep the cost model's order, and every shape's first job is stored before any
- * other job of the sweep. */
+ * job), then the engines' defaults that lie in the space, the rest keep the cost model's order,
+ * and every shape's first job is stored before any other job of the sweep. */
 static void test_warm_start_order(void **state) {
     spec_t s;
-    char err[256];
+    char err[256], want[512];
     plan_t *cold = NULL, *warm = NULL;
     int calls = 0;
     store_t *db = NULL;
@@ -392,22 +428,21 @@ static void test_warm_start_order(void **state) {
     dev.warm_ctx = &calls;
     assert_int_equal(plan_build_on(&s.spec, &dev, &warm, err, sizeof err), MT_OK);
     assert_int_equal(calls, 2);
-    assert_int_equal(warm->configs_warm, 4);
-    assert_string_equal(warm->warm, "E=128,N=768,K=2048,topk=8: 2 known picks first (test picks of E=128); "
-                                    "E=8,N=14336,K=4096,topk=2: 2 known picks first (test picks of E=8)");
+    assert_int_equal(warm->configs_warm, warm->shapes[0].n_warm + warm->shapes[1].n_warm);
+    mt_fmt(want, sizeof want,
+           "E=128,N=768,K=2048,topk=8: %zu known picks first: 2 from test picks of E=128, %zu engine defaults; "
+           "E=8,N=14336,K=4096,topk=2: %zu known picks first: 2 from test picks of E=8, %zu engine defaults",
+           warm->shapes[0].n_warm, warm->shapes[0].n_warm - 2, warm->shapes[1].n_warm, warm->shapes[1].n_warm - 2);
+    assert_string_equal(warm->warm, want);
     for (size_t i = 0; i < 2; i++) {
         const plan_shape_t *w = &warm->shapes[i], *c = &cold->shapes[i];
-        char a[KRN_CONFIG_TEXT_LEN], b[KRN_CONFIG_TEXT_LEN];
-        assert_int_equal(w->n_warm, 2);
-        assert_int_equal(w->n_valid, c->n_valid);
+        char a[KRN_CONFIG_TEXT_LEN];
+        assert_true(w->n_warm > 2);
         assert_string_equal(krn_config_format(&w->valid[0], a, sizeof a), "64x128x64x16x4x3");
         assert_string_equal(krn_config_format(&w->valid[1], a, sizeof a), "16x64x128x1x4x3");
-        /* the others in the cold plan's order */
-        for (size_t j = 0, k = 2; j < c->n_valid; j++) {
-            krn_config_format(&c->valid[j], a, sizeof a);
-            if (!strcmp(a, "64x128x64x16x4x3") || !strcmp(a, "16x64x128x1x4x3")) continue;
-            assert_string_equal(krn_config_format(&w->valid[k++], b, sizeof b), a);
-        }
+        for (size_t j = 2; j < w->n_warm; j++) assert_true(engine_default(&s.spec, &w->shape, &w->valid[j]));
+        for (size_t j = w->n_warm; j < w->n_valid; j++) assert_false(engine_default(&s.spec, &w->shape, &w->valid[j]));
+        assert_reordered(w, c);
     }
     /* stored: the first job of each shape holds its picks and comes before every other job */
     assert_int_equal(store_open(g_db.path, &db, err, sizeof err), MT_OK);
@@ -431,6 +466,83 @@ static void test_warm_start_order(void **state) {
     assert_int_equal(query_int("SELECT COUNT(*) FROM job_configs"), warm->configs_valid);
     plan_destroy(&cold);
     plan_destroy(&warm);
+}
+
+static size_t no_picks(void *ctx, const krn_shape_t *shape, krn_config_t *out, size_t max, char *source,
+                       size_t srclen) {
+    (void)ctx, (void)shape, (void)out, (void)max, (void)source, (void)srclen;
+    return 0;
+}
+
+/* Plans spec warm on dev for its one shape: its first configs are first[0..n), then engine
+ * defaults, the rest in cold's order; its text names sources, then the defaults. */
+static void check_warm(const Moetune__SweepSpec *spec, const plan_device_t *dev, const plan_shape_t *cold,
+                       const char *const *first, size_t n, const char *sources) {
+    plan_t *warm = NULL;
+    char err[256], want[512], a[KRN_CONFIG_TEXT_LEN];
+    assert_int_equal(plan_build_on(spec, dev, &warm, err, sizeof err), MT_OK);
+    const plan_shape_t *w = &warm->shapes[0];
+    assert_true(w->n_warm > n);
+    for (size_t j = 0; j < n; j++) assert_string_equal(krn_config_format(&w->valid[j], a, sizeof a), first[j]);
+    for (size_t j = n; j < w->n_warm; j++) assert_true(engine_default(spec, &w->shape, &w->valid[j]));
+    assert_reordered(w, cold);
+    mt_fmt(want, sizeof want, "E=128,N=768,K=2048,topk=8: %zu known picks first: %s, %zu engine default%s", w->n_warm,
+           sources, w->n_warm - n, w->n_warm - n == 1 ? "" : "s");
+    assert_string_equal(warm->warm, want);
+    plan_destroy(&warm);
+}
+
+/* The engine's own files (the spec's incumbents) come after the database's picks and before the
+ * engines' defaults, each entry once and only where the space and its rules keep it; the text
+ * names the file by engine, device and Triton folder, and a --baseline file by its name. */
+static void test_warm_start_engine_files(void **state) {
+    (void)state;
+    static const char *const entries[] = {"16x64x128x1x4x3", "32x64x128x1x8x3", "16x16x16x1x1x1", "32x64x128x1x8x3"};
+    spec_t s;
+    char err[256];
+    plan_t *cold = NULL;
+    int calls = 0;
+    Moetune__Incumbent inc[5], *ptrs[5];
+    Moetune__Config cfg[5];
+    spec_init(&s, QWEN, 1);
+    s.spec.backend = "triton";
+    for (size_t i = 0; i < 5; i++) {
+        krn_config_t c;
+        assert_int_equal(krn_config_parse(i < 4 ? entries[i] : "64x64x64x1x4x4", &c), MT_OK);
+        moetune__config__init(&cfg[i]);
+        wire_config_to_msg(&c, &cfg[i]);
+        moetune__incumbent__init(&inc[i]);
+        inc[i].config = &cfg[i];
+        inc[i].key = (uint32_t)(i + 1);
+        inc[i].engine = i < 4 ? "sglang" : "";
+        inc[i].source =
+            i < 4 ? "/pkg/sglang/configs/triton_3_4_0/E=128,N=768,device_name=NVIDIA_H200.json" : "/t/mine.json";
+        ptrs[i] = &inc[i];
+    }
+    s.spec.incumbents = ptrs;
+    s.spec.n_incumbents = 4;
+    plan_device_t dev = {.limits = krn_device_find("sm_90")->limits, .name = "NVIDIA H200"};
+    assert_int_equal(plan_build_on(&s.spec, &dev, &cold, err, sizeof err), MT_OK);
+    dev.warm = test_picks;
+    dev.warm_ctx = &calls;
+    check_warm(&s.spec, &dev, &cold->shapes[0],
+               (const char *[]){"64x128x64x16x4x3", "16x64x128x1x4x3", "32x64x128x1x8x3"}, 3,
+               "2 from test picks of E=128, 1 from sglang's bundled file for NVIDIA H200 (triton_3_4_0)");
+    /* nothing in the database: the file's entries first; a --baseline file by its name */
+    dev.warm = no_picks;
+    s.spec.n_incumbents = 5;
+    check_warm(&s.spec, &dev, &cold->shapes[0],
+               (const char *[]){"16x64x128x1x4x3", "32x64x128x1x8x3", "64x64x64x1x4x4"}, 3,
+               "2 from sglang's bundled file for NVIDIA H200 (triton_3_4_0), 1 from the --baseline file mine.json");
+    /* no incumbent: the engine's file for the nearest shape (SweepSpec.warm_files), named so */
+    Moetune__Incumbent *near = &inc[1];
+    near->source = "/pkg/configs/triton_3_6_0/E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3,dtype=bf16.json";
+    s.spec.n_incumbents = 0;
+    s.spec.warm_files = &near;
+    s.spec.n_warm_files = 1;
+    check_warm(&s.spec, &dev, &cold->shapes[0], (const char *[]){"32x64x128x1x8x3"}, 1,
+               "1 from sglang's bundled file for E=128,N=384 on NVIDIA H100 80GB HBM3 (triton_3_6_0)");
+    plan_destroy(&cold);
 }
 
 /* Without a chunk, a costlier shape's jobs hold fewer configs, in proportion to the cost
@@ -791,6 +903,7 @@ int main(void) {
         cmocka_unit_test_prestate_setup_teardown(test_chunks_by_shape, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_store_plan, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_warm_start_order, tmpdb_setup, tmpdb_teardown, &g_db),
+        cmocka_unit_test(test_warm_start_engine_files),
         cmocka_unit_test_prestate_setup_teardown(test_invalid_specs, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test_prestate_setup_teardown(test_failed_start_leaves_nothing, tmpdb_setup, tmpdb_teardown, &g_db),
         cmocka_unit_test(test_custom_space_and_measure),
