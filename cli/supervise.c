@@ -97,13 +97,7 @@ static int spawn(sup_proc_t *p, char *const argv[], char *err, size_t errlen) {
         /* However tune ends (SIGKILL included), its coordinator and workers end with it. */
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         if (getppid() != parent) _exit(127);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, STDIN_FILENO);
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-        execv(argv[0], argv);
-        dprintf(fd, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
+        mt_exec_child(argv, fd, fd);
     }
     close(fd);
     p->pid = pid;

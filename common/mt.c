@@ -416,9 +416,7 @@ static bool drain(int fd, char *buf, size_t *used, size_t cap) {
     return true;
 }
 
-/* The child's side of mt_run_capture: stdin on /dev/null, stdout and stderr on the pipes. */
-static void run_child(char *const argv[], int out_fd, int err_fd) {
-    setpgid(0, 0);
+void mt_exec_child(char *const argv[], int out_fd, int err_fd) {
     int nul = open("/dev/null", O_RDONLY);
     if (nul >= 0) dup2(nul, STDIN_FILENO);
     dup2(out_fd, STDOUT_FILENO);
@@ -426,6 +424,12 @@ static void run_child(char *const argv[], int out_fd, int err_fd) {
     execvp(argv[0], argv);
     fprintf(stderr, "cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
+}
+
+/* The child's side of mt_run_capture: a process group of its own, then mt_exec_child. */
+static void run_child(char *const argv[], int out_fd, int err_fd) {
+    setpgid(0, 0);
+    mt_exec_child(argv, out_fd, err_fd);
 }
 
 mt_status_t mt_run_capture(char *const argv[], int timeout_ms, char *out, size_t outlen, char *tail, size_t taillen,

@@ -124,6 +124,10 @@ typedef mt_status_t (*mt_kv_fn)(void *ctx, const char *key, char *val, char *err
  * key=value" in err; else fn's first error, or MT_NOMEM. */
 mt_status_t mt_parse_kv_list(const char *text, const char *prefix, mt_kv_fn fn, void *ctx, char *err, size_t errlen);
 
+/* In a forked child: stdin on /dev/null, stdout on out_fd, stderr on err_fd, then argv (argv[0]
+ * looked up on PATH); never returns: where argv cannot run, says so on err_fd and exits 127. */
+_Noreturn void mt_exec_child(char *const argv[], int out_fd, int err_fd);
+
 /* Runs argv (argv[0] looked up on PATH) in a process group of its own with stdin on /dev/null,
  * for at most timeout_ms: its stdout into out (NUL-terminated; past outlen - 1 read and
  * dropped, so the child never blocks), the last line of its stderr into tail (NULL: dropped),
