@@ -28,6 +28,14 @@ static void cfg_is(const krn_config_t *c, uint32_t bm, uint32_t bn, uint32_t bk,
     assert_string_equal(a, b);
 }
 
+/* Asserts that engine's default config for shape at M is bm/bn/bk/gm/w/st; its rule into *rule. */
+static void default_is(const char *engine, const krn_shape_t *shape, uint32_t m, const char **rule, uint32_t bm,
+                       uint32_t bn, uint32_t bk, uint32_t gm, uint32_t w, uint32_t st) {
+    krn_config_t c;
+    assert_int_equal(guard_default_config(engine, shape, m, &c, rule), MT_OK);
+    cfg_is(&c, bm, bn, bk, gm, w, st);
+}
+
 /* get_default_config of SGLang and vLLM (the classic rule): bf16 switches at M = E, with
  * Triton's 4 warps and 3 stages; fp8 with a block shape takes it for BLOCK_SIZE_N and _K;
  * SGLang's fp8 per tensor has its own pair; vLLM's falls back to bf16's; unknown engines fail. */
@@ -36,28 +44,20 @@ static void test_defaults(void **state) {
     krn_config_t c;
     const char *rule = NULL;
     krn_shape_t bf = shape(128, "bf16", 0, 0);
-    assert_int_equal(guard_default_config("sglang", &bf, 128, &c, &rule), MT_OK);
-    cfg_is(&c, 16, 32, 64, 1, 4, 3);
+    default_is("sglang", &bf, 128, &rule, 16, 32, 64, 1, 4, 3);
     assert_string_equal(rule, "sglang get_default_config, M <= E");
-    assert_int_equal(guard_default_config("sglang", &bf, 129, &c, &rule), MT_OK);
-    cfg_is(&c, 64, 64, 32, 8, 4, 3);
-    assert_int_equal(guard_default_config("vllm", &bf, 4096, &c, &rule), MT_OK);
-    cfg_is(&c, 64, 64, 32, 8, 4, 3);
+    default_is("sglang", &bf, 129, &rule, 64, 64, 32, 8, 4, 3);
+    default_is("vllm", &bf, 4096, &rule, 64, 64, 32, 8, 4, 3);
     assert_string_equal(rule, "vllm get_default_config, M > E");
     krn_shape_t blk = shape(256, "fp8_w8a8", 128, 128);
     for (uint32_t m = 1; m <= 4096; m *= 64) {
-        assert_int_equal(guard_default_config("sglang", &blk, m, &c, &rule), MT_OK);
-        cfg_is(&c, 64, 128, 128, 32, 4, 3);
-        assert_int_equal(guard_default_config("vllm", &blk, m, &c, &rule), MT_OK);
-        cfg_is(&c, 64, 128, 128, 32, 4, 3);
+        default_is("sglang", &blk, m, &rule, 64, 128, 128, 32, 4, 3);
+        default_is("vllm", &blk, m, &rule, 64, 128, 128, 32, 4, 3);
     }
     krn_shape_t pt = shape(8, "fp8_w8a8", 0, 0);
-    assert_int_equal(guard_default_config("sglang", &pt, 8, &c, &rule), MT_OK);
-    cfg_is(&c, 64, 128, 128, 1, 4, 4);
-    assert_int_equal(guard_default_config("sglang", &pt, 9, &c, &rule), MT_OK);
-    cfg_is(&c, 128, 256, 128, 32, 8, 4);
-    assert_int_equal(guard_default_config("vllm", &pt, 9, &c, &rule), MT_OK);
-    cfg_is(&c, 64, 64, 32, 8, 4, 3);
+    default_is("sglang", &pt, 8, &rule, 64, 128, 128, 1, 4, 4);
+    default_is("sglang", &pt, 9, &rule, 128, 256, 128, 32, 8, 4);
+    default_is("vllm", &pt, 9, &rule, 64, 64, 32, 8, 4, 3);
     assert_int_equal(guard_default_config("trtllm", &bf, 1, &c, &rule), MT_INVAL);
 }
 
@@ -65,24 +65,16 @@ static void test_defaults(void **state) {
  * tokens an expert; with an fp8 block shape a 64-wide N tile and deeper pipeline for M <= 8. */
 static void test_vllm_next(void **state) {
     (void)state;
-    krn_config_t c;
     const char *rule = NULL;
     krn_shape_t bf = shape(128, "bf16", 0, 0), few = shape(8, "bf16", 0, 0);
-    assert_int_equal(guard_default_config("vllm-2026", &bf, 1, &c, &rule), MT_OK);
-    cfg_is(&c, 16, 64, 128, 1, 4, 4);
-    assert_int_equal(guard_default_config("vllm-2026", &bf, 256, &c, &rule), MT_OK);
-    cfg_is(&c, 64, 128, 64, 1, 8, 3);
-    assert_int_equal(guard_default_config("vllm-2026", &few, 4096, &c, &rule), MT_OK);
-    cfg_is(&c, 128, 128, 64, 16, 8, 3);
+    default_is("vllm-2026", &bf, 1, &rule, 16, 64, 128, 1, 4, 4);
+    default_is("vllm-2026", &bf, 256, &rule, 64, 128, 64, 1, 8, 3);
+    default_is("vllm-2026", &few, 4096, &rule, 128, 128, 64, 16, 8, 3);
     krn_shape_t blk = shape(256, "fp8_w8a8", 128, 128);
-    assert_int_equal(guard_default_config("vllm-2026", &blk, 4, &c, &rule), MT_OK);
-    cfg_is(&c, 16, 64, 128, 1, 4, 4);
-    assert_int_equal(guard_default_config("vllm-2026", &blk, 8, &c, &rule), MT_OK);
-    cfg_is(&c, 16, 64, 128, 1, 4, 3);
-    assert_int_equal(guard_default_config("vllm-2026", &blk, 16, &c, &rule), MT_OK);
-    cfg_is(&c, 16, 128, 128, 1, 4, 3);
-    assert_int_equal(guard_default_config("vllm-2026", &blk, 128, &c, &rule), MT_OK);
-    cfg_is(&c, 64, 128, 128, 32, 4, 3);
+    default_is("vllm-2026", &blk, 4, &rule, 16, 64, 128, 1, 4, 4);
+    default_is("vllm-2026", &blk, 8, &rule, 16, 64, 128, 1, 4, 3);
+    default_is("vllm-2026", &blk, 16, &rule, 16, 128, 128, 1, 4, 3);
+    default_is("vllm-2026", &blk, 128, &rule, 64, 128, 128, 32, 4, 3);
     assert_string_equal(rule, "vllm-2026 get_default_config, fp8 block-wise");
 }
 
