@@ -33,11 +33,12 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # compare.py and stack.py
-CFG_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+from compare import M as COMPARE_M, default_cfg  # noqa: E402  (the engine's default: one rule for both scripts)
+from helper.protocol import CFG_KEYS  # noqa: E402  (stack.py, which compare.py imports, puts worker/ on the path)
+
 THRESHOLD = 0.03
 # compare.py's measuring settings, but a 1 s budget per config: every point is measured in rounds
-MEASURE = {"warmup": 5, "min_samples": 20, "max_samples": 200, "rsd_target": 0.005, "budget_ms": 1000, "seed": 1,
-           "race_margin": 0.0}
+MEASURE = dict(COMPARE_M, budget_ms=1000)
 
 
 class BadInput(Exception):
@@ -89,12 +90,6 @@ def nearest(keys, m):
     """The engine's key for batch size m: min over the file's keys of |key - m|, the first in file
     order on a tie (SGLang's and vLLM's min(configs.keys(), key=lambda x: abs(x - M)))."""
     return min(keys, key=lambda k: abs(k - m))
-
-
-def default_cfg(m, e):
-    """The engine's default, compare.py's rule (docs/ship-guard.md): one rule for both scripts."""
-    from compare import default_cfg as rule
-    return dict(rule(m, e))
 
 
 def down_beside(path):

@@ -294,9 +294,14 @@ class Measurer:
         """One timed replay of g after an L2 flush: microseconds per layer."""
         self.flush.fill_(i)
         us = self._gpu_us(g.replay)
+        self._book_timed(us)
+        return us / LAYERS_PER_GRAPH
+
+    def _book_timed(self, us):
+        """Books us microseconds of timed GPU work: to the GPU-busy numerator (timed_s) and to the
+        running phase's "timed" share (protocol.Phases)."""
         self.timed_s += us * 1e-6
         protocol.PHASES.timed(us * 1e-6)
-        return us / LAYERS_PER_GRAPH
 
     def _pairs(self, n):
         """n pairs of timing events for samples queued together, made once and reused."""
@@ -320,8 +325,7 @@ class Measurer:
         out = []
         for a, b in pairs:
             us = a.elapsed_time(b) * 1000.0
-            self.timed_s += us * 1e-6
-            protocol.PHASES.timed(us * 1e-6)
+            self._book_timed(us)
             out.append(us / LAYERS_PER_GRAPH)
         return out
 
@@ -346,8 +350,7 @@ class Measurer:
             fn()
             launch_s.append(time.monotonic() - t0)
         us = self._gpu_us(launch)
-        self.timed_s += us * 1e-6
-        protocol.PHASES.timed(us * 1e-6)
+        self._book_timed(us)
         if launch_s[0] * 1e6 >= self.hold_us:
             self.counts["check_late"] += 1
             return None

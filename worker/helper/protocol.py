@@ -184,13 +184,8 @@ def serve(lines, session):
     request)."""
     phases = PHASES
     phases.reset()
-    it = iter(lines)
-    while True:
-        try:
-            raw = next(it)
-        except StopIteration:
-            break
-        phases.mark("idle")
+    for raw in lines:
+        phases.mark("idle")  # the wait for this line
         raw = raw.strip()
         if not raw:
             continue
