@@ -560,12 +560,12 @@ static void file_reset(shipguard_t *g) {
     g->inc_name[0] = '\0';
 }
 
-mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engine, shipguard_t **out, char *err,
-                           size_t errlen) {
+/* The guard rows of sel for engine ("sglang", "vllm"; NULL: every engine's) into a new *out. */
+static int load(dbq_t *q, const dbq_select_t *sel, const char *engine, shipguard_t **out, char *err, size_t errlen) {
     shipguard_t *g = mt_calloc(1, sizeof *g);
     *out = NULL;
     if (!g) return MT_NOMEM;
-    g->engine = engine == EXP_ENGINE_VLLM ? "vllm" : "sglang";
+    g->engine = engine;
     file_reset(g);
     int rc = dbq_guard_rows(q, sel, keep_guard, g, err, errlen);
     if (rc != MT_OK) {
@@ -576,15 +576,13 @@ mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engin
     return MT_OK;
 }
 
+mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engine, shipguard_t **out, char *err,
+                           size_t errlen) {
+    return load(q, sel, engine == EXP_ENGINE_VLLM ? "vllm" : "sglang", out, err, errlen);
+}
+
 mt_status_t shipguard_load_all(dbq_t *q, const dbq_select_t *sel, shipguard_t **out, char *err, size_t errlen) {
-    int rc = shipguard_load(q, sel, EXP_ENGINE_NONE, out, err, errlen);
-    if (rc != MT_OK) return rc;
-    (*out)->engine = NULL; /* every engine's rows: reload them all */
-    (*out)->n = 0;
-    (*out)->n_only = 0;
-    rc = dbq_guard_rows(q, sel, keep_guard, *out, err, errlen);
-    if (rc != MT_OK) shipguard_free(out);
-    return rc;
+    return load(q, sel, NULL, out, err, errlen);
 }
 
 void shipguard_free(shipguard_t **gp) {
@@ -1102,16 +1100,29 @@ static void count_cells(count_t *x, shipguard_counts_t *c) {
         }
 }
 
+/* Whether g holds a row for engine (one of every engine's counts). */
+static bool has_engine(const shipguard_t *g, const char *engine) {
+    for (size_t i = 0; i < g->n; i++)
+        if (!g->rows[i].engine[0] || engine_is(g->rows[i].engine, engine)) return true;
+    return false;
+}
+
+/* Keeps of g's rows (loaded for every engine) engine's alone, as shipguard_load would have. */
+static void keep_engine(shipguard_t *g, const char *engine) {
+    size_t kept = 0;
+    for (size_t i = 0; i < g->n; i++)
+        if (!g->rows[i].engine[0] || engine_is(g->rows[i].engine, engine)) g->rows[kept++] = g->rows[i];
+    g->n = kept;
+    g->engine = engine;
+}
+
 mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c,
                             char *err, size_t errlen) {
     dbq_select_t sel = {&sweep, 1, false};
     shipguard_t *g = NULL;
     memset(c, 0, sizeof *c);
-    int rc = shipguard_load(q, &sel, EXP_ENGINE_SGLANG, &g, err, errlen);
-    if (rc == MT_OK && !g->n) {
-        shipguard_free(&g);
-        rc = shipguard_load(q, &sel, EXP_ENGINE_VLLM, &g, err, errlen);
-    }
+    int rc = load(q, &sel, NULL, &g, err, errlen);
+    if (rc == MT_OK) keep_engine(g, has_engine(g, "sglang") ? "sglang" : "vllm");
     if (rc == MT_OK && g->n) {
         count_t x = {.g = g, .only = only};
         c->guarded = true;
