@@ -154,40 +154,63 @@ static long triton_rank(const char *name) {
     return (long)a * 1000000 + (long)b * 1000 + (long)c;
 }
 
-mt_status_t cli_guard_bundled_find(const char *dir, exp_engine_t engine, const char *triton, const char *device,
-                                   const krn_shape_t *sh, char *path, size_t len, char *err, size_t errlen) {
+/* Calls fn(folder, ctx) on each folder of an engine's config folder dir (its configs/ when it
+ * has one) in the order the engine searches them, until fn returns true: vLLM's flat folder;
+ * SGLang's running Triton's folder (triton, when given), then its triton_* folders, newest first. */
+static void each_folder(const char *dir, exp_engine_t engine, const char *triton,
+                        bool (*fn)(const char *folder, void *ctx), void *ctx) {
     char base[PATH_MAX], sub[PATH_MAX];
     mt_fmt(base, sizeof base, "%s/configs", dir);
     if (!is_dir(base)) mt_fmt(base, sizeof base, "%s", dir);
-    if (engine == EXP_ENGINE_VLLM) return find_in(base, device, sh, path, len, err, errlen);
-    if (triton && *triton) { /* the running Triton's folder first */
+    if (engine == EXP_ENGINE_VLLM) {
+        fn(base, ctx);
+        return;
+    }
+    if (triton && *triton) {
         char v[64];
         snprintf(v, sizeof v, "%s", triton);
         for (char *p = v; *p; p++)
             if (*p == '.') *p = '_';
         mt_fmt(sub, sizeof sub, "%s/triton_%s", base, v);
-        int rc = find_in(sub, device, sh, path, len, err, errlen);
-        if (rc != MT_NOTFOUND) return rc;
+        if (fn(sub, ctx)) return;
     }
-    /* SGLang's fallback: the newest other triton_* folder that has the file */
-    DIR *d = opendir(base);
-    if (!d) return MT_NOTFOUND;
-    long best = 0;
-    char best_name[256] = "";
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL) {
-        long r = triton_rank(de->d_name);
-        char cand[PATH_MAX], p[PATH_MAX], why[300];
-        if (!r || r <= best) continue;
-        mt_fmt(cand, sizeof cand, "%s/%s", base, de->d_name);
-        if (find_in(cand, device, sh, p, sizeof p, why, sizeof why) == MT_NOTFOUND) continue;
-        best = r;
-        snprintf(best_name, sizeof best_name, "%s", de->d_name);
+    for (long done = LONG_MAX;;) { /* SGLang's fallback: the triton_* folders, newest first */
+        long next = 0;
+        char name[256] = "";
+        DIR *d = opendir(base);
+        struct dirent *de;
+        while (d && (de = readdir(d)) != NULL) {
+            long r = triton_rank(de->d_name);
+            if (r > next && r < done) next = r, snprintf(name, sizeof name, "%s", de->d_name);
+        }
+        if (d) closedir(d);
+        if (!next) return;
+        done = next;
+        mt_fmt(sub, sizeof sub, "%s/%s", base, name);
+        if (fn(sub, ctx)) return;
     }
-    closedir(d);
-    if (!best) return MT_NOTFOUND;
-    mt_fmt(sub, sizeof sub, "%s/%s", base, best_name);
-    return find_in(sub, device, sh, path, len, err, errlen);
+}
+
+typedef struct {
+    const char *device;
+    const krn_shape_t *sh;
+    char *path, *err;
+    size_t len, errlen;
+    int rc;
+} find_t;
+
+/* find_in over one folder; true (stop) unless it holds no file for the shape. */
+static bool find_folder(const char *folder, void *ctx) {
+    find_t *f = ctx;
+    f->rc = find_in(folder, f->device, f->sh, f->path, f->len, f->err, f->errlen);
+    return f->rc != MT_NOTFOUND;
+}
+
+mt_status_t cli_guard_bundled_find(const char *dir, exp_engine_t engine, const char *triton, const char *device,
+                                   const krn_shape_t *sh, char *path, size_t len, char *err, size_t errlen) {
+    find_t f = {.device = device, .sh = sh, .path = path, .err = err, .len = len, .errlen = errlen, .rc = MT_NOTFOUND};
+    each_folder(dir, engine, triton, find_folder, &f);
+    return f.rc;
 }
 
 /* ---- incumbents into the spec */
@@ -359,63 +382,43 @@ static double warm_distance(const fname_t *f, const krn_shape_t *sh) {
     return f->e == sh->e && f->n == sh->n ? 0 : 1 + d;
 }
 
-/* In folder dir, the file nearest sh (warm_distance; of equal ones the first name) into path
- * when it is nearer than *best (-1: none yet), so an earlier folder wins a tie. */
-static void warm_scan(const char *dir, const krn_shape_t *sh, double *best, char *path, size_t len) {
-    DIR *d = opendir(dir);
-    if (!d) return;
+typedef struct {
+    const krn_shape_t *sh;
+    double best; /* -1: none yet */
+    char *path;
+    size_t len;
+} near_t;
+
+/* In folder, the file nearest x->sh (warm_distance; of equal ones the first name) into x->path
+ * when it is nearer than x->best, so an earlier folder wins a tie; never stops the walk. */
+static bool warm_scan(const char *folder, void *ctx) {
+    near_t *x = ctx;
+    DIR *d = opendir(folder);
+    if (!d) return false;
     char name[256] = "";
     double here = -1;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
         fname_t f;
-        double dist = parse_name(de->d_name, &f) ? warm_distance(&f, sh) : -1;
+        double dist = parse_name(de->d_name, &f) ? warm_distance(&f, x->sh) : -1;
         if (dist < 0 || (here >= 0 && (dist > here || (dist == here && strcmp(de->d_name, name) > 0)))) continue;
         here = dist;
         snprintf(name, sizeof name, "%s", de->d_name);
     }
     closedir(d);
-    if (here < 0 || (*best >= 0 && here >= *best)) return;
-    *best = here;
-    mt_fmt(path, len, "%s/%s", dir, name);
+    if (here < 0 || (x->best >= 0 && here >= x->best)) return false;
+    x->best = here;
+    mt_fmt(x->path, x->len, "%s/%s", folder, name);
+    return false;
 }
 
 /* For the warm start where e's engine ships no file for sh on its GPU: the file of its folder for
- * sh on another GPU, else for the nearest shape (same dtype and block shape); SGLang's running
- * Triton's folder first, then the newest other. MT_OK with it in path, or MT_NOTFOUND. */
+ * sh on another GPU, else for the nearest shape (same dtype and block shape), over its folders in
+ * the order the engine searches them (each_folder). MT_OK with it in path, or MT_NOTFOUND. */
 static int warm_find(const cli_guard_engine_t *e, const krn_shape_t *sh, char *path, size_t len) {
-    char base[PATH_MAX], sub[PATH_MAX];
-    double best = -1;
-    mt_fmt(base, sizeof base, "%s/configs", e->dir);
-    if (!is_dir(base)) mt_fmt(base, sizeof base, "%s", e->dir);
-    if (e->engine == EXP_ENGINE_VLLM) {
-        warm_scan(base, sh, &best, path, len);
-        return best < 0 ? MT_NOTFOUND : MT_OK;
-    }
-    if (e->triton && *e->triton) {
-        char v[64];
-        snprintf(v, sizeof v, "%s", e->triton);
-        for (char *p = v; *p; p++)
-            if (*p == '.') *p = '_';
-        mt_fmt(sub, sizeof sub, "%s/triton_%s", base, v);
-        warm_scan(sub, sh, &best, path, len);
-    }
-    for (long done = LONG_MAX;;) { /* the other triton_* folders, newest first */
-        long next = 0;
-        char name[256] = "";
-        DIR *d = opendir(base);
-        struct dirent *de;
-        while (d && (de = readdir(d)) != NULL) {
-            long r = triton_rank(de->d_name);
-            if (r > next && r < done) next = r, snprintf(name, sizeof name, "%s", de->d_name);
-        }
-        if (d) closedir(d);
-        if (!next) break;
-        done = next;
-        mt_fmt(sub, sizeof sub, "%s/%s", base, name);
-        warm_scan(sub, sh, &best, path, len);
-    }
-    return best < 0 ? MT_NOTFOUND : MT_OK;
+    near_t x = {.sh = sh, .best = -1, .path = path, .len = len};
+    each_folder(e->dir, e->engine, e->triton, warm_scan, &x);
+    return x.best < 0 ? MT_NOTFOUND : MT_OK;
 }
 
 /* The line for the file e's engine loads for shape sh: its own, or the fallback. */
@@ -560,12 +563,12 @@ static void file_reset(shipguard_t *g) {
     g->inc_name[0] = '\0';
 }
 
-mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engine, shipguard_t **out, char *err,
-                           size_t errlen) {
+/* The guard rows of sel for engine ("sglang", "vllm"; NULL: every engine's) into a new *out. */
+static int load(dbq_t *q, const dbq_select_t *sel, const char *engine, shipguard_t **out, char *err, size_t errlen) {
     shipguard_t *g = mt_calloc(1, sizeof *g);
     *out = NULL;
     if (!g) return MT_NOMEM;
-    g->engine = engine == EXP_ENGINE_VLLM ? "vllm" : "sglang";
+    g->engine = engine;
     file_reset(g);
     int rc = dbq_guard_rows(q, sel, keep_guard, g, err, errlen);
     if (rc != MT_OK) {
@@ -576,15 +579,13 @@ mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engin
     return MT_OK;
 }
 
+mt_status_t shipguard_load(dbq_t *q, const dbq_select_t *sel, exp_engine_t engine, shipguard_t **out, char *err,
+                           size_t errlen) {
+    return load(q, sel, engine == EXP_ENGINE_VLLM ? "vllm" : "sglang", out, err, errlen);
+}
+
 mt_status_t shipguard_load_all(dbq_t *q, const dbq_select_t *sel, shipguard_t **out, char *err, size_t errlen) {
-    int rc = shipguard_load(q, sel, EXP_ENGINE_NONE, out, err, errlen);
-    if (rc != MT_OK) return rc;
-    (*out)->engine = NULL; /* every engine's rows: reload them all */
-    (*out)->n = 0;
-    (*out)->n_only = 0;
-    rc = dbq_guard_rows(q, sel, keep_guard, *out, err, errlen);
-    if (rc != MT_OK) shipguard_free(out);
-    return rc;
+    return load(q, sel, NULL, out, err, errlen);
 }
 
 void shipguard_free(shipguard_t **gp) {
@@ -1102,16 +1103,29 @@ static void count_cells(count_t *x, shipguard_counts_t *c) {
         }
 }
 
+/* Whether g holds a row for engine (one of every engine's counts). */
+static bool has_engine(const shipguard_t *g, const char *engine) {
+    for (size_t i = 0; i < g->n; i++)
+        if (!g->rows[i].engine[0] || engine_is(g->rows[i].engine, engine)) return true;
+    return false;
+}
+
+/* Keeps of g's rows (loaded for every engine) engine's alone, as shipguard_load would have. */
+static void keep_engine(shipguard_t *g, const char *engine) {
+    size_t kept = 0;
+    for (size_t i = 0; i < g->n; i++)
+        if (!g->rows[i].engine[0] || engine_is(g->rows[i].engine, engine)) g->rows[kept++] = g->rows[i];
+    g->n = kept;
+    g->engine = engine;
+}
+
 mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c,
                             char *err, size_t errlen) {
     dbq_select_t sel = {&sweep, 1, false};
     shipguard_t *g = NULL;
     memset(c, 0, sizeof *c);
-    int rc = shipguard_load(q, &sel, EXP_ENGINE_SGLANG, &g, err, errlen);
-    if (rc == MT_OK && !g->n) {
-        shipguard_free(&g);
-        rc = shipguard_load(q, &sel, EXP_ENGINE_VLLM, &g, err, errlen);
-    }
+    int rc = load(q, &sel, NULL, &g, err, errlen);
+    if (rc == MT_OK) keep_engine(g, has_engine(g, "sglang") ? "sglang" : "vllm");
     if (rc == MT_OK && g->n) {
         count_t x = {.g = g, .only = only};
         c->guarded = true;

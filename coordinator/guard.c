@@ -151,16 +151,23 @@ static int cmp_guard_first(const void *a, const void *b) {
 
 static bool listed(const Moetune__SweepSpec *spec, const krn_config_t *c);
 
+/* Whether the search measured config c (id cid) of the shape: a listed space's own list, since
+ * the guard's configs join its jobs; else whether a first-pass job held it. */
+static int searched_by(store_t *db, const Moetune__SweepSpec *spec, uint64_t sweep_id, uint64_t shape_id,
+                       const krn_config_t *c, uint64_t cid, bool *searched) {
+    if (spec->space && spec->space->n_configs) {
+        *searched = listed(spec, c);
+        return MT_OK;
+    }
+    return store_config_searched(db, sweep_id, shape_id, cid, searched);
+}
+
 /* Stores guard config w for batch size bsz: the config (its id in *cid), whether the search
- * measured it (*searched: a listed space's own list, since the guard's configs join its jobs;
- * else whether a first-pass job held it), and its guard row. */
+ * measured it (*searched, searched_by), and its guard row. */
 static int put_want(store_t *db, const Moetune__SweepSpec *spec, uint64_t sweep_id, uint64_t shape_id, uint32_t bsz,
                     const want_t *w, uint64_t *cid, bool *searched) {
     int rc = store_config_upsert(db, &w->cfg, cid);
-    if (!rc && spec->space && spec->space->n_configs)
-        *searched = listed(spec, &w->cfg);
-    else if (!rc)
-        rc = store_config_searched(db, sweep_id, shape_id, *cid, searched);
+    if (!rc) rc = searched_by(db, spec, sweep_id, shape_id, &w->cfg, *cid, searched);
     store_guard_row_t row = {.sweep_id = sweep_id,
                              .shape_id = shape_id,
                              .config_id = *cid,
@@ -399,10 +406,7 @@ static int gap_key(gap_t *g, const char *role, uint32_t key, uint64_t pick) {
     bool searched = false;
     mt_fmt(src, sizeof src, "key %u's pick", key);
     int rc = store_config_get(g->db, pick, &kc);
-    if (!rc && g->spec->space && g->spec->space->n_configs)
-        searched = listed(g->spec, &kc);
-    else if (!rc)
-        rc = store_config_searched(g->db, g->sweep_id, g->shape_id, pick, &searched);
+    if (!rc) rc = searched_by(g->db, g->spec, g->sweep_id, g->shape_id, &kc, pick, &searched);
     store_guard_row_t row = {.sweep_id = g->sweep_id,
                              .shape_id = g->shape_id,
                              .config_id = pick,
