@@ -520,8 +520,8 @@ static mt_status_t seen_guard(void *ctx, uint32_t m, uint64_t cfg, const char *r
     return MT_OK;
 }
 
-/* Whether a guard row of role (NULL: any) holds cfg at m (m 0: at any batch size; searched_only
- * false: only rows with searched = 0). */
+/* Whether a guard row of role (NULL: any) holds cfg (0: any) at m (0: at any batch size); with
+ * any_searched false, only rows with searched = 0 count. */
 static bool seen_role(const seen_t *s, uint32_t m, uint64_t cfg, const char *role, bool any_searched) {
     for (size_t i = 0; i < s->n_g; i++) {
         const grow_t *r = &s->g[i];
