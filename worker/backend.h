@@ -124,8 +124,8 @@ static inline int wrk_precise(const wrk_measure_t *m, double mean_us, double sd_
     return sd_us / mean_us < m->rsd_target || sd_us / sqrt((double)n) / mean_us < WRK_SEM_FRACTION * m->rsd_target;
 }
 
-/* Settling, racing's second check: a config that stayed in the race and has its min_samples
- * stops sampling (status OK, its samples as they are) once its mean lies above the best known
+/* Settling, racing's second check: a config that stayed in the race and has WRK_SETTLE_SAMPLES
+ * samples (or its min_samples, the fewer) stops sampling (status OK, its samples as they are) once its mean lies above the best known
  * median by more than settle_margin plus WRK_SETTLE_Z standard errors of that mean. It can then
  * be neither the pick nor, at the default margins, a near-tie of the decide step, so the
  * precision the RSD rule would buy for it is never used. Without it, where the GPU's clock moves

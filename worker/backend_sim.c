@@ -415,15 +415,15 @@ static double sample_one(double lat_us, double scale, uint64_t stream, const wrk
         sumsq += x * x;
         spent_us += x;
         timed += x;
-        if (n < min_n || n < 2) continue;
+        if ((n < min_n && n < WRK_SETTLE_SAMPLES) || n < 2) continue;
         double mean = sum / n, var = (sumsq - n * mean * mean) / (n - 1);
         if (var < 0) var = 0;
-        if (wrk_precise(m, mean, sqrt(var), n)) break;
+        if (n >= min_n && wrk_precise(m, mean, sqrt(var), n)) break;
         if (wrk_settled(m, bi, mean, sqrt(var), n)) {
             settled = true;
             break;
         }
-        if (m->budget_ms && spent_us >= m->budget_ms * 1000.0) break;
+        if (n >= min_n && m->budget_ms && spent_us >= m->budget_ms * 1000.0) break;
     }
     double mean = sum / n, var = n > 1 ? (sumsq - n * mean * mean) / (n - 1) : 0.0;
     qsort(buf, n, sizeof *buf, cmp_double);

@@ -69,9 +69,10 @@ pass "the printed re-measure ran: $n_cfg configs x batch sizes $sizes in one job
 
 # The re-measure is side by side in rounds (WIRE_SIDE_BY_SIDE_ROUNDS = 5): the sim draws the same
 # samples for a (config, batch size) in every round and in sweep 1 (same seed), so each row that
-# sweep 1 measured in full (ok, not pruned) comes back with five times its samples and its median.
+# sweep 1 measured in full (ok, neither pruned nor settled early) comes back with five times its
+# samples and its median.
 join="FROM results b JOIN results a ON a.config_id = b.config_id AND a.batch_size = b.batch_size
-      WHERE b.sweep_id = 2 AND a.sweep_id = 1 AND a.status = 'ok'"
+      WHERE b.sweep_id = 2 AND a.sweep_id = 1 AND a.status = 'ok' AND COALESCE(a.detail, '') NOT LIKE '%settled%'"
 rows=$(q "SELECT COUNT(*) $join")
 bad=$(q "SELECT COUNT(*) $join AND (b.status <> 'ok' OR b.samples <> 5 * a.samples OR abs(b.median_us - a.median_us) > 1e-9)")
 [ "$rows" -ge 6 ] && [ "$bad" = 0 ] || fail "side-by-side rounds: $bad of $rows re-measured rows are not 5 rounds of sweep 1's"
@@ -87,10 +88,10 @@ s3=$(q "SELECT id FROM sweeps WHERE name = 'crashing'")
 crashed=$(q "SELECT COUNT(*) FROM results r JOIN configs c ON c.id = r.config_id WHERE r.sweep_id = $s3
              AND r.status = 'crashed' AND $(cfg_where "$victim")")
 others=$(q "SELECT COUNT(*) FROM results r JOIN configs c ON c.id = r.config_id JOIN results a ON a.config_id = r.config_id
-            AND a.batch_size = r.batch_size AND a.sweep_id = 1 AND a.status = 'ok'
+            AND a.batch_size = r.batch_size AND a.sweep_id = 1 AND a.status = 'ok' AND COALESCE(a.detail, '') NOT LIKE '%settled%'
             WHERE r.sweep_id = $s3 AND NOT ($(cfg_where "$victim")) AND r.status = 'ok' AND r.samples = 5 * a.samples")
 want_others=$(q "SELECT COUNT(*) FROM results r JOIN configs c ON c.id = r.config_id JOIN results a ON a.config_id = r.config_id
-                 AND a.batch_size = r.batch_size AND a.sweep_id = 1 AND a.status = 'ok'
+                 AND a.batch_size = r.batch_size AND a.sweep_id = 1 AND a.status = 'ok' AND COALESCE(a.detail, '') NOT LIKE '%settled%'
                  WHERE r.sweep_id = 2 AND NOT ($(cfg_where "$victim"))")
 [ "$crashed" = "$(echo "$flagged" | wc -w)" ] || fail "the crashing config has $crashed crashed rows"
 [ "$others" = "$want_others" ] && [ "$others" -gt 0 ] || fail "$others of $want_others other rows have their 5 rounds"

@@ -87,8 +87,10 @@ tune_run fresh 0 --min-samples 20 --fresh
 [ $RC = 0 ] || { cat "$T/fresh.err"; fail "--fresh exited $RC"; }
 [ "$(sweeps)" = 2 ] && [ "$(sql "SELECT state FROM sweeps WHERE id=2")" = done ] || fail "--fresh did not measure a sweep 2"
 rows2=$(check_rows 2)
-low=$(sql "SELECT count(*) FROM results WHERE sweep_id=2 AND status='ok' AND samples < 20")
-[ "$low" = 0 ] || fail "sweep 2 has $low ok rows under --min-samples 20"
+# a row settled early (a clear loser, WRK_SETTLE_SAMPLES) may stop under min_samples
+low=$(sql "SELECT count(*) FROM results WHERE sweep_id=2 AND status='ok' AND samples < 20 AND COALESCE(detail, '') NOT LIKE '%settled%'")
+full2=$(sql "SELECT count(*) FROM results WHERE sweep_id=2 AND status='ok' AND samples >= 20")
+[ "$low" = 0 ] && [ "$full2" -gt 0 ] || fail "sweep 2 has $low unsettled ok rows under --min-samples 20 ($full2 with 20 or more)"
 pass "--keep-settings reused sweep 1; --fresh --min-samples 20 measured sweep 2 ($rows2 rows, each >= 20 samples)"
 # The defaults again: sweep 1 (identical) is reused, not refused because of the newer sweep 2.
 tune_run again 0

@@ -21,9 +21,9 @@ int main(void) {
     printf("], \"names\": \"%s\", \"all\": \"%s\",\n", KRN_ENGINE_NAMES, KRN_ENGINE_ALL);
     printf(" \"rules\": {\"WRK_RACE_SAMPLES\": %d, \"WRK_RACE_FAR\": %.17g, \"WRK_CHECK_FAR\": %.17g, "
            "\"WRK_CHECK_FLOOR\": %.17g, \"WRK_SEM_FRACTION\": %.17g, \"WRK_SETTLE_MARGIN\": %.17g, "
-           "\"WRK_SETTLE_Z\": %.17g},\n",
+           "\"WRK_SETTLE_Z\": %.17g, \"WRK_SETTLE_SAMPLES\": %d},\n",
            WRK_RACE_SAMPLES, WRK_RACE_FAR, WRK_CHECK_FAR, WRK_CHECK_FLOOR, WRK_SEM_FRACTION, WRK_SETTLE_MARGIN,
-           WRK_SETTLE_Z);
+           WRK_SETTLE_Z, WRK_SETTLE_SAMPLES);
     /* [margin, ratio, n, race_lost, check_lost, precise, settled]: best 100 us; the fastest (or the
      * check layer, or the mean) at ratio x best; sd 3 % of the mean; rsd_target 1 %. */
     printf(" \"cases\": [");

@@ -336,6 +336,14 @@ class Racing(unittest.TestCase):
             self.assertEqual(how, "", (best, margin))
             self.assertEqual(st["samples"], 5)  # identical samples meet the RSD rule at min_samples
 
+    def test_samples_are_per_layer_of_the_graph(self):
+        # a graph of 2 layers: 0.5 ms a replay is 250 us a layer, queued or one by one
+        m, g = self.measurer([0.5] * 9), self.Graph()
+        g.layers = 2
+        st, how = m.time_graph(g, dict(self.M, race_margin=0.0), 1.0)
+        self.assertEqual((how, st["samples"], st["median_us"]), ("", 5, 250.0))
+        self.assertAlmostEqual(m.timed_s, 2.5e-3)
+
     def test_one_outlier_does_not_prune(self):
         # the first sample is a 30 % outlier, the second is not: the fastest of two decides
         m, g = self.measurer([1.3, 1.0] + [1.0] * 7), self.Graph()
@@ -445,11 +453,24 @@ class Settling(unittest.TestCase):
         st, how = meas.time_graph(g, m, 60.0, best_us=best)
         return st, how, g.replays
 
-    def test_clearly_slower_config_stops_at_min_samples(self):
-        # in the race (100 us is not above 90 x 1.2); then mean 104 us (5 samples), standard
-        # error about 2.4 us: 104 - 2 x 2.4 > 90 x 1.02
+    def test_clearly_slower_config_stops_at_settle_samples(self):
+        # in the race (100 us is not above 90 x 1.2); then mean 105 us (SETTLE_SAMPLES = 4
+        # samples, before min_samples 5), standard error about 2.9 us: 105 - 2 x 2.9 > 90 x 1.02
+        self.assertEqual(measure.SETTLE_SAMPLES, 4)
         st, how, replays = self.run_graph(self.WIDE, self.M, 90.0)
-        self.assertEqual((how, st["samples"], replays), ("settled", 5, measure.RACE_SAMPLES + 5))
+        self.assertEqual((how, st["samples"], replays), ("settled", 4, measure.RACE_SAMPLES + 4))
+        # with min_samples under SETTLE_SAMPLES, settling looks at min_samples
+        st, how, replays = self.run_graph(self.WIDE, dict(self.M, min_samples=3), 90.0)
+        self.assertEqual((how, st["samples"]), ("settled", 3))
+        # 4 samples that do not settle are followed by the rest of min_samples, queued together
+        r = Racing()
+        meas, g = r.measurer([1.0, 1.0] + [1.0, 1.1] * 10), Racing.Graph()
+        queued = []
+        pairs = meas._pairs
+        meas._pairs = lambda n: queued.append(n) or pairs(n)
+        st, how = meas.time_graph(g, dict(self.M, min_samples=10), 60.0, best_us=100.0)
+        self.assertEqual(queued[:2], [4, 6])
+        self.assertGreaterEqual(st["samples"], 10)
 
     def test_close_or_unknown_or_off_samples_to_the_budget(self):
         # within the margin of the best (103 us: the mean never passes 105.06), no best known,
@@ -556,11 +577,13 @@ class VerifyAfterRace(unittest.TestCase):
         self.L = kernels.Layer(out=self.Out(log), fp8=False)
         m.inputs = lambda shape, bs, seed: self.L
         self.graphs = []
+        self.layers = []  # the layers each graph was asked for; the scripts time 10-layer replays
 
-        def graph(fn):
+        def graph(fn, layers=measure.LAYERS_PER_GRAPH):
             fn()
             what = log.pop()
             self.graphs.append(what)
+            self.layers.append(layers)
             log.append("graph " + what)
             return Graph(what)
         m.graph = graph
@@ -619,6 +642,14 @@ class VerifyAfterRace(unittest.TestCase):
         self.assertEqual(res["detail"], "rel_err=1.00e-03; settled: mean 1.148x the best after 3 samples")
         self.assertEqual(self.log.count("check"), 1)
         self.assertEqual((self.m.counts["settled"], self.m.counts["verified"], self.m.counts["split"]), (1, 1, 0))
+
+    def test_graphs_replay_as_many_layers_as_make_a_sample(self):
+        # a best of 101 us: 5 layers make the 500-us sample (the whole layer's graph and both
+        # halves'); no best known: LAYERS_PER_GRAPH; a best beyond SAMPLE_US: one layer
+        self.run_one([1.01] * 5 + [0.6] * 3 + [0.4] * 3, 101.0)
+        self.assertEqual(self.layers, [5, 5, 5])
+        self.assertEqual([measure.layers_for(b) for b in (0.0, 20.0, 45.0, 100.0, 273.0, 499.0, 500.0, 4000.0)],
+                         [10, 10, 10, 5, 2, 2, 1, 1])
 
     def test_survivor_beyond_the_split_margin_is_checked_not_split(self):
         # 115 us: in the race (margin 0.2), beyond the split margin (0.1) of 100 us

@@ -503,7 +503,7 @@ static void test_check_floor(void **unused) {
 
 /* Settling (wrk_settled): with an RSD target never met, a config in the race whose mean lies
  * beyond the best by more than the settle margin plus two standard errors stops at
- * min_samples, OK, and says so; one at the best, settling off or racing off samples to
+ * WRK_SETTLE_SAMPLES (before min_samples), OK, and says so; one at the best, settling off or racing off samples to
  * max_samples. */
 static void test_settling(void **unused) {
     (void)unused;
@@ -524,9 +524,10 @@ static void test_settling(void **unused) {
     k.m.settle_margin = WRK_SETTLE_MARGIN;
     assert_int_equal(sim_measure(&k, bs, 2, out), MT_OK);
     assert_int_equal(out[0].status, MOETUNE__STATUS__STATUS_OK);
-    assert_int_equal(out[0].samples, 6);
+    assert_int_equal(WRK_SETTLE_SAMPLES, 4);
+    assert_int_equal(out[0].samples, 4);
     double ratio = 0;
-    assert_int_equal(sscanf(out[0].detail, "settled: mean %lfx the best after 6 samples", &ratio), 1);
+    assert_int_equal(sscanf(out[0].detail, "settled: mean %lfx the best after 4 samples", &ratio), 1);
     assert_true(ratio > 1.25 && ratio < 1.35);
     assert_int_equal(out[1].status, MOETUNE__STATUS__STATUS_OK);
     assert_int_equal(out[1].samples, 60);

@@ -31,11 +31,28 @@ CHECK_FAR = RULES["CHECK_FAR"]        # a timed check layer beyond the best by t
 CHECK_FLOOR = RULES["CHECK_FLOOR"]    # ... and by at least this share of it, whatever the margin
 SEM_FRACTION = RULES["SEM_FRACTION"]  # the stop rule's standard-error arm (wrk_precise)
 SETTLE_Z = RULES["SETTLE_Z"]          # settling: standard errors to spare (wrk_settled)
-LAYERS_PER_GRAPH = 10
+SETTLE_SAMPLES = RULES["SETTLE_SAMPLES"]  # settling looks from this many samples on
+LAYERS_PER_GRAPH = 10         # layers a timed replay runs, at most (layers_for)
+SAMPLE_US = 500.0             # ... fewer where that many microseconds of layers make a sample (layers_for)
 FLUSH_BYTES = 256 << 20       # the L2 flush when torch does not tell the device's L2 size (flush_bytes)
 HOLD_CYCLES = 2_000_000       # GPU clocks the stream is held before a timed check layer (Measurer.check_sample)
 SPLIT_MARGIN = 0.1            # halves timed within this fraction of the best median (Measurer.split_wanted)
 SPLIT_MARGIN_ENV = "MOETUNE_SPLIT_MARGIN"
+
+
+def layers_for(best_us):
+    """Layers one timed replay runs, for a batch size whose best known layer takes best_us: as
+    many as make a sample of SAMPLE_US, at most LAYERS_PER_GRAPH (all of them where no best is
+    known). The layers amortize a replay's launch and the timer's resolution over short layers;
+    beyond SAMPLE_US they add GPU time and no precision, which the samples' count gives."""
+    if not best_us > 0:
+        return LAYERS_PER_GRAPH
+    return max(1, min(LAYERS_PER_GRAPH, math.ceil(SAMPLE_US / best_us)))
+
+
+def layers_of(g):
+    """The layers a graph made by Measurer.graph replays (LAYERS_PER_GRAPH for one made elsewhere)."""
+    return getattr(g, "layers", LAYERS_PER_GRAPH)
 
 
 def seed_for(shape, m, seed):
@@ -118,11 +135,16 @@ def precise(m, st, of_mean=False):
     return sd / mean < m["rsd_target"] or se < SEM_FRACTION * m["rsd_target"]
 
 
+def can_settle(m, best_us):
+    """Whether settling is on for this measurement: a settle margin, racing, a known best."""
+    return m.get("settle_margin", 0) > 0 and racing(m, best_us)
+
+
 def settled(m, best_us, st):
-    """Racing's second check (worker/backend.h, wrk_settled): a config with its min_samples whose
+    """Racing's second check (worker/backend.h, wrk_settled): a config with its samples whose
     mean lies above best_us by more than the settle margin plus SETTLE_Z standard errors can be
     neither the pick nor a near-tie; the RSD rule's precision would be spent on it for nothing."""
-    if not (m.get("settle_margin", 0) > 0 and racing(m, best_us) and st["samples"] >= 2):
+    if not (can_settle(m, best_us) and st["samples"] >= 2):
         return False
     se = st["stddev_us"] / math.sqrt(st["samples"])
     return st["mean_us"] - SETTLE_Z * se > best_us * (1.0 + m["settle_margin"])
@@ -271,15 +293,17 @@ class Measurer:
         return rel_error(self.torch, L.out, L.ref)
 
     # -- timing
-    def graph(self, fn):
+    def graph(self, fn, layers=LAYERS_PER_GRAPH):
+        """A CUDA graph of layers calls of fn; its layers attribute says how many (layers_of)."""
         torch = self.torch
         g = torch.cuda.CUDAGraph()
         with torch.cuda.stream(self.stream):
             fn()  # a capture must not be the first launch of a kernel
         torch.cuda.current_stream().wait_stream(self.stream)
         with torch.cuda.graph(g, stream=self.stream):
-            for _ in range(LAYERS_PER_GRAPH):
+            for _ in range(layers):
                 fn()
+        g.layers = layers
         return g
 
     def _gpu_us(self, fn):
@@ -295,7 +319,7 @@ class Measurer:
         self.flush.fill_(i)
         us = self._gpu_us(g.replay)
         self._book_timed(us)
-        return us / LAYERS_PER_GRAPH
+        return us / layers_of(g)
 
     def _book_timed(self, us):
         """Books us microseconds of timed GPU work: to the GPU-busy numerator (timed_s) and to the
@@ -326,8 +350,19 @@ class Measurer:
         for a, b in pairs:
             us = a.elapsed_time(b) * 1000.0
             self._book_timed(us)
-            out.append(us / LAYERS_PER_GRAPH)
+            out.append(us / layers_of(g))
         return out
+
+    def _next_samples(self, g, n, min_n, settling):
+        """The samples after the first n: below min_n those the stop rule cannot refuse, queued
+        together (_queued), at most up to SETTLE_SAMPLES first when settling may look there;
+        from min_n on one at a time, as the rule looks at each."""
+        k = min_n - n
+        if settling and n < SETTLE_SAMPLES:
+            k = min(k, SETTLE_SAMPLES - n)
+        if k > 1:
+            return self._queued(g, k, n + 1)
+        return [self._sample(g, n + 1)]
 
     def check_sample(self, fn):
         """One timed layer, fn, for racing on the check's layer: microseconds, or None when its
@@ -361,7 +396,8 @@ class Measurer:
         when the rule (or the budget) stopped it. With best_us and a race margin, a graph whose fastest of
         the first RACE_SAMPLES timed replays is slower than best_us by more than the margin stops
         there: how "pruned". With a settle margin too, a graph that stayed in the race stops once
-        it has min_n samples whose mean lies above best_us by more than the settle margin plus
+        it has SETTLE_SAMPLES samples (or min_n, the fewer; looked at as they are queued,
+        _next_samples) whose mean lies above best_us by more than the settle margin plus
         SETTLE_Z standard errors (worker/backend.h, wrk_settled): how "settled". of_mean: the
         rule asks the standard error of the mean alone to be under rsd_target (the up/down
         halves: see _one). phase: the phase its replays are booked to (default "samples" and
@@ -389,11 +425,10 @@ class Measurer:
         min_n = int(min_n or m["min_samples"])
         max_n = int(max_n or m["max_samples"])
         try:
-            # the first min_n samples are taken whatever they read: queued together
-            first = min(min_n, max_n)
-            samples = self._queued(g, first, 1) if first > 1 else []
+            samples = []
             while True:
-                if len(samples) >= min_n:
+                n = len(samples)
+                if n >= min_n:
                     st = stats(samples)
                     if precise(m, st, of_mean):
                         break
@@ -401,9 +436,11 @@ class Measurer:
                         return st, "settled"
                     if time.monotonic() > t_end:
                         break
-                if len(samples) >= max_n:
+                elif n >= SETTLE_SAMPLES and settled(m, best_us, stats(samples)):
+                    return stats(samples), "settled"
+                if n >= max_n:
                     break
-                samples.append(self._sample(g, len(samples) + 1))
+                samples += self._next_samples(g, n, min(min_n, max_n), can_settle(m, best_us))
             return stats(samples), ""
         finally:
             mark(phase or "samples")
@@ -445,7 +482,8 @@ class Measurer:
         try:
             # racing on the check's layer: only where a replay of the graph costs more than the
             # hold (a far loser then saves its capture and a replay for one layer and the hold)
-            if judge and racing(m, best_us) and best_us * LAYERS_PER_GRAPH >= (self.hold_us or 0):
+            layers = layers_for(best_us)
+            if judge and racing(m, best_us) and best_us * layers >= (self.hold_us or 0):
                 us = self.check_sample(lambda: self.kernel.layer(L, cfg))
                 mark("check_layer")
                 if us is not None and check_lost(m, best_us, us):
@@ -457,7 +495,7 @@ class Measurer:
                                    us / best_us, best_us))
                     return res
             with self._timed("capture_s"):
-                g = self.graph(lambda: self.kernel.layer(L, cfg))
+                g = self.graph(lambda: self.kernel.layer(L, cfg), layers)
             L.out.fill_(float("nan"))
             mark("capture")
             res, how = self.time_graph(g, m, m["budget_ms"] / 1000.0, best_us=best_us)
@@ -491,11 +529,11 @@ class Measurer:
                 # not when its samples' spread is under it, which where the clock moves under
                 # the power cap (3-4 % at 4096 tokens on an H200) never happens before the budget.
                 ms = dict(m, warmup=1, min_samples=min(3, m["min_samples"]))
-                gu = self.graph(lambda: self.kernel.up(L, cfg))
+                gu = self.graph(lambda: self.kernel.up(L, cfg), layers)
                 res["up_us"] = self.time_graph(gu, ms, m["budget_ms"] / 2000.0, of_mean=True,
                                                phase="split")[0]["median_us"]
                 del gu
-                gd = self.graph(lambda: self.kernel.down(L, cfg))
+                gd = self.graph(lambda: self.kernel.down(L, cfg), layers)
                 res["down_us"] = self.time_graph(gd, ms, m["budget_ms"] / 2000.0, of_mean=True,
                                                  phase="split")[0]["median_us"]
                 del gd
