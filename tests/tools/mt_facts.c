@@ -21,9 +21,9 @@ int main(void) {
     printf("], \"names\": \"%s\", \"all\": \"%s\",\n", KRN_ENGINE_NAMES, KRN_ENGINE_ALL);
     printf(" \"rules\": {\"WRK_RACE_SAMPLES\": %d, \"WRK_RACE_FAR\": %.17g, \"WRK_CHECK_FAR\": %.17g, "
            "\"WRK_CHECK_FLOOR\": %.17g, \"WRK_SEM_FRACTION\": %.17g, \"WRK_SETTLE_MARGIN\": %.17g, "
-           "\"WRK_SETTLE_Z\": %.17g, \"WRK_SETTLE_SAMPLES\": %d},\n",
+           "\"WRK_SETTLE_Z\": %.17g, \"WRK_SETTLE_SAMPLES\": %d, \"WRK_SETTLE_EARLY\": %.17g},\n",
            WRK_RACE_SAMPLES, WRK_RACE_FAR, WRK_CHECK_FAR, WRK_CHECK_FLOOR, WRK_SEM_FRACTION, WRK_SETTLE_MARGIN,
-           WRK_SETTLE_Z, WRK_SETTLE_SAMPLES);
+           WRK_SETTLE_Z, WRK_SETTLE_SAMPLES, WRK_SETTLE_EARLY);
     /* [margin, ratio, n, race_lost, check_lost, precise, settled]: best 100 us; the fastest (or the
      * check layer, or the mean) at ratio x best; sd 3 % of the mean; rsd_target 1 %. */
     printf(" \"cases\": [");
@@ -33,7 +33,8 @@ int main(void) {
             for (uint32_t n = 1; n <= 6; n++) {
                 double best[2] = {100.0, 100.0}, us = 100.0 * ratios[b];
                 wrk_measure_t m = {
-                    .race_margin = margins[a], .best_us = best, .rsd_target = 0.01, .settle_margin = WRK_SETTLE_MARGIN};
+                    .race_margin = margins[a], .best_us = best, .rsd_target = 0.01, .settle_margin = WRK_SETTLE_MARGIN,
+                    .min_samples = 4};
                 printf("%s[%g, %g, %u, %d, %d, %d, %d]", sep, margins[a], ratios[b], n, wrk_race_lost(&m, 1, us, n),
                        wrk_check_lost(&m, 1, us), wrk_precise(&m, us, 0.03 * us / (double)n, n),
                        wrk_settled(&m, 1, us, 0.03 * us, n));

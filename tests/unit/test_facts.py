@@ -69,7 +69,8 @@ class Rules(unittest.TestCase):
         verdicts = set()
         for margin, ratio, n, race, check, precise, settled in self.c["cases"]:
             best, us = 100.0, 100.0 * ratio
-            m = {"race_margin": margin, "rsd_target": 0.01, "settle_margin": measure.RULES["SETTLE_MARGIN"]}
+            m = {"race_margin": margin, "rsd_target": 0.01, "settle_margin": measure.RULES["SETTLE_MARGIN"],
+                 "min_samples": 4}
             case = (margin, ratio, n)
             self.assertEqual(measure.race_lost(m, best, [us] * n), bool(race), ("race_lost",) + case)
             self.assertEqual(measure.check_lost(m, best, us), bool(check), ("check_lost",) + case)

@@ -32,6 +32,7 @@ CHECK_FLOOR = RULES["CHECK_FLOOR"]    # ... and by at least this share of it, wh
 SEM_FRACTION = RULES["SEM_FRACTION"]  # the stop rule's standard-error arm (wrk_precise)
 SETTLE_Z = RULES["SETTLE_Z"]          # settling: standard errors to spare (wrk_settled)
 SETTLE_SAMPLES = RULES["SETTLE_SAMPLES"]  # settling looks from this many samples on
+SETTLE_EARLY = RULES["SETTLE_EARLY"]  # ... and before min_samples asks this much more margin
 LAYERS_PER_GRAPH = 10         # layers a timed replay runs, at most (layers_for)
 SAMPLE_US = 500.0             # ... fewer where that many microseconds of layers make a sample (layers_for)
 FLUSH_BYTES = 256 << 20       # the L2 flush when torch does not tell the device's L2 size (flush_bytes)
@@ -147,7 +148,8 @@ def settled(m, best_us, st):
     if not (can_settle(m, best_us) and st["samples"] >= 2):
         return False
     se = st["stddev_us"] / math.sqrt(st["samples"])
-    return st["mean_us"] - SETTLE_Z * se > best_us * (1.0 + m["settle_margin"])
+    margin = m["settle_margin"] + (SETTLE_EARLY if st["samples"] < m["min_samples"] else 0.0)
+    return st["mean_us"] - SETTLE_Z * se > best_us * (1.0 + margin)
 
 
 def mark(phase):
