@@ -125,9 +125,10 @@ static inline int wrk_precise(const wrk_measure_t *m, double mean_us, double sd_
 }
 
 /* Settling, racing's second check: a config that stayed in the race and has WRK_SETTLE_SAMPLES
- * samples (or its min_samples, the fewer; before min_samples with WRK_SETTLE_EARLY more margin,
- * since the best may come from another card of the model that reads a few % faster) stops sampling (status OK, its samples as they are) once its mean lies above the best known
- * median by more than settle_margin plus WRK_SETTLE_Z standard errors of that mean. It can then
+ * samples (or its min_samples, the fewer) stops sampling (status OK, its samples as they are)
+ * once its mean lies above the best known median by more than settle_margin plus WRK_SETTLE_Z
+ * standard errors of that mean; before min_samples by WRK_SETTLE_EARLY more, since the best may
+ * come from another card of the model that reads a few % faster. Callers ask from n = 2 on. It can then
  * be neither the pick nor, at the default margins, a near-tie of the decide step, so the
  * precision the RSD rule would buy for it is never used. Without it, where the GPU's clock moves
  * under its power cap (an H200 at 4096 tokens: 3-4 % RSD, never the 1 % target) every such
@@ -135,6 +136,7 @@ static inline int wrk_precise(const wrk_measure_t *m, double mean_us, double sd_
  * in side-by-side jobs (whose rounds measure every finalist alike). */
 static inline int wrk_settled(const wrk_measure_t *m, size_t i, double mean_us, double sd_us, uint32_t n) {
     if (!(m->settle_margin > 0) || !wrk_racing(m, i) || n < 2) return 0;
+    if (n < WRK_SETTLE_SAMPLES && n < m->min_samples) return 0;
     double margin = m->settle_margin + (n < m->min_samples ? WRK_SETTLE_EARLY : 0.0);
     return mean_us - WRK_SETTLE_Z * sd_us / sqrt((double)n) > m->best_us[i] * (1.0 + margin);
 }

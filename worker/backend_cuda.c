@@ -1011,16 +1011,14 @@ static bool time_graph(cuda_state_t *st, CUgraphExec exec, const wrk_measure_t *
             t_end = mt_now_ms() + budget;
             continue;
         }
-        if (n >= min_s || n >= WRK_SETTLE_SAMPLES) {
-            double mean = sum / n, var = sum2 / n - mean * mean;
-            double sd = var > 0 ? sqrt(var * n / (n > 1 ? n - 1 : 1)) : 0;
-            if (n >= min_s && wrk_precise(m, mean, sd, n)) break;
-            if (wrk_settled(m, bi, mean, sd, n)) {
-                t->settled = true;
-                break;
-            }
-            if (n >= min_s && mt_now_ms() > t_end) break;
+        double mean = sum / n, var = sum2 / n - mean * mean;
+        double sd = var > 0 ? sqrt(var * n / (n > 1 ? n - 1 : 1)) : 0;
+        if (n >= min_s && wrk_precise(m, mean, sd, n)) break;
+        if (wrk_settled(m, bi, mean, sd, n)) {
+            t->settled = true;
+            break;
         }
+        if (n >= min_s && mt_now_ms() > t_end) break;
     }
     t->n = n;
     t->sum = sum;

@@ -415,7 +415,7 @@ static double sample_one(double lat_us, double scale, uint64_t stream, const wrk
         sumsq += x * x;
         spent_us += x;
         timed += x;
-        if ((n < min_n && n < WRK_SETTLE_SAMPLES) || n < 2) continue;
+        if (n < 2) continue;
         double mean = sum / n, var = (sumsq - n * mean * mean) / (n - 1);
         if (var < 0) var = 0;
         if (n >= min_n && wrk_precise(m, mean, sqrt(var), n)) break;

@@ -142,13 +142,15 @@ def can_settle(m, best_us):
 
 
 def settled(m, best_us, st):
-    """Racing's second check (worker/backend.h, wrk_settled): a config with its samples whose
-    mean lies above best_us by more than the settle margin plus SETTLE_Z standard errors can be
-    neither the pick nor a near-tie; the RSD rule's precision would be spent on it for nothing."""
-    if not (can_settle(m, best_us) and st["samples"] >= 2):
+    """Racing's second check (worker/backend.h, wrk_settled): a config with SETTLE_SAMPLES samples
+    (or min_samples, the fewer) whose mean lies above best_us by more than the settle margin plus
+    SETTLE_Z standard errors (before min_samples, SETTLE_EARLY more) can be neither the pick nor a
+    near-tie; the RSD rule's precision would be spent on it for nothing."""
+    n = st["samples"]
+    if not (can_settle(m, best_us) and n >= 2) or (n < SETTLE_SAMPLES and n < m["min_samples"]):
         return False
     se = st["stddev_us"] / math.sqrt(st["samples"])
-    margin = m["settle_margin"] + (SETTLE_EARLY if st["samples"] < m["min_samples"] else 0.0)
+    margin = m["settle_margin"] + (SETTLE_EARLY if n < m["min_samples"] else 0.0)
     return st["mean_us"] - SETTLE_Z * se > best_us * (1.0 + margin)
 
 
@@ -430,16 +432,14 @@ class Measurer:
             samples = []
             while True:
                 n = len(samples)
-                if n >= min_n:
+                if n:
                     st = stats(samples)
-                    if precise(m, st, of_mean):
+                    if n >= min_n and precise(m, st, of_mean):
                         break
                     if settled(m, best_us, st):
                         return st, "settled"
-                    if time.monotonic() > t_end:
+                    if n >= min_n and time.monotonic() > t_end:
                         break
-                elif n >= SETTLE_SAMPLES and settled(m, best_us, stats(samples)):
-                    return stats(samples), "settled"
                 if n >= max_n:
                     break
                 samples += self._next_samples(g, n, min(min_n, max_n), can_settle(m, best_us))
