@@ -278,6 +278,8 @@ class Racing(unittest.TestCase):
             pass
 
     class Graph:
+        layers = measure.LAYERS_PER_GRAPH  # the scripts time 10-layer replays
+
         def __init__(self):
             self.replays = 0
 
@@ -399,6 +401,8 @@ class QueuedSamples(unittest.TestCase):
                 log.append("flush %d" % v)
 
         class Graph:
+            layers = measure.LAYERS_PER_GRAPH
+
             def replay(self):
                 log.append("replay")
         m.flush = Flush()
@@ -560,6 +564,8 @@ class VerifyAfterRace(unittest.TestCase):
                 log.append("down")
 
         class Graph:
+            layers = measure.LAYERS_PER_GRAPH  # the scripts time 10-layer replays, whatever was asked
+
             def __init__(self, what):
                 self.what = what
 

@@ -51,11 +51,6 @@ def layers_for(best_us):
     return max(1, min(LAYERS_PER_GRAPH, math.ceil(SAMPLE_US / best_us)))
 
 
-def layers_of(g):
-    """The layers a graph made by Measurer.graph replays (LAYERS_PER_GRAPH for one made elsewhere)."""
-    return getattr(g, "layers", LAYERS_PER_GRAPH)
-
-
 def seed_for(shape, m, seed):
     key = "%d,%d,%d,%d,%s,%d,%d" % (shape["e"], shape["n"], shape["k"], shape["topk"], shape["dtype"], m, seed)
     return int(hashlib.sha256(key.encode()).hexdigest()[:15], 16)
@@ -298,7 +293,8 @@ class Measurer:
 
     # -- timing
     def graph(self, fn, layers=LAYERS_PER_GRAPH):
-        """A CUDA graph of layers calls of fn; its layers attribute says how many (layers_of)."""
+        """A CUDA graph of layers calls of fn; its layers attribute says how many (a sample is a
+        replay's time over it)."""
         torch = self.torch
         g = torch.cuda.CUDAGraph()
         with torch.cuda.stream(self.stream):
@@ -323,7 +319,7 @@ class Measurer:
         self.flush.fill_(i)
         us = self._gpu_us(g.replay)
         self._book_timed(us)
-        return us / layers_of(g)
+        return us / g.layers
 
     def _book_timed(self, us):
         """Books us microseconds of timed GPU work: to the GPU-busy numerator (timed_s) and to the
@@ -354,7 +350,7 @@ class Measurer:
         for a, b in pairs:
             us = a.elapsed_time(b) * 1000.0
             self._book_timed(us)
-            out.append(us / layers_of(g))
+            out.append(us / g.layers)
         return out
 
     def _next_samples(self, g, n, min_n, settling):
@@ -531,14 +527,11 @@ class Measurer:
                 # not when its samples' spread is under it, which where the clock moves under
                 # the power cap (3-4 % at 4096 tokens on an H200) never happens before the budget.
                 ms = dict(m, warmup=1, min_samples=min(3, m["min_samples"]))
-                gu = self.graph(lambda: self.kernel.up(L, cfg), layers)
-                res["up_us"] = self.time_graph(gu, ms, m["budget_ms"] / 2000.0, of_mean=True,
+                for key, half in (("up_us", self.kernel.up), ("down_us", self.kernel.down)):
+                    gh = self.graph(lambda: half(L, cfg), layers)
+                    res[key] = self.time_graph(gh, ms, m["budget_ms"] / 2000.0, of_mean=True,
                                                phase="split")[0]["median_us"]
-                del gu
-                gd = self.graph(lambda: self.kernel.down(L, cfg), layers)
-                res["down_us"] = self.time_graph(gd, ms, m["budget_ms"] / 2000.0, of_mean=True,
-                                                 phase="split")[0]["median_us"]
-                del gd
+                    del gh
                 self.counts["split"] += 1
             except Exception as e:
                 return self._failed(e)
