@@ -12,6 +12,7 @@
     python3 bench/triton/compare.py --file F.json --down F_down.json [--whole V.json] --baseline picks.json [--shape E,N,K,topk]
 """
 import argparse
+import functools
 import json
 
 from stack import open_bf16
@@ -38,7 +39,7 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     torch, kernel, meas, shape = open_bf16(a.shape)
-    e, topk = shape["e"], shape["topk"]
+    e = shape["e"]
     up_file = json.load(open(a.file))
     tuned = json.load(open(a.whole)) if a.whole else up_file
     down = json.load(open(a.down)) if a.down else {}
@@ -61,12 +62,7 @@ def main():
             kernel.layer(L, cfg)
             # the engine runs GEMM1 with the file's config and GEMM2 with the _down file's, both
             # on one align (BLOCK_SIZE_M agrees)
-            def split_layer():
-                kernel.align(L, cfg).run()
-                kernel.up(L, cfg)
-                kernel.act(L)
-                kernel.down(L, dcfg)
-                torch.sum(L.c3.view(m, topk, -1), dim=1, out=L.out)
+            split_layer = functools.partial(kernel.layer, L, cfg, dcfg)
             split_layer()
             torch.cuda.synchronize()
             r["split_err"] = meas.check(L)

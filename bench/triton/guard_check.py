@@ -26,6 +26,7 @@ the shipped entry loses nowhere, 1 when it loses somewhere (or fails to run), 2 
 or Triton; --json prints that list as one JSON object a line.
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -261,24 +262,13 @@ def print_plan(points, as_json):
 
 # ---- measuring (torch and Triton from here on)
 
-def layer_fn(torch, kernel, L, up, down):
-    """One layer as the engine runs it: align with the up config's BLOCK_SIZE_M, the first GEMM with
-    up, the activation, the second GEMM with down (the same config without a _down file), the sum."""
-    def run():
-        kernel.start_layer(L, up)
-        kernel.up(L, up)
-        kernel.act(L)
-        kernel.down(L, down)
-        torch.sum(L.c3.view(L.m, L.topk, -1), dim=1, out=L.out)
-    return run
-
-
 def measure_pair(torch, kernel, meas, shape, m, up, down):
     """One (up, down) pair at batch size m: compare.py's stats, or {"error": why}."""
     from helper import reference
     from helper.protocol import one_line
     L = meas.inputs(shape, m, MEASURE["seed"])
-    run = layer_fn(torch, kernel, L, up, down)
+    # one layer as the engine runs it: the align and the first GEMM with up, the second with down
+    run = functools.partial(kernel.layer, L, up, down)
     try:
         run()  # the first launch compiles (a hit in the tune's Triton cache where it shares it)
         torch.cuda.synchronize()

@@ -257,6 +257,46 @@ class Phases(unittest.TestCase):
         self.assertAlmostEqual(sum(v for k, v in got.items() if k != "wall"), got["wall"])
 
 
+class LayerPair(unittest.TestCase):
+    """Kernel.layer: one layer with one config, or with SGLang's pair (the second GEMM's config from
+    the _down entry, on the align and first GEMM of the first)."""
+
+    def run_layer(self, *cfgs):
+        log = []
+
+        class Sum:
+            @staticmethod
+            def sum(x, dim, out):
+                log.append("sum")
+
+        class C3:
+            def view(self, *shape):
+                return self
+
+        class K(kernels.Kernel):
+            torch = Sum()
+
+            def start_layer(self, L, cfg):
+                log.append(("align", cfg))
+
+            def up(self, L, cfg):
+                log.append(("up", cfg))
+
+            def act(self, L):
+                log.append("act")
+
+            def down(self, L, cfg):
+                log.append(("down", cfg))
+        K().layer(kernels.Layer(m=1, topk=1, c3=C3()), *cfgs)
+        return log
+
+    def test_one_config_runs_both_gemms(self):
+        self.assertEqual(self.run_layer("a"), [("align", "a"), ("up", "a"), "act", ("down", "a"), "sum"])
+
+    def test_a_pair_runs_the_second_gemm_with_its_down_config(self):
+        self.assertEqual(self.run_layer("a", "d"), [("align", "a"), ("up", "a"), "act", ("down", "d"), "sum"])
+
+
 class Racing(unittest.TestCase):
     """Measurer.time_graph against scripted event timings (no GPU needed)."""
 

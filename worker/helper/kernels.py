@@ -43,11 +43,13 @@ class Kernel:
     """What both kernels share: one layer is the align step, the up GEMM, the activation, the
     down GEMM and the top-k sum, each kernel with its own align() (start_layer), up, act and down."""
 
-    def layer(self, L, cfg):
+    def layer(self, L, cfg, down=None):
+        """One layer with cfg; down, where given, runs the second GEMM (SGLang's _down entry, on
+        the one align cfg's BLOCK_SIZE_M made)."""
         self.start_layer(L, cfg)
         self.up(L, cfg)
         self.act(L)
-        self.down(L, cfg)
+        self.down(L, down or cfg)
         self.torch.sum(L.c3.view(L.m, L.topk, -1), dim=1, out=L.out)
 
 
