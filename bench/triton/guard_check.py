@@ -293,15 +293,11 @@ def combine(rounds):
     bad = [r for r in rounds if "error" in r]
     if bad:
         return {"error": bad[0]["error"]}
+    from helper.measure import stats
     meds = sorted(r["median_us"] for r in rounds)
-    n = len(meds)
-    med = meds[n // 2] if n % 2 else 0.5 * (meds[n // 2 - 1] + meds[n // 2])
-    if n > 1:
-        mean = sum(meds) / n
-        sd = math.sqrt(sum((x - mean) ** 2 for x in meds) / (n - 1))
-    else:
-        sd = rounds[0]["stddev_us"]
-    return {"median_us": med, "sd_us": sd, "rounds": meds}
+    st = stats(meds)
+    sd = st["stddev_us"] if len(meds) > 1 else rounds[0]["stddev_us"]
+    return {"median_us": st["median_us"], "sd_us": sd, "rounds": meds}
 
 
 def loses(s, o, threshold):
