@@ -453,7 +453,8 @@ mt_status_t cli_guard_engine_folder(cli_guard_t *g, Moetune__SweepSpec *spec, co
         rc = cli_guard_bundled_find(e->dir, e->engine, e->triton, e->device, &shapes[i], file, sizeof file, why,
                                     sizeof why);
         if (rc == MT_NOTFOUND)
-            mt_fmt(why, sizeof why, "%s ships no file for %s and this shape", e->who, e->device ? e->device : "this GPU");
+            mt_fmt(why, sizeof why, "%s ships no file for %s and this shape", e->who,
+                   e->device ? e->device : "this GPU");
         if (rc == MT_OK) rc = add_file(g, "", file, (uint32_t)i, exp_engine_name(e->engine), false, why, sizeof why);
         if (rc == MT_OK)
             say_file(say, sh, file, e);
@@ -748,6 +749,22 @@ const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best) {
     return choose(g, d, best);
 }
 
+mt_status_t shipguard_ship_each(shipguard_t *g, const void *rows, size_t n, size_t stride,
+                                void (*done)(void *ctx, size_t k, const dbq_result_t *ship), void *ctx) {
+    unsigned char *depth = mt_calloc(n + 1, sizeof *depth);
+    if (!depth) return MT_NOMEM;
+    for (size_t k = 0; k < n; k++)
+        depth[k] = (unsigned char)shipguard_depth(g, (const dbq_result_t *)((const char *)rows + k * stride));
+    for (unsigned char at = 0; at < SHIPGUARD_DEPTHS; at++)
+        for (size_t k = 0; k < n; k++) {
+            if (depth[k] != at) continue;
+            const dbq_result_t *r = (const dbq_result_t *)((const char *)rows + k * stride);
+            done(ctx, k, shipguard_ship(g, r));
+        }
+    free(depth);
+    return MT_OK;
+}
+
 const char *shipguard_role(const shipguard_t *g, const dbq_result_t *r) {
     for (size_t i = 0; g && i < g->n; i++) {
         const dbq_result_t *x = &g->rows[i].row;
@@ -930,7 +947,8 @@ void shipguard_line(const json_t *guard, char *line, size_t len) {
     if (kept_inc && used < len)
         used += (size_t)snprintf(line + used, len - used, "%sthe incumbent kept at %zu batch size%s", used ? "; " : "",
                                  kept_inc, kept_inc == 1 ? "" : "s");
-    if (used < len) snprintf(line + used, len - used, "%s%zu key%s added", used ? "; " : "", added, added == 1 ? "" : "s");
+    if (used < len)
+        snprintf(line + used, len - used, "%s%zu key%s added", used ? "; " : "", added, added == 1 ? "" : "s");
 }
 
 /* The written file's keys (ascending) and each one's config id, from a manifest's entries. */
@@ -1062,6 +1080,8 @@ typedef struct {
     const dbq_hist_filter_t *only;
     dbq_result_t *best; /* per cell, its first candidate row (rows come fastest first) */
     size_t n, cap;
+    shipguard_counts_t *c;
+    size_t n_dec; /* g's decisions before the cell being counted */
 } count_t;
 
 static bool row_matches(const dbq_hist_filter_t *f, const dbq_result_t *r) {
@@ -1086,21 +1106,17 @@ static mt_status_t count_row(void *ctx, const dbq_result_t *r) {
     return MT_OK;
 }
 
-/* Export's rule over x's cells, the keys first, counted into c for the cells of x->only (all
- * are decided: a key outside the filter still decides what runs between the keys). */
-static void count_cells(count_t *x, shipguard_counts_t *c) {
-    for (size_t depth = 0; depth < SHIPGUARD_DEPTHS; depth++)
-        for (size_t i = 0; i < x->n; i++) {
-            const dbq_result_t *r = &x->best[i];
-            size_t before = x->g->n_dec;
-            if (shipguard_depth(x->g, r) != depth) continue;
-            const dbq_result_t *ship = shipguard_ship(x->g, r);
-            if (!ship || x->g->n_dec == before || !row_matches(x->only, r)) continue; /* no key, or no guard row */
-            const decision_t *d = &x->g->dec[x->g->n_dec - 1];
-            c->keys_added += d->near != SIZE_MAX;
-            c->default_shipped += strcmp(d->shipped, "default") == 0;
-            c->incumbent_shipped += strcmp(d->shipped, "incumbent") == 0;
-        }
+/* One cell's decision counted into x->c for the cells of x->only (all are decided: a key outside
+ * the filter still decides what runs between the keys). */
+static void count_cell(void *ctx, size_t k, const dbq_result_t *ship) {
+    count_t *x = ctx;
+    bool fresh = x->g->n_dec > x->n_dec; /* shipguard_ship decided it: a guard row is there */
+    x->n_dec = x->g->n_dec;
+    if (!ship || !fresh || !row_matches(x->only, &x->best[k])) return; /* no key, or no guard row */
+    const decision_t *d = &x->g->dec[x->g->n_dec - 1];
+    x->c->keys_added += d->near != SIZE_MAX;
+    x->c->default_shipped += strcmp(d->shipped, "default") == 0;
+    x->c->incumbent_shipped += strcmp(d->shipped, "incumbent") == 0;
 }
 
 /* Whether g holds a row for engine (one of every engine's counts). */
@@ -1119,18 +1135,18 @@ static void keep_engine(shipguard_t *g, const char *engine) {
     g->engine = engine;
 }
 
-mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c,
-                            char *err, size_t errlen) {
+mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c, char *err,
+                            size_t errlen) {
     dbq_select_t sel = {&sweep, 1, false};
     shipguard_t *g = NULL;
     memset(c, 0, sizeof *c);
     int rc = load(q, &sel, NULL, &g, err, errlen);
     if (rc == MT_OK) keep_engine(g, has_engine(g, "sglang") ? "sglang" : "vllm");
     if (rc == MT_OK && g->n) {
-        count_t x = {.g = g, .only = only};
+        count_t x = {.g = g, .only = only, .c = c, .n_dec = g->n_dec};
         c->guarded = true;
         rc = dbq_export_rows(q, &sel, false, count_row, &x, err, errlen);
-        if (rc == MT_OK) count_cells(&x, c);
+        if (rc == MT_OK) rc = shipguard_ship_each(g, x.best, x.n, sizeof *x.best, count_cell, &x);
         free(x.best);
     }
     shipguard_free(&g);
