@@ -360,15 +360,11 @@ mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const kr
     return rc ? rc : publish(g, spec);
 }
 
-/* The Triton version of the SGLang folder file lies in ("3.4.0" of .../triton_3_4_0/name). */
+/* The Triton version of the SGLang folder file lies in ("3.4.0" of .../triton_3_4_0/name; "": none). */
 static void folder_version(const char *file, char *ver, size_t len) {
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", file);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    const char *base = strrchr(dir, '/');
-    base = base ? base + 1 : dir;
-    mt_fmt(ver, len, "%s", strncmp(base, "triton_", 7) == 0 ? base + 7 : base);
+    char dir[256];
+    mt_triton_dir(file, dir, sizeof dir);
+    mt_fmt(ver, len, "%s", dir[0] ? dir + 7 : "");
     for (char *p = ver; *p; p++)
         if (*p == '_') *p = '.';
 }
@@ -854,18 +850,15 @@ static void tally_side(shipguard_t *g, tally_t *t, const char *role, const decis
 /* The incumbent as a person names it, from a guard row's source ("…/triton_3_5_1/E=..json, key 64"):
  * by its Triton folder ("triton_3_5_1's file"), else by its file name. */
 static void incumbent_name(const char *source, char *name, size_t len) {
-    char src[256];
+    char src[256], dir[256];
     snprintf(src, sizeof src, "%s", source);
     char *key = strstr(src, ", key ");
     if (key) *key = '\0';
-    char *slash = strrchr(src, '/');
-    if (slash) *slash = '\0';
-    const char *dir = strrchr(src, '/');
-    dir = dir ? dir + 1 : src;
-    if (slash && strncmp(dir, "triton_", 7) == 0)
+    const char *base = strrchr(src, '/');
+    if (mt_triton_dir(src, dir, sizeof dir))
         mt_fmt(name, len, "%s's file", dir);
     else
-        mt_fmt(name, len, "%s", slash ? slash + 1 : src);
+        mt_fmt(name, len, "%s", base ? base + 1 : src);
 }
 
 void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e) {

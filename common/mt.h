@@ -93,6 +93,10 @@ mt_status_t mt_read_regular(const char *path, size_t max, char **out, size_t *le
  * or is missing and missing_ok; else mt_open_regular's answer. */
 mt_status_t mt_check_regular(const char *path, bool missing_ok, char *err, size_t errlen);
 
+/* The folder right above path's last part when it is one of SGLang's per-Triton config folders
+ * ("triton_3_4_0" of ".../triton_3_4_0/E=...json") into dir; false, dir "", for any other. */
+bool mt_triton_dir(const char *path, char *dir, size_t len);
+
 /* The triton backend's helper script: $MOETUNE_HELPER when set (it must be readable), else
  * moetune_helper.py beside the running binary, else the source tree's worker/ copy. Writes the
  * path into buf; MT_NOTFOUND with a one-line reason in err. Used by the worker and by doctor. */
