@@ -1071,7 +1071,7 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
 typedef struct {
     shipguard_t *g;
     const dbq_hist_filter_t *only;
-    dbq_result_t *best; /* per cell, its first candidate row (rows come fastest first) */
+    dbq_result_t *best; /* per cell, its pick (exp_pairs) */
     size_t n, cap;
     shipguard_counts_t *c;
     size_t n_dec; /* g's decisions before the cell being counted */
@@ -1086,16 +1086,13 @@ static bool row_matches(const dbq_hist_filter_t *f, const dbq_result_t *r) {
                   (!f->backend[0] || strcmp(f->backend, r->backend) == 0));
 }
 
-static mt_status_t count_row(void *ctx, const dbq_result_t *r) {
+/* Keeps each cell's pick as exp_pairs finds it (the guard's own configs left out as export does). */
+static mt_status_t count_row(void *ctx, const dbq_result_t *best, const dbq_result_t *runner_up) {
     count_t *x = ctx;
-    if (!shipguard_candidate(x->g, r)) return MT_OK;
-    const dbq_result_t *last = x->n ? &x->best[x->n - 1] : NULL;
-    if (last && last->sweep_id == r->sweep_id && last->shape_id == r->shape_id && last->batch_size == r->batch_size &&
-        strcmp(last->export_dir, r->export_dir) == 0 && strcmp(last->device_name, r->device_name) == 0)
-        return MT_OK;
+    (void)runner_up;
     if (mt_grow((void **)&x->best, &x->cap, x->n + 1, sizeof *x->best, 64) != MT_OK) return MT_NOMEM;
-    x->best[x->n] = *r;
-    x->best[x->n++].versions = ""; /* points into the statement */
+    x->best[x->n] = *best;
+    x->best[x->n++].versions = ""; /* the walk's copy, valid during the call only */
     return MT_OK;
 }
 
@@ -1138,7 +1135,7 @@ mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *o
     if (rc == MT_OK && g->n) {
         count_t x = {.g = g, .only = only, .c = c, .n_dec = g->n_dec};
         c->guarded = true;
-        rc = dbq_export_rows(q, &sel, false, count_row, &x, err, errlen);
+        rc = exp_pairs(q, &sel, g, count_row, &x, err, errlen);
         if (rc == MT_OK) rc = shipguard_ship_each(g, x.best, x.n, sizeof *x.best, count_cell, &x);
         free(x.best);
     }
