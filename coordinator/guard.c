@@ -548,10 +548,10 @@ static const side_t *best_at(const seen_t *s, uint32_t m) {
     return best;
 }
 
-/* Whether other is not beaten by best beyond the noise (export's rule). */
+/* Whether other is not beaten by best beyond the noise (export's rule, exp_margin_sd under MT_NEAR_TIE_SD). */
 static bool within_noise(const side_t *best, const side_t *other) {
     double sd = sqrt(best->sd * best->sd + other->sd * other->sd);
-    return other->us <= best->us || (sd > 0 && (other->us - best->us) / sd < 1.0);
+    return other->us <= best->us || (sd > 0 && (other->us - best->us) / sd < MT_NEAR_TIE_SD);
 }
 
 /* The config export ships at m as a key: the incumbent's where it holds, else the default's, else
