@@ -505,7 +505,8 @@ typedef struct {
     json_t *kept;
 } tally_t;
 
-/* A config measured only because of the guard (a guard row with searched = 0, any engine's). */
+/* A config measured only because of the guard (a guard row with searched = 0, any engine's);
+ * sorted once loaded (cmp_only). */
 typedef struct {
     uint64_t sweep_id, shape_id, config_id;
 } only_t;
@@ -560,6 +561,13 @@ static void file_reset(shipguard_t *g) {
     g->inc_name[0] = '\0';
 }
 
+static int cmp_only(const void *a, const void *b) {
+    const only_t *x = a, *y = b;
+    if (x->sweep_id != y->sweep_id) return x->sweep_id < y->sweep_id ? -1 : 1;
+    if (x->shape_id != y->shape_id) return x->shape_id < y->shape_id ? -1 : 1;
+    return (x->config_id > y->config_id) - (x->config_id < y->config_id);
+}
+
 /* The guard rows of sel for engine ("sglang", "vllm"; NULL: every engine's) into a new *out. */
 static int load(dbq_t *q, const dbq_select_t *sel, const char *engine, shipguard_t **out, char *err, size_t errlen) {
     shipguard_t *g = mt_calloc(1, sizeof *g);
@@ -572,6 +580,7 @@ static int load(dbq_t *q, const dbq_select_t *sel, const char *engine, shipguard
         shipguard_free(&g);
         return rc;
     }
+    if (g->n_only) qsort(g->only, g->n_only, sizeof *g->only, cmp_only); /* shipguard_candidate's bsearch */
     *out = g;
     return MT_OK;
 }
@@ -631,11 +640,8 @@ static uint32_t key_of(const dbq_guard_t *r) {
 }
 
 bool shipguard_candidate(const shipguard_t *g, const dbq_result_t *r) {
-    bool only = false;
-    for (size_t i = 0; g && i < g->n_only && !only; i++)
-        only = g->only[i].sweep_id == r->sweep_id && g->only[i].shape_id == r->shape_id &&
-               g->only[i].config_id == r->config_id;
-    if (!only) return true;
+    only_t key = {r->sweep_id, r->shape_id, r->config_id};
+    if (!g || !g->n_only || !bsearch(&key, g->only, g->n_only, sizeof *g->only, cmp_only)) return true;
     for (size_t i = 0; i < g->n; i++) { /* the guard's own config of this batch size competes as such */
         const dbq_guard_t *x = &g->rows[i];
         if (x->row.sweep_id == r->sweep_id && x->row.shape_id == r->shape_id && x->row.config_id == r->config_id &&
