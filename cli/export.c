@@ -152,30 +152,36 @@ typedef struct {
     char rel[512];
 } plain_t;
 
+typedef struct {
+    rowvec_t *v;
+    bool *drop;
+} guarded_t;
+
+/* One row's guard decision: the row shipped (the search's best kept as runner-up), or dropped
+ * (between two keys, where the engine's entry holds: no key). */
+static void guard_row(void *ctx, size_t k, const dbq_result_t *ship) {
+    guarded_t *y = ctx;
+    y->drop[k] = !ship;
+    if (ship && ship != &y->v->rows[k]) {
+        y->v->ru[k] = y->v->rows[k];
+        y->v->rows[k] = *ship;
+    }
+}
+
 /* The ship guard over v: never slower than the default or the incumbent; the keys are decided
  * first, since between two keys the file's own entry at the nearest key is what the engine runs. */
 static int guard_rows(run_t *x, rowvec_t *v) {
-    bool *drop = mt_calloc(v->n + 1, sizeof *drop);
-    if (!drop) return MT_NOMEM;
-    for (size_t depth = 0; depth < SHIPGUARD_DEPTHS; depth++)
-        for (size_t k = 0; k < v->n; k++) {
-            if (shipguard_depth(x->guard, &v->rows[k]) != depth) continue;
-            const dbq_result_t *ship = shipguard_ship(x->guard, &v->rows[k]);
-            drop[k] = !ship; /* between two keys, where the engine's entry holds: no key */
-            if (ship && ship != &v->rows[k]) {
-                v->ru[k] = v->rows[k];
-                v->rows[k] = *ship;
-            }
-        }
+    guarded_t y = {v, mt_calloc(v->n + 1, sizeof *y.drop)};
+    int rc = y.drop ? shipguard_ship_each(x->guard, v->rows, v->n, sizeof *v->rows, guard_row, &y) : MT_NOMEM;
     size_t kept = 0;
-    for (size_t k = 0; k < v->n; k++) {
-        if (drop[k]) continue;
+    for (size_t k = 0; !rc && k < v->n; k++) {
+        if (y.drop[k]) continue;
         v->rows[kept] = v->rows[k];
         v->ru[kept++] = v->ru[k];
     }
-    v->n = kept;
-    free(drop);
-    return MT_OK;
+    if (!rc) v->n = kept;
+    free(y.drop);
+    return rc;
 }
 
 static int plain_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t errlen) {

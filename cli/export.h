@@ -154,7 +154,7 @@ const char *exp_state_name(exp_state_t state);
  * second run may pick the other. The manifest records, per entry, the runner-up, the
  * margin ("margin_sd", null when neither row has a deviation and the medians differ)
  * and "near_tie"; each record lists its near-tie batch sizes ("near_ties"). */
-#define EXP_NEAR_TIE_SD 1.0
+#define EXP_NEAR_TIE_SD MT_NEAR_TIE_SD
 /* The margin of best over runner_up as above: 0 for equal medians, INFINITY when the
  * medians differ and neither row has a deviation. */
 double exp_margin_sd(double best_us, double best_sd, double ru_us, double ru_sd);

@@ -332,30 +332,32 @@ static int engine_names_check(const exp_opts_t *o, const eng_t *g, const group_t
     return rc;
 }
 
-/* The ship guard over g's cells: each ships the guard's pick (the search's best kept as
- * second) where that is never slower than the engine's default or the incumbent; a cell
- * between two keys, where the engine's entry holds, is dropped. */
-static void guard_cells(const run_t *x, eng_t *g) {
-    for (size_t depth = 0; depth < SHIPGUARD_DEPTHS; depth++) /* the keys first: between them their entries run */
-        for (size_t k = 0; k < g->n; k++) {
-            cell_t *c = &g->cells[k];
-            if (shipguard_depth(x->guard, &c->best) != depth) continue;
-            const dbq_result_t *ship = shipguard_ship(x->guard, &c->best);
-            c->dropped = !ship; /* between two keys, where the engine's entry holds: no key */
-            if (ship && ship != &c->best) {
-                keep_row(&c->second, &c->best, c->versions);
-                c->has_second = true;
-                keep_row(&c->best, ship, c->versions);
-            }
-        }
+/* One cell's guard decision: it ships the guard's pick (the search's best kept as second), or is
+ * dropped (between two keys, where the engine's entry holds: no key). */
+static void guard_cell(void *ctx, size_t k, const dbq_result_t *ship) {
+    cell_t *c = &((eng_t *)ctx)->cells[k];
+    c->dropped = !ship;
+    if (ship && ship != &c->best) {
+        keep_row(&c->second, &c->best, c->versions);
+        c->has_second = true;
+        keep_row(&c->best, ship, c->versions);
+    }
+}
+
+/* The ship guard over g's cells: each ships the guard's pick where that is never slower than the
+ * engine's default or the incumbent; the keys first, since between them their entries run. */
+static int guard_cells(const run_t *x, eng_t *g) {
+    if (!g->n) return MT_OK;
+    int rc = shipguard_ship_each(x->guard, &g->cells[0].best, g->n, sizeof *g->cells, guard_cell, g);
     size_t kept = 0;
-    for (size_t k = 0; k < g->n; k++) {
+    for (size_t k = 0; !rc && k < g->n; k++) {
         if (g->cells[k].dropped)
             free(g->cells[k].versions);
         else
             g->cells[kept++] = g->cells[k];
     }
-    g->n = kept;
+    if (!rc) g->n = kept;
+    return rc;
 }
 
 /* The refusal of two groups, other's and c's, that would write one file gr->rel: two
@@ -402,7 +404,9 @@ int exp_engine_run(run_t *x, dbq_t **q, exp_report_t *rep, char *err, size_t err
     else if (rc == MT_INVAL && g.bad[0])
         mt_fmt(err, errlen, "%s", g.bad);
     if (rc != MT_OK) goto out;
-    guard_cells(x, &g);
+    rc = guard_cells(x, &g);
+    if (rc == MT_NOMEM) mt_fmt(err, errlen, "out of memory");
+    if (rc != MT_OK) goto out;
     dbq_close(q);
     if (g.other_backend[0]) {
         bool sim = strcmp(g.other_backend, "sim") == 0;

@@ -360,15 +360,11 @@ mt_status_t cli_guard_resolve(cli_guard_t *g, Moetune__SweepSpec *spec, const kr
     return rc ? rc : publish(g, spec);
 }
 
-/* The Triton version of the SGLang folder file lies in ("3.4.0" of .../triton_3_4_0/name). */
+/* The Triton version of the SGLang folder file lies in ("3.4.0" of .../triton_3_4_0/name; "": none). */
 static void folder_version(const char *file, char *ver, size_t len) {
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", file);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    const char *base = strrchr(dir, '/');
-    base = base ? base + 1 : dir;
-    mt_fmt(ver, len, "%s", strncmp(base, "triton_", 7) == 0 ? base + 7 : base);
+    char dir[256];
+    mt_triton_dir(file, dir, sizeof dir);
+    mt_fmt(ver, len, "%s", dir[0] ? dir + 7 : "");
     for (char *p = ver; *p; p++)
         if (*p == '_') *p = '.';
 }
@@ -453,7 +449,8 @@ mt_status_t cli_guard_engine_folder(cli_guard_t *g, Moetune__SweepSpec *spec, co
         rc = cli_guard_bundled_find(e->dir, e->engine, e->triton, e->device, &shapes[i], file, sizeof file, why,
                                     sizeof why);
         if (rc == MT_NOTFOUND)
-            mt_fmt(why, sizeof why, "%s ships no file for %s and this shape", e->who, e->device ? e->device : "this GPU");
+            mt_fmt(why, sizeof why, "%s ships no file for %s and this shape", e->who,
+                   e->device ? e->device : "this GPU");
         if (rc == MT_OK) rc = add_file(g, "", file, (uint32_t)i, exp_engine_name(e->engine), false, why, sizeof why);
         if (rc == MT_OK)
             say_file(say, sh, file, e);
@@ -508,7 +505,8 @@ typedef struct {
     json_t *kept;
 } tally_t;
 
-/* A config measured only because of the guard (a guard row with searched = 0, any engine's). */
+/* A config measured only because of the guard (a guard row with searched = 0, any engine's);
+ * sorted once loaded (cmp_only). */
 typedef struct {
     uint64_t sweep_id, shape_id, config_id;
 } only_t;
@@ -563,6 +561,13 @@ static void file_reset(shipguard_t *g) {
     g->inc_name[0] = '\0';
 }
 
+static int cmp_only(const void *a, const void *b) {
+    const only_t *x = a, *y = b;
+    if (x->sweep_id != y->sweep_id) return x->sweep_id < y->sweep_id ? -1 : 1;
+    if (x->shape_id != y->shape_id) return x->shape_id < y->shape_id ? -1 : 1;
+    return (x->config_id > y->config_id) - (x->config_id < y->config_id);
+}
+
 /* The guard rows of sel for engine ("sglang", "vllm"; NULL: every engine's) into a new *out. */
 static int load(dbq_t *q, const dbq_select_t *sel, const char *engine, shipguard_t **out, char *err, size_t errlen) {
     shipguard_t *g = mt_calloc(1, sizeof *g);
@@ -575,6 +580,7 @@ static int load(dbq_t *q, const dbq_select_t *sel, const char *engine, shipguard
         shipguard_free(&g);
         return rc;
     }
+    if (g->n_only) qsort(g->only, g->n_only, sizeof *g->only, cmp_only); /* shipguard_candidate's bsearch */
     *out = g;
     return MT_OK;
 }
@@ -634,11 +640,8 @@ static uint32_t key_of(const dbq_guard_t *r) {
 }
 
 bool shipguard_candidate(const shipguard_t *g, const dbq_result_t *r) {
-    bool only = false;
-    for (size_t i = 0; g && i < g->n_only && !only; i++)
-        only = g->only[i].sweep_id == r->sweep_id && g->only[i].shape_id == r->shape_id &&
-               g->only[i].config_id == r->config_id;
-    if (!only) return true;
+    only_t key = {r->sweep_id, r->shape_id, r->config_id};
+    if (!g || !g->n_only || !bsearch(&key, g->only, g->n_only, sizeof *g->only, cmp_only)) return true;
     for (size_t i = 0; i < g->n; i++) { /* the guard's own config of this batch size competes as such */
         const dbq_guard_t *x = &g->rows[i];
         if (x->row.sweep_id == r->sweep_id && x->row.shape_id == r->shape_id && x->row.config_id == r->config_id &&
@@ -748,6 +751,22 @@ const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best) {
     return choose(g, d, best);
 }
 
+mt_status_t shipguard_ship_each(shipguard_t *g, const void *rows, size_t n, size_t stride,
+                                void (*done)(void *ctx, size_t k, const dbq_result_t *ship), void *ctx) {
+    unsigned char *depth = mt_calloc(n + 1, sizeof *depth);
+    if (!depth) return MT_NOMEM;
+    for (size_t k = 0; k < n; k++)
+        depth[k] = (unsigned char)shipguard_depth(g, (const dbq_result_t *)((const char *)rows + k * stride));
+    for (unsigned char at = 0; at < SHIPGUARD_DEPTHS; at++)
+        for (size_t k = 0; k < n; k++) {
+            if (depth[k] != at) continue;
+            const dbq_result_t *r = (const dbq_result_t *)((const char *)rows + k * stride);
+            done(ctx, k, shipguard_ship(g, r));
+        }
+    free(depth);
+    return MT_OK;
+}
+
 const char *shipguard_role(const shipguard_t *g, const dbq_result_t *r) {
     for (size_t i = 0; g && i < g->n; i++) {
         const dbq_result_t *x = &g->rows[i].row;
@@ -837,18 +856,15 @@ static void tally_side(shipguard_t *g, tally_t *t, const char *role, const decis
 /* The incumbent as a person names it, from a guard row's source ("…/triton_3_5_1/E=..json, key 64"):
  * by its Triton folder ("triton_3_5_1's file"), else by its file name. */
 static void incumbent_name(const char *source, char *name, size_t len) {
-    char src[256];
+    char src[256], dir[256];
     snprintf(src, sizeof src, "%s", source);
     char *key = strstr(src, ", key ");
     if (key) *key = '\0';
-    char *slash = strrchr(src, '/');
-    if (slash) *slash = '\0';
-    const char *dir = strrchr(src, '/');
-    dir = dir ? dir + 1 : src;
-    if (slash && strncmp(dir, "triton_", 7) == 0)
+    const char *base = strrchr(src, '/');
+    if (mt_triton_dir(src, dir, sizeof dir))
         mt_fmt(name, len, "%s's file", dir);
     else
-        mt_fmt(name, len, "%s", slash ? slash + 1 : src);
+        mt_fmt(name, len, "%s", base ? base + 1 : src);
 }
 
 void shipguard_entry(shipguard_t *g, const dbq_result_t *shipped, json_t *e) {
@@ -930,7 +946,8 @@ void shipguard_line(const json_t *guard, char *line, size_t len) {
     if (kept_inc && used < len)
         used += (size_t)snprintf(line + used, len - used, "%sthe incumbent kept at %zu batch size%s", used ? "; " : "",
                                  kept_inc, kept_inc == 1 ? "" : "s");
-    if (used < len) snprintf(line + used, len - used, "%s%zu key%s added", used ? "; " : "", added, added == 1 ? "" : "s");
+    if (used < len)
+        snprintf(line + used, len - used, "%s%zu key%s added", used ? "; " : "", added, added == 1 ? "" : "s");
 }
 
 /* The written file's keys (ascending) and each one's config id, from a manifest's entries. */
@@ -1060,8 +1077,10 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
 typedef struct {
     shipguard_t *g;
     const dbq_hist_filter_t *only;
-    dbq_result_t *best; /* per cell, its first candidate row (rows come fastest first) */
+    dbq_result_t *best; /* per cell, its pick (exp_pairs) */
     size_t n, cap;
+    shipguard_counts_t *c;
+    size_t n_dec; /* g's decisions before the cell being counted */
 } count_t;
 
 static bool row_matches(const dbq_hist_filter_t *f, const dbq_result_t *r) {
@@ -1073,34 +1092,27 @@ static bool row_matches(const dbq_hist_filter_t *f, const dbq_result_t *r) {
                   (!f->backend[0] || strcmp(f->backend, r->backend) == 0));
 }
 
-static mt_status_t count_row(void *ctx, const dbq_result_t *r) {
+/* Keeps each cell's pick as exp_pairs finds it (the guard's own configs left out as export does). */
+static mt_status_t count_row(void *ctx, const dbq_result_t *best, const dbq_result_t *runner_up) {
     count_t *x = ctx;
-    if (!shipguard_candidate(x->g, r)) return MT_OK;
-    const dbq_result_t *last = x->n ? &x->best[x->n - 1] : NULL;
-    if (last && last->sweep_id == r->sweep_id && last->shape_id == r->shape_id && last->batch_size == r->batch_size &&
-        strcmp(last->export_dir, r->export_dir) == 0 && strcmp(last->device_name, r->device_name) == 0)
-        return MT_OK;
+    (void)runner_up;
     if (mt_grow((void **)&x->best, &x->cap, x->n + 1, sizeof *x->best, 64) != MT_OK) return MT_NOMEM;
-    x->best[x->n] = *r;
-    x->best[x->n++].versions = ""; /* points into the statement */
+    x->best[x->n] = *best;
+    x->best[x->n++].versions = ""; /* the walk's copy, valid during the call only */
     return MT_OK;
 }
 
-/* Export's rule over x's cells, the keys first, counted into c for the cells of x->only (all
- * are decided: a key outside the filter still decides what runs between the keys). */
-static void count_cells(count_t *x, shipguard_counts_t *c) {
-    for (size_t depth = 0; depth < SHIPGUARD_DEPTHS; depth++)
-        for (size_t i = 0; i < x->n; i++) {
-            const dbq_result_t *r = &x->best[i];
-            size_t before = x->g->n_dec;
-            if (shipguard_depth(x->g, r) != depth) continue;
-            const dbq_result_t *ship = shipguard_ship(x->g, r);
-            if (!ship || x->g->n_dec == before || !row_matches(x->only, r)) continue; /* no key, or no guard row */
-            const decision_t *d = &x->g->dec[x->g->n_dec - 1];
-            c->keys_added += d->near != SIZE_MAX;
-            c->default_shipped += strcmp(d->shipped, "default") == 0;
-            c->incumbent_shipped += strcmp(d->shipped, "incumbent") == 0;
-        }
+/* One cell's decision counted into x->c for the cells of x->only (all are decided: a key outside
+ * the filter still decides what runs between the keys). */
+static void count_cell(void *ctx, size_t k, const dbq_result_t *ship) {
+    count_t *x = ctx;
+    bool fresh = x->g->n_dec > x->n_dec; /* shipguard_ship decided it: a guard row is there */
+    x->n_dec = x->g->n_dec;
+    if (!ship || !fresh || !row_matches(x->only, &x->best[k])) return; /* no key, or no guard row */
+    const decision_t *d = &x->g->dec[x->g->n_dec - 1];
+    x->c->keys_added += d->near != SIZE_MAX;
+    x->c->default_shipped += strcmp(d->shipped, "default") == 0;
+    x->c->incumbent_shipped += strcmp(d->shipped, "incumbent") == 0;
 }
 
 /* Whether g holds a row for engine (one of every engine's counts). */
@@ -1119,18 +1131,18 @@ static void keep_engine(shipguard_t *g, const char *engine) {
     g->engine = engine;
 }
 
-mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c,
-                            char *err, size_t errlen) {
+mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c, char *err,
+                            size_t errlen) {
     dbq_select_t sel = {&sweep, 1, false};
     shipguard_t *g = NULL;
     memset(c, 0, sizeof *c);
     int rc = load(q, &sel, NULL, &g, err, errlen);
     if (rc == MT_OK) keep_engine(g, has_engine(g, "sglang") ? "sglang" : "vllm");
     if (rc == MT_OK && g->n) {
-        count_t x = {.g = g, .only = only};
+        count_t x = {.g = g, .only = only, .c = c, .n_dec = g->n_dec};
         c->guarded = true;
-        rc = dbq_export_rows(q, &sel, false, count_row, &x, err, errlen);
-        if (rc == MT_OK) count_cells(&x, c);
+        rc = exp_pairs(q, &sel, g, count_row, &x, err, errlen);
+        if (rc == MT_OK) rc = shipguard_ship_each(g, x.best, x.n, sizeof *x.best, count_cell, &x);
         free(x.best);
     }
     shipguard_free(&g);

@@ -118,6 +118,12 @@ bool shipguard_candidate(const shipguard_t *g, const dbq_result_t *r);
 size_t shipguard_depth(const shipguard_t *g, const dbq_result_t *r);
 const dbq_result_t *shipguard_ship(shipguard_t *g, const dbq_result_t *best);
 
+/* Decides each best row of n, the k-th at (const char *)rows + k * stride, by shipguard_ship in
+ * the order it must (shipguard_depth, each row's computed once: the keys first), and calls
+ * done(ctx, k, ship) with its answer. MT_OK, or MT_NOMEM with nothing decided. */
+mt_status_t shipguard_ship_each(shipguard_t *g, const void *rows, size_t n, size_t stride,
+                                void (*done)(void *ctx, size_t k, const dbq_result_t *ship), void *ctx);
+
 /* SGLang's up/down pair, whole layers. For a split file whose pair's up + down is pair_sum
  * at best's batch size: the guard row (the incumbent's first, then the default's) whose own
  * up + down, both timed on best's device, does not exceed it beyond that row's relative
@@ -157,8 +163,8 @@ typedef struct {
  * match only (NULL: all; zero and "" fields match anything), by one engine's guard rows:
  * SGLang's, else vLLM's. MT_OK (c->guarded false when the sweep has none), or the query's
  * error with its text in err. */
-mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c,
-                            char *err, size_t errlen);
+mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c, char *err,
+                            size_t errlen);
 
 /* "2 keys added, the default's config shipped at 1 batch size, the incumbent's at 0", or
  * "none (no default or incumbent measured)" for a sweep without the guard. */

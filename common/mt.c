@@ -281,6 +281,16 @@ out:
     return rc;
 }
 
+bool mt_triton_dir(const char *path, char *dir, size_t len) {
+    const char *end = strrchr(path, '/'), *start = end;
+    if (len) dir[0] = '\0';
+    if (!end) return false;
+    while (start > path && start[-1] != '/') start--;
+    if (end - start <= 7 || strncmp(start, "triton_", 7) != 0) return false;
+    snprintf(dir, len, "%.*s", (int)(end - start), start);
+    return true;
+}
+
 mt_status_t mt_check_regular(const char *path, bool missing_ok, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {

@@ -93,6 +93,15 @@ mt_status_t mt_read_regular(const char *path, size_t max, char **out, size_t *le
  * or is missing and missing_ok; else mt_open_regular's answer. */
 mt_status_t mt_check_regular(const char *path, bool missing_ok, char *err, size_t errlen);
 
+/* Two timings are a near tie, within the noise of each other, when the slower trails by less than
+ * this many of their combined deviations, sqrt(sd_a^2 + sd_b^2): export's pick and ship guard
+ * (cli/export.h) and the coordinator's prediction of it (coordinator/guard.c) share it. */
+#define MT_NEAR_TIE_SD 1.0
+
+/* The folder right above path's last part when it is one of SGLang's per-Triton config folders
+ * ("triton_3_4_0" of ".../triton_3_4_0/E=...json") into dir; false, dir "", for any other. */
+bool mt_triton_dir(const char *path, char *dir, size_t len);
+
 /* The triton backend's helper script: $MOETUNE_HELPER when set (it must be readable), else
  * moetune_helper.py beside the running binary, else the source tree's worker/ copy. Writes the
  * path into buf; MT_NOTFOUND with a one-line reason in err. Used by the worker and by doctor. */

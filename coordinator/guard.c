@@ -347,11 +347,59 @@ mt_status_t guard_write_listed(store_t *db, const Moetune__SweepSpec *spec, cons
 
 /* ---- the batch sizes between the keys */
 
+typedef struct {
+    uint64_t cfg;
+    uint32_t m;
+    double us, sd;
+} side_t;
+
+typedef struct {
+    uint64_t cfg;
+    uint32_t m;
+    char role[12];
+    bool searched;
+} grow_t;
+
+/* What a shape's side-by-side step and switch points measured, and its guard rows. */
+typedef struct {
+    side_t *side;
+    size_t n_side, cap_side;
+    grow_t *g;
+    size_t n_g, cap_g;
+} seen_t;
+
+static mt_status_t seen_side(void *ctx, uint64_t cfg, uint32_t m, double us, double sd) {
+    seen_t *s = ctx;
+    if (mt_grow((void **)&s->side, &s->cap_side, s->n_side + 1, sizeof *s->side, 64) != MT_OK) return MT_NOMEM;
+    s->side[s->n_side++] = (side_t){cfg, m, us, sd};
+    return MT_OK;
+}
+
+static mt_status_t seen_guard(void *ctx, uint32_t m, uint64_t cfg, const char *role, bool searched) {
+    seen_t *s = ctx;
+    if (mt_grow((void **)&s->g, &s->cap_g, s->n_g + 1, sizeof *s->g, 64) != MT_OK) return MT_NOMEM;
+    grow_t *r = &s->g[s->n_g++];
+    *r = (grow_t){.cfg = cfg, .m = m, .searched = searched};
+    mt_fmt(r->role, sizeof r->role, "%s", role);
+    return MT_OK;
+}
+
+/* Whether a guard row of role (NULL: any) holds cfg (0: any) at m (0: at any batch size); with
+ * any_searched false, only rows with searched = 0 count. */
+static bool seen_role(const seen_t *s, uint32_t m, uint64_t cfg, const char *role, bool any_searched) {
+    for (size_t i = 0; i < s->n_g; i++) {
+        const grow_t *r = &s->g[i];
+        if ((!m || r->m == m) && (!cfg || r->cfg == cfg) && (!role || strcmp(r->role, role) == 0) &&
+            (any_searched || !r->searched))
+            return true;
+    }
+    return false;
+}
+
 /* Per batch size of the sweep, its searched pick so far: the fastest ok row of the latest phase
  * there whose config is not one of the guard's outside the searched space. */
 typedef struct {
-    store_t *db;
-    uint64_t sweep_id, shape_id;
+    const seen_t *seen; /* the shape's guard rows */
     const uint32_t *bs;
     size_t nb;
     uint64_t *cfg;
@@ -363,10 +411,8 @@ typedef struct {
 static mt_status_t pick_row(void *ctx, uint64_t config_id, uint32_t batch_size, double median_us, uint64_t device_id,
                             double min_us) {
     picks_t *p = ctx;
-    bool only = false;
     (void)device_id, (void)min_us;
-    int rc = store_config_guard_only(p->db, p->sweep_id, p->shape_id, config_id, &only);
-    if (rc || only) return rc; /* measured only because of the guard: never the searched pick */
+    if (seen_role(p->seen, 0, config_id, NULL, false)) return MT_OK; /* measured only because of the guard */
     for (size_t i = 0; i < p->nb; i++) {
         if (p->bs[i] != batch_size || !(median_us > 0)) continue;
         if (p->phase == 1 && p->from2[i]) return MT_OK;
@@ -483,55 +529,6 @@ static bool may_switch(const gap_t *g, const picks_t *p, size_t b) {
 /* The rounds of switch points a shape gets: the first, and at most GUARD_GAP_ROUNDS - 1 more. */
 #define GUARD_GAP_ROUNDS 3
 
-typedef struct {
-    uint64_t cfg;
-    uint32_t m;
-    double us, sd;
-} side_t;
-
-typedef struct {
-    uint64_t cfg;
-    uint32_t m;
-    char role[12];
-    bool searched;
-} grow_t;
-
-/* What a shape's side-by-side step and switch points measured, and its guard rows. */
-typedef struct {
-    side_t *side;
-    size_t n_side, cap_side;
-    grow_t *g;
-    size_t n_g, cap_g;
-} seen_t;
-
-static mt_status_t seen_side(void *ctx, uint64_t cfg, uint32_t m, double us, double sd) {
-    seen_t *s = ctx;
-    if (mt_grow((void **)&s->side, &s->cap_side, s->n_side + 1, sizeof *s->side, 64) != MT_OK) return MT_NOMEM;
-    s->side[s->n_side++] = (side_t){cfg, m, us, sd};
-    return MT_OK;
-}
-
-static mt_status_t seen_guard(void *ctx, uint32_t m, uint64_t cfg, const char *role, bool searched) {
-    seen_t *s = ctx;
-    if (mt_grow((void **)&s->g, &s->cap_g, s->n_g + 1, sizeof *s->g, 64) != MT_OK) return MT_NOMEM;
-    grow_t *r = &s->g[s->n_g++];
-    *r = (grow_t){.cfg = cfg, .m = m, .searched = searched};
-    mt_fmt(r->role, sizeof r->role, "%s", role);
-    return MT_OK;
-}
-
-/* Whether a guard row of role (NULL: any) holds cfg (0: any) at m (0: at any batch size); with
- * any_searched false, only rows with searched = 0 count. */
-static bool seen_role(const seen_t *s, uint32_t m, uint64_t cfg, const char *role, bool any_searched) {
-    for (size_t i = 0; i < s->n_g; i++) {
-        const grow_t *r = &s->g[i];
-        if ((!m || r->m == m) && (!cfg || r->cfg == cfg) && (!role || strcmp(r->role, role) == 0) &&
-            (any_searched || !r->searched))
-            return true;
-    }
-    return false;
-}
-
 static const side_t *row_of(const seen_t *s, uint32_t m, uint64_t cfg) {
     for (size_t i = 0; i < s->n_side; i++)
         if (s->side[i].m == m && s->side[i].cfg == cfg) return &s->side[i];
@@ -551,10 +548,10 @@ static const side_t *best_at(const seen_t *s, uint32_t m) {
     return best;
 }
 
-/* Whether other is not beaten by best beyond the noise (export's rule). */
+/* Whether other is not beaten by best beyond the noise (export's rule, exp_margin_sd under MT_NEAR_TIE_SD). */
 static bool within_noise(const side_t *best, const side_t *other) {
     double sd = sqrt(best->sd * best->sd + other->sd * other->sd);
-    return other->us <= best->us || (sd > 0 && (other->us - best->us) / sd < 1.0);
+    return other->us <= best->us || (sd > 0 && (other->us - best->us) / sd < MT_NEAR_TIE_SD);
 }
 
 /* The config export ships at m as a key: the incumbent's where it holds, else the default's, else
@@ -622,16 +619,15 @@ static int round_once(gap_t *g, const seen_t *s, const lkey_t *lay, size_t n, bo
 
 /* Later rounds: from what was measured, the file export would write (its keys' configs and the
  * switch points it would add as keys); its switch points not yet measured are planned, as long
- * as they lie within GUARD_GAP_ROUNDS rounds (beyond, export lists them unchecked). */
-static int rounds_advance(gap_t *g, const picks_t *p, int64_t now_s, halving_step_t *out) {
-    seen_t s = {0};
+ * as they lie within GUARD_GAP_ROUNDS rounds (beyond, export lists them unchecked). s holds the
+ * shape's guard rows; its side-by-side rows are read into it here. */
+static int rounds_advance(gap_t *g, const picks_t *p, seen_t *s, int64_t now_s, halving_step_t *out) {
     lkey_t *lay = NULL;
     size_t n = 0, cap = 0;
     uint32_t *add = NULL;
-    int rc = store_side_rows_each(g->db, g->sweep_id, g->shape_id, seen_side, &s);
-    if (!rc) rc = store_guard_rows_each(g->db, g->sweep_id, g->shape_id, seen_guard, &s);
+    int rc = store_side_rows_each(g->db, g->sweep_id, g->shape_id, seen_side, s);
     for (size_t b = 0; !rc && b < p->nb; b++) {
-        uint64_t cfg = ship_at(&s, p->bs[b]);
+        uint64_t cfg = ship_at(s, p->bs[b]);
         if (p->cfg[b]) rc = lay_insert(&lay, &n, &cap, p->bs[b], cfg ? cfg : p->cfg[b], p->cfg[b]);
     }
     for (int round = 1; !rc && n; round++) {
@@ -643,17 +639,15 @@ static int rounds_advance(gap_t *g, const picks_t *p, int64_t now_s, halving_ste
             break;
         }
         add = a;
-        rc = round_once(g, &s, lay, n, round <= GUARD_GAP_ROUNDS, add, &n_add, &unmeasured, now_s, out);
+        rc = round_once(g, s, lay, n, round <= GUARD_GAP_ROUNDS, add, &n_add, &unmeasured, now_s, out);
         if (rc || unmeasured || !n_add) break; /* planned (or past the bound), or the file is final */
         for (size_t i = 0; !rc && i < n_add; i++) {
-            const side_t *b = best_at(&s, add[i]);
-            rc = lay_insert(&lay, &n, &cap, add[i], ship_at(&s, add[i]), b ? b->cfg : 0);
+            const side_t *b = best_at(s, add[i]);
+            rc = lay_insert(&lay, &n, &cap, add[i], ship_at(s, add[i]), b ? b->cfg : 0);
         }
     }
     free(add);
     free(lay);
-    free(s.side);
-    free(s.g);
     return rc;
 }
 
@@ -663,19 +657,16 @@ mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id
     size_t len = 0;
     Moetune__SweepSpec *spec = NULL;
     krn_shape_t sh;
-    uint32_t have = 0;
+    seen_t seen = {0};
     memset(out, 0, sizeof *out);
     out->already = true;
-    picks_t p = {.db = db,
-                 .sweep_id = sweep_id,
-                 .shape_id = shape_id,
+    picks_t p = {.seen = &seen,
                  .bs = bs,
                  .nb = nb,
                  .cfg = mt_calloc(nb + 1, sizeof *p.cfg),
                  .us = mt_calloc(nb + 1, sizeof *p.us),
                  .from2 = mt_calloc(nb + 1, sizeof *p.from2)};
     int rc = p.cfg && p.us && p.from2 ? MT_OK : MT_NOMEM;
-    if (!rc) rc = store_guard_count(db, sweep_id, shape_id, "nearest", &have);
     if (!rc) rc = store_sweep_spec_get(db, sweep_id, &blob, &len);
     if (!rc) rc = store_shape_get(db, shape_id, &sh);
     if (!rc) {
@@ -693,11 +684,13 @@ mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id
                    .shape_id = shape_id,
                    .engines = engines,
                    .ne = guard_engines(spec, engines)};
+        rc = store_guard_rows_each(db, sweep_id, shape_id, seen_guard, &seen);
+        bool have = seen_role(&seen, 0, 0, "nearest", true); /* the first round was planned */
         p.phase = 2;
-        rc = store_phase_rows_each(db, sweep_id, shape_id, 2, pick_row, &p);
+        if (!rc) rc = store_phase_rows_each(db, sweep_id, shape_id, 2, pick_row, &p);
         p.phase = 1;
         if (!rc) rc = store_phase_rows_each(db, sweep_id, shape_id, 1, pick_row, &p);
-        if (!rc && have) rc = rounds_advance(&g, &p, now_s, out); /* a later round */
+        if (!rc && have) rc = rounds_advance(&g, &p, &seen, now_s, out); /* a later round */
         /* the engine takes key b's entry up to mid (a tie: the smaller key), key b + 1's after */
         for (size_t b = 0; !rc && !have && b + 1 < nb; b++) {
             uint32_t k1 = bs[b], k2 = bs[b + 1], mid = k1 + (k2 - k1) / 2;
@@ -713,6 +706,8 @@ mt_status_t guard_gaps_advance(store_t *db, uint64_t sweep_id, uint64_t shape_id
     free(p.cfg);
     free(p.us);
     free(p.from2);
+    free(seen.side);
+    free(seen.g);
     return rc;
 }
 

@@ -79,3 +79,17 @@ gb=$(jq -c --arg n "$NAME" '.[$n].guard' "$T/b/sim/manifest.json")
 [ "$(q "$T/b.db" "SELECT COUNT(*) FROM results WHERE batch_size IN (256, 257)")" = 0 ] || fail "256/257 were measured"
 check_manifest "$T/b/sim/$NAME" "$T/b.db"
 pass "three rounds at most; the points beyond are listed in between_keys_unchecked and never as checked"
+
+# A guard config outside the searched space is never a key's searched pick at the switch points:
+# the engine's default (BLOCK_SIZE_M 16, not searched) planted fastest at 16 ships there as the
+# default, but the rows "key 16's pick" hold the search's own best
+"$M" tune --backend sim --workers 2 --sim-time-scale 0 --model qwen3-30b-a3b --tp 1 --batch-sizes 1,16 \
+  --block-m 32,64 --block-n 64,128 --block-k 64,128 --group-m 1 --num-warps 4,8 --num-stages 3 \
+  --sim-faults "speed=$D1@16:0.3" --db "$T/s.db" --out "$T/s" >"$T/s.out" 2>"$T/s.err" || { tail "$T/s.err"; fail "tune exited $?"; }
+[ "$(q "$T/s.db" "SELECT COUNT(*) FROM guard WHERE role = 'nearest'")" -gt 0 ] || fail "no switch point measured"
+[ "$(q "$T/s.db" "SELECT COUNT(*) FROM guard WHERE batch_size = 16 AND role = 'default' AND searched = 0")" -gt 0 ] \
+  || fail "the default at 16 is not a guard config outside the space"
+[ "$(q "$T/s.db" "SELECT COUNT(*) FROM guard g WHERE g.source = 'key 16''s pick' AND EXISTS (SELECT 1 FROM guard o
+      WHERE o.sweep_id = g.sweep_id AND o.shape_id = g.shape_id AND o.config_id = g.config_id AND o.searched = 0)")" = 0 ] \
+  || fail "key 16's pick at a switch point is a guard config outside the space: $(q "$T/s.db" "SELECT * FROM guard WHERE source LIKE 'key 16%'")"
+pass "a guard config outside the space is never a key's searched pick at the switch points"

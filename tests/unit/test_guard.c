@@ -1,6 +1,7 @@
 /* test_guard.c - the ship guard's pure parts: the engines' default configs by dtype and block
  * shape (coordinator/guard.c), the nearest-key rule, the engines a sweep is for, and the lookup
- * of an engine's bundled file with SGLang's fallback and the warm start's files (cli/shipguard.c). */
+ * of an engine's bundled file with SGLang's fallback and the warm start's files (cli/shipguard.c),
+ * and the triton_X_Y_Z folder a file lies in (common/). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -109,6 +110,21 @@ static void test_engines(void **state) {
 
 /* SGLang's bundled file: the running Triton's folder, else the newest other folder that has
  * the file; NOTFOUND for a shape none has; a device named picks among several devices'. */
+/* SGLang's triton_X_Y_Z folder a config file lies in, from its path; nothing for another folder. */
+static void test_triton_dir(void **state) {
+    (void)state;
+    char d[64];
+    assert_true(mt_triton_dir("/pkg/configs/triton_3_4_0/E=128,N=768.json", d, sizeof d));
+    assert_string_equal(d, "triton_3_4_0");
+    assert_true(mt_triton_dir("triton_3_5_1/E=8.json", d, sizeof d));
+    assert_string_equal(d, "triton_3_5_1");
+    assert_false(mt_triton_dir("/pkg/configs/E=128,N=768.json", d, sizeof d));
+    assert_string_equal(d, "");
+    assert_false(mt_triton_dir("/pkg/triton_/E=8.json", d, sizeof d));
+    assert_false(mt_triton_dir("/pkg/triton_3_4_0", d, sizeof d)); /* the folder itself: no file in it */
+    assert_false(mt_triton_dir("E=8.json", d, sizeof d));
+}
+
 static void test_bundled(void **state) {
     (void)state;
     const char *dir = MT_SOURCE_DIR "/tests/data/fake_sglang/sglang/srt/layers/moe/fused_moe_triton";
@@ -168,8 +184,9 @@ static void test_warm_files(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults), cmocka_unit_test(test_vllm_next), cmocka_unit_test(test_nearest),
-        cmocka_unit_test(test_engines),  cmocka_unit_test(test_bundled),   cmocka_unit_test(test_warm_files),
+        cmocka_unit_test(test_defaults),   cmocka_unit_test(test_vllm_next), cmocka_unit_test(test_nearest),
+        cmocka_unit_test(test_engines),    cmocka_unit_test(test_bundled),   cmocka_unit_test(test_triton_dir),
+        cmocka_unit_test(test_warm_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
