@@ -710,20 +710,24 @@ mt_status_t store_crash_bump(store_t *s, uint64_t sweep_id, uint64_t shape_id, u
 
 static const char *col_text(sqlite3_stmt *st, int i) { return (const char *)sqlite3_column_text(st, i); }
 
-/* Runs a row-returning statement (already bound) and calls row() per row. */
-static int each(store_t *s, int id, int (*row)(sqlite3_stmt *st, void *cb, void *ctx), void *cb, void *ctx) {
-    sqlite3_stmt *st = s->st[id];
-    int rc = MT_OK;
+typedef int (*row_fn)(sqlite3_stmt *st, void *cb, void *ctx);
+
+/* Steps st (prepared from sql, already bound) to its end and calls row() per row; the first
+ * error, SQLite's with sql in s->err, or row()'s. */
+static int step_rows(store_t *s, sqlite3_stmt *st, const char *sql, row_fn row, void *cb, void *ctx) {
     for (;;) {
         int src = sqlite3_step(st);
-        if (src == SQLITE_DONE) break;
-        if (src != SQLITE_ROW) {
-            rc = fail(s, src, g_sql[id]);
-            break;
-        }
-        rc = row(st, cb, ctx);
-        if (rc) break;
+        if (src == SQLITE_DONE) return MT_OK;
+        if (src != SQLITE_ROW) return fail(s, src, sql);
+        int rc = row(st, cb, ctx);
+        if (rc) return rc;
     }
+}
+
+/* Runs a row-returning statement (already bound) and calls row() per row. */
+static int each(store_t *s, int id, row_fn row, void *cb, void *ctx) {
+    sqlite3_stmt *st = s->st[id];
+    int rc = step_rows(s, st, g_sql[id], row, cb, ctx);
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
     return rc;
@@ -1040,23 +1044,14 @@ mt_status_t store_config_guard_only(store_t *s, uint64_t sweep_id, uint64_t shap
 }
 
 /* Runs sql (?1 sweep, ?2 shape) and calls row per result row; MT_IO/MT_BUSY with the reason. */
-static int guard_walk(store_t *s, const char *sql, uint64_t sweep_id, uint64_t shape_id,
-                      int (*row)(sqlite3_stmt *st, void *cb, void *ctx), void *cb, void *ctx) {
+static int guard_walk(store_t *s, const char *sql, uint64_t sweep_id, uint64_t shape_id, row_fn row, void *cb,
+                      void *ctx) {
     sqlite3_stmt *st = NULL;
     int rc = guard_prepare(s, sql, &st);
     if (rc) return rc;
     sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
     sqlite3_bind_int64(st, 2, (int64_t)shape_id);
-    for (;;) {
-        int src = sqlite3_step(st);
-        if (src == SQLITE_DONE) break;
-        if (src != SQLITE_ROW) {
-            rc = fail(s, src, sql);
-            break;
-        }
-        rc = row(st, cb, ctx);
-        if (rc) break;
-    }
+    rc = step_rows(s, st, sql, row, cb, ctx);
     sqlite3_finalize(st);
     return rc;
 }
