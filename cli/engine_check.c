@@ -234,7 +234,7 @@ static int check_spec_engine(const char *python, exp_engine_t engine, const krn_
 mt_status_t eng_check_spec(const char *python, const char *engines, const Moetune__SweepSpec *spec, bool check,
                            eng_own_t kept[2], char *err, size_t errlen) {
     size_t n = spec ? spec->n_shapes : 0;
-    if (kept) memset(kept, 0, 2 * sizeof *kept);
+    memset(kept, 0, 2 * sizeof *kept);
     if (!engines || n == 0) return MT_OK;
     krn_shape_t *shapes = mt_calloc(n, sizeof *shapes);
     if (!shapes) return MT_NOMEM;
@@ -244,15 +244,9 @@ mt_status_t eng_check_spec(const char *python, const char *engines, const Moetun
         if (wire_shape_from_msg(spec->shapes[i], &shapes[i], why, sizeof why) != MT_OK) n = i; /* the plan says why */
     }
     static const exp_engine_t all[] = {EXP_ENGINE_SGLANG, EXP_ENGINE_VLLM};
-    for (size_t k = 0; rc == MT_OK && k < 2; k++) {
-        if (!strstr(engines, exp_engine_name(all[k]))) continue;
-        eng_own_t own;
-        rc = check_spec_engine(python, all[k], shapes, n, check, &own, err, errlen);
-        if (kept)
-            kept[k] = own;
-        else
-            eng_own_clear(&own);
-    }
+    for (size_t k = 0; rc == MT_OK && k < 2; k++)
+        if (strstr(engines, exp_engine_name(all[k])))
+            rc = check_spec_engine(python, all[k], shapes, n, check, &kept[k], err, errlen);
     free(shapes);
     return rc;
 }

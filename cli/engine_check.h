@@ -74,8 +74,8 @@ mt_status_t eng_check_names(exp_engine_t engine, const char *const *devices, con
 /* Before a sweep for engines ("sglang", "vllm" or "sglang,vllm"), each engine in python is
  * asked for spec's shapes on the GPU it sees; with check (the triton backend), its own names
  * against moetune's, so that a sweep whose files the engine would not read is refused before
- * it starts. kept (NULL: none): kept[0] SGLang's answer, kept[1] vLLM's (zeroed when not
- * asked), for the caller to clear with eng_own_clear. MT_OK when the names agree, are not
+ * it starts. kept[0] gets SGLang's answer, kept[1] vLLM's (zeroed when not asked), for the
+ * caller to clear with eng_own_clear. MT_OK when the names agree, are not
  * checked or the engine cannot be asked; MT_INVAL with one line naming both; MT_NOMEM. */
 struct Moetune__SweepSpec;
 mt_status_t eng_check_spec(const char *python, const char *engines, const struct Moetune__SweepSpec *spec, bool check,
