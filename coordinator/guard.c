@@ -64,6 +64,14 @@ mt_status_t guard_default_config(const char *engine, const krn_shape_t *sh, uint
     return MT_OK;
 }
 
+size_t guard_default_rules(const char *engine, const char *rules[2]) {
+    if (!engine || (strcmp(engine, "sglang") != 0 && strcmp(engine, "vllm") != 0)) return 0;
+    rules[0] = engine;
+    if (strcmp(engine, "sglang") == 0) return 1;
+    rules[1] = "vllm-2026";
+    return 2;
+}
+
 uint32_t guard_nearest_key(const uint32_t *keys, size_t n, uint32_t m) {
     uint32_t best = 0;
     uint64_t best_d = UINT64_MAX;
@@ -229,18 +237,15 @@ static size_t wants_at(const Moetune__SweepSpec *spec, int si, const krn_shape_t
                        const char *const *engines, size_t ne, want_t *w) {
     size_t nw = 0;
     for (size_t e = 0; e < ne; e++) {
-        const char *rule = "";
-        memset(&w[nw], 0, sizeof w[nw]);
-        if (guard_default_config(engines[e], sh, m, &w[nw].cfg, &rule) != MT_OK) continue;
-        w[nw].role = "default";
-        w[nw].engine = engines[e];
-        mt_fmt(w[nw].source, sizeof w[nw].source, "%s", rule);
-        nw++;
-        if (strcmp(engines[e], "vllm") == 0) { /* which rule runs depends on the vLLM release: both */
+        const char *rules[2];
+        size_t nr = guard_default_rules(engines[e], rules);
+        if (!nr) continue;
+        for (size_t r = 0; r < nr; r++) { /* vLLM: which rule runs depends on its release, so both */
+            const char *rule = "";
             memset(&w[nw], 0, sizeof w[nw]);
-            guard_default_config("vllm-2026", sh, m, &w[nw].cfg, &rule);
+            guard_default_config(rules[r], sh, m, &w[nw].cfg, &rule);
             w[nw].role = "default";
-            w[nw].engine = "vllm-2026";
+            w[nw].engine = rules[r];
             mt_fmt(w[nw].source, sizeof w[nw].source, "%s", rule);
             nw++;
         }

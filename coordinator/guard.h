@@ -44,6 +44,11 @@
 mt_status_t guard_default_config(const char *engine, const krn_shape_t *shape, uint32_t m, krn_config_t *out,
                                  const char **rule);
 
+/* Pure: the default rules engine ("sglang", "vllm") may run, for guard_default_config: its own,
+ * and for vLLM also "vllm-2026" (which one runs depends on the vLLM release). Fills rules (at
+ * most 2) and returns how many; 0 for an unknown engine. */
+size_t guard_default_rules(const char *engine, const char *rules[2]);
+
 /* Pure: the key of keys[0..n) (any order) nearest to m, the smaller of two equally near
  * (the engines' rule); 0 when n is 0. */
 uint32_t guard_nearest_key(const uint32_t *keys, size_t n, uint32_t m);

@@ -157,8 +157,9 @@ static void warm_engine(plan_t *p, const Moetune__SweepSpec *spec, size_t i, war
     warm_src_t *def = NULL;
     for (size_t b = 0; b < p->n_batch_sizes; b++) {
         for (size_t e = 0; e < ne; e++) {
-            const char *rules[2] = {engines[e], strcmp(engines[e], "vllm") == 0 ? "vllm-2026" : NULL};
-            for (size_t r = 0; r < 2 && rules[r]; r++) {
+            const char *rules[2];
+            size_t nr = guard_default_rules(engines[e], rules);
+            for (size_t r = 0; r < nr; r++) {
                 krn_config_t c;
                 const char *why;
                 if (guard_default_config(rules[r], &ps->shape, p->batch_sizes[b], &c, &why) != MT_OK) continue;
