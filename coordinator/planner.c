@@ -126,12 +126,8 @@ static void warm_file_label(const Moetune__Incumbent *in, const krn_shape_t *sh,
         for (char *p = name; *p; p++)
             if (*p == '_') *p = ' ';
     }
-    if (base > src) { /* the folder above the file: SGLang's triton_X_Y_Z */
-        const char *end = base - 1, *start = end;
-        while (start > src && start[-1] != '/') start--;
-        if (end - start > 7 && strncmp(start, "triton_", 7) == 0)
-            snprintf(folder, sizeof folder, " (%.*s)", (int)(end - start), start);
-    }
+    char tdir[80]; /* the folder above the file: SGLang's triton_X_Y_Z */
+    if (mt_triton_dir(src, tdir, sizeof tdir)) snprintf(folder, sizeof folder, " (%s)", tdir);
     mt_fmt(out, len, "%s's bundled file%s%s", in->engine, dev, folder);
 }
 
