@@ -1037,12 +1037,6 @@ mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_
     return config_exists(s, sql, sweep_id, shape_id, config_id, searched);
 }
 
-mt_status_t store_config_guard_only(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, bool *only) {
-    static const char sql[] = "SELECT EXISTS (SELECT 1 FROM guard WHERE sweep_id = ?1 AND shape_id = ?2"
-                              " AND config_id = ?3 AND searched = 0)";
-    return config_exists(s, sql, sweep_id, shape_id, config_id, only);
-}
-
 /* Runs sql (?1 sweep, ?2 shape) and calls row per result row; MT_IO/MT_BUSY with the reason. */
 static int guard_walk(store_t *s, const char *sql, uint64_t sweep_id, uint64_t shape_id, row_fn row, void *cb,
                       void *ctx) {
@@ -1078,19 +1072,4 @@ mt_status_t store_guard_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_
     static const char sql[] = "SELECT batch_size, config_id, role, searched FROM guard WHERE sweep_id = ?1"
                               " AND shape_id = ?2";
     return guard_walk(s, sql, sweep_id, shape_id, guard_row, (void *)fn, ctx);
-}
-
-mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n) {
-    static const char sql[] = "SELECT COUNT(*) FROM guard WHERE sweep_id = ?1 AND shape_id = ?2 AND role = ?3";
-    sqlite3_stmt *st = NULL;
-    *n = 0;
-    int rc = guard_prepare(s, sql, &st);
-    if (rc) return rc;
-    sqlite3_bind_int64(st, 1, (int64_t)sweep_id);
-    sqlite3_bind_int64(st, 2, (int64_t)shape_id);
-    bind_text(st, 3, role);
-    int64_t v = 0;
-    rc = step_one_int(s, st, sql, &v);
-    *n = (uint32_t)v;
-    return rc;
 }

@@ -222,8 +222,6 @@ mt_status_t store_guard_put(store_t *s, const store_guard_row_t *g);
 mt_status_t store_sweep_spec_get(store_t *s, uint64_t sweep_id, void **spec, size_t *len);
 /* Adds add to the sweep's results_planned (rows the guard plans beyond the searched space). */
 mt_status_t store_sweep_add_planned(store_t *s, uint64_t sweep_id, uint64_t add);
-/* How many guard rows of role (sweep, shape) has. */
-mt_status_t store_guard_count(store_t *s, uint64_t sweep_id, uint64_t shape_id, const char *role, uint32_t *n);
 /* Whether config_id is in a first-pass job of (sweep, shape) or has a first-pass row there. */
 mt_status_t store_config_searched(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, bool *searched);
 /* The ship guard's rounds between the keys: every ok phase-2 row of (sweep, shape) (the side-by-side
@@ -236,8 +234,5 @@ mt_status_t store_side_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_i
 typedef mt_status_t (*store_guard_row_fn)(void *ctx, uint32_t batch_size, uint64_t config_id, const char *role,
                                           bool searched);
 mt_status_t store_guard_rows_each(store_t *s, uint64_t sweep_id, uint64_t shape_id, store_guard_row_fn fn, void *ctx);
-/* Whether config_id is one of (sweep, shape)'s ship-guard configs outside its searched space
- * (a guard row with searched = 0) into *only. MT_IO/MT_BUSY with store_errmsg(s). */
-mt_status_t store_config_guard_only(store_t *s, uint64_t sweep_id, uint64_t shape_id, uint64_t config_id, bool *only);
 
 #endif
