@@ -6,6 +6,7 @@
 
 #include "cmd.h"
 #include "compare.h"
+#include "guard_counts.h"
 #include "mt.h"
 #include "states.h"
 
@@ -42,7 +43,7 @@ static int wait_stored_done(const char *db, uint64_t id, char *err, size_t errle
 static int say_guard(dbq_t *q, uint64_t sweep, char *err, size_t errlen) {
     shipguard_counts_t c;
     char text[200];
-    int rc = shipguard_count(q, sweep, NULL, &c, err, errlen);
+    int rc = guard_counts_get(q, sweep, NULL, &c, err, errlen);
     if (rc) return rc;
     shipguard_counts_text(&c, text, sizeof text);
     printf("guard: sweep %llu: %s\n", (unsigned long long)sweep, text);

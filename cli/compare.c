@@ -9,6 +9,7 @@
 
 #include "cmd.h"
 #include "export_layout.h"
+#include "guard_counts.h"
 #include "moetune.pb-c.h"
 #include "mt.h"
 #include "states.h"
@@ -100,7 +101,7 @@ mt_status_t cmp_load(dbq_t *q, const dbq_hist_filter_t *filter, cmp_sweeps_t *ou
     }
     /* several devices in one sweep interleave in the walk: sort by shape, batch size */
     for (size_t i = 0; i < out->n; i++) qsort(out->v[i].best, out->v[i].n_best, sizeof *out->v[i].best, best_qsort);
-    for (size_t i = 0; !rc && i < out->n; i++) rc = shipguard_count(q, out->v[i].id, filter, &out->v[i].guard, err, errlen);
+    for (size_t i = 0; !rc && i < out->n; i++) rc = guard_counts_get(q, out->v[i].id, filter, &out->v[i].guard, err, errlen);
     if (rc) cmp_sweeps_clear(out);
     return rc;
 }

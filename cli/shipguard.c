@@ -1077,8 +1077,7 @@ void shipguard_file(shipguard_t *g, json_t *rec, char *line, size_t len) {
 typedef struct {
     shipguard_t *g;
     const dbq_hist_filter_t *only;
-    dbq_result_t *best; /* per cell, its pick (exp_pairs) */
-    size_t n, cap;
+    const dbq_result_t *best; /* per cell, its pick */
     shipguard_counts_t *c;
     size_t n_dec; /* g's decisions before the cell being counted */
 } count_t;
@@ -1090,16 +1089,6 @@ static bool row_matches(const dbq_hist_filter_t *f, const dbq_result_t *r) {
                   (!f->batch_size || f->batch_size == r->batch_size) &&
                   (!f->device[0] || strcmp(f->device, r->device_name) == 0) &&
                   (!f->backend[0] || strcmp(f->backend, r->backend) == 0));
-}
-
-/* Keeps each cell's pick as exp_pairs finds it (the guard's own configs left out as export does). */
-static mt_status_t count_row(void *ctx, const dbq_result_t *best, const dbq_result_t *runner_up) {
-    count_t *x = ctx;
-    (void)runner_up;
-    if (mt_grow((void **)&x->best, &x->cap, x->n + 1, sizeof *x->best, 64) != MT_OK) return MT_NOMEM;
-    x->best[x->n] = *best;
-    x->best[x->n++].versions = ""; /* the walk's copy, valid during the call only */
-    return MT_OK;
 }
 
 /* One cell's decision counted into x->c for the cells of x->only (all are decided: a key outside
@@ -1122,31 +1111,21 @@ static bool has_engine(const shipguard_t *g, const char *engine) {
     return false;
 }
 
-/* Keeps of g's rows (loaded for every engine) engine's alone, as shipguard_load would have. */
-static void keep_engine(shipguard_t *g, const char *engine) {
+bool shipguard_count_engine(shipguard_t *g) {
+    const char *engine = has_engine(g, "sglang") ? "sglang" : "vllm";
     size_t kept = 0;
     for (size_t i = 0; i < g->n; i++)
         if (!g->rows[i].engine[0] || engine_is(g->rows[i].engine, engine)) g->rows[kept++] = g->rows[i];
     g->n = kept;
     g->engine = engine;
+    return g->n > 0;
 }
 
-mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c, char *err,
-                            size_t errlen) {
-    dbq_select_t sel = {&sweep, 1, false};
-    shipguard_t *g = NULL;
-    memset(c, 0, sizeof *c);
-    int rc = load(q, &sel, NULL, &g, err, errlen);
-    if (rc == MT_OK) keep_engine(g, has_engine(g, "sglang") ? "sglang" : "vllm");
-    if (rc == MT_OK && g->n) {
-        count_t x = {.g = g, .only = only, .c = c, .n_dec = g->n_dec};
-        c->guarded = true;
-        rc = exp_pairs(q, &sel, g, count_row, &x, err, errlen);
-        if (rc == MT_OK) rc = shipguard_ship_each(g, x.best, x.n, sizeof *x.best, count_cell, &x);
-        free(x.best);
-    }
-    shipguard_free(&g);
-    return rc;
+mt_status_t shipguard_count_picks(shipguard_t *g, const dbq_result_t *best, size_t n, const dbq_hist_filter_t *only,
+                                  shipguard_counts_t *c) {
+    count_t x = {.g = g, .only = only, .best = best, .c = c, .n_dec = g->n_dec};
+    c->guarded = true;
+    return shipguard_ship_each(g, best, n, sizeof *best, count_cell, &x);
 }
 
 void shipguard_counts_text(const shipguard_counts_t *c, char *buf, size_t len) {

@@ -159,12 +159,15 @@ typedef struct {
     uint32_t incumbent_shipped; /* ... the incumbent's */
 } shipguard_counts_t;
 
-/* Counts what export's rule (shipguard_ship, per batch size) does to sweep's best rows that
- * match only (NULL: all; zero and "" fields match anything), by one engine's guard rows:
- * SGLang's, else vLLM's. MT_OK (c->guarded false when the sweep has none), or the query's
- * error with its text in err. */
-mt_status_t shipguard_count(dbq_t *q, uint64_t sweep, const dbq_hist_filter_t *only, shipguard_counts_t *c, char *err,
-                            size_t errlen);
+/* Keeps of g (loaded with shipguard_load_all) one engine's guard rows for counting: SGLang's,
+ * else vLLM's, as shipguard_load would have; false when none are left. */
+bool shipguard_count_engine(shipguard_t *g);
+
+/* Counts into c (c->guarded set) what export's rule (shipguard_ship, per batch size) does to a
+ * sweep's n cell picks best (as exp_pairs finds them, keys first) that match only (NULL: all;
+ * zero and "" fields match anything). guard_counts.h runs the whole count for a sweep. */
+mt_status_t shipguard_count_picks(shipguard_t *g, const dbq_result_t *best, size_t n, const dbq_hist_filter_t *only,
+                                  shipguard_counts_t *c);
 
 /* "2 keys added, the default's config shipped at 1 batch size, the incumbent's at 0", or
  * "none (no default or incumbent measured)" for a sweep without the guard. */
