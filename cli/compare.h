@@ -54,7 +54,7 @@ typedef struct {
 
 /* Loads, for every sweep that has ok results matching filter, its best entries and
  * provenance, the sweep row (name, state, times), and what the ship guard does to the
- * matching rows (shipguard_count). Returns MT_OK (possibly with no sweeps) or an error with
+ * matching rows (guard_counts_get). Returns MT_OK (possibly with no sweeps) or an error with
  * the reason in err. */
 mt_status_t cmp_load(dbq_t *q, const dbq_hist_filter_t *filter, cmp_sweeps_t *out, char *err, size_t errlen);
 void cmp_sweeps_clear(cmp_sweeps_t *s);
